@@ -1,0 +1,3 @@
+"""gpuhc: GPU node health checks for Slurm clusters."""
+
+__version__ = "0.1.0"

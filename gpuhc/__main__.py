@@ -1,0 +1,3 @@
+from gpuhc.cli import main
+
+main()

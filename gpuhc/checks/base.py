@@ -1,0 +1,80 @@
+"""What a check is, and the context it is judged in.
+
+A check is a pure function: ``judge(snapshot, ctx) -> CheckOutput``. It never touches the node;
+the runner reads the node through the sources first and hands the check a snapshot. That is what
+lets a recorded snapshot be re-judged offline and a unit test feed a literal snapshot.
+
+Checks that judge growth ("replay counter went up since the last run") get their own slice of
+the persisted state as ``ctx.prev`` and return the slice to store as ``CheckOutput.state``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from gpuhc.model import Action, Result, Snapshot, Status
+
+# Sources a check can need. The runner reads only the sources the selected checks need.
+NVML = "nvml"
+KERNEL_LOG = "kernel_log"
+IB = "ib"
+AER = "aer"
+
+STAGES = ("passive", "prolog", "epilog", "bootstrap")
+
+
+@dataclass
+class Context:
+    """What a check may know besides the snapshot."""
+
+    thresholds: dict[str, Any]  # the effective profile thresholds (profile + config overrides)
+    prev: dict[str, Any] = field(default_factory=dict)  # this check's state from the last run
+    baseline: dict[str, Any] | None = None  # `gpuhc baseline capture` output, when present
+    config: dict[str, Any] = field(default_factory=dict)  # this check's own config section
+    gpus: list[int] | None = None  # restrict to these GPU indices (prolog: the job's GPUs)
+
+    def t(self, key: str, default: Any = None) -> Any:
+        return self.thresholds.get(key, default)
+
+
+@dataclass
+class CheckOutput:
+    results: list[Result]
+    state: dict[str, Any] | None = None  # None: keep the previous state unchanged
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    needs: tuple[str, ...]  # sources, see the constants above
+    judge: Callable[[Snapshot, Context], CheckOutput]
+    stages: tuple[str, ...] = ("passive", "bootstrap")
+    timeout_s: float = 10.0  # default; config `checks.<id>.timeout_s` overrides
+    defaults: dict[str, Any] = field(default_factory=dict)  # thresholds; profile and config override
+    doc: str = ""
+
+
+def result(
+    check: str,
+    status: Status,
+    message: str,
+    subject: str = "node",
+    value: Any = None,
+    threshold: Any = None,
+    action: Action = Action.NONE,
+) -> Result:
+    """Shorthand used by checks; keeps their bodies readable."""
+    return Result(check, status, message, subject, value, threshold, action)
+
+
+def na(check: str, message: str, subject: str = "node") -> Result:
+    return Result(check, Status.NA, message, subject)
+
+
+def selected_gpus(snapshot: Snapshot, ctx: Context):
+    """The GPUs a check should look at: all of them, or the prolog's job GPUs."""
+    gpus = snapshot.nvml.gpus if snapshot.nvml else []
+    if ctx.gpus is None:
+        return gpus
+    return [g for g in gpus if g.index in ctx.gpus]

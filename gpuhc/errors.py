@@ -1,0 +1,81 @@
+"""Errors gpuhc raises on purpose, and the one place that turns them into exit codes.
+
+Bad input (a broken config, an unreadable scenario, a Slurm that does not answer) must give a
+clear one-line message naming what and where, never a traceback. Anything else that escapes is
+a bug in gpuhc: it is reported as an internal error with exit code 3, which the Slurm entry
+points treat as "do not touch the node".
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+EXIT_OK = 0
+EXIT_UNHEALTHY = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+EXIT_BREAKER = 4
+
+
+class GpuhcError(Exception):
+    """A problem with input or environment that the user can fix; message says what and where."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(GpuhcError):
+    def __init__(self, message: str, file: str | None = None, line: int | None = None, key: str | None = None):
+        self.file, self.line, self.key = file, line, key
+        where = ""
+        if file:
+            where = f"{file}:{line}: " if line else f"{file}: "
+        keypart = f"{key}: " if key else ""
+        super().__init__(f"{where}{keypart}{message}")
+
+
+class SourceError(GpuhcError):
+    """A recording (scenario, kernel log file, sysfs tree) that cannot be read."""
+
+
+class SlurmError(GpuhcError):
+    """scontrol/sinfo/sbatch failed or timed out."""
+
+    exit_code = EXIT_INTERNAL
+
+
+def run_cli(cli) -> None:
+    """Run the click group; map our errors to messages and exit codes."""
+    import click
+
+    try:
+        rc = cli.main(standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(EXIT_USAGE)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(EXIT_USAGE)
+    except GpuhcError as e:
+        click.echo(f"gpuhc: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    except Exception as e:  # a bug: say so plainly, keep the traceback for the bug report
+        click.echo(f"gpuhc: internal error: {type(e).__name__}: {e}", err=True)
+        if _debug():
+            traceback.print_exc()
+        else:
+            click.echo("gpuhc: set GPUHC_DEBUG=1 for the traceback", err=True)
+        sys.exit(EXIT_INTERNAL)
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _debug() -> bool:
+    import os
+
+    return os.environ.get("GPUHC_DEBUG", "") not in ("", "0")

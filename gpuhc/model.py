@@ -1,0 +1,250 @@
+"""The plain data that flows through gpuhc: what the sources read and what the checks say.
+
+Everything here is a dataclass of plain values so that a snapshot can be written to YAML,
+replayed next year, and fed to a pure check in a unit test. Sources fill these in, checks read
+them; neither side knows how the other works.
+
+Conventions:
+- ``None`` means "not available on this GPU/driver" (NVML NOT_SUPPORTED, a missing sysfs file).
+  Checks turn ``None`` into status ``n/a``, never into a failure.
+- PCI bus ids are normalised by :func:`norm_pci` to ``dddd:bb:dd.f`` lower case, because NVML
+  says ``00000000:B3:00.0``, the kernel log ``PCI:0000:b3:00`` and sysfs ``0000:b3:00.0``.
+- Times are POSIX epoch seconds (float).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Status(str, enum.Enum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    NA = "n/a"
+    ERROR = "error"  # gpuhc could not judge (timeout, internal error): never a reason to drain
+
+    @property
+    def rank(self) -> int:
+        return _STATUS_RANK[self]
+
+
+_STATUS_RANK = {Status.PASS: 0, Status.NA: 0, Status.WARN: 1, Status.ERROR: 2, Status.FAIL: 3}
+
+
+class Action(str, enum.Enum):
+    """What a person (or the policy) should do about a result, mildest first."""
+
+    NONE = "none"
+    RESTART_APP = "restart app"
+    RESET_GPU = "reset GPU"
+    DRAIN_REBOOT = "drain + reboot"
+    DRAIN_TICKET = "drain + hardware ticket"
+
+    @property
+    def rank(self) -> int:
+        return list(Action).index(self)
+
+    @property
+    def drains(self) -> bool:
+        """Actions that take the node out of the schedule (a GPU reset needs it idle too)."""
+        return self in (Action.RESET_GPU, Action.DRAIN_REBOOT, Action.DRAIN_TICKET)
+
+
+@dataclass(frozen=True)
+class Result:
+    check: str  # check id, e.g. "xid"
+    status: Status
+    message: str  # one line, for humans and for the drain reason
+    subject: str = "node"  # "node", "gpu3", "mlx5_0/1", "0000:b3:00.0"
+    value: Any = None  # the measured value, JSON-able
+    threshold: Any = None  # what it was compared against, JSON-able
+    action: Action = Action.NONE
+
+    def to_dict(self) -> dict:
+        return {
+            "check": self.check,
+            "status": self.status.value,
+            "subject": self.subject,
+            "message": self.message,
+            "value": self.value,
+            "threshold": self.threshold,
+            "action": self.action.value,
+        }
+
+
+# --------------------------------------------------------------------------- NVML side
+
+
+@dataclass
+class NvLinkState:
+    link: int
+    active: bool | None
+    # counter name -> value, e.g. {"crc_flit": 0, "crc_data": 0, "replay": 0, "recovery": 0}
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class GpuReading:
+    index: int
+    name: str
+    uuid: str
+    pci_bus_id: str  # normalised, see norm_pci
+    serial: str | None = None
+    vbios: str | None = None
+    persistence_mode: bool | None = None
+    # ECC
+    ecc_mode: bool | None = None
+    ecc_volatile_uncorrected: int | None = None
+    ecc_aggregate_uncorrected: int | None = None
+    ecc_volatile_corrected: int | None = None
+    # Row remapping (Ampere+) and page retirement (pre-Ampere; NOT_SUPPORTED on Hopper)
+    remap_correctable: int | None = None
+    remap_uncorrectable: int | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    retired_pages_sbe: int | None = None
+    retired_pages_dbe: int | None = None
+    retired_pages_pending: bool | None = None
+    # NVLink
+    nvlinks: list[NvLinkState] = field(default_factory=list)
+    # PCIe
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    pcie_replay: int | None = None
+    # Clocks: clock-event (throttle) reason bitmasks, one per sample taken in this run
+    clock_event_samples: list[int] = field(default_factory=list)
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    utilization_gpu: int | None = None  # percent
+    # Thermal and power
+    temp_gpu_c: int | None = None
+    temp_mem_c: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None  # enforced limit
+    power_default_limit_w: float | None = None
+    # NVSwitch fabric (Hopper+ with NVSwitch): state/status as NVML names them, lower case,
+    # e.g. state "completed", status "success"; None where the GPU has no fabric.
+    fabric_state: str | None = None
+    fabric_status: str | None = None
+
+    @property
+    def subject(self) -> str:
+        return f"gpu{self.index}"
+
+
+@dataclass
+class NvmlReading:
+    available: bool
+    error: str | None = None  # why NVML is not available ("driver not loaded", ...)
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    gpus: list[GpuReading] = field(default_factory=list)
+
+    def gpu_by_pci(self, pci: str) -> GpuReading | None:
+        want = norm_pci(pci)
+        for gpu in self.gpus:
+            if norm_pci(gpu.pci_bus_id) == want:
+                return gpu
+        return None
+
+
+# --------------------------------------------------------------------------- kernel log side
+
+
+class EventKind(str, enum.Enum):
+    XID = "xid"
+    SXID = "sxid"  # NVSwitch
+    FALLEN_OFF_BUS = "fallen_off_bus"  # multi-line "has fallen off the bus" without an Xid
+    IB_LINK = "ib_link"  # mlx5 port state change
+
+
+@dataclass(frozen=True)
+class KernelEvent:
+    kind: EventKind
+    time: float | None  # epoch seconds; None when the line carried no usable time
+    message: str  # the line's text after the NVRM:/mlx5 prefix, sanitised
+    pci: str | None = None  # normalised PCI id of the GPU/switch/HCA, when the line has one
+    code: int | None = None  # XID or SXID number
+    device: str | None = None  # e.g. "mlx5_0" for IB
+    port: int | None = None  # IB port number
+    state: str | None = None  # IB: "DOWN" / "ACTIVE" / "INIT" / ...
+    seq: int | None = None  # /dev/kmsg sequence number, for the cursor
+
+
+@dataclass
+class KernelLog:
+    events: list[KernelEvent] = field(default_factory=list)
+    source: str = ""  # "/dev/kmsg", "dmesg", or a file path
+    boot_id: str | None = None  # /proc/sys/kernel/random/boot_id on a live node
+    last_time: float | None = None  # time of the last line seen (replay: judging "now")
+    last_seq: int | None = None
+    unparsed_lines: int = 0  # lines that looked like NVRM/mlx5 lines but did not parse
+
+
+# --------------------------------------------------------------------------- sysfs side
+
+
+@dataclass
+class IbPort:
+    device: str  # "mlx5_0"
+    port: int
+    state: str | None  # "ACTIVE", "DOWN", "INIT", "ARMED"
+    phys_state: str | None  # "LinkUp", "Disabled", "Polling", ...
+    rate_gbps: float | None
+    link_layer: str | None = None  # "InfiniBand" / "Ethernet"
+    counters: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def subject(self) -> str:
+        return f"{self.device}/{self.port}"
+
+
+@dataclass
+class AerCounters:
+    pci: str  # normalised
+    correctable: int | None = None
+    nonfatal: int | None = None
+    fatal: int | None = None
+
+
+# --------------------------------------------------------------------------- the snapshot
+
+
+@dataclass
+class Snapshot:
+    """Everything the checks may look at, read once per run."""
+
+    hostname: str
+    time: float  # "now" for judging; replay uses the recording's time
+    nvml: NvmlReading | None = None
+    kernel: KernelLog | None = None
+    ib_ports: list[IbPort] | None = None
+    aer: list[AerCounters] | None = None
+
+
+_PCI_RE = re.compile(
+    r"(?:(?P<dom>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})(?:\.(?P<fn>[0-7]))?"
+)
+
+
+def norm_pci(text: str) -> str:
+    """Normalise a PCI address to ``dddd:bb:dd.f`` (lower case, 4-digit domain).
+
+    Accepts NVML's ``00000000:B3:00.0``, the kernel's ``0000:b3:00`` or ``PCI:0000:b3:00``, and a
+    bare ``b3:00.0``. Unparseable text is returned lower-cased and stripped, so that comparison
+    stays deterministic instead of raising.
+    """
+    s = text.strip()
+    if s.upper().startswith("PCI:"):
+        s = s[4:]
+    m = _PCI_RE.fullmatch(s)
+    if not m:
+        return s.lower()
+    dom = int(m.group("dom") or "0", 16)
+    return f"{dom:04x}:{m.group('bus').lower()}:{m.group('dev').lower()}.{m.group('fn') or '0'}"

@@ -1,0 +1,72 @@
+"""A tiny declarative schema for gpuhc.yaml.
+
+Each subsystem declares its own config section next to its code (``gpuhc/slurm/settings.py``,
+``gpuhc/sweep/settings.py``, ``gpuhc/active/settings.py``); :mod:`gpuhc.config` assembles them,
+validates a file against them before anything runs, and fills in the defaults. Hand-written
+rather than jsonschema because the errors must name file, line and key, and that needs the YAML
+node positions, which a generic validator never sees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Key:
+    type: type | tuple[type, ...]  # int, float, str, bool, list, dict (free-form mapping)
+    default: Any
+    help: str = ""
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[Any, ...] | None = None
+    item: type | None = None  # element type for lists
+    nullable: bool = False
+
+    def check(self, value: Any) -> str | None:
+        """Return why ``value`` is wrong, or None when it is fine."""
+        if value is None:
+            return None if self.nullable else "must not be empty"
+        types = self.type if isinstance(self.type, tuple) else (self.type,)
+        if float in types and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if bool not in types and isinstance(value, bool):
+            return f"must be {_names(types)}, got a boolean"
+        if not isinstance(value, types):
+            return f"must be {_names(types)}, got {type(value).__name__} {value!r}"
+        if self.choices is not None and value not in self.choices:
+            return f"must be one of {', '.join(map(str, self.choices))}, got {value!r}"
+        if self.min is not None and isinstance(value, (int, float)) and value < self.min:
+            return f"must be >= {self.min}, got {value}"
+        if self.max is not None and isinstance(value, (int, float)) and value > self.max:
+            return f"must be <= {self.max}, got {value}"
+        if self.item is not None and isinstance(value, list):
+            for v in value:
+                if not isinstance(v, self.item) or (self.item is not bool and isinstance(v, bool)):
+                    return f"items must be {self.item.__name__}, got {v!r}"
+        return None
+
+
+def _names(types: tuple[type, ...]) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "a list", dict: "a mapping"}
+    return " or ".join(names.get(t, t.__name__) for t in types)
+
+
+# A section is a mapping of key -> Key or a nested section (dict).
+Section = dict
+
+
+def defaults(section: Section) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, spec in section.items():
+        out[name] = defaults(spec) if isinstance(spec, dict) else _copy(spec.default)
+    return out
+
+
+def _copy(v: Any) -> Any:
+    if isinstance(v, (list, dict)):
+        import copy
+
+        return copy.deepcopy(v)
+    return v

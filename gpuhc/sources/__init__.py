@@ -1,0 +1,71 @@
+"""Pick live or replay sources from the command line and config.
+
+Imports are lazy on purpose: the health check runs every few minutes on every node, and a replay
+run (tests, offline re-judging) must not pay for importing pynvml, nor a live run for YAML
+scenario code it does not use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuhc.sources.base import KernelLogSource, NvmlSource, SysfsSource
+
+
+@dataclass
+class SourceSpec:
+    """Where to read from. Empty fields mean "the live node"."""
+
+    nvml_scenario: str | None = None  # YAML scenario (may also carry kernel_log and ib sections)
+    step: int | None = None  # scenario time step; None: advance one step per run
+    kernel_log: str | None = None  # a file; "dmesg" or "kmsg" force a live method
+    sysfs_root: str | None = None  # a directory standing in for "/"
+    clock_samples: int = 3  # clock-event reason samples per run
+    clock_sample_interval_s: float = 0.02
+
+
+@dataclass
+class Sources:
+    nvml: NvmlSource
+    kernel_log: KernelLogSource
+    sysfs: SysfsSource
+    replay: bool  # True when the kernel log is a recording: judge "now" by its last line
+
+
+def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
+    scenario = None
+    if spec.nvml_scenario:
+        from gpuhc.sources.scenario import load_scenario
+
+        scenario = load_scenario(spec.nvml_scenario, step if spec.step is None else spec.step)
+
+    if scenario is not None:
+        nvml: NvmlSource = scenario.nvml_source()
+    else:
+        from gpuhc.sources.nvml import NvmlLive
+
+        nvml = NvmlLive(clock_samples=spec.clock_samples, sample_interval_s=spec.clock_sample_interval_s)
+
+    from gpuhc.sources import kernel_log as kl
+
+    replay = False
+    if spec.kernel_log in ("kmsg", "dmesg"):
+        klog: KernelLogSource = kl.KmsgSource() if spec.kernel_log == "kmsg" else kl.DmesgSource()
+    elif spec.kernel_log:
+        klog, replay = kl.FileKernelLog(spec.kernel_log), True
+    elif scenario is not None and scenario.has_kernel_log:
+        klog, replay = scenario.kernel_log_source(), True
+    else:
+        klog = kl.LiveKernelLog()  # /dev/kmsg, falling back to dmesg
+
+    if spec.sysfs_root:
+        from gpuhc.sources.sysfs import SysfsTree
+
+        sysfs: SysfsSource = SysfsTree(spec.sysfs_root)
+    elif scenario is not None and scenario.has_sysfs:
+        sysfs = scenario.sysfs_source()
+    else:
+        from gpuhc.sources.sysfs import SysfsTree
+
+        sysfs = SysfsTree("/")
+    return Sources(nvml=nvml, kernel_log=klog, sysfs=sysfs, replay=replay)

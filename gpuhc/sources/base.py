@@ -1,0 +1,31 @@
+"""The interfaces every source implements, live or replayed.
+
+A live source reads the node; a replay source reads a recording (scenario YAML, a saved kernel
+log, a copied sysfs tree). Both return the same dataclasses from :mod:`gpuhc.model`, so the
+checks and everything after them cannot tell the difference. Sources are read-only.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from gpuhc.model import AerCounters, IbPort, KernelLog, NvmlReading
+
+
+class NvmlSource(Protocol):
+    def read(self) -> NvmlReading:
+        """Inventory and every counter the checks use. Never raises for a missing driver:
+        returns ``NvmlReading(available=False, error=...)`` instead."""
+
+
+class KernelLogSource(Protocol):
+    def read(self) -> KernelLog:
+        """All NVRM/NVSwitch/mlx5 events still in the log, oldest first."""
+
+
+class SysfsSource(Protocol):
+    def ib_ports(self) -> list[IbPort]:
+        """Every InfiniBand/RoCE port under <root>/sys/class/infiniband."""
+
+    def aer(self) -> list[AerCounters]:
+        """PCIe AER counters of every device that exposes them."""
