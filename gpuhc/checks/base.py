@@ -49,7 +49,7 @@ class Check:
     id: str
     needs: tuple[str, ...]  # sources, see the constants above
     judge: Callable[[Snapshot, Context], CheckOutput]
-    stages: tuple[str, ...] = ("passive", "bootstrap")
+    stages: tuple[str, ...] = ("passive", "epilog", "bootstrap")  # add "prolog" for the fast subset
     timeout_s: float = 10.0  # default; config `checks.<id>.timeout_s` overrides
     defaults: dict[str, Any] = field(default_factory=dict)  # thresholds; profile and config override
     doc: str = ""
