@@ -1,0 +1,79 @@
+"""Load YAML while remembering the line of every key, so errors can say file:line: key.
+
+PyYAML's safe loader throws positions away once it builds Python objects. We compose the node
+tree ourselves, build plain dicts/lists/scalars from it, and keep a side table mapping each key
+path (a tuple) to its 1-based line. Duplicate keys are an error here: silently keeping the last
+one hides typos in configs that decide whether a node gets drained.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from gpuhc.errors import ConfigError
+
+Path = tuple  # of str | int
+
+# One constructor turns scalar nodes into Python values with YAML 1.1 safe rules (ints, floats,
+# booleans, null); it holds no per-document state we rely on, so it is shared.
+_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+
+
+def load_with_lines(text: str, filename: str) -> tuple[Any, dict[Path, int]]:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark else None
+        raise ConfigError(f"not valid YAML: {e.problem or e}", filename, line) from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"not valid YAML: {e}", filename) from None
+    lines: dict[Path, int] = {}
+    if node is None:
+        return None, lines
+    return _build(node, (), lines, filename), lines
+
+
+def _build(node: yaml.Node, path: Path, lines: dict[Path, int], filename: str) -> Any:
+    lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        out: dict[Any, Any] = {}
+        for knode, vnode in node.value:
+            if knode.tag == "tag:yaml.org,2002:merge":
+                raise ConfigError("YAML merge keys (<<) are not supported", filename, knode.start_mark.line + 1)
+            key = _scalar(knode, filename)
+            if isinstance(key, (dict, list)) or key is None:
+                raise ConfigError("mapping keys must be plain values", filename, knode.start_mark.line + 1)
+            key = str(key) if not isinstance(key, (str, int)) else key
+            if key in out:
+                raise ConfigError("duplicate key", filename, knode.start_mark.line + 1, _dotted(path + (key,)))
+            lines[path + (key,)] = knode.start_mark.line + 1
+            out[key] = _build(vnode, path + (key,), lines, filename)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_build(v, path + (i,), lines, filename) for i, v in enumerate(node.value)]
+    return _scalar(node, filename)
+
+
+def _scalar(node: yaml.Node, filename: str) -> Any:
+    if not isinstance(node, yaml.ScalarNode):
+        raise ConfigError("expected a plain value", filename, node.start_mark.line + 1)
+    try:
+        return _CONSTRUCTOR.construct_object(node, deep=True)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"bad value: {e}", filename, node.start_mark.line + 1) from None
+
+
+def _dotted(path: Path) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def line_of(lines: dict[Path, int], path: Path) -> int | None:
+    """The line of ``path``, or of its nearest ancestor that has one."""
+    while path:
+        if path in lines:
+            return lines[path]
+        path = path[:-1]
+    return lines.get(())
