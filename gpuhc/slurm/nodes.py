@@ -1,0 +1,288 @@
+"""What Slurm says about a node, read from ``scontrol show node`` text in any of its spellings.
+
+One :class:`Node` per node, whatever the source: ``scontrol show node -o`` (one line per node),
+the multi-line blocks admins paste into tickets (Slurm 17.11 onwards), and — through
+:mod:`gpuhc.slurm.nodes_json` — ``sinfo --json``, ``scontrol show node --json`` and slurmrestd.
+
+Why the text parser is careful: ``scontrol`` prints ``Key=value`` pairs separated by spaces, but
+some values are free text with spaces, ``=`` and brackets in them (``Reason=``, ``OS=``,
+``Comment=``, ``Extra=``). Splitting on spaces breaks them, so the parser cuts a record only in
+front of keys it knows (or, outside free text, anything shaped like a Slurm key), and never in
+front of a key the record already had: Slurm prints each key once per node.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+from gpuhc.errors import GpuhcError
+
+
+class NodeParseError(GpuhcError):
+    """Slurm node output that gpuhc cannot read; the message says which format and where."""
+
+
+# Base states as Slurm prints them. DRAINED/DRAINING/FAILING are spellings of old releases and
+# of sinfo's compact form; they are kept as the state and also imply the matching flag.
+BASE_STATES = frozenset(
+    {"IDLE", "ALLOCATED", "ALLOC", "MIXED", "DOWN", "FUTURE", "UNKNOWN", "ERROR", "COMPLETING",
+     "DRAINED", "DRAINING", "DRAIN", "FAIL", "FAILING", "MAINT", "REBOOT", "POWER_DOWN",
+     "POWERED_DOWN", "PERFCTRS", "RESERVED", "PLANNED", "BLOCKED", "INVAL", "INVALID", "CLOUD",
+     "END"}
+)
+_STATE_ALIASES = {"ALLOC": "ALLOCATED", "INVAL": "INVALID", "DRAIN": "DRAINED"}
+# Single-character suffixes sinfo/scontrol append to a state (see sinfo(1), NODE STATE CODES).
+_SUFFIX_FLAGS = {
+    "*": "NOT_RESPONDING",
+    "~": "POWERED_DOWN",
+    "#": "POWERING_UP",
+    "%": "POWERING_DOWN",
+    "!": "POWER_DOWN",
+    "$": "MAINTENANCE",
+    "@": "REBOOT_REQUESTED",
+    "^": "REBOOT_ISSUED",
+    "-": "PLANNED",
+}
+# Flags with older or alternative spellings, folded to one name.
+_FLAG_ALIASES = {"MAINT": "MAINTENANCE", "NO_RESPOND": "NOT_RESPONDING", "POWER_SAVE": "POWERED_DOWN",
+                 "REBOOT": "REBOOT_REQUESTED", "POWERED_OFF": "POWERED_DOWN"}
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node as Slurm reported it. Immutable: it is a reading, not a handle."""
+
+    name: str
+    state: str  # base state, upper case: IDLE, ALLOCATED, MIXED, DOWN, FUTURE, UNKNOWN, ...
+    flags: frozenset[str]  # upper case: DRAIN, NOT_RESPONDING, REBOOT_REQUESTED, FAIL, ...
+    reason: str | None
+    reason_user: str | None
+    reason_time: float | None  # epoch seconds
+    partitions: tuple[str, ...] = ()
+    raw_state: str = ""  # as Slurm printed it, e.g. "IDLE+DRAIN"
+
+    @property
+    def drained(self) -> bool:
+        """Out of the schedule on purpose (drained, or draining while jobs finish)."""
+        return "DRAIN" in self.flags or self.state in ("DRAINED", "DRAINING")
+
+    @property
+    def draining(self) -> bool:
+        """Drained but still running jobs: Slurm's DRAINING (ALLOCATED/MIXED/COMPLETING + DRAIN)."""
+        if self.state == "DRAINING":
+            return True
+        return self.drained and (self.state in ("ALLOCATED", "MIXED", "COMPLETING") or "COMPLETING" in self.flags)
+
+    @property
+    def down(self) -> bool:
+        return self.state == "DOWN"
+
+    @property
+    def failing(self) -> bool:
+        """Marked FAIL/FAILING by an admin (``scontrol update State=FAIL``)."""
+        return bool({"FAIL", "FAILING"} & self.flags) or self.state in ("FAIL", "FAILING")
+
+    @property
+    def not_responding(self) -> bool:
+        return "NOT_RESPONDING" in self.flags
+
+    @property
+    def unavailable(self) -> bool:
+        """Any of drained, down or failing: what ``gpuhc drain-report`` lists."""
+        return self.drained or self.down or self.failing
+
+
+def parse_state(raw: str) -> tuple[str, frozenset[str]]:
+    """Split ``IDLE+DRAIN``, ``DOWN*``, ``MIXED+DRAIN+REBOOT_REQUESTED``, ``drained*`` into
+    (base state, flags). The first ``+`` part is the base state; symbol suffixes become flags."""
+    text = raw.strip().upper()
+    if not text:
+        return "UNKNOWN", frozenset()
+    flags: set[str] = set()
+    parts = [p for p in text.split("+") if p]
+    base = ""
+    for i, part in enumerate(parts):
+        while part and part[-1] in _SUFFIX_FLAGS:
+            flags.add(_SUFFIX_FLAGS[part[-1]])
+            part = part[:-1]
+        if not part:
+            continue
+        if i == 0:
+            base = _STATE_ALIASES.get(part, part)
+        else:
+            flags.add(_FLAG_ALIASES.get(part, part))
+    base = base or "UNKNOWN"
+    # Old spellings carry a flag in the state name: keep the name, add the flag, so that callers
+    # only ever need to look at the flags.
+    if base in ("DRAINED", "DRAINING"):
+        flags.add("DRAIN")
+    elif base in ("FAIL", "FAILING"):
+        flags.add("FAIL")
+    elif base == "MAINT":
+        flags.add("MAINTENANCE")
+    return base, frozenset(flags)
+
+
+def parse_slurm_time(text: str) -> float | None:
+    """Slurm's default time format ``2024-06-11T10:23:45`` (local time) -> epoch seconds.
+
+    ``None`` for empty, ``Unknown``, ``None`` and shapes we do not recognise (a site may set
+    SLURM_TIME_FORMAT to anything): a missing time must not make the whole dump unreadable.
+    """
+    text = text.strip()
+    for fmt in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S"):
+        try:
+            return time.mktime(time.strptime(text, fmt))
+        except ValueError:
+            continue
+    return None
+
+
+# `Reason=<text> [<user>@<time>]`: the user/time suffix is the last bracket on the line.
+_REASON_SUFFIX = re.compile(r"^(?P<text>.*?)\s*\[(?P<user>[^\[\]@\s]*)@(?P<time>[^\[\]]*)\]\s*$", re.S)
+
+
+def split_reason(value: str) -> tuple[str | None, str | None, float | None]:
+    """``memory issues? [root@2019-01-29T10:42:12]`` -> (text, user, epoch)."""
+    value = value.strip()
+    if not value or value in ("(null)", "None"):
+        return None, None, None
+    m = _REASON_SUFFIX.match(value)
+    if not m:
+        return value, None, None
+    text = m.group("text").strip() or None
+    user = m.group("user") or None
+    return text, user, parse_slurm_time(m.group("time"))
+
+
+# Keys scontrol prints for a node (17.11 to 25.11). Used to find where a free-text value ends.
+KNOWN_KEYS = frozenset(
+    """NodeName Arch CoresPerSocket CPUAlloc CPUEfctv CPUErr CPUTot CPULoad CPUSpecList
+    AvailableFeatures ActiveFeatures Features Gres GresDrain GresUsed GpuSpec NodeAddr NodeHostName
+    BcastAddr Port Version OS RealMemory AllocMem FreeMem Sockets Boards MemSpecLimit
+    CoreSpecCount State ThreadsPerCore TmpDisk Weight Owner MCS_label NextState Partitions
+    BootTime SlurmdStartTime LastBusyTime ResumeAfterTime CfgTRES AllocTRES CapWatts
+    CurrentWatts AveWatts LowestJoules ConsumedJoules ExtSensorsJoules ExtSensorsWatts
+    ExtSensorsTemp Reason Comment Extra ReservationName InstanceId InstanceType Topology
+    ResCoresPerGPU RestrictedCoresPerGPU CertFlags TLSCertLastRenewal Power PowerConsumption
+    TresWeights SocketsPerBoard CPUs Cores Threads Boards""".split()
+)
+# Free text: may hold spaces and `Word=`; end only at a known key not yet seen in the record.
+FREE_TEXT_KEYS = frozenset({"Reason", "Comment", "Extra"})
+# Keys whose value may hold spaces but never `Word=` (OS=Linux 6.1.0 #1 SMP ...).
+_SPACED_KEYS = frozenset({"OS"})
+
+_KEY_AT = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_]*)=")
+
+
+def parse_record(text: str, where: str = "") -> dict[str, str]:
+    """Split one node record (all its lines joined) into ``{key: value}``.
+
+    Values keep their inner spaces; surrounding whitespace is stripped.
+    """
+    starts = [(m.start(), m.end(), m.group(1)) for m in _KEY_AT.finditer(text)]
+    if not starts or starts[0][0] != len(text) - len(text.lstrip()):
+        raise NodeParseError(f"{where}expected Key=value pairs, got {text.strip()[:60]!r}")
+    out: dict[str, str] = {}
+    cur_key: str | None = None
+    cur_from = 0
+    for start, end, key in starts:
+        if cur_key is not None:
+            if key in out or key == cur_key:
+                continue  # Slurm prints each key once: a repeat is text inside a value
+            if cur_key in FREE_TEXT_KEYS and key not in KNOWN_KEYS:
+                continue  # human text may say `foo=bar`; only a known key ends it
+            if cur_key in _SPACED_KEYS and key not in KNOWN_KEYS and not key[:1].isupper():
+                continue
+            # A plain value has no spaces, so any `Word=` after a space starts the next key,
+            # known or not (a newer Slurm adds keys); `a=b` inside CfgTRES=cpu=1,mem=2 is not
+            # preceded by a space and never matches.
+            out[cur_key] = text[cur_from:start].strip()
+        cur_key, cur_from = key, end
+    if cur_key is not None:
+        out[cur_key] = text[cur_from:].strip()
+    return out
+
+
+def node_from_record(fields: dict[str, str], where: str = "") -> Node:
+    """Build a :class:`Node` from ``parse_record`` output."""
+    name = fields.get("NodeName", "").strip()
+    if not name:
+        raise NodeParseError(f"{where}record has no NodeName")
+    raw_state = fields.get("State", "")
+    state, flags = parse_state(raw_state)
+    reason, user, when = split_reason(fields.get("Reason", ""))
+    parts_text = fields.get("Partitions", "").strip()
+    partitions = tuple(p for p in parts_text.split(",") if p and p != "(null)")
+    return Node(name=name, state=state, flags=flags, reason=reason, reason_user=user, reason_time=when,
+                partitions=partitions, raw_state=raw_state.strip())
+
+
+def parse_show_node_oneline(text: str) -> list[Node]:
+    """``scontrol show node -o`` output: one line per node."""
+    nodes: list[Node] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"scontrol show node -o, line {lineno}: "
+        if not line.lstrip().startswith("NodeName="):
+            raise NodeParseError(f"{where}expected a line starting with NodeName=, got {line.strip()[:60]!r}")
+        nodes.append(node_from_record(parse_record(line, where), where))
+    return nodes
+
+
+def parse_show_node(text: str) -> list[Node]:
+    """``scontrol show node`` output, one- or multi-line records, as pasted into a ticket.
+
+    A record starts at a line beginning with ``NodeName=``; indented lines continue it (that is
+    also how a multi-line reason is printed). Lines before the first record (a shell prompt, the
+    command itself) are ignored; an unindented line that is not a record is an error.
+    """
+    records: list[tuple[int, list[str]]] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("NodeName="):
+            records.append((lineno, [stripped]))
+        elif not stripped:
+            continue
+        elif not records:
+            continue  # preamble before the first record
+        elif line[:1].isspace():
+            records[-1][1].append(stripped)
+        else:
+            raise NodeParseError(
+                f"scontrol show node text, line {lineno}: expected NodeName= or an indented "
+                f"continuation line, got {stripped[:60]!r}"
+            )
+    if not records:
+        raise NodeParseError("scontrol show node text: no line starts with NodeName=")
+    nodes = []
+    for lineno, lines in records:
+        where = f"scontrol show node text, record at line {lineno}: "
+        nodes.append(node_from_record(parse_record(" ".join(lines), where), where))
+    return nodes
+
+
+def detect_format(text: str) -> str:
+    """Name the format of a node dump: ``json`` or ``text``; raise for anything else."""
+    head = text.lstrip()[:1]
+    if head in ("{", "["):
+        return "json"
+    if "NodeName=" in text:
+        return "text"
+    snippet = text.strip().splitlines()[0][:60] if text.strip() else ""
+    raise NodeParseError(
+        "not a Slurm node listing: expected `scontrol show node [-o]` text (NodeName=...) or JSON "
+        f"from sinfo/scontrol --json or slurmrestd; starts with {snippet!r}"
+    )
+
+
+def parse_nodes(text: str) -> list[Node]:
+    """Read any node dump gpuhc knows: ``-o`` lines, multi-line blocks, or any of the JSONs."""
+    if detect_format(text) == "json":
+        from gpuhc.slurm.nodes_json import parse_nodes_json
+
+        return parse_nodes_json(text)
+    return parse_show_node(text)
