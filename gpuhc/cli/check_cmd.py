@@ -1,0 +1,96 @@
+"""`gpuhc check` (judge this node, or a recording of one) and `gpuhc snapshot` (record it)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+import click
+
+from gpuhc.checks.base import STAGES
+from gpuhc.cli.common import (
+    demo_scenario_path,
+    node_name,
+    parse_gpu_list,
+    passthrough,
+    run_options_from,
+    source_options,
+)
+
+
+@click.command()
+@click.option("--stage", type=click.Choice(STAGES), default="passive", show_default=True, help="Which checks to run.")
+@click.option("--demo", is_flag=True, help="Judge the bundled demo node (8x H100) instead of this machine.")
+@click.option("--gpus", "gpu_list", help="Only these GPU indices, e.g. 0,1 or 0-3 (default: all).")
+@click.option("--only", multiple=True, help="Run only this check id (repeatable).")
+@click.option("-v", "--verbose", is_flag=True, help="Show passing and n/a results too.")
+@source_options
+@passthrough
+def check(kw: dict) -> None:
+    """Run the checks of one stage on this node and report.
+
+    Exit code 0 healthy, 1 unhealthy, 2 usage/config error, 3 gpuhc could not judge.
+    `gpuhc check` only reports; `gpuhc healthcheck` is the Slurm entry point that also drains.
+    """
+    from gpuhc.output import publish, render_report
+    from gpuhc.runner import run_stage
+
+    demo_dir = None
+    if kw["demo"]:
+        kw["nvml_scenario"] = kw.get("nvml_scenario") or demo_scenario_path()
+        if not kw.get("state_dir"):
+            demo_dir = tempfile.TemporaryDirectory(prefix="gpuhc-demo-")
+            kw["state_dir"] = demo_dir.name
+        click.echo(f"demo: judging the bundled demo node ({os.path.basename(kw['nvml_scenario'])}), not this machine", err=True)
+    opts = run_options_from(kw, kw["stage"], gpus=parse_gpu_list(kw.get("gpu_list")))
+    opts.only = tuple(kw.get("only") or ())
+    opts.progress = sys.stdout.isatty() and not kw["json_mode"]
+    report = run_stage(opts)
+    render_report(report, json_mode=kw["json_mode"], verbose=kw["verbose"])
+    for problem in publish(report, opts.config):
+        click.echo(f"gpuhc: warning: {problem}", err=True)
+    if demo_dir is not None:
+        demo_dir.cleanup()
+    finish(report.exit_code, hard=bool(report.timed_out))
+
+
+def finish(code: int, hard: bool = False) -> None:
+    """Exit; after a timeout a reader thread may be stuck in C code, so do not wait for it."""
+    if hard:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+@click.command()
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the sources.")
+@source_options
+@passthrough
+def snapshot(kw: dict) -> None:
+    """Record this node's readings in the scenario format (replay it with --nvml-scenario)."""
+    import yaml
+
+    from gpuhc.cli.common import load, source_spec
+    from gpuhc.runner import read_snapshot
+    from gpuhc.sources.snapshot_io import dump_snapshot
+
+    config = load(kw)
+    snap = read_snapshot(source_spec(kw, config), node_name(kw.get("hostname")), kw["timeout"], kw.get("step"))
+    doc = dump_snapshot(snap)
+    if kw["json_mode"]:
+        import json
+
+        text = json.dumps(doc, indent=2, default=str) + "\n"
+    else:
+        text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None)
+    if kw.get("output"):
+        tmp = kw["output"] + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, kw["output"])
+        click.echo(f"wrote {kw['output']}", err=True)
+    else:
+        sys.stdout.write(text)

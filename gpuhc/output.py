@@ -1,0 +1,109 @@
+"""Show a run to a person (rich table on a TTY, plain lines in Slurm logs) or a machine (JSON),
+and publish it to the event log and the Prometheus textfile when configured.
+
+The JSON document is ``RunReport.to_dict()``; its schema is documented in docs/json-schema.md
+and versioned by its ``schema`` field.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import IO
+
+from gpuhc.model import Status
+
+_STYLE = {"pass": "green", "n/a": "dim", "warn": "yellow", "error": "magenta", "fail": "bold red"}
+
+
+def render_report(report, json_mode: bool = False, verbose: bool = False, stream: IO[str] | None = None) -> None:
+    stream = stream or sys.stdout
+    if json_mode:
+        json.dump(report.to_dict(), stream, indent=2, sort_keys=False)
+        stream.write("\n")
+        return
+    if stream.isatty():
+        _render_rich(report, verbose, stream)
+    else:
+        for line in plain_lines(report, verbose):
+            stream.write(line + "\n")
+
+
+def shown(report, verbose: bool):
+    """Results worth a line: everything when verbose, otherwise what is not a plain pass."""
+    return [r for r in report.results if verbose or r.status not in (Status.PASS, Status.NA)]
+
+
+def summary(report) -> str:
+    counts: dict[str, int] = {}
+    for r in report.results:
+        counts[r.status.value] = counts.get(r.status.value, 0) + 1
+    parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    prof = f" profile={report.profile}" if report.profile else ""
+    return (
+        f"gpuhc {report.stage} {report.node}: {report.status.value.upper()} "
+        f"({parts or 'no checks'}) in {report.duration_s * 1000:.0f} ms{prof}"
+    )
+
+
+def plain_lines(report, verbose: bool = False) -> list[str]:
+    lines = [summary(report)]
+    for r in shown(report, verbose):
+        act = f" [action: {r.action.value}]" if r.action.value != "none" else ""
+        lines.append(f"  {r.status.value.upper():5} {r.check} {r.subject}: {r.message}{act}")
+    lines += [f"  note: {n}" for n in report.notes]
+    return lines
+
+
+def _render_rich(report, verbose: bool, stream: IO[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=stream)
+    table = Table(title=summary(report), title_justify="left", show_lines=False)
+    for col in ("status", "check", "subject", "message", "value", "threshold", "action"):
+        table.add_column(col, overflow="fold")
+    rows = shown(report, verbose)
+    for r in rows:
+        style = _STYLE.get(r.status.value, "")
+        table.add_row(
+            f"[{style}]{r.status.value}[/]",
+            r.check,
+            r.subject,
+            r.message,
+            "" if r.value is None else str(r.value),
+            "" if r.threshold is None else str(r.threshold),
+            "" if r.action.value == "none" else r.action.value,
+        )
+    if rows:
+        console.print(table)
+    else:
+        console.print(f"[green]{summary(report)}[/]")
+        console.print(f"[dim]all {len(report.results)} results pass or n/a; --verbose shows them[/]")
+    for note in report.notes:
+        console.print(f"[yellow]note:[/] {note}")
+
+
+def publish(report, config) -> list[str]:
+    """Append to the event log and write the Prometheus textfile, when configured.
+
+    Returns problems as strings: a full disk must not change the verdict or the exit code.
+    """
+    out = config.section("output")
+    problems: list[str] = []
+    doc = None
+    if out.get("event_log"):
+        from gpuhc.export.eventlog import append_event
+
+        doc = report.to_dict()
+        err = append_event(out["event_log"], doc)
+        if err:
+            problems.append(err)
+    if out.get("prometheus_textfile"):
+        try:
+            from gpuhc.export.prometheus import write_textfile
+
+            write_textfile(out["prometheus_textfile"], doc or report.to_dict())
+        except Exception as e:
+            problems.append(f"prometheus textfile {out['prometheus_textfile']}: {e}")
+    return problems

@@ -1,0 +1,332 @@
+"""Run one stage: read the sources the selected checks need, judge, remember.
+
+Time is the runner's main job. Slurm kills the health check at 60 s, and a wedged NVML call or
+a stuck ``dmesg`` must not take the whole run with it. So every source is read in its own
+daemon thread, started at once, and every check waits for the sources it needs only until its
+own timeout (within the stage budget). A check whose source did not answer in time is reported
+by name as ``error: timed out``; the other checks still judge, and the run ends in budget. A
+thread stuck in C code cannot be killed, which is why the CLI ends the process with
+``os._exit`` when anything timed out.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from gpuhc.checks.base import AER, IB, KERNEL_LOG, NVML, Check, Context, CheckOutput
+from gpuhc.config import Config
+from gpuhc.errors import EXIT_INTERNAL, EXIT_OK, EXIT_UNHEALTHY
+from gpuhc.model import Result, Snapshot, Status
+from gpuhc.sources import SourceSpec, Sources, build_sources
+from gpuhc.state import StateStore
+
+# Time kept back from the budget for writing state and output after the last check.
+RESERVE_S = 0.3
+
+
+@dataclass
+class RunOptions:
+    stage: str
+    config: Config
+    sources: SourceSpec
+    state_dir: str
+    gpus: list[int] | None = None  # prolog: the job's GPUs
+    now: float | None = None  # judge as if it were this time (replay)
+    budget_s: float | None = None  # default: config budget_s.<stage>
+    hostname: str | None = None
+    only: tuple[str, ...] = ()  # run just these check ids
+    progress: bool = False  # active checks may show a progress bar
+
+
+@dataclass
+class RunReport:
+    node: str
+    stage: str
+    started: float
+    duration_s: float = 0.0
+    results: list[Result] = field(default_factory=list)
+    timed_out: list[str] = field(default_factory=list)
+    profile: str | None = None
+    notes: list[str] = field(default_factory=list)  # e.g. a rebuilt state file
+    snapshot: Snapshot | None = None
+
+    @property
+    def status(self) -> Status:
+        worst = Status.PASS
+        for r in self.results:
+            if r.status.rank > worst.rank:
+                worst = r.status
+        return worst
+
+    @property
+    def exit_code(self) -> int:
+        if self.failing():
+            return EXIT_UNHEALTHY
+        if any(r.status is Status.ERROR for r in self.results):
+            return EXIT_INTERNAL
+        return EXIT_OK
+
+    def failing(self) -> list[Result]:
+        return [r for r in self.results if r.status is Status.FAIL]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": 1,
+            "node": self.node,
+            "stage": self.stage,
+            "started": round(self.started, 3),
+            "duration_s": round(self.duration_s, 4),
+            "status": self.status.value,
+            "exit_code": self.exit_code,
+            "profile": self.profile,
+            "timed_out": list(self.timed_out),
+            "notes": list(self.notes),
+            "results": [r.to_dict() for r in self.results],
+        }
+
+
+class _Reader:
+    """A source read running in a daemon thread, which callers wait on with a deadline."""
+
+    def __init__(self, name: str, fn: Callable[[], Any]):
+        self.name = name
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(fn,), name=f"gpuhc-read-{name}", daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self.value = fn()
+        except BaseException as e:  # reported by the checks that need it
+            self.error = e
+        finally:
+            self._done.set()
+
+    def wait(self, deadline: float) -> bool:
+        return self._done.wait(max(0.0, deadline - time.monotonic()))
+
+
+def hostname_of(opts: RunOptions) -> str:
+    return opts.hostname or socket.gethostname().split(".")[0]
+
+
+def select_checks(stage: str, config: Config, only: tuple[str, ...] = ()) -> list[Check]:
+    from gpuhc.checks import checks_for_stage
+
+    checks = [c for c in checks_for_stage(stage) if config.check_settings(c.id)["enabled"]]
+    if only:
+        checks = [c for c in checks if c.id in only]
+    return checks
+
+
+def run_stage(opts: RunOptions) -> RunReport:
+    t0 = time.monotonic()
+    budget = opts.budget_s if opts.budget_s is not None else float(opts.config.section("budget_s")[opts.stage])
+    deadline = t0 + max(0.1, budget - RESERVE_S)
+    report = RunReport(node=hostname_of(opts), stage=opts.stage, started=time.time())
+    checks = select_checks(opts.stage, opts.config, opts.only)
+    store = StateStore(opts.state_dir)
+    prior = store.read()
+    if store.problem:
+        report.notes.append(store.problem)
+
+    step = _scenario_step(prior, opts.sources)
+    sources = build_sources(opts.sources, step)
+    readers = _start_readers(sources, {n for c in checks for n in c.needs})
+    snapshot = Snapshot(hostname=report.node, time=opts.now or time.time())
+    report.snapshot = snapshot
+
+    if sources.replay and opts.now is None and KERNEL_LOG in readers:
+        # A recording is judged at the time of its last line, so it gives the same verdict
+        # next year; that needs the log before any check runs.
+        if readers[KERNEL_LOG].wait(deadline) and readers[KERNEL_LOG].value is not None:
+            last = readers[KERNEL_LOG].value.last_time
+            if last is not None:
+                snapshot.time = last
+
+    profile = None
+    new_state: dict[str, Any] = {}
+    prev_checks = prior.get("checks", {})
+    for check in checks:
+        settings = opts.config.check_settings(check.id)
+        timeout = settings["timeout_s"] or check.timeout_s
+        check_deadline = min(t0 + timeout, deadline)
+        missing = _wait_for(check, readers, check_deadline)
+        if missing:
+            waited = min(timeout, budget)
+            report.results.append(
+                Result(check.id, Status.ERROR, f"timed out after {waited:.1f}s reading {', '.join(missing)}")
+            )
+            report.timed_out.append(check.id)
+            continue
+        broken = [(n, readers[n].error) for n in check.needs if readers[n].error is not None]
+        if broken:
+            name, err = broken[0]
+            report.results.append(Result(check.id, Status.ERROR, f"could not read {name}: {_one_line(err)}"))
+            continue
+        _fill(snapshot, readers)
+        if profile is None:
+            profile = _profile(snapshot, opts.config)
+            report.profile = profile.name if profile else None
+        ctx = Context(
+            thresholds=_thresholds(check, profile, opts.config),
+            prev=prev_checks.get(check.id, {}),
+            baseline=_baseline(opts.config, report),
+            config=settings,
+            gpus=opts.gpus,
+        )
+        try:
+            out: CheckOutput = check.judge(snapshot, ctx)
+        except Exception as e:  # a bug in a check must not look like a sick node
+            report.results.append(Result(check.id, Status.ERROR, f"internal error in check: {_one_line(e)}"))
+            continue
+        report.results.extend(out.results)
+        if out.state is not None:
+            new_state[check.id] = out.state
+
+    if opts.stage in ("epilog", "bootstrap") and not opts.only:
+        report.results.extend(_run_active(opts, report, profile, deadline))
+
+    _save_state(store, new_state, step, opts.sources, report)
+    report.duration_s = time.monotonic() - t0
+    return report
+
+
+def read_snapshot(spec: SourceSpec, hostname: str, timeout_s: float = 30.0, step: int | None = None) -> Snapshot:
+    """Read every source once (for `gpuhc snapshot` and `gpuhc baseline capture`)."""
+    sources = build_sources(spec, step)
+    readers = _start_readers(sources, {NVML, KERNEL_LOG, IB, AER})
+    deadline = time.monotonic() + timeout_s
+    late = [name for name, r in readers.items() if not r.wait(deadline)]
+    if late:
+        from gpuhc.errors import SourceError
+
+        raise SourceError(f"timed out after {timeout_s:.0f}s reading {', '.join(late)}")
+    for r in readers.values():
+        if r.error is not None:
+            from gpuhc.errors import SourceError
+
+            raise SourceError(f"could not read {r.name}: {_one_line(r.error)}")
+    snap = Snapshot(hostname=hostname, time=time.time())
+    _fill(snap, readers)
+    if sources.replay and snap.kernel and snap.kernel.last_time:
+        snap.time = snap.kernel.last_time
+    return snap
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _start_readers(sources: Sources, needs: set[str]) -> dict[str, _Reader]:
+    fns = {
+        NVML: sources.nvml.read,
+        KERNEL_LOG: sources.kernel_log.read,
+        IB: sources.sysfs.ib_ports,
+        AER: sources.sysfs.aer,
+    }
+    return {name: _Reader(name, fns[name]) for name in fns if name in needs}
+
+
+def _wait_for(check: Check, readers: dict[str, _Reader], deadline: float) -> list[str]:
+    return [n for n in check.needs if not readers[n].wait(deadline)]
+
+
+def _fill(snapshot: Snapshot, readers: dict[str, _Reader]) -> None:
+    for name, attr in ((NVML, "nvml"), (KERNEL_LOG, "kernel"), (IB, "ib_ports"), (AER, "aer")):
+        r = readers.get(name)
+        if r is not None and r._done.is_set() and r.error is None and getattr(snapshot, attr) is None:
+            setattr(snapshot, attr, r.value)
+
+
+def _profile(snapshot: Snapshot, config: Config):
+    from gpuhc.profiles import select_profile
+
+    name = None
+    if snapshot.nvml and snapshot.nvml.gpus:
+        name = snapshot.nvml.gpus[0].name
+    return select_profile(name, config.section("node").get("profile"))
+
+
+def _thresholds(check: Check, profile, config: Config) -> dict[str, Any]:
+    merged = dict(check.defaults)
+    if profile is not None:
+        merged.update(profile.thresholds.get(check.id, {}))
+    if check.id == "gpu-count" and config.section("node").get("expected_gpus") is not None:
+        merged["expected"] = config.section("node")["expected_gpus"]
+    merged.update(config.check_settings(check.id).get("thresholds") or {})
+    return merged
+
+
+_BASELINE_CACHE: dict[str, Any] = {}
+
+
+def _baseline(config: Config, report: RunReport) -> dict[str, Any] | None:
+    path = config.section("node").get("baseline")
+    if not path:
+        return None
+    if path not in _BASELINE_CACHE:
+        from gpuhc.baseline import load
+
+        try:
+            _BASELINE_CACHE[path] = load(path)
+        except Exception as e:  # a broken baseline is reported, and checks fall back to the profile
+            report.notes.append(f"baseline {path} ignored: {_one_line(e)}")
+            _BASELINE_CACHE[path] = None
+    return _BASELINE_CACHE[path]
+
+
+def _run_active(opts: RunOptions, report: RunReport, profile, deadline: float) -> list[Result]:
+    remaining = deadline - time.monotonic()
+    if remaining <= 1.0:
+        return [Result("active", Status.ERROR, "no budget left for the active checks")]
+    try:
+        from gpuhc.active import run_active
+        from gpuhc.active.context import ActiveContext
+    except ImportError as e:
+        return [Result("active", Status.ERROR, f"active checks unavailable: {_one_line(e)}")]
+    ctx = ActiveContext(
+        profile_name=profile.name if profile else "generic",
+        config=opts.config.section("active"),
+        gpus=opts.gpus,
+        budget_s=remaining,
+        progress=opts.progress,
+    )
+    try:
+        return run_active(opts.stage, ctx)
+    except Exception as e:
+        return [Result("active", Status.ERROR, f"internal error in active checks: {_one_line(e)}")]
+
+
+def _scenario_step(prior: dict[str, Any], spec: SourceSpec) -> int | None:
+    """Replay scenarios with time steps advance one step per run unless a step is pinned."""
+    if not spec.nvml_scenario or spec.step is not None:
+        return spec.step
+    return prior.get("runner", {}).get("scenario_steps", {}).get(spec.nvml_scenario, 0)
+
+
+def _save_state(store: StateStore, new_state: dict, step: int | None, spec: SourceSpec, report: RunReport) -> None:
+    try:
+        with store.transaction() as doc:
+            doc.setdefault("checks", {}).update(new_state)
+            if spec.nvml_scenario and spec.step is None:
+                steps = doc.setdefault("runner", {}).setdefault("scenario_steps", {})
+                steps[spec.nvml_scenario] = (step or 0) + 1
+            doc.setdefault("runner", {})["last_run"] = {
+                "stage": report.stage,
+                "time": report.started,
+                "status": report.status.value,
+            }
+    except Exception as e:  # state is best effort: a failed write must not turn into a drain
+        report.notes.append(f"state not saved: {_one_line(e)}")
+        report.results.append(Result("state", Status.ERROR, f"state not saved: {_one_line(e)}"))
+
+
+def _one_line(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}" if not str(e) else str(e)
+    return " ".join(text.split())[:200]
