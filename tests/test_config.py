@@ -1,0 +1,119 @@
+"""Config: validated before anything runs; errors name file, line and key."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from gpuhc.config import host_matches, load_config
+from gpuhc.errors import ConfigError
+
+
+def write(tmp_path, text: str) -> str:
+    path = tmp_path / "gpuhc.yaml"
+    path.write_text(text)
+    os.chmod(path, 0o644)
+    return str(path)
+
+
+def test_missing_default_file_gives_defaults(monkeypatch, tmp_path):
+    monkeypatch.delenv("GPUHC_CONFIG", raising=False)
+    monkeypatch.setattr("gpuhc.config.DEFAULT_PATH", str(tmp_path / "nope.yaml"))
+    cfg = load_config(None, "n1")
+    assert cfg.path is None
+    assert cfg.section("budget_s")["passive"] == 45.0
+    assert cfg.section("budget_s")["prolog"] == 5.0
+
+
+def test_missing_named_file_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(str(tmp_path / "nope.yaml"))
+
+
+def test_valid_file_merges_over_defaults(tmp_path):
+    cfg = load_config(write(tmp_path, "node:\n  expected_gpus: 8\nbudget_s:\n  prolog: 3\n"), "n1")
+    assert cfg.section("node")["expected_gpus"] == 8
+    assert cfg.section("budget_s")["prolog"] == 3.0
+    assert cfg.section("budget_s")["passive"] == 45.0
+
+
+@pytest.mark.parametrize(
+    "text, line, key, words",
+    [
+        ("node:\n  expected_gpu: 8\n", 2, "node.expected_gpu", "unknown key"),
+        ("node:\n  expected_gpus: eight\n", 2, "node.expected_gpus", "must be an integer"),
+        ("budget_s:\n  passive: 900\n", 2, "budget_s.passive", "<= 600"),
+        ("nodes: {}\n", 1, "nodes", "unknown key"),
+        ("sources:\n  clock_samples: true\n", 2, "sources.clock_samples", "boolean"),
+        ("budget_s:\n  prolog: 1\n  prolog: 2\n", 3, "budget_s.prolog", "duplicate"),
+    ],
+)
+def test_errors_name_file_line_and_key(tmp_path, text, line, key, words):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, "n1")
+    msg = str(err.value)
+    assert msg.startswith(f"{path}:{line}: {key}: "), msg
+    assert words in msg
+
+
+def test_broken_yaml_names_the_line(tmp_path):
+    path = write(tmp_path, "node:\n  expected_gpus: [8\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert f"{path}:" in str(err.value) and "not valid YAML" in str(err.value)
+
+
+def test_top_level_must_be_a_mapping(tmp_path):
+    with pytest.raises(ConfigError, match="top level"):
+        load_config(write(tmp_path, "- a\n- b\n"))
+
+
+def test_per_host_overrides_apply_in_order(tmp_path):
+    text = (
+        "node:\n  expected_gpus: 8\n"
+        "hosts:\n"
+        "  - match: gpu[001-004]\n    node:\n      expected_gpus: 4\n"
+        "  - match: gpu00*\n    budget_s:\n      prolog: 2\n"
+    )
+    path = write(tmp_path, text)
+    assert load_config(path, "gpu003").section("node")["expected_gpus"] == 4
+    assert load_config(path, "gpu003").section("budget_s")["prolog"] == 2.0
+    assert load_config(path, "gpu005").section("node")["expected_gpus"] == 8
+    assert load_config(path, "gpu005.cluster.local").section("budget_s")["prolog"] == 2.0
+    assert load_config(path, "cpu001").section("budget_s")["prolog"] == 5.0
+
+
+def test_host_override_errors_name_the_entry(tmp_path):
+    path = write(tmp_path, "hosts:\n  - match: gpu[1-2]\n    node:\n      expectd_gpus: 1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, "gpu1")
+    assert ":4: hosts.0.node.expectd_gpus: unknown key" in str(err.value)
+
+
+def test_bad_hostlist_is_rejected(tmp_path):
+    with pytest.raises(ConfigError, match="bad hostlist"):
+        load_config(write(tmp_path, "hosts:\n  - match: gpu[1-\n    node: {}\n"), "gpu1")
+
+
+def test_host_matches():
+    assert host_matches("n3", "n[1-4]")
+    assert not host_matches("n5", "n[1-4]")
+    assert host_matches("gpu12.example", "gpu*")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="ownership rules apply when running as root")
+def test_root_refuses_world_writable_config(tmp_path):
+    path = write(tmp_path, "node: {}\n")
+    os.chmod(path, 0o666)
+    with pytest.raises(ConfigError, match="writable by group or others"):
+        load_config(path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="ownership rules apply when running as root")
+def test_root_refuses_config_owned_by_someone_else(tmp_path):
+    path = write(tmp_path, "node: {}\n")
+    os.chown(path, 65534, 65534)
+    with pytest.raises(ConfigError, match="owned by uid 65534"):
+        load_config(path)

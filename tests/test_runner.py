@@ -1,0 +1,153 @@
+"""The runner: per-check timeouts inside the stage budget, errors never look like a sick node."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, result
+from gpuhc.config import Config, defaults, schema
+from gpuhc.model import Action, KernelLog, NvmlReading, Status
+from gpuhc.runner import RunOptions, run_stage
+from gpuhc.sources import SourceSpec, Sources
+
+_forever = threading.Event()  # never set: a source that waits on it hangs like a wedged NVML call
+
+
+class FakeNvml:
+    def __init__(self, hang: bool = False, raises: bool = False):
+        self.hang, self.raises = hang, raises
+
+    def read(self):
+        if self.hang:
+            _forever.wait()
+        if self.raises:
+            raise OSError("ioctl failed")
+        return NvmlReading(available=True, driver_version="580.00")
+
+
+class FakeKlog:
+    def read(self):
+        return KernelLog(source="fake", last_time=1_000_000.0)
+
+
+class FakeSysfs:
+    def ib_ports(self):
+        return []
+
+    def aer(self):
+        return []
+
+
+def _judge_nvml(snapshot, ctx):
+    ok = snapshot.nvml is not None and snapshot.nvml.available
+    runs = ctx.prev.get("runs", 0) + 1
+    return CheckOutput([result("fake-nvml", Status.PASS if ok else Status.FAIL, "nvml read", action=Action.NONE if ok else Action.DRAIN_REBOOT)], {"runs": runs})
+
+
+def _judge_klog(snapshot, ctx):
+    return CheckOutput([result("fake-klog", Status.PASS, f"now={snapshot.time:.0f}")])
+
+
+def _judge_buggy(snapshot, ctx):
+    raise KeyError("oops")
+
+
+CHECKS = [
+    Check("fake-nvml", (NVML,), _judge_nvml, timeout_s=0.5),
+    Check("fake-klog", (KERNEL_LOG,), _judge_klog, timeout_s=0.5),
+]
+
+
+@pytest.fixture
+def setup(monkeypatch, tmp_path):
+    def make(nvml=None, checks=CHECKS, replay=False):
+        monkeypatch.setattr("gpuhc.checks.checks_for_stage", lambda stage: list(checks))
+        monkeypatch.setattr(
+            "gpuhc.runner.build_sources",
+            lambda spec, step=None: Sources(nvml or FakeNvml(), FakeKlog(), FakeSysfs(), replay=replay),
+        )
+        monkeypatch.setattr("gpuhc.runner._profile", lambda snapshot, config: None)
+        cfg = Config(defaults(schema()))
+        return RunOptions(stage="passive", config=cfg, sources=SourceSpec(), state_dir=str(tmp_path / "state"), hostname="n1")
+
+    return make
+
+
+def test_healthy_run_passes_and_keeps_state(setup):
+    opts = setup()
+    report = run_stage(opts)
+    assert report.status is Status.PASS and report.exit_code == 0
+    assert [r.check for r in report.results] == ["fake-nvml", "fake-klog"]
+    report2 = run_stage(opts)
+    assert report2.exit_code == 0
+    from gpuhc.state import StateStore
+
+    assert StateStore(opts.state_dir).read()["checks"]["fake-nvml"] == {"runs": 2}
+
+
+def test_hung_source_is_named_and_run_ends_in_budget(setup):
+    opts = setup(nvml=FakeNvml(hang=True))
+    opts.budget_s = 2.0
+    t0 = time.monotonic()
+    report = run_stage(opts)
+    elapsed = time.monotonic() - t0
+    # The hung check is reported by id, the other check still judged, the run ended early.
+    by_id = {r.check: r for r in report.results}
+    assert by_id["fake-nvml"].status is Status.ERROR
+    assert "timed out" in by_id["fake-nvml"].message and "nvml" in by_id["fake-nvml"].message
+    assert by_id["fake-klog"].status is Status.PASS
+    assert report.timed_out == ["fake-nvml"]
+    assert report.exit_code == 3  # gpuhc could not judge: never a drain
+    assert elapsed < opts.budget_s
+
+
+def test_budget_caps_check_timeouts(setup):
+    slow = [Check("fake-nvml", (NVML,), _judge_nvml, timeout_s=30.0)]
+    opts = setup(nvml=FakeNvml(hang=True), checks=slow)
+    opts.budget_s = 1.0
+    t0 = time.monotonic()
+    report = run_stage(opts)
+    assert time.monotonic() - t0 < 1.0
+    assert report.timed_out == ["fake-nvml"]
+
+
+def test_source_error_is_an_error_not_a_failure(setup):
+    report = run_stage(setup(nvml=FakeNvml(raises=True)))
+    r = report.results[0]
+    assert r.status is Status.ERROR and "ioctl failed" in r.message
+    assert not report.failing()
+
+
+def test_buggy_check_is_reported_not_raised(setup):
+    checks = CHECKS + [Check("buggy", (NVML,), _judge_buggy)]
+    report = run_stage(setup(checks=checks))
+    buggy = [r for r in report.results if r.check == "buggy"][0]
+    assert buggy.status is Status.ERROR and "internal error" in buggy.message
+    assert not report.failing()
+
+
+def test_replay_judges_at_the_recordings_time(setup):
+    report = run_stage(setup(replay=True))
+    assert [r.message for r in report.results if r.check == "fake-klog"] == ["now=1000000"]
+
+
+def test_disabled_and_only(setup, tmp_path):
+    opts = setup()
+    opts.config.data["checks"] = {"fake-klog": {"enabled": False}}
+    assert [r.check for r in run_stage(opts).results] == ["fake-nvml"]
+    opts.config.data["checks"] = {}
+    opts.only = ("fake-klog",)
+    assert [r.check for r in run_stage(opts).results] == ["fake-klog"]
+
+
+def test_unwritable_state_is_an_error_not_a_crash(setup, tmp_path):
+    opts = setup()
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    opts.state_dir = str(blocker / "state")  # a path under a regular file cannot be created
+    report = run_stage(opts)
+    assert any(r.check == "state" and r.status is Status.ERROR for r in report.results)
+    assert not report.failing()
