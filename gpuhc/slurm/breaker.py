@@ -1,0 +1,95 @@
+"""The circuit breaker: stop draining when gpuhc already holds too many nodes. Pure.
+
+Why: a wrong threshold in a new release, a kernel-log pattern that suddenly matches a harmless
+driver message, or a fabric-wide event would otherwise let gpuhc drain the whole cluster in one
+HealthCheckInterval. Past the cap, a systemic problem is far likelier than that many simultaneous
+hardware failures, and a person should look before more capacity goes.
+
+What counts: nodes that are out of service (drained, down, failed) *with a gpuhc reason*,
+including quarantined and retired ones (they are capacity gpuhc took; an admin who accepts that
+raises the cap or releases them). Admin drains do not count: they are not gpuhc's doing.
+
+The scope is the partitions of the node being judged (a GPU partition should not be compared
+against a large CPU partition) or the whole cluster. The cap is the stricter of an absolute
+count and a percentage of the nodes in scope; a percentage cap is rounded up so that a small
+cluster can still drain one node. The breaker is open when the count is at or over the cap.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from gpuhc.slurm.nodes import Node
+from gpuhc.slurm.reason import owned
+
+
+@dataclass(frozen=True)
+class BreakerSettings:
+    enabled: bool = True
+    max_drained: int | None = None
+    max_drained_percent: float | None = 10.0
+    scope: str = "partition"  # "partition" or "cluster"
+
+    @classmethod
+    def from_section(cls, section: dict[str, Any]) -> "BreakerSettings":
+        return cls(
+            enabled=bool(section.get("enabled", True)),
+            max_drained=section.get("max_drained"),
+            max_drained_percent=section.get("max_drained_percent", 10.0),
+            scope=section.get("scope", "partition"),
+        )
+
+
+@dataclass(frozen=True)
+class BreakerState:
+    open: bool
+    drained: int  # nodes in scope held by gpuhc
+    total: int  # nodes in scope
+    cap: int | None  # None: no cap configured (or breaker disabled)
+    scope: str  # "partition gpu,debug" or "cluster"
+
+    @property
+    def message(self) -> str:
+        if self.cap is None:
+            return f"circuit breaker disabled: {self.drained}/{self.total} nodes drained by gpuhc ({self.scope})"
+        word = "open" if self.open else "closed"
+        cmp = ">=" if self.open else "<"
+        return (f"circuit breaker {word}: {self.drained}/{self.total} nodes drained by gpuhc "
+                f"{cmp} cap {self.cap} ({self.scope})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"open": self.open, "drained": self.drained, "total": self.total, "cap": self.cap,
+                "scope": self.scope}
+
+
+def held_by_gpuhc(node: Node) -> bool:
+    return owned(node.reason) and (node.drained or node.down or node.failing)
+
+
+def scope_nodes(nodes: list[Node], node_name: str, scope: str) -> tuple[list[Node], str]:
+    """The nodes the cap is measured against, and a description of the scope."""
+    if scope == "partition":
+        me = next((n for n in nodes if n.name == node_name), None)
+        mine = set(me.partitions) if me else set()
+        if mine:
+            return [n for n in nodes if mine & set(n.partitions)], "partition " + ",".join(sorted(mine))
+    return list(nodes), "cluster"
+
+
+def cap_for(total: int, settings: BreakerSettings) -> int | None:
+    caps = []
+    if settings.max_drained is not None:
+        caps.append(int(settings.max_drained))
+    if settings.max_drained_percent is not None:
+        caps.append(math.ceil(total * float(settings.max_drained_percent) / 100.0 - 1e-9))
+    return min(caps) if caps else None
+
+
+def evaluate(nodes: Iterable[Node], node_name: str, settings: BreakerSettings) -> BreakerState:
+    in_scope, desc = scope_nodes(list(nodes), node_name, settings.scope)
+    drained = sum(1 for n in in_scope if held_by_gpuhc(n))
+    cap = cap_for(len(in_scope), settings) if settings.enabled else None
+    return BreakerState(open=cap is not None and drained >= cap, drained=drained, total=len(in_scope),
+                        cap=cap, scope=desc)

@@ -1,0 +1,48 @@
+"""Config section ``slurm``: how gpuhc talks to Slurm and when it drains and resumes.
+
+The defaults are the ones a site can run with on day one: resume after three clean runs and ten
+minutes, stop draining past 10 % of the partition, fail open in the prolog when gpuhc itself
+breaks. Every key is explained where an admin reads it (`gpuhc config show` prints the help).
+"""
+
+from __future__ import annotations
+
+from gpuhc.schema import Key
+
+SCHEMA = {
+    "scontrol": Key(str, "scontrol", "scontrol binary (a name looked up on the shim's PATH, or a full path)"),
+    "timeout_s": Key(float, 10.0, "timeout of one scontrol call (further capped by the stage's deadline)",
+                     min=0.5, max=120.0),
+    "deadline_s": {
+        # slurmd kills HealthCheckProgram at 60 s: end before that, whatever Slurm does.
+        "passive": Key(float, 55.0, "hard end of `gpuhc healthcheck`, checks plus scontrol", min=2.0, max=3600.0),
+        "prolog": Key(float, 20.0, "hard end of `gpuhc prolog` (keep under PrologEpilogTimeout)", min=1.0, max=3600.0),
+        "epilog": Key(float, 60.0, "hard end of `gpuhc epilog`", min=2.0, max=3600.0),
+        "bootstrap": Key(float, 900.0, "hard end of `gpuhc quarantine retest`", min=10.0, max=14400.0),
+    },
+    "resume_after": Key(int, 3, "consecutive healthy health checks before gpuhc resumes a node it drained",
+                        min=1, max=1000),
+    "cooldown_s": Key(float, 600.0, "minimum seconds between gpuhc's drain and its resume", min=0.0),
+    "max_cooldown_s": Key(float, 21600.0, "cap of the cool-down, which doubles for each flap", min=0.0),
+    "flap_window_s": Key(float, 21600.0, "a drain this soon after gpuhc's resume counts as a flap", min=0.0),
+    "prolog_fail_open": Key(bool, True, "prolog: when gpuhc itself breaks (bug, bad config), let the job "
+                            "run (exit 0, loud log) instead of blocking the node"),
+    "postmortem_dir": Key(str, "/var/lib/gpuhc/postmortem", "epilog: where post-mortem bundles of failed jobs go"),
+    "postmortem_format": Key(str, "dir", "bundle as a directory or one .tar.gz", choices=("dir", "tar.gz")),
+    "postmortem_keep": Key(int, 50, "bundles kept per node; the oldest beyond this are removed", min=1),
+    "postmortem_kernel_lines": Key(int, 200, "most recent kernel-log events copied into a bundle", min=0),
+    "breaker": {
+        "enabled": Key(bool, True, "stop draining when gpuhc already holds too many nodes"),
+        "max_drained": Key(int, None, "absolute cap of nodes drained by gpuhc", min=0, nullable=True),
+        "max_drained_percent": Key(float, 10.0, "cap as a percentage of the nodes in scope (rounded up)",
+                                   min=0.0, max=100.0, nullable=True),
+        "scope": Key(str, "partition", "count within the node's partitions or the whole cluster",
+                     choices=("partition", "cluster")),
+    },
+    "quarantine": {
+        "max_cycles": Key(int, 3, "failed retests before a node is marked RETIRED", min=1, max=99),
+        "reboot": Key(bool, False, "`quarantine retest` of a remote node reboots it (needs RebootProgram)"),
+        "reboot_nextstate": Key(str, "DOWN", "state after the reboot; 22.05 knows RESUME/DOWN only, and only "
+                                "DOWN keeps the node out of service", choices=("DOWN", "DRAIN")),
+    },
+}
