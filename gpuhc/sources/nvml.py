@@ -1,0 +1,466 @@
+"""The live NVML source: one read of every GPU counter the checks use, through pynvml.
+
+Why it is shaped this way:
+
+- ``pynvml`` is imported inside :meth:`NvmlLive.read`, so a replay run never pays for it and a node
+  without the package gets a clear "NVML unavailable" reading instead of an ImportError.
+- A missing library, an unloaded driver or a failed ``nvmlInit`` is a *reading*
+  (``available=False`` with the reason), never an exception: the checks turn it into one clear
+  result and the node is judged on the rest.
+- One failing getter must not hide the rest of the GPU: NOT_SUPPORTED becomes ``None`` (a check
+  says "n/a"), any other NVML error becomes ``None`` plus a line in :attr:`NvmlLive.notes`.
+- A GPU whose handle cannot be obtained, or that answers "GPU is lost", still appears in the
+  reading with its index and ``name = "unknown (NVML: <error>)"``, empty ``uuid`` and
+  ``pci_bus_id`` unless they were read before the GPU went away. An inventory check sees the
+  GPU count it expects and a name that says what happened, instead of a silently shorter list.
+- Speed: the passive check runs every few minutes on every node. Counters are read with two
+  batched ``nvmlDeviceGetFieldValues`` calls per GPU (device-wide fields, then every NVLink's
+  state and error counters as ``(fieldId, link)`` pairs) instead of one getter per counter, and
+  the clock-event reason samples of all GPUs are taken in rounds, so the sampling window costs
+  ``(samples - 1) * interval`` once, not once per GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from gpuhc.model import GpuReading, NvLinkState, NvmlReading, norm_pci
+
+log = logging.getLogger("gpuhc.sources.nvml")
+
+# Device-wide field values read in one batch: GpuReading attribute -> pynvml constant name.
+# Names starting with "_" are read for our own use and not stored on the reading.
+DEVICE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("ecc_mode", "NVML_FI_DEV_ECC_CURRENT"),
+    ("ecc_volatile_corrected", "NVML_FI_DEV_ECC_SBE_VOL_TOTAL"),
+    ("ecc_volatile_uncorrected", "NVML_FI_DEV_ECC_DBE_VOL_TOTAL"),
+    ("ecc_aggregate_uncorrected", "NVML_FI_DEV_ECC_DBE_AGG_TOTAL"),
+    ("retired_pages_sbe", "NVML_FI_DEV_RETIRED_SBE"),
+    ("retired_pages_dbe", "NVML_FI_DEV_RETIRED_DBE"),
+    ("retired_pages_pending", "NVML_FI_DEV_RETIRED_PENDING"),
+    ("remap_correctable", "NVML_FI_DEV_REMAPPED_COR"),
+    ("remap_uncorrectable", "NVML_FI_DEV_REMAPPED_UNC"),
+    ("remap_pending", "NVML_FI_DEV_REMAPPED_PENDING"),
+    ("remap_failure", "NVML_FI_DEV_REMAPPED_FAILURE"),
+    ("pcie_replay", "NVML_FI_DEV_PCIE_REPLAY_COUNTER"),
+    ("temp_mem_c", "NVML_FI_DEV_MEMORY_TEMP"),
+    ("_nvlink_count", "NVML_FI_DEV_NVLINK_LINK_COUNT"),
+)
+_BOOL_FIELDS = {"ecc_mode", "retired_pages_pending", "remap_pending", "remap_failure"}
+
+# Per-link fields, read as (fieldId, scopeId=link). The legacy *_TOTAL fields are NOT_SUPPORTED on
+# Hopper; these per-link ones are what nvidia-smi shows there. The NVLink5 counters further down
+# are NOT_SUPPORTED before Blackwell and absent from older bindings (then simply not asked for).
+# A counter that NVML does not support is left out of NvLinkState.errors rather than set to 0.
+LINK_FIELDS: tuple[tuple[str, str], ...] = (
+    ("_state", "NVML_FI_DEV_NVLINK_GET_STATE"),
+    ("replay", "NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY"),
+    ("recovery", "NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY"),
+    ("crc", "NVML_FI_DEV_NVLINK_ERROR_DL_CRC"),
+    ("malformed_packet", "NVML_FI_DEV_NVLINK_COUNT_MALFORMED_PACKET_ERRORS"),
+    ("buffer_overrun", "NVML_FI_DEV_NVLINK_COUNT_BUFFER_OVERRUN_ERRORS"),
+    ("rcv_errors", "NVML_FI_DEV_NVLINK_COUNT_RCV_ERRORS"),
+    ("rcv_remote_errors", "NVML_FI_DEV_NVLINK_COUNT_RCV_REMOTE_ERRORS"),
+    ("rcv_general_errors", "NVML_FI_DEV_NVLINK_COUNT_RCV_GENERAL_ERRORS"),
+    ("local_link_integrity", "NVML_FI_DEV_NVLINK_COUNT_LOCAL_LINK_INTEGRITY_ERRORS"),
+    ("xmit_discards", "NVML_FI_DEV_NVLINK_COUNT_XMIT_DISCARDS"),
+    ("link_recovery_failed", "NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS"),
+    ("effective_errors", "NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS"),
+    ("symbol_errors", "NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS"),
+)
+# Pre-Hopper per-link CRC counters have one field id per link (L0..L11), no scope.
+LEGACY_LINK_FIELDS: tuple[tuple[str, str], ...] = (
+    ("crc_flit", "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L{n}"),
+    ("crc_data", "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L{n}"),
+)
+_LEGACY_MAX_LINKS = 12
+# NVML_FI_DEV_NVLINK_GET_STATE values that mean the link carries traffic (SLEEP is a low-power
+# state of an up link, not a down link).
+_LINK_UP_STATES = (1, 2)  # ACTIVE, SLEEP
+
+_FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
+
+
+class _GpuGone(Exception):
+    """The GPU stopped answering (NVML_ERROR_GPU_IS_LOST): stop asking it anything."""
+
+
+@dataclass
+class _Field:
+    ok: bool
+    value: Any = None
+    error: str | None = None  # None when ok or NOT_SUPPORTED
+
+
+class NvmlLive:
+    """Read the node's GPUs through NVML. See the module docstring for the rules."""
+
+    def __init__(self, clock_samples: int = 3, sample_interval_s: float = 0.02, module: Any = None):
+        self.clock_samples = max(1, int(clock_samples))
+        self.sample_interval_s = max(0.0, float(sample_interval_s))
+        self._module = module  # tests pass a fake pynvml; None imports the real one
+        self.notes: list[str] = []  # per-field NVML errors of the last read, for humans
+
+    # ------------------------------------------------------------------ entry point
+
+    def read(self) -> NvmlReading:
+        self.notes = []
+        nv = self._module
+        if nv is None:
+            try:
+                import pynvml as nv  # noqa: PLC0415 - lazy on purpose, see module docstring
+            except ImportError as e:
+                return NvmlReading(available=False, error=f"pynvml (nvidia-ml-py) is not installed: {e}")
+        self._nv = nv
+        try:
+            nv.nvmlInit()
+        except nv.NVMLError as e:
+            return NvmlReading(available=False, error=_init_reason(nv, e))
+        except OSError as e:  # a broken libnvidia-ml.so can raise from ctypes itself
+            return NvmlReading(available=False, error=f"cannot load the NVML library: {e}")
+        try:
+            return self._read_all()
+        finally:
+            try:
+                nv.nvmlShutdown()
+            except nv.NVMLError as e:
+                self._note(f"nvmlShutdown: {e}")
+
+    # ------------------------------------------------------------------ whole node
+
+    def _read_all(self) -> NvmlReading:
+        nv = self._nv
+        reading = NvmlReading(available=True)
+        reading.driver_version = self._call(nv.nvmlSystemGetDriverVersion, what="driver version")
+        cuda = self._call(nv.nvmlSystemGetCudaDriverVersion, what="CUDA driver version")
+        if isinstance(cuda, int) and cuda > 0:
+            reading.cuda_driver_version = f"{cuda // 1000}.{(cuda % 1000) // 10}"
+        try:
+            count = nv.nvmlDeviceGetCount()
+        except nv.NVMLError as e:
+            return NvmlReading(False, f"nvmlDeviceGetCount failed: {e}", reading.driver_version,
+                               reading.cuda_driver_version)
+
+        handles: list[Any] = []
+        round_start = time.monotonic()
+        for index in range(count):
+            gpu, handle = self._read_gpu(index)
+            reading.gpus.append(gpu)
+            handles.append(handle)
+        self._sample_clock_reasons(reading.gpus, handles, round_start)
+        return reading
+
+    def _sample_clock_reasons(self, gpus: list[GpuReading], handles: list[Any], first_round: float) -> None:
+        """Take the remaining clock-event samples in rounds over all GPUs.
+
+        Round 0 was taken inside each GPU's read; a round starts no sooner than
+        ``sample_interval_s`` after the previous one, so throttling that comes and goes is seen.
+        """
+        last = first_round
+        for _ in range(self.clock_samples - 1):
+            wait = self.sample_interval_s - (time.monotonic() - last)
+            if wait > 0:
+                time.sleep(wait)
+            last = time.monotonic()
+            for gpu, handle in zip(gpus, handles):
+                if handle is None or not gpu.clock_event_samples:
+                    continue
+                try:
+                    mask = self._clock_reasons(handle, gpu.index)
+                except _GpuGone:
+                    continue
+                if mask is not None:
+                    gpu.clock_event_samples.append(mask)
+
+    # ------------------------------------------------------------------ one GPU
+
+    def _read_gpu(self, index: int) -> tuple[GpuReading, Any]:
+        nv = self._nv
+        try:
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+        except nv.NVMLError as e:
+            self._note(f"gpu{index}: no handle: {e}")
+            return GpuReading(index=index, name=f"unknown (NVML: {e})", uuid="", pci_bus_id=""), None
+        gpu = GpuReading(index=index, name="", uuid="", pci_bus_id="")
+        try:
+            self._fill_gpu(gpu, handle)
+        except _GpuGone as e:
+            self._note(f"gpu{index}: {e}")
+            gpu.name = f"unknown (NVML: {e})"
+            return gpu, None
+        return gpu, handle
+
+    def _fill_gpu(self, gpu: GpuReading, h: Any) -> None:
+        nv, i = self._nv, gpu.index
+        gpu.name = _text(self._call(nv.nvmlDeviceGetName, h, gpu=i, what="name")) or "unknown"
+        gpu.uuid = _text(self._call(nv.nvmlDeviceGetUUID, h, gpu=i, what="UUID")) or ""
+        pci = self._call(_pci_getter(nv), h, gpu=i, what="PCI info")
+        if pci is not None:
+            gpu.pci_bus_id = norm_pci(_text(pci.busId) or "")
+        gpu.serial = _text(self._call(nv.nvmlDeviceGetSerial, h, gpu=i, what="serial"))
+        gpu.vbios = _text(self._call(nv.nvmlDeviceGetVbiosVersion, h, gpu=i, what="VBIOS"))
+        pm = self._call(nv.nvmlDeviceGetPersistenceMode, h, gpu=i, what="persistence mode")
+        gpu.persistence_mode = None if pm is None else pm == nv.NVML_FEATURE_ENABLED
+
+        fields = self._device_fields(h, i)
+        for attr, _ in DEVICE_FIELDS:
+            f = fields.get(attr)
+            if attr.startswith("_") or f is None or not f.ok:
+                continue
+            setattr(gpu, attr, bool(f.value) if attr in _BOOL_FIELDS else int(f.value))
+        self._fallbacks(gpu, h, fields)
+        gpu.nvlinks = self._nvlinks(h, i, fields.get("_nvlink_count"))
+
+        gpu.pcie_gen = self._call(nv.nvmlDeviceGetCurrPcieLinkGeneration, h, gpu=i, what="PCIe gen")
+        gpu.pcie_gen_max = self._call(nv.nvmlDeviceGetMaxPcieLinkGeneration, h, gpu=i, what="PCIe max gen")
+        gpu.pcie_width = self._call(nv.nvmlDeviceGetCurrPcieLinkWidth, h, gpu=i, what="PCIe width")
+        gpu.pcie_width_max = self._call(nv.nvmlDeviceGetMaxPcieLinkWidth, h, gpu=i, what="PCIe max width")
+
+        mask = self._clock_reasons(h, i)
+        gpu.clock_event_samples = [] if mask is None else [mask]
+        gpu.sm_clock_mhz = self._call(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM, gpu=i, what="SM clock")
+        gpu.mem_clock_mhz = self._call(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM, gpu=i, what="memory clock")
+        util = self._call(nv.nvmlDeviceGetUtilizationRates, h, gpu=i, what="utilization")
+        gpu.utilization_gpu = None if util is None else int(util.gpu)
+
+        gpu.temp_gpu_c = self._call(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU, gpu=i, what="GPU temperature")
+        gpu.power_w = _watts(self._call(nv.nvmlDeviceGetPowerUsage, h, gpu=i, what="power draw"))
+        gpu.power_limit_w = _watts(self._call(nv.nvmlDeviceGetEnforcedPowerLimit, h, gpu=i, what="power limit"))
+        gpu.power_default_limit_w = _watts(
+            self._call(nv.nvmlDeviceGetPowerManagementDefaultLimit, h, gpu=i, what="default power limit"))
+        gpu.fabric_state, gpu.fabric_status = self._fabric(h, i)
+
+    # ------------------------------------------------------------------ batched counters
+
+    def _device_fields(self, h: Any, i: int) -> dict[str, _Field]:
+        wanted = [(attr, getattr(self._nv, const)) for attr, const in DEVICE_FIELDS if hasattr(self._nv, const)]
+        return self._field_batch(h, i, [(attr, (fid, 0)) for attr, fid in wanted])
+
+    def _field_batch(self, h: Any, i: int, wanted: list[tuple[Any, tuple[int, int]]]) -> dict[Any, _Field]:
+        """One nvmlDeviceGetFieldValues call; key -> _Field. A failed call yields no keys."""
+        nv = self._nv
+        if not wanted:
+            return {}
+        try:
+            values = nv.nvmlDeviceGetFieldValues(h, [pair for _, pair in wanted])
+        except nv.NVMLError as e:
+            self._raise_if_gone(e)
+            if not _is(nv, e, "NVML_ERROR_NOT_SUPPORTED"):
+                self._note(f"gpu{i}: field values: {e}")
+            return {}
+        out: dict[Any, _Field] = {}
+        for (key, _), v in zip(wanted, values):
+            ret = int(v.nvmlReturn)
+            if ret == nv.NVML_SUCCESS:
+                out[key] = _Field(True, _field_value(nv, v))
+            elif ret == nv.NVML_ERROR_NOT_SUPPORTED:
+                out[key] = _Field(False)
+            else:
+                if ret == getattr(nv, "NVML_ERROR_GPU_IS_LOST", -1):
+                    raise _GpuGone("GPU is lost")
+                out[key] = _Field(False, error=_error_name(nv, ret))
+        return out
+
+    def _fallbacks(self, gpu: GpuReading, h: Any, fields: dict[str, _Field]) -> None:
+        """Dedicated getters for the counters that matter most, when the batch did not give them
+        (older drivers without these field ids, or a batch that failed as a whole)."""
+        nv, i = self._nv, gpu.index
+
+        def missing(attr: str) -> bool:
+            f = fields.get(attr)
+            return f is None or (not f.ok and f.error is not None)
+
+        if missing("ecc_mode"):
+            mode = self._call(nv.nvmlDeviceGetEccMode, h, gpu=i, what="ECC mode")
+            gpu.ecc_mode = None if mode is None else mode[0] == nv.NVML_FEATURE_ENABLED
+        ecc = (("ecc_volatile_uncorrected", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_VOLATILE_ECC"),
+               ("ecc_aggregate_uncorrected", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_AGGREGATE_ECC"),
+               ("ecc_volatile_corrected", "NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_VOLATILE_ECC"))
+        for attr, etype, ctype in ecc:
+            if missing(attr):
+                setattr(gpu, attr, self._call(nv.nvmlDeviceGetTotalEccErrors, h, getattr(nv, etype),
+                                              getattr(nv, ctype), gpu=i, what=attr))
+        if missing("remap_pending"):
+            rows = self._call(nv.nvmlDeviceGetRemappedRows, h, gpu=i, what="remapped rows")
+            if rows is not None:
+                cor, unc, pending, failure = rows
+                gpu.remap_correctable, gpu.remap_uncorrectable = int(cor), int(unc)
+                gpu.remap_pending, gpu.remap_failure = bool(pending), bool(failure)
+        if missing("pcie_replay"):
+            gpu.pcie_replay = self._call(nv.nvmlDeviceGetPcieReplayCounter, h, gpu=i, what="PCIe replay counter")
+
+    def _nvlinks(self, h: Any, i: int, count_field: _Field | None) -> list[NvLinkState]:
+        nv = self._nv
+        if count_field is not None and count_field.ok:
+            count = int(count_field.value)
+        else:  # no link-count field: probe link states until the driver says there are no more
+            count = 0
+            limit = int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))
+            while count < limit and self._call(nv.nvmlDeviceGetNvLinkState, h, count, gpu=i,
+                                               what="NVLink state", quiet=True) is not None:
+                count += 1
+        if count <= 0:
+            return []
+        scoped = [(name, getattr(nv, const)) for name, const in LINK_FIELDS if hasattr(nv, const)]
+        wanted: list[tuple[Any, tuple[int, int]]] = []
+        for link in range(count):
+            wanted += [((link, name), (fid, link)) for name, fid in scoped]
+            if link < _LEGACY_MAX_LINKS:
+                for name, const in LEGACY_LINK_FIELDS:
+                    fid = getattr(nv, const.format(n=link), None)
+                    if fid is not None:
+                        wanted.append(((link, name), (fid, 0)))
+        got = self._field_batch(h, i, wanted)
+        links: list[NvLinkState] = []
+        for link in range(count):
+            state = got.get((link, "_state"))
+            if state is not None and state.ok:
+                active: bool | None = int(state.value) in _LINK_UP_STATES
+            else:
+                up = self._call(nv.nvmlDeviceGetNvLinkState, h, link, gpu=i, what=f"NVLink {link} state")
+                active = None if up is None else up == nv.NVML_FEATURE_ENABLED
+            errors: dict[str, int] = {}
+            for (lk, name), f in got.items():
+                if lk == link and f.ok and not name.startswith("_"):
+                    errors[name] = int(f.value)
+            links.append(NvLinkState(link=link, active=active, errors=errors))
+        errs = {f.error for f in got.values() if f.error}
+        if errs:
+            self._note(f"gpu{i}: some NVLink counters failed: {', '.join(sorted(errs))}")
+        return links
+
+    # ------------------------------------------------------------------ single getters
+
+    def _clock_reasons(self, h: Any, i: int) -> int | None:
+        nv = self._nv
+        getter = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        if getter is not None:
+            try:
+                return int(getter(h))
+            except nv.NVMLError as e:
+                self._raise_if_gone(e)
+                if not _is(nv, e, "NVML_ERROR_FUNCTION_NOT_FOUND"):
+                    if not _is(nv, e, "NVML_ERROR_NOT_SUPPORTED"):
+                        self._note(f"gpu{i}: clock event reasons: {e}")
+                    return None
+        # older drivers know only the pre-rename entry point; the bit values are the same
+        old = getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+        if old is None:
+            return None
+        value = self._call(old, h, gpu=i, what="clock throttle reasons")
+        return None if value is None else int(value)
+
+    def _fabric(self, h: Any, i: int) -> tuple[str | None, str | None]:
+        """NVSwitch fabric registration: (state, status), or (None, None) where there is none."""
+        nv = self._nv
+        # Newer drivers: the versioned entry point; older ones only know the first form.
+        for fn_name, struct_name in (("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
+                                     ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t")):
+            fn, struct = getattr(nv, fn_name, None), getattr(nv, struct_name, None)
+            if fn is None or struct is None:
+                continue
+            info = struct()
+            try:
+                fn(h, _byref(info))
+            except nv.NVMLError as e:
+                self._raise_if_gone(e)
+                if _is(nv, e, "NVML_ERROR_FUNCTION_NOT_FOUND"):
+                    continue
+                if not _is(nv, e, "NVML_ERROR_NOT_SUPPORTED"):
+                    self._note(f"gpu{i}: fabric info: {e}")
+                return None, None
+            state = _FABRIC_STATES.get(int(info.state), f"state {int(info.state)}")
+            status = "success" if int(info.status) == nv.NVML_SUCCESS else _error_name(nv, int(info.status))
+            return state, status
+        return None, None
+
+    def _call(self, fn: Callable[..., Any], *args: Any, gpu: int | None = None, what: str = "",
+              quiet: bool = False) -> Any:
+        """Call one getter: NOT_SUPPORTED -> None; other NVML errors -> None and a note;
+        GPU_IS_LOST -> abort this GPU's read."""
+        nv = self._nv
+        try:
+            return fn(*args)
+        except nv.NVMLError as e:
+            if gpu is not None:
+                self._raise_if_gone(e)
+            if not quiet and not _is(nv, e, "NVML_ERROR_NOT_SUPPORTED"):
+                self._note(f"{'' if gpu is None else f'gpu{gpu}: '}{what}: {e}")
+            return None
+
+    def _raise_if_gone(self, e: Exception) -> None:
+        if _is(self._nv, e, "NVML_ERROR_GPU_IS_LOST"):
+            raise _GpuGone(str(e))
+
+    def _note(self, text: str) -> None:
+        self.notes.append(text)
+        log.debug("nvml: %s", text)
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _is(nv: Any, e: Exception, const: str) -> bool:
+    return getattr(e, "value", None) == getattr(nv, const, object())
+
+
+def _init_reason(nv: Any, e: Exception) -> str:
+    if _is(nv, e, "NVML_ERROR_LIBRARY_NOT_FOUND"):
+        return "NVML library (libnvidia-ml.so.1) not found: is the NVIDIA driver installed?"
+    if _is(nv, e, "NVML_ERROR_DRIVER_NOT_LOADED"):
+        return "NVIDIA driver not loaded (nvmlInit: Driver Not Loaded)"
+    if _is(nv, e, "NVML_ERROR_NO_PERMISSION"):
+        return "no permission to open the NVIDIA devices (nvmlInit: Insufficient Permissions)"
+    if _is(nv, e, "NVML_ERROR_LIB_RM_VERSION_MISMATCH"):
+        return "NVML library and kernel driver versions differ (driver updated without reboot?)"
+    return f"nvmlInit failed: {e}"
+
+
+def _error_name(nv: Any, code: int) -> str:
+    """NVML return code -> lower-case words, e.g. 9 -> "driver not loaded"."""
+    for name in dir(nv):
+        if name.startswith("NVML_ERROR_") and getattr(nv, name) == code:
+            return name[len("NVML_ERROR_"):].lower().replace("_", " ")
+    return f"nvml error {code}"
+
+
+def _field_value(nv: Any, v: Any) -> float | int:
+    vt = int(v.valueType)
+    member = {
+        getattr(nv, "NVML_VALUE_TYPE_DOUBLE", 0): "dVal",
+        getattr(nv, "NVML_VALUE_TYPE_UNSIGNED_INT", 1): "uiVal",
+        getattr(nv, "NVML_VALUE_TYPE_UNSIGNED_LONG", 2): "ulVal",
+        getattr(nv, "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", 3): "ullVal",
+        getattr(nv, "NVML_VALUE_TYPE_SIGNED_LONG_LONG", 4): "sllVal",
+        getattr(nv, "NVML_VALUE_TYPE_SIGNED_INT", 5): "siVal",
+        getattr(nv, "NVML_VALUE_TYPE_UNSIGNED_SHORT", 6): "usVal",
+    }.get(vt, "ullVal")
+    return getattr(v.value, member)
+
+
+def _pci_getter(nv: Any) -> Callable[[Any], Any]:
+    return getattr(nv, "nvmlDeviceGetPciInfo_v3", None) or nv.nvmlDeviceGetPciInfo
+
+
+def _byref(obj: Any) -> Any:
+    import ctypes
+
+    try:
+        return ctypes.byref(obj)
+    except TypeError:  # a fake struct in tests: pass it as is
+        return obj
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode(errors="replace").strip("\x00 ")
+    return str(value).strip()
+
+
+def _watts(milliwatts: Any) -> float | None:
+    return None if milliwatts is None else round(float(milliwatts) / 1000.0, 3)

@@ -1,0 +1,236 @@
+"""A stand-in for the ``pynvml`` module, for testing the live NVML source without a GPU.
+
+Only the hardware boundary is faked: constants, error classes and ctypes structures come from the
+real nvidia-ml-py (installed with gpuhc), so a wrong constant name or error code in gpuhc fails
+here just as it would on a node. Each fake GPU is a plain dataclass; ``fail`` makes one getter
+raise a chosen NVML error, ``lost`` makes every getter answer GPU_IS_LOST.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml as real
+
+NS = real.NVML_ERROR_NOT_SUPPORTED
+
+
+@dataclass
+class FakeGpu:
+    name: str = "NVIDIA H100 80GB HBM3"
+    uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
+    pci: str = "00000000:18:00.0"
+    serial: str = "1650923000001"
+    vbios: str = "96.00.99.00.01"
+    persistence: int = 1
+    # device-wide field values; a key absent here answers NOT_SUPPORTED
+    fields: dict[str, Any] = field(default_factory=lambda: {
+        "NVML_FI_DEV_ECC_CURRENT": 1,
+        "NVML_FI_DEV_ECC_SBE_VOL_TOTAL": 0,
+        "NVML_FI_DEV_ECC_DBE_VOL_TOTAL": 0,
+        "NVML_FI_DEV_ECC_DBE_AGG_TOTAL": 0,
+        "NVML_FI_DEV_REMAPPED_COR": 0,
+        "NVML_FI_DEV_REMAPPED_UNC": 0,
+        "NVML_FI_DEV_REMAPPED_PENDING": 0,
+        "NVML_FI_DEV_REMAPPED_FAILURE": 0,
+        "NVML_FI_DEV_PCIE_REPLAY_COUNTER": 0,
+        "NVML_FI_DEV_MEMORY_TEMP": 38,
+        "NVML_FI_DEV_NVLINK_LINK_COUNT": 18,
+    })
+    link_state: dict[int, int] = field(default_factory=dict)  # link -> GET_STATE value; default ACTIVE
+    link_errors: dict[str, int] = field(default_factory=lambda: {
+        "NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY": 0,
+        "NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY": 0,
+        "NVML_FI_DEV_NVLINK_ERROR_DL_CRC": 0,
+    })
+    per_link_errors: dict[tuple[int, str], int] = field(default_factory=dict)  # overrides
+    pcie: tuple[int, int, int, int] = (5, 5, 16, 16)  # gen, max gen, width, max width
+    clock_reasons: list[int] = field(default_factory=lambda: [0x1])  # cycled through
+    clocks: tuple[int, int] = (345, 2619)
+    util: int = 0
+    temp: int = 36
+    power_mw: tuple[int, int, int] = (70000, 700000, 700000)  # draw, enforced, default
+    fabric: tuple[int, int] | None = (3, 0)  # (state, status); None: NOT_SUPPORTED
+    fail: dict[str, int] = field(default_factory=dict)  # function name -> NVML error code
+    lost: bool = False
+    handle_error: int | None = None
+
+
+class FakeNvml:
+    """Module-like object: ``NvmlLive(module=FakeNvml([...]))``."""
+
+    def __init__(self, gpus: list[FakeGpu], init_error: int | None = None, driver: str = "580.95.05",
+                 cuda: int = 13000, has_field_values: bool = True):
+        self.gpus = gpus
+        self.init_error = init_error
+        self.driver = driver
+        self.cuda = cuda
+        self.calls: Counter[str] = Counter()
+        self.initialised = 0
+        self._sample = [0] * len(gpus)
+        if not has_field_values:
+            self.nvmlDeviceGetFieldValues = self._missing  # type: ignore[method-assign]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("nvml"):  # a getter gpuhc calls that this fake lacks: fail loudly
+            raise AttributeError(f"fake pynvml has no {name}")
+        return getattr(real, name)
+
+    def __dir__(self) -> list[str]:  # like the real module: its constants are listed too
+        return sorted(set(dir(real)) | set(super().__dir__()))
+
+    # ------------------------------------------------------------ helpers
+    def _missing(self, *a: Any) -> Any:
+        raise real.NVMLError(real.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    def _gpu(self, fn: str, h: Any) -> FakeGpu:
+        self.calls[fn] += 1
+        gpu = self.gpus[h]
+        if gpu.lost:
+            raise real.NVMLError(real.NVML_ERROR_GPU_IS_LOST)
+        if fn in gpu.fail:
+            raise real.NVMLError(gpu.fail[fn])
+        return gpu
+
+    # ------------------------------------------------------------ library
+    def nvmlInit(self) -> None:
+        self.calls["nvmlInit"] += 1
+        if self.init_error is not None:
+            raise real.NVMLError(self.init_error)
+        self.initialised += 1
+
+    def nvmlShutdown(self) -> None:
+        self.calls["nvmlShutdown"] += 1
+        self.initialised -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self.driver
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return self.cuda
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        self.calls["nvmlDeviceGetHandleByIndex"] += 1
+        if self.gpus[i].handle_error is not None:
+            raise real.NVMLError(self.gpus[i].handle_error)
+        return i
+
+    # ------------------------------------------------------------ inventory
+    def nvmlDeviceGetName(self, h: int) -> str:
+        return self._gpu("nvmlDeviceGetName", h).name
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return self._gpu("nvmlDeviceGetUUID", h).uuid
+
+    def nvmlDeviceGetPciInfo_v3(self, h: int) -> Any:
+        return SimpleNamespace(busId=self._gpu("nvmlDeviceGetPciInfo_v3", h).pci.encode())
+
+    def nvmlDeviceGetSerial(self, h: int) -> str:
+        return self._gpu("nvmlDeviceGetSerial", h).serial
+
+    def nvmlDeviceGetVbiosVersion(self, h: int) -> str:
+        return self._gpu("nvmlDeviceGetVbiosVersion", h).vbios
+
+    def nvmlDeviceGetPersistenceMode(self, h: int) -> int:
+        return self._gpu("nvmlDeviceGetPersistenceMode", h).persistence
+
+    # ------------------------------------------------------------ counters
+    def nvmlDeviceGetFieldValues(self, h: int, ids: list[Any]) -> list[Any]:
+        gpu = self._gpu("nvmlDeviceGetFieldValues", h)
+        by_id = {getattr(real, k): v for k, v in gpu.fields.items()}
+        link_by_id = {getattr(real, k): k for k in gpu.link_errors}
+        out = []
+        for fid, scope in ids:
+            value: Any = None
+            if fid == real.NVML_FI_DEV_NVLINK_GET_STATE:
+                value = gpu.link_state.get(scope, real.NVML_NVLINK_STATE_ACTIVE)
+            elif fid in link_by_id:
+                name = link_by_id[fid]
+                value = gpu.per_link_errors.get((scope, name), gpu.link_errors[name])
+            elif fid in by_id:
+                value = by_id[fid]
+            if isinstance(value, tuple):  # (error code,) forces a per-field error
+                out.append(SimpleNamespace(nvmlReturn=value[0], valueType=3, value=SimpleNamespace(ullVal=0)))
+            elif value is None:
+                out.append(SimpleNamespace(nvmlReturn=NS, valueType=3, value=SimpleNamespace(ullVal=0)))
+            else:
+                out.append(SimpleNamespace(nvmlReturn=real.NVML_SUCCESS, valueType=3,
+                                           value=SimpleNamespace(ullVal=value)))
+        return out
+
+    def nvmlDeviceGetEccMode(self, h: int) -> list[int]:
+        g = self._gpu("nvmlDeviceGetEccMode", h)
+        return [g.fields.get("NVML_FI_DEV_ECC_CURRENT", 1)] * 2
+
+    def nvmlDeviceGetTotalEccErrors(self, h: int, etype: int, ctype: int) -> int:
+        self._gpu("nvmlDeviceGetTotalEccErrors", h)
+        return 0
+
+    def nvmlDeviceGetRemappedRows(self, h: int) -> tuple[int, int, int, int]:
+        self._gpu("nvmlDeviceGetRemappedRows", h)
+        return (1, 2, 1, 0)
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: int) -> int:
+        self._gpu("nvmlDeviceGetPcieReplayCounter", h)
+        return 7
+
+    def nvmlDeviceGetNvLinkState(self, h: int, link: int) -> int:
+        g = self._gpu("nvmlDeviceGetNvLinkState", h)
+        if link >= g.fields.get("NVML_FI_DEV_NVLINK_LINK_COUNT", 0):
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        return 1 if g.link_state.get(link, 1) in (1, 2) else 0
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: int) -> int:
+        return self._gpu("nvmlDeviceGetCurrPcieLinkGeneration", h).pcie[0]
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: int) -> int:
+        return self._gpu("nvmlDeviceGetMaxPcieLinkGeneration", h).pcie[1]
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h: int) -> int:
+        return self._gpu("nvmlDeviceGetCurrPcieLinkWidth", h).pcie[2]
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h: int) -> int:
+        return self._gpu("nvmlDeviceGetMaxPcieLinkWidth", h).pcie[3]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
+        g = self._gpu("nvmlDeviceGetCurrentClocksEventReasons", h)
+        value = g.clock_reasons[self._sample[h] % len(g.clock_reasons)]
+        self._sample[h] += 1
+        return value
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: int) -> int:
+        self._gpu("nvmlDeviceGetCurrentClocksThrottleReasons", h)
+        return 0x4
+
+    def nvmlDeviceGetClockInfo(self, h: int, kind: int) -> int:
+        g = self._gpu("nvmlDeviceGetClockInfo", h)
+        return g.clocks[0] if kind == real.NVML_CLOCK_SM else g.clocks[1]
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> Any:
+        return SimpleNamespace(gpu=self._gpu("nvmlDeviceGetUtilizationRates", h).util, memory=0)
+
+    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
+        return self._gpu("nvmlDeviceGetTemperature", h).temp
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
+        return self._gpu("nvmlDeviceGetPowerUsage", h).power_mw[0]
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: int) -> int:
+        return self._gpu("nvmlDeviceGetEnforcedPowerLimit", h).power_mw[1]
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h: int) -> int:
+        return self._gpu("nvmlDeviceGetPowerManagementDefaultLimit", h).power_mw[2]
+
+    def nvmlDeviceGetGpuFabricInfoV(self, h: int, ref: Any) -> int:
+        g = self._gpu("nvmlDeviceGetGpuFabricInfoV", h)
+        if g.fabric is None:
+            raise real.NVMLError(NS)
+        info = getattr(ref, "_obj", ref)  # ctypes.byref(...) keeps the struct in _obj
+        info.state, info.status = g.fabric
+        return real.NVML_SUCCESS
