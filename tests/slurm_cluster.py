@@ -1,0 +1,552 @@
+"""A real Slurm cluster on localhost for integration tests: one slurmctld, one slurmd per node.
+
+Why a real one: gpuhc's Slurm side (drain reasons, prolog failures, HealthCheckProgram's empty
+environment, requeue on prolog error) is exactly where fakes lie. Debian's slurmd is built with
+multiple-slurmd support, so ``NodeName=nX NodeHostname=localhost NodeAddr=127.0.0.1 Port=<p>``
+and one ``slurmd -N nX`` each gives a cluster of N "nodes" on one host, each running its own
+HealthCheckProgram/Prolog/Epilog with its own ``SLURMD_NODENAME``.
+
+Everything lives under the test's work directory (config, state, spool, logs, pid files) plus a
+short private directory for the munge socket (UNIX socket paths are limited to 108 bytes and
+pytest's tmp paths are long). munged runs as root with ``--force`` on a private copy of the
+key and a private socket: that way a system munged, a leftover one, or another test session's
+cluster never clashes with ours, and there are no ownership rules on pytest's root-owned tmp
+directories to satisfy. Slurm is pointed at the socket with ``AuthInfo=socket=...``.
+
+Usage in a test (all such tests are marked ``slurm``)::
+
+    def test_x(slurm_cluster):
+        c = slurm_cluster(nodes=("n1", "n2"), healthcheck=True)
+        c.scontrol("update", "NodeName=n1", "State=DRAIN", "Reason=x")
+        c.wait_for(lambda: c.node("n1").drained, 10, "n1 drained")
+
+Slurm CLI calls must go through :meth:`SlurmCluster.run` (or pass :meth:`SlurmCluster.env`):
+that sets ``SLURM_CONF`` so the commands talk to this cluster and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+SBIN = ("/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/sbin", "/usr/local/bin")
+
+
+class ClusterError(RuntimeError):
+    """The test cluster could not start or did not reach the expected state; says why, with logs."""
+
+
+def free_ports(n: int) -> list[int]:
+    """Ask the kernel for ``n`` distinct free TCP ports (held open together so they differ)."""
+    socks, ports = [], []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def gpuhc_bin() -> str:
+    """How the Slurm-called wrappers should start gpuhc: the console script next to this Python
+    if installed, else this very interpreter with ``-m gpuhc`` (same code as the tests import)."""
+    script = Path(sys.executable).parent / "gpuhc"
+    if script.is_file() and os.access(script, os.X_OK):
+        return str(script)
+    return f"{sys.executable} -m gpuhc"
+
+
+def _which(name: str) -> str:
+    for d in SBIN:
+        p = Path(d) / name
+        if p.is_file() and os.access(p, os.X_OK):
+            return str(p)
+    found = shutil.which(name)
+    if not found:
+        raise ClusterError(f"{name} not found (install Debian packages slurmctld slurmd slurm-client munge)")
+    return found
+
+
+class SlurmCluster:
+    """Start/stop a throw-away Slurm cluster. Use as a context manager or via the fixture."""
+
+    def __init__(
+        self,
+        workdir: str | os.PathLike,
+        nodes: Iterable[str] = ("n1", "n2", "n3", "n4"),
+        gpuhc_config: dict | None = None,
+        extra_conf: str = "",
+        node_scenarios: dict[str, str] | None = None,
+        healthcheck: bool = False,
+        prolog: bool = False,
+        epilog: bool = False,
+        healthcheck_interval: int = 5,
+        healthcheck_node_state: str = "ANY",
+        gpus_per_node: int = 0,
+        cpus: int = 2,
+        prolog_epilog_timeout: int = 60,
+        start_timeout: float = 60.0,
+        debug: str = "info",
+    ) -> None:
+        self.workdir = Path(workdir).resolve()
+        self.nodes = tuple(nodes)
+        if not self.nodes:
+            raise ValueError("a cluster needs at least one node")
+        self.gpuhc_config = gpuhc_config
+        self.extra_conf = extra_conf
+        self.node_scenarios = dict(node_scenarios or {})
+        self.healthcheck, self.prolog, self.epilog = healthcheck, prolog, epilog
+        self.healthcheck_interval = healthcheck_interval
+        self.healthcheck_node_state = healthcheck_node_state
+        self.gpus_per_node = gpus_per_node
+        self.cpus = cpus
+        self.prolog_epilog_timeout = prolog_epilog_timeout
+        self.start_timeout = start_timeout
+        self.debug = debug
+        self.name = "gpuhct" + secrets.token_hex(3)
+        self.conf_path = self.workdir / "slurm.conf"
+        self.log_dir = self.workdir / "log"
+        self.gpuhc_yaml = self.workdir / "gpuhc.yaml"
+        self.state_root = self.workdir / "state"
+        self.sock_dir: Path | None = None
+        self.munge_socket: Path | None = None
+        self.ctld_port = 0
+        self.node_ports: dict[str, int] = {}
+        self._procs: dict[str, subprocess.Popen] = {}
+        self._started = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> "SlurmCluster":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def start(self) -> "SlurmCluster":
+        """Write the config, start munged, slurmctld and the slurmds; wait until all nodes are up."""
+        if os.geteuid() != 0:
+            raise ClusterError("the Slurm test cluster must run as root (slurmd runs jobs as their user)")
+        try:
+            self._prepare()
+            self._start_munge()
+            self._start_ctld()
+            for node in self.nodes:
+                self._start_slurmd(node)
+            self._started = True
+            self.wait_for(self._all_nodes_up, self.start_timeout, "all nodes registered and not DOWN")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Kill every daemon we started (process groups, so prologs and slurmstepds go too)."""
+        # slurmds first (with their stepds and scripts), then the controller, munge last.
+        order = [k for k in self._procs if k.startswith("slurmd")] + [k for k in ("slurmctld", "munged") if k in self._procs]
+        for key in order:
+            self._kill_group(self._procs[key])
+        self._kill_strays()
+        self._procs.clear()
+        self._started = False
+        if self.sock_dir is not None:
+            shutil.rmtree(self.sock_dir, ignore_errors=True)
+            self.sock_dir = None
+
+    def _kill_group(self, proc: subprocess.Popen) -> None:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        # The group may hold children that outlive the leader (slurmstepd, a prolog).
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def _kill_strays(self) -> None:
+        """slurmstepd daemonises out of slurmd's process group: find ours by the SLURM_CONF it
+        inherited from our slurmd, never by name alone (another cluster may be running)."""
+        for pid in _pids_of("slurmstepd"):
+            if _belongs_to(pid, self):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    # ------------------------------------------------------------------ setup
+
+    def _prepare(self) -> None:
+        for d in (self.workdir, self.log_dir, self.workdir / "ctld_state", self.workdir / "spool", self.state_root, self.workdir / "bin"):
+            d.mkdir(parents=True, exist_ok=True)
+        for node in self.nodes:
+            (self.state_root / node).mkdir(exist_ok=True)
+        self.sock_dir = Path(tempfile.mkdtemp(prefix="gpuhc-munge-", dir="/tmp"))
+        self.sock_dir.chmod(0o755)  # clients running as a job's (non-root) user need the socket
+        self.munge_socket = self.sock_dir / "munge.sock"
+        ports = free_ports(len(self.nodes) + 1)
+        self.ctld_port = ports[0]
+        self.node_ports = dict(zip(self.nodes, ports[1:]))
+        if self.gpus_per_node:
+            dev = self.workdir / "dev"
+            dev.mkdir(exist_ok=True)
+            # Slurm wants character devices for GPU files and takes the index from the name:
+            # links to /dev/null pass its stat() without mknod rights.
+            for i in range(self.gpus_per_node):
+                link = dev / f"nvidia{i}"
+                if not link.is_symlink():
+                    link.symlink_to("/dev/null")
+        self._write_wrappers()
+        self._write_gpuhc_yaml()
+        self.conf_path.write_text(self.slurm_conf())
+        if self.gpus_per_node:
+            last = self.gpus_per_node - 1
+            files = f"{self.workdir}/dev/nvidia[0-{last}]" if last else f"{self.workdir}/dev/nvidia0"
+            (self.workdir / "gres.conf").write_text(f"Name=gpu Type=fake File={files}\n")
+
+    def slurm_conf(self) -> str:
+        wd = self.workdir
+        lines = [
+            f"ClusterName={self.name}",
+            "SlurmctldHost=localhost",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            f"SlurmctldPort={self.ctld_port}",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={self.munge_socket}",
+            f"StateSaveLocation={wd}/ctld_state",
+            f"SlurmdSpoolDir={wd}/spool/%n",
+            f"SlurmctldPidFile={wd}/slurmctld.pid",
+            f"SlurmdPidFile={wd}/slurmd.%n.pid",
+            f"SlurmctldLogFile={self.log_dir}/slurmctld.log",
+            f"SlurmdLogFile={self.log_dir}/slurmd.%n.log",
+            f"SlurmctldDebug={self.debug}",
+            f"SlurmdDebug={self.debug}",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_CPU",
+            "MpiDefault=none",
+            "SwitchType=switch/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "JobCompType=jobcomp/none",
+            "ReturnToService=2",
+            "SchedulerParameters=nohold_on_prolog_fail",
+            # Fast enough for tests, slack enough for a loaded 2-core CI box.
+            "SlurmdTimeout=60",
+            "SlurmctldTimeout=30",
+            "MessageTimeout=10",
+            "InactiveLimit=0",
+            "KillWait=2",
+            "MinJobAge=60",
+            "WaitTime=0",
+            f"PrologEpilogTimeout={self.prolog_epilog_timeout}",
+            f"PlugStackConfig={wd}/plugstack.conf",
+        ]
+        (wd / "plugstack.conf").write_text("")  # keep the system's SPANK plugins out of tests
+        if self.healthcheck:
+            lines += [
+                f"HealthCheckProgram={wd}/bin/healthcheck",
+                f"HealthCheckInterval={self.healthcheck_interval}",
+                f"HealthCheckNodeState={self.healthcheck_node_state}",
+            ]
+        if self.prolog:
+            lines.append(f"Prolog={wd}/bin/prolog")
+        if self.epilog:
+            lines.append(f"Epilog={wd}/bin/epilog")
+        gres = ""
+        if self.gpus_per_node:
+            lines.append("GresTypes=gpu")
+            gres = f" Gres=gpu:fake:{self.gpus_per_node}"
+        for node, port in self.node_ports.items():
+            lines.append(
+                f"NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} "
+                f"CPUs={self.cpus} RealMemory=1000{gres} State=UNKNOWN"
+            )
+        lines.append("PartitionName=gpu Default=YES MaxTime=INFINITE State=UP Nodes=ALL")
+        if self.extra_conf:
+            lines.append(self.extra_conf.strip())
+        return "\n".join(lines) + "\n"
+
+    def _write_wrappers(self) -> None:
+        """Slurm runs HealthCheckProgram/Prolog/Epilog with an (almost) empty environment, so the
+        wrapper sets everything gpuhc needs, then execs the repo's shim (or a no-op stand-in
+        while the shim does not exist yet)."""
+        path = ":".join([str(Path(sys.executable).parent), *SBIN])
+        for kind in ("healthcheck", "prolog", "epilog"):
+            shim = REPO / "slurm" / f"{kind}.sh"
+            target = f'exec /bin/sh "{shim}" "$@"' if shim.is_file() else "exit 0"
+            script = (
+                "#!/bin/sh\n"
+                f"# written by tests/slurm_cluster.py for cluster {self.name}\n"
+                f'export PATH="{path}"\n'
+                f'export SLURM_CONF="{self.conf_path}"\n'
+                f'export GPUHC_CONFIG="{self.gpuhc_yaml}"\n'
+                f'export GPUHC_STATE_DIR="{self.state_root}/${{SLURMD_NODENAME:-unknown}}"\n'
+                f'export GPUHC_BIN="{gpuhc_bin()}"\n'
+                f'export PYTHONPATH="{REPO}"\n'
+                f'echo "$(date +%s.%N) {kind} ${{SLURMD_NODENAME}} ${{SLURM_JOB_ID:-}}" >> "{self.log_dir}/calls.log"\n'
+                # The environment Slurm gave us, for tests that assert on it (and for debugging).
+                f'env > "{self.log_dir}/env.{kind}.${{SLURMD_NODENAME:-unknown}}"\n'
+                f"{target}\n"
+            )
+            p = self.workdir / "bin" / kind
+            p.write_text(script)
+            p.chmod(0o755)
+
+    def _write_gpuhc_yaml(self) -> None:
+        data: dict[str, Any] = dict(self.gpuhc_config or {})
+        hosts = list(data.get("hosts") or [])
+        for node, scenario in self.node_scenarios.items():
+            hosts.append({"match": node, "sources": {"nvml_scenario": str(scenario)}})
+        if hosts:
+            data["hosts"] = hosts
+        self.gpuhc_yaml.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def _start_munge(self) -> None:
+        key = self.sock_dir / "munge.key"
+        system_key = Path("/etc/munge/munge.key")
+        if system_key.is_file():
+            shutil.copyfile(system_key, key)
+        else:  # a private key is as good: only this cluster's daemons and clients use it
+            key.write_bytes(os.urandom(1024))
+        key.chmod(0o600)
+        argv = [
+            _which("munged"), "--foreground", "--force",
+            f"--socket={self.munge_socket}", f"--key-file={key}",
+            f"--pid-file={self.sock_dir}/munged.pid", f"--seed-file={self.sock_dir}/munged.seed",
+            f"--log-file={self.log_dir}/munged.log",
+        ]
+        self._spawn("munged", argv)
+        self.wait_for(lambda: self.munge_socket.exists() or self._dead("munged"), 15, "munged socket")
+        if self._dead("munged"):
+            raise ClusterError(f"munged exited at start\n{self.logs_tail()}")
+
+    def _start_ctld(self) -> None:
+        self._spawn("slurmctld", [_which("slurmctld"), "-D", "-i", "-f", str(self.conf_path)])
+
+    def _start_slurmd(self, node: str) -> None:
+        self._spawn(f"slurmd.{node}", [_which("slurmd"), "-D", "-N", node, "-f", str(self.conf_path)])
+
+    def _spawn(self, key: str, argv: list[str]) -> None:
+        out = open(self.log_dir / f"{key}.out", "ab")
+        try:
+            self._procs[key] = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self.env(), start_new_session=True, cwd=self.workdir,
+            )
+        finally:
+            out.close()
+
+    def _dead(self, key: str) -> bool:
+        proc = self._procs.get(key)
+        return proc is None or proc.poll() is not None
+
+    # ------------------------------------------------------------------ talking to it
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """Environment for Slurm CLI calls against this cluster (and nothing else)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))}
+        env["SLURM_CONF"] = str(self.conf_path)
+        env["PATH"] = ":".join([str(Path(sys.executable).parent), *SBIN, env.get("PATH", "")])
+        env.update(extra)
+        return env
+
+    def run(self, argv: list[str], timeout: float = 30, check: bool = True, **kw: Any) -> subprocess.CompletedProcess:
+        """Run a Slurm client command with this cluster's SLURM_CONF; raise with its output on failure."""
+        env = self.env(**kw.pop("env", {}))
+        try:
+            cp = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, cwd=kw.pop("cwd", self.workdir), **kw)
+        except subprocess.TimeoutExpired as e:
+            raise ClusterError(f"{' '.join(argv)} timed out after {timeout}s\n{self.logs_tail()}") from e
+        if check and cp.returncode != 0:
+            raise ClusterError(f"{' '.join(argv)} exited {cp.returncode}: {cp.stderr.strip() or cp.stdout.strip()}")
+        return cp
+
+    def scontrol(self, *args: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
+        return self.run(["scontrol", *args], check=check, timeout=timeout)
+
+    def nodes_now(self) -> list:
+        from gpuhc.slurm.nodes import parse_show_node_oneline
+
+        cp = self.scontrol("show", "node", "-o")
+        return parse_show_node_oneline(cp.stdout)
+
+    def node(self, name: str):
+        """The node as Slurm reports it now (a :class:`gpuhc.slurm.nodes.Node`)."""
+        from gpuhc.slurm.nodes import parse_show_node_oneline
+
+        found = parse_show_node_oneline(self.scontrol("show", "node", "-o", name).stdout)
+        if len(found) != 1:
+            raise ClusterError(f"scontrol show node {name}: expected one node, got {len(found)}")
+        return found[0]
+
+    def sbatch(self, *args: str, timeout: float = 30) -> int:
+        """Submit a job, return its id."""
+        cp = self.run(["sbatch", "--parsable", *args], timeout=timeout)
+        return int(cp.stdout.strip().split(";")[0])
+
+    def job_state(self, job_id: int) -> str:
+        cp = self.scontrol("show", "job", "-o", str(job_id), check=False)
+        for tok in cp.stdout.split():
+            if tok.startswith("JobState="):
+                return tok.split("=", 1)[1]
+        return "GONE"
+
+    def wait_for_job(self, job_id: int, timeout: float = 60, states: tuple[str, ...] = ("COMPLETED",)) -> str:
+        """Wait until the job reaches one of ``states`` (or any end state); return the state."""
+        final = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "GONE", *states}
+        box: dict[str, str] = {}
+
+        def done() -> bool:
+            box["s"] = self.job_state(job_id)
+            return box["s"] in final
+
+        self.wait_for(done, timeout, f"job {job_id} in {'/'.join(states)}")
+        return box["s"]
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: float, what: str = "condition", interval: float = 0.25) -> Any:
+        """Poll ``predicate`` until truthy; on timeout raise with the daemons' log tails."""
+        deadline = time.monotonic() + timeout
+        last_err: Exception | None = None
+        while True:
+            try:
+                value = predicate()
+                if value:
+                    return value
+            except ClusterError as e:  # a command failing while the cluster settles
+                last_err = e
+            if time.monotonic() > deadline:
+                extra = f"\nlast error: {last_err}" if last_err else ""
+                raise ClusterError(f"timed out after {timeout}s waiting for {what}{extra}\n{self.logs_tail()}")
+            dead = [k for k in self._procs if self._dead(k)]
+            if dead and self._started:
+                raise ClusterError(f"daemon(s) exited: {', '.join(dead)}\n{self.logs_tail()}")
+            time.sleep(interval)
+
+    def _all_nodes_up(self) -> bool:
+        for key in ("slurmctld", *(f"slurmd.{n}" for n in self.nodes)):
+            if self._dead(key):
+                raise ClusterError(f"{key} exited during start\n{self.logs_tail()}")
+        cp = self.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False, timeout=15)
+        if cp.returncode != 0:
+            return False
+        states = dict(line.split(None, 1) for line in cp.stdout.splitlines() if line.strip())
+        return set(states) == set(self.nodes) and all(
+            not s.startswith(("down", "unknown", "future")) and not s.endswith("*") for s in states.values()
+        )
+
+    def logs_tail(self, lines: int = 25) -> str:
+        """The last lines of every daemon log, for error messages."""
+        out = []
+        for p in sorted(self.log_dir.glob("*")):
+            try:
+                text = p.read_text(errors="replace").splitlines()[-lines:]
+            except OSError:
+                continue
+            if text:
+                out.append(f"--- {p.name} (last {len(text)} lines)\n" + "\n".join(text))
+        return "\n".join(out)
+
+
+def _pids_of(exe_name: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() == exe_name:
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def daemons_alive(cluster: SlurmCluster) -> list[int]:
+    """PIDs of slurmctld/slurmd/slurmstepd/munged processes that belong to ``cluster``."""
+    return [pid for name in ("slurmctld", "slurmd", "slurmstepd", "munged") for pid in _pids_of(name) if _belongs_to(pid, cluster)]
+
+
+def _belongs_to(pid: int, cluster: SlurmCluster) -> bool:
+    """Whether a process was started for ``cluster``: its environment carries our SLURM_CONF
+    (the harness starts every daemon with it and slurmstepd inherits it), or its command line
+    names our work directory."""
+    marks = (f"SLURM_CONF={cluster.conf_path}".encode(), str(cluster.workdir).encode())
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return any(m in env.split(b"\0") or m in cmd for m in marks)
+
+
+# ---------------------------------------------------------------------- pytest fixtures
+
+try:
+    import pytest
+except ImportError:  # the module is also usable from a plain script
+    pytest = None  # type: ignore[assignment]
+
+if pytest is not None:
+
+    def _factory(tmp_path_factory):
+        started: list[SlurmCluster] = []
+
+        def make(**kwargs: Any) -> SlurmCluster:
+            workdir = kwargs.pop("workdir", None) or tmp_path_factory.mktemp("slurm")
+            cluster = SlurmCluster(workdir, **kwargs)
+            started.append(cluster)
+            try:
+                cluster.start()
+            except ClusterError as e:
+                # Never a skip: in CI a cluster that cannot start is a failure with its reason.
+                pytest.fail(f"Slurm test cluster did not start: {e}", pytrace=False)
+            return cluster
+
+        return started, make
+
+    @pytest.fixture
+    def slurm_cluster(tmp_path_factory):
+        """Factory: ``slurm_cluster(**kwargs)`` starts a :class:`SlurmCluster` (kwargs as its
+        constructor); every cluster it made is stopped when the test ends."""
+        started, make = _factory(tmp_path_factory)
+        yield make
+        for cluster in started:
+            cluster.stop()
+
+    @pytest.fixture(scope="module")
+    def slurm_cluster_module(tmp_path_factory):
+        """Same factory, torn down at the end of the module: for tests that can share a cluster
+        (reset node states yourself between tests, e.g. ``scontrol update State=RESUME``)."""
+        started, make = _factory(tmp_path_factory)
+        yield make
+        for cluster in started:
+            cluster.stop()

@@ -1,0 +1,118 @@
+"""The Slurm test cluster itself: if this fails, every `slurm` test's failure is the harness's.
+
+Starts real slurmctld/slurmd/munged daemons on localhost (root only; see tests/slurm_cluster.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm_cluster import ClusterError, SlurmCluster, daemons_alive
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module")
+def cluster(slurm_cluster_module):
+    return slurm_cluster_module(healthcheck=True, prolog=True, epilog=True, healthcheck_interval=2, gpus_per_node=2)
+
+
+def test_all_nodes_idle(cluster):
+    nodes = cluster.nodes_now()
+    assert [n.name for n in nodes] == ["n1", "n2", "n3", "n4"]
+    assert all(n.state == "IDLE" and not n.flags for n in nodes), nodes
+    assert all(n.partitions == ("gpu",) for n in nodes)
+
+
+def test_drain_and_resume_round_trip(cluster):
+    reason = "gpuhc: xid Xid 79 on gpu3 [pci=0000:b3:00.0] x=y"
+    cluster.scontrol("update", "NodeName=n2", "State=DRAIN", f"Reason={reason}")
+    node = cluster.wait_for(lambda: (n := cluster.node("n2")).drained and n, 15, "n2 drained")
+    assert node.reason == reason
+    assert node.reason_user == "root"
+    assert node.reason_time is not None
+    assert node.raw_state == "IDLE+DRAIN"
+    cluster.scontrol("update", "NodeName=n2", "State=RESUME")
+    node = cluster.wait_for(lambda: not (n := cluster.node("n2")).drained and n, 15, "n2 resumed")
+    assert node.reason is None and node.state == "IDLE"
+
+
+def test_sbatch_job_completes(cluster):
+    job = cluster.sbatch("-N1", "--wrap", "hostname")
+    assert cluster.wait_for_job(job, 60) == "COMPLETED"
+
+
+def test_srun_two_nodes(cluster):
+    cp = cluster.run(["srun", "-N2", "-n2", "--label", "printenv", "SLURMD_NODENAME"], timeout=60)
+    lines = sorted(cp.stdout.split())
+    assert len(cp.stdout.splitlines()) == 2
+    assert len({line.split(":")[-1] for line in cp.stdout.splitlines()}) == 2, lines
+
+
+@pytest.mark.mpi
+def test_srun_pmi2_mpi4py_ranks(cluster):
+    code = (
+        "from mpi4py import MPI\n"
+        "c = MPI.COMM_WORLD\n"
+        "total = c.allreduce(c.Get_rank() + 1)\n"
+        "print(f'rank={c.Get_rank()} size={c.Get_size()} sum={total}', flush=True)\n"
+    )
+    cp = cluster.run(["srun", "--mpi=pmi2", "-N2", "-n2", sys.executable, "-c", code], timeout=90)
+    got = sorted(line for line in cp.stdout.splitlines() if line.startswith("rank="))
+    assert got == ["rank=0 size=2 sum=3", "rank=1 size=2 sum=3"], cp.stdout + cp.stderr
+
+
+def test_slurm_programs_get_the_wrapper_environment(cluster):
+    """HealthCheckProgram runs per node with its own SLURMD_NODENAME; prolog/epilog see the GPUs
+    Slurm allocated; every wrapper exports what gpuhc needs."""
+    job = cluster.sbatch("-w", "n3", "--gres=gpu:1", "--wrap", "true")
+    assert cluster.wait_for_job(job, 60) == "COMPLETED"
+    logs = cluster.log_dir
+    cluster.wait_for(lambda: (logs / "env.epilog.n3").is_file(), 20, "epilog on n3")
+    cluster.wait_for(lambda: all((logs / f"env.healthcheck.{n}").is_file() for n in cluster.nodes), 20, "healthchecks")
+    env = dict(line.split("=", 1) for line in (logs / "env.prolog.n3").read_text().splitlines() if "=" in line)
+    assert env["SLURMD_NODENAME"] == "n3"
+    assert env["SLURM_JOB_ID"] == str(job)
+    assert env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert env["GPUHC_STATE_DIR"] == str(cluster.state_root / "n3")
+    assert env["SLURM_CONF"] == str(cluster.conf_path)
+    assert env["GPUHC_CONFIG"] == str(cluster.gpuhc_yaml)
+    assert env["GPUHC_BIN"]
+    hc = (logs / "env.healthcheck.n1").read_text()
+    assert "SLURMD_NODENAME=n1" in hc and "SLURM_JOB_ID" not in hc
+
+
+def test_gpuhc_yaml_carries_node_scenarios(tmp_path):
+    c = SlurmCluster(tmp_path, nodes=("n1", "n2"), gpuhc_config={"budget_s": {"passive": 10}},
+                     node_scenarios={"n2": "xid79.yaml"})
+    c._write_gpuhc_yaml()
+    import yaml
+
+    data = yaml.safe_load(c.gpuhc_yaml.read_text())
+    assert data == {"budget_s": {"passive": 10}, "hosts": [{"match": "n2", "sources": {"nvml_scenario": "xid79.yaml"}}]}
+
+
+def test_teardown_leaves_no_daemons(tmp_path):
+    c = SlurmCluster(tmp_path / "c", nodes=("n1", "n2"))
+    try:
+        c.start()
+        # a job still running at teardown leaves a slurmstepd that must go too
+        job = c.sbatch("--wrap", "sleep 300")
+        c.wait_for(lambda: c.job_state(job) == "RUNNING", 30, "sleep job running")
+        assert daemons_alive(c)
+    finally:
+        c.stop()
+    assert daemons_alive(c) == []
+    assert c.sock_dir is None
+
+
+def test_a_cluster_that_cannot_start_says_why(tmp_path):
+    c = SlurmCluster(tmp_path / "bad", nodes=("n1",), extra_conf="NoSuchSlurmOption=1", start_timeout=20)
+    with pytest.raises(ClusterError) as err:
+        c.start()
+    text = str(err.value)
+    assert "slurmctld" in text and "NoSuchSlurmOption" in text
+    assert daemons_alive(c) == []
