@@ -1,0 +1,103 @@
+"""gpu-count: is NVML alive, and does it see every GPU this node should have?
+
+This is the one check that turns "NVML unavailable" into a failure; every other GPU check says
+n/a then, so a dead driver gives one clear drain reason instead of seven. It runs in the prolog
+too: a job must not land on a node whose GPU fell off the bus since the last passive run.
+
+Expected count, in order: threshold ``expected`` (the runner passes config
+``node.expected_gpus``), else the baseline's ``gpu_count``. With neither, any non-zero count
+passes. The count is node-wide even in the prolog: a missing GPU breaks the node, not only the
+job that asked for it.
+"""
+
+from __future__ import annotations
+
+from gpuhc.checks.base import NVML, STAGES, Check, CheckOutput, Context, result
+from gpuhc.model import Action, GpuReading, Snapshot, Status, norm_pci
+
+ID = "gpu-count"
+
+
+def _lost(gpu: GpuReading) -> bool:
+    # NVML answers GPU_IS_LOST for a GPU that stopped responding; the source marks such a GPU
+    # with ``lost=True``. Read defensively: older readings have no such field.
+    return bool(getattr(gpu, "lost", False))
+
+
+def _missing_from_baseline(snapshot: Snapshot, baseline: dict | None) -> list[str]:
+    """Baseline GPUs (by normalised PCI id) that NVML no longer enumerates, as 'gpuN (pci)'."""
+    if not baseline or not isinstance(baseline.get("gpus"), dict):
+        return []
+    seen = {norm_pci(g.pci_bus_id) for g in snapshot.nvml.gpus}
+    out = []
+    for pci, info in sorted(baseline["gpus"].items()):
+        if norm_pci(pci) not in seen:
+            idx = info.get("index") if isinstance(info, dict) else None
+            out.append(f"gpu{idx} ({norm_pci(pci)})" if idx is not None else norm_pci(pci))
+    return out
+
+
+def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
+    nvml = snapshot.nvml
+    if nvml is None or not nvml.available:
+        why = (nvml.error if nvml else None) or "no reading"
+        return CheckOutput([result(
+            ID, Status.FAIL, f"NVML unavailable: {why} (driver not loaded / GPU lost)",
+            value=why, action=Action.DRAIN_REBOOT,
+        )])
+
+    results = []
+    for gpu in nvml.gpus:
+        if _lost(gpu):
+            results.append(result(
+                ID, Status.FAIL, f"{gpu.subject} ({norm_pci(gpu.pci_bus_id)}) lost: NVML reports GPU is lost",
+                subject=gpu.subject, value="lost", action=Action.DRAIN_TICKET,
+            ))
+
+    count = len(nvml.gpus)
+    expected = ctx.t("expected")
+    source = "configured"
+    if expected is None and ctx.baseline and isinstance(ctx.baseline.get("gpu_count"), int):
+        expected, source = ctx.baseline["gpu_count"], "baseline"
+    missing = _missing_from_baseline(snapshot, ctx.baseline)
+
+    if expected is None:
+        if count == 0:
+            results.append(result(ID, Status.WARN, "NVML sees no GPUs (no expected count configured)", value=0))
+        elif not results:
+            results.append(result(ID, Status.PASS, f"{count} GPUs visible", value=count))
+        return CheckOutput(results)
+
+    if count < expected:
+        names = f"; missing {', '.join(missing)}" if missing else ""
+        results.append(result(
+            ID, Status.FAIL, f"{count} of {expected} GPUs visible{names}",
+            value=count, threshold=expected, action=Action.DRAIN_REBOOT,
+        ))
+    elif count > expected:
+        # More GPUs than expected hurts no job; the config or baseline is out of date.
+        results.append(result(
+            ID, Status.WARN, f"{count} GPUs visible, {source} count is {expected}", value=count, threshold=expected,
+        ))
+    elif missing:
+        # Right count, wrong GPUs: a board was swapped or re-enumerated at another bus id.
+        results.append(result(
+            ID, Status.WARN, f"GPU bus ids differ from baseline: {', '.join(missing)} not seen",
+            value=count, threshold=expected,
+        ))
+    elif not results:
+        results.append(result(ID, Status.PASS, f"{count} of {expected} GPUs visible", value=count, threshold=expected))
+    return CheckOutput(results)
+
+
+CHECKS = [
+    Check(
+        id=ID,
+        needs=(NVML,),
+        judge=judge,
+        stages=STAGES,
+        timeout_s=10.0,
+        defaults={"expected": None},
+        doc="NVML reachable, every expected GPU enumerated, none lost",
+    )
+]

@@ -1,0 +1,157 @@
+"""nvlink: are all NVLinks up, and are their error counters quiet?
+
+Link count. Each GPU's active links are compared with the node's baseline (``nvlink_active`` of
+that GPU, by PCI id) or, without a baseline, with the profile's ``expected_active`` (18 on
+H100/H200 SXM, 12 on A100 SXM). Fewer active links: FAIL, drain + reboot — a link that did not
+train often comes back after a reset, and one that stays down fails again after the reboot,
+which the drain policy escalates. With neither expectation (generic profile) the count is only
+reported: PCIe cards with bridges legitimately show unwired links as down.
+
+Error counters. NVLink counters are cumulative since the driver loaded, so a lifetime total says
+little; the check judges their GROWTH between two runs, per link. State (``ctx.prev``) holds the
+last value keyed ``<gpu uuid>/<link>/<counter>``; the first sight of a counter only records it,
+and a counter that went down (driver reload, GPU reset) is re-recorded, never judged. Counters
+are grouped by kind, each with its own per-run growth thresholds (0 disables a level):
+
+- crc (crc_flit, crc_data): bit errors on the wire; the link retransmits, so they cost
+  bandwidth before they cost correctness. WARN at 100 per run, FAIL at 10000.
+- replay: retransmissions; WARN at 100, FAIL at 10000.
+- recovery: the link had to retrain — the job stalls. WARN at 1, FAIL at 5 per run.
+- any other counter a source adds: WARN at 100, never FAIL.
+
+Growth failures carry drain + hardware ticket: a link that keeps taking errors is a cable,
+connector or board problem. Thresholds are per run because runs are minutes apart (passive
+every few minutes, epilog after each job); a site with a different cadence tunes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuhc.checks.base import NVML, Check, CheckOutput, Context, na, result, selected_gpus
+from gpuhc.model import Action, GpuReading, Result, Snapshot, Status, norm_pci
+
+ID = "nvlink"
+KINDS = ("crc", "replay", "recovery", "other")
+
+
+def counter_kind(name: str) -> str:
+    for kind in ("crc", "replay", "recovery"):
+        if kind in name.lower():
+            return kind
+    return "other"
+
+
+def _expected_active(gpu: GpuReading, ctx: Context) -> tuple[int | None, str]:
+    gpus = (ctx.baseline or {}).get("gpus")
+    if isinstance(gpus, dict):
+        for pci, info in gpus.items():
+            if norm_pci(pci) == norm_pci(gpu.pci_bus_id) and isinstance(info, dict):
+                if isinstance(info.get("nvlink_active"), int):
+                    return info["nvlink_active"], "baseline"
+    expected = ctx.t("expected_active")
+    return (expected, "profile") if isinstance(expected, int) else (None, "")
+
+
+def _count_finding(gpu: GpuReading, ctx: Context) -> Result | None:
+    known = [s for s in gpu.nvlinks if s.active is not None]
+    if not known:
+        return None
+    active = sum(1 for s in known if s.active)
+    expected, source = _expected_active(gpu, ctx)
+    if expected is None or active >= expected:
+        return None
+    down = ", ".join(str(s.link) for s in known if not s.active)
+    detail = f" (down: {down})" if down else ""
+    return result(ID, Status.FAIL, f"{gpu.subject} {active}/{expected} NVLinks active{detail}",
+                  gpu.subject, value=active, threshold=expected, action=Action.DRAIN_REBOOT)
+
+
+def _growth(gpu: GpuReading, prev: dict[str, Any], state: dict[str, Any]) -> dict[str, dict[int, int]]:
+    """Per kind, per link: how much the counters grew since the last run. Updates ``state``."""
+    grown: dict[str, dict[int, int]] = {k: {} for k in KINDS}
+    for link in gpu.nvlinks:
+        for name, value in link.errors.items():
+            if value is None:
+                continue
+            key = f"{gpu.uuid}/{link.link}/{name}"
+            state[key] = value
+            before = prev.get(key)
+            if not isinstance(before, int) or value < before:
+                continue  # first sight, or the counter was reset: this run is the new baseline
+            if value > before:
+                per_link = grown[counter_kind(name)]
+                per_link[link.link] = per_link.get(link.link, 0) + value - before
+    return grown
+
+
+def _growth_findings(gpu: GpuReading, grown: dict[str, dict[int, int]], ctx: Context) -> list[Result]:
+    out: list[Result] = []
+    for kind in KINDS:
+        per_link = grown[kind]
+        if not per_link:
+            continue
+        warn = ctx.t(f"{kind}_warn", 0) or 0
+        fail = ctx.t(f"{kind}_fail", 0) or 0
+        worst = max(per_link.values())
+        if fail and worst >= fail:
+            status, limit, action = Status.FAIL, fail, Action.DRAIN_TICKET
+        elif warn and worst >= warn:
+            status, limit, action = Status.WARN, warn, Action.NONE
+        else:
+            continue
+        links = sorted(link for link, d in per_link.items() if d >= limit)
+        where = "link" if len(links) == 1 else "links"
+        out.append(result(
+            ID, status, f"{gpu.subject} NVLink {kind} errors +{worst} since last run ({where} {', '.join(map(str, links))})",
+            gpu.subject, value={str(k): v for k, v in sorted(per_link.items())}, threshold=limit, action=action,
+        ))
+    return out
+
+
+def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
+    if snapshot.nvml is None or not snapshot.nvml.available:
+        return CheckOutput([na(ID, "NVML unavailable")])
+    prev = ctx.prev or {}
+    # A run over a subset of GPUs (prolog: the job's GPUs) keeps the others' baselines; a full
+    # run rewrites the state, so counters of GPUs that were swapped out do not pile up.
+    state: dict[str, Any] = dict(prev) if ctx.gpus is not None else {}
+    results: list[Result] = []
+    for gpu in selected_gpus(snapshot, ctx):
+        if not gpu.nvlinks:
+            results.append(na(ID, f"{gpu.subject} no NVLink", gpu.subject))
+            continue
+        found: list[Result] = []
+        count = _count_finding(gpu, ctx)
+        if count:
+            found.append(count)
+        found.extend(_growth_findings(gpu, _growth(gpu, prev, state), ctx))
+        if found:
+            results.extend(found)
+            continue
+        active = sum(1 for s in gpu.nvlinks if s.active)
+        if all(s.active is None for s in gpu.nvlinks):
+            results.append(na(ID, f"{gpu.subject} NVLink state not supported", gpu.subject))
+        else:
+            results.append(result(ID, Status.PASS, f"{gpu.subject} {active} NVLinks active, no error growth",
+                                  gpu.subject, value=active, threshold=_expected_active(gpu, ctx)[0]))
+    return CheckOutput(results, state=state)
+
+
+CHECKS = [
+    Check(
+        id=ID,
+        needs=(NVML,),
+        judge=judge,
+        stages=("passive", "prolog", "epilog", "bootstrap"),
+        timeout_s=10.0,
+        defaults={
+            "expected_active": None,  # the profile knows the model's link count
+            "crc_warn": 100, "crc_fail": 10000,
+            "replay_warn": 100, "replay_fail": 10000,
+            "recovery_warn": 1, "recovery_fail": 5,
+            "other_warn": 100, "other_fail": 0,
+        },
+        doc="active NVLink count vs profile/baseline; per-link error counter growth between runs",
+    )
+]

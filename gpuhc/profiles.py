@@ -1,0 +1,173 @@
+"""GPU profiles: what "healthy" means for one GPU model.
+
+A check's thresholds come in three layers, later ones winning: the check's own ``defaults``
+(model-agnostic and conservative), the GPU profile selected here (model facts: NVLink count,
+power limit, PCIe generation, temperature limits), and the site's ``checks.<id>.thresholds``.
+Profiles are YAML files in ``gpuhc/data/profiles/`` so that a site can read what gpuhc expects
+of its hardware, and so that adding a GPU model is a data change rather than a code change.
+
+Profile file shape::
+
+    name: h100-sxm                # must equal the file name
+    description: one line
+    match: ['H100 80GB HBM3']     # case-insensitive regular expressions searched in the NVML name
+    exclude: ['PCIe', 'NVL']      # names matching any of these never select this profile
+    thresholds:
+      nvlink: {expected_active: 18}   # a section per check id, keys as in that check's defaults
+
+The profile named ``generic`` has no ``match`` and is the fallback: it must not carry model
+facts (an unknown GPU's NVLink count is unknown, so "n/a", not "fail").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from gpuhc.errors import ConfigError
+from gpuhc.yamlpos import line_of, load_with_lines
+
+if TYPE_CHECKING:
+    from gpuhc.checks.base import Check
+
+GENERIC = "generic"
+PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "profiles")
+_TOP_KEYS = ("name", "description", "match", "exclude", "thresholds")
+_SCALARS = (int, float, str, bool, type(None))
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str = ""
+    match: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    path: str | None = None
+
+    def matches(self, gpu_name: str) -> bool:
+        """True when the NVML name matches one ``match`` pattern and no ``exclude`` pattern."""
+        if not self.match:
+            return False
+        if any(re.search(p, gpu_name, re.IGNORECASE) for p in self.exclude):
+            return False
+        return any(re.search(p, gpu_name, re.IGNORECASE) for p in self.match)
+
+    def for_check(self, check_id: str) -> dict[str, Any]:
+        """This profile's thresholds for one check (a copy: callers merge into it)."""
+        return dict(self.thresholds.get(check_id, {}))
+
+
+def load_profile_file(path: str) -> Profile:
+    """Read and validate one profile; every error names the file, line and key."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read profile: {e}", path) from None
+    raw, lines = load_with_lines(text, path)
+    if not isinstance(raw, dict):
+        raise ConfigError("a profile must be a mapping with name, match and thresholds", path, 1)
+
+    def bad(msg: str, *key: Any) -> ConfigError:
+        return ConfigError(msg, path, line_of(lines, key), ".".join(map(str, key)) or None)
+
+    for key in raw:
+        if key not in _TOP_KEYS:
+            raise bad(f"unknown key (known: {', '.join(_TOP_KEYS)})", key)
+    name = raw.get("name")
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if name != stem:
+        raise bad(f"name must be the file name {stem!r}, got {name!r}", "name")
+    description = raw.get("description") or ""
+    if not isinstance(description, str):
+        raise bad("must be a string", "description")
+    patterns: dict[str, tuple[str, ...]] = {}
+    for key in ("match", "exclude"):
+        items = raw.get(key) or []
+        if not isinstance(items, list):
+            raise bad("must be a list of regular expressions", key)
+        for i, pat in enumerate(items):
+            if not isinstance(pat, str) or not pat:
+                raise bad("must be a non-empty string", key, i)
+            try:
+                re.compile(pat)
+            except re.error as e:
+                raise bad(f"bad regular expression {pat!r}: {e}", key, i) from None
+        patterns[key] = tuple(items)
+    if name == GENERIC and patterns["match"]:
+        raise bad("the generic profile is the fallback and must not match names", "match")
+    if name != GENERIC and not patterns["match"]:
+        raise bad("a model profile needs at least one match pattern", "match")
+    thresholds = raw.get("thresholds") or {}
+    if not isinstance(thresholds, dict):
+        raise bad("must be a mapping of check id to thresholds", "thresholds")
+    for cid, section in thresholds.items():
+        if not isinstance(section, dict):
+            raise bad("must be a mapping of threshold name to value", "thresholds", cid)
+        for k, v in section.items():
+            ok = isinstance(v, _SCALARS) or (isinstance(v, list) and all(isinstance(x, _SCALARS) for x in v))
+            if not ok:
+                raise bad("must be a number, string, boolean, null or a list of those", "thresholds", cid, k)
+    return Profile(
+        name=name,
+        description=description,
+        match=patterns["match"],
+        exclude=patterns["exclude"],
+        thresholds={str(c): dict(s) for c, s in thresholds.items()},
+        path=path,
+    )
+
+
+def load_profiles(directory: str) -> dict[str, Profile]:
+    """Every ``*.yaml`` profile in ``directory``, by name; a generic profile must be among them."""
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".yaml"))
+    except OSError as e:
+        raise ConfigError(f"cannot list profiles: {e.strerror}", directory) from None
+    profiles = {p.name: p for p in (load_profile_file(os.path.join(directory, n)) for n in names)}
+    if GENERIC not in profiles:
+        raise ConfigError("no generic.yaml profile (the fallback for unknown GPUs)", directory)
+    return profiles
+
+
+@lru_cache(maxsize=1)
+def _shipped() -> dict[str, Profile]:
+    # Loaded on first use only: a prolog that never needs a profile should not parse YAML.
+    return load_profiles(PROFILE_DIR)
+
+
+def all_profiles() -> list[Profile]:
+    """The profiles shipped with gpuhc, sorted by name."""
+    return [p for _, p in sorted(_shipped().items())]
+
+
+def profile_names() -> list[str]:
+    return sorted(_shipped())
+
+
+def select_profile(gpu_name: str | None, forced: str | None = None) -> Profile:
+    """The profile for a GPU model: ``forced`` by name (config ``node.profile``), else the first
+    profile (by name) whose patterns match the NVML name, else ``generic``."""
+    profiles = _shipped()
+    if forced:
+        if forced not in profiles:
+            raise ConfigError(f"unknown GPU profile {forced!r} (known: {', '.join(sorted(profiles))})", key="node.profile")
+        return profiles[forced]
+    if gpu_name:
+        for name in sorted(profiles):
+            if profiles[name].matches(gpu_name):
+                return profiles[name]
+    return profiles[GENERIC]
+
+
+def effective_thresholds(check: "Check", profile: Profile | None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What ``ctx.thresholds`` should be for ``check``: defaults, then profile, then config."""
+    merged = dict(check.defaults)
+    if profile is not None:
+        merged.update(profile.for_check(check.id))
+    merged.update(overrides or {})
+    return merged
