@@ -1,0 +1,90 @@
+"""The circuit breaker: what counts as drained by gpuhc, scope, caps, and the message."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuhc.slurm.breaker import BreakerSettings, cap_for, evaluate, held_by_gpuhc
+from gpuhc.slurm.nodes import Node, parse_state
+
+
+def n(name, raw="IDLE", reason=None, parts=("gpu",)):
+    base, flags = parse_state(raw)
+    return Node(name, base, flags, reason, "root" if reason else None, None, parts, raw)
+
+
+def cluster(total=100, gpuhc=0, admin=0, parts=("gpu",)):
+    nodes = [n(f"g{i:03d}", parts=parts) for i in range(total)]
+    for i in range(gpuhc):
+        nodes[i] = n(nodes[i].name, "IDLE+DRAIN", f"gpuhc: xid gpu{i % 8} Xid 79", parts)
+    for i in range(gpuhc, gpuhc + admin):
+        nodes[i] = n(nodes[i].name, "IDLE+DRAIN", "bad fan", parts)
+    return nodes
+
+
+def test_message_matches_the_documented_shape():
+    st = evaluate(cluster(100, gpuhc=12), "g050", BreakerSettings(max_drained=10, max_drained_percent=None))
+    assert st.open
+    assert st.message == "circuit breaker open: 12/100 nodes drained by gpuhc >= cap 10 (partition gpu)"
+
+
+@pytest.mark.parametrize("drained,open_", [(0, False), (9, False), (10, True), (11, True)])
+def test_open_at_or_over_the_cap(drained, open_):
+    st = evaluate(cluster(100, gpuhc=drained), "g099", BreakerSettings(max_drained_percent=10.0))
+    assert (st.open, st.cap, st.drained) == (open_, 10, drained)
+
+
+def test_admin_drains_do_not_count_but_retired_and_quarantined_do():
+    nodes = cluster(10, admin=5)
+    nodes[6] = n("g006", "DOWN+DRAIN", "gpuhc: RETIRED xid gpu1 Xid 79")
+    nodes[7] = n("g007", "IDLE+DRAIN", "gpuhc: xid gpu1 Xid 79 [q2]")
+    nodes[8] = n("g008", "IDLE", "gpuhc: stale reason on a node in service")
+    st = evaluate(nodes, "g009", BreakerSettings(max_drained=3, max_drained_percent=None))
+    assert st.drained == 2 and not st.open
+    assert not held_by_gpuhc(nodes[8])
+
+
+def test_percent_cap_rounds_up_so_a_small_cluster_can_drain_one():
+    assert cap_for(4, BreakerSettings(max_drained_percent=10.0)) == 1
+    assert cap_for(100, BreakerSettings(max_drained_percent=10.0)) == 10
+    assert cap_for(101, BreakerSettings(max_drained_percent=10.0)) == 11
+    assert cap_for(0, BreakerSettings(max_drained_percent=10.0)) == 0
+
+
+def test_stricter_cap_wins():
+    assert cap_for(1000, BreakerSettings(max_drained=5, max_drained_percent=10.0)) == 5
+    assert cap_for(20, BreakerSettings(max_drained=5, max_drained_percent=10.0)) == 2
+
+
+def test_partition_scope_ignores_other_partitions():
+    nodes = cluster(10, gpuhc=3, parts=("cpu",)) + cluster(10, parts=("gpu",))
+    nodes[10:] = [n(f"h{i}", parts=("gpu",)) for i in range(10)]
+    st = evaluate(nodes, "h1", BreakerSettings(max_drained=1, max_drained_percent=None))
+    assert (st.open, st.drained, st.total, st.scope) == (False, 0, 10, "partition gpu")
+    st = evaluate(nodes, "h1", BreakerSettings(max_drained=1, max_drained_percent=None, scope="cluster"))
+    assert (st.open, st.drained, st.total, st.scope) == (True, 3, 20, "cluster")
+
+
+def test_node_in_two_partitions_counts_both():
+    nodes = [n("a", parts=("gpu", "debug")), n("b", "IDLE+DRAIN", "gpuhc: x", ("debug",)),
+             n("c", parts=("cpu",))]
+    st = evaluate(nodes, "a", BreakerSettings(max_drained=1, max_drained_percent=None))
+    assert (st.total, st.drained, st.open, st.scope) == (2, 1, True, "partition debug,gpu")
+
+
+def test_unknown_node_or_no_partition_falls_back_to_cluster():
+    nodes = cluster(5, gpuhc=1, parts=())
+    st = evaluate(nodes, "zzz", BreakerSettings(max_drained=2, max_drained_percent=None))
+    assert st.scope == "cluster" and st.total == 5 and not st.open
+
+
+def test_disabled_or_uncapped_breaker_never_opens():
+    nodes = cluster(10, gpuhc=10)
+    for s in (BreakerSettings(enabled=False), BreakerSettings(max_drained=None, max_drained_percent=None)):
+        st = evaluate(nodes, "g001", s)
+        assert not st.open and st.cap is None and "disabled" in st.message
+
+
+def test_from_section_defaults():
+    s = BreakerSettings.from_section({})
+    assert (s.enabled, s.max_drained, s.max_drained_percent, s.scope) == (True, None, 10.0, "partition")

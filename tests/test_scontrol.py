@@ -1,0 +1,154 @@
+"""The scontrol wrapper: exact argv, timeouts inside the deadline, errors as SlurmError."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import time
+
+import pytest
+
+from gpuhc.errors import SlurmError
+from gpuhc.slurm.scontrol import Scontrol, subprocess_runner
+
+LINE = ("NodeName=n1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUTot=2 State=IDLE+DRAIN "
+        "Partitions=gpu Reason=gpuhc: xid gpu3 Xid 79 [root@2024-06-11T10:23:45]\n"
+        "NodeName=n2 Arch=x86_64 CPUTot=2 State=MIXED Partitions=gpu,debug\n")
+
+
+class Recorder:
+    def __init__(self, answers=None):
+        self.answers = list(answers or [])
+        self.seen: list[tuple[list[str], float]] = []
+
+    def __call__(self, argv, timeout):
+        self.seen.append((argv, timeout))
+        a = self.answers.pop(0) if self.answers else (0, "", "")
+        if isinstance(a, BaseException):
+            raise a
+        return a
+
+
+def test_show_node_reads_one_node():
+    rec = Recorder([(0, LINE.splitlines()[0] + "\n", "")])
+    node = Scontrol(run=rec).show_node("n1")
+    assert rec.seen[0][0] == ["scontrol", "show", "node", "-o", "n1"]
+    assert node.name == "n1" and node.drained and node.reason == "gpuhc: xid gpu3 Xid 79"
+    assert node.reason_user == "root"
+
+
+def test_show_nodes_reads_all():
+    rec = Recorder([(0, LINE, "")])
+    nodes = Scontrol(binary="/usr/bin/scontrol", run=rec).show_nodes()
+    assert rec.seen[0][0] == ["/usr/bin/scontrol", "show", "node", "-o"]
+    assert [x.name for x in nodes] == ["n1", "n2"] and nodes[1].partitions == ("gpu", "debug")
+
+
+def test_drain_resume_reboot_argv():
+    rec = Recorder()
+    sc = Scontrol(run=rec)
+    sc.drain("gpu-01", "gpuhc: xid gpu3 Xid 79: GPU has fallen off the bus")
+    sc.resume("gpu-01")
+    sc.reboot("gpu[01-03]", "gpuhc: xid gpu3 Xid 79 [q1]")
+    sc.reboot("gpu-01", "gpuhc: x [q1]", nextstate="DRAIN", asap=False)
+    assert [a for a, _ in rec.seen] == [
+        ["scontrol", "update", "NodeName=gpu-01", "State=DRAIN",
+         "Reason=gpuhc: xid gpu3 Xid 79: GPU has fallen off the bus"],
+        ["scontrol", "update", "NodeName=gpu-01", "State=RESUME"],
+        ["scontrol", "reboot", "ASAP", "nextstate=DOWN", "reason=gpuhc: xid gpu3 Xid 79 [q1]", "gpu[01-03]"],
+        ["scontrol", "reboot", "nextstate=DRAIN", "reason=gpuhc: x [q1]", "gpu-01"],
+    ]
+    assert sc.calls == [a for a, _ in rec.seen]
+
+
+@pytest.mark.parametrize("name", ["", "n1 n2", "n[1-2]", "-n1", "n1;reboot", "NodeName=x", "a" * 200])
+def test_bad_node_names_are_refused_before_running_anything(name):
+    rec = Recorder()
+    with pytest.raises(SlurmError, match="refusing node name"):
+        Scontrol(run=rec).drain(name, "gpuhc: x")
+    assert rec.seen == []
+
+
+@pytest.mark.parametrize("reason", ["", "gpuhc: a\nb", "gpuhc: \x1b[31m", "gpuhc: " + "x" * 300])
+def test_bad_reasons_are_refused(reason):
+    rec = Recorder()
+    with pytest.raises(SlurmError, match="refusing reason"):
+        Scontrol(run=rec).drain("n1", reason)
+    assert rec.seen == []
+
+
+def test_reboot_refuses_all_and_odd_lists():
+    for nodes in ("ALL", "all", "n1 n2", "n1;x"):
+        with pytest.raises(SlurmError):
+            Scontrol(run=Recorder()).reboot(nodes, "gpuhc: x")
+
+
+def test_nonzero_exit_names_the_command_and_message():
+    rec = Recorder([(1, "", "scontrol: error: Invalid node state transition requested\n")])
+    with pytest.raises(SlurmError) as e:
+        Scontrol(run=rec).resume("n1")
+    assert str(e.value) == ("scontrol update NodeName=n1 State=RESUME failed (exit 1): "
+                            "scontrol: error: Invalid node state transition requested")
+
+
+def test_reason_text_is_not_repeated_in_errors():
+    rec = Recorder([(1, "", "boom")])
+    with pytest.raises(SlurmError) as e:
+        Scontrol(run=rec).drain("n1", "gpuhc: secret evidence")
+    assert "secret" not in str(e.value) and "reason=..." in str(e.value)
+
+
+def test_timeout_becomes_a_clear_error():
+    rec = Recorder([subprocess.TimeoutExpired(["scontrol"], 2.0)])
+    with pytest.raises(SlurmError, match=r"scontrol show node -o n1: no answer within 2.0s"):
+        Scontrol(run=rec, timeout_s=2.0).show_node("n1")
+
+
+def test_missing_binary_is_a_clear_error():
+    with pytest.raises(SlurmError, match="scontrol not found"):
+        Scontrol(binary="/nonexistent/scontrol").show_nodes()
+
+
+def test_timeout_is_cut_to_the_remaining_deadline():
+    rec = Recorder([(0, LINE, "")])
+    sc = Scontrol(run=rec, timeout_s=10.0, deadline=time.monotonic() + 3.0)
+    sc.show_nodes()
+    assert rec.seen[0][1] <= 2.5  # 3 s left minus the margin kept for logging
+
+
+def test_no_call_is_made_past_the_deadline():
+    rec = Recorder()
+    sc = Scontrol(run=rec, deadline=time.monotonic() - 1)
+    with pytest.raises(SlurmError, match="not sent, no time left"):
+        sc.drain("n1", "gpuhc: x")
+    assert rec.seen == [] and sc.calls == []
+
+
+def test_garbage_answer_is_a_slurm_error():
+    rec = Recorder([(0, "something else entirely\n", "")])
+    with pytest.raises(SlurmError, match="unreadable answer"):
+        Scontrol(run=rec).show_nodes()
+
+
+def test_answer_without_the_node_is_an_error():
+    rec = Recorder([(0, LINE.splitlines()[1] + "\n", "")])
+    with pytest.raises(SlurmError, match="no record for n1"):
+        Scontrol(run=rec).show_node("n1")
+
+
+def test_subprocess_runner_really_times_out(tmp_path):
+    # A stand-in executable (not Slurm: this tests the subprocess plumbing) that never answers.
+    exe = tmp_path / "hang"
+    exe.write_text("#!/bin/sh\nexec sleep 30\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    with pytest.raises(SlurmError, match="no answer within"):
+        Scontrol(binary=str(exe), timeout_s=0.3).show_nodes()
+
+
+def test_subprocess_runner_returns_code_and_streams(tmp_path):
+    exe = tmp_path / "talk"
+    exe.write_text('#!/bin/sh\necho "out $1"\necho err >&2\nexit 3\n')
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    assert subprocess_runner([str(exe), "a b"], 5.0) == (3, "out a b\n", "err\n")
+    assert os.path.exists(exe)
