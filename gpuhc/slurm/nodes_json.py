@@ -1,0 +1,203 @@
+"""Slurm's JSON node listings, every generation of them, into :class:`gpuhc.slurm.nodes.Node`.
+
+Recognised by what the document holds, never by its version string (plugin names and
+``meta`` layouts change between releases; fields change more slowly):
+
+- ``sinfo --json`` 21.08/22.05 (OpenAPI v0.0.37/v0.0.38): ``{"nodes": [...]}``, each node with
+  ``state`` a lower-case string, ``state_flags`` a list, ``reason_changed_at`` an epoch integer.
+- ``scontrol show node --json`` (23.02+) and slurmrestd ``/nodes`` (23.11-25.11): the same
+  ``{"nodes": [...]}`` but ``state`` is a list of upper-case words (base state and flags), and
+  from 23.11 times are objects ``{"set": .., "infinite": .., "number": ..}``.
+- ``sinfo --json`` 23.02+: ``{"sinfo": [...]}``, one entry per partition and state group, each
+  naming its nodes (``nodes.nodes``) with one state and reason for all of them.
+- a bare list of node objects (someone's ``jq .nodes`` output).
+
+Unknown keys are ignored. A document Slurm itself marked as failed (non-empty ``errors``) is an
+error, not an empty cluster: an empty report would tell the admin everything is fine.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gpuhc.slurm.nodes import BASE_STATES, Node, NodeParseError, parse_state
+
+_SCONTROL = "scontrol/slurmrestd node JSON"
+_SINFO_OLD = "sinfo --json (v0.0.37/v0.0.38)"
+_SINFO_NEW = "sinfo --json (23.02+)"
+
+
+def parse_nodes_json(text: str) -> list[Node]:
+    """Parse any Slurm JSON node listing; raise :class:`NodeParseError` saying where it broke."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise NodeParseError(f"Slurm node JSON: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    return nodes_from_document(doc)
+
+
+def nodes_from_document(doc: Any) -> list[Node]:
+    """The already-decoded document (slurmrestd clients hand us a dict)."""
+    if isinstance(doc, list):
+        return [_node(item, f"[{i}]", _guess_kind(item)) for i, item in enumerate(doc)]
+    if not isinstance(doc, dict):
+        raise NodeParseError(f"Slurm node JSON: expected an object with `nodes` or `sinfo`, got {type(doc).__name__}")
+    _raise_on_slurm_errors(doc)
+    if isinstance(doc.get("sinfo"), list):
+        return _from_sinfo_groups(doc["sinfo"])
+    nodes = doc.get("nodes")
+    if nodes is None:
+        keys = ", ".join(sorted(doc)[:8]) or "nothing"
+        raise NodeParseError(f"Slurm node JSON: no `nodes` or `sinfo` list at the top level (found {keys})")
+    if not isinstance(nodes, list):
+        raise NodeParseError(f"Slurm node JSON: `nodes` must be a list, got {type(nodes).__name__}")
+    return [_node(item, f"nodes[{i}]", _guess_kind(item)) for i, item in enumerate(nodes)]
+
+
+def _raise_on_slurm_errors(doc: dict) -> None:
+    errors = doc.get("errors")
+    if not errors or not isinstance(errors, list):
+        return
+    texts = []
+    for err in errors:
+        if isinstance(err, dict):
+            texts.append(str(err.get("description") or err.get("error") or err))
+        else:
+            texts.append(str(err))
+    raise NodeParseError("Slurm reported errors in this JSON instead of nodes: " + "; ".join(texts))
+
+
+def _guess_kind(item: Any) -> str:
+    if isinstance(item, dict) and isinstance(item.get("state"), str):
+        return _SINFO_OLD
+    return _SCONTROL
+
+
+def _node(item: Any, where: str, kind: str) -> Node:
+    if not isinstance(item, dict):
+        raise NodeParseError(f"{kind}, {where}: expected a node object, got {type(item).__name__}")
+    name = item.get("name")
+    if not isinstance(name, str) or not name:
+        raise NodeParseError(f"{kind}, {where}: node has no `name`")
+    here = f"{kind}, {where} ({name})"
+    state, flags, raw = _state(item.get("state"), item.get("state_flags"), here)
+    reason = _text(item.get("reason"), here, "reason")
+    return Node(
+        name=name,
+        state=state,
+        flags=flags,
+        reason=reason,
+        reason_user=_text(item.get("reason_set_by_user"), here, "reason_set_by_user") if reason else None,
+        reason_time=_time(item.get("reason_changed_at"), here, "reason_changed_at") if reason else None,
+        partitions=_partitions(item.get("partitions"), here),
+        raw_state=raw,
+    )
+
+
+def _state(value: Any, extra_flags: Any, here: str) -> tuple[str, frozenset[str], str]:
+    """State as a string (``idle``, ``down*``, maybe with ``+FLAGS``) plus ``state_flags``, or as
+    a list of words where the base state may be anywhere (``["IDLE", "DRAIN"]``)."""
+    if isinstance(value, str):
+        words = [value] + _string_list(extra_flags, here, "state_flags")
+        base, flags = parse_state("+".join(words))
+        return base, flags, "+".join(w.upper() for w in words)
+    if isinstance(value, list) and all(isinstance(w, str) for w in value):
+        words = [w.upper() for w in value] + [w.upper() for w in _string_list(extra_flags, here, "state_flags")]
+        if not words:
+            return "UNKNOWN", frozenset(), ""
+        # Put the base state first: Slurm lists it first today, but that is not promised.
+        first = next((i for i, w in enumerate(words) if w.rstrip("*~#%!$@^-") in BASE_STATES), 0)
+        ordered = [words[first]] + words[:first] + words[first + 1:]
+        base, flags = parse_state("+".join(ordered))
+        return base, flags, "+".join(words)
+    if value is None:
+        return "UNKNOWN", frozenset(), ""
+    raise NodeParseError(f"{here}: `state` must be a string or a list of strings, got {value!r}")
+
+
+def _string_list(value: Any, here: str, key: str) -> list[str]:
+    if value in (None, ""):
+        return []
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    raise NodeParseError(f"{here}: `{key}` must be a list of strings, got {value!r}")
+
+
+def _text(value: Any, here: str, key: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise NodeParseError(f"{here}: `{key}` must be a string, got {value!r}")
+    value = value.strip()
+    return value or None
+
+
+def _time(value: Any, here: str, key: str) -> float | None:
+    """Epoch int, or 23.11's ``{"set": true, "infinite": false, "number": N}``; 0 and unset are
+    "no time"."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise NodeParseError(f"{here}: `{key}` must be epoch seconds, got {value!r}")
+    return float(value) if value > 0 else None
+
+
+def _partitions(value: Any, here: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(p for p in value.split(",") if p)
+    if isinstance(value, list) and all(isinstance(p, str) for p in value):
+        return tuple(value)
+    raise NodeParseError(f"{here}: `partitions` must be a list of names, got {value!r}")
+
+
+def _from_sinfo_groups(groups: list) -> list[Node]:
+    """23.02+ ``sinfo --json``: entries per (partition, state, reason). A node in several
+    partitions appears in several entries; merge them into one node with all its partitions."""
+    by_name: dict[str, Node] = {}
+    for i, group in enumerate(groups):
+        where = f"{_SINFO_NEW}, sinfo[{i}]"
+        if not isinstance(group, dict):
+            raise NodeParseError(f"{where}: expected an object, got {type(group).__name__}")
+        names = _group_names(group.get("nodes"), where)
+        node_info = group.get("node") if isinstance(group.get("node"), dict) else {}
+        state, flags, raw = _state(node_info.get("state"), None, where)
+        reason_obj = group.get("reason") if isinstance(group.get("reason"), dict) else {}
+        reason = _text(reason_obj.get("description"), where, "reason.description")
+        user = _text(reason_obj.get("user"), where, "reason.user") if reason else None
+        when = _time(reason_obj.get("time"), where, "reason.time") if reason else None
+        part = group.get("partition") if isinstance(group.get("partition"), dict) else {}
+        pname = part.get("name") if isinstance(part.get("name"), str) else None
+        for name in names:
+            old = by_name.get(name)
+            parts = (old.partitions if old else ()) + ((pname,) if pname and (not old or pname not in old.partitions) else ())
+            by_name[name] = Node(name, state, flags, reason, user, when, parts, raw)
+    return list(by_name.values())
+
+
+def _group_names(value: Any, where: str) -> list[str]:
+    """``nodes: {"nodes": ["n1", ...]}`` (names may be hostlist expressions)."""
+    if isinstance(value, dict):
+        value = value.get("nodes")
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise NodeParseError(f"{where}: `nodes.nodes` must be a list of node names, got {value!r}")
+    out: list[str] = []
+    for item in value:
+        if "[" in item:
+            import hostlist
+
+            try:
+                out.extend(hostlist.expand_hostlist(item))
+            except hostlist.BadHostlist as e:
+                raise NodeParseError(f"{where}: bad hostlist {item!r}: {e}") from None
+        else:
+            out.append(item)
+    return out
