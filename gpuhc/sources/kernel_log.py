@@ -1,0 +1,181 @@
+"""Kernel log sources: the live node (``/dev/kmsg``, else ``dmesg``) and recorded files.
+
+Why read the kernel log at all: NVML only reports XIDs to a process that was registered for
+events when they happened, and a health check lives for a second every few minutes. The kernel
+ring buffer keeps them (and NVSwitch SXids, fallen-off-the-bus messages, mlx5 link changes)
+until it wraps or the node reboots; the xid/nvswitch checks keep their own memory for that.
+
+All parsing lives in :mod:`gpuhc.sources.kernel_log_parse` (pure, tested on text); this module
+only gets the text: non-blocking ``/dev/kmsg`` reads, a ``dmesg`` subprocess with a timeout
+(argv list, no shell, no PATH assumed: Slurm gives its programs none), or a file.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+import time
+
+from gpuhc.errors import SourceError
+from gpuhc.model import KernelLog
+from gpuhc.sources.kernel_log_parse import parse_lines
+
+__all__ = ["KmsgSource", "DmesgSource", "LiveKernelLog", "FileKernelLog", "parse_lines", "boot_time", "boot_id"]
+
+KMSG_PATH = "/dev/kmsg"
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+MAX_RECORDS = 2_000_000  # a ring buffer holds far fewer; stops a reader racing a log flood
+DMESG_TIMEOUT_S = 10.0
+_DMESG_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin")
+
+
+def boot_time() -> float:
+    """Epoch seconds of boot, to turn since-boot stamps into wall-clock times.
+
+    kmsg stamps count from boot on the kernel's local clock; ``now - CLOCK_BOOTTIME`` is what
+    ``dmesg`` itself uses. (Both drift apart after a suspend, which servers do not do.)"""
+    clock = getattr(time, "CLOCK_BOOTTIME", None)
+    if clock is not None:
+        try:
+            return time.time() - time.clock_gettime(clock)
+        except OSError:
+            pass
+    try:
+        with open("/proc/uptime", encoding="ascii") as f:
+            return time.time() - float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return time.time() - time.monotonic()
+
+
+def boot_id(path: str = BOOT_ID_PATH) -> str | None:
+    """This boot's random id: a changed id tells the checks that the node rebooted."""
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+class KmsgSource:
+    """Every record still in the ring buffer, read from ``/dev/kmsg`` without blocking.
+
+    Each ``read()`` of /dev/kmsg returns one record; EAGAIN means we have caught up; EPIPE means
+    the record we were about to read was overwritten meanwhile (we just go on with the next)."""
+
+    def __init__(self, path: str = KMSG_PATH, boot_id_path: str = BOOT_ID_PATH):
+        self.path = path
+        self.boot_id_path = boot_id_path
+
+    def read(self) -> KernelLog:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as e:
+            raise SourceError(f"cannot open {self.path}: {e.strerror or e}") from e
+        records: list[str] = []
+        try:
+            while len(records) < MAX_RECORDS:
+                try:
+                    chunk = os.read(fd, 16384)
+                except BlockingIOError:
+                    break
+                except OSError as e:
+                    if e.errno == errno.EPIPE:
+                        continue
+                    if e.errno == errno.EAGAIN:
+                        break
+                    raise SourceError(f"cannot read {self.path}: {e.strerror or e}") from e
+                if not chunk:
+                    break
+                records.append(chunk.decode("utf-8", "replace"))
+        finally:
+            os.close(fd)
+        lines = (line for rec in records for line in rec.split("\n"))
+        log = parse_lines(lines, boot_time=boot_time())
+        log.source = self.path
+        log.boot_id = boot_id(self.boot_id_path)
+        return log
+
+
+class DmesgSource:
+    """``dmesg --time-format=iso`` (wall-clock stamps), falling back to plain ``dmesg`` for an
+    old util-linux; plain stamps are since boot and converted with :func:`boot_time`."""
+
+    def __init__(self, timeout_s: float = DMESG_TIMEOUT_S, binary: str | None = None,
+                 boot_id_path: str = BOOT_ID_PATH):
+        self.timeout_s = timeout_s
+        self.binary = binary
+        self.boot_id_path = boot_id_path
+
+    def _find(self) -> str:
+        if self.binary:
+            return self.binary
+        found = shutil.which("dmesg")
+        if found:
+            return found
+        for d in _DMESG_DIRS:  # Slurm's prolog/health check environments carry no PATH
+            cand = os.path.join(d, "dmesg")
+            if os.access(cand, os.X_OK):
+                return cand
+        raise SourceError("dmesg not found in PATH or " + ", ".join(_DMESG_DIRS))
+
+    def _run(self, argv: list[str]) -> subprocess.CompletedProcess:
+        try:
+            return subprocess.run(argv, capture_output=True, timeout=self.timeout_s, check=False)
+        except subprocess.TimeoutExpired as e:
+            raise SourceError(f"{' '.join(argv)} timed out after {self.timeout_s:g}s") from e
+        except OSError as e:
+            raise SourceError(f"cannot run {argv[0]}: {e.strerror or e}") from e
+
+    def read(self) -> KernelLog:
+        exe = self._find()
+        proc = self._run([exe, "--time-format=iso"])
+        bt = None
+        if proc.returncode != 0:
+            proc = self._run([exe])
+            bt = boot_time()
+        if proc.returncode != 0:
+            err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise SourceError(f"{exe} failed (exit {proc.returncode}): {err[-1] if err else 'no message'}")
+        log = parse_lines(proc.stdout.decode("utf-8", "replace").splitlines(), boot_time=bt)
+        log.source = "dmesg"
+        log.boot_id = boot_id(self.boot_id_path)
+        return log
+
+
+class LiveKernelLog:
+    """The live node: /dev/kmsg when readable (fast, sequence numbers), else dmesg."""
+
+    def __init__(self, kmsg: KmsgSource | None = None, dmesg: DmesgSource | None = None):
+        self.kmsg = kmsg or KmsgSource()
+        self.dmesg = dmesg or DmesgSource()
+
+    def read(self) -> KernelLog:
+        try:
+            return self.kmsg.read()
+        except SourceError as first:
+            try:
+                return self.dmesg.read()
+            except SourceError as second:
+                raise SourceError(f"kernel log unreadable: {first}; {second}") from second
+
+
+class FileKernelLog:
+    """A recorded kernel log in any shape :mod:`kernel_log_parse` reads (replay, tickets).
+
+    ``year`` dates syslog/journalctl stamps, which print none."""
+
+    def __init__(self, path: str, year: int | None = None):
+        self.path = path
+        self.year = year
+
+    def read(self) -> KernelLog:
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise SourceError(f"cannot read kernel log {self.path}: {e.strerror or e}") from e
+        log = parse_lines(data.decode("utf-8", "replace").splitlines(), year=self.year)
+        log.source = self.path
+        return log
