@@ -1,0 +1,342 @@
+"""infiniband: port state and rate, error-counter growth, and seconds down in a sliding window.
+
+One result per port (subject ``mlx5_0/1``): every finding on a port is folded into it, worst
+status first, so the report and the metrics have one line per port.
+
+Actions, and why:
+
+- physical link not LinkUp (Polling, Disabled, LinkErrorRecovery): the cable, transceiver or the
+  switch port; a reboot does not re-seat a cable: FAIL, drain + hardware ticket.
+- LinkUp but logical state INIT/ARMED: the subnet manager has not activated the port (fabric
+  side, or the HCA's port GUID is unknown to it): FAIL, drain + ticket (for the fabric team).
+- LinkUp but DOWN: the driver and the link disagree, which a driver reload usually clears:
+  FAIL, drain + reboot.
+- rate below ``expected_rate_gbps`` (InfiniBand ports) or below the baseline's rate: a link
+  trained at reduced width/speed, i.e. a degraded cable or transceiver: FAIL, drain + ticket.
+- down for ``down_fail_s`` (7 s) or more, cumulated over the last ``down_window_s`` (600 s):
+  NCCL gives up on an IB link after ~7 s with retries, so one long outage kills a job as
+  surely as many flaps; a flaky link needs hands: FAIL, drain + ticket. The number of flaps is
+  not judged (see DESIGN.md §4); ``link_downed`` growth only WARNs.
+- error counters growing between runs over ``counters.<name>`` = [warn, fail]: WARN / FAIL
+  (drain + ticket). A counter that went down was reset: rebaseline, no verdict. IB error
+  counters saturate (``link_downed`` at 255); a saturated counter cannot show growth, which
+  WARNs when ``warn_saturated`` (reset them with ``perfquery -R``).
+- state unreadable: ERROR (could not judge, never drains).
+
+Ports not judged: ``ignore`` globs on ``mlx5_4/1`` or ``mlx5_4``; ports the baseline recorded
+as not ACTIVE (an unused second port); Ethernet (RoCE) ports by ``ethernet``: "ignore" skips
+them, "warn" (default: storage or front-end NICs must not drain a GPU node) caps their findings
+at WARN, "judge" treats them as the GPU fabric. An Ethernet port whose PHY is Disabled (unused
+NIC port) is n/a unless the baseline saw it ACTIVE.
+
+Downtime comes from mlx5 ``Port: N Link STATE`` kernel-log events and from this check's own
+samples of each port's state (kept in ``ctx.prev``, pruned to the window), merged into one
+timeline where a state holds until the next observation; an unclosed DOWN lasts until
+``snapshot.time``. Time before a port's first ACTIVE (link bring-up at boot) is not an outage;
+samples are dropped when the kernel's boot id changes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuhc.checks.base import IB, KERNEL_LOG, STAGES, Check, CheckOutput, Context, na, result
+from gpuhc.model import Action, EventKind, IbPort, KernelEvent, Result, Snapshot, Status, norm_pci
+
+ID = "infiniband"
+
+# counter -> [warn, fail] growth between two runs; None switches that level off. Config entries
+# are merged over these, so an override names only the counters it changes.
+DEFAULT_COUNTER_LIMITS: dict[str, list[int | None]] = {
+    "link_downed": [1, None],  # flaps are judged by seconds down, not by their number
+    "link_error_recovery": [1, None],
+    "symbol_error": [10, 1000],
+    "port_rcv_errors": [10, 1000],
+    "port_rcv_remote_physical_errors": [10, None],  # the far end's problem: report, don't drain
+    "local_link_integrity_errors": [1, None],
+    "local_ack_timeout_err": [1000, None],  # transport retries: the path, not necessarily this node
+}
+# Width of the IB PMA PortCounters fields: they stop at their maximum instead of wrapping.
+_COUNTER_BITS = {
+    "link_downed": 8, "link_error_recovery": 8, "symbol_error": 16, "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16, "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4, "port_xmit_discards": 16,
+}
+_UP_STATES = ("ACTIVE", "ACTIVE_DEFER")
+_MAX_SAMPLES = 512  # keeps the state file small if something runs the check in a tight loop
+
+DEFAULTS: dict[str, Any] = {
+    "expected_rate_gbps": None,  # floor for InfiniBand ports; the baseline's per-port rate also applies
+    "expected_ports": None,  # number of InfiniBand ports the node must have
+    "down_window_s": 600.0,
+    "down_fail_s": 7.0,
+    "down_warn_s": 1.0,
+    "counters": DEFAULT_COUNTER_LIMITS,
+    "warn_saturated": True,
+    "ignore": [],  # globs on "mlx5_4/1" or "mlx5_4"
+    "ethernet": "warn",  # ignore | warn | judge
+}
+
+
+@dataclass
+class _Finding:
+    status: Status
+    text: str
+    action: Action = Action.NONE
+
+
+@dataclass
+class _Verdict:
+    findings: list[_Finding] = field(default_factory=list)
+    value: dict[str, Any] = field(default_factory=dict)
+    threshold: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, status: Status, text: str, action: Action = Action.NONE) -> None:
+        self.findings.append(_Finding(status, text, action))
+
+
+# ----------------------------------------------------------------------------- downtime
+
+
+def down_seconds(obs: list[tuple[float, bool]], now: float, window: float, first_up: float | None) -> float:
+    """Seconds a port spent not ACTIVE within ``[now - window, now]``.
+
+    ``obs`` are (time, up) observations in any order; the state holds until the next one and
+    the last one holds until ``now``. A down stretch counts only if the port had been up
+    before it started (``first_up``): the link training after boot is not an outage.
+    """
+    start = now - window
+
+    def inside(a: float, b: float) -> float:
+        return max(0.0, min(b, now) - max(a, start))
+
+    total, cur, counts, last = 0.0, None, False, 0.0
+    for t, up in sorted(obs):
+        t = min(t, now)  # a timestamp a little ahead of "now" is clock skew, not the future
+        if cur is False and counts:
+            total += inside(last, t)
+        if not up and cur is not False:  # a down stretch starts here
+            counts = first_up is not None and t > first_up
+        cur, last = up, t
+    if cur is False and counts:
+        total += inside(last, now)
+    return total
+
+
+def _events_for(port: IbPort, pci: str | None, events: list[KernelEvent]) -> list[tuple[float, bool]]:
+    out = []
+    for ev in events:
+        if ev.kind is not EventKind.IB_LINK or ev.time is None or not ev.state:
+            continue
+        if ev.port is not None and ev.port != port.port:
+            continue
+        if ev.device == port.device or (pci and (ev.device and norm_pci(ev.device) == pci or
+                                                 (ev.device is None and ev.pci == pci))):
+            out.append((float(ev.time), ev.state.upper() in _UP_STATES))
+    return out
+
+
+def _downtime(port: IbPort, snapshot: Snapshot, ctx: Context, prev: dict, boot_changed: bool,
+              v: _Verdict) -> dict[str, Any]:
+    """Judge seconds down; return the port's new sample history for the state."""
+    now = snapshot.time
+    window = float(ctx.t("down_window_s", 600.0))
+    samples = [] if boot_changed else [(float(t), bool(u)) for t, u in prev.get("samples", []) if t <= now]
+    first_up = None if boot_changed else prev.get("first_up")
+    if port.state is not None:
+        samples.append((now, port.state in _UP_STATES))
+    events = snapshot.kernel.events if snapshot.kernel else []
+    obs = samples + _events_for(port, getattr(port, "pci", None), events)
+    ups = [t for t, up in obs if up]
+    if ups:
+        first_up = min(ups + ([first_up] if first_up is not None else []))
+    down = down_seconds(obs, now, window, first_up)
+    fail, warn = ctx.t("down_fail_s", 7.0), ctx.t("down_warn_s", 1.0)
+    v.value["down_s"] = round(down, 3)
+    v.threshold["down_fail_s"] = fail
+    text = f"down {down:.1f} s in last {window:g} s (limit {fail:g} s)"
+    if fail is not None and down >= float(fail):
+        v.add(Status.FAIL, text, Action.DRAIN_TICKET)
+    elif warn is not None and down > 0 and down >= float(warn):
+        v.add(Status.WARN, text)
+    # keep the window, plus the last sample before it: it tells the state at the window's start
+    samples.sort()
+    start = now - window
+    keep = [s for s in samples if s[0] >= start]
+    older = [s for s in samples if s[0] < start]
+    keep = (older[-1:] + keep)[-_MAX_SAMPLES:]
+    return {"samples": [[round(t, 3), int(u)] for t, u in keep], "first_up": first_up}
+
+
+# ----------------------------------------------------------------------------- counters
+
+
+def _limits(ctx: Context) -> dict[str, tuple[int | None, int | None]]:
+    merged = dict(DEFAULT_COUNTER_LIMITS)
+    merged.update(ctx.t("counters") or {})
+    out = {}
+    for name, spec in merged.items():
+        if spec is None:
+            continue
+        if isinstance(spec, dict):
+            spec = [spec.get("warn"), spec.get("fail")]
+        if not isinstance(spec, (list, tuple)) or len(spec) != 2 or not all(
+                x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)) for x in spec):
+            raise ValueError(f"thresholds.counters.{name}: expected [warn, fail], got {spec!r}")
+        out[name] = (spec[0], spec[1])
+    return out
+
+
+def _counters(port: IbPort, prev: dict, limits: dict, ctx: Context, v: _Verdict) -> dict[str, int]:
+    before = prev.get("counters", {})
+    for name, (warn, fail) in limits.items():
+        cur, old = port.counters.get(name), before.get(name)
+        if cur is None:
+            continue
+        ceiling = (1 << _COUNTER_BITS[name]) - 1 if name in _COUNTER_BITS else None
+        if ceiling is not None and cur >= ceiling and (old is None or old >= ceiling):
+            if ctx.t("warn_saturated", True) and warn is not None:
+                v.add(Status.WARN, f"{name} saturated at {cur}: growth invisible until reset (perfquery -R)")
+            continue
+        if old is None or cur < old:
+            continue  # first sight, or the counters were reset: this value is the new baseline
+        grew = cur - old
+        if fail is not None and grew >= fail:
+            v.add(Status.FAIL, f"{name} +{grew} since last run (limit {fail})", Action.DRAIN_TICKET)
+        elif warn is not None and grew >= warn and grew > 0:
+            v.add(Status.WARN, f"{name} +{grew} since last run (warn at {warn})")
+    return {k: port.counters[k] for k in limits if k in port.counters}
+
+
+# ----------------------------------------------------------------------------- state and rate
+
+
+def _link(port: IbPort, v: _Verdict) -> bool:
+    """Judge the link state; True when the port is usable (ACTIVE over a LinkUp PHY)."""
+    state, phys = port.state, port.phys_state
+    v.value.update(state=state, phys_state=phys)
+    if state is None:
+        v.add(Status.ERROR, "state unreadable")
+        return False
+    if phys is not None and phys != "LinkUp":
+        v.add(Status.FAIL, f"{state}, physical link {phys} (cable, transceiver or switch port)", Action.DRAIN_TICKET)
+        return False
+    if state in _UP_STATES:
+        return True
+    if state in ("INIT", "ARMED"):
+        v.add(Status.FAIL, f"{state}: link up but not activated by the subnet manager", Action.DRAIN_TICKET)
+    else:
+        v.add(Status.FAIL, f"{state} with physical link {phys or 'unknown'}", Action.DRAIN_REBOOT)
+    return False
+
+
+def _rate(port: IbPort, expected: float | None, base: dict | None, v: _Verdict) -> None:
+    v.value["rate_gbps"] = port.rate_gbps
+    floors = [f for f in (expected, (base or {}).get("rate_gbps")) if isinstance(f, (int, float))]
+    if port.rate_gbps is None or not floors:
+        return
+    want = max(floors)
+    v.threshold["rate_gbps"] = want
+    if port.rate_gbps < want:
+        v.add(Status.FAIL, f"rate {port.rate_gbps:g} Gb/s, expected {want:g} Gb/s (degraded link)", Action.DRAIN_TICKET)
+
+
+# ----------------------------------------------------------------------------- the check
+
+
+def _ignored(subject: str, device: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(subject, p) or fnmatch.fnmatchcase(device, p) for p in patterns)
+
+
+def _fold(subject: str, v: _Verdict, ethernet_warn_only: bool, ok_text: str) -> Result:
+    """One result per port: the worst finding's status and action, every finding in the text."""
+    if not v.findings:
+        return result(ID, Status.PASS, f"{subject} {ok_text}", subject, v.value, v.threshold or None)
+    if ethernet_warn_only:
+        v.findings = [_Finding(Status.WARN, f.text) if f.status is Status.FAIL else f for f in v.findings]
+    v.findings.sort(key=lambda f: (-f.status.rank, -f.action.rank))
+    worst = v.findings[0]
+    text = "; ".join(f.text for f in v.findings)
+    if ethernet_warn_only and any(f.status is Status.WARN for f in v.findings):
+        text += " (Ethernet port: warn only)"
+    return result(ID, worst.status, f"{subject} {text}", subject, v.value, v.threshold or None, worst.action)
+
+
+def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
+    if snapshot.ib_ports is None:
+        return CheckOutput([na(ID, "InfiniBand ports not read")])
+    try:
+        limits = _limits(ctx)
+    except ValueError as e:
+        return CheckOutput([result(ID, Status.ERROR, str(e))])
+    ignore = list(ctx.t("ignore") or [])
+    eth_mode = ctx.t("ethernet", "warn")
+    base_ib: dict = (ctx.baseline or {}).get("ib") or {}
+    boot = snapshot.kernel.boot_id if snapshot.kernel else None
+    prev_ports: dict = ctx.prev.get("ports", {})
+    boot_changed = boot is not None and ctx.prev.get("boot_id") not in (None, boot)
+    results: list[Result] = []
+    new_ports: dict[str, Any] = {}
+    seen: set[str] = set()
+    ib_count = 0
+
+    for port in snapshot.ib_ports:
+        s = port.subject
+        seen.add(s)
+        is_eth = port.link_layer == "Ethernet"
+        base = base_ib.get(s)
+        if _ignored(s, port.device, ignore):
+            results.append(na(ID, f"{s} ignored by config", s))
+            continue
+        if not is_eth:
+            ib_count += 1
+        if is_eth and eth_mode == "ignore":
+            results.append(na(ID, f"{s} Ethernet port not judged", s))
+            continue
+        base_down = base is not None and base.get("state") not in (None, *_UP_STATES)
+        if port.state not in _UP_STATES and (
+                base_down or (is_eth and port.phys_state == "Disabled" and base is None)):
+            why = "not ACTIVE in the baseline either" if base_down else "Ethernet port disabled (unused)"
+            results.append(na(ID, f"{s} {port.state or 'unknown'}: {why}", s))
+            continue
+        v = _Verdict()
+        prev = prev_ports.get(s, {})
+        usable = _link(port, v)
+        if usable:
+            _rate(port, None if is_eth else ctx.t("expected_rate_gbps"), base, v)
+        kept = {"counters": _counters(port, prev, limits, ctx, v)}
+        kept.update(_downtime(port, snapshot, ctx, prev, boot_changed, v))
+        new_ports[s] = kept
+        rate = f", {port.rate_gbps:g} Gb/s" if port.rate_gbps is not None else ""
+        results.append(_fold(s, v, is_eth and eth_mode == "warn", f"{port.state} {port.phys_state or ''}{rate}".rstrip()))
+
+    for s, entry in sorted(base_ib.items()):
+        if s in seen or _ignored(s, s.split("/")[0], ignore) or (entry or {}).get("state") not in _UP_STATES:
+            continue
+        if (entry or {}).get("link_layer") == "Ethernet" and eth_mode != "judge":
+            continue
+        results.append(result(ID, Status.FAIL, f"{s} missing (ACTIVE in the baseline)", s,
+                              action=Action.DRAIN_TICKET))
+
+    expected = ctx.t("expected_ports")
+    if expected is not None and ib_count < int(expected):
+        results.append(result(ID, Status.FAIL, f"{ib_count} InfiniBand ports found, {expected} expected",
+                              value=ib_count, threshold=expected, action=Action.DRAIN_TICKET))
+    if not results:
+        results.append(na(ID, "no InfiniBand ports"))
+    return CheckOutput(results, {"boot_id": boot if boot is not None else ctx.prev.get("boot_id"), "ports": new_ports})
+
+
+CHECKS = [
+    Check(
+        id=ID,
+        needs=(IB, KERNEL_LOG),
+        judge=judge,
+        stages=STAGES,
+        timeout_s=5.0,
+        defaults=DEFAULTS,
+        doc=__doc__ or "",
+    )
+]
