@@ -1,0 +1,341 @@
+"""Replay a scenario (or a `gpuhc snapshot` recording) as if it were the node.
+
+The document format is described in :mod:`gpuhc.sources.snapshot_io`. This module adds time:
+
+- ``steps:`` is a list of partial documents. Step 0 is the base document; step k is the base with
+  ``steps[0] .. steps[k-1]`` applied in order, so a counter can grow from one run to the next.
+  ``Scenario.steps`` is the number of distinct states (``len(steps) + 1``); a step past the end
+  clamps to the last state, so a scenario "stays broken" however often the runner advances it.
+- Inside a step: ``gpus`` (mapping ``{index: fields}`` or a list by position) and ``defaults``
+  (every GPU) override GPU fields; NVLink lists merge by link number; ``kernel_log`` lines and
+  ``kernel.events`` are *appended* (a kernel log only grows); ``ib_ports`` merge by
+  ``(device, port)`` and ``aer`` by ``pci``; ``count`` can drop or add GPUs; anything else
+  replaces the base value.
+
+``extends: healthy-8xh100.yaml`` (a path relative to the file) starts from another scenario's
+base state and applies this file on top like a step, so a fault scenario holds only the fault.
+
+Every error names file, line and key: a scenario is hand-written, and a typo in it must not come
+out as a traceback or, worse, as a silently healthy node.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from gpuhc.errors import ConfigError, SourceError
+from gpuhc.model import AerCounters, IbPort, KernelLog, NvmlReading, norm_pci
+from gpuhc.sources import snapshot_io as sio
+from gpuhc.yamlpos import line_of, load_with_lines
+
+_GPU_SECTION = ("count", "defaults", "gpus")
+_COMMON = ("hostname", "time", "driver_version", "cuda_driver_version", "nvml", *_GPU_SECTION,
+           "kernel_log", "kernel", "ib_ports", "aer")
+TOP_KEYS = (*_COMMON, "format", "description", "ib_defaults", "extends", "steps")
+STEP_KEYS = (*_COMMON, "description", "ib_defaults")
+_MAX_EXTENDS = 8  # a chain longer than this is a loop
+_SCALARS = {"hostname": (str,), "time": (int, float), "driver_version": (str,), "cuda_driver_version": (str,),
+            "description": (str,), "format": (int,), "count": (int,), "extends": (str,)}
+_NVML_TABLE = {"available": ((bool,), False), "error": ((str,), True)}
+
+
+@dataclass
+class _Fixed:
+    """A replay source: hands out a fresh copy each read, so a caller cannot alter the recording."""
+
+    value: Any
+
+    def read(self) -> Any:
+        return copy.deepcopy(self.value)
+
+
+@dataclass
+class _KernelLines:
+    lines: list[str]
+    source: str
+
+    def read(self) -> KernelLog:
+        from gpuhc.sources.kernel_log import parse_lines  # lazy: only scenarios with a log need it
+
+        log = parse_lines(self.lines)
+        log.source = self.source
+        return log
+
+
+@dataclass
+class _Sysfs:
+    ports: list[IbPort]
+    counters: list[AerCounters]
+
+    def ib_ports(self) -> list[IbPort]:
+        return copy.deepcopy(self.ports)
+
+    def aer(self) -> list[AerCounters]:
+        return copy.deepcopy(self.counters)
+
+
+@dataclass
+class Scenario:
+    path: str
+    step: int  # the state in use (after clamping)
+    steps: int  # number of distinct states: 1 + len(steps:)
+    nvml: NvmlReading
+    hostname: str | None = None
+    time: float | None = None
+    description: str | None = None
+    kernel_lines: list[str] | None = None
+    kernel: KernelLog | None = None
+    ib_ports: list[IbPort] | None = None
+    aer: list[AerCounters] | None = None
+
+    def nvml_source(self) -> _Fixed:
+        return _Fixed(self.nvml)
+
+    @property
+    def has_kernel_log(self) -> bool:
+        return self.kernel_lines is not None or self.kernel is not None
+
+    def kernel_log_source(self) -> Any:
+        if self.kernel is not None:
+            return _Fixed(self.kernel)
+        return _KernelLines(list(self.kernel_lines or []), f"{self.path} (scenario kernel_log)")
+
+    @property
+    def has_sysfs(self) -> bool:
+        return self.ib_ports is not None or self.aer is not None
+
+    def sysfs_source(self) -> _Sysfs:
+        return _Sysfs(self.ib_ports or [], self.aer or [])
+
+
+def load_scenario(path: str, step: int | None = None) -> Scenario:
+    """Read, validate and resolve ``path`` at ``step`` (None = 0). Raises SourceError."""
+    state, steps, err = _load_base(path, 0)
+    used = 0 if step is None else max(0, min(int(step), len(steps)))
+    for i in range(used):
+        state.apply(steps[i], ("steps", i), err)
+    return state.build(path, used, len(steps) + 1, err)
+
+
+def _load_base(path: str, depth: int) -> tuple["_State", list[dict], sio.ErrorFn]:
+    """The base state of ``path`` (its parent's base with this file applied) and its steps.
+
+    ``extends: other.yaml`` (relative to this file) starts from that scenario's base state; the
+    parent's steps are not inherited. It keeps fault scenarios down to the lines that differ
+    from the healthy node they break.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise SourceError(f"{path}: cannot read scenario: {e.strerror or e}") from None
+    try:
+        doc, lines = load_with_lines(text, path)
+    except ConfigError as e:
+        raise SourceError(str(e)) from None
+
+    def err(p: tuple, message: str) -> SourceError:
+        line = line_of(lines, p)
+        where = f"{path}:{line}" if line else path
+        key = ".".join(str(x) for x in p)
+        return SourceError(f"{where}: {key + ': ' if key else ''}{message}")
+
+    if doc is None:
+        doc = {}
+    _validate(doc, (), TOP_KEYS, err)
+    steps = doc.get("steps") or []
+    if not isinstance(steps, list):
+        raise err(("steps",), "steps must be a list of partial scenarios")
+    for i, s in enumerate(steps):
+        _validate(s, ("steps", i), STEP_KEYS, err)
+    if doc.get("kernel_log") is not None and doc.get("kernel") is not None:
+        raise err(("kernel",), "give either kernel_log lines or kernel events, not both")
+
+    body = {k: v for k, v in doc.items() if k not in ("steps", "extends", "format")}
+    if doc.get("extends"):
+        if depth >= _MAX_EXTENDS:
+            raise err(("extends",), f"more than {_MAX_EXTENDS} scenarios extend each other (a loop?)")
+        parent = os.path.join(os.path.dirname(os.path.abspath(path)), doc["extends"])
+        if not os.path.isfile(parent):
+            raise err(("extends",), f"no such scenario: {parent}")
+        state, _, _ = _load_base(parent, depth + 1)
+    else:
+        state = _State()
+        if "count" not in body:  # a fresh document: as many GPUs as `gpus` names
+            entries = _gpu_entries(body.get("gpus") or [], ("gpus",), err)
+            body["count"] = max((i + 1 for i, _ in entries), default=0)
+    state.apply(body, (), err)
+    return state, steps, err
+
+
+# ---------------------------------------------------------------------------- validation
+
+
+def _validate(doc: Any, path: tuple, allowed: tuple[str, ...], err: sio.ErrorFn) -> None:
+    if not isinstance(doc, dict):
+        raise err(path, f"a scenario must be a mapping, got {sio._tname(doc)}")
+    for key, value in doc.items():
+        p = path + (key,)
+        if key not in allowed:
+            raise err(p, f"unknown key {key!r} (known: {', '.join(allowed)})")
+        if key in _SCALARS:
+            if not isinstance(value, _SCALARS[key]) or isinstance(value, bool):
+                hint = " (quote it)" if key.endswith("version") and isinstance(value, (int, float)) else ""
+                raise err(p, f"must be {sio._want(_SCALARS[key])}{hint}, got {value!r}")
+            if key == "count" and value < 0:
+                raise err(p, "must be >= 0")
+        elif key == "nvml":
+            sio.check_fields(value, _NVML_TABLE, p, err, "nvml")
+        elif key == "defaults":
+            sio.check_gpu(value, p, err)
+            if "index" in value:
+                raise err(p + ("index",), "defaults apply to every GPU; set index per GPU")
+        elif key == "gpus":
+            for idx, entry in _gpu_entries(value, p, err):
+                if entry is not None:
+                    sio.check_gpu(entry, p + (idx,), err)
+        elif key == "kernel_log":
+            if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+                raise err(p, "kernel_log must be a list of log lines (strings)")
+        elif key == "kernel":
+            sio.kernel_from_dict(value, p, err)  # validates; the result is rebuilt later
+        elif key in ("ib_ports", "aer"):
+            if not isinstance(value, list):
+                raise err(p, f"{key} must be a list")
+            table = sio.IB_FIELDS if key == "ib_ports" else sio.AER_FIELDS
+            for i, entry in enumerate(value):
+                sio.check_fields(entry, table, p + (i,), err, "IB port" if key == "ib_ports" else "AER")
+        elif key == "ib_defaults":
+            sio.check_fields(value, sio.IB_FIELDS, p, err, "IB port")
+
+
+def _gpu_entries(value: Any, path: tuple, err: sio.ErrorFn) -> list[tuple[int, Any]]:
+    """`gpus:` as (index, mapping-or-None) pairs, from a list or a {index: mapping} mapping."""
+    if isinstance(value, list):
+        return list(enumerate(value))
+    if isinstance(value, dict):
+        out = []
+        for k, v in value.items():
+            if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+                raise err(path + (k,), f"GPU keys must be GPU indices (0, 1, ...), got {k!r}")
+            out.append((k, v))
+        return out
+    raise err(path, f"gpus must be a list or a mapping of index -> fields, got {sio._tname(value)}")
+
+
+# ---------------------------------------------------------------------------- resolution
+
+
+class _State:
+    """The scenario's current state while steps are applied; plain dicts until build()."""
+
+    def __init__(self) -> None:
+        self.top: dict[str, Any] = {}
+        self.defaults: dict[str, Any] = {}
+        self.gpus: list[dict[str, Any]] = []
+        self.gpu_paths: list[tuple] = []
+        self.kernel_lines: list[str] | None = None
+        self.kernel: dict[str, Any] | None = None
+        self.ib_defaults: dict[str, Any] = {}
+        self.ib: list[dict[str, Any]] | None = None
+        self.aer: list[dict[str, Any]] | None = None
+
+    def _resize(self, count: int) -> None:
+        while len(self.gpus) > count:
+            self.gpus.pop()
+            self.gpu_paths.pop()
+        while len(self.gpus) < count:
+            i = len(self.gpus)
+            gpu: dict[str, Any] = {"index": i}
+            self._override(gpu, self.defaults, template=True)
+            self.gpus.append(gpu)
+            self.gpu_paths.append(("defaults",))
+
+    def apply(self, part: dict[str, Any], path: tuple, err: sio.ErrorFn) -> None:
+        """Apply one partial document: the base itself, an extending file, or a step."""
+        if "ib_defaults" in part:
+            self.ib_defaults.update(copy.deepcopy(part["ib_defaults"]))
+            if self.ib is not None:
+                self.ib = [{**d, **copy.deepcopy(part["ib_defaults"])} for d in self.ib]
+        if "defaults" in part:  # existing GPUs get them now, GPUs added by `count` later
+            self._override(self.defaults, part["defaults"], template=False)
+            for gpu in self.gpus:
+                self._override(gpu, part["defaults"], template=True)
+        if "count" in part:
+            self._resize(part["count"])
+        for idx, entry in _gpu_entries(part.get("gpus") or [], path + ("gpus",), err):
+            if idx >= len(self.gpus):
+                raise err(path + ("gpus", idx), f"GPU {idx} does not exist (count is {len(self.gpus)})")
+            if entry is None:
+                continue
+            if entry.get("index", idx) != idx:
+                raise err(path + ("gpus", idx, "index"), f"this entry is GPU {idx}, not {entry['index']}")
+            self._override(self.gpus[idx], entry, template=False)
+            self.gpu_paths[idx] = path + ("gpus", idx)
+        for key in ("hostname", "time", "driver_version", "cuda_driver_version", "description"):
+            if key in part:
+                self.top[key] = part[key]
+        if "nvml" in part:
+            self.top.setdefault("nvml", {}).update(part["nvml"])
+        if "kernel_log" in part:
+            if self.kernel is not None:
+                raise err(path + ("kernel_log",), "the scenario records kernel events; add to kernel.events")
+            self.kernel_lines = (self.kernel_lines or []) + list(part["kernel_log"])
+        if "kernel" in part:
+            if self.kernel_lines is not None:
+                raise err(path + ("kernel",), "the scenario has kernel_log lines; add lines, not events")
+            new = copy.deepcopy(part["kernel"])
+            events = (self.kernel or {}).get("events", []) + new.pop("events", [])
+            self.kernel = {**(self.kernel or {}), **new, "events": events}
+        if "ib_ports" in part:
+            self.ib = _merge_by(self.ib or [], part["ib_ports"], ("device", "port"), self.ib_defaults)
+        if "aer" in part:
+            self.aer = _merge_by(self.aer or [], [dict(a, pci=norm_pci(str(a.get("pci", "")))) for a in part["aer"]],
+                                 ("pci",), {})
+
+    @staticmethod
+    def _override(gpu: dict[str, Any], fields: dict[str, Any], template: bool) -> None:
+        for key, value in fields.items():
+            if key == "nvlinks":
+                gpu["nvlinks"] = sio.merge_nvlinks(gpu.get("nvlinks", []), value)
+            elif template and isinstance(value, str):
+                gpu[key] = value.replace("{index}", str(gpu["index"]))
+            else:
+                gpu[key] = copy.deepcopy(value)
+
+    def build(self, path: str, step: int, steps: int, err: sio.ErrorFn) -> Scenario:
+        gpus = [sio.gpu_from_dict(g, p, err) for g, p in zip(self.gpus, self.gpu_paths)]
+        kernel = None
+        if self.kernel is not None:
+            kernel = sio.kernel_from_dict(self.kernel, ("kernel",), err)
+            kernel.source = kernel.source or f"{path} (scenario kernel events)"
+        ib = None if self.ib is None else [sio.ib_port_from_dict(d, ("ib_ports", i), err) for i, d in enumerate(self.ib)]
+        aer = None if self.aer is None else [sio.aer_from_dict(d, ("aer", i), err) for i, d in enumerate(self.aer)]
+        t = self.top.get("time")
+        return Scenario(
+            path=path, step=step, steps=steps, nvml=sio.nvml_from_doc(self.top, gpus),
+            hostname=self.top.get("hostname"), time=None if t is None else float(t),
+            description=self.top.get("description"), kernel_lines=self.kernel_lines, kernel=kernel,
+            ib_ports=ib, aer=aer,
+        )
+
+
+def _merge_by(base: list[dict], updates: list[dict], keys: tuple[str, ...], defaults: dict) -> list[dict]:
+    """Merge mappings into ``base`` by the values of ``keys``; unknown ones are appended."""
+    out = [dict(b) for b in base]
+    index = {tuple(b.get(k) for k in keys): i for i, b in enumerate(out)}
+    for u in updates:
+        ident = tuple(u.get(k) for k in keys)
+        if ident in index:
+            cur = out[index[ident]]
+            counters = {**cur.get("counters", {}), **u.get("counters", {})} if "counters" in cur else None
+            cur.update(copy.deepcopy(u))
+            if counters is not None:
+                cur["counters"] = counters
+        else:
+            index[ident] = len(out)
+            out.append({**copy.deepcopy(defaults), **copy.deepcopy(u)})
+    return out

@@ -1,0 +1,294 @@
+"""Snapshot <-> scenario document: the one file format for recordings and hand-written scenarios.
+
+`gpuhc snapshot` writes a node's readings with :func:`dump_snapshot`; `--nvml-scenario` reads the
+same document back through :mod:`gpuhc.sources.scenario`. An admin can attach the file to a
+ticket and anyone re-judges the node offline with the verdict the node itself got.
+
+Document shape (all keys optional except where a GPU needs them)::
+
+    hostname: gpu017                 # what the recording came from
+    time: 1731500000.0               # when
+    driver_version: "580.95.05"
+    cuda_driver_version: "13.0"
+    nvml: {available: true}          # or {available: false, error: "driver not loaded"}
+    count: 8                         # number of GPUs (default: as many as `gpus` lists)
+    defaults: {<GPU fields>}         # applied to every GPU; "{index}" in strings -> the index
+    gpus: [{<GPU fields>}, ...]      # entry i is GPU i; or a mapping {index: {<GPU fields>}}
+    kernel_log: ["<dmesg line>", ...]        # raw lines, parsed like a live log, or
+    kernel: {events: [{kind: xid, ...}], last_time: ...}   # parsed events, as snapshots write them
+    ib_defaults: {<IB port fields>}
+    ib_ports: [{device: mlx5_0, port: 1, state: ACTIVE, ...}, ...]
+    aer: [{pci: "0000:18:00.0", correctable: 0, nonfatal: 0, fatal: 0}, ...]
+    steps: [{<partial document>}, ...]       # see gpuhc.sources.scenario
+
+GPU fields are exactly :class:`gpuhc.model.GpuReading`'s. ``nvlinks`` is a list of
+``{link, active, errors: {counter: n}}`` or the shorthand ``{count: 18, active: true,
+errors: {...}}`` for identical links.
+
+Why the kernel log is stored as parsed events and not as lines: KernelEvent keeps no raw line, and
+rebuilding one the parser reads back identically would tie the recording to the parser's line
+formats. Events replay exactly, so snapshot -> replay gives the same verdict by construction.
+Hand-written scenarios use ``kernel_log`` lines instead, which exercise the real parser.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Callable
+
+from gpuhc.model import (
+    AerCounters,
+    EventKind,
+    GpuReading,
+    IbPort,
+    KernelEvent,
+    KernelLog,
+    NvLinkState,
+    NvmlReading,
+    Snapshot,
+)
+
+FORMAT_VERSION = 1
+
+# Raises with the location of ``path`` inside the document; supplied by the loader.
+ErrorFn = Callable[[tuple, str], Exception]
+
+
+# ------------------------------------------------------------------------- field tables
+
+
+def _field_types(cls: type) -> dict[str, tuple[tuple[type, ...], bool]]:
+    """dataclass field -> (accepted python types, may be null), from its type hints."""
+    out: dict[str, tuple[tuple[type, ...], bool]] = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        is_union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        args = typing.get_args(hint) if is_union else (hint,)
+        nullable = type(None) in args
+        base = [a for a in args if a is not type(None)]
+        origin = typing.get_origin(base[0]) or base[0]
+        accepted: tuple[type, ...] = (float, int) if origin is float else (origin,)
+        out[name] = (accepted, nullable)
+    return out
+
+
+GPU_FIELDS = _field_types(GpuReading)
+IB_FIELDS = _field_types(IbPort)
+AER_FIELDS = _field_types(AerCounters)
+EVENT_FIELDS = _field_types(KernelEvent)
+KERNEL_FIELDS = {k: v for k, v in _field_types(KernelLog).items() if k != "events"}
+GPU_REQUIRED = ("name", "uuid", "pci_bus_id")
+
+
+# ------------------------------------------------------------------------- dump
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, EventKind):
+        return obj.value
+    return obj
+
+
+def dump_snapshot(snapshot: Snapshot, compact: bool = True) -> dict[str, Any]:
+    """A snapshot as a scenario document (plain, YAML/JSON-able).
+
+    ``compact`` moves every GPU field whose value is the same on all GPUs into ``defaults``, so
+    an 8-GPU dump shows at a glance what differs between the GPUs.
+    """
+    doc: dict[str, Any] = {"format": FORMAT_VERSION, "hostname": snapshot.hostname, "time": snapshot.time}
+    nvml = snapshot.nvml
+    if nvml is not None:
+        doc["driver_version"] = nvml.driver_version
+        doc["cuda_driver_version"] = nvml.cuda_driver_version
+        doc["nvml"] = {"available": nvml.available, "error": nvml.error}
+        gpus = [_plain(g) for g in nvml.gpus]
+        if compact and len(gpus) > 1:
+            common = {k: v for k, v in gpus[0].items() if k != "index" and all(g.get(k) == v for g in gpus[1:])}
+            if common:
+                doc["defaults"] = common
+                gpus = [{k: v for k, v in g.items() if k not in common} for g in gpus]
+        doc["count"] = len(gpus)
+        doc["gpus"] = gpus
+    if snapshot.kernel is not None:
+        doc["kernel"] = _plain(snapshot.kernel)
+    if snapshot.ib_ports is not None:
+        doc["ib_ports"] = _plain(snapshot.ib_ports)
+    if snapshot.aer is not None:
+        doc["aer"] = _plain(snapshot.aer)
+    return doc
+
+
+def dump_yaml(snapshot: Snapshot, compact: bool = True) -> str:
+    """The YAML text of :func:`dump_snapshot`: flow style for short lists, keys in field order."""
+    import yaml
+
+    header = "# gpuhc snapshot: replay with `gpuhc check --nvml-scenario FILE`\n"
+    return header + yaml.safe_dump(dump_snapshot(snapshot, compact), sort_keys=False, default_flow_style=None, width=110)
+
+
+# ------------------------------------------------------------------------- validation
+
+
+def check_fields(mapping: Any, table: dict, path: tuple, err: ErrorFn, what: str,
+                 extra: dict[str, Callable[[Any, tuple], None]] | None = None) -> None:
+    """Reject unknown keys and wrongly typed values in one (partial) mapping."""
+    if not isinstance(mapping, dict):
+        raise err(path, f"{what} must be a mapping, got {_tname(mapping)}")
+    for key, value in mapping.items():
+        p = path + (key,)
+        if extra and key in extra:
+            extra[key](value, p)
+            continue
+        if key not in table:
+            raise err(p, f"unknown {what} field {key!r} (known: {', '.join(sorted(set(table) | set(extra or {})))})")
+        types, nullable = table[key]
+        if value is None:
+            if not nullable:
+                raise err(p, "must not be empty")
+            continue
+        if bool not in types and isinstance(value, bool):
+            raise err(p, f"must be {_want(types)}, got a boolean")
+        if not isinstance(value, types):
+            raise err(p, f"must be {_want(types)}, got {_tname(value)} {value!r}")
+        if types == (list,) and key == "clock_event_samples":
+            for i, v in enumerate(value):
+                if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                    raise err(p + (i,), f"clock event reasons must be non-negative integers, got {v!r}")
+        if types == (dict,):
+            for k, v in value.items():
+                if not isinstance(v, int) or isinstance(v, bool):
+                    raise err(p + (k,), f"counter values must be integers, got {v!r}")
+
+
+def check_gpu(mapping: Any, path: tuple, err: ErrorFn) -> None:
+    check_fields(mapping, GPU_FIELDS, path, err, "GPU", {"nvlinks": lambda v, p: check_nvlinks(v, p, err)})
+
+
+def check_nvlinks(value: Any, path: tuple, err: ErrorFn) -> None:
+    link_table = {"link": ((int,), False), "active": ((bool,), True), "errors": ((dict,), False)}
+    if isinstance(value, dict):  # shorthand: {count: N, active: .., errors: {..}}
+        short = dict(link_table, count=((int,), False))
+        del short["link"]
+        check_fields(value, short, path, err, "nvlinks shorthand")
+        if "count" not in value:
+            raise err(path, "the nvlinks shorthand needs `count`")
+        return
+    if not isinstance(value, list):
+        raise err(path, f"nvlinks must be a list of {{link, active, errors}} or {{count: N, ...}}, got {_tname(value)}")
+    for i, entry in enumerate(value):
+        check_fields(entry, link_table, path + (i,), err, "NVLink")
+        if "link" not in entry:
+            raise err(path + (i,), "each NVLink needs its `link` number")
+
+
+# ------------------------------------------------------------------------- build
+
+
+def expand_nvlinks(value: Any) -> list[dict[str, Any]]:
+    """Shorthand or list -> list of link mappings (validated input)."""
+    if isinstance(value, dict):
+        return [{"link": i, "active": value.get("active", True), "errors": dict(value.get("errors", {}))}
+                for i in range(value["count"])]
+    return [dict(e) for e in value]
+
+
+def merge_nvlinks(base: list[dict[str, Any]], override: Any) -> list[dict[str, Any]]:
+    """A shorthand replaces all links; a list merges into ``base`` by link number."""
+    if isinstance(override, dict):
+        return expand_nvlinks(override)
+    out = {e["link"]: dict(e, errors=dict(e.get("errors", {}))) for e in base}
+    for e in override:
+        cur = out.setdefault(e["link"], {"link": e["link"], "active": True, "errors": {}})
+        if "active" in e:
+            cur["active"] = e["active"]
+        cur["errors"].update(e.get("errors", {}))
+    return [out[k] for k in sorted(out)]
+
+
+def gpu_from_dict(d: dict[str, Any], path: tuple, err: ErrorFn) -> GpuReading:
+    """A merged, validated GPU mapping -> GpuReading."""
+    for key in GPU_REQUIRED:
+        if d.get(key) is None:
+            raise err(path, f"GPU {d.get('index', '?')} has no {key} (set it per GPU or in defaults)")
+    kw = {k: v for k, v in d.items() if k != "nvlinks"}
+    for k, (types, _) in GPU_FIELDS.items():
+        if float in types and isinstance(kw.get(k), int):
+            kw[k] = float(kw[k])
+    links = [NvLinkState(link=e["link"], active=e.get("active"), errors=dict(e.get("errors", {})))
+             for e in expand_nvlinks(d.get("nvlinks", []))]
+    return GpuReading(nvlinks=links, **kw)
+
+
+def nvml_from_doc(doc: dict[str, Any], gpus: list[GpuReading]) -> NvmlReading:
+    nvml = doc.get("nvml") or {}
+    available = nvml.get("available", True)
+    return NvmlReading(
+        available=available,
+        error=nvml.get("error"),
+        driver_version=doc.get("driver_version"),
+        cuda_driver_version=doc.get("cuda_driver_version"),
+        gpus=gpus if available else [],
+    )
+
+
+def ib_port_from_dict(d: dict[str, Any], path: tuple, err: ErrorFn) -> IbPort:
+    for key in ("device", "port"):
+        if d.get(key) is None:
+            raise err(path, f"an IB port needs `{key}`")
+    kw = dict(d)
+    kw.setdefault("state", None)
+    kw.setdefault("phys_state", None)
+    kw.setdefault("rate_gbps", None)
+    if isinstance(kw["rate_gbps"], int):
+        kw["rate_gbps"] = float(kw["rate_gbps"])
+    kw["counters"] = dict(kw.get("counters") or {})
+    return IbPort(**kw)
+
+
+def aer_from_dict(d: dict[str, Any], path: tuple, err: ErrorFn) -> AerCounters:
+    if d.get("pci") is None:
+        raise err(path, "an AER entry needs `pci`")
+    from gpuhc.model import norm_pci
+
+    return AerCounters(**dict(d, pci=norm_pci(d["pci"])))
+
+
+def kernel_from_dict(d: dict[str, Any], path: tuple, err: ErrorFn) -> KernelLog:
+    """The `kernel:` section a snapshot writes: parsed events plus the log's own facts."""
+    check_fields(d, KERNEL_FIELDS, path, err, "kernel", {"events": lambda v, p: None})
+    events = []
+    for i, e in enumerate(d.get("events") or []):
+        p = path + ("events", i)
+        check_fields(e, EVENT_FIELDS, p, err, "kernel event", {"kind": lambda v, q: None})
+        try:
+            kind = EventKind(e.get("kind"))
+        except ValueError:
+            raise err(p + ("kind",), f"kind must be one of {', '.join(k.value for k in EventKind)}") from None
+        if "message" not in e:
+            raise err(p, "a kernel event needs `message`")
+        time = float(e["time"]) if e.get("time") is not None else None
+        events.append(KernelEvent(**dict(e, kind=kind, time=time)))
+    kw = {k: v for k, v in d.items() if k != "events"}
+    if isinstance(kw.get("last_time"), int):
+        kw["last_time"] = float(kw["last_time"])
+    return KernelLog(events=events, **kw)
+
+
+def _want(types: tuple[type, ...]) -> str:
+    if float in types:
+        return "a number"
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+             list: "a list", dict: "a mapping"}
+    return " or ".join(dict.fromkeys(names.get(t, t.__name__) for t in types))
+
+
+def _tname(v: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number", type(None): "nothing"}.get(type(v), type(v).__name__)
