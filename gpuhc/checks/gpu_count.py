@@ -18,10 +18,21 @@ from gpuhc.model import Action, GpuReading, Snapshot, Status, norm_pci
 ID = "gpu-count"
 
 
-def _lost(gpu: GpuReading) -> bool:
-    # NVML answers GPU_IS_LOST for a GPU that stopped responding; the source marks such a GPU
-    # with ``lost=True``. Read defensively: older readings have no such field.
-    return bool(getattr(gpu, "lost", False))
+LOST_PREFIX = "unknown (NVML:"  # how the NVML source names a GPU that stopped answering
+
+
+def _lost(gpu: GpuReading) -> str | None:
+    """Why NVML gave up on this GPU, or None when it answers.
+
+    The live source keeps a GPU that answers GPU_IS_LOST (or whose handle cannot be had) in the
+    list, named ``unknown (NVML: <error>)``, so the count stays right and the name says why.
+    A ``lost`` attribute, where a source sets one, means the same.
+    """
+    if gpu.name.startswith(LOST_PREFIX):
+        return gpu.name[len(LOST_PREFIX):].rstrip(")").strip() or "GPU is lost"
+    if getattr(gpu, "lost", False):
+        return "GPU is lost"
+    return None
 
 
 def _missing_from_baseline(snapshot: Snapshot, baseline: dict | None) -> list[str]:
@@ -48,10 +59,12 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
 
     results = []
     for gpu in nvml.gpus:
-        if _lost(gpu):
+        why = _lost(gpu)
+        if why:
+            where = f" ({norm_pci(gpu.pci_bus_id)})" if gpu.pci_bus_id else ""
             results.append(result(
-                ID, Status.FAIL, f"{gpu.subject} ({norm_pci(gpu.pci_bus_id)}) lost: NVML reports GPU is lost",
-                subject=gpu.subject, value="lost", action=Action.DRAIN_TICKET,
+                ID, Status.FAIL, f"{gpu.subject}{where} lost: {why}",
+                subject=gpu.subject, value=why, action=Action.DRAIN_TICKET,
             ))
 
     count = len(nvml.gpus)
@@ -79,8 +92,9 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         results.append(result(
             ID, Status.WARN, f"{count} GPUs visible, {source} count is {expected}", value=count, threshold=expected,
         ))
-    elif missing:
-        # Right count, wrong GPUs: a board was swapped or re-enumerated at another bus id.
+    elif missing and not results:
+        # Right count, wrong GPUs: a board was swapped or re-enumerated at another bus id. (A lost
+        # GPU may have no bus id any more; its FAIL above already says enough.)
         results.append(result(
             ID, Status.WARN, f"GPU bus ids differ from baseline: {', '.join(missing)} not seen",
             value=count, threshold=expected,

@@ -17,7 +17,8 @@ are grouped by kind, each with its own per-run growth thresholds (0 disables a l
   bandwidth before they cost correctness. WARN at 100 per run, FAIL at 10000.
 - replay: retransmissions; WARN at 100, FAIL at 10000.
 - recovery: the link had to retrain — the job stalls. WARN at 1, FAIL at 5 per run.
-- any other counter a source adds: WARN at 100, never FAIL.
+- recovery_failed (link_recovery_failed): a retrain did not succeed. FAIL at 1.
+- any other counter (malformed packets, receive errors, discards...): WARN at 100, never FAIL.
 
 Growth failures carry drain + hardware ticket: a link that keeps taking errors is a cable,
 connector or board problem. Thresholds are per run because runs are minutes apart (passive
@@ -32,14 +33,20 @@ from gpuhc.checks.base import NVML, Check, CheckOutput, Context, na, result, sel
 from gpuhc.model import Action, GpuReading, Result, Snapshot, Status, norm_pci
 
 ID = "nvlink"
-KINDS = ("crc", "replay", "recovery", "other")
+KINDS = ("crc", "replay", "recovery", "recovery_failed", "other")
+# Counter names as the NVML source reports them (gpuhc/sources/nvml.py), by kind. Anything else
+# is "other". Raw symbol errors are corrected by FEC and count in the thousands on healthy
+# NVLink5 links, so by default they are not judged (``ignore_counters``).
+_KIND_OF = {
+    "crc": "crc", "crc_flit": "crc", "crc_data": "crc",
+    "replay": "replay",
+    "recovery": "recovery",
+    "link_recovery_failed": "recovery_failed",
+}
 
 
 def counter_kind(name: str) -> str:
-    for kind in ("crc", "replay", "recovery"):
-        if kind in name.lower():
-            return kind
-    return "other"
+    return _KIND_OF.get(name, "other")
 
 
 def _expected_active(gpu: GpuReading, ctx: Context) -> tuple[int | None, str]:
@@ -67,14 +74,14 @@ def _count_finding(gpu: GpuReading, ctx: Context) -> Result | None:
                   gpu.subject, value=active, threshold=expected, action=Action.DRAIN_REBOOT)
 
 
-def _growth(gpu: GpuReading, prev: dict[str, Any], state: dict[str, Any]) -> dict[str, dict[int, int]]:
+def _growth(gpu: GpuReading, prev: dict[str, Any], state: dict[str, Any], ignore: set[str]) -> dict[str, dict[int, int]]:
     """Per kind, per link: how much the counters grew since the last run. Updates ``state``."""
     grown: dict[str, dict[int, int]] = {k: {} for k in KINDS}
     for link in gpu.nvlinks:
         for name, value in link.errors.items():
-            if value is None:
+            if value is None or name in ignore:
                 continue
-            key = f"{gpu.uuid}/{link.link}/{name}"
+            key = f"{gpu.uuid or gpu.subject}/{link.link}/{name}"  # no UUID read: fall back to the index
             state[key] = value
             before = prev.get(key)
             if not isinstance(before, int) or value < before:
@@ -116,6 +123,7 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     # A run over a subset of GPUs (prolog: the job's GPUs) keeps the others' baselines; a full
     # run rewrites the state, so counters of GPUs that were swapped out do not pile up.
     state: dict[str, Any] = dict(prev) if ctx.gpus is not None else {}
+    ignore = set(ctx.t("ignore_counters", []) or [])
     results: list[Result] = []
     for gpu in selected_gpus(snapshot, ctx):
         if not gpu.nvlinks:
@@ -125,7 +133,7 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         count = _count_finding(gpu, ctx)
         if count:
             found.append(count)
-        found.extend(_growth_findings(gpu, _growth(gpu, prev, state), ctx))
+        found.extend(_growth_findings(gpu, _growth(gpu, prev, state, ignore), ctx))
         if found:
             results.extend(found)
             continue
@@ -150,7 +158,9 @@ CHECKS = [
             "crc_warn": 100, "crc_fail": 10000,
             "replay_warn": 100, "replay_fail": 10000,
             "recovery_warn": 1, "recovery_fail": 5,
+            "recovery_failed_warn": 0, "recovery_failed_fail": 1,
             "other_warn": 100, "other_fail": 0,
+            "ignore_counters": ["symbol_errors"],
         },
         doc="active NVLink count vs profile/baseline; per-link error counter growth between runs",
     )

@@ -92,7 +92,7 @@ def _counter_findings(gpu: GpuReading, aer: AerCounters | None, ctx: Context, st
     s = gpu.subject
     out: list[Result] = []
     prev = ctx.prev or {}
-    delta = _grew(f"{gpu.uuid}/replay", gpu.pcie_replay, prev, state)
+    delta = _grew(f"{gpu.uuid or gpu.subject}/replay", gpu.pcie_replay, prev, state)
     warn, fail = ctx.t("replay_warn", 0) or 0, ctx.t("replay_fail", 0) or 0
     if delta:
         if fail and delta >= fail:

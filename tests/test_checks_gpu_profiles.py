@@ -1,0 +1,176 @@
+"""GPU profiles: selection by NVML name, validation errors, and agreement with the checks."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from gpuhc.checks import clocks, ecc, gpu_count, nvlink, pcie, power, thermal
+from gpuhc.errors import ConfigError
+from gpuhc.profiles import (
+    all_profiles,
+    effective_thresholds,
+    load_profile_file,
+    load_profiles,
+    profile_names,
+    select_profile,
+)
+
+GPU_CHECKS = {c.id: c for m in (gpu_count, ecc, nvlink, pcie, clocks, thermal, power) for c in m.CHECKS}
+REALDATA_SMI = "/work/shared/realdata/nvidia-smi"
+
+
+@pytest.mark.parametrize(
+    "name, profile",
+    [
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+        ("NVIDIA H100 SXM5 80GB", "h100-sxm"),
+        ("NVIDIA H100 PCIe", "generic"),
+        ("NVIDIA H100 NVL", "generic"),
+        ("NVIDIA H200", "h200-sxm"),
+        ("NVIDIA H200 NVL", "generic"),
+        ("NVIDIA GH200 480GB", "generic"),
+        ("NVIDIA A100-SXM4-80GB", "a100-sxm"),
+        ("NVIDIA A100-SXM4-40GB", "a100-sxm"),
+        ("NVIDIA A100 80GB PCIe", "generic"),
+        ("Tesla V100-SXM2-32GB", "generic"),
+        ("nvidia h100 80gb hbm3", "h100-sxm"),  # case does not matter
+        ("", "generic"),
+        (None, "generic"),
+    ],
+)
+def test_select_profile_by_nvml_name(name, profile):
+    assert select_profile(name).name == profile
+
+
+def test_forced_profile_wins_over_the_name():
+    assert select_profile("NVIDIA H100 80GB HBM3", forced="a100-sxm").name == "a100-sxm"
+
+
+def test_unknown_forced_profile_is_a_clear_config_error():
+    with pytest.raises(ConfigError) as e:
+        select_profile("NVIDIA H100 80GB HBM3", forced="h100-pcie")
+    assert "node.profile" in str(e.value) and "h100-sxm" in str(e.value)
+
+
+def test_shipped_profiles_and_model_facts():
+    assert profile_names() == ["a100-sxm", "generic", "h100-sxm", "h200-sxm"]
+    h100, h200, a100 = (select_profile(None, forced=n) for n in ("h100-sxm", "h200-sxm", "a100-sxm"))
+    assert h100.for_check("nvlink")["expected_active"] == 18 and h200.for_check("nvlink")["expected_active"] == 18
+    assert a100.for_check("nvlink")["expected_active"] == 12
+    assert [p.for_check("power")["expected_limit_w"] for p in (h100, h200, a100)] == [700, 700, 400]
+    assert [p.for_check("pcie")["expected_gen"] for p in (h100, h200, a100)] == [5, 5, 4]
+    assert all(p.for_check("pcie")["expected_width"] == 16 for p in (h100, h200, a100))
+    for p in (h100, h200, a100):
+        t = p.for_check("thermal")
+        assert t["gpu_warn_c"] < t["gpu_fail_c"] and t["mem_warn_c"] < t["mem_fail_c"]
+
+
+def test_generic_profile_states_no_model_facts():
+    generic = select_profile(None)
+    assert generic.match == ()
+    facts = {("nvlink", "expected_active"), ("power", "expected_limit_w"), ("pcie", "expected_gen"),
+             ("pcie", "expected_width")}
+    assert not [f for f in facts if f[1] in generic.for_check(f[0])]
+
+
+def test_every_profile_threshold_is_a_known_check_default():
+    # A profile key the check does not read would silently do nothing; the check's defaults are
+    # the list of what it reads.
+    for prof in all_profiles():
+        for cid, section in prof.thresholds.items():
+            assert cid in GPU_CHECKS, f"{prof.name}: unknown check {cid}"
+            unknown = set(section) - set(GPU_CHECKS[cid].defaults)
+            assert not unknown, f"{prof.name}: {cid} has unknown thresholds {unknown}"
+
+
+def test_shipped_model_profiles_do_not_overlap():
+    names = ["NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB"]
+    for name in names:
+        assert sum(p.matches(name) for p in all_profiles()) == 1
+
+
+def test_effective_thresholds_layers_defaults_profile_then_config():
+    check = power.CHECKS[0]
+    prof = select_profile("NVIDIA H100 80GB HBM3")
+    merged = effective_thresholds(check, prof, {"tolerance_pct": 10.0})
+    assert merged["expected_limit_w"] == 700  # profile over the default None
+    assert merged["tolerance_pct"] == 10.0  # config over the default
+    assert merged["require_persistence"] is True  # default kept
+    assert effective_thresholds(check, None)["expected_limit_w"] is None
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _write(tmp_path, name: str, text: str) -> str:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+GOOD = "name: x100\nmatch: ['X100']\nthresholds:\n  power:\n    expected_limit_w: 500\n"
+
+
+def test_a_valid_profile_file_loads(tmp_path):
+    prof = load_profile_file(_write(tmp_path, "x100", GOOD))
+    assert prof.name == "x100" and prof.matches("NVIDIA X100 SXM") and prof.for_check("power") == {"expected_limit_w": 500}
+
+
+@pytest.mark.parametrize(
+    "text, line, words",
+    [
+        ("name: x100\nmatch: ['X1[00']\n", 2, "bad regular expression"),
+        ("name: x100\nmatch: ['X100']\ncolour: red\n", 3, "unknown key"),
+        ("name: y100\nmatch: ['X100']\n", 1, "must be the file name"),
+        ("name: x100\nmatch: 'X100'\n", 2, "must be a list"),
+        ("name: x100\n", None, "needs at least one match pattern"),
+        ("name: x100\nmatch: ['X100']\nthresholds:\n  power: 700\n", 4, "must be a mapping"),
+        ("name: x100\nmatch: ['X100']\nthresholds:\n  power:\n    limits: {a: 1}\n", 5, "must be a number"),
+        ("- just\n- a list\n", 1, "must be a mapping"),
+        ("name: x100\nmatch: [X100\n", None, "not valid YAML"),
+    ],
+)
+def test_bad_profile_files_name_file_line_and_key(tmp_path, text, line, words):
+    path = _write(tmp_path, "x100", text)
+    with pytest.raises(ConfigError) as e:
+        load_profile_file(path)
+    msg = str(e.value)
+    assert words in msg and path in msg
+    if line is not None:
+        assert e.value.line == line
+
+
+def test_generic_must_not_match_and_must_exist(tmp_path):
+    with pytest.raises(ConfigError, match="fallback"):
+        load_profile_file(_write(tmp_path, "generic", "name: generic\nmatch: ['.']\n"))
+    only_model = tmp_path / "only-model"
+    only_model.mkdir()
+    _write(only_model, "x100", GOOD)
+    with pytest.raises(ConfigError, match="no generic.yaml"):
+        load_profiles(str(only_model))
+
+
+def test_missing_profile_directory_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot list profiles"):
+        load_profiles(str(tmp_path / "nope"))
+
+
+# --------------------------------------------------------------------------- real-world names
+
+
+def test_realdata_nvidia_smi_product_names_select_h100():
+    """Reads /work/shared/realdata/nvidia-smi (real `nvidia-smi -q` captures of 8x H100 nodes);
+    skips when that folder is absent (it is present in this project's CI)."""
+    if not os.path.isdir(REALDATA_SMI):
+        pytest.skip("realdata folder absent")
+    names = set()
+    for fname in sorted(os.listdir(REALDATA_SMI)):
+        with open(os.path.join(REALDATA_SMI, fname), encoding="utf-8", errors="replace") as f:
+            names |= set(re.findall(r"^\s*Product Name\s*:\s*(.+?)\s*$", f.read(), re.MULTILINE))
+    assert names, "no Product Name lines found"
+    h100 = {n for n in names if "H100" in n}
+    assert h100, names
+    assert {select_profile(n).name for n in h100} == {"h100-sxm"}
