@@ -21,7 +21,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpuhc.slurm.nodes import BASE_STATES, Node, NodeParseError, parse_state
+from gpuhc.slurm.nodes import Node, NodeParseError, parse_state
+
+# In a state list exactly one word is the base state (Slurm's node_state_base); all else are
+# flags, DRAIN included, whatever order they come in.
+_LIST_BASES = frozenset({"IDLE", "DOWN", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "UNKNOWN", "END"})
 
 _SCONTROL = "scontrol/slurmrestd node JSON"
 _SINFO_OLD = "sinfo --json (v0.0.37/v0.0.38)"
@@ -107,7 +111,7 @@ def _state(value: Any, extra_flags: Any, here: str) -> tuple[str, frozenset[str]
         if not words:
             return "UNKNOWN", frozenset(), ""
         # Put the base state first: Slurm lists it first today, but that is not promised.
-        first = next((i for i, w in enumerate(words) if w.rstrip("*~#%!$@^-") in BASE_STATES), 0)
+        first = next((i for i, w in enumerate(words) if w.rstrip("*~#%!$@^-") in _LIST_BASES), 0)
         ordered = [words[first]] + words[:first] + words[first + 1:]
         base, flags = parse_state("+".join(ordered))
         return base, flags, "+".join(words)

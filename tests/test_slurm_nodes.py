@@ -1,0 +1,156 @@
+"""`scontrol show node` text (one-line and multi-line) into Node, and the Node model itself."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuhc.errors import GpuhcError
+from gpuhc.slurm.nodes import (
+    Node,
+    NodeParseError,
+    parse_nodes,
+    parse_record,
+    parse_show_node,
+    parse_show_node_oneline,
+    parse_slurm_time,
+    parse_state,
+    split_reason,
+)
+
+FIX = Path(__file__).parent / "fixtures" / "slurm"
+
+
+def local(ts: str) -> float:
+    return time.mktime(time.strptime(ts, "%Y-%m-%dT%H:%M:%S"))
+
+
+def by_name(nodes: list[Node]) -> dict[str, Node]:
+    return {n.name: n for n in nodes}
+
+
+@pytest.mark.parametrize(
+    "raw, base, flags",
+    [
+        ("IDLE", "IDLE", set()),
+        ("IDLE+DRAIN", "IDLE", {"DRAIN"}),
+        ("MIXED+DRAIN", "MIXED", {"DRAIN"}),
+        ("DOWN*", "DOWN", {"NOT_RESPONDING"}),
+        ("DOWN*+DRAIN", "DOWN", {"NOT_RESPONDING", "DRAIN"}),
+        ("IDLE+DRAIN+REBOOT_REQUESTED", "IDLE", {"DRAIN", "REBOOT_REQUESTED"}),
+        ("DRAINED", "DRAINED", {"DRAIN"}),
+        ("draining", "DRAINING", {"DRAIN"}),
+        ("drain", "DRAINED", {"DRAIN"}),
+        ("alloc", "ALLOCATED", set()),
+        ("idle~", "IDLE", {"POWERED_DOWN"}),
+        ("IDLE+MAINT", "IDLE", {"MAINTENANCE"}),
+        ("FAILING", "FAILING", {"FAIL"}),
+        ("", "UNKNOWN", set()),
+    ],
+)
+def test_parse_state(raw, base, flags):
+    assert parse_state(raw) == (base, frozenset(flags))
+
+
+def test_node_properties():
+    def node(raw: str) -> Node:
+        state, flags = parse_state(raw)
+        return Node("x", state, flags, None, None, None, raw_state=raw)
+
+    assert node("IDLE+DRAIN").drained and not node("IDLE+DRAIN").draining
+    assert node("MIXED+DRAIN").draining and node("ALLOCATED+DRAIN").draining
+    assert node("DRAINING").draining and node("DRAINED").drained
+    assert node("DOWN*").down and node("DOWN*").not_responding and node("DOWN*").unavailable
+    assert node("IDLE+FAIL").failing and node("IDLE+FAIL").unavailable
+    assert not node("MIXED").unavailable and not node("IDLE").drained and not node("IDLE").down
+
+
+def test_split_reason_keeps_brackets_inside_text():
+    text, user, when = split_reason("gpuhc: xid [a=b] c [root@2024-06-11T10:23:45]")
+    assert (text, user, when) == ("gpuhc: xid [a=b] c", "root", local("2024-06-11T10:23:45"))
+    assert split_reason("no user part") == ("no user part", None, None)
+    assert split_reason("") == (None, None, None)
+    # an unreadable time keeps text and user
+    assert split_reason("x [bob@yesterday]") == ("x", "bob", None)
+
+
+def test_parse_slurm_time():
+    assert parse_slurm_time("2024-06-11T10:23:45") == local("2024-06-11T10:23:45")
+    assert parse_slurm_time("Unknown") is None and parse_slurm_time("None") is None
+
+
+def test_record_values_with_spaces_and_equals():
+    rec = parse_record(
+        "NodeName=x OS=Linux 6.1.0 #1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1 (2024-02-01) RealMemory=5 "
+        "CfgTRES=cpu=96,mem=2000M State=IDLE NewKey2030=v Reason=a State=b x=y [u@2024-06-11T10:23:45] Comment=c d"
+    )
+    assert rec["OS"] == "Linux 6.1.0 #1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1 (2024-02-01)"
+    assert rec["CfgTRES"] == "cpu=96,mem=2000M"
+    assert rec["NewKey2030"] == "v"  # an unknown key of a newer Slurm still ends the previous value
+    assert rec["Reason"] == "a State=b x=y [u@2024-06-11T10:23:45]"
+    assert rec["Comment"] == "c d"
+    assert rec["State"] == "IDLE"
+
+
+def test_oneline_fixture():
+    nodes = parse_show_node_oneline((FIX / "show_node_oneline.txt").read_text())
+    n = by_name(nodes)
+    assert list(n) == [f"gpu00{i}" for i in range(1, 8)]
+    assert not n["gpu001"].unavailable and n["gpu001"].reason is None
+    assert n["gpu002"].drained and n["gpu002"].partitions == ("gpu", "debug")
+    assert n["gpu002"].reason == "gpuhc: xid Xid 79 on gpu3 (0000:b3:00.0) [fallen off the bus] action=drain+ticket"
+    assert (n["gpu002"].reason_user, n["gpu002"].reason_time) == ("root", local("2024-06-11T10:23:45"))
+    # non-ASCII and a `State=` inside the reason; Comment/Extra after it are not part of it
+    assert n["gpu003"].reason == "Carte réseau HS — ticket #4711 State=ask Jürgen"
+    assert n["gpu003"].reason_user == "jürgen" and n["gpu003"].draining
+    assert n["gpu003"].state == "MIXED" and n["gpu003"].raw_state == "MIXED+DRAIN"
+    assert n["gpu004"].down and n["gpu004"].not_responding and n["gpu004"].reason == "Not responding"
+    assert n["gpu005"].flags == {"DRAIN", "REBOOT_REQUESTED"}
+    assert n["gpu006"].failing and n["gpu006"].reason_user == "admin"
+    assert n["gpu007"].state == "DRAINED" and n["gpu007"].drained and n["gpu007"].reason == "Prolog error"
+
+
+def test_multiline_blocks_with_preamble():
+    nodes = parse_show_node((FIX / "show_node_blocks.txt").read_text())
+    assert [n.name for n in nodes] == ["gpu101", "gpu102"]
+    a, b = nodes
+    assert a.drained and a.reason == "gpuhc: nvlink link 3 down on gpu5" and a.partitions == ("a100", "preempt")
+    assert b.state == "ALLOCATED" and not b.unavailable and b.reason is None
+
+
+def test_multiline_reason_continuation():
+    text = (
+        "NodeName=n1 State=IDLE+DRAIN Partitions=p\n"
+        "   Reason=first line [root@2024-06-11T10:23:45]\n"
+        "          second line\n"
+    )
+    (node,) = parse_show_node(text)
+    assert node.reason.startswith("first line") and node.drained
+
+
+def test_parse_nodes_autodetects_text_and_oneline_equals_blocks():
+    one = parse_nodes((FIX / "show_node_oneline.txt").read_text())
+    assert one == parse_show_node_oneline((FIX / "show_node_oneline.txt").read_text())
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("", "not a Slurm node listing"),
+        ("hello world\nthis is not slurm", "not a Slurm node listing"),
+        ("NodeName=n1 State=IDLE\nsomething unindented", "line 2"),
+        ("NodeName= State=IDLE", "no NodeName"),
+    ],
+)
+def test_garbage_gives_a_clear_error(text, needle):
+    with pytest.raises(NodeParseError) as err:
+        parse_nodes(text)
+    assert needle in str(err.value)
+    assert isinstance(err.value, GpuhcError)
+
+
+def test_oneline_rejects_non_record_line():
+    with pytest.raises(NodeParseError, match="line 2: expected a line starting with NodeName="):
+        parse_show_node_oneline("NodeName=a State=IDLE\nState=IDLE NodeName=b\n")
