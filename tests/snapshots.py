@@ -19,7 +19,8 @@ T0 = 1_700_000_000.0  # a fixed "now" (Nov 2023) so results never depend on the 
 # Bus ids of a typical HGX H100 board, GPU 0..7.
 PCI_IDS = ("0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
            "0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0")
-NVLINK_COUNTERS = ("crc_flit", "crc_data", "replay", "recovery")
+# The per-link counters the NVML source reads on Hopper (gpuhc/sources/nvml.py LINK_FIELDS).
+NVLINK_COUNTERS = ("crc", "replay", "recovery")
 BUSY = 0x0  # clock-event reasons of a GPU running flat out: no reason at all
 IDLE = 0x1  # GPU_IDLE
 

@@ -65,12 +65,15 @@ def _gpu_findings(gpu: GpuReading, fail_on: set[str]) -> list[Result]:
     n = len(samples)
     out: list[Result] = []
     explained = False  # a specific HW cause was present in every sample
+    # The umbrella bit is worth its own finding only when some sample shows it without a
+    # specific cause; otherwise the thermal / power-brake finding already says it all.
+    unexplained = any(s & HW_SLOWDOWN and not s & (HW_THERMAL | HW_POWER_BRAKE) for s in samples)
     for name, bit, words in REASONS:
         hits = sum(1 for s in samples if s & bit)
         if not hits:
             continue
-        if bit == HW_SLOWDOWN and explained:
-            continue  # the umbrella bit adds nothing to a persistent thermal / power-brake finding
+        if bit == HW_SLOWDOWN and (explained or not unexplained):
+            continue
         if bit in (HW_THERMAL, HW_POWER_BRAKE) and hits == n:
             explained = True
         subject = gpu.subject
