@@ -1,0 +1,130 @@
+"""`gpuhc healthcheck`, `gpuhc prolog`, `gpuhc epilog`: what Slurm runs (through slurm/*.sh).
+
+They take the same replay options as `gpuhc check`, so a test (or an admin) can run the real
+flow against a scenario. Exit codes: 0 healthy (or gpuhc broke in a prolog/epilog: fail open),
+1 unhealthy, 2 usage/config error (health check), 3 gpuhc could not judge or Slurm did not
+answer, 4 circuit breaker open (health check).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from gpuhc.cli.common import passthrough, source_options
+
+
+def _run(kw: dict, stage: str, flow_name: str) -> None:
+    from gpuhc.errors import EXIT_INTERNAL, EXIT_OK, GpuhcError
+    from gpuhc.slurm import entry
+
+    node = kw.get("hostname") or os.environ.get("SLURMD_NODENAME") or None
+    fail_open = flow_name in ("prolog", "epilog")
+    try:
+        from gpuhc.cli.common import run_options_from
+
+        opts = run_options_from(kw, stage)
+    except GpuhcError as e:
+        # A broken config: the health check says so (exit 2); a prolog/epilog must not turn a
+        # typo in gpuhc.yaml into drained nodes or blocked jobs (unless told to fail closed,
+        # which needs a readable config, so: fail open).
+        click.echo(f"gpuhc {flow_name} {node or '?'}: error: {e}", err=True)
+        _syslog(f"gpuhc {flow_name} {node or '?'}: error: {e}")
+        _exit(EXIT_OK if fail_open else e.exit_code)
+        return
+    slurm = opts.config.section("slurm")
+    log = entry.Log(f"gpuhc {flow_name} {opts.hostname}", slurm.get("log_file"), bool(slurm.get("syslog", True)))
+    flow = entry.Flow(stage=stage, opts=opts, log=log)
+    try:
+        out = getattr(entry, flow_name)(flow)
+    except Exception as e:  # a bug: never a drain, never a blocked job
+        log(f"internal error: {type(e).__name__}: {e}", loud=True)
+        _exit(EXIT_OK if fail_open else EXIT_INTERNAL)
+        return
+    if kw.get("json_mode") and out.report is not None:
+        from gpuhc.output import render_report
+
+        render_report(out.report, json_mode=True)
+    if out.report is not None:
+        from gpuhc.output import publish
+
+        for problem in publish(_WithSlurm(out), opts.config):
+            log(f"warning: {problem}")
+    _exit(out.exit_code, hard=out.hard_exit)
+
+
+class _WithSlurm:
+    """The run's report plus what the Slurm side did, for the event log and the textfile
+    (the breaker gauge and the drain/resume counters come from the ``slurm`` key)."""
+
+    def __init__(self, out) -> None:
+        self.out = out
+
+    def to_dict(self) -> dict:
+        doc = self.out.report.to_dict()
+        d = self.out.decision
+        doc["slurm"] = {
+            "action": d.act.value if d else "none",
+            "why": d.why if d else None,
+            "reason": d.reason if d else None,
+            "acted": self.out.acted,
+            "breaker": self.out.breaker.to_dict() if self.out.breaker else None,
+            "error": self.out.slurm_error,
+            "postmortem": self.out.extra.get("postmortem"),
+        }
+        return doc
+
+
+def _syslog(line: str) -> None:
+    try:
+        import syslog
+
+        syslog.openlog("gpuhc", 0, syslog.LOG_DAEMON)
+        syslog.syslog(syslog.LOG_WARNING, line)
+    except Exception:
+        pass
+
+
+def _exit(code: int, hard: bool = False) -> None:
+    # After a source timed out a reader thread may be stuck in C code; do not wait for it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if hard:
+        os._exit(code)
+    sys.exit(code)
+
+
+@click.command()
+@source_options
+@passthrough
+def healthcheck(kw: dict) -> None:
+    """Slurm HealthCheckProgram: passive checks, then drain/resume this node.
+
+    Drains on failure with a `gpuhc:` reason; resumes only nodes it drained, after
+    slurm.resume_after clean runs and the cool-down; never touches a reason it did not set.
+    Asks Slurm nothing when the node is healthy and not held by gpuhc.
+    """
+    _run(kw, "passive", "healthcheck")
+
+
+@click.command()
+@source_options
+@passthrough
+def prolog(kw: dict) -> None:
+    """Slurm Prolog: fast checks of the job's GPUs (SLURM_JOB_GPUS / CUDA_VISIBLE_DEVICES).
+
+    On a failure: drain with gpuhc's reason, then exit 1 so Slurm requeues the job. Healthy:
+    exit 0 without a single Slurm call. gpuhc's own errors: exit 0 with a loud log line.
+    """
+    _run(kw, "prolog", "prolog")
+
+
+@click.command()
+@source_options
+@passthrough
+def epilog(kw: dict) -> None:
+    """Slurm Epilog: checks after the job; a post-mortem bundle when the job failed
+    (SLURM_JOB_EXIT_CODE non-zero); drains on failure."""
+    _run(kw, "epilog", "epilog")

@@ -1,0 +1,337 @@
+"""The Slurm entry points: ``gpuhc healthcheck``, ``gpuhc prolog``, ``gpuhc epilog``.
+
+Each flow is: run the stage (the runner) -> verdict -> policy decision -> scontrol -> verify ->
+remember. The rules that make it safe to run on every node every few minutes:
+
+- **Ask Slurm only with something to decide.** A healthy run of a node gpuhc does not hold sends
+  nothing; so does a healthy prolog or epilog, whatever gpuhc remembers (only the health check
+  resumes).
+- **Read right before acting, re-read after.** There is no compare-and-set in Slurm; the window
+  between our read and our update is one scontrol round trip, and the re-read tells us (and the
+  log) whether the node ended up as we meant. Memory is stored only for what was verified, so a
+  timed-out or refused drain is not remembered as a drain.
+- **Stay inside the deadline.** slurmd kills the health check at 60 s; the checks get the stage
+  budget, every scontrol call a timeout cut to what is left of ``slurm.deadline_s.<stage>``.
+- **Fail open on gpuhc's bugs, closed on the hardware's failures.** If gpuhc itself breaks (bad
+  config, internal error, a check that could not judge), the prolog and the epilog exit 0 with a
+  loud log line: a gpuhc bug must not drain the cluster through "Prolog error". A real FAIL makes
+  the prolog exit 1 after draining with our own reason, so Slurm requeues the job (and, if our
+  drain did not go through, drains the node itself).
+- **The circuit breaker wins over exit codes.** With the breaker open, the prolog and the epilog
+  exit 0: a non-zero exit would make Slurm drain the node anyway, around the breaker.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from gpuhc.errors import EXIT_BREAKER, EXIT_INTERNAL, EXIT_OK, EXIT_UNHEALTHY, GpuhcError, SlurmError
+from gpuhc.slurm.breaker import BreakerSettings, BreakerState, evaluate
+from gpuhc.slurm.policy import Act, Decision, Memory, PolicySettings, Verdict, decide, needs_slurm, verdict_of
+from gpuhc.slurm.reason import build_reason, owned
+from gpuhc.slurm.scontrol import Scontrol
+
+# Kept back from the stage deadline for the checks, so that the scontrol calls still fit.
+SLURM_RESERVE_S = 4.0
+
+MakeScontrol = Callable[[float], Scontrol]  # monotonic deadline -> wrapper
+
+
+@dataclass
+class Outcome:
+    exit_code: int
+    lines: list[str] = field(default_factory=list)
+    report: Any = None  # RunReport, when the stage ran
+    decision: Decision | None = None
+    breaker: BreakerState | None = None
+    acted: bool = False  # a drain/resume was sent and verified
+    slurm_error: str | None = None
+    hard_exit: bool = False  # a reader thread may be stuck in C code: leave with os._exit
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Log:
+    """Lines go to stderr (slurmd keeps the prolog's, an admin running by hand sees them), to
+    syslog (the health check's output is discarded by slurmd), and to ``slurm.log_file``."""
+
+    def __init__(self, prefix: str, log_file: str | None = None, use_syslog: bool = True, echo: bool = True):
+        self.prefix, self.log_file, self.use_syslog, self.echo = prefix, log_file, use_syslog, echo
+        self.lines: list[str] = []
+
+    def __call__(self, text: str, loud: bool = False) -> None:
+        line = f"{self.prefix}: {' '.join(str(text).split())}"
+        self.lines.append(line)
+        if self.echo:
+            print(line, file=sys.stderr, flush=True)
+        if self.use_syslog:
+            try:
+                import syslog
+
+                syslog.openlog("gpuhc", 0, syslog.LOG_DAEMON)
+                syslog.syslog(syslog.LOG_WARNING if loud else syslog.LOG_INFO, line)
+            except Exception:  # no syslog on this host: stderr and the file still have it
+                pass
+        if self.log_file:
+            try:
+                with open(self.log_file, "a", encoding="utf-8") as f:
+                    f.write(time.strftime("%Y-%m-%dT%H:%M:%S ") + line + "\n")
+            except OSError:
+                pass
+
+
+@dataclass
+class Flow:
+    """Everything a flow needs, injected so that unit tests can run it without Slurm."""
+
+    stage: str  # passive / prolog / epilog
+    opts: Any  # gpuhc.runner.RunOptions
+    log: Log
+    make_scontrol: MakeScontrol | None = None
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def slurm(self) -> dict[str, Any]:
+        return self.opts.config.section("slurm")
+
+    @property
+    def node(self) -> str:
+        return self.opts.hostname
+
+    @property
+    def deadline(self) -> float:
+        return self.started + float(self.slurm["deadline_s"][self.stage])
+
+    def scontrol(self) -> Scontrol:
+        if self.make_scontrol is not None:
+            return self.make_scontrol(self.deadline)
+        return Scontrol(binary=self.slurm["scontrol"], timeout_s=float(self.slurm["timeout_s"]),
+                        deadline=self.deadline)
+
+    def now(self) -> float:
+        return self.opts.now if self.opts.now is not None else time.time()
+
+
+# ---------------------------------------------------------------------------- the stage
+
+
+def run_checks(flow: Flow):
+    """Run the stage inside its share of the deadline; None (logged) when gpuhc itself broke."""
+    from gpuhc.runner import run_stage
+
+    budget = float(flow.opts.config.section("budget_s")[flow.stage])
+    left = flow.deadline - time.monotonic() - SLURM_RESERVE_S
+    flow.opts.budget_s = max(0.5, min(budget, left))
+    try:
+        return run_stage(flow.opts)
+    except GpuhcError as e:
+        flow.log(f"gpuhc could not run the {flow.stage} checks: {e}", loud=True)
+    except Exception as e:  # a bug: never a reason to drain
+        flow.log(f"internal error running the {flow.stage} checks: {type(e).__name__}: {e}", loud=True)
+    return None
+
+
+def summary_line(report, verdict: Verdict, gpus: list[int] | None = None) -> str:
+    fails = report.failing()
+    which = "" if gpus is None else f" gpus={','.join(map(str, gpus)) or 'none'}"
+    text = f"{report.stage}{which}: {verdict.value.upper()} ({len(report.results)} results, {len(fails)} failing"
+    text += f", {report.duration_s:.2f}s)"
+    if report.timed_out:
+        text += f" timed out: {','.join(report.timed_out)}"
+    return text
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+def load_memory(flow: Flow) -> Memory:
+    from gpuhc.state import StateStore
+
+    try:
+        doc = StateStore(flow.opts.state_dir).read()
+    except Exception as e:
+        flow.log(f"state unreadable ({e}): deciding without memory", loud=True)
+        return Memory()
+    return Memory.from_dict(doc.get("slurm", {}).get("nodes", {}).get(flow.node))
+
+
+def save_memory(flow: Flow, memory: Memory, decision: Decision | None) -> None:
+    from gpuhc.state import StateStore
+
+    try:
+        with StateStore(flow.opts.state_dir).transaction() as doc:
+            sl = doc.setdefault("slurm", {})
+            sl.setdefault("nodes", {})[flow.node] = memory.to_dict()
+            if decision is not None:
+                sl.setdefault("last", {})[flow.node] = {"stage": flow.stage, "time": flow.now(),
+                                                        "act": decision.act.value, "why": decision.why}
+    except Exception as e:  # the node's verdict stands; the next run re-reads Slurm
+        flow.log(f"state not saved ({e})", loud=True)
+
+
+# ---------------------------------------------------------------------------- acting
+
+
+def carry_out(sc: Scontrol, node: str, decision: Decision, log: Callable[..., None]) -> bool:
+    """Send the decision's drain/resume, re-read the node, say whether it took. Raises SlurmError
+    when scontrol fails (the caller then keeps its old memory)."""
+    if decision.act is Act.DRAIN:
+        sc.drain(node, decision.reason)
+    elif decision.act is Act.RESUME:
+        sc.resume(node)
+    else:
+        return False
+    after = sc.show_node(node)
+    if decision.act is Act.DRAIN:
+        ok = after.drained and after.reason == decision.reason
+    else:
+        ok = not after.drained and not owned(after.reason)
+    if not ok:
+        log(f"after {decision.act.value}: Slurm shows state {after.raw_state} reason {after.reason!r}; "
+            "someone else changed the node in between, leaving it to them", loud=True)
+    return ok
+
+
+def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resume: bool) -> None:
+    """Policy and Slurm for one finished run; fills ``out`` (decision, breaker, errors)."""
+    memory = load_memory(flow)
+    if not needs_slurm(verdict, memory) or (verdict is not Verdict.FAIL and not allow_resume):
+        return
+    reason = build_reason(report.results) if verdict is Verdict.FAIL else None
+    settings = PolicySettings.from_section(flow.slurm)
+    sc = flow.scontrol()
+    now = flow.now()
+    try:
+        node = sc.show_node(flow.node)
+        decision = decide(node, verdict, reason, memory, now, settings)
+        if decision.act is Act.DRAIN and decision.uses_capacity:
+            out.breaker = evaluate(sc.show_nodes(), flow.node, BreakerSettings.from_section(flow.slurm["breaker"]))
+            if out.breaker.open:
+                decision = decide(node, verdict, reason, memory, now, settings, breaker_open=True)
+        out.decision = decision
+        if decision.act is Act.BLOCKED:
+            flow.log(f"gpuhc: {out.breaker.message}; NOT draining {flow.node} ({reason})", loud=True)
+            save_memory(flow, decision.memory, decision)
+            return
+        if decision.act.touches_slurm:
+            out.acted = carry_out(sc, flow.node, decision, flow.log)
+            if out.acted:
+                save_memory(flow, decision.memory, decision)
+            verb = "drained" if decision.act is Act.DRAIN else "resumed"
+            detail = f" reason {decision.reason!r}" if decision.reason else ""
+            flow.log(f"{verb if out.acted else decision.act.value + ' not verified'}: {decision.why}{detail}",
+                     loud=decision.act is Act.DRAIN)
+        else:
+            save_memory(flow, decision.memory, decision)
+            flow.log(f"{decision.act.value}: {decision.why}", loud=decision.act is Act.KEEP)
+    except SlurmError as e:
+        out.slurm_error = str(e)
+        flow.log(f"Slurm did not answer as needed, node left as it was, nothing remembered: {e}", loud=True)
+
+
+# ---------------------------------------------------------------------------- the three flows
+
+
+def healthcheck(flow: Flow) -> Outcome:
+    report = run_checks(flow)
+    if report is None:
+        return Outcome(EXIT_INTERNAL, flow.log.lines)
+    verdict = verdict_of(report.results)
+    out = Outcome(report.exit_code, flow.log.lines, report, hard_exit=bool(report.timed_out))
+    flow.log(summary_line(report, verdict), loud=verdict is Verdict.FAIL)
+    judge_and_act(flow, report, verdict, out, allow_resume=True)
+    if out.decision is not None and out.decision.act is Act.BLOCKED:
+        out.exit_code = EXIT_BREAKER
+    elif out.slurm_error and verdict is not Verdict.FAIL:
+        out.exit_code = EXIT_INTERNAL
+    return out
+
+
+def job_gpus(env: Mapping[str, str]) -> tuple[list[int] | None, str]:
+    """The job's GPU indices from SLURM_JOB_GPUS, else CUDA_VISIBLE_DEVICES. UUIDs or garbage
+    mean "check every GPU" (safe: more checking, never less), and say so."""
+    for var in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+        text = env.get(var)
+        if text is None or text.strip() == "":
+            continue
+        try:
+            gpus = sorted({int(p) for p in text.split(",") if p.strip() != ""})
+        except ValueError:
+            return None, f"{var}={text!r} is not a list of indices: checking all GPUs"
+        if any(g < 0 for g in gpus):
+            return None, f"{var}={text!r} has negative indices: checking all GPUs"
+        return gpus, f"{var}={text}"
+    return None, "no SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES: checking all GPUs"
+
+
+def _job(env: Mapping[str, str]) -> str:
+    return env.get("SLURM_JOB_ID") or "?"
+
+
+def prolog(flow: Flow) -> Outcome:
+    gpus, where = job_gpus(flow.env)
+    flow.opts.gpus = gpus
+    fail_open = bool(flow.slurm["prolog_fail_open"])
+    report = run_checks(flow)
+    if report is None:
+        code = EXIT_OK if fail_open else EXIT_UNHEALTHY
+        flow.log(f"job {_job(flow.env)}: gpuhc broke, {'letting the job run (fail open)' if fail_open else 'failing the prolog (prolog_fail_open: false)'}", loud=True)
+        return Outcome(code, flow.log.lines)
+    verdict = verdict_of(report.results)
+    out = Outcome(EXIT_OK, flow.log.lines, report, hard_exit=bool(report.timed_out))
+    flow.log(f"job {_job(flow.env)} " + summary_line(report, verdict, gpus) + f" [{where}]",
+             loud=verdict is Verdict.FAIL)
+    if verdict is Verdict.ERROR:
+        flow.log(f"job {_job(flow.env)}: gpuhc could not judge ({_errors(report)}): letting the job run", loud=True)
+        return out
+    if verdict is not Verdict.FAIL:
+        return out  # the happy path: not a single Slurm call
+    judge_and_act(flow, report, verdict, out, allow_resume=False)
+    if out.decision is not None and out.decision.act is Act.BLOCKED:
+        flow.log(f"job {_job(flow.env)}: circuit breaker open: letting the job run rather than have Slurm "
+                 "drain the node with 'Prolog error'", loud=True)
+        return out
+    out.exit_code = EXIT_UNHEALTHY  # Slurm requeues the job; the node is drained (ours, or "Prolog error")
+    flow.log(f"job {_job(flow.env)}: failing the prolog so that Slurm requeues the job", loud=True)
+    return out
+
+
+def epilog(flow: Flow) -> Outcome:
+    report = run_checks(flow)
+    raw_exit = flow.env.get("SLURM_JOB_EXIT_CODE", "0").strip() or "0"
+    job_failed = raw_exit not in ("0",)
+    out = Outcome(EXIT_OK, flow.log.lines, report, hard_exit=bool(report and report.timed_out))
+    if job_failed:
+        from gpuhc.slurm.postmortem import write_bundle
+
+        try:
+            path = write_bundle(flow, report)
+            out.extra["postmortem"] = path
+            flow.log(f"job {_job(flow.env)} exited {raw_exit}: post-mortem bundle {path}", loud=True)
+        except Exception as e:  # a full disk must not turn into a drain
+            flow.log(f"job {_job(flow.env)} exited {raw_exit}: post-mortem bundle not written: {e}", loud=True)
+    if report is None:
+        flow.log(f"job {_job(flow.env)}: gpuhc broke in the epilog: leaving the node alone (fail open)", loud=True)
+        return out
+    verdict = verdict_of(report.results)
+    flow.log(f"job {_job(flow.env)} " + summary_line(report, verdict), loud=verdict is Verdict.FAIL)
+    if verdict is not Verdict.FAIL:
+        return out
+    judge_and_act(flow, report, verdict, out, allow_resume=False)
+    if out.decision is not None and out.decision.act is Act.BLOCKED:
+        return out
+    # Drained with our reason (Slurm keeps it: it drains with "Epilog error" only nodes not
+    # already drained), or our drain failed and Slurm's own drain is the fallback.
+    out.exit_code = EXIT_UNHEALTHY
+    return out
+
+
+def _errors(report) -> str:
+    from gpuhc.model import Status
+
+    errs = [f"{r.check}: {r.message}" for r in report.results if r.status is Status.ERROR]
+    return "; ".join(errs)[:200] or "no detail"
