@@ -1,0 +1,179 @@
+"""node_exporter textfile-collector metrics.
+
+node_exporter reads every ``*.prom`` file in its textfile directory on each scrape. Each writer
+owns its own file and replaces it whole, so a scrape never sees half a file and writers never
+overwrite each other:
+
+- ``write_textfile(path, report)``: one file per stage. ``path`` may hold ``{stage}``
+  (``/var/lib/node_exporter/textfile/gpuhc-{stage}.prom``); without it the stage is put before
+  the extension (``gpuhc.prom`` -> ``gpuhc-passive.prom``). Otherwise every prolog would wipe the
+  passive check's series and alerts on ``stage="passive"`` would flap between scrapes.
+- ``write_breaker_metric(path, ...)``: the Slurm drain circuit breaker, in a file of its own
+  (suggested ``gpuhc-breaker.prom``).
+- ``write_metrics(path, samples)``: the general form the two above use, for other writers (the
+  fabric sweep: ``gpuhc-sweep.prom``).
+
+Every metric's HELP text lives in :data:`HELP`: node_exporter rejects a family that two files
+describe differently, so all writers must take their text from here.
+
+Files are written to a hidden temporary name in the same directory, fsynced, made 0644 (a
+restrictive umask must not hide them from node_exporter, which does not run as root) and renamed
+over the target. prometheus_client renders the exposition format; it is imported on first use
+so that a run without a textfile configured never pays for it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from gpuhc.export.eventlog import make_dirs
+
+# Status -> value of gpuhc_check_status: ordered like Status.rank, so max() is the worst.
+STATUS_VALUE = {"pass": 0, "n/a": 0, "warn": 1, "error": 2, "fail": 3}
+
+HELP: dict[str, str] = {
+    "gpuhc_check_status": "Worst result of a check on a subject in the last run: 0 pass or n/a, 1 warn, "
+                          "2 error (gpuhc could not judge), 3 fail",
+    "gpuhc_check_timed_out": "1 when the check timed out in the last run of the stage",
+    "gpuhc_node_healthy": "0 when a check failed in the last run of the stage, else 1",
+    "gpuhc_node_status": "Worst status of the last run of the stage: 0 pass, 1 warn, 2 error, 3 fail",
+    "gpuhc_run_exit_code": "Exit code of the last run of the stage: 0 healthy, 1 unhealthy, 3 internal error",
+    "gpuhc_run_duration_seconds": "Wall time of the last run of the stage",
+    "gpuhc_run_timestamp_seconds": "Start time of the last run of the stage, seconds since the epoch",
+    "gpuhc_breaker_open": "1 while the drain circuit breaker is open (gpuhc stopped draining nodes)",
+    "gpuhc_breaker_drained_nodes": "Nodes drained by gpuhc when the circuit breaker was last evaluated",
+    "gpuhc_breaker_cap": "Most nodes gpuhc may hold drained before the circuit breaker opens",
+    "gpuhc_breaker_timestamp_seconds": "When the circuit breaker was last evaluated, seconds since the epoch",
+}
+
+FILE_MODE = 0o644
+DIR_MODE = 0o755
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    value: float
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def textfile_path(path: str, stage: str) -> str:
+    """The file one stage writes: ``{stage}`` filled in, or ``-<stage>`` before the extension."""
+    if "{stage}" in path:
+        return path.replace("{stage}", stage)
+    head, ext = os.path.splitext(path)
+    if head.endswith(f"-{stage}"):
+        return path  # already this stage's file: idempotent, so a resolved path can be passed again
+    return f"{head}-{stage}{ext}"
+
+
+def report_samples(report: dict[str, Any]) -> list[Sample]:
+    """The metrics of one run, from ``RunReport.to_dict()``.
+
+    A check may say several things about one subject (two ECC findings on gpu3); a series can
+    hold one value, so the worst wins.
+    """
+    stage = str(report.get("stage") or "unknown")
+    worst: dict[tuple[str, str], int] = {}
+    checks: set[str] = set()
+    for r in report.get("results") or []:
+        check, subject = str(r.get("check", "")), str(r.get("subject", "node"))
+        value = STATUS_VALUE.get(str(r.get("status")), STATUS_VALUE["error"])
+        key = (check, subject)
+        worst[key] = max(worst.get(key, 0), value)
+        checks.add(check)
+    timed_out = {str(c) for c in report.get("timed_out") or []}
+    overall = STATUS_VALUE.get(str(report.get("status")), STATUS_VALUE["error"])
+    out = [Sample("gpuhc_check_status", v, {"check": c, "subject": s, "stage": stage})
+           for (c, s), v in sorted(worst.items())]
+    out += [Sample("gpuhc_check_timed_out", 1 if c in timed_out else 0, {"check": c, "stage": stage})
+            for c in sorted(checks | timed_out)]
+    st = {"stage": stage}
+    out += [
+        Sample("gpuhc_node_healthy", 0 if report.get("status") == "fail" else 1, st),
+        Sample("gpuhc_node_status", overall, st),
+        Sample("gpuhc_run_exit_code", _num(report.get("exit_code"), 3), st),
+        Sample("gpuhc_run_duration_seconds", _num(report.get("duration_s"), 0.0), st),
+        Sample("gpuhc_run_timestamp_seconds", _num(report.get("started"), 0.0), st),
+    ]
+    return out
+
+
+def write_textfile(path: str, report: dict[str, Any]) -> str:
+    """Write one run's metrics to its stage's file; returns the path written. Raises OSError
+    (with the path in its message) when the file cannot be written."""
+    target = textfile_path(path, str(report.get("stage") or "unknown"))
+    write_metrics(target, report_samples(report))
+    return target
+
+
+def write_breaker_metric(path: str, open: bool, drained: int, cap: int, now: float | None = None) -> None:
+    """The drain circuit breaker's state, in a file of its own (not a stage's file)."""
+    import time
+
+    write_metrics(path, [
+        Sample("gpuhc_breaker_open", 1 if open else 0),
+        Sample("gpuhc_breaker_drained_nodes", drained),
+        Sample("gpuhc_breaker_cap", cap),
+        Sample("gpuhc_breaker_timestamp_seconds", time.time() if now is None else now),
+    ])
+
+
+def render(samples: Iterable[Sample], helps: dict[str, str] | None = None) -> bytes:
+    """The exposition text for ``samples``. Every sample of a name must carry the same label
+    names; HELP comes from ``helps`` or :data:`HELP` (a name in neither is a ValueError)."""
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+    families: dict[str, list[Sample]] = {}
+    for s in samples:
+        families.setdefault(s.name, []).append(s)
+    registry = CollectorRegistry(auto_describe=False)
+    for name, group in families.items():
+        labelnames = tuple(sorted(group[0].labels))
+        text = (helps or {}).get(name) or HELP.get(name)
+        if text is None:
+            raise ValueError(f"metric {name}: no HELP text (add it to gpuhc.export.prometheus.HELP)")
+        gauge = Gauge(name, text, labelnames=labelnames, registry=registry)
+        for s in group:
+            if tuple(sorted(s.labels)) != labelnames:
+                raise ValueError(f"metric {name}: labels {sorted(s.labels)} differ from {list(labelnames)}")
+            (gauge.labels(**s.labels) if labelnames else gauge).set(float(s.value))
+    return generate_latest(registry)
+
+
+def write_metrics(path: str, samples: Iterable[Sample], helps: dict[str, str] | None = None) -> None:
+    """Render ``samples`` and replace ``path`` with them atomically."""
+    _atomic_write(path, render(samples, helps))
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    parent = os.path.dirname(os.path.abspath(path))
+    # hidden and not *.prom: node_exporter must never read the half-written file
+    tmp = os.path.join(parent, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        make_dirs(parent, DIR_MODE)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        try:
+            os.fchmod(fd, FILE_MODE)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise OSError(e.errno, f"{e.strerror or e} writing {path}") from e
+
+
+def _num(value: Any, default: float) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
