@@ -1,0 +1,191 @@
+"""`gpuhc sweep ...`: multi-node all-reduce probes that find the node (or link) slowing the fabric.
+
+Who runs what:
+
+- ``submit`` and ``analyze`` run on an admin host from cron as a Slurm *operator* (``sbatch
+  --priority`` and draining need it; root works too). ``analyze --apply`` is the only step that
+  changes a node.
+- ``run`` is the job side, started by the launcher inside each probe job; it runs as the job's
+  (unprivileged) user and only writes its results file.
+- ``report`` and ``simulate`` only read (simulate touches nothing outside a temporary directory).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from gpuhc.errors import EXIT_INTERNAL, EXIT_UNHEALTHY
+
+
+@click.group()
+def sweep() -> None:
+    """Fabric probes: NCCL all-reduce sweeps across idle nodes, judged per payload size,
+    with follow-up rounds that name the bad node.
+
+    Cron, as a Slurm operator:  gpuhc sweep analyze --apply; gpuhc sweep submit
+    """
+
+
+def _config_options(fn):
+    fn = click.option("--state-dir", type=click.Path(file_okay=False), help="State directory (default $GPUHC_STATE_DIR or config state_dir).")(fn)
+    fn = click.option("--config", "config_path", type=click.Path(dir_okay=False), help="gpuhc.yaml (default $GPUHC_CONFIG or /etc/gpuhc/gpuhc.yaml).")(fn)
+    return fn
+
+
+def _context(config_path: str | None, state_dir: str | None):
+    from gpuhc.config import load_config
+    from gpuhc.state import default_state_dir
+    from gpuhc.sweep.settings import sweep_section
+    from gpuhc.sweep.store import SweepStore
+
+    config = load_config(config_path)
+    section = sweep_section(config)
+    state = state_dir or default_state_dir(config.data.get("state_dir"))
+    return config, section, SweepStore(state, section.get("results_dir"))
+
+
+@sweep.command("run")
+@click.option("--backend", type=click.Choice(["nccl", "mpi"]), default="nccl", show_default=True)
+@click.option("--sweep-id", default="adhoc", show_default=True)
+@click.option("--group-id", default="g0", show_default=True)
+@click.option("--nodes", default="", help="The planned nodes, comma-separated (names ranks that never report).")
+@click.option("--results-dir", type=click.Path(file_okay=False), help="Write <dir>/<sweep>/<group>.json.")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write the results to this file instead.")
+@click.option("--min-bytes", type=int, default=8, show_default=True)
+@click.option("--max-bytes", type=int, default=2 << 30, show_default=True)
+@click.option("--factor", type=click.IntRange(2, 16), default=2, show_default=True)
+@click.option("--warmup", type=click.IntRange(0), default=5, show_default=True)
+@click.option("--iters", type=click.IntRange(1), default=20, show_default=True, help="Timed iterations per bandwidth size.")
+@click.option("--latency-iters", type=click.IntRange(1, 1000), default=100, show_default=True,
+              help="Timed iterations per latency size, each timed alone.")
+@click.option("--latency-max-bytes", type=click.IntRange(0), default=1 << 20, show_default=True,
+              help="Sizes up to this get per-iteration timing (p50/p95/p99).")
+@click.option("--timeout-s", type=click.FloatRange(0.1), default=120.0, show_default=True,
+              help="A collective slower than this is declared hung.")
+@click.option("--table/--no-table", default=True, help="Rank 0 prints the size table when done.")
+def run_cmd(**kw) -> None:
+    """Job side: time all-reduce at every size with one rank per GPU (run it under srun/mpiexec)."""
+    from gpuhc.sweep.stats import size_ladder
+    from gpuhc.sweep.worker import RunSpec, run
+
+    try:
+        size_ladder(kw["min_bytes"], kw["max_bytes"], kw["factor"])
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--min-bytes/--max-bytes") from None
+    table = kw.pop("table")
+    nodes = [n for n in kw.pop("nodes").split(",") if n]
+    spec = RunSpec(nodes=nodes, **kw)
+    if not spec.out and not spec.results_dir:
+        raise click.UsageError("give --results-dir or --out")
+    code = run(spec)
+    from mpi4py import MPI
+
+    if code == 0 and table and spec.out and MPI.COMM_WORLD.Get_rank() == 0:
+        from gpuhc.sweep.chart import size_table
+        from gpuhc.sweep.store import read_json
+
+        click.echo(size_table(read_json(spec.out) or {}))
+    sys.exit(code)
+
+
+@sweep.command("submit")
+@_config_options
+@click.option("--dry-run", is_flag=True, help="Plan and print the sbatch command lines; submit nothing, record nothing.")
+@click.option("--json", "json_mode", is_flag=True)
+def submit_cmd(config_path, state_dir, dry_run, json_mode) -> None:
+    """Plan groups among idle nodes and submit one probe job per group (for cron; returns fast).
+
+    Does nothing while the previous sweep still has jobs queued or running, or still needs
+    analyzing. Needs Slurm operator rights when sweep.job.priority is set.
+    """
+    from gpuhc.sweep.submit import submit_sweep
+
+    config, section, store = _context(config_path, state_dir)
+    out = submit_sweep(section, store, dry_run=dry_run)
+    _emit(out, json_mode)
+
+
+@sweep.command("analyze")
+@_config_options
+@click.option("--apply", is_flag=True, help="Drain the named culprit nodes through the Slurm drain policy (operator rights).")
+@click.option("--no-submit", is_flag=True, help="Do not submit follow-up rounds even if configured to.")
+@click.option("--json", "json_mode", is_flag=True)
+def analyze_cmd(config_path, state_dir, apply, no_submit, json_mode) -> None:
+    """Judge finished probe jobs, submit follow-up rounds, name (and with --apply drain) culprits.
+
+    Exit code 1 when a culprit was named, 0 otherwise (including "still running").
+    """
+    from gpuhc.sweep.analyze import analyze_sweep
+
+    config, section, store = _context(config_path, state_dir)
+    out = analyze_sweep(section, store, apply=apply, submit=not no_submit, config=config)
+    _emit(out, json_mode)
+    if out.get("error"):
+        sys.exit(EXIT_INTERNAL)
+    sys.exit(EXIT_UNHEALTHY if out.get("culprits") else 0)
+
+
+@sweep.command("report")
+@_config_options
+@click.option("--sweep-id", help="This sweep (default: the latest).")
+@click.option("--node", "nodes", multiple=True, help="History of this node (repeatable).")
+@click.option("--png", type=click.Path(dir_okay=False), help="Also draw the busbw curves to this PNG (needs the plot extra).")
+@click.option("--json", "json_mode", is_flag=True)
+def report_cmd(config_path, state_dir, sweep_id, nodes, png, json_mode) -> None:
+    """History per node and per group, and the busbw-vs-size curves of a sweep."""
+    from gpuhc.sweep.report import build_report, render_report
+
+    config, section, store = _context(config_path, state_dir)
+    rep = build_report(store, section, sweep_id, list(nodes))
+    if png:
+        from gpuhc.sweep.chart import write_png
+
+        write_png(rep["curves"], png, title=f"sweep {rep.get('sweep_id')}")
+        rep["png"] = png
+    if json_mode:
+        click.echo(json.dumps(rep, indent=1, default=str))
+    else:
+        render_report(rep)
+
+
+@sweep.command("simulate")
+@click.option("--nodes", "n_nodes", type=click.IntRange(2), default=1024, show_default=True)
+@click.option("--bad", type=click.IntRange(0), default=3, show_default=True, help="Bad nodes to hide.")
+@click.option("--bad-links", type=click.IntRange(0), default=0, show_default=True, help="Bad node pairs (links) to hide.")
+@click.option("--group-size", type=click.IntRange(2), default=2, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--noise", type=click.FloatRange(0, 0.5), default=0.03, show_default=True, help="Relative measurement noise (sigma).")
+@click.option("--glitch-rate", type=click.FloatRange(0, 1), default=0.002, show_default=True,
+              help="Chance that a healthy group's run is disturbed (a transient).")
+@click.option("--strategy", type=click.Choice(["auto", "isolate", "bisect"]), default="auto", show_default=True)
+@click.option("--max-rounds", type=click.IntRange(1, 20), default=4, show_default=True)
+@click.option("--json", "json_mode", is_flag=True)
+def simulate_cmd(json_mode, **kw) -> None:
+    """Run the real planner, judge and localizer against a synthetic cluster with hidden bad nodes."""
+    from gpuhc.sweep.simulate import SimSpec, simulate
+
+    out = simulate(SimSpec(nodes=kw["n_nodes"], bad=kw["bad"], bad_links=kw["bad_links"], group_size=kw["group_size"],
+                           seed=kw["seed"], noise=kw["noise"], glitch_rate=kw["glitch_rate"],
+                           strategy=kw["strategy"], max_rounds=kw["max_rounds"]))
+    if json_mode:
+        click.echo(json.dumps(out, indent=1))
+    else:
+        click.echo(
+            f"{out['nodes']} nodes, {len(out['bad_nodes'])} bad ({', '.join(out['bad_nodes']) or '-'}): "
+            f"{out['rounds']} rounds, {out['jobs']} jobs; found {len(out['found'])}, missed {len(out['missed'])}, "
+            f"false accusations {len(out['false_accusations'])}"
+        )
+        for r in out["per_round"]:
+            click.echo(f"  round {r['round']}: {r['groups']} groups, {r['failed']} failed")
+    sys.exit(0 if out["ok"] else EXIT_UNHEALTHY)
+
+
+def _emit(out: dict, json_mode: bool) -> None:
+    if json_mode:
+        click.echo(json.dumps(out, indent=1, default=str))
+        return
+    for line in out.get("lines", []):
+        click.echo(line)

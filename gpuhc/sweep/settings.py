@@ -1,0 +1,156 @@
+"""The ``sweep`` section of gpuhc.yaml: who gets probed, how jobs are submitted, what passes.
+
+Only the submit/analyze side (an operator's cron job on an admin host) reads this section. The
+job side (``gpuhc sweep run``) gets everything it needs on its command line, written there by
+``submit``: the compute nodes may not be able to read the admin's config at all.
+
+Thresholds are a mapping ``{backend: {shape: {...}}}`` where a shape is
+``<nodes>x<ranks per node>`` (``2x8``), optionally with ``-cross`` for groups that span leaf
+switches, or ``default``. Lookup goes most specific first: ``2x8-cross``, ``2x8``, ``default``.
+The ``nccl`` defaults are multi-node H100 numbers (DESIGN.md section 5); the ``mpi`` backend
+(host buffers, CPU test clusters) has no absolute numbers at all and judges relative to the
+fleet only, with looser factors, because CPU timings on shared cores are noisy.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from gpuhc.errors import ConfigError
+from gpuhc.schema import Key
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+# Keys of one threshold block, with their defaults for the nccl backend.
+THRESHOLD_KEYS: dict[str, Any] = {
+    "small_bytes": 1024,  # payload whose p95 latency is judged (LL/LL128 protocols)
+    "small_p95_us": 250.0,  # absolute ceiling, None: fleet-relative only
+    "medium_bytes": 16 * MIB,  # payload whose busbw is judged against the fleet (algorithm switches)
+    "medium_busbw_gbs": None,  # absolute floor at medium_bytes, None: fleet only
+    "large_busbw_gbs": 350.0,  # absolute floor at the largest size measured
+    "large_min_bytes": GIB,  # the absolute large floor applies only when the sweep reached this size
+    "fleet_busbw_fraction": 0.7,  # fail below this fraction of the fleet median (same shape)
+    "fleet_latency_factor": 2.0,  # fail above this multiple of the fleet median p95
+    "fleet_min_groups": 3,  # fleet comparisons need at least this many other groups
+}
+
+DEFAULT_THRESHOLDS: dict[str, dict[str, dict[str, Any]]] = {
+    "nccl": {"default": dict(THRESHOLD_KEYS)},
+    "mpi": {
+        "default": {
+            **THRESHOLD_KEYS,
+            "small_p95_us": None,
+            "medium_bytes": 64 * 1024,
+            "large_busbw_gbs": None,
+            "fleet_busbw_fraction": 0.3,
+            "fleet_latency_factor": 5.0,
+            "fleet_min_groups": 1,
+        }
+    },
+}
+
+SCHEMA: dict[str, Any] = {
+    "partitions": Key(list, [], "partitions whose IDLE nodes are probed (empty: all)", item=str),
+    "group_size": Key(int, 2, "nodes per probe job (2, 4, 8, ...)", min=2, max=256),
+    "ranks_per_node": Key(int, 8, "ranks per node: one per GPU", min=1, max=64),
+    "backend": Key(str, "nccl", "nccl (CuPy NCCL on GPUs) or mpi (host buffers, no GPU)", choices=("nccl", "mpi")),
+    "period_h": Key(float, 24.0, "probe every node at least this often; nodes probed more recently wait", min=0.0),
+    "max_nodes": Key(int, 0, "nodes per sweep at most (0: every due idle node)", min=0),
+    "cross_switch_fraction": Key(float, 0.25, "share of groups that span leaf switches (topology/tree only)", min=0.0, max=1.0),
+    "results_dir": Key(str, None, "where jobs write results: must be shared and writable by the job user; "
+                                  "default <state_dir>/sweep/results", nullable=True),
+    "history_window": Key(int, 200, "past groups per shape kept for fleet comparisons", min=1, max=100000),
+    "timeout_s": Key(float, 120.0, "a collective that takes longer is declared hung", min=0.1, max=3600.0),
+    "job": {
+        "name_prefix": Key(str, "gpuhc-sweep", "job names start with this; squeue finds running sweeps by it"),
+        "time": Key(str, "00:15:00", "sbatch --time"),
+        "partition": Key(str, None, "sbatch --partition (default: the node's partition from sinfo)", nullable=True),
+        "account": Key(str, None, "sbatch --account", nullable=True),
+        "qos": Key(str, None, "sbatch --qos", nullable=True),
+        "priority": Key(int, None, "sbatch --priority (needs operator rights)", nullable=True, min=0),
+        "extra_args": Key(list, [], "more sbatch arguments, one per item", item=str),
+        "command": Key(str, "gpuhc", "how the job starts gpuhc on the nodes (split like a shell would, never run by one)"),
+        "template": Key(str, None, "sbatch script template (string.Template); default: built in", nullable=True),
+    },
+    "launcher": {
+        "kind": Key(str, "srun", "srun or mpiexec", choices=("srun", "mpiexec")),
+        "mpi": Key(str, "pmi2", "srun --mpi= plugin (pmi2, pmix, ...)"),
+        "args": Key(list, [], "more launcher arguments", item=str),
+    },
+    "sizes": {
+        "min_bytes": Key(int, 8, min=4),
+        "max_bytes": Key(int, 2 * GIB, min=4),
+        "factor": Key(int, 2, min=2, max=16),
+    },
+    "iters": {
+        "warmup": Key(int, 5, min=0, max=1000),
+        "iters": Key(int, 20, "timed iterations per bandwidth size", min=1, max=100000),
+        "latency_iters": Key(int, 100, "timed iterations per latency size (each timed alone)", min=1, max=100000),
+        "latency_max_bytes": Key(int, MIB, "sizes up to this get per-iteration timing and percentiles", min=0),
+    },
+    "localize": {
+        "max_rounds": Key(int, 4, "rounds per sweep, the first probe included", min=1, max=20),
+        "auto_submit": Key(bool, True, "analyze submits follow-up rounds by itself"),
+        "strategy": Key(str, "auto", "isolate (suspect + known-good nodes), bisect, or auto", choices=("auto", "isolate", "bisect")),
+    },
+    "thresholds": Key(dict, DEFAULT_THRESHOLDS, "{backend: {shape|default: {threshold: value}}}"),
+}
+
+
+def thresholds_for(table: dict[str, Any], backend: str, shape: str, span: str = "") -> dict[str, Any]:
+    """The merged threshold block for one group: built-in defaults, then ``default``, then the
+    plain shape, then the span-qualified shape (``2x8-cross``)."""
+    merged = dict(DEFAULT_THRESHOLDS.get(backend, DEFAULT_THRESHOLDS["nccl"])["default"])
+    per_backend = table.get(backend) or {}
+    for key in ("default", shape, f"{shape}-{span}" if span else None):
+        if key and isinstance(per_backend.get(key), dict):
+            merged.update(per_backend[key])
+    return merged
+
+
+def validate_thresholds(table: Any, file: str | None = None, lines: dict | None = None) -> None:
+    """Names and kinds inside ``sweep.thresholds``; the generic schema only knows it is a mapping."""
+    from gpuhc.yamlpos import line_of
+
+    def fail(msg: str, path: tuple) -> None:
+        raise ConfigError(msg, file, line_of(lines or {}, ("sweep", "thresholds") + path) if file else None,
+                          ".".join(("sweep", "thresholds") + tuple(map(str, path))))
+
+    if not isinstance(table, dict):
+        fail("must be a mapping of backend to shapes", ())
+    for backend, shapes in table.items():
+        if backend not in ("nccl", "mpi"):
+            fail("unknown backend (known: mpi, nccl)", (backend,))
+        if not isinstance(shapes, dict):
+            fail("must be a mapping of shape (like 2x8, 2x8-cross, default) to thresholds", (backend,))
+        for shape, block in shapes.items():
+            if shape != "default" and not _shape_ok(str(shape)):
+                fail("shape must be 'default' or <nodes>x<ranks per node>, optionally -cross or -leaf", (backend, shape))
+            if not isinstance(block, dict):
+                fail("must be a mapping of threshold names to values", (backend, shape))
+            for name, value in block.items():
+                if name not in THRESHOLD_KEYS:
+                    fail(f"unknown threshold (known: {', '.join(sorted(THRESHOLD_KEYS))})", (backend, shape, name))
+                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+                    fail(f"must be a non-negative number or null, got {value!r}", (backend, shape, name))
+
+
+def _shape_ok(shape: str) -> bool:
+    base, _, span = shape.partition("-")
+    n, _, r = base.partition("x")
+    return n.isdigit() and r.isdigit() and span in ("", "cross", "leaf")
+
+
+def sweep_section(config: Any) -> dict[str, Any]:
+    """The effective ``sweep`` section of a loaded :class:`gpuhc.config.Config`, checked."""
+    from gpuhc.schema import defaults
+
+    section = copy.deepcopy(config.section("sweep")) or defaults(SCHEMA)
+    validate_thresholds(section.get("thresholds", {}), getattr(config, "path", None), getattr(config, "lines", None))
+    sizes = section["sizes"]
+    if sizes["min_bytes"] > sizes["max_bytes"]:
+        raise ConfigError(f"min_bytes {sizes['min_bytes']} is above max_bytes {sizes['max_bytes']}",
+                          getattr(config, "path", None), None, "sweep.sizes")
+    return section

@@ -1,0 +1,176 @@
+"""Where sweeps live on disk: records and fleet memory on the admin side, results from the jobs.
+
+Two places, on purpose:
+
+- ``<state_dir>/sweep/`` (admin host, root or the operator account): the index (current sweep,
+  per-node probe times and history, per-shape fleet history) in a :class:`gpuhc.state.StateStore`
+  document, whose lock also serialises ``submit`` and ``analyze``; and one record per sweep in
+  ``sweeps/<id>.json``.
+- ``<results_dir>/<sweep id>/<group id>.json``: written by the jobs, which run unprivileged on
+  the compute nodes, so this must be on a shared file system writable by the job's user. When a
+  collective hangs, each surviving rank writes ``<group id>.rank<N>.json`` instead, and
+  :func:`load_group_result` merges them: a rank that wrote nothing is the one that hung.
+
+Every write is atomic (temporary file, fsync, rename, fsync of the directory): a reader never
+sees half a results file, and a crash leaves the old version or the new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from typing import Any, Iterator
+
+from gpuhc.errors import GpuhcError
+
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$")
+
+
+class SweepStoreError(GpuhcError):
+    pass
+
+
+def check_id(value: str, what: str) -> str:
+    """Ids become file names: refuse anything that could climb out of the directory."""
+    if not _SAFE_ID.match(value or ""):
+        raise SweepStoreError(f"bad {what} {value!r}: letters, digits, '.', '_' and '-' only")
+    return value
+
+
+def write_json_atomic(path: str, obj: Any, mode: int = 0o644) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        data = json.dumps(obj, indent=1, sort_keys=True, default=str).encode()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise SweepStoreError(f"cannot write {path}: {e.strerror}") from None
+
+
+def read_json(path: str) -> Any:
+    """The parsed file, or None when it does not exist; a broken file is an error naming it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise SweepStoreError(f"cannot read {path}: {e}") from None
+
+
+# ---------------------------------------------------------------------------- results (job side)
+
+
+def results_path(results_dir: str, sweep_id: str, group_id: str, rank: int | None = None) -> str:
+    name = check_id(group_id, "group id") + (f".rank{rank}" if rank is not None else "") + ".json"
+    return os.path.join(results_dir, check_id(sweep_id, "sweep id"), name)
+
+
+def write_group_result(results_dir: str, sweep_id: str, group_id: str, result: dict, rank: int | None = None) -> str:
+    path = results_path(results_dir, sweep_id, group_id, rank)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_json_atomic(path, result)
+    return path
+
+
+def load_group_result(results_dir: str, sweep_id: str, group_id: str) -> dict | None:
+    """The group's results file, or the merge of its ranks' partial files, or None.
+
+    A partial result (some collective timed out) is rebuilt from what each surviving rank wrote;
+    ranks missing from the merge are reported as ``silent``: they never came back from the hang.
+    """
+    whole = read_json(results_path(results_dir, sweep_id, group_id))
+    if whole is not None:
+        _require_mapping(whole, results_path(results_dir, sweep_id, group_id))
+        return whole
+    directory = os.path.join(results_dir, check_id(sweep_id, "sweep id"))
+    prefix = f"{check_id(group_id, 'group id')}.rank"
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.startswith(prefix) and n.endswith(".json"))
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise SweepStoreError(f"cannot list {directory}: {e.strerror}") from None
+    parts = []
+    for name in names:
+        path = os.path.join(directory, name)
+        part = read_json(path)
+        if part is not None:
+            _require_mapping(part, path)
+            parts.append(part)
+    if not parts:
+        return None
+    from gpuhc.sweep.worker import merge_partials
+
+    return merge_partials(parts)
+
+
+def _require_mapping(doc: Any, path: str) -> None:
+    if not isinstance(doc, dict) or not isinstance(doc.get("sizes", []), list):
+        raise SweepStoreError(f"{path}: not a gpuhc sweep results file")
+
+
+# ---------------------------------------------------------------------------- records (admin side)
+
+
+class SweepStore:
+    """The admin side: index document + one file per sweep."""
+
+    def __init__(self, state_dir: str, results_dir: str | None = None):
+        from gpuhc.state import StateStore
+
+        self.root = os.path.join(state_dir, "sweep")
+        self.results_dir = results_dir or os.path.join(self.root, "results")
+        self.index = StateStore(self.root, lock_timeout_s=30.0)
+        self.sweeps_dir = os.path.join(self.root, "sweeps")
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[dict[str, Any]]:
+        """The index, exclusively: one submit or analyze at a time. Written back on success."""
+        with self.index.transaction() as doc:
+            yield doc
+
+    def read_index(self) -> dict[str, Any]:
+        return self.index.read()
+
+    def sweep_path(self, sweep_id: str) -> str:
+        return os.path.join(self.sweeps_dir, check_id(sweep_id, "sweep id") + ".json")
+
+    def save_sweep(self, record: dict) -> None:
+        os.makedirs(self.sweeps_dir, mode=0o755, exist_ok=True)
+        write_json_atomic(self.sweep_path(record["id"]), record, mode=0o644)
+
+    def load_sweep(self, sweep_id: str) -> dict | None:
+        return read_json(self.sweep_path(sweep_id))
+
+    def list_sweeps(self) -> list[str]:
+        try:
+            return sorted(n[:-5] for n in os.listdir(self.sweeps_dir) if n.endswith(".json"))
+        except FileNotFoundError:
+            return []
+
+    def prepare_results(self, sweep_id: str) -> str:
+        """Create the sweep's results directory; the jobs write into it."""
+        path = os.path.join(self.results_dir, check_id(sweep_id, "sweep id"))
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise SweepStoreError(f"cannot create results directory {path}: {e.strerror}") from None
+        return path
+
+    def group_result(self, sweep_id: str, group_id: str) -> dict | None:
+        return load_group_result(self.results_dir, sweep_id, group_id)

@@ -1,0 +1,287 @@
+"""``gpuhc sweep run``: the job side. One rank per GPU, an all-reduce at every size, one file.
+
+Launched by ``srun --mpi=pmi2`` (or ``mpiexec``) inside the probe job; runs unprivileged and only
+writes its results. Everything it needs comes on its command line (see :class:`RunSpec`): the
+compute nodes need not read the admin's config.
+
+Normal path: every rank times every size, then rank 0 gathers the ranks' timings over MPI and
+writes ``<results_dir>/<sweep>/<group>.json`` (or ``--out``) atomically, with per-rank and
+per-node detail.
+
+Hang path: a collective that does not finish within ``timeout_s`` (a dead peer, a hung link)
+cannot be gathered over MPI any more, so each rank that notices writes what it measured to its
+own ``<group>.rank<N>.json`` and leaves with exit code 3 (the launcher then ends the rest). Ranks
+that write nothing are the hung ones; :func:`merge_partials` names them and their nodes. The
+mpi backend's blocking collectives are bounded by a watchdog thread; the nccl backend polls
+and aborts its communicator itself, with the watchdog as a backstop for the init.
+
+Test-only fault hook: ``GPUHC_SWEEP_FAULT`` makes chosen nodes misbehave, for the integration
+tests and demos only (never set it in production):
+``slow:<node>:<seconds>`` sleeps before every collective on that node's ranks,
+``hang:<node>:<bytes>`` stops those ranks (SIGSTOP) at the first size of at least ``bytes``,
+``corrupt:<node>`` adds 1 to one element those ranks contribute. Comma-separated, combinable.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+from gpuhc.sweep.stats import size_ladder, summarize_size
+
+FORMAT = "gpuhc-sweep-result/1"
+EXIT_TIMEOUT = 3
+
+
+@dataclass
+class RunSpec:
+    sweep_id: str = "adhoc"
+    group_id: str = "g0"
+    nodes: list[str] = field(default_factory=list)  # the planned nodes (names silent ranks)
+    results_dir: str | None = None
+    out: str | None = None  # explicit output file instead of results_dir/<sweep>/<group>.json
+    backend: str = "nccl"
+    min_bytes: int = 8
+    max_bytes: int = 2 << 30
+    factor: int = 2
+    warmup: int = 5
+    iters: int = 20
+    latency_iters: int = 100
+    latency_max_bytes: int = 1 << 20
+    timeout_s: float = 120.0
+
+
+@dataclass
+class Fault:
+    slow_s: float = 0.0
+    hang_bytes: int | None = None
+    corrupt: bool = False
+
+
+def parse_fault(text: str | None, node: str) -> Fault:
+    """This node's part of ``GPUHC_SWEEP_FAULT`` (test-only)."""
+    fault = Fault()
+    for item in (text or "").split(","):
+        parts = item.strip().split(":")
+        if len(parts) < 2 or parts[1] != node:
+            continue
+        kind = parts[0]
+        try:
+            if kind == "slow" and len(parts) == 3:
+                fault.slow_s = float(parts[2])
+            elif kind == "hang" and len(parts) == 3:
+                fault.hang_bytes = int(parts[2])
+            elif kind == "corrupt":
+                fault.corrupt = True
+            else:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"GPUHC_SWEEP_FAULT: cannot read {item!r} (slow:<node>:<s>, hang:<node>:<bytes>, corrupt:<node>)") from None
+    return fault
+
+
+class Watchdog:
+    """Ends the rank after writing its partial results when a phase overruns its deadline."""
+
+    def __init__(self, on_expire):
+        self._on_expire = on_expire
+        self._lock = threading.Lock()
+        self._armed: tuple[int, float, float] | None = None  # (bytes, deadline, seconds)
+        thread = threading.Thread(target=self._loop, name="gpuhc-sweep-watchdog", daemon=True)
+        thread.start()
+
+    def arm(self, nbytes: int, seconds: float) -> None:
+        with self._lock:
+            self._armed = (nbytes, time.monotonic() + seconds, seconds) if seconds > 0 else None
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._armed = None
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(0.1)
+            with self._lock:
+                armed = self._armed
+            if armed and time.monotonic() > armed[1]:
+                self._on_expire(armed[0], armed[2])
+                return
+
+
+class Recorder:
+    """What this rank measured so far: enough to write a partial file at any moment."""
+
+    def __init__(self, spec: RunSpec, rank: int, nranks: int, node: str, rank_nodes: list[str] | None):
+        self.spec, self.rank, self.nranks, self.node = spec, rank, nranks, node
+        self.rank_nodes = rank_nodes
+        self.local_rank = 0
+        self.sizes: list[dict] = []
+        self.info: dict = {}
+        self.errors: list[str] = []
+        self.started = time.time()
+        self._written = threading.Lock()
+
+    def add(self, nbytes: int, iter_s: list[float] | None, mean_s: float, correct: bool) -> None:
+        self.sizes.append({"bytes": nbytes, "iter_s": iter_s, "mean_s": mean_s, "correct": correct})
+
+    def partial(self, timeout_bytes: int | None, seconds: float | None) -> dict:
+        return {
+            "format": FORMAT, "partial": True, "sweep_id": self.spec.sweep_id, "group_id": self.spec.group_id,
+            "backend": self.spec.backend, "rank": self.rank, "nranks": self.nranks, "node": self.node,
+            "local_rank": self.local_rank, "rank_nodes": self.rank_nodes, "planned_nodes": self.spec.nodes,
+            "started": self.started, "info": self.info, "sizes_done": self.sizes, "errors": self.errors,
+            "timeout": None if timeout_bytes is None else {"bytes": timeout_bytes, "seconds": seconds},
+        }
+
+    def write_partial(self, timeout_bytes: int | None, seconds: float | None) -> None:
+        """Once per rank, from whichever thread gets here first."""
+        if not self._written.acquire(blocking=False):
+            return
+        from gpuhc.sweep.store import write_group_result, write_json_atomic
+
+        doc = self.partial(timeout_bytes, seconds)
+        if self.spec.out:
+            base, ext = os.path.splitext(self.spec.out)
+            write_json_atomic(f"{base}.rank{self.rank}{ext or '.json'}", doc)
+        elif self.spec.results_dir:
+            write_group_result(self.spec.results_dir, self.spec.sweep_id, self.spec.group_id, doc, rank=self.rank)
+
+
+def run(spec: RunSpec) -> int:
+    """The rank's whole life. Returns the exit code (0: sweep complete, 3: something hung)."""
+    from mpi4py import MPI
+
+    from gpuhc.sweep.backends import BACKENDS, BackendError, CollectiveTimeout
+
+    comm = MPI.COMM_WORLD
+    rank, nranks = comm.Get_rank(), comm.Get_size()
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    rec = Recorder(spec, rank, nranks, node, None)
+
+    def expire(nbytes: int, seconds: float) -> None:
+        rec.write_partial(nbytes, seconds)
+        os._exit(EXIT_TIMEOUT)
+
+    dog = Watchdog(expire)
+    dog.arm(0, spec.timeout_s)  # start-up (name exchange, NCCL init) is bounded too
+    rec.rank_nodes = comm.allgather(node)
+    rec.local_rank = rec.rank_nodes[:rank].count(node)
+    fault = parse_fault(os.environ.get("GPUHC_SWEEP_FAULT"), node)
+    sizes = size_ladder(spec.min_bytes, spec.max_bytes, spec.factor)
+    try:
+        backend = BACKENDS[spec.backend](comm, rec.local_rank, sizes[-1], corrupt=fault.corrupt)
+        rec.info = backend.describe()
+    except BackendError as e:
+        rec.errors.append(str(e))
+        dog.disarm()
+        return _finish(comm, rec, spec)
+    dog.disarm()
+    for nbytes in sizes:
+        if fault.hang_bytes is not None and nbytes >= fault.hang_bytes:
+            os.kill(os.getpid(), signal.SIGSTOP)  # test-only: a rank that stops answering
+        per_iter = nbytes <= spec.latency_max_bytes
+        iters = spec.latency_iters if per_iter else spec.iters
+        # The nccl backend enforces timeout_s itself; the watchdog is its backstop.
+        dog.arm(nbytes, spec.timeout_s * (1.5 if spec.backend == "nccl" else 1.0) + 1.0)
+        try:
+            iter_s, mean_s = backend.measure(nbytes, spec.warmup, iters, per_iter, fault.slow_s, spec.timeout_s)
+        except CollectiveTimeout:
+            dog.disarm()
+            rec.write_partial(nbytes, spec.timeout_s)
+            return EXIT_TIMEOUT
+        except Exception as e:  # noqa: BLE001 - an NCCL/MPI error ends the sweep, reported as such
+            dog.disarm()
+            rec.errors.append(f"at {nbytes} B: {type(e).__name__}: {e}")
+            rec.write_partial(nbytes, None)
+            return EXIT_TIMEOUT
+        dog.disarm()
+        rec.add(nbytes, iter_s, mean_s, backend.correct(nbytes))
+    backend.close()
+    return _finish(comm, rec, spec)
+
+
+def _finish(comm, rec: Recorder, spec: RunSpec) -> int:
+    """Gather every rank's record to rank 0 and write the group's file."""
+    parts = comm.gather(rec.partial(None, None), root=0)
+    if comm.Get_rank() != 0:
+        return 0
+    result = merge_partials(parts)
+    result["duration_s"] = round(time.time() - rec.started, 3)
+    result["fault_hook"] = bool(os.environ.get("GPUHC_SWEEP_FAULT"))
+    from gpuhc.sweep.store import write_group_result, write_json_atomic
+
+    if spec.out:
+        write_json_atomic(spec.out, result)
+    elif spec.results_dir:
+        write_group_result(spec.results_dir, spec.sweep_id, spec.group_id, result)
+    else:
+        import json
+
+        json.dump(result, sys.stdout, indent=1)
+    return 0
+
+
+def merge_partials(parts: list[dict]) -> dict:
+    """One group result from the ranks' records (all of them, or the survivors of a hang)."""
+    parts = sorted((p for p in parts if isinstance(p, dict)), key=lambda p: p.get("rank", 0))
+    first = parts[0]
+    nranks = int(first.get("nranks") or len(parts))
+    rank_nodes = next((p["rank_nodes"] for p in parts if p.get("rank_nodes")), None)
+    reporting = {p["rank"] for p in parts}
+    silent = sorted(set(range(nranks)) - reporting)
+    if rank_nodes:
+        silent_nodes = sorted({rank_nodes[r] for r in silent})
+    else:  # the hang came before names were exchanged: nodes that sent nothing at all
+        seen = {p.get("node") for p in parts}
+        silent_nodes = sorted(set(first.get("planned_nodes") or []) - seen)
+    node_of = rank_nodes or [None] * nranks
+    for p in parts:
+        node_of[p["rank"]] = p.get("node")
+    sizes = _merge_sizes(parts, nranks, node_of)
+    timeouts = []
+    timed = [p for p in parts if p.get("timeout")]
+    if timed or silent:
+        at = min((p["timeout"]["bytes"] for p in timed), default=None)
+        timeouts.append({"bytes": at, "ranks": sorted(p["rank"] for p in timed), "silent_ranks": silent,
+                         "silent_nodes": silent_nodes})
+    nodes = list(dict.fromkeys(n for n in node_of if n)) or list(first.get("planned_nodes") or [])
+    per_node = {n: sum(1 for x in node_of if x == n) for n in nodes}
+    return {
+        "format": FORMAT,
+        "sweep_id": first.get("sweep_id"), "group_id": first.get("group_id"), "backend": first.get("backend"),
+        "nodes": nodes, "nranks": nranks, "ranks_per_node": per_node,
+        "ranks": [{"rank": p["rank"], "node": p.get("node"), "local_rank": p.get("local_rank"), **(p.get("info") or {})}
+                  for p in parts],
+        "started": min(p.get("started", 0) for p in parts),
+        "complete": not timeouts and not any(p.get("errors") for p in parts),
+        "sizes": sizes, "timeouts": timeouts,
+        "errors": [f"rank {p['rank']}: {e}" for p in parts for e in p.get("errors", [])],
+    }
+
+
+def _merge_sizes(parts: list[dict], nranks: int, node_of: list) -> list[dict]:
+    """Sizes every reporting rank finished, summarised with the slowest rank's clock."""
+    by_rank = [{s["bytes"]: s for s in p.get("sizes_done", [])} for p in parts]
+    common = sorted(set.intersection(*(set(d) for d in by_rank))) if by_rank else []
+    rows = []
+    for nbytes in common:
+        samples = [d[nbytes] for d in by_rank]
+        iters = [s["iter_s"] for s in samples] if all(s.get("iter_s") for s in samples) else None
+        row = summarize_size(nbytes, nranks, [s["mean_s"] for s in samples], iters)
+        row["correct"] = all(s.get("correct") for s in samples)
+        node_time: dict[str, float] = {}
+        for p, s in zip(parts, samples):
+            name = node_of[p["rank"]] or f"rank{p['rank']}"
+            node_time[name] = max(node_time.get(name, 0.0), round(s["mean_s"] * 1e6, 3))
+        row["node_time_us"] = node_time
+        rows.append(row)
+    return rows
+
+
+def spec_dict(spec: RunSpec) -> dict:
+    return asdict(spec)
