@@ -109,6 +109,9 @@ def dump_snapshot(snapshot: Snapshot, compact: bool = True) -> dict[str, Any]:
         doc["cuda_driver_version"] = nvml.cuda_driver_version
         doc["nvml"] = {"available": nvml.available, "error": nvml.error}
         gpus = [_plain(g) for g in nvml.gpus]
+        if compact:
+            for g in gpus:
+                g["nvlinks"] = _compact_links(g["nvlinks"])
         if compact and len(gpus) > 1:
             common = {k: v for k, v in gpus[0].items() if k != "index" and all(g.get(k) == v for g in gpus[1:])}
             if common:
@@ -123,6 +126,14 @@ def dump_snapshot(snapshot: Snapshot, compact: bool = True) -> dict[str, Any]:
     if snapshot.aer is not None:
         doc["aer"] = _plain(snapshot.aer)
     return doc
+
+
+def _compact_links(links: list[dict[str, Any]]) -> Any:
+    """Identical links numbered 0..n-1 -> the ``{count, active, errors}`` shorthand."""
+    if links and all(e["link"] == i and e["active"] == links[0]["active"] and e["errors"] == links[0]["errors"]
+                     for i, e in enumerate(links)):
+        return {"count": len(links), "active": links[0]["active"], "errors": links[0]["errors"]}
+    return links
 
 
 def dump_yaml(snapshot: Snapshot, compact: bool = True) -> str:
