@@ -164,6 +164,22 @@ def select_profile(gpu_name: str | None, forced: str | None = None) -> Profile:
     return profiles[GENERIC]
 
 
+def select_profile_for(gpu_names: list[str], forced: str | None = None) -> Profile:
+    """The profile for a node, given every GPU's NVML name.
+
+    The first name that selects a model profile wins, so a GPU that NVML lost (the live source
+    names it ``unknown (NVML: ...)``) does not drop the whole node to ``generic`` — which would
+    silently stop the NVLink count and power checks exactly when the node is sick.
+    """
+    if forced:
+        return select_profile(None, forced)
+    for name in gpu_names:
+        prof = select_profile(name)
+        if prof.name != GENERIC:
+            return prof
+    return select_profile(None)
+
+
 def effective_thresholds(check: "Check", profile: Profile | None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """What ``ctx.thresholds`` should be for ``check``: defaults, then profile, then config."""
     merged = dict(check.defaults)

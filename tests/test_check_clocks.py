@@ -108,3 +108,10 @@ def test_is_busy():
     assert is_busy(gpu) is False
     gpu.clock_event_samples, gpu.utilization_gpu = [SW_POWER_CAP], None
     assert is_busy(gpu) is True
+
+
+def test_unknown_fail_on_name_is_reported_not_ignored():
+    results = judge(healthy_node(), fail_on=["hw_termal", "hw_thermal"])
+    (err,) = [r for r in results if r.status is Status.ERROR]
+    assert "hw_termal" in err.message and not err.action.drains
+    assert len([r for r in results if r.status is Status.PASS]) == 8

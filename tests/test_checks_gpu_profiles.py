@@ -16,6 +16,7 @@ from gpuhc.profiles import (
     load_profiles,
     profile_names,
     select_profile,
+    select_profile_for,
 )
 
 GPU_CHECKS = {c.id: c for m in (gpu_count, ecc, nvlink, pcie, clocks, thermal, power) for c in m.CHECKS}
@@ -53,6 +54,14 @@ def test_unknown_forced_profile_is_a_clear_config_error():
     with pytest.raises(ConfigError) as e:
         select_profile("NVIDIA H100 80GB HBM3", forced="h100-pcie")
     assert "node.profile" in str(e.value) and "h100-sxm" in str(e.value)
+
+
+def test_node_profile_skips_a_lost_first_gpu():
+    names = ["unknown (NVML: GPU is lost)", "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"]
+    assert select_profile_for(names).name == "h100-sxm"
+    assert select_profile_for(["unknown (NVML: GPU is lost)"]).name == "generic"
+    assert select_profile_for([]).name == "generic"
+    assert select_profile_for(names, forced="generic").name == "generic"
 
 
 def test_shipped_profiles_and_model_facts():

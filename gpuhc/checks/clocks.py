@@ -92,6 +92,12 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         return CheckOutput([na(ID, "NVML unavailable")])
     fail_on = set(ctx.t("fail_on", []) or [])
     results: list[Result] = []
+    unknown = sorted(map(str, fail_on - {name for name, _, _ in REASONS}))
+    if unknown:
+        # A typo here would silently stop failing a real slowdown; say so (ERROR never drains).
+        known = ", ".join(name for name, _, _ in REASONS)
+        results.append(result(ID, Status.ERROR, f"unknown fail_on reason(s) {', '.join(unknown)} (known: {known})",
+                              value=unknown))
     for gpu in selected_gpus(snapshot, ctx):
         if not gpu.clock_event_samples:
             results.append(na(ID, f"{gpu.subject} no clock-event reason samples", gpu.subject))
