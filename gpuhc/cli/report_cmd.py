@@ -1,0 +1,266 @@
+"""``gpuhc drain-report``: every drained, draining, down or failed node on one screen.
+
+Read only: the one thing it does to Slurm is ask ``scontrol`` for the node list (``--json``
+where the installed Slurm has it, else ``--oneliner``), or it reads a saved dump with
+``--from-file``. Grouping and ownership rules live in :mod:`gpuhc.slurm.report`; this module
+only reads the input and renders. ``rich`` is imported only when a table goes to a terminal.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+import time
+from datetime import datetime
+from typing import IO
+
+import click
+
+from gpuhc.errors import GpuhcError, SlurmError
+from gpuhc.slurm.nodes import Node, NodeParseError, parse_nodes
+from gpuhc.slurm.report import (
+    OWNERS,
+    STATE_FILTERS,
+    DrainReport,
+    Filters,
+    ReportError,
+    build_report,
+    humanize_age,
+    parse_duration,
+)
+
+# The table on a terminal shows this many rows per cause unless --all-rows: a thousand
+# distinct reasons would bury the summary the admin came for. JSON, CSV and plain text
+# (pipes, grep) always carry every row.
+TABLE_ROWS_PER_CAUSE = 15
+COLUMNS = ("CAUSE", "OWNER", "COUNT", "STATE", "NODES", "SINCE", "AGE", "SET BY", "REASON")
+
+
+def _split_multi(values: tuple[str, ...], lower: bool = True) -> frozenset[str]:
+    """Repeated options and comma lists both work: ``--state drain,down --state fail``."""
+    items = (v.strip() for item in values for v in item.split(","))
+    return frozenset((v.lower() if lower else v) for v in items if v)
+
+
+def _parse_now(text: str | None) -> float:
+    if text is None:
+        return time.time()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither epoch seconds nor ISO 8601", param_hint="--now") from None
+
+
+@click.command("drain-report")
+@click.option("--from-file", "from_file", metavar="FILE",
+              help="Read a saved dump instead of asking Slurm: `scontrol show node [-o]` text, "
+                   "`sinfo --json`, `scontrol show node --json` or slurmrestd JSON ('-' = stdin).")
+@click.option("--partition", "partitions", multiple=True, metavar="NAME", help="Only nodes in these partitions (repeat or comma list).")
+@click.option("--state", "states", multiple=True, metavar="STATE",
+              help=f"Only these states: {', '.join(STATE_FILTERS)} (repeat or comma list).")
+@click.option("--owner", "owners", multiple=True, metavar="OWNER", help=f"Only reasons set by: {', '.join(OWNERS)}.")
+@click.option("--older-than", metavar="AGE", help="Only nodes out for at least AGE (90s, 30m, 2h, 1d).")
+@click.option("--newer-than", metavar="AGE", help="Only nodes out for at most AGE.")
+@click.option("--json", "json_mode", is_flag=True, help="JSON: groups, partition counts and one record per node.")
+@click.option("--csv", "csv_mode", is_flag=True, help="CSV: one line per node.")
+@click.option("--all-rows", is_flag=True, help=f"Terminal table: show every row, not {TABLE_ROWS_PER_CAUSE} per cause.")
+@click.option("--now", help="Compute ages as if it were this time (epoch seconds or ISO 8601).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1.0, max=600.0), default=20.0, show_default=True,
+              help="Seconds to wait for scontrol.")
+def drain_report(from_file, partitions, states, owners, older_than, newer_than, json_mode, csv_mode, all_rows, now, timeout_s):
+    """Show every drained, draining, down or failed node, grouped by cause.
+
+    Owner: `gpuhc` for reasons starting with "gpuhc:", `slurm` for reasons Slurm writes itself
+    (Not responding, Prolog error, Kill task failed, ...), `admin` for everything else.
+    Exit code 0 whatever the nodes' health; 2 for bad options or an unreadable file;
+    3 when Slurm does not answer.
+    """
+    if json_mode and csv_mode:
+        raise click.UsageError("choose one of --json and --csv")
+    try:
+        filters = Filters(
+            # partition names are case-sensitive in Slurm: keep them as typed
+            partitions=_split_multi(partitions, lower=False),
+            states=_split_multi(states),
+            owners=_split_multi(owners),
+            older_than_s=parse_duration(older_than) if older_than else None,
+            newer_than_s=parse_duration(newer_than) if newer_than else None,
+        )
+    except ReportError as e:
+        raise click.UsageError(str(e)) from None
+    when = _parse_now(now)
+    nodes, source = read_from_file(from_file) if from_file else read_live(timeout_s)
+    report = build_report(nodes, when, filters)
+    out = click.get_text_stream("stdout")
+    if json_mode:
+        doc = {"source": source, **report.to_dict()}
+        out.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+    elif csv_mode:
+        out.write(render_csv(report))
+    elif out.isatty():
+        render_rich(report, source, all_rows, out)
+    else:
+        out.write(render_plain(report, source))
+
+
+# ---------------------------------------------------------------------------- input
+
+
+def read_from_file(path: str) -> tuple[list[Node], str]:
+    try:
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+    except OSError as e:
+        raise GpuhcError(f"cannot read {path}: {e.strerror or e}") from None
+    where = "stdin" if path == "-" else path
+    try:
+        return parse_nodes(text), where
+    except NodeParseError as e:
+        raise NodeParseError(f"{where}: {e}") from None
+
+
+def read_live(timeout_s: float, scontrol=None) -> tuple[list[Node], str]:
+    """Ask Slurm: JSON first (23.02+; exact, no text parsing), else the one-line text.
+
+    Any failure of the JSON call except a timeout falls back to the text call: older Slurm
+    says "unrecognized option", a 23.x built without its JSON plugin says something else, and
+    either way the text form still answers. A timeout is not retried: slurmctld is not
+    answering, and a second wait would only double the admin's.
+    """
+    from gpuhc.slurm.scontrol import Scontrol
+
+    sc = scontrol or Scontrol(timeout_s=timeout_s)
+    binary = sc.binary
+    try:
+        out = sc._call([binary, "--all", "--json", "show", "node"])
+        try:
+            return parse_nodes(out), "scontrol --json show node"
+        except NodeParseError as e:
+            json_error = f"unreadable JSON answer: {e}"
+    except SlurmError as e:
+        if "no answer within" in str(e) or "not found" in str(e):
+            raise
+        json_error = str(e)
+    out = sc._call([binary, "--all", "--oneliner", "show", "node"])
+    try:
+        return parse_nodes(out), "scontrol --oneliner show node"
+    except NodeParseError as e:
+        raise SlurmError(f"scontrol --oneliner show node: unreadable answer: {e} (the --json try said: {json_error})") from None
+
+
+# ---------------------------------------------------------------------------- output
+
+
+def _when(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else "-"
+
+
+def _rows(report: DrainReport):
+    """(cause, owner, count, kind, nodes, since, age, users, reason, first-row-of-group, group)."""
+    for g in report.groups:
+        for i, r in enumerate(g.rows):
+            yield (g.cause, r.owner, str(r.count), r.kind, r.hostlist, _when(r.since), humanize_age(r.age_s),
+                   ",".join(r.users) or "-", r.reason or "-"), i, g
+
+
+def headline(report: DrainReport) -> str:
+    n = len(report.entries)
+    kinds = ", ".join(f"{k} {c}" for k, c in report.by_kind.items())
+    owners = ", ".join(f"{k} {c}" for k, c in report.by_owner.items())
+    text = f"{n} of {report.total_nodes} nodes unavailable"
+    if n:
+        text += f" ({kinds}); reasons set by {owners}"
+    return text
+
+
+def render_plain(report: DrainReport, source: str) -> str:
+    """Aligned columns, one row per (cause, state, reason): friendly to grep, awk and mail."""
+    lines = [f"gpuhc drain-report: {headline(report)}", f"source: {source}; at {_when(report.now)}", ""]
+    rows = [row for row, _, _ in _rows(report)]
+    if rows:
+        widths = [max(len(COLUMNS[i]), *(len(r[i]) for r in rows)) for i in range(len(COLUMNS) - 1)]
+        fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
+        lines.append(fmt.format(*COLUMNS).rstrip())
+        lines.extend(fmt.format(*r).rstrip() for r in rows)
+        lines.append("")
+        lines.append("by cause: " + ", ".join(f"{g.cause} {g.count}" for g in report.groups))
+    if report.partitions:
+        pw = max(len("PARTITION"), *(len(p) for p in report.partitions))
+        lines.append("")
+        lines.append(f"{'PARTITION':<{pw}}  UNAVAILABLE  TOTAL")
+        for p, (u, t) in report.partitions.items():
+            lines.append(f"{p:<{pw}}  {u:<11}  {t}")
+    return "\n".join(lines) + "\n"
+
+
+def render_csv(report: DrainReport) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["node", "kind", "state", "flags", "cause", "owner", "reason", "user", "since", "age_s", "partitions"])
+    for e in report.entries:
+        n = e.node
+        since = datetime.fromtimestamp(n.reason_time).isoformat(timespec="seconds") if n.reason_time else ""
+        w.writerow([n.name, e.kind, n.raw_state, "+".join(sorted(n.flags)), e.cause, e.owner, n.reason or "",
+                    n.reason_user or "", since, "" if e.age_s is None else int(e.age_s), ",".join(n.partitions)])
+    return buf.getvalue()
+
+
+def render_rich(report: DrainReport, source: str, all_rows: bool, stream: IO[str]) -> None:
+    """A terminal table. Fewer, denser columns than the plain text (owner and user share one,
+    the date gives way to the age) so that it still reads on an 80-column terminal."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=stream)
+    table = Table(title=f"gpuhc drain-report: {headline(report)}", caption=f"source: {source}; at {_when(report.now)}",
+                  box=box.SIMPLE_HEAD, pad_edge=False, header_style="bold")
+    table.add_column("CAUSE", overflow="fold", max_width=20)
+    table.add_column("N", no_wrap=True, justify="right")
+    table.add_column("NODES", overflow="fold", min_width=8, max_width=40)
+    table.add_column("STATE", no_wrap=True)
+    table.add_column("AGE", no_wrap=True)
+    table.add_column("BY", overflow="fold", max_width=14)
+    table.add_column("REASON", overflow="fold", ratio=1, min_width=12)
+    owner_style = {"gpuhc": "cyan", "slurm": "yellow", "admin": "magenta"}
+    kind_style = {"down": "red", "fail": "red", "draining": "yellow", "drained": "white"}
+    for g in report.groups:
+        limit = len(g.rows) if all_rows else TABLE_ROWS_PER_CAUSE
+        shown = g.rows[:limit]
+        for i, r in enumerate(shown):
+            by = r.owner + (f" ({', '.join(r.users)})" if r.users else "")
+            table.add_row(
+                f"[bold]{_escape(g.cause)}[/] ({g.count})" if i == 0 else "",
+                str(r.count), _escape(r.hostlist), f"[{kind_style[r.kind]}]{r.kind}[/]", humanize_age(r.age_s),
+                f"[{owner_style[r.owner]}]{_escape(by)}[/]", _escape(r.reason or "-"),
+                end_section=i == len(shown) - 1 and len(g.rows) <= limit,
+            )
+        if len(g.rows) > limit:
+            more = g.rows[limit:]
+            table.add_row("", str(sum(r.count for r in more)), f"... {len(more)} more rows (--all-rows)",
+                          "", "", "", "", end_section=True)
+    console.print(table)
+    if report.partitions:
+        pt = Table(title="per partition", box=box.SIMPLE_HEAD, pad_edge=False, header_style="bold")
+        pt.add_column("PARTITION")
+        pt.add_column("UNAVAILABLE", justify="right")
+        pt.add_column("TOTAL", justify="right")
+        for p, (u, t) in report.partitions.items():
+            pt.add_row(p, str(u), str(t))
+        console.print(pt)
+
+
+def _escape(text: str) -> str:
+    """Reasons are free text: a ``[root]`` in one must not be read as rich markup."""
+    from rich.markup import escape
+
+    return escape(text)
