@@ -189,3 +189,23 @@ def test_one_result_per_port_even_with_many_findings():
     assert len(out.results) == 1
     r = out.results[0]
     assert r.status is Status.FAIL and "INIT" in r.message and "down 50.0 s" in r.message
+
+
+def test_bad_thresholds_are_errors_naming_the_key():
+    for th, key in (({"expected_ports": "eight"}, "expected_ports"), ({"ethernet": "drain"}, "ethernet"),
+                    ({"ignore": "mlx5_4/1"}, "ignore"), ({"down_window_s": 0}, "down_window_s"),
+                    ({"expected_rate_gbps": "400"}, "expected_rate_gbps")):
+        (r,) = judge(snap([port()]), ctx(**th)).results
+        assert r.status is Status.ERROR and f"thresholds.{key}" in r.message and not r.action.drains
+
+
+def test_baseline_helper_round_trips_through_the_check():
+    from gpuhc.checks.infiniband import ib_baseline
+
+    ports = [port(), port("mlx5_1", num=2, state="DOWN", phys="Polling")]
+    base = {"ib": ib_baseline(ports)}
+    assert base["ib"]["mlx5_0/1"] == {"rate_gbps": 400.0, "state": "ACTIVE", "link_layer": "InfiniBand"}
+    out = judge(snap(ports), ctx(baseline=base))
+    assert [r.status for r in out.results] == [Status.PASS, Status.NA]
+    slow = judge(snap([port(rate=200.0)]), ctx(baseline=base))
+    assert one(slow).status is Status.FAIL

@@ -126,3 +126,9 @@ def test_down_seconds_is_bounded_by_the_window(obs, window, first_up):
 def test_a_wider_window_never_sees_less_downtime(obs, window):
     first_up = NOW - 5000
     assert down_seconds(obs, NOW, window, first_up) <= down_seconds(obs, NOW, window * 2, first_up) + 1e-6
+
+
+def test_a_rerun_at_the_same_time_keeps_one_sample():
+    first = judge(snap([port()]), ctx())
+    again = judge(snap([port()]), ctx(prev=first.state))
+    assert again.state["ports"]["mlx5_0/1"]["samples"] == [[NOW, 1]]

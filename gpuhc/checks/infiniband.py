@@ -162,7 +162,7 @@ def _downtime(port: IbPort, snapshot: Snapshot, ctx: Context, prev: dict, boot_c
     elif warn is not None and down > 0 and down >= float(warn):
         v.add(Status.WARN, text)
     # keep the window, plus the last sample before it: it tells the state at the window's start
-    samples.sort()
+    samples = sorted(dict(samples).items())  # one sample per time: a replay may run twice at one "now"
     start = now - window
     keep = [s for s in samples if s[0] >= start]
     older = [s for s in samples if s[0] < start]
@@ -264,13 +264,42 @@ def _fold(subject: str, v: _Verdict, ethernet_warn_only: bool, ok_text: str) -> 
     return result(ID, worst.status, f"{subject} {text}", subject, v.value, v.threshold or None, worst.action)
 
 
+def _bad_thresholds(ctx: Context) -> str | None:
+    """Why the thresholds cannot be used, or None. Keys whose default is None reach us
+    unchecked by the config loader, so a typo there must become an ERROR, not a traceback."""
+    def number(key: str, nullable: bool = True) -> bool:
+        v = ctx.t(key)
+        return (v is None and nullable) or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0)
+
+    for key in ("expected_rate_gbps", "expected_ports", "down_warn_s", "down_fail_s"):
+        if not number(key):
+            return f"thresholds.{key}: expected a number >= 0, got {ctx.t(key)!r}"
+    if not number("down_window_s", nullable=False) or not ctx.t("down_window_s"):
+        return f"thresholds.down_window_s: expected a number > 0, got {ctx.t('down_window_s')!r}"
+    if ctx.t("ethernet", "warn") not in ("ignore", "warn", "judge"):
+        return f"thresholds.ethernet: expected ignore, warn or judge, got {ctx.t('ethernet')!r}"
+    ignore = ctx.t("ignore") or []
+    if not isinstance(ignore, list) or not all(isinstance(p, str) for p in ignore):
+        return f"thresholds.ignore: expected a list of port patterns like mlx5_4/1, got {ignore!r}"
+    return None
+
+
+def ib_baseline(ports: list[IbPort]) -> dict[str, dict[str, Any]]:
+    """The ``ib`` section of a node baseline (``gpuhc baseline capture``), in the shape this
+    check reads back: ``{"mlx5_0/1": {"rate_gbps": 400.0, "state": "ACTIVE", "link_layer": ...}}``."""
+    return {p.subject: {"rate_gbps": p.rate_gbps, "state": p.state, "link_layer": p.link_layer} for p in ports}
+
+
 def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     if snapshot.ib_ports is None:
         return CheckOutput([na(ID, "InfiniBand ports not read")])
     try:
+        problem = _bad_thresholds(ctx)
         limits = _limits(ctx)
     except ValueError as e:
-        return CheckOutput([result(ID, Status.ERROR, str(e))])
+        problem = str(e)
+    if problem:
+        return CheckOutput([result(ID, Status.ERROR, problem)])
     ignore = list(ctx.t("ignore") or [])
     eth_mode = ctx.t("ethernet", "warn")
     base_ib: dict = (ctx.baseline or {}).get("ib") or {}
