@@ -73,7 +73,7 @@ class KmsgSource:
             fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as e:
             raise SourceError(f"cannot open {self.path}: {e.strerror or e}") from e
-        records: list[str] = []
+        records: list[bytes] = []
         try:
             while len(records) < MAX_RECORDS:
                 try:
@@ -88,11 +88,13 @@ class KmsgSource:
                     raise SourceError(f"cannot read {self.path}: {e.strerror or e}") from e
                 if not chunk:
                     break
-                records.append(chunk.decode("utf-8", "replace"))
+                records.append(chunk)
         finally:
             os.close(fd)
-        lines = (line for rec in records for line in rec.split("\n"))
-        log = parse_lines(lines, boot_time=boot_time())
+        # One read is one record on the device, but a plain file (a copy of /dev/kmsg) returns
+        # arbitrary chunks: join before splitting so that no line is cut in two.
+        text = b"".join(records).decode("utf-8", "replace")
+        log = parse_lines(text.split("\n"), boot_time=boot_time())
         log.source = self.path
         log.boot_id = boot_id(self.boot_id_path)
         return log

@@ -1,0 +1,245 @@
+"""The kernel log parser: every log shape, times, one event per incident, garbage never raises.
+
+Fixtures are the small hand-written logs in tests/fixtures/kernel_log/ (see its README).
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuhc.model import EventKind, KernelLog
+from gpuhc.sources.kernel_log_parse import MAX_MESSAGE, parse_lines, sanitize
+
+FIX = Path(__file__).parent / "fixtures" / "kernel_log"
+
+
+def parse_fixture(name: str, **kw) -> KernelLog:
+    return parse_lines((FIX / name).read_text(encoding="utf-8").splitlines(), **kw)
+
+
+def kinds(log: KernelLog) -> list[tuple]:
+    return [(e.kind, e.code, e.pci) for e in log.events]
+
+
+def local(y, mo, d, h, mi, s) -> float:
+    return time.mktime((y, mo, d, h, mi, s, 0, 0, -1))
+
+
+# ---------------------------------------------------------------------- shapes
+
+
+def test_plain_dmesg_one_event_per_incident():
+    log = parse_fixture("dmesg_plain.log")
+    assert kinds(log) == [
+        (EventKind.SXID, 20034, "0000:c7:00.0"),  # header + 3 detail lines (one before it)
+        (EventKind.IB_LINK, None, "0000:c1:00.0"),  # DOWN; its netdev "Link down" echo merged
+        (EventKind.IB_LINK, None, "0000:c1:00.0"),  # ACTIVE; "Link up" echo merged
+        (EventKind.XID, 79, "0000:5d:00.0"),  # and its "GPU has fallen off the bus" line: same incident
+    ]
+    sx = log.events[0]
+    assert (sx.device, sx.port, sx.state, sx.time) == ("nvswitch2", 11, "fatal", 100.5)
+    assert [(e.device, e.port, e.state) for e in log.events[1:3]] == [("mlx5_2", 1, "DOWN"), ("mlx5_2", 1, "ACTIVE")]
+    assert log.unparsed_lines == 1  # the garbled "Xid (PCI:0000:5d:00) 79" line
+    assert log.last_time == 2001.5  # seconds since boot kept as such without a boot time
+
+
+def test_plain_dmesg_with_boot_time_gives_epoch():
+    log = parse_fixture("dmesg_plain.log", boot_time=1_700_000_000.0)
+    assert log.events[-1].time == pytest.approx(1_700_002_000.00001)
+    assert log.last_time == pytest.approx(1_700_002_001.5)
+
+
+def test_ctime_dmesg_is_local_time():
+    log = parse_fixture("dmesg_ctime.log")
+    assert [(e.code, e.pci) for e in log.events] == [(119, "0000:9a:00.0")] * 3 + [(13, "0000:18:00.0")]
+    assert log.events[0].time == local(2025, 3, 3, 9, 15, 0)
+    assert log.last_time == local(2025, 3, 3, 10, 0, 0)
+    assert "pid=4242" in log.events[0].message and log.events[0].message.startswith("Xid (PCI:0000:9a:00): 119")
+
+
+def test_iso_with_decode_prefix_and_offsets():
+    log = parse_fixture("dmesg_iso_decode.log")
+    assert [e.code for e in log.events] == [48, 63, 94, 94]
+    assert log.events[0].time == pytest.approx(calendar.timegm((2025, 4, 1, 12, 0, 5)) + 0.1)
+    # 14:00:05+02:00 is the same instant as 12:00:05 UTC
+    assert log.events[3].time == pytest.approx(calendar.timegm((2025, 4, 1, 12, 0, 5)) + 0.3)
+
+
+def test_journalctl_multiline_fallen_off_bus_and_non_kernel_lines():
+    log = parse_fixture("journal.log", year=2024)
+    assert [(e.kind, e.state or e.code) for e in log.events] == [
+        (EventKind.IB_LINK, "INIT"), (EventKind.IB_LINK, "ACTIVE"), (EventKind.FALLEN_OFF_BUS, 79)]
+    fallen = log.events[2]
+    assert fallen.pci == "0000:ab:00.0"  # named two lines before "fallen off the bus"
+    assert fallen.time == local(2024, 6, 11, 10, 23, 45)
+    assert log.last_time == local(2024, 6, 11, 10, 23, 46)  # the syslog stamp, not the kernel's [12.3]
+
+
+def test_syslog_year_defaults_to_a_year_not_in_the_future():
+    now = time.localtime()
+    month = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")[now.tm_mon % 12]
+    log = parse_lines([f"{month}  1 00:00:00 h kernel: NVRM: Xid (PCI:0000:01:00): 13, x"])
+    assert log.events[0].time <= time.time() + 86400  # next month's date must be last year's
+
+
+def test_kmsg_records_seq_escapes_and_dictionary():
+    log = parse_fixture("kmsg.log")
+    assert [(e.kind, e.code, e.pci, e.seq) for e in log.events] == [
+        (EventKind.XID, 31, "0000:db:00.0", 101),
+        (EventKind.FALLEN_OFF_BUS, 79, "0000:ba:00.0", 102),  # three lines in one record (\x0a)
+    ]
+    assert log.events[0].time == pytest.approx(8.0005)
+    assert (log.last_seq, log.last_time) == (103, pytest.approx(9.5))
+
+
+def test_kmsg_escaped_text_is_decoded():
+    log = parse_lines(["4,7,1000,-;NVRM: Xid (PCI:0000:01:00): 13, name=caf\\xc3\\xa9\\x5cbin"])
+    assert log.events[0].message.endswith("name=café\\bin")
+
+
+def test_bare_lines_have_no_time():
+    log = parse_fixture("legacy_bare.log")
+    assert [(e.kind, e.code, e.pci, e.time) for e in log.events] == [
+        (EventKind.XID, 14, "0000:03:00.0", None), (EventKind.FALLEN_OFF_BUS, 79, "0000:04:00.0", None)]
+    assert log.last_time is None
+
+
+# ---------------------------------------------------------------------- incidents
+
+
+def test_orphan_sxid_detail_stands_for_its_missing_header():
+    log = parse_lines([
+        "[ 10.0] nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Data {0x1, 0x2}",
+        "[ 10.1] nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Severity 1 Engine instance 3",
+        "[ 90.0] nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Data {0x1, 0x2}",
+    ])
+    assert [(e.code, e.state, e.time) for e in log.events] == [(12028, None, 10.0), (12028, None, 90.0)]
+
+
+def test_non_fatal_sxid_header():
+    log = parse_lines(["[1.0] nvidia-nvswitch3: SXid (PCI:0000:08:00.0): 22013, Non-fatal, Link 60 Minion Link DLREQ"])
+    e = log.events[0]
+    assert (e.kind, e.state, e.port, e.device) == (EventKind.SXID, "non-fatal", 60, "nvswitch3")
+
+
+def test_fallen_off_bus_repeats_are_one_incident_per_gpu():
+    log = parse_lines([
+        "[10.0] NVRM: GPU at 0000:01:00.0 has fallen off the bus.",
+        "[10.1] NVRM: GPU at 0000:01:00.0 has fallen off the bus.",
+        "[10.2] NVRM: GPU at 0000:02:00.0 has fallen off the bus.",
+        "[500.0] NVRM: GPU at 0000:01:00.0 has fallen off the bus.",
+    ])
+    assert [(e.pci, e.time) for e in log.events] == [("0000:01:00.0", 10.0), ("0000:02:00.0", 10.2),
+                                                      ("0000:01:00.0", 500.0)]
+
+
+def test_fallen_message_before_its_xid_79_is_still_one_incident():
+    log = parse_lines([
+        "[10.0] NVRM: GPU 0000:5d:00.0: GPU has fallen off the bus.",
+        "[10.1] NVRM: Xid (PCI:0000:5d:00): 79, pid=1, GPU has fallen off the bus.",
+    ])
+    assert [e.kind for e in log.events] == [EventKind.XID]
+
+
+def test_netdev_link_change_without_port_line_counts():
+    log = parse_lines([
+        "[1.0] mlx5_core 0000:c1:00.0 mlx5_2: Port: 1 Link ACTIVE",
+        "[50.0] mlx5_core 0000:c1:00.0 ibp193s0: Link down",
+        "[60.0] mlx5_core 0000:c2:00.0 ibp194s0: Link down",
+    ])
+    assert [(e.device, e.port, e.state, e.time) for e in log.events] == [
+        ("mlx5_2", 1, "ACTIVE", 1.0), ("mlx5_2", 1, "DOWN", 50.0), (None, 1, "DOWN", 60.0)]
+
+
+def test_xid_attribution_context_lines_are_not_events():
+    log = parse_lines([
+        "NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-0000-0000-0000-d754b23d636d",
+        "NVRM: GPU Board Serial Number: 1650124014249",
+        "NVRM: Rate limiting GSP RPC error prints for GPU at PCI:0000:9b:00 (printing 1 of every 30).",
+        "NVRM: GPU4 RPC history (CPU -> GSP):",
+    ])
+    assert log.events == [] and log.unparsed_lines == 0
+
+
+def test_unparsed_lines_count_xid_sxid_and_port_lookalikes():
+    log = parse_lines([
+        "NVRM: Xid (PCI:0000:01:00) thirteen",
+        "nvidia-nvswitch0: SXid something odd",
+        "mlx5_core 0000:c1:00.0 mlx5_2: Port: one Link ACTIVE",
+        "NVRM: Xid (PCI:0000:01:00): 13, ok",
+    ])
+    assert log.unparsed_lines == 3 and len(log.events) == 1
+
+
+def test_messages_are_sanitised_and_capped():
+    log = parse_lines(["NVRM: Xid (PCI:0000:01:00): 13, \x1b[31mred\x1b[0m\tTAB " + "x" * 2000])
+    msg = log.events[0].message
+    assert "\x1b" not in msg and "\t" not in msg and len(msg) <= MAX_MESSAGE
+    assert sanitize("a\x00b\x7fc\u0085d") == "abcd"
+
+
+def test_xid_at_end_of_line_and_large_codes():
+    log = parse_lines(["NVRM: Xid (PCI:0000:b3:00): 79", "NVRM: Xid (PCI:0000:b3:00): 154, GPU recovery"])
+    assert [e.code for e in log.events] == [79, 154]
+
+
+# ---------------------------------------------------------------------- never raises
+
+_VALID = [
+    "[  123.456789] NVRM: Xid (PCI:0000:b3:00): 79, pid=1, GPU has fallen off the bus.",
+    "[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2, name=x, Timeout",
+    "kern  :warn  : 2025-01-21T02:21:33,498559+00:00 NVRM: Xid (PCI:0000:38:00): 13, pid=3",
+    "Feb 14 05:03:42 host kernel: NVRM: The NVIDIA GPU 0000:18:00.0",
+    "                             NVRM: fallen off the bus and is not responding to commands.",
+    "6,3964,206764307,-;nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Fatal, Link 37 LTSSM",
+    "[ 4441.769587] mlx5_core 0000:53:00.0 mlx5_3: Port: 1 Link ACTIVE",
+    "[ 4443.968257] mlx5_core 0000:53:00.0 enp83s0f0np0: Link down",
+    " SUBSYSTEM=pci",
+]
+
+
+def _mutate(line: str, data: st.DataObject) -> str:
+    ops = data.draw(st.lists(st.sampled_from(["cut", "insert", "dup", "digits"]), max_size=3))
+    for op in ops:
+        i = data.draw(st.integers(0, len(line)))
+        if op == "cut":
+            line = line[:i] + line[data.draw(st.integers(i, len(line))):]
+        elif op == "insert":
+            line = line[:i] + data.draw(st.text(max_size=8)) + line[i:]
+        elif op == "dup":
+            line = line[:i] + line[i:] + line[i:]
+        else:
+            line = line[:i] + data.draw(st.sampled_from(["9" * 30, "-1", "0x", "99:99:99", "(PCI:", "\\x", "Feb 30"])) + line[i:]
+    return line
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.text(max_size=200), max_size=30), st.one_of(st.none(), st.floats(-1e12, 1e12)),
+       st.one_of(st.none(), st.integers(-5, 20000)))
+def test_random_text_never_raises(lines, boot, year):
+    log = parse_lines(lines, boot_time=boot, year=year)
+    assert log.unparsed_lines >= 0
+    assert all(len(e.message) <= MAX_MESSAGE for e in log.events)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.binary(max_size=200), max_size=20))
+def test_random_bytes_never_raise(chunks):
+    parse_lines(b"\n".join(chunks).decode("utf-8", "replace").split("\n"))
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_mutated_valid_lines_never_raise(data):
+    lines = [_mutate(data.draw(st.sampled_from(_VALID)), data) for _ in range(data.draw(st.integers(1, 12)))]
+    log = parse_lines(lines, boot_time=data.draw(st.one_of(st.none(), st.just(1.7e9))))
+    for e in log.events:
+        assert e.kind in EventKind
+        assert e.pci is None or re.fullmatch(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", e.pci)
