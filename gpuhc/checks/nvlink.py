@@ -49,15 +49,16 @@ def counter_kind(name: str) -> str:
     return _KIND_OF.get(name, "other")
 
 
-def _expected_active(gpu: GpuReading, ctx: Context) -> tuple[int | None, str]:
+def _expected_active(gpu: GpuReading, ctx: Context) -> int | None:
+    """This GPU's link count at commissioning (baseline), else the model's (profile)."""
     gpus = (ctx.baseline or {}).get("gpus")
     if isinstance(gpus, dict):
         for pci, info in gpus.items():
             if norm_pci(pci) == norm_pci(gpu.pci_bus_id) and isinstance(info, dict):
                 if isinstance(info.get("nvlink_active"), int):
-                    return info["nvlink_active"], "baseline"
+                    return info["nvlink_active"]
     expected = ctx.t("expected_active")
-    return (expected, "profile") if isinstance(expected, int) else (None, "")
+    return expected if isinstance(expected, int) else None
 
 
 def _count_finding(gpu: GpuReading, ctx: Context) -> Result | None:
@@ -65,7 +66,7 @@ def _count_finding(gpu: GpuReading, ctx: Context) -> Result | None:
     if not known:
         return None
     active = sum(1 for s in known if s.active)
-    expected, source = _expected_active(gpu, ctx)
+    expected = _expected_active(gpu, ctx)
     if expected is None or active >= expected:
         return None
     down = ", ".join(str(s.link) for s in known if not s.active)
@@ -142,7 +143,7 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
             results.append(na(ID, f"{gpu.subject} NVLink state not supported", gpu.subject))
         else:
             results.append(result(ID, Status.PASS, f"{gpu.subject} {active} NVLinks active, no error growth",
-                                  gpu.subject, value=active, threshold=_expected_active(gpu, ctx)[0]))
+                                  gpu.subject, value=active, threshold=_expected_active(gpu, ctx)))
     return CheckOutput(results, state=state)
 
 
