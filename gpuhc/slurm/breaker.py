@@ -9,6 +9,12 @@ What counts: nodes that are out of service (drained, down, failed) *with a gpuhc
 including quarantined and retired ones (they are capacity gpuhc took; an admin who accepts that
 raises the cap or releases them). Admin drains do not count: they are not gpuhc's doing.
 
+Counting first and draining after is a race: a systemic false positive strikes every node in the
+same minute, all of them count 0 and all of them drain. So a node that drained re-counts after a
+short settle time; when the count is over the cap, the held nodes are ranked by drain time (then
+name), which every node sees identically, and those ranked past the cap undo their own drain.
+The overshoot is transient and the end state is the cap, whatever the interleaving of the reads.
+
 The scope is the partitions of the node being judged (a GPU partition should not be compared
 against a large CPU partition) or the whole cluster. The cap is the stricter of an absolute
 count and a percentage of the nodes in scope; a percentage cap is rounded up so that a small
@@ -31,6 +37,7 @@ class BreakerSettings:
     max_drained: int | None = None
     max_drained_percent: float | None = 10.0
     scope: str = "partition"  # "partition" or "cluster"
+    settle_s: float = 1.0  # wait before the post-drain recount, so concurrent drains are seen
 
     @classmethod
     def from_section(cls, section: dict[str, Any]) -> "BreakerSettings":
@@ -39,6 +46,7 @@ class BreakerSettings:
             max_drained=section.get("max_drained"),
             max_drained_percent=section.get("max_drained_percent", 10.0),
             scope=section.get("scope", "partition"),
+            settle_s=float(section.get("settle_s", 1.0)),
         )
 
 
@@ -93,3 +101,17 @@ def evaluate(nodes: Iterable[Node], node_name: str, settings: BreakerSettings) -
     cap = cap_for(len(in_scope), settings) if settings.enabled else None
     return BreakerState(open=cap is not None and drained >= cap, drained=drained, total=len(in_scope),
                         cap=cap, scope=desc)
+
+
+def must_yield(nodes: Iterable[Node], node_name: str, settings: BreakerSettings) -> tuple[BreakerState, bool]:
+    """After our drain: is the cap exceeded, and are we ranked past it (so we undo our drain)?"""
+    in_scope, desc = scope_nodes(list(nodes), node_name, settings.scope)
+    held = sorted((n for n in in_scope if held_by_gpuhc(n)),
+                  key=lambda n: (n.reason_time if n.reason_time is not None else float("inf"), n.name))
+    cap = cap_for(len(in_scope), settings) if settings.enabled else None
+    state = BreakerState(open=cap is not None and len(held) >= cap, drained=len(held), total=len(in_scope),
+                         cap=cap, scope=desc)
+    if cap is None or len(held) <= cap:
+        return state, False
+    rank = next((i for i, n in enumerate(held) if n.name == node_name), None)
+    return state, rank is not None and rank >= cap

@@ -26,11 +26,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from gpuhc.errors import EXIT_BREAKER, EXIT_INTERNAL, EXIT_OK, EXIT_UNHEALTHY, GpuhcError, SlurmError
-from gpuhc.slurm.breaker import BreakerSettings, BreakerState, evaluate
+from gpuhc.slurm.breaker import BreakerSettings, BreakerState, evaluate, must_yield
 from gpuhc.slurm.policy import Act, Decision, Memory, PolicySettings, Verdict, decide, needs_slurm, verdict_of
 from gpuhc.slurm.reason import build_reason, owned
 from gpuhc.slurm.scontrol import Scontrol
@@ -179,21 +179,34 @@ def save_memory(flow: Flow, memory: Memory, decision: Decision | None) -> None:
 def carry_out(sc: Scontrol, node: str, decision: Decision, log: Callable[..., None]) -> bool:
     """Send the decision's drain/resume, re-read the node, say whether it took. Raises SlurmError
     when scontrol fails (the caller then keeps its old memory)."""
-    if decision.act is Act.DRAIN:
-        sc.drain(node, decision.reason)
-    elif decision.act is Act.RESUME:
-        sc.resume(node)
-    else:
+    if not decision.act.touches_slurm:
         return False
+    try:
+        if decision.act is Act.DRAIN:
+            sc.drain(node, decision.reason)
+        else:
+            sc.resume(node)
+    except SlurmError as e:
+        # scontrol may report an error after slurmctld applied part of the update (a RESUME of
+        # a node that is not registered yet clears DRAIN, then fails): find out what happened.
+        log(f"{decision.act.value} failed: {e}; re-reading the node", loud=True)
+        after = sc.show_node(node)
+        if not _took(decision, after):
+            raise
+        log(f"Slurm shows the {decision.act.value} applied anyway (state {after.raw_state})", loud=True)
+        return True
     after = sc.show_node(node)
-    if decision.act is Act.DRAIN:
-        ok = after.drained and after.reason == decision.reason
-    else:
-        ok = not after.drained and not owned(after.reason)
+    ok = _took(decision, after)
     if not ok:
         log(f"after {decision.act.value}: Slurm shows state {after.raw_state} reason {after.reason!r}; "
             "someone else changed the node in between, leaving it to them", loud=True)
     return ok
+
+
+def _took(decision: Decision, after) -> bool:
+    if decision.act is Act.DRAIN:
+        return after.drained and after.reason == decision.reason
+    return not after.drained and not owned(after.reason)
 
 
 def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resume: bool) -> None:
@@ -203,34 +216,66 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
         return
     reason = build_reason(report.results) if verdict is Verdict.FAIL else None
     settings = PolicySettings.from_section(flow.slurm)
+    bs = BreakerSettings.from_section(flow.slurm["breaker"])
     sc = flow.scontrol()
     now = flow.now()
     try:
         node = sc.show_node(flow.node)
         decision = decide(node, verdict, reason, memory, now, settings)
         if decision.act is Act.DRAIN and decision.uses_capacity:
-            out.breaker = evaluate(sc.show_nodes(), flow.node, BreakerSettings.from_section(flow.slurm["breaker"]))
+            out.breaker = evaluate(sc.show_nodes(), flow.node, bs)
             if out.breaker.open:
                 decision = decide(node, verdict, reason, memory, now, settings, breaker_open=True)
         out.decision = decision
         if decision.act is Act.BLOCKED:
-            flow.log(f"gpuhc: {out.breaker.message}; NOT draining {flow.node} ({reason})", loud=True)
-            save_memory(flow, decision.memory, decision)
+            _blocked(flow, out, decision, reason)
             return
-        if decision.act.touches_slurm:
-            out.acted = carry_out(sc, flow.node, decision, flow.log)
-            if out.acted:
-                save_memory(flow, decision.memory, decision)
-            verb = "drained" if decision.act is Act.DRAIN else "resumed"
-            detail = f" reason {decision.reason!r}" if decision.reason else ""
-            flow.log(f"{verb if out.acted else decision.act.value + ' not verified'}: {decision.why}{detail}",
-                     loud=decision.act is Act.DRAIN)
-        else:
+        if not decision.act.touches_slurm:
             save_memory(flow, decision.memory, decision)
             flow.log(f"{decision.act.value}: {decision.why}", loud=decision.act is Act.KEEP)
+            return
+        out.acted = carry_out(sc, flow.node, decision, flow.log)
+        if not out.acted:
+            flow.log(f"{decision.act.value} not verified: {decision.why}", loud=True)
+            return
+        save_memory(flow, decision.memory, decision)
+        if decision.act is Act.RESUME:
+            flow.log(f"resumed: {decision.why}")
+            return
+        flow.log(f"drained: {decision.why}: {decision.reason}", loud=True)
+        if decision.uses_capacity and bs.enabled:
+            _recount_after_drain(flow, sc, bs, out, decision, memory)
     except SlurmError as e:
         out.slurm_error = str(e)
         flow.log(f"Slurm did not answer as needed, node left as it was, nothing remembered: {e}", loud=True)
+
+
+def _blocked(flow: Flow, out: Outcome, decision: Decision, reason: str | None) -> None:
+    flow.log(f"gpuhc: {out.breaker.message}; NOT draining {flow.node} ({reason})", loud=True)
+    save_memory(flow, decision.memory, decision)
+
+
+def _recount_after_drain(flow: Flow, sc: Scontrol, bs: BreakerSettings, out: Outcome, decision: Decision,
+                         before: Memory) -> None:
+    """Concurrent drains may have overshot the cap: the nodes ranked past it undo their drain."""
+    settle = min(bs.settle_s, max(0.0, sc.remaining() - 3.0))
+    if settle > 0:
+        time.sleep(settle)
+    state, yield_ = must_yield(sc.show_nodes(), flow.node, bs)
+    out.breaker = state
+    if not yield_:
+        return
+    flow.log(f"concurrent drains: {state.drained} nodes held by gpuhc > cap {state.cap}; "
+             f"this node is ranked past the cap: undoing its drain", loud=True)
+    if sc.show_node(flow.node).reason != decision.reason:
+        flow.log("reason changed meanwhile: leaving the node as it is", loud=True)
+        return
+    undo = Decision(Act.RESUME, "undo drain past the breaker cap", before)
+    if carry_out(sc, flow.node, undo, flow.log):
+        out.acted = False
+        out.decision = Decision(Act.BLOCKED, "circuit breaker open (after concurrent drains)",
+                                replace(before, passes=0), decision.reason, uses_capacity=True)
+        _blocked(flow, out, out.decision, decision.reason)
 
 
 # ---------------------------------------------------------------------------- the three flows

@@ -71,8 +71,17 @@ def out_of_service(node: Node) -> bool:
     return node.drained or node.down or node.failing
 
 
+def registered(node: Node) -> bool:
+    """slurmd runs the health check once at start, before the node registers: Slurm then shows
+    base state UNKNOWN. A RESUME in that state is refused ("Invalid node state specified") after
+    Slurm has already cleared the DRAIN flag (seen on 22.05), so gpuhc does not resume then."""
+    return node.state != "UNKNOWN"
+
+
 def resumable(node: Node) -> bool:
     """States in which ``State=RESUME`` is accepted (DOWN, DRAIN, FAIL, REBOOT)."""
+    if not registered(node):
+        return False
     reboot = bool({"REBOOT_REQUESTED", "REBOOT_ISSUED"} & node.flags) or node.state == "REBOOT"
     return out_of_service(node) or reboot
 
@@ -222,6 +231,9 @@ def _on_healthy(node, owner, mine, memory, now, s) -> Decision:
         return Decision(Act.KEEP, "retired by gpuhc: only `gpuhc quarantine release` returns it", memory)
     if mine is not None and mine.quarantined:
         return Decision(Act.KEEP, f"in quarantine (cycle {mine.cycle}): needs `gpuhc quarantine retest`", memory)
+    if not registered(node):
+        return Decision(Act.NONE, "node not registered with slurmctld yet (state UNKNOWN): deciding next run",
+                        memory)
     if not resumable(node):
         # Slurm refuses RESUME here; the stale reason does not hold the node, so forget it.
         return Decision(Act.NONE, f"healthy; state {node.raw_state or node.state} takes no RESUME",

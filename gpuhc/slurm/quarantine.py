@@ -30,7 +30,8 @@ from typing import Callable
 
 from gpuhc.errors import SlurmError
 from gpuhc.slurm.nodes import Node
-from gpuhc.slurm.policy import Verdict, out_of_service, resumable
+from gpuhc.slurm.entry import carry_out
+from gpuhc.slurm.policy import Act, Decision, Memory, Verdict, out_of_service, resumable
 from gpuhc.slurm.reason import GpuhcReason, format_reason, owned, parse_reason, retired_from
 from gpuhc.slurm.scontrol import Scontrol
 
@@ -109,13 +110,9 @@ def _where(mine: GpuhcReason) -> str:
 def apply_plan(sc: Scontrol, node: Node, plan: RetestPlan) -> bool:
     """Carry out a retest plan and verify it; True when Slurm shows the intended result."""
     if plan.act == "resume":
-        sc.resume(node.name)
-        after = sc.show_node(node.name)
-        return not after.drained and not owned(after.reason)
+        return carry_out(sc, node.name, Decision(Act.RESUME, plan.why, Memory()), lambda *a, **k: None)
     if plan.act in ("requarantine", "retire"):
-        sc.drain(node.name, plan.reason)
-        after = sc.show_node(node.name)
-        return after.reason == plan.reason
+        return carry_out(sc, node.name, Decision(Act.DRAIN, plan.why, Memory(), plan.reason), lambda *a, **k: None)
     return False
 
 
@@ -141,11 +138,9 @@ def release(sc: Scontrol, names: list[str], force: bool = False) -> list[AdminRe
             if not resumable(node):
                 out.append(AdminResult(name, True, f"nothing to release: state {node.raw_state}"))
                 continue
-            sc.resume(name)
-            after = sc.show_node(name)
-            ok = not after.drained and not owned(after.reason)
+            ok = carry_out(sc, name, Decision(Act.RESUME, "release", Memory()), lambda *a, **k: None)
             out.append(AdminResult(name, ok, f"released (was {node.raw_state}: {node.reason})" if ok else
-                                   f"resume sent, but Slurm shows {after.raw_state} {after.reason!r}"))
+                                   "resume sent, but Slurm shows the node still held"))
         except SlurmError as e:
             out.append(AdminResult(name, False, str(e)))
     return out
@@ -165,10 +160,8 @@ def retire(sc: Scontrol, names: list[str], note: str = "", force: bool = False) 
             if node.reason == reason:
                 out.append(AdminResult(name, True, "already retired"))
                 continue
-            sc.drain(name, reason)
-            after = sc.show_node(name)
-            ok = after.reason == reason and after.drained
-            out.append(AdminResult(name, ok, f"retired: {reason}" if ok else f"Slurm shows {after.reason!r}"))
+            ok = carry_out(sc, name, Decision(Act.DRAIN, "retire", Memory(), reason), lambda *a, **k: None)
+            out.append(AdminResult(name, ok, f"retired: {reason}" if ok else "drain sent, but Slurm shows another reason"))
         except SlurmError as e:
             out.append(AdminResult(name, False, str(e)))
     return out

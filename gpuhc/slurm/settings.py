@@ -41,6 +41,8 @@ SCHEMA = {
                                    min=0.0, max=100.0, nullable=True),
         "scope": Key(str, "partition", "count within the node's partitions or the whole cluster",
                      choices=("partition", "cluster")),
+        "settle_s": Key(float, 1.0, "after a drain, wait this long and re-count: concurrent drains past the "
+                        "cap are undone by the nodes ranked last", min=0.0, max=10.0),
     },
     "quarantine": {
         "max_cycles": Key(int, 3, "failed retests before a node is marked RETIRED", min=1, max=99),
