@@ -130,6 +130,13 @@ def test_multiline_reason_continuation():
     assert node.reason.startswith("first line") and node.drained
 
 
+def test_shell_prompt_preamble_is_not_mistaken_for_json():
+    from gpuhc.slurm.nodes import detect_format
+
+    assert detect_format("[root@head ~]# scontrol show node\nNodeName=a State=IDLE\n") == "text"
+    assert detect_format(' [ {"name": "a"} ]') == "json" and detect_format("[]") == "json"
+
+
 def test_parse_nodes_autodetects_text_and_oneline_equals_blocks():
     one = parse_nodes((FIX / "show_node_oneline.txt").read_text())
     assert one == parse_show_node_oneline((FIX / "show_node_oneline.txt").read_text())

@@ -214,14 +214,14 @@ def render_csv(report: DrainReport) -> str:
     return buf.getvalue()
 
 
-def render_rich(report: DrainReport, source: str, all_rows: bool, stream: IO[str]) -> None:
+def render_rich(report: DrainReport, source: str, all_rows: bool, stream: IO[str], width: int | None = None) -> None:
     """A terminal table. Fewer, denser columns than the plain text (owner and user share one,
     the date gives way to the age) so that it still reads on an 80-column terminal."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=stream)
+    console = Console(file=stream, width=width)
     table = Table(title=f"gpuhc drain-report: {headline(report)}", caption=f"source: {source}; at {_when(report.now)}",
                   box=box.SIMPLE_HEAD, pad_edge=False, header_style="bold")
     table.add_column("CAUSE", overflow="fold", max_width=20)

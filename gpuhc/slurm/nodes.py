@@ -265,10 +265,13 @@ def parse_show_node(text: str) -> list[Node]:
     return nodes
 
 
+_JSON_START = re.compile(r"\s*(?:\{|\[\s*[\{\]])")
+
+
 def detect_format(text: str) -> str:
     """Name the format of a node dump: ``json`` or ``text``; raise for anything else."""
-    head = text.lstrip()[:1]
-    if head in ("{", "["):
+    # `[` alone is not enough: a pasted shell prompt `[root@head ~]# scontrol ...` starts so too.
+    if _JSON_START.match(text):
         return "json"
     if "NodeName=" in text:
         return "text"
