@@ -209,3 +209,35 @@ def test_baseline_helper_round_trips_through_the_check():
     assert [r.status for r in out.results] == [Status.PASS, Status.NA]
     slow = judge(snap([port(rate=200.0)]), ctx(baseline=base))
     assert one(slow).status is Status.FAIL
+
+
+# ----------------------------------------------------------------------------- properties
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_state = st.sampled_from([None, "ACTIVE", "DOWN", "INIT", "ARMED", "ACTIVE_DEFER", "weird"])
+_phys = st.sampled_from([None, "LinkUp", "Polling", "Disabled", "LinkErrorRecovery"])
+_ports = st.lists(st.builds(
+    port, dev=st.sampled_from(["mlx5_0", "mlx5_1", "mlx5_bond_0"]), num=st.integers(1, 2), state=_state, phys=_phys,
+    rate=st.one_of(st.none(), st.sampled_from([100.0, 200.0, 400.0])),
+    layer=st.sampled_from([None, "InfiniBand", "Ethernet"]),
+    symbol_error=st.integers(0, 70000), link_downed=st.integers(0, 255)), max_size=5,
+    unique_by=lambda p: p.subject)
+_events = st.lists(st.builds(link, st.floats(-2000, 10), st.sampled_from(["DOWN", "ACTIVE", "INIT"]),
+                             dev=st.sampled_from(["mlx5_0", "mlx5_1", None]), num=st.integers(1, 2)), max_size=12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_ports, _events, _ports, st.sampled_from(["ignore", "warn", "judge"]), st.booleans())
+def test_any_input_gives_one_sound_result_per_port(ports, events, earlier, eth, with_base):
+    from gpuhc.checks.infiniband import ib_baseline
+
+    base = {"ib": ib_baseline(earlier)} if with_base else None
+    first = judge(snap(earlier, events, now=NOW - 300), ctx(ethernet=eth))
+    out = judge(snap(ports, events), ctx(prev=first.state, baseline=base, ethernet=eth, expected_rate_gbps=400))
+    subjects = [r.subject for r in out.results]
+    assert len(subjects) == len(set(subjects))
+    for r in out.results:
+        assert (r.status is Status.FAIL) == r.action.drains  # FAIL drains; WARN, ERROR, n/a never do
+        assert "\n" not in r.message and r.message.startswith(r.subject if r.subject != "node" else "")

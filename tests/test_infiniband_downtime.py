@@ -132,3 +132,11 @@ def test_a_rerun_at_the_same_time_keeps_one_sample():
     first = judge(snap([port()]), ctx())
     again = judge(snap([port()]), ctx(prev=first.state))
     assert again.state["ports"]["mlx5_0/1"]["samples"] == [[NOW, 1]]
+
+
+def test_malformed_or_future_state_is_ignored():
+    prev = {"ports": {"mlx5_0/1": {"samples": [[NOW - 10, 0], ["x", 1], [NOW - 5], None, [NOW + 50, 0]],
+                                   "first_up": "yesterday", "counters": {}}}}
+    out = judge(snap([port()]), ctx(prev=prev))
+    assert one(out).status is Status.PASS
+    assert out.state["ports"]["mlx5_0/1"]["samples"] == [[NOW - 10, 0], [NOW, 1]]

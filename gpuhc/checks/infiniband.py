@@ -143,8 +143,8 @@ def _downtime(port: IbPort, snapshot: Snapshot, ctx: Context, prev: dict, boot_c
     """Judge seconds down; return the port's new sample history for the state."""
     now = snapshot.time
     window = float(ctx.t("down_window_s", 600.0))
-    samples = [] if boot_changed else [(float(t), bool(u)) for t, u in prev.get("samples", []) if t <= now]
-    first_up = None if boot_changed else prev.get("first_up")
+    samples = [] if boot_changed else _prev_samples(prev, now)
+    first_up = None if boot_changed else _number(prev.get("first_up"))
     if port.state is not None:
         samples.append((now, port.state in _UP_STATES))
     events = snapshot.kernel.events if snapshot.kernel else []
@@ -170,12 +170,29 @@ def _downtime(port: IbPort, snapshot: Snapshot, ctx: Context, prev: dict, boot_c
     return {"samples": [[round(t, 3), int(u)] for t, u in keep], "first_up": first_up}
 
 
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _prev_samples(prev: dict, now: float) -> list[tuple[float, bool]]:
+    """The stored samples, skipping anything malformed (a hand-edited state file) and anything
+    after ``now`` (the clock went back, or a replay judged an earlier time)."""
+    out = []
+    for item in prev.get("samples") or []:
+        if isinstance(item, (list, tuple)) and len(item) == 2 and _number(item[0]) is not None:
+            if item[0] <= now:
+                out.append((float(item[0]), bool(item[1])))
+    return out
+
+
 # ----------------------------------------------------------------------------- counters
 
 
 def _limits(ctx: Context) -> dict[str, tuple[int | None, int | None]]:
-    merged = dict(DEFAULT_COUNTER_LIMITS)
-    merged.update(ctx.t("counters") or {})
+    override = ctx.t("counters") or {}
+    if not isinstance(override, dict):
+        raise ValueError(f"thresholds.counters: expected a mapping of counter to [warn, fail], got {override!r}")
+    merged = {**DEFAULT_COUNTER_LIMITS, **override}
     out = {}
     for name, spec in merged.items():
         if spec is None:
