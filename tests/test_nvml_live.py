@@ -8,7 +8,7 @@ import pynvml as real
 import pytest
 
 from gpuhc.sources.nvml import NvmlLive
-from tests.fake_pynvml import FakeGpu, FakeNvml
+from fake_pynvml import FakeGpu, FakeNvml
 
 
 def read(fake: FakeNvml, samples: int = 3) -> tuple:
