@@ -47,7 +47,9 @@ CORE_SCHEMA: dict[str, Any] = {
     },
     "output": {
         "event_log": Key(str, None, "append one JSON line per run here", nullable=True),
-        "prometheus_textfile": Key(str, None, "node_exporter textfile collector .prom file", nullable=True),
+        "prometheus_textfile": Key(
+            str, None, "node_exporter textfile .prom path, one file per stage ({stage}, else -<stage> before .prom)", nullable=True
+        ),
     },
 }
 

@@ -199,6 +199,7 @@ class IbPort:
     rate_gbps: float | None
     link_layer: str | None = None  # "InfiniBand" / "Ethernet"
     counters: dict[str, int] = field(default_factory=dict)
+    pci: str | None = None  # the HCA's PCI address: mlx5 kernel lines sometimes name only that
 
     @property
     def subject(self) -> str:
