@@ -1,0 +1,258 @@
+"""The xid check: verdicts per class, storms, the cursor and window, reboots, attribution.
+
+Snapshots come from tests/snapshots.py (8x H100, GPU i at PCI_IDS[i], judged at T0); kernel
+logs are literal events, so each test reads as "this was in the log, this is the verdict".
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from gpuhc.checks import xid
+from gpuhc.model import Action, EventKind, KernelEvent, KernelLog, Status
+from gpuhc.xid_catalog import xid_table
+from snapshots import PCI_IDS, T0, context, healthy_node, no_nvml
+
+CHECK = xid.CHECKS[0]
+BOOT_A, BOOT_B = "boot-a", "boot-b"
+ALIEN_PCI = "0000:e1:00.0"  # on no GPU NVML lists
+
+
+def ev(code: int, gpu: int | None = 0, t: float | None = T0 - 60, seq: int | None = None, msg: str = "",
+       pci: str | None = None, kind: EventKind = EventKind.XID) -> KernelEvent:
+    pci = pci or (PCI_IDS[gpu] if gpu is not None else ALIEN_PCI)
+    return KernelEvent(kind=kind, time=t, message=msg or f"Xid (PCI:{pci[:10]}): {code}, test", pci=pci, code=code,
+                       seq=seq)
+
+
+def node(*events: KernelEvent, boot: str | None = BOOT_A, time: float = T0, unparsed: int = 0, snap=None):
+    snap = copy.deepcopy(snap) if snap is not None else healthy_node(time=time)
+    snap.time = time
+    times = [e.time for e in events if e.time is not None]
+    seqs = [e.seq for e in events if e.seq is not None]
+    snap.kernel = KernelLog(events=list(events), source="test", boot_id=boot, last_time=max(times, default=None),
+                            last_seq=max(seqs, default=None), unparsed_lines=unparsed)
+    return snap
+
+
+def judge(snap, prev=None, gpus=None, **thresholds):
+    return CHECK.judge(snap, context(CHECK, prev=prev, gpus=gpus, **thresholds))
+
+
+def brief(out):
+    return [(r.status, r.action, r.subject) for r in out.results]
+
+
+# ---------------------------------------------------------------------- verdicts
+
+
+def test_healthy_log_passes():
+    out = judge(node())
+    assert brief(out) == [(Status.PASS, Action.NONE, "node")]
+    assert out.results[0].message == "no Xid in the last 24h"
+
+
+def test_no_kernel_log_is_an_error_not_a_drain():
+    snap = healthy_node()
+    out = judge(snap)
+    assert brief(out) == [(Status.ERROR, Action.NONE, "node")] and out.state is None
+
+
+@pytest.mark.parametrize("code,status,action", [
+    (79, Status.FAIL, Action.DRAIN_TICKET), (48, Status.FAIL, Action.RESET_GPU), (64, Status.FAIL, Action.DRAIN_TICKET),
+    (95, Status.FAIL, Action.RESET_GPU), (119, Status.FAIL, Action.RESET_GPU), (74, Status.FAIL, Action.RESET_GPU),
+    (13, Status.WARN, Action.RESTART_APP), (94, Status.WARN, Action.RESTART_APP), (92, Status.WARN, Action.NONE),
+    (4242, Status.WARN, Action.NONE),
+])
+def test_each_class_gets_its_verdict(code, status, action):
+    assert brief(judge(node(ev(code, gpu=3)))) == [(status, action, "gpu3")]
+
+
+def test_message_names_gpu_pci_count_and_meaning():
+    out = judge(node(ev(79, gpu=3, t=T0 - 10), ev(79, gpu=3, t=T0 - 5)))
+    assert out.results[0].message == "Xid 79 on gpu3 (0000:5d:00.0) x2: GPU has fallen off the bus"
+    assert out.results[0].value["count"] == 2 and out.results[0].value["last"] == T0 - 5
+
+
+def test_fallen_off_bus_without_xid_fails_like_79():
+    out = judge(node(ev(79, gpu=5, kind=EventKind.FALLEN_OFF_BUS)))
+    assert brief(out) == [(Status.FAIL, Action.DRAIN_TICKET, "gpu5")]
+    assert out.results[0].message == "gpu5 (0000:ab:00.0) has fallen off the bus (no Xid logged)"
+
+
+@pytest.mark.parametrize("code", [13, 31, 43, 45, 68, 69])
+def test_application_xids_warn_and_never_drain(code):
+    (r,) = judge(node(ev(code))).results
+    assert (r.status, r.action) == (Status.WARN, Action.RESTART_APP) and not r.action.drains
+    assert "(application error)" in r.message
+
+
+def test_every_catalog_fail_carries_a_draining_action():
+    for code, info in xid_table().items():
+        if code == 154:
+            continue  # judged from its message, see test_xid_154_*
+        for r in judge(node(ev(code))).results:
+            assert r.status is not Status.FAIL or r.action.drains, (code, r)
+            assert r.status is not Status.WARN or not r.action.drains, (code, r)
+
+
+def test_storm_collapses_to_one_result_per_gpu_and_xid():
+    storm = [ev(13, gpu=0, t=T0 - 100 + i / 10) for i in range(600)] + [ev(43, gpu=0)] * 7 + [ev(13, gpu=1)]
+    out = judge(node(*storm))
+    assert [(r.subject, r.value["code"], r.value["count"]) for r in out.results] == [
+        ("gpu0", 13, 600), ("gpu0", 43, 7), ("gpu1", 13, 1)]
+    assert out.results[0].message == "Xid 13 on gpu0 (0000:18:00.0) x600: Graphics engine exception (application error)"
+
+
+# ---------------------------------------------------------------------- cursor, window, memory
+
+
+def test_second_run_reports_nothing_new_but_the_window_holds():
+    log = (ev(13, gpu=0, t=T0 - 30), ev(79, gpu=3, t=T0 - 20))
+    first = judge(node(*log))
+    assert [(r.status, r.subject) for r in first.results] == [(Status.FAIL, "gpu3"), (Status.WARN, "gpu0")]
+    second = judge(node(*log, time=T0 + 300), prev=first.state)
+    assert [(r.status, r.subject) for r in second.results] == [(Status.FAIL, "gpu3")]
+    assert second.results[0].message == first.results[0].message  # a stable drain reason
+    json.dumps(second.state)
+
+
+def test_new_warning_after_the_cursor_is_reported_once():
+    first = judge(node(ev(13, t=T0 - 30)))
+    log2 = node(ev(13, t=T0 - 30), ev(13, t=T0 + 100), time=T0 + 300)
+    second = judge(log2, prev=first.state)
+    assert [(r.status, r.value["count"], r.value["new"]) for r in second.results] == [(Status.WARN, 2, 1)]
+    third = judge(log2, prev=second.state)
+    assert [r.status for r in third.results] == [Status.PASS]
+
+
+def test_kmsg_sequence_numbers_drive_the_cursor():
+    first = judge(node(ev(31, seq=10, t=T0 - 30)))
+    # same time as before but a later record: new; an old record with a later clock: not new
+    second = judge(node(ev(31, seq=10, t=T0 - 30), ev(31, seq=11, t=T0 - 30)), prev=first.state)
+    assert [r.value["new"] for r in second.results] == [1]
+
+
+def test_draining_xid_expires_after_the_window():
+    first = judge(node(ev(48, t=T0)))
+    assert first.results[0].status is Status.FAIL
+    later = judge(node(ev(48, t=T0), time=T0 + 25 * 3600), prev=first.state)
+    assert [r.status for r in later.results] == [Status.PASS] and later.state["held"] == []
+
+
+def test_window_is_configurable_and_old_events_do_not_count():
+    old = ev(79, t=T0 - 2 * 3600)
+    assert [r.status for r in judge(node(old)).results] == [Status.FAIL]
+    assert [r.status for r in judge(node(old), window_s=3600).results] == [Status.PASS]
+
+
+def test_held_incident_survives_a_wrapped_ring_buffer_and_counts_new_ones():
+    first = judge(node(ev(79, gpu=2, seq=10)))
+    gone = judge(node(ev(8, seq=5000), time=T0 + 600), prev=first.state)  # buffer wrapped: 79 no longer in it
+    assert [(r.status, r.subject, r.value["count"]) for r in gone.results if r.status is Status.FAIL] == [
+        (Status.FAIL, "gpu2", 1)]
+    again = judge(node(ev(79, gpu=2, seq=5001, t=T0 + 700), time=T0 + 900), prev=gone.state)
+    assert [(r.status, r.value["count"]) for r in again.results] == [(Status.FAIL, 2)]
+
+
+def test_reboot_resets_held_incidents():
+    first = judge(node(ev(79, gpu=2, seq=10), boot=BOOT_A))
+    after = judge(node(boot=BOOT_B, time=T0 + 900), prev=first.state)
+    assert [r.status for r in after.results] == [Status.PASS] and after.state["held"] == []
+
+
+def test_after_reboot_everything_in_the_log_is_new():
+    first = judge(node(ev(13, seq=10), boot=BOOT_A))
+    same_boot = judge(node(ev(13, seq=10), boot=BOOT_A), prev=first.state)
+    assert [r.status for r in same_boot.results] == [Status.PASS]
+    new_boot = judge(node(ev(13, seq=3, t=T0 + 200), boot=BOOT_B, time=T0 + 300), prev=first.state)
+    assert [r.status for r in new_boot.results] == [Status.WARN]
+
+
+def test_acknowledge_clears_until_the_next_event():
+    first = judge(node(ev(119, gpu=4)))
+    acked = xid.acknowledge(first.state, now=T0 + 10)
+    quiet = judge(node(ev(119, gpu=4), time=T0 + 60), prev=acked)
+    assert [r.status for r in quiet.results] == [Status.PASS]
+    back = judge(node(ev(119, gpu=4), ev(119, gpu=4, t=T0 + 100), time=T0 + 200), prev=quiet.state)
+    assert [(r.status, r.value["count"]) for r in back.results] == [(Status.FAIL, 1)]
+
+
+def test_log_in_seconds_since_boot_is_windowed_by_its_last_line():
+    """A recorded plain dmesg has no boot time: its stamps are small; "now" is its last line."""
+    out = judge(node(ev(79, t=5000.0), ev(8, t=9000.0), time=T0))
+    assert (Status.FAIL, Action.DRAIN_TICKET, "gpu0") in brief(out)
+    old = judge(node(ev(79, t=5000.0), ev(8, t=5000.0 + 2 * 86400), time=T0))
+    assert Status.FAIL not in [r.status for r in old.results]
+
+
+def test_untimed_events_count_while_new_and_draining_ones_are_held():
+    first = judge(node(ev(13, t=None), ev(79, gpu=1, t=None)))
+    assert [r.status for r in first.results] == [Status.FAIL, Status.WARN]
+    second = judge(node(ev(13, t=None), ev(79, gpu=1, t=None), time=T0 + 60), prev=first.state)
+    assert [(r.status, r.subject) for r in second.results] == [(Status.FAIL, "gpu1")]
+
+
+# ---------------------------------------------------------------------- attribution and scope
+
+
+def test_unattributed_xid_keeps_its_severity():
+    out = judge(node(ev(79, gpu=None)))
+    assert brief(out) == [(Status.FAIL, Action.DRAIN_TICKET, ALIEN_PCI)]
+    assert out.results[0].message.startswith(f"Xid 79 on {ALIEN_PCI}: ")
+
+
+def test_without_nvml_every_xid_is_unattributed():
+    out = judge(node(ev(48, gpu=2), snap=no_nvml()))
+    assert brief(out) == [(Status.FAIL, Action.RESET_GPU, PCI_IDS[2])]
+
+
+def test_prolog_judges_the_job_gpus_but_always_unattributed_fatal_ones():
+    log = node(ev(79, gpu=3), ev(13, gpu=0), ev(48, gpu=None), ev(13, gpu=None))
+    out = judge(log, gpus=[0, 1])
+    assert brief(out) == [(Status.FAIL, Action.RESET_GPU, ALIEN_PCI), (Status.WARN, Action.RESTART_APP, "gpu0")]
+    # gpu3's incident is still remembered: the next full run fails it
+    full = judge(node(time=T0 + 60), prev=out.state)
+    assert ("gpu3", Status.FAIL) in [(r.subject, r.status) for r in full.results]
+
+
+# ---------------------------------------------------------------------- settings and special codes
+
+
+def test_severity_overrides():
+    assert brief(judge(node(ev(92)), severity_overrides={92: "fail"})) == [(Status.FAIL, Action.DRAIN_REBOOT, "gpu0")]
+    assert brief(judge(node(ev(79)), severity_overrides={"79": "warn"})) == [(Status.WARN, Action.NONE, "gpu0")]
+    assert [r.status for r in judge(node(ev(13)), severity_overrides={13: "ignore"}).results] == [Status.PASS]
+
+
+def test_unknown_xids_can_be_made_to_fail():
+    assert brief(judge(node(ev(4242)), unknown="fail")) == [(Status.FAIL, Action.DRAIN_REBOOT, "gpu0")]
+
+
+@pytest.mark.parametrize("to,action", [("0x1 (GPU Reset Required)", Action.RESET_GPU),
+                                       ("0x2 (Node Reboot Required)", Action.DRAIN_REBOOT)])
+def test_xid_154_takes_the_drivers_recovery_action(to, action):
+    msg = f"Xid (PCI:0000:18:00): 154, GPU recovery action changed from 0x0 (None) to {to}"
+    assert brief(judge(node(ev(154, msg=msg)))) == [(Status.FAIL, action, "gpu0")]
+
+
+def test_xid_154_none_means_the_gpu_recovered():
+    bad = judge(node(ev(48, gpu=0, t=T0 - 100), ev(48, gpu=1, t=T0 - 100)))
+    healed = "Xid (PCI:0000:18:00): 154, GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)"
+    out = judge(node(ev(48, gpu=0, t=T0 - 100), ev(48, gpu=1, t=T0 - 100), ev(154, gpu=0, t=T0 - 10, msg=healed)),
+                prev=bad.state)
+    assert [(r.status, r.subject) for r in out.results] == [(Status.FAIL, "gpu1")]
+
+
+def test_unparsed_xid_lines_warn_when_they_appear():
+    first = judge(node(unparsed=2))
+    assert [(r.status, r.value) for r in first.results] == [(Status.WARN, 2)]
+    assert [r.status for r in judge(node(unparsed=2), prev=first.state).results] == [Status.PASS]
+
+
+def test_registration():
+    assert CHECK.id == "xid" and set(CHECK.stages) == {"passive", "prolog", "epilog", "bootstrap"}
+    assert CHECK.defaults["window_s"] == 86400
