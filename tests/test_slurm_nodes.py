@@ -6,6 +6,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuhc.errors import GpuhcError
 from gpuhc.slurm.nodes import (
@@ -161,3 +163,27 @@ def test_garbage_gives_a_clear_error(text, needle):
 def test_oneline_rejects_non_record_line():
     with pytest.raises(NodeParseError, match="line 2: expected a line starting with NodeName="):
         parse_show_node_oneline("NodeName=a State=IDLE\nState=IDLE NodeName=b\n")
+
+
+# Reason text as an admin might type it: any printable characters, `=`, brackets, `@`, even
+# the names of keys that follow the reason in Slurm's output.
+_reason_text = st.text(
+    alphabet=st.characters(whitelist_categories=("L", "N", "P", "S", "Zs"), blacklist_characters="\x85\u2028\u2029"),
+    min_size=1, max_size=60,
+).map(lambda s: " ".join(s.split())).filter(bool) | st.sampled_from(
+    ["a Comment=b", "x [y] Extra=z", "see [bob@2024-01-01T00:00:00] Comment=q", "State=DOWN NodeName=evil", "=[]@"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(reason=_reason_text, user=st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True),
+       comment=st.none() | st.sampled_from(["", "vendor RMA", "x=y z"]), extra=st.booleans())
+def test_reason_round_trips_through_oneline(reason, user, comment, extra):
+    line = f"NodeName=n1 Arch=x86_64 State=IDLE+DRAIN Partitions=gpu Reason={reason} [{user}@2024-06-11T10:23:45]"
+    if comment is not None:
+        line += f" Comment={comment}"
+    if extra:
+        line += " Extra=rack=1"
+    (node,) = parse_show_node_oneline(line)
+    assert (node.reason, node.reason_user) == (reason, user)
+    assert node.reason_time == local("2024-06-11T10:23:45") and node.drained

@@ -175,6 +175,9 @@ FREE_TEXT_KEYS = frozenset({"Reason", "Comment", "Extra"})
 _SPACED_KEYS = frozenset({"OS"})
 
 _KEY_AT = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_]*)=")
+# The ` [user@time]` Slurm appends to a reason, where a key or the end of the record follows.
+# Its last occurrence ends the reason, whatever `Key=` the reason text itself contains.
+_REASON_STAMP = re.compile(r"\s\[[^\[\]@\s]*@[^\[\]]*\](?=\s*$|\s+[A-Za-z][A-Za-z0-9_]*=)")
 
 
 def parse_record(text: str, where: str = "") -> dict[str, str]:
@@ -188,9 +191,10 @@ def parse_record(text: str, where: str = "") -> dict[str, str]:
     out: dict[str, str] = {}
     cur_key: str | None = None
     cur_from = 0
+    hold_until = -1  # no key may start before this offset (inside a stamped reason)
     for start, end, key in starts:
         if cur_key is not None:
-            if key in out or key == cur_key:
+            if start < hold_until or key in out or key == cur_key:
                 continue  # Slurm prints each key once: a repeat is text inside a value
             if cur_key in FREE_TEXT_KEYS and key not in KNOWN_KEYS:
                 continue  # human text may say `foo=bar`; only a known key ends it
@@ -201,6 +205,9 @@ def parse_record(text: str, where: str = "") -> dict[str, str]:
             # preceded by a space and never matches.
             out[cur_key] = text[cur_from:start].strip()
         cur_key, cur_from = key, end
+        if key == "Reason":
+            stamps = list(_REASON_STAMP.finditer(text, end))
+            hold_until = stamps[-1].end() if stamps else -1
     if cur_key is not None:
         out[cur_key] = text[cur_from:].strip()
     return out
