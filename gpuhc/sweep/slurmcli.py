@@ -1,0 +1,101 @@
+"""The Slurm commands the sweep needs besides scontrol updates: sinfo, squeue, sbatch, topology.
+
+Argv lists only, each call with a timeout; any failure is a :class:`~gpuhc.errors.SlurmError`
+naming the command. The runner is :func:`gpuhc.slurm.scontrol.subprocess_runner` unless a test
+injects another, so tests can see exactly what would be sent.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from typing import Callable
+
+from gpuhc.errors import SlurmError
+
+Runner = Callable[[list[str], float], tuple[int, str, str]]
+
+
+def _default_runner(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
+    from gpuhc.slurm.scontrol import subprocess_runner
+
+    return subprocess_runner(argv, timeout_s)
+
+
+def _stdin_runner(argv: list[str], timeout_s: float, stdin: str) -> tuple[int, str, str]:
+    p = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout_s, check=False)
+    return p.returncode, p.stdout, p.stderr
+
+
+@dataclass
+class SlurmCli:
+    timeout_s: float = 30.0
+    run: Runner = _default_runner
+    run_stdin: Callable[[list[str], float, str], tuple[int, str, str]] = _stdin_runner
+    calls: list[list[str]] = field(default_factory=list)
+
+    def _call(self, argv: list[str], stdin: str | None = None) -> str:
+        self.calls.append(list(argv))
+        what = " ".join(argv[:3])
+        try:
+            if stdin is None:
+                rc, out, err = self.run(argv, self.timeout_s)
+            else:
+                rc, out, err = self.run_stdin(argv, self.timeout_s, stdin)
+        except subprocess.TimeoutExpired:
+            raise SlurmError(f"{what}: no answer within {self.timeout_s:g}s (slurmctld down or busy?)") from None
+        except OSError as e:
+            raise SlurmError(f"{what}: cannot run {argv[0]}: {e.strerror or e}") from None
+        if rc != 0:
+            msg = " ".join((err or out).split())[:300] or "no message"
+            raise SlurmError(f"{what} failed (exit {rc}): {msg}")
+        return out
+
+    def idle_nodes(self, partitions: list[str]) -> tuple[list[str], dict[str, str]]:
+        """Nodes whose state is exactly idle (not drained, not powered down, responding), and
+        the first partition each was listed under."""
+        argv = ["sinfo", "-h", "-N", "-o", "%N|%T|%P"]
+        if partitions:
+            argv += ["-p", ",".join(partitions)]
+        idle: list[str] = []
+        part_of: dict[str, str] = {}
+        for line in self._call(argv).splitlines():
+            fields = line.strip().split("|")
+            if len(fields) != 3:
+                continue
+            name, state, part = fields
+            part_of.setdefault(name, part.rstrip("*"))
+            if state == "idle" and name not in idle:
+                idle.append(name)
+        return idle, part_of
+
+    def topology(self) -> str:
+        """``scontrol show topology`` text; empty when Slurm has no topology plugin."""
+        try:
+            return self._call(["scontrol", "show", "topology"])
+        except SlurmError:
+            return ""
+
+    def active_jobs(self, name_prefix: str, job_ids: list[str] | None = None) -> dict[str, str]:
+        """{job id: state} of queued or running jobs that are ours: named with the prefix, or
+        with one of ``job_ids``."""
+        # squeue's default state filter is exactly "not finished": pending, running, held, ...
+        out = self._call(["squeue", "-h", "-o", "%i|%j|%T"])
+        wanted = set(job_ids or [])
+        found: dict[str, str] = {}
+        for line in out.splitlines():
+            fields = line.strip().split("|")
+            if len(fields) != 3:
+                continue
+            jid, name, state = fields
+            if jid in wanted or name.startswith(name_prefix + "-"):
+                found[jid] = state
+        return found
+
+    def sbatch(self, argv: list[str], script: str) -> str:
+        """Submit ``script`` (given on stdin); the job id from ``--parsable``."""
+        out = self._call(argv, stdin=script).strip()
+        job_id = out.split(";")[0].strip()
+        if not job_id.isdigit():
+            raise SlurmError(f"sbatch: unexpected answer {out[:100]!r} (wanted a job id)")
+        return job_id

@@ -1,0 +1,176 @@
+"""``gpuhc sweep submit``: plan groups among idle nodes and submit one probe job per group.
+
+Made for cron: it returns in seconds, and it is idempotent. While the current sweep still has
+jobs queued or running (asked of ``squeue``: our job ids, or any job whose name carries the
+configured prefix, so a second admin host or a lost state directory cannot double up either),
+or still waits for ``gpuhc sweep analyze``, it submits nothing and says why.
+
+Each job is ``sbatch --parsable --exclusive --nodelist=<group> --time ...`` (plus account, qos
+and priority from the config) with the job script on stdin; the script is the built-in template
+below or ``sweep.job.template`` (a :class:`string.Template` with ``$launch``, ``$sweep_id``,
+``$group_id``, ``$nodes``, ``$purpose``, ``$results_dir``; ``$$`` for a literal ``$``).
+The job runs as the submitting user (a Slurm operator account, not root, is the intended one)
+and only writes its results; draining is left to the privileged ``analyze --apply``.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+import string
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from gpuhc.errors import ConfigError, SlurmError
+from gpuhc.sweep.campaign import new_record
+from gpuhc.sweep.plan import Group, overdue, parse_topology, plan_probe
+from gpuhc.sweep.slurmcli import SlurmCli
+from gpuhc.sweep.store import SweepStore
+
+SBATCH_PARALLEL = 4  # concurrent sbatch calls: fast for hundreds of groups, gentle on slurmctld
+
+DEFAULT_TEMPLATE = """#!/bin/bash
+# gpuhc fabric probe: sweep $sweep_id, group $group_id ($purpose) on $nodes.
+# Written by `gpuhc sweep submit`. Runs unprivileged and only writes its results
+# under $results_dir/$sweep_id/; `gpuhc sweep analyze` judges them.
+$launch
+"""
+
+
+def new_sweep_id(now: float) -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)) + "-" + secrets.token_hex(2)
+
+
+def launch_argv(section: dict, run: dict, sweep_id: str, group: Group, results_dir: str) -> list[str]:
+    """The launcher line inside the job: one rank per GPU running ``gpuhc sweep run``."""
+    launcher = section["launcher"]
+    ranks = group.ranks_per_node
+    if launcher["kind"] == "srun":
+        head = ["srun", f"--mpi={launcher['mpi']}", f"--ntasks-per-node={ranks}", "--kill-on-bad-exit=1"]
+    else:
+        head = ["mpiexec", "-n", str(ranks * len(group.nodes)), "-ppn", str(ranks)]
+    try:
+        command = shlex.split(section["job"]["command"])
+    except ValueError as e:
+        raise ConfigError(f"cannot split: {e}", key="sweep.job.command") from None
+    args = ["sweep", "run", "--no-table", "--backend", run["backend"], "--sweep-id", sweep_id, "--group-id", group.id,
+            "--nodes", ",".join(group.nodes), "--results-dir", results_dir,
+            "--min-bytes", str(run["min_bytes"]), "--max-bytes", str(run["max_bytes"]), "--factor", str(run["factor"]),
+            "--warmup", str(run["warmup"]), "--iters", str(run["iters"]), "--latency-iters", str(run["latency_iters"]),
+            "--latency-max-bytes", str(run["latency_max_bytes"]), "--timeout-s", str(run["timeout_s"])]
+    return head + list(launcher["args"]) + command + args
+
+
+def sbatch_argv(section: dict, sweep_id: str, group: Group, results_dir: str, partition: str | None) -> list[str]:
+    job = section["job"]
+    argv = ["sbatch", "--parsable", f"--job-name={job['name_prefix']}-{sweep_id}-{group.id}",
+            f"--nodelist={','.join(group.nodes)}", f"--nodes={len(group.nodes)}",
+            f"--ntasks-per-node={group.ranks_per_node}", "--exclusive", f"--time={job['time']}",
+            f"--output={results_dir}/{sweep_id}/{group.id}.out"]
+    part = job.get("partition") or partition
+    if part:
+        argv.append(f"--partition={part}")
+    for key in ("account", "qos", "priority"):
+        if job.get(key) is not None:
+            argv.append(f"--{key}={job[key]}")
+    return argv + list(job.get("extra_args") or [])
+
+
+def job_script(section: dict, launch: list[str], sweep_id: str, group: Group, results_dir: str) -> str:
+    path = section["job"].get("template")
+    text = DEFAULT_TEMPLATE
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise ConfigError(f"cannot read the job template {path}: {e.strerror}", key="sweep.job.template") from None
+    try:
+        return string.Template(text).substitute(
+            launch=shlex.join(launch), sweep_id=sweep_id, group_id=group.id, nodes=",".join(group.nodes),
+            purpose=group.purpose, results_dir=results_dir)
+    except (KeyError, ValueError) as e:
+        raise ConfigError(f"bad placeholder {e} in {path or 'the built-in template'}", key="sweep.job.template") from None
+
+
+def submit_groups(section: dict, record: dict, groups: list[Group], store: SweepStore, cli: SlurmCli,
+                  part_of: dict[str, str]) -> list[str]:
+    """sbatch each group (a few at a time); fills job_id or submit_error; returns message lines."""
+    results_dir = store.results_dir
+    store.prepare_results(record["id"])
+
+    def one(g: Group) -> None:
+        launch = launch_argv(section, record["run"], record["id"], g, results_dir)
+        script = job_script(section, launch, record["id"], g, results_dir)
+        try:
+            g.job_id = cli.sbatch(sbatch_argv(section, record["id"], g, results_dir, part_of.get(g.nodes[0])), script)
+        except SlurmError as e:
+            g.submit_error = str(e)
+
+    with ThreadPoolExecutor(max_workers=SBATCH_PARALLEL) as pool:
+        list(pool.map(one, groups))
+    lines = [f"submitted {sum(1 for g in groups if g.job_id)} of {len(groups)} jobs for sweep {record['id']} "
+             f"round {groups[0].round if groups else 0}"]
+    lines += [f"  {g.id} ({','.join(g.nodes)}): {g.submit_error}" for g in groups if g.submit_error]
+    return lines
+
+
+def busy_reason(section: dict, store: SweepStore, index: dict, cli: SlurmCli) -> str | None:
+    """Why a new sweep must not start now, or None."""
+    current = index.get("current")
+    record = store.load_sweep(current) if current else None
+    ids = [g["job_id"] for g in (record["rounds"][-1]["groups"] if record else []) if g.get("job_id")]
+    active = cli.active_jobs(section["job"]["name_prefix"], ids)
+    if active:
+        return f"{len(active)} sweep job(s) still queued or running ({', '.join(sorted(active)[:5])}): not starting another"
+    if record and record.get("state") != "done":
+        return f"sweep {current} has finished jobs waiting for `gpuhc sweep analyze`"
+    return None
+
+
+def submit_sweep(section: dict, store: SweepStore, dry_run: bool = False, cli: SlurmCli | None = None,
+                 now: float | None = None) -> dict[str, Any]:
+    cli = cli or SlurmCli()
+    now = time.time() if now is None else now
+    with store.locked() as index:
+        why = busy_reason(section, store, index, cli)
+        if why:
+            return {"submitted": False, "reason": why, "lines": [why]}
+        idle, part_of = cli.idle_nodes(section["partitions"])
+        leaf_of = parse_topology(cli.topology())
+        nodes_mem = index.get("nodes", {})
+        last = {n: e["last_probed"] for n, e in nodes_mem.items() if isinstance(e, dict) and "last_probed" in e}
+        period_s = section["period_h"] * 3600.0
+        plan = plan_probe(idle, last, now, section["group_size"], section["ranks_per_node"], period_s,
+                          section["max_nodes"], leaf_of, section["cross_switch_fraction"])
+        late = overdue(sorted(set(part_of)), last, now, period_s)
+        out: dict[str, Any] = {"idle": len(idle), "waiting": plan.waiting, "left_over": plan.left_over,
+                               "overdue": late, "topology": bool(leaf_of)}
+        if not plan.groups:
+            msg = f"nothing to probe: {len(idle)} idle node(s), {len(plan.waiting)} probed within {section['period_h']:g} h"
+            return {**out, "submitted": False, "reason": msg, "lines": [msg]}
+        sweep_id = new_sweep_id(now)
+        record = new_record(sweep_id, plan.groups, section, now)
+        if dry_run:
+            lines = []
+            for g in plan.groups:
+                argv = sbatch_argv(section, sweep_id, g, store.results_dir, part_of.get(g.nodes[0]))
+                lines.append(shlex.join(argv) + "  # " + shlex.join(launch_argv(section, record["run"], sweep_id, g, store.results_dir)))
+            return {**out, "submitted": False, "dry_run": True, "sweep_id": sweep_id,
+                    "groups": [g.to_dict() for g in plan.groups], "lines": lines}
+        lines = submit_groups(section, record, plan.groups, store, cli, part_of)
+        record["rounds"][0]["groups"] = [g.to_dict() for g in plan.groups]
+        record["rounds"][0]["submitted_at"] = now
+        store.save_sweep(record)
+        index["current"] = sweep_id
+        for g in plan.groups:
+            if g.job_id:
+                for n in g.nodes:
+                    nodes_mem.setdefault(n, {})["last_planned"] = now
+        index["nodes"] = nodes_mem
+        if late:
+            lines.append(f"{len(late)} node(s) not probed within {section['period_h']:g} h (never idle when a sweep came): "
+                         + ", ".join(late[:10]) + (" ..." if len(late) > 10 else ""))
+        return {**out, "submitted": True, "sweep_id": sweep_id, "groups": [g.to_dict() for g in plan.groups],
+                "lines": lines}
