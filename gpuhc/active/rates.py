@@ -1,0 +1,71 @@
+"""Judging a measured rate (TFLOP/s, GB/s) per GPU: against the profile and against siblings.
+
+Two yardsticks, because each misses what the other sees: the profile's expected value catches
+a node whose GPUs are *all* slow (wrong power cap, a bad BIOS), and the siblings' median
+catches one straggler on a model gpuhc has no profile for. A straggler is compared with the
+median of the *other* GPUs, so that with two GPUs the slow one is measured against the fast.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuhc.model import Status
+
+
+@dataclass
+class Finding:
+    status: Status = Status.PASS
+    texts: list[str] = field(default_factory=list)
+
+    def add(self, status: Status, text: str) -> None:
+        if status.rank > self.status.rank:
+            self.status = status
+        self.texts.append(text)
+
+
+def judge_rates(values: dict[str, float], expected: float | None, thr: dict, label: str, unit: str,
+                findings: dict[str, Finding] | None = None) -> dict[str, Finding]:
+    """Add findings about ``values`` (subject -> rate) to ``findings`` and return it."""
+    findings = findings if findings is not None else {}
+    minf = float(thr.get("min_fraction", 0.85))
+    warnf = float(thr.get("warn_fraction", 0.93))
+    strag = float(thr.get("straggler_fraction", 0.90))
+    for subj, v in values.items():
+        f = findings.setdefault(subj, Finding())
+        if expected:
+            frac = v / expected
+            if frac < minf:
+                f.add(Status.FAIL, f"{label} {v:.0f} {unit} is {frac:.0%} of the expected {expected:.0f} "
+                                   f"(fails below {minf:.0%})")
+            elif frac < warnf:
+                f.add(Status.WARN, f"{label} {v:.0f} {unit} is {frac:.0%} of the expected {expected:.0f}")
+        others = [o for s, o in values.items() if s != subj]
+        if others:
+            med = statistics.median(others)
+            if med > 0 and v / med < strag:
+                f.add(Status.FAIL, f"{label} {v:.0f} {unit} is {v / med:.0%} of its siblings' median {med:.0f} "
+                                   f"(straggler below {strag:.0%})")
+    return findings
+
+
+def gpu_order(subject: str) -> tuple:
+    """Sort key: gpu2 before gpu10; other subjects after, by name."""
+    digits = "".join(ch for ch in subject if ch.isdigit())
+    return (int(digits) if digits else 1 << 30, subject)
+
+
+def rate_results(check: str, findings: dict[str, Finding], values: dict[str, Any], pass_text: dict[str, str],
+                 thr: dict, fail_action) -> list:
+    """One Result per subject from its findings (PASS text when nothing was found)."""
+    from gpuhc.model import Action, Result
+
+    out = []
+    for subj in sorted(findings, key=gpu_order):
+        f = findings[subj]
+        msg = f"{subj}: " + ("; ".join(f.texts) if f.texts else pass_text.get(subj, "ok"))
+        action = fail_action if f.status is Status.FAIL else Action.NONE
+        out.append(Result(check, f.status, msg, subj, values.get(subj), thr, action))
+    return out

@@ -1,0 +1,53 @@
+"""Config section `active`: what the active checks run in each stage, and how hard.
+
+Thresholds are not here: they live per GPU model in gpuhc/data/active/<profile>.yaml and are
+overridden per site under ``checks.<id>.thresholds`` like every other check's. This section
+holds the *workload*: which checks a stage runs, for how long, over how much memory.
+
+The epilog form must end inside Slurm's epilog budget (30 s by default, shared with the passive
+checks), so its defaults are a few seconds of burn-in, a small slice of HBM and 1 GiB
+all-reduces; the bootstrap form (a node entering service) may take minutes.
+"""
+
+from __future__ import annotations
+
+from gpuhc.schema import Key
+
+ALL_CHECKS = ["topology", "burn-in", "gpu-speed", "hbm", "memtest", "host-link", "p2p", "nccl-local", "dcgm"]
+DTYPES = ("bf16", "fp16", "tf32", "fp32")
+
+
+def _stage(checks: list[str], burnin_s: float, memtest_fraction: float, hbm_mib: int, nccl_mib: int,
+           dcgm_level: int) -> dict:
+    return {
+        "checks": Key(list, checks, "checks this stage runs (ids: " + ", ".join(ALL_CHECKS) + ")", item=str),
+        "burnin_s": Key(float, burnin_s, "seconds of sustained matmuls, split over the dtypes", min=0.5, max=7200),
+        "memtest_fraction": Key(float, memtest_fraction, "fraction of free HBM the memory test covers",
+                                min=0.001, max=0.95),
+        "memtest_max_gib": Key(float, 256.0, "cap on the memory test's buffer per GPU", min=0.0625),
+        "hbm_mib": Key(int, hbm_mib, "copy buffer for the HBM bandwidth test", min=16, max=65536),
+        "nccl_mib": Key(int, nccl_mib, "all-reduce payload (busbw is judged at GiB sizes)", min=1, max=16384),
+        "nccl_iters": Key(int, 20, "timed all-reduces", min=1, max=1000),
+        "p2p_mib": Key(int, 256, "peer copy size per GPU pair", min=1, max=16384),
+        "hostlink_mib": Key(int, 256, "pinned host<->GPU copy size", min=1, max=16384),
+        "dcgm_level": Key(int, dcgm_level, "dcgmi diag -r level (0: do not run DCGM)", min=0, max=4),
+    }
+
+
+SCHEMA = {
+    "enabled": Key(bool, True, "run the active checks in the epilog and bootstrap stages"),
+    "matmul_n": Key(int, 8192, "square matrix size of the burn-in", min=256, max=32768),
+    "dtypes": Key(list, ["bf16", "tf32"], "burn-in precisions: " + ", ".join(DTYPES), item=str),
+    "seed": Key(int, 20261126, "seed of every generated input (same seed: same bits)", min=0),
+    "hash_every": Key(int, 8, "hash the matmul result every N iterations", min=1, max=10000),
+    "busy_gpu": Key(str, "skip", "a GPU with another process on it: skip it (error result) or ignore",
+                    choices=("skip", "ignore")),
+    "startup_timeout_s": Key(float, 60.0, "worker start (CuPy import, CUDA init)", min=1.0, max=600.0),
+    "env": Key(dict, {}, "extra environment for the worker process (e.g. NCCL_* variables)"),
+    "dcgm_path": Key(str, None, "dcgmi executable; default: PATH, then /usr/bin and /usr/local/bin",
+                     nullable=True),
+    "epilog": _stage(["topology", "burn-in", "gpu-speed", "hbm", "memtest", "host-link", "p2p", "nccl-local"],
+                     burnin_s=4.0, memtest_fraction=0.05, hbm_mib=1024, nccl_mib=1024, dcgm_level=0),
+    "bootstrap": _stage(list(ALL_CHECKS), burnin_s=60.0, memtest_fraction=0.85, hbm_mib=2048, nccl_mib=2048,
+                        dcgm_level=2),
+}
