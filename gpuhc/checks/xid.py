@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, Context, result
-from gpuhc.model import Action, EventKind, KernelEvent, KernelLog, Result, Snapshot, Status, norm_pci
+from gpuhc.model import Action, EventKind, GpuReading, KernelEvent, KernelLog, Result, Snapshot, Status, norm_pci
 from gpuhc.sources.kernel_log_parse import RELATIVE_LIMIT
 from gpuhc.xid_catalog import recovery_action, xid_info
 
@@ -213,13 +213,13 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     now = judge_now(snapshot)
     window_s = float(ctx.t("window_s", DEFAULT_WINDOW_S))
     win = EventWindow(klog, now, window_s, ctx.prev)
-    nvml = snapshot.nvml if snapshot.nvml is not None and snapshot.nvml.available else None
+    gpus = _gpus_by_pci(snapshot)
 
     events = win.events((EventKind.XID, EventKind.FALLEN_OFF_BUS))
-    recovered = _recovered(events, nvml)
+    recovered = _recovered(events, gpus)
     groups: dict[tuple[str, int], _Group] = {}
     for ev, new in events:
-        gpu = nvml.gpu_by_pci(ev.pci) if (nvml and ev.pci) else None
+        gpu = gpus.get(norm_pci(ev.pci)) if ev.pci else None
         subject = gpu.subject if gpu else (norm_pci(ev.pci) if ev.pci else "node")
         t = ev.time
         if subject in recovered and t is not None and t <= recovered[subject]:
@@ -253,12 +253,20 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     return CheckOutput(results, state=win.state(incidents))
 
 
-def _recovered(events: list[tuple[KernelEvent, bool]], nvml) -> dict[str, float]:
+def _gpus_by_pci(snapshot: Snapshot) -> dict[str, GpuReading]:
+    """NVML's GPUs by normalised PCI id (built once: a storm has thousands of events)."""
+    nvml = snapshot.nvml
+    if nvml is None or not nvml.available:
+        return {}
+    return {norm_pci(g.pci_bus_id): g for g in nvml.gpus}
+
+
+def _recovered(events: list[tuple[KernelEvent, bool]], gpus: dict[str, GpuReading]) -> dict[str, float]:
     """GPUs whose latest Xid 154 says "recovery action: None": the driver declares them healed."""
     last154: dict[str, KernelEvent] = {}
     for ev, _new in events:
         if ev.kind is EventKind.XID and ev.code == 154 and ev.time is not None:
-            gpu = nvml.gpu_by_pci(ev.pci) if (nvml and ev.pci) else None
+            gpu = gpus.get(norm_pci(ev.pci)) if ev.pci else None
             last154[gpu.subject if gpu else norm_pci(ev.pci or "node")] = ev
     return {s: ev.time for s, ev in last154.items() if recovery_action(ev.message) is Action.NONE}
 
