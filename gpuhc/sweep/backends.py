@@ -128,7 +128,10 @@ class NcclBackend:
             raise BackendError("this CuPy was built without NCCL (install nvidia-nccl-cuXX)")
         self.cp, self.nccl = cupy, nccl
         self.rank, self.nranks = comm.Get_rank(), comm.Get_size()
-        ndev = cupy.cuda.runtime.getDeviceCount()
+        try:
+            ndev = cupy.cuda.runtime.getDeviceCount()
+        except Exception as e:  # noqa: BLE001 - CUDARuntimeError when no driver or no device
+            raise BackendError(f"no CUDA device visible: {e}") from None
         if ndev < 1:
             raise BackendError("no CUDA device visible")
         # Under Slurm with per-task GPU binding each rank sees one device; otherwise pick by

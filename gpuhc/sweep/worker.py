@@ -153,7 +153,7 @@ class Recorder:
 
 
 def run(spec: RunSpec) -> int:
-    """The rank's whole life. Returns the exit code (0: sweep complete, 3: something hung)."""
+    """The rank's whole life. Returns the exit code (0: sweep complete, 3: hung or could not run)."""
     from mpi4py import MPI
 
     from gpuhc.sweep.backends import BACKENDS, BackendError, CollectiveTimeout
@@ -223,7 +223,7 @@ def _finish(comm, rec: Recorder, spec: RunSpec) -> int:
         import json
 
         json.dump(result, sys.stdout, indent=1)
-    return 0
+    return 0 if result["complete"] else EXIT_TIMEOUT
 
 
 def merge_partials(parts: list[dict]) -> dict:
