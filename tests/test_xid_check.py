@@ -256,3 +256,22 @@ def test_unparsed_xid_lines_warn_when_they_appear():
 def test_registration():
     assert CHECK.id == "xid" and set(CHECK.stages) == {"passive", "prolog", "epilog", "bootstrap"}
     assert CHECK.defaults["window_s"] == 86400
+
+
+def test_bad_settings_are_reported_as_errors_not_ignored():
+    out = judge(node(ev(92)), unknown="maybe", severity_overrides={92: "fatal", "x": "warn"})
+    errors = [r.message for r in out.results if r.status is Status.ERROR]
+    assert errors == ["checks.xid.thresholds.unknown: must be warn or fail, got 'maybe'",
+                      "checks.xid.thresholds.severity_overrides.92: want an Xid number mapped to fail, warn or ignore, got 'fatal'",
+                      "checks.xid.thresholds.severity_overrides.x: want an Xid number mapped to fail, warn or ignore, got 'warn'"]
+    assert (Status.WARN, "gpu0") in [(r.status, r.subject) for r in out.results]  # still judged
+
+
+def test_settings_from_a_config_file(tmp_path):
+    from gpuhc.config import load_config
+
+    cfg = tmp_path / "gpuhc.yaml"
+    cfg.write_text("checks:\n  xid:\n    thresholds:\n      window_s: 3600\n      severity_overrides: {92: fail}\n")
+    th = load_config(str(cfg), "gpu001").check_settings("xid")["thresholds"]
+    assert brief(judge(node(ev(92)), **th)) == [(Status.FAIL, Action.DRAIN_REBOOT, "gpu0")]
+    assert [r.status for r in judge(node(ev(79, t=T0 - 7200)), **th).results] == [Status.PASS]

@@ -202,6 +202,17 @@ def _verdict(code: int, ctx: Context, last_message: str) -> tuple[str, Action]:
     return severity, action
 
 
+def _setting_errors(ctx: Context) -> list[str]:
+    """Threshold values the config schema cannot check; reported as ERROR (never a drain)."""
+    errors = []
+    if ctx.t("unknown", "warn") not in ("warn", "fail"):
+        errors.append(f"unknown: must be warn or fail, got {ctx.t('unknown')!r}")
+    for key, value in (ctx.t("severity_overrides") or {}).items():
+        if not str(key).isdigit() or value not in ("fail", "warn", "ignore"):
+            errors.append(f"severity_overrides.{key}: want an Xid number mapped to fail, warn or ignore, got {value!r}")
+    return errors
+
+
 def _where(subject: str, pci: str | None) -> str:
     return f"{subject} ({pci})" if pci and subject != pci else subject
 
@@ -227,7 +238,7 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         g = groups.setdefault((subject, ev.code or 79), _Group(subject, ev.code or 79, ev.pci, gpu.index if gpu else None))
         g.add(ev, new, now)
 
-    results: list[Result] = []
+    results: list[Result] = [result(ID, Status.ERROR, f"checks.xid.thresholds.{why}") for why in _setting_errors(ctx)]
     fresh: list[dict] = []
     for g in groups.values():
         severity, action = _verdict(g.code, ctx, g.last_message)
