@@ -94,6 +94,7 @@ class GpuReading:
     uuid: str
     pci_bus_id: str  # normalised, see norm_pci
     serial: str | None = None
+    lost: bool = False  # NVML knows the GPU but cannot talk to it (GPU is lost / fallen off the bus)
     vbios: str | None = None
     persistence_mode: bool | None = None
     # ECC

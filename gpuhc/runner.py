@@ -172,6 +172,11 @@ def run_stage(opts: RunOptions) -> RunReport:
             continue
         _fill(snapshot, readers)
         if profile is None:
+            # Thresholds depend on the GPU model: choose once NVML answered (or gave up), so a
+            # run of only kernel-log checks does not fall back to the generic profile.
+            if NVML in readers:
+                readers[NVML].wait(check_deadline)
+                _fill(snapshot, readers)
             profile = _profile(snapshot, opts.config)
             report.profile = profile.name if profile else None
         ctx = Context(
@@ -245,12 +250,10 @@ def _fill(snapshot: Snapshot, readers: dict[str, _Reader]) -> None:
 
 
 def _profile(snapshot: Snapshot, config: Config):
-    from gpuhc.profiles import select_profile
+    from gpuhc.profiles import select_profile_for
 
-    name = None
-    if snapshot.nvml and snapshot.nvml.gpus:
-        name = snapshot.nvml.gpus[0].name
-    return select_profile(name, config.section("node").get("profile"))
+    names = [g.name for g in snapshot.nvml.gpus] if snapshot.nvml else []
+    return select_profile_for(names, config.section("node").get("profile"))
 
 
 def _thresholds(check: Check, profile, config: Config) -> dict[str, Any]:
