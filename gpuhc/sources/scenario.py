@@ -182,6 +182,8 @@ def _validate(doc: Any, path: tuple, allowed: tuple[str, ...], err: sio.ErrorFn)
         if key not in allowed:
             raise err(p, f"unknown key {key!r} (known: {', '.join(allowed)})")
         if key in _SCALARS:
+            if value is None and key not in ("count", "format", "extends"):
+                continue  # "unknown", as a snapshot of a node without that fact writes it
             if not isinstance(value, _SCALARS[key]) or isinstance(value, bool):
                 hint = " (quote it)" if key.endswith("version") and isinstance(value, (int, float)) else ""
                 raise err(p, f"must be {sio._want(_SCALARS[key])}{hint}, got {value!r}")

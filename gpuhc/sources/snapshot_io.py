@@ -113,7 +113,10 @@ def dump_snapshot(snapshot: Snapshot, compact: bool = True) -> dict[str, Any]:
             for g in gpus:
                 g["nvlinks"] = _compact_links(g["nvlinks"])
         if compact and len(gpus) > 1:
-            common = {k: v for k, v in gpus[0].items() if k != "index" and all(g.get(k) == v for g in gpus[1:])}
+            # (a string holding "{index}" stays per GPU: in defaults it would be read as a template)
+            common = {k: v for k, v in gpus[0].items()
+                      if k != "index" and not (isinstance(v, str) and "{index}" in v)
+                      and all(g.get(k) == v for g in gpus[1:])}
             if common:
                 doc["defaults"] = common
                 gpus = [{k: v for k, v in g.items() if k not in common} for g in gpus]
