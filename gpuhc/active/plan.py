@@ -38,23 +38,25 @@ class Task:
     checks: list[str]  # check ids fed by this task
 
     def estimate_s(self, ngpu: int) -> float:
+        """Typical seconds on a healthy node (measured, docs/verification-active.md); the
+        timeout is 1.5x this plus 10 s, and a task that does not fit the budget is not started."""
         p, n = self.params, max(1, ngpu)
         if self.name == "topology":
-            return 2.0 + 0.1 * n
+            return 1.0 + 0.05 * n
         if self.name == "burnin":
-            return p["seconds"] + 2.5 * len(p["dtypes"]) + 2.0
+            return p["seconds"] + 1.0 * len(p["dtypes"]) + 1.0
         if self.name == "hbm":
-            return 2.0 + 0.3 * n
+            return 1.0 + 0.1 * n
         if self.name == "memtest":
             # every pattern writes and reads the slice once, GPUs in parallel, ~2 TB/s or better
             gib = min(80.0 * p["fraction"], p["max_gib"])
-            return 4.0 + len(p["patterns"]) * 2 * gib / 1000.0 + 0.5 * n
+            return 2.0 + len(p["patterns"]) * 2 * gib / 1000.0 + 0.2 * n
         if self.name == "hostlink":
-            return 1.0 + n * (0.5 + p["repeats"] * 2 * p["mib"] / 10000.0)
+            return 0.5 + n * (0.3 + p["repeats"] * 2 * p["mib"] / 20000.0)
         if self.name == "p2p":
-            return 1.0 + n * (n - 1) * (0.2 + p["repeats"] * p["mib"] / 20000.0)
+            return 0.5 + n * (n - 1) * (0.1 + p["repeats"] * p["mib"] / 50000.0)
         if self.name == "nccl":
-            return 6.0 + n * 0.5 + (p["iters"] + 5) * p["mib"] / 1024.0 * 0.02
+            return 3.0 + n * 0.3 + (p["iters"] + p.get("warmup", 5)) * p["mib"] / 1024.0 * 0.01
         return 10.0  # test-only tasks
 
 

@@ -1,0 +1,108 @@
+"""Active checks on real GPUs (marker ``gpu``): skipped only when this machine has no NVIDIA GPU.
+
+What these prove that the CPU tests cannot: the worker's CuPy code runs and measures on real
+hardware, healthy GPUs pass every active check, the parent kills a worker whose kernel outlives
+its deadline, and a task that fails holding GPU memory still gives it back.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+
+def _gpu_count() -> int:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:
+        return 0
+
+
+NGPU = _gpu_count()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NGPU == 0, reason="no NVIDIA GPU on this machine")]
+
+
+def _visible() -> int:
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return NGPU if cvd is None else len([x for x in cvd.split(",") if x.strip()])
+
+
+def _profile() -> str:
+    import pynvml
+
+    from gpuhc.profiles import select_profile
+
+    name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+    return select_profile(name.decode() if isinstance(name, bytes) else name).name
+
+
+def test_epilog_suite_passes_on_healthy_gpus():
+    from gpuhc.active import run_active
+    from gpuhc.active.context import ActiveContext
+    from gpuhc.model import Status
+
+    res = run_active("epilog", ActiveContext(profile_name=_profile(), budget_s=60.0))
+    for r in res:
+        print(r.status.value, r.check, r.subject, r.message)
+    bad = [r for r in res if r.status in (Status.FAIL, Status.ERROR)]
+    assert not bad, bad
+    checks = {r.check for r in res}
+    assert {"topology", "burn-in", "gpu-speed", "hbm", "memtest", "host-link", "p2p", "nccl-local"} <= checks
+    per_gpu = [r for r in res if r.check == "burn-in"]
+    assert len(per_gpu) == _visible()
+
+
+def _session(tasks, timeout_s: float):
+    from gpuhc.active.supervise import Worker, default_argv, run_tasks, worker_env
+
+    return run_tasks(tasks, lambda: Worker(default_argv(), worker_env()), time.monotonic() + 120, 60,
+                     lambda h: ([d["cuda"] for d in h["devices"]], [d["cuda"] for d in h["devices"]]),
+                     lambda t, n: timeout_s)
+
+
+def test_hung_kernel_is_killed_at_its_deadline_and_the_gpu_stays_usable():
+    from gpuhc.active.plan import Task
+
+    spin = Task("_spin", {"seconds": 25}, ["burn-in"])
+    after = Task("hbm", {"mib": 64, "repeats": 3, "seed": 1}, ["hbm"])
+    t0 = time.monotonic()
+    sess = _session([spin, after], timeout_s=3.0)
+    took = time.monotonic() - t0
+    out = sess.outcomes
+    assert out["_spin"].status == "timeout", out["_spin"]
+    assert "timed out after 3s" in out["_spin"].message
+    # the replacement worker ran the next task on the same GPUs
+    assert out["hbm"].status == "done", out["hbm"]
+    assert all(g["copy_ok"] for g in out["hbm"].data["gpus"].values())
+    assert took < 25, "the parent waited for the spinning kernel instead of killing it"
+
+
+def test_failed_task_gives_its_gpu_memory_back():
+    from gpuhc.active.plan import Task
+
+    sess = _session([Task("_fail_after_alloc", {"mib": 512}, ["memtest"]),
+                     Task("hbm", {"mib": 64, "repeats": 3, "seed": 1}, ["hbm"])], timeout_s=60.0)
+    failed = sess.outcomes["_fail_after_alloc"]
+    assert failed.status == "fail" and "injected failure" in failed.message
+    assert failed.pool_used == 0  # the pool holds nothing after the failed task
+    assert sess.outcomes["hbm"].status == "done" and sess.outcomes["hbm"].pool_used == 0
+
+
+@pytest.mark.skipif(_visible() < 2, reason="needs two GPUs")
+def test_identical_gpus_agree_bitwise_on_the_burn_in_product():
+    from gpuhc.active.plan import Task
+
+    sess = _session([Task("burnin", {"n": 4096, "dtypes": ["bf16", "tf32"], "seconds": 2.0, "seed": 5,
+                                     "hash_every": 4}, ["burn-in"])], timeout_s=60.0)
+    o = sess.outcomes["burnin"]
+    assert o.status == "done", o
+    for dt, dd in o.data["dtypes"].items():
+        hashes = {s: g["hash"] for s, g in dd["gpus"].items()}
+        print(dt, hashes)
+        assert len(set(hashes.values())) == 1, (dt, hashes)
+        assert all(g["hash_changes"] == 0 for g in dd["gpus"].values())
