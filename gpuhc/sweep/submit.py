@@ -144,7 +144,8 @@ def submit_sweep(section: dict, store: SweepStore, dry_run: bool = False, cli: S
         period_s = section["period_h"] * 3600.0
         plan = plan_probe(idle, last, now, section["group_size"], section["ranks_per_node"], period_s,
                           section["max_nodes"], leaf_of, section["cross_switch_fraction"])
-        late = overdue(sorted(set(part_of)), last, now, period_s)
+        planned = {n for g in plan.groups for n in g.nodes}
+        late = [n for n in overdue(sorted(set(part_of)), last, now, period_s) if n not in planned]
         out: dict[str, Any] = {"idle": len(idle), "waiting": plan.waiting, "left_over": plan.left_over,
                                "overdue": late, "topology": bool(leaf_of)}
         if not plan.groups:

@@ -1,0 +1,91 @@
+"""The whole sweep on a real Slurm cluster (4 slurmd on localhost) with real MPI ranks:
+submit -> probe jobs (srun --mpi=pmi2, mpi backend) -> analyze -> follow-up round -> analyze
+--apply drains exactly the node the fault hook made slow; no pile-up while jobs run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.slurm, pytest.mark.mpi]
+REPO = Path(__file__).resolve().parent.parent
+
+
+def gpuhc(cluster, *args, fault=""):
+    env = cluster.env(PYTHONPATH=str(REPO), GPUHC_SWEEP_FAULT=fault)
+    return subprocess.run([sys.executable, "-m", "gpuhc", "sweep", *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def queue(cluster) -> list[str]:
+    return [line for line in cluster.run(["squeue", "-h", "-o", "%i %j %T"]).stdout.splitlines() if line.strip()]
+
+
+def write_config(cluster, tmp_path) -> str:
+    cfg = {
+        "state_dir": str(tmp_path / "state"),
+        "sweep": {
+            "backend": "mpi", "ranks_per_node": 1, "group_size": 2, "period_h": 0.0,
+            "job": {"command": f"{sys.executable} -m gpuhc", "time": "00:05:00"},
+            # Small sizes and few iterations keep each probe job to seconds.
+            "sizes": {"max_bytes": 1 << 20},
+            "iters": {"warmup": 1, "iters": 3, "latency_iters": 8},
+            "timeout_s": 30.0,
+        },
+        "slurm": {"breaker": {"max_drained_percent": 50.0}},
+    }
+    path = tmp_path / "gpuhc.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+def test_sweep_localizes_and_drains_the_slow_node(slurm_cluster, tmp_path):
+    c = slurm_cluster(nodes=("n1", "n2", "n3", "n4"))
+    cfg = write_config(c, tmp_path)
+    fault = "slow:n3:0.05"  # test-only hook: n3's ranks nap 50 ms before every collective
+
+    first = gpuhc(c, "submit", "--config", cfg, "--json", fault=fault)
+    assert first.returncode == 0, first.stderr
+    doc = json.loads(first.stdout)
+    assert doc["submitted"] and sorted(g["nodes"] for g in doc["groups"]) == [["n1", "n2"], ["n3", "n4"]]
+    assert all(g["job_id"] for g in doc["groups"])
+
+    # A second submit while the jobs are queued or running must not pile up.
+    again = gpuhc(c, "submit", "--config", cfg, "--json", fault=fault)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["submitted"] is False
+    assert len(queue(c)) <= 2
+
+    c.wait_for(lambda: not queue(c), 120, "round 0 jobs to finish")
+    r0 = gpuhc(c, "analyze", "--config", cfg, "--json", fault=fault)
+    assert r0.returncode == 0, r0.stderr + r0.stdout  # nobody named yet: one failure is not proof
+    out = json.loads(r0.stdout)
+    statuses = {gid: v["status"] for gid, v in out["verdicts"].items()}
+    assert sorted(statuses.values()) == ["fail", "pass"], out
+    assert out["state"] == "running" and out["round"] == 1  # follow-up round submitted
+
+    c.wait_for(lambda: not queue(c), 120, "round 1 jobs to finish")
+    r1 = gpuhc(c, "analyze", "--config", cfg, "--apply", "--json", fault=fault)
+    assert r1.returncode == 1, r1.stderr + r1.stdout  # a culprit was named
+    out = json.loads(r1.stdout)
+    assert [(x["kind"], x["nodes"]) for x in out["culprits"]] == [("node", ["n3"])], out
+    assert [(a["node"], a["act"]) for a in out["applied"]] == [("n3", "drain")]
+
+    n3 = c.node("n3")
+    assert n3.drained and n3.reason.startswith("gpuhc: nccl-sweep n3 ") and n3.reason.endswith("[q1]")
+    assert not any(c.node(n).drained for n in ("n1", "n2", "n4"))
+
+    # Analyze again: nothing more happens, the drain is not repeated.
+    r2 = gpuhc(c, "analyze", "--config", cfg, "--apply", "--json")
+    assert json.loads(r2.stdout)["applied"] == []
+    # The next sweep starts (the last one is done) and leaves the drained node out.
+    nxt = gpuhc(c, "submit", "--config", cfg, "--json")
+    doc = json.loads(nxt.stdout)
+    assert doc["submitted"] and all("n3" not in g["nodes"] for g in doc["groups"])
+    rep = gpuhc(c, "report", "--config", cfg, "--node", "n3", "--sweep-id", out["sweep_id"])
+    assert rep.returncode == 0 and "culprit node n3" in rep.stdout and "busbw GB/s vs size" in rep.stdout
