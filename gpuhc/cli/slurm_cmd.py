@@ -52,6 +52,9 @@ def _run(kw: dict, stage: str, flow_name: str) -> None:
 
         for problem in publish(_WithSlurm(out), opts.config):
             log(f"warning: {problem}")
+    problem = _breaker_metric(out, opts.config)
+    if problem:
+        log(f"warning: {problem}")
     _exit(out.exit_code, hard=out.hard_exit)
 
 
@@ -75,6 +78,23 @@ class _WithSlurm:
             "postmortem": self.out.extra.get("postmortem"),
         }
         return doc
+
+
+def _breaker_metric(out, config) -> str | None:
+    """The breaker gauge, next to the stage textfile as ``gpuhc-breaker.prom``, whenever this
+    run counted the drained nodes (a run that did not count leaves the last value standing)."""
+    textfile = config.section("output").get("prometheus_textfile")
+    b = out.breaker
+    if not textfile or b is None or b.cap is None:
+        return None
+    path = os.path.join(os.path.dirname(textfile) or ".", "gpuhc-breaker.prom")
+    try:
+        from gpuhc.export.prometheus import write_breaker_metric
+
+        write_breaker_metric(path, b.open, b.drained, b.cap)
+    except Exception as e:  # metrics are best effort: never change the verdict
+        return f"breaker metric {path}: {e}"
+    return None
 
 
 def _syslog(line: str) -> None:
