@@ -1,0 +1,92 @@
+"""`gpuhc baseline capture|show`: record a known-good node's hardware layout, and read it back."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from gpuhc.cli.common import passthrough, source_options
+
+
+@click.group()
+def baseline() -> None:
+    """Record this node's known-good hardware layout, to judge later runs against it.
+
+    Capture on a node that just passed burn-in, keep the file on the node and point
+    `node.baseline` in gpuhc.yaml at it.
+    """
+
+
+@baseline.command()
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the sources.")
+@click.option("--topology/--no-topology", default=None,
+              help="Also record GPU/NIC topology through the active checks (default: on a live node only).")
+@click.option("--force", is_flag=True, help="Write even when the node does not look healthy.")
+@source_options
+@passthrough
+def capture(kw: dict) -> None:
+    """Read this node (or a scenario) and write its baseline."""
+    from gpuhc.baseline import capture as capture_doc
+    from gpuhc.baseline import doubts
+    from gpuhc.cli.common import load, node_name, source_spec
+    from gpuhc.errors import GpuhcError
+    from gpuhc.runner import read_snapshot
+
+    config = load(kw)
+    spec = source_spec(kw, config)
+    snap = read_snapshot(spec, node_name(kw.get("hostname")), kw["timeout"], kw.get("step"))
+    problems = doubts(snap)
+    for p in problems:
+        click.echo(f"gpuhc: warning: {p}", err=True)
+    if problems and not kw["force"]:
+        raise GpuhcError(f"node does not look healthy ({len(problems)} problem(s) above); a baseline would make "
+                         "them look normal. Fix the node, or pass --force")
+    doc = capture_doc(snap)
+
+    want_topology = kw["topology"] if kw["topology"] is not None else not spec.nvml_scenario
+    if want_topology:
+        try:
+            from gpuhc.active import capture_topology
+
+            doc["topology"] = capture_topology(timeout_s=max(10.0, kw["timeout"]))
+        except Exception as e:  # optional unless asked for: the rest of the baseline still helps
+            if kw["topology"]:
+                raise GpuhcError(f"could not record the topology: {e}") from None
+            click.echo(f"gpuhc: warning: topology not recorded: {e}", err=True)
+
+    text = _render_doc(doc, kw["json_mode"])
+    if kw.get("output"):
+        tmp = kw["output"] + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, kw["output"])
+        click.echo(f"wrote {kw['output']} ({doc['gpu_count']} GPUs, {len(doc.get('ib') or {})} IB ports)", err=True)
+    else:
+        sys.stdout.write(text)
+
+
+@baseline.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "json_mode", is_flag=True, help="Print the checked document as JSON.")
+def show(file: str, json_mode: bool) -> None:
+    """Check a baseline file and print it."""
+    from gpuhc.baseline import load, render
+
+    doc = load(file)
+    if json_mode:
+        click.echo(json.dumps(doc, indent=2, sort_keys=False))
+    else:
+        click.echo(render(doc))
+
+
+def _render_doc(doc: dict, json_mode: bool) -> str:
+    if json_mode:
+        return json.dumps(doc, indent=2) + "\n"
+    import yaml
+
+    header = "# gpuhc baseline: this node's known-good layout; `gpuhc baseline show FILE` to read it\n"
+    return header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=110)
