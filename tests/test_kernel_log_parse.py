@@ -243,3 +243,12 @@ def test_mutated_valid_lines_never_raise(data):
     for e in log.events:
         assert e.kind in EventKind
         assert e.pci is None or re.fullmatch(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", e.pci)
+
+
+def test_driver_580_mmu_fault_line_captured_on_an_h200():
+    """Captured by us from /dev/kmsg on an H200 (driver 580.159) after a deliberate bad write."""
+    rec = ("4,371,59970839,-;NVRM: Xid (PCI:0000:00:07): 31, pid=780, name=python3, channel 0x0000000a, "
+           "intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_T1_8 faulted @ 0x807d_67e00000. "
+           "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE")
+    (e,) = parse_lines([rec], boot_time=1_795_657_360.0).events
+    assert (e.code, e.pci, e.seq, e.time) == (31, "0000:00:07.0", 371, pytest.approx(1_795_657_419.970839))
