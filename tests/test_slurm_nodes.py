@@ -13,6 +13,7 @@ from gpuhc.errors import GpuhcError
 from gpuhc.slurm.nodes import (
     Node,
     NodeParseError,
+    node_fields,
     parse_nodes,
     parse_record,
     parse_show_node,
@@ -187,3 +188,23 @@ def test_reason_round_trips_through_oneline(reason, user, comment, extra):
     (node,) = parse_show_node_oneline(line)
     assert (node.reason, node.reason_user) == (reason, user)
     assert node.reason_time == local("2024-06-11T10:23:45") and node.drained
+
+
+def _agrees(record: str) -> None:
+    fast = node_fields(record)
+    full = parse_record(record)
+    for key in ("NodeName", "State", "Partitions", "Reason"):
+        assert fast.get(key) == full.get(key), (key, record)
+
+
+def test_fast_fields_agree_with_the_full_record_parser():
+    for line in (FIX / "show_node_oneline.txt").read_text().splitlines():
+        _agrees(line)
+
+
+@settings(max_examples=200, deadline=None)
+@given(reason=_reason_text, stamp=st.booleans(), trailer=st.sampled_from(["", " Comment=c d", " Extra=x=1", " ReservationName=r"]))
+def test_fast_fields_agree_on_any_reason(reason, stamp, trailer):
+    line = f"NodeName=n1 OS=Linux 6.1 #1 SMP State=MIXED+DRAIN Partitions=a,b Reason={reason}"
+    line += (" [root@2024-06-11T10:23:45]" if stamp else "") + trailer
+    _agrees(line)

@@ -35,6 +35,7 @@ from gpuhc.slurm.report import (
 # distinct reasons would bury the summary the admin came for. JSON, CSV and plain text
 # (pipes, grep) always carry every row.
 TABLE_ROWS_PER_CAUSE = 15
+PLAIN_MAX_WIDTH = 32
 COLUMNS = ("CAUSE", "OWNER", "COUNT", "STATE", "NODES", "SINCE", "AGE", "SET BY", "REASON")
 
 
@@ -187,7 +188,9 @@ def render_plain(report: DrainReport, source: str) -> str:
     lines = [f"gpuhc drain-report: {headline(report)}", f"source: {source}; at {_when(report.now)}", ""]
     rows = [row for row, _, _ in _rows(report)]
     if rows:
-        widths = [max(len(COLUMNS[i]), *(len(r[i]) for r in rows)) for i in range(len(COLUMNS) - 1)]
+        # Align on typical widths; a rare huge value (a 500-node hostlist) overflows its own
+        # row instead of pushing every other row's reason off the screen.
+        widths = [min(PLAIN_MAX_WIDTH, max(len(COLUMNS[i]), *(len(r[i]) for r in rows))) for i in range(len(COLUMNS) - 1)]
         fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
         lines.append(fmt.format(*COLUMNS).rstrip())
         lines.extend(fmt.format(*r).rstrip() for r in rows)

