@@ -230,12 +230,13 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     recovered = _recovered(events, gpus)
     groups: dict[tuple[str, int], _Group] = {}
     for ev, new in events:
-        gpu = gpus.get(norm_pci(ev.pci)) if ev.pci else None
-        subject = gpu.subject if gpu else (norm_pci(ev.pci) if ev.pci else "node")
-        t = ev.time
-        if subject in recovered and t is not None and t <= recovered[subject]:
+        pci = norm_pci(ev.pci) if ev.pci else None
+        gpu = gpus.get(pci) if pci else None
+        subject = gpu.subject if gpu else (pci or "node")
+        if subject in recovered and ev.time is not None and ev.time <= recovered[subject]:
             continue
-        g = groups.setdefault((subject, ev.code or 79), _Group(subject, ev.code or 79, ev.pci, gpu.index if gpu else None))
+        code = ev.code or 79  # a fallen-off-bus message is an Xid 79 without the number
+        g = groups.setdefault((subject, code), _Group(subject, code, pci, gpu.index if gpu else None))
         g.add(ev, new, now)
 
     results: list[Result] = [result(ID, Status.ERROR, f"checks.xid.thresholds.{why}") for why in _setting_errors(ctx)]
