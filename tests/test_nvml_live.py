@@ -97,7 +97,7 @@ def test_other_getter_error_gives_none_plus_note_and_keeps_going():
     assert g.serial is None and g.temp_gpu_c is None
     assert g.power_w == 70.0 and len(g.nvlinks) == 18
     assert any("gpu0: serial" in n for n in src.notes)
-    assert any("gpu0: GPU temperature" in n and "Timeout" in n for n in src.notes)
+    assert any("gpu0: temp_gpu_c" in n and "Timeout" in n for n in src.notes)
 
 
 @pytest.mark.parametrize(

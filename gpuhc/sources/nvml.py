@@ -89,6 +89,22 @@ _LINK_UP_STATES = (1, 2)  # ACTIVE, SLEEP
 _FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
 
 
+# GpuReading attribute, pynvml getter, constant passed after the handle, conversion of the answer
+_SIMPLE_GETTERS: tuple[tuple[str, str, str | None, Callable[[Any], Any] | None], ...] = (
+    ("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration", None, int),
+    ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", None, int),
+    ("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", None, int),
+    ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth", None, int),
+    ("sm_clock_mhz", "nvmlDeviceGetClockInfo", "NVML_CLOCK_SM", int),
+    ("mem_clock_mhz", "nvmlDeviceGetClockInfo", "NVML_CLOCK_MEM", int),
+    ("utilization_gpu", "nvmlDeviceGetUtilizationRates", None, lambda u: int(u.gpu)),
+    ("temp_gpu_c", "nvmlDeviceGetTemperature", "NVML_TEMPERATURE_GPU", int),
+    ("power_w", "nvmlDeviceGetPowerUsage", None, lambda mw: round(mw / 1000.0, 3)),  # NVML says mW
+    ("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", None, lambda mw: round(mw / 1000.0, 3)),
+    ("power_default_limit_w", "nvmlDeviceGetPowerManagementDefaultLimit", None, lambda mw: round(mw / 1000.0, 3)),
+)
+
+
 class _GpuGone(Exception):
     """The GPU stopped answering (NVML_ERROR_GPU_IS_LOST): stop asking it anything."""
 
@@ -218,23 +234,12 @@ class NvmlLive:
         self._fallbacks(gpu, h, fields)
         gpu.nvlinks = self._nvlinks(h, i, fields.get("_nvlink_count"))
 
-        gpu.pcie_gen = self._call(nv.nvmlDeviceGetCurrPcieLinkGeneration, h, gpu=i, what="PCIe gen")
-        gpu.pcie_gen_max = self._call(nv.nvmlDeviceGetMaxPcieLinkGeneration, h, gpu=i, what="PCIe max gen")
-        gpu.pcie_width = self._call(nv.nvmlDeviceGetCurrPcieLinkWidth, h, gpu=i, what="PCIe width")
-        gpu.pcie_width_max = self._call(nv.nvmlDeviceGetMaxPcieLinkWidth, h, gpu=i, what="PCIe max width")
-
         mask = self._clock_reasons(h, i)
         gpu.clock_event_samples = [] if mask is None else [mask]
-        gpu.sm_clock_mhz = self._call(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM, gpu=i, what="SM clock")
-        gpu.mem_clock_mhz = self._call(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM, gpu=i, what="memory clock")
-        util = self._call(nv.nvmlDeviceGetUtilizationRates, h, gpu=i, what="utilization")
-        gpu.utilization_gpu = None if util is None else int(util.gpu)
-
-        gpu.temp_gpu_c = self._call(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU, gpu=i, what="GPU temperature")
-        gpu.power_w = _watts(self._call(nv.nvmlDeviceGetPowerUsage, h, gpu=i, what="power draw"))
-        gpu.power_limit_w = _watts(self._call(nv.nvmlDeviceGetEnforcedPowerLimit, h, gpu=i, what="power limit"))
-        gpu.power_default_limit_w = _watts(
-            self._call(nv.nvmlDeviceGetPowerManagementDefaultLimit, h, gpu=i, what="default power limit"))
+        for attr, getter, arg, convert in _SIMPLE_GETTERS:
+            args = (h,) if arg is None else (h, getattr(nv, arg))
+            value = self._call(getattr(nv, getter), *args, gpu=i, what=attr)
+            setattr(gpu, attr, value if value is None or convert is None else convert(value))
         gpu.fabric_state, gpu.fabric_status = self._fabric(h, i)
 
     # ------------------------------------------------------------------ batched counters
@@ -411,15 +416,18 @@ def _is(nv: Any, e: Exception, const: str) -> bool:
     return getattr(e, "value", None) == getattr(nv, const, object())
 
 
+_INIT_REASONS = {
+    "NVML_ERROR_LIBRARY_NOT_FOUND": "NVML library (libnvidia-ml.so.1) not found: is the NVIDIA driver installed?",
+    "NVML_ERROR_DRIVER_NOT_LOADED": "NVIDIA driver not loaded (nvmlInit: Driver Not Loaded)",
+    "NVML_ERROR_NO_PERMISSION": "no permission to open the NVIDIA devices (nvmlInit: Insufficient Permissions)",
+    "NVML_ERROR_LIB_RM_VERSION_MISMATCH": "NVML library and kernel driver versions differ (driver updated without reboot?)",
+}
+
+
 def _init_reason(nv: Any, e: Exception) -> str:
-    if _is(nv, e, "NVML_ERROR_LIBRARY_NOT_FOUND"):
-        return "NVML library (libnvidia-ml.so.1) not found: is the NVIDIA driver installed?"
-    if _is(nv, e, "NVML_ERROR_DRIVER_NOT_LOADED"):
-        return "NVIDIA driver not loaded (nvmlInit: Driver Not Loaded)"
-    if _is(nv, e, "NVML_ERROR_NO_PERMISSION"):
-        return "no permission to open the NVIDIA devices (nvmlInit: Insufficient Permissions)"
-    if _is(nv, e, "NVML_ERROR_LIB_RM_VERSION_MISMATCH"):
-        return "NVML library and kernel driver versions differ (driver updated without reboot?)"
+    for const, reason in _INIT_REASONS.items():
+        if _is(nv, e, const):
+            return reason
     return f"nvmlInit failed: {e}"
 
 
@@ -431,18 +439,13 @@ def _error_name(nv: Any, code: int) -> str:
     return f"nvml error {code}"
 
 
+# nvmlValue_t union member per NVML_VALUE_TYPE_* (0..6; part of NVML's ABI, never renumbered)
+_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
 def _field_value(nv: Any, v: Any) -> float | int:
     vt = int(v.valueType)
-    member = {
-        getattr(nv, "NVML_VALUE_TYPE_DOUBLE", 0): "dVal",
-        getattr(nv, "NVML_VALUE_TYPE_UNSIGNED_INT", 1): "uiVal",
-        getattr(nv, "NVML_VALUE_TYPE_UNSIGNED_LONG", 2): "ulVal",
-        getattr(nv, "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", 3): "ullVal",
-        getattr(nv, "NVML_VALUE_TYPE_SIGNED_LONG_LONG", 4): "sllVal",
-        getattr(nv, "NVML_VALUE_TYPE_SIGNED_INT", 5): "siVal",
-        getattr(nv, "NVML_VALUE_TYPE_UNSIGNED_SHORT", 6): "usVal",
-    }.get(vt, "ullVal")
-    return getattr(v.value, member)
+    return getattr(v.value, _VALUE_MEMBERS[vt] if 0 <= vt < len(_VALUE_MEMBERS) else "ullVal")
 
 
 def _pci_getter(nv: Any) -> Callable[[Any], Any]:
@@ -464,7 +467,3 @@ def _text(value: Any) -> str | None:
     if isinstance(value, bytes):
         return value.decode(errors="replace").strip("\x00 ")
     return str(value).strip()
-
-
-def _watts(milliwatts: Any) -> float | None:
-    return None if milliwatts is None else round(float(milliwatts) / 1000.0, 3)
