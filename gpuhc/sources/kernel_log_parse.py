@@ -218,7 +218,7 @@ class _Parser:
         month = _MONTHS.get(m.group(2))
         if month is None:
             return None
-        return _local(int(m.group(7)), month, int(m.group(3)), int(m.group(4)), int(m.group(5)), int(m.group(6)))
+        return _epoch(int(m.group(7)), month, int(m.group(3)), int(m.group(4)), int(m.group(5)), int(m.group(6)))
 
     def _syslog_time(self, m: re.Match) -> float | None:
         month = _MONTHS.get(m.group(1))
@@ -227,12 +227,12 @@ class _Parser:
         fields = (month, int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)))
         frac = float("0." + m.group(6)) if m.group(6) else 0.0
         if self.year is not None:
-            t = _local(self.year, *fields)
+            t = _epoch(self.year, *fields)
             return None if t is None else t + frac
         year = _time.localtime().tm_year
-        t = _local(year, *fields)
+        t = _epoch(year, *fields)
         if t is not None and t > _time.time() + 86400:
-            t = _local(year - 1, *fields)
+            t = _epoch(year - 1, *fields)
         return None if t is None else t + frac
 
     # ------------------------------------------------------------------ messages
@@ -401,32 +401,26 @@ def _strip_mono(text: str) -> str:
     return text[m.end():] if m else text
 
 
-def _local(year: int, month: int, day: int, hh: int, mm: int, ss: int) -> float | None:
-    if not (1 <= month <= 12 and 1 <= day <= 31 and hh <= 23 and mm <= 59 and ss <= 60 and 1970 <= year <= 9999):
+def _epoch(year: int, month: int, day: int, hh: int, mm: int, ss: int, utc_offset: int | None = None) -> float | None:
+    """Epoch seconds of a calendar time (local time when ``utc_offset`` is None); None if invalid."""
+    if not (1970 <= year <= 9999 and 1 <= month <= 12 and 1 <= day <= 31 and hh <= 23 and mm <= 59 and ss <= 60):
         return None
+    fields = (year, month, day, hh, mm, ss, 0, 0, -1)
     try:
-        return float(_time.mktime((year, month, day, hh, mm, ss, 0, 0, -1)))
+        return float(_time.mktime(fields)) if utc_offset is None else float(calendar.timegm(fields)) - utc_offset
     except (OverflowError, ValueError):
         return None
 
 
 def _iso_time(m: re.Match) -> float | None:
-    year, month, day, hh, mm, ss = (int(m.group(i)) for i in range(1, 7))
-    frac = float("0." + m.group(7)) if m.group(7) else 0.0
-    tz = m.group(8)
-    if tz is None:
-        t = _local(year, month, day, hh, mm, ss)
-        return None if t is None else t + frac
-    if not (1 <= month <= 12 and 1 <= day <= 31 and hh <= 23 and mm <= 59 and ss <= 60 and 1970 <= year <= 9999):
-        return None
-    offset = 0
-    if tz != "Z":
+    tz, offset = m.group(8), None
+    if tz == "Z":
+        offset = 0
+    elif tz:
         digits = tz[1:].replace(":", "")
         offset = (int(digits[:2]) * 3600 + int(digits[2:]) * 60) * (1 if tz[0] == "+" else -1)
-    try:
-        return calendar.timegm((year, month, day, hh, mm, ss, 0, 0, 0)) - offset + frac
-    except (OverflowError, ValueError):
-        return None
+    t = _epoch(*(int(m.group(i)) for i in range(1, 7)), utc_offset=offset)
+    return None if t is None else t + (float("0." + m.group(7)) if m.group(7) else 0.0)
 
 
 def parse_lines(lines: Iterable[str], boot_time: float | None = None, year: int | None = None) -> KernelLog:
