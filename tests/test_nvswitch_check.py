@@ -143,3 +143,20 @@ def test_no_kernel_log_still_judges_fabric_and_keeps_state():
 @pytest.mark.parametrize("stage", ["passive", "prolog", "epilog", "bootstrap"])
 def test_registered_for_every_stage(stage):
     assert stage in CHECK.stages and CHECK.id == "nvswitch"
+
+
+def test_a_reboot_restarts_the_fabric_grace_period():
+    pending = with_gpu(healthy_node(), 1, fabric_state="in progress", fabric_status=None)
+    first = judge(node(snap=pending, boot="boot-a"))
+    rebooted = judge(node(snap=pending, boot="boot-b", time=T0 + 3600), prev=first.state)
+    assert [r.status for r in rebooted.results] == [Status.WARN]
+    assert rebooted.state["fabric_pending"] == {"gpu1": T0 + 3600}
+
+
+def test_prolog_keeps_the_clocks_of_other_gpus():
+    pending = healthy_node(fabric_state="in progress", fabric_status=None)
+    first = judge(node(snap=pending))
+    prolog = judge(node(snap=pending, time=T0 + 100), prev=first.state, gpus=[0])
+    assert prolog.state["fabric_pending"]["gpu5"] == T0
+    late = judge(node(snap=pending, time=T0 + 400), prev=prolog.state)
+    assert {r.status for r in late.results} == {Status.FAIL}

@@ -59,7 +59,7 @@ def _fabric(gpus: list[GpuReading], now: float, prev_pending: dict, grace_s: flo
                                   value={"state": state, "status": status}, threshold="success",
                                   action=Action.DRAIN_REBOOT))
             continue
-        since = float(prev_pending.get(s, now))
+        since = min(float(prev_pending.get(s, now)), now)
         pending[s] = since
         waited = max(0.0, now - since)
         what = state if state in _PENDING else f"in unexpected state {state!r}"
@@ -131,27 +131,30 @@ def _value(g: dict) -> dict:
 
 def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     prev = ctx.prev or {}
+    klog = snapshot.kernel
+    now = judge_now(snapshot)
+    win = EventWindow(klog, now, float(ctx.t("window_s", DEFAULT_WINDOW_S)), prev) if klog is not None else None
+    # Pending-since times die with the boot: a node rebooted to fix its fabric gets a fresh grace.
+    pending = {} if (win is not None and win.rebooted) else dict(prev.get("fabric_pending") or {})
     results: list[Result] = []
-    state: dict = {}
     judged = 0
     nvml = snapshot.nvml
     if nvml is not None and nvml.available:
-        fab, pending, judged = _fabric(selected_gpus(snapshot, ctx), snapshot.time, prev.get("fabric_pending") or {},
-                                       float(ctx.t("fabric_grace_s", DEFAULT_GRACE_S)))
+        gpus = selected_gpus(snapshot, ctx)
+        fab, still, judged = _fabric(gpus, snapshot.time, pending, float(ctx.t("fabric_grace_s", DEFAULT_GRACE_S)))
         results.extend(fab)
-        state["fabric_pending"] = pending
-    klog = snapshot.kernel
-    sxid_seen = False
-    if klog is not None:
-        win = EventWindow(klog, judge_now(snapshot), float(ctx.t("window_s", DEFAULT_WINDOW_S)), prev)
-        sx, incidents = _sxids(win, judge_now(snapshot))
+        for gpu in gpus:  # GPUs outside the prolog's job keep their clocks
+            pending.pop(gpu.subject, None)
+        pending.update(still)
+    if win is not None:
+        sx, incidents = _sxids(win, now)
         results.extend(sx)
-        sxid_seen = any(e.kind is EventKind.SXID for e in klog.events)
-        state = win.state(incidents, **state)
+        state = win.state(incidents, fabric_pending=pending)
     else:
         results.append(result(ID, Status.ERROR, "kernel log was not read: SXids not judged"))
-        state = {**{k: v for k, v in prev.items() if k != "fabric_pending"}, **state}
+        state = {**prev, "fabric_pending": pending}
     if not results:
+        sxid_seen = any(e.kind is EventKind.SXID for e in klog.events) if klog is not None else False
         if judged or sxid_seen:
             what = f"fabric registered on {judged} GPU(s)" if judged else "no fabric reported by NVML"
             results.append(result(ID, Status.PASS, f"{what}, no NVSwitch error needing action", value=judged))
