@@ -1,0 +1,269 @@
+"""gpuhc's Slurm side on a real Slurm (slurmctld + slurmd per node on localhost).
+
+Everything is observed through real scontrol/sinfo/sbatch. The health check is driven by
+slurmd's own HealthCheckInterval through the installed shims (slurm/healthcheck.sh, run by
+slurmd with its empty environment plus SLURMD_NODENAME), the prolog and epilog by real jobs.
+Nodes replay scenarios (examples/scenarios, or small ones written here) in which each run
+advances one step, so "fails, then heals" and "fails every other run" are real sequences of
+health checks. Nothing of Slurm is faked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from slurm_cluster import REPO, gpuhc_bin
+
+pytestmark = pytest.mark.slurm
+
+HEALTHY = REPO / "examples" / "scenarios" / "healthy-8xh100.yaml"
+XID79 = REPO / "examples" / "scenarios" / "xid79-fallen-off-bus.yaml"  # Xid 79 on gpu3
+INTERVAL = 3  # HealthCheckInterval, seconds
+
+
+def pcie(width: int) -> str:
+    return f"{{gpus: {{3: {{pcie_width: {width}}}}}}}"
+
+
+def scenario(tmp_path: Path, name: str, base_width: int, widths: list[int], extra: str = "") -> str:
+    """A healthy 8x H100 whose gpu3 PCIe link is x8 (a failure) or x16, one width per run."""
+    steps = "".join(f"  - {pcie(w)}\n" for w in widths)
+    text = f"extends: {HEALTHY}\ngpus: {{3: {{pcie_width: {base_width}}}}}\n{extra}"
+    if widths:
+        text += "steps:\n" + steps
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def base_config(wd: Path, **slurm) -> dict:
+    cfg = {
+        "slurm": {
+            "log_file": str(wd / "gpuhc-decisions.log"),
+            "syslog": False,
+            "resume_after": 3,
+            "cooldown_s": 0,
+            "postmortem_dir": str(wd / "postmortem"),
+            "breaker": {"max_drained": 4, "max_drained_percent": None, "settle_s": 0.5},
+        },
+        "output": {"event_log": str(wd / "events.jsonl")},
+        "budget_s": {"bootstrap": 60},
+    }
+    for k, v in slurm.items():
+        if isinstance(v, dict):
+            cfg["slurm"][k].update(v)
+        else:
+            cfg["slurm"][k] = v
+    return cfg
+
+
+def decisions(wd: Path, node: str, flow: str = "healthcheck") -> list[str]:
+    """This node's decision log lines, without timestamps and prefix."""
+    path = wd / "gpuhc-decisions.log"
+    if not path.exists():
+        return []
+    prefix = f"gpuhc {flow} {node}: "
+    out = []
+    for line in path.read_text().splitlines():
+        _, _, rest = line.partition(" ")
+        if rest.startswith(prefix):
+            out.append(rest[len(prefix):])
+    return out
+
+
+def runs(wd: Path, node: str) -> int:
+    return sum(1 for line in decisions(wd, node) if line.startswith("passive:"))
+
+
+def gpuhc(cluster, *args: str, node: str | None = None, check: bool = False) -> subprocess.CompletedProcess:
+    """Run the installed gpuhc against this cluster, as an admin (or, with ``node``, on that node)."""
+    env = {"GPUHC_CONFIG": str(cluster.gpuhc_yaml), "PYTHONPATH": str(REPO)}
+    if node:
+        env.update({"SLURMD_NODENAME": node, "GPUHC_STATE_DIR": str(cluster.state_root / node)})
+    cp = cluster.run([*gpuhc_bin().split(), *args], env=env, check=False, timeout=120)
+    if check and cp.returncode != 0:
+        raise AssertionError(f"gpuhc {' '.join(args)} exited {cp.returncode}: {cp.stdout}{cp.stderr}")
+    return cp
+
+
+def drain_report(cluster) -> dict[str, dict]:
+    cp = gpuhc(cluster, "drain-report", "--json", check=True)
+    doc = json.loads(cp.stdout)
+    return {rec["node"]: rec for rec in doc["nodes"]}
+
+
+# ------------------------------------------------------------------ the health check
+
+
+def test_healthcheck_under_slurmd(slurm_cluster, tmp_path):
+    wd = tmp_path / "hc"
+    c = slurm_cluster(
+        workdir=wd, nodes=("n1", "n2", "n3", "n4"), healthcheck=True, healthcheck_interval=INTERVAL,
+        gpuhc_config=base_config(wd),
+        node_scenarios={
+            "n1": str(XID79),
+            # healthy at slurmd start, then fails every other run: gpuhc wants to drain it
+            "n2": scenario(tmp_path, "admin", 16, [8, 16] * 8),
+            # fails once, then healthy for good
+            "n3": scenario(tmp_path, "heal", 8, [16]),
+            # fails every other run, for good
+            "n4": scenario(tmp_path, "flap", 8, [16, 8] * 10),
+        },
+    )
+    # An admin drains n2 before its second health check (the first ran at slurmd start).
+    c.scontrol("update", "NodeName=n2", "State=DRAIN", "Reason=admin: bad fan, ticket 4711")
+
+    c.wait_for(lambda: any(line.startswith("resumed:") for line in decisions(wd, "n3")), 90, "n3 resumed")
+    c.wait_for(lambda: min(runs(wd, n) for n in ("n2", "n4")) >= 8, 90, "8 health checks on n2 and n4")
+
+    # Slurm ran our shim on every node (the wrapper logs each call slurmd makes).
+    calls = (wd / "log" / "calls.log").read_text().split("\n")
+    for n in c.nodes:
+        assert sum(1 for line in calls if f" healthcheck {n} " in line + " ") >= 4, n
+
+    # n1: an injected fatal Xid drains it with a gpuhc reason.
+    n1 = c.node("n1")
+    assert n1.drained and n1.reason.startswith("gpuhc: xid gpu3 Xid 79") and n1.reason_user == "root"
+
+    # n2: the admin's reason stays, through failing and healthy runs alike.
+    n2 = c.node("n2")
+    assert n2.drained and n2.reason == "admin: bad fan, ticket 4711"
+    assert sum("not overwriting" in line for line in decisions(wd, "n2")) >= 3
+    assert not any(line.startswith(("drained:", "resumed:")) for line in decisions(wd, "n2"))
+
+    # n3: drained, held for the hysteresis, then resumed: once each.
+    d3 = decisions(wd, "n3")
+    acts = [line.split(":")[0] for line in d3 if not line.startswith("passive:")]
+    assert acts[:1] == ["drained"] and acts.count("drained") == 1 and acts.count("resumed") == 1
+    between = d3[d3.index(next(x for x in d3 if x.startswith("drained:"))):
+                 d3.index(next(x for x in d3 if x.startswith("resumed:")))]
+    assert sum(line.startswith("passive: PASS") for line in between) >= 2  # plus the resuming run = 3
+    assert any("1/3 healthy runs" in x for x in between) and any("2/3 healthy runs" in x for x in between)
+    n3 = c.node("n3")
+    assert not n3.drained and n3.reason is None
+
+    # n4: drained once and never resumed while it keeps failing every other run.
+    d4 = decisions(wd, "n4")
+    assert sum(x.startswith("drained:") for x in d4) == 1 and not any(x.startswith("resumed:") for x in d4)
+    n4 = c.node("n4")
+    assert n4.drained and n4.reason.startswith("gpuhc: pcie gpu3")
+
+    # gpuhc drain-report on the live cluster shows each of them as it is.
+    rep = drain_report(c)
+    assert set(rep) == {"n1", "n2", "n4"}
+    assert (rep["n1"]["owner"], rep["n2"]["owner"], rep["n4"]["owner"]) == ("gpuhc", "admin", "gpuhc")
+    assert rep["n2"]["reason"] == "admin: bad fan, ticket 4711"
+
+    # Every run was also appended to the event log, with what the Slurm side did.
+    events = [json.loads(line) for line in (wd / "events.jsonl").read_text().splitlines()]
+    assert any(e["node"] == "n1" and e["slurm"]["action"] == "drain" and e["slurm"]["acted"] for e in events)
+
+
+def test_circuit_breaker_stops_at_the_cap(slurm_cluster, tmp_path):
+    wd = tmp_path / "br"
+    nodes = ("n1", "n2", "n3", "n4")
+    cfg = base_config(wd, breaker={"max_drained": 2, "settle_s": 1.0})
+    cfg["output"]["prometheus_textfile"] = str(wd / "prom" / "gpuhc.prom")
+    c = slurm_cluster(workdir=wd, nodes=nodes, healthcheck=True, healthcheck_interval=INTERVAL,
+                      gpuhc_config=cfg, node_scenarios={n: str(XID79) for n in nodes})
+    c.wait_for(lambda: min(runs(wd, n) for n in nodes) >= 4, 90, "4 health checks on every node")
+
+    held = [n for n in c.nodes_now() if n.drained]
+    assert len(held) == 2 and all(n.reason.startswith("gpuhc: xid gpu3") for n in held)
+    lines = [x for n in nodes for x in decisions(wd, n)]
+    assert any("circuit breaker open: 2/4 nodes drained by gpuhc >= cap 2" in x for x in lines)
+    free = [n for n in nodes if n not in {h.name for h in held}]
+    for n in free:  # the nodes left in service say so on every run, and exit 4
+        assert sum("NOT draining" in x for x in decisions(wd, n)) >= 2
+    slurmd_log = "".join((wd / "log" / f"slurmd.{n}.log").read_text() for n in free)
+    assert "health_check failed: rc:4" in slurmd_log
+    prom = (wd / "prom" / "gpuhc-breaker.prom").read_text()
+    assert re.search(r"^gpuhc_breaker_open 1(\.0)?$", prom, re.M)
+    assert re.search(r"^gpuhc_breaker_cap 2(\.0)?$", prom, re.M)
+
+
+# ------------------------------------------------------------------ prolog, epilog, quarantine
+
+
+def test_prolog_epilog_and_quarantine(slurm_cluster, tmp_path):
+    wd = tmp_path / "pe"
+    xid_gpu0 = tmp_path / "xid-gpu0.yaml"
+    xid_gpu0.write_text(XID79.read_text().replace("0000:5d:00", "0000:18:00").replace(
+        "extends: healthy-8xh100.yaml", f"extends: {HEALTHY}"))
+    c = slurm_cluster(
+        workdir=wd, nodes=("n1", "n2"), prolog=True, epilog=True, gpus_per_node=8,
+        gpuhc_config=base_config(wd),
+        node_scenarios={"n1": str(xid_gpu0), "n2": scenario(tmp_path, "late", 16, [8])},
+    )
+    # A job on n1's GPUs 0-1: the prolog finds gpu0's Xid 79, drains with gpuhc's reason first,
+    # then fails, and Slurm requeues the job (not held: nohold_on_prolog_fail).
+    job_a = c.sbatch("-w", "n1", "--gres=gpu:2", "-o", "/dev/null", "--wrap", "true")
+
+    def requeued():
+        text = c.scontrol("show", "job", "-o", str(job_a)).stdout
+        return "JobState=PENDING" in text and re.search(r"Restarts=[1-9]", text) and text
+
+    job_text = c.wait_for(requeued, 60, f"job {job_a} requeued")
+    assert "Held" not in job_text and "Priority=0 " not in job_text
+    n1 = c.node("n1")
+    assert n1.drained and n1.reason.startswith("gpuhc: xid gpu0 Xid 79"), n1.reason
+    assert any("prolog gpus=0,1: FAIL" in x for x in decisions(wd, "n1", "prolog"))
+
+    # A job that fails on n2: its epilog writes a post-mortem bundle; the node, healthy at the
+    # prolog, fails at the epilog and is drained with gpuhc's reason, which Slurm's own
+    # "Epilog error" drain (our exit 1) does not replace.
+    job_b = c.sbatch("-w", "n2", "--gres=gpu:8", "-o", "/dev/null", "--wrap", "exit 3")
+    assert c.wait_for_job(job_b, 60, ("FAILED",)) == "FAILED"
+    c.wait_for(lambda: "epilog error on n2" in (wd / "log" / "slurmctld.log").read_text(), 30, "epilog done")
+    n2 = c.node("n2")
+    assert n2.drained and n2.reason.startswith("gpuhc: pcie gpu3"), n2.reason
+    bundles = [p for p in (wd / "postmortem").iterdir() if p.name.startswith(f"n2-{job_b}-")]
+    assert len(bundles) == 1 and stat.S_IMODE(bundles[0].stat().st_mode) == 0o700
+    meta = json.loads((bundles[0] / "job.json").read_text())
+    assert (meta["job_id"], meta["user"], meta["exit_code"]) == (str(job_b), "root", str(3 << 8))
+    assert any(str(bundles[0]) in x for x in decisions(wd, "n2", "epilog"))
+    assert {"results.json", "snapshot.yaml", "kernel.log", "ib.json"} <= {p.name for p in bundles[0].iterdir()}
+
+    # drain-report on the live cluster: both held by gpuhc.
+    rep = drain_report(c)
+    assert rep["n1"]["owner"] == "gpuhc" and rep["n2"]["owner"] == "gpuhc"
+
+    # Quarantine: listing, a failed retest on the node itself, retire, release.
+    listed = json.loads(gpuhc(c, "quarantine", "list", "--json", check=True).stdout)
+    assert [(r["node"], r["phase"]) for r in listed] == [("n1", "drained"), ("n2", "drained")]
+    rt = gpuhc(c, "quarantine", "retest", node="n1")
+    assert rt.returncode == 1, rt.stderr
+    assert c.node("n1").reason.endswith("[q1]") and c.node("n1").reason.startswith("gpuhc: xid gpu0")
+    refused = gpuhc(c, "quarantine", "retest", "n2", node="n1")
+    assert refused.returncode == 2 and "not this node" in refused.stderr
+    assert gpuhc(c, "quarantine", "retire", "n1").returncode == 0
+    assert c.node("n1").reason == "gpuhc: RETIRED xid gpu0 Xid 79 on gpu0 (0000:18:00.0): GPU has fallen off the bus"
+    listed = json.loads(gpuhc(c, "quarantine", "list", "n[1-2]", "--json", check=True).stdout)
+    assert [(r["node"], r["phase"]) for r in listed] == [("n1", "retired"), ("n2", "drained")]
+    # An admin's drain is not gpuhc's to release.
+    c.scontrol("update", "NodeName=n2", "State=DRAIN", "Reason=admin: keep out")
+    rel = gpuhc(c, "quarantine", "release", "n[1-2]")
+    assert rel.returncode == 1 and "n2: FAILED" in rel.stdout and "n1: ok" in rel.stdout
+    assert not c.node("n1").drained and c.node("n1").reason is None
+    assert c.node("n2").reason == "admin: keep out"
+    c.run(["scancel", str(job_a)], check=False)
+
+
+def test_healthcheck_shim_with_slurmds_empty_environment(slurm_cluster, tmp_path):
+    """The shim as slurmd runs it: no PATH, nothing but SLURMD_NODENAME (plus what the test
+    wrapper adds: config, state dir, SLURM_CONF). A healthy node sends nothing to Slurm."""
+    wd = tmp_path / "env"
+    c = slurm_cluster(workdir=wd, nodes=("n1",), gpuhc_config=base_config(wd), node_scenarios={"n1": str(HEALTHY)})
+    cp = subprocess.run(["env", "-i", "SLURMD_NODENAME=n1", str(wd / "bin" / "healthcheck")],
+                        capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    assert "gpuhc healthcheck n1: passive: PASS" in cp.stderr
+    assert not c.node("n1").drained
+    assert os.path.exists(wd / "state" / "n1" / "state.json")
