@@ -6,6 +6,7 @@ ticket and anyone re-judges the node offline with the verdict the node itself go
 
 Document shape (all keys optional except where a GPU needs them)::
 
+    format: 1                        # written by `gpuhc snapshot`; optional in hand-written files
     hostname: gpu017                 # what the recording came from
     time: 1731500000.0               # when
     driver_version: "580.95.05"
@@ -20,6 +21,7 @@ Document shape (all keys optional except where a GPU needs them)::
     ib_ports: [{device: mlx5_0, port: 1, state: ACTIVE, ...}, ...]
     aer: [{pci: "0000:18:00.0", correctable: 0, nonfatal: 0, fatal: 0}, ...]
     steps: [{<partial document>}, ...]       # see gpuhc.sources.scenario
+    extends: healthy-8xh100.yaml             # start from another scenario (gpuhc.sources.scenario)
 
 GPU fields are exactly :class:`gpuhc.model.GpuReading`'s. ``nvlinks`` is a list of
 ``{link, active, errors: {counter: n}}`` or the shorthand ``{count: 18, active: true,
