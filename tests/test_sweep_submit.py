@@ -1,0 +1,195 @@
+"""submit and analyze against recorded Slurm answers: exact sbatch argv and job script,
+idempotency, dry runs, and draining through the policy (admin reasons, circuit breaker)."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from gpuhc.schema import defaults
+from gpuhc.slurm.scontrol import Scontrol
+from gpuhc.sweep.analyze import apply_culprits, drain_reason
+from gpuhc.sweep.settings import SCHEMA
+from gpuhc.sweep.slurmcli import SlurmCli
+from gpuhc.sweep.store import SweepStore
+from gpuhc.sweep.submit import submit_sweep
+
+SINFO = "n1|idle|gpu*\nn2|idle|gpu*\nn3|allocated|gpu*\nn4|idle|gpu*\nn5|idle|gpu*\nn6|drained|gpu*\n"
+
+
+class FakeSlurm:
+    """Answers sinfo/squeue/scontrol show topology; records sbatch argv and scripts."""
+
+    def __init__(self, squeue="", topology=""):
+        self.squeue, self.topology = squeue, topology
+        self.sbatched: list[tuple[list[str], str]] = []
+
+    def run(self, argv, timeout):
+        if argv[0] == "sinfo":
+            return 0, SINFO, ""
+        if argv[0] == "squeue":
+            return 0, self.squeue, ""
+        if argv[:3] == ["scontrol", "show", "topology"]:
+            return 0, self.topology, ""
+        raise AssertionError(f"unexpected {argv}")
+
+    def run_stdin(self, argv, timeout, stdin):
+        self.sbatched.append((argv, stdin))
+        return 0, f"{100 + len(self.sbatched)}\n", ""
+
+    def cli(self):
+        return SlurmCli(run=self.run, run_stdin=self.run_stdin)
+
+
+def section(**over):
+    s = defaults(SCHEMA)
+    s["job"].update(account="ops", qos="probe", priority=1000, command="/opt/gpuhc/bin/gpuhc")
+    s.update(over)
+    return s
+
+
+def test_submit_sends_one_exclusive_job_per_group_with_the_launch_line(tmp_path):
+    fake = FakeSlurm()
+    store = SweepStore(str(tmp_path))
+    out = submit_sweep(section(), store, cli=fake.cli(), now=1000.0)
+    assert out["submitted"] and [g["nodes"] for g in out["groups"]] == [["n1", "n2"], ["n4", "n5"]]
+    argv, script = fake.sbatched[0]
+    sid = out["sweep_id"]
+    assert argv[:2] == ["sbatch", "--parsable"]
+    for want in (f"--job-name=gpuhc-sweep-{sid}-r0g0000", "--nodelist=n1,n2", "--nodes=2", "--ntasks-per-node=8",
+                 "--exclusive", "--time=00:15:00", "--partition=gpu", "--account=ops", "--qos=probe", "--priority=1000"):
+        assert want in argv
+    launch = shlex.split(script.strip().splitlines()[-1])
+    assert launch[:4] == ["srun", "--mpi=pmi2", "--ntasks-per-node=8", "--kill-on-bad-exit=1"]
+    assert launch[4:7] == ["/opt/gpuhc/bin/gpuhc", "sweep", "run"]
+    assert launch[launch.index("--max-bytes") + 1] == str(2 << 30) and "--nodes" in launch
+    rec = store.load_sweep(sid)
+    assert sorted(g["job_id"] for g in rec["rounds"][0]["groups"]) == ["101", "102"]  # sbatch runs in parallel
+    assert store.read_index()["current"] == sid
+
+
+def test_no_new_sweep_while_jobs_run_or_wait_for_analyze(tmp_path):
+    store = SweepStore(str(tmp_path))
+    submit_sweep(section(), store, cli=FakeSlurm().cli(), now=1000.0)
+    running = FakeSlurm(squeue="101|gpuhc-sweep-x-r0g0000|RUNNING\n")
+    out = submit_sweep(section(), store, cli=running.cli(), now=1100.0)
+    assert not out["submitted"] and "still queued or running" in out["reason"] and not running.sbatched
+    finished = FakeSlurm()
+    out = submit_sweep(section(), store, cli=finished.cli(), now=1200.0)
+    assert not out["submitted"] and "gpuhc sweep analyze" in out["reason"] and not finished.sbatched
+    # A foreign sweep job (another admin host) blocks too: found by its name prefix.
+    other = SweepStore(str(tmp_path / "other"))
+    out = submit_sweep(section(), other, cli=FakeSlurm(squeue="7|gpuhc-sweep-y-r0g0001|PENDING\n").cli(), now=1.0)
+    assert not out["submitted"]
+
+
+def test_dry_run_records_nothing_and_mpiexec_launcher(tmp_path):
+    store = SweepStore(str(tmp_path))
+    s = section()
+    s["launcher"].update(kind="mpiexec", args=["-bind-to", "core"])
+    fake = FakeSlurm()
+    out = submit_sweep(s, store, dry_run=True, cli=fake.cli(), now=5.0)
+    assert out["dry_run"] and not fake.sbatched and store.read_index() == {}
+    sbatch_line, launch = out["lines"][0].split("  # ")
+    assert shlex.split(launch)[:7] == ["mpiexec", "-n", "16", "-ppn", "8", "-bind-to", "core"]
+
+
+def test_topology_makes_leaf_groups(tmp_path):
+    topo = "SwitchName=s1 Level=0 Nodes=n[1-2]\nSwitchName=s2 Level=0 Nodes=n[4-5]\n"
+    out = submit_sweep(section(cross_switch_fraction=0.0), SweepStore(str(tmp_path)), cli=FakeSlurm(topology=topo).cli(),
+                       now=1.0)
+    assert out["topology"] and [(g["nodes"], g["span"]) for g in out["groups"]] == [(["n1", "n2"], "leaf"),
+                                                                                     (["n4", "n5"], "leaf")]
+
+
+# ---------------------------------------------------------------------------- draining
+
+
+def show(name, state="IDLE", reason=None):
+    line = f"NodeName={name} CPUTot=2 State={state} Partitions=gpu"
+    if reason:
+        line += f" Reason={reason} [admin@2024-06-11T10:23:45]"
+    return line + "\n"
+
+
+class FakeScontrol:
+    def __init__(self, nodes: dict[str, tuple[str, str | None]]):
+        self.nodes = dict(nodes)
+        self.updates: list[list[str]] = []
+
+    def __call__(self, argv, timeout):
+        if argv[1:3] == ["show", "node"]:
+            names = argv[4:] or list(self.nodes)
+            return 0, "".join(show(n, *self.nodes[n]) for n in names), ""
+        if argv[1] == "update":
+            self.updates.append(argv)
+            name = argv[2].split("=", 1)[1]
+            reason = argv[4].split("=", 1)[1]
+            self.nodes[name] = ("IDLE+DRAIN", reason)
+            return 0, "", ""
+        raise AssertionError(argv)
+
+
+class Config:
+    def __init__(self, slurm):
+        self.slurm = slurm
+
+    def section(self, name):
+        return self.slurm
+
+
+def record(*culprits):
+    return {"id": "s9", "findings": {"culprits": [{"kind": k, "nodes": n, "evidence": "busbw 9.0 GB/s < 350 at 2 GiB",
+                                                   "group": "r1g0000"} for k, n in culprits]}}
+
+
+SLURM = {"scontrol": "scontrol", "timeout_s": 5.0, "breaker": {"max_drained_percent": 50.0}}
+
+
+def test_apply_drains_node_culprits_once_and_never_links():
+    fake = FakeScontrol({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None), "n4": ("IDLE", None)})
+    rec = record(("node", ["n3"]), ("link", ["n1", "n2"]))
+    lines: list[str] = []
+    done = apply_culprits(rec, Config(SLURM), Scontrol(run=fake), 100.0, lines)
+    assert [(d["node"], d["act"], d["verified"]) for d in done] == [("n3", "drain", True)]
+    reason = drain_reason("n3", "busbw 9.0 GB/s < 350 at 2 GiB", "s9")
+    assert fake.updates == [["scontrol", "update", "NodeName=n3", "State=DRAIN", f"Reason={reason}"]]
+    assert reason == "gpuhc: nccl-sweep n3 busbw 9.0 GB/s < 350 at 2 GiB (sweep s9) [q1]"
+    assert apply_culprits(rec, Config(SLURM), Scontrol(run=fake), 200.0, lines) == []  # not twice
+
+
+def test_apply_never_overwrites_an_admin_reason():
+    fake = FakeScontrol({"n3": ("IDLE+DRAIN", "bad DIMM, ticket 42"), "n1": ("IDLE", None)})
+    done = apply_culprits(record(("node", ["n3"])), Config(SLURM), Scontrol(run=fake), 100.0, [])
+    assert done[0]["act"] == "keep" and fake.updates == []
+
+
+def test_apply_respects_the_circuit_breaker():
+    fake = FakeScontrol({"n1": ("IDLE+DRAIN", "gpuhc: xid gpu0 Xid 79"), "n2": ("IDLE", None), "n3": ("IDLE", None),
+                         "n4": ("IDLE", None)})
+    slurm = {**SLURM, "breaker": {"max_drained_percent": 25.0}}  # 1 of 4 already held: open
+    done = apply_culprits(record(("node", ["n3"])), Config(slurm), Scontrol(run=fake), 100.0, [])
+    assert done[0]["act"] == "blocked" and "circuit breaker open" in done[0]["breaker"] and fake.updates == []
+
+
+def test_sbatch_failure_is_recorded_per_group(tmp_path):
+    class Refusing(FakeSlurm):
+        def run_stdin(self, argv, timeout, stdin):
+            return 1, "", "sbatch: error: Invalid account or account/partition combination specified"
+
+    out = submit_sweep(section(), SweepStore(str(tmp_path)), cli=Refusing().cli(), now=1.0)
+    assert "submitted 0 of 2 jobs" in out["lines"][0]
+    assert "Invalid account" in out["lines"][1]
+
+
+@pytest.mark.parametrize("bad", ["$nodez", "${launch"])
+def test_a_bad_template_is_a_config_error(tmp_path, bad):
+    from gpuhc.errors import ConfigError
+
+    tpl = tmp_path / "t.sbatch"
+    tpl.write_text(f"#!/bin/bash\n{bad}\n")
+    s = section()
+    s["job"]["template"] = str(tpl)
+    with pytest.raises(ConfigError, match="sweep.job.template"):
+        submit_sweep(s, SweepStore(str(tmp_path / "st")), cli=FakeSlurm().cli(), now=1.0)
