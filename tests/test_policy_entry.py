@@ -27,7 +27,7 @@ from gpuhc.state import StateStore
 
 XID = Result("xid", Status.FAIL, "Xid 79 on gpu3: GPU has fallen off the bus", "gpu3", action=Action.DRAIN_TICKET)
 OK = Result("ecc", Status.PASS, "no errors", "gpu0")
-OUR_REASON = "gpuhc: xid gpu3 Xid 79 on gpu3: GPU has fallen off the bus"
+OUR_REASON = "gpuhc: xid Xid 79 on gpu3: GPU has fallen off the bus"
 T0 = "2024-06-11T10:23:45"
 
 

@@ -21,6 +21,14 @@ def test_reason_names_check_subject_and_evidence():
     assert R.build_reason([fail()]) == "gpuhc: xid gpu3 Xid 79: GPU has fallen off the bus"
 
 
+def test_subject_is_left_out_when_the_evidence_names_it():
+    assert R.build_reason([fail("pcie", "gpu3 PCIe link x8 < expected x16")]) == "gpuhc: pcie gpu3 PCIe link x8 < expected x16"
+    assert R.build_reason([fail(msg="Xid 79 on gpu3 (0000:5d:00.0)")]) == "gpuhc: xid Xid 79 on gpu3 (0000:5d:00.0)"
+    # gpu10 is not gpu1, mlx5_0/10 is not mlx5_0/1
+    assert R.build_reason([fail(msg="gpu10 bad", subject="gpu1")]) == "gpuhc: xid gpu1 gpu10 bad"
+    assert R.build_reason([fail(msg="mlx5_0/10 down", subject="mlx5_0/1")]) == "gpuhc: xid mlx5_0/1 mlx5_0/10 down"
+
+
 def test_node_subject_is_not_repeated():
     assert R.build_reason([fail("gpu-count", "7 of 8 GPUs visible", "node")]) == "gpuhc: gpu-count 7 of 8 GPUs visible"
 

@@ -130,7 +130,7 @@ def test_healthcheck_under_slurmd(slurm_cluster, tmp_path):
 
     # n1: an injected fatal Xid drains it with a gpuhc reason.
     n1 = c.node("n1")
-    assert n1.drained and n1.reason.startswith("gpuhc: xid gpu3 Xid 79") and n1.reason_user == "root"
+    assert n1.drained and n1.reason.startswith("gpuhc: xid Xid 79 on gpu3") and n1.reason_user == "root"
 
     # n2: the admin's reason stays, through failing and healthy runs alike.
     n2 = c.node("n2")
@@ -176,7 +176,7 @@ def test_circuit_breaker_stops_at_the_cap(slurm_cluster, tmp_path):
     c.wait_for(lambda: min(runs(wd, n) for n in nodes) >= 4, 90, "4 health checks on every node")
 
     held = [n for n in c.nodes_now() if n.drained]
-    assert len(held) == 2 and all(n.reason.startswith("gpuhc: xid gpu3") for n in held)
+    assert len(held) == 2 and all(n.reason.startswith("gpuhc: xid Xid 79 on gpu3") for n in held)
     lines = [x for n in nodes for x in decisions(wd, n)]
     assert any("circuit breaker open: 2/4 nodes drained by gpuhc >= cap 2" in x for x in lines)
     free = [n for n in nodes if n not in {h.name for h in held}]
@@ -213,7 +213,7 @@ def test_prolog_epilog_and_quarantine(slurm_cluster, tmp_path):
     job_text = c.wait_for(requeued, 60, f"job {job_a} requeued")
     assert "Held" not in job_text and "Priority=0 " not in job_text
     n1 = c.node("n1")
-    assert n1.drained and n1.reason.startswith("gpuhc: xid gpu0 Xid 79"), n1.reason
+    assert n1.drained and n1.reason.startswith("gpuhc: xid Xid 79 on gpu0"), n1.reason
     assert any("prolog gpus=0,1: FAIL" in x for x in decisions(wd, "n1", "prolog"))
 
     # A job that fails on n2: its epilog writes a post-mortem bundle; the node, healthy at the
@@ -240,11 +240,11 @@ def test_prolog_epilog_and_quarantine(slurm_cluster, tmp_path):
     assert [(r["node"], r["phase"]) for r in listed] == [("n1", "drained"), ("n2", "drained")]
     rt = gpuhc(c, "quarantine", "retest", node="n1")
     assert rt.returncode == 1, rt.stderr
-    assert c.node("n1").reason.endswith("[q1]") and c.node("n1").reason.startswith("gpuhc: xid gpu0")
+    assert c.node("n1").reason.endswith("[q1]") and c.node("n1").reason.startswith("gpuhc: xid Xid 79 on gpu0")
     refused = gpuhc(c, "quarantine", "retest", "n2", node="n1")
     assert refused.returncode == 2 and "not this node" in refused.stderr
     assert gpuhc(c, "quarantine", "retire", "n1").returncode == 0
-    assert c.node("n1").reason == "gpuhc: RETIRED xid gpu0 Xid 79 on gpu0 (0000:18:00.0): GPU has fallen off the bus"
+    assert c.node("n1").reason == "gpuhc: RETIRED xid Xid 79 on gpu0 (0000:18:00.0): GPU has fallen off the bus"
     listed = json.loads(gpuhc(c, "quarantine", "list", "n[1-2]", "--json", check=True).stdout)
     assert [(r["node"], r["phase"]) for r in listed] == [("n1", "retired"), ("n2", "drained")]
     # An admin's drain is not gpuhc's to release.

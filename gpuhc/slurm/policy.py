@@ -217,7 +217,7 @@ def _on_failure(node, owner, mine, reason, memory, now, s, breaker_open) -> Deci
     if takes and breaker_open:
         return Decision(Act.BLOCKED, "circuit breaker open: not draining", replace(memory, passes=0), reason,
                         uses_capacity=True)
-    why = "draining" + (f" (flap {flaps}: cool-down {cooldown:.0f}s)" if flaps else "")
+    why = "failed checks" + (f"; flap {flaps}: cool-down {cooldown:.0f}s" if flaps else "")
     return Decision(Act.DRAIN, why, new, reason, uses_capacity=takes)
 
 

@@ -4,8 +4,10 @@ The reason string is gpuhc's only durable mark on a node that every machine can 
 admin why a node is out, it is how gpuhc knows a drain is *its* drain (and so may be resumed), and
 it carries the quarantine cycle across reboots. Its shape::
 
-    gpuhc: <check> <subject> <evidence>[; +N more (<checks>)][ [q<cycle>]]
-    gpuhc: RETIRED <check> <subject> <evidence> ...
+    gpuhc: <check> [<subject>] <evidence>[; +N more (<checks>)][ [q<cycle>]]
+    gpuhc: RETIRED <check> [<subject>] <evidence> ...
+
+(the subject, e.g. ``gpu3``, is left out when the evidence already names it).
 
 Rules, and why:
 
@@ -128,13 +130,15 @@ def _severity_key(r: Result) -> tuple:
 
 
 def failure_body(results: Iterable[Result]) -> str:
-    """``<check> <subject> <message>`` of the worst failing result, plus a count of the rest."""
+    """``<check> [<subject>] <message>`` of the worst failing result, plus a count of the rest."""
     failing = sorted((r for r in results if r.status is Status.FAIL), key=_severity_key)
     if not failing:
         return ""
     worst = failing[0]
-    subject = "" if worst.subject in ("", "node") else f" {worst.subject}"
-    body = f"{worst.check}{subject} {sanitize(worst.message)}"
+    message = sanitize(worst.message)
+    # Name the subject unless the message already does ("gpu3 PCIe link x8 < x16").
+    named = worst.subject in ("", "node") or re.search(rf"(?<![\w/.:-]){re.escape(worst.subject)}(?![\w/-])", message)
+    body = f"{worst.check} {message}" if named else f"{worst.check} {worst.subject} {message}"
     others = failing[1:]
     if others:
         checks = sorted({r.check for r in others})
