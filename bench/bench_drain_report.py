@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Time `gpuhc drain-report` on a 10,000-node cluster dump against the floor of reading it.
+
+Two levels, both on dumps written by bench/gen_nodes.py (text and slurmrestd-style JSON):
+
+- in process: read + parse + group + render (plain, JSON, rich table), each against a baseline
+  measured in the same loop: reading the text file and splitting its lines, or `json.loads` of
+  the JSON file — what any tool must pay before it knows a single node's state;
+- end to end: `python -m gpuhc drain-report --from-file FILE` as an admin runs it, against
+  `python -c "import json"` (interpreter start), in alternating runs.
+
+Runs alternate between baseline and measured code so that machine noise hits both alike; we
+report medians, the ratio, and the absolute time. Target: 10,000 nodes rendered in under 1 s.
+
+    python3 bench/bench_drain_report.py                 # 10,000 nodes, 7 runs
+    python3 bench/bench_drain_report.py --nodes 50000 --runs 5 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+import gen_nodes  # noqa: E402
+
+from gpuhc.cli.report_cmd import render_plain, render_rich  # noqa: E402
+from gpuhc.slurm.nodes import parse_nodes  # noqa: E402
+from gpuhc.slurm.report import build_report  # noqa: E402
+
+NOW = float(gen_nodes.NOW)
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def baseline_text(path: str) -> None:
+    _read(path).splitlines()
+
+
+def baseline_json(path: str) -> None:
+    json.loads(_read(path))
+
+
+def full(path: str, render: str) -> None:
+    report = build_report(parse_nodes(_read(path)), NOW)
+    if render == "plain":
+        render_plain(report, path)
+    elif render == "json":
+        json.dumps(report.to_dict(), ensure_ascii=False, indent=2)
+    else:
+        render_rich(report, path, False, io.StringIO(), width=200)
+
+
+def paired(base, measured, runs: int) -> tuple[float, float]:
+    """Medians of alternating runs of ``base`` and ``measured`` (seconds)."""
+    b, m = [], []
+    base()
+    measured()  # warm caches, byte-compile, lru caches of the parser
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        base()
+        t1 = time.perf_counter()
+        measured()
+        t2 = time.perf_counter()
+        b.append(t1 - t0)
+        m.append(t2 - t1)
+    return statistics.median(b), statistics.median(m)
+
+
+def timed(argv: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=120)
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=10000)
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--dir", help="where to write the dumps (default: a temporary directory)")
+    ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = ap.parse_args()
+
+    out_dir = args.dir or tempfile.mkdtemp(prefix="gpuhc-bench-nodes-")
+    text_path, json_path = gen_nodes.write(out_dir, args.nodes)
+    results = []
+    for fmt, path, base, base_name in (
+        ("text", str(text_path), baseline_text, "read + splitlines"),
+        ("json", str(json_path), baseline_json, "read + json.loads"),
+    ):
+        for render in ("plain", "json", "rich"):
+            b, m = paired(lambda: base(path), lambda: full(path, render), args.runs)
+            results.append({"level": "in-process", "input": fmt, "render": render, "baseline": base_name,
+                            "baseline_s": b, "gpuhc_s": m, "ratio": m / b if b else None})
+        cmd = [sys.executable, "-m", "gpuhc", "drain-report", "--from-file", path, "--now", str(NOW)]
+        floor = [sys.executable, "-c", "import json"]
+        b, m = paired(lambda: timed(floor), lambda: timed(cmd), max(3, args.runs // 2))
+        results.append({"level": "end-to-end", "input": fmt, "render": "plain", "baseline": "python -c 'import json'",
+                        "baseline_s": b, "gpuhc_s": m, "ratio": m / b if b else None})
+
+    meta = {"nodes": args.nodes, "runs": args.runs, "python": sys.version.split()[0],
+            "text_mb": round(text_path.stat().st_size / 1e6, 1), "json_mb": round(json_path.stat().st_size / 1e6, 1)}
+    if args.json:
+        print(json.dumps({"meta": meta, "results": results}, indent=2))
+        return 0
+    print(f"drain-report, {args.nodes} nodes ({meta['text_mb']} MB text, {meta['json_mb']} MB JSON), "
+          f"medians of {args.runs} runs, Python {meta['python']}")
+    print(f"{'level':<11} {'input':<5} {'render':<6} {'baseline':<24} {'baseline':>9} {'gpuhc':>9} {'ratio':>6}")
+    for r in results:
+        print(f"{r['level']:<11} {r['input']:<5} {r['render']:<6} {r['baseline']:<24} "
+              f"{r['baseline_s'] * 1000:>7.0f}ms {r['gpuhc_s'] * 1000:>7.0f}ms {r['ratio']:>6.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
