@@ -193,3 +193,22 @@ def test_a_bad_template_is_a_config_error(tmp_path, bad):
     s["job"]["template"] = str(tpl)
     with pytest.raises(ConfigError, match="sweep.job.template"):
         submit_sweep(s, SweepStore(str(tmp_path / "st")), cli=FakeSlurm().cli(), now=1.0)
+
+
+def test_shipped_example_config_and_template_are_valid():
+    from pathlib import Path
+
+    from gpuhc.config import load_config
+    from gpuhc.sweep.campaign import job_settings
+    from gpuhc.sweep.plan import Group
+    from gpuhc.sweep.settings import sweep_section
+    from gpuhc.sweep.submit import job_script, launch_argv
+
+    ex = Path(__file__).resolve().parent.parent / "examples" / "sweep"
+    s = sweep_section(load_config(str(ex / "gpuhc-sweep.yaml")))
+    assert s["thresholds"]["nccl"]["2x8-cross"]["large_busbw_gbs"] == 300
+    s["job"]["template"] = str(ex / "sweep.sbatch.tmpl")
+    g = Group("r0g0000", ["a", "b"], 0, "probe", "", 8)
+    script = job_script(s, launch_argv(s, job_settings(s), "S1", g, "/shared"), "S1", g, "/shared")
+    assert script.rstrip().splitlines()[-1].startswith("srun --mpi=pmix --ntasks-per-node=8")
+    assert "${NCCL_IB_TIMEOUT:-20}" in script and "$sweep_id" in script  # $$ escapes survive
