@@ -113,7 +113,7 @@ def judge_group(result: dict | None, th: dict[str, Any], fleet: Fleet | None = N
             reasons.append(f"wrong sum at {human_bytes(row['bytes'])}")
             break
     for t in result.get("timeouts", []):
-        where = "init" if not t.get("bytes") else human_bytes(t["bytes"])
+        where = "start-up/gather" if not t.get("bytes") else human_bytes(t["bytes"])
         who = f" (silent: {', '.join(t['silent_nodes'])})" if t.get("silent_nodes") else ""
         reasons.append(f"hung at {where}{who}")
         break

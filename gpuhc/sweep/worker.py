@@ -165,7 +165,7 @@ def run(spec: RunSpec) -> int:
 
     def expire(nbytes: int, seconds: float) -> None:
         rec.write_partial(nbytes, seconds)
-        os._exit(EXIT_TIMEOUT)
+        leave(EXIT_TIMEOUT)
 
     dog = Watchdog(expire)
     dog.arm(0, spec.timeout_s)  # start-up (name exchange, NCCL init) is bounded too
@@ -177,9 +177,11 @@ def run(spec: RunSpec) -> int:
         backend = BACKENDS[spec.backend](comm, rec.local_rank, sizes[-1], corrupt=fault.corrupt)
         rec.info = backend.describe()
     except BackendError as e:
+        # Write our own file first: peers that did get a backend may be waiting in a collective
+        # we never join, and then only the watchdog (still armed) ends this rank.
         rec.errors.append(str(e))
-        dog.disarm()
-        return _finish(comm, rec, spec)
+        rec.write_partial(None, None)
+        return _finish(comm, rec, spec, dog)
     dog.disarm()
     for nbytes in sizes:
         if fault.hang_bytes is not None and nbytes >= fault.hang_bytes:
@@ -191,23 +193,31 @@ def run(spec: RunSpec) -> int:
         try:
             iter_s, mean_s = backend.measure(nbytes, spec.warmup, iters, per_iter, fault.slow_s, spec.timeout_s)
         except CollectiveTimeout:
-            dog.disarm()
             rec.write_partial(nbytes, spec.timeout_s)
-            return EXIT_TIMEOUT
+            leave(EXIT_TIMEOUT)
         except Exception as e:  # noqa: BLE001 - an NCCL/MPI error ends the sweep, reported as such
-            dog.disarm()
             rec.errors.append(f"at {nbytes} B: {type(e).__name__}: {e}")
             rec.write_partial(nbytes, None)
-            return EXIT_TIMEOUT
+            leave(EXIT_TIMEOUT)
         dog.disarm()
         rec.add(nbytes, iter_s, mean_s, backend.correct(nbytes))
     backend.close()
-    return _finish(comm, rec, spec)
+    return _finish(comm, rec, spec, dog)
 
 
-def _finish(comm, rec: Recorder, spec: RunSpec) -> int:
-    """Gather every rank's record to rank 0 and write the group's file."""
+def leave(code: int) -> None:
+    """Exit now, without MPI_Finalize: after a hang, finalize would wait for the hung peer.
+    The launcher sees this rank gone and ends the others."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _finish(comm, rec: Recorder, spec: RunSpec, dog: Watchdog) -> int:
+    """Gather every rank's record to rank 0 and write the group's file (bounded by the dog)."""
+    dog.arm(0, spec.timeout_s)  # 0: outside the size loop (start-up or this gather)
     parts = comm.gather(rec.partial(None, None), root=0)
+    dog.disarm()
     if comm.Get_rank() != 0:
         return 0
     result = merge_partials(parts)
