@@ -267,3 +267,27 @@ def test_healthcheck_shim_with_slurmds_empty_environment(slurm_cluster, tmp_path
     assert "gpuhc healthcheck n1: passive: PASS" in cp.stderr
     assert not c.node("n1").drained
     assert os.path.exists(wd / "state" / "n1" / "state.json")
+
+
+def test_slurm_conf_example_is_accepted_by_slurm(slurm_cluster, tmp_path):
+    """The lines slurm/slurm.conf.example recommends, loaded by a real slurmctld/slurmd."""
+    lines = [ln.strip() for ln in (REPO / "slurm" / "slurm.conf.example").read_text().splitlines()
+             if ln.strip() and not ln.lstrip().startswith("#")]
+    conf = dict(ln.split("=", 1) for ln in lines)
+    assert set(conf) == {"HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState", "Prolog", "Epilog",
+                         "PrologFlags", "PrologEpilogTimeout", "SchedulerParameters"}
+    # The harness writes its own program paths, PrologEpilogTimeout and SchedulerParameters.
+    extra = "\n".join(f"{k}={v}" for k, v in conf.items() if k in ("HealthCheckInterval", "HealthCheckNodeState",
+                                                                   "PrologFlags"))
+    c = slurm_cluster(workdir=tmp_path / "conf", nodes=("n1",), extra_conf=extra,
+                      prolog_epilog_timeout=int(conf["PrologEpilogTimeout"]))
+    shown = {}
+    for line in c.scontrol("show", "config").stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            shown[key.strip()] = value.strip()
+    assert shown["HealthCheckInterval"].split()[0] == conf["HealthCheckInterval"]
+    assert set(shown["HealthCheckNodeState"].split(",")) == set(conf["HealthCheckNodeState"].split(","))
+    assert shown["PrologFlags"] == conf["PrologFlags"]
+    assert shown["PrologEpilogTimeout"].split()[0] == conf["PrologEpilogTimeout"]
+    assert conf["SchedulerParameters"] in shown["SchedulerParameters"]
