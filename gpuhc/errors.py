@@ -9,7 +9,6 @@ points treat as "do not touch the node".
 from __future__ import annotations
 
 import sys
-import traceback
 
 EXIT_OK = 0
 EXIT_UNHEALTHY = 1
@@ -68,6 +67,8 @@ def run_cli(cli) -> None:
     except Exception as e:  # a bug: say so plainly, keep the traceback for the bug report
         click.echo(f"gpuhc: internal error: {type(e).__name__}: {e}", err=True)
         if _debug():
+            import traceback
+
             traceback.print_exc()
         else:
             click.echo("gpuhc: set GPUHC_DEBUG=1 for the traceback", err=True)

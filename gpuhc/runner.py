@@ -11,7 +11,7 @@ thread stuck in C code cannot be killed, which is why the CLI ends the process w
 
 from __future__ import annotations
 
-import socket
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -113,7 +113,7 @@ class _Reader:
 
 
 def hostname_of(opts: RunOptions) -> str:
-    return opts.hostname or socket.gethostname().split(".")[0]
+    return opts.hostname or os.uname().nodename.split(".")[0]
 
 
 def select_checks(stage: str, config: Config, only: tuple[str, ...] = ()) -> list[Check]:

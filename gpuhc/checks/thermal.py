@@ -14,7 +14,6 @@ FAIL (0 disables a level).
 
 from __future__ import annotations
 
-from statistics import median
 
 from gpuhc.checks.base import NVML, Check, CheckOutput, Context, na, result, selected_gpus
 from gpuhc.checks.clocks import is_busy
@@ -109,3 +108,10 @@ CHECKS = [
         doc="GPU and HBM temperature limits; one GPU much hotter than its busy siblings",
     )
 ]
+
+
+def median(values) -> float:
+    # statistics.median would do, but importing statistics costs ~15 ms on every health check.
+    xs = sorted(values)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 
 import click
 
@@ -40,6 +39,8 @@ def check(kw: dict) -> None:
     if kw["demo"]:
         kw["nvml_scenario"] = kw.get("nvml_scenario") or demo_scenario_path()
         if not kw.get("state_dir"):
+            import tempfile
+
             demo_dir = tempfile.TemporaryDirectory(prefix="gpuhc-demo-")
             kw["state_dir"] = demo_dir.name
         click.echo(f"demo: judging the bundled demo node ({os.path.basename(kw['nvml_scenario'])}), not this machine", err=True)

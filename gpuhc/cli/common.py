@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 from datetime import datetime
 
 import click
@@ -37,7 +36,7 @@ def source_options(fn):
 
 def node_name(explicit: str | None = None) -> str:
     """Slurm's name for this node: never guessed beyond SLURMD_NODENAME and the host name."""
-    return explicit or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    return explicit or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
 
 
 def parse_now(text: str | None) -> float | None:

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
-import subprocess
 import time
 
 from gpuhc.errors import SourceError
@@ -113,6 +111,8 @@ class DmesgSource:
     def _find(self) -> str:
         if self.binary:
             return self.binary
+        import shutil  # lazy: the live path reads /dev/kmsg and never needs it
+
         found = shutil.which("dmesg")
         if found:
             return found
@@ -122,7 +122,9 @@ class DmesgSource:
                 return cand
         raise SourceError("dmesg not found in PATH or " + ", ".join(_DMESG_DIRS))
 
-    def _run(self, argv: list[str]) -> subprocess.CompletedProcess:
+    def _run(self, argv: list[str]) -> "subprocess.CompletedProcess":
+        import subprocess  # lazy: see _find
+
         try:
             return subprocess.run(argv, capture_output=True, timeout=self.timeout_s, check=False)
         except subprocess.TimeoutExpired as e:

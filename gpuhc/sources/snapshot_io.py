@@ -75,9 +75,18 @@ def _field_types(cls: type) -> dict[str, tuple[tuple[type, ...], bool]]:
     return out
 
 
-GPU_FIELDS = _field_types(GpuReading)
-IB_FIELDS = _field_types(IbPort)
-AER_FIELDS = _field_types(AerCounters)
+_TABLES = {"GPU_FIELDS": GpuReading, "IB_FIELDS": IbPort, "AER_FIELDS": AerCounters}
+_TABLE_CACHE: dict[str, dict] = {}
+
+
+def __getattr__(name: str):
+    # Built on first use: resolving the type hints costs ~10 ms, which a plain replay run
+    # of the health check (no validation errors to explain) should not pay at import.
+    if name in _TABLES:
+        if name not in _TABLE_CACHE:
+            _TABLE_CACHE[name] = _field_types(_TABLES[name])
+        return _TABLE_CACHE[name]
+    raise AttributeError(name)
 EVENT_FIELDS = _field_types(KernelEvent)
 KERNEL_FIELDS = {k: v for k, v in _field_types(KernelLog).items() if k != "events"}
 GPU_REQUIRED = ("name", "uuid", "pci_bus_id")
@@ -184,7 +193,7 @@ def check_fields(mapping: Any, table: dict, path: tuple, err: ErrorFn, what: str
 
 
 def check_gpu(mapping: Any, path: tuple, err: ErrorFn) -> None:
-    check_fields(mapping, GPU_FIELDS, path, err, "GPU", {"nvlinks": lambda v, p: check_nvlinks(v, p, err)})
+    check_fields(mapping, __getattr__("GPU_FIELDS"), path, err, "GPU", {"nvlinks": lambda v, p: check_nvlinks(v, p, err)})
 
 
 def check_nvlinks(value: Any, path: tuple, err: ErrorFn) -> None:
@@ -234,7 +243,7 @@ def gpu_from_dict(d: dict[str, Any], path: tuple, err: ErrorFn) -> GpuReading:
         if d.get(key) is None:
             raise err(path, f"GPU {d.get('index', '?')} has no {key} (set it per GPU or in defaults)")
     kw = {k: v for k, v in d.items() if k != "nvlinks"}
-    for k, (types, _) in GPU_FIELDS.items():
+    for k, (types, _) in __getattr__("GPU_FIELDS").items():
         if float in types and isinstance(kw.get(k), int):
             kw[k] = float(kw[k])
     links = [NvLinkState(link=e["link"], active=e.get("active"), errors=dict(e.get("errors", {})))
