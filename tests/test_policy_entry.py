@@ -368,3 +368,16 @@ def test_broken_config_fails_open_in_prolog_but_not_in_healthcheck(tmp_path):
     assert "Traceback" not in p.stderr
     h = _gpuhc(["healthcheck"], env, tmp_path)
     assert h.returncode == 2 and "resume_after" in h.stderr and "Traceback" not in h.stderr
+
+
+def test_a_hung_scontrol_costs_its_timeout_not_the_run(tmp_path, monkeypatch):
+    # A stand-in executable that never answers (the subprocess plumbing, not Slurm's behaviour).
+    hang = tmp_path / "scontrol"
+    hang.write_text("#!/bin/sh\nexec sleep 60\n")
+    hang.chmod(0o755)
+    cfg = config(tmp_path, scontrol=str(hang), timeout_s=1.0)
+    _, f = flow(tmp_path, monkeypatch, "passive", None, [XID], cfg=cfg)
+    f.make_scontrol = None  # the real wrapper, real subprocess, real timeout
+    out = entry.healthcheck(f)
+    assert out.exit_code == 1 and "no answer within 1.0s" in out.slurm_error
+    assert not memory(tmp_path).get("drained_at")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import stat
 import subprocess
 from pathlib import Path
@@ -256,17 +257,37 @@ def test_prolog_epilog_and_quarantine(slurm_cluster, tmp_path):
     c.run(["scancel", str(job_a)], check=False)
 
 
-def test_healthcheck_shim_with_slurmds_empty_environment(slurm_cluster, tmp_path):
+def test_healthcheck_shim_with_slurmds_empty_environment_and_a_hung_slurmctld(slurm_cluster, tmp_path):
     """The shim as slurmd runs it: no PATH, nothing but SLURMD_NODENAME (plus what the test
-    wrapper adds: config, state dir, SLURM_CONF). A healthy node sends nothing to Slurm."""
+    wrapper adds: config, state dir, SLURM_CONF). A healthy node sends nothing to Slurm; a
+    failing node whose slurmctld hangs ends within its timeout, says so, and remembers nothing."""
     wd = tmp_path / "env"
-    c = slurm_cluster(workdir=wd, nodes=("n1",), gpuhc_config=base_config(wd), node_scenarios={"n1": str(HEALTHY)})
-    cp = subprocess.run(["env", "-i", "SLURMD_NODENAME=n1", str(wd / "bin" / "healthcheck")],
-                        capture_output=True, text=True, timeout=60)
+    c = slurm_cluster(workdir=wd, nodes=("n1",), gpuhc_config=base_config(wd, timeout_s=2.0),
+                      node_scenarios={"n1": str(HEALTHY)})
+
+    def shim(*args):
+        return subprocess.run(["env", "-i", "SLURMD_NODENAME=n1", str(wd / "bin" / "healthcheck"), *args],
+                              capture_output=True, text=True, timeout=60)
+
+    cp = shim()
     assert cp.returncode == 0, cp.stderr
     assert "gpuhc healthcheck n1: passive: PASS" in cp.stderr
     assert not c.node("n1").drained
-    assert os.path.exists(wd / "state" / "n1" / "state.json")
+
+    ctld = c._procs["slurmctld"]
+    os.kill(ctld.pid, signal.SIGSTOP)  # accepts connections, never answers
+    try:
+        cp = shim("--nvml-scenario", str(XID79))
+    finally:
+        os.kill(ctld.pid, signal.SIGCONT)
+    assert cp.returncode == 1, cp.stderr
+    assert "Slurm did not answer as needed" in cp.stderr and "no answer within 2.0s" in cp.stderr
+    state = json.loads((wd / "state" / "n1" / "state.json").read_text())
+    assert not state.get("slurm", {}).get("nodes", {}).get("n1", {}).get("drained_at")
+    assert not c.node("n1").drained  # nothing half-done
+
+    cp = shim("--nvml-scenario", str(XID79))  # slurmctld back: now it drains
+    assert cp.returncode == 1 and c.node("n1").reason.startswith("gpuhc: xid Xid 79 on gpu3"), cp.stderr
 
 
 def test_slurm_conf_example_is_accepted_by_slurm(slurm_cluster, tmp_path):
