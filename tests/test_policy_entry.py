@@ -381,3 +381,13 @@ def test_a_hung_scontrol_costs_its_timeout_not_the_run(tmp_path, monkeypatch):
     out = entry.healthcheck(f)
     assert out.exit_code == 1 and "no answer within 1.0s" in out.slurm_error
     assert not memory(tmp_path).get("drained_at")
+
+
+@pytest.mark.parametrize("raw,failed,how", [
+    ("0", False, "exited 0"), (None, False, "exited 0"), ("256", True, "exited 1 (status 256)"),
+    ("768", True, "exited 3 (status 768)"), ("9", True, "killed by signal 9 (status 9)"),
+    ("garbage", True, "exit status 'garbage'"),
+])
+def test_job_exit(raw, failed, how):
+    env = {} if raw is None else {"SLURM_JOB_EXIT_CODE": raw}
+    assert entry.job_exit(env) == (failed, how)

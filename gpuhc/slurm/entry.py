@@ -347,8 +347,7 @@ def prolog(flow: Flow) -> Outcome:
 
 def epilog(flow: Flow) -> Outcome:
     report = run_checks(flow)
-    raw_exit = flow.env.get("SLURM_JOB_EXIT_CODE", "0").strip() or "0"
-    job_failed = raw_exit not in ("0",)
+    job_failed, how = job_exit(flow.env)
     out = Outcome(EXIT_OK, flow.log.lines, report, hard_exit=bool(report and report.timed_out))
     if job_failed:
         from gpuhc.slurm.postmortem import write_bundle
@@ -356,9 +355,9 @@ def epilog(flow: Flow) -> Outcome:
         try:
             path = write_bundle(flow, report)
             out.extra["postmortem"] = path
-            flow.log(f"job {_job(flow.env)} exited {raw_exit}: post-mortem bundle {path}", loud=True)
+            flow.log(f"job {_job(flow.env)} {how}: post-mortem bundle {path}", loud=True)
         except Exception as e:  # a full disk must not turn into a drain
-            flow.log(f"job {_job(flow.env)} exited {raw_exit}: post-mortem bundle not written: {e}", loud=True)
+            flow.log(f"job {_job(flow.env)} {how}: post-mortem bundle not written: {e}", loud=True)
     if report is None:
         flow.log(f"job {_job(flow.env)}: gpuhc broke in the epilog: leaving the node alone (fail open)", loud=True)
         return out
@@ -373,6 +372,22 @@ def epilog(flow: Flow) -> Outcome:
     # already drained), or our drain failed and Slurm's own drain is the fallback.
     out.exit_code = EXIT_UNHEALTHY
     return out
+
+
+def job_exit(env: Mapping[str, str]) -> tuple[bool, str]:
+    """Did the job fail, and how, from the epilog's SLURM_JOB_EXIT_CODE (a wait(2) status:
+    256 is exit code 1, 9 is SIGKILL). Unreadable text counts as a failure: a bundle too many
+    costs disk, a bundle too few costs the evidence."""
+    raw = (env.get("SLURM_JOB_EXIT_CODE") or "0").strip()
+    try:
+        status = int(raw)
+    except ValueError:
+        return raw not in ("", "0", "0:0"), f"exit status {raw!r}"
+    if status == 0:
+        return False, "exited 0"
+    if status & 0x7F:
+        return True, f"killed by signal {status & 0x7F} (status {status})"
+    return True, f"exited {status >> 8} (status {status})"
 
 
 def _errors(report) -> str:
