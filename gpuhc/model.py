@@ -146,6 +146,8 @@ class NvmlReading:
     driver_version: str | None = None
     cuda_driver_version: str | None = None
     gpus: list[GpuReading] = field(default_factory=list)
+    # Per-field NVML errors other than NOT_SUPPORTED: diagnostics for the report, not state.
+    notes: list[str] = field(default_factory=list, compare=False)
 
     def gpu_by_pci(self, pci: str) -> GpuReading | None:
         want = norm_pci(pci)
@@ -172,9 +174,9 @@ class KernelEvent:
     message: str  # the line's text after the NVRM:/mlx5 prefix, sanitised
     pci: str | None = None  # normalised PCI id of the GPU/switch/HCA, when the line has one
     code: int | None = None  # XID or SXID number
-    device: str | None = None  # e.g. "mlx5_0" for IB
-    port: int | None = None  # IB port number
-    state: str | None = None  # IB: "DOWN" / "ACTIVE" / "INIT" / ...
+    device: str | None = None  # IB: "mlx5_0"; SXid: the switch, e.g. "nvswitch1"
+    port: int | None = None  # IB: port number; SXid: the NVSwitch link
+    state: str | None = None  # IB: "DOWN" / "ACTIVE" / "INIT" / ...; SXid: "fatal" / "non-fatal"
     seq: int | None = None  # /dev/kmsg sequence number, for the cursor
 
 

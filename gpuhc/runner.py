@@ -198,6 +198,8 @@ def run_stage(opts: RunOptions) -> RunReport:
     if opts.stage in ("epilog", "bootstrap") and not opts.only:
         report.results.extend(_run_active(opts, report, profile, deadline))
 
+    if snapshot.nvml is not None and snapshot.nvml.notes:
+        report.notes.extend(f"nvml: {n}" for n in snapshot.nvml.notes[:10])
     _save_state(store, new_state, step, opts.sources, report)
     report.duration_s = time.monotonic() - t0
     return report

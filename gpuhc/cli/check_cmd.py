@@ -72,21 +72,18 @@ def finish(code: int, hard: bool = False) -> None:
 @passthrough
 def snapshot(kw: dict) -> None:
     """Record this node's readings in the scenario format (replay it with --nvml-scenario)."""
-    import yaml
-
     from gpuhc.cli.common import load, source_spec
     from gpuhc.runner import read_snapshot
-    from gpuhc.sources.snapshot_io import dump_snapshot
+    from gpuhc.sources.snapshot_io import dump_snapshot, dump_yaml
 
     config = load(kw)
     snap = read_snapshot(source_spec(kw, config), node_name(kw.get("hostname")), kw["timeout"], kw.get("step"))
-    doc = dump_snapshot(snap)
     if kw["json_mode"]:
         import json
 
-        text = json.dumps(doc, indent=2, default=str) + "\n"
+        text = json.dumps(dump_snapshot(snap), indent=2, default=str) + "\n"
     else:
-        text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None)
+        text = dump_yaml(snap)
     if kw.get("output"):
         tmp = kw["output"] + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:

@@ -145,7 +145,9 @@ class NvmlLive:
         except OSError as e:  # a broken libnvidia-ml.so can raise from ctypes itself
             return NvmlReading(available=False, error=f"cannot load the NVML library: {e}")
         try:
-            return self._read_all()
+            reading = self._read_all()
+            reading.notes = list(self.notes)
+            return reading
         finally:
             try:
                 nv.nvmlShutdown()
@@ -205,13 +207,14 @@ class NvmlLive:
             handle = nv.nvmlDeviceGetHandleByIndex(index)
         except nv.NVMLError as e:
             self._note(f"gpu{index}: no handle: {e}")
-            return GpuReading(index=index, name=f"unknown (NVML: {e})", uuid="", pci_bus_id=""), None
+            return GpuReading(index=index, name=f"unknown (NVML: {e})", uuid="", pci_bus_id="", lost=True), None
         gpu = GpuReading(index=index, name="", uuid="", pci_bus_id="")
         try:
             self._fill_gpu(gpu, handle)
         except _GpuGone as e:
             self._note(f"gpu{index}: {e}")
             gpu.name = f"unknown (NVML: {e})"
+            gpu.lost = True
             return gpu, None
         return gpu, handle
 
