@@ -103,6 +103,7 @@ class SlurmCluster:
         prolog_epilog_timeout: int = 60,
         start_timeout: float = 60.0,
         debug: str = "info",
+        shim_dir: str | os.PathLike | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.nodes = tuple(nodes)
@@ -119,6 +120,9 @@ class SlurmCluster:
         self.prolog_epilog_timeout = prolog_epilog_timeout
         self.start_timeout = start_timeout
         self.debug = debug
+        # Where the wrappers find healthcheck.sh/prolog.sh/epilog.sh: the repo's shims by
+        # default; a test of the harness itself points elsewhere to stay out of gpuhc's verdicts.
+        self.shim_dir = Path(shim_dir) if shim_dir is not None else REPO / "slurm"
         self.name = "gpuhct" + secrets.token_hex(3)
         self.conf_path = self.workdir / "slurm.conf"
         self.log_dir = self.workdir / "log"
@@ -298,11 +302,11 @@ class SlurmCluster:
 
     def _write_wrappers(self) -> None:
         """Slurm runs HealthCheckProgram/Prolog/Epilog with an (almost) empty environment, so the
-        wrapper sets everything gpuhc needs, then execs the repo's shim (or a no-op stand-in
-        while the shim does not exist yet)."""
+        wrapper sets everything gpuhc needs, then execs the shim (a no-op when ``shim_dir`` has
+        none)."""
         path = ":".join([str(Path(sys.executable).parent), *SBIN])
         for kind in ("healthcheck", "prolog", "epilog"):
-            shim = REPO / "slurm" / f"{kind}.sh"
+            shim = self.shim_dir / f"{kind}.sh"
             target = f'exec /bin/sh "{shim}" "$@"' if shim.is_file() else "exit 0"
             script = (
                 "#!/bin/sh\n"

@@ -5,6 +5,7 @@ Starts real slurmctld/slurmd/munged daemons on localhost (root only; see tests/s
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,8 +17,11 @@ pytestmark = pytest.mark.slurm
 
 
 @pytest.fixture(scope="module")
-def cluster(slurm_cluster_module):
-    return slurm_cluster_module(healthcheck=True, prolog=True, epilog=True, healthcheck_interval=2, gpus_per_node=2)
+def cluster(slurm_cluster_module, tmp_path_factory):
+    # No shims: these tests are about the harness, not about gpuhc's verdicts on fake nodes.
+    no_shims = tmp_path_factory.mktemp("no-shims")
+    return slurm_cluster_module(healthcheck=True, prolog=True, epilog=True, healthcheck_interval=2, gpus_per_node=2,
+                                shim_dir=no_shims)
 
 
 def test_all_nodes_idle(cluster):
@@ -83,6 +87,20 @@ def test_slurm_programs_get_the_wrapper_environment(cluster):
     assert env["GPUHC_BIN"]
     hc = (logs / "env.healthcheck.n1").read_text()
     assert "SLURMD_NODENAME=n1" in hc and "SLURM_JOB_ID" not in hc
+
+
+def test_wrappers_exec_the_shims(tmp_path):
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    (shims / "prolog.sh").write_text("exit 7\n")
+    c = SlurmCluster(tmp_path / "c", nodes=("n1",), shim_dir=shims)
+    for d in ("bin", "log"):
+        (c.workdir / d).mkdir(parents=True)
+    c._write_wrappers()
+    env = {"SLURMD_NODENAME": "n1"}
+    assert subprocess.run([str(c.workdir / "bin" / "prolog")], env=env).returncode == 7
+    assert subprocess.run([str(c.workdir / "bin" / "epilog")], env=env).returncode == 0  # no shim: no-op
+    assert "SLURMD_NODENAME=n1" in (c.log_dir / "env.prolog.n1").read_text()
 
 
 def test_gpuhc_yaml_carries_node_scenarios(tmp_path):
