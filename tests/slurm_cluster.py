@@ -20,6 +20,9 @@ Usage in a test (all such tests are marked ``slurm``)::
         c.scontrol("update", "NodeName=n1", "State=DRAIN", "Reason=x")
         c.wait_for(lambda: c.node("n1").drained, 10, "n1 drained")
 
+The files the cluster is made of (slurm.conf, gres.conf, the wrappers, gpuhc.yaml) are written
+by ``slurm_cluster_files.py``; this module starts, watches and stops the daemons.
+
 Slurm CLI calls must go through :meth:`SlurmCluster.run` (or pass :meth:`SlurmCluster.env`):
 that sets ``SLURM_CONF`` so the commands talk to this cluster and nothing else.
 """
@@ -30,7 +33,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,38 +40,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import yaml
+from slurm_cluster_files import REPO, SBIN, free_ports, gpuhc_bin, slurm_conf, write_gpuhc_yaml, write_gres, write_wrappers
 
-REPO = Path(__file__).resolve().parent.parent
-SBIN = ("/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/sbin", "/usr/local/bin")
+__all__ = ["REPO", "ClusterError", "SlurmCluster", "daemons_alive", "free_ports", "gpuhc_bin"]
 
 
 class ClusterError(RuntimeError):
     """The test cluster could not start or did not reach the expected state; says why, with logs."""
-
-
-def free_ports(n: int) -> list[int]:
-    """Ask the kernel for ``n`` distinct free TCP ports (held open together so they differ)."""
-    socks, ports = [], []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
-            s.close()
-    return ports
-
-
-def gpuhc_bin() -> str:
-    """How the Slurm-called wrappers should start gpuhc: the console script next to this Python
-    if installed, else this very interpreter with ``-m gpuhc`` (same code as the tests import)."""
-    script = Path(sys.executable).parent / "gpuhc"
-    if script.is_file() and os.access(script, os.X_OK):
-        return str(script)
-    return f"{sys.executable} -m gpuhc"
 
 
 def _which(name: str) -> str:
@@ -217,123 +194,19 @@ class SlurmCluster:
         ports = free_ports(len(self.nodes) + 1)
         self.ctld_port = ports[0]
         self.node_ports = dict(zip(self.nodes, ports[1:]))
-        if self.gpus_per_node:
-            dev = self.workdir / "dev"
-            dev.mkdir(exist_ok=True)
-            # Slurm wants character devices for GPU files and takes the index from the name:
-            # links to /dev/null pass its stat() without mknod rights.
-            for i in range(self.gpus_per_node):
-                link = dev / f"nvidia{i}"
-                if not link.is_symlink():
-                    link.symlink_to("/dev/null")
+        write_gres(self)
         self._write_wrappers()
         self._write_gpuhc_yaml()
         self.conf_path.write_text(self.slurm_conf())
-        if self.gpus_per_node:
-            last = self.gpus_per_node - 1
-            files = f"{self.workdir}/dev/nvidia[0-{last}]" if last else f"{self.workdir}/dev/nvidia0"
-            (self.workdir / "gres.conf").write_text(f"Name=gpu Type=fake File={files}\n")
 
     def slurm_conf(self) -> str:
-        wd = self.workdir
-        lines = [
-            f"ClusterName={self.name}",
-            "SlurmctldHost=localhost",
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            f"SlurmctldPort={self.ctld_port}",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
-            f"AuthInfo=socket={self.munge_socket}",
-            f"StateSaveLocation={wd}/ctld_state",
-            f"SlurmdSpoolDir={wd}/spool/%n",
-            f"SlurmctldPidFile={wd}/slurmctld.pid",
-            f"SlurmdPidFile={wd}/slurmd.%n.pid",
-            f"SlurmctldLogFile={self.log_dir}/slurmctld.log",
-            f"SlurmdLogFile={self.log_dir}/slurmd.%n.log",
-            f"SlurmctldDebug={self.debug}",
-            f"SlurmdDebug={self.debug}",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_CPU",
-            "MpiDefault=none",
-            "SwitchType=switch/none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
-            "JobCompType=jobcomp/none",
-            "ReturnToService=2",
-            "SchedulerParameters=nohold_on_prolog_fail",
-            # Fast enough for tests, slack enough for a loaded 2-core CI box.
-            "SlurmdTimeout=60",
-            "SlurmctldTimeout=30",
-            "MessageTimeout=10",
-            "InactiveLimit=0",
-            "KillWait=2",
-            "MinJobAge=60",
-            "WaitTime=0",
-            f"PrologEpilogTimeout={self.prolog_epilog_timeout}",
-            f"PlugStackConfig={wd}/plugstack.conf",
-        ]
-        (wd / "plugstack.conf").write_text("")  # keep the system's SPANK plugins out of tests
-        if self.healthcheck:
-            lines += [
-                f"HealthCheckProgram={wd}/bin/healthcheck",
-                f"HealthCheckInterval={self.healthcheck_interval}",
-                f"HealthCheckNodeState={self.healthcheck_node_state}",
-            ]
-        if self.prolog:
-            lines.append(f"Prolog={wd}/bin/prolog")
-        if self.epilog:
-            lines.append(f"Epilog={wd}/bin/epilog")
-        gres = ""
-        if self.gpus_per_node:
-            lines.append("GresTypes=gpu")
-            gres = f" Gres=gpu:fake:{self.gpus_per_node}"
-        for node, port in self.node_ports.items():
-            lines.append(
-                f"NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} "
-                f"CPUs={self.cpus} RealMemory=1000{gres} State=UNKNOWN"
-            )
-        lines.append("PartitionName=gpu Default=YES MaxTime=INFINITE State=UP Nodes=ALL")
-        if self.extra_conf:
-            lines.append(self.extra_conf.strip())
-        return "\n".join(lines) + "\n"
+        return slurm_conf(self)
 
     def _write_wrappers(self) -> None:
-        """Slurm runs HealthCheckProgram/Prolog/Epilog with an (almost) empty environment, so the
-        wrapper sets everything gpuhc needs, then execs the shim (a no-op when ``shim_dir`` has
-        none)."""
-        path = ":".join([str(Path(sys.executable).parent), *SBIN])
-        for kind in ("healthcheck", "prolog", "epilog"):
-            shim = self.shim_dir / f"{kind}.sh"
-            target = f'exec /bin/sh "{shim}" "$@"' if shim.is_file() else "exit 0"
-            script = (
-                "#!/bin/sh\n"
-                f"# written by tests/slurm_cluster.py for cluster {self.name}\n"
-                f'export PATH="{path}"\n'
-                f'export SLURM_CONF="{self.conf_path}"\n'
-                f'export GPUHC_CONFIG="{self.gpuhc_yaml}"\n'
-                f'export GPUHC_STATE_DIR="{self.state_root}/${{SLURMD_NODENAME:-unknown}}"\n'
-                f'export GPUHC_BIN="{gpuhc_bin()}"\n'
-                f'export PYTHONPATH="{REPO}"\n'
-                f'echo "$(date +%s.%N) {kind} ${{SLURMD_NODENAME}} ${{SLURM_JOB_ID:-}}" >> "{self.log_dir}/calls.log"\n'
-                # The environment Slurm gave us, for tests that assert on it (and for debugging).
-                f'env > "{self.log_dir}/env.{kind}.${{SLURMD_NODENAME:-unknown}}"\n'
-                f"{target}\n"
-            )
-            p = self.workdir / "bin" / kind
-            p.write_text(script)
-            p.chmod(0o755)
+        write_wrappers(self)
 
     def _write_gpuhc_yaml(self) -> None:
-        data: dict[str, Any] = dict(self.gpuhc_config or {})
-        hosts = list(data.get("hosts") or [])
-        for node, scenario in self.node_scenarios.items():
-            hosts.append({"match": node, "sources": {"nvml_scenario": str(scenario)}})
-        if hosts:
-            data["hosts"] = hosts
-        self.gpuhc_yaml.write_text(yaml.safe_dump(data, sort_keys=False))
+        write_gpuhc_yaml(self)
 
     def _start_munge(self) -> None:
         key = self.sock_dir / "munge.key"
