@@ -78,3 +78,27 @@ def test_scontrol_text_1711():
     when = time.mktime(time.strptime("2019-01-29T10:42:12", "%Y-%m-%dT%H:%M:%S"))
     assert unavailable(path) == {"oxygen-04": ("IDLE", ["DRAIN"], "memory issues?", "root", when)}
     assert nodes[2].partitions == ("short", "medium", "long", "killable")
+
+
+def test_drain_report_over_every_sample():
+    """`gpuhc drain-report --from-file` on each sample: who is out, for what, set by whom."""
+    import json
+
+    from click.testing import CliRunner
+
+    from gpuhc.cli import cli
+
+    expected = {
+        "01": {"cn1": ("drained", "admin", "admin"), "cn4": ("down", "admin", "admin")},
+        "02": {"cn1": ("down", "admin", "admin"), "cn4": ("drained", "admin", "admin")},
+        "03": {"cn3": ("drained", "admin", "admin"), "cn4": ("down", "admin", "admin")},
+        "04": {"cn1": ("drained", "admin", "admin"), "cn2": ("down", "admin", "admin")},
+        # down with no reason at all: only Slurm (or slurm.conf) leaves a node so
+        "05": {"cs5.example.company.com": ("down", "no reason", "slurm")},
+        "06": {"oxygen-04": ("drained", "admin", "admin")},
+    }
+    for f in sorted(REALDATA.iterdir()):
+        result = CliRunner().invoke(cli, ["drain-report", "--from-file", str(f), "--json"], catch_exceptions=False)
+        doc = json.loads(result.output)
+        got = {n["node"]: (n["kind"], n["cause"], n["owner"]) for n in doc["nodes"]}
+        assert got == expected[f.name[:2]], f.name
