@@ -33,7 +33,10 @@ def mk(name: str, raw: str = "IDLE+DRAIN", reason: str | None = "x", user: str |
     [
         ("gpuhc: xid Xid 79 on gpu3", "IDLE+DRAIN", "xid", "gpuhc"),
         ("gpuhc: RETIRED pages pending", "IDLE+DRAIN", "retired", "gpuhc"),
-        ("GPUHC:ecc: 3 DBE", "IDLE+DRAIN", "ecc", "gpuhc"),
+        ("gpuhc:ecc: 3 DBE", "IDLE+DRAIN", "ecc", "gpuhc"),
+        ("gpuhc: gpu-count 7 of 8 GPUs [q2]", "IDLE+DRAIN", "gpu-count", "gpuhc"),
+        # the prefix is exact, as gpuhc.slurm.reason decides what it may resume
+        ("GPUHC check later", "IDLE+DRAIN", "admin", "admin"),
         ("gpuhc:", "IDLE+DRAIN", "gpuhc", "gpuhc"),
         ("Not responding", "DOWN*", "not responding", "slurm"),
         ("Prolog error", "IDLE+DRAIN", "prolog error", "slurm"),

@@ -7,7 +7,8 @@ Slurm stamps its own reasons with SlurmUser, but admins run ``scontrol`` as root
 same SlurmUser (public slurmrestd samples show ``ECC memory error`` set by ``slurm``), so the
 user cannot tell Slurm from a person. The rules, first match wins:
 
-- ``gpuhc`` — the reason starts with ``gpuhc:``; the cause is the check id, the first word
+- ``gpuhc`` — the reason starts with ``gpuhc:`` (exactly, case-sensitive, as
+  :mod:`gpuhc.slurm.reason` decides what is gpuhc's); the cause is the check id, the first word
   after the prefix (``gpuhc: xid Xid 79 on gpu3`` -> ``xid``, ``gpuhc: RETIRED ...`` -> ``retired``).
 - ``slurm`` — the reason is one Slurm writes itself (``Not responding``, ``Prolog error``,
   ``Epilog error``, ``Kill task failed``, ``batch job complete failure``, ``Node unexpectedly
@@ -28,8 +29,9 @@ from typing import Iterable
 
 from gpuhc.errors import GpuhcError
 from gpuhc.slurm.nodes import Node
+from gpuhc.slurm.reason import PREFIX
 
-GPUHC_PREFIX = "gpuhc:"
+GPUHC_PREFIX = PREFIX
 OWNERS = ("gpuhc", "slurm", "admin")
 KINDS = ("down", "fail", "draining", "drained")
 # --state values: each names the kinds it selects.
@@ -75,7 +77,7 @@ def classify(node: Node) -> tuple[str, str]:
     """(cause, owner) of an unavailable node, following the module's ownership rules."""
     reason = (node.reason or "").strip()
     low = reason.lower()
-    if low.startswith(GPUHC_PREFIX):
+    if reason.startswith(GPUHC_PREFIX):
         words = re.findall(r"[a-z0-9][a-z0-9_.-]*", low[len(GPUHC_PREFIX):])
         return (words[0].rstrip(".") if words else "gpuhc"), "gpuhc"
     if not reason:
