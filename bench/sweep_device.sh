@@ -22,22 +22,22 @@ print(MPI.Get_library_version().splitlines()[0])'
 } 2>&1 | tee "$OUT/env.txt"
 
 echo "== gpu tests"
-timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_sweep_gpu.py 2>&1 | tee "$OUT/pytest_gpu.txt"
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_sweep_gpu.py 2>&1 | tee "$OUT/pytest_gpu.txt"
 
 echo "== gpuhc sweep run --backend nccl, $NGPU ranks, 8 B -> 2 GiB"
 t0=$(date +%s.%N)
-timeout 300 "${MPIRUN[@]}" python3 -m gpuhc sweep run --backend nccl --out "$OUT/sweep_nccl.json" 2>&1 | tee "$OUT/sweep_nccl.txt"
+timeout 120 "${MPIRUN[@]}" python3 -m gpuhc sweep run --backend nccl --out "$OUT/sweep_nccl.json" 2>&1 | tee "$OUT/sweep_nccl.txt"
 t1=$(date +%s.%N)
 WALL=$(python3 -c "print(round($t1 - $t0, 2))")
 echo "full sweep wall time (mpirun start to exit): ${WALL}s" | tee -a "$OUT/sweep_nccl.txt"
 
 echo "== torch.distributed baseline loop"
-timeout 300 torchrun --standalone --nproc_per_node="$NGPU" bench/bench_sweep.py torch --out "$OUT/torch_loop.json" 2>&1 | tail -3
+timeout 120 torchrun --standalone --nproc_per_node="$NGPU" bench/bench_sweep.py torch --out "$OUT/torch_loop.json" 2>&1 | tail -3
 
 echo "== gpuhc again (after the baseline, to see run-to-run spread)"
-timeout 300 "${MPIRUN[@]}" python3 -m gpuhc sweep run --backend nccl --out "$OUT/sweep_nccl_2.json" --no-table 2>&1 | tail -3
+timeout 120 "${MPIRUN[@]}" python3 -m gpuhc sweep run --backend nccl --out "$OUT/sweep_nccl_2.json" --no-table 2>&1 | tail -3
 
 echo "== compare (first gpuhc run)"
 python3 bench/bench_sweep.py compare --gpuhc "$OUT/sweep_nccl.json" --torch "$OUT/torch_loop.json" --gpuhc-wall "$WALL" --out "$OUT/compare_1.json" 2>&1 | tee "$OUT/compare.txt"
 echo "== compare (second gpuhc run)"
-python3 bench/bench_sweep.py compare --gpuhc "$OUT/sweep_nccl_2.json" --torch "$OUT/torch_loop.json" --out "$OUT/compare_2.json" 2>&1 | tee -a "$OUT/compare.txt"
+python3 bench/bench_sweep.py compare --gpuhc "$OUT/sweep_nccl_2.json" --torch "$OUT/torch_loop.json" 2>&1 | tee -a "$OUT/compare.txt"
