@@ -248,6 +248,10 @@ def test_prolog_epilog_and_quarantine(slurm_cluster, tmp_path):
     assert c.node("n1").reason == "gpuhc: RETIRED xid Xid 79 on gpu0 (0000:18:00.0): GPU has fallen off the bus"
     listed = json.loads(gpuhc(c, "quarantine", "list", "n[1-2]", "--json", check=True).stdout)
     assert [(r["node"], r["phase"]) for r in listed] == [("n1", "retired"), ("n2", "drained")]
+    # n2, repaired: its retest on the node passes and resumes it.
+    ok = gpuhc(c, "quarantine", "retest", "--nvml-scenario", str(HEALTHY), node="n2")
+    assert ok.returncode == 0 and "retest passed" in ok.stderr, ok.stderr
+    assert not c.node("n2").drained and c.node("n2").reason is None
     # An admin's drain is not gpuhc's to release.
     c.scontrol("update", "NodeName=n2", "State=DRAIN", "Reason=admin: keep out")
     rel = gpuhc(c, "quarantine", "release", "n[1-2]")
