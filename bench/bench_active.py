@@ -39,7 +39,7 @@ def _gpuhc_gemm_tflops(n: int, dtype: str, iters: int) -> list[float]:
 
     cp = gpu.cupy()
     with cp.cuda.Device(0):
-        stream = cp.cuda.Stream(non_blocking=True)
+        stream = gpu.stream()
         g = Gemm(n, dtype, 1234, stream)
         t = gpu.DeviceTimer(stream, 0)
         for _ in range(5):
@@ -130,79 +130,94 @@ def _gpuhc_allreduce(mib: int, iters: int, devices: list[dict]) -> float:
     return data["busbw_gbps"]
 
 
-def _torch_rank(rank: int, world: int, mib: int, iters: int, port: int, q) -> None:
+def _torch_rank(rank: int, world: int, mibs: list[int], iters: int, port: int, q) -> None:
     import torch
     import torch.distributed as dist
 
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    x = torch.ones((mib << 20) // 4, device=f"cuda:{rank}")
-    for _ in range(5):
-        dist.all_reduce(x)
-    torch.cuda.synchronize()
-    dist.barrier()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(iters):
-        dist.all_reduce(x)
-    e.record()
-    torch.cuda.synchronize()
-    t = torch.tensor([s.elapsed_time(e) / 1e3 / iters], device=f"cuda:{rank}")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    if rank == 0:
-        q.put((mib << 20) / t.item() / 1e9 * 2 * (world - 1) / world)
+    for mib in mibs:
+        x = torch.ones((mib << 20) // 4, device=f"cuda:{rank}")
+        for _ in range(5):
+            dist.all_reduce(x)
+        torch.cuda.synchronize()
+        dist.barrier()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(iters):
+            dist.all_reduce(x)
+        e.record()
+        torch.cuda.synchronize()
+        t = torch.tensor([s.elapsed_time(e) / 1e3 / iters], device=f"cuda:{rank}")
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        if rank == 0:
+            q.put((mib, (mib << 20) / t.item() / 1e9 * 2 * (world - 1) / world))
+        del x
     dist.destroy_process_group()
 
 
-def _torch_allreduce(mib: int, iters: int, world: int) -> float:
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torch_allreduce(mibs: list[int], iters: int, world: int) -> dict[int, float]:
+    """One torch.distributed session (one process per GPU, NCCL backend) over all sizes."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    port = 29500 + os.getpid() % 1000
-    procs = [ctx.Process(target=_torch_rank, args=(r, world, mib, iters, port, q)) for r in range(world)]
+    port = _free_port()
+    procs = [ctx.Process(target=_torch_rank, args=(r, world, mibs, iters, port, q)) for r in range(world)]
     for p in procs:
         p.start()
-    value = q.get(timeout=180)
+    out = dict(q.get(timeout=120) for _ in mibs)
     for p in procs:
-        p.join(timeout=60)
-    return value
+        p.join(timeout=30)
+    return out
 
 
 # ------------------------------------------------------------------------------- commands
 
 
+def _row(name: str, o: float, t: float, target: str) -> None:
+    print(f"{name:42} {o:9.1f} {t:10.1f} {o / t:7.3f}  {target}", flush=True)
+
+
 def compare(args) -> dict:
     devices = _devices()
     out: dict = {"gpus": len(devices), "name": devices[0].get("name") if devices else None}
-    rows = []
+    print(f"{'workload':42} {'gpuhc':>9} {'framework':>10} {'ratio':>7}  target", flush=True)
     for dtype in args.dtypes:
         ours, theirs = [], []
         for _ in range(2):  # A B A B
             ours += _gpuhc_gemm_tflops(args.n, dtype, args.iters)
             theirs += _torch_matmul_tflops(args.n, dtype, args.iters)
         o, t = statistics.median(ours), statistics.median(theirs)
-        burn = _burnin_reported(args.n, dtype, 5.0, devices)
+        burn = _burnin_reported(args.n, dtype, 3.0, devices)
         out[f"matmul_{dtype}"] = {"gpuhc_tflops": round(o, 1), "torch_tflops": round(t, 1), "ratio": round(o / t, 4),
                                   "burnin_reported_tflops": burn, "burnin_ratio": round(burn / t, 4)}
-        rows.append((f"matmul {dtype} {args.n}^3 (TFLOP/s)", o, t, o / t, ">= 0.95"))
-        rows.append((f"burn-in reported {dtype} (TFLOP/s)", burn, t, burn / t, ">= 0.95"))
-    ours = [_gpuhc_copy(args.hbm_mib, devices) for _ in range(3)]
-    theirs = [_torch_copy(args.hbm_mib) for _ in range(3)]
+        _row(f"matmul {dtype} {args.n}^3 (TFLOP/s)", o, t, ">= 0.95")
+        _row(f"burn-in reported {dtype} (TFLOP/s)", burn, t, ">= 0.95")
+    ours, theirs = [], []
+    for _ in range(3):
+        ours.append(_gpuhc_copy(args.hbm_mib, devices))
+        theirs.append(_torch_copy(args.hbm_mib))
     o, t = statistics.median(ours), statistics.median(theirs)
     out["hbm"] = {"gpuhc_gbps": round(o, 1), "torch_gbps": round(t, 1), "ratio": round(o / t, 4)}
-    rows.append((f"HBM copy {args.hbm_mib} MiB (GB/s r+w)", o, t, o / t, ">= 0.95"))
+    _row(f"HBM copy {args.hbm_mib} MiB (GB/s r+w)", o, t, ">= 0.95")
     if len(devices) >= 2:
-        for mib in args.nccl_mib:
-            ours = [_gpuhc_allreduce(mib, args.nccl_iters, devices) for _ in range(3)]
-            theirs = [_torch_allreduce(mib, args.nccl_iters, len(devices)) for _ in range(2)]
-            o, t = statistics.median(ours), statistics.median(theirs)
-            out[f"nccl_{mib}"] = {"gpuhc_busbw": round(o, 1), "torch_busbw": round(t, 1), "ratio": round(o / t, 4),
-                                  "gpuhc_all": ours, "torch_all": theirs}
-            rows.append((f"all-reduce {mib} MiB x{len(devices)} (busbw GB/s)", o, t, o / t, "0.97..1.03"))
-    print(f"{'workload':42} {'gpuhc':>9} {'framework':>10} {'ratio':>7}  target")
-    for name, o, t, r, target in rows:
-        print(f"{name:42} {o:9.1f} {t:10.1f} {r:7.3f}  {target}")
+        ours_by = {m: [_gpuhc_allreduce(m, args.nccl_iters, devices)] for m in args.nccl_mib}
+        theirs_by = _torch_allreduce(args.nccl_mib, args.nccl_iters, len(devices))
+        for m in args.nccl_mib:  # A B A
+            ours_by[m].append(_gpuhc_allreduce(m, args.nccl_iters, devices))
+            o, t = statistics.median(ours_by[m]), theirs_by[m]
+            out[f"nccl_{m}"] = {"gpuhc_busbw": round(o, 1), "torch_busbw": round(t, 1), "ratio": round(o / t, 4),
+                                "gpuhc_all": ours_by[m]}
+            _row(f"all-reduce {m} MiB x{len(devices)} (busbw GB/s)", o, t, "0.97..1.03")
     return out
 
 

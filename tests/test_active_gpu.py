@@ -46,7 +46,9 @@ def test_epilog_suite_passes_on_healthy_gpus():
     from gpuhc.active.context import ActiveContext
     from gpuhc.model import Status
 
-    res = run_active("epilog", ActiveContext(profile_name=_profile(), budget_s=60.0))
+    t0 = time.monotonic()
+    res = run_active("epilog", ActiveContext(profile_name=_profile(), budget_s=30.0))
+    print(f"epilog suite on {_visible()} GPUs: {time.monotonic() - t0:.1f}s of a 30s budget")
     for r in res:
         print(r.status.value, r.check, r.subject, r.message)
     bad = [r for r in res if r.status in (Status.FAIL, Status.ERROR)]
@@ -103,6 +105,6 @@ def test_identical_gpus_agree_bitwise_on_the_burn_in_product():
     assert o.status == "done", o
     for dt, dd in o.data["dtypes"].items():
         hashes = {s: g["hash"] for s, g in dd["gpus"].items()}
-        print(dt, hashes)
+        print(dt, hashes, "phases", dd.get("phases_s"), "iters", dd.get("iters"))
         assert len(set(hashes.values())) == 1, (dt, hashes)
         assert all(g["hash_changes"] == 0 for g in dd["gpus"].values())

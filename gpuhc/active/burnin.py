@@ -152,13 +152,17 @@ def _run_dtype(params: dict, dt: str, seconds: float, devices: list[dict]) -> di
 
     cp = gpu.cupy()
     n, seed, every = int(params["n"]), int(params["seed"]), int(params["hash_every"])
+    phases = {"start": time.monotonic()}
     runs = []
     for d in devices:
         with cp.cuda.Device(d["cuda"]):
             gpu.module()  # compile the kernels before anything is timed
-            stream = cp.cuda.Stream(non_blocking=True)
+            stream = gpu.stream()
             runs.append({"dev": d, "stream": stream, "gemm": Gemm(n, dt, seed, stream),
                          "timer": gpu.DeviceTimer(stream, d["cuda"])})
+    for r in runs:
+        r["stream"].synchronize()
+    phases["setup"] = time.monotonic()
     # warm up (cuBLAS picks its kernel), then time a few iterations to size the chunks
     calib = []
     for r in runs:
@@ -174,8 +178,9 @@ def _run_dtype(params: dict, dt: str, seconds: float, devices: list[dict]) -> di
     chunk = max(1, int(0.2 / t_iter))
     slots = int(seconds / t_iter / every) + 64
     for r in runs:
-        with cp.cuda.Device(r["dev"]["cuda"]):
+        with cp.cuda.Device(r["dev"]["cuda"]), r["stream"]:
             r["hashes"] = cp.zeros(slots, dtype=cp.uint64)
+    phases["calibrate"] = time.monotonic()
     it = used = 0
     t_end = time.monotonic() + seconds
     while True:
@@ -193,6 +198,7 @@ def _run_dtype(params: dict, dt: str, seconds: float, devices: list[dict]) -> di
             r["stream"].synchronize()
         if time.monotonic() >= t_end:
             break
+    phases["loop"] = time.monotonic()
     used = min(slots, (it + every - 1) // every)
     result: dict[str, Any] = {"iters": it, "seconds_target": seconds, "gpus": {}}
     for r in runs:
@@ -217,8 +223,11 @@ def _run_dtype(params: dict, dt: str, seconds: float, devices: list[dict]) -> di
                 "name": r["dev"].get("name"),
                 "sm_count": r["dev"].get("sm_count"),
             }
+    phases["check"] = time.monotonic()
     del runs
     gpu.release()
+    marks = list(phases.items())
+    result["phases_s"] = {name: round(t - marks[i][1], 3) for i, (name, t) in enumerate(marks[1:])}
     return result
 
 

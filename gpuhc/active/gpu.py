@@ -69,6 +69,14 @@ def u64(v: int):
     return np.uint64(v & 0xFFFFFFFFFFFFFFFF)
 
 
+def stream():
+    """A *blocking* stream: it orders itself with the legacy default stream, on which CuPy runs
+    every allocation-side operation not made inside a ``with stream`` block (``cp.zeros``,
+    ``cp.asarray``). A non-blocking stream raced such an initialisation on an H200 (a hash
+    slot zeroed after the hash kernel had written it)."""
+    return cupy().cuda.Stream(non_blocking=False)
+
+
 def release() -> None:
     """Give every cached device and pinned block back to the driver."""
     cp = cupy()

@@ -31,7 +31,7 @@ def measure(params: dict, devices: list[dict]) -> dict[str, Any]:
     runs = []
     for d in devices:
         with cp.cuda.Device(d["cuda"]):
-            stream = cp.cuda.Stream(non_blocking=True)
+            stream = gpu.stream()
             src = cp.empty(nbytes // 4, dtype=cp.float32)
             dst = cp.empty(nbytes // 4, dtype=cp.float32)
             gpu.launch("fill_uniform_f32", src.size, (src, gpu.u64(src.size), gpu.u64(params.get("seed", 1))), stream)

@@ -30,29 +30,40 @@ def measure(params: dict, devices: list[dict]) -> dict[str, Any]:
     for d in devices:
         with cp.cuda.Device(d["cuda"]):
             dev = cp.empty(nbytes, dtype=cp.uint8)
-            stream = cp.cuda.Stream(non_blocking=True)
+            stream = gpu.stream()
             rates = {}
             for name, kind, dst, src in (("h2d", H2D, dev.data.ptr, host.ptr), ("d2h", D2H, host.ptr, dev.data.ptr)):
                 timer = gpu.DeviceTimer(stream, d["cuda"])
-                cp.cuda.runtime.memcpyAsync(dst, src, nbytes, kind, stream.ptr)  # warm-up
+                for _ in range(2):  # warm-up: first DMA into fresh pages is slow on some hosts
+                    cp.cuda.runtime.memcpyAsync(dst, src, nbytes, kind, stream.ptr)
                 for _ in range(repeats):
                     ev = timer.start()
                     cp.cuda.runtime.memcpyAsync(dst, src, nbytes, kind, stream.ptr)
                     timer.stop(ev)
-                rates[name] = round(gpu.median([nbytes / t / 1e9 for t in timer.seconds() if t > 0]), 2)
+                got = [nbytes / t / 1e9 for t in timer.seconds() if t > 0]
+                rates[name] = round(gpu.median(got), 2)
+                rates[name + "_best"] = round(max(got), 2) if got else 0.0
             link = pcie_link(d["pci"])
             del dev
-        out["gpus"][d["subject"]] = {"h2d_gbps": rates["h2d"], "d2h_gbps": rates["d2h"], "pcie": link}
+        out["gpus"][d["subject"]] = {"h2d_gbps": rates["h2d"], "d2h_gbps": rates["d2h"], "h2d_best_gbps":
+                                     rates["h2d_best"], "d2h_best_gbps": rates["d2h_best"], "pcie": link}
     del host
     return out
 
 
 def judge(data: dict[str, Any], thr: dict[str, Any]) -> list[Result]:
+    """Judged on the best of the repeats: a degraded link can never beat its width and
+    generation, while a busy host only ever makes single copies slower (seen once on an H200
+    host: one GPU's median host-to-GPU copy at half speed right after a 118 GiB memory test)."""
     gpus = data.get("gpus") or {}
-    findings = judge_rates({s: float(g.get("h2d_gbps") or 0) for s, g in gpus.items()}, thr.get("h2d_gbps"), thr,
+
+    def best(g: dict, way: str) -> float:
+        return float(g.get(f"{way}_best_gbps") or g.get(f"{way}_gbps") or 0.0)
+
+    findings = judge_rates({s: best(g, "h2d") for s, g in gpus.items()}, thr.get("h2d_gbps"), thr,
                            "host-to-GPU", "GB/s")
-    judge_rates({s: float(g.get("d2h_gbps") or 0) for s, g in gpus.items()}, thr.get("d2h_gbps"), thr,
-                "GPU-to-host", "GB/s", findings)
+    judge_rates({s: best(g, "d2h") for s, g in gpus.items()}, thr.get("d2h_gbps"), thr, "GPU-to-host", "GB/s",
+                findings)
     pass_text = {}
     for s, g in gpus.items():
         link = g.get("pcie") or {}

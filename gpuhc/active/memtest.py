@@ -42,7 +42,7 @@ def measure(params: dict, devices: list[dict]) -> dict[str, Any]:
             buf, nbytes = _alloc(cp, max(MIN_BYTES, want // ALIGN * ALIGN))
             init = np.array([0, 2**64 - 1, 0, 0, 0, 0], dtype=np.uint64)
             stats = cp.asarray(np.tile(init, (len(names), 1)))
-            stream = cp.cuda.Stream(non_blocking=True)
+            stream = gpu.stream()
             runs.append({"dev": d, "buf": buf, "bytes": nbytes, "free": int(free), "stats": stats,
                          "stream": stream, "timer": gpu.DeviceTimer(stream, d["cuda"])})
     starts = [r["timer"].start() for r in runs]

@@ -47,7 +47,7 @@ def measure(params: dict, devices: list[dict]) -> dict[str, Any]:
                 gpu.module()
                 send = cp.empty(count, dtype=cp.float32)
                 recv = cp.full(count, np.nan, dtype=cp.float32)
-                stream = cp.cuda.Stream(non_blocking=True)
+                stream = gpu.stream()
                 gpu.launch("fill_rank", count, (send, gpu.u64(count), np.float32(r)), stream)
                 bufs.append({"send": send, "recv": recv, "stream": stream, "timer": gpu.DeviceTimer(stream, d["cuda"])})
 

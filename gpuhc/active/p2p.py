@@ -42,7 +42,7 @@ def measure(params: dict, devices: list[dict]) -> dict[str, Any]:
             src = cp.empty(words, dtype=cp.uint64)
             gpu.launch("mt_write", words, (src, gpu.u64(words), np.int32(RANDOM_PATTERN), gpu.u64(seed + d["cuda"])))
             bufs[d["cuda"]] = {"src": src, "dst": cp.empty(words, dtype=cp.uint64),
-                               "stream": cp.cuda.Stream(non_blocking=True)}
+                               "stream": gpu.stream()}
             cp.cuda.Device().synchronize()
     pairs: dict[str, Any] = {}
     for a in devices:

@@ -44,7 +44,7 @@ class Task:
         if self.name == "topology":
             return 1.0 + 0.05 * n
         if self.name == "burnin":
-            return p["seconds"] + 1.0 * len(p["dtypes"]) + 1.0
+            return p["seconds"] + 2.0 * len(p["dtypes"]) + 2.0
         if self.name == "hbm":
             return 1.0 + 0.1 * n
         if self.name == "memtest":
