@@ -316,3 +316,24 @@ def test_slurm_conf_example_is_accepted_by_slurm(slurm_cluster, tmp_path):
     assert shown["PrologFlags"] == conf["PrologFlags"]
     assert shown["PrologEpilogTimeout"].split()[0] == conf["PrologEpilogTimeout"]
     assert conf["SchedulerParameters"] in shown["SchedulerParameters"]
+
+
+def test_reasons_round_trip_through_real_scontrol(slurm_cluster, tmp_path, monkeypatch):
+    """What gpuhc sends is exactly what Slurm shows back: argv text that looks like other
+    scontrol keys, shell syntax, non-ASCII, and a reason cut to 255 bytes."""
+    from gpuhc.model import Action, Result, Status
+    from gpuhc.slurm.reason import build_reason
+    from gpuhc.slurm.scontrol import Scontrol
+
+    c = slurm_cluster(workdir=tmp_path / "rt", nodes=("n1",))
+    monkeypatch.setenv("SLURM_CONF", str(c.conf_path))
+    sc = Scontrol()
+    for msg in ("Xid 79, pid=1234, name=python3 Reason=x State=IDLE NodeName=n9",
+                "é ü 😀 %s %n (0000:5d:00.0): 50% [root@2024-01-01T00:00:00]",
+                "x" * 400,
+                "tab\there; rm -rf / `id` $(id) \"q\" 'q'\nsecond line"):
+        reason = build_reason([Result("xid", Status.FAIL, msg, "gpu3", action=Action.DRAIN_TICKET)], cycle=2)
+        sc.drain("n1", reason)
+        node = c.node("n1")
+        assert node.reason == reason and node.drained
+        assert len(reason.encode()) <= 255
