@@ -20,8 +20,8 @@ run() { local t=$1; shift; echo "=== $* (limit ${t}s)" | tee -a "$LOG"; local s=
 } > "$OUT/env.txt" 2>&1
 
 run 150 python3 -m pytest -q -m gpu tests/test_active_gpu.py -s -p no:cacheprovider
+run 60 env CUDA_VISIBLE_DEVICES=0 python3 bench/bench_active.py suite --stage epilog --budget 30 --json "$OUT/suite.jsonl"
 if [ "$MODE" = full ]; then
-  run 60 env CUDA_VISIBLE_DEVICES=0 python3 bench/bench_active.py suite --stage epilog --budget 30 --json "$OUT/suite.jsonl"
   run 60 python3 bench/bench_active.py suite --stage epilog --budget 30 --json "$OUT/suite.jsonl"
   run 110 python3 bench/bench_active.py suite --stage bootstrap --budget 600 --burnin-s 16 --json "$OUT/suite.jsonl"
 fi
