@@ -130,7 +130,8 @@ def test_multiline_reason_continuation():
         "          second line\n"
     )
     (node,) = parse_show_node(text)
-    assert node.reason.startswith("first line") and node.drained
+    assert node.reason == "first line second line" and node.drained
+    assert (node.reason_user, node.reason_time) == ("root", local("2024-06-11T10:23:45"))
 
 
 def test_shell_prompt_preamble_is_not_mistaken_for_json():
