@@ -282,6 +282,9 @@ def _recount_after_drain(flow: Flow, sc: Scontrol, bs: BreakerSettings, out: Out
 
 
 def healthcheck(flow: Flow) -> Outcome:
+    from gpuhc.slurm.handover import adopt_external_resume
+
+    adopt_external_resume(flow, load_memory(flow), flow.log)
     report = run_checks(flow)
     if report is None:
         return Outcome(EXIT_INTERNAL, flow.log.lines)

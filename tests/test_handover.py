@@ -1,0 +1,64 @@
+"""An admin's resume of a node gpuhc drained acknowledges the old kernel-log evidence.
+
+Without it, the next health check would find the same Xid (held for `xid.window_s`) and drain
+the node again minutes after the admin fixed it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from test_policy_entry import MiniSlurm, config
+
+from gpuhc.runner import RunOptions
+from gpuhc.slurm import entry
+from gpuhc.slurm.policy import Act
+from gpuhc.slurm.scontrol import Scontrol
+from gpuhc.sources import SourceSpec
+from gpuhc.state import StateStore
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+XID79 = os.path.join(ROOT, "examples", "scenarios", "xid79-fallen-off-bus.yaml")
+
+
+def real_flow(tmp_path, slurm: MiniSlurm) -> entry.Flow:
+    opts = RunOptions(stage="passive", config=config(tmp_path), sources=SourceSpec(nvml_scenario=XID79, step=0),
+                      state_dir=str(tmp_path / "state"), hostname="n1")
+    return entry.Flow(stage="passive", opts=opts, log=entry.Log("gpuhc healthcheck n1", None, False, False),
+                      make_scontrol=lambda deadline: Scontrol(run=slurm, deadline=deadline), env={})
+
+
+def test_resume_by_admin_acknowledges_and_the_node_stays_in_service(tmp_path):
+    slurm = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None)})
+    first = entry.healthcheck(real_flow(tmp_path, slurm))
+    assert first.decision.act is Act.DRAIN and slurm.nodes["n1"][0] == "IDLE+DRAIN"
+
+    # Still drained by us: the next run keeps it drained and acknowledges nothing.
+    again = entry.healthcheck(real_flow(tmp_path, slurm))
+    assert again.exit_code == 1 and slurm.nodes["n1"][0] == "IDLE+DRAIN"
+    assert StateStore(str(tmp_path / "state")).read()["checks"]["xid"].get("cleared_at") is None
+
+    slurm.nodes["n1"] = ["IDLE", None]  # the admin reset the GPU and resumed the node
+    after = entry.healthcheck(real_flow(tmp_path, slurm))
+    assert after.exit_code == 0, after.lines
+    assert slurm.nodes["n1"] == ["IDLE", None]
+    assert any("resumed outside gpuhc" in line for line in after.lines)
+    assert StateStore(str(tmp_path / "state")).read()["checks"]["xid"]["cleared_at"] is not None
+
+
+def test_admin_drain_after_ours_is_not_an_acknowledgement(tmp_path):
+    slurm = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None)})
+    entry.healthcheck(real_flow(tmp_path, slurm))
+    slurm.nodes["n1"] = ["IDLE+DRAIN", "admin: RMA ticket 1234"]
+    out = entry.healthcheck(real_flow(tmp_path, slurm))
+    assert not any("resumed outside gpuhc" in line for line in out.lines)
+    assert slurm.nodes["n1"] == ["IDLE+DRAIN", "admin: RMA ticket 1234"]
+    assert StateStore(str(tmp_path / "state")).read()["checks"]["xid"].get("cleared_at") is None
+
+
+def test_node_not_held_costs_no_query_before_the_checks(tmp_path):
+    slurm = MiniSlurm({"n1": ("IDLE", None)})
+    flow = real_flow(tmp_path, slurm)
+    flow.opts.sources = SourceSpec(nvml_scenario=os.path.join(ROOT, "examples", "scenarios", "healthy-8xh100.yaml"))
+    out = entry.healthcheck(flow)
+    assert out.exit_code == 0 and slurm.calls == []
