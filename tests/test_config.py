@@ -117,3 +117,16 @@ def test_root_refuses_config_owned_by_someone_else(tmp_path):
     os.chown(path, 65534, 65534)
     with pytest.raises(ConfigError, match="owned by uid 65534"):
         load_config(path)
+
+
+def test_shipped_example_config_is_valid(tmp_path):
+    """etc/gpuhc.yaml is what admins copy: it must load, and its host overrides must apply."""
+    import shutil
+
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "etc", "gpuhc.yaml")
+    path = tmp_path / "gpuhc.yaml"
+    shutil.copy(src, path)
+    os.chmod(path, 0o644)
+    assert load_config(str(path), "gpu003").section("node")["expected_gpus"] == 4
+    assert load_config(str(path), "gpu100").section("node")["expected_gpus"] == 8
+    assert load_config(str(path), "gpu100").check_settings("xid")["thresholds"]["window_s"] == 86400

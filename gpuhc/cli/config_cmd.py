@@ -40,3 +40,45 @@ def show(config_path: str | None, hostname: str | None, json_mode: bool) -> None
 
         click.echo(f"# effective config for {cfg.hostname} from {cfg.path or 'built-in defaults'}")
         click.echo(yaml.safe_dump(cfg.data, sort_keys=True, default_flow_style=False).rstrip())
+
+
+@config.command("checks")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False))
+@click.option("--node", "hostname", help="Apply this node's per-host overrides.")
+@click.option("--profile", "profile_name", help="Thresholds of this GPU profile (default: generic, or node.profile).")
+@click.option("--json", "json_mode", is_flag=True)
+def list_checks(config_path: str | None, hostname: str | None, profile_name: str | None, json_mode: bool) -> None:
+    """List the passive checks: id, stages, timeout and effective thresholds.
+
+    These are the names `checks.<id>.thresholds` in gpuhc.yaml accepts.
+    """
+    from gpuhc.checks import all_checks
+    from gpuhc.config import load_config
+    from gpuhc.profiles import select_profile
+
+    cfg = load_config(config_path, node_name(hostname))
+    profile = select_profile(None, profile_name or cfg.section("node").get("profile"))
+    rows = []
+    for check in all_checks():
+        settings = cfg.check_settings(check.id)
+        thresholds = {**check.defaults, **profile.thresholds.get(check.id, {}), **(settings.get("thresholds") or {})}
+        rows.append({
+            "id": check.id,
+            "enabled": settings["enabled"],
+            "stages": list(check.stages),
+            "timeout_s": settings["timeout_s"] or check.timeout_s,
+            "needs": list(check.needs),
+            "thresholds": thresholds,
+        })
+    if json_mode:
+        import json
+
+        click.echo(json.dumps({"profile": profile.name, "checks": rows}, indent=2, default=str))
+        return
+    click.echo(f"# passive checks, thresholds of profile {profile.name}")
+    for row in rows:
+        state = "" if row["enabled"] else " (disabled)"
+        click.echo(f"{row['id']}{state}: stages {','.join(row['stages'])}; timeout {row['timeout_s']:g}s; "
+                   f"reads {','.join(row['needs'])}")
+        for key, value in row["thresholds"].items():
+            click.echo(f"    {key}: {value}")
