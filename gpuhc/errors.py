@@ -43,6 +43,10 @@ class SlurmError(GpuhcError):
     exit_code = EXIT_INTERNAL
 
 
+class SlurmUnreachable(SlurmError):
+    """Slurm did not answer at all (timeout, command missing): retrying another way won't help."""
+
+
 def run_cli(cli) -> None:
     """Run the click group; map our errors to messages and exit codes."""
     import click

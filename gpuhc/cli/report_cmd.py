@@ -137,21 +137,21 @@ def read_live(timeout_s: float, scontrol=None) -> tuple[list[Node], str]:
     either way the text form still answers. A timeout is not retried: slurmctld is not
     answering, and a second wait would only double the admin's.
     """
+    from gpuhc.errors import SlurmUnreachable
     from gpuhc.slurm.scontrol import Scontrol
 
     sc = scontrol or Scontrol(timeout_s=timeout_s)
-    binary = sc.binary
     try:
-        out = sc._call([binary, "--all", "--json", "show", "node"])
+        out = sc.show_all_raw("json")
         try:
             return parse_nodes(out), "scontrol --json show node"
         except NodeParseError as e:
             json_error = f"unreadable JSON answer: {e}"
+    except SlurmUnreachable:
+        raise
     except SlurmError as e:
-        if "no answer within" in str(e) or "not found" in str(e):
-            raise
         json_error = str(e)
-    out = sc._call([binary, "--all", "--oneliner", "show", "node"])
+    out = sc.show_all_raw("oneliner")
     try:
         return parse_nodes(out), "scontrol --oneliner show node"
     except NodeParseError as e:

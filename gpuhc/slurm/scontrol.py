@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from gpuhc.errors import SlurmError
+from gpuhc.errors import SlurmError, SlurmUnreachable
 from gpuhc.slurm.nodes import Node, NodeParseError, parse_show_node_oneline
 
 # (argv, timeout_s) -> (returncode, stdout, stderr); raises subprocess.TimeoutExpired / OSError
@@ -94,6 +94,13 @@ class Scontrol:
             return float("inf")
         return self.deadline - time.monotonic()
 
+    def show_all_raw(self, fmt: str) -> str:
+        """Every node, hidden ones too, as Slurm prints it: ``fmt`` is "json" or "oneliner".
+        Read-only; for callers that parse the answer themselves (drain-report)."""
+        if fmt not in ("json", "oneliner"):
+            raise ValueError(fmt)
+        return self._call([self.binary, "--all", f"--{fmt}", "show", "node"])
+
     def _call(self, argv: list[str]) -> str:
         # Name the command in errors, but not the (long) reason text.
         cmd = " ".join("reason=..." if a.lower().startswith("reason=") else a for a in argv[1:])
@@ -104,9 +111,9 @@ class Scontrol:
         try:
             rc, out, err = self.run(argv, timeout)
         except subprocess.TimeoutExpired:
-            raise SlurmError(f"scontrol {cmd}: no answer within {timeout:.1f}s (slurmctld down or busy?)") from None
+            raise SlurmUnreachable(f"scontrol {cmd}: no answer within {timeout:.1f}s (slurmctld down or busy?)") from None
         except FileNotFoundError:
-            raise SlurmError(f"scontrol not found: {self.binary!r} (set slurm.scontrol or PATH)") from None
+            raise SlurmUnreachable(f"scontrol not found: {self.binary!r} (set slurm.scontrol or PATH)") from None
         except OSError as e:
             raise SlurmError(f"scontrol {cmd}: cannot run {self.binary}: {e.strerror or e}") from None
         if rc != 0:
