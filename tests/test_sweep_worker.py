@@ -28,12 +28,13 @@ def mpiexec() -> str:
 
 
 def launch(tmp_path, nodes=("a", "b"), fault="", backend="mpi", max_bytes=1 << 16, timeout_s=3.0, extra=()):
-    """One rank per fake node, each with its own SLURMD_NODENAME (MPMD), like srun would set."""
+    """One rank per fake node, each with its own SLURMD_NODENAME (MPMD), like srun would set;
+    `env` sets it portably (MPICH and Open MPI alike)."""
     argv = [mpiexec()]
     for i, node in enumerate(nodes):
         if i:
             argv.append(":")
-        argv += ["-n", "1", "-env", "SLURMD_NODENAME", node, "-env", "GPUHC_SWEEP_FAULT", fault,
+        argv += ["-n", "1", "env", f"SLURMD_NODENAME={node}", f"GPUHC_SWEEP_FAULT={fault}",
                  sys.executable, "-m", "gpuhc", "sweep", "run", "--backend", backend, "--sweep-id", "s1",
                  "--group-id", "r0g0000", "--nodes", ",".join(nodes), "--results-dir", str(tmp_path),
                  "--max-bytes", str(max_bytes), "--warmup", "1", "--iters", "3", "--latency-iters", "5",

@@ -134,9 +134,13 @@ class NcclBackend:
             raise BackendError(f"no CUDA device visible: {e}") from None
         if ndev < 1:
             raise BackendError("no CUDA device visible")
-        # Under Slurm with per-task GPU binding each rank sees one device; otherwise pick by
-        # local rank, so ranks of one node spread over its GPUs.
-        self.device = local_rank % ndev
+        # Under Slurm with per-task GPU binding each rank sees one device; otherwise spread the
+        # ranks that share this machine over its GPUs. Shared memory, not the node name, says
+        # who shares a machine (test clusters run several Slurm "nodes" on one host).
+        from mpi4py import MPI
+
+        host_rank = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+        self.device = host_rank % ndev
         cupy.cuda.Device(self.device).use()
         uid = nccl.get_unique_id() if self.rank == 0 else None
         uid = comm.bcast(uid, root=0)

@@ -176,10 +176,10 @@ def run(spec: RunSpec) -> int:
     try:
         backend = BACKENDS[spec.backend](comm, rec.local_rank, sizes[-1], corrupt=fault.corrupt)
         rec.info = backend.describe()
-    except BackendError as e:
+    except Exception as e:  # noqa: BLE001 - BackendError, or NCCL/CUDA refusing at init
         # Write our own file first: peers that did get a backend may be waiting in a collective
         # we never join, and then only the watchdog (still armed) ends this rank.
-        rec.errors.append(str(e))
+        rec.errors.append(str(e) if isinstance(e, BackendError) else f"backend start-up: {type(e).__name__}: {e}")
         rec.write_partial(None, None)
         return _finish(comm, rec, spec, dog)
     dog.disarm()
