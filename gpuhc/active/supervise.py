@@ -221,7 +221,10 @@ def _await(w: Worker, t: Task, deadline: float, timeout: float) -> tuple[Outcome
         if ev is None:
             return Outcome(t.name, "timeout", message=f"timed out after {timeout:.0f}s"), True
         if ev is _EOF:
-            rc = w.proc.poll()
+            try:  # stdout closes a moment before the exit status is there
+                rc = w.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                rc = None
             return Outcome(t.name, "fail", kind="crash",
                            message=f"GPU worker died (exit {rc}): {w.stderr_tail()}".rstrip(": ")), True
         if ev.get("task") != t.name or ev.get("ev") not in ("done", "fail"):
