@@ -123,9 +123,12 @@ def _partitions(cli: SlurmCli, section: dict) -> tuple[list[str], dict[str, str]
 
 
 def drain_reason(node: str, evidence: str, sweep_id: str) -> str:
+    """The first (worst-first ordered) piece of evidence and the sweep id: a 255-byte reason
+    has no room for all of them; ``gpuhc sweep report`` has the rest."""
     from gpuhc.slurm.reason import format_reason
 
-    return format_reason(f"{CHECK_ID} {node} {evidence} (sweep {sweep_id})", cycle=1)
+    first = evidence.split("; ")[0] or "failed its probes"
+    return format_reason(f"{CHECK_ID} {node} {first} (sweep {sweep_id})", cycle=1)
 
 
 def apply_culprits(record: dict, config: Any, scontrol: Any, now: float, lines: list[str]) -> list[dict]:
