@@ -212,3 +212,10 @@ def test_shipped_example_config_and_template_are_valid():
     script = job_script(s, launch_argv(s, job_settings(s), "S1", g, "/shared"), "S1", g, "/shared")
     assert script.rstrip().splitlines()[-1].startswith("srun --mpi=pmix --ntasks-per-node=8")
     assert "${NCCL_IB_TIMEOUT:-20}" in script and "$sweep_id" in script  # $$ escapes survive
+
+
+def test_drain_reason_fits_255_bytes_and_keeps_the_sweep_id():
+    evidence = "; ".join(["p95 27998.0 us > 5x fleet 4970.8 at 1 KiB"] + ["busbw 0.00 GB/s < 0.3x fleet 0.14 at 64 KiB"] * 9)
+    reason = drain_reason("gpu-node-0042", evidence, "20261126T014324Z-6081")
+    assert len(reason.encode()) <= 255 and reason.endswith("(sweep 20261126T014324Z-6081) [q1]")
+    assert reason.startswith("gpuhc: nccl-sweep gpu-node-0042 p95 27998.0 us")

@@ -123,7 +123,7 @@ def _partitions(cli: SlurmCli, section: dict) -> tuple[list[str], dict[str, str]
 
 
 def drain_reason(node: str, evidence: str, sweep_id: str) -> str:
-    """The first (worst-first ordered) piece of evidence and the sweep id: a 255-byte reason
+    """The first piece of evidence (wrong sums and hangs come first) and the sweep id: a 255-byte reason
     has no room for all of them; ``gpuhc sweep report`` has the rest."""
     from gpuhc.slurm.reason import format_reason
 
