@@ -29,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from gpuhc.sweep.judge import ERROR, FAIL, PASS
+from gpuhc.sweep.judge import FAIL, PASS
 from gpuhc.sweep.plan import Group, group_id
 
 
@@ -212,7 +212,3 @@ def _pick(pool: list[str], want: int, leaf: str | None, leaf_of: dict[str, str])
     if len(pool) < want:
         return None
     return pool[:want]
-
-
-def error_groups(outcomes: Sequence[Outcome]) -> list[str]:
-    return [o.group.id for o in outcomes if o.status == ERROR]

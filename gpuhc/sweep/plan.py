@@ -18,8 +18,6 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Sequence
 
-PURPOSES = ("probe", "isolate", "bisect", "confirm")
-
 
 @dataclass
 class Group:

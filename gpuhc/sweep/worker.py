@@ -30,7 +30,7 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from gpuhc.sweep.stats import size_ladder, summarize_size
 
@@ -291,7 +291,3 @@ def _merge_sizes(parts: list[dict], nranks: int, node_of: list) -> list[dict]:
         row["node_time_us"] = node_time
         rows.append(row)
     return rows
-
-
-def spec_dict(spec: RunSpec) -> dict:
-    return asdict(spec)
