@@ -180,7 +180,7 @@ def test_job_gpus_restrict_the_devices(fake):
 
 
 def test_a_small_budget_skips_what_does_not_fit(fake):
-    res = run_active("epilog", fake(budget_s=6.0))
+    res = run_active("epilog", fake(budget_s=4.0))
     skipped = [r for r in res if r.status is Status.ERROR]
     assert skipped and all("not run:" in r.message and "of the stage budget left" in r.message for r in skipped)
     assert "burnin" not in [q["task"] for q in fake.requests()]

@@ -38,26 +38,33 @@ class Task:
     checks: list[str]  # check ids fed by this task
 
     def estimate_s(self, ngpu: int) -> float:
-        """Typical seconds on a healthy node (measured, docs/verification-active.md); the
-        timeout is 1.5x this plus 10 s, and a task that does not fit the budget is not started."""
+        """Typical seconds on a healthy node with warm kernel caches, from the H200 runs in
+        docs/verification-active.md plus a margin; a task that does not fit the budget left is
+        not started."""
         p, n = self.params, max(1, ngpu)
         if self.name == "topology":
-            return 1.0 + 0.05 * n
+            return 0.5 + 0.05 * n
         if self.name == "burnin":
-            return p["seconds"] + 2.0 * len(p["dtypes"]) + 2.0
+            return p["seconds"] + 0.5 * len(p["dtypes"]) + 0.5
         if self.name == "hbm":
-            return 1.0 + 0.1 * n
+            return 0.5 + 0.05 * n
         if self.name == "memtest":
-            # every pattern writes and reads the slice once, GPUs in parallel, ~2 TB/s or better
+            # every pattern writes and reads the slice once, GPUs in parallel, ~4 TB/s on H200
             gib = min(80.0 * p["fraction"], p["max_gib"])
-            return 2.0 + len(p["patterns"]) * 2 * gib / 1000.0 + 0.2 * n
+            return 1.0 + len(p["patterns"]) * 2 * gib / 2000.0 + 0.1 * n
         if self.name == "hostlink":
-            return 0.5 + n * (0.3 + p["repeats"] * 2 * p["mib"] / 20000.0)
+            return 0.3 + n * (0.1 + (p["repeats"] + 2) * 2 * p["mib"] / 1024.0 / 40.0)
         if self.name == "p2p":
-            return 0.5 + n * (n - 1) * (0.1 + p["repeats"] * p["mib"] / 50000.0)
+            return 0.3 + n * (n - 1) * (0.02 + (p["repeats"] + 1) * p["mib"] / 1024.0 / 300.0)
         if self.name == "nccl":
-            return 3.0 + n * 0.3 + (p["iters"] + p.get("warmup", 5)) * p["mib"] / 1024.0 * 0.01
+            return 1.5 + 0.3 * n + (p["iters"] + p.get("warmup", 5)) * p["mib"] / 1024.0 * 0.01
         return 10.0  # test-only tasks
+
+    def timeout_s(self, ngpu: int) -> float:
+        """Deadline when the config sets none. The burn-in also gets the time a node's first run
+        spends compiling kernels (cold caches: 15 s more on an H200, seen once)."""
+        cold = 15.0 if self.name == "burnin" else 0.0
+        return 1.5 * self.estimate_s(ngpu) + 10.0 + cold
 
 
 @dataclass

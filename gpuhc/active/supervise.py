@@ -187,7 +187,7 @@ def run_tasks(
                     message=f"not run: {max(0.0, remaining):.0f}s of the stage budget left, needs ~{need:.0f}s",
                 )
                 continue
-            timeout = min(timeout_of(t, len(devs)) or (need * 1.5 + 10.0), remaining)
+            timeout = min(timeout_of(t, len(devs)) or t.timeout_s(len(devs)), remaining)
             if progress:
                 progress.task_start(t.name, len(devs), timeout)
             t0 = time.monotonic()
