@@ -139,3 +139,48 @@ def test_real_worker_speaks_the_protocol_without_a_gpu():
     assert events[0]["ev"] == "hello" and isinstance(events[0]["devices"], list)
     assert [e["ev"] for e in events[1:]] == ["start", "fail"]
     assert events[2]["kind"] == "internal" and "unknown task 'no-such-task'" in events[2]["message"]
+
+
+def test_worker_dies_with_its_parent(tmp_path):
+    """An orphaned worker must not keep a node's GPUs busy: when the process that started it is
+    killed, the kernel kills the worker too (PR_SET_PDEATHSIG)."""
+    import signal
+    import time
+
+    pidfile = tmp_path / "worker.pid"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parent_code = (
+        "import sys, time\n"
+        "from gpuhc.active.supervise import Worker, worker_env\n"
+        f"w = Worker([sys.executable, '-m', 'gpuhc.active.worker'], worker_env())\n"
+        "w.event(time.monotonic() + 60)\n"
+        f"open({str(pidfile)!r}, 'w').write(str(w.proc.pid))\n"
+        "time.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], env=dict(os.environ, PYTHONPATH=root))
+    try:
+        deadline = time.monotonic() + 60
+        while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        worker = int(pidfile.read_text())
+        os.kill(worker, 0)  # alive while its parent is
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        gone = False
+        for _ in range(200):
+            if _dead(worker):
+                gone = True
+                break
+            time.sleep(0.05)
+        assert gone, "the worker outlived its parent"
+    finally:
+        parent.kill()
+
+
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie nobody has reaped yet (a container's init may never reap it)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            return any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
+    except FileNotFoundError:
+        return True

@@ -51,6 +51,7 @@ def worker_env(extra: dict[str, Any] | None = None) -> dict[str, str]:
     # CUDA's default order is "fastest first"; NVML and Slurm count in PCI order.
     env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     env["PYTHONUNBUFFERED"] = "1"
+    env["GPUHC_PARENT_PID"] = str(os.getpid())  # the worker exits if this process is gone
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     for k, v in (extra or {}).items():

@@ -138,7 +138,24 @@ def run_task(name: str, params: dict, devices: list[dict]) -> dict[str, Any]:
     return ev
 
 
+def _die_with_parent() -> None:
+    """The worker runs in its own session (so the parent can kill its whole group), which also
+    takes it out of the group Slurm kills when an epilog overruns. Ask the kernel to kill it when
+    the parent dies, so an orphan never keeps a node's GPUs busy."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except Exception:
+        return  # not Linux: the stdin check between tasks still ends an orphan
+    parent = os.environ.get("GPUHC_PARENT_PID")
+    if parent and parent.isdigit() and os.getppid() != int(parent):
+        os._exit(1)  # the parent died before prctl took effect
+
+
 def main() -> int:
+    _die_with_parent()
     proto = Protocol()
     info = hello()
     proto.emit(info)
