@@ -229,3 +229,16 @@ def test_bootstrap_runs_dcgm_when_installed(fake, tmp_path, monkeypatch):
     monkeypatch.setattr("gpuhc.active.dcgm.SEARCH", ())
     (r,) = [r for r in run_active("bootstrap", fake(config={"bootstrap": {"burnin_s": 1.0}}, budget_s=600.0)) if r.check == "dcgm"]
     assert r.status is Status.NA
+
+
+def test_topology_for_the_baseline_file(fake, tmp_path):
+    from gpuhc.active.orchestrate import read_topology
+    from gpuhc.errors import GpuhcError
+
+    ctx = fake()
+    topo = read_topology(30.0, worker_argv=ctx.worker_argv)
+    assert topo["pairs"] == {"0000:1b:00.0|0000:3b:00.0": {"link": "nvlink", "level": "SYS"}}
+    assert topo["gpus"]["0000:1b:00.0"]["nvlinks_active"] == 18
+    broken = fake(tasks={"topology": {"fail": {"kind": "internal", "message": "NVML: Unknown Error"}}})
+    with pytest.raises(GpuhcError, match="could not read the GPU topology: NVML: Unknown Error"):
+        read_topology(30.0, worker_argv=broken.worker_argv)
