@@ -8,7 +8,7 @@ finish and their results are garbage. Three independent checks catch it:
    GPU, cuBLAS is bitwise reproducible for a fixed shape, so every hash must be equal; a
    change means an error that appeared under heat or power load.
 2. *Siblings*: identical GPUs (same model and SM count) running the same cuBLAS on the same
-   seeded inputs produce bit-identical results (measured on H100s, docs/verification-active.md),
+   seeded inputs produce bit-identical results (measured on two H200s, docs/verification-active.md),
    so a GPU whose hash differs from the majority is wrong.
 3. *Reference*: a sampled 16x16 block of the product is recomputed on the host in float64 from
    the GPU's own inputs; the relative error must stay within what the precision allows.
