@@ -136,7 +136,7 @@ def run_stage(opts: RunOptions) -> RunReport:
     if store.problem:
         report.notes.append(store.problem)
 
-    step = _scenario_step(prior, opts.sources)
+    step = _scenario_step(prior, opts.sources, report)
     spec = opts.sources
     if not any(c.id == "clocks" for c in checks):
         # Only the clocks check judges persistence across samples; the prolog skips it and
@@ -144,23 +144,28 @@ def run_stage(opts: RunOptions) -> RunReport:
         spec = replace(spec, clock_samples=1)
     sources = build_sources(spec, step)
     readers = _start_readers(sources, {n for c in checks for n in c.needs})
-    snapshot = Snapshot(hostname=report.node, time=opts.now or time.time())
+    snapshot = Snapshot(hostname=report.node, time=opts.now if opts.now is not None else time.time())
     report.snapshot = snapshot
 
     if sources.replay and opts.now is None and KERNEL_LOG in readers:
         # A recording is judged at the time of its last line, so it gives the same verdict
         # next year; that needs the log before any check runs.
-        if readers[KERNEL_LOG].wait(deadline) and readers[KERNEL_LOG].value is not None:
+        # Wait no longer than the checks that read it would: a hung recording (a FIFO, a stuck
+        # network file system) must not eat the whole stage budget before any check runs.
+        klog_wait = max((_check_timeout(c, opts.config) for c in checks if KERNEL_LOG in c.needs), default=0.0)
+        if readers[KERNEL_LOG].wait(min(deadline, t0 + klog_wait)) and readers[KERNEL_LOG].value is not None:
             last = readers[KERNEL_LOG].value.last_time
             if last is not None:
                 snapshot.time = last
 
     profile = None
     new_state: dict[str, Any] = {}
-    prev_checks = prior.get("checks", {})
+    prev_checks = _mapping(prior.get("checks"))
+    if prior.get("checks") is not None and not isinstance(prior["checks"], dict):
+        report.notes.append("state section 'checks' was not a mapping; rebuilt from empty")
     for check in checks:
         settings = opts.config.check_settings(check.id)
-        timeout = settings["timeout_s"] or check.timeout_s
+        timeout = _check_timeout(check, opts.config)
         check_deadline = min(t0 + timeout, deadline)
         missing = _wait_for(check, readers, check_deadline)
         if missing:
@@ -184,18 +189,23 @@ def run_stage(opts: RunOptions) -> RunReport:
                 _fill(snapshot, readers)
             profile = _profile(snapshot, opts.config)
             report.profile = profile.name if profile else None
+        prev = prev_checks.get(check.id)
         ctx = Context(
             thresholds=_thresholds(check, profile, opts.config),
-            prev=prev_checks.get(check.id, {}),
+            prev=prev if isinstance(prev, dict) else {},
             baseline=_baseline(opts.config, report),
             config=settings,
             gpus=opts.gpus,
         )
+        if prev is not None and not isinstance(prev, dict):
+            report.notes.append(f"state of check {check.id} was not a mapping; rebuilt from empty")
         try:
             out: CheckOutput = check.judge(snapshot, ctx)
         except Exception as e:  # a bug in a check must not look like a sick node
-            report.results.append(Result(check.id, Status.ERROR, f"internal error in check: {_one_line(e)}"))
-            continue
+            out = _judge_without_memory(check, snapshot, ctx, e, report)
+            if out is None:
+                report.results.append(Result(check.id, Status.ERROR, f"internal error in check: {_one_line(e)}"))
+                continue
         report.results.extend(out.results)
         if out.state is not None:
             new_state[check.id] = out.state
@@ -243,6 +253,34 @@ def _start_readers(sources: Sources, needs: set[str]) -> dict[str, _Reader]:
         AER: sources.sysfs.aer,
     }
     return {name: _Reader(name, fns[name]) for name in fns if name in needs}
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """A section of the state document, or {} when a damaged document holds something else there."""
+    return value if isinstance(value, dict) else {}
+
+
+def _check_timeout(check: Check, config: Config) -> float:
+    return config.check_settings(check.id)["timeout_s"] or check.timeout_s
+
+
+def _judge_without_memory(check: Check, snapshot: Snapshot, ctx: Context, error: Exception,
+                          report: RunReport) -> CheckOutput | None:
+    """Judge again with no memory when the check broke on its remembered state.
+
+    A damaged slice of the state file (hand-edited, written by another version) would otherwise
+    break the check on every run, for good: treat it as lost, as a corrupt state file is, and
+    let the check start afresh. None when there was no memory to blame, or it breaks anyway."""
+    if not ctx.prev:
+        return None
+    try:
+        out = check.judge(snapshot, replace(ctx, prev={}))
+    except Exception:
+        return None
+    if out.state is None:
+        out.state = {}  # forget the damaged slice rather than keep it for the next run
+    report.notes.append(f"state of check {check.id} was unusable ({_one_line(error)}); rebuilt from empty")
+    return out
 
 
 def _wait_for(check: Check, readers: dict[str, _Reader], deadline: float) -> list[str]:
@@ -296,7 +334,7 @@ def _run_active(opts: RunOptions, report: RunReport, profile, deadline: float) -
     if remaining <= 1.0:
         return [Result("active", Status.ERROR, "no budget left for the active checks")]
     try:
-        from gpuhc.active import run_active
+        from gpuhc.active import ACTIVE_CHECK_IDS, run_active
         from gpuhc.active.context import ActiveContext
     except ImportError as e:
         return [Result("active", Status.ERROR, f"active checks unavailable: {_one_line(e)}")]
@@ -306,6 +344,8 @@ def _run_active(opts: RunOptions, report: RunReport, profile, deadline: float) -
         gpus=opts.gpus,
         budget_s=remaining,
         progress=opts.progress,
+        checks={cid: opts.config.check_settings(cid) for cid in ACTIVE_CHECK_IDS},
+        baseline=_baseline(opts.config, report),
     )
     try:
         return run_active(opts.stage, ctx)
@@ -313,21 +353,29 @@ def _run_active(opts: RunOptions, report: RunReport, profile, deadline: float) -
         return [Result("active", Status.ERROR, f"internal error in active checks: {_one_line(e)}")]
 
 
-def _scenario_step(prior: dict[str, Any], spec: SourceSpec) -> int | None:
+def _scenario_step(prior: dict[str, Any], spec: SourceSpec, report: RunReport | None = None) -> int | None:
     """Replay scenarios with time steps advance one step per run unless a step is pinned."""
     if not spec.nvml_scenario or spec.step is not None:
         return spec.step
-    return prior.get("runner", {}).get("scenario_steps", {}).get(spec.nvml_scenario, 0)
+    step = _mapping(_mapping(prior.get("runner")).get("scenario_steps")).get(spec.nvml_scenario, 0)
+    if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+        return step
+    if report is not None:
+        report.notes.append(f"remembered scenario step {step!r} is not a step number; starting from 0")
+    return 0
 
 
 def _save_state(store: StateStore, new_state: dict, step: int | None, spec: SourceSpec, report: RunReport) -> None:
     try:
         with store.transaction() as doc:
-            doc.setdefault("checks", {}).update(new_state)
+            # Sections a damaged document holds as something else are rebuilt, not crashed on.
+            for key in ("checks", "runner"):
+                doc[key] = _mapping(doc.get(key))
+            doc["checks"].update(new_state)
             if spec.nvml_scenario and spec.step is None:
-                steps = doc.setdefault("runner", {}).setdefault("scenario_steps", {})
+                steps = doc["runner"]["scenario_steps"] = _mapping(doc["runner"].get("scenario_steps"))
                 steps[spec.nvml_scenario] = (step or 0) + 1
-            doc.setdefault("runner", {})["last_run"] = {
+            doc["runner"]["last_run"] = {
                 "stage": report.stage,
                 "time": report.started,
                 "status": report.status.value,
