@@ -95,8 +95,11 @@ def list_cmd(kw: dict) -> None:
 def retest(kw: dict) -> None:
     """Retest NODES (default: this node) with the bootstrap stage; resume, re-quarantine or retire.
 
-    Only this node can be retested here (the checks need its GPUs). Exit 0 when every node
-    ended as intended (resumed, or re-quarantined as the evidence demands), 1 otherwise.
+    Only this node can be retested here (the checks need its GPUs). A retest is the admin's word
+    that the cause was dealt with (a GPU reset, a reseated cable): kernel-log incidents held
+    from before it no longer count; new ones do. Exit 0 when every node retested here was
+    resumed (or there was nothing to retest), 1 when one was re-quarantined, retired or could
+    not be verified, 3 when gpuhc could not judge.
     """
     me = node_name(kw.get("hostname"))
     names = _expand(kw.get("nodes")) or [me]
@@ -135,6 +138,9 @@ def _retest_here(kw: dict, config) -> int:
     if phase(node) is None:
         log(f"not held by gpuhc (state {node.raw_state}, reason {node.reason!r}): nothing to retest")
         return 0
+    from gpuhc.slurm.handover import acknowledge_kernel_log
+
+    acknowledge_kernel_log(opts.state_dir, flow.now())
     report = entry.run_checks(flow)
     if report is None:
         return 3
@@ -192,16 +198,23 @@ def retire(kw: dict) -> None:
 
 
 def _forget_here(names: list[str], config) -> None:
-    """Released on this very node: drop the local hold so the health check starts afresh.
-    (Elsewhere the node's own next health check notices the reason is gone and forgets.)"""
+    """Released on this very node: drop the local hold so the health check starts afresh, and
+    acknowledge the held kernel-log incidents (the release is the admin's word that they were
+    dealt with; without this the next health check would drain again for the same old Xid).
+    Elsewhere the node's own next health check notices the resume and does the same."""
     me = node_name(None)
     if me not in names:
         return
+    import time
+
+    from gpuhc.slurm.handover import acknowledge_kernel_log
     from gpuhc.slurm.policy import Memory
     from gpuhc.state import StateStore, default_state_dir
 
+    state_dir = default_state_dir(config.data.get("state_dir"))
     try:
-        with StateStore(default_state_dir(config.data.get("state_dir"))).transaction() as doc:
+        acknowledge_kernel_log(state_dir, time.time())
+        with StateStore(state_dir).transaction() as doc:
             nodes = doc.setdefault("slurm", {}).setdefault("nodes", {})
             old = Memory.from_dict(nodes.get(me))
             nodes[me] = Memory(flaps=old.flaps, last_resume=old.last_resume).to_dict()

@@ -74,7 +74,10 @@ def _parse_now(text: str | None) -> float:
 @click.option("--now", help="Compute ages as if it were this time (epoch seconds or ISO 8601).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1.0, max=600.0), default=20.0, show_default=True,
               help="Seconds to wait for scontrol.")
-def drain_report(from_file, partitions, states, owners, older_than, newer_than, json_mode, csv_mode, all_rows, now, timeout_s):
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="gpuhc.yaml, for slurm.scontrol (default $GPUHC_CONFIG or /etc/gpuhc/gpuhc.yaml, if present).")
+def drain_report(from_file, partitions, states, owners, older_than, newer_than, json_mode, csv_mode, all_rows, now,
+                 timeout_s, config_path):
     """Show every drained, draining, down or failed node, grouped by cause.
 
     Owner: `gpuhc` for reasons starting with "gpuhc:", `slurm` for reasons Slurm writes itself
@@ -96,7 +99,14 @@ def drain_report(from_file, partitions, states, owners, older_than, newer_than, 
     except ReportError as e:
         raise click.UsageError(str(e)) from None
     when = _parse_now(now)
-    nodes, source = read_from_file(from_file) if from_file else read_live(timeout_s)
+    if from_file:
+        nodes, source = read_from_file(from_file)
+    else:
+        from gpuhc.config import load_config
+        from gpuhc.slurm.scontrol import Scontrol
+
+        binary = load_config(config_path).section("slurm").get("scontrol", "scontrol")
+        nodes, source = read_live(timeout_s, Scontrol(binary=binary, timeout_s=timeout_s))
     report = build_report(nodes, when, filters)
     out = click.get_text_stream("stdout")
     if json_mode:

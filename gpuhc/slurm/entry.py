@@ -251,7 +251,7 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
 
 
 def _blocked(flow: Flow, out: Outcome, decision: Decision, reason: str | None) -> None:
-    flow.log(f"gpuhc: {out.breaker.message}; NOT draining {flow.node} ({reason})", loud=True)
+    flow.log(f"{out.breaker.message}; NOT draining {flow.node} ({reason})", loud=True)
     save_memory(flow, decision.memory, decision)
 
 
