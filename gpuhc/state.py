@@ -8,8 +8,9 @@ re-baseline) but corrupting it must never crash a health check, and two gpuhc pr
 - an exclusive ``flock`` on a separate lock file around read-modify-write;
 - write to a temporary file in the same directory, fsync, rename over the old one, fsync the
   directory: a crash leaves either the old or the new document, never half of one;
-- an unreadable or corrupt document is moved aside (``state.json.corrupt-<time>``), reported
-  through :attr:`StateStore.problem`, and rebuilt from empty.
+- a corrupt document is moved aside (``state.json.corrupt-<time>``), reported through
+  :attr:`StateStore.problem`, and rebuilt from empty; one that is there but out of reach
+  (permissions, I/O error) is left alone: the run judges without it and the write fails.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class StateStore:
 
     def read(self) -> dict[str, Any]:
         """A consistent copy of the document (shared lock), for read-only callers."""
-        if not os.path.exists(self.path):
+        if not os.path.lexists(self.path):
             return {}
         self._ensure_dir()
         with self._locked(shared=True):
@@ -111,14 +112,26 @@ class StateStore:
             return doc
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError, UnicodeDecodeError) as e:
-            self.problem = f"state file {self.path} was unreadable ({e}); rebuilt from empty"
-            if repair:
-                aside = f"{self.path}.corrupt-{int(time.time())}"
-                with contextlib.suppress(OSError):
-                    os.replace(self.path, aside)
-                    self.problem += f", old copy kept as {aside}"
+        except (IsADirectoryError, ValueError, RecursionError) as e:  # bad JSON or UTF-8, not an object
+            self._set_aside(e, repair)
             return {}
+        except OSError as e:
+            # The file may be perfectly good and only out of reach (permissions, EIO): moving it
+            # aside would lose the node's memory (held Xids, drain counts). Judge without it, and
+            # let the write fail loudly rather than overwrite it.
+            self.problem = f"state file {self.path} unreadable ({e.strerror or e}); judged without it"
+            if repair:
+                raise StateError(f"cannot read state {self.path}: {e.strerror or e}") from None
+            return {}
+
+    def _set_aside(self, e: Exception, repair: bool) -> None:
+        """A corrupt document: report it and, when about to write, keep it aside for a person."""
+        self.problem = f"state file {self.path} was unreadable ({e}); rebuilt from empty"
+        if repair:
+            aside = f"{self.path}.corrupt-{int(time.time())}"
+            with contextlib.suppress(OSError):
+                os.replace(self.path, aside)
+                self.problem += f", old copy kept as {aside}"
 
     def _write(self, doc: dict[str, Any]) -> None:
         tmp = f"{self.path}.tmp.{os.getpid()}"
