@@ -46,21 +46,36 @@ def summary(report) -> str:
     )
 
 
+# Control characters (newlines, terminal escapes) that recorded or hand-written input can carry
+# into names and messages: one result must stay one line, and a terminal must not obey them.
+_CONTROL = {c: " " for c in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
+
+
+def _clean(text: object) -> str:
+    return str(text).translate(_CONTROL)
+
+
 def plain_lines(report, verbose: bool = False) -> list[str]:
-    lines = [summary(report)]
+    lines = [_clean(summary(report))]
     for r in shown(report, verbose):
         act = f" [action: {r.action.value}]" if r.action.value != "none" else ""
-        lines.append(f"  {r.status.value.upper():5} {r.check} {r.subject}: {r.message}{act}")
-    lines += [f"  note: {n}" for n in report.notes]
+        lines.append(_clean(f"  {r.status.value.upper():5} {r.check} {r.subject}: {r.message}{act}"))
+    lines += [_clean(f"  note: {n}") for n in report.notes]
     return lines
 
 
 def _render_rich(report, verbose: bool, stream: IO[str]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
+    def text(value: object) -> str:
+        # Messages quote kernel log lines (an Xid's process name is the user's to choose) and
+        # paths: square brackets in them are text, not rich markup.
+        return escape(_clean(value))
+
     console = Console(file=stream)
-    table = Table(title=summary(report), title_justify="left", show_lines=False)
+    table = Table(title=text(summary(report)), title_justify="left", show_lines=False)
     for col in ("status", "check", "subject", "message", "value", "threshold", "action"):
         table.add_column(col, overflow="fold")
     rows = shown(report, verbose)
@@ -68,20 +83,20 @@ def _render_rich(report, verbose: bool, stream: IO[str]) -> None:
         style = _STYLE.get(r.status.value, "")
         table.add_row(
             f"[{style}]{r.status.value}[/]",
-            r.check,
-            r.subject,
-            r.message,
-            "" if r.value is None else str(r.value),
-            "" if r.threshold is None else str(r.threshold),
+            text(r.check),
+            text(r.subject),
+            text(r.message),
+            "" if r.value is None else text(r.value),
+            "" if r.threshold is None else text(r.threshold),
             "" if r.action.value == "none" else r.action.value,
         )
     if rows:
         console.print(table)
     else:
-        console.print(f"[green]{summary(report)}[/]")
+        console.print(f"[green]{text(summary(report))}[/]")
         console.print(f"[dim]all {len(report.results)} results pass or n/a; --verbose shows them[/]")
     for note in report.notes:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(f"[yellow]note:[/] {text(note)}")
 
 
 def publish(report, config) -> list[str]:
