@@ -132,6 +132,8 @@ def _load_base(path: str, depth: int) -> tuple["_State", list[dict], sio.ErrorFn
             text = f.read()
     except OSError as e:
         raise SourceError(f"{path}: cannot read scenario: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise SourceError(f"{path}: cannot read scenario: not UTF-8 text (byte {e.start})") from None
     try:
         doc, lines = load_with_lines(text, path)
     except ConfigError as e:
@@ -144,7 +146,9 @@ def _load_base(path: str, depth: int) -> tuple["_State", list[dict], sio.ErrorFn
         return SourceError(f"{where}: {key + ': ' if key else ''}{message}")
 
     if doc is None:
-        doc = {}
+        # An empty file is a failed copy or a truncated download far more often than a node
+        # with no GPUs; judging it would report a healthy (GPU-less) node.
+        raise err((), "the scenario is empty (a node without GPUs says `count: 0`)")
     _validate(doc, (), TOP_KEYS, err)
     steps = doc.get("steps") or []
     if not isinstance(steps, list):
@@ -189,6 +193,8 @@ def _validate(doc: Any, path: tuple, allowed: tuple[str, ...], err: sio.ErrorFn)
                 raise err(p, f"must be {sio._want(_SCALARS[key])}{hint}, got {value!r}")
             if key == "count" and value < 0:
                 raise err(p, "must be >= 0")
+            if key == "time":
+                sio._check_number(value, p, err)
         elif key == "nvml":
             sio.check_fields(value, _NVML_TABLE, p, err, "nvml")
         elif key == "defaults":

@@ -182,14 +182,25 @@ def check_fields(mapping: Any, table: dict, path: tuple, err: ErrorFn, what: str
             raise err(p, f"must be {_want(types)}, got a boolean")
         if not isinstance(value, types):
             raise err(p, f"must be {_want(types)}, got {_tname(value)} {value!r}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            _check_number(value, p, err)
         if types == (list,) and key == "clock_event_samples":
             for i, v in enumerate(value):
                 if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                     raise err(p + (i,), f"clock event reasons must be non-negative integers, got {v!r}")
         if types == (dict,):
             for k, v in value.items():
-                if not isinstance(v, int) or isinstance(v, bool):
-                    raise err(p + (k,), f"counter values must be integers, got {v!r}")
+                if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                    raise err(p + (k,), f"counter values must be non-negative integers, got {v!r}")
+
+
+def _check_number(value: float, path: tuple, err: ErrorFn) -> None:
+    """Every number a node reports (counts, temperatures, watts, times) is finite and >= 0; a NaN
+    compares false with every limit and would pass any check, a negative count fail one."""
+    if value != value or value in (float("inf"), float("-inf")):
+        raise err(path, f"must be a finite number, got {value!r}")
+    if value < 0:
+        raise err(path, f"must not be negative, got {value!r}")
 
 
 def check_gpu(mapping: Any, path: tuple, err: ErrorFn) -> None:
