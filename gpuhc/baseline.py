@@ -38,6 +38,7 @@ VERSION = 1
 _GPU_KEYS = {"index": int, "name": str, "uuid": str, "serial": str, "pcie_gen_max": int, "pcie_width_max": int,
              "nvlink_active": int}
 _IB_KEYS = {"rate_gbps": (int, float), "state": str, "link_layer": str}
+_TOP_STRINGS = ("captured_at", "hostname", "driver_version", "gpu_model")
 
 
 def capture(snapshot: Snapshot) -> dict[str, Any]:
@@ -110,6 +111,8 @@ def load(path: str) -> dict[str, Any]:
             text = f.read()
     except OSError as e:
         raise ConfigError(f"cannot read baseline: {e.strerror or e}", path) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"cannot read baseline: not UTF-8 text (byte {e.start})", path) from None
     doc, lines = load_with_lines(text, path)
 
     def bad(p: tuple, message: str) -> ConfigError:
@@ -119,6 +122,9 @@ def load(path: str) -> dict[str, Any]:
         raise bad((), "a baseline must be a mapping (written by `gpuhc baseline capture`)")
     if doc.get("version") != VERSION:
         raise bad(("version",), f"unsupported baseline version {doc.get('version')!r} (this gpuhc reads {VERSION})")
+    for key in _TOP_STRINGS:
+        if doc.get(key) is not None and not isinstance(doc[key], str):
+            raise bad((key,), f"must be a string, got {doc[key]!r}")
     count = doc.get("gpu_count")
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
         raise bad(("gpu_count",), f"must be a non-negative integer, got {count!r}")
@@ -145,6 +151,9 @@ def _checked(info: Any, keys: dict[str, Any], p: tuple, bad) -> dict[str, Any]:
             continue  # unknown keys are kept: a newer gpuhc may have written them
         if not isinstance(value, want) or isinstance(value, bool):
             raise bad(p + (key,), f"has the wrong type: {value!r}")
+        # Counts, widths and rates: a NaN passes every comparison, a negative one fails them all.
+        if isinstance(value, (int, float)) and not (0 <= value < float("inf")):
+            raise bad(p + (key,), f"must be a finite number >= 0, got {value!r}")
     return info
 
 
