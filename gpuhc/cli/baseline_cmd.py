@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import click
@@ -60,10 +59,9 @@ def capture(kw: dict) -> None:
 
     text = _render_doc(doc, kw["json_mode"])
     if kw.get("output"):
-        tmp = kw["output"] + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, kw["output"])
+        from gpuhc.cli.common import write_output
+
+        write_output(kw["output"], text)
         click.echo(f"wrote {kw['output']} ({doc['gpu_count']} GPUs, {len(doc.get('ib') or {})} IB ports)", err=True)
     else:
         sys.stdout.write(text)

@@ -46,6 +46,8 @@ def check(kw: dict) -> None:
         click.echo(f"demo: judging the bundled demo node ({os.path.basename(kw['nvml_scenario'])}), not this machine", err=True)
     opts = run_options_from(kw, kw["stage"], gpus=parse_gpu_list(kw.get("gpu_list")))
     opts.only = tuple(kw.get("only") or ())
+    if opts.only:
+        _check_only(opts.only, kw["stage"])
     opts.progress = sys.stdout.isatty() and not kw["json_mode"]
     report = run_stage(opts)
     render_report(report, json_mode=kw["json_mode"], verbose=kw["verbose"])
@@ -54,6 +56,17 @@ def check(kw: dict) -> None:
     if demo_dir is not None:
         demo_dir.cleanup()
     finish(report.exit_code, hard=bool(report.timed_out))
+
+
+def _check_only(only: tuple[str, ...], stage: str) -> None:
+    """A mistyped --only would run nothing and report a healthy node."""
+    from gpuhc.checks import checks_for_stage
+
+    known = [c.id for c in checks_for_stage(stage)]
+    unknown = [c for c in only if c not in known]
+    if unknown:
+        raise click.BadParameter(f"no check {', '.join(map(repr, unknown))} in stage {stage} "
+                                 f"(known: {', '.join(known)})", param_hint="--only")
 
 
 def finish(code: int, hard: bool = False) -> None:
@@ -85,10 +98,9 @@ def snapshot(kw: dict) -> None:
     else:
         text = dump_yaml(snap)
     if kw.get("output"):
-        tmp = kw["output"] + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, kw["output"])
+        from gpuhc.cli.common import write_output
+
+        write_output(kw["output"], text)
         click.echo(f"wrote {kw['output']}", err=True)
     else:
         sys.stdout.write(text)

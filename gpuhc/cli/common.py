@@ -43,13 +43,16 @@ def parse_now(text: str | None) -> float | None:
     if text is None:
         return None
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is neither epoch seconds nor ISO 8601", param_hint="--now") from None
+        try:
+            value = datetime.fromisoformat(text).timestamp()
+        except (ValueError, OverflowError, OSError):
+            raise click.BadParameter(f"{text!r} is neither epoch seconds nor ISO 8601", param_hint="--now") from None
+    # NaN compares false with every window edge: an Xid would never count, the node look healthy.
+    if not 0 <= value < float("inf"):
+        raise click.BadParameter(f"{text!r} is not a time (want epoch seconds >= 0)", param_hint="--now")
+    return value
 
 
 def demo_scenario_path() -> str:
@@ -65,14 +68,46 @@ def load(kw: dict) -> Config:
 def source_spec(kw: dict, config: Config) -> SourceSpec:
     """Command line beats config; config `sources` lets a replay run under Slurm (tests)."""
     src = config.section("sources")
+    kernel_log = _replay_path(kw, config, "kernel_log", "--kernel-log")
+    sysfs_root = _replay_path(kw, config, "sysfs_root", "--sysfs-root")
     return SourceSpec(
         nvml_scenario=kw.get("nvml_scenario") or src.get("nvml_scenario"),
         step=kw.get("step"),
-        kernel_log=kw.get("kernel_log") or src.get("kernel_log"),
-        sysfs_root=kw.get("sysfs_root") or src.get("sysfs_root"),
+        kernel_log=kernel_log,
+        sysfs_root=sysfs_root,
         clock_samples=src.get("clock_samples", 3),
         clock_sample_interval_s=src.get("clock_sample_interval_s", 0.02),
     )
+
+
+def _replay_path(kw: dict, config: Config, key: str, option: str) -> str | None:
+    """A recorded kernel log or sysfs tree, checked before anything runs.
+
+    A mistyped path must not read as "this node has no Xids / no InfiniBand": a sysfs root that
+    does not exist lists no ports, which the checks would call healthy (n/a)."""
+    path = kw.get(key)
+    given_by = option
+    if not path:
+        path = config.section("sources").get(key)
+        given_by = f"sources.{key}"
+    if not path or (key == "kernel_log" and path in ("kmsg", "dmesg")):
+        return path
+    want_dir = key == "sysfs_root"
+    problem = None
+    if not os.path.exists(path):
+        problem = "no such directory" if want_dir else "no such file"
+    elif want_dir and not os.path.isdir(path):
+        problem = "not a directory"
+    elif not want_dir and os.path.isdir(path):
+        problem = "is a directory, not a log file"
+    if problem is None:
+        return path
+    if kw.get(key):
+        raise click.BadParameter(f"{path}: {problem}", param_hint=option)
+    from gpuhc.errors import ConfigError
+    from gpuhc.yamlpos import line_of
+
+    raise ConfigError(f"{path}: {problem}", config.path, line_of(config.lines, ("sources", key)), given_by)
 
 
 def run_options_from(kw: dict, stage: str, gpus: list[int] | None = None, config: Config | None = None) -> RunOptions:
@@ -97,12 +132,33 @@ def parse_gpu_list(text: str | None) -> list[int] | None:
         part = part.strip()
         if not part:
             continue
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            out.extend(range(int(lo), int(hi) + 1))
-        else:
-            out.append(int(part))
+        lo, _, hi = part.partition("-")
+        if not lo.strip().isdigit() or (hi and not hi.strip().isdigit()) or part.endswith("-"):
+            raise click.BadParameter(f"{part!r} is not a GPU index or range (e.g. 0,1 or 0-3)", param_hint="--gpus")
+        first, last = int(lo), int(hi) if hi else int(lo)
+        if last < first:
+            raise click.BadParameter(f"{part!r}: range ends before it starts", param_hint="--gpus")
+        out.extend(range(first, last + 1))
+    if not out:
+        raise click.BadParameter(f"{text!r} names no GPU", param_hint="--gpus")
     return out
+
+
+def write_output(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (temporary file, then rename)."""
+    from gpuhc.errors import GpuhcError
+
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise GpuhcError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def passthrough(fn):
