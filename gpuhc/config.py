@@ -126,6 +126,7 @@ def load_config(path: str | None = None, hostname: str | None = None) -> Config:
     hosts = raw.pop("hosts", [])
     _validate(raw, sch, (), path, lines, top=True)
     _validate_checks(raw.get("checks", {}), path, lines)
+    _validate_profile(raw, (), path, lines)
     data = _merge(defaults(sch), raw)
     for override in _validate_hosts(hosts, sch, path, lines):
         pattern = override.pop("match")
@@ -151,7 +152,7 @@ def _validate(raw: dict, sch: dict, path: tuple, file: str, lines: dict, top: bo
                 raise ConfigError("must be a mapping", file, line_of(lines, here), dotted)
             _validate(value, spec, here, file, lines)
         else:
-            why = spec.check(value)
+            why = spec.check(value) or _not_finite(value)
             if why:
                 raise ConfigError(why, file, line_of(lines, here), dotted)
 
@@ -164,6 +165,7 @@ def _validate_checks(checks: Any, file: str, lines: dict, prefix: tuple = ()) ->
     if not checks:
         return
     known = known_check_thresholds()
+    validators = _threshold_validators()
     for cid, settings in checks.items():
         here = prefix + ("checks", cid)
         if cid not in known:
@@ -179,11 +181,76 @@ def _validate_checks(checks: Any, file: str, lines: dict, prefix: tuple = ()) ->
             if known[cid] is not None and tkey not in known[cid]:
                 names = ", ".join(sorted(known[cid])) or "(none)"
                 raise ConfigError(f"unknown threshold (known: {names})", file, line_of(lines, where), dotted)
-            default = (known[cid] or {}).get(tkey)
-            if default is not None and not _same_kind(default, tval):
-                raise ConfigError(
-                    f"must be like the default {default!r}, got {tval!r}", file, line_of(lines, where), dotted
-                )
+            if known[cid] is None:
+                continue  # an active check: its own code judges its settings
+            why = _bad_threshold(tkey, known[cid].get(tkey), tval)
+            if why:
+                raise ConfigError(why, file, line_of(lines, where), dotted)
+        validate = validators.get(cid)
+        given = settings.get("thresholds") or {}
+        if validate is not None and given:
+            for problem in validate({**known[cid], **given}):
+                key, _, why = problem.partition(": ")
+                where = here + ("thresholds", *(int(k) if k.isdigit() else k for k in key.split(".")))
+                raise ConfigError(why or problem, file, line_of(lines, where), _dotted(here + ("thresholds", key)))
+
+
+def _bad_threshold(key: str, default: Any, value: Any) -> str | None:
+    """Why a threshold value cannot be right, or None.
+
+    Every threshold of a passive check is a count, a size, a time, a temperature or a
+    percentage (never negative), a word, or a list/mapping of those. A NaN compares false with
+    everything and would silently pass a sick GPU; a window of 0 s would see no Xid at all."""
+    bad = _not_plain(value)
+    if bad:
+        return bad
+    if default is None:  # no default: an expected count or size, e.g. expected_gpus
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return f"must be a number or null, got {value!r}"
+    elif not _same_kind(default, value):
+        return f"must be like the default {default!r}, got {value!r}"
+    for number in _numbers(value):
+        if number < 0:
+            return f"must not be negative, got {value!r}"
+    if key.endswith("window_s") and isinstance(value, (int, float)) and value <= 0:
+        return f"must be > 0, got {value!r}"
+    return None
+
+
+def _not_plain(value: Any) -> str | None:
+    """Thresholds end up in JSON reports: YAML dates, binary and the like are refused."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return None
+    if isinstance(value, float):
+        return _not_finite(value)
+    if isinstance(value, list):
+        return next(filter(None, map(_not_plain, value)), None)
+    if isinstance(value, dict):
+        return next(filter(None, map(_not_plain, value.values())), None)
+    return f"must be a number, string, boolean, null, or a list or mapping of those, got {type(value).__name__}"
+
+
+def _not_finite(value: Any) -> str | None:
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return f"must be a finite number, got {value!r}"
+    return None
+
+
+def _numbers(value: Any):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield value
+    elif isinstance(value, list):
+        for v in value:
+            yield from _numbers(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _numbers(v)
+
+
+def _threshold_validators() -> dict[str, Any]:
+    from gpuhc.checks import all_checks
+
+    return {c.id: c.validate for c in all_checks() if c.validate is not None}
 
 
 def _same_kind(default: Any, value: Any) -> bool:
@@ -240,8 +307,23 @@ def _validate_hosts(hosts: Any, sch: dict, file: str, lines: dict) -> list[dict]
             raise ConfigError("hosts entries cannot nest", file, line_of(lines, here + ("hosts",)), f"hosts[{i}].hosts")
         _validate(rest, sch, here, file, lines, top=True)
         _validate_checks(rest.get("checks", {}), file, lines, here)
+        _validate_profile(rest, here, file, lines)
         out.append(copy.deepcopy(item))
     return out
+
+
+def _validate_profile(raw: dict, prefix: tuple, file: str, lines: dict) -> None:
+    """``node.profile`` must name a shipped profile: otherwise only a run would find out."""
+    name = (raw.get("node") or {}).get("profile")
+    if name is None:
+        return
+    from gpuhc.profiles import profile_names
+
+    known = profile_names()
+    if name not in known:
+        where = prefix + ("node", "profile")
+        raise ConfigError(f"unknown GPU profile {name!r} (known: {', '.join(known)})", file,
+                          line_of(lines, where), _dotted(where))
 
 
 def _dotted(path: tuple) -> str:

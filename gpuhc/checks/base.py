@@ -53,6 +53,10 @@ class Check:
     timeout_s: float = 10.0  # default; config `checks.<id>.timeout_s` overrides
     defaults: dict[str, Any] = field(default_factory=dict)  # thresholds; profile and config override
     doc: str = ""
+    # Threshold values a type cannot judge (words, mappings, [warn, fail] pairs): given the
+    # defaults with the config's thresholds on top, return ["key: why", ...]. The config loader
+    # runs it, so a typo is rejected with its file and line before any check runs.
+    validate: Callable[[dict[str, Any]], list[str]] | None = None
 
 
 def result(

@@ -23,6 +23,8 @@ PCIe and thermal checks ask it before judging link generation and temperature sp
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpuhc.checks.base import NVML, Check, CheckOutput, Context, na, result, selected_gpus
 from gpuhc.model import Action, GpuReading, Result, Snapshot, Status
 
@@ -92,7 +94,7 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         return CheckOutput([na(ID, "NVML unavailable")])
     fail_on = set(ctx.t("fail_on", []) or [])
     results: list[Result] = []
-    unknown = sorted(map(str, fail_on - {name for name, _, _ in REASONS}))
+    unknown = _unknown_reasons(fail_on)
     if unknown:
         # A typo here would silently stop failing a real slowdown; say so (ERROR never drains).
         known = ", ".join(name for name, _, _ in REASONS)
@@ -112,6 +114,20 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     return CheckOutput(results)
 
 
+def _unknown_reasons(fail_on: Any) -> list[str]:
+    return sorted(map(str, set(fail_on) - {name for name, _, _ in REASONS}))
+
+
+def _setting_errors(thresholds: dict[str, Any]) -> list[str]:
+    fail_on = thresholds.get("fail_on") or []
+    if not isinstance(fail_on, list) or not all(isinstance(x, str) for x in fail_on):
+        return [f"fail_on: must be a list of clock-event reason names, got {fail_on!r}"]
+    unknown = _unknown_reasons(fail_on)
+    if unknown:
+        return [f"fail_on: unknown reason(s) {', '.join(unknown)} (known: {', '.join(n for n, _, _ in REASONS)})"]
+    return []
+
+
 CHECKS = [
     Check(
         id=ID,
@@ -121,5 +137,6 @@ CHECKS = [
         timeout_s=10.0,
         defaults={"fail_on": ["hw_thermal", "hw_power_brake", "hw_slowdown", "sw_thermal"]},
         doc="HW/SW thermal slowdown, power brake and HW slowdown clock-event reasons",
+        validate=_setting_errors,
     )
 ]

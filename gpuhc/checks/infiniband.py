@@ -375,6 +375,16 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     return CheckOutput(results, {"boot_id": boot if boot is not None else ctx.prev.get("boot_id"), "ports": new_ports})
 
 
+def _setting_errors(thresholds: dict[str, Any]) -> list[str]:
+    ctx = Context(thresholds=thresholds)
+    try:
+        problem = _bad_thresholds(ctx)
+        _limits(ctx)
+    except ValueError as e:
+        problem = str(e)
+    return [problem.removeprefix("thresholds.")] if problem else []
+
+
 CHECKS = [
     Check(
         id=ID,
@@ -384,5 +394,6 @@ CHECKS = [
         timeout_s=5.0,
         defaults=DEFAULTS,
         doc=__doc__ or "",
+        validate=_setting_errors,
     )
 ]

@@ -334,5 +334,6 @@ CHECKS = [
         timeout_s=10.0,
         defaults={"window_s": DEFAULT_WINDOW_S, "unknown": "warn", "severity_overrides": {}},
         doc="NVIDIA Xid errors in the kernel log: draining ones fail until reboot, application ones warn once.",
+        validate=lambda thresholds: _setting_errors(Context(thresholds=thresholds)),
     )
 ]
