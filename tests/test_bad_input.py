@@ -1,0 +1,348 @@
+"""Bad input to the node-side commands: a clear one-line message naming what and where, the
+documented exit code, never a traceback, never a wrong verdict, never lost state.
+
+Each test here is the regression test of one bug found by trying the installed CLI with broken
+configs, scenarios, baselines, state files and kernel logs. They run ``python -m gpuhc`` in a
+subprocess, as an admin or Slurm would, so the exit code is the real one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ROOT / "examples" / "scenarios"
+HEALTHY = str(SCENARIOS / "healthy-8xh100.yaml")
+XID79 = str(SCENARIOS / "xid79-fallen-off-bus.yaml")
+
+
+def gpuhc(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("GPUHC_CONFIG", None)
+    env.pop("GPUHC_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "gpuhc", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=env)
+
+
+def one_line_error(p: subprocess.CompletedProcess, code: int = 2) -> str:
+    """The run failed with ``code`` and said why on stderr, without a traceback."""
+    assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr and "internal error" not in p.stderr, p.stderr
+    return p.stderr
+
+
+def check_json(*args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    p = gpuhc("check", "--json", *args)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p, json.loads(p.stdout)
+
+
+def write(path: Path, text: str | bytes) -> str:
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return str(path)
+
+
+def scenario(tmp_path: Path, body: str, name: str = "s.yaml") -> str:
+    """A fault scenario on top of the shipped healthy node."""
+    return write(tmp_path / name, f"extends: {HEALTHY}\n{body}")
+
+
+# ---------------------------------------------------------------------------- scenarios
+
+
+def test_non_utf8_scenario_is_named_not_an_internal_error(tmp_path):
+    path = write(tmp_path / "bin.yaml", b"\xff\xfe\x00 not text")
+    err = one_line_error(gpuhc("check", "--nvml-scenario", path, "--state-dir", str(tmp_path / "st")))
+    assert f"{path}: cannot read scenario: not UTF-8 text" in err
+
+
+def test_empty_scenario_is_rejected_not_judged_as_a_gpu_less_node(tmp_path):
+    path = write(tmp_path / "empty.yaml", "# truncated copy\n")
+    err = one_line_error(gpuhc("check", "--nvml-scenario", path, "--state-dir", str(tmp_path / "st")))
+    assert "the scenario is empty" in err
+
+
+@pytest.mark.parametrize("body, where", [
+    ("gpus: {0: {power_limit_w: .nan}}\n", "s.yaml:2: gpus.0.power_limit_w: must be a finite number"),
+    ("gpus: {0: {ecc_volatile_uncorrected: -5}}\n", "s.yaml:2: gpus.0.ecc_volatile_uncorrected: must not be negative"),
+    ("gpus: {0: {pcie_width: -16}}\n", "s.yaml:2: gpus.0.pcie_width: must not be negative"),
+    ("time: .nan\n", "s.yaml:2: time: must be a finite number"),
+    ("ib_ports: [{device: mlx5_0, port: 1, counters: {link_downed: -1}}]\n",
+     "s.yaml:2: ib_ports.0.counters.link_downed: counter values must be non-negative"),
+])
+def test_scenario_numbers_that_would_fake_a_verdict_are_rejected(tmp_path, body, where):
+    # Before: a NaN power limit passed the power check, a negative width drained the node.
+    err = one_line_error(gpuhc("check", "--nvml-scenario", scenario(tmp_path, body), "--state-dir", str(tmp_path / "st")))
+    assert where in err
+
+
+# ---------------------------------------------------------------------------- state
+
+
+def _state(tmp_path: Path, scenario_path: str = HEALTHY) -> Path:
+    """A state directory after one clean run of ``scenario_path``."""
+    d = tmp_path / "state"
+    assert gpuhc("check", "--nvml-scenario", scenario_path, "--state-dir", str(d)).returncode in (0, 1)
+    return d
+
+
+@pytest.mark.parametrize("damage", [
+    {"runner": "x"},
+    {"checks": 5},
+    {"checks": [1], "runner": {"scenario_steps": [1]}},
+])
+def test_state_sections_of_the_wrong_shape_are_rebuilt(tmp_path, damage):
+    # Before: AttributeError, exit 3, on every run for good.
+    d = _state(tmp_path)
+    doc = json.loads((d / "state.json").read_text())
+    doc.update(damage)
+    (d / "state.json").write_text(json.dumps(doc))
+    p, report = check_json("--nvml-scenario", HEALTHY, "--state-dir", str(d))
+    assert p.returncode == 0 and report["status"] == "pass"
+    healed = json.loads((d / "state.json").read_text())
+    assert isinstance(healed["checks"], dict) and isinstance(healed["runner"], dict)
+
+
+def test_a_bad_remembered_scenario_step_restarts_the_scenario(tmp_path):
+    d = _state(tmp_path)
+    doc = json.loads((d / "state.json").read_text())
+    doc["runner"]["scenario_steps"][HEALTHY] = "x"
+    (d / "state.json").write_text(json.dumps(doc))
+    p, report = check_json("--nvml-scenario", HEALTHY, "--state-dir", str(d))
+    assert p.returncode == 0
+    assert any("not a step number" in n for n in report["notes"])
+
+
+@pytest.mark.parametrize("slice_", ["garbage", [1, 2], {"cursor": "x", "held": "y", "cleared_at": {}}])
+def test_a_damaged_check_state_is_rebuilt_and_the_verdict_stands(tmp_path, slice_):
+    # Before: "internal error in check" (ERROR, exit 3) on every run, the Xid never judged again.
+    d = _state(tmp_path, XID79)
+    doc = json.loads((d / "state.json").read_text())
+    doc["checks"]["xid"] = slice_
+    (d / "state.json").write_text(json.dumps(doc))
+    p, report = check_json("--nvml-scenario", XID79, "--state-dir", str(d))
+    assert p.returncode == 1
+    xid = [r for r in report["results"] if r["check"] == "xid"]
+    assert [(r["status"], r["subject"]) for r in xid] == [("fail", "gpu3")]
+    assert any("state of check xid" in n and "rebuilt from empty" in n for n in report["notes"])
+    # ...and the next run finds a healthy state again
+    p, report = check_json("--nvml-scenario", XID79, "--state-dir", str(d))
+    assert p.returncode == 1 and not any("state of check" in n for n in report["notes"])
+
+
+def test_a_state_file_that_cannot_be_opened_is_kept_not_rebuilt(tmp_path):
+    # An unreadable file is not a corrupt one: moving it aside would forget held Xids and drain
+    # counts. (A symlink loop stands in for EACCES/EIO, which root cannot be given.)
+    d = tmp_path / "state"
+    d.mkdir()
+    os.symlink("state.json", d / "state.json")
+    p, report = check_json("--nvml-scenario", HEALTHY, "--state-dir", str(d))
+    assert p.returncode == 3  # could not judge growth: never a drain
+    assert any(r["check"] == "state" and r["status"] == "error" for r in report["results"])
+    assert any("judged without it" in n for n in report["notes"])
+    assert os.path.islink(d / "state.json")
+    assert not [n for n in os.listdir(d) if "corrupt" in n]
+
+
+# ---------------------------------------------------------------------------- kernel log
+
+
+def test_a_hung_recorded_kernel_log_costs_only_the_check_timeouts(tmp_path):
+    # Before: the runner waited for a recorded log up to the stage budget (here 30 s) to learn
+    # "now" from its last line, whatever the checks' own timeouts.
+    fifo = tmp_path / "kern.fifo"
+    os.mkfifo(fifo)
+    cfg = write(tmp_path / "gpuhc.yaml", "budget_s: {passive: 30}\nchecks:\n"
+                + "".join(f"  {c}: {{timeout_s: 1}}\n" for c in ("xid", "infiniband", "nvswitch")))
+    p = gpuhc("check", "--json", "--config", cfg, "--nvml-scenario", HEALTHY, "--kernel-log", str(fifo),
+              "--state-dir", str(tmp_path / "st"))
+    report = json.loads(p.stdout)
+    assert p.returncode == 3
+    assert sorted(report["timed_out"]) == ["infiniband", "nvswitch", "xid"]
+    assert report["duration_s"] < 15  # bounded by the 1 s timeouts, not the 30 s budget
+
+
+def test_an_endless_kernel_log_stream_is_refused_not_read_into_memory(tmp_path):
+    p, report = check_json("--nvml-scenario", HEALTHY, "--kernel-log", "/dev/zero", "--state-dir", str(tmp_path / "st"))
+    assert p.returncode == 3
+    xid = next(r for r in report["results"] if r["check"] == "xid")
+    assert xid["status"] == "error" and "not a regular file" in xid["message"]
+
+
+def test_a_huge_kernel_log_file_is_read_from_its_end(tmp_path):
+    from gpuhc.sources.kernel_log import _read_tail
+
+    path = tmp_path / "kern.log"
+    path.write_bytes(b"old line one\n" * 100 + b"NVRM: Xid (PCI:0000:5d:00): 79, newest\n")
+    with open(path, "rb") as f:
+        tail = _read_tail(f, str(path), limit=200)
+    assert tail.endswith(b"79, newest\n") and len(tail) <= 200
+    assert tail.startswith(b"old line one\n")  # whole lines only
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--kernel-log", "/nonexistent/kern.log"], "--kernel-log: /nonexistent/kern.log: no such file"),
+    (["--sysfs-root", "/nonexistent/root"], "--sysfs-root: /nonexistent/root: no such directory"),
+])
+def test_a_mistyped_replay_path_is_a_usage_error_not_a_healthy_node(tmp_path, args, message):
+    # Before: a missing sysfs root listed no IB ports and the node passed; a missing log gave
+    # three ERROR lines and exit 3.
+    err = one_line_error(gpuhc("check", "--nvml-scenario", HEALTHY, *args, "--state-dir", str(tmp_path / "st")))
+    assert message in err
+
+
+def test_a_kernel_log_directory_is_a_usage_error(tmp_path):
+    err = one_line_error(gpuhc("check", "--nvml-scenario", HEALTHY, "--kernel-log", str(tmp_path),
+                               "--state-dir", str(tmp_path / "st")))
+    assert "is a directory" in err
+
+
+def test_a_missing_replay_path_in_the_config_names_file_line_and_key(tmp_path):
+    cfg = write(tmp_path / "gpuhc.yaml", "sources:\n  clock_samples: 3\n  kernel_log: /nonexistent/kern.log\n")
+    err = one_line_error(gpuhc("snapshot", "--config", cfg, "--nvml-scenario", HEALTHY))
+    assert f"{cfg}:3: sources.kernel_log: /nonexistent/kern.log: no such file" in err
+
+
+# ---------------------------------------------------------------------------- options
+
+
+@pytest.mark.parametrize("gpus", ["abc", "5-2", "-1", ",", "0-"])
+def test_bad_gpu_lists_are_usage_errors(tmp_path, gpus):
+    # Before: "abc" and "-1" were internal errors (exit 3); "5-2" judged no GPU and passed.
+    err = one_line_error(gpuhc("check", "--nvml-scenario", HEALTHY, f"--gpus={gpus}", "--state-dir", str(tmp_path)))
+    assert "--gpus" in err
+
+
+@pytest.mark.parametrize("now", ["nan", "inf", "-5", "1e400"])
+def test_times_that_are_not_times_are_usage_errors(tmp_path, now):
+    # Before: --now nan judged the Xid 79 node healthy (every window comparison was false).
+    err = one_line_error(gpuhc("check", "--nvml-scenario", XID79, f"--now={now}", "--state-dir", str(tmp_path)))
+    assert "--now" in err
+
+
+def test_now_zero_is_used_not_replaced_by_the_clock(tmp_path):
+    p, report = check_json("--nvml-scenario", XID79, "--now", "0", "--state-dir", str(tmp_path))
+    # at epoch 0 the 2025 Xid lies in the future, which the window counts (clock skew)
+    assert p.returncode == 1 and any(r["check"] == "xid" and r["status"] == "fail" for r in report["results"])
+
+
+def test_an_unknown_only_check_is_a_usage_error_not_a_pass(tmp_path):
+    # Before: "--only nvlinks" ran nothing and exited 0, "PASS (no checks)".
+    err = one_line_error(gpuhc("check", "--nvml-scenario", HEALTHY, "--only", "nvlinks", "--state-dir", str(tmp_path)))
+    assert "no check 'nvlinks' in stage passive" in err
+
+
+@pytest.mark.parametrize("command", [["snapshot"], ["baseline", "capture"]])
+def test_an_unwritable_output_is_named(tmp_path, command):
+    out = tmp_path / "missing-dir" / "out.yaml"
+    err = one_line_error(gpuhc(*command, "--nvml-scenario", HEALTHY, "-o", str(out)))
+    assert f"cannot write {out}: No such file or directory" in err
+
+
+# ---------------------------------------------------------------------------- baseline files
+
+
+@pytest.mark.parametrize("text, where", [
+    (b"\xff\xfe", "cannot read baseline: not UTF-8 text"),
+    ("version: 1\ngpus: {'0000:18:00.0': {pcie_width_max: -16}}\n",
+     ":2: gpus.0000:18:00.0.pcie_width_max: must be a finite number >= 0"),
+    ("version: 1\nib: {mlx5_0/1: {rate_gbps: .nan}}\n", ":2: ib.mlx5_0/1.rate_gbps: must be a finite number >= 0"),
+    ("version: 1\ngpu_count: 8\nhostname: [1]\n", ":3: hostname: must be a string"),
+])
+def test_broken_baseline_files_are_named(tmp_path, text, where):
+    path = write(tmp_path / "baseline.yaml", text)
+    err = one_line_error(gpuhc("baseline", "show", path))
+    assert where in err and path in err
+
+
+# ---------------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize("text, where", [
+    ("budget_s:\n  passive: .nan\n", ":2: budget_s.passive: must be a finite number"),
+    ("checks:\n  xid:\n    thresholds:\n      window_s: -100\n", ":4: checks.xid.thresholds.window_s: must not be negative"),
+    ("checks:\n  nvswitch:\n    thresholds:\n      window_s: 0\n", ":4: checks.nvswitch.thresholds.window_s: must be > 0"),
+    ("checks:\n  xid:\n    thresholds:\n      window_s: .nan\n", ":4: checks.xid.thresholds.window_s: must be a finite"),
+    ("checks:\n  power:\n    thresholds:\n      expected_limit_w: '700'\n",
+     ":4: checks.power.thresholds.expected_limit_w: must be a number or null"),
+    ("checks:\n  gpu-count:\n    thresholds:\n      expected: 2025-01-01\n", ":4: checks.gpu-count.thresholds.expected: must be"),
+    ("checks:\n  xid:\n    thresholds:\n      unknown: banana\n", ":4: checks.xid.thresholds.unknown: must be warn or fail"),
+    ("checks:\n  xid:\n    thresholds:\n      severity_overrides: {79: banana}\n",
+     ":4: checks.xid.thresholds.severity_overrides.79: want an Xid number"),
+    ("checks:\n  clocks:\n    thresholds:\n      fail_on: [hw_slowdwn]\n",
+     ":4: checks.clocks.thresholds.fail_on: unknown reason(s) hw_slowdwn"),
+    ("checks:\n  infiniband:\n    thresholds:\n      ethernet: maybe\n", ":4: checks.infiniband.thresholds.ethernet:"),
+    ("node:\n  profile: h100-pcie\n", ":2: node.profile: unknown GPU profile 'h100-pcie'"),
+    ("hosts:\n  - match: gpu001\n    node: {profile: h100}\n", ":3: hosts.0.node.profile: unknown GPU profile"),
+])
+def test_config_values_that_would_give_a_wrong_verdict_are_rejected_up_front(tmp_path, text, where):
+    # Before: `gpuhc config validate` said "valid" to all of these; a run then passed an Xid 79
+    # node (negative window), crashed `config show --json` (a date), or failed without a line.
+    cfg = write(tmp_path / "gpuhc.yaml", text)
+    assert f"{cfg}{where}" in one_line_error(gpuhc("config", "validate", "--config", cfg))
+    assert f"{cfg}{where}" in one_line_error(gpuhc("config", "show", "--json", "--config", cfg))
+    assert f"{cfg}{where}" in one_line_error(gpuhc("check", "--config", cfg, "--nvml-scenario", XID79,
+                                                   "--node", "gpu001", "--state-dir", str(tmp_path / "st")))
+
+
+def test_shipped_configs_still_validate():
+    for path in ("etc/gpuhc.yaml", "examples/sweep/gpuhc-sweep.yaml"):
+        p = gpuhc("config", "validate", "--config", path)
+        assert p.returncode == 0, p.stderr
+
+
+# ---------------------------------------------------------------------------- output
+
+
+def _report_with(tmp_path: Path, kernel_line: str, state_dir: Path):
+    from gpuhc.cli.common import run_options_from
+
+    path = scenario(tmp_path, f"kernel_log: [{json.dumps(kernel_line)}]\n")
+    kw = {"nvml_scenario": path, "state_dir": str(state_dir), "hostname": "gpu001", "config_path": None}
+    from gpuhc.runner import run_stage
+
+    os.environ.pop("GPUHC_CONFIG", None)
+    return run_stage(run_options_from(kw, "passive"))
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_square_brackets_in_kernel_lines_and_paths_are_text_on_a_terminal(tmp_path):
+    # Before: rich read "[/evil]" from an Xid line's process name (anyone's to choose) as
+    # markup and the table crashed: MarkupError, exit 3. The state path had the same effect.
+    from gpuhc.output import render_report
+
+    state = tmp_path / "st[/x]"  # a directory "x]" inside "st[": the path reads st[/x]
+    state.mkdir(parents=True)
+    (state / "state.json").write_text("garbage")  # a note that quotes the path
+    report = _report_with(tmp_path, "2025-03-04T10:03:12,448120+00:00 NVRM: Xid (PCI:0000:5d:00): 999, "
+                                    "pid=1, name=[/evil] [bold]x", state)
+    out = _Tty()
+    render_report(report, stream=out)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())  # rich's colours
+    assert "WARN" in text and "st[/x]" in text
+
+
+def test_plain_output_keeps_one_result_per_line(tmp_path):
+    from gpuhc.output import plain_lines
+
+    report = _report_with(tmp_path, "2025-03-04T10:03:12,448120+00:00 NVRM: Xid (PCI:0000:5d:00): 79", tmp_path / "st")
+    report.results[0] = dataclasses.replace(report.results[0], message="two\nlines\x1b[31m")
+    lines = plain_lines(report, verbose=True)
+    assert all("\n" not in line and "\x1b" not in line for line in lines)
+    assert any("two lines [31m" in line for line in lines)
