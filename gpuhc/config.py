@@ -105,7 +105,7 @@ def load_config(path: str | None = None, hostname: str | None = None) -> Config:
     A missing *default* file gives built-in defaults (a node may run with no config at all); a
     missing file that was asked for by name is an error.
     """
-    explicit = path is not None or "GPUHC_CONFIG" in os.environ
+    explicit = path is not None or bool(os.environ.get("GPUHC_CONFIG"))  # set but empty: unset
     path = path or default_path()
     sch = schema()
     if not os.path.exists(path):

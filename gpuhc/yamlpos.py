@@ -23,9 +23,20 @@ _CONSTRUCTOR = yaml.constructor.SafeConstructor()
 # files (config, profile, catalogs) on every run.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+# Hostile or broken input limits. libyaml composes nested collections by C recursion and
+# overflows the C stack (a segfault, not an exception) somewhere past ~20 000 levels, which
+# takes ~40 KB of "[[[[" or "- - - -"; texts that large have their depth counted first, on the
+# flat event stream. Our own builder recurses in Python (a RecursionError, caught). Aliases can
+# expand a small file exponentially ("billion laughs"): the number of built values is capped.
+_SCAN_DEPTH_ABOVE = 16 * 1024  # bytes; every file on the health-check path is smaller
+_MAX_DEPTH = 100
+_MAX_VALUES = 1_000_000
+
 
 def load_with_lines(text: str, filename: str) -> tuple[Any, dict[Path, int]]:
     try:
+        if len(text) > _SCAN_DEPTH_ABOVE:
+            _check_depth(text, filename)
         node = yaml.compose(text, Loader=_LOADER)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
@@ -33,13 +44,34 @@ def load_with_lines(text: str, filename: str) -> tuple[Any, dict[Path, int]]:
         raise ConfigError(f"not valid YAML: {e.problem or e}", filename, line) from None
     except yaml.YAMLError as e:
         raise ConfigError(f"not valid YAML: {e}", filename) from None
+    except RecursionError:
+        raise ConfigError("not valid YAML: nested too deeply", filename) from None
     lines: dict[Path, int] = {}
     if node is None:
         return None, lines
-    return _build(node, (), lines, filename), lines
+    try:
+        return _build(node, (), lines, filename, [_MAX_VALUES]), lines
+    except RecursionError:
+        raise ConfigError("nested too deeply", filename) from None
 
 
-def _build(node: yaml.Node, path: Path, lines: dict[Path, int], filename: str) -> Any:
+def _check_depth(text: str, filename: str) -> None:
+    depth = 0
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > _MAX_DEPTH:
+                raise ConfigError(f"nested more than {_MAX_DEPTH} levels deep", filename,
+                                  event.start_mark.line + 1)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def _build(node: yaml.Node, path: Path, lines: dict[Path, int], filename: str, budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ConfigError(f"more than {_MAX_VALUES} values (aliases expanding without end?)", filename,
+                          node.start_mark.line + 1)
     lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
@@ -53,10 +85,10 @@ def _build(node: yaml.Node, path: Path, lines: dict[Path, int], filename: str) -
             if key in out:
                 raise ConfigError("duplicate key", filename, knode.start_mark.line + 1, _dotted(path + (key,)))
             lines[path + (key,)] = knode.start_mark.line + 1
-            out[key] = _build(vnode, path + (key,), lines, filename)
+            out[key] = _build(vnode, path + (key,), lines, filename, budget)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_build(v, path + (i,), lines, filename) for i, v in enumerate(node.value)]
+        return [_build(v, path + (i,), lines, filename, budget) for i, v in enumerate(node.value)]
     return _scalar(node, filename)
 
 

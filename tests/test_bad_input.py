@@ -297,6 +297,29 @@ def test_config_values_that_would_give_a_wrong_verdict_are_rejected_up_front(tmp
                                                    "--node", "gpu001", "--state-dir", str(tmp_path / "st")))
 
 
+@pytest.mark.parametrize("text, message", [
+    ("node: " + "[" * 30000 + "]" * 30000 + "\n", "nested more than 100 levels deep"),  # was: segfault
+    ("node:\n  " + "- " * 30000 + "x\n", "nested more than 100 levels deep"),  # was: segfault
+    ("node: " + "[" * 2000 + "]" * 2000 + "\n", "nested too deeply"),  # was: RecursionError, exit 3
+    ("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+     + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9))
+     + "node: *a8\n", "aliases expanding without end"),  # was: minutes of CPU and gigabytes
+])
+def test_pathological_yaml_is_a_named_error(tmp_path, text, message):
+    cfg = write(tmp_path / "gpuhc.yaml", text)
+    assert message in one_line_error(gpuhc("config", "validate", "--config", cfg))
+    assert message in one_line_error(gpuhc("check", "--nvml-scenario", cfg, "--state-dir", str(tmp_path / "st")))
+
+
+def test_an_empty_gpuhc_config_variable_means_unset(tmp_path):
+    env = dict(os.environ, GPUHC_CONFIG="")
+    p = subprocess.run([sys.executable, "-m", "gpuhc", "config", "validate"], capture_output=True, text=True,
+                       timeout=60, cwd=ROOT, env=env)
+    assert "config file not found" not in p.stderr  # before: the empty name counted as asked for
+    if not os.path.exists("/etc/gpuhc/gpuhc.yaml"):
+        assert p.returncode == 0 and "built-in defaults" in p.stdout
+
+
 def test_shipped_configs_still_validate():
     for path in ("etc/gpuhc.yaml", "examples/sweep/gpuhc-sweep.yaml"):
         p = gpuhc("config", "validate", "--config", path)
