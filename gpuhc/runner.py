@@ -22,7 +22,7 @@ from gpuhc.config import Config
 from gpuhc.errors import EXIT_INTERNAL, EXIT_OK, EXIT_UNHEALTHY
 from gpuhc.model import Result, Snapshot, Status
 from gpuhc.sources import SourceSpec, Sources, build_sources
-from gpuhc.state import StateStore
+from gpuhc.state import StateError, StateStore
 
 # Time kept back from the budget for writing state and output after the last check.
 RESERVE_S = 0.3
@@ -132,7 +132,12 @@ def run_stage(opts: RunOptions) -> RunReport:
     report = RunReport(node=hostname_of(opts), stage=opts.stage, started=time.time())
     checks = select_checks(opts.stage, opts.config, opts.only)
     store = StateStore(opts.state_dir)
-    prior = store.read()
+    try:
+        prior, state_error = store.read(), None
+    except StateError as e:
+        # Locked by a stuck gpuhc, a lock file out of reach, an unsafe directory: judge the node
+        # anyway (without memory), say so, and leave the state alone.
+        prior, state_error = {}, e
     if store.problem:
         report.notes.append(store.problem)
 
@@ -215,7 +220,11 @@ def run_stage(opts: RunOptions) -> RunReport:
 
     if snapshot.nvml is not None and snapshot.nvml.notes:
         report.notes.extend(f"nvml: {n}" for n in snapshot.nvml.notes[:10])
-    _save_state(store, new_state, step, opts.sources, report)
+    if state_error is None:
+        _save_state(store, new_state, step, opts.sources, report)
+    else:
+        report.notes.append(f"state not read nor saved: {_one_line(state_error)}")
+        report.results.append(Result("state", Status.ERROR, f"state not read nor saved: {_one_line(state_error)}"))
     report.duration_s = time.monotonic() - t0
     return report
 

@@ -156,6 +156,20 @@ def test_a_state_file_that_cannot_be_opened_is_kept_not_rebuilt(tmp_path):
     assert not [n for n in os.listdir(d) if "corrupt" in n]
 
 
+def test_a_state_locked_by_a_stuck_process_still_gives_a_verdict(tmp_path):
+    # Before: exit 2 ("usage or config error") and no report at all.
+    import fcntl
+
+    d = _state(tmp_path, XID79)
+    with open(d / "state.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        before = (d / "state.json").read_bytes()
+        p, report = check_json("--nvml-scenario", XID79, "--state-dir", str(d))
+    assert p.returncode == 1  # the Xid 79 in the log still fails the node
+    assert any(r["check"] == "state" and r["status"] == "error" and "locked" in r["message"] for r in report["results"])
+    assert (d / "state.json").read_bytes() == before
+
+
 # ---------------------------------------------------------------------------- kernel log
 
 
