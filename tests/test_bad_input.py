@@ -334,6 +334,16 @@ def test_an_empty_gpuhc_config_variable_means_unset(tmp_path):
         assert p.returncode == 0 and "built-in defaults" in p.stdout
 
 
+def test_config_validate_reads_the_configured_baseline(tmp_path):
+    # A run only notes a broken baseline and judges against the profile; validate must say so.
+    base = write(tmp_path / "baseline.yaml", "version: 1\ngpus: {'0000:18:00.0': {pcie_width_max: -16}}\n")
+    cfg = write(tmp_path / "gpuhc.yaml", f"node:\n  baseline: {base}\n")
+    err = one_line_error(gpuhc("config", "validate", "--config", cfg))
+    assert f"{cfg}:2: node.baseline: {base}:2: gpus.0000:18:00.0.pcie_width_max" in err
+    missing = write(tmp_path / "gpuhc2.yaml", f"node:\n  baseline: {tmp_path}/none.yaml\n")
+    assert "node.baseline: " in one_line_error(gpuhc("config", "validate", "--config", missing))
+
+
 def test_shipped_configs_still_validate():
     for path in ("etc/gpuhc.yaml", "examples/sweep/gpuhc-sweep.yaml"):
         p = gpuhc("config", "validate", "--config", path)

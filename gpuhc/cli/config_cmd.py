@@ -19,6 +19,18 @@ def validate(config_path: str | None) -> None:
     from gpuhc.config import load_config
 
     cfg = load_config(config_path, node_name())
+    baseline = cfg.section("node").get("baseline")
+    if baseline:
+        # A run only notes a broken baseline and falls back to the profile: say it here, where
+        # an admin asks whether the setup is right.
+        from gpuhc.baseline import load
+        from gpuhc.errors import ConfigError
+        from gpuhc.yamlpos import line_of
+
+        try:
+            load(baseline)
+        except ConfigError as e:
+            raise ConfigError(str(e), cfg.path, line_of(cfg.lines, ("node", "baseline")), "node.baseline") from None
     click.echo(f"{cfg.path or 'built-in defaults (no config file)'}: valid")
 
 
