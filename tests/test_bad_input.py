@@ -223,10 +223,13 @@ def test_a_kernel_log_directory_is_a_usage_error(tmp_path):
     assert "is a directory" in err
 
 
-def test_a_missing_replay_path_in_the_config_names_file_line_and_key(tmp_path):
-    cfg = write(tmp_path / "gpuhc.yaml", "sources:\n  clock_samples: 3\n  kernel_log: /nonexistent/kern.log\n")
-    err = one_line_error(gpuhc("snapshot", "--config", cfg, "--nvml-scenario", HEALTHY))
-    assert f"{cfg}:3: sources.kernel_log: /nonexistent/kern.log: no such file" in err
+@pytest.mark.parametrize("key, message", [
+    ("kernel_log", "no such file"), ("sysfs_root", "no such directory"), ("nvml_scenario", "no such file"),
+])
+def test_a_missing_replay_path_in_the_config_names_file_line_and_key(tmp_path, key, message):
+    cfg = write(tmp_path / "gpuhc.yaml", f"sources:\n  clock_samples: 3\n  {key}: /nonexistent/x\n")
+    err = one_line_error(gpuhc("check", "--config", cfg, "--state-dir", str(tmp_path / "st")))
+    assert f"{cfg}:3: sources.{key}: /nonexistent/x: {message}" in err
 
 
 # ---------------------------------------------------------------------------- options

@@ -71,7 +71,7 @@ def source_spec(kw: dict, config: Config) -> SourceSpec:
     kernel_log = _replay_path(kw, config, "kernel_log", "--kernel-log")
     sysfs_root = _replay_path(kw, config, "sysfs_root", "--sysfs-root")
     return SourceSpec(
-        nvml_scenario=kw.get("nvml_scenario") or src.get("nvml_scenario"),
+        nvml_scenario=_replay_path(kw, config, "nvml_scenario", "--nvml-scenario"),
         step=kw.get("step"),
         kernel_log=kernel_log,
         sysfs_root=sysfs_root,
@@ -81,7 +81,7 @@ def source_spec(kw: dict, config: Config) -> SourceSpec:
 
 
 def _replay_path(kw: dict, config: Config, key: str, option: str) -> str | None:
-    """A recorded kernel log or sysfs tree, checked before anything runs.
+    """A recorded scenario, kernel log or sysfs tree, checked before anything runs.
 
     A mistyped path must not read as "this node has no Xids / no InfiniBand": a sysfs root that
     does not exist lists no ports, which the checks would call healthy (n/a)."""
