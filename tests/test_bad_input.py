@@ -249,6 +249,13 @@ def test_times_that_are_not_times_are_usage_errors(tmp_path, now):
     assert "--now" in err
 
 
+def test_a_prolog_given_a_bad_replay_option_fails_open(tmp_path):
+    # A prolog that exits non-zero drains the node in Slurm; gpuhc's own usage errors must not.
+    for args in (["--kernel-log", "/nonexistent/kern.log"], ["--now", "nan"]):
+        p = gpuhc("prolog", "--nvml-scenario", HEALTHY, *args, "--state-dir", str(tmp_path / "st"), "--node", "gpu001")
+        assert p.returncode == 0 and "error: --" in p.stderr, p.stderr
+
+
 def test_now_zero_is_used_not_replaced_by_the_clock(tmp_path):
     p, report = check_json("--nvml-scenario", XID79, "--now", "0", "--state-dir", str(tmp_path))
     # at epoch 0 the 2025 Xid lies in the future, which the window counts (clock skew)

@@ -40,6 +40,10 @@ def node_name(explicit: str | None = None) -> str:
 
 
 def parse_now(text: str | None) -> float | None:
+    """--now as epoch seconds. Errors are GpuhcErrors: run_options_from serves the Slurm entry
+    points too, and a prolog fails open on those."""
+    from gpuhc.errors import GpuhcError
+
     if text is None:
         return None
     try:
@@ -48,10 +52,10 @@ def parse_now(text: str | None) -> float | None:
         try:
             value = datetime.fromisoformat(text).timestamp()
         except (ValueError, OverflowError, OSError):
-            raise click.BadParameter(f"{text!r} is neither epoch seconds nor ISO 8601", param_hint="--now") from None
+            raise GpuhcError(f"--now: {text!r} is neither epoch seconds nor ISO 8601") from None
     # NaN compares false with every window edge: an Xid would never count, the node look healthy.
     if not 0 <= value < float("inf"):
-        raise click.BadParameter(f"{text!r} is not a time (want epoch seconds >= 0)", param_hint="--now")
+        raise GpuhcError(f"--now: {text!r} is not a time (want epoch seconds >= 0)")
     return value
 
 
@@ -102,9 +106,10 @@ def _replay_path(kw: dict, config: Config, key: str, option: str) -> str | None:
         problem = "is a directory, not a log file"
     if problem is None:
         return path
-    if kw.get(key):
-        raise click.BadParameter(f"{path}: {problem}", param_hint=option)
-    from gpuhc.errors import ConfigError
+    from gpuhc.errors import ConfigError, GpuhcError
+
+    if kw.get(key):  # (a GpuhcError, which the Slurm entry points know how to fail open on)
+        raise GpuhcError(f"{option}: {path}: {problem}")
     from gpuhc.yamlpos import line_of
 
     raise ConfigError(f"{path}: {problem}", config.path, line_of(config.lines, ("sources", key)), given_by)
