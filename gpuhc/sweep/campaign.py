@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable
 
-from gpuhc.sweep.judge import ERROR, FAIL, PASS, Fleet, Verdict, fleet_key, judge_group, metrics_of
+from gpuhc.sweep.judge import ERROR, FAIL, PASS, Fleet, Verdict, fleet_key, judge_group, metrics_of, on_ladder
 from gpuhc.sweep.localize import Outcome, RoundPlan, assess, next_round
 from gpuhc.sweep.plan import Group
 from gpuhc.sweep.settings import thresholds_for
@@ -66,23 +66,27 @@ def judge_round(record: dict, results: dict[str, dict | None], section: dict, hi
     rnd = current_round(record)
     backend = record["backend"]
     table = section.get("thresholds") or {}
+    ladder = sweep_ladder(record)
     prepared = []
     fleets: dict[str, Fleet] = {}
+    blocks: dict[tuple, dict] = {}
     for g in groups_of(rnd):
-        th = thresholds_for(table, backend, g.shape, g.span)
+        th = blocks.get((g.shape, g.span))
+        if th is None:  # one merge per kind of group, not per group: a round can hold hundreds
+            th = blocks[(g.shape, g.span)] = on_ladder(thresholds_for(table, backend, g.shape, g.span), ladder)
         res = results.get(g.id)
         m = metrics_of(res, th) if res else {}
-        key = fleet_key(backend, g.shape, g.span, m.get("large_bytes"))
+        key = fleet_key(backend, g.shape, g.span, m.get("large_bytes"), th["small_bytes"], th["medium_bytes"])
         if key not in fleets:
             fleets[key] = Fleet(history.get(key, []))
         if res:
             fleets[key].add(m)
-        prepared.append((g, th, res, key))
+        prepared.append((g, th, res, key, m))
     verdicts: dict[str, Verdict] = {}
-    for g, th, res, key in prepared:
-        verdicts[g.id] = judge_group(res, th, fleets[key], own_in_fleet=True)
+    for g, th, res, key, m in prepared:
+        verdicts[g.id] = judge_group(res, th, fleets[key], own_in_fleet=True, metrics=m if res else None)
     window = int(section.get("history_window", 200))
-    for g, th, res, key in prepared:
+    for g, th, res, key, m in prepared:
         v = verdicts[g.id]
         if v.status == PASS:
             entries = history.setdefault(key, [])
@@ -91,6 +95,17 @@ def judge_round(record: dict, results: dict[str, dict | None], section: dict, hi
     rnd["verdicts"] = {gid: v.to_dict() for gid, v in verdicts.items()}
     rnd["judged_at"] = time.time()
     return verdicts
+
+
+def sweep_ladder(record: dict) -> list[int]:
+    """The sizes the sweep's jobs measure (frozen at submit), or [] when the record lacks them."""
+    from gpuhc.sweep.stats import size_ladder
+
+    run = record.get("run") or {}
+    try:
+        return size_ladder(int(run["min_bytes"]), int(run["max_bytes"]), int(run.get("factor", 2)))
+    except (KeyError, TypeError, ValueError):
+        return []
 
 
 def outcomes(record: dict) -> list[Outcome]:

@@ -57,10 +57,39 @@ def _row(result: dict, nbytes: int) -> dict | None:
     return None
 
 
+def nearest_size(ladder: list[int], want: int) -> int:
+    """The ladder size closest to ``want`` on a log scale (the smaller one on a tie): where a
+    threshold's size is not on the sweep's ladder (``sizes.factor`` 4 skips 1 KiB), its class
+    is judged at the nearest size that was measured rather than not at all."""
+    import math
+
+    return min(ladder, key=lambda b: (abs(math.log(b / want)), b)) if ladder and want > 0 else want
+
+
+def on_ladder(th: dict[str, Any], ladder: list[int]) -> dict[str, Any]:
+    """``th`` with ``small_bytes``/``medium_bytes`` moved to the nearest size of ``ladder``;
+    the configured size is kept as ``<name>_requested`` when it moved. The medium class never
+    moves onto the largest size, which the large class judges already."""
+    out = dict(th)
+    if not ladder:
+        return out
+    for name, sizes in (("small_bytes", ladder), ("medium_bytes", ladder[:-1] or ladder)):
+        want = int(th[name])
+        got = nearest_size(sizes, want)
+        if got != want:
+            out[name], out[f"{name}_requested"] = got, want
+    return out
+
+
 def metrics_of(result: dict, th: dict) -> dict[str, Any]:
-    """The numbers the judge looks at, pulled out of one results file."""
+    """The numbers the judge looks at, pulled out of one results file, and the sizes they were
+    read at (``small_bytes``, ``medium_bytes``, ``large_bytes``)."""
     rows = [r for r in result.get("sizes", []) if isinstance(r, dict) and isinstance(r.get("bytes"), int)]
-    out: dict[str, Any] = {"large_bytes": None, "large_busbw_gbs": None, "small_p95_us": None, "medium_busbw_gbs": None}
+    out: dict[str, Any] = {"large_bytes": None, "large_busbw_gbs": None, "small_p95_us": None, "medium_busbw_gbs": None,
+                           "small_bytes": int(th["small_bytes"]), "medium_bytes": int(th["medium_bytes"])}
+    for name in ("small_bytes_requested", "medium_bytes_requested"):
+        if name in th:
+            out[name] = th[name]
     if rows:
         largest = max(rows, key=lambda r: r["bytes"])
         out["large_bytes"] = largest["bytes"]
@@ -91,22 +120,33 @@ class Fleet:
     def reference(self, metric: str, own: Any = None) -> tuple[float | None, int]:
         """(median of the fleet without one copy of ``own``, how many values that used)."""
         vals = self.values[metric]
+        skip = None  # index of the one copy of ``own`` left out
         if own is not None and isinstance(own, (int, float)):
             i = bisect.bisect_left(vals, float(own))
             if i < len(vals) and vals[i] == float(own):
-                vals = vals[:i] + vals[i + 1:]
-        if not vals:
+                skip = i
+        n = len(vals) - (skip is not None)
+        if n <= 0:
             return None, 0
-        return median(vals), len(vals)
+        # The median of the sorted list with one element left out, by index: no copy.
+        def at(k: int) -> float:
+            return vals[k + 1] if skip is not None and k >= skip else vals[k]
+
+        mid = (n - 1) / 2.0
+        lo = int(mid)
+        value = at(lo) if lo == mid else at(lo) + (at(lo + 1) - at(lo)) * (mid - lo)
+        return value, n
 
 
-def judge_group(result: dict | None, th: dict[str, Any], fleet: Fleet | None = None, own_in_fleet: bool = False) -> Verdict:
+def judge_group(result: dict | None, th: dict[str, Any], fleet: Fleet | None = None, own_in_fleet: bool = False,
+                metrics: dict[str, Any] | None = None) -> Verdict:
     """One group's verdict. ``own_in_fleet``: the fleet already holds this group's own metrics
-    (the current round is part of the fleet), so leave one copy out."""
+    (the current round is part of the fleet), so leave one copy out. ``metrics``: this result's
+    :func:`metrics_of`, when the caller has them already."""
     if result is None:
         return Verdict(ERROR, ["no results: the job did not run or died before writing any"])
     silent = sorted({n for t in result.get("timeouts", []) for n in t.get("silent_nodes", [])})
-    m = metrics_of(result, th)
+    m = metrics if metrics is not None else metrics_of(result, th)
     reasons: list[str] = []
     for row in result.get("sizes", []):
         if row.get("correct") is False:
@@ -160,6 +200,10 @@ def _relative(m: dict, th: dict, fleet: Fleet, own_in_fleet: bool) -> list[str]:
     return out
 
 
-def fleet_key(backend: str, shape: str, span: str, large_bytes: int | None) -> str:
-    """Groups are only compared with groups of the same kind and the same size ladder top."""
-    return f"{backend}/{shape}/{span or 'flat'}/{large_bytes or 0}"
+def fleet_key(backend: str, shape: str, span: str, large_bytes: int | None, small_bytes: int | None = None,
+              medium_bytes: int | None = None) -> str:
+    """Groups are only compared with groups of the same kind, measured at the same sizes."""
+    key = f"{backend}/{shape}/{span or 'flat'}/{large_bytes or 0}"
+    if small_bytes or medium_bytes:
+        key += f"/s{small_bytes or 0}/m{medium_bytes or 0}"
+    return key

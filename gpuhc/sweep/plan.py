@@ -15,7 +15,7 @@ deliberately spans leaves to exercise the links above them. The two kinds are ju
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 
@@ -38,12 +38,17 @@ class Group:
         return f"{len(self.nodes)}x{self.ranks_per_node}"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        # By hand rather than dataclasses.asdict (a deep copy): a sweep record holds hundreds.
+        return {"id": self.id, "nodes": list(self.nodes), "round": self.round, "purpose": self.purpose,
+                "span": self.span, "ranks_per_node": self.ranks_per_node, "suspects": list(self.suspects),
+                "job_id": self.job_id, "submit_error": self.submit_error}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Group":
-        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        return cls(**known)
+        return cls(**{k: d[k] for k in _GROUP_FIELDS if k in d})
+
+
+_GROUP_FIELDS = tuple(Group.__dataclass_fields__)
 
 
 def group_id(round_no: int, index: int) -> str:

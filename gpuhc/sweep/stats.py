@@ -44,9 +44,12 @@ def busbw_gbs(nbytes: int, seconds: float, nranks: int) -> float:
 
 def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolation percentile (numpy's default), q in [0, 100]."""
-    if not values:
+    return _percentile_sorted(sorted(values), q)
+
+
+def _percentile_sorted(ordered: Sequence[float], q: float) -> float:
+    if not ordered:
         return math.nan
-    ordered = sorted(values)
     if len(ordered) == 1:
         return float(ordered[0])
     pos = (len(ordered) - 1) * q / 100.0
@@ -64,8 +67,9 @@ def slowest_per_iteration(per_rank: Sequence[Sequence[float]]) -> list[float]:
     ranks. Ranks with fewer samples (a partial run) bound the length."""
     if not per_rank:
         return []
-    n = min(len(r) for r in per_rank)
-    return [max(r[i] for r in per_rank) for i in range(n)]
+    if len(per_rank) == 1:
+        return list(per_rank[0])
+    return list(map(max, zip(*per_rank)))  # zip stops at the shortest rank
 
 
 def summarize_size(
@@ -88,8 +92,8 @@ def summarize_size(
         "rank_time_us": [round(t * 1e6, 3) for t in mean_s_per_rank],
     }
     if iter_s_per_rank:
-        group = slowest_per_iteration(iter_s_per_rank)
+        group = sorted(slowest_per_iteration(iter_s_per_rank))
         for q in (50, 95, 99):
-            row[f"p{q}_us"] = round(percentile(group, q) * 1e6, 3)
+            row[f"p{q}_us"] = round(_percentile_sorted(group, q) * 1e6, 3)
         row["iters"] = len(group)
     return row
