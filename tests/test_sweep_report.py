@@ -49,7 +49,7 @@ def test_report_shows_groups_node_history_findings_and_curves(tmp_path):
     assert [c["nodes"] for c in rec["findings"]["culprits"]] == [["n3"]]
     rep = build_report(store, defaults(SCHEMA), None, ["n3"])
     assert rep["sweep_id"] == "s1" and rep["rounds"] == 2
-    assert [e[3] for e in rep["nodes"]["n3"]["events"]] == ["fail", "fail"]
+    assert [e[3] for e in rep["nodes"]["n3"]["events"]] == ["fail", "fail", "fail"]  # its probe, two isolates
     assert "round-0 median" in rep["curves"] and len(rep["curves"]) >= 3  # median + two failing groups
     buf = io.StringIO()
     render_report(rep, buf)
