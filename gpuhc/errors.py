@@ -55,6 +55,15 @@ def run_cli(cli) -> None:
         rc = cli.main(standalone_mode=False)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
+    except SystemExit as e:
+        # click ends a command whose stdout was closed (`gpuhc explain xid | head`) with exit 1,
+        # which here reads "unhealthy"; it marks that case by wrapping stdout. Treat it as the
+        # BrokenPipeError below.
+        from click.utils import PacifyFlushWrapper
+
+        if e.code == 1 and isinstance(sys.stdout, PacifyFlushWrapper):
+            sys.exit(0)
+        raise
     except click.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(EXIT_USAGE)

@@ -363,6 +363,24 @@ def test_shipped_configs_still_validate():
 # ---------------------------------------------------------------------------- output
 
 
+def _with_closed_stdout(*args: str) -> tuple[int, str]:
+    """Run gpuhc with a reader that left before the first byte, as `gpuhc ... | head` can."""
+    p = subprocess.Popen([sys.executable, "-m", "gpuhc", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         cwd=ROOT, text=True)
+    p.stdout.close()
+    err = p.stderr.read()
+    return p.wait(timeout=120), err
+
+
+@pytest.mark.parametrize("scenario_path, code", [(HEALTHY, 0), (XID79, 1)])
+def test_a_closed_stdout_does_not_change_the_verdict(tmp_path, scenario_path, code):
+    # Before: click turned the EPIPE into exit 1 ("unhealthy") for a healthy node.
+    rc, err = _with_closed_stdout("check", "-v", "--nvml-scenario", scenario_path, "--state-dir", str(tmp_path))
+    assert rc == code and "Traceback" not in err
+    rc, err = _with_closed_stdout("explain", "xid")
+    assert rc == 0 and "Traceback" not in err
+
+
 def _report_with(tmp_path: Path, kernel_line: str, state_dir: Path):
     from gpuhc.cli.common import run_options_from
 

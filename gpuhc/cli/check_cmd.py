@@ -50,7 +50,12 @@ def check(kw: dict) -> None:
         _check_only(opts.only, kw["stage"])
     opts.progress = sys.stdout.isatty() and not kw["json_mode"]
     report = run_stage(opts)
-    render_report(report, json_mode=kw["json_mode"], verbose=kw["verbose"])
+    try:
+        render_report(report, json_mode=kw["json_mode"], verbose=kw["verbose"])
+    except BrokenPipeError:
+        # `gpuhc check | head`: the reader left early. The verdict (exit code, event log,
+        # metrics) still stands; click would otherwise turn this into exit 1, "unhealthy".
+        _drop_stdout()
     for problem in publish(report, opts.config):
         click.echo(f"gpuhc: warning: {problem}", err=True)
     if demo_dir is not None:
@@ -67,6 +72,13 @@ def _check_only(only: tuple[str, ...], stage: str) -> None:
     if unknown:
         raise click.BadParameter(f"no check {', '.join(map(repr, unknown))} in stage {stage} "
                                  f"(known: {', '.join(known)})", param_hint="--only")
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null so nothing later (the exit flush) writes to the closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def finish(code: int, hard: bool = False) -> None:
