@@ -31,7 +31,9 @@ def write_config(cluster, tmp_path) -> str:
         "state_dir": str(tmp_path / "state"),
         "sweep": {
             "backend": "mpi", "ranks_per_node": 1, "group_size": 2, "period_h": 0.0,
-            "job": {"command": f"{sys.executable} -m gpuhc", "time": "00:05:00"},
+            # A GPU request like the nccl backend's (fake GRES on the test nodes): Slurm must
+            # accept it and run the job.
+            "job": {"command": f"{sys.executable} -m gpuhc", "time": "00:05:00", "gpus_per_node": 1},
             # Small sizes and few iterations keep each probe job to seconds.
             "sizes": {"max_bytes": 1 << 20},
             "iters": {"warmup": 1, "iters": 3, "latency_iters": 8},
@@ -45,7 +47,7 @@ def write_config(cluster, tmp_path) -> str:
 
 
 def test_sweep_localizes_and_drains_the_slow_node(slurm_cluster, tmp_path):
-    c = slurm_cluster(nodes=("n1", "n2", "n3", "n4"))
+    c = slurm_cluster(nodes=("n1", "n2", "n3", "n4"), gpus_per_node=1)
     cfg = write_config(c, tmp_path)
     fault = "slow:n3:0.05"  # test-only hook: n3's ranks nap 50 ms before every collective
 
@@ -54,6 +56,8 @@ def test_sweep_localizes_and_drains_the_slow_node(slurm_cluster, tmp_path):
     doc = json.loads(first.stdout)
     assert doc["submitted"] and sorted(g["nodes"] for g in doc["groups"]) == [["n1", "n2"], ["n3", "n4"]]
     assert all(g["job_id"] for g in doc["groups"])
+    job = c.run(["scontrol", "show", "job", doc["groups"][0]["job_id"]]).stdout
+    assert "gres:gpu:1" in job or "gres/gpu=1" in job or "gpu:1" in job, job
 
     # A second submit while the jobs are queued or running must not pile up.
     again = gpuhc(c, "submit", "--config", cfg, "--json", fault=fault)

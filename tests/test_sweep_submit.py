@@ -58,7 +58,8 @@ def test_submit_sends_one_exclusive_job_per_group_with_the_launch_line(tmp_path)
     sid = out["sweep_id"]
     assert argv[:2] == ["sbatch", "--parsable"]
     for want in (f"--job-name=gpuhc-sweep-{sid}-r0g0000", "--nodelist=n1,n2", "--nodes=2", "--ntasks-per-node=8",
-                 "--exclusive", "--time=00:15:00", "--partition=gpu", "--account=ops", "--qos=probe", "--priority=1000"):
+                 "--exclusive", "--time=00:15:00", "--partition=gpu", "--account=ops", "--qos=probe", "--priority=1000",
+                 "--gres=gpu:8"):
         assert want in argv
     launch = shlex.split(script.strip().splitlines()[-1])
     assert launch[:4] == ["srun", "--mpi=pmi2", "--ntasks-per-node=8", "--kill-on-bad-exit=1"]
@@ -67,6 +68,21 @@ def test_submit_sends_one_exclusive_job_per_group_with_the_launch_line(tmp_path)
     rec = store.load_sweep(sid)
     assert sorted(g["job_id"] for g in rec["rounds"][0]["groups"]) == ["101", "102"]  # sbatch runs in parallel
     assert store.read_index()["current"] == sid
+
+
+@pytest.mark.parametrize("backend, configured, want", [
+    ("nccl", None, ["--gres=gpu:8"]),  # one GPU per rank: with cgroup device limits, --exclusive alone gives none
+    ("mpi", None, []),  # host buffers: no GPU needed
+    ("nccl", 0, []),  # the site asks for GPUs its own way (extra_args)
+    ("mpi", 2, ["--gres=gpu:2"]),
+])
+def test_probe_jobs_request_gpus_for_the_nccl_backend(tmp_path, backend, configured, want):
+    s = section(backend=backend)
+    s["job"]["gpus_per_node"] = configured
+    fake = FakeSlurm()
+    submit_sweep(s, SweepStore(str(tmp_path)), cli=fake.cli(), now=1.0)
+    for argv, _ in fake.sbatched:
+        assert [a for a in argv if a.startswith("--gres")] == want
 
 
 def test_no_new_sweep_while_jobs_run_or_wait_for_analyze(tmp_path):

@@ -70,6 +70,8 @@ SCHEMA: dict[str, Any] = {
         "account": Key(str, None, "sbatch --account", nullable=True),
         "qos": Key(str, None, "sbatch --qos", nullable=True),
         "priority": Key(int, None, "sbatch --priority (needs operator rights)", nullable=True, min=0),
+        "gpus_per_node": Key(int, None, "GPUs requested per node (sbatch --gres=gpu:N); null: ranks_per_node for the "
+                                        "nccl backend, none for mpi; 0: no request", nullable=True, min=0, max=64),
         "extra_args": Key(list, [], "more sbatch arguments, one per item", item=str),
         "command": Key(str, "gpuhc", "how the job starts gpuhc on the nodes (split like a shell would, never run by one)"),
         "template": Key(str, None, "sbatch script template (string.Template); default: built in", nullable=True),

@@ -62,12 +62,28 @@ def launch_argv(section: dict, run: dict, sweep_id: str, group: Group, results_d
     return head + list(launcher["args"]) + command + args
 
 
-def sbatch_argv(section: dict, sweep_id: str, group: Group, results_dir: str, partition: str | None) -> list[str]:
+def gpus_per_node(section: dict, backend: str, group: Group) -> int:
+    """GPUs to request per node. ``--exclusive`` alone gives the job the nodes but, where cgroups
+    constrain devices, no GPU: the ranks would see none. By default the nccl backend asks for
+    one GPU per rank; the mpi backend needs none."""
+    configured = section["job"].get("gpus_per_node")
+    if configured is not None:
+        return int(configured)
+    return group.ranks_per_node if backend == "nccl" else 0
+
+
+def sbatch_argv(section: dict, sweep_id: str, group: Group, results_dir: str, partition: str | None,
+                backend: str | None = None) -> list[str]:
     job = section["job"]
     argv = ["sbatch", "--parsable", f"--job-name={job['name_prefix']}-{sweep_id}-{group.id}",
             f"--nodelist={','.join(group.nodes)}", f"--nodes={len(group.nodes)}",
             f"--ntasks-per-node={group.ranks_per_node}", "--exclusive", f"--time={job['time']}",
             f"--output={results_dir}/{sweep_id}/{group.id}.out"]
+    gpus = gpus_per_node(section, backend or section["backend"], group)
+    if gpus:
+        # --gres rather than --gpus-per-node: also understood by select/cons_res. srun's steps
+        # get all of the job's GRES by default, so the launcher line needs no GPU option.
+        argv.append(f"--gres=gpu:{gpus}")
     part = job.get("partition") or partition
     if part:
         argv.append(f"--partition={part}")
@@ -104,7 +120,8 @@ def submit_groups(section: dict, record: dict, groups: list[Group], store: Sweep
         launch = launch_argv(section, record["run"], record["id"], g, results_dir)
         script = job_script(section, launch, record["id"], g, results_dir)
         try:
-            g.job_id = cli.sbatch(sbatch_argv(section, record["id"], g, results_dir, part_of.get(g.nodes[0])), script)
+            argv = sbatch_argv(section, record["id"], g, results_dir, part_of.get(g.nodes[0]), record["backend"])
+            g.job_id = cli.sbatch(argv, script)
         except SlurmError as e:
             g.submit_error = str(e)
 
@@ -156,7 +173,7 @@ def submit_sweep(section: dict, store: SweepStore, dry_run: bool = False, cli: S
         if dry_run:
             lines = []
             for g in plan.groups:
-                argv = sbatch_argv(section, sweep_id, g, store.results_dir, part_of.get(g.nodes[0]))
+                argv = sbatch_argv(section, sweep_id, g, store.results_dir, part_of.get(g.nodes[0]), record["backend"])
                 lines.append(shlex.join(argv) + "  # " + shlex.join(launch_argv(section, record["run"], sweep_id, g, store.results_dir)))
             return {**out, "submitted": False, "dry_run": True, "sweep_id": sweep_id,
                     "groups": [g.to_dict() for g in plan.groups], "lines": lines}
