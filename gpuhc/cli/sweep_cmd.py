@@ -47,6 +47,15 @@ def _context(config_path: str | None, state_dir: str | None):
     return config, section, SweepStore(state, section.get("results_dir"))
 
 
+def _limited(name: str, kind: type = int):
+    """A click type with the range the config schema has for this setting (one source:
+    gpuhc.sweep.settings.RUN_LIMITS)."""
+    from gpuhc.sweep.settings import RUN_LIMITS
+
+    lo, hi = RUN_LIMITS[name]
+    return click.FloatRange(lo, hi) if kind is float else click.IntRange(lo, hi)
+
+
 @sweep.command("run")
 @click.option("--backend", type=click.Choice(["nccl", "mpi"]), default="nccl", show_default=True)
 @click.option("--sweep-id", default="adhoc", show_default=True)
@@ -54,16 +63,16 @@ def _context(config_path: str | None, state_dir: str | None):
 @click.option("--nodes", default="", help="The planned nodes, comma-separated (names ranks that never report).")
 @click.option("--results-dir", type=click.Path(file_okay=False), help="Write <dir>/<sweep>/<group>.json.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write the results to this file instead.")
-@click.option("--min-bytes", type=int, default=8, show_default=True)
-@click.option("--max-bytes", type=int, default=2 << 30, show_default=True)
-@click.option("--factor", type=click.IntRange(2, 16), default=2, show_default=True)
-@click.option("--warmup", type=click.IntRange(0), default=5, show_default=True)
-@click.option("--iters", type=click.IntRange(1), default=20, show_default=True, help="Timed iterations per bandwidth size.")
-@click.option("--latency-iters", type=click.IntRange(1, 1000), default=100, show_default=True,
+@click.option("--min-bytes", type=_limited("min_bytes"), default=8, show_default=True)
+@click.option("--max-bytes", type=_limited("max_bytes"), default=2 << 30, show_default=True)
+@click.option("--factor", type=_limited("factor"), default=2, show_default=True)
+@click.option("--warmup", type=_limited("warmup"), default=5, show_default=True)
+@click.option("--iters", type=_limited("iters"), default=20, show_default=True, help="Timed iterations per bandwidth size.")
+@click.option("--latency-iters", type=_limited("latency_iters"), default=100, show_default=True,
               help="Timed iterations per latency size, each timed alone.")
-@click.option("--latency-max-bytes", type=click.IntRange(0), default=1 << 20, show_default=True,
+@click.option("--latency-max-bytes", type=_limited("latency_max_bytes"), default=1 << 20, show_default=True,
               help="Sizes up to this get per-iteration timing (p50/p95/p99).")
-@click.option("--timeout-s", type=click.FloatRange(0.1), default=120.0, show_default=True,
+@click.option("--timeout-s", type=_limited("timeout_s", float), default=120.0, show_default=True,
               help="A collective slower than this is declared hung.")
 @click.option("--table/--no-table", default=True, help="Rank 0 prints the size table when done.")
 def run_cmd(**kw) -> None:

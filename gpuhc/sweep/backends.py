@@ -56,7 +56,7 @@ class MpiBackend:
 
     name = "mpi"
 
-    def __init__(self, comm: Any, local_rank: int, max_bytes: int, corrupt: bool = False):
+    def __init__(self, comm: Any, local_rank: int, max_bytes: int, corrupt: bool = False, max_iters: int = 0):
         from mpi4py import MPI
 
         self.MPI = MPI
@@ -119,6 +119,8 @@ class NcclBackend:
     POLL_S = 0.0002
 
     def __init__(self, comm: Any, local_rank: int, max_bytes: int, corrupt: bool = False, max_iters: int = 1000):
+        """``max_iters``: the most timed iterations of one latency size (two CUDA events each,
+        made up front); ``gpuhc sweep run`` passes its ``--latency-iters``."""
         try:
             import cupy
             from cupy.cuda import nccl

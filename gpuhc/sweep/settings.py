@@ -23,6 +23,27 @@ from gpuhc.schema import Key
 GIB = 1 << 30
 MIB = 1 << 20
 
+# The job-side settings' ranges: the one place they are set. The config schema below and the
+# options of `gpuhc sweep run` (gpuhc/cli/sweep_cmd.py) are both built from it, so a value the
+# config accepts is one every probe job accepts. (min, max); None: unbounded.
+MAX_LATENCY_ITERS = 1000  # the nccl backend records two CUDA events per timed iteration, made up front
+RUN_LIMITS: dict[str, tuple[Any, Any]] = {
+    "min_bytes": (4, None),
+    "max_bytes": (4, None),
+    "factor": (2, 16),
+    "warmup": (0, 1000),
+    "iters": (1, 100000),
+    "latency_iters": (1, MAX_LATENCY_ITERS),
+    "latency_max_bytes": (0, None),
+    "timeout_s": (0.1, 3600.0),
+}
+
+
+def _run_key(kind: type, name: str, default: Any, help_text: str = "") -> Key:
+    lo, hi = RUN_LIMITS[name]
+    return Key(kind, default, help_text, min=lo, max=hi)
+
+
 # Keys of one threshold block, with their defaults for the nccl backend.
 THRESHOLD_KEYS: dict[str, Any] = {
     "small_bytes": 1024,  # payload whose p95 latency is judged (LL/LL128 protocols)
@@ -62,7 +83,7 @@ SCHEMA: dict[str, Any] = {
     "results_dir": Key(str, None, "where jobs write results: must be shared and writable by the job user; "
                                   "default <state_dir>/sweep/results", nullable=True),
     "history_window": Key(int, 200, "past groups per shape kept for fleet comparisons", min=1, max=100000),
-    "timeout_s": Key(float, 120.0, "a collective that takes longer is declared hung", min=0.1, max=3600.0),
+    "timeout_s": _run_key(float, "timeout_s", 120.0, "a collective that takes longer is declared hung"),
     "job": {
         "name_prefix": Key(str, "gpuhc-sweep", "job names start with this; squeue finds running sweeps by it"),
         "time": Key(str, "00:15:00", "sbatch --time"),
@@ -82,15 +103,15 @@ SCHEMA: dict[str, Any] = {
         "args": Key(list, [], "more launcher arguments", item=str),
     },
     "sizes": {
-        "min_bytes": Key(int, 8, min=4),
-        "max_bytes": Key(int, 2 * GIB, min=4),
-        "factor": Key(int, 2, min=2, max=16),
+        "min_bytes": _run_key(int, "min_bytes", 8, "smallest payload"),
+        "max_bytes": _run_key(int, "max_bytes", 2 * GIB, "largest payload"),
+        "factor": _run_key(int, "factor", 2, "ladder step"),
     },
     "iters": {
-        "warmup": Key(int, 5, min=0, max=1000),
-        "iters": Key(int, 20, "timed iterations per bandwidth size", min=1, max=100000),
-        "latency_iters": Key(int, 100, "timed iterations per latency size (each timed alone)", min=1, max=100000),
-        "latency_max_bytes": Key(int, MIB, "sizes up to this get per-iteration timing and percentiles", min=0),
+        "warmup": _run_key(int, "warmup", 5, "untimed collectives before each size"),
+        "iters": _run_key(int, "iters", 20, "timed iterations per bandwidth size"),
+        "latency_iters": _run_key(int, "latency_iters", 100, "timed iterations per latency size (each timed alone)"),
+        "latency_max_bytes": _run_key(int, "latency_max_bytes", MIB, "sizes up to this get per-iteration timing and percentiles"),
     },
     "localize": {
         "max_rounds": Key(int, 4, "rounds per sweep, the first probe included", min=1, max=20),

@@ -174,7 +174,8 @@ def run(spec: RunSpec) -> int:
     fault = parse_fault(os.environ.get("GPUHC_SWEEP_FAULT"), node)
     sizes = size_ladder(spec.min_bytes, spec.max_bytes, spec.factor)
     try:
-        backend = BACKENDS[spec.backend](comm, rec.local_rank, sizes[-1], corrupt=fault.corrupt)
+        backend = BACKENDS[spec.backend](comm, rec.local_rank, sizes[-1], corrupt=fault.corrupt,
+                                         max_iters=spec.latency_iters)
         rec.info = backend.describe()
     except Exception as e:  # noqa: BLE001 - BackendError, or NCCL/CUDA refusing at init
         # Write our own file first: peers that did get a backend may be waiting in a collective
