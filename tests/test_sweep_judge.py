@@ -111,3 +111,55 @@ def test_default_thresholds_are_valid_and_fleet_keys_separate_kinds():
     validate_thresholds(DEFAULT_THRESHOLDS)
     assert fleet_key("nccl", "2x8", "leaf", 2 << 30) != fleet_key("nccl", "2x8", "cross", 2 << 30)
     assert fleet_key("nccl", "2x8", "", 1 << 20) != fleet_key("nccl", "2x8", "", 2 << 30)
+
+
+def test_off_ladder_sizes_are_judged_at_the_nearest_measured_size_and_said_so():
+    """`factor: 4` from 8 B measures 512 B and 2 KiB but not 1 KiB, 8 and 32 MiB but not
+    16 MiB: the small and medium classes used to be skipped without a word."""
+    from gpuhc.schema import defaults
+    from gpuhc.sweep.campaign import judge_round, new_record, summary_lines
+    from gpuhc.sweep.judge import on_ladder
+    from gpuhc.sweep.plan import Group
+    from gpuhc.sweep.settings import SCHEMA
+    from gpuhc.sweep.stats import size_ladder
+
+    ladder = size_ladder(8, 2 << 30, 4)
+    assert 1024 not in ladder and (16 << 20) not in ladder
+    th = on_ladder(NCCL, ladder)
+    assert (th["small_bytes"], th["small_bytes_requested"]) == (512, 1024)  # a tie goes to the smaller size
+    assert (th["medium_bytes"], th["medium_bytes_requested"]) == (8 << 20, 16 << 20)
+    assert on_ladder(NCCL, size_ladder(8, 2 << 30)) == NCCL  # on the default ladder nothing moves
+
+    section = defaults(SCHEMA)
+    section["sizes"]["factor"] = 4
+    groups = [Group(f"r0g{i}", [f"a{i}", f"b{i}"], 0, "probe", "", 8) for i in range(4)]
+    rec = new_record("s", groups, section, now=0.0)
+
+    def res(p95):
+        rows = [{"bytes": 512, "time_us": p95, "p95_us": p95, "busbw_gbs": 0.01, "correct": True},
+                {"bytes": 8 << 20, "time_us": 90.0, "busbw_gbs": 200.0, "correct": True},
+                {"bytes": 2 << 30, "time_us": 9000.0, "busbw_gbs": 445.0, "correct": True}]
+        return {"sizes": rows, "timeouts": [], "errors": []}
+
+    verdicts = judge_round(rec, {"r0g0": res(900.0), "r0g1": res(100.0), "r0g2": res(100.0), "r0g3": res(100.0)},
+                           section, {})
+    assert verdicts["r0g0"].status == FAIL and "p95 900.0 us > 250 at 512 B" in verdicts["r0g0"].reasons
+    assert verdicts["r0g1"].status == PASS and verdicts["r0g1"].metrics["small_p95_us"] == 100.0
+    assert verdicts["r0g1"].metrics["medium_busbw_gbs"] == 200.0
+    notes = summary_lines(rec)
+    assert "small class judged at 512 B, the nearest measured size: small_bytes 1 KiB is not on the size ladder" in notes
+    assert any(n.startswith("medium class judged at 8 MiB") for n in notes)
+
+
+def test_submit_says_up_front_which_class_moves(tmp_path):
+    from gpuhc.schema import defaults
+    from gpuhc.sweep.plan import Group
+    from gpuhc.sweep.settings import SCHEMA
+    from gpuhc.sweep.submit import planned_size_notes
+
+    section = defaults(SCHEMA)
+    g = [Group("r0g0", ["a", "b"], 0, "probe", "", 8)]
+    assert planned_size_notes(section, g) == []
+    section["sizes"]["factor"] = 4
+    assert [n.split(",")[0] for n in planned_size_notes(section, g)] == ["medium class judged at 8 MiB",
+                                                                        "small class judged at 512 B"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable
 
-from gpuhc.sweep.judge import ERROR, FAIL, PASS, Fleet, Verdict, fleet_key, judge_group, metrics_of, on_ladder
+from gpuhc.sweep.judge import ERROR, FAIL, PASS, Fleet, Verdict, fleet_key, judge_group, metrics_of, on_ladder, size_notes
 from gpuhc.sweep.localize import Outcome, RoundPlan, assess, next_round
 from gpuhc.sweep.plan import Group
 from gpuhc.sweep.settings import thresholds_for
@@ -165,7 +165,7 @@ def note_nodes(index: dict, record: dict, verdicts: dict[str, Verdict], now: flo
 
 def summary_lines(record: dict) -> list[str]:
     f = record.get("findings", {})
-    lines = []
+    lines = size_notes(v.get("metrics", {}) for rnd in record["rounds"] for v in rnd.get("verdicts", {}).values())
     for c in f.get("culprits", []):
         lines.append(f"culprit {c['kind']} {','.join(c['nodes'])}: {c['evidence']} (group {c['group']})")
     if f.get("unresolved"):

@@ -81,6 +81,18 @@ def on_ladder(th: dict[str, Any], ladder: list[int]) -> dict[str, Any]:
     return out
 
 
+def size_notes(metrics: Iterable[dict[str, Any]]) -> list[str]:
+    """One line per class judged away from its configured size (see :func:`on_ladder`)."""
+    moved = {}
+    for m in metrics:
+        for cls in ("small", "medium"):
+            want = m.get(f"{cls}_bytes_requested")
+            if want is not None and m.get(f"{cls}_bytes") is not None:
+                moved[(cls, want)] = m[f"{cls}_bytes"]
+    return [f"{cls} class judged at {human_bytes(got)}, the nearest measured size: {cls}_bytes {human_bytes(want)} "
+            "is not on the size ladder" for (cls, want), got in sorted(moved.items())]
+
+
 def metrics_of(result: dict, th: dict) -> dict[str, Any]:
     """The numbers the judge looks at, pulled out of one results file, and the sizes they were
     read at (``small_bytes``, ``medium_bytes``, ``large_bytes``)."""

@@ -133,6 +133,21 @@ def submit_groups(section: dict, record: dict, groups: list[Group], store: Sweep
     return lines
 
 
+def planned_size_notes(section: dict, groups: list[Group]) -> list[str]:
+    """Say up front when a threshold's size is not on the configured ladder: the class is then
+    judged at the nearest size measured (gpuhc.sweep.judge.on_ladder)."""
+    from gpuhc.sweep.judge import on_ladder, size_notes
+    from gpuhc.sweep.settings import thresholds_for
+    from gpuhc.sweep.stats import size_ladder
+
+    sizes = section["sizes"]
+    ladder = size_ladder(sizes["min_bytes"], sizes["max_bytes"], sizes["factor"])
+    kinds = {(g.shape, g.span) for g in groups}
+    blocks = [on_ladder(thresholds_for(section.get("thresholds") or {}, section["backend"], shape, span), ladder)
+              for shape, span in sorted(kinds)]
+    return size_notes(blocks)
+
+
 def busy_reason(section: dict, store: SweepStore, index: dict, cli: SlurmCli) -> str | None:
     """Why a new sweep must not start now, or None."""
     current = index.get("current")
@@ -170,14 +185,15 @@ def submit_sweep(section: dict, store: SweepStore, dry_run: bool = False, cli: S
             return {**out, "submitted": False, "reason": msg, "lines": [msg]}
         sweep_id = new_sweep_id(now)
         record = new_record(sweep_id, plan.groups, section, now)
+        out["notes"] = planned_size_notes(section, plan.groups)
         if dry_run:
             lines = []
             for g in plan.groups:
                 argv = sbatch_argv(section, sweep_id, g, store.results_dir, part_of.get(g.nodes[0]), record["backend"])
                 lines.append(shlex.join(argv) + "  # " + shlex.join(launch_argv(section, record["run"], sweep_id, g, store.results_dir)))
             return {**out, "submitted": False, "dry_run": True, "sweep_id": sweep_id,
-                    "groups": [g.to_dict() for g in plan.groups], "lines": lines}
-        lines = submit_groups(section, record, plan.groups, store, cli, part_of)
+                    "groups": [g.to_dict() for g in plan.groups], "lines": lines + out["notes"]}
+        lines = submit_groups(section, record, plan.groups, store, cli, part_of) + out["notes"]
         record["rounds"][0]["groups"] = [g.to_dict() for g in plan.groups]
         record["rounds"][0]["submitted_at"] = now
         store.save_sweep(record)
