@@ -242,6 +242,14 @@ def test_bad_gpu_lists_are_usage_errors(tmp_path, gpus):
     assert "--gpus" in err
 
 
+def test_gpus_nvml_does_not_list_are_said_not_silently_passed(tmp_path):
+    # Before: `--gpus 8,9` on an 8-GPU node judged no GPU at all and passed.
+    p, report = check_json("--nvml-scenario", HEALTHY, "--gpus", "7-9", "--state-dir", str(tmp_path))
+    assert p.returncode == 0 and report["status"] == "warn"
+    warn = [r for r in report["results"] if r["status"] == "warn"]
+    assert [(r["check"], r["value"]) for r in warn] == [("gpu-count", [8, 9])]
+
+
 @pytest.mark.parametrize("now", ["nan", "inf", "-5", "1e400"])
 def test_times_that_are_not_times_are_usage_errors(tmp_path, now):
     # Before: --now nan judged the Xid 79 node healthy (every window comparison was false).

@@ -49,6 +49,24 @@ def _missing_from_baseline(snapshot: Snapshot, baseline: dict | None) -> list[st
 
 
 def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
+    out = _judge(snapshot, ctx)
+    nvml = snapshot.nvml
+    if ctx.gpus is not None and nvml is not None and nvml.available:
+        # GPUs asked for (the prolog's job GPUs, `gpuhc check --gpus`) that NVML does not list
+        # would otherwise be judged by no check at all, and the run would pass. A warning, not
+        # a drain: a gres.conf numbered unlike NVML must not drain every node it runs on.
+        listed = {g.index for g in nvml.gpus}
+        absent = sorted(set(ctx.gpus) - listed)
+        if absent:
+            have = ", ".join(map(str, sorted(listed))) or "none"
+            out.results.append(result(
+                ID, Status.WARN, f"asked to judge GPU(s) {', '.join(map(str, absent))} that NVML does not list "
+                f"(it lists {have}); they were not judged", value=absent,
+            ))
+    return out
+
+
+def _judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     nvml = snapshot.nvml
     if nvml is None or not nvml.available:
         why = (nvml.error if nvml else None) or "no reading"
