@@ -47,3 +47,70 @@ def test_latency_iters_above_the_limit_is_refused_by_both():
     res = CliRunner().invoke(sweep, ["run", "--out", "/nonexistent/x.json", "--latency-iters", str(hi + 1)])
     assert res.exit_code == 2 and "--latency-iters" in res.output
     assert schema_key(("iters", "latency_iters")).check(hi) is None
+
+
+BAD_YAML = """\
+state_dir: /var/lib/gpuhc
+sweep:
+  group_size: 2
+  thresholds:
+    nccl:
+      "2x8":
+        large_busbw_gbs: fast
+hosts:
+  - match: "gpu[001-004]"
+    sweep:
+      sizes:
+        min_bytes: 4096
+        max_bytes: 1024
+"""
+
+
+def test_validate_names_file_line_and_key_for_the_config_loader(tmp_path):
+    """What `gpuhc config validate` must refuse: `load_config` calls
+    `gpuhc.sweep.settings.validate(raw_section, file, lines, path)` for the top-level section
+    and for every `hosts` entry (the call is the lead's, in gpuhc/config.py)."""
+    from gpuhc.sweep.settings import validate
+    from gpuhc.yamlpos import load_with_lines
+
+    raw, lines = load_with_lines(BAD_YAML, "/etc/gpuhc/gpuhc.yaml")
+    with pytest.raises(ConfigError) as e:
+        validate(raw["sweep"], "/etc/gpuhc/gpuhc.yaml", lines)
+    assert str(e.value).startswith("/etc/gpuhc/gpuhc.yaml:7: sweep.thresholds.nccl.2x8.large_busbw_gbs: ")
+    host = raw["hosts"][0]["sweep"]
+    with pytest.raises(ConfigError) as e:
+        validate(host, "/etc/gpuhc/gpuhc.yaml", lines, ("hosts", 0, "sweep"))
+    assert str(e.value) == ("/etc/gpuhc/gpuhc.yaml:12: hosts.0.sweep.sizes.min_bytes: "
+                            "min_bytes 4096 is above max_bytes 1024")
+
+
+@pytest.mark.parametrize("section, key", [
+    ({"thresholds": {"nccl": {"default": {"small_p95_us": float("nan")}}}}, "sweep.thresholds.nccl.default.small_p95_us"),
+    ({"thresholds": {"mpi": {"2x1": {"small_bytes": 1.5}}}}, "sweep.thresholds.mpi.2x1.small_bytes"),
+    ({"sizes": {"min_bytes": 4 << 30}}, "sweep.sizes.min_bytes"),  # above the default max of 2 GiB
+    ({"job": {"command": "gpuhc 'unclosed"}}, "sweep.job.command"),
+    ({"job": {"command": "  "}}, "sweep.job.command"),
+    ("sweep", "sweep"),
+])
+def test_validate_refuses_what_the_schema_cannot_see(section, key):
+    from gpuhc.sweep.settings import validate
+
+    with pytest.raises(ConfigError) as e:
+        validate(section)
+    assert str(e.value).startswith(key + ": ")
+
+
+def test_validate_accepts_defaults_partial_sections_and_the_shipped_example():
+    from pathlib import Path
+
+    from gpuhc.schema import defaults
+    from gpuhc.sweep.settings import validate
+    from gpuhc.yamlpos import load_with_lines
+
+    validate(defaults(SCHEMA))
+    validate({})
+    validate(None)
+    validate({"sizes": {"max_bytes": 1 << 20}, "thresholds": {"mpi": {"default": {"fleet_min_groups": 2}}}})
+    path = Path(__file__).resolve().parent.parent / "examples" / "sweep" / "gpuhc-sweep.yaml"
+    raw, lines = load_with_lines(path.read_text(), str(path))
+    validate(raw["sweep"], str(path), lines)

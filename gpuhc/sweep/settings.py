@@ -15,10 +15,12 @@ fleet only, with looser factors, because CPU timings on shared cores are noisy.
 from __future__ import annotations
 
 import copy
+import shlex
 from typing import Any
 
 from gpuhc.errors import ConfigError
 from gpuhc.schema import Key
+from gpuhc.sweep.stats import size_ladder
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -133,13 +135,71 @@ def thresholds_for(table: dict[str, Any], backend: str, shape: str, span: str = 
     return merged
 
 
-def validate_thresholds(table: Any, file: str | None = None, lines: dict | None = None) -> None:
-    """Names and kinds inside ``sweep.thresholds``; the generic schema only knows it is a mapping."""
+def validate(section: Any, file: str | None = None, lines: dict | None = None, path: tuple = ("sweep",)) -> None:
+    """Everything about a ``sweep`` section that the generic schema check cannot see; raises
+    :class:`ConfigError` naming file, line and key.
+
+    For the config loader (``gpuhc config validate``, every ``load_config``), so that a bad
+    section is refused when the config is read, not first by ``gpuhc sweep submit`` on the
+    admin host. ``section`` is what the file gives (partial: the defaults fill the rest for
+    the checks that compare keys); ``path`` is where it sits in the file: ``("sweep",)``, or
+    ``("hosts", 2, "sweep")`` for a per-host override. Pure: reads no file, runs nothing, so it
+    is safe on every node that loads the config.
+    """
+    if section is None:
+        return
+    if not isinstance(section, dict):
+        raise ConfigError("must be a mapping", file, _line(lines, path, file), _dotted(path))
+    if "thresholds" in section:
+        validate_thresholds(section["thresholds"], file, lines, path + ("thresholds",))
+    merged = _merged(section)
+    sizes = merged["sizes"]
+    try:
+        size_ladder(int(sizes["min_bytes"]), int(sizes["max_bytes"]), int(sizes["factor"]))
+    except (TypeError, ValueError):
+        where = path + ("sizes", "min_bytes" if "min_bytes" in (section.get("sizes") or {}) else "max_bytes")
+        raise ConfigError(f"min_bytes {sizes['min_bytes']} is above max_bytes {sizes['max_bytes']}", file,
+                          _line(lines, where, file), _dotted(where)) from None
+    command = merged["job"].get("command")
+    if isinstance(command, str):
+        try:
+            if not shlex.split(command):
+                raise ValueError("empty")
+        except ValueError as e:
+            where = path + ("job", "command")
+            raise ConfigError(f"cannot split into a command line: {e}", file, _line(lines, where, file),
+                              _dotted(where)) from None
+
+
+def _merged(section: dict) -> dict:
+    """The section over the defaults, one level of nesting deep (the schema's depth)."""
+    from gpuhc.schema import defaults
+
+    out = defaults(SCHEMA)
+    for key, value in section.items():
+        if isinstance(out.get(key), dict) and isinstance(value, dict) and key != "thresholds":
+            out[key] = {**out[key], **value}
+        elif value is not None:
+            out[key] = value
+    return out
+
+
+def _line(lines: dict | None, where: tuple, file: str | None) -> int | None:
     from gpuhc.yamlpos import line_of
 
-    def fail(msg: str, path: tuple) -> None:
-        raise ConfigError(msg, file, line_of(lines or {}, ("sweep", "thresholds") + path) if file else None,
-                          ".".join(("sweep", "thresholds") + tuple(map(str, path))))
+    return line_of(lines or {}, where) if file else None
+
+
+def _dotted(path: tuple) -> str:
+    return ".".join(map(str, path))
+
+
+def validate_thresholds(table: Any, file: str | None = None, lines: dict | None = None,
+                        path: tuple = ("sweep", "thresholds")) -> None:
+    """Names and kinds inside ``sweep.thresholds``; the generic schema only knows it is a mapping."""
+
+    def fail(msg: str, sub: tuple) -> None:
+        raise ConfigError(msg, file, _line(lines, path + sub, file), _dotted(path + sub))
 
     if not isinstance(table, dict):
         fail("must be a mapping of backend to shapes", ())
@@ -156,8 +216,11 @@ def validate_thresholds(table: Any, file: str | None = None, lines: dict | None 
             for name, value in block.items():
                 if name not in THRESHOLD_KEYS:
                     fail(f"unknown threshold (known: {', '.join(sorted(THRESHOLD_KEYS))})", (backend, shape, name))
-                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-                    fail(f"must be a non-negative number or null, got {value!r}", (backend, shape, name))
+                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+                                          or value != value or value == float("inf")):
+                    fail(f"must be a non-negative finite number or null, got {value!r}", (backend, shape, name))
+                if name.endswith("_bytes") and value is not None and (not isinstance(value, int) or value < 4):
+                    fail(f"must be a whole number of bytes >= 4, got {value!r}", (backend, shape, name))
 
 
 def _shape_ok(shape: str) -> bool:
@@ -171,9 +234,5 @@ def sweep_section(config: Any) -> dict[str, Any]:
     from gpuhc.schema import defaults
 
     section = copy.deepcopy(config.section("sweep")) or defaults(SCHEMA)
-    validate_thresholds(section.get("thresholds", {}), getattr(config, "path", None), getattr(config, "lines", None))
-    sizes = section["sizes"]
-    if sizes["min_bytes"] > sizes["max_bytes"]:
-        raise ConfigError(f"min_bytes {sizes['min_bytes']} is above max_bytes {sizes['max_bytes']}",
-                          getattr(config, "path", None), None, "sweep.sizes")
+    validate(section, getattr(config, "path", None), getattr(config, "lines", None))
     return section
