@@ -104,15 +104,16 @@ def doubts(snapshot: Snapshot) -> list[str]:
 
 def load(path: str) -> dict[str, Any]:
     """Read and check a baseline file; ConfigError names file, line and key."""
-    from gpuhc.yamlpos import line_of, load_with_lines
+    from gpuhc.yamlpos import line_of, load_with_lines, read_text
 
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = read_text(path)
     except OSError as e:
         raise ConfigError(f"cannot read baseline: {e.strerror or e}", path) from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"cannot read baseline: not UTF-8 text (byte {e.start})", path) from None
+    except ValueError as e:
+        raise ConfigError(f"cannot read baseline: {e}", path) from None
     doc, lines = load_with_lines(text, path)
 
     def bad(p: tuple, message: str) -> ConfigError:

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuhc.errors import ConfigError
 from gpuhc.schema import Key, defaults
-from gpuhc.yamlpos import line_of, load_with_lines
+from gpuhc.yamlpos import line_of, load_with_lines, read_text
 
 DEFAULT_PATH = "/etc/gpuhc/gpuhc.yaml"
 DEFAULT_STATE_DIR = "/var/lib/gpuhc"
@@ -114,9 +114,8 @@ def load_config(path: str | None = None, hostname: str | None = None) -> Config:
         return Config(defaults(sch), None, hostname)
     check_file_safety(path, "config file")
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
+        text = read_text(path)
+    except (OSError, ValueError) as e:  # ValueError: not UTF-8, or too large
         raise ConfigError(f"cannot read: {e}", path) from None
     raw, lines = load_with_lines(text, path)
     if raw is None:

@@ -33,6 +33,19 @@ _MAX_DEPTH = 100
 _MAX_VALUES = 1_000_000
 
 
+MAX_FILE_BYTES = 64 << 20  # configs, scenarios, snapshots, baselines: far smaller in practice
+
+
+def read_text(path: str, limit: int = MAX_FILE_BYTES) -> str:
+    """A YAML file's text, refusing more than ``limit`` bytes (``--config /dev/zero`` must not
+    fill the node's memory). Raises OSError, UnicodeDecodeError or ValueError (too large)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read(limit + 1)
+    if len(text) > limit:
+        raise ValueError(f"larger than {limit >> 20} MiB")
+    return text
+
+
 def load_with_lines(text: str, filename: str) -> tuple[Any, dict[Path, int]]:
     try:
         if len(text) > _SCAN_DEPTH_ABOVE:

@@ -74,6 +74,16 @@ def test_empty_scenario_is_rejected_not_judged_as_a_gpu_less_node(tmp_path):
     assert "the scenario is empty" in err
 
 
+@pytest.mark.parametrize("args", [
+    ["check", "--nvml-scenario", "/dev/zero"], ["baseline", "show", "/dev/zero"], ["config", "show", "--config", "/dev/zero"],
+])
+def test_an_endless_yaml_file_is_refused_not_read_into_memory(tmp_path, args):
+    # Before: MemoryError (exit 3) after filling the node's memory. (As root, /dev/zero is refused
+    # as a config for being world-writable even before it is read; either way, exit 2.)
+    err = one_line_error(gpuhc(*args, "--state-dir", str(tmp_path)) if args[0] == "check" else gpuhc(*args))
+    assert "/dev/zero" in err
+
+
 @pytest.mark.parametrize("body, where", [
     ("gpus: {0: {power_limit_w: .nan}}\n", "s.yaml:2: gpus.0.power_limit_w: must be a finite number"),
     ("gpus: {0: {ecc_volatile_uncorrected: -5}}\n", "s.yaml:2: gpus.0.ecc_volatile_uncorrected: must not be negative"),

@@ -29,7 +29,7 @@ from typing import Any
 from gpuhc.errors import ConfigError, SourceError
 from gpuhc.model import AerCounters, IbPort, KernelLog, NvmlReading, norm_pci
 from gpuhc.sources import snapshot_io as sio
-from gpuhc.yamlpos import line_of, load_with_lines
+from gpuhc.yamlpos import line_of, load_with_lines, read_text
 
 _GPU_SECTION = ("count", "defaults", "gpus")
 _COMMON = ("hostname", "time", "driver_version", "cuda_driver_version", "nvml", *_GPU_SECTION,
@@ -128,12 +128,13 @@ def _load_base(path: str, depth: int) -> tuple["_State", list[dict], sio.ErrorFn
     from the healthy node they break.
     """
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = read_text(path)
     except OSError as e:
         raise SourceError(f"{path}: cannot read scenario: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
         raise SourceError(f"{path}: cannot read scenario: not UTF-8 text (byte {e.start})") from None
+    except ValueError as e:
+        raise SourceError(f"{path}: cannot read scenario: {e}") from None
     try:
         doc, lines = load_with_lines(text, path)
     except ConfigError as e:
