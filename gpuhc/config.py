@@ -126,12 +126,23 @@ def load_config(path: str | None = None, hostname: str | None = None) -> Config:
     _validate(raw, sch, (), path, lines, top=True)
     _validate_checks(raw.get("checks", {}), path, lines)
     _validate_profile(raw, (), path, lines)
+    _validate_subsystems(raw, (), path, lines)
     data = _merge(defaults(sch), raw)
     for override in _validate_hosts(hosts, sch, path, lines):
         pattern = override.pop("match")
         if hostname and host_matches(hostname, pattern):
             data = _merge(data, override)
     return Config(data, path, hostname, lines)
+
+
+def _validate_subsystems(raw: dict, prefix: tuple, file: str, lines: dict) -> None:
+    """Rules a flat schema cannot say (sizes in order, threshold tables): a subsystem's settings
+    module may define ``validate(section, file, lines, path)``, raising ConfigError."""
+    for name, module in SUBSYSTEM_SECTIONS.items():
+        if name in raw:
+            check = getattr(importlib.import_module(module), "validate", None)
+            if check is not None:
+                check(raw[name], file, lines, prefix + (name,))
 
 
 def _validate(raw: dict, sch: dict, path: tuple, file: str, lines: dict, top: bool = False) -> None:
@@ -307,6 +318,7 @@ def _validate_hosts(hosts: Any, sch: dict, file: str, lines: dict) -> list[dict]
         _validate(rest, sch, here, file, lines, top=True)
         _validate_checks(rest.get("checks", {}), file, lines, here)
         _validate_profile(rest, here, file, lines)
+        _validate_subsystems(rest, here, file, lines)
         out.append(copy.deepcopy(item))
     return out
 

@@ -130,3 +130,12 @@ def test_shipped_example_config_is_valid(tmp_path):
     assert load_config(str(path), "gpu003").section("node")["expected_gpus"] == 4
     assert load_config(str(path), "gpu100").section("node")["expected_gpus"] == 8
     assert load_config(str(path), "gpu100").check_settings("xid")["thresholds"]["window_s"] == 86400
+
+
+def test_subsystem_rules_run_at_load(tmp_path):
+    """A section rule the flat schema cannot express (here: the sweep's size ladder) is
+    enforced by `gpuhc config validate`, not first by the command that uses it."""
+    path = write(tmp_path, "sweep:\n  sizes:\n    min_bytes: 4096\n    max_bytes: 8\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, "n1")
+    assert f"{path}:" in str(err.value) and "sweep.sizes" in str(err.value)
