@@ -90,6 +90,8 @@ def test_validate_names_file_line_and_key_for_the_config_loader(tmp_path):
     ({"sizes": {"min_bytes": 4 << 30}}, "sweep.sizes.min_bytes"),  # above the default max of 2 GiB
     ({"job": {"command": "gpuhc 'unclosed"}}, "sweep.job.command"),
     ({"job": {"command": "  "}}, "sweep.job.command"),
+    ({"job": {"time": "15 minutes"}}, "sweep.job.time"),
+    ({"job": {"time": "03:00:00", "deadline_h": 2.0}}, "sweep.job.deadline_h"),  # every job would be removed
     ("sweep", "sweep"),
 ])
 def test_validate_refuses_what_the_schema_cannot_see(section, key):

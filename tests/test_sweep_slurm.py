@@ -51,33 +51,43 @@ def test_sweep_localizes_and_drains_the_slow_node(slurm_cluster, tmp_path):
     cfg = write_config(c, tmp_path)
     fault = "slow:n3:0.05"  # test-only hook: n3's ranks nap 50 ms before every collective
 
-    first = gpuhc(c, "submit", "--config", cfg, "--json", fault=fault)
+    # The hook reaches the jobs only because it is asked for (--test-fault), never from the
+    # environment; a stray one in the caller's environment must not count.
+    first = gpuhc(c, "submit", "--config", cfg, "--json", "--test-fault", fault, fault="slow:n1:0.05")
     assert first.returncode == 0, first.stderr
     doc = json.loads(first.stdout)
     assert doc["submitted"] and sorted(g["nodes"] for g in doc["groups"]) == [["n1", "n2"], ["n3", "n4"]]
     assert all(g["job_id"] for g in doc["groups"])
     job = c.run(["scontrol", "show", "job", doc["groups"][0]["job_id"]]).stdout
-    assert "gres:gpu:1" in job or "gres/gpu=1" in job or "gpu:1" in job, job
+    assert "gpu:1" in job, job  # the GPU request (fake GRES here) is accepted and kept
+    assert "Deadline=" in job and "Deadline=N/A" not in job, job  # stale probe jobs cannot pend forever
 
     # A second submit while the jobs are queued or running must not pile up.
-    again = gpuhc(c, "submit", "--config", cfg, "--json", fault=fault)
+    again = gpuhc(c, "submit", "--config", cfg, "--json")
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["submitted"] is False
     assert len(queue(c)) <= 2
 
     c.wait_for(lambda: not queue(c), 120, "round 0 jobs to finish")
-    r0 = gpuhc(c, "analyze", "--config", cfg, "--json", fault=fault)
+    r0 = gpuhc(c, "analyze", "--config", cfg, "--json")
     assert r0.returncode == 0, r0.stderr + r0.stdout  # nobody named yet: one failure is not proof
     out = json.loads(r0.stdout)
     statuses = {gid: v["status"] for gid, v in out["verdicts"].items()}
-    assert sorted(statuses.values()) == ["fail", "pass"], out
+    assert sorted(statuses.values()) == ["fail", "pass"], out  # n1's stray hook did not reach its job
     assert out["state"] == "running" and out["round"] == 1  # follow-up round submitted
 
-    c.wait_for(lambda: not queue(c), 120, "round 1 jobs to finish")
-    r1 = gpuhc(c, "analyze", "--config", cfg, "--apply", "--json", fault=fault)
-    assert r1.returncode == 1, r1.stderr + r1.stdout  # a culprit was named
+    c.wait_for(lambda: not queue(c), 180, "round 1 jobs to finish")
+    r1 = gpuhc(c, "analyze", "--config", cfg, "--apply", "--json")
+    assert r1.returncode == 1, r1.stderr + r1.stdout  # a culprit was named...
     out = json.loads(r1.stdout)
     assert [(x["kind"], x["nodes"]) for x in out["culprits"]] == [("node", ["n3"])], out
+    # ...but these results were made with the fault hook: no drain without the test flag.
+    assert [(a["node"], a["act"]) for a in out["applied"]] == [("n3", "refused")]
+    assert not c.node("n3").drained
+
+    r1 = gpuhc(c, "analyze", "--config", cfg, "--apply", "--allow-fault-hook", "--json")
+    assert r1.returncode == 1, r1.stderr + r1.stdout
+    out = json.loads(r1.stdout)
     assert [(a["node"], a["act"]) for a in out["applied"]] == [("n3", "drain")]
 
     n3 = c.node("n3")
@@ -85,11 +95,14 @@ def test_sweep_localizes_and_drains_the_slow_node(slurm_cluster, tmp_path):
     assert not any(c.node(n).drained for n in ("n1", "n2", "n4"))
 
     # Analyze again: nothing more happens, the drain is not repeated.
-    r2 = gpuhc(c, "analyze", "--config", cfg, "--apply", "--json")
+    r2 = gpuhc(c, "analyze", "--config", cfg, "--apply", "--allow-fault-hook", "--json")
     assert json.loads(r2.stdout)["applied"] == []
-    # The next sweep starts (the last one is done) and leaves the drained node out.
-    nxt = gpuhc(c, "submit", "--config", cfg, "--json")
+    # The next sweep starts (the last one is done) and leaves the drained node out; a stray
+    # hook in the environment is unset in its job script.
+    nxt = gpuhc(c, "submit", "--config", cfg, "--json", fault=fault)
     doc = json.loads(nxt.stdout)
     assert doc["submitted"] and all("n3" not in g["nodes"] for g in doc["groups"])
+    script = c.run(["scontrol", "write", "batch_script", doc["groups"][0]["job_id"], "-"]).stdout
+    assert "unset GPUHC_SWEEP_FAULT" in script and fault not in script, script
     rep = gpuhc(c, "report", "--config", cfg, "--node", "n3", "--sweep-id", out["sweep_id"])
     assert rep.returncode == 0 and "culprit node n3" in rep.stdout and "busbw GB/s vs size" in rep.stdout

@@ -59,7 +59,7 @@ def test_submit_sends_one_exclusive_job_per_group_with_the_launch_line(tmp_path)
     assert argv[:2] == ["sbatch", "--parsable"]
     for want in (f"--job-name=gpuhc-sweep-{sid}-r0g0000", "--nodelist=n1,n2", "--nodes=2", "--ntasks-per-node=8",
                  "--exclusive", "--time=00:15:00", "--partition=gpu", "--account=ops", "--qos=probe", "--priority=1000",
-                 "--gres=gpu:8"):
+                 "--gres=gpu:8", "--deadline=now+120minutes"):
         assert want in argv
     launch = shlex.split(script.strip().splitlines()[-1])
     assert launch[:4] == ["srun", "--mpi=pmi2", "--ntasks-per-node=8", "--kill-on-bad-exit=1"]
@@ -111,6 +111,47 @@ def test_dry_run_records_nothing_and_mpiexec_launcher(tmp_path):
     assert shlex.split(launch)[:7] == ["mpiexec", "-n", "16", "-ppn", "8", "-bind-to", "core"]
 
 
+def test_a_stray_fault_hook_in_the_environment_never_reaches_the_jobs(tmp_path):
+    """sbatch hands the submitting environment to the job: a GPUHC_SWEEP_FAULT left in cron's
+    environment would make healthy production nodes look bad."""
+    fake = FakeSlurm()
+    out = submit_sweep(section(), SweepStore(str(tmp_path)), cli=fake.cli(), now=1.0,
+                       environ={"GPUHC_SWEEP_FAULT": "slow:n1:0.5"})
+    for _, script in fake.sbatched:
+        assert "unset GPUHC_SWEEP_FAULT\n" in script and "slow:n1" not in script
+    assert any("GPUHC_SWEEP_FAULT is set here but not passed to the jobs" in n for n in out["notes"])
+
+
+def test_test_fault_is_passed_on_purpose_to_every_round(tmp_path):
+    from gpuhc.sweep.plan import Group
+    from gpuhc.sweep.submit import submit_groups
+
+    fake = FakeSlurm()
+    store = SweepStore(str(tmp_path))
+    out = submit_sweep(section(), store, cli=fake.cli(), now=1.0, test_fault="slow:n4:0.05", environ={})
+    rec = store.load_sweep(out["sweep_id"])
+    assert rec["test_fault"] == "slow:n4:0.05" and not out["notes"]
+    follow_up = [Group("r1g0000", ["n4", "n1"], 1, "isolate", "", 8, suspects=["n4"])]
+    submit_groups(section(), rec, follow_up, store, fake.cli(), {})
+    for _, script in fake.sbatched:
+        assert "export GPUHC_SWEEP_FAULT=slow:n4:0.05  # TEST ONLY" in script and "unset" not in script
+
+
+def test_mpiexec_flavors_spell_ranks_per_node_their_own_way(tmp_path):
+    from gpuhc.sweep.campaign import job_settings
+    from gpuhc.sweep.plan import Group
+    from gpuhc.sweep.submit import launch_argv
+
+    s = section()
+    s["launcher"]["kind"] = "mpiexec"
+    g = Group("r0g0000", ["a", "b"], 0, "probe", "", 4)
+    assert launch_argv(s, job_settings(s), "S", g, "/r")[:5] == ["mpiexec", "-n", "8", "-ppn", "4"]  # hydra: MPICH, Intel
+    s["launcher"]["flavor"] = "openmpi"
+    assert launch_argv(s, job_settings(s), "S", g, "/r")[:5] == ["mpiexec", "-n", "8", "--map-by", "ppr:4:node"]
+    # Open MPI forwards only named variables: the test-only hook needs -x when asked for.
+    assert launch_argv(s, job_settings(s), "S", g, "/r", pass_fault=True)[5:7] == ["-x", "GPUHC_SWEEP_FAULT"]
+
+
 def test_topology_makes_leaf_groups(tmp_path):
     topo = "SwitchName=s1 Level=0 Nodes=n[1-2]\nSwitchName=s2 Level=0 Nodes=n[4-5]\n"
     out = submit_sweep(section(cross_switch_fraction=0.0), SweepStore(str(tmp_path)), cli=FakeSlurm(topology=topo).cli(),
@@ -160,7 +201,7 @@ def record(*culprits):
                                                    "group": "r1g0000"} for k, n in culprits]}}
 
 
-SLURM = {"scontrol": "scontrol", "timeout_s": 5.0, "breaker": {"max_drained_percent": 50.0}}
+SLURM = {"scontrol": "scontrol", "timeout_s": 5.0, "breaker": {"max_drained_percent": 50.0, "settle_s": 0.0}}
 
 
 def test_apply_drains_node_culprits_once_and_never_links():

@@ -17,7 +17,7 @@ import sys
 
 import click
 
-from gpuhc.errors import EXIT_INTERNAL, EXIT_UNHEALTHY
+from gpuhc.errors import EXIT_BREAKER, EXIT_UNHEALTHY
 
 
 @click.group()
@@ -103,8 +103,10 @@ def run_cmd(**kw) -> None:
 @sweep.command("submit")
 @_config_options
 @click.option("--dry-run", is_flag=True, help="Plan and print the sbatch command lines; submit nothing, record nothing.")
+@click.option("--test-fault", metavar="SPEC", help="TEST ONLY: give every job of this sweep GPUHC_SWEEP_FAULT=SPEC "
+              "(otherwise the job scripts unset it). Never in production: it makes healthy nodes look bad.")
 @click.option("--json", "json_mode", is_flag=True)
-def submit_cmd(config_path, state_dir, dry_run, json_mode) -> None:
+def submit_cmd(config_path, state_dir, dry_run, test_fault, json_mode) -> None:
     """Plan groups among idle nodes and submit one probe job per group (for cron; returns fast).
 
     Does nothing while the previous sweep still has jobs queued or running, or still needs
@@ -113,7 +115,7 @@ def submit_cmd(config_path, state_dir, dry_run, json_mode) -> None:
     from gpuhc.sweep.submit import submit_sweep
 
     config, section, store = _context(config_path, state_dir)
-    out = submit_sweep(section, store, dry_run=dry_run)
+    out = submit_sweep(section, store, dry_run=dry_run, test_fault=test_fault)
     _emit(out, json_mode)
 
 
@@ -121,19 +123,24 @@ def submit_cmd(config_path, state_dir, dry_run, json_mode) -> None:
 @_config_options
 @click.option("--apply", is_flag=True, help="Drain the named culprit nodes through the Slurm drain policy (operator rights).")
 @click.option("--no-submit", is_flag=True, help="Do not submit follow-up rounds even if configured to.")
+@click.option("--allow-fault-hook", is_flag=True, help="TEST ONLY: let --apply drain on results made with the "
+              "test-only fault hook (GPUHC_SWEEP_FAULT).")
 @click.option("--json", "json_mode", is_flag=True)
-def analyze_cmd(config_path, state_dir, apply, no_submit, json_mode) -> None:
+def analyze_cmd(config_path, state_dir, apply, no_submit, allow_fault_hook, json_mode) -> None:
     """Judge finished probe jobs, submit follow-up rounds, name (and with --apply drain) culprits.
 
-    Exit code 1 when a culprit was named, 0 otherwise (including "still running").
+    Exit code 4 when the circuit breaker withheld a drain (it is retried next time), else 1
+    when a culprit was named, 0 otherwise (including "still running"). A Slurm command that
+    fails exits 3.
     """
     from gpuhc.sweep.analyze import analyze_sweep
 
     config, section, store = _context(config_path, state_dir)
-    out = analyze_sweep(section, store, apply=apply, submit=not no_submit, config=config)
+    out = analyze_sweep(section, store, apply=apply, submit=not no_submit, config=config,
+                        allow_fault_hook=allow_fault_hook)
     _emit(out, json_mode)
-    if out.get("error"):
-        sys.exit(EXIT_INTERNAL)
+    if any(a.get("act") == "blocked" for a in out.get("applied", [])):
+        sys.exit(EXIT_BREAKER)
     sys.exit(EXIT_UNHEALTHY if out.get("culprits") else 0)
 
 

@@ -6,13 +6,18 @@ Runs from cron before ``submit``. Each call does at most one step of the current
 2. judge every group of the round (:func:`gpuhc.sweep.campaign.judge_round`), remember per-node
    probe times and verdicts, and let the localizer plan the next round; submit it right away
    (``sweep.localize.auto_submit``), choosing known-good helpers among the nodes idle now;
-3. with ``--apply``, drain every node culprit through the drain policy
-   (:mod:`gpuhc.slurm.policy`): reason ``gpuhc: nccl-sweep <node> <evidence> [q1]``, never over
-   a reason gpuhc did not write, and not past the circuit breaker. The ``[q1]`` quarantine tag
-   matters: a node's own health check cannot see the fabric, so it must not resume the node
-   after a few clean local runs; a ``gpuhc quarantine retest`` (or an admin's release) does.
-   Link culprits (a pair or group that is only slow together) are reported, never drained:
-   there is no single node to blame.
+3. remember every node culprit as a pending drain in the sweep index;
+4. with ``--apply``, drain the pending culprits (this sweep's and earlier ones') through the
+   drain policy (:mod:`gpuhc.slurm.policy`): reason ``gpuhc: nccl-sweep <node> <evidence>
+   [qN]``, never over a reason gpuhc did not write, not past the circuit breaker, and with the
+   same post-drain recount as the health check. The ``[qN]`` quarantine tag matters: a node's
+   own health check cannot see the fabric, so it must not resume the node after a few clean
+   local runs; a ``gpuhc quarantine retest`` (or an admin's release) does. A node drained by
+   sweeps again and again moves up the cycles and is RETIRED at ``slurm.quarantine.max_cycles``.
+   A drain withheld or not verified stays pending and is retried next time. Link culprits (a
+   pair or group that is only slow together) are reported, never drained: there is no single
+   node to blame. Results made with the test-only fault hook never drain (unless a test says
+   ``allow_fault_hook``).
 
 Privileges: reading results needs nothing special; ``--apply`` needs a Slurm operator (or root)
 to run ``scontrol update``. The probe jobs themselves never need any.
@@ -34,7 +39,8 @@ CHECK_ID = "nccl-sweep"
 
 
 def analyze_sweep(section: dict, store: SweepStore, apply: bool = False, submit: bool = True, config: Any = None,
-                  cli: SlurmCli | None = None, scontrol: Any = None, now: float | None = None) -> dict[str, Any]:
+                  cli: SlurmCli | None = None, scontrol: Any = None, now: float | None = None,
+                  allow_fault_hook: bool = False) -> dict[str, Any]:
     cli = cli or SlurmCli()
     now = time.time() if now is None else now
     with store.locked() as index:
@@ -44,21 +50,24 @@ def analyze_sweep(section: dict, store: SweepStore, apply: bool = False, submit:
             return {"lines": ["no sweep to analyze (run `gpuhc sweep submit` first)"]}
         out: dict[str, Any] = {"sweep_id": sweep_id, "lines": []}
         rnd = current_round(record)
+        judged = True
         if rnd.get("judged_at") is None:
-            if not _judge(section, store, index, record, cli, submit, out, now):
-                return out
+            judged = _judge(section, store, index, record, cli, submit, out, now)
         elif record["state"] != "done" and submit:
             # A planned round that was never submitted (--no-submit, or auto_submit off).
             unsent = [g for g in groups_of(rnd) if not g.job_id and not g.submit_error]
             if unsent:
                 _submit_round(section, store, record, cli, out)
-        out["state"] = record["state"]
-        out["round"] = current_round(record)["round"]
-        out["culprits"] = record["findings"].get("culprits", [])
-        out["unresolved"] = record["findings"].get("unresolved", [])
-        out["lines"] += summary_lines(record)
+        if judged:
+            out["state"] = record["state"]
+            out["round"] = current_round(record)["round"]
+            out["culprits"] = record["findings"].get("culprits", [])
+            out["unresolved"] = record["findings"].get("unresolved", [])
+            out["lines"] += summary_lines(record)
+            remember_culprits(index, record, now)
         if apply:
-            out["applied"] = apply_culprits(record, config, scontrol, now, out["lines"])
+            # Also while a round is still running: drains held back earlier are retried.
+            out["applied"] = apply_pending(index, record, store, config, scontrol, now, out["lines"], allow_fault_hook)
         store.save_sweep(record)
         return out
 
@@ -84,6 +93,7 @@ def _judge(section: dict, store: SweepStore, index: dict, record: dict, cli: Slu
             results[g.id] = None
     verdicts = judge_round(record, results, section, index.setdefault("history", {}))
     note_nodes(index, record, verdicts, now)
+    out["lines"] += drop_cleared(index, record, verdicts)
     counts = count_status(verdicts)
     out["verdicts"] = {gid: v.to_dict() for gid, v in verdicts.items()}
     out["lines"].append(f"sweep {record['id']} round {rnd['round']}: {counts['pass']} passed, {counts['fail']} failed, "
@@ -122,52 +132,175 @@ def _partitions(cli: SlurmCli, section: dict) -> tuple[list[str], dict[str, str]
         return [], {}
 
 
-def drain_reason(node: str, evidence: str, sweep_id: str) -> str:
+def drain_reason(node: str, evidence: str, sweep_id: str, cycle: int = 1, retire: bool = False) -> str:
     """The first piece of evidence (wrong sums and hangs come first) and the sweep id: a 255-byte reason
-    has no room for all of them; ``gpuhc sweep report`` has the rest."""
+    has no room for all of them; ``gpuhc sweep report`` has the rest. Tagged with the node's
+    quarantine cycle, or RETIRED (the same formats as the health check's quarantine)."""
     from gpuhc.slurm.reason import format_reason
 
     first = evidence.split("; ")[0] or "failed its probes"
-    return format_reason(f"{CHECK_ID} {node} {first} (sweep {sweep_id})", cycle=1)
+    body = f"{CHECK_ID} {node} {first} (sweep {sweep_id})"
+    return format_reason(body, retired=True) if retire else format_reason(body, cycle=cycle)
 
 
-def apply_culprits(record: dict, config: Any, scontrol: Any, now: float, lines: list[str]) -> list[dict]:
-    """Drain node culprits not drained before by this sweep; returns what was done per node."""
-    from gpuhc.slurm.breaker import BreakerSettings, evaluate
-    from gpuhc.slurm.entry import carry_out
-    from gpuhc.slurm.policy import Act, Memory, PolicySettings, Verdict, decide
-    from gpuhc.slurm.scontrol import Scontrol
-
-    slurm = config.section("slurm") if config is not None else {}
-    sc = scontrol or Scontrol(binary=slurm.get("scontrol", "scontrol"), timeout_s=float(slurm.get("timeout_s", 10.0)))
-    settings = PolicySettings.from_section(slurm)
-    breaker_settings = BreakerSettings.from_section(slurm.get("breaker", {}))
-    applied = record.setdefault("applied", {})
-    done = []
+def remember_culprits(index: dict, record: dict, now: float) -> None:
+    """Every node culprit of the sweep becomes a pending drain in the index, so that a drain that
+    is withheld (circuit breaker), fails or is never applied is retried by a later ``analyze
+    --apply``, whichever sweep is current by then. Nodes already handled are left alone."""
+    pending = index.setdefault("pending_drains", {})
+    applied = record.get("applied", {})
     for c in record["findings"].get("culprits", []):
         if c["kind"] != "node":
             continue
         name = c["nodes"][0]
-        if applied.get(name, {}).get("act") in ("drain", "keep"):
+        if applied.get(name, {}).get("act") in DONE or name in pending:
             continue
-        reason = drain_reason(name, c["evidence"], record["id"])
-        entry: dict[str, Any] = {"node": name, "reason": reason}
-        try:
-            node = sc.show_node(name)
-            decision = decide(node, Verdict.FAIL, reason, Memory(), now, settings)
-            if decision.act is Act.DRAIN and decision.uses_capacity:
-                breaker = evaluate(sc.show_nodes(), name, breaker_settings)
-                if breaker.open:
-                    decision = decide(node, Verdict.FAIL, reason, Memory(), now, settings, breaker_open=True)
-                    entry["breaker"] = breaker.message
-            entry.update(act=decision.act.value, why=decision.why)
-            if decision.act.touches_slurm:
-                entry["verified"] = carry_out(sc, name, decision, lambda text, loud=False: lines.append(text))
-                if not entry["verified"]:
-                    entry["act"] = "unverified"
-        except SlurmError as e:
-            entry.update(act="error", why=str(e))
-        lines.append(f"{name}: {entry['act']}: {entry['why']}" + (f" ({entry['breaker']})" if "breaker" in entry else ""))
-        applied[name] = {k: v for k, v in entry.items() if k != "node"}
-        done.append(entry)
+        pending[name] = {"sweep": record["id"], "evidence": c["evidence"], "group": c["group"], "since": now,
+                         "fault_hook": bool(record.get("fault_hook"))}
+
+
+DONE = ("drain", "keep")  # acts after which a pending drain is settled
+
+
+def drop_cleared(index: dict, record: dict, verdicts: dict) -> list[str]:
+    """A node with a pending drain from an earlier sweep that now passed a probe is fine by the
+    newer evidence: its drain is dropped."""
+    pending = index.get("pending_drains", {})
+    lines = []
+    for g in groups_of(current_round(record)):
+        v = verdicts.get(g.id)
+        if v is None or v.status != "pass":
+            continue
+        for n in g.nodes:
+            entry = pending.get(n)
+            if entry and entry["sweep"] != record["id"]:
+                del pending[n]
+                lines.append(f"{n}: pending drain from sweep {entry['sweep']} dropped: passed {g.id} in sweep {record['id']}")
+    return lines
+
+
+def apply_pending(index: dict, record: dict, store: SweepStore | None, config: Any, scontrol: Any, now: float,
+                  lines: list[str], allow_fault_hook: bool = False) -> list[dict]:
+    """Drain every pending culprit (this sweep's and earlier ones'); returns what was done per node.
+
+    Drained or left alone (an admin's reason, already held): settled. Withheld by the circuit
+    breaker, refused by Slurm, or not verified: stays pending, retried next time. Results made
+    with the test-only fault hook never drain without ``allow_fault_hook``."""
+    from gpuhc.slurm.breaker import BreakerSettings
+    from gpuhc.slurm.policy import PolicySettings
+    from gpuhc.slurm.scontrol import Scontrol
+
+    pending = index.setdefault("pending_drains", {})
+    if not pending:
+        return []
+    slurm = config.section("slurm") if config is not None else {}
+    sc = scontrol or Scontrol(binary=slurm.get("scontrol", "scontrol"), timeout_s=float(slurm.get("timeout_s", 10.0)))
+    ctx = _DrainContext(sc, PolicySettings.from_section(slurm), BreakerSettings.from_section(slurm.get("breaker", {})),
+                        int((slurm.get("quarantine") or {}).get("max_cycles", 3)), now)
+    nodes_mem = index.setdefault("nodes", {})
+    done = []
+    for name in sorted(pending, key=lambda n: (pending[n]["since"], n)):
+        entry = pending[name]
+        if entry.get("fault_hook") and not allow_fault_hook:
+            if entry["sweep"] != record["id"]:
+                del pending[name]  # fake evidence from an old test sweep: forget it
+                continue
+            result = {"node": name, "act": "refused", "sweep": entry["sweep"],
+                      "why": "this sweep's results were made with the test-only fault hook (GPUHC_SWEEP_FAULT): "
+                             "not draining (`analyze --apply --allow-fault-hook` is for tests only)"}
+        else:
+            cycle = int(nodes_mem.get(name, {}).get("sweep_cycle", 0)) + 1
+            result = ctx.drain(name, entry, cycle, lines)
+            if result.get("act") == "drain" and result.get("verified"):
+                nodes_mem.setdefault(name, {})["sweep_cycle"] = cycle
+        lines.append(f"{name}: {result['act']}: {result['why']}" + (f" ({result['breaker']})" if "breaker" in result else ""))
+        if result["act"] in DONE:
+            del pending[name]
+        _note_applied(record, store, entry["sweep"], name, result)
+        done.append(result)
     return done
+
+
+def _note_applied(record: dict, store: SweepStore | None, sweep_id: str, name: str, result: dict) -> None:
+    """What was done goes into the culprit's own sweep record (shown by ``report``)."""
+    keep = {k: v for k, v in result.items() if k != "node"}
+    if sweep_id == record["id"] or store is None:
+        record.setdefault("applied", {})[name] = keep
+        return
+    try:
+        other = store.load_sweep(sweep_id)
+    except SweepStoreError:
+        other = None
+    if other is not None:
+        other.setdefault("applied", {})[name] = keep
+        store.save_sweep(other)
+
+
+class _DrainContext:
+    """One node's drain through the health check's policy: decide, circuit breaker, carry out
+    with read-after-write verification, then the same post-drain recount."""
+
+    def __init__(self, sc: Any, settings: Any, breaker: Any, max_cycles: int, now: float):
+        self.sc, self.settings, self.breaker, self.max_cycles, self.now = sc, settings, breaker, max_cycles, now
+
+    def drain(self, name: str, entry: dict, cycle: int, lines: list[str]) -> dict:
+        from gpuhc.slurm.breaker import evaluate
+        from gpuhc.slurm.entry import carry_out
+        from gpuhc.slurm.policy import Act, Memory, Verdict, decide
+
+        retire = cycle >= self.max_cycles
+        reason = drain_reason(name, entry["evidence"], entry["sweep"], cycle, retire)
+        result: dict[str, Any] = {"node": name, "reason": reason, "sweep": entry["sweep"], "cycle": cycle}
+        log = lambda text, loud=False: lines.append(f"{name}: {text}")  # noqa: E731
+        try:
+            node = self.sc.show_node(name)
+            decision = decide(node, Verdict.FAIL, reason, Memory(), self.now, self.settings)
+            if decision.act is Act.DRAIN and decision.uses_capacity:
+                state = evaluate(self.sc.show_nodes(), name, self.breaker)
+                if state.open:
+                    decision = decide(node, Verdict.FAIL, reason, Memory(), self.now, self.settings, breaker_open=True)
+                    result["breaker"] = state.message
+            why = decision.why
+            if decision.act is Act.DRAIN:
+                why = (f"retired after {cycle} sweep drains (slurm.quarantine.max_cycles {self.max_cycles})" if retire
+                       else f"quarantine cycle {cycle} of {self.max_cycles}") + f": {why}"
+            result.update(act=decision.act.value, why=why)
+            if decision.act.touches_slurm:
+                result["verified"] = carry_out(self.sc, name, decision, log)
+                if not result["verified"]:
+                    result["act"] = "unverified"
+                elif decision.uses_capacity and self.breaker.enabled:
+                    self._recount(name, decision, result, log)
+        except SlurmError as e:
+            result.update(act="error", why=str(e))
+        return result
+
+    def _recount(self, name: str, decision: Any, result: dict, log) -> None:
+        """As after a health-check drain (gpuhc.slurm.entry): health checks on the nodes may have
+        drained at the same moment; if gpuhc now holds more than the cap and this node ranks
+        past it, its drain is undone and stays pending."""
+        from gpuhc.slurm.breaker import must_yield
+        from gpuhc.slurm.entry import carry_out
+        from gpuhc.slurm.policy import Act, Decision, Memory
+
+        if self.breaker.settle_s > 0:
+            time.sleep(self.breaker.settle_s)
+        state, yield_ = must_yield(self.sc.show_nodes(), name, self.breaker)
+        if not yield_:
+            return
+        result["breaker"] = state.message
+        if self.sc.show_node(name).reason != decision.reason:
+            log("reason changed meanwhile: leaving the node as it is", True)
+            return
+        if carry_out(self.sc, name, Decision(Act.RESUME, "undo drain past the breaker cap", Memory()), log):
+            result.update(act="blocked", verified=False,
+                          why=f"concurrent drains: {state.drained} nodes held by gpuhc > cap {state.cap}, "
+                              "this one ranked past it: drain undone")
+
+
+def apply_culprits(record: dict, config: Any, scontrol: Any, now: float, lines: list[str],
+                   allow_fault_hook: bool = False) -> list[dict]:
+    """Drain this record's node culprits (no index: for a caller without the sweep store)."""
+    index: dict = {}
+    remember_culprits(index, record, now)
+    return apply_pending(index, record, None, config, scontrol, now, lines, allow_fault_hook)

@@ -94,6 +94,12 @@ def judge_round(record: dict, results: dict[str, dict | None], section: dict, hi
             del entries[:-window]
     rnd["verdicts"] = {gid: v.to_dict() for gid, v in verdicts.items()}
     rnd["judged_at"] = time.time()
+    # Results made with the test-only fault hook (GPUHC_SWEEP_FAULT) are judged like any other
+    # (that is what the tests need), but marked: `analyze --apply` will not drain on them.
+    hooked = sorted(gid for gid, res in results.items() if isinstance(res, dict) and res.get("fault_hook"))
+    if hooked:
+        rnd["fault_hook"] = hooked
+        record["fault_hook"] = True
     return verdicts
 
 

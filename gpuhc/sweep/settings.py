@@ -89,6 +89,9 @@ SCHEMA: dict[str, Any] = {
     "job": {
         "name_prefix": Key(str, "gpuhc-sweep", "job names start with this; squeue finds running sweeps by it"),
         "time": Key(str, "00:15:00", "sbatch --time"),
+        "deadline_h": Key(float, 2.0, "sbatch --deadline=now+N: Slurm removes a probe job that cannot end within this "
+                                      "many hours of its submission instead of letting it pend (0: no deadline)",
+                          min=0.0, max=720.0),
         "partition": Key(str, None, "sbatch --partition (default: the node's partition from sinfo)", nullable=True),
         "account": Key(str, None, "sbatch --account", nullable=True),
         "qos": Key(str, None, "sbatch --qos", nullable=True),
@@ -101,6 +104,8 @@ SCHEMA: dict[str, Any] = {
     },
     "launcher": {
         "kind": Key(str, "srun", "srun or mpiexec", choices=("srun", "mpiexec")),
+        "flavor": Key(str, "hydra", "mpiexec's MPI: hydra (MPICH, Intel MPI, MVAPICH: -ppn N) or openmpi "
+                                    "(--map-by ppr:N:node)", choices=("hydra", "openmpi")),
         "mpi": Key(str, "pmi2", "srun --mpi= plugin (pmi2, pmix, ...)"),
         "args": Key(list, [], "more launcher arguments", item=str),
     },
@@ -160,6 +165,17 @@ def validate(section: Any, file: str | None = None, lines: dict | None = None, p
         where = path + ("sizes", "min_bytes" if "min_bytes" in (section.get("sizes") or {}) else "max_bytes")
         raise ConfigError(f"min_bytes {sizes['min_bytes']} is above max_bytes {sizes['max_bytes']}", file,
                           _line(lines, where, file), _dotted(where)) from None
+    job = merged["job"]
+    limit = slurm_minutes(job.get("time"))
+    if limit is None:
+        where = path + ("job", "time")
+        raise ConfigError(f"not a Slurm time limit: {job.get('time')!r} (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, "
+                          "D-HH:MM:SS)", file, _line(lines, where, file), _dotted(where))
+    deadline_h = job.get("deadline_h") or 0
+    if deadline_h and limit != float("inf") and deadline_h * 60 <= limit:
+        where = path + ("job", "deadline_h" if "deadline_h" in (section.get("job") or {}) else "time")
+        raise ConfigError(f"deadline_h {deadline_h:g} h is not longer than the time limit {job['time']}: "
+                          "Slurm would remove every probe job", file, _line(lines, where, file), _dotted(where))
     command = merged["job"].get("command")
     if isinstance(command, str):
         try:
@@ -169,6 +185,32 @@ def validate(section: Any, file: str | None = None, lines: dict | None = None, p
             where = path + ("job", "command")
             raise ConfigError(f"cannot split into a command line: {e}", file, _line(lines, where, file),
                               _dotted(where)) from None
+
+
+def slurm_minutes(text: Any) -> float | None:
+    """A Slurm time limit (``--time``) in minutes; inf for UNLIMITED; None when unreadable."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    t = text.strip()
+    if t.upper() in ("UNLIMITED", "INFINITE"):
+        return float("inf")
+    days, dash, rest = t.rpartition("-")
+    if dash and not days:
+        return None
+    try:
+        d = int(days) if days else 0
+        parts = [int(p) for p in rest.split(":")]
+    except ValueError:
+        return None
+    if d < 0 or any(p < 0 for p in parts) or not 1 <= len(parts) <= 3:
+        return None
+    if days:  # D-HH, D-HH:MM, D-HH:MM:SS
+        h, m, sec = (parts + [0, 0])[:3]
+    elif len(parts) == 3:  # HH:MM:SS
+        h, m, sec = parts
+    else:  # minutes, or minutes:seconds
+        h, m, sec = 0, parts[0], parts[1] if len(parts) == 2 else 0
+    return d * 1440 + h * 60 + m + sec / 60.0
 
 
 def _merged(section: dict) -> dict:

@@ -15,6 +15,7 @@ and only writes its results; draining is left to the privileged ``analyze --appl
 
 from __future__ import annotations
 
+import os
 import secrets
 import shlex
 import string
@@ -42,12 +43,21 @@ def new_sweep_id(now: float) -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)) + "-" + secrets.token_hex(2)
 
 
-def launch_argv(section: dict, run: dict, sweep_id: str, group: Group, results_dir: str) -> list[str]:
-    """The launcher line inside the job: one rank per GPU running ``gpuhc sweep run``."""
+def launch_argv(section: dict, run: dict, sweep_id: str, group: Group, results_dir: str,
+                pass_fault: bool = False) -> list[str]:
+    """The launcher line inside the job: one rank per GPU running ``gpuhc sweep run``.
+
+    ``mpiexec`` spells "ranks per node" differently per MPI: Hydra (MPICH, Intel MPI, MVAPICH)
+    takes ``-ppn R``; Open MPI ``--map-by ppr:R:node`` (and forwards only the environment
+    variables named with ``-x``, hence ``pass_fault``: the test-only fault hook's variable)."""
     launcher = section["launcher"]
     ranks = group.ranks_per_node
     if launcher["kind"] == "srun":
         head = ["srun", f"--mpi={launcher['mpi']}", f"--ntasks-per-node={ranks}", "--kill-on-bad-exit=1"]
+    elif launcher.get("flavor", "hydra") == "openmpi":
+        head = ["mpiexec", "-n", str(ranks * len(group.nodes)), "--map-by", f"ppr:{ranks}:node"]
+        if pass_fault:
+            head += ["-x", FAULT_ENV]
     else:
         head = ["mpiexec", "-n", str(ranks * len(group.nodes)), "-ppn", str(ranks)]
     try:
@@ -79,6 +89,10 @@ def sbatch_argv(section: dict, sweep_id: str, group: Group, results_dir: str, pa
             f"--nodelist={','.join(group.nodes)}", f"--nodes={len(group.nodes)}",
             f"--ntasks-per-node={group.ranks_per_node}", "--exclusive", f"--time={job['time']}",
             f"--output={results_dir}/{sweep_id}/{group.id}.out"]
+    if job.get("deadline_h"):
+        # A job pinned to nodes that became busy would pend until they free up, holding the
+        # sweep; Slurm removes it at the deadline instead, and its group is judged `error`.
+        argv.append(f"--deadline=now+{max(1, round(job['deadline_h'] * 60))}minutes")
     gpus = gpus_per_node(section, backend or section["backend"], group)
     if gpus:
         # --gres rather than --gpus-per-node: also understood by select/cons_res. srun's steps
@@ -93,7 +107,24 @@ def sbatch_argv(section: dict, sweep_id: str, group: Group, results_dir: str, pa
     return argv + list(job.get("extra_args") or [])
 
 
-def job_script(section: dict, launch: list[str], sweep_id: str, group: Group, results_dir: str) -> str:
+FAULT_ENV = "GPUHC_SWEEP_FAULT"
+
+
+def launch_lines(section: dict, launch: list[str], test_fault: str | None = None) -> str:
+    """What ``$launch`` stands for in the job script: the fault hook's variable handled, then the
+    launcher line.
+
+    sbatch hands the submitting environment to the job, so a ``GPUHC_SWEEP_FAULT`` left in the
+    cron environment would reach production ranks and make healthy nodes look bad. The script
+    therefore unsets it, whatever sbatch's ``--export`` mode, and sets it only when a test asks
+    for it explicitly (``submit --test-fault``)."""
+    if not test_fault:
+        return f"unset {FAULT_ENV}\n" + shlex.join(launch)
+    return f"export {FAULT_ENV}={shlex.quote(test_fault)}  # TEST ONLY: fault hook, see docs/sweep.md\n" + shlex.join(launch)
+
+
+def job_script(section: dict, launch: list[str], sweep_id: str, group: Group, results_dir: str,
+               test_fault: str | None = None) -> str:
     path = section["job"].get("template")
     text = DEFAULT_TEMPLATE
     if path:
@@ -104,7 +135,7 @@ def job_script(section: dict, launch: list[str], sweep_id: str, group: Group, re
             raise ConfigError(f"cannot read the job template {path}: {e.strerror}", key="sweep.job.template") from None
     try:
         return string.Template(text).substitute(
-            launch=shlex.join(launch), sweep_id=sweep_id, group_id=group.id, nodes=",".join(group.nodes),
+            launch=launch_lines(section, launch, test_fault), sweep_id=sweep_id, group_id=group.id, nodes=",".join(group.nodes),
             purpose=group.purpose, results_dir=results_dir)
     except (KeyError, ValueError) as e:
         raise ConfigError(f"bad placeholder {e} in {path or 'the built-in template'}", key="sweep.job.template") from None
@@ -117,8 +148,8 @@ def submit_groups(section: dict, record: dict, groups: list[Group], store: Sweep
     store.prepare_results(record["id"])
 
     def one(g: Group) -> None:
-        launch = launch_argv(section, record["run"], record["id"], g, results_dir)
-        script = job_script(section, launch, record["id"], g, results_dir)
+        launch = launch_argv(section, record["run"], record["id"], g, results_dir, bool(record.get("test_fault")))
+        script = job_script(section, launch, record["id"], g, results_dir, record.get("test_fault"))
         try:
             argv = sbatch_argv(section, record["id"], g, results_dir, part_of.get(g.nodes[0]), record["backend"])
             g.job_id = cli.sbatch(argv, script)
@@ -162,7 +193,11 @@ def busy_reason(section: dict, store: SweepStore, index: dict, cli: SlurmCli) ->
 
 
 def submit_sweep(section: dict, store: SweepStore, dry_run: bool = False, cli: SlurmCli | None = None,
-                 now: float | None = None) -> dict[str, Any]:
+                 now: float | None = None, test_fault: str | None = None,
+                 environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """Start a sweep. ``test_fault``: TEST ONLY, the ``GPUHC_SWEEP_FAULT`` value every job of
+    this sweep (follow-up rounds included) gets; otherwise the jobs never see that variable."""
+    environ = os.environ if environ is None else environ
     cli = cli or SlurmCli()
     now = time.time() if now is None else now
     with store.locked() as index:
@@ -185,12 +220,18 @@ def submit_sweep(section: dict, store: SweepStore, dry_run: bool = False, cli: S
             return {**out, "submitted": False, "reason": msg, "lines": [msg]}
         sweep_id = new_sweep_id(now)
         record = new_record(sweep_id, plan.groups, section, now)
+        if test_fault:
+            record["test_fault"] = test_fault
         out["notes"] = planned_size_notes(section, plan.groups)
+        if environ.get(FAULT_ENV) and not test_fault:
+            out["notes"].append(f"{FAULT_ENV} is set here but not passed to the jobs (their scripts unset it); "
+                                "it is a test-only hook: `submit --test-fault SPEC` passes it on purpose")
         if dry_run:
             lines = []
             for g in plan.groups:
                 argv = sbatch_argv(section, sweep_id, g, store.results_dir, part_of.get(g.nodes[0]), record["backend"])
-                lines.append(shlex.join(argv) + "  # " + shlex.join(launch_argv(section, record["run"], sweep_id, g, store.results_dir)))
+                launch = launch_argv(section, record["run"], sweep_id, g, store.results_dir, bool(test_fault))
+                lines.append(shlex.join(argv) + "  # " + shlex.join(launch))
             return {**out, "submitted": False, "dry_run": True, "sweep_id": sweep_id,
                     "groups": [g.to_dict() for g in plan.groups], "lines": lines + out["notes"]}
         lines = submit_groups(section, record, plan.groups, store, cli, part_of) + out["notes"]
