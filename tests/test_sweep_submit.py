@@ -111,6 +111,25 @@ def test_dry_run_records_nothing_and_mpiexec_launcher(tmp_path):
     assert shlex.split(launch)[:7] == ["mpiexec", "-n", "16", "-ppn", "8", "-bind-to", "core"]
 
 
+def test_overdue_lists_busy_nodes_in_service_and_keeps_drained_ones_apart(tmp_path):
+    """n3 is allocated (busy whenever a sweep came): overdue. n6 is drained: never probed, but
+    not "never idle" either."""
+    out = submit_sweep(section(), SweepStore(str(tmp_path)), cli=FakeSlurm().cli(), now=1e6)
+    assert out["overdue"] == ["n3"] and out["out_of_service"] == ["n6"]
+    assert any("1 node(s) in service not probed within 24 h (busy or left over" in x and x.endswith("n3")
+               for x in out["lines"])
+    assert any(x.startswith("1 node(s) out of service (drained, down, ...)") for x in out["lines"])
+
+
+@pytest.mark.parametrize("state, up", [("idle", True), ("mixed", True), ("allocated+", True), ("idle$", True),
+                                       ("idle*", False), ("idle~", False), ("drained", False), ("draining", False),
+                                       ("down*", False), ("maint", False), ("fail", False)])
+def test_in_service_reads_sinfo_states(state, up):
+    from gpuhc.sweep.slurmcli import in_service
+
+    assert in_service(state) is up
+
+
 def test_a_stray_fault_hook_in_the_environment_never_reaches_the_jobs(tmp_path):
     """sbatch hands the submitting environment to the job: a GPUHC_SWEEP_FAULT left in cron's
     environment would make healthy production nodes look bad."""

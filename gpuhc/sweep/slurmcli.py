@@ -27,6 +27,19 @@ def _stdin_runner(argv: list[str], timeout_s: float, stdin: str) -> tuple[int, s
     return p.returncode, p.stdout, p.stderr
 
 
+# Base states of a node that takes jobs; a flag suffix (``*`` not responding, ``~`` powered
+# off, ``#``/``%``/``!`` powering up or down) or any other state (drained, draining, down,
+# fail, maint, future, ...) means out of service.
+_IN_SERVICE = {"idle", "mixed", "allocated", "completing", "planned", "reserved"}
+
+
+def in_service(state: str) -> bool:
+    """Is a node in this sinfo ``%T`` state taking jobs (so a sweep can meet it idle some day)?"""
+    if any(flag in state for flag in "*~#%!"):
+        return False
+    return state.rstrip("$@^-+").lower() in _IN_SERVICE
+
+
 @dataclass
 class SlurmCli:
     timeout_s: float = 30.0
@@ -54,10 +67,16 @@ class SlurmCli:
     def idle_nodes(self, partitions: list[str]) -> tuple[list[str], dict[str, str]]:
         """Nodes whose state is exactly idle (not drained, not powered down, responding), and
         the first partition each was listed under."""
+        states, part_of = self.node_states(partitions)
+        return [n for n, st in states.items() if st == "idle"], part_of
+
+    def node_states(self, partitions: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+        """({node: sinfo's long state, e.g. ``idle``, ``mixed``, ``drained``, ``idle~``},
+        {node: the first partition it was listed under}), in sinfo's order."""
         argv = ["sinfo", "-h", "-N", "-o", "%N|%T|%P"]
         if partitions:
             argv += ["-p", ",".join(partitions)]
-        idle: list[str] = []
+        states: dict[str, str] = {}
         part_of: dict[str, str] = {}
         for line in self._call(argv).splitlines():
             fields = line.strip().split("|")
@@ -65,9 +84,8 @@ class SlurmCli:
                 continue
             name, state, part = fields
             part_of.setdefault(name, part.rstrip("*"))
-            if state == "idle" and name not in idle:
-                idle.append(name)
-        return idle, part_of
+            states.setdefault(name, state)
+        return states, part_of
 
     def topology(self) -> str:
         """``scontrol show topology`` text; empty when Slurm has no topology plugin."""

@@ -26,7 +26,7 @@ from typing import Any
 from gpuhc.errors import ConfigError, SlurmError
 from gpuhc.sweep.campaign import new_record
 from gpuhc.sweep.plan import Group, overdue, parse_topology, plan_probe
-from gpuhc.sweep.slurmcli import SlurmCli
+from gpuhc.sweep.slurmcli import SlurmCli, in_service
 from gpuhc.sweep.store import SweepStore
 
 SBATCH_PARALLEL = 4  # concurrent sbatch calls: fast for hundreds of groups, gentle on slurmctld
@@ -204,7 +204,8 @@ def submit_sweep(section: dict, store: SweepStore, dry_run: bool = False, cli: S
         why = busy_reason(section, store, index, cli)
         if why:
             return {"submitted": False, "reason": why, "lines": [why]}
-        idle, part_of = cli.idle_nodes(section["partitions"])
+        states, part_of = cli.node_states(section["partitions"])
+        idle = [n for n, st in states.items() if st == "idle"]
         leaf_of = parse_topology(cli.topology())
         nodes_mem = index.get("nodes", {})
         last = {n: e["last_probed"] for n, e in nodes_mem.items() if isinstance(e, dict) and "last_probed" in e}
@@ -212,9 +213,13 @@ def submit_sweep(section: dict, store: SweepStore, dry_run: bool = False, cli: S
         plan = plan_probe(idle, last, now, section["group_size"], section["ranks_per_node"], period_s,
                           section["max_nodes"], leaf_of, section["cross_switch_fraction"])
         planned = {n for g in plan.groups for n in g.nodes}
-        late = [n for n in overdue(sorted(set(part_of)), last, now, period_s) if n not in planned]
+        # Overdue: in service but busy (or left over) whenever a sweep came. Drained and down
+        # nodes are not probed and not overdue: they are listed apart.
+        due = overdue(sorted(set(part_of)), last, now, period_s)
+        late = [n for n in due if n not in planned and in_service(states.get(n, ""))]
+        out_of_service = [n for n in due if not in_service(states.get(n, ""))]
         out: dict[str, Any] = {"idle": len(idle), "waiting": plan.waiting, "left_over": plan.left_over,
-                               "overdue": late, "topology": bool(leaf_of)}
+                               "overdue": late, "out_of_service": out_of_service, "topology": bool(leaf_of)}
         if not plan.groups:
             msg = f"nothing to probe: {len(idle)} idle node(s), {len(plan.waiting)} probed within {section['period_h']:g} h"
             return {**out, "submitted": False, "reason": msg, "lines": [msg]}
@@ -245,7 +250,10 @@ def submit_sweep(section: dict, store: SweepStore, dry_run: bool = False, cli: S
                     nodes_mem.setdefault(n, {})["last_planned"] = now
         index["nodes"] = nodes_mem
         if late:
-            lines.append(f"{len(late)} node(s) not probed within {section['period_h']:g} h (never idle when a sweep came): "
-                         + ", ".join(late[:10]) + (" ..." if len(late) > 10 else ""))
+            lines.append(f"{len(late)} node(s) in service not probed within {section['period_h']:g} h (busy or left "
+                         "over whenever a sweep came): " + ", ".join(late[:10]) + (" ..." if len(late) > 10 else ""))
+        if out_of_service:
+            lines.append(f"{len(out_of_service)} node(s) out of service (drained, down, ...) not probed within "
+                         f"{section['period_h']:g} h: probed once back in service")
         return {**out, "submitted": True, "sweep_id": sweep_id, "groups": [g.to_dict() for g in plan.groups],
                 "lines": lines}
