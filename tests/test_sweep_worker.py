@@ -85,6 +85,22 @@ def test_a_hung_node_is_bounded_and_named(tmp_path):
     assert v.status == FAIL and v.silent_nodes == ["b"] and "hung at 1 KiB (silent: b)" in v.reasons
 
 
+def test_after_a_hang_run_out_merges_the_survivors_files(tmp_path):
+    """`sweep run --out` has no analyze to merge the rank files: the survivors do it."""
+    out = tmp_path / "pair.json"
+    out.write_text("{}")  # a stale file from an earlier run is not mistaken for this one
+    (tmp_path / "pair.rank1.json").write_text('{"rank": 1, "stale": true}')
+    cp = launch(tmp_path, fault="hang:b:1024", timeout_s=2.0, extra=("--out", str(out)))
+    assert cp.returncode != 0
+    res = json.loads(out.read_text())
+    assert res["timeouts"] == [{"bytes": 1024, "ranks": [0], "silent_ranks": [1], "silent_nodes": ["b"]}]
+    assert [r["bytes"] for r in res["sizes"]] == [8, 16, 32, 64, 128, 256, 512]
+    assert res["merged_from"] == ["pair.rank0.json"] and res["fault_hook"] is True and not res["complete"]
+    assert not (tmp_path / "pair.rank1.json").exists()
+    v = judge_group(res, thresholds_for({}, "mpi", "2x1"))
+    assert v.status == FAIL and "hung at 1 KiB (silent: b)" in v.reasons
+
+
 def test_nccl_backend_without_cupy_or_gpu_reports_instead_of_crashing(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU for these ranks, even on a GPU machine
     cp = launch(tmp_path, backend="nccl")

@@ -11,7 +11,9 @@ per-node detail.
 Hang path: a collective that does not finish within ``timeout_s`` (a dead peer, a hung link)
 cannot be gathered over MPI any more, so each rank that notices writes what it measured to its
 own ``<group>.rank<N>.json`` and leaves with exit code 3 (the launcher then ends the rest). Ranks
-that write nothing are the hung ones; :func:`merge_partials` names them and their nodes. The
+that write nothing are the hung ones; :func:`merge_partials` names them and their nodes
+(``gpuhc sweep analyze`` merges a results directory's rank files; with ``--out``, where no
+analyze comes, the survivors merge them into the ``--out`` file before leaving). The
 mpi backend's blocking collectives are bounded by a watchdog thread; the nccl backend polls
 and aborts its communicator itself, with the watchdog as a backstop for the init.
 
@@ -138,18 +140,82 @@ class Recorder:
             "timeout": None if timeout_bytes is None else {"bytes": timeout_bytes, "seconds": seconds},
         }
 
-    def write_partial(self, timeout_bytes: int | None, seconds: float | None) -> None:
-        """Once per rank, from whichever thread gets here first."""
+    def write_partial(self, timeout_bytes: int | None, seconds: float | None) -> bool:
+        """Once per rank, from whichever thread gets here first; True for that one."""
         if not self._written.acquire(blocking=False):
-            return
+            return False
         from gpuhc.sweep.store import write_group_result, write_json_atomic
 
         doc = self.partial(timeout_bytes, seconds)
         if self.spec.out:
-            base, ext = os.path.splitext(self.spec.out)
-            write_json_atomic(f"{base}.rank{self.rank}{ext or '.json'}", doc)
+            write_json_atomic(partial_path(self.spec.out, self.rank), doc)
         elif self.spec.results_dir:
             write_group_result(self.spec.results_dir, self.spec.sweep_id, self.spec.group_id, doc, rank=self.rank)
+        return True
+
+    def give_up(self, timeout_bytes: int | None, seconds: float | None) -> None:
+        """After a hang or a failed collective: write what this rank has and leave (exit 3).
+        With ``--out`` (no ``analyze`` will ever merge those files), the survivors also merge
+        the ranks' files into ``--out``. Called from the main thread or the watchdog; the
+        second caller waits for the first to end the process."""
+        if not self.write_partial(timeout_bytes, seconds):
+            while True:
+                time.sleep(3600)
+        if self.spec.out:
+            merge_out_after_timeout(self.spec, self.rank, self.nranks)
+        leave(EXIT_TIMEOUT)
+
+
+def partial_path(out: str, rank: int) -> str:
+    base, ext = os.path.splitext(out)
+    return f"{base}.rank{rank}{ext or '.json'}"
+
+
+def out_grace_s(timeout_s: float) -> float:
+    """How long survivors wait for each other's files: they hit the same deadline within the
+    watchdog's slack (a second or so), so a few seconds cover it."""
+    return min(10.0, max(2.0, timeout_s))
+
+
+def merge_out_after_timeout(spec: RunSpec, rank: int, nranks: int, poll_s: float = 0.1) -> None:
+    """Merge the surviving ranks' partial files into ``spec.out``.
+
+    Every survivor waits until all ranks' files exist or the grace is over; by then the same
+    files are there for all of them, and the lowest rank among those present merges (rank 0,
+    unless it is the one that hung). The others wait for the merged file before leaving, so the
+    launcher, which ends all ranks once one exits with an error, does not cut the merge short."""
+    from gpuhc.sweep.store import SweepStoreError, read_json, write_json_atomic
+
+    paths = [partial_path(spec.out, r) for r in range(nranks)]
+    end = time.monotonic() + out_grace_s(spec.timeout_s)
+    while time.monotonic() < end and not all(os.path.exists(p) for p in paths):
+        time.sleep(poll_s)
+    present = [r for r, p in enumerate(paths) if os.path.exists(p)]
+    if present and present[0] == rank:
+        try:
+            parts = [read_json(paths[r]) for r in present]
+            result = merge_partials([p for p in parts if p])
+            result["merged_from"] = [os.path.basename(paths[r]) for r in present]
+            result["fault_hook"] = bool(os.environ.get("GPUHC_SWEEP_FAULT"))
+            write_json_atomic(spec.out, result)
+        except (SweepStoreError, OSError, ValueError, KeyError) as e:
+            print(f"gpuhc sweep run: could not merge the ranks' files into {spec.out}: {e}", file=sys.stderr)
+        return
+    end = time.monotonic() + out_grace_s(spec.timeout_s)
+    while time.monotonic() < end and not os.path.exists(spec.out):
+        time.sleep(poll_s)
+
+
+def clear_out_files(spec: RunSpec, nranks: int) -> None:
+    """Rank 0, before any rank can write: a stale ``--out`` or rank file from an earlier run
+    must not be mistaken for this run's (nor merged into it)."""
+    for path in [spec.out] + [partial_path(spec.out, r) for r in range(nranks)]:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            print(f"gpuhc sweep run: cannot remove stale {path}: {e.strerror}", file=sys.stderr)
 
 
 def run(spec: RunSpec) -> int:
@@ -163,12 +229,10 @@ def run(spec: RunSpec) -> int:
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     rec = Recorder(spec, rank, nranks, node, None)
 
-    def expire(nbytes: int, seconds: float) -> None:
-        rec.write_partial(nbytes, seconds)
-        leave(EXIT_TIMEOUT)
-
-    dog = Watchdog(expire)
+    dog = Watchdog(rec.give_up)
     dog.arm(0, spec.timeout_s)  # start-up (name exchange, NCCL init) is bounded too
+    if spec.out and rank == 0:
+        clear_out_files(spec, nranks)  # before the allgather: no other rank writes before it
     rec.rank_nodes = comm.allgather(node)
     rec.local_rank = rec.rank_nodes[:rank].count(node)
     fault = parse_fault(os.environ.get("GPUHC_SWEEP_FAULT"), node)
@@ -194,12 +258,10 @@ def run(spec: RunSpec) -> int:
         try:
             iter_s, mean_s = backend.measure(nbytes, spec.warmup, iters, per_iter, fault.slow_s, spec.timeout_s)
         except CollectiveTimeout:
-            rec.write_partial(nbytes, spec.timeout_s)
-            leave(EXIT_TIMEOUT)
+            rec.give_up(nbytes, spec.timeout_s)
         except Exception as e:  # noqa: BLE001 - an NCCL/MPI error ends the sweep, reported as such
             rec.errors.append(f"at {nbytes} B: {type(e).__name__}: {e}")
-            rec.write_partial(nbytes, None)
-            leave(EXIT_TIMEOUT)
+            rec.give_up(nbytes, None)
         dog.disarm()
         rec.add(nbytes, iter_s, mean_s, backend.correct(nbytes))
     backend.close()
