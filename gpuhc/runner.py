@@ -164,6 +164,7 @@ def run_stage(opts: RunOptions) -> RunReport:
                 snapshot.time = last
 
     profile = None
+    baseline = _baseline(opts.config, report)
     new_state: dict[str, Any] = {}
     prev_checks = _mapping(prior.get("checks"))
     if prior.get("checks") is not None and not isinstance(prior["checks"], dict):
@@ -198,7 +199,7 @@ def run_stage(opts: RunOptions) -> RunReport:
         ctx = Context(
             thresholds=_thresholds(check, profile, opts.config),
             prev=prev if isinstance(prev, dict) else {},
-            baseline=_baseline(opts.config, report),
+            baseline=baseline,
             config=settings,
             gpus=opts.gpus,
         )
@@ -216,7 +217,7 @@ def run_stage(opts: RunOptions) -> RunReport:
             new_state[check.id] = out.state
 
     if opts.stage in ("epilog", "bootstrap") and not opts.only:
-        report.results.extend(_run_active(opts, report, profile, deadline))
+        report.results.extend(_run_active(opts, report, profile, baseline, deadline))
 
     if snapshot.nvml is not None and snapshot.nvml.notes:
         report.notes.extend(f"nvml: {n}" for n in snapshot.nvml.notes[:10])
@@ -320,25 +321,24 @@ def _thresholds(check: Check, profile, config: Config) -> dict[str, Any]:
     return merged
 
 
-_BASELINE_CACHE: dict[str, Any] = {}
-
-
 def _baseline(config: Config, report: RunReport) -> dict[str, Any] | None:
+    """The configured baseline, read once per run (it is small, and an admin may re-capture it)."""
     path = config.section("node").get("baseline")
     if not path:
         return None
-    if path not in _BASELINE_CACHE:
-        from gpuhc.baseline import load
+    from gpuhc.baseline import load
 
-        try:
-            _BASELINE_CACHE[path] = load(path)
-        except Exception as e:  # a broken baseline is reported, and checks fall back to the profile
-            report.notes.append(f"baseline {path} ignored: {_one_line(e)}")
-            _BASELINE_CACHE[path] = None
-    return _BASELINE_CACHE[path]
+    try:
+        return load(path)
+    except Exception as e:
+        # The checks fall back to the profile, but a baseline is what catches a node that lost a
+        # GPU from the bus: without it gpuhc cannot fully judge, so say so loudly (an error
+        # result, which never drains) rather than in a note.
+        report.results.append(Result("baseline", Status.ERROR, f"baseline {path} unusable: {_one_line(e)}"))
+        return None
 
 
-def _run_active(opts: RunOptions, report: RunReport, profile, deadline: float) -> list[Result]:
+def _run_active(opts: RunOptions, report: RunReport, profile, baseline, deadline: float) -> list[Result]:
     remaining = deadline - time.monotonic()
     if remaining <= 1.0:
         return [Result("active", Status.ERROR, "no budget left for the active checks")]
@@ -354,7 +354,7 @@ def _run_active(opts: RunOptions, report: RunReport, profile, deadline: float) -
         budget_s=remaining,
         progress=opts.progress,
         checks={cid: opts.config.check_settings(cid) for cid in ACTIVE_CHECK_IDS},
-        baseline=_baseline(opts.config, report),
+        baseline=baseline,
     )
     try:
         return run_active(opts.stage, ctx)

@@ -151,3 +151,15 @@ def test_unwritable_state_is_an_error_not_a_crash(setup, tmp_path):
     report = run_stage(opts)
     assert any(r.check == "state" and r.status is Status.ERROR for r in report.results)
     assert not report.failing()
+
+
+def test_unusable_baseline_is_an_error_result_every_run(setup, tmp_path):
+    bad = tmp_path / "baseline.yaml"
+    bad.write_text("gpus: [unclosed\n")
+    opts = setup()
+    opts.config.data["node"]["baseline"] = str(bad)
+    for _ in range(2):  # not remembered across runs: each run says it cannot fully judge
+        report = run_stage(opts)
+        errs = [r for r in report.results if r.check == "baseline"]
+        assert len(errs) == 1 and errs[0].status is Status.ERROR and str(bad) in errs[0].message
+        assert not report.failing()

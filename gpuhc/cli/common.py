@@ -54,7 +54,8 @@ def parse_now(text: str | None) -> float | None:
         except (ValueError, OverflowError, OSError):
             raise GpuhcError(f"--now: {text!r} is neither epoch seconds nor ISO 8601") from None
     # NaN compares false with every window edge: an Xid would never count, the node look healthy.
-    if not 0 <= value < float("inf"):
+    # The upper bound (year 5138) keeps datetime conversions of "now" from overflowing.
+    if not 0 <= value < 1e11:
         raise GpuhcError(f"--now: {text!r} is not a time (want epoch seconds >= 0)")
     return value
 

@@ -46,16 +46,10 @@ def _split_multi(values: tuple[str, ...], lower: bool = True) -> frozenset[str]:
 
 
 def _parse_now(text: str | None) -> float:
-    if text is None:
-        return time.time()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is neither epoch seconds nor ISO 8601", param_hint="--now") from None
+    from gpuhc.cli.common import parse_now
+
+    value = parse_now(text)
+    return time.time() if value is None else value
 
 
 @click.command("drain-report")
