@@ -35,7 +35,7 @@ def write_config(cluster, tmp_path) -> str:
             # accept it and run the job.
             "job": {"command": f"{sys.executable} -m gpuhc", "time": "00:05:00", "gpus_per_node": 1},
             # Small sizes and few iterations keep each probe job to seconds.
-            "sizes": {"max_bytes": 1 << 20},
+            "sizes": {"min_bytes": 1024, "max_bytes": 1 << 20},
             "iters": {"warmup": 1, "iters": 3, "latency_iters": 8},
             "timeout_s": 30.0,
         },
@@ -49,7 +49,7 @@ def write_config(cluster, tmp_path) -> str:
 def test_sweep_localizes_and_drains_the_slow_node(slurm_cluster, tmp_path):
     c = slurm_cluster(nodes=("n1", "n2", "n3", "n4"), gpus_per_node=1)
     cfg = write_config(c, tmp_path)
-    fault = "slow:n3:0.05"  # test-only hook: n3's ranks nap 50 ms before every collective
+    fault = "slow:n3:0.02"  # test-only hook: n3's ranks nap 20 ms before every collective
 
     # The hook reaches the jobs only because it is asked for (--test-fault), never from the
     # environment; a stray one in the caller's environment must not count.
