@@ -56,6 +56,14 @@ def test_report_shows_groups_node_history_findings_and_curves(tmp_path):
     text = buf.getvalue()
     assert "culprit node n3: busbw" in text and "node n3: last probed" in text
     assert "busbw GB/s vs size" in text and "2GiB" in text
+    from gpuhc.sweep.analyze import remember_culprits
+
+    with store.locked() as index:  # what `analyze` does with a named culprit
+        remember_culprits(index, rec, 100.0)
+    rep = build_report(store, defaults(SCHEMA), None, [])
+    buf = io.StringIO()
+    render_report(rep, buf)
+    assert list(rep["pending_drains"]) == ["n3"] and "pending drain n3 (sweep s1" in buf.getvalue()
 
 
 def test_report_without_sweeps_says_so(tmp_path):

@@ -23,7 +23,8 @@ def build_report(store: SweepStore, section: dict, sweep_id: str | None, nodes: 
     index = store.read_index()
     sweep_id = sweep_id or index.get("current") or (store.list_sweeps() or [None])[-1]
     record = store.load_sweep(sweep_id) if sweep_id else None
-    rep: dict[str, Any] = {"sweep_id": sweep_id, "groups": [], "curves": {}, "nodes": {}, "lines": []}
+    rep: dict[str, Any] = {"sweep_id": sweep_id, "groups": [], "curves": {}, "nodes": {}, "lines": [],
+                           "pending_drains": index.get("pending_drains", {})}
     known = index.get("nodes", {})
     for n in nodes:
         rep["nodes"][n] = known.get(n, {"events": []})
@@ -89,6 +90,9 @@ def render_report(rep: dict[str, Any], stream=None) -> None:
         w(line + "\n")
     for node, act in (rep.get("applied") or {}).items():
         w(f"applied {node}: {act.get('act')}: {act.get('why')}\n")
+    for node, entry in (rep.get("pending_drains") or {}).items():
+        w(f"pending drain {node} (sweep {entry.get('sweep')}, named {_when(entry.get('since'))}): "
+          "retried by the next `gpuhc sweep analyze --apply`\n")
     for node, entry in rep["nodes"].items():
         w(f"node {node}: last probed {_when(entry.get('last_probed'))}, last verdict {entry.get('last_status', '-')}\n")
         for t, sweep, group, status, why in entry.get("events", []):
