@@ -161,6 +161,33 @@ def test_analyze_exits_4_when_the_breaker_withheld_a_drain(monkeypatch, tmp_path
     assert res.exit_code == 1, res.output
 
 
+def test_analyze_apply_retries_pending_drains_while_the_current_round_still_runs(tmp_path):
+    """The drain held back in sweep s1 is done by the next `analyze --apply`, even though the
+    current sweep s2 is still waiting for its jobs."""
+    from gpuhc.sweep.slurmcli import SlurmCli
+
+    store = SweepStore(str(tmp_path))
+    store.save_sweep(record("s1", "n3"))
+    s2 = record("s2")
+    s2["state"] = "running"
+    s2["rounds"] = [{"round": 0, "groups": [{"id": "r0g0000", "nodes": ["n1", "n2"], "job_id": "77"}],
+                     "verdicts": {}, "judged_at": None}]
+    store.save_sweep(s2)
+    with store.locked() as index:
+        index["current"] = "s2"
+        remember_culprits(index, store.load_sweep("s1"), 5.0)
+
+    def squeue(argv, timeout):
+        assert argv[0] == "squeue", argv
+        return 0, "77|gpuhc-sweep-s2-r0g0000|RUNNING\n", ""
+
+    fake = FakeScontrol(idle("n1", "n2", "n3", "n4"))
+    out = analyze_sweep(defaults(SCHEMA), store, apply=True, config=Config(SLURM), cli=SlurmCli(run=squeue),
+                        scontrol=Scontrol(run=fake), now=10.0)
+    assert out["state"] == "waiting" and [(a["node"], a["act"]) for a in out["applied"]] == [("n3", "drain")]
+    assert store.read_index()["pending_drains"] == {} and store.load_sweep("s1")["applied"]["n3"]["act"] == "drain"
+
+
 def test_a_node_that_passes_a_later_probe_loses_its_pending_drain():
     from gpuhc.sweep.analyze import drop_cleared
     from gpuhc.sweep.judge import Verdict

@@ -22,7 +22,6 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from gpuhc.sweep.stats import median
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
 METRICS = ("small_p95_us", "medium_busbw_gbs", "large_busbw_gbs")
