@@ -255,23 +255,29 @@ def _blocked(flow: Flow, out: Outcome, decision: Decision, reason: str | None) -
     save_memory(flow, decision.memory, decision)
 
 
+def undo_if_past_cap(sc: Scontrol, node: str, bs: BreakerSettings, reason: str | None, settle_s: float,
+                     log: Callable[..., None]) -> tuple[BreakerState, bool]:
+    """After a drain: concurrent drains (other nodes' health checks, a sweep's analyze) may have
+    overshot the cap, and the nodes ranked past it undo their own drain. Returns the breaker
+    count and whether this node's drain was undone. Shared by the health check and the sweep."""
+    if settle_s > 0:
+        time.sleep(settle_s)
+    state, yield_ = must_yield(sc.show_nodes(), node, bs)
+    if not yield_:
+        return state, False
+    log(f"concurrent drains: {state.drained} nodes held by gpuhc > cap {state.cap}; "
+        f"{node} is ranked past the cap: undoing its drain", loud=True)
+    if sc.show_node(node).reason != reason:
+        log("reason changed meanwhile: leaving the node as it is", loud=True)
+        return state, False
+    return state, carry_out(sc, node, Decision(Act.RESUME, "undo drain past the breaker cap", Memory()), log)
+
+
 def _recount_after_drain(flow: Flow, sc: Scontrol, bs: BreakerSettings, out: Outcome, decision: Decision,
                          before: Memory) -> None:
-    """Concurrent drains may have overshot the cap: the nodes ranked past it undo their drain."""
     settle = min(bs.settle_s, max(0.0, sc.remaining() - 3.0))
-    if settle > 0:
-        time.sleep(settle)
-    state, yield_ = must_yield(sc.show_nodes(), flow.node, bs)
-    out.breaker = state
-    if not yield_:
-        return
-    flow.log(f"concurrent drains: {state.drained} nodes held by gpuhc > cap {state.cap}; "
-             f"this node is ranked past the cap: undoing its drain", loud=True)
-    if sc.show_node(flow.node).reason != decision.reason:
-        flow.log("reason changed meanwhile: leaving the node as it is", loud=True)
-        return
-    undo = Decision(Act.RESUME, "undo drain past the breaker cap", before)
-    if carry_out(sc, flow.node, undo, flow.log):
+    out.breaker, undone = undo_if_past_cap(sc, flow.node, bs, decision.reason, settle, flow.log)
+    if undone:
         out.acted = False
         out.decision = Decision(Act.BLOCKED, "circuit breaker open (after concurrent drains)",
                                 replace(before, passes=0), decision.reason, uses_capacity=True)

@@ -276,23 +276,15 @@ class _DrainContext:
         return result
 
     def _recount(self, name: str, decision: Any, result: dict, log) -> None:
-        """As after a health-check drain (gpuhc.slurm.entry): health checks on the nodes may have
-        drained at the same moment; if gpuhc now holds more than the cap and this node ranks
-        past it, its drain is undone and stays pending."""
-        from gpuhc.slurm.breaker import must_yield
-        from gpuhc.slurm.entry import carry_out
-        from gpuhc.slurm.policy import Act, Decision, Memory
+        """As after a health-check drain: health checks on the nodes may have drained at the
+        same moment; if gpuhc now holds more than the cap and this node ranks past it, its
+        drain is undone and stays pending."""
+        from gpuhc.slurm.entry import undo_if_past_cap
 
-        if self.breaker.settle_s > 0:
-            time.sleep(self.breaker.settle_s)
-        state, yield_ = must_yield(self.sc.show_nodes(), name, self.breaker)
-        if not yield_:
-            return
-        result["breaker"] = state.message
-        if self.sc.show_node(name).reason != decision.reason:
-            log("reason changed meanwhile: leaving the node as it is", True)
-            return
-        if carry_out(self.sc, name, Decision(Act.RESUME, "undo drain past the breaker cap", Memory()), log):
+        state, undone = undo_if_past_cap(self.sc, name, self.breaker, decision.reason, self.breaker.settle_s, log)
+        if state.open or undone:
+            result["breaker"] = state.message
+        if undone:
             result.update(act="blocked", verified=False,
                           why=f"concurrent drains: {state.drained} nodes held by gpuhc > cap {state.cap}, "
                               "this one ranked past it: drain undone")
