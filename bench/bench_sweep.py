@@ -80,7 +80,8 @@ def compare(args: argparse.Namespace) -> int:
     out: dict = {"busbw": [], "small_p50": [], "checks": {}}
     print(f"{'size':>12} {'gpuhc busbw':>12} {'torch busbw':>12} {'ratio':>7}")
     for s in BW_SIZES:
-        if s in ours and s in base:
+        # One rank has no bus (busbw 0): there is nothing to compare.
+        if s in ours and s in base and base[s]["busbw_gbs"] > 0:
             ratio = ours[s]["busbw_gbs"] / base[s]["busbw_gbs"]
             out["busbw"].append({"bytes": s, "gpuhc": ours[s]["busbw_gbs"], "torch": base[s]["busbw_gbs"], "ratio": ratio})
             print(f"{s:>12} {ours[s]['busbw_gbs']:>12.2f} {base[s]['busbw_gbs']:>12.2f} {ratio:>7.3f}")

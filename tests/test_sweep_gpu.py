@@ -13,8 +13,23 @@ import pytest
 
 from gpuhc.sweep.store import load_group_result
 
-pytestmark = [pytest.mark.gpu, pytest.mark.mpi]
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _gpu_count() -> int:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:
+        return 0
+
+
+# Two ranks on one GPU is not a valid NCCL communicator: these need a second GPU. (No GPU at all
+# is skipped by conftest for every `gpu` test.)
+pytestmark = [pytest.mark.gpu, pytest.mark.mpi,
+              pytest.mark.skipif(0 < _gpu_count() < 2, reason="needs two GPUs: one rank per GPU")]
 
 
 def mpi_launcher() -> list[str]:
