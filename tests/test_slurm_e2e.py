@@ -239,7 +239,10 @@ def test_prolog_epilog_and_quarantine(slurm_cluster, tmp_path):
     # Quarantine: listing, a failed retest on the node itself, retire, release.
     listed = json.loads(gpuhc(c, "quarantine", "list", "--json", check=True).stdout)
     assert [(r["node"], r["phase"]) for r in listed] == [("n1", "drained"), ("n2", "drained")]
-    rt = gpuhc(c, "quarantine", "retest", node="n1")
+    # A retest acknowledges the Xid it was drained for (the admin says the cause was dealt
+    # with), so what fails it is a fault still visible now: here a row remap still pending
+    # because the GPU was not reset.
+    rt = gpuhc(c, "quarantine", "retest", "--nvml-scenario", str(HEALTHY.parent / "row-remap-pending.yaml"), node="n1")
     assert rt.returncode == 1, rt.stderr
     assert c.node("n1").reason.endswith("[q1]") and c.node("n1").reason.startswith("gpuhc: xid Xid 79 on gpu0")
     refused = gpuhc(c, "quarantine", "retest", "n2", node="n1")
