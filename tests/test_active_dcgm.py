@@ -9,12 +9,13 @@ import os
 import sys
 
 import pytest
+from realdata import ROOT as REALDATA_ROOT
 
 from gpuhc.active import dcgm
 from gpuhc.model import Action, Status
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "dcgm")
-REALDATA = "/work/shared/realdata/dcgm"
+REALDATA = str(REALDATA_ROOT / "dcgm")
 
 
 def _doc(name: str) -> dict:

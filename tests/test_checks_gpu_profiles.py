@@ -6,6 +6,7 @@ import os
 import re
 
 import pytest
+from realdata import ROOT as REALDATA_ROOT
 
 from gpuhc.checks import clocks, ecc, gpu_count, nvlink, pcie, power, thermal
 from gpuhc.errors import ConfigError
@@ -20,7 +21,7 @@ from gpuhc.profiles import (
 )
 
 GPU_CHECKS = {c.id: c for m in (gpu_count, ecc, nvlink, pcie, clocks, thermal, power) for c in m.CHECKS}
-REALDATA_SMI = "/work/shared/realdata/nvidia-smi"
+REALDATA_SMI = str(REALDATA_ROOT / "nvidia-smi")
 
 
 @pytest.mark.parametrize(

@@ -14,12 +14,13 @@ import os
 import re
 
 import pytest
+from realdata import ROOT as REALDATA_ROOT
 from snapshots import context
 
 from gpuhc.checks import clocks, ecc, pcie, power, thermal
 from gpuhc.model import GpuReading, NvmlReading, Snapshot, Status, norm_pci
 
-SMI_DIR = "/work/shared/realdata/nvidia-smi"
+SMI_DIR = str(REALDATA_ROOT / "nvidia-smi")
 pytestmark = pytest.mark.skipif(not os.path.isdir(SMI_DIR), reason="realdata folder absent")
 
 _REASON_BITS = {"Idle": 0x1, "Applications Clocks Setting": 0x2, "SW Power Cap": 0x4, "HW Slowdown": 0x8,

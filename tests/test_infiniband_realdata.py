@@ -10,13 +10,14 @@ import os
 from pathlib import Path
 
 import pytest
+from realdata import ROOT as REALDATA_ROOT
 
 from gpuhc.checks.base import Context
 from gpuhc.checks.infiniband import DEFAULTS, judge
 from gpuhc.model import IbPort, Snapshot, Status
 from gpuhc.sources.kernel_log import FileKernelLog
 
-REAL = Path(os.environ.get("GPUHC_REALDATA", "/work/shared/realdata")) / "kernel-log"
+REAL = REALDATA_ROOT / "kernel-log"
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason=f"reference data {REAL} absent (outside the workplace)")
 
 

@@ -12,13 +12,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from realdata import ROOT as REALDATA_ROOT
 
 from gpuhc.checks import nvswitch, xid
 from gpuhc.model import Action, EventKind, Status
 from gpuhc.sources.kernel_log import FileKernelLog
 from snapshots import context, healthy_node
 
-REAL = Path(os.environ.get("GPUHC_REALDATA", "/work/shared/realdata")) / "kernel-log"
+REAL = REALDATA_ROOT / "kernel-log"
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason=f"reference data {REAL} absent (outside the workplace)")
 
 X, S, F, IB = EventKind.XID, EventKind.SXID, EventKind.FALLEN_OFF_BUS, EventKind.IB_LINK

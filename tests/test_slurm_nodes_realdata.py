@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
+from realdata import ROOT as REALDATA_ROOT
 
 from gpuhc.slurm.nodes import parse_nodes
 
-REALDATA = Path("/work/shared/realdata/slurm")
+REALDATA = REALDATA_ROOT / "slurm"
 pytestmark = pytest.mark.skipif(not REALDATA.is_dir(), reason=f"real-world samples folder {REALDATA} is absent")
 
 

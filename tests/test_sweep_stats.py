@@ -6,6 +6,7 @@ import math
 import os
 
 import pytest
+from realdata import ROOT as REALDATA_ROOT
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from gpuhc.sweep.stats import (
     summarize_size,
 )
 
-REALDATA = "/work/shared/realdata/nccl-tests/01_all_reduce_perf_2node_16xH100_a3mega_healthy.txt"
+REALDATA = str(REALDATA_ROOT / "nccl-tests" / "01_all_reduce_perf_2node_16xH100_a3mega_healthy.txt")
 
 
 def test_ladder_8b_to_2gib_is_29_powers_of_two():

@@ -12,10 +12,11 @@ import re
 from pathlib import Path
 
 import pytest
+from realdata import ROOT as REALDATA_ROOT
 
 from gpuhc.sources.sysfs import SysfsTree
 
-REAL = Path(os.environ.get("GPUHC_REALDATA", "/work/shared/realdata")) / "sysfs-ib"
+REAL = REALDATA_ROOT / "sysfs-ib"
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason=f"reference data {REAL} absent (outside the workplace)")
 
 
