@@ -134,21 +134,10 @@ class StateStore:
                 self.problem += f", old copy kept as {aside}"
 
     def _write(self, doc: dict[str, Any]) -> None:
-        tmp = f"{self.path}.tmp.{os.getpid()}"
+        from gpuhc.fsutil import write_atomic
+
         try:
             data = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data.encode())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-            dfd = os.open(self.dir, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            write_atomic(self.path, data.encode(), 0o600)
         except OSError as e:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
             raise StateError(f"cannot write state {self.path}: {e.strerror}") from None

@@ -151,19 +151,13 @@ def parse_gpu_list(text: str | None) -> list[int] | None:
 
 
 def write_output(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all (temporary file, then rename)."""
+    """Write ``text`` to ``path`` whole or not at all."""
     from gpuhc.errors import GpuhcError
+    from gpuhc.fsutil import write_atomic
 
-    tmp = f"{path}.tmp.{os.getpid()}"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        write_atomic(path, text.encode("utf-8"))
     except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise GpuhcError(f"cannot write {path}: {e.strerror or e}") from None
 
 

@@ -149,26 +149,12 @@ def write_metrics(path: str, samples: Iterable[Sample], helps: dict[str, str] | 
 
 
 def _atomic_write(path: str, data: bytes) -> None:
-    parent = os.path.dirname(os.path.abspath(path))
-    # hidden and not *.prom: node_exporter must never read the half-written file
-    tmp = os.path.join(parent, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    from gpuhc.fsutil import write_atomic
+
     try:
-        make_dirs(parent, DIR_MODE)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-        try:
-            os.fchmod(fd, FILE_MODE)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        make_dirs(os.path.dirname(os.path.abspath(path)), DIR_MODE)
+        write_atomic(path, data, FILE_MODE)
     except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise OSError(e.errno, f"{e.strerror or e} writing {path}") from e
 
 

@@ -40,24 +40,11 @@ def check_id(value: str, what: str) -> str:
 
 
 def write_json_atomic(path: str, obj: Any, mode: int = 0o644) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = f"{path}.tmp.{os.getpid()}"
+    from gpuhc.fsutil import write_atomic
+
     try:
-        data = json.dumps(obj, indent=1, sort_keys=True, default=str).encode()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        write_atomic(path, json.dumps(obj, indent=1, sort_keys=True, default=str).encode(), mode)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         raise SweepStoreError(f"cannot write {path}: {e.strerror}") from None
 
 

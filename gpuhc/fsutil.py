@@ -1,0 +1,40 @@
+"""Write a file whole or not at all.
+
+State that decides drains, Prometheus textfiles that node_exporter may read at any moment,
+sweep results gathered from many ranks, snapshots an admin attaches to a ticket: each must be
+the old version or the new one, never half of one, also across a crash. Hence a temporary file
+in the same directory (hidden, so a collector globbing ``*.prom`` never picks it up), fsync,
+rename over the target, fsync the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data``; the file gets exactly ``mode`` whatever the umask.
+    Raises OSError (callers turn it into their own error, naming the file)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
