@@ -6,8 +6,6 @@ absent, i.e. outside the workplace.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import pytest
 from realdata import ROOT as REALDATA_ROOT

@@ -7,9 +7,7 @@ from the file: the events a person reading it would name, one per incident.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from realdata import ROOT as REALDATA_ROOT

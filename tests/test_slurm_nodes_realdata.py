@@ -6,7 +6,6 @@ eye from the files."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 from realdata import ROOT as REALDATA_ROOT

@@ -7,7 +7,6 @@ absent, i.e. outside the workplace. The captures are rebuilt as a tmp tree, then
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 

@@ -126,7 +126,7 @@ class DmesgSource:
                 return cand
         raise SourceError("dmesg not found in PATH or " + ", ".join(_DMESG_DIRS))
 
-    def _run(self, argv: list[str]) -> "subprocess.CompletedProcess":
+    def _run(self, argv: list[str]):
         import subprocess  # lazy: see _find
 
         try:

@@ -254,8 +254,8 @@ def gpu_from_dict(d: dict[str, Any], path: tuple, err: ErrorFn) -> GpuReading:
         if d.get(key) is None:
             raise err(path, f"GPU {d.get('index', '?')} has no {key} (set it per GPU or in defaults)")
     kw = {k: v for k, v in d.items() if k != "nvlinks"}
-    for k, (types, _) in __getattr__("GPU_FIELDS").items():
-        if float in types and isinstance(kw.get(k), int):
+    for k, (accepted, _) in __getattr__("GPU_FIELDS").items():
+        if float in accepted and isinstance(kw.get(k), int):
             kw[k] = float(kw[k])
     links = [NvLinkState(link=e["link"], active=e.get("active"), errors=dict(e.get("errors", {})))
              for e in expand_nvlinks(d.get("nvlinks", []))]
