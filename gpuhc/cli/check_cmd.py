@@ -48,7 +48,9 @@ def check(kw: dict) -> None:
     opts.only = tuple(kw.get("only") or ())
     if opts.only:
         _check_only(opts.only, kw["stage"])
-    opts.progress = sys.stdout.isatty() and not kw["json_mode"]
+    # Active checks say what runs: a spinner on a terminal, plain lines on stderr otherwise
+    # (stdout stays clean for --json).
+    opts.progress = True
     report = run_stage(opts)
     try:
         render_report(report, json_mode=kw["json_mode"], verbose=kw["verbose"])

@@ -126,6 +126,7 @@ def run_checks(flow: Flow):
     budget = float(flow.opts.config.section("budget_s")[flow.stage])
     left = flow.deadline - time.monotonic() - SLURM_RESERVE_S
     flow.opts.budget_s = max(0.5, min(budget, left))
+    flow.opts.progress = True  # the active checks' start/end lines, on stderr, for the job's log
     try:
         return run_stage(flow.opts)
     except GpuhcError as e:
