@@ -148,7 +148,7 @@ def run_stage(opts: RunOptions) -> RunReport:
         # should not spend 40 ms sampling throttle reasons nobody reads.
         spec = replace(spec, clock_samples=1)
     sources = build_sources(spec, step)
-    readers = _start_readers(sources, {n for c in checks for n in c.needs})
+    readers = _start_readers(sources, {n for c in checks for n in (*c.needs, *c.optional)})
     snapshot = Snapshot(hostname=report.node, time=opts.now if opts.now is not None else time.time())
     report.snapshot = snapshot
 
@@ -157,7 +157,8 @@ def run_stage(opts: RunOptions) -> RunReport:
         # next year; that needs the log before any check runs.
         # Wait no longer than the checks that read it would: a hung recording (a FIFO, a stuck
         # network file system) must not eat the whole stage budget before any check runs.
-        klog_wait = max((_check_timeout(c, opts.config) for c in checks if KERNEL_LOG in c.needs), default=0.0)
+        klog_wait = max((_check_timeout(c, opts.config) for c in checks if KERNEL_LOG in (*c.needs, *c.optional)),
+                        default=0.0)
         if readers[KERNEL_LOG].wait(min(deadline, t0 + klog_wait)) and readers[KERNEL_LOG].value is not None:
             last = readers[KERNEL_LOG].value.last_time
             if last is not None:
@@ -186,6 +187,9 @@ def run_stage(opts: RunOptions) -> RunReport:
             name, err = broken[0]
             report.results.append(Result(check.id, Status.ERROR, f"could not read {name}: {_one_line(err)}"))
             continue
+        late = [n for n in check.optional if not readers[n].wait(check_deadline)]
+        if late:
+            report.notes.append(f"{check.id}: judged without {', '.join(late)} (no answer within {timeout:.1f}s)")
         _fill(snapshot, readers)
         if profile is None:
             # Thresholds depend on the GPU model: choose once NVML answered (or gave up), so a
@@ -380,10 +384,15 @@ def _save_state(store: StateStore, new_state: dict, step: int | None, spec: Sour
             # Sections a damaged document holds as something else are rebuilt, not crashed on.
             for key in ("checks", "runner"):
                 doc[key] = _mapping(doc.get(key))
+            # Each check's slice was computed from what this run read at its start; a concurrent
+            # run (an epilog overlapping a health check) may have written since, and the later
+            # write wins: growth checks then re-baseline once, nothing is corrupted. Counters
+            # owned by the runner are advanced from what is stored now, so no step is lost.
             doc["checks"].update(new_state)
             if spec.nvml_scenario and spec.step is None:
                 steps = doc["runner"]["scenario_steps"] = _mapping(doc["runner"].get("scenario_steps"))
-                steps[spec.nvml_scenario] = (step or 0) + 1
+                stored = steps.get(spec.nvml_scenario)
+                steps[spec.nvml_scenario] = max(step or 0, stored if isinstance(stored, int) else 0) + 1
             doc["runner"]["last_run"] = {
                 "stage": report.stage,
                 "time": report.started,

@@ -163,3 +163,54 @@ def test_unusable_baseline_is_an_error_result_every_run(setup, tmp_path):
         errs = [r for r in report.results if r.check == "baseline"]
         assert len(errs) == 1 and errs[0].status is Status.ERROR and str(bad) in errs[0].message
         assert not report.failing()
+
+
+# ---------------------------------------------------------------- optional sources, real checks
+
+XID79_LINE = "[Tue Mar  4 10:05:00 2025] NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.\n"
+
+
+def test_hung_nvml_does_not_hide_an_xid_in_the_kernel_log(monkeypatch, tmp_path):
+    """NVML often wedges exactly when a GPU falls off the bus: the Xid must still drain."""
+    from gpuhc.checks.xid import CHECKS as XID
+    from gpuhc.sources.kernel_log import FileKernelLog
+
+    log = tmp_path / "kern.log"
+    log.write_text(XID79_LINE)
+    monkeypatch.setattr("gpuhc.checks.checks_for_stage", lambda stage: list(XID))
+    monkeypatch.setattr("gpuhc.runner.build_sources", lambda spec, step=None: Sources(
+        FakeNvml(hang=True), FileKernelLog(str(log)), FakeSysfs(), replay=True))
+    cfg = Config(defaults(schema()))
+    cfg.data["checks"] = {"xid": {"timeout_s": 1.0}}
+    opts = RunOptions(stage="passive", config=cfg, sources=SourceSpec(), state_dir=str(tmp_path / "s"), hostname="n1")
+    report = run_stage(opts)
+    fails = report.failing()
+    assert [r.check for r in fails] == ["xid"] and "79" in fails[0].message
+    assert fails[0].subject == "0000:18:00.0"  # unattributed: NVML never answered
+    assert any("judged without nvml" in n for n in report.notes)
+
+
+class DownPortSysfs(FakeSysfs):
+    def ib_ports(self):
+        from gpuhc.model import IbPort
+
+        return [IbPort("mlx5_1", 1, "DOWN", "Polling", 400.0, "InfiniBand")]
+
+
+class HungKlog:
+    def read(self):
+        _forever.wait()
+
+
+def test_hung_kernel_log_does_not_hide_a_down_ib_port(monkeypatch, tmp_path):
+    from gpuhc.checks.infiniband import CHECKS as IBC
+
+    monkeypatch.setattr("gpuhc.checks.checks_for_stage", lambda stage: list(IBC))
+    monkeypatch.setattr("gpuhc.runner.build_sources", lambda spec, step=None: Sources(
+        FakeNvml(), HungKlog(), DownPortSysfs(), replay=False))
+    cfg = Config(defaults(schema()))
+    cfg.data["checks"] = {"infiniband": {"timeout_s": 1.0}}
+    opts = RunOptions(stage="passive", config=cfg, sources=SourceSpec(), state_dir=str(tmp_path / "s"), hostname="n1")
+    report = run_stage(opts)
+    assert [(r.check, r.subject) for r in report.failing()] == [("infiniband", "mlx5_1/1")]
+    assert any("judged without kernel_log" in n for n in report.notes)

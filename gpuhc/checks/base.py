@@ -47,11 +47,14 @@ class CheckOutput:
 @dataclass(frozen=True)
 class Check:
     id: str
-    needs: tuple[str, ...]  # sources, see the constants above
+    needs: tuple[str, ...]  # sources, see the constants above: no answer, no verdict
     judge: Callable[[Snapshot, Context], CheckOutput]
     stages: tuple[str, ...] = ("passive", "epilog", "bootstrap")  # add "prolog" for the fast subset
     timeout_s: float = 10.0  # default; config `checks.<id>.timeout_s` overrides
     defaults: dict[str, Any] = field(default_factory=dict)  # thresholds; profile and config override
+    # Sources that help but must not hold the verdict hostage: waited for within the check's
+    # timeout, then judged without (a wedged NVML must not hide an Xid 79 in the kernel log).
+    optional: tuple[str, ...] = ()
     doc: str = ""
     # Threshold values a type cannot judge (words, mappings, [warn, fail] pairs): given the
     # defaults with the config's thresholds on top, return ["key: why", ...]. The config loader

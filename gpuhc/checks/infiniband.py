@@ -388,7 +388,8 @@ def _setting_errors(thresholds: dict[str, Any]) -> list[str]:
 CHECKS = [
     Check(
         id=ID,
-        needs=(IB, KERNEL_LOG),
+        needs=(IB,),
+        optional=(KERNEL_LOG,),  # link-down history; port state and counters come from sysfs
         judge=judge,
         stages=STAGES,
         timeout_s=5.0,

@@ -168,7 +168,8 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
 CHECKS = [
     Check(
         id=ID,
-        needs=(NVML, KERNEL_LOG),
+        needs=(KERNEL_LOG,),
+        optional=(NVML,),  # fabric state; SXids are judged from the kernel log alone
         judge=judge,
         stages=("passive", "prolog", "epilog", "bootstrap"),
         timeout_s=10.0,

@@ -328,7 +328,8 @@ def _pass_message(groups: dict, window_s: float) -> str:
 CHECKS = [
     Check(
         id=ID,
-        needs=(KERNEL_LOG, NVML),
+        needs=(KERNEL_LOG,),
+        optional=(NVML,),  # GPU attribution; without it Xids are reported by PCI id
         judge=judge,
         stages=("passive", "prolog", "epilog", "bootstrap"),
         timeout_s=10.0,
