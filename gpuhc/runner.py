@@ -14,79 +14,18 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Callable
 
 from gpuhc.checks.base import AER, IB, KERNEL_LOG, NVML, Check, Context, CheckOutput
 from gpuhc.config import Config
-from gpuhc.errors import EXIT_INTERNAL, EXIT_OK, EXIT_UNHEALTHY
 from gpuhc.model import Result, Snapshot, Status
+from gpuhc.runreport import RunOptions, RunReport  # noqa: F401 - re-exported: callers import them from here
 from gpuhc.sources import SourceSpec, Sources, build_sources
 from gpuhc.state import StateError, StateStore
 
 # Time kept back from the budget for writing state and output after the last check.
 RESERVE_S = 0.3
-
-
-@dataclass
-class RunOptions:
-    stage: str
-    config: Config
-    sources: SourceSpec
-    state_dir: str
-    gpus: list[int] | None = None  # prolog: the job's GPUs
-    now: float | None = None  # judge as if it were this time (replay)
-    budget_s: float | None = None  # default: config budget_s.<stage>
-    hostname: str | None = None
-    only: tuple[str, ...] = ()  # run just these check ids
-    progress: bool = False  # active checks may show a progress bar
-
-
-@dataclass
-class RunReport:
-    node: str
-    stage: str
-    started: float
-    duration_s: float = 0.0
-    results: list[Result] = field(default_factory=list)
-    timed_out: list[str] = field(default_factory=list)
-    profile: str | None = None
-    notes: list[str] = field(default_factory=list)  # e.g. a rebuilt state file
-    snapshot: Snapshot | None = None
-
-    @property
-    def status(self) -> Status:
-        worst = Status.PASS
-        for r in self.results:
-            if r.status.rank > worst.rank:
-                worst = r.status
-        return worst
-
-    @property
-    def exit_code(self) -> int:
-        if self.failing():
-            return EXIT_UNHEALTHY
-        if any(r.status is Status.ERROR for r in self.results):
-            return EXIT_INTERNAL
-        return EXIT_OK
-
-    def failing(self) -> list[Result]:
-        return [r for r in self.results if r.status is Status.FAIL]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": 1,
-            "node": self.node,
-            "stage": self.stage,
-            "started": round(self.started, 3),
-            "duration_s": round(self.duration_s, 4),
-            "status": self.status.value,
-            "exit_code": self.exit_code,
-            "profile": self.profile,
-            "timed_out": list(self.timed_out),
-            "notes": list(self.notes),
-            "results": [r.to_dict() for r in self.results],
-        }
 
 
 class _Reader:
