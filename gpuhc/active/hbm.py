@@ -74,15 +74,15 @@ def _hash(gpu, cp, arr, stream) -> int:
 
 
 def judge(data: dict[str, Any], thr: dict[str, Any]) -> list[Result]:
+    """Per GPU: a corrupting copy is that GPU's hardware ticket; a merely slow copy on another
+    GPU of the same node stays drain + reboot (a reset restores memory clocks)."""
     gpus = data.get("gpus") or {}
     rates = {s: float(g.get("gbps") or 0.0) for s, g in gpus.items()}
-    findings = judge_rates(rates, thr.get("gbps"), thr, "copy", "GB/s")
-    corrupt = False
+    findings = judge_rates(rates, thr.get("gbps"), thr, "copy", "GB/s", action=Action.DRAIN_REBOOT)
     for s, g in gpus.items():
         if g.get("copy_ok") is False:
-            findings.setdefault(s, Finding()).add(Status.FAIL, "device-to-device copy corrupted the data")
-            corrupt = True
+            findings.setdefault(s, Finding()).add(Status.FAIL, "device-to-device copy corrupted the data",
+                                                  Action.DRAIN_TICKET)
     pass_text = {s: f"copy {g.get('gbps', 0):.0f} GB/s (read+write, {data.get('bytes', 0) >> 20} MiB, "
                     f"median of {data.get('repeats')})" for s, g in gpus.items()}
-    return rate_results(CHECK, findings, gpus, pass_text, thr,
-                        Action.DRAIN_TICKET if corrupt else Action.DRAIN_REBOOT)
+    return rate_results(CHECK, findings, gpus, pass_text, thr, Action.DRAIN_REBOOT)

@@ -9,7 +9,8 @@ Judged against the topology (:mod:`gpuhc.active.topology`): an NVLink pair is he
 NVLink expectation, a PCIe pair to the PCIe one, and each pair to the median of pairs of its
 own kind. NVLink pairs that cannot reach each other fail (drain + reboot: usually a fabric or
 driver state that a reboot clears); PCIe pairs without P2P only warn (ACS or an IOMMU often
-forbid it by design). Corrupted data over a link fails with drain + hardware ticket.
+forbid it by design). Corrupted data over a link, or a slow link, fails with drain + hardware
+ticket. Each pair's result carries its own action.
 """
 
 from __future__ import annotations
@@ -97,35 +98,32 @@ def link_of(pair: str, topo: dict[str, Any] | None) -> str | None:
 
 
 def judge(data: dict[str, Any], topo: dict[str, Any] | None, thr: dict[str, Any]) -> list[Result]:
+    """One result per pair that is not healthy, each with the action its own fault calls for:
+    corrupted data or a slow link -> drain + hardware ticket; an NVLink pair without peer access
+    -> drain + reboot. A node with one corrupting pair does not turn the others into tickets."""
     pairs = data.get("pairs") or {}
     if data.get("gpus", 0) < 2 or not pairs:
         return [Result(CHECK, Status.NA, "one GPU: no peer-to-peer pairs to test")]
     findings: dict[str, Finding] = {}
-    action = Action.NONE
     by_kind: dict[str, dict[str, float]] = {}
     for name, p in pairs.items():
         kind = link_of(name, topo) or "unknown"
         f = findings.setdefault(name, Finding())
         if p.get("bad_words"):
-            f.add(Status.FAIL, f"{p['bad_words']} words arrived corrupted over {kind}")
-            action = Action.DRAIN_TICKET
+            f.add(Status.FAIL, f"{p['bad_words']} words arrived corrupted over {kind}", Action.DRAIN_TICKET)
         if not p.get("can_access"):
             if kind == "nvlink":
-                f.add(Status.FAIL, "no peer access between GPUs joined by NVLink")
-                action = action if action is Action.DRAIN_TICKET else Action.DRAIN_REBOOT
+                f.add(Status.FAIL, "no peer access between GPUs joined by NVLink", Action.DRAIN_REBOOT)
             else:
                 f.add(Status.WARN, f"no peer access over {kind} (ACS/IOMMU?); copies go through the host")
             continue
         by_kind.setdefault(kind, {})[name] = float(p.get("gbps") or 0.0)
     for kind, rates in by_kind.items():
         expected = thr.get(f"{kind}_gbps") if kind in ("nvlink", "pcie") else None
-        before = {n: f.status for n, f in findings.items()}
-        judge_rates(rates, expected, thr, f"{kind} copy", "GB/s", findings)
-        if any(findings[n].status is Status.FAIL and before.get(n) is not Status.FAIL for n in rates):
-            action = action if action is not Action.NONE else Action.DRAIN_TICKET
+        judge_rates(rates, expected, thr, f"{kind} copy", "GB/s", findings, action=Action.DRAIN_TICKET)
     out = [Result(CHECK, f.status, f"{n}: " + "; ".join(f.texts), n, pairs[n],
                   {k: thr.get(k) for k in ("nvlink_gbps", "pcie_gbps", "min_fraction", "straggler_fraction")},
-                  action if f.status is Status.FAIL else Action.NONE)
+                  f.action if f.status is Status.FAIL else Action.NONE)
            for n, f in sorted(findings.items()) if f.status is not Status.PASS]
     if not out:
         summary = ", ".join(f"{len(r)} {k} pairs {min(r.values()):.0f}-{max(r.values()):.0f} GB/s"

@@ -4,6 +4,9 @@ Two yardsticks, because each misses what the other sees: the profile's expected 
 a node whose GPUs are *all* slow (wrong power cap, a bad BIOS), and the siblings' median
 catches one straggler on a model gpuhc has no profile for. A straggler is compared with the
 median of the *other* GPUs, so that with two GPUs the slow one is measured against the fast.
+
+Each finding carries the action its *own* fault calls for, so that one GPU's corrupt copy (a
+hardware ticket) does not turn a sibling's merely slow copy into a ticket too, nor the reverse.
 """
 
 from __future__ import annotations
@@ -12,23 +15,30 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuhc.model import Status
+from gpuhc.model import Action, Status
 
 
 @dataclass
 class Finding:
+    """What was found about one subject (a GPU, a GPU pair): worst status, texts, and the
+    strongest action among its FAIL findings (NONE: the caller's default applies)."""
+
     status: Status = Status.PASS
     texts: list[str] = field(default_factory=list)
+    action: Action = Action.NONE
 
-    def add(self, status: Status, text: str) -> None:
+    def add(self, status: Status, text: str, action: Action | None = None) -> None:
         if status.rank > self.status.rank:
             self.status = status
+        if status is Status.FAIL and action is not None and action.rank > self.action.rank:
+            self.action = action
         self.texts.append(text)
 
 
 def judge_rates(values: dict[str, float], expected: float | None, thr: dict, label: str, unit: str,
-                findings: dict[str, Finding] | None = None) -> dict[str, Finding]:
-    """Add findings about ``values`` (subject -> rate) to ``findings`` and return it."""
+                findings: dict[str, Finding] | None = None, action: Action | None = None) -> dict[str, Finding]:
+    """Add findings about ``values`` (subject -> rate) to ``findings`` and return it; a FAIL
+    finding carries ``action`` (None: the default that :func:`rate_results` is given)."""
     findings = findings if findings is not None else {}
     minf = float(thr.get("min_fraction", 0.85))
     warnf = float(thr.get("warn_fraction", 0.93))
@@ -39,7 +49,7 @@ def judge_rates(values: dict[str, float], expected: float | None, thr: dict, lab
             frac = v / expected
             if frac < minf:
                 f.add(Status.FAIL, f"{label} {v:.0f} {unit} is {frac:.0%} of the expected {expected:.0f} "
-                                   f"(fails below {minf:.0%})")
+                                   f"(fails below {minf:.0%})", action)
             elif frac < warnf:
                 f.add(Status.WARN, f"{label} {v:.0f} {unit} is {frac:.0%} of the expected {expected:.0f}")
         others = [o for s, o in values.items() if s != subj]
@@ -47,7 +57,7 @@ def judge_rates(values: dict[str, float], expected: float | None, thr: dict, lab
             med = statistics.median(others)
             if med > 0 and v / med < strag:
                 f.add(Status.FAIL, f"{label} {v:.0f} {unit} is {v / med:.0%} of its siblings' median {med:.0f} "
-                                   f"(straggler below {strag:.0%})")
+                                   f"(straggler below {strag:.0%})", action)
     return findings
 
 
@@ -58,14 +68,15 @@ def gpu_order(subject: str) -> tuple:
 
 
 def rate_results(check: str, findings: dict[str, Finding], values: dict[str, Any], pass_text: dict[str, str],
-                 thr: dict, fail_action) -> list:
-    """One Result per subject from its findings (PASS text when nothing was found)."""
-    from gpuhc.model import Action, Result
+                 thr: dict, fail_action: Action) -> list:
+    """One Result per subject from its findings (PASS text when nothing was found). A failing
+    subject gets its own findings' action, or ``fail_action`` when they named none."""
+    from gpuhc.model import Result
 
     out = []
     for subj in sorted(findings, key=gpu_order):
         f = findings[subj]
         msg = f"{subj}: " + ("; ".join(f.texts) if f.texts else pass_text.get(subj, "ok"))
-        action = fail_action if f.status is Status.FAIL else Action.NONE
+        action = (f.action if f.action is not Action.NONE else fail_action) if f.status is Status.FAIL else Action.NONE
         out.append(Result(check, f.status, msg, subj, values.get(subj), thr, action))
     return out
