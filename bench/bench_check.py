@@ -80,7 +80,9 @@ def main() -> int:
     else:
         print(f"{out['mode']}: python -c 'import pynvml' median {b*1000:.0f} ms; "
               f"gpuhc check --stage passive median {g*1000:.0f} ms; ratio {g/b:.2f} (target <= 2.5)")
-    return 0
+    # The ratio target is the replay's (issue 2); live runs report the absolute time (target
+    # under 300 ms), which depends on the GPU count, so only the replay run can miss.
+    return 1 if not args.live and g / b > out["target_ratio"] else 0
 
 
 if __name__ == "__main__":

@@ -152,7 +152,8 @@ def _validate(raw: dict, sch: dict, path: tuple, file: str, lines: dict, top: bo
         if key not in sch:
             if top and key == "checks":  # validated by _validate_checks
                 continue
-            known = ", ".join(sorted(map(str, sch))) or "(none)"
+            names = set(map(str, sch)) | ({"checks", "hosts"} if top and not path else set())
+            known = ", ".join(sorted(names)) or "(none)"
             raise ConfigError(f"unknown key (known here: {known})", file, line_of(lines, here), dotted)
         spec = sch[key]
         if isinstance(spec, dict):
