@@ -105,3 +105,37 @@ def test_png_without_matplotlib_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     with pytest.raises(GpuhcError, match=r"pip install 'gpuhc\[plot\]'"):
         write_png({"x": [(8, 1.0)]}, str(tmp_path / "x.png"))
+
+
+def test_report_png_draws_the_curves_of_a_stored_sweep(tmp_path):
+    """`gpuhc sweep report --png` end to end: a stored sweep (simulated results on disk), the CLI,
+    a real PNG. matplotlib is in the `test` extra, so this runs (never skips) in CI."""
+    import struct
+
+    from click.testing import CliRunner
+    from matplotlib.image import imread
+
+    from gpuhc.cli.sweep_cmd import sweep
+
+    run_sweep(SweepStore(str(tmp_path)))
+    cfg = tmp_path / "gpuhc.yaml"
+    cfg.write_text("sweep: {}\n")
+    png = tmp_path / "curves.png"
+    res = CliRunner().invoke(sweep, ["report", "--state-dir", str(tmp_path), "--config", str(cfg), "--png", str(png),
+                                     "--node", "n3"])
+    assert res.exit_code == 0, res.output
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"  # the PNG signature
+    assert data[12:16] == b"IHDR" and struct.unpack(">II", data[16:24]) == (960, 540)  # 8 x 4.5 in at 120 dpi
+    assert len(data) > 20_000  # axes, labels, a legend and several curves, not an empty canvas
+    # The curves are drawn in colour on a white/grey canvas: count the clearly coloured pixels.
+    rgb = imread(str(png))[..., :3]
+    coloured = ((rgb.max(axis=2) - rgb.min(axis=2)) > 0.3).sum()
+    assert coloured > 1_000, coloured
+    assert "busbw GB/s vs size" in res.output  # the terminal chart is still printed beside the PNG
+    assert res.output.rstrip().endswith(f"wrote {png}")
+
+
+def test_png_that_cannot_be_written_is_a_clear_error(tmp_path):
+    with pytest.raises(GpuhcError, match=r"cannot write .*nodir"):
+        write_png({"x": [(8, 1.0), (16, 2.0)]}, str(tmp_path / "nodir" / "x.png"))

@@ -165,6 +165,8 @@ def report_cmd(config_path, state_dir, sweep_id, nodes, png, json_mode) -> None:
         click.echo(json.dumps(rep, indent=1, default=str))
     else:
         render_report(rep)
+        if png:
+            click.echo(f"wrote {png}")
 
 
 @sweep.command("simulate")
