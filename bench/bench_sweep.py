@@ -8,10 +8,12 @@ Two modes, run on the same GPUs in the same session (bench/sweep_device.sh does 
     loop for bandwidth sizes; the slowest rank's time), written in gpuhc's results format.
 
 ``python3 bench/bench_sweep.py compare --gpuhc G.json --torch T.json [--gpuhc-wall S]``
-    the verdict: busbw at 256 MiB..2 GiB within 2 % of the baseline (ratio >= 0.98), small-size
-    p50 latency no worse than the baseline's (median ratio over 8 B..64 KiB), and the whole
-    8 B -> 2 GiB gpuhc sweep under 60 s of wall time. Ratios, not absolute numbers: the card and
-    the link decide the absolute ones.
+    the verdict: busbw within 2 % of the baseline (ratio >= 0.98) at each of 256 MiB, 512 MiB,
+    1 GiB and 2 GiB; p50 latency no worse than the baseline's (ratio <= 1) at each size from 8 B
+    to 64 KiB; and the whole 8 B -> 2 GiB gpuhc sweep under 60 s of wall time. Every size is
+    checked and the worst one is reported; exit 1 when any target is missed (or nothing could be
+    compared). Ratios, not absolute numbers: the card and the link decide the absolute ones. With
+    one rank (busbw is 0) the bandwidth check compares algbw.
 """
 
 from __future__ import annotations
@@ -74,38 +76,89 @@ def torch_loop(args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
-def compare(args: argparse.Namespace) -> int:
-    ours = {r["bytes"]: r for r in json.load(open(args.gpuhc))["sizes"]}
-    base = {r["bytes"]: r for r in json.load(open(args.torch))["sizes"]}
-    out: dict = {"busbw": [], "small_p50": [], "checks": {}}
-    print(f"{'size':>12} {'gpuhc busbw':>12} {'torch busbw':>12} {'ratio':>7}")
+BW_TARGET = 0.98  # gpuhc busbw / baseline busbw, at each of BW_SIZES
+P50_TARGET = 1.0  # gpuhc p50 / baseline p50, at each size up to SMALL_MAX
+WALL_TARGET_S = 60.0
+
+
+def verdict(ours_rows: list[dict], base_rows: list[dict], wall_s: float | None = None) -> dict:
+    """Per-size ratios and the checks, each judged at every size (the worst size decides).
+
+    With one rank busbw is 0 (the factor 2(n-1)/n is 0: no bus), so the bandwidth check then
+    compares algbw and says so. A check with nothing to compare (a size missing from either
+    run) fails: a bench that measured nothing must not pass."""
+    ours = {r["bytes"]: r for r in ours_rows}
+    base = {r["bytes"]: r for r in base_rows}
+    one_rank = all(not ours[s].get("busbw_gbs") and not base[s].get("busbw_gbs") for s in BW_SIZES
+                   if s in ours and s in base)
+    metric = "algbw_gbs" if one_rank else "busbw_gbs"
+    bw, missing_bw = [], []
     for s in BW_SIZES:
-        # One rank has no bus (busbw 0): there is nothing to compare.
-        if s in ours and s in base and base[s]["busbw_gbs"] > 0:
-            ratio = ours[s]["busbw_gbs"] / base[s]["busbw_gbs"]
-            out["busbw"].append({"bytes": s, "gpuhc": ours[s]["busbw_gbs"], "torch": base[s]["busbw_gbs"], "ratio": ratio})
-            print(f"{s:>12} {ours[s]['busbw_gbs']:>12.2f} {base[s]['busbw_gbs']:>12.2f} {ratio:>7.3f}")
-    print(f"{'size':>12} {'gpuhc p50us':>12} {'torch p50us':>12} {'ratio':>7}")
-    for s in sorted(ours):
-        if s <= SMALL_MAX and s in base and "p50_us" in ours[s] and "p50_us" in base[s]:
-            ratio = ours[s]["p50_us"] / base[s]["p50_us"]
-            out["small_p50"].append({"bytes": s, "gpuhc": ours[s]["p50_us"], "torch": base[s]["p50_us"], "ratio": ratio})
-            print(f"{s:>12} {ours[s]['p50_us']:>12.2f} {base[s]['p50_us']:>12.2f} {ratio:>7.3f}")
-    bw_ok = bool(out["busbw"]) and all(r["ratio"] >= 0.98 for r in out["busbw"])
-    lat_ratio = median([r["ratio"] for r in out["small_p50"]]) if out["small_p50"] else float("nan")
-    out["checks"] = {
-        "busbw_within_2pct": bw_ok,
-        "small_p50_median_ratio": lat_ratio,
-        "small_p50_no_worse": lat_ratio <= 1.0,
+        if s in ours and s in base and base[s].get(metric):
+            bw.append({"bytes": s, "gpuhc": ours[s][metric], "torch": base[s][metric],
+                       "ratio": ours[s][metric] / base[s][metric]})
+        else:
+            missing_bw.append(s)
+    small = [{"bytes": s, "gpuhc": ours[s]["p50_us"], "torch": base[s]["p50_us"],
+              "ratio": ours[s]["p50_us"] / base[s]["p50_us"]}
+             for s in sorted(ours) if s <= SMALL_MAX and s in base and ours[s].get("p50_us") and base[s].get("p50_us")]
+    worst_bw = min(bw, key=lambda r: r["ratio"]) if bw else None
+    worst_p50 = max(small, key=lambda r: r["ratio"]) if small else None
+    checks: dict = {
+        "bandwidth_metric": metric.replace("_gbs", ""),
+        "busbw_worst_ratio": worst_bw["ratio"] if worst_bw else None,
+        "busbw_worst_bytes": worst_bw["bytes"] if worst_bw else None,
+        "busbw_missing_sizes": missing_bw,
+        "busbw_within_2pct": bool(bw) and not missing_bw and worst_bw["ratio"] >= BW_TARGET,
+        "small_p50_worst_ratio": worst_p50["ratio"] if worst_p50 else None,
+        "small_p50_worst_bytes": worst_p50["bytes"] if worst_p50 else None,
+        "small_p50_median_ratio": median([r["ratio"] for r in small]) if small else None,
+        "small_p50_sizes_worse": [r["bytes"] for r in small if r["ratio"] > P50_TARGET],
+        "small_p50_no_worse": bool(small) and worst_p50["ratio"] <= P50_TARGET,
     }
-    if args.gpuhc_wall is not None:
-        out["checks"]["full_sweep_wall_s"] = args.gpuhc_wall
-        out["checks"]["full_sweep_under_60s"] = args.gpuhc_wall < 60.0
-    print(json.dumps(out["checks"], indent=1))
+    if wall_s is not None:
+        checks["full_sweep_wall_s"] = wall_s
+        checks["full_sweep_under_60s"] = wall_s < WALL_TARGET_S
+    return {"busbw": bw, "small_p50": small, "checks": checks,
+            "ok": all(v for v in checks.values() if isinstance(v, bool))}
+
+
+def compare(args: argparse.Namespace) -> int:
+    out = verdict(_rows(args.gpuhc), _rows(args.torch), args.gpuhc_wall)
+    c = out["checks"]
+    name = c["bandwidth_metric"]
+    print(f"{'size':>12} {'gpuhc ' + name:>12} {'torch ' + name:>12} {'ratio':>7}")
+    for r in out["busbw"]:
+        print(f"{r['bytes']:>12} {r['gpuhc']:>12.2f} {r['torch']:>12.2f} {r['ratio']:>7.3f}"
+              f"{'  MISSED' if r['ratio'] < BW_TARGET else ''}")
+    print(f"{'size':>12} {'gpuhc p50us':>12} {'torch p50us':>12} {'ratio':>7}")
+    for r in out["small_p50"]:
+        print(f"{r['bytes']:>12} {r['gpuhc']:>12.2f} {r['torch']:>12.2f} {r['ratio']:>7.3f}"
+              f"{'  MISSED' if r['ratio'] > P50_TARGET else ''}")
+    print(json.dumps(c, indent=1))
+    if c["busbw_worst_ratio"] is not None:
+        print(f"{name} 256 MiB..2 GiB: worst ratio {c['busbw_worst_ratio']:.3f} at {c['busbw_worst_bytes']} B "
+              f"(target >= {BW_TARGET}): {'met' if c['busbw_within_2pct'] else 'MISSED'}")
+    if c["busbw_missing_sizes"]:
+        print(f"{name}: no comparison at {c['busbw_missing_sizes']} B: MISSED")
+    if c["small_p50_worst_ratio"] is not None:
+        print(f"p50 8 B..64 KiB: worst ratio {c['small_p50_worst_ratio']:.3f} at {c['small_p50_worst_bytes']} B "
+              f"(target <= {P50_TARGET}): {'met' if c['small_p50_no_worse'] else 'MISSED'}")
+    else:
+        print("p50 8 B..64 KiB: nothing to compare: MISSED")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)
-    return 0 if all(v for k, v in out["checks"].items() if isinstance(v, bool)) else 1
+    return 0 if out["ok"] else 1
+
+
+def _rows(path: str) -> list[dict]:
+    try:
+        with open(path) as f:
+            rows = json.load(f)["sizes"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        sys.exit(f"bench_sweep: cannot read sizes from {path}: {e}")
+    return [r for r in rows if isinstance(r, dict) and isinstance(r.get("bytes"), int)]
 
 
 def main() -> int:
