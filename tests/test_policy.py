@@ -15,32 +15,65 @@ from gpuhc.slurm.policy import (
     Verdict,
     decide,
     needs_slurm,
+    out_of_service,
+    reboot_pending,
+    registered,
+    resumable,
     verdict_of,
 )
+from gpuhc.slurm.reason import parse_reason
 
 NOW = 1_700_000_000.0
 OURS = "gpuhc: xid gpu3 Xid 79: GPU has fallen off the bus"
 S = PolicySettings(resume_after=3, cooldown_s=600, max_cooldown_s=4800, flap_window_s=3600)
 
+# Every spelling of a node state the health check can meet. The expectations below are derived
+# from what the state *means* (the flags on the right), not from the code under test.
 STATES = {
     "idle": "IDLE",
     "alloc": "ALLOCATED",
     "mixed": "MIXED",
-    "drain": "MIXED+DRAIN",  # draining: jobs still running
+    "completing": "IDLE+COMPLETING",
+    "alloc+drain": "ALLOCATED+DRAIN",  # draining: jobs still running
+    "mixed+drain": "MIXED+DRAIN",
+    "completing+drain": "IDLE+COMPLETING+DRAIN",
     "drained": "IDLE+DRAIN",
     "down": "DOWN",
     "down+drain": "DOWN+DRAIN",
+    "fail": "IDLE+FAIL",  # an admin's State=FAIL
     "not-responding": "IDLE*",
+    "down*": "DOWN*",
+    "drained*": "IDLE+DRAIN*",
+    "unknown": "UNKNOWN",
+    "unknown+drain": "UNKNOWN+DRAIN",
+    "reboot-requested": "IDLE+DRAIN+REBOOT_REQUESTED",
+    "reboot-issued": "IDLE+DRAIN+REBOOT_ISSUED",
+    "reboot-requested-in-service": "IDLE+REBOOT_REQUESTED",
 }
-OUT_OF_SERVICE = {"drain", "drained", "down", "down+drain"}
+# Out of service: the state itself keeps new jobs away (drained/draining, down, failed).
+OUT_OF_SERVICE = {"alloc+drain", "mixed+drain", "completing+drain", "drained", "down", "down+drain", "fail",
+                  "down*", "drained*", "unknown+drain", "reboot-requested", "reboot-issued"}
+NOT_REGISTERED = {"unknown", "unknown+drain"}  # slurmctld has not heard from slurmd since it started
+NOT_RESPONDING = {"not-responding", "down*", "drained*"}
+REBOOT_PENDING = {"reboot-requested", "reboot-issued", "reboot-requested-in-service"}
+Q1 = "gpuhc: xid gpu3 Xid 79 [q1]"
 OWNERS = {
     "none": (None, None),
     "gpuhc-same": (OURS, "root"),
     "gpuhc-different": ("gpuhc: pcie gpu1 link width x8 < x16", "root"),
+    "gpuhc-q1": (Q1, "root"),
+    "gpuhc-retired": ("gpuhc: RETIRED xid gpu3 Xid 79", "root"),
     "admin": ("bad fan, ticket 4711", "alice"),
     "slurm": ("Not responding", "slurm"),
+    "prolog-error": ("Prolog error", "root"),
 }
 VERDICTS = ("pass", "fail", "warn", "error", "breaker-open")
+# What gpuhc remembers: it holds the node (drained it two hours ago, two healthy runs since), or
+# it remembers nothing (never drained it, or its state was lost).
+MEMORIES = {
+    "holding": Memory(drained_at=NOW - 7200, reason=OURS, passes=2, cooldown_s=600),
+    "none": Memory(),
+}
 
 
 def node(state: str = "idle", owner: str = "none", name: str = "n1") -> Node:
@@ -51,48 +84,84 @@ def node(state: str = "idle", owner: str = "none", name: str = "n1") -> Node:
                 reason_time=NOW - 7200 if reason else None, partitions=("gpu",), raw_state=raw)
 
 
-def expected(state: str, owner: str, verdict: str) -> Act:
-    """The specification, written as a table rather than derived from the code."""
+def expected(state: str, owner: str, verdict: str, mem: str) -> Act:
+    """The specification, written as a table from the rules rather than derived from the code."""
     ours = owner.startswith("gpuhc")
     held = state in OUT_OF_SERVICE
-    if verdict == "error":
+    if verdict == "error":  # could not judge: never drains, never resumes
         return Act.NONE
     if verdict in ("pass", "warn"):
-        return Act.RESUME if ours and held else Act.NONE
+        if not ours:  # someone else's reason, or none: nothing of ours to resume
+            return Act.NONE
+        if state in NOT_REGISTERED:  # decide once slurmctld knows the node again
+            return Act.NONE
+        if state in REBOOT_PENDING:  # a reboot was asked for: the boot-time retest decides
+            return Act.KEEP
+        if not held:  # stale reason on a schedulable node: Slurm takes no RESUME; forget it
+            return Act.NONE
+        if owner in ("gpuhc-q1", "gpuhc-retired"):  # need a retest / an admin's release
+            return Act.KEEP
+        if state in NOT_RESPONDING:  # slurmctld does not hear from slurmd: decide next run
+            return Act.NONE
+        # Held by gpuhc and healthy: the third consecutive healthy run (two remembered) resumes;
+        # without memory this is the first, so the node waits.
+        return Act.RESUME if mem == "holding" else Act.WAIT
     # fail, with the breaker closed or open
-    if owner in ("admin", "slurm"):
+    if owner in ("admin", "slurm", "prolog-error"):
         return Act.KEEP
-    if ours and held:
+    if ours and held:  # already ours: keep the first reason, send nothing
         return Act.KEEP
     if held:  # no reason on an out-of-service node: adding ours takes no capacity
         return Act.DRAIN
     return Act.BLOCKED if verdict == "breaker-open" else Act.DRAIN
 
 
-@pytest.mark.parametrize("state,owner,verdict", list(itertools.product(STATES, OWNERS, VERDICTS)))
-def test_every_state_owner_verdict(state, owner, verdict):
+@pytest.mark.parametrize("state,owner,verdict,mem", list(itertools.product(STATES, OWNERS, VERDICTS, MEMORIES)))
+def test_every_state_owner_verdict_memory(state, owner, verdict, mem):
     n = node(state, owner)
-    # When gpuhc holds the node it remembers that, with enough passes and a long-past drain, so
-    # that a healthy verdict is decided by ownership and state alone.
-    memory = Memory(drained_at=NOW - 7200, reason=n.reason, passes=2) if owner.startswith("gpuhc") else Memory()
+    memory = MEMORIES[mem]
     v = Verdict.FAIL if verdict == "breaker-open" else Verdict(verdict)
     d = decide(n, v, OURS if v is Verdict.FAIL else None, memory, NOW, S, breaker_open=verdict == "breaker-open")
-    assert d.act is expected(state, owner, verdict), d.why
+    assert d.act is expected(state, owner, verdict, mem), d.why
     # Invariants that must hold whatever the table says.
-    if owner in ("admin", "slurm"):
+    if not owner.startswith("gpuhc") and owner != "none":
         assert not d.act.touches_slurm  # never overwrite nor resume a reason gpuhc did not set
     if d.act is Act.DRAIN:
         assert d.reason == OURS and d.memory.drained_at == NOW and d.memory.reason == OURS
         assert d.uses_capacity is (state not in OUT_OF_SERVICE)
     if d.act is Act.RESUME:
         assert n.reason.startswith("gpuhc:") and not d.memory.holding and d.memory.last_resume == NOW
+        assert not (parse_reason(n.reason).quarantined or parse_reason(n.reason).retired)
+        assert resumable(n) and state not in NOT_RESPONDING | REBOOT_PENDING
     if v in (Verdict.WARN, Verdict.PASS, Verdict.ERROR):
         assert d.act is not Act.DRAIN
     if v is Verdict.ERROR:
         assert d.memory == memory  # nothing learnt from a run that could not judge
     if d.act is Act.BLOCKED:
         assert d.memory.drained_at == memory.drained_at  # not recorded as if drained
+    if d.act is Act.KEEP and owner.startswith("gpuhc") and mem == "holding":
+        assert d.memory.drained_at == memory.drained_at  # the first drain time stays
+    if v in (Verdict.PASS, Verdict.WARN) and not owner.startswith("gpuhc"):
+        assert not d.memory.holding  # a hold someone else took over is forgotten
+    in_flux = state in NOT_REGISTERED or (state in NOT_RESPONDING and state in OUT_OF_SERVICE)
+    if v is not Verdict.FAIL and owner.startswith("gpuhc") and in_flux:
+        assert d.memory == memory  # decided next run: nothing learnt, nothing forgotten
+    if d.memory.flaps != memory.flaps:
+        assert d.act is Act.DRAIN  # only a drain counts a flap
     assert d.why and "\n" not in d.why
+
+
+def test_the_matrix_covers_every_state_kind():
+    """Each axis of the table is exercised: a state of every kind, every owner kind, both memories."""
+    for s in STATES:
+        base, flags = parse_state(STATES[s])
+        n = node(s)
+        assert out_of_service(n) is (s in OUT_OF_SERVICE), s
+        assert registered(n) is (s not in NOT_REGISTERED), s
+        assert n.not_responding is (s in NOT_RESPONDING), s
+        assert reboot_pending(n) is (s in REBOOT_PENDING), s
+    assert {parse_reason(OWNERS[o][0]).quarantined for o in ("gpuhc-q1",)} == {True}
+    assert parse_reason(OWNERS["gpuhc-retired"][0]).retired
 
 
 def test_gpuhc_same_reason_is_not_resent():
@@ -240,3 +309,26 @@ def test_memory_round_trip_and_tolerance():
 def test_fail_needs_a_reason():
     with pytest.raises(ValueError):
         decide(node(), Verdict.FAIL, None, Memory(), NOW, S)
+
+
+# ------------------------------------------------------------------ states in flux
+
+
+def test_pending_reboot_keeps_the_hold_until_the_boot_time_retest():
+    m = Memory(drained_at=NOW - 9999, reason=OURS, passes=9, cooldown_s=0)
+    for state in ("reboot-requested", "reboot-issued", "reboot-requested-in-service"):
+        d = run_healthy(m, NOW, state=state)
+        assert d.act is Act.KEEP and d.memory == m and "reboot pending" in d.why
+
+
+def test_not_responding_node_is_decided_once_slurmctld_hears_from_it():
+    m = Memory(drained_at=NOW - 9999, reason=OURS, passes=2, cooldown_s=0)
+    d = run_healthy(m, NOW, state="drained*")
+    assert d.act is Act.NONE and d.memory == m  # the run at slurmd's start neither counts nor resumes
+    assert run_healthy(d.memory, NOW + 60, state="drained").act is Act.RESUME
+
+
+def test_stale_quarantine_or_retired_reason_on_a_node_in_service_is_forgotten():
+    for owner in ("gpuhc-q1", "gpuhc-retired"):
+        d = run_healthy(Memory(drained_at=NOW - 9999, reason=OURS, passes=9), NOW, state="idle", owner=owner)
+        assert d.act is Act.NONE and not d.memory.holding

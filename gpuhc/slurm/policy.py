@@ -14,7 +14,12 @@ The rules (DESIGN.md section 3, and NHC's lessons):
 - An identical reason is never re-sent; a node gpuhc already holds keeps its *first* reason (the
   first failure is usually the cause, later ones its echo) and its drain time.
 - RESUME is sent only from states Slurm accepts it in (DOWN/DRAIN/FAIL/REBOOT); elsewhere
-  scontrol exits 1, so a stale gpuhc reason on a schedulable node is just forgotten.
+  scontrol exits 1, so a stale gpuhc reason on a schedulable node (quarantine and RETIRED tags
+  included) is just forgotten.
+- RESUME is not sent while the node's state is in flux: not registered yet (UNKNOWN), not
+  responding (``*``: slurmctld does not hear from slurmd, e.g. the health check slurmd runs at its
+  start), or with a reboot pending (the reboot was asked for a reason; the boot-time retest
+  decides). The hold is kept and the next run decides.
 - Resume needs ``resume_after`` consecutive healthy runs *and* the cool-down since the drain.
   A node drained again within ``flap_window_s`` of its last resume gets twice the previous
   cool-down (capped at ``max_cooldown_s``): drain/resume/drain flapping slows down, never loops.
@@ -78,12 +83,16 @@ def registered(node: Node) -> bool:
     return node.state != "UNKNOWN"
 
 
+def reboot_pending(node: Node) -> bool:
+    """A reboot was asked for (``scontrol reboot``) and has not completed."""
+    return bool({"REBOOT_REQUESTED", "REBOOT_ISSUED"} & node.flags) or node.state == "REBOOT"
+
+
 def resumable(node: Node) -> bool:
     """States in which ``State=RESUME`` is accepted (DOWN, DRAIN, FAIL, REBOOT)."""
     if not registered(node):
         return False
-    reboot = bool({"REBOOT_REQUESTED", "REBOOT_ISSUED"} & node.flags) or node.state == "REBOOT"
-    return out_of_service(node) or reboot
+    return out_of_service(node) or reboot_pending(node)
 
 
 class Act(str, enum.Enum):
@@ -227,17 +236,26 @@ def _on_healthy(node, owner, mine, memory, now, s) -> Decision:
         if memory.holding:
             why = "healthy; node no longer carries a gpuhc reason (resumed or taken over): forgetting our hold"
         return Decision(Act.NONE, why, Memory(flaps=memory.flaps, last_resume=memory.last_resume))
+    if not registered(node):
+        return Decision(Act.NONE, "node not registered with slurmctld yet (state UNKNOWN): deciding next run",
+                        memory)
+    if reboot_pending(node):
+        # Someone (``gpuhc quarantine retest --reboot``, an admin) asked for a reboot; a RESUME
+        # now would put the node back before it and skip the boot-time retest.
+        return Decision(Act.KEEP, f"reboot pending (state {node.raw_state or node.state}): "
+                                  "the boot-time retest decides", memory)
+    if not out_of_service(node):
+        # Slurm refuses RESUME here; the stale reason (quarantine and RETIRED tags included)
+        # does not hold the node, so forget it.
+        return Decision(Act.NONE, f"healthy; state {node.raw_state or node.state} takes no RESUME",
+                        Memory(flaps=memory.flaps, last_resume=memory.last_resume))
     if mine is not None and mine.retired:
         return Decision(Act.KEEP, "retired by gpuhc: only `gpuhc quarantine release` returns it", memory)
     if mine is not None and mine.quarantined:
         return Decision(Act.KEEP, f"in quarantine (cycle {mine.cycle}): needs `gpuhc quarantine retest`", memory)
-    if not registered(node):
-        return Decision(Act.NONE, "node not registered with slurmctld yet (state UNKNOWN): deciding next run",
-                        memory)
-    if not resumable(node):
-        # Slurm refuses RESUME here; the stale reason does not hold the node, so forget it.
-        return Decision(Act.NONE, f"healthy; state {node.raw_state or node.state} takes no RESUME",
-                        Memory(flaps=memory.flaps, last_resume=memory.last_resume))
+    if node.not_responding:
+        return Decision(Act.NONE, f"slurmctld does not hear from this node (state {node.raw_state or node.state}): "
+                                  "deciding next run", memory)
     held = memory if memory.holding else replace(memory, drained_at=node.reason_time or now, reason=node.reason)
     passes = held.passes + 1
     cooldown = held.cooldown_s if held.cooldown_s is not None else s.cooldown_s
