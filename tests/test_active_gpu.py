@@ -1,8 +1,12 @@
 """Active checks on real GPUs (marker ``gpu``): skipped only when this machine has no NVIDIA GPU.
 
 What these prove that the CPU tests cannot: the worker's CuPy code runs and measures on real
-hardware, healthy GPUs pass every active check, the parent kills a worker whose kernel outlives
-its deadline, and a task that fails holding GPU memory still gives it back.
+hardware, healthy GPUs pass every active check of the epilog and of the (shortened) bootstrap
+stage, the parent kills a worker whose kernel outlives its deadline, a task that fails holding GPU
+memory still gives it back, and the result hash kernel computes exactly what the host does.
+
+No CUDA in this process: every GPU task runs in the worker, as in production. A CUDA context
+here would show up as another process on GPU 0, which the suite rightly skips as busy.
 """
 
 from __future__ import annotations
@@ -57,6 +61,45 @@ def test_epilog_suite_passes_on_healthy_gpus():
     assert {"topology", "burn-in", "gpu-speed", "hbm", "memtest", "host-link", "p2p", "nccl-local"} <= checks
     per_gpu = [r for r in res if r.check == "burn-in"]
     assert len(per_gpu) == _visible()
+
+
+# The bootstrap stage cut down to fit a test run (its defaults take minutes): every check still
+# runs, on every GPU, over the same code paths. DCGM level 1 (the short one) when dcgmi exists.
+BOOTSTRAP_SHORT = {"bootstrap": {"burnin_s": 6.0, "memtest_fraction": 0.1, "dcgm_level": 1}}
+
+
+def test_bootstrap_suite_passes_on_healthy_gpus():
+    from gpuhc.active import dcgm, run_active
+    from gpuhc.active.context import ActiveContext
+    from gpuhc.active.settings import ALL_CHECKS
+    from gpuhc.model import Status
+
+    t0 = time.monotonic()
+    res = run_active("bootstrap", ActiveContext(profile_name=_profile(), config=BOOTSTRAP_SHORT, budget_s=300.0))
+    print(f"bootstrap suite (shortened) on {_visible()} GPUs: {time.monotonic() - t0:.1f}s")
+    for r in res:
+        print(r.status.value, r.check, r.subject, r.message)
+    assert {r.check for r in res} == set(ALL_CHECKS), sorted({r.check for r in res})
+    may_be_na = set()
+    if _visible() < 2:
+        may_be_na |= {"p2p", "nccl-local"}  # no pair with one GPU (a 1-rank all-reduce still passes)
+    if dcgm.find_dcgmi(None) is None:
+        may_be_na.add("dcgm")
+    bad = [r for r in res if not (r.status is Status.PASS or (r.status is Status.NA and r.check in may_be_na))]
+    assert not bad, bad
+    assert len([r for r in res if r.check == "burn-in"]) == _visible()
+    assert len([r for r in res if r.check == "memtest"]) == _visible()
+
+
+def test_result_hash_kernel_matches_the_host():
+    """The burn-in's hash (reduced per warp, then per block) equals numpy's on every GPU."""
+    from gpuhc.active.plan import Task
+
+    sess = _session([Task("_hash_check", {"words": (1 << 22) + 77, "seed": 3}, ["burn-in"])], timeout_s=60.0)
+    o = sess.outcomes["_hash_check"]
+    assert o.status == "done", o
+    print("hash", o.data)
+    assert o.data["gpus"] and all(h == o.data["host"] for h in o.data["gpus"].values()), o.data
 
 
 def _session(tasks, timeout_s: float):

@@ -45,14 +45,25 @@ extern "C" __global__ void f32_to_bf16(const float* in, u16* out, u64 n) {
 }
 
 // Position-weighted 64-bit sum of 32-bit words: any flipped bit or swapped pair of words changes
-// it. One atomic per warp keeps it at memory speed.
+// it. Addition mod 2^64 does not care about order, so the value is the same however the threads
+// split the work; reduced per warp, then per block, so one atomic per block (not per warp) hits
+// the single output word: same-address atomics serialise in L2 and were a third of the hash's
+// cost. Needs blockDim.x a multiple of 32 (gpu.BLOCK is 256).
 extern "C" __global__ void hash_words(const u32* w, u64 n, u64* out) {
+    __shared__ u64 part[32];
     u64 acc = 0;
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
         acc += ((u64)w[i] + 0x9E3779B9ull) * (2ull * i + 1ull);
     }
     for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xFFFFFFFFu, acc, off);
-    if ((threadIdx.x & 31) == 0) atomicAdd(out, acc);
+    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    if (lane == 0) part[warp] = acc;
+    __syncthreads();
+    if (warp == 0) {
+        acc = lane < (blockDim.x >> 5) ? part[lane] : 0ull;
+        for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xFFFFFFFFu, acc, off);
+        if (lane == 0) atomicAdd(out, acc);
+    }
 }
 
 // Memory test patterns. pattern: 0 address, 1 inverted address, 2 walking ones,

@@ -31,6 +31,7 @@ TASKS = {
     "nccl": "gpuhc.active.nccl_local",
     "_spin": "gpuhc.active.testtasks",  # tests only
     "_fail_after_alloc": "gpuhc.active.testtasks",  # tests only
+    "_hash_check": "gpuhc.active.testtasks",  # tests only
 }
 
 
