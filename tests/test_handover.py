@@ -7,10 +7,11 @@ the node again minutes after the admin fixed it.
 from __future__ import annotations
 
 import os
+import time
 
-from test_policy_entry import MiniSlurm, config
+from test_policy_entry import OK, XID, MiniSlurm, config, flow, run
 
-from gpuhc.runner import RunOptions
+from gpuhc.runner import RunOptions, RunReport
 from gpuhc.slurm import entry
 from gpuhc.slurm.policy import Act
 from gpuhc.slurm.scontrol import Scontrol
@@ -78,3 +79,46 @@ def test_release_on_the_node_itself_acknowledges_too(tmp_path, monkeypatch):
     _forget_here([node_name(None)], cfg)
     doc = StateStore(str(tmp_path / "state")).read()
     assert doc["checks"]["xid"]["cleared_at"] is not None and doc["checks"]["xid"]["held"] == []
+
+
+# ------------------------------------------------------------------ one query per held run
+
+
+def _shows(slurm: MiniSlurm) -> list[str]:
+    return [MiniSlurm.verb(c) for c in slurm.calls]
+
+
+def test_held_node_costs_one_show_node_per_run(tmp_path, monkeypatch):
+    """The handover read before the checks is the reading the policy decides on: a held node
+    that waits (hysteresis) or keeps failing costs Slurm one `show node` per run, not two."""
+    slurm = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None)})
+    assert run(tmp_path, monkeypatch, "passive", slurm, [OK, XID]).decision.act is Act.DRAIN
+    for results, act in (([OK], Act.WAIT), ([OK, XID], Act.KEEP), ([OK], Act.WAIT), ([OK], Act.WAIT)):
+        slurm.calls.clear()
+        out = run(tmp_path, monkeypatch, "passive", slurm, results)
+        assert out.decision.act is act, out.lines
+        assert _shows(slurm) == ["show"], slurm.calls
+    # Third healthy run in a row: a resume, which re-reads right before sending it, then verifies.
+    slurm.calls.clear()
+    out = run(tmp_path, monkeypatch, "passive", slurm, [OK])
+    assert out.decision.act is Act.RESUME and out.acted
+    assert _shows(slurm) == ["show", "show", "resume", "show"]
+
+
+def test_an_admin_drain_during_the_checks_is_seen_before_acting(tmp_path, monkeypatch):
+    """The pre-check reading is not trusted for an act: a resume that became wrong while the
+    checks ran (an admin drained the node with their own reason) is not sent."""
+    slurm = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None)})
+    cfg = config(tmp_path, resume_after=1)
+    run(tmp_path, monkeypatch, "passive", slurm, [OK, XID], cfg=cfg)
+    name, f = flow(tmp_path, monkeypatch, "passive", slurm, [OK], cfg=cfg)
+
+    def checks_meanwhile_admin_drains(opts):
+        slurm.nodes["n1"] = ["IDLE+DRAIN", "admin: RMA ticket 99"]
+        return RunReport(node="n1", stage="passive", started=time.time(), duration_s=0.01, results=[OK])
+
+    monkeypatch.setattr("gpuhc.runner.run_stage", checks_meanwhile_admin_drains)
+    slurm.calls.clear()
+    out = entry.healthcheck(f)
+    assert out.decision.act is Act.NONE and not out.acted
+    assert slurm.nodes["n1"] == ["IDLE+DRAIN", "admin: RMA ticket 99"] and slurm.updates() == []

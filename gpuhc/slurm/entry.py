@@ -31,6 +31,7 @@ from typing import Any, Callable, Mapping
 
 from gpuhc.errors import EXIT_BREAKER, EXIT_INTERNAL, EXIT_OK, EXIT_UNHEALTHY, GpuhcError, SlurmError
 from gpuhc.slurm.breaker import BreakerSettings, BreakerState, evaluate, must_yield
+from gpuhc.slurm.nodes import Node
 from gpuhc.slurm.policy import Act, Decision, Memory, PolicySettings, Verdict, decide, needs_slurm, verdict_of
 from gpuhc.slurm.reason import build_reason, owned
 from gpuhc.slurm.scontrol import Scontrol
@@ -210,8 +211,13 @@ def _took(decision: Decision, after) -> bool:
     return not after.drained and not owned(after.reason)
 
 
-def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resume: bool) -> None:
-    """Policy and Slurm for one finished run; fills ``out`` (decision, breaker, errors)."""
+def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resume: bool,
+                  node: Node | None = None) -> None:
+    """Policy and Slurm for one finished run; fills ``out`` (decision, breaker, errors).
+
+    ``node`` is a reading taken before the checks (the health check's handover read): decisions
+    that send nothing use it as is; a drain or a resume re-reads first, since the checks took
+    time and Slurm has no compare-and-set."""
     memory = load_memory(flow)
     if not needs_slurm(verdict, memory) or (verdict is not Verdict.FAIL and not allow_resume):
         return
@@ -221,8 +227,12 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
     sc = flow.scontrol()
     now = flow.now()
     try:
-        node = sc.show_node(flow.node)
+        fresh = node is None
+        node = sc.show_node(flow.node) if fresh else node
         decision = decide(node, verdict, reason, memory, now, settings)
+        if decision.act.touches_slurm and not fresh:
+            node = sc.show_node(flow.node)  # read right before acting
+            decision = decide(node, verdict, reason, memory, now, settings)
         if decision.act is Act.DRAIN and decision.uses_capacity:
             out.breaker = evaluate(sc.show_nodes(), flow.node, bs)
             if out.breaker.open:
@@ -291,14 +301,14 @@ def _recount_after_drain(flow: Flow, sc: Scontrol, bs: BreakerSettings, out: Out
 def healthcheck(flow: Flow) -> Outcome:
     from gpuhc.slurm.handover import adopt_external_resume
 
-    adopt_external_resume(flow, load_memory(flow), flow.log)
+    held = adopt_external_resume(flow, load_memory(flow), flow.log)  # None unless gpuhc holds the node
     report = run_checks(flow)
     if report is None:
         return Outcome(EXIT_INTERNAL, flow.log.lines)
     verdict = verdict_of(report.results)
     out = Outcome(report.exit_code, flow.log.lines, report, hard_exit=bool(report.timed_out))
     flow.log(summary_line(report, verdict), loud=verdict is Verdict.FAIL)
-    judge_and_act(flow, report, verdict, out, allow_resume=True)
+    judge_and_act(flow, report, verdict, out, allow_resume=True, node=held)
     if out.decision is not None and out.decision.act is Act.BLOCKED:
         out.exit_code = EXIT_BREAKER
     elif out.slurm_error and verdict is not Verdict.FAIL:

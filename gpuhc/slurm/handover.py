@@ -6,7 +6,9 @@ node (``scontrol update state=resume`` or ``gpuhc quarantine release``), the nex
 would find the same old XID and drain the node again at once. The admin's resume is the
 acknowledgement: before judging, a health check that remembers holding the node asks Slurm
 (one query, only in that case) and, if the node is back in service with a reason gpuhc did not
-set, clears the held incidents of the kernel-log checks up to now. New events still count.
+set, clears the held incidents of the kernel-log checks up to now. New events still count. The
+same reading then serves the policy after the checks (re-read only right before a drain or a
+resume), so a held node costs Slurm one query per run.
 """
 
 from __future__ import annotations
@@ -25,22 +27,23 @@ def released_by_someone_else(node) -> bool:
     return not node.drained and not node.down and not owned(node.reason)
 
 
-def adopt_external_resume(flow, memory, log: Callable[..., None]) -> bool:
-    """True when the node was resumed behind gpuhc's back and its evidence was acknowledged."""
+def adopt_external_resume(flow, memory, log: Callable[..., None]):
+    """Read the node once when gpuhc holds it, and acknowledge the kernel-log incidents if it
+    was resumed behind gpuhc's back. Returns the reading, for the policy to decide on after the
+    checks (one ``show node`` per run while held, not two); None when gpuhc holds nothing (no
+    query at all) or Slurm did not answer."""
     if not memory.holding:
-        return False
+        return None
     try:
         node = flow.scontrol().show_node(flow.node)
     except SlurmError as e:
         log(f"could not ask Slurm whether {flow.node} was resumed ({e}); judging as usual")
-        return False
-    if not released_by_someone_else(node):
-        return False
-    now = flow.now()
-    acknowledge_kernel_log(flow.opts.state_dir, now)
-    log(f"{flow.node} was resumed outside gpuhc since gpuhc drained it ({memory.reason}); "
-        "acknowledging the kernel-log incidents before now", loud=True)
-    return True
+        return None
+    if released_by_someone_else(node):
+        acknowledge_kernel_log(flow.opts.state_dir, flow.now())
+        log(f"{flow.node} was resumed outside gpuhc since gpuhc drained it ({memory.reason}); "
+            "acknowledging the kernel-log incidents before now", loud=True)
+    return node
 
 
 def acknowledge_kernel_log(state_dir: str, now: float) -> None:
