@@ -230,6 +230,9 @@ class Snapshot:
     kernel: KernelLog | None = None
     ib_ports: list[IbPort] | None = None
     aer: list[AerCounters] | None = None
+    # PCI addresses (normalised) of the NVIDIA GPUs on the PCI bus, from sysfs: a GPU that fell
+    # off the bus often vanishes from NVML but stays here. None: not read (no sysfs, old recording).
+    pci_gpus: list[str] | None = None
 
 
 _PCI_RE = re.compile(

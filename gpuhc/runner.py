@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable
 
-from gpuhc.checks.base import AER, IB, KERNEL_LOG, NVML, Check, Context, CheckOutput
+from gpuhc.checks.base import AER, IB, KERNEL_LOG, NVML, PCI, Check, Context, CheckOutput
 from gpuhc.config import Config
 from gpuhc.model import Result, Snapshot, Status
 from gpuhc.runreport import RunOptions, RunReport  # noqa: F401 - re-exported: callers import them from here
@@ -176,7 +176,7 @@ def run_stage(opts: RunOptions) -> RunReport:
 def read_snapshot(spec: SourceSpec, hostname: str, timeout_s: float = 30.0, step: int | None = None) -> Snapshot:
     """Read every source once (for `gpuhc snapshot` and `gpuhc baseline capture`)."""
     sources = build_sources(spec, step)
-    readers = _start_readers(sources, {NVML, KERNEL_LOG, IB, AER})
+    readers = _start_readers(sources, {NVML, KERNEL_LOG, IB, AER, PCI})
     deadline = time.monotonic() + timeout_s
     late = [name for name, r in readers.items() if not r.wait(deadline)]
     if late:
@@ -199,11 +199,14 @@ def read_snapshot(spec: SourceSpec, hostname: str, timeout_s: float = 30.0, step
 
 
 def _start_readers(sources: Sources, needs: set[str]) -> dict[str, _Reader]:
+    # The GPUs on the PCI bus; a sysfs source that cannot list them reads as unknown (None).
+    pci = sources.pci if sources.pci is not None else sources.sysfs
     fns = {
         NVML: sources.nvml.read,
         KERNEL_LOG: sources.kernel_log.read,
         IB: sources.sysfs.ib_ports,
         AER: sources.sysfs.aer,
+        PCI: getattr(pci, "nvidia_gpus", None) or (lambda: None),
     }
     return {name: _Reader(name, fns[name]) for name in fns if name in needs}
 
@@ -241,7 +244,8 @@ def _wait_for(check: Check, readers: dict[str, _Reader], deadline: float) -> lis
 
 
 def _fill(snapshot: Snapshot, readers: dict[str, _Reader]) -> None:
-    for name, attr in ((NVML, "nvml"), (KERNEL_LOG, "kernel"), (IB, "ib_ports"), (AER, "aer")):
+    for name, attr in ((NVML, "nvml"), (KERNEL_LOG, "kernel"), (IB, "ib_ports"), (AER, "aer"),
+                       (PCI, "pci_gpus")):
         r = readers.get(name)
         if r is not None and r._done.is_set() and r.error is None and getattr(snapshot, attr) is None:
             setattr(snapshot, attr, r.value)

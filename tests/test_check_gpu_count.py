@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from snapshots import baseline_for, context, healthy_node, no_nvml, with_gpu, without_gpu
+from snapshots import PCI_IDS, baseline_for, context, healthy_node, no_nvml, with_gpu, without_gpu
 
-from gpuhc.checks.base import STAGES
+from gpuhc.checks.base import NVML, PCI, STAGES
 from gpuhc.checks.gpu_count import CHECKS
 from gpuhc.model import Action, Snapshot, Status
 
@@ -103,3 +103,136 @@ def test_results_are_json_able():
     for r in judge(without_gpu(healthy_node(), 1), baseline=baseline_for(healthy_node())):
         json.dumps(dataclasses.asdict(r), default=str)
         json.dumps(r.to_dict())
+
+
+# ----------------------------------------------------------------------------- the PCI bus
+
+
+def on_bus(snap, pcis=PCI_IDS):
+    snap.pci_gpus = list(pcis)
+    return snap
+
+
+def test_reads_the_pci_bus_as_an_optional_source():
+    # Waited for within the check's timeout, then judged without: a wedged sysfs read must not
+    # hold NVML's verdict hostage.
+    assert CHECK.needs == (NVML,) and CHECK.optional == (PCI,)
+
+
+def test_gpu_on_the_bus_but_not_in_nvml_fails_without_any_expected_count():
+    (r,) = judge(on_bus(without_gpu(healthy_node(), 7)))
+    assert r.status is Status.FAIL and r.action is Action.DRAIN_REBOOT
+    assert r.subject == "0000:db:00.0" and r.value == "0000:db:00.0"
+    assert r.message == "gpu at 0000:db:00.0 on the PCI bus but not visible to NVML (fallen off the bus?)"
+
+
+def test_every_invisible_gpu_is_named_in_bus_order():
+    snap = on_bus(without_gpu(without_gpu(healthy_node(), 5), 1))
+    results = judge(snap)
+    assert [(r.status, r.subject) for r in results] == [(Status.FAIL, "0000:2a:00.0"), (Status.FAIL, "0000:ab:00.0")]
+
+
+def test_bus_ids_are_compared_normalised():
+    snap = on_bus(healthy_node(), [p.upper().replace("0000:", "") for p in PCI_IDS])  # "18:00.0"
+    snap.nvml.gpus[0].pci_bus_id = "00000000:18:00.0"  # NVML's 8-digit domain
+    (r,) = judge(snap)
+    assert r.status is Status.PASS and r.message == "8 GPUs visible"
+
+
+def test_all_gpus_on_the_bus_visible_passes_and_unknown_bus_changes_nothing():
+    (r,) = judge(on_bus(healthy_node()), expected=8)
+    assert r.status is Status.PASS and r.message == "8 of 8 GPUs visible"
+    (r,) = judge(without_gpu(healthy_node(), 7))  # pci_gpus None: not read, nothing to compare
+    assert r.status is Status.PASS and r.message == "7 GPUs visible"
+
+
+def test_short_count_names_the_gpu_on_the_bus_in_one_result():
+    (r,) = judge(on_bus(without_gpu(healthy_node(), 7)), expected=8)
+    assert r.status is Status.FAIL and r.action is Action.DRAIN_REBOOT and r.subject == "node"
+    assert r.message == ("7 of 8 GPUs visible; gpu at 0000:db:00.0 on the PCI bus but not visible to NVML "
+                         "(fallen off the bus?)")
+    (r,) = judge(on_bus(without_gpu(without_gpu(healthy_node(), 7), 0)), baseline=baseline_for(healthy_node()))
+    assert r.message == ("6 of 8 GPUs visible; missing gpu0 (0000:18:00.0), gpu7 (0000:db:00.0); gpus at "
+                         "0000:18:00.0, 0000:db:00.0 on the PCI bus but not visible to NVML (fallen off the bus?)")
+
+
+def test_a_gpu_the_bus_has_beyond_the_expected_count_still_fails():
+    snap = on_bus(healthy_node(4), PCI_IDS[:5])
+    (r,) = judge(snap, expected=4)  # the count is right, the node still lost a GPU
+    assert (r.status, r.subject, r.action) == (Status.FAIL, "0000:9a:00.0", Action.DRAIN_REBOOT)
+
+
+def test_prolog_reports_a_gpu_gone_from_nvml_whoever_asked():
+    (r,) = judge(on_bus(without_gpu(healthy_node(), 7)), gpus=[0, 1])
+    assert r.status is Status.FAIL and r.subject == "0000:db:00.0"
+
+
+def test_a_lost_gpu_without_bus_id_is_not_reported_twice():
+    snap = on_bus(with_gpu(healthy_node(), 2, name="unknown (NVML: GPU is lost)", uuid="", pci_bus_id=""))
+    (r,) = judge(snap)
+    assert r.status is Status.FAIL and r.action is Action.DRAIN_TICKET and r.subject == "gpu2"
+    # One nameless lost GPU cannot stand for two unmatched bus GPUs: then both are named.
+    results = judge(on_bus(without_gpu(snap, 3)))
+    assert sorted(r.subject for r in results) == ["0000:3a:00.0", "0000:5d:00.0", "gpu2"]
+
+
+def test_nvml_unavailable_says_only_that():
+    snap = on_bus(no_nvml())
+    (r,) = judge(snap)
+    assert r.status is Status.FAIL and r.message.startswith("NVML unavailable")
+
+
+class _HungBus:
+    """Scenario sysfs whose PCI listing never answers (a wedged sysfs read)."""
+
+    def __init__(self, inner, gate):
+        self.inner, self.gate = inner, gate
+
+    def ib_ports(self):
+        return self.inner.ib_ports()
+
+    def aer(self):
+        return self.inner.aer()
+
+    def nvidia_gpus(self):
+        self.gate.wait()
+        return self.inner.nvidia_gpus()
+
+
+def _run(tmp_path, monkeypatch=None, hang=False):
+    import os
+    import threading
+
+    from gpuhc.config import Config, defaults, schema
+    from gpuhc.runner import RunOptions, run_stage
+    from gpuhc.sources import SourceSpec, build_sources
+
+    scenario = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "examples", "scenarios", "gpu-missing-7.yaml")
+    gate = threading.Event()  # never set while the run lasts
+    if hang:
+        def hung(spec, step=None):
+            src = build_sources(spec, step)
+            src.sysfs = _HungBus(src.sysfs, gate)
+            return src
+        monkeypatch.setattr("gpuhc.runner.build_sources", hung)
+    data = defaults(schema())
+    data["checks"] = {"gpu-count": {"timeout_s": 0.5}}
+    opts = RunOptions(stage="passive", config=Config(data), sources=SourceSpec(nvml_scenario=scenario),
+                      state_dir=str(tmp_path / "s"), hostname="gpu001", only=("gpu-count",))
+    try:
+        return run_stage(opts)
+    finally:
+        gate.set()
+
+
+def test_runner_reads_the_bus_for_gpu_count(tmp_path):
+    (r,) = _run(tmp_path).results
+    assert r.status is Status.FAIL and r.subject == "0000:db:00.0"
+
+
+def test_a_hung_bus_read_does_not_hold_nvml_s_verdict(tmp_path, monkeypatch):
+    report = _run(tmp_path, monkeypatch, hang=True)
+    (r,) = report.results
+    assert r.status is Status.PASS and r.message == "7 GPUs visible"  # judged without the bus
+    assert any("gpu-count: judged without pci" in n for n in report.notes)

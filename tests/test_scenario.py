@@ -174,6 +174,29 @@ def test_build_sources_uses_every_section_of_a_scenario():
     assert sum(e.kind == EventKind.IB_LINK for e in src.kernel_log.read().events) == 7
 
 
+def test_pci_gpus_are_normalised_and_a_step_replaces_them(tmp_path):
+    p = write(tmp_path, BASE + 'gpus: [{pci_bus_id: "0000:18:00.0"}]\npci_gpus: ["18:00.0", "0000:DB:00.0"]\n'
+              "steps:\n  - pci_gpus: []\n")
+    assert load_scenario(p, 0).sysfs_source().nvidia_gpus() == ["0000:18:00.0", "0000:db:00.0"]
+    assert load_scenario(p, 1).sysfs_source().nvidia_gpus() == []
+    assert load_scenario(p, 0).has_sysfs  # pci_gpus alone is a sysfs recording
+
+
+def test_a_scenario_without_pci_gpus_never_reads_the_live_bus(tmp_path):
+    p = write(tmp_path, BASE + 'gpus: [{pci_bus_id: "0000:18:00.0"}]\n')
+    src = build_sources(SourceSpec(nvml_scenario=p))
+    # IB/AER still come from the live tree (as before), but the GPUs on the bus are unknown: a
+    # replayed 1-GPU node must not "lose" the real machine's 8 GPUs.
+    assert src.pci is not None and src.pci.nvidia_gpus() is None
+    tree = build_sources(SourceSpec(nvml_scenario=p, sysfs_root=str(tmp_path)))
+    assert tree.pci is None and tree.sysfs.nvidia_gpus() is None  # the tree has no sys/bus/pci
+
+
+def test_the_scenario_bus_is_what_a_healthy_node_shows():
+    src = build_sources(SourceSpec(nvml_scenario=os.path.join(ROOT, "examples", "scenarios", "healthy-8xh100.yaml")))
+    assert src.pci is None and src.sysfs.nvidia_gpus() == sorted(g.pci_bus_id for g in src.nvml.read().gpus)
+
+
 # ----------------------------------------------------------------------------- the shipped files
 
 
@@ -200,7 +223,7 @@ def test_the_examples_cover_every_fault_class():
 def test_demo_node_matches_the_healthy_example():
     demo = load_scenario(DEMO)
     healthy = load_scenario(os.path.join(ROOT, "examples", "scenarios", "healthy-8xh100.yaml"))
-    assert demo.nvml == healthy.nvml and demo.ib_ports == healthy.ib_ports
+    assert demo.nvml == healthy.nvml and demo.ib_ports == healthy.ib_ports and demo.pci_gpus == healthy.pci_gpus
 
 
 # ----------------------------------------------------------------------------- errors
@@ -228,6 +251,9 @@ def test_demo_node_matches_the_healthy_example():
         ("defaults: {index: 3}\n", 1, "set index per GPU"),
         ("gpus: {x: {}}\n", 1, "GPU keys must be GPU indices"),
         ("extends: nowhere.yaml\n", 1, "no such scenario"),
+        ("pci_gpus: 0000:18:00.0\n", 1, "pci_gpus: pci_gpus must be a list of PCI addresses"),
+        ('pci_gpus:\n  - "0000:18:00.0"\n  - gpu7\n', 3, "pci_gpus.1: must be a PCI address"),
+        ("steps:\n  - pci_gpus: [7]\n", 2, "steps.0.pci_gpus.0: must be a PCI address"),
         ("gpus: [\n", 2, "not valid YAML"),
         ("- a\n- b\n", None, "a scenario must be a mapping"),
     ],

@@ -147,7 +147,7 @@ def _verdict(scenario: str, state_dir) -> tuple:
 
 
 @pytest.mark.parametrize("name", ["xid79-fallen-off-bus", "ib-flapping", "nvlink-down", "healthy-8xh200",
-                                  "hw-slowdown", "nvml-unavailable"])
+                                  "hw-slowdown", "nvml-unavailable", "gpu-missing-7"])
 def test_snapshot_then_replay_gives_the_same_verdict(tmp_path, name):
     report, first = _verdict(os.path.join(SCENARIOS, name + ".yaml"), tmp_path / "a")
     path = tmp_path / "snap.yaml"
@@ -163,3 +163,11 @@ def test_fake_pynvml_constants_are_the_real_ones():
     assert fake.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY == real.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY
     with pytest.raises(AttributeError):
         fake.nvmlDeviceGetSomethingUnfaked  # noqa: B018
+
+
+def test_the_gpus_on_the_pci_bus_are_recorded_and_replayed(tmp_path):
+    report, first = _verdict(os.path.join(SCENARIOS, "gpu-missing-7.yaml"), tmp_path / "a")
+    assert report.snapshot.pci_gpus is not None and len(report.snapshot.pci_gpus) == 8
+    assert dump_snapshot(report.snapshot)["pci_gpus"] == report.snapshot.pci_gpus
+    assert replay(tmp_path, report.snapshot).pci_gpus == report.snapshot.pci_gpus
+    assert ("gpu-count", "fail", "0000:db:00.0") in [r[:3] for r in first]

@@ -1,4 +1,5 @@
-"""SysfsTree: InfiniBand ports and PCIe AER read from a small tree built in tmp_path."""
+"""SysfsTree: InfiniBand ports, PCIe AER and the GPUs on the PCI bus, read from a small tree
+built in tmp_path."""
 
 from __future__ import annotations
 
@@ -131,3 +132,47 @@ def test_garbage_files_never_crash(tmp_path_factory, state, phys, rate, layer, c
     assert all(isinstance(v, int) and v >= 0 for v in p.counters.values())
     (a,) = tree.aer()
     assert a.fatal is None or a.fatal >= 0
+
+
+# ----------------------------------------------------------------------------- GPUs on the PCI bus
+
+
+def write_pci(root: Path, addr: str, vendor: str = "0x10de", cls: str = "0x030200", driver: str | None = "nvidia"):
+    """A PCI function under sys/bus/pci/devices, laid out as the kernel does: the entry is a link
+    into sys/devices, ``driver`` a link to the bound driver."""
+    dev = root / "sys/devices/pci0000:00" / addr
+    dev.mkdir(parents=True, exist_ok=True)
+    for name, value in (("vendor", vendor), ("class", cls)):
+        if value is not None:
+            (dev / name).write_text(value + "\n")
+    if driver:
+        drv = root / "sys/bus/pci/drivers" / driver
+        drv.mkdir(parents=True, exist_ok=True)
+        (dev / "driver").symlink_to(os.path.relpath(drv, dev))
+    entry = root / "sys/bus/pci/devices" / addr
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.symlink_to(os.path.relpath(dev, entry.parent))
+
+
+def test_nvidia_gpus_lists_3d_and_vga_controllers_only(tmp_path):
+    write_pci(tmp_path, "0000:db:00.0")                                 # H100 SXM: 3D controller
+    write_pci(tmp_path, "0000:18:00.0", cls="0x030000")                 # a VGA-class NVIDIA GPU
+    write_pci(tmp_path, "0000:05:00.0", cls="0x068000", driver=None)    # NVSwitch (bridge)
+    write_pci(tmp_path, "0000:18:00.1", cls="0x040300", driver="snd_hda_intel")  # the GPU's HDMI audio
+    write_pci(tmp_path, "0000:53:00.0", vendor="0x15b3", cls="0x020700", driver="mlx5_core")  # an HCA
+    write_pci(tmp_path, "0000:02:00.0", vendor="0x1a03", cls="0x030000", driver="ast")  # the BMC's VGA
+    assert SysfsTree(str(tmp_path)).nvidia_gpus() == ["0000:18:00.0", "0000:db:00.0"]
+
+
+def test_a_gpu_without_driver_counts_one_passed_to_a_vm_does_not(tmp_path):
+    write_pci(tmp_path, "0000:2a:00.0", driver=None)  # a failed probe: NVML cannot see it either
+    write_pci(tmp_path, "0000:3a:00.0", driver="vfio-pci")  # an admin's choice: not NVML's to see
+    assert SysfsTree(str(tmp_path)).nvidia_gpus() == ["0000:2a:00.0"]
+
+
+def test_unreadable_ids_are_not_gpus_and_no_pci_tree_is_unknown(tmp_path):
+    write_pci(tmp_path, "0000:18:00.0", vendor="garbage")
+    write_pci(tmp_path, "0000:2a:00.0", cls=None)
+    (tmp_path / "sys/bus/pci/devices/not-a-pci-address").mkdir()
+    assert SysfsTree(str(tmp_path)).nvidia_gpus() == []
+    assert SysfsTree(str(tmp_path / "nothing-here")).nvidia_gpus() is None  # a copied IB-only tree

@@ -20,6 +20,7 @@ NVML = "nvml"
 KERNEL_LOG = "kernel_log"
 IB = "ib"
 AER = "aer"
+PCI = "pci"  # the NVIDIA GPUs on the PCI bus (sysfs), whether NVML sees them or not
 
 STAGES = ("passive", "prolog", "epilog", "bootstrap")
 

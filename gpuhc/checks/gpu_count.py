@@ -8,11 +8,17 @@ Expected count, in order: threshold ``expected`` (the runner passes config
 ``node.expected_gpus``), else the baseline's ``gpu_count``. With neither, any non-zero count
 passes. The count is node-wide even in the prolog: a missing GPU breaks the node, not only the
 job that asked for it.
+
+The PCI bus is the expectation that needs no configuration: a GPU that fell off the bus often
+drops out of NVML's list while sysfs still enumerates it (``Snapshot.pci_gpus``). Every NVIDIA
+GPU on the bus that NVML does not list fails (drain + reboot: the reboot re-trains the link or
+proves the board dead). It is an optional source: a wedged sysfs read must not hold NVML's
+verdict, so the check waits for it within its timeout and then judges without it.
 """
 
 from __future__ import annotations
 
-from gpuhc.checks.base import NVML, STAGES, Check, CheckOutput, Context, result
+from gpuhc.checks.base import NVML, PCI, STAGES, Check, CheckOutput, Context, result
 from gpuhc.model import Action, GpuReading, Snapshot, Status, norm_pci
 
 ID = "gpu-count"
@@ -46,6 +52,26 @@ def _missing_from_baseline(snapshot: Snapshot, baseline: dict | None) -> list[st
             idx = info.get("index") if isinstance(info, dict) else None
             out.append(f"gpu{idx} ({norm_pci(pci)})" if idx is not None else norm_pci(pci))
     return out
+
+
+def _invisible_on_bus(snapshot: Snapshot) -> list[str]:
+    """GPUs the PCI bus lists but NVML does not (normalised PCI ids, bus order).
+
+    A lost GPU that NVML keeps without a bus id (its handle could not be had) is one of them and
+    already fails as lost; as many unmatched bus GPUs as there are such nameless GPUs are taken
+    to be those. More than that, and which is which cannot be told: all are named.
+    """
+    if snapshot.pci_gpus is None or snapshot.nvml is None:
+        return []
+    listed = {norm_pci(g.pci_bus_id) for g in snapshot.nvml.gpus if g.pci_bus_id}
+    nameless = sum(1 for g in snapshot.nvml.gpus if not g.pci_bus_id)
+    unseen = sorted({norm_pci(p) for p in snapshot.pci_gpus} - listed)
+    return unseen if len(unseen) > nameless else []
+
+
+def _bus_phrase(pcis: list[str]) -> str:
+    where = f"gpu at {pcis[0]}" if len(pcis) == 1 else f"gpus at {', '.join(pcis)}"
+    return f"{where} on the PCI bus but not visible to NVML (fallen off the bus?)"
 
 
 def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
@@ -91,6 +117,13 @@ def _judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     if expected is None and ctx.baseline and isinstance(ctx.baseline.get("gpu_count"), int):
         expected, source = ctx.baseline["gpu_count"], "baseline"
     missing = _missing_from_baseline(snapshot, ctx.baseline)
+    # Node-wide, also in the prolog: a GPU gone from NVML is the node's problem, whoever's it is.
+    on_bus = _invisible_on_bus(snapshot)
+    if on_bus and (expected is None or count >= expected):
+        # (Short of an expected count, the count's own FAIL below names them: one reason, not two.)
+        for pci in on_bus:
+            results.append(result(ID, Status.FAIL, _bus_phrase([pci]), subject=pci, value=pci,
+                                  action=Action.DRAIN_REBOOT))
 
     if expected is None:
         if count == 0:
@@ -101,6 +134,8 @@ def _judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
 
     if count < expected:
         names = f"; missing {', '.join(missing)}" if missing else ""
+        if on_bus:
+            names += f"; {_bus_phrase(on_bus)}"
         results.append(result(
             ID, Status.FAIL, f"{count} of {expected} GPUs visible{names}",
             value=count, threshold=expected, action=Action.DRAIN_REBOOT,
@@ -126,10 +161,11 @@ CHECKS = [
     Check(
         id=ID,
         needs=(NVML,),
+        optional=(PCI,),  # the GPUs on the bus: names one NVML lost even with no expected count
         judge=judge,
         stages=STAGES,
         timeout_s=10.0,
         defaults={"expected": None},
-        doc="NVML reachable, every expected GPU enumerated, none lost",
+        doc="NVML reachable, every expected GPU (and every GPU on the PCI bus) enumerated, none lost",
     )
 ]

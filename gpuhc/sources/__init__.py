@@ -8,8 +8,14 @@ scenario code it does not use.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from gpuhc.sources.base import KernelLogSource, NvmlSource, SysfsSource
+
+
+class PciSource(Protocol):
+    def nvidia_gpus(self) -> list[str] | None:
+        """Normalised PCI addresses of the NVIDIA GPUs on the bus; None when unknown."""
 
 
 @dataclass
@@ -30,6 +36,9 @@ class Sources:
     kernel_log: KernelLogSource
     sysfs: SysfsSource
     replay: bool  # True when the kernel log is a recording: judge "now" by its last line
+    # Where the GPUs on the PCI bus come from; None: from ``sysfs``. A replayed NVML never meets
+    # the live bus: a 4-GPU scenario replayed on a real 8-GPU node would "lose" 8 GPUs.
+    pci: PciSource | None = None
 
 
 def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
@@ -58,6 +67,7 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
     else:
         klog = kl.LiveKernelLog()  # /dev/kmsg, falling back to dmesg
 
+    pci: PciSource | None = None
     if spec.sysfs_root:
         from gpuhc.sources.sysfs import SysfsTree
 
@@ -68,4 +78,6 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
         from gpuhc.sources.sysfs import SysfsTree
 
         sysfs = SysfsTree("/")
-    return Sources(nvml=nvml, kernel_log=klog, sysfs=sysfs, replay=replay)
+        if scenario is not None:
+            pci = scenario.sysfs_source()  # its pci_gpus, or None: unknown
+    return Sources(nvml=nvml, kernel_log=klog, sysfs=sysfs, replay=replay, pci=pci)

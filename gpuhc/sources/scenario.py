@@ -10,7 +10,7 @@ The document format is described in :mod:`gpuhc.sources.snapshot_io`. This modul
   (every GPU) override GPU fields; NVLink lists merge by link number; ``kernel_log`` lines and
   ``kernel.events`` are *appended* (a kernel log only grows); ``ib_ports`` merge by
   ``(device, port)`` and ``aer`` by ``pci``; ``count`` can drop or add GPUs; anything else
-  replaces the base value.
+  (``pci_gpus`` too: the whole list of GPUs on the bus) replaces the base value.
 
 ``extends: healthy-8xh100.yaml`` (a path relative to the file) starts from another scenario's
 base state and applies this file on top like a step, so a fault scenario holds only the fault.
@@ -33,7 +33,7 @@ from gpuhc.yamlpos import line_of, load_with_lines, read_text
 
 _GPU_SECTION = ("count", "defaults", "gpus")
 _COMMON = ("hostname", "time", "driver_version", "cuda_driver_version", "nvml", *_GPU_SECTION,
-           "kernel_log", "kernel", "ib_ports", "aer")
+           "kernel_log", "kernel", "ib_ports", "aer", "pci_gpus")
 TOP_KEYS = (*_COMMON, "format", "description", "ib_defaults", "extends", "steps")
 STEP_KEYS = (*_COMMON, "description", "ib_defaults")
 _MAX_EXTENDS = 8  # a chain longer than this is a loop
@@ -69,12 +69,17 @@ class _KernelLines:
 class _Sysfs:
     ports: list[IbPort]
     counters: list[AerCounters]
+    pci_gpus: list[str] | None = None
 
     def ib_ports(self) -> list[IbPort]:
         return copy.deepcopy(self.ports)
 
     def aer(self) -> list[AerCounters]:
         return copy.deepcopy(self.counters)
+
+    def nvidia_gpus(self) -> list[str] | None:
+        """The scenario's ``pci_gpus``; None when it has none (unknown, never the live bus)."""
+        return None if self.pci_gpus is None else list(self.pci_gpus)
 
 
 @dataclass
@@ -90,6 +95,7 @@ class Scenario:
     kernel: KernelLog | None = None
     ib_ports: list[IbPort] | None = None
     aer: list[AerCounters] | None = None
+    pci_gpus: list[str] | None = None
 
     def nvml_source(self) -> _Fixed:
         return _Fixed(self.nvml)
@@ -105,10 +111,10 @@ class Scenario:
 
     @property
     def has_sysfs(self) -> bool:
-        return self.ib_ports is not None or self.aer is not None
+        return self.ib_ports is not None or self.aer is not None or self.pci_gpus is not None
 
     def sysfs_source(self) -> _Sysfs:
-        return _Sysfs(self.ib_ports or [], self.aer or [])
+        return _Sysfs(self.ib_ports or [], self.aer or [], self.pci_gpus)
 
 
 def load_scenario(path: str, step: int | None = None) -> Scenario:
@@ -219,6 +225,8 @@ def _validate(doc: Any, path: tuple, allowed: tuple[str, ...], err: sio.ErrorFn)
                 sio.check_fields(entry, table, p + (i,), err, "IB port" if key == "ib_ports" else "AER")
         elif key == "ib_defaults":
             sio.check_fields(value, sio.IB_FIELDS, p, err, "IB port")
+        elif key == "pci_gpus":
+            sio.check_pci_list(value, p, err)
 
 
 def _gpu_entries(value: Any, path: tuple, err: sio.ErrorFn) -> list[tuple[int, Any]]:
@@ -251,6 +259,7 @@ class _State:
         self.ib_defaults: dict[str, Any] = {}
         self.ib: list[dict[str, Any]] | None = None
         self.aer: list[dict[str, Any]] | None = None
+        self.pci_gpus: list[str] | None = None
 
     def _resize(self, count: int) -> None:
         while len(self.gpus) > count:
@@ -304,6 +313,8 @@ class _State:
         if "aer" in part:
             self.aer = _merge_by(self.aer or [], [dict(a, pci=norm_pci(str(a.get("pci", "")))) for a in part["aer"]],
                                  ("pci",), {})
+        if "pci_gpus" in part:
+            self.pci_gpus = None if part["pci_gpus"] is None else [norm_pci(x) for x in part["pci_gpus"]]
 
     @staticmethod
     def _override(gpu: dict[str, Any], fields: dict[str, Any], template: bool) -> None:
@@ -328,7 +339,7 @@ class _State:
             path=path, step=step, steps=steps, nvml=sio.nvml_from_doc(self.top, gpus),
             hostname=self.top.get("hostname"), time=None if t is None else float(t),
             description=self.top.get("description"), kernel_lines=self.kernel_lines, kernel=kernel,
-            ib_ports=ib, aer=aer,
+            ib_ports=ib, aer=aer, pci_gpus=self.pci_gpus,
         )
 
 

@@ -20,6 +20,7 @@ Document shape (all keys optional except where a GPU needs them)::
     ib_defaults: {<IB port fields>}
     ib_ports: [{device: mlx5_0, port: 1, state: ACTIVE, ...}, ...]
     aer: [{pci: "0000:18:00.0", correctable: 0, nonfatal: 0, fatal: 0}, ...]
+    pci_gpus: ["0000:18:00.0", ...]          # NVIDIA GPUs on the PCI bus (sysfs), seen by NVML or not
     steps: [{<partial document>}, ...]       # see gpuhc.sources.scenario
     extends: healthy-8xh100.yaml             # start from another scenario (gpuhc.sources.scenario)
 
@@ -36,6 +37,7 @@ Hand-written scenarios use ``kernel_log`` lines instead, which exercise the real
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from typing import Any, Callable
@@ -139,6 +141,8 @@ def dump_snapshot(snapshot: Snapshot, compact: bool = True) -> dict[str, Any]:
         doc["ib_ports"] = _plain(snapshot.ib_ports)
     if snapshot.aer is not None:
         doc["aer"] = _plain(snapshot.aer)
+    if snapshot.pci_gpus is not None:
+        doc["pci_gpus"] = list(snapshot.pci_gpus)
     return doc
 
 
@@ -201,6 +205,22 @@ def _check_number(value: float, path: tuple, err: ErrorFn) -> None:
         raise err(path, f"must be a finite number, got {value!r}")
     if value < 0:
         raise err(path, f"must not be negative, got {value!r}")
+
+
+def check_pci_list(value: Any, path: tuple, err: ErrorFn) -> None:
+    """``pci_gpus``: a list of PCI addresses (``0000:18:00.0``, ``18:00.0``), or null (unknown)."""
+    if value is None:
+        return
+    if not isinstance(value, list):
+        raise err(path, f"pci_gpus must be a list of PCI addresses, got {_tname(value)}")
+    from gpuhc.model import norm_pci
+
+    for i, v in enumerate(value):
+        if not isinstance(v, str) or not _PCI_ADDR.fullmatch(norm_pci(v)):
+            raise err(path + (i,), f"must be a PCI address like \"0000:18:00.0\", got {v!r}")
+
+
+_PCI_ADDR = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
 
 def check_gpu(mapping: Any, path: tuple, err: ErrorFn) -> None:

@@ -1,4 +1,5 @@
-"""Read InfiniBand ports and PCIe AER counters from sysfs (live, or a copied tree).
+"""Read InfiniBand ports, PCIe AER counters and the NVIDIA GPUs on the PCI bus from sysfs
+(live, or a copied tree).
 
 ``SysfsTree(root)`` treats ``root`` as "/": the live node is ``SysfsTree("/")``, a test or an
 offline re-judge points it at a directory holding ``sys/class/infiniband/...``. Both give the
@@ -41,6 +42,14 @@ _MAX_READ = 4096  # sysfs attributes are one page at most; a copied tree could h
 _STATE_RE = re.compile(r"^\s*(?:\d+\s*:\s*)?([A-Za-z][A-Za-z_ ]*?)\s*$")
 _RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec\b")
 _INT_RE = re.compile(r"^\s*(\d+)\s*$")
+NVIDIA_VENDOR = 0x10DE
+# PCI base class 0x03 (display), subclasses 0x00 (VGA) and 0x02 (3D controller): every NVIDIA
+# GPU. Not NVSwitches (0x0680, bridge/other), the GPU's HDMI audio (0x0403) or USB-C function.
+GPU_CLASSES = (0x0300, 0x0302)
+# Drivers an admin binds on purpose to keep a GPU from the host driver (passthrough to a VM):
+# NVML cannot see such a GPU and is not meant to, so it is not one that "fell off".
+PASSTHROUGH_DRIVERS = ("vfio-pci", "pci-stub")
+_HEX_RE = re.compile(r"^\s*(?:0x)?([0-9a-fA-F]{1,8})\s*$")
 _HAS_PCI_FIELD = "pci" in {f.name for f in dataclasses.fields(IbPort)}
 
 
@@ -102,6 +111,14 @@ def parse_aer(text: str | None) -> int | None:
     if total is not None:
         return total
     return summed if seen else None
+
+
+def parse_hex(text: str | None) -> int | None:
+    """A sysfs id file (``vendor``, ``class``): ``0x10de`` -> 0x10de; garbage -> None."""
+    if text is None:
+        return None
+    m = _HEX_RE.match(text)
+    return int(m.group(1), 16) if m else None
 
 
 def _natural_key(name: str) -> tuple:
@@ -216,6 +233,40 @@ class SysfsTree:
             cor, nonfatal, fatal = (parse_aer(t) for t in texts)
             out.append(AerCounters(pci=norm_pci(dev), correctable=cor, nonfatal=nonfatal, fatal=fatal))
         return out
+
+
+    # ------------------------------------------------------------------ GPUs on the bus
+
+    def nvidia_gpus(self) -> list[str] | None:
+        """PCI addresses (normalised, bus order) of the NVIDIA GPUs the PCI bus lists.
+
+        A GPU that fell off the bus (Xid 79, a failed link retrain) often drops out of NVML's
+        list while the bus still enumerates it; comparing the two names it. None when the tree
+        has no ``sys/bus/pci/devices`` (a copied tree holding only InfiniBand): unknown, not
+        "no GPUs". The vendor file is read first so the ~200 other devices cost one read each.
+        """
+        if not os.path.isdir(self.pci_dir):
+            return None
+        out: list[str] = []
+        for dev in _listdir(self.pci_dir):
+            ddir = os.path.join(self.pci_dir, dev)
+            if parse_hex(_read(os.path.join(ddir, "vendor"))) != NVIDIA_VENDOR:
+                continue
+            cls = parse_hex(_read(os.path.join(ddir, "class")))
+            if cls is None or (cls >> 8) not in GPU_CLASSES:
+                continue
+            pci = _pci_or_none(dev)
+            if pci is None or self._driver_of(ddir) in PASSTHROUGH_DRIVERS:
+                continue
+            out.append(pci)
+        return sorted(out)
+
+    @staticmethod
+    def _driver_of(ddir: str) -> str | None:
+        try:
+            return os.path.basename(os.readlink(os.path.join(ddir, "driver")).rstrip("/"))
+        except (OSError, ValueError):
+            return None  # no driver bound (a failed probe): NVML cannot see it either
 
 
 def _pci_or_none(name: str) -> str | None:
