@@ -304,6 +304,17 @@ def test_job_gpus(env, want):
 # ------------------------------------------------------------------ epilog
 
 
+@pytest.fixture(autouse=True)
+def recorded_kmsg(tmp_path, monkeypatch):
+    """The bundle's raw kernel lines come from this recording, never from the test host."""
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("6,1,1000000,-;Linux version 6.1\n4,2,2000000,-;NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.\n"
+                    " SUBSYSTEM=pci\n")
+    monkeypatch.setattr("gpuhc.slurm.postmortem.KMSG", str(kmsg))
+    monkeypatch.setattr("gpuhc.slurm.postmortem.DMESG", str(tmp_path / "no-dmesg"))
+    return kmsg
+
+
 EPILOG_ENV = {"SLURM_JOB_ID": "1234", "SLURM_JOB_USER": "alice", "SLURM_JOB_EXIT_CODE": "256",
               "SLURM_JOB_EXIT_CODE2": "1:0", "SLURM_JOB_GPUS": "0,1"}
 
@@ -313,9 +324,14 @@ def test_epilog_of_a_failed_job_writes_a_private_bundle(tmp_path, monkeypatch):
     path = out.extra["postmortem"]
     assert out.exit_code == 0 and os.path.basename(path).startswith("n1-1234-")
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
-    assert sorted(os.listdir(path)) == ["ib.json", "job.json", "kernel.log", "results.json", "snapshot.yaml"]
+    assert sorted(os.listdir(path)) == ["README.txt", "ib.json", "job.json", "kernel-events.log", "kernel.log",
+                                        "results.json", "snapshot.yaml"]
     meta = json.load(open(os.path.join(path, "job.json")))
     assert (meta["job_id"], meta["user"], meta["exit_code"], meta["missing"]) == ("1234", "alice", "256", [])
+    kernel = open(os.path.join(path, "kernel.log")).read().splitlines()
+    assert len(kernel) == 2 and kernel[1].endswith("Z NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.")
+    assert meta["kernel_log"] == {"lines": 2, "note": f"2 lines from {tmp_path / 'kmsg'}"}
+    assert "kernel-events.log" in open(os.path.join(path, "README.txt")).read()
     assert json.load(open(os.path.join(path, "results.json")))["results"][0]["check"] == "ecc"
     assert any("post-mortem bundle" in line and path in line for line in out.lines)
 

@@ -24,6 +24,7 @@ remember. The rules that make it safe to run on every node every few minutes:
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -57,15 +58,30 @@ class Outcome:
 
 class Log:
     """Lines go to stderr (slurmd keeps the prolog's, an admin running by hand sees them), to
-    syslog (the health check's output is discarded by slurmd), and to ``slurm.log_file``."""
+    syslog (the health check's output is discarded by slurmd), and to ``slurm.log_file``.
+
+    The file is appended to as root, so it gets the post-mortem directory's care: as root its
+    directory must be root's alone (:func:`gpuhc.slurm.postmortem.check_root_dir`), the file is
+    opened with ``O_NOFOLLOW`` and must be a regular file with one link. A refusal is said once,
+    loudly, on stderr and syslog; the run goes on without the file."""
 
     def __init__(self, prefix: str, log_file: str | None = None, use_syslog: bool = True, echo: bool = True):
         self.prefix, self.log_file, self.use_syslog, self.echo = prefix, log_file, use_syslog, echo
         self.lines: list[str] = []
+        self._file_ok: bool | None = None  # None: not checked yet
 
     def __call__(self, text: str, loud: bool = False) -> None:
         line = f"{self.prefix}: {' '.join(str(text).split())}"
         self.lines.append(line)
+        self._emit(line, loud)
+        if self.log_file:
+            problem = self._append(time.strftime("%Y-%m-%dT%H:%M:%S ") + line + "\n")
+            if problem:
+                said = f"{self.prefix}: not writing slurm.log_file: {problem}"
+                self.lines.append(said)
+                self._emit(said, loud=True)
+
+    def _emit(self, line: str, loud: bool) -> None:
         if self.echo:
             print(line, file=sys.stderr, flush=True)
         if self.use_syslog:
@@ -76,12 +92,31 @@ class Log:
                 syslog.syslog(syslog.LOG_WARNING if loud else syslog.LOG_INFO, line)
             except Exception:  # no syslog on this host: stderr and the file still have it
                 pass
-        if self.log_file:
+
+    def _append(self, text: str) -> str | None:
+        """Append to the log file; the reason it was refused, the first time only."""
+        if self._file_ok is False:
+            return None
+        path = str(self.log_file)
+        try:
+            if self._file_ok is None:
+                from gpuhc.slurm.postmortem import check_root_dir
+
+                check_root_dir(os.path.dirname(os.path.abspath(path)), "slurm.log_file's directory")
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            fd = os.open(path, flags, 0o640)
             try:
-                with open(self.log_file, "a", encoding="utf-8") as f:
-                    f.write(time.strftime("%Y-%m-%dT%H:%M:%S ") + line + "\n")
-            except OSError:
-                pass
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or (os.geteuid() == 0 and st.st_nlink != 1):
+                    raise GpuhcError(f"{path} is not a plain file with one link")
+                os.write(fd, text.encode("utf-8", "replace"))
+            finally:
+                os.close(fd)
+        except (OSError, GpuhcError) as e:
+            self._file_ok = False
+            return f"{path}: {getattr(e, 'strerror', None) or e}"
+        self._file_ok = True
+        return None
 
 
 @dataclass
@@ -372,11 +407,13 @@ def epilog(flow: Flow) -> Outcome:
     if job_failed:
         from gpuhc.slurm.postmortem import write_bundle
 
+        # Raw kernel lines get a bounded share of what the scontrol calls do not need.
+        tail_s = max(0.2, min(2.0, flow.deadline - time.monotonic() - SLURM_RESERVE_S))
         try:
-            path = write_bundle(flow, report)
+            path = write_bundle(flow, report, tail_s)
             out.extra["postmortem"] = path
             flow.log(f"job {_job(flow.env)} {how}: post-mortem bundle {path}", loud=True)
-        except Exception as e:  # a full disk must not turn into a drain
+        except Exception as e:  # a full disk or an unsafe directory must not turn into a drain
             flow.log(f"job {_job(flow.env)} {how}: post-mortem bundle not written: {e}", loud=True)
     if report is None:
         flow.log(f"job {_job(flow.env)}: gpuhc broke in the epilog: leaving the node alone (fail open)", loud=True)

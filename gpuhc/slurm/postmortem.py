@@ -5,12 +5,24 @@ port that went down, a GPU that fell off the bus) is on the node *now* and may b
 next reboot. The epilog copies it into one directory (or one .tar.gz) an admin can attach to a
 ticket:
 
+- ``README.txt``: what each file is, and where this bundle's kernel lines came from;
 - ``job.json``: node, job id, user, the exit code as Slurm gave it, time, GPUs, gpuhc version;
 - ``results.json``: this epilog's run (``RunReport.to_dict()``);
 - ``snapshot.yaml``: the node's readings in the scenario format, so anyone can replay the verdict
   with ``gpuhc check --nvml-scenario snapshot.yaml``;
-- ``kernel.log``: the most recent NVRM/NVSwitch/mlx5 events, one per line;
+- ``kernel.log``: the newest raw kernel-log lines (``postmortem_kernel_lines`` of them), read from
+  where the checks read theirs (``/dev/kmsg``, else ``dmesg``, or the recorded file), bounded in
+  bytes and time, one printable line each; a replayed scenario has no raw lines, and the file
+  says so in its only line;
+- ``kernel-events.log``: the NVRM/NVSwitch/mlx5 events the checks parsed, one per line;
 - ``ib.json``: InfiniBand ports and their counters.
+
+Safety, because the epilog runs as root in a directory an admin configured: as root, a bundle
+directory not owned by root or writable by group or others is refused (someone could plant a
+symlink there and have root overwrite any file); every file is created with ``O_EXCL`` (and
+``O_NOFOLLOW``) in a fresh ``mkdtemp`` staging directory, and a ``.tar.gz`` goes through a
+``mkstemp`` temporary file. A refusal costs the bundle, never the node or the job: the epilog
+logs it loudly and goes on.
 
 Bundles are named ``<node>-<jobid>-<UTC time>``, mode 0700 (they hold user names and job ids),
 and only the newest ``postmortem_keep`` of a node are kept. Every part is best effort: a part
@@ -19,16 +31,53 @@ that cannot be written is listed in ``job.json`` under ``missing`` instead of lo
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
 import os
 import re
 import shutil
+import stat
 import tarfile
 import tempfile
 import time
 from typing import Any
 
+from gpuhc.errors import GpuhcError
+
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+KMSG = "/dev/kmsg"  # the live kernel log; tests point it at a recorded file
+DMESG: str | None = None  # dmesg binary; None: found as gpuhc.sources.kernel_log finds it
+TAIL_MAX_BYTES = 1 << 20  # raw kernel lines kept in a bundle, at most
+TAIL_SCAN_BYTES = 16 << 20  # read at most this much of /dev/kmsg (a ring buffer is a few MiB)
+LINE_MAX_CHARS = 2000
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class UnsafeDirectory(GpuhcError):
+    """A directory root must not write in: someone else could plant links there."""
+
+
+def check_root_dir(directory: str, what: str) -> None:
+    """As root, refuse a directory not owned by root or writable by group or others.
+
+    The ownership and mode rules are the config file's (:func:`gpuhc.config.check_file_safety`,
+    which also checks the parent); on top of it a sticky bit does not excuse a writable
+    directory here: it suits a shared parent like /tmp, not a place root writes its own files."""
+    if os.geteuid() != 0:
+        return
+    from gpuhc.config import check_file_safety
+    from gpuhc.errors import ConfigError
+
+    try:
+        check_file_safety(directory, what)
+        mode = os.stat(directory).st_mode
+    except ConfigError as e:
+        raise UnsafeDirectory(str(e)) from None
+    except OSError as e:
+        raise UnsafeDirectory(f"refusing {what}: cannot stat {directory}: {e.strerror}") from None
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UnsafeDirectory(f"refusing {what}: {directory} is writable by group or others (chmod go-w)")
 
 
 def _safe(text: str) -> str:
@@ -40,12 +89,12 @@ def bundle_name(node: str, job_id: str, when: float) -> str:
 
 
 def _write(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(path, _CREATE, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
 
 
-def _kernel_lines(snapshot, limit: int) -> list[str]:
+def _event_lines(snapshot, limit: int) -> list[str]:
     if snapshot is None or snapshot.kernel is None or limit <= 0:
         return []
     lines = []
@@ -60,20 +109,157 @@ def _kernel_lines(snapshot, limit: int) -> list[str]:
     return lines
 
 
-def _ib(snapshot) -> list[dict[str, Any]]:
-    if snapshot is None or not snapshot.ib_ports:
-        return []
-    return [{"device": p.device, "port": p.port, "state": p.state, "phys_state": p.phys_state,
-             "rate_gbps": p.rate_gbps, "link_layer": p.link_layer, "counters": dict(p.counters)}
-            for p in snapshot.ib_ports]
+# ---------------------------------------------------------------------------- raw kernel lines
 
 
-def collect(staging: str, flow, report) -> list[str]:
+def printable(line: str) -> str:
+    """One printable line: control characters escaped (kmsg itself escapes most), length capped."""
+    out = "".join(c if c.isprintable() else (f"\\x{ord(c):02x}" if ord(c) < 256 else "?") for c in line)
+    return out if len(out) <= LINE_MAX_CHARS else out[:LINE_MAX_CHARS] + "..."
+
+
+class _Tail:
+    """The newest ``limit`` lines fed to it, within TAIL_MAX_BYTES."""
+
+    def __init__(self, limit: int):
+        self.lines: collections.deque[str] = collections.deque(maxlen=max(0, limit))
+
+    def add(self, line: str) -> None:
+        if self.lines.maxlen:
+            self.lines.append(printable(line))
+
+    def result(self) -> list[str]:
+        out, size = [], 0
+        for line in reversed(self.lines):
+            size += len(line.encode()) + 1
+            if size > TAIL_MAX_BYTES:
+                break
+            out.append(line)
+        return out[::-1]
+
+
+def _kmsg_line(record: str, boot: float) -> str | None:
+    """``prio,seq,usec,flags;text`` -> ``<UTC time> text``; continuation lines (`` KEY=value``) drop."""
+    if not record or record.startswith(" "):
+        return None
+    head, sep, text = record.partition(";")
+    fields = head.split(",")
+    if not sep or len(fields) < 3 or not fields[2].isdigit():
+        return record  # not kmsg-shaped (a copy of another log): keep it as it is
+    when = boot + int(fields[2]) / 1e6
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(when)) + f".{int(when * 1e6) % 1000000:06d}Z {text}"
+
+
+def _kmsg_tail(path: str, limit: int, deadline: float) -> list[str]:
+    """Newest lines of /dev/kmsg without blocking, within TAIL_SCAN_BYTES and the deadline."""
+    from gpuhc.sources.kernel_log import boot_time
+
+    boot = boot_time()
+    tail, partial, seen = _Tail(limit), b"", 0
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        while seen < TAIL_SCAN_BYTES and time.monotonic() < deadline:
+            try:
+                chunk = os.read(fd, 16384)
+            except BlockingIOError:
+                break  # caught up with the ring buffer
+            except BrokenPipeError:
+                continue  # the record we were about to read was overwritten: go on
+            if not chunk:
+                break
+            seen += len(chunk)
+            *whole, partial = (partial + chunk).split(b"\n")
+            for raw in whole:
+                line = _kmsg_line(raw.decode("utf-8", "replace"), boot)
+                if line is not None:
+                    tail.add(line)
+    finally:
+        os.close(fd)
+    return tail.result()
+
+
+def _dmesg_tail(limit: int, timeout_s: float) -> list[str]:
+    from gpuhc.sources.kernel_log import DmesgSource
+
+    dmesg = DmesgSource(timeout_s=max(0.1, timeout_s), binary=DMESG)
+    exe = dmesg._find()
+    proc = dmesg._run([exe, "--time-format=iso"])
+    if proc.returncode != 0:
+        proc = dmesg._run([exe])
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise OSError(f"{exe} exit {proc.returncode}: {err[-1] if err else 'no message'}")
+    tail = _Tail(limit)
+    for line in proc.stdout[-TAIL_SCAN_BYTES:].decode("utf-8", "replace").splitlines():
+        tail.add(line)
+    return tail.result()
+
+
+def _file_tail(path: str, limit: int) -> list[str]:
+    from gpuhc.sources.kernel_log import _read_tail
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not hang the epilog
+    with os.fdopen(fd, "rb") as f:
+        data = _read_tail(f, path, TAIL_SCAN_BYTES)
+    tail = _Tail(limit)
+    for line in data.decode("utf-8", "replace").splitlines():
+        tail.add(line)
+    return tail.result()
+
+
+def kernel_tail(spec, snapshot, limit: int, time_s: float) -> tuple[list[str], str]:
+    """The newest ``limit`` raw kernel-log lines from where this run's checks read the kernel
+    log, and a note saying where they came from (or why there are none)."""
+    if limit <= 0:
+        return [], "postmortem_kernel_lines is 0"
+    source = getattr(getattr(snapshot, "kernel", None), "source", "") or ""
+    wanted = spec.kernel_log if spec is not None else None
+    if "(scenario" in source or (not source and spec is not None and spec.nvml_scenario and not wanted):
+        return [], f"replayed from a scenario ({source or spec.nvml_scenario}): no raw kernel lines"
+    if wanted and wanted not in ("kmsg", "dmesg"):
+        tries = [("file", wanted)]
+    elif wanted == "dmesg" or source == "dmesg":
+        tries = [("dmesg", "dmesg")]
+    else:
+        tries = [("kmsg", KMSG), ("dmesg", "dmesg")]
+    deadline = time.monotonic() + time_s
+    problems = []
+    for kind, where in tries:
+        try:
+            if kind == "file":
+                lines = _file_tail(where, limit)
+            elif kind == "kmsg":
+                lines = _kmsg_tail(where, limit, deadline)
+            else:
+                lines = _dmesg_tail(limit, deadline - time.monotonic())
+            return lines, f"{len(lines)} lines from {where}"
+        except (OSError, GpuhcError) as e:
+            problems.append(f"{where}: {getattr(e, 'strerror', None) or e}")
+    return [], "kernel log unreadable (" + "; ".join(problems) + ")"
+
+
+# ---------------------------------------------------------------------------- the bundle
+
+
+README = """gpuhc post-mortem bundle of a failed job
+
+job.json           node, job id, user, exit code, GPUs, time, gpuhc version; "missing" lists
+                   the parts that could not be written
+results.json       the epilog's check results
+snapshot.yaml      the node's readings; replay with: gpuhc check --nvml-scenario snapshot.yaml
+kernel.log         the newest raw kernel-log lines ({kernel_note})
+kernel-events.log  the NVRM/NVSwitch/mlx5 events the checks parsed, one per line
+ib.json            InfiniBand ports and their counters
+"""
+
+
+def collect(staging: str, flow, report, tail_s: float = 2.0) -> list[str]:
     """Write the bundle's files into ``staging``; return the parts that could not be written."""
     from gpuhc import __version__
 
     env, slurm = flow.env, flow.slurm
     snapshot = getattr(report, "snapshot", None)
+    limit = int(slurm["postmortem_kernel_lines"])
     missing: list[str] = []
     parts: dict[str, Any] = {}
     if report is not None:
@@ -89,8 +275,14 @@ def collect(staging: str, flow, report) -> list[str]:
             return yaml.safe_dump(dump_snapshot(snapshot), sort_keys=False, default_flow_style=None)
 
         parts["snapshot.yaml"] = snap
-    parts["kernel.log"] = lambda: "".join(x + "\n" for x in _kernel_lines(snapshot, int(slurm["postmortem_kernel_lines"])))
+    try:
+        lines, note = kernel_tail(getattr(flow.opts, "sources", None), snapshot, limit, tail_s)
+    except Exception as e:  # best effort: a bug here must not cost the rest of the bundle
+        lines, note = [], f"kernel log not read ({type(e).__name__}: {e})"
+    parts["kernel.log"] = lambda: "".join(x + "\n" for x in lines) if lines else f"# no raw lines: {note}\n"
+    parts["kernel-events.log"] = lambda: "".join(x + "\n" for x in _event_lines(snapshot, limit))
     parts["ib.json"] = lambda: json.dumps(_ib(snapshot), indent=2) + "\n"
+    parts["README.txt"] = lambda: README.format(kernel_note=note)
     for name, make in parts.items():
         try:
             _write(os.path.join(staging, name), make())
@@ -108,34 +300,48 @@ def collect(staging: str, flow, report) -> list[str]:
         "time": flow.now(),
         "gpuhc_version": __version__,
         "status": report.status.value if report is not None else None,
+        "kernel_log": {"lines": len(lines), "note": note},
         "missing": missing,
     }
     _write(os.path.join(staging, "job.json"), json.dumps(meta, indent=2) + "\n")
     return missing
 
 
-def write_bundle(flow, report) -> str:
-    """Write the bundle; return its path. Raises OSError when nothing could be written."""
+def _ib(snapshot) -> list[dict[str, Any]]:
+    if snapshot is None or not snapshot.ib_ports:
+        return []
+    return [{"device": p.device, "port": p.port, "state": p.state, "phys_state": p.phys_state,
+             "rate_gbps": p.rate_gbps, "link_layer": p.link_layer, "counters": dict(p.counters)}
+            for p in snapshot.ib_ports]
+
+
+def write_bundle(flow, report, tail_s: float = 2.0) -> str:
+    """Write the bundle; return its path. Raises OSError when nothing could be written, and
+    :class:`UnsafeDirectory` (as root) for a directory others could write to."""
     slurm = flow.slurm
     root = slurm["postmortem_dir"]
     os.makedirs(root, mode=0o700, exist_ok=True)
+    check_root_dir(root, "slurm.postmortem_dir")
     name = bundle_name(flow.node, flow.env.get("SLURM_JOB_ID", "nojob"), flow.now())
     staging = tempfile.mkdtemp(prefix=f".{name}.", dir=root)  # mode 0700; renamed when complete
     try:
-        collect(staging, flow, report)
+        collect(staging, flow, report, tail_s)
         if slurm["postmortem_format"] == "tar.gz":
             final = os.path.join(root, name + ".tar.gz")
-            tmp = final + ".tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w:gz") as tar:
-                tar.add(staging, arcname=name)
-            os.replace(tmp, final)
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tar.gz.tmp", dir=root)  # O_EXCL, 0600
+            try:
+                with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w:gz") as tar:
+                    tar.add(staging, arcname=name)
+                os.replace(tmp, final)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
         else:
             final = os.path.join(root, name)
-            if os.path.exists(final):  # same job, same second: keep both
+            if os.path.lexists(final):  # same job, same second: keep both
                 final += f".{os.getpid()}"
-            os.rename(staging, final)
-            os.chmod(final, 0o700)
+            os.rename(staging, final)  # mkdtemp made it 0700 whatever the umask
             staging = ""
     finally:
         if staging:
@@ -151,16 +357,19 @@ def prune(root: str, node: str, keep: int) -> list[str]:
     for entry in os.listdir(root):
         if entry.startswith(prefix) and not entry.endswith(".tmp"):
             path = os.path.join(root, entry)
-            mine.append((os.path.getmtime(path), entry, path))
+            try:
+                mine.append((os.lstat(path).st_mtime, entry, path))
+            except OSError:
+                continue
     mine.sort()
     removed = []
     for _, _, path in mine[: max(0, len(mine) - keep)]:
-        if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            try:
+        try:
+            if stat.S_ISDIR(os.lstat(path).st_mode):  # lstat: a link is removed, never followed
+                shutil.rmtree(path)
+            else:
                 os.unlink(path)
-            except OSError:
-                continue
+        except OSError:
+            continue
         removed.append(path)
     return removed
