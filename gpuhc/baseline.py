@@ -4,7 +4,8 @@ Why: a profile knows what an H100 *model* should look like (18 NVLinks, gen5 x16
 *node* looks like — which PCI ids its GPUs sit at, that its second HCA port is unused, that its
 board routes one GPU through a gen4 retimer. `gpuhc baseline capture` records that once, on a
 node that passed burn-in; the checks then compare each run against it (a GPU missing by PCI id,
-an IB port that was ACTIVE and is not, a link that trained below its own maximum).
+an IB port that was ACTIVE and is not, a link that trained below its own maximum; gpu-count
+also compares the GPU model (another board), the driver version and each bus id's serial).
 
 Format (YAML or JSON)::
 

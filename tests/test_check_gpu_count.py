@@ -236,3 +236,74 @@ def test_a_hung_bus_read_does_not_hold_nvml_s_verdict(tmp_path, monkeypatch):
     (r,) = report.results
     assert r.status is Status.PASS and r.message == "7 GPUs visible"  # judged without the bus
     assert any("gpu-count: judged without pci" in n for n in report.notes)
+
+
+# ----------------------------------------------------------------------------- what the boards are
+
+
+def test_a_baseline_of_this_node_adds_nothing():
+    (r,) = judge(healthy_node(), baseline=baseline_for(healthy_node()))
+    assert r.status is Status.PASS and r.message == "8 of 8 GPUs visible"
+
+
+def test_another_model_than_the_baseline_is_the_wrong_board():
+    snap = with_gpu(healthy_node(), 4, name="NVIDIA H100 PCIe")
+    base = baseline_for(healthy_node())
+    results = judge(snap, baseline=base, gpus=[0])  # node-wide, also in the prolog
+    fails = [r for r in results if r.status is Status.FAIL]
+    assert [(r.subject, r.action) for r in fails] == [("gpu4", Action.DRAIN_TICKET)]
+    assert fails[0].message == "gpu4 (0000:9a:00.0) is NVIDIA H100 PCIe, baseline has NVIDIA H100 80GB HBM3 (wrong board?)"
+    assert (fails[0].value, fails[0].threshold) == ("NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3")
+
+
+def test_the_node_model_is_used_when_the_baseline_has_no_per_gpu_name():
+    base = baseline_for(healthy_node(2))
+    for info in base["gpus"].values():
+        del info["name"]
+    base["gpu_model"] = "NVIDIA H200"
+    results = judge(healthy_node(2), baseline=base)
+    assert [(r.status, r.subject) for r in results] == [(Status.PASS, "node"), (Status.FAIL, "gpu0"), (Status.FAIL, "gpu1")]
+
+
+def test_a_lost_gpu_is_not_also_the_wrong_model():
+    snap = with_gpu(healthy_node(), 2, name="unknown (NVML: GPU is lost)", uuid="", pci_bus_id="")
+    results = judge(snap, baseline=baseline_for(healthy_node()))
+    assert [(r.status, r.action) for r in results] == [(Status.FAIL, Action.DRAIN_TICKET)]
+    assert results[0].message == "gpu2 lost: GPU is lost"
+
+
+def test_another_driver_warns_and_softens_a_renamed_model():
+    base = baseline_for(healthy_node())
+    snap = healthy_node()
+    snap.nvml.driver_version = "580.95.05"
+    (p, w) = judge(snap, baseline=base)
+    assert p.status is Status.PASS
+    assert w.status is Status.WARN and not w.action.drains and w.subject == "node"
+    assert w.message == ("driver 580.95.05, baseline captured with 550.90.07 "
+                         "(re-capture the baseline after a driver roll-out)")
+    # A new driver may name the same board differently: not a drain while the driver changed too.
+    renamed = with_gpu(snap, 0, name="NVIDIA H100 SXM5 80GB")
+    statuses = {(r.subject, r.status) for r in judge(renamed, baseline=base)}
+    assert ("gpu0", Status.WARN) in statuses and Status.FAIL not in {s for _, s in statuses}
+
+
+def test_another_serial_at_a_baseline_bus_id_warns():
+    base = baseline_for(healthy_node())
+    for pci, info in base["gpus"].items():
+        info["serial"] = "1652320000" + pci[5:7]
+    snap = healthy_node()
+    for g in snap.nvml.gpus:
+        g.serial = "1652320000" + g.pci_bus_id[5:7]
+    (r,) = judge(snap, baseline=base)
+    assert r.status is Status.PASS
+    snap.nvml.gpus[5].serial = "1652320099999"
+    snap.nvml.gpus[6].serial = None  # NOT_SUPPORTED: nothing to compare
+    (p, w) = judge(snap, baseline=base)
+    assert w.status is Status.WARN and w.subject == "gpu5" and not w.action.drains
+    assert w.message == "gpu5 (0000:ab:00.0) serial 1652320099999, baseline has 1652320000ab (board swapped? re-capture the baseline)"
+
+
+def test_without_a_baseline_nothing_is_compared():
+    snap = with_gpu(healthy_node(), 4, name="NVIDIA H100 PCIe", serial="x")
+    (r,) = judge(snap, expected=8)
+    assert r.status is Status.PASS

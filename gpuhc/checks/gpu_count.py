@@ -14,6 +14,13 @@ drops out of NVML's list while sysfs still enumerates it (``Snapshot.pci_gpus``)
 GPU on the bus that NVML does not list fails (drain + reboot: the reboot re-trains the link or
 proves the board dead). It is an optional source: a wedged sysfs read must not hold NVML's
 verdict, so the check waits for it within its timeout and then judges without it.
+
+Against a baseline it also checks what the boards are, node-wide like the count:
+- a GPU whose NVML model is not the baseline's (``gpus.<pci>.name``, else ``gpu_model``) is the
+  wrong board: FAIL, drain + hardware ticket. Unless the driver changed too: a new driver may
+  name the same board differently, so that is a WARN asking to re-capture the baseline;
+- another driver version than the baseline's WARNs (a roll-out is normal; re-capture);
+- another serial number at a baseline bus id WARNs (the board was swapped: re-capture).
 """
 
 from __future__ import annotations
@@ -74,8 +81,51 @@ def _bus_phrase(pcis: list[str]) -> str:
     return f"{where} on the PCI bus but not visible to NVML (fallen off the bus?)"
 
 
+def _identity(snapshot: Snapshot, baseline: dict | None) -> list:
+    """Model, driver and serial numbers against the baseline (see the module doc)."""
+    nvml = snapshot.nvml
+    if not baseline or nvml is None or not nvml.available:
+        return []
+    out = []
+    base_driver = baseline.get("driver_version")
+    driver_changed = bool(base_driver and nvml.driver_version and nvml.driver_version != base_driver)
+    if driver_changed:
+        out.append(result(
+            ID, Status.WARN, f"driver {nvml.driver_version}, baseline captured with {base_driver} "
+            "(re-capture the baseline after a driver roll-out)", value=nvml.driver_version, threshold=base_driver,
+        ))
+    per_gpu = baseline.get("gpus") if isinstance(baseline.get("gpus"), dict) else {}
+    model = baseline.get("gpu_model")
+    for gpu in nvml.gpus:
+        if _lost(gpu) or not gpu.name:
+            continue
+        pci = norm_pci(gpu.pci_bus_id) if gpu.pci_bus_id else ""
+        known = per_gpu.get(pci) if isinstance(per_gpu.get(pci), dict) else {}
+        want = known.get("name") or model
+        where = f"{gpu.subject} ({pci})" if pci else gpu.subject
+        if want and gpu.name != want:
+            if driver_changed:
+                out.append(result(
+                    ID, Status.WARN, f"{where} is {gpu.name}, baseline has {want} (the new driver may name it "
+                    "differently: re-capture the baseline)", subject=gpu.subject, value=gpu.name, threshold=want,
+                ))
+            else:
+                out.append(result(
+                    ID, Status.FAIL, f"{where} is {gpu.name}, baseline has {want} (wrong board?)",
+                    subject=gpu.subject, value=gpu.name, threshold=want, action=Action.DRAIN_TICKET,
+                ))
+        serial = known.get("serial")
+        if serial and gpu.serial and gpu.serial != serial:
+            out.append(result(
+                ID, Status.WARN, f"{where} serial {gpu.serial}, baseline has {serial} (board swapped? "
+                "re-capture the baseline)", subject=gpu.subject, value=gpu.serial, threshold=serial,
+            ))
+    return out
+
+
 def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     out = _judge(snapshot, ctx)
+    out.results.extend(_identity(snapshot, ctx.baseline))
     nvml = snapshot.nvml
     if ctx.gpus is not None and nvml is not None and nvml.available:
         # GPUs asked for (the prolog's job GPUs, `gpuhc check --gpus`) that NVML does not list
