@@ -139,7 +139,8 @@ def test_off_ladder_sizes_are_judged_at_the_nearest_measured_size_and_said_so():
         rows = [{"bytes": 512, "time_us": p95, "p95_us": p95, "busbw_gbs": 0.01, "correct": True},
                 {"bytes": 8 << 20, "time_us": 90.0, "busbw_gbs": 200.0, "correct": True},
                 {"bytes": 2 << 30, "time_us": 9000.0, "busbw_gbs": 445.0, "correct": True}]
-        return {"sizes": rows, "timeouts": [], "errors": []}
+        # H100 names select the h100-sxm profile, whose absolute p95 bound is 250 us.
+        return {"sizes": rows, "timeouts": [], "errors": [], "ranks": [{"rank": 0, "gpu": "NVIDIA H100 80GB HBM3"}]}
 
     verdicts = judge_round(rec, {"r0g0": res(900.0), "r0g1": res(100.0), "r0g2": res(100.0), "r0g3": res(100.0)},
                            section, {})

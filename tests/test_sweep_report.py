@@ -56,6 +56,7 @@ def test_report_shows_groups_node_history_findings_and_curves(tmp_path):
     text = buf.getvalue()
     assert "culprit node n3: busbw" in text and "node n3: last probed" in text
     assert "busbw GB/s vs size" in text and "2GiB" in text
+    assert "[h100-sxm]" in text  # the simulator's GPUs are H100s: whose built-in numbers applied
     from gpuhc.sweep.analyze import remember_culprits
 
     with store.locked() as index:  # what `analyze` does with a named culprit

@@ -8,7 +8,7 @@ The record is a JSON-able dict kept in ``<state_dir>/sweep/sweeps/<id>.json``::
 
 Both ``gpuhc sweep analyze`` (real jobs) and ``gpuhc sweep simulate`` (a synthetic cluster) go
 through :func:`judge_round` and :func:`advance`; only where the results come from differs.
-Fleet history (per backend/shape/span/largest size) lives in the sweep index and grows with
+Fleet history (per backend/shape/span/sizes/GPU profile) lives in the sweep index and grows with
 every passing group, so a shape's normal is learnt from the cluster itself.
 """
 
@@ -20,7 +20,7 @@ from typing import Any, Iterable
 from gpuhc.sweep.judge import ERROR, FAIL, PASS, Fleet, Verdict, fleet_key, judge_group, metrics_of, on_ladder, size_notes
 from gpuhc.sweep.localize import Outcome, RoundPlan, assess, next_round
 from gpuhc.sweep.plan import Group
-from gpuhc.sweep.settings import thresholds_for
+from gpuhc.sweep.settings import gpu_profile, thresholds_for
 
 NODE_EVENTS_KEPT = 20
 
@@ -71,12 +71,18 @@ def judge_round(record: dict, results: dict[str, dict | None], section: dict, hi
     fleets: dict[str, Fleet] = {}
     blocks: dict[tuple, dict] = {}
     for g in groups_of(rnd):
-        th = blocks.get((g.shape, g.span))
-        if th is None:  # one merge per kind of group, not per group: a round can hold hundreds
-            th = blocks[(g.shape, g.span)] = on_ladder(thresholds_for(table, backend, g.shape, g.span), ladder)
         res = results.get(g.id)
+        # The GPU model, from the NVML names the ranks recorded: it picks the built-in absolute
+        # numbers, and groups of different models never share a fleet.
+        profile = gpu_profile(res, backend)
+        th = blocks.get((g.shape, g.span, profile))
+        if th is None:  # one merge per kind of group, not per group: a round can hold hundreds
+            th = on_ladder(thresholds_for(table, backend, g.shape, g.span, profile), ladder)
+            blocks[(g.shape, g.span, profile)] = th
         m = metrics_of(res, th) if res else {}
-        key = fleet_key(backend, g.shape, g.span, m.get("large_bytes"), th["small_bytes"], th["medium_bytes"])
+        if profile:
+            m["profile"] = profile
+        key = fleet_key(backend, g.shape, g.span, m.get("large_bytes"), th["small_bytes"], th["medium_bytes"], profile)
         if key not in fleets:
             fleets[key] = Fleet(history.get(key, []))
         if res:

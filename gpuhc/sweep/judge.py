@@ -212,9 +212,12 @@ def _relative(m: dict, th: dict, fleet: Fleet, own_in_fleet: bool) -> list[str]:
 
 
 def fleet_key(backend: str, shape: str, span: str, large_bytes: int | None, small_bytes: int | None = None,
-              medium_bytes: int | None = None) -> str:
-    """Groups are only compared with groups of the same kind, measured at the same sizes."""
+              medium_bytes: int | None = None, profile: str | None = None) -> str:
+    """Groups are only compared with groups of the same kind and GPU model, measured at the same
+    sizes."""
     key = f"{backend}/{shape}/{span or 'flat'}/{large_bytes or 0}"
     if small_bytes or medium_bytes:
         key += f"/s{small_bytes or 0}/m{medium_bytes or 0}"
+    if profile:
+        key += f"/{profile}"
     return key

@@ -84,6 +84,7 @@ def render_report(rep: dict[str, Any], stream=None) -> None:
         p95 = m.get("small_p95_us")
         nums = f"busbw {bw:.2f} GB/s" if isinstance(bw, (int, float)) else "busbw -"
         nums += f", p95 {p95:.1f} us" if isinstance(p95, (int, float)) else ""
+        nums += f" [{m['profile']}]" if m.get("profile") else ""  # whose built-in numbers applied
         why = f": {'; '.join(g['reasons'])}" if g["reasons"] else ""
         w(f"  {g['id']} {g['purpose']:<8} {g['status']:<7} {','.join(g['nodes'])[:60]:<30} {nums}{why}\n")
     for line in rep["lines"]:

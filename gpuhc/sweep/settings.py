@@ -6,8 +6,11 @@ job side (``gpuhc sweep run``) gets everything it needs on its command line, wri
 
 Thresholds are a mapping ``{backend: {shape: {...}}}`` where a shape is
 ``<nodes>x<ranks per node>`` (``2x8``), optionally with ``-cross`` for groups that span leaf
-switches, or ``default``. Lookup goes most specific first: ``2x8-cross``, ``2x8``, ``default``.
-The ``nccl`` defaults are multi-node H100 numbers (DESIGN.md section 5); the ``mpi`` backend
+switches, or ``default``, or a GPU profile name (``h100-sxm``), or both (``a100-sxm/2x8``).
+Lookup goes most specific first: ``a100-sxm/2x8-cross``, ``a100-sxm/2x8``, ``2x8-cross``,
+``2x8``, the profile, ``default``. The ``nccl`` defaults are multi-node H100
+numbers (DESIGN.md section 5), applied to H100 and H200 groups only (``PROFILE_THRESHOLDS``:
+other models are judged against their fleet); the ``mpi`` backend
 (host buffers, CPU test clusters) has no absolute numbers at all and judges relative to the
 fleet only, with looser factors, because CPU timings on shared cores are noisy.
 """
@@ -74,6 +77,25 @@ DEFAULT_THRESHOLDS: dict[str, dict[str, dict[str, Any]]] = {
     },
 }
 
+# Built-in absolute numbers per GPU profile (the names of gpuhc/data/profiles/*.yaml), for the
+# nccl backend; laid over the nccl defaults above when the group's results name the GPU model
+# (every rank records its NVML name). Only a model with a reference number gets absolute bounds:
+# - h100-sxm: the defaults are its multi-node numbers (DESIGN.md section 5: 2 GiB busbw about
+#   445 GB/s, pass >= 350; 1 KiB p95 about 120 us, pass <= 250);
+# - h200-sxm: the same. Between nodes an all-reduce is bound by the NICs, not the GPU, and HGX
+#   H200 boards carry the same 8 x 400 Gb/s NIC generation as HGX H100. An inference, not a
+#   measurement: a site on another fabric sets its own numbers;
+# - a100-sxm and every other model (generic, or a profile added later): no absolute bound. HGX
+#   A100 systems mostly have 200 Gb/s NICs, where a healthy 2x8 group stays far below 350 GB/s,
+#   and no A100 multi-node number was measured here; the fleet comparison still judges them.
+NO_ABSOLUTE = {"small_p95_us": None, "medium_busbw_gbs": None, "large_busbw_gbs": None}
+PROFILE_THRESHOLDS: dict[str, dict[str, Any]] = {
+    "h100-sxm": {},
+    "h200-sxm": {},
+    "a100-sxm": dict(NO_ABSOLUTE),
+    "generic": dict(NO_ABSOLUTE),
+}
+
 SCHEMA: dict[str, Any] = {
     "partitions": Key(list, [], "partitions whose IDLE nodes are probed (empty: all)", item=str),
     "group_size": Key(int, 2, "nodes per probe job (2, 4, 8, ...)", min=2, max=256),
@@ -125,19 +147,45 @@ SCHEMA: dict[str, Any] = {
         "auto_submit": Key(bool, True, "analyze submits follow-up rounds by itself"),
         "strategy": Key(str, "auto", "isolate (suspect + known-good nodes), bisect, or auto", choices=("auto", "isolate", "bisect")),
     },
-    "thresholds": Key(dict, DEFAULT_THRESHOLDS, "{backend: {shape|default: {threshold: value}}}"),
+    # Empty by default: the built-in numbers (DEFAULT_THRESHOLDS, PROFILE_THRESHOLDS) are merged
+    # by thresholds_for beneath whatever the site writes here. Were they the default value here,
+    # a config without `thresholds` would carry the H100 numbers as site settings, above the
+    # per-model layer.
+    "thresholds": Key(dict, {}, "{backend: {default|<gpu profile>|<shape>: {threshold: value}}}; empty: built-in "
+                                "numbers (nccl: H100/H200 absolute bounds, other models fleet-only)"),
 }
 
 
-def thresholds_for(table: dict[str, Any], backend: str, shape: str, span: str = "") -> dict[str, Any]:
-    """The merged threshold block for one group: built-in defaults, then ``default``, then the
-    plain shape, then the span-qualified shape (``2x8-cross``)."""
+def thresholds_for(table: dict[str, Any], backend: str, shape: str, span: str = "",
+                   profile: str | None = None) -> dict[str, Any]:
+    """The merged threshold block for one group: the backend's built-in defaults, the built-in
+    numbers of the group's GPU profile (nccl only; a profile without numbers of its own counts
+    as ``generic``), then from the config, most specific last: ``default``, the profile
+    (``a100-sxm``), the shape (``2x8``), the span-qualified shape (``2x8-cross``), the profile's
+    shape (``a100-sxm/2x8``), the profile's span-qualified shape (``a100-sxm/2x8-cross``).
+    ``profile`` None: the model is not considered (no profile layer at all)."""
     merged = dict(DEFAULT_THRESHOLDS.get(backend, DEFAULT_THRESHOLDS["nccl"])["default"])
+    if profile is not None and backend == "nccl":
+        merged.update(PROFILE_THRESHOLDS.get(profile, PROFILE_THRESHOLDS["generic"]))
     per_backend = table.get(backend) or {}
-    for key in ("default", shape, f"{shape}-{span}" if span else None):
+    shapes = [shape, f"{shape}-{span}" if span else None]
+    keys = ["default", profile, *shapes] + ([f"{profile}/{x}" if x else None for x in shapes] if profile else [])
+    for key in keys:
         if key and isinstance(per_backend.get(key), dict):
             merged.update(per_backend[key])
     return merged
+
+
+def gpu_profile(result: dict | None, backend: str) -> str | None:
+    """The GPU profile a group's results point at (the NVML names its ranks recorded), for the
+    nccl backend; ``generic`` when no rank named a known model; None for ``mpi`` (no GPU)."""
+    if backend != "nccl":
+        return None
+    from gpuhc.profiles import select_profile_for
+
+    ranks = (result or {}).get("ranks") or []
+    names = [r["gpu"] for r in ranks if isinstance(r, dict) and isinstance(r.get("gpu"), str)]
+    return select_profile_for(names).name
 
 
 def validate(section: Any, file: str | None = None, lines: dict | None = None, path: tuple = ("sweep",)) -> None:
@@ -251,8 +299,9 @@ def validate_thresholds(table: Any, file: str | None = None, lines: dict | None 
         if not isinstance(shapes, dict):
             fail("must be a mapping of shape (like 2x8, 2x8-cross, default) to thresholds", (backend,))
         for shape, block in shapes.items():
-            if shape != "default" and not _shape_ok(str(shape)):
-                fail("shape must be 'default' or <nodes>x<ranks per node>, optionally -cross or -leaf", (backend, shape))
+            if not _block_key_ok(str(shape)):
+                fail("must be 'default', a shape <nodes>x<ranks per node> (optionally -cross or -leaf), a GPU "
+                     "profile name (like h100-sxm), or <profile>/<shape>", (backend, shape))
             if not isinstance(block, dict):
                 fail("must be a mapping of threshold names to values", (backend, shape))
             for name, value in block.items():
@@ -263,6 +312,21 @@ def validate_thresholds(table: Any, file: str | None = None, lines: dict | None 
                     fail(f"must be a non-negative finite number or null, got {value!r}", (backend, shape, name))
                 if name.endswith("_bytes") and value is not None and (not isinstance(value, int) or value < 4):
                     fail(f"must be a whole number of bytes >= 4, got {value!r}", (backend, shape, name))
+
+
+def _block_key_ok(key: str) -> bool:
+    """``default``, ``2x8[-cross|-leaf]``, ``<profile>`` or ``<profile>/2x8[-cross|-leaf]``."""
+    if key == "default" or _shape_ok(key):
+        return True
+    profile, slash, shape = key.partition("/")
+    return _profile_ok(profile) and (not slash or _shape_ok(shape))
+
+
+def _profile_ok(name: str) -> bool:
+    # The shipped profile names; read only for a key that is neither 'default' nor a shape.
+    from gpuhc.profiles import profile_names
+
+    return name in profile_names()
 
 
 def _shape_ok(shape: str) -> bool:

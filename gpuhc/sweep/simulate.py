@@ -27,6 +27,7 @@ from gpuhc.sweep.stats import busbw_factor, size_ladder, summarize_size
 
 BASE_LATENCY_S = 60e-6  # multi-node H100 small all-reduce, order of magnitude (DESIGN.md section 5)
 BASE_BUSBW_GBS = 445.0
+SIM_GPU = "NVIDIA H100 80GB HBM3"  # the model the cost model stands for: selects the h100-sxm thresholds
 SAMPLES = 8  # per-iteration samples drawn for latency sizes (p95 interpolates between the top two)
 
 
@@ -112,8 +113,10 @@ def fake_result(group: Group, cluster: Cluster, spec: SimSpec, sizes: list[int],
             row = summarize_size(nbytes, nranks, [t * math.exp(rng.gauss(0.0, spec.noise))])
         row["correct"] = not broken
         rows.append(row)
+    ranks = [{"rank": i, "node": group.nodes[i // group.ranks_per_node], "gpu": SIM_GPU} for i in range(nranks)]
     return {"format": "gpuhc-sweep-result/1", "group_id": group.id, "backend": "nccl", "nodes": group.nodes,
-            "nranks": nranks, "sizes": rows, "timeouts": timeouts, "complete": not timeouts, "errors": []}
+            "nranks": nranks, "ranks": ranks, "sizes": rows, "timeouts": timeouts, "complete": not timeouts,
+            "errors": []}
 
 
 def judged_sizes(spec: SimSpec, section: dict) -> list[int]:
