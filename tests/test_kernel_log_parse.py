@@ -252,3 +252,126 @@ def test_driver_580_mmu_fault_line_captured_on_an_h200():
            "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE")
     (e,) = parse_lines([rec], boot_time=1_795_657_360.0).events
     assert (e.code, e.pci, e.seq, e.time) == (31, "0000:00:07.0", 371, pytest.approx(1_795_657_419.970839))
+
+
+# ---------------------------------------------------------------------- random valid lines
+#
+# Each example builds lines the way the driver and the log tools print them, from random parts,
+# and knows what each must parse to: kind, PCI id, code (or port and state), and the time the
+# prefix carries. Every line here is a header (an Xid, an SXid with its fatality, an mlx5
+# "Port:" change), so none merges with another: the events come out one per line, in order.
+
+_HEX = "0123456789abcdef"
+_SAFE = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_.-<>", min_size=1, max_size=16)
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+SYSLOG_YEAR = 2025
+
+
+@st.composite
+def _pci(draw, function=True):
+    """(text as a line prints it, normalised id)."""
+    dom, bus, dev, fn = (draw(st.integers(0, 0xFFFF)), draw(st.integers(0, 255)), draw(st.integers(0, 31)),
+                         draw(st.integers(0, 7)))
+    dom_text = f"{dom:08x}" if draw(st.booleans()) else f"{dom:04x}"
+    text = f"{dom_text}:{bus:02x}:{dev:02x}"
+    with_fn = function or draw(st.booleans())
+    if with_fn:
+        text += f".{fn}"
+    if draw(st.booleans()):
+        text = text.upper()
+    return text, f"{dom:04x}:{bus:02x}:{dev:02x}.{fn if with_fn else 0}"
+
+
+def _suffix(draw) -> str:
+    return f", name={draw(_SAFE)}" if draw(st.booleans()) else ""
+
+
+@st.composite
+def _message(draw):
+    """(message text, expected fields)."""
+    kind = draw(st.sampled_from(["xid", "sxid", "ib"]))
+    if kind == "xid":
+        pci_text, pci = draw(_pci(function=False))  # the driver prints bus:dev, no function
+        code = draw(st.integers(0, 999_999))
+        tag = "PCI:" if draw(st.booleans()) else ""  # legacy drivers print no "PCI:"
+        rest = draw(st.sampled_from(["", f", pid={draw(st.integers(1, 4_000_000))}"])) + _suffix(draw)
+        if rest or draw(st.booleans()):
+            rest += ", " + draw(st.sampled_from(["GPU has fallen off the bus.", "Graphics Exception", "Timeout"]))
+        return f"NVRM: Xid ({tag}{pci_text}): {code}{rest}", dict(kind=EventKind.XID, pci=pci, code=code)
+    if kind == "sxid":
+        pci_text, pci = draw(_pci())
+        code, link = draw(st.integers(0, 999_999)), draw(st.integers(0, 9999))
+        fatal = draw(st.sampled_from(["Fatal", "Non-fatal"]))
+        switch = draw(st.one_of(st.none(), st.integers(0, 63)))
+        head = f"nvidia-nvswitch{switch}: " if switch is not None else ""
+        text = f"{head}SXid (PCI:{pci_text}): {code}, {fatal}, Link {link} LTSSM Fault Up{_suffix(draw)}"
+        return text, dict(kind=EventKind.SXID, pci=pci, code=code, port=link, state=fatal.lower(),
+                          device=None if switch is None else f"nvswitch{switch}")
+    pci_text, pci = draw(_pci())
+    port, state = draw(st.integers(0, 999)), draw(st.sampled_from(["DOWN", "ACTIVE", "INIT", "ARMED"]))
+    name = draw(st.sampled_from([None, "mlx5_0", "mlx5_13", "ibp83s0"]))
+    dev = f" {name}" if name else ""
+    text = f"mlx5_core {pci_text}{dev}: Port: {port} Link {state}{_suffix(draw)}"
+    want = dict(kind=EventKind.IB_LINK, pci=pci, port=port, state=state)
+    if name and name.startswith("mlx5_"):
+        want["device"] = name
+    return text, want
+
+
+@st.composite
+def _prefixed(draw, msg: str):
+    """(line, expected time or None, expected seq or None) for one of the prefix shapes."""
+    shape = draw(st.sampled_from(["plain", "ctime", "syslog", "iso", "rsyslog", "kmsg", "bare"]))
+    if shape == "kmsg":
+        seq, usec = draw(st.integers(0, 10**12)), draw(st.integers(0, 10**13))
+        level = draw(st.integers(0, 7))
+        return f"{level},{seq},{usec},-;{msg}", usec / 1e6, seq
+    if shape == "bare":
+        return msg, None, None
+    decode = draw(st.sampled_from(["", "kern  :warn  : ", "kern  :err   : "]))
+    if shape == "plain":
+        secs = draw(st.integers(0, 10**7 * 10**6)) / 1e6
+        return f"{decode}[{secs:12.6f}] {msg}", secs, None
+    y, mo, d = draw(st.integers(1971, 2037)), draw(st.integers(1, 12)), draw(st.integers(1, 28))
+    h, mi, s = draw(st.integers(0, 23)), draw(st.integers(0, 59)), draw(st.integers(0, 59))
+    if shape == "ctime":
+        day = _DAYS[calendar.weekday(y, mo, d)]
+        return f"{decode}[{day} {_MONTH_NAMES[mo - 1]} {d:2d} {h:02d}:{mi:02d}:{s:02d} {y}] {msg}", \
+            local(y, mo, d, h, mi, s), None
+    host = draw(st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True))
+    if shape == "syslog":  # journalctl -k / syslog: no year (the caller gives it), local time
+        mono = draw(st.sampled_from(["", "[ 4441.769587] "]))  # syslog copies keep the kernel's stamp
+        stamp = f"{_MONTH_NAMES[mo - 1]} {d:2d} {h:02d}:{mi:02d}:{s:02d}"
+        return f"{stamp} {host} kernel: {mono}{msg}", local(SYSLOG_YEAR, mo, d, h, mi, s), None
+    frac = draw(st.sampled_from(["", ",491363", ".123"]))
+    off_min = draw(st.sampled_from([0, 60, -300, 330, 765]))
+    tz = draw(st.sampled_from(["Z", "+00:00"])) if off_min == 0 else \
+        f"{'+' if off_min > 0 else '-'}{abs(off_min) // 60:02d}:{abs(off_min) % 60:02d}"
+    want = calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)) - off_min * 60 + (float("0." + frac[1:]) if frac else 0.0)
+    stamp = f"{y:04d}-{mo:02d}-{d:02d}T{h:02d}:{mi:02d}:{s:02d}{frac}{tz}"
+    if shape == "iso":  # dmesg --time-format=iso
+        return f"{decode}{stamp} {msg}", want, None
+    return f"{stamp} {host} kernel: {msg}", want, None  # rsyslog's short-iso
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_random_valid_lines_parse_to_their_fields(data):
+    lines, wants = [], []
+    for _ in range(data.draw(st.integers(1, 4))):
+        msg, want = data.draw(_message())
+        line, t, seq = data.draw(_prefixed(msg))
+        lines.append(line)
+        wants.append(dict(want, time=t, seq=seq))
+    log = parse_lines(lines, year=SYSLOG_YEAR)
+    assert log.unparsed_lines == 0, lines
+    assert len(log.events) == len(wants), lines
+    for e, want, line in zip(log.events, wants, lines):
+        for key in ("kind", "pci", "code", "port", "state", "device", "seq"):
+            if key in want:
+                assert getattr(e, key) == want[key], (key, line)
+        if want["time"] is None:
+            assert e.time is None, line
+        else:
+            assert e.time == pytest.approx(want["time"], abs=1e-6), line

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuhc.model import AerCounters
-from gpuhc.sources.sysfs import SysfsTree, parse_aer, parse_rate, parse_state
+from gpuhc.sources.sysfs import SysfsTree, parse_aer, parse_hex, parse_int, parse_rate, parse_state
 
 
 def write_port(root: Path, hca: str, port: int, *, state="4: ACTIVE", phys="5: LinkUp",
@@ -176,3 +176,82 @@ def test_unreadable_ids_are_not_gpus_and_no_pci_tree_is_unknown(tmp_path):
     (tmp_path / "sys/bus/pci/devices/not-a-pci-address").mkdir()
     assert SysfsTree(str(tmp_path)).nvidia_gpus() == []
     assert SysfsTree(str(tmp_path / "nothing-here")).nvidia_gpus() is None  # a copied IB-only tree
+
+
+# ----------------------------------------------------------------------------- random valid texts
+#
+# The files as the kernel writes them (ib_core's sysfs.c, the PCI core's aer.c), from random
+# parts: each must read back as the value it states.
+
+_PORT_STATES = ("NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER")
+_PHYS_STATES = ("Sleep", "Polling", "Disabled", "PortConfigurationTraining", "LinkUp", "LinkErrorRecovery",
+                "Phy Test")
+_SPEEDS = ("SDR", "DDR", "QDR", "FDR10", "FDR", "EDR", "HDR", "NDR", "XDR")
+_AER_NAMES = ("RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr", "CorrIntErr", "Undefined",
+              "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt", "UnxCmplt", "RxOF", "MalfTLP", "ECRC")
+
+
+@st.composite
+def _state_text(draw, names):
+    """(file text, value): ``4: ACTIVE\\n``, or a bare name as some drivers and copies write it."""
+    i = draw(st.integers(0, len(names) - 1))
+    name = names[i]
+    text = f"{draw(st.integers(0, 99))}: {name}" if draw(st.booleans()) else name
+    return text + draw(st.sampled_from(["\n", "", " \n"])), name
+
+
+@st.composite
+def _rate_text(draw):
+    gbps = draw(st.one_of(st.integers(1, 3200).map(float), st.sampled_from([2.5, 5.0, 14.0625, 53.125])))
+    number = f"{gbps:g}" if gbps != int(gbps) else str(int(gbps))
+    tail = draw(st.sampled_from(["", f" ({draw(st.sampled_from([1, 2, 4, 8, 12]))}X "
+                                     f"{draw(st.sampled_from(_SPEEDS))})", " (4X)"]))
+    return f"{number} Gb/sec{tail}\n", float(number)
+
+
+@st.composite
+def _aer_text(draw, total_line):
+    counts = draw(st.lists(st.integers(0, 2**32), min_size=1, max_size=len(_AER_NAMES)))
+    lines = [f"{name} {n}" for name, n in zip(_AER_NAMES, counts)]
+    if total_line:
+        lines.append(f"{draw(st.sampled_from(['TOTAL_ERR_COR', 'TOTAL_ERR_FATAL', 'TOTAL_ERR_NONFATAL']))} {sum(counts)}")
+    return "\n".join(lines) + "\n", sum(counts)
+
+
+@settings(max_examples=150, deadline=None)
+@given(state=_state_text(_PORT_STATES), phys=_state_text(_PHYS_STATES), rate=_rate_text(),
+       counter=st.integers(0, 2**64 - 1), spacing=st.sampled_from(["", "\n", "  \n"]),
+       aer=st.booleans().flatmap(_aer_text), ids=st.tuples(st.integers(0, 0xFFFF), st.integers(0, 0xFFFFFF)))
+def test_random_valid_texts_read_back_as_their_values(state, phys, rate, counter, spacing, aer, ids):
+    assert parse_state(state[0]) == state[1]
+    assert parse_state(phys[0]) == phys[1]
+    assert parse_rate(rate[0]) == rate[1]
+    assert parse_int(f"{counter}{spacing}") == counter
+    assert parse_aer(aer[0]) == aer[1]
+    vendor, cls = ids
+    assert parse_hex(f"0x{vendor:04x}\n") == vendor and parse_hex(f"0x{cls:06x}\n") == cls
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(state=_state_text(_PORT_STATES), phys=_state_text(_PHYS_STATES), rate=_rate_text(),
+       counters=st.dictionaries(st.sampled_from(["symbol_error", "link_downed", "port_rcv_errors"]),
+                                st.integers(0, 2**64 - 1)),
+       aer=_aer_text(True), cls=st.sampled_from([0x030000, 0x030200, 0x030280, 0x068000, 0x040300, 0x0C0330]),
+       vendor=st.sampled_from([0x10DE, 0x15B3, 0x8086]))
+def test_a_tree_of_random_valid_files_reads_back(tmp_path_factory, state, phys, rate, counters, aer, cls, vendor):
+    root = tmp_path_factory.mktemp("valid")
+    pdir = root / "sys/class/infiniband/mlx5_0/ports/1"
+    (pdir / "counters").mkdir(parents=True)
+    for name, text in (("state", state[0]), ("phys_state", phys[0]), ("rate", rate[0])):
+        (pdir / name).write_text(text)
+    for name, value in counters.items():
+        (pdir / "counters" / name).write_text(f"{value}\n")
+    write_pci(root, "0000:18:00.0", vendor=f"0x{vendor:04x}", cls=f"0x{cls:06x}")
+    (root / "sys/devices/pci0000:00/0000:18:00.0/aer_dev_correctable").write_text(aer[0])
+    tree = SysfsTree(str(root), counters=None)
+    (p,) = tree.ib_ports()
+    assert (p.state, p.phys_state, p.rate_gbps, p.counters) == (state[1], phys[1], rate[1], counters)
+    (a,) = tree.aer()
+    assert (a.pci, a.correctable) == ("0000:18:00.0", aer[1])
+    gpu = vendor == 0x10DE and cls >> 8 in (0x0300, 0x0302)
+    assert tree.nvidia_gpus() == (["0000:18:00.0"] if gpu else [])
