@@ -162,34 +162,45 @@ JSON_ARGS = "--all --json show node"
 TEXT_ARGS = "--all --oneliner show node"
 
 
-def test_live_prefers_json():
-    run = ScriptedScontrol({JSON_ARGS: (0, (FIX / "scontrol_json_2311.json").read_text(), "")})
+def test_live_prefers_the_oneliner_text():
+    run = ScriptedScontrol({TEXT_ARGS: (0, (FIX / "show_node_oneline.txt").read_text(), "")})
     nodes, source = read_live(5, Scontrol(run=run))
-    assert source == "scontrol --json show node" and [n.name for n in nodes] == ["c1", "c2", "c3"]
-    assert run.asked == [["scontrol", "--all", "--json", "show", "node"]]
+    assert source == "scontrol --oneliner show node" and len(nodes) == 7
+    assert run.asked == [["scontrol", "--all", "--oneliner", "show", "node"]]
 
 
-def test_live_falls_back_to_text_on_old_slurm():
+def test_live_falls_back_to_json_when_the_text_is_unreadable():
     run = ScriptedScontrol({
-        JSON_ARGS: (1, "", "scontrol: unrecognized option '--json'\nTry \"scontrol --help\" for more information\n"),
-        TEXT_ARGS: (0, (FIX / "show_node_oneline.txt").read_text(), ""),
+        TEXT_ARGS: (0, "Nodes as a future Slurm might print them\n", ""),
+        JSON_ARGS: (0, (FIX / "scontrol_json_2311.json").read_text(), ""),
     })
     nodes, source = read_live(5, Scontrol(run=run))
-    assert source == "scontrol --oneliner show node" and len(nodes) == 7 and len(run.asked) == 2
+    assert source == "scontrol --json show node" and [n.name for n in nodes] == ["c1", "c2", "c3"]
+    assert len(run.asked) == 2
+
+
+def test_live_both_unreadable_names_both_errors():
+    run = ScriptedScontrol({
+        TEXT_ARGS: (0, "garbage\n", ""),
+        JSON_ARGS: (1, "", "scontrol: unrecognized option '--json'"),
+    })
+    with pytest.raises(SlurmError, match=r"unreadable answer: .*not a Slurm node listing.*unrecognized option"):
+        read_live(5, Scontrol(run=run))
 
 
 def test_live_timeout_is_not_retried():
-    run = ScriptedScontrol({JSON_ARGS: subprocess.TimeoutExpired(["scontrol"], 5)})
+    run = ScriptedScontrol({TEXT_ARGS: subprocess.TimeoutExpired(["scontrol"], 5)})
     with pytest.raises(SlurmError, match="no answer within"):
         read_live(5, Scontrol(run=run))
     assert len(run.asked) == 1
 
 
-def test_live_slurmctld_down_names_the_error():
+def test_live_slurmctld_down_names_the_error_and_asks_once():
     msg = "slurm_load_node error: Unable to contact slurm controller (connect failure)"
-    run = ScriptedScontrol({JSON_ARGS: (1, "", msg), TEXT_ARGS: (1, "", msg)})
+    run = ScriptedScontrol({TEXT_ARGS: (1, "", msg), JSON_ARGS: (1, "", msg)})
     with pytest.raises(SlurmError, match="Unable to contact slurm controller"):
         read_live(5, Scontrol(run=run))
+    assert len(run.asked) == 1
 
 
 def test_live_missing_scontrol(tmp_path):

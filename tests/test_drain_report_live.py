@@ -1,5 +1,5 @@
-"""`gpuhc drain-report` against a real Slurm (Debian 22.05, started by tests/slurm_cluster.py):
-22.05's scontrol has no --json, so this also proves the fallback to the one-line text."""
+"""`gpuhc drain-report` against a real Slurm (Debian 22.05, started by tests/slurm_cluster.py),
+read live through `scontrol --all --oneliner show node`."""
 
 from __future__ import annotations
 
