@@ -111,7 +111,7 @@ def test_an_admin_drain_during_the_checks_is_seen_before_acting(tmp_path, monkey
     slurm = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None)})
     cfg = config(tmp_path, resume_after=1)
     run(tmp_path, monkeypatch, "passive", slurm, [OK, XID], cfg=cfg)
-    name, f = flow(tmp_path, monkeypatch, "passive", slurm, [OK], cfg=cfg)
+    _, f = flow(tmp_path, monkeypatch, "passive", slurm, [OK], cfg=cfg)
 
     def checks_meanwhile_admin_drains(opts):
         slurm.nodes["n1"] = ["IDLE+DRAIN", "admin: RMA ticket 99"]

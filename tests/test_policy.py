@@ -152,15 +152,15 @@ def test_every_state_owner_verdict_memory(state, owner, verdict, mem):
 
 
 def test_the_matrix_covers_every_state_kind():
-    """Each axis of the table is exercised: a state of every kind, every owner kind, both memories."""
+    """The state groups the table is written from agree with what the states mean to Slurm, and
+    the tagged gpuhc owners are what they claim to be."""
     for s in STATES:
-        base, flags = parse_state(STATES[s])
         n = node(s)
         assert out_of_service(n) is (s in OUT_OF_SERVICE), s
         assert registered(n) is (s not in NOT_REGISTERED), s
         assert n.not_responding is (s in NOT_RESPONDING), s
         assert reboot_pending(n) is (s in REBOOT_PENDING), s
-    assert {parse_reason(OWNERS[o][0]).quarantined for o in ("gpuhc-q1",)} == {True}
+    assert parse_reason(OWNERS["gpuhc-q1"][0]).quarantined
     assert parse_reason(OWNERS["gpuhc-retired"][0]).retired
 
 
