@@ -275,3 +275,77 @@ def test_settings_from_a_config_file(tmp_path):
     th = load_config(str(cfg), "gpu001").check_settings("xid")["thresholds"]
     assert brief(judge(node(ev(92)), **th)) == [(Status.FAIL, Action.DRAIN_REBOOT, "gpu0")]
     assert [r.status for r in judge(node(ev(79, t=T0 - 7200)), **th).results] == [Status.PASS]
+
+
+# ---------------------------------------------------------------------- files mixing two clocks
+
+MIXED = [  # a log pasted together from `dmesg -T --time-format=iso` and a plain `dmesg`
+    "2025-03-04T10:03:12,448120+00:00 NVRM: Xid (PCI:0000:5d:00): 79, pid='<unknown>', name=<unknown>, "
+    "GPU has fallen off the bus.",
+    "[  812.004512] NVRM: Xid (PCI:0000:2a:00): 48, pid=1, name=python3, An uncorrectable double bit error",
+    "[  900.000000] systemd[1]: Started gpuhc passive check.",
+]
+
+
+def _parsed(lines, time):
+    from gpuhc.sources.kernel_log_parse import parse_lines
+
+    snap = healthy_node(time=time)
+    snap.kernel = parse_lines(lines)
+    snap.kernel.source = "test"
+    return snap
+
+
+@pytest.mark.parametrize("lines", [MIXED, MIXED[1:] + MIXED[:1]], ids=["ends-since-boot", "ends-wall-clock"])
+def test_a_file_mixing_clocks_counts_each_incident_once_however_often_it_is_read(lines):
+    # Before: judged against a since-boot cursor, the wall-clock Xid 79 was "new" on every run
+    # and its held count grew x2, x3, x4...; the since-boot Xid 48, measured against a
+    # wall-clock "now", fell out of the window and was never reported.
+    state = None
+    for run in range(3):
+        out = judge(_parsed(lines, T0 + run * 300), prev=state)
+        state = out.state
+        fails = sorted((r.subject, r.value["code"], r.value["count"]) for r in out.results if r.status is Status.FAIL)
+        assert fails == [("gpu1", 48, 1), ("gpu3", 79, 1)], f"run {run + 1}"
+    assert len(state["held"]) == 2
+    assert set(state["cursor"]["last_times"]) == {"since_boot", "epoch"}
+
+
+def test_new_lines_on_either_clock_are_new_and_counted_once():
+    first = judge(_parsed(MIXED, T0))
+    grown = MIXED + ["2025-03-04T10:20:00,000000+00:00 NVRM: Xid (PCI:0000:5d:00): 79, pid=2, name=x, again",
+                     "[  950.000000] NVRM: Xid (PCI:0000:2a:00): 48, pid=1, name=python3, again"]
+    second = judge(_parsed(grown, T0 + 300), prev=first.state)
+    third = judge(_parsed(grown, T0 + 600), prev=second.state)
+    for out in (second, third):
+        assert sorted((r.subject, r.value["count"]) for r in out.results) == [("gpu1", 2), ("gpu3", 2)]
+
+
+def test_a_cursor_from_before_the_clocks_were_told_apart_settles_after_one_run():
+    first = judge(_parsed(MIXED[:2], T0))
+    state = copy.deepcopy(first.state)
+    del state["cursor"]["last_times"]  # as an older gpuhc wrote it: one last_time, since boot here
+    counts = []
+    for run in range(3):
+        out = judge(_parsed(MIXED[:2], T0 + 300 * (run + 1)), prev=state)
+        state = out.state
+        counts.append(sorted((r.subject, r.value["count"]) for r in out.results))
+    # The old cursor knew no wall-clock time: the wall-clock Xid 79 counts once more on the
+    # first run, and never again.
+    assert counts == [[("gpu1", 1), ("gpu3", 2)]] * 3
+
+
+def test_the_runner_replaying_one_mixed_file_three_times_keeps_the_count(tmp_path):
+    from gpuhc.config import Config, defaults, schema
+    from gpuhc.runner import RunOptions, run_stage
+    from gpuhc.sources import SourceSpec
+
+    log = tmp_path / "kern.log"
+    log.write_text("\n".join(MIXED) + "\n")
+    opts = RunOptions(stage="passive", config=Config(defaults(schema())),
+                      sources=SourceSpec(kernel_log=str(log)), state_dir=str(tmp_path / "s"), hostname="gpu001",
+                      only=("xid",))
+    for run in range(3):
+        report = run_stage(opts)
+        assert sorted((r.subject, r.value["count"]) for r in report.results if r.status is Status.FAIL) == [
+            ("0000:2a:00.0", 1), ("0000:5d:00.0", 1)], f"run {run + 1}"

@@ -51,12 +51,40 @@ def judge_now(snapshot: Snapshot) -> float:
     return snapshot.time
 
 
+def clock_of(t: float) -> str:
+    """The clock a kernel-log time counts on: seconds since boot (a recorded plain ``dmesg``,
+    kept as is) or the epoch (see :mod:`gpuhc.sources.kernel_log_parse`)."""
+    return "since_boot" if t < RELATIVE_LIMIT else "epoch"
+
+
+def latest_per_clock(klog: KernelLog) -> dict[str, float]:
+    """The latest time the log shows on each clock (events and its last line)."""
+    out: dict[str, float] = {}
+    times = [e.time for e in klog.events if e.time is not None]
+    if klog.last_time is not None:
+        times.append(klog.last_time)
+    for t in times:
+        c = clock_of(t)
+        if t > out.get(c, float("-inf")):
+            out[c] = t
+    return out
+
+
 class EventWindow:
     """Which kernel events a run judges, and the state it leaves for the next run.
 
-    State layout (JSON): ``{"cursor": {boot_id, last_seq, last_time, untimed, unparsed},
-    "held": [incident, ...], "cleared_at": epoch|None}``. Events with neither time nor sequence
-    number (bare lines in a recorded file) cannot be windowed: they count only while new."""
+    State layout (JSON): ``{"cursor": {boot_id, last_seq, last_time, last_times, untimed,
+    unparsed}, "held": [incident, ...], "cleared_at": epoch|None}``. Events with neither time
+    nor sequence number (bare lines in a recorded file) cannot be windowed: they count only
+    while new.
+
+    Two clocks. A recorded file may mix since-boot stamps (``[ 123.4]``) with wall-clock ones (a
+    log pasted together from two tools). Their times cannot be compared, so the cursor keeps the
+    latest time per clock (``last_times``) and an event is new only against its own clock; a
+    single cursor made every wall-clock event "new" again on each run when the file ended on a
+    since-boot line, and the held count grew by one per run. The window likewise measures an
+    event against "now" on its own clock: the run's now on that clock, else the log's latest
+    time on it."""
 
     def __init__(self, klog: KernelLog, now: float, window_s: float, prev: dict[str, Any] | None):
         self.klog, self.now, self.window_s = klog, now, window_s
@@ -67,6 +95,8 @@ class EventWindow:
         self.rebooted = bool(old_boot and klog.boot_id and old_boot != klog.boot_id)
         self.cleared_at: float | None = None if self.rebooted else prev.get("cleared_at")
         self._held: list[dict] = [] if self.rebooted else list(prev.get("held") or [])
+        self._seen = _cursor_times(self.cursor)
+        self._now = {**latest_per_clock(klog), clock_of(now): now}
 
     def is_new(self, ev: KernelEvent, untimed_index: int) -> bool:
         cur = self.cursor
@@ -74,9 +104,10 @@ class EventWindow:
             return True
         if ev.seq is not None and cur.get("last_seq") is not None:
             return ev.seq > cur["last_seq"]
-        if ev.time is not None and cur.get("last_time") is not None:
-            return ev.time > cur["last_time"]
-        if ev.time is None and ev.seq is None:
+        if ev.time is not None:
+            last = self._seen.get(clock_of(ev.time))
+            return last is None or ev.time > last  # no time on this clock seen before: new
+        if ev.seq is None:
             return untimed_index >= int(cur.get("untimed") or 0)
         return True
 
@@ -85,7 +116,8 @@ class EventWindow:
             return new
         if self.cleared_at is not None and t <= self.cleared_at:
             return False
-        return t >= self.now - self.window_s  # a line from the future (clock skew) counts
+        now = self._now.get(clock_of(t), self.now)
+        return t >= now - self.window_s  # a line from the future (clock skew) counts
 
     def events(self, kinds: Iterable[EventKind]) -> list[tuple[KernelEvent, bool]]:
         """(event, is_new) for every event of ``kinds`` inside the window, oldest first."""
@@ -114,8 +146,20 @@ class EventWindow:
     def state(self, held: list[dict], **extra: Any) -> dict[str, Any]:
         untimed = sum(1 for e in self.klog.events if e.time is None and e.seq is None)
         cursor = {"boot_id": self.klog.boot_id, "last_seq": self.klog.last_seq, "last_time": self.klog.last_time,
-                  "untimed": untimed, "unparsed": self.klog.unparsed_lines}
+                  "last_times": latest_per_clock(self.klog), "untimed": untimed, "unparsed": self.klog.unparsed_lines}
         return {"cursor": cursor, "held": held, "cleared_at": self.cleared_at, **extra}
+
+
+def _cursor_times(cursor: dict[str, Any]) -> dict[str, float]:
+    """The cursor's latest time per clock; a cursor written before the clocks were told apart
+    has only ``last_time``, which stands for its own clock."""
+    times = cursor.get("last_times")
+    if isinstance(times, dict):
+        return {k: float(v) for k, v in times.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    last = cursor.get("last_time")
+    if isinstance(last, (int, float)) and not isinstance(last, bool):
+        return {clock_of(float(last)): float(last)}
+    return {}
 
 
 def acknowledge(state: dict[str, Any] | None, now: float) -> dict[str, Any]:
