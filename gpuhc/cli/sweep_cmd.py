@@ -180,6 +180,14 @@ def report_cmd(config_path, state_dir, sweep_id, nodes, png, json_mode) -> None:
               help="Chance that a healthy group's run is disturbed (a transient).")
 @click.option("--strategy", type=click.Choice(["auto", "isolate", "bisect"]), default="auto", show_default=True)
 @click.option("--max-rounds", type=click.IntRange(1, 20), default=4, show_default=True)
+@click.option("--kinds", default="slow,laggy,broken", show_default=True,
+              help="Fault kinds the bad nodes are drawn from (comma-separated: slow, laggy, broken).")
+@click.option("--slow-bw", default="0.35,0.6", show_default=True, metavar="LO,HI",
+              help="A slow node's bandwidth as a fraction of healthy, drawn from LO..HI (0.75,0.85: 15-25 %% slow).")
+@click.option("--gpu", default="", help="NVML name the simulated ranks report (default an H100): picks the GPU "
+              "profile, e.g. 'NVIDIA A100-SXM4-80GB' for fleet-only judging.")
+@click.option("--threshold", "thresholds", multiple=True, metavar="KEY=VALUE",
+              help="Set sweep.thresholds.nccl.default.KEY (repeatable; 'null' switches a bound off).")
 @click.option("--json", "json_mode", is_flag=True)
 def simulate_cmd(json_mode, **kw) -> None:
     """Run the real planner, judge and localizer against a synthetic cluster with hidden bad nodes."""
@@ -187,7 +195,9 @@ def simulate_cmd(json_mode, **kw) -> None:
 
     out = simulate(SimSpec(nodes=kw["n_nodes"], bad=kw["bad"], bad_links=kw["bad_links"], group_size=kw["group_size"],
                            seed=kw["seed"], noise=kw["noise"], glitch_rate=kw["glitch_rate"],
-                           strategy=kw["strategy"], max_rounds=kw["max_rounds"]))
+                           strategy=kw["strategy"], max_rounds=kw["max_rounds"], kinds=_kinds(kw["kinds"]),
+                           slow_bw=_fraction_range(kw["slow_bw"]), gpu=kw["gpu"],
+                           thresholds=_threshold_pairs(kw["thresholds"])))
     if json_mode:
         click.echo(json.dumps(out, indent=1))
     else:
@@ -199,6 +209,45 @@ def simulate_cmd(json_mode, **kw) -> None:
         for r in out["per_round"]:
             click.echo(f"  round {r['round']}: {r['groups']} groups, {r['failed']} failed")
     sys.exit(0 if out["ok"] else EXIT_UNHEALTHY)
+
+
+def _kinds(text: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in kinds if k not in ("slow", "laggy", "broken")]
+    if not kinds or bad:
+        raise click.BadParameter(f"unknown fault kind {', '.join(bad) or '(none)'} (known: slow, laggy, broken)",
+                                 param_hint="--kinds")
+    return kinds
+
+
+def _fraction_range(text: str) -> tuple[float, float]:
+    try:
+        lo, hi = (float(x) for x in text.split(","))
+    except ValueError:
+        raise click.BadParameter(f"expected LO,HI (two numbers), got {text!r}", param_hint="--slow-bw") from None
+    if not 0.0 < lo <= hi <= 1.0:
+        raise click.BadParameter(f"need 0 < LO <= HI <= 1, got {text!r}", param_hint="--slow-bw")
+    return lo, hi
+
+
+def _threshold_pairs(items: tuple[str, ...]) -> dict:
+    from gpuhc.errors import ConfigError
+    from gpuhc.sweep.settings import validate_thresholds
+
+    out: dict = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--threshold")
+        try:
+            out[key.strip()] = None if value.strip() == "null" else (int(value) if value.strip().isdigit() else float(value))
+        except ValueError:
+            raise click.BadParameter(f"not a number: {item!r}", param_hint="--threshold") from None
+    try:
+        validate_thresholds({"nccl": {"default": out}}, path=("sweep", "thresholds"))
+    except ConfigError as e:
+        raise click.BadParameter(str(e), param_hint="--threshold") from None
+    return out
 
 
 def _emit(out: dict, json_mode: bool) -> None:

@@ -6,7 +6,8 @@ multiplicative measurement noise and rare transient disturbances of healthy grou
 same :func:`gpuhc.sweep.campaign.judge_round` and :func:`~gpuhc.sweep.campaign.advance` that
 ``gpuhc sweep analyze`` uses decide what is bad and what to run next.
 
-Bad nodes come in three kinds: ``slow`` (bandwidth cut to 35-60 %), ``laggy`` (small-message
+Bad nodes come in three kinds: ``slow`` (bandwidth cut to 35-60 % by default; ``slow_bw``
+sets the range, e.g. 0.75-0.85 for nodes only 15-25 % slow), ``laggy`` (small-message
 latency 4-8x) and ``broken`` (from a chosen size on, collectives hang or sum wrong). Bad links
 are pairs that are only slow together; they are placed inside one first-round group (a link
 that no group exercises cannot be seen by that sweep; rotation exercises it another day).
@@ -46,6 +47,9 @@ class SimSpec:
     min_bytes: int = 1024
     max_bytes: int = 2 << 30
     kinds: tuple[str, ...] = ("slow", "laggy", "broken")
+    slow_bw: tuple[float, float] = (0.35, 0.6)  # a slow node's bandwidth, as a fraction of healthy
+    gpu: str = ""  # the NVML name the fake ranks report ("": the cost model's H100); picks the profile
+    thresholds: dict = field(default_factory=dict)  # over sweep.thresholds.nccl.default
 
 
 @dataclass
@@ -71,7 +75,7 @@ def make_cluster(spec: SimSpec, rng: random.Random) -> Cluster:
     for name in rng.sample(names, spec.bad):
         kind = rng.choice(spec.kinds)
         if kind == "slow":
-            cluster.faults[name] = NodeFault(kind, bw=rng.uniform(0.35, 0.6))
+            cluster.faults[name] = NodeFault(kind, bw=rng.uniform(*spec.slow_bw))
         elif kind == "laggy":
             cluster.faults[name] = NodeFault(kind, lat=rng.uniform(4.0, 8.0))
         else:
@@ -113,7 +117,8 @@ def fake_result(group: Group, cluster: Cluster, spec: SimSpec, sizes: list[int],
             row = summarize_size(nbytes, nranks, [t * math.exp(rng.gauss(0.0, spec.noise))])
         row["correct"] = not broken
         rows.append(row)
-    ranks = [{"rank": i, "node": group.nodes[i // group.ranks_per_node], "gpu": SIM_GPU} for i in range(nranks)]
+    gpu = spec.gpu or SIM_GPU
+    ranks = [{"rank": i, "node": group.nodes[i // group.ranks_per_node], "gpu": gpu} for i in range(nranks)]
     return {"format": "gpuhc-sweep-result/1", "group_id": group.id, "backend": "nccl", "nodes": group.nodes,
             "nranks": nranks, "ranks": ranks, "sizes": rows, "timeouts": timeouts, "complete": not timeouts,
             "errors": []}
@@ -135,6 +140,8 @@ def simulate(spec: SimSpec) -> dict:
     section = defaults(SCHEMA)
     section.update(group_size=spec.group_size, ranks_per_node=spec.ranks_per_node, backend="nccl")
     section["localize"].update(max_rounds=spec.max_rounds, strategy=spec.strategy)
+    if spec.thresholds:
+        section["thresholds"] = {"nccl": {"default": dict(spec.thresholds)}}
     sizes = judged_sizes(spec, section)
     plan = plan_probe(cluster.names, {}, 0.0, spec.group_size, spec.ranks_per_node)
     record = new_record(f"sim-{spec.seed}", plan.groups, section, now=0.0)
@@ -165,6 +172,7 @@ def _summary(spec: SimSpec, cluster: Cluster, record: dict, per_round: list, job
     out = {
         "nodes": spec.nodes, "group_size": spec.group_size, "seed": spec.seed,
         "bad_nodes": sorted(bad), "bad_kinds": {n: f.kind for n, f in sorted(cluster.faults.items())},
+        "bad_bw": {n: round(f.bw, 3) for n, f in sorted(cluster.faults.items()) if f.kind == "slow"},
         "bad_links": true_links,
         "rounds": len(record["rounds"]), "jobs": jobs,
         "found": sorted(named & bad), "missed": sorted(bad - named), "false_accusations": sorted(named - bad),
