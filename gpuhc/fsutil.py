@@ -17,9 +17,13 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
     """Replace ``path`` with ``data``; the file gets exactly ``mode`` whatever the umask.
     Raises OSError (callers turn it into their own error, naming the file)."""
     directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    # A fresh unguessable name opened with O_EXCL|O_NOFOLLOW: a link planted in the directory
+    # is never followed (gpuhc writes as root, sometimes into directories other tools share).
+    # Not tempfile.mkstemp: importing it costs the health check ~8 ms on every run.
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, mode)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
         try:
             os.fchmod(fd, mode)
             view = memoryview(data)

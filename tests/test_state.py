@@ -82,3 +82,17 @@ def test_root_refuses_group_writable_state_dir(tmp_path):
     with pytest.raises(StateError, match="not writable by"):
         with StateStore(str(d)).transaction():
             pass
+
+
+def test_atomic_write_never_follows_a_planted_link(tmp_path):
+    """The temporary name is fresh and opened O_EXCL|O_NOFOLLOW: whatever links sit in the
+    directory, only the target is replaced and the link's target is untouched."""
+    from gpuhc.fsutil import write_atomic
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    for pid in range(os.getpid() - 2, os.getpid() + 3):  # predictable names of the old scheme
+        (tmp_path / f".out.{pid}.tmp").symlink_to(victim)
+    write_atomic(str(tmp_path / "out"), b"new", 0o600)
+    assert (tmp_path / "out").read_bytes() == b"new" and victim.read_text() == "keep"
+    assert oct((tmp_path / "out").stat().st_mode & 0o777) == "0o600"
