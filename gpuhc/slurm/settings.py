@@ -33,7 +33,8 @@ SCHEMA = {
     "postmortem_dir": Key(str, "/var/lib/gpuhc/postmortem", "epilog: where post-mortem bundles of failed jobs go"),
     "postmortem_format": Key(str, "dir", "bundle as a directory or one .tar.gz", choices=("dir", "tar.gz")),
     "postmortem_keep": Key(int, 50, "bundles kept per node; the oldest beyond this are removed", min=1),
-    "postmortem_kernel_lines": Key(int, 200, "most recent kernel-log events copied into a bundle", min=0),
+    "postmortem_kernel_lines": Key(int, 200, "most recent raw kernel-log lines (and parsed events) copied into a bundle",
+                                   min=0),
     "breaker": {
         "enabled": Key(bool, True, "stop draining when gpuhc already holds too many nodes"),
         "max_drained": Key(int, None, "absolute cap of nodes drained by gpuhc", min=0, nullable=True),
