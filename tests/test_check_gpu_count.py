@@ -298,7 +298,7 @@ def test_another_serial_at_a_baseline_bus_id_warns():
     assert r.status is Status.PASS
     snap.nvml.gpus[5].serial = "1652320099999"
     snap.nvml.gpus[6].serial = None  # NOT_SUPPORTED: nothing to compare
-    (p, w) = judge(snap, baseline=base)
+    (_, w) = judge(snap, baseline=base)
     assert w.status is Status.WARN and w.subject == "gpu5" and not w.action.drains
     assert w.message == "gpu5 (0000:ab:00.0) serial 1652320099999, baseline has 1652320000ab (board swapped? re-capture the baseline)"
 

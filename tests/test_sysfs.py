@@ -204,8 +204,8 @@ def _state_text(draw, names):
 def _rate_text(draw):
     gbps = draw(st.one_of(st.integers(1, 3200).map(float), st.sampled_from([2.5, 5.0, 14.0625, 53.125])))
     number = f"{gbps:g}" if gbps != int(gbps) else str(int(gbps))
-    tail = draw(st.sampled_from(["", f" ({draw(st.sampled_from([1, 2, 4, 8, 12]))}X "
-                                     f"{draw(st.sampled_from(_SPEEDS))})", " (4X)"]))
+    width, speed = draw(st.sampled_from([1, 2, 4, 8, 12])), draw(st.sampled_from(_SPEEDS))
+    tail = draw(st.sampled_from(["", f" ({width}X {speed})", " (4X)"]))
     return f"{number} Gb/sec{tail}\n", float(number)
 
 

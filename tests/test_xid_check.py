@@ -280,8 +280,8 @@ def test_settings_from_a_config_file(tmp_path):
 # ---------------------------------------------------------------------- files mixing two clocks
 
 MIXED = [  # a log pasted together from `dmesg -T --time-format=iso` and a plain `dmesg`
-    "2025-03-04T10:03:12,448120+00:00 NVRM: Xid (PCI:0000:5d:00): 79, pid='<unknown>', name=<unknown>, "
-    "GPU has fallen off the bus.",
+    ("2025-03-04T10:03:12,448120+00:00 NVRM: Xid (PCI:0000:5d:00): 79, pid='<unknown>', name=<unknown>, "
+     "GPU has fallen off the bus."),
     "[  812.004512] NVRM: Xid (PCI:0000:2a:00): 48, pid=1, name=python3, An uncorrectable double bit error",
     "[  900.000000] systemd[1]: Started gpuhc passive check.",
 ]
