@@ -176,6 +176,12 @@ def test_a_lost_gpu_without_bus_id_is_not_reported_twice():
     assert sorted(r.subject for r in results) == ["0000:3a:00.0", "0000:5d:00.0", "gpu2"]
 
 
+def test_the_bus_comparison_can_be_turned_off():
+    # A container given 2 of the host's 8 GPUs sees all 8 in sysfs: the site says pci_bus: false.
+    (r,) = judge(on_bus(healthy_node(2)), pci_bus=False)
+    assert r.status is Status.PASS and r.message == "2 GPUs visible"
+
+
 def test_nvml_unavailable_says_only_that():
     snap = on_bus(no_nvml())
     (r,) = judge(snap)

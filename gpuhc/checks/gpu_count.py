@@ -12,7 +12,7 @@ job that asked for it.
 The PCI bus is the expectation that needs no configuration: a GPU that fell off the bus often
 drops out of NVML's list while sysfs still enumerates it (``Snapshot.pci_gpus``). Every NVIDIA
 GPU on the bus that NVML does not list fails (drain + reboot: the reboot re-trains the link or
-proves the board dead). It is an optional source: a wedged sysfs read must not hold NVML's
+proves the board dead); threshold ``pci_bus: false`` turns this off. It is an optional source: a wedged sysfs read must not hold NVML's
 verdict, so the check waits for it within its timeout and then judges without it.
 
 Against a baseline it also checks what the boards are, node-wide like the count:
@@ -168,7 +168,7 @@ def _judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         expected, source = ctx.baseline["gpu_count"], "baseline"
     missing = _missing_from_baseline(snapshot, ctx.baseline)
     # Node-wide, also in the prolog: a GPU gone from NVML is the node's problem, whoever's it is.
-    on_bus = _invisible_on_bus(snapshot)
+    on_bus = _invisible_on_bus(snapshot) if ctx.t("pci_bus", True) is not False else []
     if on_bus and (expected is None or count >= expected):
         # (Short of an expected count, the count's own FAIL below names them: one reason, not two.)
         for pci in on_bus:
@@ -215,7 +215,9 @@ CHECKS = [
         judge=judge,
         stages=STAGES,
         timeout_s=10.0,
-        defaults={"expected": None},
+        # pci_bus: false where NVML sees a subset of the bus on purpose (a container given some of
+        # the host's GPUs still sees the whole bus in sysfs).
+        defaults={"expected": None, "pci_bus": True},
         doc="NVML reachable, every expected GPU (and every GPU on the PCI bus) enumerated, none lost",
     )
 ]
