@@ -194,7 +194,9 @@ def test_a_hung_recorded_kernel_log_costs_only_the_check_timeouts(tmp_path):
               "--state-dir", str(tmp_path / "st"))
     report = json.loads(p.stdout)
     assert p.returncode == 3
-    assert sorted(report["timed_out"]) == ["infiniband", "nvswitch", "xid"]
+    # The kernel-log checks time out; infiniband judges its ports from sysfs without it.
+    assert sorted(report["timed_out"]) == ["nvswitch", "xid"]
+    assert any("infiniband: judged without kernel_log" in n for n in report["notes"])
     assert report["duration_s"] < 15  # bounded by the 1 s timeouts, not the 30 s budget
 
 

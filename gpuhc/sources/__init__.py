@@ -8,14 +8,7 @@ scenario code it does not use.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
-
-from gpuhc.sources.base import KernelLogSource, NvmlSource, SysfsSource
-
-
-class PciSource(Protocol):
-    def nvidia_gpus(self) -> list[str] | None:
-        """Normalised PCI addresses of the NVIDIA GPUs on the bus; None when unknown."""
+from gpuhc.sources.base import KernelLogSource, NvmlSource, PciSource, SysfsSource
 
 
 @dataclass

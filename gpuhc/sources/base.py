@@ -29,3 +29,8 @@ class SysfsSource(Protocol):
 
     def aer(self) -> list[AerCounters]:
         """PCIe AER counters of every device that exposes them."""
+
+
+class PciSource(Protocol):
+    def nvidia_gpus(self) -> list[str] | None:
+        """Normalised PCI addresses of the NVIDIA GPUs on the bus; None when unknown."""
