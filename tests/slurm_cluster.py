@@ -30,6 +30,7 @@ that sets ``SLURM_CONF`` so the commands talk to this cluster and nothing else.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -42,7 +43,8 @@ from typing import Any, Callable, Iterable
 
 from slurm_cluster_files import REPO, SBIN, free_ports, gpuhc_bin, slurm_conf, write_gpuhc_yaml, write_gres, write_wrappers
 
-__all__ = ["REPO", "ClusterError", "SlurmCluster", "daemons_alive", "free_ports", "gpuhc_bin"]
+__all__ = ["REPO", "ClusterError", "SlurmCluster", "cluster_processes", "daemons_alive", "free_ports", "gpuhc_bin",
+           "process_identity"]
 
 
 class ClusterError(RuntimeError):
@@ -81,6 +83,7 @@ class SlurmCluster:
         start_timeout: float = 60.0,
         debug: str = "info",
         shim_dir: str | os.PathLike | None = None,
+        prolog_flags: str | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.nodes = tuple(nodes)
@@ -95,6 +98,7 @@ class SlurmCluster:
         self.gpus_per_node = gpus_per_node
         self.cpus = cpus
         self.prolog_epilog_timeout = prolog_epilog_timeout
+        self.prolog_flags = prolog_flags  # e.g. "Alloc", as slurm/slurm.conf.example recommends
         self.start_timeout = start_timeout
         self.debug = debug
         # Where the wrappers find healthcheck.sh/prolog.sh/epilog.sh: the repo's shims by
@@ -110,6 +114,7 @@ class SlurmCluster:
         self.ctld_port = 0
         self.node_ports: dict[str, int] = {}
         self._procs: dict[str, subprocess.Popen] = {}
+        self._clients: list[subprocess.Popen] = []  # srun/salloc a test started with popen()
         self._started = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -139,29 +144,34 @@ class SlurmCluster:
         return self
 
     def stop(self) -> None:
-        """Kill every daemon we started (process groups, so prologs and slurmstepds go too)."""
-        # slurmds first (with their stepds and scripts), then the controller, munge last.
+        """Stop everything of this cluster: the clients a test left running, the daemons (process
+        groups), then every process still carrying the cluster's mark (slurmstepd and the jobs'
+        processes, which live in sessions of their own and survive their daemons)."""
+        for proc in self._clients:  # first: a hanging srun would otherwise re-ask for its job
+            self._kill_group(proc, grace=2)
+        # slurmds first (with their scripts), then the controller, munge last.
         order = [k for k in self._procs if k.startswith("slurmd")] + [k for k in ("slurmctld", "munged") if k in self._procs]
         for key in order:
             self._kill_group(self._procs[key])
         self._kill_strays()
         self._procs.clear()
+        self._clients.clear()
         self._started = False
         if self.sock_dir is not None:
             shutil.rmtree(self.sock_dir, ignore_errors=True)
             self.sock_dir = None
 
-    def _kill_group(self, proc: subprocess.Popen) -> None:
+    def _kill_group(self, proc: subprocess.Popen, grace: float = 5) -> None:
         if proc.poll() is None:
             try:
                 os.killpg(proc.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
             try:
-                proc.wait(timeout=5)
+                proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 pass
-        # The group may hold children that outlive the leader (slurmstepd, a prolog).
+        # The group may hold children that outlive the leader (a prolog, an srun's helpers).
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -171,15 +181,29 @@ class SlurmCluster:
         except subprocess.TimeoutExpired:
             pass
 
-    def _kill_strays(self) -> None:
-        """slurmstepd daemonises out of slurmd's process group: find ours by the SLURM_CONF it
-        inherited from our slurmd, never by name alone (another cluster may be running)."""
-        for pid in _pids_of("slurmstepd"):
-            if _belongs_to(pid, self):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+    def _kill_strays(self, grace: float = 3.0) -> None:
+        """Whatever of the cluster outlived its daemon: slurmstepd daemonises out of slurmd's
+        process group, and a job's processes run in a session of their own, so killing the
+        groups misses both (a SIGKILLed slurmstepd leaves its job to init). Found by the
+        cluster's mark (see :func:`cluster_processes`), never by name alone: another cluster
+        may be running. SIGTERM first, slurmstepd before the rest, so a step can end its tasks
+        the way Slurm does; SIGKILL for anything left after ``grace``, or as soon as all that is
+        left blocks or ignores SIGTERM (slurmstepd blocks it: waiting would only cost time)."""
+        pids = cluster_processes(self)
+        if not pids:
+            return
+        for pid in sorted(pids, key=lambda p: _comm(p) != "slurmstepd"):
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while (left := cluster_processes(self)) and time.monotonic() < deadline:
+            if all(_deaf_to_sigterm(pid) for pid in left):
+                break
+            time.sleep(0.05)
+        deadline = time.monotonic() + 10
+        while (left := cluster_processes(self)) and time.monotonic() < deadline:
+            for pid in left:
+                _signal(pid, signal.SIGKILL)
+            time.sleep(0.05)
 
     # ------------------------------------------------------------------ setup
 
@@ -286,6 +310,16 @@ class SlurmCluster:
             raise ClusterError(f"scontrol show node {name}: expected one node, got {len(found)}")
         return found[0]
 
+    def popen(self, argv: list[str], **kw: Any) -> subprocess.Popen:
+        """Start a Slurm client in the background (an ``srun`` the test does not wait for), with
+        this cluster's environment; one still running at teardown is killed with the cluster."""
+        kw.setdefault("stdout", subprocess.DEVNULL)
+        kw.setdefault("stderr", subprocess.DEVNULL)
+        proc = subprocess.Popen(argv, env=self.env(**kw.pop("env", {})), stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=kw.pop("cwd", self.workdir), **kw)
+        self._clients.append(proc)
+        return proc
+
     def sbatch(self, *args: str, timeout: float = 30) -> int:
         """Submit a job, return its id."""
         cp = self.run(["sbatch", "--parsable", *args], timeout=timeout)
@@ -354,35 +388,104 @@ class SlurmCluster:
         return "\n".join(out)
 
 
-def _pids_of(exe_name: str) -> list[int]:
-    pids = []
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, start time in clock ticks) of a process; None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # the name in parentheses may hold spaces
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _deaf_to_sigterm(pid: int) -> bool:
+    """Whether SIGTERM is blocked or ignored by the process (/proc/PID/status signal masks)."""
+    bit = 1 << (signal.SIGTERM - 1)
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(("SigBlk:", "SigIgn:")) and int(line.split()[1], 16) & bit:
+                return True
+    except (OSError, ValueError, IndexError):
+        return True  # gone or unreadable: nothing to wait for
+    return False
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _process_table() -> dict[int, tuple[str, int, int]]:
+    table = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if (entry / "comm").read_text().strip() == exe_name:
-                pids.append(int(entry.name))
-        except OSError:
-            continue
-    return pids
+        if entry.name.isdigit() and (st := _stat(int(entry.name))) is not None:
+            table[int(entry.name)] = st
+    return table
+
+
+def cluster_processes(cluster: SlurmCluster) -> list[int]:
+    """PIDs of every live process of ``cluster``: its daemons, slurmstepds, prologs and epilogs,
+    the jobs' processes, and clients (srun) a test started against it.
+
+    A process is the cluster's when its environment carries the cluster's SLURM_CONF (the
+    harness starts every daemon and client with it, slurmstepd inherits it from slurmd, and a
+    job inherits it from the sbatch/srun that submitted it), when its command line names the
+    work directory, or when it descends from such a process (a job that scrubbed its
+    environment). Zombies are dead already; this process and its ancestors are never listed.
+    """
+    table = _process_table()
+    spared, pid = set(), os.getpid()
+    while pid > 1 and pid not in spared:
+        spared.add(pid)
+        pid = table.get(pid, ("", 0, 0))[1]
+    known = {p.pid for p in (*cluster._procs.values(), *cluster._clients)}
+    marked = [p for p in table if p in known or _belongs_to(p, cluster)]
+    children: dict[int, list[int]] = {}
+    for p, (_, ppid, _) in table.items():
+        children.setdefault(ppid, []).append(p)
+    found, stack = set(marked), list(marked)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return sorted(p for p in found - spared if table[p][0] != "Z")
 
 
 def daemons_alive(cluster: SlurmCluster) -> list[int]:
-    """PIDs of slurmctld/slurmd/slurmstepd/munged processes that belong to ``cluster``."""
-    return [pid for name in ("slurmctld", "slurmd", "slurmstepd", "munged") for pid in _pids_of(name) if _belongs_to(pid, cluster)]
+    """Every live process of ``cluster`` (daemons, steps, jobs, clients): empty after stop()."""
+    return cluster_processes(cluster)
+
+
+def process_identity(pid: int) -> tuple[int, int] | None:
+    """(pid, start time): tells a process from a later one that reuses its PID."""
+    st = _stat(pid)
+    return None if st is None or st[0] == "Z" else (pid, st[2])
 
 
 def _belongs_to(pid: int, cluster: SlurmCluster) -> bool:
-    """Whether a process was started for ``cluster``: its environment carries our SLURM_CONF
-    (the harness starts every daemon with it and slurmstepd inherits it), or its command line
-    names our work directory."""
-    marks = (f"SLURM_CONF={cluster.conf_path}".encode(), str(cluster.workdir).encode())
+    """Whether a process carries the cluster's mark: our SLURM_CONF in its environment, or our
+    work directory on its command line."""
     try:
         env = Path(f"/proc/{pid}/environ").read_bytes()
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return any(m in env.split(b"\0") or m in cmd for m in marks)
+    if f"SLURM_CONF={cluster.conf_path}".encode() in env.split(b"\0"):
+        return True
+    # The directory itself or a path below it, as an argument or after `--opt=`: a plain
+    # substring test would take .../slurm1 for .../slurm10, another test's cluster.
+    wd = re.escape(str(cluster.workdir).encode())
+    return re.search(rb"(?:^|[\0=])" + wd + rb"(?:/|\0|$)", cmd) is not None
 
 
 # ---------------------------------------------------------------------- pytest fixtures

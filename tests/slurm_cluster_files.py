@@ -96,6 +96,8 @@ def slurm_conf(c: "SlurmCluster") -> str:
         ]
     if c.prolog:
         lines.append(f"Prolog={wd}/bin/prolog")
+    if c.prolog_flags:
+        lines.append(f"PrologFlags={c.prolog_flags}")
     if c.epilog:
         lines.append(f"Epilog={wd}/bin/epilog")
     gres = ""

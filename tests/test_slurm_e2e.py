@@ -16,8 +16,10 @@ import re
 import signal
 import stat
 import subprocess
+import time
 from pathlib import Path
 
+import hostlist
 import pytest
 
 from slurm_cluster import REPO, gpuhc_bin
@@ -27,6 +29,16 @@ pytestmark = pytest.mark.slurm
 HEALTHY = REPO / "examples" / "scenarios" / "healthy-8xh100.yaml"
 XID79 = REPO / "examples" / "scenarios" / "xid79-fallen-off-bus.yaml"  # Xid 79 on gpu3
 INTERVAL = 3  # HealthCheckInterval, seconds
+
+
+def recommended_conf() -> dict[str, str]:
+    """The slurm.conf lines slurm/slurm.conf.example recommends (comments dropped)."""
+    lines = [ln.strip() for ln in (REPO / "slurm" / "slurm.conf.example").read_text().splitlines()
+             if ln.strip() and not ln.lstrip().startswith("#")]
+    return dict(ln.split("=", 1) for ln in lines)
+
+
+RECOMMENDED = recommended_conf()
 
 
 def pcie(width: int) -> str:
@@ -79,6 +91,30 @@ def decisions(wd: Path, node: str, flow: str = "healthcheck") -> list[str]:
     return out
 
 
+XID79_LINE = "NVRM: Xid (PCI:0000:5d:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+
+
+def iso(t: float) -> str:
+    """A kernel-log time stamp as `dmesg --time-format iso` prints it (UTC)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S,000000+00:00", time.gmtime(t))
+
+
+def replay_snapshot(path: Path, stage: str, state_dir: Path) -> dict:
+    """`gpuhc check` on a recorded snapshot, offline, with a fresh state and default config."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUHC_", "SLURM"))}
+    env["PYTHONPATH"] = str(REPO)
+    cp = subprocess.run([*gpuhc_bin().split(), "check", "--nvml-scenario", str(path), "--stage", stage, "--json",
+                         "--state-dir", str(state_dir), "--node", "n2"],
+                        capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert cp.returncode in (0, 1), cp.stderr
+    return json.loads(cp.stdout)
+
+
+def verdict(run: dict) -> set[tuple]:
+    """What a run decided: (check, status, subject) of every result that is not a PASS."""
+    return {(r["check"], r["status"], r["subject"]) for r in run["results"] if r["status"] not in ("pass", "n/a")}
+
+
 def runs(wd: Path, node: str) -> int:
     return sum(1 for line in decisions(wd, node) if line.startswith("passive:"))
 
@@ -94,10 +130,14 @@ def gpuhc(cluster, *args: str, node: str | None = None, check: bool = False) -> 
     return cp
 
 
-def drain_report(cluster) -> dict[str, dict]:
+def drain_report(cluster) -> tuple[dict[str, dict], dict[str, tuple], dict]:
+    """gpuhc drain-report --json on the live cluster: records by node, groups as
+    ``{cause: (owner, count, [hostlist per row])}``, and the whole document."""
     cp = gpuhc(cluster, "drain-report", "--json", check=True)
     doc = json.loads(cp.stdout)
-    return {rec["node"]: rec for rec in doc["nodes"]}
+    assert doc["source"] == "scontrol --oneliner show node"
+    groups = {g["cause"]: (g["owner"], g["count"], [r["nodes"] for r in g["rows"]]) for g in doc["groups"]}
+    return {rec["node"]: rec for rec in doc["nodes"]}, groups, doc
 
 
 # ------------------------------------------------------------------ the health check
@@ -107,6 +147,7 @@ def test_healthcheck_under_slurmd(slurm_cluster, tmp_path):
     wd = tmp_path / "hc"
     c = slurm_cluster(
         workdir=wd, nodes=("n1", "n2", "n3", "n4"), healthcheck=True, healthcheck_interval=INTERVAL,
+        healthcheck_node_state=RECOMMENDED["HealthCheckNodeState"],  # ANY,CYCLE
         gpuhc_config=base_config(wd),
         node_scenarios={
             "n1": str(XID79),
@@ -120,6 +161,8 @@ def test_healthcheck_under_slurmd(slurm_cluster, tmp_path):
     )
     # An admin drains n2 before its second health check (the first ran at slurmd start).
     c.scontrol("update", "NodeName=n2", "State=DRAIN", "Reason=admin: bad fan, ticket 4711")
+    shown = {k.strip(): v.strip() for k, _, v in (ln.partition("=") for ln in c.scontrol("show", "config").stdout.splitlines())}
+    assert set(shown["HealthCheckNodeState"].split(",")) == {"ANY", "CYCLE"}, shown["HealthCheckNodeState"]
 
     c.wait_for(lambda: any(line.startswith("resumed:") for line in decisions(wd, "n3")), 90, "n3 resumed")
     c.wait_for(lambda: min(runs(wd, n) for n in ("n2", "n4")) >= 8, 90, "8 health checks on n2 and n4")
@@ -156,11 +199,16 @@ def test_healthcheck_under_slurmd(slurm_cluster, tmp_path):
     n4 = c.node("n4")
     assert n4.drained and n4.reason.startswith("gpuhc: pcie gpu3")
 
-    # gpuhc drain-report on the live cluster shows each of them as it is.
-    rep = drain_report(c)
+    # gpuhc drain-report on the live cluster shows each of them as it is: who, why, how.
+    rep, groups, doc = drain_report(c)
     assert set(rep) == {"n1", "n2", "n4"}
-    assert (rep["n1"]["owner"], rep["n2"]["owner"], rep["n4"]["owner"]) == ("gpuhc", "admin", "gpuhc")
-    assert rep["n2"]["reason"] == "admin: bad fan, ticket 4711"
+    assert {n: (r["cause"], r["owner"], r["kind"]) for n, r in rep.items()} == {
+        "n1": ("xid", "gpuhc", "drained"), "n2": ("admin", "admin", "drained"), "n4": ("pcie", "gpuhc", "drained")}
+    assert groups == {"xid": ("gpuhc", 1, ["n1"]), "pcie": ("gpuhc", 1, ["n4"]), "admin": ("admin", 1, ["n2"])}
+    assert rep["n2"]["reason"] == "admin: bad fan, ticket 4711" and rep["n1"]["reason"] == n1.reason
+    assert all(r["user"] == "root" and 0 <= r["age_s"] < 600 for r in rep.values())
+    assert (doc["total_nodes"], doc["unavailable"], doc["by_owner"]) == (4, 3, {"gpuhc": 2, "admin": 1})
+    assert doc["partitions"] == {"gpu": {"unavailable": 3, "total": 4}}
 
     # Every run was also appended to the event log, with what the Slurm side did.
     events = [json.loads(line) for line in (wd / "events.jsonl").read_text().splitlines()]
@@ -189,6 +237,17 @@ def test_circuit_breaker_stops_at_the_cap(slurm_cluster, tmp_path):
     assert re.search(r"^gpuhc_breaker_open 1(\.0)?$", prom, re.M)
     assert re.search(r"^gpuhc_breaker_cap 2(\.0)?$", prom, re.M)
 
+    # drain-report: the two held by gpuhc in one group and one row, the two in service absent.
+    rep, groups, doc = drain_report(c)
+    held_names = sorted(h.name for h in held)
+    assert sorted(rep) == held_names and not set(free) & set(rep)
+    assert all((r["cause"], r["owner"], r["kind"]) == ("xid", "gpuhc", "drained") for r in rep.values())
+    (row,) = groups["xid"][2]  # one row: the same reason on both
+    assert set(groups) == {"xid"} and groups["xid"][:2] == ("gpuhc", 2)
+    assert row.startswith("n[") and hostlist.expand_hostlist(row) == held_names
+    assert (doc["total_nodes"], doc["unavailable"], doc["by_kind"]) == (4, 2, {"drained": 2})
+    assert doc["partitions"] == {"gpu": {"unavailable": 2, "total": 4}}
+
 
 # ------------------------------------------------------------------ prolog, epilog, quarantine
 
@@ -198,10 +257,22 @@ def test_prolog_epilog_and_quarantine(slurm_cluster, tmp_path):
     xid_gpu0 = tmp_path / "xid-gpu0.yaml"
     xid_gpu0.write_text(XID79.read_text().replace("0000:5d:00", "0000:18:00").replace(
         "extends: healthy-8xh100.yaml", f"extends: {HEALTHY}"))
+    # n2 is healthy when its job starts; the job itself crashes with an Xid 79 written to the
+    # node's kernel log (a recorded file standing in for /dev/kmsg), as a GPU falling off the
+    # bus mid-job would; its IB port mlx5_3 has dropped packets to show in the bundle.
+    klog = wd / "n2-kernel.log"
+    klog.parent.mkdir(parents=True, exist_ok=True)
+    klog.write_text(f"{iso(time.time() - 60)} systemd[1]: Started Slurm node daemon.\n")
+    xid_line = wd / "xid-line.txt"
+    xid_line.write_text(XID79_LINE)
+    n2_scenario = tmp_path / "n2.yaml"
+    n2_scenario.write_text(f"extends: {HEALTHY}\nib_ports:\n  - {{device: mlx5_3, counters: {{port_xmit_discards: 1234}}}}\n")
+    cfg = base_config(wd)
+    cfg["hosts"] = [{"match": "n2", "sources": {"nvml_scenario": str(n2_scenario), "kernel_log": str(klog)}}]
     c = slurm_cluster(
         workdir=wd, nodes=("n1", "n2"), prolog=True, epilog=True, gpus_per_node=8,
-        gpuhc_config=base_config(wd),
-        node_scenarios={"n1": str(xid_gpu0), "n2": scenario(tmp_path, "late", 16, [8])},
+        prolog_flags=RECOMMENDED["PrologFlags"],  # Alloc: the prolog runs when the job is granted
+        gpuhc_config=cfg, node_scenarios={"n1": str(xid_gpu0)},
     )
     # A job on n1's GPUs 0-1: the prolog finds gpu0's Xid 79, drains with gpuhc's reason first,
     # then fails, and Slurm requeues the job (not held: nohold_on_prolog_fail).
@@ -217,24 +288,44 @@ def test_prolog_epilog_and_quarantine(slurm_cluster, tmp_path):
     assert n1.drained and n1.reason.startswith("gpuhc: xid Xid 79 on gpu0"), n1.reason
     assert any("prolog gpus=0,1: FAIL" in x for x in decisions(wd, "n1", "prolog"))
 
-    # A job that fails on n2: its epilog writes a post-mortem bundle; the node, healthy at the
-    # prolog, fails at the epilog and is drained with gpuhc's reason, which Slurm's own
-    # "Epilog error" drain (our exit 1) does not replace.
-    job_b = c.sbatch("-w", "n2", "--gres=gpu:8", "-o", "/dev/null", "--wrap", "exit 3")
+    # A job that crashes on n2 with an Xid: its epilog writes a post-mortem bundle; the node,
+    # healthy at the prolog, fails at the epilog and is drained with gpuhc's reason, which
+    # Slurm's own "Epilog error" drain (our exit 1) does not replace.
+    crash = f'printf "%s %s\\n" "$(date -u +%Y-%m-%dT%H:%M:%S,%6N+00:00)" "$(cat {xid_line})" >> {klog}; exit 3'
+    job_b = c.sbatch("-w", "n2", "--gres=gpu:8", "-o", "/dev/null", "--wrap", crash)
     assert c.wait_for_job(job_b, 60, ("FAILED",)) == "FAILED"
     c.wait_for(lambda: "epilog error on n2" in (wd / "log" / "slurmctld.log").read_text(), 30, "epilog done")
+    assert any("prolog gpus=0,1,2,3,4,5,6,7: PASS" in x for x in decisions(wd, "n2", "prolog")), \
+        decisions(wd, "n2", "prolog")
     n2 = c.node("n2")
-    assert n2.drained and n2.reason.startswith("gpuhc: pcie gpu3"), n2.reason
+    assert n2.drained and n2.reason.startswith("gpuhc: xid Xid 79 on gpu3"), n2.reason
     bundles = [p for p in (wd / "postmortem").iterdir() if p.name.startswith(f"n2-{job_b}-")]
     assert len(bundles) == 1 and stat.S_IMODE(bundles[0].stat().st_mode) == 0o700
-    meta = json.loads((bundles[0] / "job.json").read_text())
+    bundle = bundles[0]
+    meta = json.loads((bundle / "job.json").read_text())
     assert (meta["job_id"], meta["user"], meta["exit_code"]) == (str(job_b), "root", str(3 << 8))
-    assert any(str(bundles[0]) in x for x in decisions(wd, "n2", "epilog"))
-    assert {"results.json", "snapshot.yaml", "kernel.log", "ib.json"} <= {p.name for p in bundles[0].iterdir()}
+    assert meta["missing"] == [] and meta["kernel_log"]["lines"] == 2
+    assert any(str(bundle) in x for x in decisions(wd, "n2", "epilog"))
+    # The evidence: the raw Xid line as the kernel wrote it, the event the checks parsed, and
+    # the IB counters.
+    kernel = (bundle / "kernel.log").read_text().splitlines()
+    assert len(kernel) == 2 and kernel[1].endswith(XID79_LINE.strip()), kernel
+    events = (bundle / "kernel-events.log").read_text()
+    assert "xid" in events.lower() and "79" in events and "0000:5d:00" in events, events
+    ports = {p["device"]: p for p in json.loads((bundle / "ib.json").read_text())}
+    assert len(ports) == 8 and ports["mlx5_3"]["counters"]["port_xmit_discards"] == 1234
+    assert ports["mlx5_0"]["counters"]["symbol_error"] == 0 and ports["mlx5_0"]["state"] == "ACTIVE"
+    # snapshot.yaml replays offline to the verdict the epilog reached on the node.
+    results = json.loads((bundle / "results.json").read_text())
+    replay = replay_snapshot(bundle / "snapshot.yaml", results["stage"], tmp_path / "replay-state")
+    assert (replay["status"], replay["exit_code"]) == (results["status"], results["exit_code"]) == ("fail", 1)
+    assert verdict(replay) == verdict(results) and ("xid", "fail", "gpu3") in verdict(results)
 
-    # drain-report on the live cluster: both held by gpuhc.
-    rep = drain_report(c)
-    assert rep["n1"]["owner"] == "gpuhc" and rep["n2"]["owner"] == "gpuhc"
+    # drain-report on the live cluster: both held by gpuhc, each for its Xid.
+    rep, groups, _ = drain_report(c)
+    assert {n: (r["cause"], r["owner"], r["kind"]) for n, r in rep.items()} == {
+        "n1": ("xid", "gpuhc", "drained"), "n2": ("xid", "gpuhc", "drained")}
+    assert groups["xid"][:2] == ("gpuhc", 2) and sorted(groups["xid"][2]) == ["n1", "n2"]  # two reasons, two rows
 
     # Quarantine: listing, a failed retest on the node itself, retire, release.
     listed = json.loads(gpuhc(c, "quarantine", "list", "--json", check=True).stdout)
@@ -299,9 +390,7 @@ def test_healthcheck_shim_with_slurmds_empty_environment_and_a_hung_slurmctld(sl
 
 def test_slurm_conf_example_is_accepted_by_slurm(slurm_cluster, tmp_path):
     """The lines slurm/slurm.conf.example recommends, loaded by a real slurmctld/slurmd."""
-    lines = [ln.strip() for ln in (REPO / "slurm" / "slurm.conf.example").read_text().splitlines()
-             if ln.strip() and not ln.lstrip().startswith("#")]
-    conf = dict(ln.split("=", 1) for ln in lines)
+    conf = RECOMMENDED
     assert set(conf) == {"HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState", "Prolog", "Epilog",
                          "PrologFlags", "PrologEpilogTimeout", "SchedulerParameters"}
     # The harness writes its own program paths, PrologEpilogTimeout and SchedulerParameters.

@@ -5,12 +5,14 @@ Starts real slurmctld/slurmd/munged daemons on localhost (root only; see tests/s
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from slurm_cluster import ClusterError, SlurmCluster, daemons_alive
+from slurm_cluster import ClusterError, SlurmCluster, cluster_processes, daemons_alive, process_identity
 
 pytestmark = pytest.mark.slurm
 
@@ -112,18 +114,64 @@ def test_gpuhc_yaml_carries_node_scenarios(tmp_path):
     assert data == {"budget_s": {"passive": 10}, "hosts": [{"match": "n2", "sources": {"nvml_scenario": "xid79.yaml"}}]}
 
 
-def test_teardown_leaves_no_daemons(tmp_path):
+def test_teardown_leaves_no_process_of_the_cluster(tmp_path):
+    """Daemons, slurmstepds, a batch job's processes (in a session of their own, so killing
+    slurmd's group misses them) and an srun the test never waited for: all gone after stop()."""
     c = SlurmCluster(tmp_path / "c", nodes=("n1", "n2"))
     try:
         c.start()
-        # a job still running at teardown leaves a slurmstepd that must go too
-        job = c.sbatch("--wrap", "sleep 300")
+        job = c.sbatch("-w", "n1", "-o", "/dev/null", "--wrap", "sleep 300")
         c.wait_for(lambda: c.job_state(job) == "RUNNING", 30, "sleep job running")
-        assert daemons_alive(c)
+        c.popen(["srun", "-w", "n2", "-o", "/dev/null", "sleep", "301"])  # left hanging on purpose
+
+        def running() -> dict[int, str]:
+            procs = {pid: _comm(pid) for pid in daemons_alive(c)}
+            naps = {tuple(argv[1:]) for argv in map(_cmdline, procs) if argv and Path(argv[0]).name == "sleep"}
+            want = {"slurmctld", "slurmd", "slurmstepd", "munged", "srun"} <= set(procs.values()) and \
+                {("300",), ("301",)} <= naps
+            return procs if want else {}
+
+        procs = c.wait_for(running, 30, "the batch job, the srun and their steps running")
+        slurmd_sessions = {os.getsid(pid) for pid, name in procs.items() if name == "slurmd"}
+        sleeps = [pid for pid, name in procs.items() if name == "sleep"]
+        assert all(os.getsid(pid) not in slurmd_sessions for pid in sleeps)  # what a group kill misses
+        before = [process_identity(pid) for pid in procs]
     finally:
         c.stop()
     assert daemons_alive(c) == []
+    # By PID and start time: nothing of the cluster was left to init, whatever its environment.
+    assert [ident for ident in before if ident and process_identity(ident[0]) == ident] == []
     assert c.sock_dir is None
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def test_cluster_processes_match_the_work_directory_exactly(tmp_path):
+    """A cluster in .../slurm1 must not claim the processes of another in .../slurm10."""
+    (tmp_path / "slurm10").mkdir()
+    nap = [sys.executable, "-c", "import time; time.sleep(30)"]
+    other = subprocess.Popen([*nap, str(tmp_path / "slurm10" / "slurm.conf")])
+    mine = subprocess.Popen([*nap, f"--conf={tmp_path / 'slurm1' / 'slurm.conf'}"])
+    try:
+        c = SlurmCluster(tmp_path / "slurm1", nodes=("n1",))
+        found = cluster_processes(c)
+        assert mine.pid in found and other.pid not in found and os.getpid() not in found
+    finally:
+        for p in (other, mine):
+            p.kill()
+            p.wait()
 
 
 def test_a_cluster_that_cannot_start_says_why(tmp_path):
