@@ -513,14 +513,24 @@ if pytest is not None:
 
         return started, make
 
+    def _stop_all(started: list[SlurmCluster]) -> None:
+        """Stop every cluster, then make sure nothing of them is left (an error of the test's
+        teardown otherwise: a leaked job would skew every test after it)."""
+        left = {}
+        for cluster in started:
+            cluster.stop()
+            if pids := cluster_processes(cluster):
+                left[cluster.workdir] = [f"{pid} {_comm(pid)}" for pid in pids]
+        if left:
+            pytest.fail(f"processes of the test cluster survived its teardown: {left}", pytrace=False)
+
     @pytest.fixture
     def slurm_cluster(tmp_path_factory):
         """Factory: ``slurm_cluster(**kwargs)`` starts a :class:`SlurmCluster` (kwargs as its
         constructor); every cluster it made is stopped when the test ends."""
         started, make = _factory(tmp_path_factory)
         yield make
-        for cluster in started:
-            cluster.stop()
+        _stop_all(started)
 
     @pytest.fixture(scope="module")
     def slurm_cluster_module(tmp_path_factory):
@@ -528,5 +538,4 @@ if pytest is not None:
         (reset node states yourself between tests, e.g. ``scontrol update State=RESUME``)."""
         started, make = _factory(tmp_path_factory)
         yield make
-        for cluster in started:
-            cluster.stop()
+        _stop_all(started)

@@ -274,6 +274,7 @@ def test_prolog_epilog_and_quarantine(slurm_cluster, tmp_path):
         prolog_flags=RECOMMENDED["PrologFlags"],  # Alloc: the prolog runs when the job is granted
         gpuhc_config=cfg, node_scenarios={"n1": str(xid_gpu0)},
     )
+    assert "PrologFlags=Alloc" in c.scontrol("show", "config").stdout.replace(" ", "")
     # A job on n1's GPUs 0-1: the prolog finds gpu0's Xid 79, drains with gpuhc's reason first,
     # then fails, and Slurm requeues the job (not held: nohold_on_prolog_fail).
     job_a = c.sbatch("-w", "n1", "--gres=gpu:2", "-o", "/dev/null", "--wrap", "true")
