@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuhc.errors import ConfigError
-from gpuhc.schema import Key, defaults
+from gpuhc.schema import Key, deep_merge, defaults
 from gpuhc.yamlpos import line_of, load_with_lines, read_text
 
 DEFAULT_PATH = "/etc/gpuhc/gpuhc.yaml"
@@ -127,11 +127,11 @@ def load_config(path: str | None = None, hostname: str | None = None) -> Config:
     _validate_checks(raw.get("checks", {}), path, lines)
     _validate_profile(raw, (), path, lines)
     _validate_subsystems(raw, (), path, lines)
-    data = _merge(defaults(sch), raw)
+    data = deep_merge(defaults(sch), raw)
     for override in _validate_hosts(hosts, sch, path, lines):
         pattern = override.pop("match")
         if hostname and host_matches(hostname, pattern):
-            data = _merge(data, override)
+            data = deep_merge(data, override)
     return Config(data, path, hostname, lines)
 
 
@@ -359,16 +359,6 @@ def host_matches(hostname: str, pattern: str) -> bool:
     if any(c in pattern for c in "*?"):
         return any(fnmatch.fnmatchcase(n, pattern) for n in names)
     return bool(names & set(expand(pattern)))
-
-
-def _merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
 
 
 def check_file_safety(path: str, what: str) -> None:

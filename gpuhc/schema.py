@@ -70,3 +70,19 @@ def _copy(v: Any) -> Any:
 
         return copy.deepcopy(v)
     return v
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``: later wins, nested mappings merge key by key, nothing shared.
+
+    The one merge of layered settings: defaults <- file <- host override, and check defaults
+    <- GPU profile <- config for thresholds."""
+    import copy
+
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out

@@ -9,11 +9,11 @@ was measured.
 
 from __future__ import annotations
 
-import copy
 import os
 from typing import Any
 
 from gpuhc.errors import ConfigError
+from gpuhc.schema import deep_merge
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "active")
 
@@ -66,15 +66,7 @@ def _read_profile(name: str) -> dict[str, Any]:
     return data
 
 
-def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """Later wins; nested mappings (per-dtype tables) merge key by key."""
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
+merge = deep_merge  # the one layered-settings merge (gpuhc.schema); plan.py imports it by this name
 
 
 def thresholds_for(profile: str, overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
