@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from gpuhc.errors import (
     EXIT_BREAKER,
@@ -50,12 +50,16 @@ from gpuhc.slurm.policy import (
     verdict_of,
 )
 from gpuhc.slurm.reason import build_reason, owned
-from gpuhc.slurm.scontrol import Scontrol
+
+if TYPE_CHECKING:
+    # subprocess and the scontrol parser load only when Slurm is asked: the prolog's happy path
+    # (every job start) asks nothing.
+    from gpuhc.slurm.scontrol import Scontrol
 
 # Kept back from the stage deadline for the checks, so that the scontrol calls still fit.
 SLURM_RESERVE_S = 4.0
 
-MakeScontrol = Callable[[float], Scontrol]  # monotonic deadline -> wrapper
+MakeScontrol = Callable[[float], "Scontrol"]  # monotonic deadline -> wrapper
 
 
 @dataclass
@@ -97,6 +101,8 @@ class Flow:
     def scontrol(self) -> Scontrol:
         if self.make_scontrol is not None:
             return self.make_scontrol(self.deadline)
+        from gpuhc.slurm.scontrol import Scontrol
+
         return Scontrol(binary=self.slurm["scontrol"], timeout_s=float(self.slurm["timeout_s"]),
                         deadline=self.deadline)
 
