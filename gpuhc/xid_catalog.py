@@ -89,14 +89,6 @@ def sxid_table() -> dict[int, SxidInfo]:
     return dict(sorted(_sxids().entries.items()))
 
 
-def xid_default() -> XidInfo:
-    return _xids().default
-
-
-def sxid_default() -> SxidInfo:
-    return _sxids().default
-
-
 _RECOVERY = re.compile(r"\bto\s+(?:0x[0-9a-fA-F]+\s*)?\(([^)]*)\)")
 
 
