@@ -100,8 +100,10 @@ def test_prolog_subset_still_counts_the_whole_node():
 def test_results_are_json_able():
     import json
 
-    for r in judge(without_gpu(healthy_node(), 1), baseline=baseline_for(healthy_node())):
-        json.dumps(dataclasses.asdict(r), default=str)
+    results = judge(without_gpu(healthy_node(), 1), baseline=baseline_for(healthy_node()))
+    assert results and any(r.status is Status.FAIL for r in results)
+    for r in results:
+        assert json.loads(json.dumps(r.to_dict())) == r.to_dict()  # no default=: plain JSON only
         json.dumps(r.to_dict())
 
 

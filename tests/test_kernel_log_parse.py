@@ -220,19 +220,27 @@ def _mutate(line: str, data: st.DataObject) -> str:
     return line
 
 
+def _has_control(text: str) -> bool:
+    """What sanitize() promises to remove: C0/C1 control characters (escape sequences)."""
+    return any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in text)
+
+
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.text(max_size=200), max_size=30), st.one_of(st.none(), st.floats(-1e12, 1e12)),
        st.one_of(st.none(), st.integers(-5, 20000)))
 def test_random_text_never_raises(lines, boot, year):
     log = parse_lines(lines, boot_time=boot, year=year)
-    assert log.unparsed_lines >= 0
+    assert 0 <= log.unparsed_lines <= len(lines)
     assert all(len(e.message) <= MAX_MESSAGE for e in log.events)
+    assert not any(_has_control(e.message) for e in log.events)
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.binary(max_size=200), max_size=20))
 def test_random_bytes_never_raise(chunks):
-    parse_lines(b"\n".join(chunks).decode("utf-8", "replace").split("\n"))
+    lines = b"\n".join(chunks).decode("utf-8", "replace").split("\n")
+    log = parse_lines(lines)
+    assert len(log.events) <= len(lines) and not any(_has_control(e.message) for e in log.events)
 
 
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
