@@ -36,7 +36,6 @@ from gpuhc.errors import (
     GpuhcError,
     SlurmError,
 )
-from gpuhc.slurm.breaker import BreakerSettings, BreakerState, evaluate, must_yield
 from gpuhc.slurm.log import Log  # noqa: F401 - re-exported: the CLIs build their Log from here
 from gpuhc.slurm.nodes import Node
 from gpuhc.slurm.policy import (
@@ -52,8 +51,9 @@ from gpuhc.slurm.policy import (
 from gpuhc.slurm.reason import build_reason, owned
 
 if TYPE_CHECKING:
-    # subprocess and the scontrol parser load only when Slurm is asked: the prolog's happy path
-    # (every job start) asks nothing.
+    # subprocess, the scontrol parser and the breaker load only when Slurm is asked: the
+    # prolog's happy path (every job start) asks nothing.
+    from gpuhc.slurm.breaker import BreakerSettings, BreakerState
     from gpuhc.slurm.scontrol import Scontrol
 
 # Kept back from the stage deadline for the checks, so that the scontrol calls still fit.
@@ -215,6 +215,8 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
     if not needs_slurm(verdict, memory) or (verdict is not Verdict.FAIL and not allow_resume):
         return
     reason = build_reason(report.results) if verdict is Verdict.FAIL else None
+    from gpuhc.slurm.breaker import BreakerSettings, evaluate
+
     settings = PolicySettings.from_section(flow.slurm)
     bs = BreakerSettings.from_section(flow.slurm["breaker"])
     sc = flow.scontrol()
@@ -266,6 +268,8 @@ def undo_if_past_cap(sc: Scontrol, node: str, bs: BreakerSettings, reason: str |
     count and whether this node's drain was undone. Shared by the health check and the sweep."""
     if settle_s > 0:
         time.sleep(settle_s)
+    from gpuhc.slurm.breaker import must_yield
+
     state, yield_ = must_yield(sc.show_nodes(), node, bs)
     if not yield_:
         return state, False
