@@ -11,7 +11,7 @@ import copy
 from typing import Any
 
 from gpuhc.checks.base import Check, Context
-from gpuhc.model import GpuReading, NvLinkState, NvmlReading, Snapshot
+from gpuhc.model import GpuReading, NvLinkState, NvmlReading, Snapshot, Status
 
 H100_NAME = "NVIDIA H100 80GB HBM3"
 DRIVER = "550.90.07"
@@ -163,3 +163,13 @@ def context(check: Check, profile: str | None = "h100-sxm", prev: dict | None = 
         baseline=baseline,
         gpus=gpus,
     )
+
+
+def results_of(check: Check, snapshot: Snapshot, **kw: Any) -> list:
+    """Judge ``snapshot`` with ``check`` in a test context (see :func:`context`); the results."""
+    return check.judge(snapshot, context(check, **kw)).results
+
+
+def problems(out) -> list:
+    """The results worth a person's look: neither pass nor n/a (takes results or a CheckOutput)."""
+    return [r for r in getattr(out, "results", out) if r.status not in (Status.PASS, Status.NA)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from snapshots import context, healthy_node, idle_node, no_nvml, with_gpu
+from snapshots import healthy_node, idle_node, no_nvml, problems, results_of, with_gpu
 
 from gpuhc.checks.clocks import (
     CHECKS,
@@ -22,11 +22,7 @@ APP_CLOCKS, SYNC_BOOST = 0x2, 0x10
 
 
 def judge(snapshot, **kw):
-    return CHECK.judge(snapshot, context(CHECK, **kw)).results
-
-
-def problems(results):
-    return [r for r in results if r.status not in (Status.PASS, Status.NA)]
+    return results_of(CHECK, snapshot, **kw)
 
 
 def test_healthy_busy_and_idle_nodes_pass():

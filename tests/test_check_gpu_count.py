@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 
-from snapshots import PCI_IDS, baseline_for, context, healthy_node, no_nvml, with_gpu, without_gpu
+from snapshots import PCI_IDS, baseline_for, healthy_node, no_nvml, results_of, with_gpu, without_gpu
 
 from gpuhc.checks.base import NVML, PCI, STAGES
 from gpuhc.checks.gpu_count import CHECKS
@@ -14,7 +13,7 @@ CHECK = CHECKS[0]
 
 
 def judge(snapshot, **kw):
-    return CHECK.judge(snapshot, context(CHECK, **kw)).results
+    return results_of(CHECK, snapshot, **kw)
 
 
 def test_runs_in_every_stage_including_prolog():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from snapshots import baseline_for, context, healthy_node, later, no_nvml, with_gpu, with_link
+from snapshots import baseline_for, context, healthy_node, later, no_nvml, problems, with_gpu, with_link
 
 from gpuhc.checks.base import Context
 from gpuhc.checks.nvlink import CHECKS, counter_kind
@@ -15,10 +15,6 @@ CHECK = CHECKS[0]
 
 def run(snapshot, **kw):
     return CHECK.judge(snapshot, context(CHECK, **kw))
-
-
-def problems(out):
-    return [r for r in out.results if r.status not in (Status.PASS, Status.NA)]
 
 
 def test_runs_in_the_prolog():

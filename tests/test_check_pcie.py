@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from snapshots import IDLE, baseline_for, context, healthy_node, idle_node, later, no_nvml, with_gpu
+from snapshots import IDLE, baseline_for, context, healthy_node, idle_node, later, no_nvml, problems, with_gpu
 
 from gpuhc.checks.base import AER, NVML
 from gpuhc.checks.pcie import CHECKS
@@ -13,10 +13,6 @@ CHECK = CHECKS[0]
 
 def run(snapshot, **kw):
     return CHECK.judge(snapshot, context(CHECK, **kw))
-
-
-def problems(out):
-    return [r for r in out.results if r.status not in (Status.PASS, Status.NA)]
 
 
 def test_needs_nvml_and_aer_and_runs_in_prolog():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from snapshots import context, healthy_node, no_nvml, with_gpu
+from snapshots import healthy_node, no_nvml, problems, results_of, with_gpu
 
 from gpuhc.checks.power import CHECKS
 from gpuhc.model import Action, Status
@@ -11,11 +11,7 @@ CHECK = CHECKS[0]
 
 
 def judge(snapshot, **kw):
-    return CHECK.judge(snapshot, context(CHECK, **kw)).results
-
-
-def problems(results):
-    return [r for r in results if r.status not in (Status.PASS, Status.NA)]
+    return results_of(CHECK, snapshot, **kw)
 
 
 def test_healthy_node_passes():
