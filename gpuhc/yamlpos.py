@@ -52,32 +52,56 @@ def load_with_lines(text: str, filename: str) -> tuple[Any, dict[Path, int]]:
             _check_depth(text, filename)
         node = yaml.compose(text, Loader=_LOADER)
     except yaml.MarkedYAMLError as e:
+        _check_depth(text, filename)  # our own limit and wording, whatever the library's are
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else None
         raise ConfigError(f"not valid YAML: {e.problem or e}", filename, line) from None
     except yaml.YAMLError as e:
+        _check_depth(text, filename)
         raise ConfigError(f"not valid YAML: {e}", filename) from None
     except RecursionError:
-        raise ConfigError("not valid YAML: nested too deeply", filename) from None
+        _check_depth(text, filename)
+        raise ConfigError(f"nested more than {_MAX_DEPTH} levels deep", filename) from None
     lines: dict[Path, int] = {}
     if node is None:
         return None, lines
     try:
         return _build(node, (), lines, filename, [_MAX_VALUES]), lines
     except RecursionError:
-        raise ConfigError("nested too deeply", filename) from None
+        _check_depth(text, filename)
+        raise ConfigError(f"nested more than {_MAX_DEPTH} levels deep", filename) from None
 
 
 def _check_depth(text: str, filename: str) -> None:
+    """Raise our own error if ``text`` nests deeper than _MAX_DEPTH. Libraries differ on their
+    own limits (PyYAML 6.0.4's scanner stops near 1,000 levels with its own words), so the
+    depth is counted on the event stream, which reaches our limit long before theirs; any
+    other library error found on the way is left for the caller to report."""
+    if _flow_depth(text) > _MAX_DEPTH:
+        raise ConfigError(f"nested more than {_MAX_DEPTH} levels deep", filename, 1)
     depth = 0
-    for event in yaml.parse(text, Loader=_LOADER):
-        if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > _MAX_DEPTH:
-                raise ConfigError(f"nested more than {_MAX_DEPTH} levels deep", filename,
-                                  event.start_mark.line + 1)
-        elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
+    try:
+        for event in yaml.parse(text, Loader=_LOADER):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > _MAX_DEPTH:
+                    raise ConfigError(f"nested more than {_MAX_DEPTH} levels deep", filename,
+                                      event.start_mark.line + 1)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError:
+        return
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest ``[``/``{`` nesting outside quoted strings: libyaml's scanner refuses a deep
+    flow collection before emitting a single event, so this one is counted on the text."""
+    import re
+    from itertools import accumulate
+
+    unquoted = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\']|\'\')*\'', "", text)
+    brackets = re.sub(r"[^\[\]{}]+", "", unquoted)
+    return max(accumulate(1 if ch in "[{" else -1 for ch in brackets), default=0)
 
 
 def _build(node: yaml.Node, path: Path, lines: dict[Path, int], filename: str, budget: list[int]) -> Any:

@@ -19,5 +19,13 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -q --no-install-recommends "${need[@]}"
 fi
 
-python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+# CI installs the versions the suite last passed with (tests/constraints.txt), so a library's
+# new release cannot break a submission overnight. `--latest` takes the newest releases
+# instead, by hand, so that drift shows up as a named test failure before the pins move.
+constraints=(-c tests/constraints.txt)
+if [ "${1:-}" = "--latest" ]; then
+  shift
+  constraints=(--upgrade --upgrade-strategy eager)
+fi
+python3 -m pip install -q --disable-pip-version-check "${constraints[@]}" -e '.[test]'
 exec python3 -m pytest -q "$@"

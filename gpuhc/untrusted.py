@@ -1,0 +1,142 @@
+"""Read a file that someone other than root may have written, without trusting it.
+
+gpuhc runs as root and reads files that unprivileged parties write: probe results from sweep
+jobs, recorded kernel logs and scenarios attached to tickets, Slurm dumps pasted by a user. Any
+of them may be a symlink to ``/dev/zero`` or to a secret, a FIFO that never ends, a 200 MB line,
+or JSON nested 200,000 levels deep. The rules (docs/ARCHITECTURE.md, "Untrusted input"):
+
+- open without following a final symlink (``O_NOFOLLOW``) and without blocking on a FIFO
+  (``O_NONBLOCK``), then insist on a regular file (``fstat`` on the open descriptor, so the check
+  and the read see the same inode);
+- read at most a stated number of bytes; a larger file is refused, or its tail is taken where
+  the caller says the tail is what matters (a kernel log is judged by its newest lines);
+- parse JSON with a bounded nesting depth, checked before the decoder recurses.
+
+Every refusal is an :class:`UntrustedInputError` that names the file and what is wrong with it,
+so the caller can report that one input and carry on with the rest.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from .errors import SourceError
+
+MiB = 1024 * 1024
+
+
+class UntrustedInputError(SourceError):
+    """One untrusted input that was refused; the message names the file and the reason."""
+
+
+def open_regular(path: str, what: str = "file") -> int:
+    """An fd for ``path`` opened read-only, never through a final symlink, never blocking on a
+    FIFO or device, and only if it is a regular file. The caller closes it."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UntrustedInputError(f"{what} {path}: is a symbolic link; refusing to follow it") from None
+        raise UntrustedInputError(f"{what} {path}: cannot open: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedInputError(f"{what} {path}: not a regular file ({_kind(st.st_mode)})")
+        # Back to blocking reads: O_NONBLOCK only had to get us past open() on a FIFO.
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_bounded(path: str, limit: int, what: str = "file") -> bytes:
+    """The whole of ``path`` if it is a regular file of at most ``limit`` bytes; otherwise an
+    :class:`UntrustedInputError` naming the file and the limit."""
+    fd = open_regular(path, what)
+    try:
+        data = _read_upto(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise UntrustedInputError(f"{what} {path}: larger than the {_size(limit)} limit")
+    return data
+
+
+def read_tail(path: str, limit: int, what: str = "file") -> tuple[bytes, bool]:
+    """The last ``limit`` bytes of the regular file ``path`` (all of it when smaller), and whether
+    anything before them was left out. A cut-off first line is dropped, so every line returned
+    is whole."""
+    fd = open_regular(path, what)
+    try:
+        size = os.fstat(fd).st_size
+        start = max(0, size - limit)
+        if start:
+            os.lseek(fd, start, os.SEEK_SET)
+        data = _read_upto(fd, limit)
+    finally:
+        os.close(fd)
+    if not start:
+        return data, False
+    nl = data.find(b"\n")
+    return (data[nl + 1:] if nl >= 0 else b""), True
+
+
+def load_json(data: bytes | str, source: str, max_depth: int = 64):
+    """Decode JSON whose nesting is at most ``max_depth`` (a deeper document is refused before
+    the decoder recurses into it). Errors name ``source``."""
+    import json
+
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise UntrustedInputError(f"{source}: not UTF-8 (byte {e.start})") from None
+    depth = json_depth(data)
+    if depth > max_depth:
+        raise UntrustedInputError(f"{source}: JSON nested deeper than {max_depth} levels")
+    try:
+        return json.loads(data)
+    except ValueError as e:
+        raise UntrustedInputError(f"{source}: not valid JSON: {e}") from None
+    except RecursionError:  # unreachable after the depth check; kept so no input can crash us
+        raise UntrustedInputError(f"{source}: JSON nested too deeply") from None
+
+
+def json_depth(text: str) -> int:
+    """The deepest bracket nesting in ``text``, ignoring brackets inside strings. Strings and
+    every other character are dropped by C-speed regexes first, so only the brackets are
+    walked in Python (a 10,000-node Slurm dump stays in the tens of milliseconds)."""
+    import re
+    from itertools import accumulate
+
+    brackets = re.sub(r"[^\[\]{}]+", "", re.sub(r'"(?:[^"\\]|\\.)*"', "", text, flags=re.S))
+    if not brackets:
+        return 0
+    return max(accumulate(1 if ch in "[{" else -1 for ch in brackets))
+
+
+def _read_upto(fd: int, n: int) -> bytes:
+    chunks, left = [], n
+    while left > 0:
+        chunk = os.read(fd, min(left, MiB))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _size(n: int) -> str:
+    return f"{n // MiB} MiB" if n >= MiB and n % MiB == 0 else f"{n} bytes"
