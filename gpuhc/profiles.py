@@ -1,10 +1,11 @@
-"""GPU profiles: what "healthy" means for one GPU model.
+"""GPU profiles: what "healthy" means for one GPU model, in one file per model.
 
 A check's thresholds come in three layers, later ones winning: the check's own ``defaults``
 (model-agnostic and conservative), the GPU profile selected here (model facts: NVLink count,
-power limit, PCIe generation, temperature limits), and the site's ``checks.<id>.thresholds``.
-Profiles are YAML files in ``gpuhc/data/profiles/`` so that a site can read what gpuhc expects
-of its hardware, and so that adding a GPU model is a data change rather than a code change.
+power limit, PCIe generation, temperature limits, expected speeds), and the site's
+``checks.<id>.thresholds``. The same file holds the passive checks', the active checks' and
+the multi-node sweep's numbers for its model, so adding a GPU model is one data file:
+``gpuhc/data/profiles/<name>.yaml``, which a site can read to see what gpuhc expects.
 
 Profile file shape::
 
@@ -12,11 +13,16 @@ Profile file shape::
     description: one line
     match: ['H100 80GB HBM3']     # case-insensitive regular expressions searched in the NVML name
     exclude: ['PCIe', 'NVL']      # names matching any of these never select this profile
-    thresholds:
-      nvlink: {expected_active: 18}   # a section per check id, keys as in that check's defaults
+    thresholds:                   # a section per check id, passive or active, keys as in its defaults
+      nvlink: {expected_active: 18}     # from public specs: ...
+      hbm: {gbps: 3000}                 # measured here: ...
+    sweep: {large_busbw_gbs: 350}  # the nccl sweep's bounds for groups of this model
 
-The profile named ``generic`` has no ``match`` and is the fallback: it must not carry model
-facts (an unknown GPU's NVLink count is unknown, so "n/a", not "fail").
+Every value carries a comment saying where it comes from: "from public specs" (a datasheet,
+named) or "measured here" (a run recorded in docs/verification*.md). The profile named
+``generic`` has no ``match`` and is the fallback: it must not carry model facts (an unknown
+GPU's NVLink count is unknown, so "n/a", not "fail"). A profile without a ``sweep`` section
+gets generic's: no absolute multi-node bounds until someone measured some.
 """
 
 from __future__ import annotations
@@ -31,11 +37,12 @@ from gpuhc.errors import ConfigError
 from gpuhc.yamlpos import line_of, load_with_lines
 
 if TYPE_CHECKING:
+    from gpuhc.active.registry import ActiveCheck
     from gpuhc.checks.base import Check
 
 GENERIC = "generic"
 PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "profiles")
-_TOP_KEYS = ("name", "description", "match", "exclude", "thresholds")
+_TOP_KEYS = ("name", "description", "match", "exclude", "thresholds", "sweep")
 _SCALARS = (int, float, str, bool, type(None))
 
 
@@ -47,6 +54,7 @@ class Profile:
     exclude: tuple[str, ...] = ()
     thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
     path: str | None = None
+    sweep: dict[str, Any] | None = None  # None: no sweep section in the file
 
     def matches(self, gpu_name: str) -> bool:
         """True when the NVML name matches one ``match`` pattern and no ``exclude`` pattern."""
@@ -105,13 +113,28 @@ def load_profile_file(path: str) -> Profile:
     thresholds = raw.get("thresholds") or {}
     if not isinstance(thresholds, dict):
         raise bad("must be a mapping of check id to thresholds", "thresholds")
+    declared = _declared_checks()
     for cid, section in thresholds.items():
         if not isinstance(section, dict):
             raise bad("must be a mapping of threshold name to value", "thresholds", cid)
+        if cid not in declared:
+            raise bad(f"unknown check (known: {', '.join(sorted(declared))})", "thresholds", cid)
+        defaults = declared[cid]
         for k, v in section.items():
-            ok = isinstance(v, _SCALARS) or (isinstance(v, list) and all(isinstance(x, _SCALARS) for x in v))
-            if not ok:
+            # A mapping only where the check's default is one (gpu-speed.tflops per precision).
+            if not (_plain(v) or (isinstance(defaults.get(k), dict) and isinstance(v, dict)
+                                  and all(_plain(x) for x in v.values()))):
                 raise bad("must be a number, string, boolean, null or a list of those", "thresholds", cid, k)
+            if k not in defaults:
+                # a key the check does not read would silently do nothing
+                raise bad(f"unknown threshold (known: {', '.join(sorted(defaults))})", "thresholds", cid, k)
+    sweep = raw.get("sweep")
+    if sweep is not None:
+        if not isinstance(sweep, dict):
+            raise bad("must be a mapping of sweep threshold name to value", "sweep")
+        for k, v in sweep.items():
+            if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)):
+                raise bad("must be a number or null", "sweep", k)
     return Profile(
         name=name,
         description=description,
@@ -119,7 +142,19 @@ def load_profile_file(path: str) -> Profile:
         exclude=patterns["exclude"],
         thresholds={str(c): dict(s) for c, s in thresholds.items()},
         path=path,
+        sweep=dict(sweep) if sweep is not None else None,
     )
+
+
+def _plain(v: Any) -> bool:
+    return isinstance(v, _SCALARS) or (isinstance(v, list) and all(isinstance(x, _SCALARS) for x in v))
+
+
+def _declared_checks() -> dict[str, dict[str, Any]]:
+    """check id -> its threshold defaults, passive and active: what a profile may set."""
+    from gpuhc.checks import all_checks
+
+    return {c.id: c.defaults for c in all_checks()}
 
 
 def load_profiles(directory: str) -> dict[str, Profile]:
@@ -147,6 +182,12 @@ def all_profiles() -> list[Profile]:
 
 def profile_names() -> list[str]:
     return sorted(_shipped())
+
+
+def profile_named(name: str | None) -> Profile:
+    """The shipped profile of that name, or ``generic`` (an unknown model: no expectations)."""
+    profiles = _shipped()
+    return profiles.get(name or GENERIC) or profiles[GENERIC]
 
 
 def select_profile(gpu_name: str | None, forced: str | None = None) -> Profile:
@@ -180,10 +221,20 @@ def select_profile_for(gpu_names: list[str], forced: str | None = None) -> Profi
     return select_profile(None)
 
 
-def effective_thresholds(check: "Check", profile: Profile | None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What ``ctx.thresholds`` should be for ``check``: defaults, then profile, then config."""
+def effective_thresholds(check: "Check | ActiveCheck", profile: Profile | None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What ``ctx.thresholds`` should be for ``check``: defaults, then profile, then config.
+
+    A check that declares ``nested_thresholds`` (the active checks' per-precision tables)
+    merges mappings key by key; the others replace a value whole."""
+    layers = (profile.for_check(check.id) if profile is not None else {}, overrides or {})
+    if check.nested_thresholds:
+        from gpuhc.schema import deep_merge
+
+        merged = deep_merge(check.defaults, {})
+        for layer in layers:
+            merged = deep_merge(merged, layer)
+        return merged
     merged = dict(check.defaults)
-    if profile is not None:
-        merged.update(profile.for_check(check.id))
-    merged.update(overrides or {})
+    for layer in layers:
+        merged.update(layer)
     return merged

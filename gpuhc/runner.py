@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import replace
-from typing import Any, Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpuhc.checks.base import AER, IB, KERNEL_LOG, NVML, PCI, Check, Context, CheckOutput
 from gpuhc.config import Config
@@ -23,6 +23,9 @@ from gpuhc.model import Result, Snapshot, Status
 from gpuhc.runreport import RunOptions, RunReport  # noqa: F401 - re-exported: callers import them from here
 from gpuhc.sources import SourceSpec, Sources, build_sources
 from gpuhc.state import StateError, StateStore
+
+if TYPE_CHECKING:
+    from gpuhc.active.registry import ActiveCheck
 
 # Time kept back from the budget for writing state and output after the last check.
 RESERVE_S = 0.3
@@ -55,13 +58,37 @@ def hostname_of(opts: RunOptions) -> str:
     return opts.hostname or os.uname().nodename.split(".")[0]
 
 
-def select_checks(stage: str, config: Config, only: tuple[str, ...] = ()) -> list[Check]:
+@dataclass(frozen=True)
+class Effective:
+    """One check's settings for this run, resolved once from the config: ``checks.<id>`` and
+    the core keys the check declares it reads (``Check.from_config``)."""
+
+    enabled: bool
+    timeout_s: float  # the config's, else the check's default (0 for an active check: sized by workload)
+    config: dict[str, Any]  # ``checks.<id>``, defaults filled in
+    overrides: dict[str, Any]  # the config's layer of its thresholds; the profile goes beneath
+
+    def thresholds(self, check: "Check | ActiveCheck", profile) -> dict[str, Any]:
+        from gpuhc.profiles import effective_thresholds
+
+        return effective_thresholds(check, profile, self.overrides)
+
+
+def resolve(check: "Check | ActiveCheck", config: Config) -> Effective:
+    settings = config.check_settings(check.id)
+    overrides = {name: config.section(section).get(key) for name, (section, key) in check.from_config.items()
+                 if config.section(section).get(key) is not None}
+    overrides.update(settings.get("thresholds") or {})
+    return Effective(bool(settings["enabled"]), float(settings["timeout_s"] or check.timeout_s), settings, overrides)
+
+
+def select_checks(stage: str, config: Config, only: tuple[str, ...] = ()) -> list[tuple[Check, Effective]]:
+    """The stage's enabled passive checks (only those named by ``only``, when given), each
+    with its settings resolved."""
     from gpuhc.checks import checks_for_stage
 
-    checks = [c for c in checks_for_stage(stage) if config.check_settings(c.id)["enabled"]]
-    if only:
-        checks = [c for c in checks if c.id in only]
-    return checks
+    chosen = [(c, resolve(c, config)) for c in checks_for_stage(stage) if not only or c.id in only]
+    return [(c, eff) for c, eff in chosen if eff.enabled]
 
 
 def run_stage(opts: RunOptions) -> RunReport:
@@ -82,12 +109,12 @@ def run_stage(opts: RunOptions) -> RunReport:
 
     step = _scenario_step(prior, opts.sources, report)
     spec = opts.sources
-    if not any(c.id == "clocks" for c in checks):
+    if not any(c.id == "clocks" for c, _ in checks):
         # Only the clocks check judges persistence across samples; the prolog skips it and
         # should not spend 40 ms sampling throttle reasons nobody reads.
         spec = replace(spec, clock_samples=1)
     sources = build_sources(spec, step)
-    readers = _start_readers(sources, {n for c in checks for n in (*c.needs, *c.optional)})
+    readers = _start_readers(sources, {n for c, _ in checks for n in (*c.needs, *c.optional)})
     snapshot = Snapshot(hostname=report.node, time=opts.now if opts.now is not None else time.time())
     report.snapshot = snapshot
 
@@ -96,8 +123,7 @@ def run_stage(opts: RunOptions) -> RunReport:
         # next year; that needs the log before any check runs.
         # Wait no longer than the checks that read it would: a hung recording (a FIFO, a stuck
         # network file system) must not eat the whole stage budget before any check runs.
-        klog_wait = max((_check_timeout(c, opts.config) for c in checks if KERNEL_LOG in (*c.needs, *c.optional)),
-                        default=0.0)
+        klog_wait = max((eff.timeout_s for c, eff in checks if KERNEL_LOG in (*c.needs, *c.optional)), default=0.0)
         if readers[KERNEL_LOG].wait(min(deadline, t0 + klog_wait)) and readers[KERNEL_LOG].value is not None:
             last = readers[KERNEL_LOG].value.last_time
             if last is not None:
@@ -109,9 +135,8 @@ def run_stage(opts: RunOptions) -> RunReport:
     prev_checks = _mapping(prior.get("checks"))
     if prior.get("checks") is not None and not isinstance(prior["checks"], dict):
         report.notes.append("state section 'checks' was not a mapping; rebuilt from empty")
-    for check in checks:
-        settings = opts.config.check_settings(check.id)
-        timeout = _check_timeout(check, opts.config)
+    for check, eff in checks:
+        timeout = eff.timeout_s
         check_deadline = min(t0 + timeout, deadline)
         missing = _wait_for(check, readers, check_deadline)
         if missing:
@@ -140,10 +165,10 @@ def run_stage(opts: RunOptions) -> RunReport:
             report.profile = profile.name if profile else None
         prev = prev_checks.get(check.id)
         ctx = Context(
-            thresholds=_thresholds(check, profile, opts.config),
+            thresholds=eff.thresholds(check, profile),
             prev=prev if isinstance(prev, dict) else {},
             baseline=baseline,
-            config=settings,
+            config=eff.config,
             gpus=opts.gpus,
         )
         if prev is not None and not isinstance(prev, dict):
@@ -216,10 +241,6 @@ def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _check_timeout(check: Check, config: Config) -> float:
-    return config.check_settings(check.id)["timeout_s"] or check.timeout_s
-
-
 def _judge_without_memory(check: Check, snapshot: Snapshot, ctx: Context, error: Exception,
                           report: RunReport) -> CheckOutput | None:
     """Judge again with no memory when the check broke on its remembered state.
@@ -258,16 +279,6 @@ def _profile(snapshot: Snapshot, config: Config):
     return select_profile_for(names, config.section("node").get("profile"))
 
 
-def _thresholds(check: Check, profile, config: Config) -> dict[str, Any]:
-    merged = dict(check.defaults)
-    if profile is not None:
-        merged.update(profile.thresholds.get(check.id, {}))
-    if check.id == "gpu-count" and config.section("node").get("expected_gpus") is not None:
-        merged["expected"] = config.section("node")["expected_gpus"]
-    merged.update(config.check_settings(check.id).get("thresholds") or {})
-    return merged
-
-
 def _baseline(config: Config, report: RunReport) -> dict[str, Any] | None:
     """The configured baseline, read once per run (it is small, and an admin may re-capture it)."""
     path = config.section("node").get("baseline")
@@ -290,17 +301,19 @@ def _run_active(opts: RunOptions, report: RunReport, profile, baseline, deadline
     if remaining <= 1.0:
         return [Result("active", Status.ERROR, "no budget left for the active checks")]
     try:
-        from gpuhc.active import ACTIVE_CHECK_IDS, run_active
+        from gpuhc.active import run_active
         from gpuhc.active.context import ActiveContext
+        from gpuhc.active.registry import CHECKS as ACTIVE
     except ImportError as e:
         return [Result("active", Status.ERROR, f"active checks unavailable: {_one_line(e)}")]
+    resolved = {c.id: resolve(c, opts.config) for c in ACTIVE}
     ctx = ActiveContext(
         profile_name=profile.name if profile else "generic",
         config=opts.config.section("active"),
         gpus=opts.gpus,
         budget_s=remaining,
         progress=opts.progress,
-        checks={cid: opts.config.check_settings(cid) for cid in ACTIVE_CHECK_IDS},
+        checks={cid: {**eff.config, "thresholds": eff.overrides} for cid, eff in resolved.items()},
         baseline=baseline,
     )
     try:

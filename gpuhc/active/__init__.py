@@ -6,7 +6,8 @@ deadline, because a hung kernel cannot be interrupted from a Python thread; the 
 the worker's raw measurements into :class:`gpuhc.model.Result` with pure judge functions.
 
 This package imports nothing heavy at load: the config validator imports it for
-``ACTIVE_CHECK_IDS`` on every node, every few minutes.
+``ACTIVE_CHECK_IDS`` on every node, every few minutes. Each active check is declared once, in
+:mod:`gpuhc.active.registry`.
 
 Status rules (documented in docs/verification-active.md):
 - ``fail`` (always with a draining action): wrong numbers (a checksum, a memory word, an
@@ -22,21 +23,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpuhc.active.registry import IDS as ACTIVE_CHECK_IDS  # light: declarations only
+
 if TYPE_CHECKING:
     from gpuhc.active.context import ActiveContext
     from gpuhc.model import Result
-
-ACTIVE_CHECK_IDS = (
-    "burn-in",
-    "gpu-speed",
-    "hbm",
-    "memtest",
-    "p2p",
-    "host-link",
-    "nccl-local",
-    "dcgm",
-    "topology",
-)
 
 INSTALL_HINT = "active checks need `pip install gpuhc[gpu]`"
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpuhc.active import INSTALL_HINT, burnin, dcgm, hbm, hostlink, memtest, nccl_local, p2p, speed, topology
+from gpuhc.active import INSTALL_HINT, dcgm, topology
 from gpuhc.active.context import ActiveContext
-from gpuhc.active.plan import DCGM_TIMEOUT_S, TASKS_OF_CHECK, Plan, Task, build
+from gpuhc.active.plan import DCGM_TIMEOUT_S, Plan, Task, build
 from gpuhc.active.progress import Progress
+from gpuhc.active.registry import CHECK
 from gpuhc.active.supervise import Outcome, Worker, default_argv, run_tasks, worker_env
 from gpuhc.active.thresholds import thresholds_for
 from gpuhc.errors import ConfigError, GpuhcError
@@ -72,7 +73,7 @@ def _gpu_checks(plan: Plan, ctx: ActiveContext, thr: dict, deadline: float, prog
 
     startup = min(float(cfg["startup_timeout_s"]), max(1.0, deadline - time.monotonic()))
     sess = run_tasks(plan.tasks, lambda: Worker(argv, env), deadline, startup, choose, timeout_of, progress)
-    checks = [c for c in plan.checks if c in TASKS_OF_CHECK]
+    checks = [c for c in plan.checks if CHECK[c].tasks]
     if sess.hello is None:
         return [Result(c, Status.ERROR, sess.start_error or "GPU worker did not start") for c in checks]
     hello = sess.hello
@@ -104,32 +105,15 @@ def _no_gpu(check: str, hello: dict) -> Result:
 
 
 def _judge(check: str, outcomes: dict[str, Outcome], thr: dict, ctx: ActiveContext) -> list[Result]:
-    task = TASKS_OF_CHECK[check][-1]
-    o = outcomes.get(task)
+    decl = CHECK[check]
+    o = outcomes.get(decl.tasks[-1])
     if o is None:
         return [Result(check, Status.ERROR, "not run")]
     if o.status != "done":
         return [outcome_result(check, o)]
-    data = o.data or {}
-    t = thr.get(check, {})
-    if check == "topology":
-        return topology.judge(data, t, ctx.baseline)
-    if check == "burn-in":
-        return burnin.judge(data, t)
-    if check == "gpu-speed":
-        return speed.judge(data, t)
-    if check == "hbm":
-        return hbm.judge(data, t)
-    if check == "memtest":
-        return memtest.judge(data, t)
-    if check == "host-link":
-        return hostlink.judge(data, t)
-    if check == "p2p":
-        topo = outcomes.get("topology")
-        return p2p.judge(data, topo.data if topo and topo.status == "done" else None, t)
-    if check == "nccl-local":
-        return nccl_local.judge(data, t)
-    return [Result(check, Status.ERROR, f"no judge for {check}")]
+    data = {t: (x.data or {}) if (x := outcomes.get(t)) is not None and x.status == "done" else None
+            for t in decl.tasks}
+    return decl.judge(data, thr.get(check, {}), ctx.baseline)
 
 
 def outcome_result(check: str, o: Outcome) -> Result:

@@ -1,9 +1,8 @@
 """Which worker tasks a stage runs, with what parameters, and how long each may take.
 
-A *check* is what the user sees (``burn-in``, ``gpu-speed``...); a *task* is one piece of GPU
-work in the worker. One task can feed several checks (the burn-in's timings are the GPU speed),
-and one check can need two tasks (P2P is judged against the topology). Time estimates are
-deliberately generous: they only decide timeouts and whether a task still fits the budget.
+The tasks, the checks they feed and their time estimates are declared in
+:mod:`gpuhc.active.registry`; this module turns the `active` config section into the stage's
+plan: the checks it runs, the tasks they need (in the worker's order) and their parameters.
 """
 
 from __future__ import annotations
@@ -11,23 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuhc.active.settings import ALL_CHECKS, DTYPES, SCHEMA
+from gpuhc.active.registry import CHECK, DTYPES, TASK, TASKS
+from gpuhc.active.settings import ALL_CHECKS, SCHEMA
 from gpuhc.errors import ConfigError
-from gpuhc.schema import defaults
+from gpuhc.schema import deep_merge, defaults
 
-# task order in the worker: cheap inventory first, the all-GPU collective last
-TASK_ORDER = ("topology", "burnin", "hbm", "memtest", "hostlink", "p2p", "nccl")
-TASKS_OF_CHECK = {
-    "topology": ("topology",),
-    "burn-in": ("burnin",),
-    "gpu-speed": ("burnin",),
-    "hbm": ("hbm",),
-    "memtest": ("memtest",),
-    "host-link": ("hostlink",),
-    "p2p": ("topology", "p2p"),
-    "nccl-local": ("nccl",),
-}
-NEEDS_CUPY = {"burnin", "hbm", "memtest", "hostlink", "p2p", "nccl"}
 DCGM_TIMEOUT_S = {1: 180.0, 2: 900.0, 3: 2400.0, 4: 7200.0}
 
 
@@ -38,33 +25,16 @@ class Task:
     checks: list[str]  # check ids fed by this task
 
     def estimate_s(self, ngpu: int) -> float:
-        """Typical seconds on a healthy node with warm kernel caches, from the H200 runs in
-        docs/verification-active.md plus a margin; a task that does not fit the budget left is
-        not started."""
-        p, n = self.params, max(1, ngpu)
-        if self.name == "topology":
-            return 0.5 + 0.05 * n
-        if self.name == "burnin":
-            return p["seconds"] + 0.5 * len(p["dtypes"]) + 0.5
-        if self.name == "hbm":
-            return 0.5 + 0.05 * n
-        if self.name == "memtest":
-            # every pattern writes and reads the slice once, GPUs in parallel, ~4 TB/s on H200
-            gib = min(80.0 * p["fraction"], p["max_gib"])
-            return 1.0 + len(p["patterns"]) * 2 * gib / 2000.0 + 0.1 * n
-        if self.name == "hostlink":
-            return 0.3 + n * (0.1 + (p["repeats"] + 2) * 2 * p["mib"] / 1024.0 / 40.0)
-        if self.name == "p2p":
-            return 0.3 + n * (n - 1) * (0.02 + (p["repeats"] + 1) * p["mib"] / 1024.0 / 300.0)
-        if self.name == "nccl":
-            return 1.5 + 0.3 * n + (p["iters"] + p.get("warmup", 5)) * p["mib"] / 1024.0 * 0.01
-        return 10.0  # test-only tasks
+        """Typical seconds on a healthy node (the registry's estimate); a task that does not fit
+        the budget left is not started."""
+        decl = TASK.get(self.name)
+        return decl.estimate(self.params, max(1, ngpu)) if decl is not None else 10.0  # test-only tasks
 
     def timeout_s(self, ngpu: int) -> float:
-        """Deadline when the config sets none. The burn-in also gets the time a node's first run
-        spends compiling kernels (cold caches: 15 s more on an H200, seen once)."""
-        cold = 15.0 if self.name == "burnin" else 0.0
-        return 1.5 * self.estimate_s(ngpu) + 10.0 + cold
+        """Deadline when the config sets none, with the time a node's first run spends compiling
+        kernels where the task declares one."""
+        decl = TASK.get(self.name)
+        return 1.5 * self.estimate_s(ngpu) + 10.0 + (decl.cold_start_s if decl is not None else 0.0)
 
 
 @dataclass
@@ -78,9 +48,7 @@ class Plan:
 
 def stage_settings(config: dict[str, Any], stage: str) -> dict[str, Any]:
     """The `active` section with defaults filled in, for callers that pass a partial dict."""
-    from gpuhc.active.thresholds import merge
-
-    return merge(defaults(SCHEMA), config or {})
+    return deep_merge(defaults(SCHEMA), config or {})
 
 
 def build(stage: str, config: dict[str, Any], enabled=lambda cid: True) -> Plan:
@@ -101,21 +69,9 @@ def build(stage: str, config: dict[str, Any], enabled=lambda cid: True) -> Plan:
     checks = [c for c in st["checks"] if enabled(c)]
     if st["dcgm_level"] == 0 and "dcgm" in checks:
         checks.remove("dcgm")
-    params = {
-        "topology": {},
-        "burnin": {"n": cfg["matmul_n"], "dtypes": list(cfg["dtypes"]), "seconds": st["burnin_s"],
-                   "seed": cfg["seed"], "hash_every": cfg["hash_every"]},
-        "hbm": {"mib": st["hbm_mib"], "repeats": 20, "seed": cfg["seed"]},
-        "memtest": {"fraction": st["memtest_fraction"], "max_gib": st["memtest_max_gib"], "seed": cfg["seed"],
-                    "patterns": ["address", "inverse-address", "walking-ones", "walking-zeros", "random",
-                                 "checkerboard"]},
-        "hostlink": {"mib": st["hostlink_mib"], "repeats": 5},
-        "p2p": {"mib": st["p2p_mib"], "repeats": 5, "seed": cfg["seed"]},
-        "nccl": {"mib": st["nccl_mib"], "iters": st["nccl_iters"], "warmup": 5},
-    }
     feeds: dict[str, list[str]] = {}
     for c in checks:
-        for t in TASKS_OF_CHECK.get(c, ()):
+        for t in CHECK[c].tasks:
             feeds.setdefault(t, []).append(c)
-    tasks = [Task(t, params[t], feeds[t]) for t in TASK_ORDER if t in feeds]
+    tasks = [Task(t.name, t.params(cfg, st), feeds[t.name]) for t in TASKS if t.name in feeds]
     return Plan(stage, checks, tasks, st["dcgm_level"] if "dcgm" in checks else 0, cfg)

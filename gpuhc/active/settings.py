@@ -1,7 +1,8 @@
 """Config section `active`: what the active checks run in each stage, and how hard.
 
-Thresholds are not here: they live per GPU model in gpuhc/data/active/<profile>.yaml and are
-overridden per site under ``checks.<id>.thresholds`` like every other check's. This section
+Thresholds are not here: their defaults are declared with each check (gpuhc/active/registry.py),
+the GPU profiles (gpuhc/data/profiles/<model>.yaml) set them per model, and a site overrides
+them under ``checks.<id>.thresholds`` like every other check's. This section
 holds the *workload*: which checks a stage runs, for how long, over how much memory.
 
 The epilog form must end inside Slurm's epilog budget (30 s by default, shared with the passive
@@ -11,10 +12,10 @@ all-reduces; the bootstrap form (a node entering service) may take minutes.
 
 from __future__ import annotations
 
+from gpuhc.active.registry import DTYPES, IDS
 from gpuhc.schema import Key
 
-ALL_CHECKS = ["topology", "burn-in", "gpu-speed", "hbm", "memtest", "host-link", "p2p", "nccl-local", "dcgm"]
-DTYPES = ("bf16", "fp16", "tf32", "fp32")
+ALL_CHECKS = list(IDS)
 
 
 def _stage(checks: list[str], burnin_s: float, memtest_fraction: float, hbm_mib: int, nccl_mib: int,

@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from gpuhc.active.plan import NEEDS_CUPY, Task
+from gpuhc.active.plan import Task
+from gpuhc.active.registry import TASK, needs_cupy
 
 MAX_RESTARTS = 2
 _EOF = object()
@@ -173,8 +174,9 @@ def run_tasks(
         restart = False
         while pending:
             t = pending.pop(0)
-            devs = all_devs if t.name == "topology" else test_devs
-            if t.name in NEEDS_CUPY and not hello.get("cupy"):
+            decl = TASK.get(t.name)
+            devs = all_devs if decl is not None and decl.node_wide else test_devs
+            if needs_cupy(t.name) and not hello.get("cupy"):
                 outcomes[t.name] = Outcome(t.name, "fail", kind="cupy-missing", message=hello.get("cupy_error") or "")
                 continue
             if not devs:

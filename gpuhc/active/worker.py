@@ -20,19 +20,17 @@ import sys
 import time
 from typing import Any
 
-# task name -> module holding measure(params, devices)
+from gpuhc.active import registry
+
+# task name -> module holding measure(params, devices): the registry's tasks, and the ones that
+# exist only for the GPU tests (their function is the task name without the underscore)
 TASKS = {
-    "topology": "gpuhc.active.topology",
-    "burnin": "gpuhc.active.burnin",
-    "hbm": "gpuhc.active.hbm",
-    "memtest": "gpuhc.active.memtest",
-    "hostlink": "gpuhc.active.hostlink",
-    "p2p": "gpuhc.active.p2p",
-    "nccl": "gpuhc.active.nccl_local",
-    "_spin": "gpuhc.active.testtasks",  # tests only
-    "_fail_after_alloc": "gpuhc.active.testtasks",  # tests only
-    "_hash_check": "gpuhc.active.testtasks",  # tests only
+    **{t.name: t.module for t in registry.TASKS},
+    "_spin": "gpuhc.active.testtasks",
+    "_fail_after_alloc": "gpuhc.active.testtasks",
+    "_hash_check": "gpuhc.active.testtasks",
 }
+NODE_WIDE = {t.name for t in registry.TASKS if t.node_wide}
 
 
 class Protocol:
@@ -169,7 +167,7 @@ def main() -> int:
         name = req.get("task")
         if name == "quit":
             break
-        if name == "topology":  # node-wide inventory, also without CuPy (no CUDA ordinals then)
+        if name in NODE_WIDE:  # node-wide inventory, also without CuPy (no CUDA ordinals then)
             devices = list(info["devices"])
         else:
             devices = [by_cuda[i] for i in req.get("devices") or [] if i in by_cuda]

@@ -1,14 +1,21 @@
-"""The passive check registry.
+"""The check registry: every check a config may name.
 
-To add a check: write ``gpuhc/checks/<name>.py`` exposing ``CHECKS = [Check(...)]`` (one module
-may hold a couple of closely related checks), add the module name below, and write its test.
+Passive checks judge a snapshot; each module here exposes ``CHECKS = [Check(...)]`` (one module
+may hold a couple of closely related checks). To add one: write ``gpuhc/checks/<name>.py``, add
+the module name below, and write its test. Active checks make the GPUs work; they are declared
+in ``gpuhc/active/registry.py`` and listed here too, so that the config validator and
+``gpuhc config checks`` see one list of ids, threshold defaults and validators.
 """
 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING, Union
 
 from gpuhc.checks.base import Check
+
+if TYPE_CHECKING:
+    from gpuhc.active.registry import ActiveCheck
 
 MODULES = (
     "gpu_count",
@@ -24,12 +31,20 @@ MODULES = (
 )
 
 
-def all_checks() -> list[Check]:
+def passive_checks() -> list[Check]:
     checks: list[Check] = []
     for name in MODULES:
         checks.extend(importlib.import_module(f"gpuhc.checks.{name}").CHECKS)
     return checks
 
 
+def all_checks() -> list[Union[Check, "ActiveCheck"]]:
+    """Passive, then active declarations (the active ones import nothing heavy)."""
+    from gpuhc.active.registry import CHECKS as ACTIVE
+
+    return [*passive_checks(), *ACTIVE]
+
+
 def checks_for_stage(stage: str) -> list[Check]:
-    return [c for c in all_checks() if stage in c.stages]
+    """The passive checks a stage runs (its active checks are planned by gpuhc.active)."""
+    return [c for c in passive_checks() if stage in c.stages]

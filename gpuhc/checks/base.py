@@ -61,6 +61,10 @@ class Check:
     # defaults with the config's thresholds on top, return ["key: why", ...]. The config loader
     # runs it, so a typo is rejected with its file and line before any check runs.
     validate: Callable[[dict[str, Any]], list[str]] | None = None
+    # Thresholds a core config key sets (when it is not null), beneath `checks.<id>.thresholds`:
+    # threshold name -> (section, key), e.g. gpu-count's ``expected`` <- ``node.expected_gpus``.
+    from_config: dict[str, tuple[str, str]] = field(default_factory=dict)
+    nested_thresholds: bool = False  # True: mapping thresholds merge key by key across layers
 
 
 def result(

@@ -218,6 +218,7 @@ CHECKS = [
         # pci_bus: false where NVML sees a subset of the bus on purpose (a container given some of
         # the host's GPUs still sees the whole bus in sysfs).
         defaults={"expected": None, "pci_bus": True},
+        from_config={"expected": ("node", "expected_gpus")},
         doc="NVML reachable, every expected GPU (and every GPU on the PCI bus) enumerated, none lost",
     )
 ]

@@ -9,8 +9,10 @@ Thresholds are a mapping ``{backend: {shape: {...}}}`` where a shape is
 switches, or ``default``, or a GPU profile name (``h100-sxm``), or both (``a100-sxm/2x8``).
 Lookup goes most specific first: ``a100-sxm/2x8-cross``, ``a100-sxm/2x8``, ``2x8-cross``,
 ``2x8``, the profile, ``default``. The ``nccl`` defaults are multi-node H100
-numbers (DESIGN.md section 5), applied to H100 and H200 groups only (``PROFILE_THRESHOLDS``:
-other models are judged against their fleet); the ``mpi`` backend
+reference numbers (docs/facts.md, "NCCL"); each GPU profile's ``sweep`` section
+(gpuhc/data/profiles/<model>.yaml) lays its own over them, and a profile without one gets
+generic's, which has no absolute bounds (other models are judged against their fleet); the
+``mpi`` backend
 (host buffers, CPU test clusters) has no absolute numbers at all and judges relative to the
 fleet only, with looser factors, because CPU timings on shared cores are noisy.
 """
@@ -77,24 +79,22 @@ DEFAULT_THRESHOLDS: dict[str, dict[str, dict[str, Any]]] = {
     },
 }
 
-# Built-in absolute numbers per GPU profile (the names of gpuhc/data/profiles/*.yaml), for the
-# nccl backend; laid over the nccl defaults above when the group's results name the GPU model
-# (every rank records its NVML name). Only a model with a reference number gets absolute bounds:
-# - h100-sxm: the defaults are its multi-node numbers (DESIGN.md section 5: 2 GiB busbw about
-#   445 GB/s, pass >= 350; 1 KiB p95 about 120 us, pass <= 250);
-# - h200-sxm: the same. Between nodes an all-reduce is bound by the NICs, not the GPU, and HGX
-#   H200 boards carry the same 8 x 400 Gb/s NIC generation as HGX H100. An inference, not a
-#   measurement: a site on another fabric sets its own numbers;
-# - a100-sxm and every other model (generic, or a profile added later): no absolute bound. HGX
-#   A100 systems mostly have 200 Gb/s NICs, where a healthy 2x8 group stays far below 350 GB/s,
-#   and no A100 multi-node number was measured here; the fleet comparison still judges them.
-NO_ABSOLUTE = {"small_p95_us": None, "medium_busbw_gbs": None, "large_busbw_gbs": None}
-PROFILE_THRESHOLDS: dict[str, dict[str, Any]] = {
-    "h100-sxm": {},
-    "h200-sxm": {},
-    "a100-sxm": dict(NO_ABSOLUTE),
-    "generic": dict(NO_ABSOLUTE),
-}
+
+
+def profile_thresholds(profile: str) -> dict[str, Any]:
+    """The nccl bounds a GPU profile's file sets (its ``sweep`` section), laid over the nccl
+    defaults when the group's results name the GPU model (every rank records its NVML name). A
+    profile without a section, or an unknown name, gets generic's: no absolute bounds."""
+    from gpuhc.profiles import GENERIC, profile_named
+
+    prof = profile_named(profile)
+    block = prof.sweep if prof.sweep is not None else profile_named(GENERIC).sweep or {}
+    unknown = sorted(set(block) - set(THRESHOLD_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown sweep threshold (known: {', '.join(sorted(THRESHOLD_KEYS))})", prof.path,
+                          None, f"sweep.{unknown[0]}")
+    return dict(block)
+
 
 SCHEMA: dict[str, Any] = {
     "partitions": Key(list, [], "partitions whose IDLE nodes are probed (empty: all)", item=str),
@@ -147,7 +147,7 @@ SCHEMA: dict[str, Any] = {
         "auto_submit": Key(bool, True, "analyze submits follow-up rounds by itself"),
         "strategy": Key(str, "auto", "isolate (suspect + known-good nodes), bisect, or auto", choices=("auto", "isolate", "bisect")),
     },
-    # Empty by default: the built-in numbers (DEFAULT_THRESHOLDS, PROFILE_THRESHOLDS) are merged
+    # Empty by default: the built-in numbers (DEFAULT_THRESHOLDS, the profiles' sweep sections) are merged
     # by thresholds_for beneath whatever the site writes here. Were they the default value here,
     # a config without `thresholds` would carry the H100 numbers as site settings, above the
     # per-model layer.
@@ -166,7 +166,7 @@ def thresholds_for(table: dict[str, Any], backend: str, shape: str, span: str = 
     ``profile`` None: the model is not considered (no profile layer at all)."""
     merged = dict(DEFAULT_THRESHOLDS.get(backend, DEFAULT_THRESHOLDS["nccl"])["default"])
     if profile is not None and backend == "nccl":
-        merged.update(PROFILE_THRESHOLDS.get(profile, PROFILE_THRESHOLDS["generic"]))
+        merged.update(profile_thresholds(profile))
     per_backend = table.get(backend) or {}
     shapes = [shape, f"{shape}-{span}" if span else None]
     keys = ["default", profile, *shapes] + ([f"{profile}/{x}" if x else None for x in shapes] if profile else [])
