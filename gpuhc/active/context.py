@@ -14,7 +14,7 @@ from typing import Any
 
 @dataclass
 class ActiveContext:
-    profile_name: str = "generic"  # gpuhc/data/active/<profile>.yaml; unknown names fall back to generic
+    profile_name: str = "generic"  # gpuhc/data/profiles/<name>.yaml; unknown names fall back to generic
     config: dict[str, Any] = field(default_factory=dict)  # config section `active` (defaults filled in)
     gpus: list[int] | None = None  # NVML indices to test; None: every GPU the worker can see
     budget_s: float = 600.0  # what is left of the stage budget when the active checks start

@@ -16,7 +16,7 @@ Actions, and why:
 - down for ``down_fail_s`` (7 s) or more, cumulated over the last ``down_window_s`` (600 s):
   NCCL gives up on an IB link after ~7 s with retries, so one long outage kills a job as
   surely as many flaps; a flaky link needs hands: FAIL, drain + ticket. The number of flaps is
-  not judged (see DESIGN.md §4); ``link_downed`` growth only WARNs.
+  not judged (docs/facts.md, "InfiniBand"); ``link_downed`` growth only WARNs.
 - error counters growing between runs over ``counters.<name>`` = [warn, fail]: WARN / FAIL
   (drain + ticket). A counter that went down was reset: rebaseline, no verdict. IB error
   counters saturate (``link_downed`` at 255); a saturated counter cannot show growth, which

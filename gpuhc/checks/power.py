@@ -9,7 +9,7 @@ GPU's own default limit; ``tolerance_pct`` absorbs rounding (NVML reports milliw
 
 Persistence mode off is a WARN: without it the driver tears the GPU state down whenever no
 process holds it, and every NVML init (every health check, every job start) pays seconds per
-GPU instead of ~10 ms (DESIGN.md section 4).
+GPU instead of ~10 ms (docs/facts.md, "NVML").
 """
 
 from __future__ import annotations

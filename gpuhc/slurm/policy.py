@@ -6,7 +6,7 @@ output is one :class:`Decision`; :mod:`gpuhc.slurm.entry` carries it out, verifi
 then stores the decision's memory. Everything dangerous is decided here, in one place, and the
 unit tests walk every combination of node state x reason owner x verdict.
 
-The rules (DESIGN.md section 3, and NHC's lessons):
+The rules (Slurm's behaviour: docs/facts.md, "Slurm"; and NHC's lessons):
 
 - gpuhc drains only on FAIL. WARN never drains; ERROR (gpuhc could not judge) never drains and
   never resumes.

@@ -1,6 +1,6 @@
 """Is a group's sweep healthy? Per payload class, against fixed numbers and against the fleet.
 
-Three payload classes, because they exercise different machinery (DESIGN.md section 5):
+Three payload classes, because they exercise different machinery (docs/facts.md, "NCCL and the sweep"):
 
 - small (KB): the LL/LL128 protocols, latency-bound: judged by p95 latency at ``small_bytes``;
 - medium (MB): algorithm and protocol switch-overs: judged by busbw at ``medium_bytes``;

@@ -26,7 +26,7 @@ from gpuhc.sweep.judge import on_ladder
 from gpuhc.sweep.settings import SCHEMA, thresholds_for
 from gpuhc.sweep.stats import busbw_factor, size_ladder, summarize_size
 
-BASE_LATENCY_S = 60e-6  # multi-node H100 small all-reduce, order of magnitude (DESIGN.md section 5)
+BASE_LATENCY_S = 60e-6  # multi-node H100 small all-reduce, order of magnitude (docs/facts.md, "NCCL and the sweep")
 BASE_BUSBW_GBS = 445.0
 SIM_GPU = "NVIDIA H100 80GB HBM3"  # the model the cost model stands for: selects the h100-sxm thresholds
 SAMPLES = 8  # per-iteration samples drawn for latency sizes (p95 interpolates between the top two)

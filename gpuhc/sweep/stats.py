@@ -1,7 +1,7 @@
 """Numbers of a collective sweep: size ladders, percentiles, and nccl-tests' bandwidth formulas.
 
 Kept free of numpy so the analyze side (an admin host) and the simulator need nothing beyond
-the standard library. The formulas follow NVIDIA nccl-tests (DESIGN.md section 5):
+the standard library. The formulas follow NVIDIA nccl-tests (docs/facts.md, "NCCL and the sweep"):
 
 - algbw = bytes / seconds, in decimal GB/s (1e9), the rate one rank sees its buffer reduced at;
 - busbw = algbw * 2 (n - 1) / n for all-reduce: the rate at which the busiest link carries data
