@@ -113,7 +113,7 @@ def load_profile_file(path: str) -> Profile:
     thresholds = raw.get("thresholds") or {}
     if not isinstance(thresholds, dict):
         raise bad("must be a mapping of check id to thresholds", "thresholds")
-    declared = _declared_checks()
+    declared, declared_validators = _declared_checks()
     for cid, section in thresholds.items():
         if not isinstance(section, dict):
             raise bad("must be a mapping of threshold name to value", "thresholds", cid)
@@ -128,6 +128,10 @@ def load_profile_file(path: str) -> Profile:
             if k not in defaults:
                 # a key the check does not read would silently do nothing
                 raise bad(f"unknown threshold (known: {', '.join(sorted(defaults))})", "thresholds", cid, k)
+        validate = declared_validators.get(cid)
+        for problem in (validate({**defaults, **section}) if validate is not None else []):
+            key, _, why = problem.partition(": ")
+            raise bad(why or problem, "thresholds", cid, *key.split("."))
     sweep = raw.get("sweep")
     if sweep is not None:
         if not isinstance(sweep, dict):
@@ -150,11 +154,12 @@ def _plain(v: Any) -> bool:
     return isinstance(v, _SCALARS) or (isinstance(v, list) and all(isinstance(x, _SCALARS) for x in v))
 
 
-def _declared_checks() -> dict[str, dict[str, Any]]:
-    """check id -> its threshold defaults, passive and active: what a profile may set."""
+def _declared_checks() -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """check id -> its threshold defaults (what a profile may set), and -> its validator."""
     from gpuhc.checks import all_checks
 
-    return {c.id: c.defaults for c in all_checks()}
+    checks = all_checks()
+    return {c.id: c.defaults for c in checks}, {c.id: c.validate for c in checks if c.validate is not None}
 
 
 def load_profiles(directory: str) -> dict[str, Profile]:

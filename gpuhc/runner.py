@@ -76,8 +76,8 @@ class Effective:
 
 def resolve(check: "Check | ActiveCheck", config: Config) -> Effective:
     settings = config.check_settings(check.id)
-    overrides = {name: config.section(section).get(key) for name, (section, key) in check.from_config.items()
-                 if config.section(section).get(key) is not None}
+    core = {name: config.section(section).get(key) for name, (section, key) in check.from_config.items()}
+    overrides = {name: value for name, value in core.items() if value is not None}
     overrides.update(settings.get("thresholds") or {})
     return Effective(bool(settings["enabled"]), float(settings["timeout_s"] or check.timeout_s), settings, overrides)
 

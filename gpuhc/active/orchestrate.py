@@ -111,9 +111,13 @@ def _judge(check: str, outcomes: dict[str, Outcome], thr: dict, ctx: ActiveConte
         return [Result(check, Status.ERROR, "not run")]
     if o.status != "done":
         return [outcome_result(check, o)]
-    data = {t: (x.data or {}) if (x := outcomes.get(t)) is not None and x.status == "done" else None
-            for t in decl.tasks}
+    data = {t: _delivered(outcomes.get(t)) for t in decl.tasks}
     return decl.judge(data, thr.get(check, {}), ctx.baseline)
+
+
+def _delivered(o: Outcome | None) -> dict | None:
+    """A task's data, or None when it did not deliver (an input task may fail on its own)."""
+    return (o.data or {}) if o is not None and o.status == "done" else None
 
 
 def outcome_result(check: str, o: Outcome) -> Result:
