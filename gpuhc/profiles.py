@@ -69,8 +69,9 @@ class Profile:
         return dict(self.thresholds.get(check_id, {}))
 
 
-def load_profile_file(path: str) -> Profile:
-    """Read and validate one profile; every error names the file, line and key."""
+def load_profile_file(path: str, declared: tuple[dict, dict] | None = None) -> Profile:
+    """Read and validate one profile; every error names the file, line and key. ``declared``:
+    the checks' defaults and validators, when the caller reads several files."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -113,7 +114,7 @@ def load_profile_file(path: str) -> Profile:
     thresholds = raw.get("thresholds") or {}
     if not isinstance(thresholds, dict):
         raise bad("must be a mapping of check id to thresholds", "thresholds")
-    declared, declared_validators = _declared_checks()
+    declared, declared_validators = declared or _declared_checks()
     for cid, section in thresholds.items():
         if not isinstance(section, dict):
             raise bad("must be a mapping of threshold name to value", "thresholds", cid)
@@ -168,7 +169,8 @@ def load_profiles(directory: str) -> dict[str, Profile]:
         names = sorted(n for n in os.listdir(directory) if n.endswith(".yaml"))
     except OSError as e:
         raise ConfigError(f"cannot list profiles: {e.strerror}", directory) from None
-    profiles = {p.name: p for p in (load_profile_file(os.path.join(directory, n)) for n in names)}
+    declared = _declared_checks()
+    profiles = {p.name: p for p in (load_profile_file(os.path.join(directory, n), declared) for n in names)}
     if GENERIC not in profiles:
         raise ConfigError("no generic.yaml profile (the fallback for unknown GPUs)", directory)
     return profiles
