@@ -228,7 +228,8 @@ def select_profile_for(gpu_names: list[str], forced: str | None = None) -> Profi
     return select_profile(None)
 
 
-def effective_thresholds(check: "Check | ActiveCheck", profile: Profile | None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def effective_thresholds(check: "Check | ActiveCheck", profile: Profile | None,
+                         overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """What ``ctx.thresholds`` should be for ``check``: defaults, then profile, then config.
 
     A check that declares ``nested_thresholds`` (the active checks' per-precision tables)

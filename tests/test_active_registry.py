@@ -67,3 +67,19 @@ def test_every_declared_task_is_a_worker_task_and_every_check_task_is_declared()
     p = plan.build("bootstrap", {})
     assert [t.name for t in p.tasks] == [t.name for t in registry.TASKS]
     assert {c for t in p.tasks for c in t.checks} == {c.id for c in registry.CHECKS if c.tasks}
+
+
+@pytest.mark.parametrize("text, line, key, words", [
+    ("active:\n  epilog:\n    checks:\n      - burn-in\n      - gpu-sped\n", 5, "active.epilog.checks", "gpu-sped"),
+    ("active:\n  dtypes: [bf16, int8]\n", 2, "active.dtypes", "int8"),
+    ("active:\n  dtypes: []\n", 2, "active.dtypes", "at least one"),
+    ("hosts:\n  - match: 'gpu*'\n    active:\n      bootstrap:\n        checks: [memtst]\n", 5,
+     "hosts.0.active.bootstrap.checks", "memtst"),
+])
+def test_the_active_section_is_judged_when_the_config_loads(tmp_path, text, line, key, words):
+    """A stage that names a check no one declared is refused by `gpuhc config validate`, not
+    first by the epilog that would run nothing in its place."""
+    path = _config(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert (e.value.file, e.value.line, e.value.key) == (path, line, key) and words in str(e.value)

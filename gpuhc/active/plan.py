@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuhc.active.registry import CHECK, DTYPES, TASK, TASKS
-from gpuhc.active.settings import ALL_CHECKS, SCHEMA
+from gpuhc.active.registry import CHECK, TASK, TASKS
+from gpuhc.active.settings import SCHEMA, problems
 from gpuhc.errors import ConfigError
 from gpuhc.schema import deep_merge, defaults
 
@@ -58,14 +58,8 @@ def build(stage: str, config: dict[str, Any], enabled=lambda cid: True) -> Plan:
     st = cfg[stage]
     if not cfg["enabled"]:
         return Plan(stage, [], settings=cfg)
-    unknown = [c for c in st["checks"] if c not in ALL_CHECKS]
-    if unknown:
-        raise ConfigError(f"unknown active check {unknown[0]!r} (known: {', '.join(ALL_CHECKS)})",
-                          key=f"active.{stage}.checks")
-    bad = [d for d in cfg["dtypes"] if d not in DTYPES]
-    if bad or not cfg["dtypes"]:
-        raise ConfigError(f"unknown dtype {bad[0] if bad else '(none)'!r} (known: {', '.join(DTYPES)})",
-                          key="active.dtypes")
+    for where, why in problems({stage: {"checks": st["checks"]}, "dtypes": cfg["dtypes"]}):
+        raise ConfigError(why, key=".".join(["active", *(k for k in where if not isinstance(k, int))]))
     checks = [c for c in st["checks"] if enabled(c)]
     if st["dcgm_level"] == 0 and "dcgm" in checks:
         checks.remove("dcgm")

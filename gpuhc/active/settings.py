@@ -12,7 +12,10 @@ all-reduces; the bootstrap form (a node entering service) may take minutes.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpuhc.active.registry import DTYPES, IDS
+from gpuhc.errors import ConfigError
 from gpuhc.schema import Key
 
 ALL_CHECKS = list(IDS)
@@ -52,3 +55,33 @@ SCHEMA = {
     "bootstrap": _stage(list(ALL_CHECKS), burnin_s=60.0, memtest_fraction=0.85, hbm_mib=2048, nccl_mib=2048,
                         dcgm_level=2),
 }
+
+
+def problems(section: Any) -> list[tuple[tuple, str]]:
+    """What the flat schema cannot see in an ``active`` section: (key path, why) for check ids
+    a stage names that no check has, and for precisions the burn-in does not know."""
+    if not isinstance(section, dict):
+        return []
+    out: list[tuple[tuple, str]] = []
+    for stage in ("epilog", "bootstrap"):
+        checks = (section.get(stage) or {}).get("checks") if isinstance(section.get(stage), dict) else None
+        for i, cid in enumerate(checks if isinstance(checks, list) else []):
+            if cid not in IDS:
+                out.append(((stage, "checks", i), f"unknown active check {cid!r} (known: {', '.join(IDS)})"))
+    dtypes = section.get("dtypes")
+    if isinstance(dtypes, list):
+        out += [(("dtypes", i), f"unknown dtype {d!r} (known: {', '.join(DTYPES)})")
+                for i, d in enumerate(dtypes) if d not in DTYPES]
+        if not dtypes:
+            out.append((("dtypes",), f"must name at least one precision (known: {', '.join(DTYPES)})"))
+    return out
+
+
+def validate(section: Any, file: str | None = None, lines: dict | None = None, path: tuple = ("active",)) -> None:
+    """The config loader's hook (gpuhc/config.py): refuse the first problem with file, line, key."""
+    for where, why in problems(section):
+        from gpuhc.yamlpos import line_of
+
+        # the key names the list, not the item (as the config loader's own messages do)
+        dotted = ".".join([*map(str, path), *(k for k in where if not isinstance(k, int))])
+        raise ConfigError(why, file, line_of(lines or {}, path + where) if file else None, dotted)
