@@ -37,8 +37,7 @@ from gpuhc.errors import ConfigError
 from gpuhc.yamlpos import line_of, load_with_lines
 
 if TYPE_CHECKING:
-    from gpuhc.active.registry import ActiveCheck
-    from gpuhc.checks.base import Check
+    from gpuhc.checks.base import Declared
 
 GENERIC = "generic"
 PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "profiles")
@@ -228,7 +227,7 @@ def select_profile_for(gpu_names: list[str], forced: str | None = None) -> Profi
     return select_profile(None)
 
 
-def effective_thresholds(check: "Check | ActiveCheck", profile: Profile | None,
+def effective_thresholds(check: "Declared", profile: Profile | None,
                          overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """What ``ctx.thresholds`` should be for ``check``: defaults, then profile, then config.
 

@@ -15,17 +15,14 @@ import os
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-from gpuhc.checks.base import AER, IB, KERNEL_LOG, NVML, PCI, Check, Context, CheckOutput
+from gpuhc.checks.base import AER, IB, KERNEL_LOG, NVML, PCI, Check, CheckOutput, Context, Declared
 from gpuhc.config import Config
 from gpuhc.model import Result, Snapshot, Status
 from gpuhc.runreport import RunOptions, RunReport  # noqa: F401 - re-exported: callers import them from here
 from gpuhc.sources import SourceSpec, Sources, build_sources
 from gpuhc.state import StateError, StateStore
-
-if TYPE_CHECKING:
-    from gpuhc.active.registry import ActiveCheck
 
 # Time kept back from the budget for writing state and output after the last check.
 RESERVE_S = 0.3
@@ -68,13 +65,13 @@ class Effective:
     config: dict[str, Any]  # ``checks.<id>``, defaults filled in
     overrides: dict[str, Any]  # the config's layer of its thresholds; the profile goes beneath
 
-    def thresholds(self, check: "Check | ActiveCheck", profile) -> dict[str, Any]:
+    def thresholds(self, check: Declared, profile) -> dict[str, Any]:
         from gpuhc.profiles import effective_thresholds
 
         return effective_thresholds(check, profile, self.overrides)
 
 
-def resolve(check: "Check | ActiveCheck", config: Config) -> Effective:
+def resolve(check: Declared, config: Config) -> Effective:
     settings = config.check_settings(check.id)
     core = {name: config.section(section).get(key) for name, (section, key) in check.from_config.items()}
     overrides = {name: value for name, value in core.items() if value is not None}

@@ -10,12 +10,7 @@ in ``gpuhc/active/registry.py`` and listed here too, so that the config validato
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Union
-
-from gpuhc.checks.base import Check
-
-if TYPE_CHECKING:
-    from gpuhc.active.registry import ActiveCheck
+from gpuhc.checks.base import Check, Declared
 
 MODULES = (
     "gpu_count",
@@ -38,7 +33,7 @@ def passive_checks() -> list[Check]:
     return checks
 
 
-def all_checks() -> list[Union[Check, "ActiveCheck"]]:
+def all_checks() -> list[Declared]:
     """Passive, then active declarations (the active ones import nothing heavy)."""
     from gpuhc.active.registry import CHECKS as ACTIVE
 

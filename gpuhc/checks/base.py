@@ -11,7 +11,7 @@ the persisted state as ``ctx.prev`` and return the slice to store as ``CheckOutp
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from gpuhc.model import Action, Result, Snapshot, Status
 
@@ -65,6 +65,20 @@ class Check:
     # threshold name -> (section, key), e.g. gpu-count's ``expected`` <- ``node.expected_gpus``.
     from_config: dict[str, tuple[str, str]] = field(default_factory=dict)
     nested_thresholds: bool = False  # True: mapping thresholds merge key by key across layers
+
+
+class Declared(Protocol):
+    """What the config, the profiles and the runner read of any check, passive (``Check``) or
+    active (``gpuhc.active.registry.ActiveCheck``): one registry serves both."""
+
+    id: str
+    needs: tuple[str, ...]
+    stages: tuple[str, ...]
+    timeout_s: float
+    defaults: dict[str, Any]
+    validate: Callable[[dict[str, Any]], list[str]] | None
+    from_config: dict[str, tuple[str, str]]
+    nested_thresholds: bool
 
 
 def result(
