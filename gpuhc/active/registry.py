@@ -7,8 +7,8 @@ else in ``gpuhc.active`` (the stage plan, the worker, the supervisor, the orches
 config validator read these declarations, so adding an active check is one entry here plus its
 module.
 
-This module is imported by every config load that has a ``checks:`` section, so it imports
-nothing heavy: each judge imports its module when it is called.
+The config loader and the profile loader read this module on every run, so it imports nothing
+heavy: each judge imports its module when it is called.
 
 Threshold defaults carry no absolute speeds: on an unknown GPU the only yardsticks are
 correctness and the node's own GPUs (a straggler is slow next to its siblings whatever the
@@ -57,9 +57,10 @@ class ActiveCheck:
     validate: Callable[[dict[str, Any]], list[str]] | None = None
     doc: str = ""
     stages: tuple[str, ...] = STAGES
-    # The same shape as a passive Check, so that one registry serves config validation and
-    # `gpuhc config checks`: 0 means no fixed default, the deadline is sized from the stage's
-    # workload (WorkerTask.estimate) unless `checks.<id>.timeout_s` sets one.
+    # The fields below complete gpuhc.checks.base.Declared, the shape one registry serves to
+    # config validation, the profiles and the runner. timeout_s 0: no fixed default, the
+    # deadline is sized from the stage's workload (WorkerTask.estimate) unless
+    # `checks.<id>.timeout_s` sets one.
     timeout_s: float = 0.0
     optional: tuple[str, ...] = ()
     from_config: dict[str, tuple[str, str]] = field(default_factory=dict)
