@@ -42,11 +42,13 @@ def test_plain_dmesg_one_event_per_incident():
         (EventKind.IB_LINK, None, "0000:c1:00.0"),  # DOWN; its netdev "Link down" echo merged
         (EventKind.IB_LINK, None, "0000:c1:00.0"),  # ACTIVE; "Link up" echo merged
         (EventKind.XID, 79, "0000:5d:00.0"),  # and its "GPU has fallen off the bus" line: same incident
+        (EventKind.XID, 79, "0000:5d:00.0"),  # the garbled line: its code is readable, so it is kept
     ]
     sx = log.events[0]
     assert (sx.device, sx.port, sx.state, sx.time) == ("nvswitch2", 11, "fatal", 100.5)
     assert [(e.device, e.port, e.state) for e in log.events[1:3]] == [("mlx5_2", 1, "DOWN"), ("mlx5_2", 1, "ACTIVE")]
     assert log.unparsed_lines == 1  # the garbled "Xid (PCI:0000:5d:00) 79" line
+    assert log.unparsed_example == "NVRM: Xid (PCI:0000:5d:00) 79 GPU has fallen"
     assert log.last_time == 2001.5  # seconds since boot kept as such without a boot time
 
 
