@@ -102,9 +102,14 @@ def test_every_catalog_fail_carries_a_draining_action():
 def test_storm_collapses_to_one_result_per_gpu_and_xid():
     storm = [ev(13, gpu=0, t=T0 - 100 + i / 10) for i in range(600)] + [ev(43, gpu=0)] * 7 + [ev(13, gpu=1)]
     out = judge(node(*storm))
-    assert [(r.subject, r.value["code"], r.value["count"]) for r in out.results] == [
+    per_xid = [r for r in out.results if "rule" not in r.value]
+    assert [(r.subject, r.value["code"], r.value["count"]) for r in per_xid] == [
         ("gpu0", 13, 600), ("gpu0", 43, 7), ("gpu1", 13, 1)]
-    assert out.results[0].message == "Xid 13 on gpu0 (0000:18:00.0) x600: Graphics engine exception (application error)"
+    assert per_xid[0].message == "Xid 13 on gpu0 (0000:18:00.0) x600: Graphics engine exception (application error)"
+    # ... and the default rate rule names the storm on gpu0 (607 > 100 in an hour), without draining
+    (storm_result,) = [r for r in out.results if "rule" in r.value]
+    assert (storm_result.status, storm_result.action, storm_result.subject) == (Status.WARN, Action.NONE, "gpu0")
+    assert storm_result.message == "Xid storm on gpu0 (0000:18:00.0): 607 x Xid 13/43 in the last 1h, more than 100 (rate_rules.0)"
 
 
 # ---------------------------------------------------------------------- cursor, window, memory
