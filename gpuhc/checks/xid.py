@@ -177,10 +177,33 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         first = f'; first: "{klog.unparsed_example}"' if klog.unparsed_example else ""
         results.append(result(ID, Status.WARN, f"{grew} kernel log line(s) name a driver event (NVRM Xid, SXid or "
                               f"mlx5 port) but did not parse (new driver format?){first}", value=klog.unparsed_lines))
+    unseen = _unseen(klog, win, window_s)
+    if unseen:
+        results.append(result(ID, Status.WARN, unseen, value=klog.covered_from))
     if not results:
         results.append(result(ID, Status.PASS, _pass_message(groups, window_s), value=len(events)))
     results.sort(key=lambda r: (-r.status.rank, r.subject))
     return CheckOutput(results, state=win.state(incidents))
+
+
+def _unseen(klog, win: EventWindow, window_s: float) -> str | None:
+    """Why part of the window went unread in a recording too big to read whole, or None."""
+    if not klog.partial:
+        return None
+    t = klog.covered_from
+    if t is not None and t <= win.now_for(t) - window_s:
+        return None  # read back past the start of the window: nothing in it was missed
+    reach = f"back to {_when(t)} only" if t is not None else "with no time to tell how far back"
+    return (f"kernel log {klog.source} is too big to read whole ({klog.partial}); the read reaches {reach}, "
+            f"so Xids earlier in the {window_s / 3600:g}h window were not seen")
+
+
+def _when(t: float) -> str:
+    import time
+
+    if t < 1e9:
+        return f"{t:.0f} s after boot"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
 
 
 def _gpus_by_pci(snapshot: Snapshot) -> dict[str, GpuReading]:
