@@ -303,9 +303,13 @@ def _message(draw):
     kind = draw(st.sampled_from(["xid", "sxid", "ib"]))
     if kind == "xid":
         pci_text, pci = draw(_pci(function=False))  # the driver prints bus:dev, no function
+        if draw(st.integers(0, 5)) == 0:  # redacted by whoever pasted it: the code stays, the GPU goes
+            pci_text, pci = draw(st.sampled_from(["...", "xxxx:xx:xx", "<redacted>"])), None
         code = draw(st.integers(0, 999_999))
         tag = "PCI:" if draw(st.booleans()) else ""  # legacy drivers print no "PCI:"
-        rest = draw(st.sampled_from(["", f", pid={draw(st.integers(1, 4_000_000))}"])) + _suffix(draw)
+        pid = draw(st.sampled_from([f", pid={draw(st.integers(1, 4_000_000))}", ", pid='<unknown>', name=<unknown>",
+                                    ", pid=, name=", ", pid='N/A'"]))
+        rest = draw(st.sampled_from(["", pid])) + _suffix(draw)
         if rest or draw(st.booleans()):
             rest += ", " + draw(st.sampled_from(["GPU has fallen off the bus.", "Graphics Exception", "Timeout"]))
         return f"NVRM: Xid ({tag}{pci_text}): {code}{rest}", dict(kind=EventKind.XID, pci=pci, code=code)
@@ -332,7 +336,14 @@ def _message(draw):
 @st.composite
 def _prefixed(draw, msg: str):
     """(line, expected time or None, expected seq or None) for one of the prefix shapes."""
-    shape = draw(st.sampled_from(["plain", "ctime", "syslog", "iso", "rsyslog", "kmsg", "bare"]))
+    shape = draw(st.sampled_from(["plain", "ctime", "syslog", "iso", "rsyslog", "kmsg", "bare", "talos",
+                                  "nohost", "quoted", "pasted"]))
+    if shape in ("quoted", "pasted"):  # from a ticket or an e-mail: something before a stamped line
+        line, t, _seq = draw(_prefixed(msg).filter(lambda got: got[1] is not None and got[2] is None))
+        if shape == "quoted":
+            return draw(st.sampled_from(["> ", "+> ", "    ", "\t", "| ", ">> "])) + line, t, None
+        # unrelated text with no stamp, no driver word, no digits (a stamp is what is sought)
+        return draw(st.from_regex(r"[A-Za-z ,#!?-]{1,30}: ", fullmatch=True)) + line, t, None
     if shape == "kmsg":
         seq, usec = draw(st.integers(0, 10**12)), draw(st.integers(0, 10**13))
         level = draw(st.integers(0, 7))
@@ -350,6 +361,17 @@ def _prefixed(draw, msg: str):
         return f"{decode}[{day} {_MONTH_NAMES[mo - 1]} {d:2d} {h:02d}:{mi:02d}:{s:02d} {y}] {msg}", \
             local(y, mo, d, h, mi, s), None
     host = draw(st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True))
+    if shape == "nohost":  # journalctl / syslog with no host name: "Mar 29 15:38:59 kernel: msg"
+        stamp = f"{_MONTH_NAMES[mo - 1]} {d:2d} {h:02d}:{mi:02d}:{s:02d}"
+        return f"{stamp} kernel: {msg}", local(SYSLOG_YEAR, mo, d, h, mi, s), None
+    if shape == "talos":  # talosctl dmesg: "<node>: kern: <severity, padded>: [RFC 3339 ns]: msg"
+        node = draw(st.sampled_from(["192.168.11.119: ", "10.0.0.5: ", "node-3: ", ""]))
+        sev = draw(st.sampled_from(["warning", "   info", " notice", "    err", "  debug", "   crit"]))
+        nanos = draw(st.integers(0, 10**9 - 1))
+        digits = draw(st.sampled_from([f"{nanos:09d}", f"{nanos:09d}".rstrip("0") or "0"]))
+        stamp = f"{y:04d}-{mo:02d}-{d:02d}T{h:02d}:{mi:02d}:{s:02d}.{digits}Z"
+        return f"{node}kern: {sev}: [{stamp}]: {msg}", calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)) + float(
+            "0." + digits), None
     if shape == "syslog":  # journalctl -k / syslog: no year (the caller gives it), local time
         mono = draw(st.sampled_from(["", "[ 4441.769587] "]))  # syslog copies keep the kernel's stamp
         stamp = f"{_MONTH_NAMES[mo - 1]} {d:2d} {h:02d}:{mi:02d}:{s:02d}"

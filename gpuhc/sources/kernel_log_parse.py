@@ -196,10 +196,11 @@ class _Parser:
         at = min((i for i in (line.find(k) for k in _MARKERS) if i > 0), default=-1)
         if at < 0:
             return None
-        t = self.stamps.embedded(line[:at])
-        if t is False:
+        found = self.stamps.embedded(line[:at])
+        if found is None:
             return None
-        return t, True, line[at:]
+        t, end = found
+        return t, True, line[end:].lstrip(" :]")
 
     def _saw_time(self, t: float | None) -> None:
         if t is not None and (self.last_time is None or t > self.last_time):

@@ -86,24 +86,30 @@ class Stamps:
             return self._syslog_time(m.groups()), kernel, msg
         return None
 
-    def embedded(self, prefix: str) -> float | None | bool:
-        """The time of the stamp nearest the end of ``prefix`` (the text before a driver message
-        in a pasted line), None for a stamp with no usable time, False when there is none."""
-        best: tuple[int, int, re.Match] | None = None
+    def embedded(self, prefix: str) -> tuple[float | None, int] | None:
+        """(time, end) of the stamp nearest the end of ``prefix`` (the text before a driver
+        message in a pasted line); time None for a stamp with no usable time; None: no stamp."""
+        best: tuple[int, re.Match] | None = None
         for kind, rx in enumerate(_EMBEDDED):
+            if kind == len(_EMBEDDED) - 1 and best is not None:
+                break  # "[ 4441.76]" after a wall-clock stamp is the syslog copy of the kernel's own
             for m in rx.finditer(prefix):
-                if best is None or m.start() > best[1]:
-                    best = (kind, m.start(), m)
+                # nearest the message; of two ending together, the longer (a ctime stamp holds
+                # a syslog-looking "Jan  1 00:00:00")
+                if best is None or (m.end(), -m.start()) > (best[1].end(), -best[1].start()):
+                    best = (kind, m)
         if best is None:
-            return False
-        kind, _, m = best
+            return None
+        kind, m = best
         if kind <= 1:
-            return iso_time(m)
-        if kind == 2:
-            return self._ctime(m.groups()[1:])
-        if kind == 3:
-            return self._syslog_time(m.groups())
-        return self.since_boot(float(m.group(1)))
+            t = iso_time(m)
+        elif kind == 2:
+            t = self._ctime(m.groups()[1:])
+        elif kind == 3:
+            t = self._syslog_time(m.groups())
+        else:
+            t = self.since_boot(float(m.group(1)))
+        return t, m.end()
 
     def since_boot(self, seconds: float) -> float:
         return seconds + self.boot_time if self.boot_time is not None else seconds
