@@ -407,3 +407,62 @@ def test_random_valid_lines_parse_to_their_fields(data):
             assert e.time is None, line
         else:
             assert e.time == pytest.approx(want["time"], abs=1e-6), line
+
+
+# ---------------------------------------------------------------------- no silent misses
+
+
+def test_banners_that_name_an_xid_inside_a_word_are_neither_events_nor_unparsed():
+    log = parse_lines([
+        "[ 84.3] NVRM: _kgspLogXid119: ********************************* GSP Timeout **********************************",
+        "[ 84.3] NVRM: GPU6 _kgspLogRpcTimeout: ********************************* GSP Timeout *********",
+        "[ 84.4] NVRM: Xid (PCI:0000:01:00): 119, Timeout after 6s of waiting for RPC response from GPU0 GSP! "
+        "Expected function 76 (GSP_RM_CONTROL) sequence 1321"])
+    assert [(e.kind, e.code) for e in log.events] == [(EventKind.XID, 119)]
+    assert log.unparsed_lines == 0
+
+
+def test_an_sxid_line_is_never_an_xid_even_behind_nvrm():
+    log = parse_lines(["[1.0] NVRM: nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 7 LTSSM Fault Up",
+                       "[2.0] NVRM: SXid (PCI:...): 12028, Non-fatal"])
+    assert [(e.kind, e.code) for e in log.events] == [(EventKind.SXID, 20034)]
+    assert log.unparsed_lines == 1 and log.unparsed_example == "NVRM: SXid (PCI:...): 12028, Non-fatal"
+
+
+@pytest.mark.parametrize("line, code", [
+    ("[5.0] NVRM: Xid (PCI:0000:b3:00) 79, GPU has fallen off the bus.", 79),  # no colon after the device
+    ("[5.0] NVRM: Xid (PCI:0000:b3:00):79,", 79),
+    ("[5.0] NVRM: Xid 79 on GPU 0000:b3:00", None),  # no device field: the code is not safely readable
+])
+def test_an_xid_line_that_does_not_parse_is_counted_quoted_and_keeps_a_readable_code(line, code):
+    log = parse_lines([line])
+    assert log.unparsed_lines == 1 and log.unparsed_example == line[6:]
+    assert [e.code for e in log.events] == ([code] if code else [])
+
+
+def test_now_is_the_latest_time_in_the_file_not_the_last_line():
+    log = parse_lines(["2025-03-04T10:05:00,000000+00:00 NVRM: Xid (PCI:0000:5d:00): 79, late",
+                       "2025-03-04T10:00:00,000000+00:00 systemd[1]: an older line merged in after it"])
+    assert log.last_time == calendar.timegm((2025, 3, 4, 10, 5, 0))
+
+
+@pytest.mark.parametrize("line, kernel", [
+    ("Mar 29 15:38:59 kernel: NVRM: Xid (PCI:0000:01:00): 120, GSP kernel exception", True),
+    ("Mar 29 15:38:59 host kernel: NVRM: Xid (PCI:0000:01:00): 120, GSP kernel exception", True),
+    ("Mar 29 15:38:59 NVRM: Xid (PCI:0000:01:00): 120, GSP kernel exception", True),  # no host, no tag
+    ("Mar 29 15:38:59 host gpud[812]: NVRM: Xid (PCI:0000:01:00): 120, seen by a daemon", False),
+    ("Mar 29 15:38:59 gpud[812]: NVRM: Xid (PCI:0000:01:00): 120, seen by a daemon", False),
+    ("Mar 29 15:38:59 host nvidia-persistenced: NVRM: Xid (PCI:0000:01:00): 120, quoted", False),
+])
+def test_syslog_lines_with_and_without_a_host_name(line, kernel):
+    log = parse_lines([line], year=2026)
+    assert [(e.code, e.time) for e in log.events] == ([(120, local(2026, 3, 29, 15, 38, 59))] if kernel else [])
+    assert log.last_time == local(2026, 3, 29, 15, 38, 59)
+
+
+def test_text_before_a_stamp_in_a_ticket_is_skipped_and_the_stamp_kept():
+    log = parse_lines(["Customer wrote: on node17 we saw [Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, x",
+                       "see log 2024-11-15T05:39:15,491363+00:00 NVRM: Xid (PCI:0001:6c:00): 48, DBE"])
+    assert [(e.code, e.pci, e.time) for e in log.events] == [
+        (119, "0000:9b:00.0", local(2025, 2, 23, 16, 24, 18)),
+        (48, "0001:6c:00.0", calendar.timegm((2024, 11, 15, 5, 39, 15)) + 0.491363)]
