@@ -60,7 +60,7 @@ class Stamps:
 
     def stamped(self, line: str) -> tuple[float | None, bool, str] | None:
         """(time, is-a-kernel-message, message) for a line that starts with a known stamp."""
-        m = _TALOS.match(line)
+        m = _TALOS.match(line) if "]:" in line[:140] else None  # cheap test first: most lines are not
         if m:
             return iso_time(m), True, line[m.end():]
         m = _DECODE.match(line)
