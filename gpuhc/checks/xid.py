@@ -36,15 +36,13 @@ from dataclasses import dataclass
 
 from gpuhc.checks import xid_rates
 from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, Context, result
-from gpuhc.checks.kernel_window import (  # noqa: F401  (acknowledge, clock_of, latest_per_clock: re-exported)
+from gpuhc.checks.kernel_window import (  # noqa: F401  (acknowledge: re-exported for handover)
     DEFAULT_WINDOW_S,
     EventWindow,
     acknowledge,
-    clock_of,
     earliest,
     judge_now,
     latest,
-    latest_per_clock,
     merge_held,
 )
 from gpuhc.model import Action, EventKind, GpuReading, KernelEvent, Result, Snapshot, Status, norm_pci
