@@ -165,6 +165,7 @@ class EventKind(str, enum.Enum):
     SXID = "sxid"  # NVSwitch
     FALLEN_OFF_BUS = "fallen_off_bus"  # multi-line "has fallen off the bus" without an Xid
     IB_LINK = "ib_link"  # mlx5 port state change
+    DRIVER = "driver"  # a driver message asking for action without an Xid; ``state`` says which
 
 
 @dataclass(frozen=True)
@@ -185,9 +186,14 @@ class KernelLog:
     events: list[KernelEvent] = field(default_factory=list)
     source: str = ""  # "/dev/kmsg", "dmesg", or a file path
     boot_id: str | None = None  # /proc/sys/kernel/random/boot_id on a live node
-    last_time: float | None = None  # time of the last line seen (replay: judging "now")
+    last_time: float | None = None  # the latest time the log shows (replay: judging "now")
     last_seq: int | None = None
     unparsed_lines: int = 0  # lines that looked like NVRM/mlx5 lines but did not parse
+    unparsed_example: str | None = None  # the first of them, sanitised, to quote in a warning
+    # A recording too big to read whole (gpuhc.sources.kernel_log_file): the oldest time the read
+    # reached (None: nothing with a time was left out) and what was left out, in words.
+    covered_from: float | None = None
+    partial: str = ""
 
 
 # --------------------------------------------------------------------------- sysfs side

@@ -57,6 +57,7 @@ class SxidInfo:
 class _Catalog:
     default: Any
     entries: dict[int, Any] = field(default_factory=dict)
+    signals: dict[str, XidInfo] = field(default_factory=dict)  # driver messages without an Xid
 
 
 # ---------------------------------------------------------------------- lookups
@@ -70,6 +71,21 @@ def xid_info(code: int) -> XidInfo:
         return info
     d = cat.default
     return XidInfo(code, d.name, d.meaning, d.severity, d.action, d.app, d.note, known=False)
+
+
+def signal_info(name: str) -> XidInfo:
+    """What a driver signal without an Xid (``KernelEvent.state`` of a DRIVER event) means and
+    asks for. A name the catalog lacks gets the unknown-Xid verdict (warn), known=False."""
+    cat = _xids()
+    info = cat.signals.get(name)
+    if info is not None:
+        return info
+    d = cat.default
+    return XidInfo(None, f"driver message {name}", d.meaning, d.severity, d.action, d.app, d.note, known=False)
+
+
+def signal_table() -> dict[str, XidInfo]:
+    return dict(sorted(_xids().signals.items()))
 
 
 def sxid_info(code: int) -> SxidInfo:
@@ -129,7 +145,9 @@ def load_xid_catalog(path: Path | str) -> _Catalog:
             if code in entries:
                 raise ConfigError(f"Xid {code} listed twice", file=str(path), key=f"xids.{key}")
             entries[code] = _xid_entry(path, f"xids.{key}", code, body)
-    return _Catalog(default, entries)
+    signals = {str(name): _xid_entry(path, f"signals.{name}", None, _mapping(path, body, f"signals.{name}"))
+               for name, body in _mapping(path, doc.get("signals") or {}, "signals").items()}
+    return _Catalog(default, entries, signals)
 
 
 def load_sxid_catalog(path: Path | str) -> _Catalog:

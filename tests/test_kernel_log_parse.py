@@ -42,11 +42,13 @@ def test_plain_dmesg_one_event_per_incident():
         (EventKind.IB_LINK, None, "0000:c1:00.0"),  # DOWN; its netdev "Link down" echo merged
         (EventKind.IB_LINK, None, "0000:c1:00.0"),  # ACTIVE; "Link up" echo merged
         (EventKind.XID, 79, "0000:5d:00.0"),  # and its "GPU has fallen off the bus" line: same incident
+        (EventKind.XID, 79, "0000:5d:00.0"),  # the garbled line: its code is readable, so it is kept
     ]
     sx = log.events[0]
     assert (sx.device, sx.port, sx.state, sx.time) == ("nvswitch2", 11, "fatal", 100.5)
     assert [(e.device, e.port, e.state) for e in log.events[1:3]] == [("mlx5_2", 1, "DOWN"), ("mlx5_2", 1, "ACTIVE")]
     assert log.unparsed_lines == 1  # the garbled "Xid (PCI:0000:5d:00) 79" line
+    assert log.unparsed_example == "NVRM: Xid (PCI:0000:5d:00) 79 GPU has fallen"
     assert log.last_time == 2001.5  # seconds since boot kept as such without a boot time
 
 
@@ -301,9 +303,13 @@ def _message(draw):
     kind = draw(st.sampled_from(["xid", "sxid", "ib"]))
     if kind == "xid":
         pci_text, pci = draw(_pci(function=False))  # the driver prints bus:dev, no function
+        if draw(st.integers(0, 5)) == 0:  # redacted by whoever pasted it: the code stays, the GPU goes
+            pci_text, pci = draw(st.sampled_from(["...", "xxxx:xx:xx", "<redacted>"])), None
         code = draw(st.integers(0, 999_999))
         tag = "PCI:" if draw(st.booleans()) else ""  # legacy drivers print no "PCI:"
-        rest = draw(st.sampled_from(["", f", pid={draw(st.integers(1, 4_000_000))}"])) + _suffix(draw)
+        pid = draw(st.sampled_from([f", pid={draw(st.integers(1, 4_000_000))}", ", pid='<unknown>', name=<unknown>",
+                                    ", pid=, name=", ", pid='N/A'"]))
+        rest = draw(st.sampled_from(["", pid])) + _suffix(draw)
         if rest or draw(st.booleans()):
             rest += ", " + draw(st.sampled_from(["GPU has fallen off the bus.", "Graphics Exception", "Timeout"]))
         return f"NVRM: Xid ({tag}{pci_text}): {code}{rest}", dict(kind=EventKind.XID, pci=pci, code=code)
@@ -330,7 +336,14 @@ def _message(draw):
 @st.composite
 def _prefixed(draw, msg: str):
     """(line, expected time or None, expected seq or None) for one of the prefix shapes."""
-    shape = draw(st.sampled_from(["plain", "ctime", "syslog", "iso", "rsyslog", "kmsg", "bare"]))
+    shape = draw(st.sampled_from(["plain", "ctime", "syslog", "iso", "rsyslog", "kmsg", "bare", "talos",
+                                  "nohost", "quoted", "pasted"]))
+    if shape in ("quoted", "pasted"):  # from a ticket or an e-mail: something before a stamped line
+        line, t, _seq = draw(_prefixed(msg).filter(lambda got: got[1] is not None and got[2] is None))
+        if shape == "quoted":
+            return draw(st.sampled_from(["> ", "+> ", "    ", "\t", "| ", ">> "])) + line, t, None
+        # unrelated text with no stamp, no driver word, no digits (a stamp is what is sought)
+        return draw(st.from_regex(r"[A-Za-z ,#!?-]{1,30}: ", fullmatch=True)) + line, t, None
     if shape == "kmsg":
         seq, usec = draw(st.integers(0, 10**12)), draw(st.integers(0, 10**13))
         level = draw(st.integers(0, 7))
@@ -348,6 +361,17 @@ def _prefixed(draw, msg: str):
         return f"{decode}[{day} {_MONTH_NAMES[mo - 1]} {d:2d} {h:02d}:{mi:02d}:{s:02d} {y}] {msg}", \
             local(y, mo, d, h, mi, s), None
     host = draw(st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True))
+    if shape == "nohost":  # journalctl / syslog with no host name: "Mar 29 15:38:59 kernel: msg"
+        stamp = f"{_MONTH_NAMES[mo - 1]} {d:2d} {h:02d}:{mi:02d}:{s:02d}"
+        return f"{stamp} kernel: {msg}", local(SYSLOG_YEAR, mo, d, h, mi, s), None
+    if shape == "talos":  # talosctl dmesg: "<node>: kern: <severity, padded>: [RFC 3339 ns]: msg"
+        node = draw(st.sampled_from(["192.168.11.119: ", "10.0.0.5: ", "node-3: ", ""]))
+        sev = draw(st.sampled_from(["warning", "   info", " notice", "    err", "  debug", "   crit"]))
+        nanos = draw(st.integers(0, 10**9 - 1))
+        digits = draw(st.sampled_from([f"{nanos:09d}", f"{nanos:09d}".rstrip("0") or "0"]))
+        stamp = f"{y:04d}-{mo:02d}-{d:02d}T{h:02d}:{mi:02d}:{s:02d}.{digits}Z"
+        return f"{node}kern: {sev}: [{stamp}]: {msg}", calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)) + float(
+            "0." + digits), None
     if shape == "syslog":  # journalctl -k / syslog: no year (the caller gives it), local time
         mono = draw(st.sampled_from(["", "[ 4441.769587] "]))  # syslog copies keep the kernel's stamp
         stamp = f"{_MONTH_NAMES[mo - 1]} {d:2d} {h:02d}:{mi:02d}:{s:02d}"
@@ -383,3 +407,62 @@ def test_random_valid_lines_parse_to_their_fields(data):
             assert e.time is None, line
         else:
             assert e.time == pytest.approx(want["time"], abs=1e-6), line
+
+
+# ---------------------------------------------------------------------- no silent misses
+
+
+def test_banners_that_name_an_xid_inside_a_word_are_neither_events_nor_unparsed():
+    log = parse_lines([
+        "[ 84.3] NVRM: _kgspLogXid119: ********************************* GSP Timeout **********************************",
+        "[ 84.3] NVRM: GPU6 _kgspLogRpcTimeout: ********************************* GSP Timeout *********",
+        "[ 84.4] NVRM: Xid (PCI:0000:01:00): 119, Timeout after 6s of waiting for RPC response from GPU0 GSP! "
+        "Expected function 76 (GSP_RM_CONTROL) sequence 1321"])
+    assert [(e.kind, e.code) for e in log.events] == [(EventKind.XID, 119)]
+    assert log.unparsed_lines == 0
+
+
+def test_an_sxid_line_is_never_an_xid_even_behind_nvrm():
+    log = parse_lines(["[1.0] NVRM: nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 7 LTSSM Fault Up",
+                       "[2.0] NVRM: SXid (PCI:...): 12028, Non-fatal"])
+    assert [(e.kind, e.code) for e in log.events] == [(EventKind.SXID, 20034)]
+    assert log.unparsed_lines == 1 and log.unparsed_example == "NVRM: SXid (PCI:...): 12028, Non-fatal"
+
+
+@pytest.mark.parametrize("line, code", [
+    ("[5.0] NVRM: Xid (PCI:0000:b3:00) 79, GPU has fallen off the bus.", 79),  # no colon after the device
+    ("[5.0] NVRM: Xid (PCI:0000:b3:00):79,", 79),
+    ("[5.0] NVRM: Xid 79 on GPU 0000:b3:00", None),  # no device field: the code is not safely readable
+])
+def test_an_xid_line_that_does_not_parse_is_counted_quoted_and_keeps_a_readable_code(line, code):
+    log = parse_lines([line])
+    assert log.unparsed_lines == 1 and log.unparsed_example == line[6:]
+    assert [e.code for e in log.events] == ([code] if code else [])
+
+
+def test_now_is_the_latest_time_in_the_file_not_the_last_line():
+    log = parse_lines(["2025-03-04T10:05:00,000000+00:00 NVRM: Xid (PCI:0000:5d:00): 79, late",
+                       "2025-03-04T10:00:00,000000+00:00 systemd[1]: an older line merged in after it"])
+    assert log.last_time == calendar.timegm((2025, 3, 4, 10, 5, 0))
+
+
+@pytest.mark.parametrize("line, kernel", [
+    ("Mar 29 15:38:59 kernel: NVRM: Xid (PCI:0000:01:00): 120, GSP kernel exception", True),
+    ("Mar 29 15:38:59 host kernel: NVRM: Xid (PCI:0000:01:00): 120, GSP kernel exception", True),
+    ("Mar 29 15:38:59 NVRM: Xid (PCI:0000:01:00): 120, GSP kernel exception", True),  # no host, no tag
+    ("Mar 29 15:38:59 host gpud[812]: NVRM: Xid (PCI:0000:01:00): 120, seen by a daemon", False),
+    ("Mar 29 15:38:59 gpud[812]: NVRM: Xid (PCI:0000:01:00): 120, seen by a daemon", False),
+    ("Mar 29 15:38:59 host nvidia-persistenced: NVRM: Xid (PCI:0000:01:00): 120, quoted", False),
+])
+def test_syslog_lines_with_and_without_a_host_name(line, kernel):
+    log = parse_lines([line], year=2026)
+    assert [(e.code, e.time) for e in log.events] == ([(120, local(2026, 3, 29, 15, 38, 59))] if kernel else [])
+    assert log.last_time == local(2026, 3, 29, 15, 38, 59)
+
+
+def test_text_before_a_stamp_in_a_ticket_is_skipped_and_the_stamp_kept():
+    log = parse_lines(["Customer wrote: on node17 we saw [Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, x",
+                       "see log 2024-11-15T05:39:15,491363+00:00 NVRM: Xid (PCI:0001:6c:00): 48, DBE"])
+    assert [(e.code, e.pci, e.time) for e in log.events] == [
+        (119, "0000:9b:00.0", local(2025, 2, 23, 16, 24, 18)),
+        (48, "0001:6c:00.0", calendar.timegm((2024, 11, 15, 5, 39, 15)) + 0.491363)]

@@ -180,3 +180,14 @@ def test_explain_rich_rendering(capsys):
     out = capsys.readouterr().out
     assert "gpuhc Xid catalog" in out and "GSP RPC timeout" in out
     assert "SXid 20034" in out and "LTSSM fault" in out
+
+
+def test_explain_driver_signals():
+    rc, out = run("signal")
+    assert rc == 0 and len(out.splitlines()) == len(cat.signal_table())
+    rc, out = run("signal", "reset_required")
+    assert rc == 0 and out.splitlines()[0] == "Driver signal reset_required: Driver calls for a GPU reset (NV_ERR_RESET_REQUIRED)"
+    assert "FAIL, action: reset GPU" in out
+    assert json.loads(run("signal", "gpu_lost", "--json")[1])["action"] == "drain + hardware ticket"
+    rc, out = run("signal", "banana")
+    assert rc == 2 and "no driver signal" in out

@@ -102,9 +102,14 @@ def test_every_catalog_fail_carries_a_draining_action():
 def test_storm_collapses_to_one_result_per_gpu_and_xid():
     storm = [ev(13, gpu=0, t=T0 - 100 + i / 10) for i in range(600)] + [ev(43, gpu=0)] * 7 + [ev(13, gpu=1)]
     out = judge(node(*storm))
-    assert [(r.subject, r.value["code"], r.value["count"]) for r in out.results] == [
+    per_xid = [r for r in out.results if "rule" not in r.value]
+    assert [(r.subject, r.value["code"], r.value["count"]) for r in per_xid] == [
         ("gpu0", 13, 600), ("gpu0", 43, 7), ("gpu1", 13, 1)]
-    assert out.results[0].message == "Xid 13 on gpu0 (0000:18:00.0) x600: Graphics engine exception (application error)"
+    assert per_xid[0].message == "Xid 13 on gpu0 (0000:18:00.0) x600: Graphics engine exception (application error)"
+    # ... and the default rate rule names the storm on gpu0 (607 > 100 in an hour), without draining
+    (storm_result,) = [r for r in out.results if "rule" in r.value]
+    assert (storm_result.status, storm_result.action, storm_result.subject) == (Status.WARN, Action.NONE, "gpu0")
+    assert storm_result.message == "Xid storm on gpu0 (0000:18:00.0): 607 x Xid 13/43 in the last 1h, more than 100 (rate_rules.0)"
 
 
 # ---------------------------------------------------------------------- cursor, window, memory
@@ -324,7 +329,8 @@ def test_new_lines_on_either_clock_are_new_and_counted_once():
 def test_a_cursor_from_before_the_clocks_were_told_apart_settles_after_one_run():
     first = judge(_parsed(MIXED[:2], T0))
     state = copy.deepcopy(first.state)
-    del state["cursor"]["last_times"]  # as an older gpuhc wrote it: one last_time, since boot here
+    del state["cursor"]["last_times"]  # as an older gpuhc wrote it: one last_time, the last
+    state["cursor"]["last_time"] = 812.004512  # line's, since boot here
     counts = []
     for run in range(3):
         out = judge(_parsed(MIXED[:2], T0 + 300 * (run + 1)), prev=state)
@@ -349,3 +355,137 @@ def test_the_runner_replaying_one_mixed_file_three_times_keeps_the_count(tmp_pat
         report = run_stage(opts)
         assert sorted((r.subject, r.value["count"]) for r in report.results if r.status is Status.FAIL) == [
             ("0000:2a:00.0", 1), ("0000:5d:00.0", 1)], f"run {run + 1}"
+
+
+# ---------------------------------------------------------------------- unknown codes, unparsed lines
+
+
+def test_an_unknown_xid_is_reported_with_its_number_and_look_it_up():
+    out = judge(node(ev(4242)))
+    (r,) = out.results
+    assert (r.status, r.action, r.value["code"], r.value["known"]) == (Status.WARN, Action.NONE, 4242, False)
+    assert r.message.startswith("Xid 4242 on gpu0 (0000:18:00.0): not in gpuhc's catalog; look it up in NVIDIA's")
+    assert brief(judge(node(ev(4242)), unknown="fail")) == [(Status.FAIL, Action.DRAIN_REBOOT, "gpu0")]
+
+
+def test_lines_that_did_not_parse_are_a_warning_quoting_the_first():
+    snap = node()
+    snap.kernel.unparsed_lines, snap.kernel.unparsed_example = 2, "NVRM: Xid 79 (a new driver's format)"
+    (r,) = judge(snap).results
+    assert r.status is Status.WARN and r.value == 2
+    assert r.message.endswith('did not parse (new driver format?); first: "NVRM: Xid 79 (a new driver\'s format)"')
+
+
+# ---------------------------------------------------------------------- driver signals
+
+
+def sig(name: str, gpu: int | None = 0, t: float = T0 - 60, device: str | None = None) -> KernelEvent:
+    pci = PCI_IDS[gpu] if gpu is not None else None
+    return KernelEvent(kind=EventKind.DRIVER, time=t, message=f"driver says {name}", pci=pci, state=name, device=device)
+
+
+def test_each_driver_signal_fails_with_the_catalogs_action_and_is_held():
+    from gpuhc.xid_catalog import signal_table
+
+    for name, info in signal_table().items():
+        out = judge(node(sig(name, gpu=2)))
+        assert brief(out) == [(Status.FAIL, info.action, "gpu2")], name
+        assert out.results[0].value["signal"] == name
+        later = judge(node(time=T0 + 600), prev=out.state)  # the log rotated: the incident is held
+        assert brief(later) == [(Status.FAIL, info.action, "gpu2")], name
+
+
+def test_signals_are_grouped_per_gpu_and_kind_and_counted():
+    out = judge(node(*[sig("reset_required", gpu=None, device="GPU1")] * 40, sig("gpu_lost", gpu=None)))
+    assert sorted((r.subject, r.value["signal"], r.value["count"]) for r in out.results) == [
+        ("node", "gpu_lost", 1), ("node", "reset_required", 40)]
+    assert any("(the driver's GPU1)" in r.message for r in out.results)
+
+
+# ---------------------------------------------------------------------- rate rules
+
+
+def storms(out) -> list:
+    return [r for r in out.results if isinstance(r.value, dict) and "rule" in r.value]
+
+
+def storm(code: int, n: int, gpu: int = 0, span: float = 600.0) -> list[KernelEvent]:
+    return [ev(code, gpu=gpu, t=T0 - span + i * span / n) for i in range(n)]
+
+
+def test_application_xids_alone_stay_harmless_a_storm_is_a_finding():
+    few = judge(node(*storm(13, 100)))  # the default rule: more than 100 in an hour
+    assert [r.status for r in few.results] == [Status.WARN] and "rule" not in few.results[0].value
+    many = judge(node(*storm(13, 60), *storm(31, 41)))
+    (r,) = storms(many)
+    assert (r.status, r.action, r.subject, r.value["count"], r.value["codes"]) == (
+        Status.WARN, Action.NONE, "gpu0", 101, [13, 31])
+
+
+def test_a_fail_rate_rule_drains_while_the_storm_is_in_its_window():
+    rules = [{"codes": [43], "count": 5, "window_s": 3600, "severity": "fail", "action": "drain + hardware ticket"}]
+    log = storm(43, 6, gpu=1)
+    out = judge(node(*log), rate_rules=rules)
+    (r,) = storms(out)
+    assert (r.status, r.action, r.subject) == (Status.FAIL, Action.DRAIN_TICKET, "gpu1")
+    later = judge(node(*log, time=T0 + 3600), prev=out.state, rate_rules=rules)  # an hour on: over
+    assert not storms(later)
+    default_action = judge(node(*log), rate_rules=[dict(rules[0], action=None) | {"severity": "fail"}])
+    assert any(r.status is Status.ERROR for r in default_action.results)  # action: null is no action
+    plain = [{k: v for k, v in rules[0].items() if k != "action"}]
+    (r,) = storms(judge(node(*log), rate_rules=plain))
+    assert r.action is Action.RESET_GPU
+
+
+def test_rate_rules_count_per_gpu_and_the_prolog_sees_only_its_gpus():
+    rules = [{"codes": [13], "count": 3, "window_s": 3600, "severity": "fail"}]
+    log = storm(13, 4, gpu=0) + storm(13, 2, gpu=1)
+    assert [r.subject for r in judge(node(*log), rate_rules=rules).results if "rule" in r.value] == ["gpu0"]
+    assert not storms(judge(node(*log), gpus=[1], rate_rules=rules))
+
+
+def test_rate_rules_on_a_since_boot_log_count_on_its_clock():
+    rules = [{"codes": [13], "count": 2, "window_s": 60, "severity": "warn"}]
+    log = [ev(13, t=t) for t in (1000.0, 1500.0, 1510.0, 1520.0)]  # a recorded plain dmesg, judged at 1520
+    (r,) = storms(judge(node(*log, time=1520.0), rate_rules=rules))
+    assert r.value["count"] == 3
+
+
+@pytest.mark.parametrize("rules, why", [
+    ("often", "rate_rules: want a list of rules"),
+    ([{"codes": [13], "count": 0, "window_s": 60}], "rate_rules.0.count: want a whole number >= 1"),
+    ([{"codes": [], "count": 1, "window_s": 60}], "rate_rules.0.codes: want a non-empty list"),
+    ([{"codes": ["13"], "count": 1, "window_s": 60}], "rate_rules.0.codes: want a non-empty list"),
+    ([{"codes": [13], "count": 1, "window_s": 0}], "rate_rules.0.window_s: want seconds > 0"),
+    ([{"codes": [13], "count": 1, "window_s": 2 * 86400}], "at most the check's window_s (86400)"),
+    ([{"codes": [13], "count": 1, "window_s": 60, "severity": "drain"}], "rate_rules.0.severity: must be warn or fail"),
+    ([{"codes": [13], "count": 1, "window_s": 60, "severity": "fail", "action": "restart app"}],
+     "rate_rules.0.action: want a draining action"),
+    ([{"codes": [13], "count": 1, "window_s": 60, "action": "reset GPU"}], "only a severity: fail rule drains"),
+    ([{"codes": [13], "count": 1, "window_s": 60, "per": "node"}], "rate_rules.0.per: unknown key"),
+])
+def test_bad_rate_rules_are_named_errors_never_a_drain(rules, why):
+    out = judge(node(*storm(13, 200)), rate_rules=rules)
+    errors = [r for r in out.results if r.status is Status.ERROR]
+    assert errors and why in errors[0].message
+    assert not [r for r in out.results if r.status is Status.FAIL]
+    assert any(why in p for p in CHECK.validate({**CHECK.defaults, "rate_rules": rules}))
+
+
+def test_rate_rules_in_a_config_file_are_validated_with_their_line(tmp_path):
+    from gpuhc.config import load_config
+    from gpuhc.errors import ConfigError
+
+    cfg = tmp_path / "gpuhc.yaml"
+    cfg.write_text("checks:\n  xid:\n    thresholds:\n      rate_rules:\n"
+                   "        - {codes: [13, 31, 43], count: 20, window_s: 3600, severity: fail}\n"
+                   "        - {codes: [13], count: -1, window_s: 3600}\n")
+    with pytest.raises(ConfigError, match=r"must not be negative"):
+        load_config(str(cfg))
+    cfg.write_text(cfg.read_text().replace("count: -1", "count: 0"))
+    with pytest.raises(ConfigError) as err:
+        load_config(str(cfg))
+    assert "checks.xid.thresholds.rate_rules.1.count" in str(err.value) and ":6" in str(err.value)
+    cfg.write_text(cfg.read_text().replace("count: 0", "count: 5"))
+    good = load_config(str(cfg))
+    assert good.check_settings("xid")["thresholds"]["rate_rules"][0]["count"] == 20

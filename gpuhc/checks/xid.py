@@ -1,218 +1,71 @@
-"""xid: NVIDIA driver Xid errors (and fallen-off-the-bus messages) from the kernel log.
+"""xid: NVIDIA driver Xid errors, fallen-off-the-bus messages and driver signals without an Xid,
+from the kernel log.
 
-Which events count. Each run sees the whole kernel log still in the ring buffer. An event is
-*new* when it is past the cursor the previous run left in ``ctx.prev`` (kmsg sequence number,
-else time; everything is new on the first run or after a reboot, i.e. a changed boot id). An
-event is *in the window* when it is younger than ``window_s`` (default 24 h) at judging time.
+Which events count: :mod:`gpuhc.checks.kernel_window` (new past the cursor, inside ``window_s``,
+default 24 h; draining incidents held across runs until a reboot or an acknowledgement).
 
 What is reported:
 - draining Xids (catalog severity ``fail``, e.g. 48, 79, 95, 119) FAIL on every run while they
   are in the window, new or not. That is what keeps a node drained: if the check passed on the
-  next run, the drain policy would resume a node that still needs its reset. They are also
-  remembered in the check's state ("held"), so a ring buffer that wraps (or a log file that
-  rotates) does not forget them. A reboot clears them (the fix for most; a GPU that fell off
-  the bus and stays gone is the gpu_count check's to catch), as does :func:`acknowledge` after
-  a GPU reset that did not reboot the node, and an Xid 154 whose recovery action is "None".
-- warning Xids (application errors such as 13, 31, 43; contained ECC 94; unknown codes) WARN
-  once, on the run that first sees them, with action "restart app" or none. They never drain.
+  next run, the drain policy would resume a node that still needs its reset. They are held in
+  the check's state. A reboot clears them (the fix for most; a GPU that fell off the bus and
+  stays gone is the gpu_count check's to catch), as does :func:`acknowledge` after a GPU reset
+  that did not reboot the node, and an Xid 154 whose recovery action is "None".
+- driver signals without an Xid ("RmInitAdapter failed", ``NV_ERR_RESET_REQUIRED``, "GPU marked
+  for reset", repeated GSP RPC timeouts, "GPU lost") are judged like Xids; their severity and
+  action are the catalog's ``signals`` section (gpuhc/data/xid_catalog.yaml).
+- warning Xids (application errors such as 13, 31, 43; contained ECC 94) WARN once, on the run
+  that first sees them, with action "restart app" or none. They never drain on their own; a
+  storm of them is a rate rule's to judge (:mod:`gpuhc.checks.xid_rates`).
+- an Xid the catalog does not know WARNs with its number and "look it up": never dropped, never
+  a drain unless ``unknown: fail``.
+- lines that name NVRM and an Xid but do not parse WARN, quoting the first (a new driver format
+  must show up, not hide); their code is kept when it can be read.
 - one result per (GPU, Xid) with a count: a storm of 600 identical lines is one result.
 
 Attribution: the PCI id in the line is matched against NVML's GPUs (subject ``gpuN``). An Xid
 on a PCI id NVML does not list (the GPU fell off the bus, the driver lost it) is reported with
-the PCI id as subject and keeps its severity. In the prolog (``ctx.gpus`` set) only the job's
-GPUs are judged, but unattributed draining Xids always are: nobody can tell whose GPU it was.
-
-The event-window helper below is shared with the nvswitch check (SXids use the same rules).
+the PCI id as subject and keeps its severity; one with no readable PCI id (redacted, or a
+driver message naming none) is the node's. In the prolog (``ctx.gpus`` set) only the job's
+GPUs are judged, but unattributed draining findings always are: nobody can tell whose GPU it was.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
 
+from gpuhc.checks import xid_rates
 from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, Context, result
-from gpuhc.model import Action, EventKind, GpuReading, KernelEvent, KernelLog, Result, Snapshot, Status, norm_pci
-from gpuhc.sources.kernel_log_parse import RELATIVE_LIMIT
-from gpuhc.xid_catalog import recovery_action, xid_info
+from gpuhc.checks.kernel_window import (  # noqa: F401  (acknowledge: re-exported for handover)
+    DEFAULT_WINDOW_S,
+    EventWindow,
+    acknowledge,
+    earliest,
+    judge_now,
+    latest,
+    merge_held,
+)
+from gpuhc.model import Action, EventKind, GpuReading, KernelEvent, Result, Snapshot, Status, norm_pci
+from gpuhc.xid_catalog import XidInfo, recovery_action, signal_info, xid_info
 
 ID = "xid"
-DEFAULT_WINDOW_S = 86400.0
-
-
-# ---------------------------------------------------------------------- shared event window
-
-
-def judge_now(snapshot: Snapshot) -> float:
-    """The time events are windowed against: the snapshot's, unless the log counts seconds
-    since boot (a recorded plain ``dmesg``), in which case its last line is "now"."""
-    k = snapshot.kernel
-    if k is not None and k.last_time is not None and k.last_time < RELATIVE_LIMIT <= snapshot.time:
-        return k.last_time
-    return snapshot.time
-
-
-def clock_of(t: float) -> str:
-    """The clock a kernel-log time counts on: seconds since boot (a recorded plain ``dmesg``,
-    kept as is) or the epoch (see :mod:`gpuhc.sources.kernel_log_parse`)."""
-    return "since_boot" if t < RELATIVE_LIMIT else "epoch"
-
-
-def latest_per_clock(klog: KernelLog) -> dict[str, float]:
-    """The latest time the log shows on each clock (events and its last line)."""
-    out: dict[str, float] = {}
-    times = [e.time for e in klog.events if e.time is not None]
-    if klog.last_time is not None:
-        times.append(klog.last_time)
-    for t in times:
-        c = clock_of(t)
-        if t > out.get(c, float("-inf")):
-            out[c] = t
-    return out
-
-
-class EventWindow:
-    """Which kernel events a run judges, and the state it leaves for the next run.
-
-    State layout (JSON): ``{"cursor": {boot_id, last_seq, last_time, last_times, untimed,
-    unparsed}, "held": [incident, ...], "cleared_at": epoch|None}``. Events with neither time
-    nor sequence number (bare lines in a recorded file) cannot be windowed: they count only
-    while new.
-
-    Two clocks. A recorded file may mix since-boot stamps (``[ 123.4]``) with wall-clock ones (a
-    log pasted together from two tools). Their times cannot be compared, so the cursor keeps the
-    latest time per clock (``last_times``) and an event is new only against its own clock; a
-    single cursor made every wall-clock event "new" again on each run when the file ended on a
-    since-boot line, and the held count grew by one per run. The window likewise measures an
-    event against "now" on its own clock: the run's now on that clock, else the log's latest
-    time on it."""
-
-    def __init__(self, klog: KernelLog, now: float, window_s: float, prev: dict[str, Any] | None):
-        self.klog, self.now, self.window_s = klog, now, window_s
-        prev = prev or {}
-        self.cursor: dict[str, Any] = prev.get("cursor") or {}
-        self.first_run = not self.cursor
-        old_boot = self.cursor.get("boot_id")
-        self.rebooted = bool(old_boot and klog.boot_id and old_boot != klog.boot_id)
-        self.cleared_at: float | None = None if self.rebooted else prev.get("cleared_at")
-        self._held: list[dict] = [] if self.rebooted else list(prev.get("held") or [])
-        self._seen = _cursor_times(self.cursor)
-        self._now = {**latest_per_clock(klog), clock_of(now): now}
-
-    def is_new(self, ev: KernelEvent, untimed_index: int) -> bool:
-        cur = self.cursor
-        if self.first_run or self.rebooted:
-            return True
-        if ev.seq is not None and cur.get("last_seq") is not None:
-            return ev.seq > cur["last_seq"]
-        if ev.time is not None:
-            last = self._seen.get(clock_of(ev.time))
-            return last is None or ev.time > last  # no time on this clock seen before: new
-        if ev.seq is None:
-            return untimed_index >= int(cur.get("untimed") or 0)
-        return True
-
-    def in_window(self, t: float | None, new: bool) -> bool:
-        if t is None:
-            return new
-        if self.cleared_at is not None and t <= self.cleared_at:
-            return False
-        now = self._now.get(clock_of(t), self.now)
-        return t >= now - self.window_s  # a line from the future (clock skew) counts
-
-    def events(self, kinds: Iterable[EventKind]) -> list[tuple[KernelEvent, bool]]:
-        """(event, is_new) for every event of ``kinds`` inside the window, oldest first."""
-        kinds = set(kinds)
-        out: list[tuple[KernelEvent, bool]] = []
-        untimed = 0
-        for ev in self.klog.events:
-            idx = untimed
-            if ev.time is None and ev.seq is None:
-                untimed += 1
-            if ev.kind not in kinds:
-                continue
-            new = self.is_new(ev, idx)
-            if self.in_window(ev.time, new):
-                out.append((ev, new))
-        return out
-
-    def held(self) -> list[dict]:
-        """Draining incidents remembered from earlier runs that still hold."""
-        return [h for h in self._held if self.in_window(h.get("last"), True)]
-
-    def unparsed_grew(self) -> int:
-        before = 0 if (self.first_run or self.rebooted) else int(self.cursor.get("unparsed") or 0)
-        return max(0, self.klog.unparsed_lines - before)
-
-    def state(self, held: list[dict], **extra: Any) -> dict[str, Any]:
-        untimed = sum(1 for e in self.klog.events if e.time is None and e.seq is None)
-        cursor = {"boot_id": self.klog.boot_id, "last_seq": self.klog.last_seq, "last_time": self.klog.last_time,
-                  "last_times": latest_per_clock(self.klog), "untimed": untimed, "unparsed": self.klog.unparsed_lines}
-        return {"cursor": cursor, "held": held, "cleared_at": self.cleared_at, **extra}
-
-
-def _cursor_times(cursor: dict[str, Any]) -> dict[str, float]:
-    """The cursor's latest time per clock; a cursor written before the clocks were told apart
-    has only ``last_time``, which stands for its own clock."""
-    times = cursor.get("last_times")
-    if isinstance(times, dict):
-        return {k: float(v) for k, v in times.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    last = cursor.get("last_time")
-    if isinstance(last, (int, float)) and not isinstance(last, bool):
-        return {clock_of(float(last)): float(last)}
-    return {}
-
-
-def acknowledge(state: dict[str, Any] | None, now: float) -> dict[str, Any]:
-    """The check state after an operator fixed the cause without rebooting (e.g. a GPU reset):
-    held incidents are dropped and log events up to ``now`` no longer count. For the
-    resume/quarantine tooling; works on the xid and nvswitch state alike."""
-    new = dict(state or {})
-    new["held"] = []
-    new["cleared_at"] = now
-    return new
-
-
-def merge_held(fresh: list[dict], held: list[dict], new_counts: dict[tuple, int]) -> list[dict]:
-    """Draining incidents of this run joined with those remembered: same (subject, code) adds
-    the new events to the remembered count; remembered ones not in the log any more stay."""
-    by_key = {(h["subject"], h["code"]): dict(h) for h in held}
-    for f in fresh:
-        key = (f["subject"], f["code"])
-        h = by_key.get(key)
-        if h is None:
-            by_key[key] = f
-            continue
-        f = dict(f)
-        f["count"] = max(f["count"], int(h.get("count") or 0) + new_counts.get(key, 0))
-        f["first"] = earliest(f.get("first"), h.get("first"))
-        f["last"] = latest(f.get("last"), h.get("last"))
-        by_key[key] = f
-    return list(by_key.values())
-
-
-def earliest(a: float | None, b: float | None) -> float | None:
-    return b if a is None else a if b is None else min(a, b)
-
-
-def latest(a: float | None, b: float | None) -> float | None:
-    return b if a is None else a if b is None else max(a, b)
-
-
-# ---------------------------------------------------------------------- the xid check
+KINDS = (EventKind.XID, EventKind.FALLEN_OFF_BUS, EventKind.DRIVER)
 
 
 @dataclass
 class _Group:
     subject: str
-    code: int
+    code: int | None  # None: a driver signal without an Xid
     pci: str | None
     gpu: int | None
+    signal: str | None = None
     count: int = 0
     new: int = 0
     first: float | None = None
     last: float | None = None
     last_message: str = ""
     saw_xid: bool = False  # False: only "fallen off the bus" messages, no Xid line
+    device: str | None = None  # the driver's own name for the GPU ("GPU6"), signals only
 
     def add(self, ev: KernelEvent, new: bool, now: float) -> None:
         t = ev.time if ev.time is not None else now
@@ -221,12 +74,23 @@ class _Group:
         self.first, self.last = earliest(self.first, t), latest(self.last, t)
         self.last_message = ev.message[:200]
         self.saw_xid = self.saw_xid or ev.kind is EventKind.XID
+        self.device = self.device or ev.device
+
+    @property
+    def key(self) -> tuple:
+        return (self.subject, self.code, self.signal) if self.signal else (self.subject, self.code)
+
+    def info(self) -> XidInfo:
+        return signal_info(self.signal) if self.signal else xid_info(int(self.code or 0))
 
 
-def _verdict(code: int, ctx: Context, last_message: str) -> tuple[str, Action]:
-    """(severity, action) for an Xid after the config's overrides."""
-    info = xid_info(code)
+def _verdict(g: _Group, ctx: Context) -> tuple[str, Action]:
+    """(severity, action) for a group after the config's overrides."""
+    info = g.info()
     severity, action = info.severity, info.action
+    if g.signal:
+        return severity, action
+    code = int(g.code or 0)
     if not info.known and ctx.t("unknown", "warn") == "fail":
         severity, action = "fail", Action.DRAIN_REBOOT
     overrides = {str(k): v for k, v in (ctx.t("severity_overrides") or {}).items()}
@@ -238,7 +102,7 @@ def _verdict(code: int, ctx: Context, last_message: str) -> tuple[str, Action]:
         if severity == "warn" and action.drains:
             action = Action.NONE
     if code == 154 and severity == "fail":
-        asked = recovery_action(last_message)
+        asked = recovery_action(g.last_message)
         if asked is Action.NONE:
             return "ignore", Action.NONE
         if asked is not None:
@@ -254,6 +118,7 @@ def _setting_errors(ctx: Context) -> list[str]:
     for key, value in (ctx.t("severity_overrides") or {}).items():
         if not str(key).isdigit() or value not in ("fail", "warn", "ignore"):
             errors.append(f"severity_overrides.{key}: want an Xid number mapped to fail, warn or ignore, got {value!r}")
+    errors.extend(xid_rates.setting_errors(ctx.t("rate_rules"), float(ctx.t("window_s", DEFAULT_WINDOW_S))))
     return errors
 
 
@@ -270,43 +135,73 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     win = EventWindow(klog, now, window_s, ctx.prev)
     gpus = _gpus_by_pci(snapshot)
 
-    events = win.events((EventKind.XID, EventKind.FALLEN_OFF_BUS))
+    events = win.events(KINDS)
     recovered = _recovered(events, gpus)
-    groups: dict[tuple[str, int], _Group] = {}
+    groups: dict[tuple, _Group] = {}
     for ev, new in events:
         pci = norm_pci(ev.pci) if ev.pci else None
         gpu = gpus.get(pci) if pci else None
         subject = gpu.subject if gpu else (pci or "node")
         if subject in recovered and ev.time is not None and ev.time <= recovered[subject]:
             continue
-        code = ev.code or 79  # a fallen-off-bus message is an Xid 79 without the number
-        g = groups.setdefault((subject, code), _Group(subject, code, pci, gpu.index if gpu else None))
+        signal = ev.state if ev.kind is EventKind.DRIVER else None
+        code = None if signal else (ev.code or 79)  # a fallen-off-bus message is an Xid 79 without the number
+        g = _Group(subject, code, pci, gpu.index if gpu else None, signal)
+        g = groups.setdefault(g.key, g)
         g.add(ev, new, now)
 
-    results: list[Result] = [result(ID, Status.ERROR, f"checks.xid.thresholds.{why}") for why in _setting_errors(ctx)]
+    errors = _setting_errors(ctx)
+    results: list[Result] = [result(ID, Status.ERROR, f"checks.xid.thresholds.{why}") for why in errors]
     fresh: list[dict] = []
     for g in groups.values():
-        severity, action = _verdict(g.code, ctx, g.last_message)
+        severity, action = _verdict(g, ctx)
         if severity == "fail":
             fresh.append({"subject": g.subject, "code": g.code, "pci": g.pci, "gpu": g.gpu, "count": g.count,
                           "first": g.first, "last": g.last, "action": action.value, "xid": g.saw_xid,
-                          "last_message": g.last_message})
+                          "last_message": g.last_message, **({"signal": g.signal} if g.signal else {}),
+                          **({"device": g.device} if g.device else {})})
         elif severity == "warn" and g.new and _selected(g.gpu, False, ctx):
-            results.append(_warn(g, ctx))
+            results.append(_warn(g, action))
     held = [h for h in win.held() if not (h["subject"] in recovered and (h.get("last") or 0) <= recovered[h["subject"]])]
-    new_counts = {k: g.new for k, g in groups.items()}
-    incidents = merge_held(fresh, held, new_counts)
+    incidents = merge_held(fresh, held, {k: g.new for k, g in groups.items()})
     for inc in incidents:
         if _selected(inc.get("gpu"), True, ctx):
             results.append(_fail(inc))
+    if not errors:
+        storms = xid_rates.judge(ctx.t("rate_rules") or [], events, gpus, win.now_for)
+        results.extend(r for r in storms if _selected(r.value.get("gpu"), r.status is Status.FAIL, ctx))
     grew = win.unparsed_grew()
     if grew:
-        results.append(result(ID, Status.WARN, f"{grew} kernel log line(s) look like Xid reports but did not parse "
-                              "(new driver format?)", value=klog.unparsed_lines))
+        first = f'; first: "{klog.unparsed_example}"' if klog.unparsed_example else ""
+        results.append(result(ID, Status.WARN, f"{grew} kernel log line(s) name a driver event (NVRM Xid, SXid or "
+                              f"mlx5 port) but did not parse (new driver format?){first}", value=klog.unparsed_lines))
+    unseen = _unseen(klog, win, window_s)
+    if unseen:
+        results.append(result(ID, Status.WARN, unseen, value=klog.covered_from))
     if not results:
         results.append(result(ID, Status.PASS, _pass_message(groups, window_s), value=len(events)))
     results.sort(key=lambda r: (-r.status.rank, r.subject))
     return CheckOutput(results, state=win.state(incidents))
+
+
+def _unseen(klog, win: EventWindow, window_s: float) -> str | None:
+    """Why part of the window went unread in a recording too big to read whole, or None."""
+    if not klog.partial:
+        return None
+    t = klog.covered_from
+    if t is not None and t <= win.now_for(t) - window_s:
+        return None  # read back past the start of the window: nothing in it was missed
+    reach = f"back to {_when(t)} only" if t is not None else "with no time to tell how far back"
+    return (f"kernel log {klog.source} is too big to read whole ({klog.partial}); the read reaches {reach}, "
+            f"so Xids earlier in the {window_s / 3600:g}h window were not seen")
+
+
+def _when(t: float) -> str:
+    import time
+
+    if t < 1e9:
+        return f"{t:.0f} s after boot"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
 
 
 def _gpus_by_pci(snapshot: Snapshot) -> dict[str, GpuReading]:
@@ -340,24 +235,34 @@ def _count(n: int) -> str:
 
 
 def _fail(inc: dict) -> Result:
-    code = int(inc["code"])
-    info = xid_info(code)
     where, n = _where(inc["subject"], inc.get("pci")), _count(int(inc["count"]))
-    if inc.get("xid", True):
-        msg = f"Xid {code} on {where}{n}: {info.name}"
+    if inc.get("signal"):
+        dev = f" (the driver's {inc['device']})" if inc.get("device") and inc["subject"] == "node" else ""
+        msg = f"{where}{dev}: {signal_info(inc['signal']).name}{n} (driver message, no Xid)"
+    elif inc.get("xid", True):
+        code = int(inc["code"])
+        msg = f"Xid {code} on {where}{n}: {xid_info(code).name}"
     else:  # the driver printed no Xid, only the multi-line "fallen off the bus" message
         msg = f"{where} has fallen off the bus{n} (no Xid logged)"
     value = {k: inc.get(k) for k in ("code", "count", "first", "last", "pci", "last_message")}
+    if inc.get("signal"):
+        value["signal"] = inc["signal"]
     return result(ID, Status.FAIL, msg, inc["subject"], value=value, action=Action(inc["action"]))
 
 
-def _warn(g: _Group, ctx: Context) -> Result:
-    info = xid_info(g.code)
-    severity, action = _verdict(g.code, ctx, g.last_message)
-    kind = " (application error)" if info.app else "" if info.known else " (unknown Xid)"
-    msg = f"Xid {g.code} on {_where(g.subject, g.pci)}{_count(g.count)}: {info.name}{kind}"
+def _warn(g: _Group, action: Action) -> Result:
+    info = g.info()
+    where = _where(g.subject, g.pci)
+    if g.signal:
+        msg = f"{where}: {info.name}{_count(g.count)} (driver message, no Xid)"
+    elif not info.known:
+        msg = (f"Xid {g.code} on {where}{_count(g.count)}: not in gpuhc's catalog; look it up in NVIDIA's Xid "
+               "catalog for this driver (checks.xid.thresholds.severity_overrides to set its verdict)")
+    else:
+        kind = " (application error)" if info.app else ""
+        msg = f"Xid {g.code} on {where}{_count(g.count)}: {info.name}{kind}"
     value = {"code": g.code, "count": g.count, "new": g.new, "first": g.first, "last": g.last, "pci": g.pci,
-             "last_message": g.last_message}
+             "last_message": g.last_message, "known": info.known}
     return result(ID, Status.WARN, msg, g.subject, value=value, action=action)
 
 
@@ -377,8 +282,10 @@ CHECKS = [
         judge=judge,
         stages=("passive", "prolog", "epilog", "bootstrap"),
         timeout_s=10.0,
-        defaults={"window_s": DEFAULT_WINDOW_S, "unknown": "warn", "severity_overrides": {}},
-        doc="NVIDIA Xid errors in the kernel log: draining ones fail until reboot, application ones warn once.",
+        defaults={"window_s": DEFAULT_WINDOW_S, "unknown": "warn", "severity_overrides": {},
+                  "rate_rules": xid_rates.DEFAULT_RULES},
+        doc="NVIDIA Xid errors and driver failures in the kernel log: draining ones fail until reset or reboot, "
+            "application ones warn once, storms by rate rule.",
         validate=lambda thresholds: _setting_errors(Context(thresholds=thresholds)),
     )
 ]

@@ -1,4 +1,5 @@
-"""`gpuhc explain xid|sxid [CODE]`: what gpuhc knows about an Xid/SXid and what it will do.
+"""`gpuhc explain xid|sxid|signal [CODE]`: what gpuhc knows about an Xid, an SXid or a driver
+message without an Xid ("signal"), and what it will do.
 
 Answers the on-call question "the node was drained for Xid 119, what does that mean?" from the
 same catalog the checks use, so the explanation can never disagree with the verdict.
@@ -13,9 +14,17 @@ from typing import Any
 import click
 
 
-def _entries(kind: str, code: int | None) -> list[dict[str, Any]]:
+LABELS = {"xid": "Xid", "sxid": "SXid", "signal": "Driver signal"}
+
+
+def _entries(kind: str, code: int | str | None) -> list[dict[str, Any]]:
     from gpuhc import xid_catalog as cat
 
+    if kind == "signal":
+        table = cat.signal_table()
+        if code is None:
+            return [dict(i.to_dict(), signal=name) for name, i in table.items()]
+        return [dict(table[str(code)].to_dict(), signal=str(code))]
     if kind == "xid":
         if code is None:
             return [i.to_dict() for i in cat.xid_table().values()]
@@ -26,7 +35,7 @@ def _entries(kind: str, code: int | None) -> list[dict[str, Any]]:
 
 
 def _verdict(kind: str, e: dict[str, Any]) -> str:
-    if kind == "xid":
+    if kind in ("xid", "signal"):
         if e["severity"] == "ignore":
             return "ignored"
         what = "FAIL" if e["severity"] == "fail" else "WARN"
@@ -35,7 +44,7 @@ def _verdict(kind: str, e: dict[str, Any]) -> str:
 
 
 def _plain(kind: str, entries: list[dict[str, Any]], single: bool) -> list[str]:
-    label = "Xid" if kind == "xid" else "SXid"
+    label = LABELS[kind]
     if not single:
         return [f"{label} {e[kind]:>5}  {_verdict(kind, e):<45}  {e['name']}" for e in entries]
     e = entries[0]
@@ -52,7 +61,7 @@ def _rich(kind: str, entries: list[dict[str, Any]], single: bool) -> None:
     from rich.table import Table
 
     console = Console()
-    label = "Xid" if kind == "xid" else "SXid"
+    label = LABELS[kind]
     if single:
         e = entries[0]
         console.print(f"[bold]{label} {e[kind]}[/]: {e['name']}", highlight=False)
@@ -72,15 +81,33 @@ def _rich(kind: str, entries: list[dict[str, Any]], single: bool) -> None:
     console.print(table)
 
 
-@click.command()
-@click.argument("kind", type=click.Choice(["xid", "sxid"], case_sensitive=False))
-@click.argument("code", type=click.IntRange(min=0), required=False)
-@click.option("--json", "json_mode", is_flag=True, help="Print JSON instead of text.")
-def explain(kind: str, code: int | None, json_mode: bool) -> None:
-    """Explain an Xid or NVSwitch SXid: its meaning and what gpuhc does about it.
+def _code(kind: str, code: str | None) -> int | str | None:
+    """CODE as the kind wants it: a number for Xids and SXids, a known name for signals."""
+    if code is None:
+        return None
+    if kind == "signal":
+        from gpuhc.xid_catalog import signal_table
 
-    Without CODE, print the whole catalog. Unknown codes show the default verdict."""
+        if code not in signal_table():
+            raise click.BadParameter(f"{code!r} is no driver signal (known: {', '.join(signal_table())})",
+                                     param_hint="CODE")
+        return code
+    if not code.isdigit():
+        raise click.BadParameter(f"{code!r} is not a {LABELS[kind]} number (a whole number >= 0)", param_hint="CODE")
+    return int(code)
+
+
+@click.command()
+@click.argument("kind", type=click.Choice(["xid", "sxid", "signal"], case_sensitive=False))
+@click.argument("code", required=False)
+@click.option("--json", "json_mode", is_flag=True, help="Print JSON instead of text.")
+def explain(kind: str, code: str | None, json_mode: bool) -> None:
+    """Explain an Xid, an NVSwitch SXid, or a driver message without an Xid (signal: e.g.
+    reset_required): its meaning and what gpuhc does about it.
+
+    Without CODE, print the whole catalog. Unknown Xid codes show the default verdict."""
     kind = kind.lower()
+    code = _code(kind, code)
     entries = _entries(kind, code)
     if json_mode:
         click.echo(json.dumps(entries[0] if code is not None else entries, indent=2))

@@ -196,11 +196,9 @@ def _dmesg_tail(limit: int, timeout_s: float) -> list[str]:
 
 
 def _file_tail(path: str, limit: int) -> list[str]:
-    from gpuhc.sources.kernel_log import _read_tail
+    from gpuhc.sources.kernel_log import recorded_tail
 
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not hang the epilog
-    with os.fdopen(fd, "rb") as f:
-        data = _read_tail(f, path, TAIL_SCAN_BYTES)
+    data = recorded_tail(path, TAIL_SCAN_BYTES)  # no symlink, no FIFO: it cannot hang the epilog
     tail = _Tail(limit)
     for line in data.decode("utf-8", "replace").splitlines():
         tail.add(line)

@@ -20,15 +20,12 @@ from gpuhc.errors import SourceError
 from gpuhc.model import KernelLog
 from gpuhc.sources.kernel_log_parse import parse_lines
 
-__all__ = ["KmsgSource", "DmesgSource", "LiveKernelLog", "FileKernelLog", "parse_lines", "boot_time", "boot_id"]
+__all__ = ["KmsgSource", "DmesgSource", "LiveKernelLog", "FileKernelLog", "recorded_tail", "parse_lines", "boot_time",
+           "boot_id"]
 
 KMSG_PATH = "/dev/kmsg"
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 MAX_RECORDS = 2_000_000  # a ring buffer holds far fewer; stops a reader racing a log flood
-# A recorded log is read from its end, this much at most: a kernel ring buffer is a few MiB, and
-# a month of syslog must neither exhaust the node's memory nor outlast the run's budget (the
-# parser reads ~6 MiB/s). The newest lines are the ones the checks judge.
-MAX_FILE_BYTES = 32 << 20
 DMESG_TIMEOUT_S = 10.0
 _DMESG_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin")
 
@@ -170,7 +167,8 @@ class LiveKernelLog:
 
 
 class FileKernelLog:
-    """A recorded kernel log in any shape :mod:`kernel_log_parse` reads (replay, tickets).
+    """A recorded kernel log in any shape :mod:`kernel_log_parse` reads (replay, tickets),
+    read from its end as far as the judging window needs (:mod:`kernel_log_file`).
 
     ``year`` dates syslog/journalctl stamps, which print none."""
 
@@ -179,34 +177,21 @@ class FileKernelLog:
         self.year = year
 
     def read(self) -> KernelLog:
+        from gpuhc.sources.kernel_log_file import read_file  # lazy: the live path never needs it
+
         try:
-            with open(self.path, "rb") as f:
-                data = _read_tail(f, self.path)
+            return read_file(self.path, self.year)
         except OSError as e:
             raise SourceError(f"cannot read kernel log {self.path}: {e.strerror or e}") from e
-        log = parse_lines(data.decode("utf-8", "replace").splitlines(), year=self.year)
-        log.source = self.path
-        return log
 
 
-def _read_tail(f, path: str, limit: int | None = None) -> bytes:
-    """The last ``limit`` bytes of a file, from the first whole line; a pipe up to ``limit``.
+def recorded_tail(path: str, limit: int) -> bytes:
+    """The newest whole lines of the recorded kernel log file at ``path``, at most ``limit``
+    bytes; opened as untrusted input (no symlink, a regular file), so a FIFO cannot hang the
+    caller. Raises :class:`SourceError` naming the file. For the post-mortem bundle."""
+    from gpuhc.sources.kernel_log_file import tail_bytes
 
-    A pipe or device (``--kernel-log /dev/zero``, a stream that never ends) cannot be read from
-    its end: more than ``limit`` from one is an error, not an ever-growing buffer."""
-    limit = MAX_FILE_BYTES if limit is None else limit
-    import stat
-
-    st = os.fstat(f.fileno())
-    if stat.S_ISREG(st.st_mode):
-        if st.st_size <= limit:
-            return f.read()
-        f.seek(st.st_size - limit)
-        data = f.read(limit)
-        cut = data.find(b"\n")
-        return data[cut + 1:] if cut >= 0 else data
-    data = f.read(limit + 1)
-    if len(data) > limit:
-        raise SourceError(f"kernel log {path} is not a regular file and gave more than {limit >> 20} MiB; "
-                          "save the lines to a file first")
-    return data
+    try:
+        return tail_bytes(path, limit)
+    except OSError as e:
+        raise SourceError(f"cannot read kernel log {path}: {e.strerror or e}") from e

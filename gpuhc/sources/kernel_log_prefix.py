@@ -1,0 +1,196 @@
+"""The stamp in front of a kernel log line: which tool printed it, when, and whether it is the
+kernel's. Pure, no I/O, never raises; :mod:`gpuhc.sources.kernel_log_parse` reads the rest.
+
+Shapes (the table in :mod:`kernel_log_parse` has examples): ``/dev/kmsg`` records, ``dmesg``
+plain, ``-T`` and ``--time-format=iso`` (with or without ``--decode``), ``journalctl -k`` and
+syslog with or without a host name, rsyslog's ISO stamps, and ``talosctl dmesg``
+(``192.168.11.119: kern: warning: [2026-04-22T21:30:51.526447914Z]: msg``, the severity padded
+to a column). A line pasted from a ticket or an e-mail may carry quote marks or indentation
+before its stamp, or unrelated text before the stamp: :meth:`Stamps.embedded` finds the stamp
+nearest the driver message in such a line.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import time as _time
+
+_MONTHS = {m: i for i, m in enumerate(
+    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
+
+KMSG = re.compile(r"(\d{1,3}),(\d{1,20}),(\d{1,20}),[^;]{0,40};(.*)", re.S)
+KMSG_DICT = re.compile(r"\s[A-Z_]+=")
+_FACILITY = r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7])"
+_DECODE = re.compile(_FACILITY + r"\s*:\s*(?:emerg|alert|crit|err|warn|notice|info|debug)\s*:\s?")
+_ISO_BODY = r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?"
+# talosctl dmesg: "<node>: <facility>: <severity, padded>: [<RFC 3339>]: message"
+_TALOS = re.compile(r"(?:[\w.:\[\]-]{1,64}: )?" + _FACILITY
+                    + r"\s*:\s*(?:emerg|alert|crit|err|error|warning|warn|notice|info|debug)\s*:\s*\["
+                    + _ISO_BODY + r"\]:?\s?")
+_LEVEL = re.compile(r"<\d{1,3}>")
+_MONO = re.compile(r"\s*\[?\s*(\d{1,12}\.\d{1,9})\]\s?")  # "[  12.34] " and a cut-off " 12.34] "
+_CTIME = re.compile(r"\[(\w{3}) (\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]\s?")
+_ISO = re.compile(_ISO_BODY + r"\s+")
+_SYSLOG = re.compile(r"(\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))? ")
+# After a syslog/ISO stamp: "[host ]kernel[pid]: msg" is the kernel; "host proc[pid]: msg" and
+# "proc[pid]: msg" are programs. A host name never ends in ':', which tells "NVRM: ..." (a
+# kernel message with neither host nor tag, as some collectors write it) from "host proc:".
+_KERNEL_TAG = re.compile(r"(?:[^\s:]+ )?kernel(?:\[\d+\])?: ?")
+_HOST_PROC = re.compile(r"[^\s:]+ ([^\s:\[]+)(?:\[\d+\])?: ?")
+_PROC_PID = re.compile(r"(?:[^\s:]+ )?[^\s:\[]+\[\d+\]: ?")
+# A stamp anywhere in a line (the text before it is not the log's): the shapes above, searched.
+_EMBEDDED = (
+    re.compile(r"\[" + _ISO_BODY + r"\]"),
+    re.compile(r"(?<![\d:])" + _ISO_BODY + r"(?=[\s\]])"),
+    re.compile(r"\[(\w{3}) (\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]"),
+    re.compile(r"\b(\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?= )"),
+    re.compile(r"\[\s*(\d{1,12}\.\d{1,9})\]"),
+)
+QUOTES = " \t>|+#*"  # what a ticket, an e-mail reply or a diff puts before a pasted line
+
+
+class Stamps:
+    """Reads stamps; ``boot_time`` turns since-boot stamps into epoch seconds (live sources),
+    ``year`` dates syslog stamps, which print none (see :mod:`kernel_log_parse`)."""
+
+    def __init__(self, boot_time: float | None, year: int | None):
+        self.boot_time = boot_time
+        self.year = year
+
+    def stamped(self, line: str) -> tuple[float | None, bool, str] | None:
+        """(time, is-a-kernel-message, message) for a line that starts with a known stamp."""
+        m = _TALOS.match(line) if "]:" in line[:140] else None  # cheap test first: most lines are not
+        if m:
+            return iso_time(m), True, line[m.end():]
+        m = _DECODE.match(line)
+        if m:
+            line = line[m.end():]
+        m = _LEVEL.match(line)
+        if m:
+            line = line[m.end():]
+        if line.startswith("["):
+            m = _CTIME.match(line)
+            if m:
+                return self._ctime(m.groups()[1:]), True, line[m.end():]
+        m = _MONO.match(line)
+        if m:
+            return self.since_boot(float(m.group(1))), True, line[m.end():]
+        m = _ISO.match(line)
+        if m:
+            kernel, msg = _after_stamp(line[m.end():], strict=False)
+            return iso_time(m), kernel, msg
+        m = _SYSLOG.match(line)
+        if m:
+            kernel, msg = _after_stamp(line[m.end():], strict=True)
+            return self._syslog_time(m.groups()), kernel, msg
+        return None
+
+    def embedded(self, prefix: str) -> tuple[float | None, int] | None:
+        """(time, end) of the stamp nearest the end of ``prefix`` (the text before a driver
+        message in a pasted line); time None for a stamp with no usable time; None: no stamp."""
+        best: tuple[int, re.Match] | None = None
+        for kind, rx in enumerate(_EMBEDDED):
+            if kind == len(_EMBEDDED) - 1 and best is not None:
+                break  # "[ 4441.76]" after a wall-clock stamp is the syslog copy of the kernel's own
+            for m in rx.finditer(prefix):
+                # nearest the message; of two ending together, the longer (a ctime stamp holds
+                # a syslog-looking "Jan  1 00:00:00")
+                if best is None or (m.end(), -m.start()) > (best[1].end(), -best[1].start()):
+                    best = (kind, m)
+        if best is None:
+            return None
+        kind, m = best
+        if kind <= 1:
+            t = iso_time(m)
+        elif kind == 2:
+            t = self._ctime(m.groups()[1:])
+        elif kind == 3:
+            t = self._syslog_time(m.groups())
+        else:
+            t = self.since_boot(float(m.group(1)))
+        return t, m.end()
+
+    def since_boot(self, seconds: float) -> float:
+        return seconds + self.boot_time if self.boot_time is not None else seconds
+
+    def _ctime(self, g: tuple) -> float | None:
+        month = _MONTHS.get(g[0])
+        if month is None:
+            return None
+        return epoch(int(g[5]), month, int(g[1]), int(g[2]), int(g[3]), int(g[4]))
+
+    def _syslog_time(self, g: tuple) -> float | None:
+        month = _MONTHS.get(g[0])
+        if month is None:
+            return None
+        fields = (month, int(g[1]), int(g[2]), int(g[3]), int(g[4]))
+        frac = float("0." + g[5]) if g[5] else 0.0
+        if self.year is not None:
+            t = epoch(self.year, *fields)
+            return None if t is None else t + frac
+        year = _time.localtime().tm_year
+        t = epoch(year, *fields)
+        if t is not None and t > _time.time() + 86400:
+            t = epoch(year - 1, *fields)
+        return None if t is None else t + frac
+
+
+def _after_stamp(rest: str, strict: bool) -> tuple[bool, str]:
+    """(is-the-kernel, message) for the text after a syslog (``strict``) or ISO stamp.
+
+    An ISO stamp is also ``dmesg --time-format=iso``'s, whose messages often read like
+    "host proc:" ("mlx5_core 0000:5e:00.0: ..."): there only "proc[pid]:" marks a program."""
+    m = _KERNEL_TAG.match(rest)
+    if m:
+        return True, strip_mono(rest[m.end():])
+    if _PROC_PID.match(rest):
+        return False, rest
+    if strict:
+        hp = _HOST_PROC.match(rest)
+        if hp:
+            return False, rest
+    return True, strip_mono(rest)
+
+
+def strip_mono(text: str) -> str:
+    """Syslog copies of kernel lines often keep the kernel's own "[  12.34]" stamp: drop it."""
+    m = _MONO.match(text) if text.startswith(("[", " ")) else None
+    return text[m.end():] if m else text
+
+
+def unescape_kmsg(text: str) -> str:
+    """/dev/kmsg escapes control and non-ASCII bytes as \\xNN; turn them back into text."""
+    if "\\x" not in text:
+        return text
+    parts = _KMSG_ESC.split(text)
+    for i in range(1, len(parts), 2):
+        raw = bytes(int(h, 16) for h in parts[i].split("\\x")[1:])
+        parts[i] = raw.decode("utf-8", "replace")
+    return "".join(parts)
+
+
+_KMSG_ESC = re.compile(r"((?:\\x[0-9a-fA-F]{2})+)")
+
+
+def epoch(year: int, month: int, day: int, hh: int, mm: int, ss: int, utc_offset: int | None = None) -> float | None:
+    """Epoch seconds of a calendar time (local time when ``utc_offset`` is None); None if invalid."""
+    if not (1970 <= year <= 9999 and 1 <= month <= 12 and 1 <= day <= 31 and hh <= 23 and mm <= 59 and ss <= 60):
+        return None
+    fields = (year, month, day, hh, mm, ss, 0, 0, -1)
+    try:
+        return float(_time.mktime(fields)) if utc_offset is None else float(calendar.timegm(fields)) - utc_offset
+    except (OverflowError, ValueError):
+        return None
+
+
+def iso_time(m: re.Match) -> float | None:
+    """Epoch of a match whose groups 1-8 are _ISO_BODY's."""
+    tz, offset = m.group(8), None
+    if tz == "Z":
+        offset = 0
+    elif tz:
+        digits = tz[1:].replace(":", "")
+        offset = (int(digits[:2]) * 3600 + int(digits[2:]) * 60) * (1 if tz[0] == "+" else -1)
+    t = epoch(*(int(m.group(i)) for i in range(1, 7)), utc_offset=offset)
+    return None if t is None else t + (float("0." + m.group(7)) if m.group(7) else 0.0)
