@@ -46,13 +46,12 @@ def summary(report) -> str:
     )
 
 
-# Control characters (newlines, terminal escapes) that recorded or hand-written input can carry
-# into names and messages: one result must stay one line, and a terminal must not obey them.
-_CONTROL = {c: " " for c in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
-
-
 def _clean(text: object) -> str:
-    return str(text).translate(_CONTROL)
+    # Names and messages quote recorded or hand-written input: one result stays one line, and
+    # a terminal must not obey what is in it.
+    from gpuhc.logtext import escape
+
+    return escape(text)
 
 
 def plain_lines(report, verbose: bool = False) -> list[str]:
