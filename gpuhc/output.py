@@ -40,8 +40,9 @@ def summary(report) -> str:
         counts[r.status.value] = counts.get(r.status.value, 0) + 1
     parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     prof = f" profile={report.profile}" if report.profile else ""
+    replay = f" (replay of {report.replay})" if getattr(report, "replay", None) else ""
     return (
-        f"gpuhc {report.stage} {report.node}: {report.status.value.upper()} "
+        f"gpuhc {report.stage} {report.node}{replay}: {report.status.value.upper()} "
         f"({parts or 'no checks'}) in {report.duration_s * 1000:.0f} ms{prof}"
     )
 

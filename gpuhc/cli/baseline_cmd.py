@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from gpuhc.cli.common import passthrough, source_options
+from gpuhc.cli.common import MAX_WAIT_S, Seconds, passthrough, source_options
 
 
 @click.group()
@@ -21,7 +21,8 @@ def baseline() -> None:
 
 @baseline.command()
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
-@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the sources.")
+@click.option("--timeout", type=Seconds(), default=30.0, show_default=True,
+              help=f"Seconds to wait for the sources (0.1 to {MAX_WAIT_S:g}).")
 @click.option("--topology/--no-topology", default=None,
               help="Also record GPU/NIC topology through the active checks (default: on a live node only).")
 @click.option("--force", is_flag=True, help="Write even when the node does not look healthy.")
@@ -61,7 +62,7 @@ def capture(kw: dict) -> None:
     if kw.get("output"):
         from gpuhc.cli.common import write_output
 
-        write_output(kw["output"], text)
+        write_output(kw["output"], text, "baseline")
         click.echo(f"wrote {kw['output']} ({doc['gpu_count']} GPUs, {len(doc.get('ib') or {})} IB ports)", err=True)
     else:
         sys.stdout.write(text)

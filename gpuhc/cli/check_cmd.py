@@ -8,7 +8,11 @@ import sys
 import click
 
 from gpuhc.checks.base import STAGES
+from gpuhc.logtext import escape
 from gpuhc.cli.common import (
+    MAX_GPU_INDEX,
+    MAX_WAIT_S,
+    Seconds,
     demo_scenario_path,
     node_name,
     parse_gpu_list,
@@ -21,9 +25,11 @@ from gpuhc.cli.common import (
 @click.command()
 @click.option("--stage", type=click.Choice(STAGES), default="passive", show_default=True, help="Which checks to run.")
 @click.option("--demo", is_flag=True, help="Judge the bundled demo node (8x H100) instead of this machine.")
-@click.option("--gpus", "gpu_list", help="Only these GPU indices, e.g. 0,1 or 0-3 (default: all).")
+@click.option("--gpus", "gpu_list", help=f"Only these GPU indices, e.g. 0,1 or 0-3 (default: all; at most {MAX_GPU_INDEX}).")
 @click.option("--only", multiple=True, help="Run only this check id (repeatable).")
 @click.option("-v", "--verbose", is_flag=True, help="Show passing and n/a results too.")
+@click.option("--publish", is_flag=True,
+              help="Also write a replay to the configured event log and Prometheus textfile (a live run always does).")
 @source_options
 @passthrough
 def check(kw: dict) -> None:
@@ -31,19 +37,27 @@ def check(kw: dict) -> None:
 
     Exit code 0 healthy, 1 unhealthy, 2 usage/config error, 3 gpuhc could not judge.
     `gpuhc check` only reports; `gpuhc healthcheck` is the Slurm entry point that also drains.
+
+    A replay (--demo, --nvml-scenario, --kernel-log FILE, --sysfs-root) is not this node: it is
+    named after the recording's host, judged with a fresh temporary state (unless --state-dir),
+    and not written to the event log or textfile (unless --publish).
     """
     from gpuhc.output import publish, render_report
     from gpuhc.runner import run_stage
 
-    demo_dir = None
     if kw["demo"]:
         kw["nvml_scenario"] = kw.get("nvml_scenario") or demo_scenario_path()
+        click.echo(f"demo: judging the bundled demo node ({os.path.basename(kw['nvml_scenario'])}), not this machine", err=True)
+    replay = replay_of(kw)
+    scratch = None
+    if replay:
+        kw["hostname"] = kw.get("hostname") or _recorded_host(kw)
         if not kw.get("state_dir"):
             import tempfile
 
-            demo_dir = tempfile.TemporaryDirectory(prefix="gpuhc-demo-")
-            kw["state_dir"] = demo_dir.name
-        click.echo(f"demo: judging the bundled demo node ({os.path.basename(kw['nvml_scenario'])}), not this machine", err=True)
+            # One replay must not remember another's Xid, nor touch the live node's memory.
+            scratch = tempfile.TemporaryDirectory(prefix="gpuhc-replay-")
+            kw["state_dir"] = scratch.name
     opts = run_options_from(kw, kw["stage"], gpus=parse_gpu_list(kw.get("gpu_list")))
     opts.only = tuple(kw.get("only") or ())
     if opts.only:
@@ -52,17 +66,42 @@ def check(kw: dict) -> None:
     # (stdout stays clean for --json).
     opts.progress = True
     report = run_stage(opts)
+    report.replay = replay
     try:
         render_report(report, json_mode=kw["json_mode"], verbose=kw["verbose"])
     except BrokenPipeError:
         # `gpuhc check | head`: the reader left early. The verdict (exit code, event log,
         # metrics) still stands; click would otherwise turn this into exit 1, "unhealthy".
         _drop_stdout()
-    for problem in publish(report, opts.config):
-        click.echo(f"gpuhc: warning: {problem}", err=True)
-    if demo_dir is not None:
-        demo_dir.cleanup()
+    if not replay or kw["publish"]:
+        for problem in publish(report, opts.config):
+            click.echo(f"gpuhc: warning: {escape(problem)}", err=True)
+    if scratch is not None:
+        scratch.cleanup()
     finish(report.exit_code, hard=bool(report.timed_out))
+
+
+def replay_of(kw: dict) -> str | None:
+    """What a run replays from the command line ("a.yaml, kernel log k.log"), or None when it
+    reads this node. (A replay the config's ``sources`` names is this node as configured: a
+    test cluster's fake node, which publishes like a real one.)"""
+    parts = []
+    if kw.get("nvml_scenario"):
+        parts.append(os.path.basename(kw["nvml_scenario"]))
+    if kw.get("kernel_log") and kw["kernel_log"] not in ("kmsg", "dmesg"):
+        parts.append(f"kernel log {os.path.basename(kw['kernel_log'])}")
+    if kw.get("sysfs_root"):
+        parts.append(f"sysfs {kw['sysfs_root']}")
+    return ", ".join(parts) or None
+
+
+def _recorded_host(kw: dict) -> str | None:
+    """The host a scenario was recorded on; None (this node's name) when it does not say."""
+    if not kw.get("nvml_scenario"):
+        return None
+    from gpuhc.sources.scenario import load_scenario
+
+    return load_scenario(kw["nvml_scenario"], kw.get("step")).hostname
 
 
 def _check_only(only: tuple[str, ...], stage: str) -> None:
@@ -94,7 +133,8 @@ def finish(code: int, hard: bool = False) -> None:
 
 @click.command()
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
-@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the sources.")
+@click.option("--timeout", type=Seconds(), default=30.0, show_default=True,
+              help=f"Seconds to wait for the sources (0.1 to {MAX_WAIT_S:g}).")
 @source_options
 @passthrough
 def snapshot(kw: dict) -> None:
@@ -114,7 +154,7 @@ def snapshot(kw: dict) -> None:
     if kw.get("output"):
         from gpuhc.cli.common import write_output
 
-        write_output(kw["output"], text)
+        write_output(kw["output"], text, "snapshot")
         click.echo(f"wrote {kw['output']}", err=True)
     else:
         sys.stdout.write(text)

@@ -11,9 +11,34 @@ import click
 from gpuhc.config import Config, load_config
 from gpuhc.runner import RunOptions
 from gpuhc.sources import SourceSpec
+from gpuhc.sources.snapshot_io import MAX_GPUS
 from gpuhc.state import default_state_dir
 
 DEMO_SCENARIO = "demo-8xh100.yaml"
+
+# Documented bounds of command-line sizes (README "Limits"): past them a value is a usage error
+# (exit 2), never a MemoryError or an hour-long run. GPU indices share the scenarios' bound.
+MAX_GPU_INDEX = MAX_GPUS - 1
+MAX_WAIT_S = 3600.0
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds in [lo, hi]: click's FloatRange lets NaN through (it compares
+    false with both ends), and a NaN timeout waits forever or prints "timed out after nans"."""
+
+    name = "seconds"
+
+    def __init__(self, lo: float = 0.1, hi: float = MAX_WAIT_S):
+        self.lo, self.hi = lo, hi
+
+    def convert(self, value, param, ctx):
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not self.lo <= seconds <= self.hi:  # False for NaN
+            self.fail(f"{value!r} is not between {self.lo:g} and {self.hi:g} seconds", param, ctx)
+        return seconds
 
 
 def source_options(fn):
@@ -130,7 +155,7 @@ def run_options_from(kw: dict, stage: str, gpus: list[int] | None = None, config
 
 
 def parse_gpu_list(text: str | None) -> list[int] | None:
-    """'0,1,3' or '0-3' -> [0, 1, 3]; None/'' -> None (all GPUs)."""
+    """'0,1,3' or '0-3' -> [0, 1, 3] (each index at most MAX_GPU_INDEX); None/'' -> None (all GPUs)."""
     if not text:
         return None
     out: list[int] = []
@@ -144,19 +169,21 @@ def parse_gpu_list(text: str | None) -> list[int] | None:
         first, last = int(lo), int(hi) if hi else int(lo)
         if last < first:
             raise click.BadParameter(f"{part!r}: range ends before it starts", param_hint="--gpus")
+        if last > MAX_GPU_INDEX:
+            raise click.BadParameter(f"{part!r}: GPU indices go up to {MAX_GPU_INDEX}", param_hint="--gpus")
         out.extend(range(first, last + 1))
     if not out:
         raise click.BadParameter(f"{text!r} names no GPU", param_hint="--gpus")
     return out
 
 
-def write_output(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all."""
+def write_output(path: str, text: str, what: str = "output file") -> None:
+    """Write ``text`` to ``path`` whole or not at all, never through a link (gpuhc.fsutil)."""
     from gpuhc.errors import GpuhcError
     from gpuhc.fsutil import write_atomic
 
     try:
-        write_atomic(path, text.encode("utf-8"))
+        write_atomic(path, text.encode("utf-8"), 0o644, what)
     except OSError as e:
         raise GpuhcError(f"cannot write {path}: {e.strerror or e}") from None
 

@@ -56,6 +56,11 @@ from gpuhc.model import (
 
 FORMAT_VERSION = 1
 
+# Documented bounds of a scenario (docs/ARCHITECTURE.md, "Reading the node"): a count past them
+# is a usage error naming the key, not a MemoryError building a hundred million NVLinks.
+MAX_GPUS = 1024  # per node (no node comes near; `--gpus` shares the bound)
+MAX_NVLINKS = 64  # per GPU (NVML's own NVML_NVLINK_MAX_LINKS is 18)
+
 # Raises with the location of ``path`` inside the document; supplied by the loader.
 ErrorFn = Callable[[tuple, str], Exception]
 
@@ -235,13 +240,19 @@ def check_nvlinks(value: Any, path: tuple, err: ErrorFn) -> None:
         check_fields(value, short, path, err, "nvlinks shorthand")
         if "count" not in value:
             raise err(path, "the nvlinks shorthand needs `count`")
+        if value["count"] > MAX_NVLINKS:
+            raise err(path + ("count",), f"at most {MAX_NVLINKS} NVLinks per GPU, got {value['count']}")
         return
     if not isinstance(value, list):
         raise err(path, f"nvlinks must be a list of {{link, active, errors}} or {{count: N, ...}}, got {_tname(value)}")
+    if len(value) > MAX_NVLINKS:
+        raise err(path, f"at most {MAX_NVLINKS} NVLinks per GPU, got {len(value)}")
     for i, entry in enumerate(value):
         check_fields(entry, link_table, path + (i,), err, "NVLink")
         if "link" not in entry:
             raise err(path + (i,), "each NVLink needs its `link` number")
+        if entry["link"] >= MAX_NVLINKS:
+            raise err(path + (i, "link"), f"NVLink numbers go up to {MAX_NVLINKS - 1}, got {entry['link']}")
 
 
 # ------------------------------------------------------------------------- build
