@@ -8,6 +8,7 @@ import sys
 import click
 
 from gpuhc.cli.common import MAX_WAIT_S, Seconds, passthrough, source_options
+from gpuhc.logtext import escape
 
 
 @click.group()
@@ -29,23 +30,37 @@ def baseline() -> None:
 @source_options
 @passthrough
 def capture(kw: dict) -> None:
-    """Read this node (or a scenario) and write its baseline."""
+    """Read this node (or a scenario) and write its baseline.
+
+    Refused when the node fails (or gpuhc cannot judge) its passive checks, or looks doubtful
+    (mixed models, links below their maximum): a baseline would make that look normal. --force
+    writes it anyway and records in it that it was forced, and why.
+    """
     from gpuhc.baseline import capture as capture_doc
     from gpuhc.baseline import doubts
-    from gpuhc.cli.common import load, node_name, source_spec
+    from gpuhc.cli.common import node_name, prepare_replay, run_options_from
     from gpuhc.errors import GpuhcError
-    from gpuhc.runner import read_snapshot
+    from gpuhc.runner import read_snapshot, run_stage
 
-    config = load(kw)
-    spec = source_spec(kw, config)
+    _, scratch = prepare_replay(kw)
+    opts = run_options_from(kw, "passive")
+    try:
+        report = run_stage(opts)  # the same verdict `gpuhc check` gives this node
+    finally:
+        if scratch is not None:
+            scratch.cleanup()
+    spec = opts.sources
     snap = read_snapshot(spec, node_name(kw.get("hostname")), kw["timeout"], kw.get("step"))
-    problems = doubts(snap)
+    problems = [f"{r.check} {r.subject}: {r.status.value}: {r.message}" for r in report.results
+                if r.status.value in ("fail", "error")] + doubts(snap)
     for p in problems:
-        click.echo(f"gpuhc: warning: {p}", err=True)
+        click.echo(f"gpuhc: warning: {escape(p)}", err=True)
     if problems and not kw["force"]:
         raise GpuhcError(f"node does not look healthy ({len(problems)} problem(s) above); a baseline would make "
                          "them look normal. Fix the node, or pass --force")
     doc = capture_doc(snap)
+    if problems:
+        doc["forced"] = {"problems": problems}
 
     want_topology = kw["topology"] if kw["topology"] is not None else not spec.nvml_scenario
     if want_topology:

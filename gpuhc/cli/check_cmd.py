@@ -17,6 +17,7 @@ from gpuhc.cli.common import (
     node_name,
     parse_gpu_list,
     passthrough,
+    prepare_replay,
     run_options_from,
     source_options,
 )
@@ -48,16 +49,7 @@ def check(kw: dict) -> None:
     if kw["demo"]:
         kw["nvml_scenario"] = kw.get("nvml_scenario") or demo_scenario_path()
         click.echo(f"demo: judging the bundled demo node ({os.path.basename(kw['nvml_scenario'])}), not this machine", err=True)
-    replay = replay_of(kw)
-    scratch = None
-    if replay:
-        kw["hostname"] = kw.get("hostname") or _recorded_host(kw)
-        if not kw.get("state_dir"):
-            import tempfile
-
-            # One replay must not remember another's Xid, nor touch the live node's memory.
-            scratch = tempfile.TemporaryDirectory(prefix="gpuhc-replay-")
-            kw["state_dir"] = scratch.name
+    replay, scratch = prepare_replay(kw)
     opts = run_options_from(kw, kw["stage"], gpus=parse_gpu_list(kw.get("gpu_list")))
     opts.only = tuple(kw.get("only") or ())
     if opts.only:
@@ -79,29 +71,6 @@ def check(kw: dict) -> None:
     if scratch is not None:
         scratch.cleanup()
     finish(report.exit_code, hard=bool(report.timed_out))
-
-
-def replay_of(kw: dict) -> str | None:
-    """What a run replays from the command line ("a.yaml, kernel log k.log"), or None when it
-    reads this node. (A replay the config's ``sources`` names is this node as configured: a
-    test cluster's fake node, which publishes like a real one.)"""
-    parts = []
-    if kw.get("nvml_scenario"):
-        parts.append(os.path.basename(kw["nvml_scenario"]))
-    if kw.get("kernel_log") and kw["kernel_log"] not in ("kmsg", "dmesg"):
-        parts.append(f"kernel log {os.path.basename(kw['kernel_log'])}")
-    if kw.get("sysfs_root"):
-        parts.append(f"sysfs {kw['sysfs_root']}")
-    return ", ".join(parts) or None
-
-
-def _recorded_host(kw: dict) -> str | None:
-    """The host a scenario was recorded on; None (this node's name) when it does not say."""
-    if not kw.get("nvml_scenario"):
-        return None
-    from gpuhc.sources.scenario import load_scenario
-
-    return load_scenario(kw["nvml_scenario"], kw.get("step")).hostname
 
 
 def _check_only(only: tuple[str, ...], stage: str) -> None:

@@ -141,6 +141,41 @@ def _replay_path(kw: dict, config: Config, key: str, option: str) -> str | None:
     raise ConfigError(f"{path}: {problem}", config.path, line_of(config.lines, ("sources", key)), given_by)
 
 
+def replay_of(kw: dict) -> str | None:
+    """What a run replays from the command line ("a.yaml, kernel log k.log"), or None when it
+    reads this node. (A replay the config's ``sources`` names is this node as configured: a
+    test cluster's fake node, which publishes like a real one.)"""
+    parts = []
+    if kw.get("nvml_scenario"):
+        parts.append(os.path.basename(kw["nvml_scenario"]))
+    if kw.get("kernel_log") and kw["kernel_log"] not in ("kmsg", "dmesg"):
+        parts.append(f"kernel log {os.path.basename(kw['kernel_log'])}")
+    if kw.get("sysfs_root"):
+        parts.append(f"sysfs {kw['sysfs_root']}")
+    return ", ".join(parts) or None
+
+
+def prepare_replay(kw: dict):
+    """For a replay: name it after the recorded host (unless --node) and give it a fresh
+    temporary state directory (unless --state-dir), so one replay never remembers another's
+    Xid nor touches the live node's memory. Returns (what is replayed or None, the temporary
+    directory to clean up or None)."""
+    replay = replay_of(kw)
+    if not replay:
+        return None, None
+    if not kw.get("hostname") and kw.get("nvml_scenario"):
+        from gpuhc.sources.scenario import load_scenario
+
+        kw["hostname"] = load_scenario(kw["nvml_scenario"], kw.get("step")).hostname
+    if kw.get("state_dir"):
+        return replay, None
+    import tempfile
+
+    scratch = tempfile.TemporaryDirectory(prefix="gpuhc-replay-")
+    kw["state_dir"] = scratch.name
+    return replay, scratch
+
+
 def run_options_from(kw: dict, stage: str, gpus: list[int] | None = None, config: Config | None = None) -> RunOptions:
     config = config or load(kw)
     return RunOptions(
