@@ -55,11 +55,22 @@ def _clean(text: object) -> str:
     return escape(text)
 
 
+def message_of(result) -> str:
+    """The message without a leading repeat of the subject, which the line already names
+    ("ecc gpu0: no uncorrectable ECC errors", not "ecc gpu0: gpu0 no ..."). The message itself
+    keeps it: a drain reason or a JSON reader sees the message alone."""
+    msg, subject = str(result.message), str(result.subject)
+    for lead in (subject + ": ", subject + " "):
+        if subject != "node" and msg.startswith(lead):
+            return msg[len(lead):]
+    return msg
+
+
 def plain_lines(report, verbose: bool = False) -> list[str]:
     lines = [_clean(summary(report))]
     for r in shown(report, verbose):
         act = f" [action: {r.action.value}]" if r.action.value != "none" else ""
-        lines.append(_clean(f"  {r.status.value.upper():5} {r.check} {r.subject}: {r.message}{act}"))
+        lines.append(_clean(f"  {r.status.value.upper():5} {r.check} {r.subject}: {message_of(r)}{act}"))
     lines += [_clean(f"  note: {n}") for n in report.notes]
     return lines
 
@@ -85,7 +96,7 @@ def _render_rich(report, verbose: bool, stream: IO[str]) -> None:
             f"[{style}]{r.status.value}[/]",
             text(r.check),
             text(r.subject),
-            text(r.message),
+            text(message_of(r)),
             "" if r.value is None else text(r.value),
             "" if r.threshold is None else text(r.threshold),
             "" if r.action.value == "none" else r.action.value,

@@ -16,8 +16,9 @@ from gpuhc.state import default_state_dir
 
 DEMO_SCENARIO = "demo-8xh100.yaml"
 
-# Documented bounds of command-line sizes (README "Limits"): past them a value is a usage error
-# (exit 2), never a MemoryError or an hour-long run. GPU indices share the scenarios' bound.
+# Bounds of command-line sizes, stated in each option's --help: past them a value is a usage
+# error (exit 2), never a MemoryError or an hour-long run. GPU indices share the scenarios'
+# bound (docs/ARCHITECTURE.md, "Reading the node").
 MAX_GPU_INDEX = MAX_GPUS - 1
 MAX_WAIT_S = 3600.0
 
