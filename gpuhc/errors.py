@@ -84,8 +84,8 @@ def run_cli(cli) -> None:
         sys.exit(EXIT_USAGE)
     except GpuhcError as e:
         # Messages quote paths and text others wrote: one printable line each (gpuhc.logtext).
-        for line in str(e).split("\n"):
-            click.echo(f"gpuhc: error: {escape(line)}", err=True)
+        for one in getattr(e, "errors", None) or [e]:
+            click.echo(f"gpuhc: error: {escape(one)}", err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
