@@ -16,8 +16,6 @@ quotes and brackets), and kernel-log messages are already one line when parsed
 
 from __future__ import annotations
 
-import unicodedata
-
 
 def escape(text: object, cap: int | None = None) -> str:
     """``text`` as one printable line (see the module doc), at most ``cap`` characters."""
@@ -32,6 +30,8 @@ def escape(text: object, cap: int | None = None) -> str:
 def _char(ch: str) -> str:
     if ch.isprintable():
         return ch
+    import unicodedata  # only for text that needs it: the health check's lines rarely do
+
     if ch == "\t" or unicodedata.category(ch) == "Zs":
         return " "
     code = ord(ch)

@@ -26,7 +26,8 @@ from gpuhc.model import Status
 from gpuhc.runner import RunOptions, run_stage
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.scenario import TOP_KEYS, load_scenario
-from gpuhc.sources.snapshot_io import GPU_FIELDS, IB_FIELDS, MAX_GPUS, MAX_NVLINKS
+from gpuhc.limits import MAX_GPUS, MAX_NVLINKS
+from gpuhc.sources.snapshot_io import GPU_FIELDS, IB_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
 HEALTHY = ROOT / "examples" / "scenarios" / "healthy-8xh100.yaml"

@@ -11,16 +11,12 @@ import click
 from gpuhc.config import Config, load_config
 from gpuhc.runner import RunOptions
 from gpuhc.sources import SourceSpec
-from gpuhc.sources.snapshot_io import MAX_GPUS
+from gpuhc.limits import MAX_GPUS, MAX_WAIT_S
 from gpuhc.state import default_state_dir
 
 DEMO_SCENARIO = "demo-8xh100.yaml"
 
-# Bounds of command-line sizes, stated in each option's --help: past them a value is a usage
-# error (exit 2), never a MemoryError or an hour-long run. GPU indices share the scenarios'
-# bound (docs/ARCHITECTURE.md, "Reading the node").
-MAX_GPU_INDEX = MAX_GPUS - 1
-MAX_WAIT_S = 3600.0
+MAX_GPU_INDEX = MAX_GPUS - 1  # stated in --help, like every bound (gpuhc.limits)
 
 
 class Seconds(click.ParamType):

@@ -42,6 +42,9 @@ import types
 import typing
 from typing import Any, Callable
 
+# A count past these is a usage error naming the key, not a MemoryError building a hundred
+# million NVLinks.
+from gpuhc.limits import MAX_GPUS, MAX_NVLINKS  # noqa: F401 - MAX_GPUS: for the scenario loader
 from gpuhc.model import (
     AerCounters,
     EventKind,
@@ -55,11 +58,6 @@ from gpuhc.model import (
 )
 
 FORMAT_VERSION = 1
-
-# Documented bounds of a scenario (docs/ARCHITECTURE.md, "Reading the node"): a count past them
-# is a usage error naming the key, not a MemoryError building a hundred million NVLinks.
-MAX_GPUS = 1024  # per node (no node comes near; `--gpus` shares the bound)
-MAX_NVLINKS = 64  # per GPU (NVML's own NVML_NVLINK_MAX_LINKS is 18)
 
 # Raises with the location of ``path`` inside the document; supplied by the loader.
 ErrorFn = Callable[[tuple, str], Exception]
