@@ -29,6 +29,7 @@ width.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from typing import Any
@@ -106,8 +107,13 @@ def doubts(snapshot: Snapshot) -> list[str]:
 
 def load(path: str) -> dict[str, Any]:
     """Read and check a baseline file; ConfigError names file, line and key."""
+    from gpuhc.config import check_file_safety
     from gpuhc.yamlpos import line_of, load_with_lines, read_text
 
+    # A baseline decides drains like the config does (the expected GPUs): as root, one that
+    # anyone else could have written or swapped is refused the same way.
+    if os.path.exists(path):  # (a missing one is named below)
+        check_file_safety(path, "baseline")
     try:
         text = read_text(path)
     except OSError as e:

@@ -85,7 +85,7 @@ class StateStore:
     def _locked(self, shared: bool = False) -> Iterator[None]:
         lock_path = os.path.join(self.dir, LOCK_FILE)
         try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as e:
             raise StateError(f"cannot open lock file {lock_path}: {e.strerror}") from None
         try:

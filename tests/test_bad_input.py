@@ -260,7 +260,7 @@ def test_gpus_nvml_does_not_list_fail_not_silently_passed(tmp_path):
     p, report = check_json("--nvml-scenario", HEALTHY, "--gpus", "7-9", "--state-dir", str(tmp_path))
     assert p.returncode == 1 and report["status"] == "fail"
     fail = [r for r in report["results"] if r["status"] == "fail"]
-    assert [(r["check"], r["value"], r["action"]) for r in fail] == [("gpu-count", [8, 9], "drain_reboot")]
+    assert [(r["check"], r["value"], r["action"]) for r in fail] == [("gpu-count", [8, 9], "drain + reboot")]
 
 
 @pytest.mark.parametrize("now", ["nan", "inf", "-5", "1e400"])
