@@ -402,17 +402,12 @@ def host_matches(hostname: str, pattern: str) -> bool:
 
 
 def check_file_safety(path: str, what: str) -> None:
-    """As root, refuse a file that someone else could have written or swapped: the file, its
-    directory and every directory above it must be root's (:mod:`gpuhc.fsutil`; a sticky
-    directory such as /tmp may hold it, since nobody else can rename a root-owned file there).
-
-    gpuhc runs as root and a config decides which nodes get drained and which programs run:
-    a group- or world-writable file, or one in a directory another user owns, is a privilege
-    escalation."""
-    from gpuhc.fsutil import UnsafePath, check_dir_chain, check_root_owned
+    """As root, refuse a config (or baseline) that someone else could have written or swapped
+    (:func:`gpuhc.fsutil.check_trusted_file`): it decides which nodes get drained and which
+    programs run, so a writable one is a privilege escalation."""
+    from gpuhc.fsutil import UnsafePath, check_trusted_file
 
     try:
-        check_root_owned(path, what)
-        check_dir_chain(os.path.dirname(os.path.abspath(path)), what, leaf="sticky")
+        check_trusted_file(path, what)
     except UnsafePath as e:
         raise ConfigError(str(e), path) from None

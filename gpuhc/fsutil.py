@@ -74,6 +74,14 @@ def check_dir_chain(directory: str, what: str, leaf: str = "private") -> None:
             parent = os.path.dirname(parent)
 
 
+def check_trusted_file(path: str, what: str) -> None:
+    """As root, refuse a file root will trust (a config, a baseline) if someone else could have
+    written or swapped it: the file, its directory and every directory above it must be root's.
+    A sticky directory (/tmp) may hold it: nobody else can rename a root-owned file there."""
+    check_root_owned(path, what)
+    check_dir_chain(os.path.dirname(os.path.abspath(path)), what, leaf="sticky")
+
+
 def make_dirs(path: str, mode: int = 0o755, what: str | None = None) -> None:
     """``mkdir -p`` whose new directories get ``mode`` whatever the umask (a root cron job with
     umask 077 would otherwise hide a log directory from the log shipper; a state directory
