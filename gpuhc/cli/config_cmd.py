@@ -22,12 +22,8 @@ def validate(config_path: str | None) -> None:
 
     try:
         cfg = load_config(config_path, node_name())
-    except ConfigErrors as e:
-        from gpuhc.logtext import escape
-
-        for err in e.errors:
-            click.echo(f"gpuhc: error: {escape(err)}", err=True)
-        raise ConfigError(f"{len(e.errors)} errors", e.file) from None
+    except ConfigErrors as e:  # each printed on its own line, then how many
+        raise ConfigErrors([*e.errors, ConfigError(f"{len(e.errors)} errors", e.file)]) from None
     baseline = cfg.section("node").get("baseline")
     if baseline:
         # A run only notes a broken baseline and falls back to the profile: say it here, where
@@ -74,9 +70,7 @@ def list_checks(config_path: str | None, hostname: str | None, profile_name: str
     """
     from gpuhc.checks import all_checks
     from gpuhc.config import load_config
-    from gpuhc.profiles import select_profile
-
-    from gpuhc.profiles import profile_names
+    from gpuhc.profiles import profile_names, select_profile
 
     if profile_name is not None and profile_name not in profile_names():
         raise click.BadParameter(f"unknown GPU profile {profile_name!r} (known: {', '.join(profile_names())})",

@@ -19,9 +19,9 @@ ticket:
 
 Safety, because the epilog runs as root in a directory an admin configured: as root, a bundle
 directory not owned by root or writable by group or others, or inside one that is, is refused
-(someone could plant a symlink there and have root overwrite any file; :mod:`gpuhc.fsutil`); every file is created with ``O_EXCL`` (and
-``O_NOFOLLOW``) in a fresh ``mkdtemp`` staging directory, and a ``.tar.gz`` goes through a
-``mkstemp`` temporary file. A refusal costs the bundle, never the node or the job: the epilog
+(someone could plant a symlink there and have root overwrite any file; :mod:`gpuhc.fsutil`);
+every file is created with ``O_EXCL`` (and ``O_NOFOLLOW``) in a fresh ``mkdtemp`` staging
+directory, and a ``.tar.gz`` goes through a ``mkstemp`` temporary file. A refusal costs the bundle, never the node or the job: the epilog
 logs it loudly and goes on.
 
 Bundles are named ``<node>-<jobid>-<UTC time>``, mode 0700 (they hold user names and job ids),
