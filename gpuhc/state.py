@@ -10,8 +10,8 @@ re-baseline) but corrupting it must never crash a health check, and two gpuhc pr
   directory: a crash leaves either the old or the new document, never half of one;
 - a corrupt document is moved aside (``state.json.corrupt-<ns>``, a name never reused, the
   newest CORRUPT_KEEP copies kept), reported through :attr:`StateStore.problem`, and rebuilt
-  from empty; one that is there but out of reach
-  (permissions, I/O error) is left alone: the run judges without it and the write fails.
+  from empty; one that is there but out of reach (permissions, I/O error) is left alone: the
+  run judges without it and the write fails.
 """
 
 from __future__ import annotations

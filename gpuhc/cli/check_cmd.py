@@ -8,7 +8,6 @@ import sys
 import click
 
 from gpuhc.checks.base import STAGES
-from gpuhc.logtext import escape
 from gpuhc.cli.common import (
     MAX_GPU_INDEX,
     MAX_WAIT_S,
@@ -21,6 +20,7 @@ from gpuhc.cli.common import (
     run_options_from,
     source_options,
 )
+from gpuhc.logtext import escape
 
 
 @click.command()

@@ -9,9 +9,9 @@ from datetime import datetime
 import click
 
 from gpuhc.config import Config, load_config
+from gpuhc.limits import MAX_GPUS, MAX_WAIT_S
 from gpuhc.runner import RunOptions
 from gpuhc.sources import SourceSpec
-from gpuhc.limits import MAX_GPUS, MAX_WAIT_S
 from gpuhc.state import default_state_dir
 
 DEMO_SCENARIO = "demo-8xh100.yaml"
@@ -190,7 +190,7 @@ def parse_gpu_list(text: str | None) -> list[int] | None:
     """'0,1,3' or '0-3' -> [0, 1, 3] (each index at most MAX_GPU_INDEX); None/'' -> None (all GPUs)."""
     if not text:
         return None
-    out: list[int] = []
+    out: set[int] = set()  # (a set: "0-1023" a thousand times over is still 1024 GPUs)
     for part in text.split(","):
         part = part.strip()
         if not part:
@@ -203,10 +203,10 @@ def parse_gpu_list(text: str | None) -> list[int] | None:
             raise click.BadParameter(f"{part!r}: range ends before it starts", param_hint="--gpus")
         if last > MAX_GPU_INDEX:
             raise click.BadParameter(f"{part!r}: GPU indices go up to {MAX_GPU_INDEX}", param_hint="--gpus")
-        out.extend(range(first, last + 1))
+        out.update(range(first, last + 1))
     if not out:
         raise click.BadParameter(f"{text!r} names no GPU", param_hint="--gpus")
-    return out
+    return sorted(out)
 
 
 def write_output(path: str, text: str, what: str = "output file") -> None:
