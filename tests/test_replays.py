@@ -194,3 +194,14 @@ def test_verbose_lines_do_not_repeat_their_subject():
     lines = [x for x in p.stdout.splitlines() if x.startswith("  ")]
     assert any(x.startswith("  PASS  ecc gpu0: ") for x in lines)
     assert not [x for x in lines if re.match(r"\s+\S+\s+\S+ (\S+): \1\b", x)]
+
+
+def test_the_json_schema_example_has_the_shape_of_a_real_report():
+    """docs/json-schema.md once showed an Xid `value` of 79; the real one is an object."""
+    doc = (ROOT / "docs" / "json-schema.md").read_text()
+    example = json.loads(re.search(r"```json\n(\{.*?\n\})\n```", doc, re.S).group(1))
+    real = json.loads(gpuhc("check", "--json", "--nvml-scenario", XID79).stdout)
+    assert set(example) == set(real)
+    (xid,) = [r for r in real["results"] if r["check"] == "xid"]
+    assert set(example["results"][0]) == set(xid)
+    assert set(example["results"][0]["value"]) == set(xid["value"])
