@@ -150,7 +150,7 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, what: str | None = N
     results, written by the unprivileged probe account into its own directory, pass none.
     Raises :class:`UnsafePath` or OSError (callers name the file)."""
     directory = os.path.dirname(os.path.abspath(path))
-    if what is not None:
+    if what is not None and os.path.isdir(directory):  # (a missing one fails below, by name)
         check_dir_chain(directory, f"{what}'s directory", leaf="any")
     # A fresh unguessable name opened with O_EXCL|O_NOFOLLOW: a link planted in the directory
     # is never followed. Not tempfile.mkstemp: importing it costs the health check ~8 ms.
