@@ -350,15 +350,15 @@ def _validate_hosts(hosts: Any, sch: dict, errs: _Errors) -> list[dict]:
     for i, item in enumerate(hosts):
         here = ("hosts", i)
         if not isinstance(item, dict) or not isinstance(item.get("match"), str):
-            errs.add("each entry needs `match: <hostlist pattern>`", here, f"hosts[{i}]")
+            errs.add("each entry needs `match: <hostlist pattern>`", here)
             continue
         try:
             expand(item["match"])
         except ValueError as e:
-            errs.add(f"bad hostlist: {e}", here + ("match",), f"hosts[{i}].match")
+            errs.add(f"bad hostlist: {e}", here + ("match",))
         rest = {k: v for k, v in item.items() if k != "match"}
         if "hosts" in rest:
-            errs.add("hosts entries cannot nest", here + ("hosts",), f"hosts[{i}].hosts")
+            errs.add("hosts entries cannot nest", here + ("hosts",))
             rest.pop("hosts")
         _validate_all(rest, sch, here, errs)
         out.append(copy.deepcopy(item))

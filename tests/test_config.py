@@ -183,7 +183,7 @@ def test_every_error_is_listed_with_file_line_and_key(tmp_path):
         load_config(path)
     assert [(err.line, err.key) for err in e.value.errors] == [
         (2, "node.expected_gpus"), (3, "node.profile"), (5, "budget_s.passive"), (6, "bogus"), (8, "checks.nope"),
-        (11, "checks.ecc.thresholds.zzz"), (13, "hosts[0].match"), (14, "hosts.0.state_dir"),
+        (11, "checks.ecc.thresholds.zzz"), (13, "hosts.0.match"), (14, "hosts.0.state_dir"),
     ]
     assert all(str(err).startswith(f"{path}:{err.line}: {err.key}: ") for err in e.value.errors)
 
