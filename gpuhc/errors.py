@@ -30,7 +30,9 @@ class ConfigError(GpuhcError):
         if file:
             where = f"{file}:{line}: " if line else f"{file}: "
         keypart = f"{key}: " if key else ""
-        super().__init__(f"{where}{keypart}{message}")
+        from gpuhc.logtext import escape  # keys and values quote the file: one printable line
+
+        super().__init__(escape(f"{where}{keypart}{message}"))
 
 
 class ConfigErrors(ConfigError):

@@ -207,3 +207,10 @@ def test_one_error_is_still_a_plain_config_error(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_config(path)
     assert type(e.value) is ConfigError and (e.value.line, e.value.key) == (1, "node.expected_gpus")
+
+
+def test_a_key_with_a_newline_is_named_on_one_line(tmp_path):
+    path = write(tmp_path, 'node:\n  "a\\nb": 1\n')
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value) == f"{path}:2: node.a\\x0ab: unknown key (known here: baseline, expected_gpus, profile)"

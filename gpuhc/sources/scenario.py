@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuhc.errors import ConfigError, SourceError
+from gpuhc.logtext import escape
 from gpuhc.model import AerCounters, IbPort, KernelLog, NvmlReading, norm_pci
 from gpuhc.sources import snapshot_io as sio
 from gpuhc.yamlpos import line_of, load_with_lines, read_text
@@ -150,7 +151,8 @@ def _load_base(path: str, depth: int) -> tuple["_State", list[dict], sio.ErrorFn
         line = line_of(lines, p)
         where = f"{path}:{line}" if line else path
         key = ".".join(str(x) for x in p)
-        return SourceError(f"{where}: {key + ': ' if key else ''}{message}")
+        # Keys and values quote the file: one printable line, whatever it holds (gpuhc.logtext).
+        return SourceError(escape(f"{where}: {key + ': ' if key else ''}{message}"))
 
     if doc is None:
         # An empty file is a failed copy or a truncated download far more often than a node
