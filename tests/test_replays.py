@@ -205,3 +205,8 @@ def test_the_json_schema_example_has_the_shape_of_a_real_report():
     (xid,) = [r for r in real["results"] if r["check"] == "xid"]
     assert set(example["results"][0]) == set(xid)
     assert set(example["results"][0]["value"]) == set(xid["value"])
+
+
+def test_a_snapshot_of_a_replay_keeps_the_recorded_host():
+    p = gpuhc("snapshot", "--nvml-scenario", str(SCENARIOS / "healthy-8xh200.yaml"))
+    assert p.returncode == 0 and yaml.safe_load(p.stdout)["hostname"] == "gpu101"

@@ -108,12 +108,12 @@ def finish(code: int, hard: bool = False) -> None:
 @passthrough
 def snapshot(kw: dict) -> None:
     """Record this node's readings in the scenario format (replay it with --nvml-scenario)."""
-    from gpuhc.cli.common import load, source_spec
+    from gpuhc.cli.common import load, recorded_host, source_spec
     from gpuhc.runner import read_snapshot
     from gpuhc.sources.snapshot_io import dump_snapshot, dump_yaml
 
     config = load(kw)
-    snap = read_snapshot(source_spec(kw, config), node_name(kw.get("hostname")), kw["timeout"], kw.get("step"))
+    snap = read_snapshot(source_spec(kw, config), node_name(recorded_host(kw)), kw["timeout"], kw.get("step"))
     if kw["json_mode"]:
         import json
 

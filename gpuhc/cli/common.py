@@ -152,6 +152,15 @@ def replay_of(kw: dict) -> str | None:
     return ", ".join(parts) or None
 
 
+def recorded_host(kw: dict) -> str | None:
+    """--node, else the host a replayed scenario was recorded on, else None (this node)."""
+    if kw.get("hostname") or not kw.get("nvml_scenario"):
+        return kw.get("hostname")
+    from gpuhc.sources.scenario import load_scenario
+
+    return load_scenario(kw["nvml_scenario"], kw.get("step")).hostname
+
+
 def prepare_replay(kw: dict):
     """For a replay: name it after the recorded host (unless --node) and give it a fresh
     temporary state directory (unless --state-dir), so one replay never remembers another's
@@ -160,10 +169,7 @@ def prepare_replay(kw: dict):
     replay = replay_of(kw)
     if not replay:
         return None, None
-    if not kw.get("hostname") and kw.get("nvml_scenario"):
-        from gpuhc.sources.scenario import load_scenario
-
-        kw["hostname"] = load_scenario(kw["nvml_scenario"], kw.get("step")).hostname
+    kw["hostname"] = recorded_host(kw)
     if kw.get("state_dir"):
         return replay, None
     import tempfile
