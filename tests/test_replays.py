@@ -210,3 +210,15 @@ def test_the_json_schema_example_has_the_shape_of_a_real_report():
 def test_a_snapshot_of_a_replay_keeps_the_recorded_host():
     p = gpuhc("snapshot", "--nvml-scenario", str(SCENARIOS / "healthy-8xh200.yaml"))
     assert p.returncode == 0 and yaml.safe_load(p.stdout)["hostname"] == "gpu101"
+
+
+def test_a_fifo_or_a_link_given_as_a_scenario_is_refused_not_read(tmp_path):
+    """A FIFO would block the run forever; a link someone planted could lead root anywhere."""
+    fifo = tmp_path / "s.yaml"
+    os.mkfifo(fifo)
+    assert usage_error(gpuhc("check", "--nvml-scenario", str(fifo))) == (
+        f"gpuhc: error: {fifo}: cannot read scenario: not a regular file")
+    link = tmp_path / "l.yaml"
+    link.symlink_to(HEALTHY)
+    assert usage_error(gpuhc("check", "--nvml-scenario", str(link))) == (
+        f"gpuhc: error: {link}: cannot read scenario: is a symbolic link; not following it")
