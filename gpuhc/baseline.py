@@ -21,6 +21,7 @@ Format (YAML or JSON)::
     ib:
       mlx5_0/1: {rate_gbps: 400.0, state: ACTIVE, link_layer: InfiniBand}
     topology: {...}            # optional, written by the active checks (gpuhc.active)
+    forced: {problems: [...]}  # only with `capture --force`: what the node failed when captured
 
 PCI ids are normalised (:func:`gpuhc.model.norm_pci`) so a lookup never misses on case or domain
 width.
@@ -28,6 +29,7 @@ width.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from typing import Any
@@ -105,8 +107,13 @@ def doubts(snapshot: Snapshot) -> list[str]:
 
 def load(path: str) -> dict[str, Any]:
     """Read and check a baseline file; ConfigError names file, line and key."""
+    from gpuhc.config import check_file_safety
     from gpuhc.yamlpos import line_of, load_with_lines, read_text
 
+    # A baseline decides drains like the config does (the expected GPUs): as root, one that
+    # anyone else could have written or swapped is refused the same way.
+    if os.path.exists(path):  # (a missing one is named below)
+        check_file_safety(path, "baseline")
     try:
         text = read_text(path)
     except OSError as e:
@@ -141,6 +148,10 @@ def load(path: str) -> dict[str, Any]:
         doc["ib"] = {str(port): _checked(info, _IB_KEYS, ("ib", port), bad) for port, info in ib.items()}
     if doc.get("topology") is not None and not isinstance(doc["topology"], dict):
         raise bad(("topology",), "must be a mapping")
+    forced = doc.get("forced")
+    if forced is not None and (not isinstance(forced, dict) or not isinstance(forced.get("problems"), list)
+                               or not all(isinstance(p, str) for p in forced["problems"])):
+        raise bad(("forced",), "must be {problems: [text, ...]} (written by `baseline capture --force`)")
     return doc
 
 
@@ -161,10 +172,23 @@ def _checked(info: Any, keys: dict[str, Any], p: tuple, bad) -> dict[str, Any]:
 
 def render(doc: dict[str, Any]) -> str:
     """A baseline for humans (`gpuhc baseline show`)."""
+    def known(key: str) -> str:
+        value = doc.get(key)
+        return "unknown" if value is None else str(value)
+
+    count = "?" if doc.get("gpu_count") is None else doc["gpu_count"]
     lines = [
-        f"baseline of {doc.get('hostname')} captured {doc.get('captured_at')} "
-        f"(driver {doc.get('driver_version')})",
-        f"{doc.get('gpu_count')} x {doc.get('gpu_model')}",
+        f"baseline of {known('hostname')} captured {known('captured_at')} (driver {known('driver_version')})",
+        f"{count} x {known('gpu_model')}",
+    ]
+    forced = (doc.get("forced") or {}).get("problems")
+    if forced is not None:
+        lines.append(f"FORCED: captured with --force despite {len(forced)} problem(s):")
+        lines += [f"  {p}" for p in forced]
+    if not doc.get("gpus"):
+        lines += ["", "no GPUs recorded"]
+        return _with_ib(doc, lines)
+    lines += [
         "",
         f"{'GPU':>3}  {'PCI':12}  {'PCIe max':8}  {'NVLinks':7}  {'serial':15}  name",
     ]
@@ -172,6 +196,10 @@ def render(doc: dict[str, Any]) -> str:
         pcie = f"gen{g.get('pcie_gen_max')} x{g.get('pcie_width_max')}"
         lines.append(f"{g.get('index', '?'):>3}  {pci:12}  {pcie:8}  {g.get('nvlink_active', '?')!s:>7}  "
                      f"{g.get('serial') or '-':15}  {g.get('name')}")
+    return _with_ib(doc, lines)
+
+
+def _with_ib(doc: dict[str, Any], lines: list[str]) -> str:
     ib = doc.get("ib") or {}
     if ib:
         lines += ["", f"{'IB port':10}  {'state':8}  {'rate':>8}  link layer"]

@@ -11,11 +11,10 @@ import copy
 import fnmatch
 import importlib
 import os
-import stat
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuhc.errors import ConfigError
+from gpuhc.errors import ConfigError, ConfigErrors
 from gpuhc.schema import Key, deep_merge, defaults
 from gpuhc.yamlpos import line_of, load_with_lines, read_text
 
@@ -123,56 +122,95 @@ def load_config(path: str | None = None, hostname: str | None = None) -> Config:
     if not isinstance(raw, dict):
         raise ConfigError("the top level must be a mapping of sections", path, 1)
     hosts = raw.pop("hosts", [])
-    _validate(raw, sch, (), path, lines, top=True)
-    _validate_checks(raw.get("checks", {}), path, lines)
-    _validate_profile(raw, (), path, lines)
-    _validate_subsystems(raw, (), path, lines)
+    errs = _Errors(path, lines)
+    _validate_all(raw, sch, (), errs)
+    overrides = _validate_hosts(hosts, sch, errs)
+    errs.raise_any()
     data = deep_merge(defaults(sch), raw)
-    for override in _validate_hosts(hosts, sch, path, lines):
+    for override in overrides:
         pattern = override.pop("match")
         if hostname and host_matches(hostname, pattern):
             data = deep_merge(data, override)
     return Config(data, path, hostname, lines)
 
 
-def _validate_subsystems(raw: dict, prefix: tuple, file: str, lines: dict) -> None:
+class _Errors:
+    """Every error in one config file, so `gpuhc config validate` lists them all at once (each
+    with file, line and key) instead of one per edit-and-retry."""
+
+    def __init__(self, file: str, lines: dict):
+        self.file, self.lines = file, lines
+        self.found: list[ConfigError] = []
+
+    def add(self, message: str, where: tuple, key: str | None = None) -> None:
+        self.found.append(ConfigError(message, self.file, line_of(self.lines, where),
+                                      key if key is not None else _dotted(where) or None))
+
+    def count(self) -> int:
+        return len(self.found)
+
+    def raise_any(self) -> None:
+        if len(self.found) == 1:
+            raise self.found[0]
+        if self.found:
+            raise ConfigErrors(sorted(self.found, key=lambda e: e.line or 0))
+
+
+def _validate_all(raw: dict, sch: dict, prefix: tuple, errs: _Errors) -> None:
+    """One document (the top level, or one ``hosts`` entry) against the schema."""
+    _validate(raw, sch, prefix, errs, top=True)
+    _validate_checks(raw.get("checks", {}), prefix, errs)
+    _validate_profile(raw, prefix, errs)
+    _validate_subsystems(raw, sch, prefix, errs)
+
+
+def _validate_subsystems(raw: dict, sch: dict, prefix: tuple, errs: _Errors) -> None:
     """Rules a flat schema cannot say (sizes in order, threshold tables): a subsystem's settings
-    module may define ``validate(section, file, lines, path)``, raising ConfigError."""
+    module may define ``validate(section, file, lines, path)``, raising ConfigError. It runs on a
+    section whose keys and types passed (it may rely on them), and gives its first error."""
     for name, module in SUBSYSTEM_SECTIONS.items():
-        if name in raw:
-            check = getattr(importlib.import_module(module), "validate", None)
-            if check is not None:
-                check(raw[name], file, lines, prefix + (name,))
+        if name not in raw:
+            continue
+        section = _dotted(prefix + (name,))
+        if any(e.key == section or (e.key or "").startswith(section + ".") for e in errs.found):
+            continue
+        check = getattr(importlib.import_module(module), "validate", None)
+        if check is not None:
+            try:
+                check(raw[name], errs.file, errs.lines, prefix + (name,))
+            except ConfigError as e:
+                errs.found.append(e)
 
 
-def _validate(raw: dict, sch: dict, path: tuple, file: str, lines: dict, top: bool = False) -> None:
+def _validate(raw: dict, sch: dict, path: tuple, errs: _Errors, top: bool = False) -> None:
     for key, value in raw.items():
         here = path + (key,)
-        dotted = _dotted(here)
         if key not in sch:
             if top and key == "checks":  # validated by _validate_checks
                 continue
             names = set(map(str, sch)) | ({"checks", "hosts"} if top and not path else set())
             known = ", ".join(sorted(names)) or "(none)"
-            raise ConfigError(f"unknown key (known here: {known})", file, line_of(lines, here), dotted)
+            errs.add(f"unknown key (known here: {known})", here)
+            continue
         spec = sch[key]
         if isinstance(spec, dict):
             if value is None:
                 continue
             if not isinstance(value, dict):
-                raise ConfigError("must be a mapping", file, line_of(lines, here), dotted)
-            _validate(value, spec, here, file, lines)
+                errs.add("must be a mapping", here)
+                continue
+            _validate(value, spec, here, errs)
         else:
             why = spec.check(value) or _not_finite(value)
             if why:
-                raise ConfigError(why, file, line_of(lines, here), dotted)
+                errs.add(why, here)
 
 
-def _validate_checks(checks: Any, file: str, lines: dict, prefix: tuple = ()) -> None:
+def _validate_checks(checks: Any, prefix: tuple, errs: _Errors) -> None:
     """``checks: {<id>: {enabled, timeout_s, thresholds}}``; ids and threshold names must exist."""
     if not isinstance(checks, dict):
-        where = prefix + ("checks",)
-        raise ConfigError("must be a mapping of check id to settings", file, line_of(lines, where), _dotted(where))
+        errs.add("must be a mapping of check id to settings", prefix + ("checks",))
+        return
     if not checks:
         return
     known = known_check_thresholds()
@@ -180,30 +218,33 @@ def _validate_checks(checks: Any, file: str, lines: dict, prefix: tuple = ()) ->
     for cid, settings in checks.items():
         here = prefix + ("checks", cid)
         if cid not in known:
-            raise ConfigError(
-                f"unknown check (known: {', '.join(sorted(known))})", file, line_of(lines, here), _dotted(here)
-            )
+            errs.add(f"unknown check (known: {', '.join(sorted(known))})", here)
+            continue
         if not isinstance(settings, dict):
-            raise ConfigError("must be a mapping", file, line_of(lines, here), _dotted(here))
-        _validate(settings, _CHECK_KEYS, here, file, lines)
-        for tkey, tval in (settings.get("thresholds") or {}).items():
+            errs.add("must be a mapping", here)
+            continue
+        before = errs.count()
+        _validate(settings, _CHECK_KEYS, here, errs)
+        thresholds = settings.get("thresholds") or {}
+        if not isinstance(thresholds, dict):
+            continue  # reported by _validate
+        for tkey, tval in thresholds.items():
             where = here + ("thresholds", tkey)
-            dotted = _dotted(where)
-            if known[cid] is not None and tkey not in known[cid]:
-                names = ", ".join(sorted(known[cid])) or "(none)"
-                raise ConfigError(f"unknown threshold (known: {names})", file, line_of(lines, where), dotted)
             if known[cid] is None:
                 continue  # an active check: its own code judges its settings
+            if tkey not in known[cid]:
+                names = ", ".join(sorted(known[cid])) or "(none)"
+                errs.add(f"unknown threshold (known: {names})", where)
+                continue
             why = _bad_threshold(tkey, known[cid].get(tkey), tval)
             if why:
-                raise ConfigError(why, file, line_of(lines, where), dotted)
+                errs.add(why, where)
         validate = validators.get(cid)
-        given = settings.get("thresholds") or {}
-        if validate is not None and given:
-            for problem in validate({**known[cid], **given}):
+        if validate is not None and thresholds and errs.count() == before:
+            for problem in validate({**known[cid], **thresholds}):
                 key, _, why = problem.partition(": ")
                 where = here + ("thresholds", *(int(k) if k.isdigit() else k for k in key.split(".")))
-                raise ConfigError(why or problem, file, line_of(lines, where), _dotted(here + ("thresholds", key)))
+                errs.add(why or problem, where, _dotted(here + ("thresholds", key)))
 
 
 def _bad_threshold(key: str, default: Any, value: Any) -> str | None:
@@ -299,43 +340,42 @@ def known_check_thresholds() -> dict[str, dict[str, Any] | None]:
     return known
 
 
-def _validate_hosts(hosts: Any, sch: dict, file: str, lines: dict) -> list[dict]:
+def _validate_hosts(hosts: Any, sch: dict, errs: _Errors) -> list[dict]:
     if hosts in (None, []):
         return []
     if not isinstance(hosts, list):
-        raise ConfigError("must be a list of {match: <hostlist>, ...overrides}", file, line_of(lines, ("hosts",)), "hosts")
+        errs.add("must be a list of {match: <hostlist>, ...overrides}", ("hosts",))
+        return []
     out = []
     for i, item in enumerate(hosts):
         here = ("hosts", i)
         if not isinstance(item, dict) or not isinstance(item.get("match"), str):
-            raise ConfigError("each entry needs `match: <hostlist pattern>`", file, line_of(lines, here), f"hosts[{i}]")
+            errs.add("each entry needs `match: <hostlist pattern>`", here)
+            continue
         try:
             expand(item["match"])
         except ValueError as e:
-            raise ConfigError(f"bad hostlist: {e}", file, line_of(lines, here + ("match",)), f"hosts[{i}].match")
+            errs.add(f"bad hostlist: {e}", here + ("match",))
         rest = {k: v for k, v in item.items() if k != "match"}
         if "hosts" in rest:
-            raise ConfigError("hosts entries cannot nest", file, line_of(lines, here + ("hosts",)), f"hosts[{i}].hosts")
-        _validate(rest, sch, here, file, lines, top=True)
-        _validate_checks(rest.get("checks", {}), file, lines, here)
-        _validate_profile(rest, here, file, lines)
-        _validate_subsystems(rest, here, file, lines)
+            errs.add("hosts entries cannot nest", here + ("hosts",))
+            rest.pop("hosts")
+        _validate_all(rest, sch, here, errs)
         out.append(copy.deepcopy(item))
     return out
 
 
-def _validate_profile(raw: dict, prefix: tuple, file: str, lines: dict) -> None:
+def _validate_profile(raw: dict, prefix: tuple, errs: _Errors) -> None:
     """``node.profile`` must name a shipped profile: otherwise only a run would find out."""
-    name = (raw.get("node") or {}).get("profile")
-    if name is None:
-        return
+    node = raw.get("node")
+    name = node.get("profile") if isinstance(node, dict) else None
+    if not isinstance(name, str):
+        return  # absent, or the wrong type (reported by _validate)
     from gpuhc.profiles import profile_names
 
     known = profile_names()
     if name not in known:
-        where = prefix + ("node", "profile")
-        raise ConfigError(f"unknown GPU profile {name!r} (known: {', '.join(known)})", file,
-                          line_of(lines, where), _dotted(where))
+        errs.add(f"unknown GPU profile {name!r} (known: {', '.join(known)})", prefix + ("node", "profile"))
 
 
 def _dotted(path: tuple) -> str:
@@ -362,20 +402,12 @@ def host_matches(hostname: str, pattern: str) -> bool:
 
 
 def check_file_safety(path: str, what: str) -> None:
-    """As root, refuse a file (or its directory) that someone else could have written.
+    """As root, refuse a config (or baseline) that someone else could have written or swapped
+    (:func:`gpuhc.fsutil.check_trusted_file`): it decides which nodes get drained and which
+    programs run, so a writable one is a privilege escalation."""
+    from gpuhc.fsutil import UnsafePath, check_trusted_file
 
-    gpuhc runs as root and a config decides which nodes get drained and which programs run:
-    a group- or world-writable file, or one owned by another user, is a privilege escalation.
-    """
-    if os.geteuid() != 0:
-        return
-    for p in (path, os.path.dirname(os.path.abspath(path))):
-        try:
-            st = os.stat(p)
-        except OSError as e:
-            raise ConfigError(f"cannot stat {p}: {e.strerror}", path) from None
-        if st.st_uid != 0:
-            raise ConfigError(f"refusing {what}: {p} is owned by uid {st.st_uid}, not root", path)
-        sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
-            raise ConfigError(f"refusing {what}: {p} is writable by group or others (chmod go-w)", path)
+    try:
+        check_trusted_file(path, what)
+    except UnsafePath as e:
+        raise ConfigError(str(e), path) from None

@@ -30,7 +30,19 @@ class ConfigError(GpuhcError):
         if file:
             where = f"{file}:{line}: " if line else f"{file}: "
         keypart = f"{key}: " if key else ""
-        super().__init__(f"{where}{keypart}{message}")
+        from gpuhc.logtext import escape  # keys and values quote the file: one printable line
+
+        super().__init__(escape(f"{where}{keypart}{message}"))
+
+
+class ConfigErrors(ConfigError):
+    """Every error found in one file; the message is one line per error, in file order."""
+
+    def __init__(self, errors: list[ConfigError]):
+        self.errors = list(errors)
+        first = self.errors[0]
+        self.file, self.line, self.key = first.file, first.line, first.key
+        GpuhcError.__init__(self, "\n".join(map(str, self.errors)))
 
 
 class SourceError(GpuhcError):
@@ -50,6 +62,8 @@ class SlurmUnreachable(SlurmError):
 def run_cli(cli) -> None:
     """Run the click group; map our errors to messages and exit codes."""
     import click
+
+    from gpuhc.logtext import escape
 
     try:
         rc = cli.main(standalone_mode=False)
@@ -71,14 +85,16 @@ def run_cli(cli) -> None:
         e.show()
         sys.exit(EXIT_USAGE)
     except GpuhcError as e:
-        click.echo(f"gpuhc: error: {e}", err=True)
+        # Messages quote paths and text others wrote: one printable line each (gpuhc.logtext).
+        for one in getattr(e, "errors", None) or [e]:
+            click.echo(f"gpuhc: error: {escape(one)}", err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
     except Exception as e:  # a bug: say so plainly, keep the traceback for the bug report
-        click.echo(f"gpuhc: internal error: {type(e).__name__}: {e}", err=True)
+        click.echo(f"gpuhc: internal error: {type(e).__name__}: {escape(e, 2000)}", err=True)
         if _debug():
             import traceback
 

@@ -1,25 +1,159 @@
-"""Write a file whole or not at all.
+"""Every file gpuhc writes as root goes through here: safe from planted links, and whole.
 
-State that decides drains, Prometheus textfiles that node_exporter may read at any moment,
-sweep results gathered from many ranks, snapshots an admin attaches to a ticket: each must be
-the old version or the new one, never half of one, also across a crash. Hence a temporary file
-in the same directory (hidden, so a collector globbing ``*.prom`` never picks it up), fsync,
-rename over the target, fsync the directory.
+gpuhc runs as root and writes into directories an admin configured (the event log, the
+Prometheus textfile, the state, ``slurm.log_file``, post-mortem bundles, snapshots, baselines).
+If anyone else can change what a path there leads to, root can be made to write through their
+link into any file on the node (docs/ARCHITECTURE.md, "Writing as root"). So, as root:
+
+- the directory written into, and every directory above it, must be owned by root and not
+  writable by group or others. A sticky directory (``/tmp``) is fine *above* the target, since
+  nobody can rename what root made there; the target directory itself must be root's alone,
+  except for a whole-file replace (below), which nothing planted in the directory can redirect;
+- a file appended to is opened with ``O_NOFOLLOW`` (a planted or dangling link is refused, never
+  followed nor created through) and must be a regular file with one link;
+- a whole file is written to a fresh hidden name opened ``O_EXCL|O_NOFOLLOW``, fsynced and
+  renamed over the target (``rename`` replaces a planted link, it never follows it), so a reader
+  (node_exporter, the next run) sees the old version or the new one, never half of one;
+- directories gpuhc makes for itself get a stated mode whatever the umask.
+
+A user running gpuhc on their own behalf may write where they like: the ownership rules apply
+to root only. Refusals are :class:`UnsafePath` (a :class:`~gpuhc.errors.GpuhcError`) naming
+the path; I/O failures stay ``OSError`` for the caller to name.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
+
+from gpuhc.errors import GpuhcError
 
 
-def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data``; the file gets exactly ``mode`` whatever the umask.
-    Raises OSError (callers turn it into their own error, naming the file)."""
+class UnsafePath(GpuhcError):
+    """A place root must not write to (or trust): someone else could change what it leads to."""
+
+
+def check_root_owned(path: str, what: str, sticky_ok: bool = False) -> None:
+    """As root, refuse ``path`` unless root owns it and neither group nor others can write it
+    (``sticky_ok``: a sticky directory such as /tmp is allowed to be writable)."""
+    if os.geteuid() != 0:
+        return
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise UnsafePath(f"refusing {what}: cannot stat {path}: {e.strerror}") from None
+    if st.st_uid != 0:
+        raise UnsafePath(f"refusing {what}: {path} is owned by uid {st.st_uid}, not root")
+    sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (sticky_ok and sticky):
+        raise UnsafePath(f"refusing {what}: {path} is writable by group or others (chmod go-w)")
+
+
+def check_dir_chain(directory: str, what: str, leaf: str = "private") -> None:
+    """As root, refuse ``directory`` if it or any directory above it could be changed by someone
+    other than root. ``leaf``: ``"private"`` (root's alone), ``"sticky"`` (a sticky shared
+    directory is fine: reading a root-owned file from /tmp), ``"any"`` (only the directories
+    above are checked: a whole-file replace cannot be redirected from inside the directory).
+
+    Both the path as written and the path it resolves to are checked, so a link in the chain
+    counts only if its own directory is root's too."""
+    if os.geteuid() != 0:
+        return
+    given = os.path.abspath(directory)
+    real = os.path.realpath(given)
+    if leaf != "any":
+        check_root_owned(real, what, sticky_ok=leaf == "sticky")
+    seen = {real}
+    for start in (real, given):
+        parent = os.path.dirname(start)
+        while parent not in seen:
+            seen.add(parent)
+            check_root_owned(parent, f"{what} (in {parent}, a directory above it)", sticky_ok=True)
+            parent = os.path.dirname(parent)
+
+
+def check_trusted_file(path: str, what: str) -> None:
+    """As root, refuse a file root will trust (a config, a baseline) if someone else could have
+    written or swapped it: the file, its directory and every directory above it must be root's.
+    A sticky directory (/tmp) may hold it: nobody else can rename a root-owned file there."""
+    check_root_owned(path, what)
+    check_dir_chain(os.path.dirname(os.path.abspath(path)), what, leaf="sticky")
+
+
+def make_dirs(path: str, mode: int = 0o755, what: str | None = None) -> None:
+    """``mkdir -p`` whose new directories get ``mode`` whatever the umask (a root cron job with
+    umask 077 would otherwise hide a log directory from the log shipper; a state directory
+    asks for 0700). Existing directories are left as they are. With ``what`` (as root), the
+    nearest existing directory is checked first: root makes nothing inside a place others own."""
+    missing = []
+    while path and not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    if missing and what is not None:
+        check_dir_chain(path, what, leaf="sticky")
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, mode)
+        except FileExistsError:
+            if not os.path.isdir(d):
+                raise
+            continue  # another run made it first
+        os.chmod(d, mode)
+
+
+def open_append(path: str, what: str, mode: int = 0o644, dir_mode: int = 0o755) -> int:
+    """An fd to append to ``path``, made (with its directories) when missing. Never through a
+    link, dangling or not; only a regular file with one link. The caller closes it.
+
+    Raises :class:`UnsafePath` for a link or an unsafe directory, ``OSError`` otherwise."""
     directory = os.path.dirname(os.path.abspath(path))
+    make_dirs(directory, dir_mode, f"{what}'s directory")
+    check_dir_chain(directory, f"{what}'s directory")
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd, created = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode), True
+    except FileExistsError:
+        fd, created = _open_existing(path, flags, what), False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePath(f"refusing {what}: {path} is not a regular file with one link")
+        if os.geteuid() == 0 and st.st_nlink != 1:
+            raise UnsafePath(f"refusing {what}: {path} has {st.st_nlink} hard links; root appends only to "
+                             "a file with one link (another could be anyone's)")
+        if created:
+            os.fchmod(fd, mode)  # the umask must not hide the file from whoever reads it
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_existing(path: str, flags: int, what: str) -> int:
+    try:
+        return os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafePath(f"refusing {what}: {path} is a symbolic link; not following it") from None
+        raise
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o644, what: str | None = None) -> None:
+    """Replace ``path`` with ``data``; the file gets exactly ``mode`` whatever the umask.
+
+    ``what`` names the file in a refusal and turns on the directory checks (as root); sweep
+    results, written by the unprivileged probe account into its own directory, pass none.
+    Raises :class:`UnsafePath` or OSError (callers name the file)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if what is not None and os.path.isdir(directory):  # (a missing one fails below, by name)
+        check_dir_chain(directory, f"{what}'s directory", leaf="any")
     # A fresh unguessable name opened with O_EXCL|O_NOFOLLOW: a link planted in the directory
-    # is never followed (gpuhc writes as root, sometimes into directories other tools share).
-    # Not tempfile.mkstemp: importing it costs the health check ~8 ms on every run.
+    # is never followed. Not tempfile.mkstemp: importing it costs the health check ~8 ms.
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(tmp, flags, mode)
@@ -42,3 +176,15 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def write_new(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Create ``path`` (it must not exist: ``O_EXCL|O_NOFOLLOW``) holding ``data``. For files
+    inside a directory gpuhc just made for itself (a post-mortem bundle's staging directory)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)

@@ -40,26 +40,37 @@ def summary(report) -> str:
         counts[r.status.value] = counts.get(r.status.value, 0) + 1
     parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     prof = f" profile={report.profile}" if report.profile else ""
+    replay = f" (replay of {report.replay})" if getattr(report, "replay", None) else ""
     return (
-        f"gpuhc {report.stage} {report.node}: {report.status.value.upper()} "
+        f"gpuhc {report.stage} {report.node}{replay}: {report.status.value.upper()} "
         f"({parts or 'no checks'}) in {report.duration_s * 1000:.0f} ms{prof}"
     )
 
 
-# Control characters (newlines, terminal escapes) that recorded or hand-written input can carry
-# into names and messages: one result must stay one line, and a terminal must not obey them.
-_CONTROL = {c: " " for c in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
-
-
 def _clean(text: object) -> str:
-    return str(text).translate(_CONTROL)
+    # Names and messages quote recorded or hand-written input: one result stays one line, and
+    # a terminal must not obey what is in it.
+    from gpuhc.logtext import escape
+
+    return escape(text)
+
+
+def message_of(result) -> str:
+    """The message without a leading repeat of the subject, which the line already names
+    ("ecc gpu0: no uncorrectable ECC errors", not "ecc gpu0: gpu0 no ..."). The message itself
+    keeps it: a drain reason or a JSON reader sees the message alone."""
+    msg, subject = str(result.message), str(result.subject)
+    for lead in (subject + ": ", subject + " "):
+        if subject != "node" and msg.startswith(lead):
+            return msg[len(lead):]
+    return msg
 
 
 def plain_lines(report, verbose: bool = False) -> list[str]:
     lines = [_clean(summary(report))]
     for r in shown(report, verbose):
         act = f" [action: {r.action.value}]" if r.action.value != "none" else ""
-        lines.append(_clean(f"  {r.status.value.upper():5} {r.check} {r.subject}: {r.message}{act}"))
+        lines.append(_clean(f"  {r.status.value.upper():5} {r.check} {r.subject}: {message_of(r)}{act}"))
     lines += [_clean(f"  note: {n}") for n in report.notes]
     return lines
 
@@ -85,7 +96,7 @@ def _render_rich(report, verbose: bool, stream: IO[str]) -> None:
             f"[{style}]{r.status.value}[/]",
             text(r.check),
             text(r.subject),
-            text(r.message),
+            text(message_of(r)),
             "" if r.value is None else text(r.value),
             "" if r.threshold is None else text(r.threshold),
             "" if r.action.value == "none" else r.action.value,

@@ -40,6 +40,7 @@ class RunReport:
     profile: str | None = None
     notes: list[str] = field(default_factory=list)  # e.g. a rebuilt state file
     snapshot: Snapshot | None = None
+    replay: str | None = None  # what was replayed ("a.yaml, kernel log k.log"); None: this node, live
 
     @property
     def status(self) -> Status:
@@ -65,6 +66,7 @@ class RunReport:
             "schema": 1,
             "node": self.node,
             "stage": self.stage,
+            "replay": self.replay,
             "started": round(self.started, 3),
             "duration_s": round(self.duration_s, 4),
             "status": self.status.value,

@@ -8,9 +8,10 @@ re-baseline) but corrupting it must never crash a health check, and two gpuhc pr
 - an exclusive ``flock`` on a separate lock file around read-modify-write;
 - write to a temporary file in the same directory, fsync, rename over the old one, fsync the
   directory: a crash leaves either the old or the new document, never half of one;
-- a corrupt document is moved aside (``state.json.corrupt-<time>``), reported through
-  :attr:`StateStore.problem`, and rebuilt from empty; one that is there but out of reach
-  (permissions, I/O error) is left alone: the run judges without it and the write fails.
+- a corrupt document is moved aside (``state.json.corrupt-<ns>``, a name never reused, the
+  newest CORRUPT_KEEP copies kept), reported through :attr:`StateStore.problem`, and rebuilt
+  from empty; one that is there but out of reach (permissions, I/O error) is left alone: the
+  run judges without it and the write fails.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import errno
 import fcntl
 import json
 import os
-import stat
 import time
 from typing import Any, Iterator
 
@@ -28,6 +28,8 @@ from gpuhc.errors import GpuhcError
 
 STATE_FILE = "state.json"
 LOCK_FILE = "state.lock"
+CORRUPT_SUFFIX = ".corrupt-"  # + nanoseconds since the epoch; older copies are pruned
+CORRUPT_KEEP = 5
 
 
 class StateError(GpuhcError):
@@ -67,23 +69,23 @@ class StateStore:
     # ------------------------------------------------------------------ internals
 
     def _ensure_dir(self) -> None:
+        # As root the directory and every one above it must be root's alone: anyone who could
+        # write there could plant state that decides drains (gpuhc.fsutil).
+        from gpuhc.fsutil import UnsafePath, check_dir_chain, make_dirs
+
         try:
-            os.makedirs(self.dir, mode=0o700, exist_ok=True)
+            make_dirs(self.dir, 0o700, "state directory")
+            check_dir_chain(self.dir, "state directory")
+        except UnsafePath as e:
+            raise StateError(str(e)) from None
         except OSError as e:
             raise StateError(f"cannot create state directory {self.dir}: {e.strerror}") from None
-        if os.geteuid() == 0:
-            st = os.stat(self.dir)
-            if st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                raise StateError(
-                    f"refusing state directory {self.dir}: it must be owned by root and not writable by "
-                    "group or others (someone could plant state that decides drains)"
-                )
 
     @contextlib.contextmanager
     def _locked(self, shared: bool = False) -> Iterator[None]:
         lock_path = os.path.join(self.dir, LOCK_FILE)
         try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as e:
             raise StateError(f"cannot open lock file {lock_path}: {e.strerror}") from None
         try:
@@ -128,16 +130,41 @@ class StateStore:
         """A corrupt document: report it and, when about to write, keep it aside for a person."""
         self.problem = f"state file {self.path} was unreadable ({e}); rebuilt from empty"
         if repair:
-            aside = f"{self.path}.corrupt-{int(time.time())}"
-            with contextlib.suppress(OSError):
-                os.replace(self.path, aside)
+            aside = self._keep_aside()
+            if aside:
                 self.problem += f", old copy kept as {aside}"
+
+    def _keep_aside(self) -> str | None:
+        """Move the corrupt document to a name no other copy has (three corruptions in one
+        second keep three copies, the first one too), then keep the newest CORRUPT_KEEP. Only a
+        writer holding the exclusive lock gets here, so no other gpuhc picks the same name."""
+        stamp = time.time_ns()
+        while os.path.lexists(aside := f"{self.path}{CORRUPT_SUFFIX}{stamp}"):
+            stamp += 1
+        try:
+            os.replace(self.path, aside)
+        except OSError:
+            return None
+        self._prune_corrupt()
+        return aside
+
+    def _prune_corrupt(self) -> None:
+        prefix = STATE_FILE + CORRUPT_SUFFIX
+        copies = []
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.dir):
+                stamp = name[len(prefix):]
+                if name.startswith(prefix) and stamp.isdigit():
+                    copies.append((int(stamp), name))
+        for _, name in sorted(copies)[:-CORRUPT_KEEP]:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.dir, name))
 
     def _write(self, doc: dict[str, Any]) -> None:
         from gpuhc.fsutil import write_atomic
 
         try:
             data = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
-            write_atomic(self.path, data.encode(), 0o600)
+            write_atomic(self.path, data.encode(), 0o600)  # (its directory was checked above)
         except OSError as e:
             raise StateError(f"cannot write state {self.path}: {e.strerror}") from None

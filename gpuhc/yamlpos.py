@@ -36,11 +36,31 @@ _MAX_VALUES = 1_000_000
 MAX_FILE_BYTES = 64 << 20  # configs, scenarios, snapshots, baselines: far smaller in practice
 
 
-def read_text(path: str, limit: int = MAX_FILE_BYTES) -> str:
+def read_text(path: str, limit: int = MAX_FILE_BYTES, follow_links: bool = True) -> str:
     """A YAML file's text, refusing more than ``limit`` bytes (``--config /dev/zero`` must not
-    fill the node's memory). Raises OSError, UnicodeDecodeError or ValueError (too large)."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read(limit + 1)
+    fill the node's memory) and anything but a regular file (a FIFO would block the run
+    forever). ``follow_links=False`` for a file anyone may have handed over (a scenario attached
+    to a ticket): a link there is refused, not followed. Raises OSError, UnicodeDecodeError or
+    ValueError (too large, not a regular file, a link)."""
+    import errno
+    import os
+    import stat
+
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP and not follow_links:
+            raise ValueError("is a symbolic link; not following it") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), encoding="utf-8") as f:
+            text = f.read(limit + 1)
+    finally:
+        os.close(fd)
     if len(text) > limit:
         raise ValueError(f"larger than {limit >> 20} MiB")
     return text

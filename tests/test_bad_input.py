@@ -253,12 +253,13 @@ def test_bad_gpu_lists_are_usage_errors(tmp_path, gpus):
     assert "--gpus" in err
 
 
-def test_gpus_nvml_does_not_list_are_said_not_silently_passed(tmp_path):
-    # Before: `--gpus 8,9` on an 8-GPU node judged no GPU at all and passed.
+def test_gpus_nvml_does_not_list_fail_not_silently_passed(tmp_path):
+    # Before: `--gpus 8,9` on an 8-GPU node judged no GPU at all and passed (later: a warning,
+    # which let a prolog start a job on a GPU that had vanished).
     p, report = check_json("--nvml-scenario", HEALTHY, "--gpus", "7-9", "--state-dir", str(tmp_path))
-    assert p.returncode == 0 and report["status"] == "warn"
-    warn = [r for r in report["results"] if r["status"] == "warn"]
-    assert [(r["check"], r["value"]) for r in warn] == [("gpu-count", [8, 9])]
+    assert p.returncode == 1 and report["status"] == "fail"
+    fail = [r for r in report["results"] if r["status"] == "fail"]
+    assert [(r["check"], r["value"], r["action"]) for r in fail] == [("gpu-count", [8, 9], "drain + reboot")]
 
 
 @pytest.mark.parametrize("now", ["nan", "inf", "-5", "1e400"])
@@ -443,4 +444,4 @@ def test_plain_output_keeps_one_result_per_line(tmp_path):
     report.results[0] = dataclasses.replace(report.results[0], message="two\nlines\x1b[31m")
     lines = plain_lines(report, verbose=True)
     assert all("\n" not in line and "\x1b" not in line for line in lines)
-    assert any("two lines [31m" in line for line in lines)
+    assert any(r"two\x0alines\x1b[31m" in line for line in lines)  # escaped: visible, inert

@@ -155,3 +155,15 @@ def test_cli_show_bad_file_is_a_clear_error(tmp_path):
     p = gpuhc("baseline", "show", str(bad))
     assert p.returncode == 2 and "b.yaml:1: version: unsupported baseline version 7" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="ownership rules apply when running as root")
+def test_root_refuses_a_baseline_others_can_write(tmp_path):
+    """A baseline decides drains like the config: a writable one could make a sick node look
+    normal (or drain a healthy one)."""
+    path = tmp_path / "baseline.yaml"
+    path.write_text("version: 1\ngpu_count: 8\n")
+    path.chmod(0o666)
+    with pytest.raises(ConfigError) as e:
+        load(str(path))
+    assert str(e.value) == f"{path}: refusing baseline: {path} is writable by group or others (chmod go-w)"

@@ -314,3 +314,18 @@ def test_without_a_baseline_nothing_is_compared():
     snap = with_gpu(healthy_node(), 4, name="NVIDIA H100 PCIe", serial="x")
     (r,) = judge(snap, expected=8)
     assert r.status is Status.PASS
+
+
+def test_prolog_fails_a_job_gpu_nvml_does_not_list_with_no_expected_count():
+    """SLURM_JOB_GPUS=6,7 on a node whose NVML lists no GPU 7 (and no bus to tell): before, a
+    warning and exit 0, so the job started on a GPU that had vanished."""
+    results = judge(without_gpu(healthy_node(), 7), gpus=[6, 7])
+    failing = [r for r in results if r.status is Status.FAIL]
+    assert [(r.value, r.action) for r in failing] == [([7], Action.DRAIN_REBOOT)]
+    assert failing[0].message == ("allocated GPU(s) 7 not listed by NVML (it lists 0, 1, 2, 3, 4, 5, 6): "
+                                  "gone from the node?")
+
+
+def test_job_gpus_that_nvml_lists_pass():
+    (r,) = judge(healthy_node(), gpus=[6, 7])
+    assert r.status is Status.PASS

@@ -139,3 +139,78 @@ def test_subsystem_rules_run_at_load(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(path, "n1")
     assert f"{path}:" in str(err.value) and "sweep.sizes" in str(err.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="ownership rules apply when running as root")
+def test_root_refuses_a_config_dir_inside_a_directory_someone_else_owns(tmp_path):
+    """/srv/theirs/gpuhc/gpuhc.yaml: root's file in root's directory, but the owner of
+    /srv/theirs can rename `gpuhc` away and put their own directory in its place."""
+    theirs = tmp_path / "theirs"
+    (theirs / "gpuhc").mkdir(parents=True)
+    path = theirs / "gpuhc" / "gpuhc.yaml"
+    path.write_text("node: {}\n")
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    assert str(e.value) == (f"{path}: refusing config file (in {theirs}, a directory above it): {theirs} is owned "
+                            "by uid 65534, not root")
+
+
+BROKEN = """\
+node:
+  expected_gpus: -3
+  profile: nosuch
+budget_s:
+  passive: abc
+bogus: 1
+checks:
+  nope: {}
+  ecc:
+    thresholds:
+      zzz: 1
+hosts:
+  - match: "gpu[1-"
+    state_dir: 5
+"""
+
+
+def test_every_error_is_listed_with_file_line_and_key(tmp_path):
+    """Before: the first error only, so fixing a file took one run per mistake."""
+    from gpuhc.errors import ConfigErrors
+
+    path = write(tmp_path, BROKEN)
+    with pytest.raises(ConfigErrors) as e:
+        load_config(path)
+    assert [(err.line, err.key) for err in e.value.errors] == [
+        (2, "node.expected_gpus"), (3, "node.profile"), (5, "budget_s.passive"), (6, "bogus"), (8, "checks.nope"),
+        (11, "checks.ecc.thresholds.zzz"), (13, "hosts.0.match"), (14, "hosts.0.state_dir"),
+    ]
+    assert all(str(err).startswith(f"{path}:{err.line}: {err.key}: ") for err in e.value.errors)
+
+
+def test_config_validate_prints_every_error_one_per_line(tmp_path):
+    import subprocess
+    import sys
+
+    path = write(tmp_path, BROKEN)
+    p = subprocess.run([sys.executable, "-m", "gpuhc", "config", "validate", "--config", path],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    lines = p.stderr.splitlines()
+    assert len(lines) == 9 and lines[-1] == f"gpuhc: error: {path}: 8 errors"
+    assert lines[0] == f"gpuhc: error: {path}:2: node.expected_gpus: must be >= 0, got -3"
+    assert all(line.startswith(f"gpuhc: error: {path}:") for line in lines)
+
+
+def test_one_error_is_still_a_plain_config_error(tmp_path):
+    path = write(tmp_path, "node: {expected_gpus: -1}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert type(e.value) is ConfigError and (e.value.line, e.value.key) == (1, "node.expected_gpus")
+
+
+def test_a_key_with_a_newline_is_named_on_one_line(tmp_path):
+    path = write(tmp_path, 'node:\n  "a\\nb": 1\n')
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value) == f"{path}:2: node.a\\x0ab: unknown key (known here: baseline, expected_gpus, profile)"

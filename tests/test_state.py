@@ -79,9 +79,52 @@ def test_root_refuses_group_writable_state_dir(tmp_path):
     d = tmp_path / "state"
     d.mkdir()
     os.chmod(d, 0o777)
-    with pytest.raises(StateError, match="not writable by"):
+    with pytest.raises(StateError, match=f"refusing state directory: {d} is writable by group or others"):
         with StateStore(str(d)).transaction():
             pass
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="ownership rules apply when running as root")
+def test_root_refuses_a_state_dir_inside_a_directory_someone_else_owns(tmp_path):
+    """Whoever owns a directory above the state can swap the state directory for their own."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chown(shared, 65534, 65534)
+    with pytest.raises(StateError, match=f"{shared} is owned by uid 65534, not root"):
+        with StateStore(str(shared / "state")).transaction():
+            pass
+    assert not (shared / "state").exists()  # root made nothing inside it
+
+
+def test_a_new_state_dir_is_private_whatever_the_umask(tmp_path):
+    old = os.umask(0)
+    try:
+        with StateStore(str(tmp_path / "a" / "state")).transaction() as st:
+            st["x"] = 1
+    finally:
+        os.umask(old)
+    assert oct((tmp_path / "a" / "state").stat().st_mode & 0o777) == "0o700"
+
+
+def test_corrupt_copies_are_never_overwritten_and_only_the_newest_are_kept(tmp_path):
+    """Three corruptions within one second keep three copies, the first garbage included;
+    past CORRUPT_KEEP, the oldest copies go."""
+    from gpuhc.state import CORRUPT_KEEP
+
+    def corrupt_and_repair(garbage: bytes) -> None:
+        (tmp_path / "state.json").write_bytes(garbage)
+        with StateStore(str(tmp_path)).transaction():
+            pass
+
+    for i in range(3):
+        corrupt_and_repair(b"garbage %d" % i)
+    copies = sorted(p for p in tmp_path.iterdir() if p.name.startswith("state.json.corrupt-"))
+    assert sorted(p.read_bytes() for p in copies) == [b"garbage 0", b"garbage 1", b"garbage 2"]
+    for i in range(3, CORRUPT_KEEP + 4):
+        corrupt_and_repair(b"garbage %d" % i)
+    kept = sorted((p for p in tmp_path.iterdir() if p.name.startswith("state.json.corrupt-")),
+                  key=lambda p: int(p.name.rsplit("-", 1)[1]))
+    assert [p.read_bytes() for p in kept] == [b"garbage %d" % i for i in range(4, CORRUPT_KEEP + 4)]
 
 
 def test_atomic_write_never_follows_a_planted_link(tmp_path):

@@ -7,7 +7,8 @@ too: a job must not land on a node whose GPU fell off the bus since the last pas
 Expected count, in order: threshold ``expected`` (the runner passes config
 ``node.expected_gpus``), else the baseline's ``gpu_count``. With neither, any non-zero count
 passes. The count is node-wide even in the prolog: a missing GPU breaks the node, not only the
-job that asked for it.
+job that asked for it. A GPU the job was allocated (``SLURM_JOB_GPUS``) that NVML does not list
+fails too, with or without an expected count.
 
 The PCI bus is the expectation that needs no configuration: a GPU that fell off the bus often
 drops out of NVML's list while sysfs still enumerates it (``Snapshot.pci_gpus``). Every NVIDIA
@@ -128,16 +129,17 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     out.results.extend(_identity(snapshot, ctx.baseline))
     nvml = snapshot.nvml
     if ctx.gpus is not None and nvml is not None and nvml.available:
-        # GPUs asked for (the prolog's job GPUs, `gpuhc check --gpus`) that NVML does not list
-        # would otherwise be judged by no check at all, and the run would pass. A warning, not
-        # a drain: a gres.conf numbered unlike NVML must not drain every node it runs on.
+        # GPUs Slurm allocated (the prolog's SLURM_JOB_GPUS, or `gpuhc check --gpus`) that NVML
+        # does not list have vanished since gres.conf was written: the job would start without
+        # them, and no other check would judge them. With no expected count configured this is
+        # the only thing that notices, so it fails (drain + reboot, like any GPU gone from NVML).
         listed = {g.index for g in nvml.gpus}
         absent = sorted(set(ctx.gpus) - listed)
         if absent:
             have = ", ".join(map(str, sorted(listed))) or "none"
             out.results.append(result(
-                ID, Status.WARN, f"asked to judge GPU(s) {', '.join(map(str, absent))} that NVML does not list "
-                f"(it lists {have}); they were not judged", value=absent,
+                ID, Status.FAIL, f"allocated GPU(s) {', '.join(map(str, absent))} not listed by NVML "
+                f"(it lists {have}): gone from the node?", value=absent, action=Action.DRAIN_REBOOT,
             ))
     return out
 

@@ -45,8 +45,9 @@ class LazyGroup(click.Group):
 def cli() -> None:
     """GPU node health checks for Slurm clusters.
 
-    Exit codes: 0 healthy, 1 unhealthy, 2 usage or config error, 3 internal error
-    (gpuhc itself broke: never a reason to drain), 4 circuit breaker open.
+    Exit codes: 0 healthy, 1 unhealthy, 2 usage or config error, 3 gpuhc could not judge
+    (a source timed out, or gpuhc itself broke: never a reason to drain), 4 circuit breaker
+    open (a drain was withheld).
     """
 
 

@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from gpuhc.cli.common import passthrough, source_options
+from gpuhc.cli.common import MAX_WAIT_S, Seconds, passthrough, source_options
+from gpuhc.logtext import escape
 
 
 @click.group()
@@ -21,30 +22,45 @@ def baseline() -> None:
 
 @baseline.command()
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
-@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the sources.")
+@click.option("--timeout", type=Seconds(), default=30.0, show_default=True,
+              help=f"Seconds to wait for the sources (0.1 to {MAX_WAIT_S:g}).")
 @click.option("--topology/--no-topology", default=None,
               help="Also record GPU/NIC topology through the active checks (default: on a live node only).")
 @click.option("--force", is_flag=True, help="Write even when the node does not look healthy.")
 @source_options
 @passthrough
 def capture(kw: dict) -> None:
-    """Read this node (or a scenario) and write its baseline."""
+    """Read this node (or a scenario) and write its baseline.
+
+    Refused when the node fails (or gpuhc cannot judge) its passive checks, or looks doubtful
+    (mixed models, links below their maximum): a baseline would make that look normal. --force
+    writes it anyway and records in it that it was forced, and why.
+    """
     from gpuhc.baseline import capture as capture_doc
     from gpuhc.baseline import doubts
-    from gpuhc.cli.common import load, node_name, source_spec
+    from gpuhc.cli.common import node_name, prepare_replay, run_options_from
     from gpuhc.errors import GpuhcError
-    from gpuhc.runner import read_snapshot
+    from gpuhc.runner import read_snapshot, run_stage
 
-    config = load(kw)
-    spec = source_spec(kw, config)
+    _, scratch = prepare_replay(kw)
+    opts = run_options_from(kw, "passive")
+    try:
+        report = run_stage(opts)  # the same verdict `gpuhc check` gives this node
+    finally:
+        if scratch is not None:
+            scratch.cleanup()
+    spec = opts.sources
     snap = read_snapshot(spec, node_name(kw.get("hostname")), kw["timeout"], kw.get("step"))
-    problems = doubts(snap)
+    problems = [f"{r.check} {r.subject}: {r.status.value}: {r.message}" for r in report.results
+                if r.status.value in ("fail", "error")] + doubts(snap)
     for p in problems:
-        click.echo(f"gpuhc: warning: {p}", err=True)
+        click.echo(f"gpuhc: warning: {escape(p)}", err=True)
     if problems and not kw["force"]:
         raise GpuhcError(f"node does not look healthy ({len(problems)} problem(s) above); a baseline would make "
                          "them look normal. Fix the node, or pass --force")
     doc = capture_doc(snap)
+    if problems:
+        doc["forced"] = {"problems": problems}
 
     want_topology = kw["topology"] if kw["topology"] is not None else not spec.nvml_scenario
     if want_topology:
@@ -61,7 +77,7 @@ def capture(kw: dict) -> None:
     if kw.get("output"):
         from gpuhc.cli.common import write_output
 
-        write_output(kw["output"], text)
+        write_output(kw["output"], text, "baseline")
         click.echo(f"wrote {kw['output']} ({doc['gpu_count']} GPUs, {len(doc.get('ib') or {})} IB ports)", err=True)
     else:
         sys.stdout.write(text)

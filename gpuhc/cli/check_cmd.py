@@ -9,21 +9,28 @@ import click
 
 from gpuhc.checks.base import STAGES
 from gpuhc.cli.common import (
+    MAX_GPU_INDEX,
+    MAX_WAIT_S,
+    Seconds,
     demo_scenario_path,
     node_name,
     parse_gpu_list,
     passthrough,
+    prepare_replay,
     run_options_from,
     source_options,
 )
+from gpuhc.logtext import escape
 
 
 @click.command()
 @click.option("--stage", type=click.Choice(STAGES), default="passive", show_default=True, help="Which checks to run.")
 @click.option("--demo", is_flag=True, help="Judge the bundled demo node (8x H100) instead of this machine.")
-@click.option("--gpus", "gpu_list", help="Only these GPU indices, e.g. 0,1 or 0-3 (default: all).")
+@click.option("--gpus", "gpu_list", help=f"Only these GPU indices, e.g. 0,1 or 0-3 (default: all; at most {MAX_GPU_INDEX}).")
 @click.option("--only", multiple=True, help="Run only this check id (repeatable).")
 @click.option("-v", "--verbose", is_flag=True, help="Show passing and n/a results too.")
+@click.option("--publish", is_flag=True,
+              help="Also write a replay to the configured event log and Prometheus textfile (a live run always does).")
 @source_options
 @passthrough
 def check(kw: dict) -> None:
@@ -31,19 +38,18 @@ def check(kw: dict) -> None:
 
     Exit code 0 healthy, 1 unhealthy, 2 usage/config error, 3 gpuhc could not judge.
     `gpuhc check` only reports; `gpuhc healthcheck` is the Slurm entry point that also drains.
+
+    A replay (--demo, --nvml-scenario, --kernel-log FILE, --sysfs-root) is not this node: it is
+    named after the recording's host, judged with a fresh temporary state (unless --state-dir),
+    and not written to the event log or textfile (unless --publish).
     """
     from gpuhc.output import publish, render_report
     from gpuhc.runner import run_stage
 
-    demo_dir = None
     if kw["demo"]:
         kw["nvml_scenario"] = kw.get("nvml_scenario") or demo_scenario_path()
-        if not kw.get("state_dir"):
-            import tempfile
-
-            demo_dir = tempfile.TemporaryDirectory(prefix="gpuhc-demo-")
-            kw["state_dir"] = demo_dir.name
         click.echo(f"demo: judging the bundled demo node ({os.path.basename(kw['nvml_scenario'])}), not this machine", err=True)
+    replay, scratch = prepare_replay(kw)
     opts = run_options_from(kw, kw["stage"], gpus=parse_gpu_list(kw.get("gpu_list")))
     opts.only = tuple(kw.get("only") or ())
     if opts.only:
@@ -52,16 +58,18 @@ def check(kw: dict) -> None:
     # (stdout stays clean for --json).
     opts.progress = True
     report = run_stage(opts)
+    report.replay = replay
     try:
         render_report(report, json_mode=kw["json_mode"], verbose=kw["verbose"])
     except BrokenPipeError:
         # `gpuhc check | head`: the reader left early. The verdict (exit code, event log,
         # metrics) still stands; click would otherwise turn this into exit 1, "unhealthy".
         _drop_stdout()
-    for problem in publish(report, opts.config):
-        click.echo(f"gpuhc: warning: {problem}", err=True)
-    if demo_dir is not None:
-        demo_dir.cleanup()
+    if not replay or kw["publish"]:
+        for problem in publish(report, opts.config):
+            click.echo(f"gpuhc: warning: {escape(problem)}", err=True)
+    if scratch is not None:
+        scratch.cleanup()
     finish(report.exit_code, hard=bool(report.timed_out))
 
 
@@ -94,17 +102,18 @@ def finish(code: int, hard: bool = False) -> None:
 
 @click.command()
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
-@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the sources.")
+@click.option("--timeout", type=Seconds(), default=30.0, show_default=True,
+              help=f"Seconds to wait for the sources (0.1 to {MAX_WAIT_S:g}).")
 @source_options
 @passthrough
 def snapshot(kw: dict) -> None:
     """Record this node's readings in the scenario format (replay it with --nvml-scenario)."""
-    from gpuhc.cli.common import load, source_spec
+    from gpuhc.cli.common import load, recorded_host, source_spec
     from gpuhc.runner import read_snapshot
     from gpuhc.sources.snapshot_io import dump_snapshot, dump_yaml
 
     config = load(kw)
-    snap = read_snapshot(source_spec(kw, config), node_name(kw.get("hostname")), kw["timeout"], kw.get("step"))
+    snap = read_snapshot(source_spec(kw, config), node_name(recorded_host(kw)), kw["timeout"], kw.get("step"))
     if kw["json_mode"]:
         import json
 
@@ -114,7 +123,7 @@ def snapshot(kw: dict) -> None:
     if kw.get("output"):
         from gpuhc.cli.common import write_output
 
-        write_output(kw["output"], text)
+        write_output(kw["output"], text, "snapshot")
         click.echo(f"wrote {kw['output']}", err=True)
     else:
         sys.stdout.write(text)

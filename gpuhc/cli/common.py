@@ -9,11 +9,33 @@ from datetime import datetime
 import click
 
 from gpuhc.config import Config, load_config
+from gpuhc.limits import MAX_GPUS, MAX_WAIT_S
 from gpuhc.runner import RunOptions
 from gpuhc.sources import SourceSpec
 from gpuhc.state import default_state_dir
 
 DEMO_SCENARIO = "demo-8xh100.yaml"
+
+MAX_GPU_INDEX = MAX_GPUS - 1  # stated in --help, like every bound (gpuhc.limits)
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds in [lo, hi]: click's FloatRange lets NaN through (it compares
+    false with both ends), and a NaN timeout waits forever or prints "timed out after nans"."""
+
+    name = "seconds"
+
+    def __init__(self, lo: float = 0.1, hi: float = MAX_WAIT_S):
+        self.lo, self.hi = lo, hi
+
+    def convert(self, value, param, ctx):
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not self.lo <= seconds <= self.hi:  # False for NaN
+            self.fail(f"{value!r} is not between {self.lo:g} and {self.hi:g} seconds", param, ctx)
+        return seconds
 
 
 def source_options(fn):
@@ -116,6 +138,47 @@ def _replay_path(kw: dict, config: Config, key: str, option: str) -> str | None:
     raise ConfigError(f"{path}: {problem}", config.path, line_of(config.lines, ("sources", key)), given_by)
 
 
+def replay_of(kw: dict) -> str | None:
+    """What a run replays from the command line ("a.yaml, kernel log k.log"), or None when it
+    reads this node. (A replay the config's ``sources`` names is this node as configured: a
+    test cluster's fake node, which publishes like a real one.)"""
+    parts = []
+    if kw.get("nvml_scenario"):
+        parts.append(os.path.basename(kw["nvml_scenario"]))
+    if kw.get("kernel_log") and kw["kernel_log"] not in ("kmsg", "dmesg"):
+        parts.append(f"kernel log {os.path.basename(kw['kernel_log'])}")
+    if kw.get("sysfs_root"):
+        parts.append(f"sysfs {kw['sysfs_root']}")
+    return ", ".join(parts) or None
+
+
+def recorded_host(kw: dict) -> str | None:
+    """--node, else the host a replayed scenario was recorded on, else None (this node)."""
+    if kw.get("hostname") or not kw.get("nvml_scenario"):
+        return kw.get("hostname")
+    from gpuhc.sources.scenario import load_scenario
+
+    return load_scenario(kw["nvml_scenario"], kw.get("step")).hostname
+
+
+def prepare_replay(kw: dict):
+    """For a replay: name it after the recorded host (unless --node) and give it a fresh
+    temporary state directory (unless --state-dir), so one replay never remembers another's
+    Xid nor touches the live node's memory. Returns (what is replayed or None, the temporary
+    directory to clean up or None)."""
+    replay = replay_of(kw)
+    if not replay:
+        return None, None
+    kw["hostname"] = recorded_host(kw)
+    if kw.get("state_dir"):
+        return replay, None
+    import tempfile
+
+    scratch = tempfile.TemporaryDirectory(prefix="gpuhc-replay-")
+    kw["state_dir"] = scratch.name
+    return replay, scratch
+
+
 def run_options_from(kw: dict, stage: str, gpus: list[int] | None = None, config: Config | None = None) -> RunOptions:
     config = config or load(kw)
     return RunOptions(
@@ -130,10 +193,10 @@ def run_options_from(kw: dict, stage: str, gpus: list[int] | None = None, config
 
 
 def parse_gpu_list(text: str | None) -> list[int] | None:
-    """'0,1,3' or '0-3' -> [0, 1, 3]; None/'' -> None (all GPUs)."""
+    """'0,1,3' or '0-3' -> [0, 1, 3] (each index at most MAX_GPU_INDEX); None/'' -> None (all GPUs)."""
     if not text:
         return None
-    out: list[int] = []
+    out: set[int] = set()  # (a set: "0-1023" a thousand times over is still 1024 GPUs)
     for part in text.split(","):
         part = part.strip()
         if not part:
@@ -144,19 +207,21 @@ def parse_gpu_list(text: str | None) -> list[int] | None:
         first, last = int(lo), int(hi) if hi else int(lo)
         if last < first:
             raise click.BadParameter(f"{part!r}: range ends before it starts", param_hint="--gpus")
-        out.extend(range(first, last + 1))
+        if last > MAX_GPU_INDEX:
+            raise click.BadParameter(f"{part!r}: GPU indices go up to {MAX_GPU_INDEX}", param_hint="--gpus")
+        out.update(range(first, last + 1))
     if not out:
         raise click.BadParameter(f"{text!r} names no GPU", param_hint="--gpus")
-    return out
+    return sorted(out)
 
 
-def write_output(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all."""
+def write_output(path: str, text: str, what: str = "output file") -> None:
+    """Write ``text`` to ``path`` whole or not at all, never through a link (gpuhc.fsutil)."""
     from gpuhc.errors import GpuhcError
     from gpuhc.fsutil import write_atomic
 
     try:
-        write_atomic(path, text.encode("utf-8"))
+        write_atomic(path, text.encode("utf-8"), 0o644, what)
     except OSError as e:
         raise GpuhcError(f"cannot write {path}: {e.strerror or e}") from None
 

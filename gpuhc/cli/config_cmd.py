@@ -1,4 +1,4 @@
-"""`gpuhc config validate|show`."""
+"""`gpuhc config validate|show|checks`."""
 
 from __future__ import annotations
 
@@ -15,16 +15,20 @@ def config() -> None:
 @config.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="File to validate (default $GPUHC_CONFIG or /etc/gpuhc/gpuhc.yaml).")
 def validate(config_path: str | None) -> None:
-    """Check the file; errors name file, line and key. Exit 0 when valid, 2 when not."""
+    """Check the file; every error is listed, each naming file, line and key. Exit 0 when
+    valid, 2 when not."""
     from gpuhc.config import load_config
+    from gpuhc.errors import ConfigError, ConfigErrors
 
-    cfg = load_config(config_path, node_name())
+    try:
+        cfg = load_config(config_path, node_name())
+    except ConfigErrors as e:  # each printed on its own line, then how many
+        raise ConfigErrors([*e.errors, ConfigError(f"{len(e.errors)} errors", e.file)]) from None
     baseline = cfg.section("node").get("baseline")
     if baseline:
         # A run only notes a broken baseline and falls back to the profile: say it here, where
         # an admin asks whether the setup is right.
         from gpuhc.baseline import load
-        from gpuhc.errors import ConfigError
         from gpuhc.yamlpos import line_of
 
         try:
@@ -66,8 +70,11 @@ def list_checks(config_path: str | None, hostname: str | None, profile_name: str
     """
     from gpuhc.checks import all_checks
     from gpuhc.config import load_config
-    from gpuhc.profiles import select_profile
+    from gpuhc.profiles import profile_names, select_profile
 
+    if profile_name is not None and profile_name not in profile_names():
+        raise click.BadParameter(f"unknown GPU profile {profile_name!r} (known: {', '.join(profile_names())})",
+                                 param_hint="--profile")
     cfg = load_config(config_path, node_name(hostname))
     profile = select_profile(None, profile_name or cfg.section("node").get("profile"))
     rows = []

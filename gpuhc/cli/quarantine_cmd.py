@@ -14,6 +14,7 @@ import sys
 import click
 
 from gpuhc.cli.common import load, node_name, passthrough, source_options
+from gpuhc.logtext import escape
 
 
 def _expand(text: str | None) -> list[str]:
@@ -43,7 +44,7 @@ def _report(results, json_mode: bool) -> int:
         click.echo(json.dumps([{"node": r.node, "ok": r.ok, "message": r.message} for r in results], indent=2))
     else:
         for r in results:
-            click.echo(f"{r.node}: {'ok' if r.ok else 'FAILED'}: {r.message}")
+            click.echo(escape(f"{r.node}: {'ok' if r.ok else 'FAILED'}: {r.message}"))
     return 0 if all(r.ok for r in results) else 1
 
 
@@ -83,7 +84,7 @@ def list_cmd(kw: dict) -> None:
     click.echo(f"{'NODE':12} {'PHASE':10} {'CYCLE':5} {'STATE':16} {'SINCE':19} REASON")
     for r in rows:
         since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(r.since)) if r.since else "-"
-        click.echo(f"{r.node:12} {r.phase:10} {r.cycle:<5} {r.state:16} {since:19} {r.reason}")
+        click.echo(escape(f"{r.node:12} {r.phase:10} {r.cycle:<5} {r.state:16} {since:19} {r.reason}"))
 
 
 @quarantine.command()

@@ -30,8 +30,11 @@ def _run(kw: dict, stage: str, flow_name: str) -> None:
         # A broken config: the health check says so (exit 2); a prolog/epilog must not turn a
         # typo in gpuhc.yaml into drained nodes or blocked jobs (unless told to fail closed,
         # which needs a readable config, so: fail open).
-        click.echo(f"gpuhc {flow_name} {node or '?'}: error: {e}", err=True)
-        _syslog(f"gpuhc {flow_name} {node or '?'}: error: {e}")
+        from gpuhc.logtext import escape
+
+        line = escape(f"gpuhc {flow_name} {node or '?'}: error: {e}")
+        click.echo(line, err=True)
+        _syslog(line)
         _exit(EXIT_OK if fail_open else e.exit_code)
         return
     slurm = opts.config.section("slurm")

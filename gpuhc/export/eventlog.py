@@ -4,7 +4,8 @@ Several gpuhc runs can overlap on a node (the periodic health check, a prolog, a
 ``gpuhc check``), and each appends. The file is opened with ``O_APPEND`` and the whole line is
 handed to the kernel in a single ``write``, under an advisory ``flock``: on a local filesystem
 that keeps every line whole and in one piece, whoever else is writing. The file is reopened on
-every run, so logrotate's ``create`` and ``copytruncate`` both work.
+every run, so logrotate's ``create`` and ``copytruncate`` both work. It is opened the way every
+file root appends to is (:mod:`gpuhc.fsutil`): never through a link.
 
 Nothing here raises: a full disk, a read-only filesystem or a directory in the file's place
 returns a one-line message for the caller to log, and the health verdict stands.
@@ -36,20 +37,24 @@ def encode_line(report: dict[str, Any]) -> bytes:
 
 
 def append_event(path: str, report: dict[str, Any]) -> str | None:
-    """Append ``report`` as one JSON line to ``path``; None on success, else why not."""
+    """Append ``report`` as one JSON line to ``path``; None on success, else why not.
+
+    As root the file is never opened through a link (a planted ``events.jsonl -> /root/x`` or a
+    dangling one is refused, not followed) and its directories must be root's
+    (:func:`gpuhc.fsutil.open_append`)."""
+    from gpuhc.fsutil import UnsafePath, open_append
+
     try:
         data = encode_line(report)
     except Exception as e:  # a report that cannot be encoded is a bug, but not one worth a drain
         return f"event log {path}: cannot encode the report: {type(e).__name__}: {e}"
     try:
-        make_dirs(os.path.dirname(os.path.abspath(path)))
-        created = not os.path.exists(path)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        fd = open_append(path, "event log", FILE_MODE, DIR_MODE)
+    except UnsafePath as e:
+        return str(e)
     except OSError as e:
         return f"event log {path}: {_why(e)}"
     try:
-        if created:
-            os.fchmod(fd, FILE_MODE)  # the umask must not hide the log from the shipper
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
         except OSError:
@@ -63,26 +68,6 @@ def append_event(path: str, report: dict[str, Any]) -> str | None:
         return f"event log {path}: {_why(e)}"
     finally:
         os.close(fd)  # also drops the flock
-
-
-def make_dirs(path: str, mode: int = DIR_MODE) -> None:
-    """``mkdir -p`` whose new directories get ``mode`` whatever the umask (a root cron job with
-    umask 077 would otherwise hide them from the log shipper or node_exporter)."""
-    missing = []
-    while path and not os.path.isdir(path):
-        missing.append(path)
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, mode)
-        except FileExistsError:
-            if not os.path.isdir(d):
-                raise
-            continue  # another run made it first
-        os.chmod(d, mode)
 
 
 def _why(e: OSError) -> str:

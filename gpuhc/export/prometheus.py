@@ -28,7 +28,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from gpuhc.export.eventlog import make_dirs
 
 # Status -> value of gpuhc_check_status: ordered like Status.rank, so max() is the worst.
 STATUS_VALUE = {"pass": 0, "n/a": 0, "warn": 1, "error": 2, "fail": 3}
@@ -149,11 +148,11 @@ def write_metrics(path: str, samples: Iterable[Sample], helps: dict[str, str] | 
 
 
 def _atomic_write(path: str, data: bytes) -> None:
-    from gpuhc.fsutil import write_atomic
+    from gpuhc.fsutil import make_dirs, write_atomic
 
     try:
-        make_dirs(os.path.dirname(os.path.abspath(path)), DIR_MODE)
-        write_atomic(path, data, FILE_MODE)
+        make_dirs(os.path.dirname(os.path.abspath(path)), DIR_MODE, "prometheus textfile's directory")
+        write_atomic(path, data, FILE_MODE, "prometheus textfile")
     except OSError as e:
         raise OSError(e.errno, f"{e.strerror or e} writing {path}") from e
 

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import os
-import stat
 import sys
 import time
 
-from gpuhc.errors import GpuhcError
+from gpuhc.logtext import escape
 
 
 class Log:
     """Lines go to stderr (slurmd keeps the prolog's, an admin running by hand sees them), to
     syslog (the health check's output is discarded by slurmd), and to ``slurm.log_file``.
 
-    The file is appended to as root, so it gets the post-mortem directory's care: as root its
-    directory must be root's alone (:func:`gpuhc.slurm.postmortem.check_root_dir`), the file is
-    opened with ``O_NOFOLLOW`` and must be a regular file with one link. A refusal is said once,
+    Every line is one printable line (:func:`gpuhc.logtext.escape`): node names, reasons and
+    messages quote text others wrote. The file is appended to as root the way every such file is
+    (:func:`gpuhc.fsutil.open_append`: its directory, made 0755 when missing, and every one above
+    must be root's; never through a link; a regular file with one link). A refusal is said once,
     loudly, on stderr and syslog; the run goes on without the file."""
 
     def __init__(self, prefix: str, log_file: str | None = None, use_syslog: bool = True, echo: bool = True):
@@ -25,7 +25,7 @@ class Log:
         self._file_ok: bool | None = None  # None: not checked yet
 
     def __call__(self, text: str, loud: bool = False) -> None:
-        line = f"{self.prefix}: {' '.join(str(text).split())}"
+        line = escape(f"{self.prefix}: {' '.join(str(text).split())}")
         self.lines.append(line)
         self._emit(line, loud)
         if self.log_file:
@@ -52,21 +52,15 @@ class Log:
         if self._file_ok is False:
             return None
         path = str(self.log_file)
-        try:
-            if self._file_ok is None:
-                from gpuhc.slurm.postmortem import check_root_dir
+        from gpuhc.fsutil import UnsafePath, open_append
 
-                check_root_dir(os.path.dirname(os.path.abspath(path)), "slurm.log_file's directory")
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-            fd = os.open(path, flags, 0o640)
+        try:
+            fd = open_append(path, "slurm.log_file", 0o640, 0o755)
             try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode) or (os.geteuid() == 0 and st.st_nlink != 1):
-                    raise GpuhcError(f"{path} is not a plain file with one link")
                 os.write(fd, text.encode("utf-8", "replace"))
             finally:
                 os.close(fd)
-        except (OSError, GpuhcError) as e:
+        except (OSError, UnsafePath) as e:
             self._file_ok = False
             return f"{path}: {getattr(e, 'strerror', None) or e}"
         self._file_ok = True

@@ -18,10 +18,10 @@ ticket:
 - ``ib.json``: InfiniBand ports and their counters.
 
 Safety, because the epilog runs as root in a directory an admin configured: as root, a bundle
-directory not owned by root or writable by group or others is refused (someone could plant a
-symlink there and have root overwrite any file); every file is created with ``O_EXCL`` (and
-``O_NOFOLLOW``) in a fresh ``mkdtemp`` staging directory, and a ``.tar.gz`` goes through a
-``mkstemp`` temporary file. A refusal costs the bundle, never the node or the job: the epilog
+directory not owned by root or writable by group or others, or inside one that is, is refused
+(someone could plant a symlink there and have root overwrite any file; :mod:`gpuhc.fsutil`);
+every file is created with ``O_EXCL`` (and ``O_NOFOLLOW``) in a fresh ``mkdtemp`` staging
+directory, and a ``.tar.gz`` goes through a ``mkstemp`` temporary file. A refusal costs the bundle, never the node or the job: the epilog
 logs it loudly and goes on.
 
 Bundles are named ``<node>-<jobid>-<UTC time>``, mode 0700 (they hold user names and job ids),
@@ -44,6 +44,7 @@ import time
 from typing import Any
 
 from gpuhc.errors import GpuhcError
+from gpuhc.fsutil import UnsafePath, check_dir_chain, make_dirs, write_new
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 KMSG = "/dev/kmsg"  # the live kernel log; tests point it at a recorded file
@@ -51,33 +52,16 @@ DMESG: str | None = None  # dmesg binary; None: found as gpuhc.sources.kernel_lo
 TAIL_MAX_BYTES = 1 << 20  # raw kernel lines kept in a bundle, at most
 TAIL_SCAN_BYTES = 16 << 20  # read at most this much of /dev/kmsg (a ring buffer is a few MiB)
 LINE_MAX_CHARS = 2000
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class UnsafeDirectory(GpuhcError):
-    """A directory root must not write in: someone else could plant links there."""
+# A directory root must not write in (someone else could plant links there): the refusal every
+# file root writes shares (gpuhc.fsutil).
+UnsafeDirectory = UnsafePath
 
 
 def check_root_dir(directory: str, what: str) -> None:
-    """As root, refuse a directory not owned by root or writable by group or others.
-
-    The ownership and mode rules are the config file's (:func:`gpuhc.config.check_file_safety`,
-    which also checks the parent); on top of it a sticky bit does not excuse a writable
-    directory here: it suits a shared parent like /tmp, not a place root writes its own files."""
-    if os.geteuid() != 0:
-        return
-    from gpuhc.config import check_file_safety
-    from gpuhc.errors import ConfigError
-
-    try:
-        check_file_safety(directory, what)
-        mode = os.stat(directory).st_mode
-    except ConfigError as e:
-        raise UnsafeDirectory(str(e)) from None
-    except OSError as e:
-        raise UnsafeDirectory(f"refusing {what}: cannot stat {directory}: {e.strerror}") from None
-    if mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UnsafeDirectory(f"refusing {what}: {directory} is writable by group or others (chmod go-w)")
+    """As root, refuse a bundle directory that is not root's alone, or sits in one that is not."""
+    check_dir_chain(directory, what)
 
 
 def _safe(text: str) -> str:
@@ -89,9 +73,7 @@ def bundle_name(node: str, job_id: str, when: float) -> str:
 
 
 def _write(path: str, text: str) -> None:
-    fd = os.open(path, _CREATE, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
+    write_new(path, text.encode("utf-8"), 0o600)
 
 
 def _event_lines(snapshot, limit: int) -> list[str]:
@@ -318,7 +300,7 @@ def write_bundle(flow, report, tail_s: float = 2.0) -> str:
     :class:`UnsafeDirectory` (as root) for a directory others could write to."""
     slurm = flow.slurm
     root = slurm["postmortem_dir"]
-    os.makedirs(root, mode=0o700, exist_ok=True)
+    make_dirs(root, 0o700, "slurm.postmortem_dir")
     check_root_dir(root, "slurm.postmortem_dir")
     name = bundle_name(flow.node, flow.env.get("SLURM_JOB_ID", "nojob"), flow.now())
     staging = tempfile.mkdtemp(prefix=f".{name}.", dir=root)  # mode 0700; renamed when complete

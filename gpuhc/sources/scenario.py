@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuhc.errors import ConfigError, SourceError
+from gpuhc.logtext import escape
 from gpuhc.model import AerCounters, IbPort, KernelLog, NvmlReading, norm_pci
 from gpuhc.sources import snapshot_io as sio
 from gpuhc.yamlpos import line_of, load_with_lines, read_text
@@ -134,7 +135,7 @@ def _load_base(path: str, depth: int) -> tuple["_State", list[dict], sio.ErrorFn
     from the healthy node they break.
     """
     try:
-        text = read_text(path)
+        text = read_text(path, follow_links=False)
     except OSError as e:
         raise SourceError(f"{path}: cannot read scenario: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
@@ -150,7 +151,8 @@ def _load_base(path: str, depth: int) -> tuple["_State", list[dict], sio.ErrorFn
         line = line_of(lines, p)
         where = f"{path}:{line}" if line else path
         key = ".".join(str(x) for x in p)
-        return SourceError(f"{where}: {key + ': ' if key else ''}{message}")
+        # Keys and values quote the file: one printable line, whatever it holds (gpuhc.logtext).
+        return SourceError(escape(f"{where}: {key + ': ' if key else ''}{message}"))
 
     if doc is None:
         # An empty file is a failed copy or a truncated download far more often than a node
@@ -198,8 +200,8 @@ def _validate(doc: Any, path: tuple, allowed: tuple[str, ...], err: sio.ErrorFn)
             if not isinstance(value, _SCALARS[key]) or isinstance(value, bool):
                 hint = " (quote it)" if key.endswith("version") and isinstance(value, (int, float)) else ""
                 raise err(p, f"must be {sio._want(_SCALARS[key])}{hint}, got {value!r}")
-            if key == "count" and value < 0:
-                raise err(p, "must be >= 0")
+            if key == "count" and not 0 <= value <= sio.MAX_GPUS:
+                raise err(p, f"must be between 0 and {sio.MAX_GPUS}, got {value}")
             if key == "time":
                 sio._check_number(value, p, err)
         elif key == "nvml":
@@ -232,12 +234,14 @@ def _validate(doc: Any, path: tuple, allowed: tuple[str, ...], err: sio.ErrorFn)
 def _gpu_entries(value: Any, path: tuple, err: sio.ErrorFn) -> list[tuple[int, Any]]:
     """`gpus:` as (index, mapping-or-None) pairs, from a list or a {index: mapping} mapping."""
     if isinstance(value, list):
+        if len(value) > sio.MAX_GPUS:
+            raise err(path, f"at most {sio.MAX_GPUS} GPUs, got {len(value)}")
         return list(enumerate(value))
     if isinstance(value, dict):
         out = []
         for k, v in value.items():
-            if not isinstance(k, int) or isinstance(k, bool) or k < 0:
-                raise err(path + (k,), f"GPU keys must be GPU indices (0, 1, ...), got {k!r}")
+            if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < sio.MAX_GPUS:
+                raise err(path + (k,), f"GPU keys must be GPU indices (0 to {sio.MAX_GPUS - 1}), got {k!r}")
             out.append((k, v))
         return out
     raise err(path, f"gpus must be a list or a mapping of index -> fields, got {sio._tname(value)}")

@@ -42,6 +42,9 @@ import types
 import typing
 from typing import Any, Callable
 
+# A count past these is a usage error naming the key, not a MemoryError building a hundred
+# million NVLinks.
+from gpuhc.limits import MAX_GPUS, MAX_NVLINKS  # noqa: F401 - MAX_GPUS: for the scenario loader
 from gpuhc.model import (
     AerCounters,
     EventKind,
@@ -235,13 +238,19 @@ def check_nvlinks(value: Any, path: tuple, err: ErrorFn) -> None:
         check_fields(value, short, path, err, "nvlinks shorthand")
         if "count" not in value:
             raise err(path, "the nvlinks shorthand needs `count`")
+        if value["count"] > MAX_NVLINKS:
+            raise err(path + ("count",), f"at most {MAX_NVLINKS} NVLinks per GPU, got {value['count']}")
         return
     if not isinstance(value, list):
         raise err(path, f"nvlinks must be a list of {{link, active, errors}} or {{count: N, ...}}, got {_tname(value)}")
+    if len(value) > MAX_NVLINKS:
+        raise err(path, f"at most {MAX_NVLINKS} NVLinks per GPU, got {len(value)}")
     for i, entry in enumerate(value):
         check_fields(entry, link_table, path + (i,), err, "NVLink")
         if "link" not in entry:
             raise err(path + (i,), "each NVLink needs its `link` number")
+        if entry["link"] >= MAX_NVLINKS:
+            raise err(path + (i, "link"), f"NVLink numbers go up to {MAX_NVLINKS - 1}, got {entry['link']}")
 
 
 # ------------------------------------------------------------------------- build

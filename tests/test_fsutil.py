@@ -1,0 +1,188 @@
+"""What root writes (gpuhc.fsutil) and what text reaches a log (gpuhc.logtext).
+
+The ownership rules apply to root; the suite runs as root in CI, and these tests make real
+links, modes and owners (``chown`` to nobody) rather than faking the kernel's answers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuhc.export.eventlog import append_event
+from gpuhc.fsutil import UnsafePath, check_dir_chain, open_append, write_atomic
+from gpuhc.logtext import escape
+from gpuhc.slurm.log import Log
+
+ROOT = Path(__file__).resolve().parents[1]
+NOBODY = 65534
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the ownership rules are root's (CI runs as root)")
+
+
+def report() -> dict:
+    return {"node": "gpu001", "stage": "passive", "status": "pass", "results": []}
+
+
+@pytest.fixture
+def victim(tmp_path):
+    v = tmp_path / "victim"
+    v.write_text("precious\n")
+    return v
+
+
+# ---------------------------------------------------------------------------- the event log (item 7)
+
+
+def test_a_symlink_planted_at_the_event_log_is_refused_not_followed(tmp_path, victim):
+    """Before: root appended the run's JSON line to whatever the link pointed at."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "events.jsonl").symlink_to(victim)
+    err = append_event(str(logs / "events.jsonl"), report())
+    assert err == f"refusing event log: {logs / 'events.jsonl'} is a symbolic link; not following it"
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_dangling_symlink_at_the_event_log_creates_nothing(tmp_path):
+    """Before: root created the link's target (any path on the node) and wrote to it."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    target = tmp_path / "etc-cron.d-evil"
+    (logs / "events.jsonl").symlink_to(target)
+    err = append_event(str(logs / "events.jsonl"), report())
+    assert err == f"refusing event log: {logs / 'events.jsonl'} is a symbolic link; not following it"
+    assert not target.exists()
+
+
+@as_root
+def test_a_hard_link_at_the_event_log_is_refused(tmp_path, victim):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    os.link(victim, logs / "events.jsonl")
+    err = append_event(str(logs / "events.jsonl"), report())
+    assert err and "has 2 hard links" in err and victim.read_text() == "precious\n"
+
+
+@as_root
+def test_the_event_log_in_a_directory_others_can_write_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # sticky, like /tmp: anyone may plant a name there before root does
+    err = append_event(str(shared / "events.jsonl"), report())
+    assert err == f"refusing event log's directory: {shared} is writable by group or others (chmod go-w)"
+    assert not (shared / "events.jsonl").exists()
+
+
+@as_root
+def test_root_makes_no_log_directory_inside_a_directory_someone_else_owns(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, NOBODY, NOBODY)
+    err = append_event(str(theirs / "gpuhc" / "events.jsonl"), report())
+    assert err and f"{theirs} is owned by uid {NOBODY}, not root" in err
+    assert list(theirs.iterdir()) == []
+
+
+@as_root
+def test_a_link_in_the_directory_chain_counts_where_the_link_itself_lives(tmp_path):
+    """/x/logs -> /y/logs: /y is root's, but whoever owns /x can point the link anywhere."""
+    real = tmp_path / "y" / "logs"
+    real.mkdir(parents=True)
+    theirs = tmp_path / "x"
+    theirs.mkdir()
+    (theirs / "logs").symlink_to(real)
+    os.chown(theirs, NOBODY, NOBODY)
+    with pytest.raises(UnsafePath, match=f"{theirs} is owned by uid {NOBODY}"):
+        check_dir_chain(str(theirs / "logs"), "event log's directory")
+    check_dir_chain(str(real), "event log's directory")  # the same directory, reached safely
+
+
+def test_new_log_directories_get_their_mode_whatever_the_umask(tmp_path):
+    old = os.umask(0o077)
+    try:
+        fd = open_append(str(tmp_path / "a" / "b" / "x.log"), "test log", 0o640, 0o755)
+        os.close(fd)
+    finally:
+        os.umask(old)
+    assert oct((tmp_path / "a" / "b").stat().st_mode & 0o777) == "0o755"
+    assert oct((tmp_path / "a" / "b" / "x.log").stat().st_mode & 0o777) == "0o640"
+
+
+# ---------------------------------------------------------------------------- slurm.log_file (item 10)
+
+
+def test_the_directory_of_slurm_log_file_is_created(tmp_path):
+    """Before: a missing directory lost the first epilog's log line."""
+    path = tmp_path / "var-log-gpuhc" / "slurm.log"
+    Log("gpuhc epilog n1", str(path), use_syslog=False, echo=False)("job 42: post-mortem bundle written")
+    (line,) = path.read_text().splitlines()
+    assert line.endswith(" gpuhc epilog n1: job 42: post-mortem bundle written")
+
+
+def test_a_log_line_cannot_be_forged_or_drive_a_terminal(tmp_path):
+    path = tmp_path / "slurm.log"
+    log = Log("gpuhc healthcheck n1", str(path), use_syslog=False, echo=False)
+    log("silent nodes: n2\n2026-01-01T00:00:00 gpuhc healthcheck n9: drained\r\x1b[2Jn3")
+    (line,) = path.read_text().splitlines()
+    assert "\x1b" not in line and "\r" not in line
+    assert line.endswith(r"n2 2026-01-01T00:00:00 gpuhc healthcheck n9: drained \x1b[2Jn3")
+
+
+# ---------------------------------------------------------------------------- whole-file writes
+
+
+@as_root
+def test_a_snapshot_may_replace_a_link_in_a_shared_directory_but_never_follow_it(tmp_path, victim):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    (shared / "node.yaml").symlink_to(victim)
+    write_atomic(str(shared / "node.yaml"), b"snapshot\n", 0o644, "snapshot")
+    assert not (shared / "node.yaml").is_symlink() and (shared / "node.yaml").read_text() == "snapshot\n"
+    assert victim.read_text() == "precious\n"
+
+
+@as_root
+def test_a_snapshot_under_a_directory_someone_else_owns_is_refused(tmp_path):
+    theirs = tmp_path / "theirs"
+    (theirs / "out").mkdir(parents=True)
+    os.chown(theirs, NOBODY, NOBODY)
+    p = subprocess.run([sys.executable, "-m", "gpuhc", "snapshot", "--nvml-scenario",
+                        str(ROOT / "examples" / "scenarios" / "healthy-8xh100.yaml"), "-o", str(theirs / "out" / "s.yaml")],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip() == (f"gpuhc: error: refusing snapshot's directory (in {theirs}, a directory above it): "
+                                f"{theirs} is owned by uid {NOBODY}, not root")
+    assert not (theirs / "out" / "s.yaml").exists()
+
+
+# ---------------------------------------------------------------------------- log text (item 8)
+
+
+@given(st.text())
+def test_escaped_text_is_one_printable_line(text):
+    out = escape(text)
+    assert out.isprintable()
+    if text.isprintable():
+        assert out == text  # ordinary text is untouched
+
+
+def test_escapes_are_visible():
+    assert escape("a\nb\rc\x1b[31md\u202ee\tf") == r"a\x0ab\x0dc\x1b[31md\u202ee f"
+    assert escape("x" * 10, cap=4) == "xxxx..."
+
+
+def test_errors_on_the_command_line_are_escaped(tmp_path):
+    """A path (or any quoted text) with a newline in it cannot forge a second line in a log."""
+    cfg = tmp_path / "a\ngpuhc: error: forged.yaml"
+    cfg.write_text("bogus: 1\n")
+    p = subprocess.run([sys.executable, "-m", "gpuhc", "config", "validate", "--config", str(cfg)],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 2
+    (line,) = p.stderr.splitlines()
+    assert line.startswith(f"gpuhc: error: {tmp_path}/a\\x0agpuhc: error: forged.yaml:1: bogus: unknown key")
