@@ -17,7 +17,7 @@ import sys
 
 import click
 
-from gpuhc.errors import EXIT_BREAKER, EXIT_UNHEALTHY
+from gpuhc.errors import EXIT_BREAKER, EXIT_INTERNAL, EXIT_UNHEALTHY
 
 
 @click.group()
@@ -110,13 +110,17 @@ def submit_cmd(config_path, state_dir, dry_run, test_fault, json_mode) -> None:
     """Plan groups among idle nodes and submit one probe job per group (for cron; returns fast).
 
     Does nothing while the previous sweep still has jobs queued or running, or still needs
-    analyzing. Needs Slurm operator rights when sweep.job.priority is set.
+    analyzing. Needs Slurm operator rights when sweep.job.priority is set. Exit code 3, with
+    a warning on stderr, when the previous sweep's finished jobs still wait for `analyze` at a
+    second submit: analyze is failing or not running, and no sweep can start.
     """
     from gpuhc.sweep.submit import submit_sweep
 
     config, section, store = _context(config_path, state_dir)
     out = submit_sweep(section, store, dry_run=dry_run, test_fault=test_fault)
     _emit(out, json_mode)
+    if out.get("stalled"):
+        sys.exit(EXIT_INTERNAL)
 
 
 @sweep.command("analyze")
@@ -131,7 +135,8 @@ def analyze_cmd(config_path, state_dir, apply, no_submit, allow_fault_hook, json
 
     Exit code 4 when the circuit breaker withheld a drain (it is retried next time), else 1
     when a culprit was named, 0 otherwise (including "still running"). A Slurm command that
-    fails exits 3.
+    fails exits 3. A results file that cannot be used (not JSON, wrong shape, a link, a FIFO,
+    too big) is that group's error, said on stderr; the other groups are judged as usual.
     """
     from gpuhc.sweep.analyze import analyze_sweep
 
@@ -167,6 +172,7 @@ def report_cmd(config_path, state_dir, sweep_id, nodes, png, json_mode) -> None:
         render_report(rep)
         if png:
             click.echo(f"wrote {png}")
+    _warn(rep.get("warnings", []))
 
 
 @sweep.command("simulate")
@@ -251,8 +257,16 @@ def _threshold_pairs(items: tuple[str, ...]) -> dict:
 
 
 def _emit(out: dict, json_mode: bool) -> None:
+    """Lines to stdout (or the whole answer as JSON); warnings also to stderr, whatever the
+    mode, so that cron mails them."""
     if json_mode:
         click.echo(json.dumps(out, indent=1, default=str))
-        return
-    for line in out.get("lines", []):
-        click.echo(line)
+    else:
+        for line in out.get("lines", []):
+            click.echo(line)
+    _warn(out.get("warnings", []))
+
+
+def _warn(lines: list[str]) -> None:
+    for line in lines:
+        click.echo(f"gpuhc: warning: {line}", err=True)
