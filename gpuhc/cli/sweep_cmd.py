@@ -18,6 +18,7 @@ import sys
 import click
 
 from gpuhc.errors import EXIT_BREAKER, EXIT_INTERNAL, EXIT_UNHEALTHY
+from gpuhc.sweep.simulate import MAX_GROUP_SIZE, MAX_NODES
 
 
 @click.group()
@@ -176,10 +177,13 @@ def report_cmd(config_path, state_dir, sweep_id, nodes, png, json_mode) -> None:
 
 
 @sweep.command("simulate")
-@click.option("--nodes", "n_nodes", type=click.IntRange(2), default=1024, show_default=True)
-@click.option("--bad", type=click.IntRange(0), default=3, show_default=True, help="Bad nodes to hide.")
-@click.option("--bad-links", type=click.IntRange(0), default=0, show_default=True, help="Bad node pairs (links) to hide.")
-@click.option("--group-size", type=click.IntRange(2), default=2, show_default=True)
+@click.option("--nodes", "n_nodes", type=click.IntRange(2, MAX_NODES), default=1024, show_default=True,
+              help=f"Nodes in the synthetic cluster (2 to {MAX_NODES}).")
+@click.option("--bad", type=click.IntRange(0), default=3, show_default=True, help="Bad nodes to hide (at most --nodes).")
+@click.option("--bad-links", type=click.IntRange(0), default=0, show_default=True,
+              help="Bad node pairs (links) to hide (at most one per first-round group).")
+@click.option("--group-size", type=click.IntRange(2, MAX_GROUP_SIZE), default=2, show_default=True,
+              help="Nodes per probe job (at most --nodes).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--noise", type=click.FloatRange(0, 0.5), default=0.03, show_default=True, help="Relative measurement noise (sigma).")
 @click.option("--glitch-rate", type=click.FloatRange(0, 1), default=0.002, show_default=True,
@@ -189,7 +193,7 @@ def report_cmd(config_path, state_dir, sweep_id, nodes, png, json_mode) -> None:
 @click.option("--kinds", default="slow,laggy,broken", show_default=True,
               help="Fault kinds the bad nodes are drawn from (comma-separated: slow, laggy, broken).")
 @click.option("--slow-bw", default="0.35,0.6", show_default=True, metavar="LO,HI",
-              help="A slow node's bandwidth as a fraction of healthy, drawn from LO..HI (0.75,0.85: 15-25 %% slow).")
+              help="A slow node's bandwidth as a fraction of healthy, drawn from LO..HI (0.75,0.85: 15-25 % slow).")
 @click.option("--gpu", default="", help="NVML name the simulated ranks report (default an H100): picks the GPU "
               "profile, e.g. 'NVIDIA A100-SXM4-80GB' for fleet-only judging.")
 @click.option("--threshold", "thresholds", multiple=True, metavar="KEY=VALUE",
@@ -197,13 +201,19 @@ def report_cmd(config_path, state_dir, sweep_id, nodes, png, json_mode) -> None:
 @click.option("--json", "json_mode", is_flag=True)
 def simulate_cmd(json_mode, **kw) -> None:
     """Run the real planner, judge and localizer against a synthetic cluster with hidden bad nodes."""
-    from gpuhc.sweep.simulate import SimSpec, simulate
+    from gpuhc.errors import GpuhcError
+    from gpuhc.sweep.simulate import SimSpec, check_spec, simulate
 
-    out = simulate(SimSpec(nodes=kw["n_nodes"], bad=kw["bad"], bad_links=kw["bad_links"], group_size=kw["group_size"],
+    spec = SimSpec(nodes=kw["n_nodes"], bad=kw["bad"], bad_links=kw["bad_links"], group_size=kw["group_size"],
                            seed=kw["seed"], noise=kw["noise"], glitch_rate=kw["glitch_rate"],
                            strategy=kw["strategy"], max_rounds=kw["max_rounds"], kinds=_kinds(kw["kinds"]),
                            slow_bw=_fraction_range(kw["slow_bw"]), gpu=kw["gpu"],
-                           thresholds=_threshold_pairs(kw["thresholds"])))
+                           thresholds=_threshold_pairs(kw["thresholds"]))
+    try:
+        check_spec(spec)
+    except GpuhcError as e:
+        raise click.UsageError(str(e)) from None
+    out = simulate(spec)
     if json_mode:
         click.echo(json.dumps(out, indent=1))
     else:
