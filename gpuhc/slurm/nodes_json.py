@@ -35,6 +35,8 @@ from gpuhc.slurm.nodes import Node, NodeParseError, parse_state
 # flags, DRAIN included, whatever order they come in.
 _LIST_BASES = frozenset({"IDLE", "DOWN", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "UNKNOWN", "END"})
 
+MAX_EPOCH = 253402300800  # 10000-01-01: the last second a date can be shown for
+
 _SCONTROL = "scontrol/slurmrestd node JSON"
 _SINFO_OLD = "sinfo --json (v0.0.37/v0.0.38)"
 _SINFO_NEW = "sinfo --json (23.02+)"
@@ -64,6 +66,8 @@ def loads(text: str | bytes) -> Any:
             return json.loads(text.decode("utf-8", "replace"))
     except json.JSONDecodeError as e:
         raise NodeParseError(f"Slurm node JSON: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:  # json recurses per nesting level; Slurm's own JSON is ~6 deep
+        raise NodeParseError("Slurm node JSON: nested too deeply to be a node listing") from None
 
 
 @contextmanager
@@ -163,7 +167,7 @@ def _fast_node(item: Any) -> Node | None:
             if when is not None:
                 if type(when) is not int and type(when) is not float:
                     return None
-                when = float(when) if when > 0 else None
+                when = float(when) if 0 < when < MAX_EPOCH else None
     return Node(name, parsed[0], parsed[1], reason, user, when, partitions, parsed[2])
 
 
@@ -278,7 +282,8 @@ def _time(value: Any, here: str, key: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise NodeParseError(f"{here}: `{key}` must be epoch seconds, got {value!r}")
-    return float(value) if value > 0 else None
+    # Past the year 9999 no clock can print it: as good as no time (1e30 would overflow).
+    return float(value) if 0 < value < MAX_EPOCH else None
 
 
 def _partitions(value: Any, here: str) -> tuple[str, ...]:
@@ -308,10 +313,14 @@ def _from_sinfo_groups(groups: list) -> list[Node]:
         when = _time(reason_obj.get("time"), where, "reason.time") if reason else None
         part = group.get("partition") if isinstance(group.get("partition"), dict) else {}
         pname = part.get("name") if isinstance(part.get("name"), str) else None
+        # 23.02+ groups nodes that share a state into one record with one reason: with several
+        # nodes, the others' reasons are lost in the file itself (docs/slurm.md, drain-report).
+        doubt = (f"one reason for the {len(names)} nodes of one sinfo --json record: it may be only one "
+                 "node's (read `scontrol show node` for each node's own)") if reason and len(names) > 1 else ""
         for name in names:
             old = by_name.get(name)
             parts = (old.partitions if old else ()) + ((pname,) if pname and (not old or pname not in old.partitions) else ())
-            by_name[name] = Node(name, state, flags, reason, user, when, parts, raw)
+            by_name[name] = Node(name, state, flags, reason, user, when, parts, raw, doubt)
     return list(by_name.values())
 
 
