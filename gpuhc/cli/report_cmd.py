@@ -159,7 +159,8 @@ def read_from_file(path: str) -> tuple[list[Node], str, list[str], list[str]]:
         else:
             data = read_bounded(path, MAX_DUMP_BYTES, what="node listing")
     except UntrustedInputError as e:
-        raise GpuhcError(str(e)) from None
+        hint = " (a pipe can come on stdin: --from-file -)" if "symbolic link" in str(e) else ""
+        raise GpuhcError(f"{e}{hint}") from None
     except OSError as e:
         raise GpuhcError(f"cannot read {path}: {e.strerror or e}") from None
     try:

@@ -320,7 +320,11 @@ def _from_sinfo_groups(groups: list) -> list[Node]:
         for name in names:
             old = by_name.get(name)
             parts = (old.partitions if old else ()) + ((pname,) if pname and (not old or pname not in old.partitions) else ())
-            by_name[name] = Node(name, state, flags, reason, user, when, parts, raw, doubt)
+            if old is not None and doubt and not old.reason_doubt:
+                # A record of this node alone already gave its own reason: keep that one.
+                by_name[name] = Node(name, state, flags, old.reason, old.reason_user, old.reason_time, parts, raw)
+            else:
+                by_name[name] = Node(name, state, flags, reason, user, when, parts, raw, doubt)
     return list(by_name.values())
 
 
