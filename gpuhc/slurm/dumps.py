@@ -151,8 +151,13 @@ class _Reader:
 
         from gpuhc.slurm.nodes_json import nodes_from_document
 
+        from gpuhc.slurm.nodes_json import MAX_DEPTH
+        from gpuhc.untrusted import json_depth
+
         at = self.offsets[i] + (len(self.lines[i]) - len(self.lines[i].lstrip()))
         try:
+            if json_depth(self.text[at:]) > MAX_DEPTH:  # json recurses per level: bound it first
+                raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
             doc, end = json.JSONDecoder().raw_decode(self.text, at)
             nodes = nodes_from_document(doc)
         except (ValueError, RecursionError, NodeParseError) as e:

@@ -35,6 +35,7 @@ from gpuhc.slurm.nodes import Node, NodeParseError, parse_state
 # flags, DRAIN included, whatever order they come in.
 _LIST_BASES = frozenset({"IDLE", "DOWN", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "UNKNOWN", "END"})
 
+MAX_DEPTH = 64  # Slurm's node JSON is under 10 levels deep
 MAX_EPOCH = 253402300800  # 10000-01-01: the last second a date can be shown for
 
 _SCONTROL = "scontrol/slurmrestd node JSON"
@@ -53,7 +54,14 @@ def loads(text: str | bytes) -> Any:
 
     orjson refuses a few things json takes (NaN, integers past 64 bits, lone surrogates): on
     any orjson error json gets the last word, so the two never disagree on what is valid.
+    The nesting is bounded before either decoder sees the text: json recurses per level, and
+    orjson 3.8 crashes the whole process (SIGSEGV) on a few thousand levels.
     """
+    from gpuhc.untrusted import json_depth
+
+    probe = text if isinstance(text, str) else text.decode("utf-8", "replace")
+    if json_depth(probe) > MAX_DEPTH:
+        raise NodeParseError(f"Slurm node JSON: nested deeper than {MAX_DEPTH} levels: not a node listing")
     if _orjson is not None:
         try:
             return _orjson.loads(text)
