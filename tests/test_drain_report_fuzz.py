@@ -77,3 +77,20 @@ def test_deep_json_is_refused_not_a_recursion_error(depth, opener):
 @given(st.binary(max_size=200))
 def test_any_bytes_are_read_or_refused(data):
     read_or_refuse(data)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(lines, max_size=20), st.sampled_from([[], ["--json"], ["--csv"], ["--parsable", "-h"], ["-o", "node,doubt"]]))
+def test_the_command_ends_in_a_report_or_a_usage_error_never_an_internal_one(chosen, args):
+    from click.testing import CliRunner
+
+    from gpuhc.cli import cli
+    from gpuhc.errors import GpuhcError
+
+    r = CliRunner().invoke(cli, ["drain-report", "--from-file", "-", "--now", "2026-11-26T07:00:00", *args],
+                           input="\n".join(chosen).encode())
+    # run_cli maps GpuhcError to exit 2; anything else escaping would be exit 3
+    if r.exception is None:
+        assert r.exit_code == 0  # whatever the nodes' health
+    else:
+        assert isinstance(r.exception, GpuhcError), repr(r.exception)
