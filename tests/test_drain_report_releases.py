@@ -5,6 +5,7 @@ README). Every listing of one release must tell the same story about the same no
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -22,14 +23,17 @@ def unavailable(release: str, name: str) -> dict[str, tuple]:
 
 
 def test_the_releases_the_matrix_covers_are_here():
-    assert "slurm-26.05" in RELEASES
+    assert RELEASES == ["slurm-22.05", "slurm-24.11", "slurm-26.05"]
 
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_scontrol_text_oneline_and_json_agree_with_whole_utf8_reasons(release):
     text = unavailable(release, "scontrol_show_node.txt")
     assert text == unavailable(release, "scontrol_show_node_oneline.txt")
-    assert text == unavailable(release, "scontrol_json_show_node.json")
+    if (FIX / release / "scontrol_json_show_node.json").exists():
+        assert text == unavailable(release, "scontrol_json_show_node.json")
+    else:  # 22.05's scontrol has no --json: the capture says so instead
+        assert "unrecognized option '--json'" in (FIX / release / "UNSUPPORTED").read_text()
     reasons = {n: r for n, (_, _, r, _) in text.items()}
     assert any(not r.isascii() for r in reasons.values())  # the captures carry UTF-8 reasons, kept as they are
     assert {o for *_, o in text.values()} >= {"gpuhc", "admin", "slurm"}
@@ -51,7 +55,9 @@ def test_default_sinfo_names_the_same_nodes_without_owners(release):
     full = unavailable(release, "scontrol_show_node.txt")
     table = unavailable(release, "sinfo.txt")
     assert sorted(table) == sorted(full)
-    assert {n: s for n, (s, *_) in table.items()} == {n: s for n, (s, *_) in full.items()}
+    # sinfo's own long listing, not scontrol's: the commands ran moments apart, and 24.11's n5
+    # went from draining to DOWN+DRAIN (not responding) in between; sinfo prints it `drain`.
+    assert {n: s for n, (s, *_) in table.items()} == {n: s for n, (s, *_) in unavailable(release, "sinfo_N_l.txt").items()}
     assert {o for *_, o in table.values()} == {"unknown"}
 
 
@@ -62,7 +68,8 @@ def test_sinfo_json_groups_give_no_owner_to_a_shared_reason(release):
     got = {n.name: n for n in d.nodes if n.unavailable}
     assert sorted(got) == sorted(full)
     shared = [n for n in got.values() if n.reason_doubt]
-    assert shared, "these captures group several drained nodes under one reason"
+    grouped = "sinfo" in json.loads((FIX / release / "sinfo_json.json").read_bytes())  # 23.02+; 22.05 lists nodes
+    assert bool(shared) == grouped, "the grouped captures put several drained nodes under one reason"
     for n in shared:
         assert classify(n) == ("shared reason", "unknown") and "may be only one node's" in n.reason_doubt
     for n in got.values():

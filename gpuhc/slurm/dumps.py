@@ -134,9 +134,11 @@ class _Reader:
         start = i
         parts = [self.lines[i].strip()]
         i += 1
-        while i < len(self.lines) and self.lines[i][:1].isspace() and self.lines[i].strip() \
-                and not self.lines[i].strip().startswith("NodeName="):
-            parts.append(self.lines[i].strip())
+        # Continuations are indented; 24.11 prints an indented blank line inside the record
+        # (before Reason=), so only an unindented line ends it.
+        while i < len(self.lines) and self.lines[i][:1].isspace() and not self.lines[i].strip().startswith("NodeName="):
+            if self.lines[i].strip():
+                parts.append(self.lines[i].strip())
             i += 1
         try:
             node = node_from_record(node_fields(" ".join(parts)), f"line {start + 1}: ")
