@@ -256,3 +256,31 @@ def test_submit_says_loudly_when_analyze_never_clears_a_sweep(cli_env, monkeypat
     assert second.stderr.startswith("gpuhc: warning: sweep ") and "analyze is failing or not running" in second.stderr
     assert run("analyze").exit_code == 0  # judges the round (no results: errors), clears the stall
     assert "stalled" not in store.read_index()
+
+
+def test_a_real_results_file_passes_the_check_with_everything_the_judge_reads():
+    """examples/sweep/sample-result-1x2-h200.json was written by `gpuhc sweep run` on 2 H200s
+    (docs/verification.md): the check keeps every value the judge, report and chart use."""
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "examples" / "sweep" / "sample-result-1x2-h200.json"
+    raw = json.loads(path.read_text())
+    checked = check_result(raw, str(path))
+    for key in ("nodes", "nranks", "ranks_per_node", "complete", "timeouts", "errors", "fault_hook"):
+        assert checked[key] == raw[key], key
+    assert [r["gpu"] for r in checked["ranks"]] == [r["gpu"] for r in raw["ranks"]]
+    for got, want in zip(checked["sizes"], raw["sizes"], strict=True):
+        assert got == want  # every row key the worker writes is one the check knows
+
+
+def test_report_command_shows_the_sweep_and_warns_on_stderr(cli_env):
+    run, store = cli_env
+    assert run("submit").exit_code == 0
+    sid = store.read_index()["current"]
+    os.mkfifo(results_path(store.results_dir, sid, "r0g0000"))
+    os.symlink("/dev/zero", results_path(store.results_dir, sid, "r0g0001"))
+    res = run("report")
+    assert res.exit_code == 0 and f"sweep {sid}" in res.stdout
+    assert res.stderr.count("gpuhc: warning: ") == 2 and "a FIFO" in res.stderr and "symbolic link" in res.stderr
+    res = run("report", "--json")
+    assert res.exit_code == 0 and len(json.loads(res.stdout)["warnings"]) == 2

@@ -169,6 +169,12 @@ def check_result(doc: Any, path: str) -> dict:
         "timeouts": [_timeout(s, t, f"timeouts[{i}]") for i, t in enumerate(s.items(d.get("timeouts"), "timeouts"))],
         "ranks": [_rank(s, r, f"ranks[{i}]") for i, r in enumerate(s.items(d.get("ranks"), "ranks", MAX_RANKS))],
     }
+    if d.get("ranks_per_node") is not None:
+        per_node = s.obj(d["ranks_per_node"], "ranks_per_node")
+        if len(per_node) > MAX_RANKS:
+            s.fail("ranks_per_node", f"more than {MAX_RANKS} entries")
+        out["ranks_per_node"] = {s.name(k, "ranks_per_node"): s.int(v, f"ranks_per_node.{k}", 0, MAX_RANKS)
+                                 for k, v in per_node.items()}
     for key in ("sweep_id", "group_id"):
         if d.get(key) is not None:
             out[key] = s.name(d[key], key)
@@ -216,7 +222,7 @@ def _rank(s: _Shape, value: Any, where: str) -> dict:
     for key in ("local_rank", "device", "nccl"):
         if r.get(key) is not None:
             out[key] = s.int(r[key], f"{where}.{key}")
-    for key in ("gpu", "uuid", "bus_id"):
+    for key in ("gpu", "library"):  # what the backends describe (backends.py: describe)
         if r.get(key) is not None:
             out[key] = s.text(r[key], f"{where}.{key}")
     return out
