@@ -205,3 +205,16 @@ def test_a_symlinked_or_fifo_dump_is_refused(tmp_path):
     os.mkfifo(fifo)
     r = CliRunner().invoke(cli, ["drain-report", "--from-file", str(fifo)])
     assert isinstance(r.exception, GpuhcError) and "not a regular file (a FIFO)" in str(r.exception)
+
+
+def test_every_output_says_when_a_reason_may_not_be_the_nodes_own():
+    path = str(FIX.parent / "slurm-26.05" / "sinfo_json.json")
+    row = next(line for line in run("--from-file", path).stdout.splitlines() if line.startswith("shared reason"))
+    assert row.split()[:5] == ["shared", "reason", "unknown", "4", "drained"] and "n[2-4,7]" in row
+    assert row.endswith("(note: one reason for the 4 nodes of one sinfo --json record, it may be only one node's; "
+                        "`scontrol show node` has each node's own)")
+    doc = json.loads(run("--from-file", path, "--json").stdout)
+    (group,) = [g for g in doc["groups"] if g["cause"] == "shared reason"]
+    assert group["owner"] == "unknown" and "may be only one node's" in group["rows"][0]["reason_doubt"]
+    lines = run("--from-file", path, "--parsable", "-h", "-o", "node,owner,doubt").stdout.splitlines()
+    assert lines[0].startswith("n2|unknown|one reason for the 4 nodes")

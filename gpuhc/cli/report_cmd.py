@@ -143,9 +143,9 @@ MAX_DUMP_BYTES = 512 * 1024 * 1024  # a 10,000-node JSON dump is ~30 MB
 
 
 def read_from_file(path: str) -> tuple[list[Node], str, list[str], list[str]]:
-    """Every node in a saved listing (any format, any mix), where it came from, and what was
-    skipped, and the formats read. The file may come from anyone (a ticket, a user's paste): it is read without
-    following a link, up to a stated size, and never blocks on a FIFO."""
+    """Every node in a saved listing (any format, any mix), where it came from, what was
+    skipped, and the formats read. The file may come from anyone (a ticket, a user's paste):
+    it is read without following a link, up to a stated size, and never blocks on a FIFO."""
     from gpuhc.slurm.dumps import read_dump
     from gpuhc.untrusted import UntrustedInputError, read_bounded
 
@@ -224,7 +224,14 @@ def _rows(report: DrainReport):
     for g in report.groups:
         for i, r in enumerate(g.rows):
             yield (g.cause, r.owner, str(r.count), r.kind, r.hostlist, _when(r.since), humanize_age(r.age_s),
-                   ",".join(r.users) or "-", r.reason or "-"), i, g
+                   ",".join(r.users) or "-", reason_cell(r)), i, g
+
+
+def reason_cell(row) -> str:
+    """The reason as Slurm gave it, and, when it may not be these nodes' own, why (the owner
+    is then `unknown`): the admin must not take a shared or missing reason at its word."""
+    text = row.reason or "-"
+    return f"{text} (note: {row.doubt})" if row.doubt else text
 
 
 def headline(report: DrainReport) -> str:
@@ -240,19 +247,16 @@ def headline(report: DrainReport) -> str:
 def render_plain(report: DrainReport, source: str, header: bool = True) -> str:
     """Aligned columns, one row per (cause, state, reason): friendly to grep, awk and mail.
     Without ``header``, only the rows (``-h``, like sinfo)."""
-    lines = [f"gpuhc drain-report: {headline(report)}", f"source: {source}; at {_when(report.now)}", ""]
     rows = [row for row, _, _ in _rows(report)]
+    # Align on typical widths; a rare huge value (a 500-node hostlist) overflows its own row
+    # instead of pushing every other row's reason off the screen.
+    head = [COLUMNS] if header else []
+    widths = [min(PLAIN_MAX_WIDTH, max(len(r[i]) for r in head + rows)) for i in range(len(COLUMNS) - 1)] if rows else []
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
     if not header:
-        if not rows:
-            return ""
-        widths = [min(PLAIN_MAX_WIDTH, max(len(r[i]) for r in rows)) for i in range(len(COLUMNS) - 1)]
-        fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
         return "".join(fmt.format(*r).rstrip() + "\n" for r in rows)
+    lines = [f"gpuhc drain-report: {headline(report)}", f"source: {source}; at {_when(report.now)}", ""]
     if rows:
-        # Align on typical widths; a rare huge value (a 500-node hostlist) overflows its own
-        # row instead of pushing every other row's reason off the screen.
-        widths = [min(PLAIN_MAX_WIDTH, max(len(COLUMNS[i]), *(len(r[i]) for r in rows))) for i in range(len(COLUMNS) - 1)]
-        fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
         lines.append(fmt.format(*COLUMNS).rstrip())
         lines.extend(fmt.format(*r).rstrip() for r in rows)
         lines.append("")
@@ -303,7 +307,7 @@ def render_rich(report: DrainReport, source: str, all_rows: bool, stream: IO[str
             table.add_row(
                 f"[bold]{_escape(g.cause)}[/] ({g.count})" if i == 0 else "",
                 str(r.count), _escape(r.hostlist), f"[{kind_style[r.kind]}]{r.kind}[/]", humanize_age(r.age_s),
-                f"[{owner_style[r.owner]}]{_escape(by)}[/]", _escape(r.reason or "-"),
+                f"[{owner_style[r.owner]}]{_escape(by)}[/]", _escape(reason_cell(r)),
                 end_section=i == len(shown) - 1 and len(g.rows) <= limit,
             )
         if len(g.rows) > limit:

@@ -323,8 +323,8 @@ def _from_sinfo_groups(groups: list) -> list[Node]:
         pname = part.get("name") if isinstance(part.get("name"), str) else None
         # 23.02+ groups nodes that share a state into one record with one reason: with several
         # nodes, the others' reasons are lost in the file itself (docs/slurm.md, drain-report).
-        doubt = (f"one reason for the {len(names)} nodes of one sinfo --json record: it may be only one "
-                 "node's (read `scontrol show node` for each node's own)") if reason and len(names) > 1 else ""
+        doubt = (f"one reason for the {len(names)} nodes of one sinfo --json record, it may be only one "
+                 "node's; `scontrol show node` has each node's own") if reason and len(names) > 1 else ""
         for name in names:
             old = by_name.get(name)
             parts = (old.partitions if old else ()) + ((pname,) if pname and (not old or pname not in old.partitions) else ())
