@@ -94,3 +94,16 @@ def test_the_command_ends_in_a_report_or_a_usage_error_never_an_internal_one(cho
         assert r.exit_code == 0  # whatever the nodes' health
     else:
         assert isinstance(r.exception, GpuhcError), repr(r.exception)
+
+
+def test_hostlists_cannot_expand_a_small_file_into_millions_of_nodes():
+    rows = "".join(f"down{i % 10}   root      2026-11-26T06:11:11 n{i}x[1-99999]\n" for i in range(3))
+    dump = read_dump(("REASON               USER      TIMESTAMP           NODELIST\n" + rows).encode())
+    assert len(dump.nodes) <= 200_000 and "more than 200,000 node names" in dump.warnings[-1]
+    groups = [{"nodes": {"nodes": [f"g{i}x[1-99999]"]}, "node": {"state": ["DOWN"]}} for i in range(3)]
+    try:
+        read_dump(json.dumps({"sinfo": groups}).encode())
+    except NodeParseError as e:
+        assert "more than 200,000 node names" in str(e)
+    else:
+        raise AssertionError("a listing of 300,000 nodes was read")

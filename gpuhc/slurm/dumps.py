@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpuhc.slurm.nodes import UNAVAILABLE, Node, NodeParseError, node_fields, node_from_record, parse_show_node, \
+from gpuhc.slurm.nodes import MAX_NODES, UNAVAILABLE, Node, NodeParseError, node_fields, node_from_record, parse_show_node, \
     parse_state
 
 MAX_WARNINGS = 50
@@ -89,6 +89,7 @@ class _Reader:
         self.formats: list[str] = []
         self.warnings: list[str] = []
         self.skipped: list[tuple[int, str]] = []  # the open run of unrecognised lines
+        self.named = 0  # node names the tables expanded to so far
 
     def run(self) -> None:
         from gpuhc.slurm.sinfo_text import header_of, read_table
@@ -187,6 +188,10 @@ class _Reader:
             self.warn(f"line {table.first_line}: nodes named by HOSTNAMES (their host names), which may differ "
                       "from their Slurm names: `sinfo -O NodeList,...` names them as Slurm does")
         for row in table.rows:
+            self.named += len(row.nodes)
+            if self.named > MAX_NODES:  # hostlists expand: a small file could name billions
+                self.warn(f"line {row.line}: more than {MAX_NODES:,} node names: the rest of this table is skipped")
+                return
             if row.state is not None:
                 state, flags = parse_state(row.state)
             elif table.names[0] == "REASON":  # sinfo -R lists only nodes that are out

@@ -41,6 +41,9 @@ BASE_STATES = frozenset(
 _STATE_ALIASES = {"ALLOC": "ALLOCATED", "INVAL": "INVALID", "DRAIN": "DRAINED", "DRNG": "DRAINING", "MIX": "MIXED",
                   "COMP": "COMPLETING", "UNK": "UNKNOWN", "RESV": "RESERVED", "FUTR": "FUTURE", "NPC": "PERFCTRS",
                   "PLND": "PLANNED", "BLOCK": "BLOCKED", "POW_DN": "POWERED_DOWN", "POW_UP": "POWERING_UP"}
+# Node names one listing may expand to (hostlists like `n[1-99999]` make a small file name
+# many); the largest Slurm clusters have tens of thousands.
+MAX_NODES = 200_000
 KNOWN_STATES = BASE_STATES | frozenset(_STATE_ALIASES.values())
 # A placeholder base state for listings that show only unavailable nodes without saying how
 # they are out (`sinfo -R` has no state column): down, drained or failing, which one unknown.

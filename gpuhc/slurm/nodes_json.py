@@ -29,7 +29,7 @@ try:  # 2-4x faster than json on Slurm's big node listings; same documents, same
 except ImportError:  # optional: json gives the same answers, only slower
     _orjson = None
 
-from gpuhc.slurm.nodes import Node, NodeParseError, parse_state
+from gpuhc.slurm.nodes import MAX_NODES, Node, NodeParseError, parse_state
 
 # In a state list exactly one word is the base state (Slurm's node_state_base); all else are
 # flags, DRAIN included, whatever order they come in.
@@ -308,11 +308,15 @@ def _from_sinfo_groups(groups: list) -> list[Node]:
     """23.02+ ``sinfo --json``: entries per (partition, state, reason). A node in several
     partitions appears in several entries; merge them into one node with all its partitions."""
     by_name: dict[str, Node] = {}
+    named = 0
     for i, group in enumerate(groups):
         where = f"{_SINFO_NEW}, sinfo[{i}]"
         if not isinstance(group, dict):
             raise NodeParseError(f"{where}: expected an object, got {type(group).__name__}")
         names = _group_names(group.get("nodes"), where)
+        named += len(names)
+        if named > MAX_NODES:  # hostlists expand: a small file could name billions
+            raise NodeParseError(f"{where}: more than {MAX_NODES:,} node names in one listing")
         node_info = group.get("node") if isinstance(group.get("node"), dict) else {}
         state, flags, raw = _state(node_info.get("state"), None, where)
         reason_obj = group.get("reason") if isinstance(group.get("reason"), dict) else {}
