@@ -103,6 +103,9 @@ def load_group_result(results_dir: str, sweep_id: str, group_id: str) -> dict | 
     parts, budget = [], MAX_GROUP_BYTES
     for name in names:
         path = os.path.join(directory, name)
+        if budget <= 0:
+            raise BadResults(f"bad results: {directory}: the rank files of {group_id} hold more than "
+                             f"{MAX_GROUP_BYTES >> 20} MiB together")
         part = read_partial(path, min(MAX_PARTIAL_BYTES, budget))
         if part is None:
             continue
