@@ -194,7 +194,9 @@ class _Reader:
                 return
             if row.state is not None:
                 state, flags = parse_state(row.state)
-            elif table.names[0] == "REASON":  # sinfo -R lists only nodes that are out
+            elif table.names[0] == "REASON" or row.reason:
+                # sinfo -R lists only nodes that are out; elsewhere a reason means out (Slurm
+                # clears it on resume): down, drained or failing, the table does not say which.
                 state, flags = UNAVAILABLE, frozenset()
             else:
                 state, flags = "UNKNOWN", frozenset()
