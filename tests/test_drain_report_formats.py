@@ -218,3 +218,9 @@ def test_every_output_says_when_a_reason_may_not_be_the_nodes_own():
     assert group["owner"] == "unknown" and "may be only one node's" in group["rows"][0]["reason_doubt"]
     lines = run("--from-file", path, "--parsable", "-h", "-o", "node,owner,doubt").stdout.splitlines()
     assert lines[0].startswith("n2|unknown|one reason for the 4 nodes")
+
+
+def test_sinfo_format_with_reasons_but_no_state_lists_the_nodes_that_are_out():
+    got = out_nodes(dump("2205_sinfo_O_no_state.txt"))
+    assert {n: r for n, (_, r, _) in got.items()} == FULL  # a 90-wide column: whole reasons, gpu05's `none` is in service
+    assert {s for s, _, _ in got.values()} == {"UNAVAILABLE"}  # out, but how is not in this table
