@@ -224,3 +224,14 @@ def test_sinfo_format_with_reasons_but_no_state_lists_the_nodes_that_are_out():
     got = out_nodes(dump("2205_sinfo_O_no_state.txt"))
     assert {n: r for n, (_, r, _) in got.items()} == FULL  # a 90-wide column: whole reasons, gpu05's `none` is in service
     assert {s for s, _, _ in got.values()} == {"UNAVAILABLE"}  # out, but how is not in this table
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_json_between_prompts_and_a_windows_paste_are_read(newline):
+    """A ticket pasted from a Windows mail client: CRLF line ends, JSON between two commands."""
+    mix = ("$ sinfo --json\n" + (FIX.parent / "slurm-26.05" / "sinfo_json.json").read_text() + "\n$ sinfo -R\n"
+           + (FIX / "2205_sinfo_R.txt").read_text()).replace("\n", newline)
+    d = read_dump(mix.encode())
+    assert d.formats == ["json", "sinfo -R"]
+    assert sorted(out_nodes(d)) == ["gpu01", "gpu02", "gpu03", "gpu04", "gpu06", "n2", "n3", "n4", "n5", "n6", "n7", "n8"]
+    assert out_nodes(d)["gpu02"][1] == "bad DIMM, ticket 471"  # no stray \r kept in a reason

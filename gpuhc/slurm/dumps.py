@@ -81,10 +81,11 @@ def read_dump(data: str | bytes) -> Dump:
 class _Reader:
     def __init__(self, text: str):
         self.text = text
-        self.lines = text.splitlines()
-        self.offsets = [0]
-        for line in self.lines:
-            self.offsets.append(self.offsets[-1] + len(line) + 1)
+        ended = text.splitlines(keepends=True)  # \r\n from a Windows paste too
+        self.lines = [line.rstrip("\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029") for line in ended]
+        self.offsets = [0]  # where each line starts in the text
+        for line in ended:
+            self.offsets.append(self.offsets[-1] + len(line))
         self.facts: dict[str, dict] = {}
         self.formats: list[str] = []
         self.warnings: list[str] = []
@@ -173,7 +174,10 @@ class _Reader:
             return j + 1
         for node in nodes:
             self._note("json", RANK_FULL if not node.reason_doubt else RANK_TABLE, node)
-        return self.text.count("\n", 0, end) + 1  # anything after the JSON on its last line is dropped
+        import bisect
+
+        # the line after the one the JSON ends on (anything after it on that line is dropped)
+        return bisect.bisect_right(self.offsets, end - 1)
 
     def _table(self, table) -> None:
         what = "sinfo -R" if table.names[0] == "REASON" else "sinfo"
