@@ -26,16 +26,16 @@ from gpuhc.sweep.judge import on_ladder
 from gpuhc.sweep.settings import SCHEMA, thresholds_for
 from gpuhc.sweep.stats import busbw_factor, size_ladder, summarize_size
 
+BASE_LATENCY_S = 60e-6  # multi-node H100 small all-reduce, order of magnitude (DESIGN.md section 5)
+BASE_BUSBW_GBS = 445.0
+SIM_GPU = "NVIDIA H100 80GB HBM3"  # the model the cost model stands for: selects the h100-sxm thresholds
+SAMPLES = 8  # per-iteration samples drawn for latency sizes (p95 interpolates between the top two)
+
 # Bounds of `gpuhc sweep simulate` (docs/sweep.md): the largest Slurm clusters run tens of
 # thousands of nodes; 65,536 simulate in seconds and a few hundred MB, while a million took
 # minutes and gigabytes. Group sizes follow the config's `sweep.group_size`.
 MAX_NODES = 65536
 MAX_GROUP_SIZE = 256
-
-BASE_LATENCY_S = 60e-6  # multi-node H100 small all-reduce, order of magnitude (DESIGN.md section 5)
-BASE_BUSBW_GBS = 445.0
-SIM_GPU = "NVIDIA H100 80GB HBM3"  # the model the cost model stands for: selects the h100-sxm thresholds
-SAMPLES = 8  # per-iteration samples drawn for latency sizes (p95 interpolates between the top two)
 
 
 @dataclass
