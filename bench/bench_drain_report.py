@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 import gen_nodes  # noqa: E402  (after the path set-up above)
 
 from gpuhc.cli.report_cmd import render_plain, render_rich  # noqa: E402
-from gpuhc.slurm.nodes import parse_nodes  # noqa: E402
+from gpuhc.slurm.dumps import read_dump  # noqa: E402  (what --from-file reads with)
 from gpuhc.slurm.report import build_report  # noqa: E402
 
 NOW = float(gen_nodes.NOW)
@@ -59,7 +59,7 @@ def baseline_json(path: str) -> None:
 
 
 def full(path: str, render: str) -> None:
-    report = build_report(parse_nodes(_read(path)), NOW)
+    report = build_report(read_dump(_read(path)).nodes, NOW)
     if render == "plain":
         render_plain(report, path)
     elif render == "json":

@@ -106,17 +106,26 @@ def load_json(data: bytes | str, source: str, max_depth: int = 64):
         raise UntrustedInputError(f"{source}: JSON nested too deeply") from None
 
 
-def json_depth(text: str) -> int:
-    """The deepest bracket nesting in ``text``, ignoring brackets inside strings. Strings and
-    every other character are dropped by C-speed regexes first, so only the brackets are
-    walked in Python (a 10,000-node Slurm dump stays in the tens of milliseconds)."""
+def json_depth(text: str | bytes) -> int:
+    """The deepest bracket nesting in ``text``, ignoring brackets inside strings. Everything but
+    brackets and quotes is dropped by C-speed ``translate`` first (escapes before that, so an
+    escaped quote cannot end a string), so only a few hundred thousand brackets are walked for
+    a 30 MB, 10,000-node Slurm dump (about 0.2 s)."""
+    import array
     import re
     from itertools import accumulate
 
-    brackets = re.sub(r"[^\[\]{}]+", "", re.sub(r'"(?:[^"\\]|\\.)*"', "", text, flags=re.S))
-    if not brackets:
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    if b"\\" in data:
+        data = re.sub(rb"\\.", b"", data, flags=re.S)
+    brackets = re.sub(rb'"[^"]*"', b"", data.translate(None, _NOT_STRUCTURE))
+    if not brackets.strip(b'"'):
         return 0
-    return max(accumulate(1 if ch in "[{" else -1 for ch in brackets))
+    return max(0, max(accumulate(array.array("b", brackets.replace(b'"', b"").translate(_STEP)))))
+
+
+_NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'[]{}"')))
+_STEP = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 
 
 def _read_upto(fd: int, n: int) -> bytes:

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from gpuhc.cli import cli
 from gpuhc.cli.report_cmd import read_live, render_rich
 from gpuhc.errors import SlurmError
-from gpuhc.slurm.nodes import parse_nodes
+from gpuhc.slurm.dumps import parse_nodes
 from gpuhc.slurm.report import build_report
 from gpuhc.slurm.scontrol import Scontrol
 
@@ -71,7 +71,7 @@ def test_csv_output_one_line_per_node():
 
 def test_filters_from_the_command_line():
     def nodes(*args):
-        return [n["node"] for n in json.loads(invoke("--from-file", ONELINE, "--now", NOW, "--json", *args).output)["nodes"]]
+        return [n["node"] for n in json.loads(invoke("--from-file", ONELINE, "--now", NOW, "--json", *args).stdout)["nodes"]]
 
     assert nodes("--state", "down,fail") == ["gpu004", "gpu006"]
     assert nodes("--state", "drain", "--owner", "gpuhc") == ["gpu002", "gpu005"]
@@ -82,7 +82,7 @@ def test_filters_from_the_command_line():
     assert nodes("--partition", "DEBUG") == []  # Slurm partition names are case-sensitive
 
 
-@pytest.mark.parametrize("fixture", sorted(p.name for p in FIX.iterdir()))
+@pytest.mark.parametrize("fixture", sorted(p.name for p in FIX.iterdir() if p.suffix in (".txt", ".json")))
 def test_every_fixture_format_is_read(fixture):
     doc = json.loads(invoke("--from-file", str(FIX / fixture), "--json", "--now", NOW).output)
     assert doc["total_nodes"] == len(parse_nodes((FIX / fixture).read_text()))
@@ -122,7 +122,7 @@ def test_rich_table_caps_rows_per_cause():
         (["--older-than", "soon"], "cannot read duration 'soon'"),
         (["--state", "idle"], "unknown --state idle"),
         (["--owner", "root"], "unknown --owner root"),
-        (["--json", "--csv"], "choose one of --json and --csv"),
+        (["--json", "--csv"], "choose one of --json, --csv and -o/--parsable"),
         (["--now", "yesterday"], "neither epoch seconds nor ISO 8601"),
     ],
 )
@@ -133,12 +133,13 @@ def test_bad_options_exit_2_with_a_message(args, needle):
 
 def test_unreadable_and_garbage_files(tmp_path):
     p = gpuhc("--from-file", str(tmp_path / "missing.txt"))
-    assert p.returncode == 2 and "cannot read" in p.stderr and "missing.txt" in p.stderr
+    assert p.returncode == 2 and "cannot open" in p.stderr and "missing.txt" in p.stderr
     bad = tmp_path / "bad.json"
     bad.write_text('{"nodes": [{"name": "x", "state": 7}]}')
     p = gpuhc("--from-file", str(bad))
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert f"{bad}: scontrol/slurmrestd node JSON, nodes[0] (x): `state` must be" in p.stderr
+    assert p.stderr.startswith(f"gpuhc: error: {bad}: no Slurm node listing found")
+    assert "line 1: skipped a JSON block gpuhc cannot read: scontrol/slurmrestd node JSON, nodes[0] (x): `state` must be" in p.stderr
 
 
 # ---------------------------------------------------------------------------- live, scripted

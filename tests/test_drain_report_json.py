@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuhc.slurm import nodes_json
-from gpuhc.slurm.nodes import NodeParseError, parse_nodes
+from gpuhc.slurm.dumps import parse_nodes
+from gpuhc.slurm.nodes import NodeParseError
 from gpuhc.slurm.nodes_json import _fast_node, _guess_kind, _node, parse_nodes_json
 
 FIX = Path(__file__).parent / "fixtures" / "slurm"

@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuhc.errors import GpuhcError
+from gpuhc.slurm.dumps import parse_nodes
 from gpuhc.slurm.nodes import (
     Node,
     NodeParseError,
     node_fields,
-    parse_nodes,
     parse_record,
     parse_show_node,
     parse_show_node_oneline,
@@ -135,10 +135,9 @@ def test_multiline_reason_continuation():
 
 
 def test_shell_prompt_preamble_is_not_mistaken_for_json():
-    from gpuhc.slurm.nodes import detect_format
-
-    assert detect_format("[root@head ~]# scontrol show node\nNodeName=a State=IDLE\n") == "text"
-    assert detect_format(' [ {"name": "a"} ]') == "json" and detect_format("[]") == "json"
+    (node,) = parse_nodes("[root@head ~]# scontrol show node\nNodeName=a State=IDLE\n")
+    assert node.name == "a"
+    assert [n.name for n in parse_nodes(' [ {"name": "a"} ]')] == ["a"] and parse_nodes("[]") == []
 
 
 def test_parse_nodes_autodetects_text_and_oneline_equals_blocks():

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuhc.slurm.nodes import NodeParseError, parse_nodes
+from gpuhc.slurm.dumps import parse_nodes
+from gpuhc.slurm.nodes import NodeParseError
 
 FIX = Path(__file__).parent / "fixtures" / "slurm"
 

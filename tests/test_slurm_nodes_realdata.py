@@ -10,7 +10,7 @@ import time
 import pytest
 from realdata import ROOT as REALDATA_ROOT
 
-from gpuhc.slurm.nodes import parse_nodes
+from gpuhc.slurm.dumps import parse_nodes
 
 REALDATA = REALDATA_ROOT / "slurm"
 pytestmark = pytest.mark.skipif(not REALDATA.is_dir(), reason=f"real-world samples folder {REALDATA} is absent")

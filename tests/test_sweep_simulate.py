@@ -163,3 +163,29 @@ def test_cli_simulates_mildly_slow_nodes_with_site_thresholds():
 def test_cli_refuses_bad_simulation_options(args, message):
     res = CliRunner().invoke(sweep, ["simulate", "--nodes", "16", *args])
     assert res.exit_code == 2 and message in res.output, res.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--nodes", "10", "--bad", "20"], "--bad 20: more bad nodes than the 10 nodes"),
+    (["--nodes", "99999999999999999999"], "99999999999999999999 is not in the range 2<=x<=65536"),
+    (["--nodes", "1000000"], "1000000 is not in the range 2<=x<=65536"),
+    (["--nodes", "5", "--group-size", "8"], "--group-size 8: between 2 and the number of nodes (5)"),
+    (["--nodes", "8", "--group-size", "4", "--bad-links", "3"], "--bad-links 3: at most one per first-round group (2"),
+])
+def test_cli_refuses_impossible_clusters_before_building_them(args, message):
+    """Issue 8 item 9: each of these ended in a ValueError, the OOM killer, minutes of work,
+    or a plan of 0 jobs reported as "missed 3"."""
+    res = CliRunner().invoke(sweep, ["simulate", *args])
+    assert res.exit_code == 2 and message in res.output, res.output
+
+
+def test_slow_bw_help_shows_a_plain_percent_sign():
+    res = CliRunner().invoke(sweep, ["simulate", "--help"], terminal_width=200)
+    assert "15-25 % slow" in res.output and "%%" not in res.output
+
+
+def test_the_simulator_refuses_a_spec_the_cli_would_refuse():
+    from gpuhc.errors import GpuhcError
+
+    with pytest.raises(GpuhcError, match="--group-size 8"):
+        simulate(SimSpec(nodes=5, group_size=8))

@@ -16,7 +16,7 @@ from gpuhc.sweep.store import (
     write_group_result,
     write_json_atomic,
 )
-from gpuhc.sweep.worker import merge_partials
+from gpuhc.sweep.results import BadResults, merge_partials
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
@@ -68,10 +68,10 @@ def test_ids_cannot_climb_out_of_the_results_directory(tmp_path):
 def test_a_broken_results_file_is_named(tmp_path):
     os.makedirs(tmp_path / "s1")
     (tmp_path / "s1" / "g0.json").write_text("{not json")
-    with pytest.raises(SweepStoreError, match="g0.json"):
+    with pytest.raises(BadResults, match="g0.json: not valid JSON"):
         load_group_result(str(tmp_path), "s1", "g0")
     (tmp_path / "s1" / "g1.json").write_text('["a list"]')
-    with pytest.raises(SweepStoreError, match="not a gpuhc sweep results file"):
+    with pytest.raises(BadResults, match="g1.json: expected an object, got a list"):
         load_group_result(str(tmp_path), "s1", "g1")
     assert load_group_result(str(tmp_path), "s1", "g9") is None
 

@@ -19,7 +19,8 @@ from typing import IO
 import click
 
 from gpuhc.errors import GpuhcError, SlurmError
-from gpuhc.slurm.nodes import Node, NodeParseError, parse_nodes
+from gpuhc.slurm.dumps import parse_nodes
+from gpuhc.slurm.nodes import Node, NodeParseError
 from gpuhc.slurm.report import (
     OWNERS,
     STATE_FILTERS,
@@ -30,6 +31,7 @@ from gpuhc.slurm.report import (
     humanize_age,
     parse_duration,
 )
+from gpuhc.slurm.report_fields import CSV_FIELDS, FIELDS, field_value, parse_fields, render_fields
 
 # The table on a terminal shows this many rows per cause unless --all-rows: a thousand
 # distinct reasons would bury the summary the admin came for. JSON, CSV and plain text
@@ -54,10 +56,11 @@ def _parse_now(text: str | None) -> float:
     return time.time() if value is None else value
 
 
-@click.command("drain-report")
+@click.command("drain-report", context_settings={"help_option_names": ["--help"]})
 @click.option("--from-file", "from_file", metavar="FILE",
-              help="Read a saved dump instead of asking Slurm: `scontrol show node [-o]` text, "
-                   "`sinfo --json`, `scontrol show node --json` or slurmrestd JSON ('-' = stdin).")
+              help="Read a saved dump instead of asking Slurm ('-' = stdin): `scontrol show node [-o]`, "
+                   "sinfo/scontrol --json, slurmrestd JSON, or sinfo tables (default, -N -l, -R, -O with a "
+                   "node column), several in one file with their shell prompts.")
 @click.option("--partition", "partitions", multiple=True, metavar="NAME", help="Only nodes in these partitions (repeat or comma list).")
 @click.option("--state", "states", multiple=True, metavar="STATE",
               help=f"Only these states: {', '.join(STATE_FILTERS)} (repeat or comma list).")
@@ -66,23 +69,33 @@ def _parse_now(text: str | None) -> float:
 @click.option("--newer-than", metavar="AGE", help="Only nodes out for at most AGE.")
 @click.option("--json", "json_mode", is_flag=True, help="JSON: groups, partition counts and one record per node.")
 @click.option("--csv", "csv_mode", is_flag=True, help="CSV: one line per node.")
+@click.option("-o", "--format", "fields", metavar="FIELDS",
+              help=f"One line per node with these fields, comma-separated: {', '.join(FIELDS)}.")
+@click.option("--parsable", is_flag=True, help="One line per node, fields separated by --delimiter (like sacct -P).")
+@click.option("--delimiter", default="|", show_default=True, help="Field separator for --parsable.")
+@click.option("-h", "--noheader", is_flag=True, help="No header lines (like sinfo -h).")
 @click.option("--all-rows", is_flag=True, help=f"Terminal table: show every row, not {TABLE_ROWS_PER_CAUSE} per cause.")
 @click.option("--now", help="Compute ages as if it were this time (epoch seconds or ISO 8601).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1.0, max=600.0), default=20.0, show_default=True,
               help="Seconds to wait for scontrol.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="gpuhc.yaml, for slurm.scontrol (default $GPUHC_CONFIG or /etc/gpuhc/gpuhc.yaml, if present).")
-def drain_report(from_file, partitions, states, owners, older_than, newer_than, json_mode, csv_mode, all_rows, now,
-                 timeout_s, config_path):
+def drain_report(from_file, partitions, states, owners, older_than, newer_than, json_mode, csv_mode, fields, parsable,
+                 delimiter, noheader, all_rows, now, timeout_s, config_path):
     """Show every drained, draining, down or failed node, grouped by cause.
 
     Owner: `gpuhc` for reasons starting with "gpuhc:", `slurm` for reasons Slurm writes itself
     (Not responding, Prolog error, Kill task failed, ...), `admin` for everything else.
-    Exit code 0 whatever the nodes' health; 2 for bad options or an unreadable file;
-    3 when Slurm does not answer.
+    Exit code 0 whatever the nodes' health; 2 for bad options or a file with no node listing
+    in it; 3 when Slurm does not answer. Parts of a file that are not node listings are skipped
+    with a warning on stderr (and in --json).
     """
-    if json_mode and csv_mode:
-        raise click.UsageError("choose one of --json and --csv")
+    if sum(map(bool, (json_mode, csv_mode, fields or parsable))) > 1:
+        raise click.UsageError("choose one of --json, --csv and -o/--parsable")
+    try:
+        chosen = parse_fields(fields) if fields or parsable else None
+    except ReportError as e:
+        raise click.UsageError(str(e)) from None
     try:
         filters = Filters(
             # partition names are case-sensitive in Slurm: keep them as typed
@@ -95,8 +108,10 @@ def drain_report(from_file, partitions, states, owners, older_than, newer_than, 
     except ReportError as e:
         raise click.UsageError(str(e)) from None
     when = _parse_now(now)
+    warnings: list[str] = []
+    formats: list[str] = []
     if from_file:
-        nodes, source = read_from_file(from_file)
+        nodes, source, warnings, formats = read_from_file(from_file)
     else:
         from gpuhc.config import load_config
         from gpuhc.slurm.scontrol import Scontrol
@@ -104,37 +119,64 @@ def drain_report(from_file, partitions, states, owners, older_than, newer_than, 
         binary = load_config(config_path).section("slurm").get("scontrol", "scontrol")
         nodes, source = read_live(timeout_s, Scontrol(binary=binary, timeout_s=timeout_s))
     report = build_report(nodes, when, filters)
+    warnings += unknown_partitions(nodes, filters.partitions)
+    for line in warnings:
+        click.echo(f"gpuhc drain-report: warning: {line}", err=True)
     out = click.get_text_stream("stdout")
     if json_mode:
-        doc = {"source": source, **report.to_dict()}
+        doc = {"source": source, "formats": formats, "warnings": warnings, **report.to_dict()}
         out.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
     elif csv_mode:
-        out.write(render_csv(report))
-    elif out.isatty():
+        out.write(render_csv(report, header=not noheader))
+    elif chosen is not None:
+        out.write(render_fields(report, chosen, delimiter if parsable else None, header=not noheader))
+    elif out.isatty() and not noheader:
         render_rich(report, source, all_rows, out)
     else:
-        out.write(render_plain(report, source))
+        out.write(render_plain(report, source, header=not noheader))
 
 
 # ---------------------------------------------------------------------------- input
 
 
-def read_from_file(path: str) -> tuple[list[Node], str]:
-    try:
-        # Bytes: parse_nodes hands JSON to the decoder as it is and decodes text itself.
-        if path == "-":
-            stdin = sys.stdin
-            text = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read()
-        else:
-            with open(path, "rb") as f:
-                text = f.read()
-    except OSError as e:
-        raise GpuhcError(f"cannot read {path}: {e.strerror or e}") from None
+MAX_DUMP_BYTES = 512 * 1024 * 1024  # a 10,000-node JSON dump is ~30 MB
+
+
+def read_from_file(path: str) -> tuple[list[Node], str, list[str], list[str]]:
+    """Every node in a saved listing (any format, any mix), where it came from, what was
+    skipped, and the formats read. The file may come from anyone (a ticket, a user's paste):
+    it is read without following a link, up to a stated size, and never blocks on a FIFO."""
+    from gpuhc.slurm.dumps import read_dump
+    from gpuhc.untrusted import UntrustedInputError, read_bounded
+
     where = "stdin" if path == "-" else path
     try:
-        return parse_nodes(text), where
+        if path == "-":
+            stdin = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else sys.stdin
+            data = stdin.read(MAX_DUMP_BYTES + 1)
+            if len(data) > MAX_DUMP_BYTES:
+                raise GpuhcError(f"stdin: larger than the {MAX_DUMP_BYTES >> 20} MiB limit")
+        else:
+            data = read_bounded(path, MAX_DUMP_BYTES, what="node listing")
+    except UntrustedInputError as e:
+        hint = " (a pipe can come on stdin: --from-file -)" if "symbolic link" in str(e) else ""
+        raise GpuhcError(f"{e}{hint}") from None
+    except OSError as e:
+        raise GpuhcError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        dump = read_dump(data)
     except NodeParseError as e:
         raise NodeParseError(f"{where}: {e}") from None
+    return dump.nodes, where, dump.warnings, list(dict.fromkeys(dump.formats))
+
+
+def unknown_partitions(nodes: list[Node], wanted: frozenset[str]) -> list[str]:
+    """A --partition that no node is in is most likely a typo: say so rather than show nothing."""
+    known = {p for n in nodes for p in n.partitions}
+    missing = sorted(wanted - known)
+    if not missing:
+        return []
+    return [f"no node is in partition {', '.join(missing)} (partitions here: {', '.join(sorted(known)) or 'none'})"]
 
 
 def read_live(timeout_s: float, scontrol=None) -> tuple[list[Node], str]:
@@ -171,7 +213,10 @@ def read_live(timeout_s: float, scontrol=None) -> tuple[list[Node], str]:
 
 
 def _when(ts: float | None) -> str:
-    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else "-"
+    try:
+        return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else "-"
+    except (OverflowError, OSError, ValueError):  # a time no calendar can show
+        return "-"
 
 
 def _rows(report: DrainReport):
@@ -179,7 +224,14 @@ def _rows(report: DrainReport):
     for g in report.groups:
         for i, r in enumerate(g.rows):
             yield (g.cause, r.owner, str(r.count), r.kind, r.hostlist, _when(r.since), humanize_age(r.age_s),
-                   ",".join(r.users) or "-", r.reason or "-"), i, g
+                   ",".join(r.users) or "-", reason_cell(r)), i, g
+
+
+def reason_cell(row) -> str:
+    """The reason as Slurm gave it, and, when it may not be these nodes' own, why (the owner
+    is then `unknown`): the admin must not take a shared or missing reason at its word."""
+    text = row.reason or "-"
+    return f"{text} (note: {row.doubt})" if row.doubt else text
 
 
 def headline(report: DrainReport) -> str:
@@ -192,15 +244,19 @@ def headline(report: DrainReport) -> str:
     return text
 
 
-def render_plain(report: DrainReport, source: str) -> str:
-    """Aligned columns, one row per (cause, state, reason): friendly to grep, awk and mail."""
-    lines = [f"gpuhc drain-report: {headline(report)}", f"source: {source}; at {_when(report.now)}", ""]
+def render_plain(report: DrainReport, source: str, header: bool = True) -> str:
+    """Aligned columns, one row per (cause, state, reason): friendly to grep, awk and mail.
+    Without ``header``, only the rows (``-h``, like sinfo)."""
     rows = [row for row, _, _ in _rows(report)]
+    # Align on typical widths; a rare huge value (a 500-node hostlist) overflows its own row
+    # instead of pushing every other row's reason off the screen.
+    head = [COLUMNS] if header else []
+    widths = [min(PLAIN_MAX_WIDTH, max(len(r[i]) for r in head + rows)) for i in range(len(COLUMNS) - 1)] if rows else []
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
+    if not header:
+        return "".join(fmt.format(*r).rstrip() + "\n" for r in rows)
+    lines = [f"gpuhc drain-report: {headline(report)}", f"source: {source}; at {_when(report.now)}", ""]
     if rows:
-        # Align on typical widths; a rare huge value (a 500-node hostlist) overflows its own
-        # row instead of pushing every other row's reason off the screen.
-        widths = [min(PLAIN_MAX_WIDTH, max(len(COLUMNS[i]), *(len(r[i]) for r in rows))) for i in range(len(COLUMNS) - 1)]
-        fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
         lines.append(fmt.format(*COLUMNS).rstrip())
         lines.extend(fmt.format(*r).rstrip() for r in rows)
         lines.append("")
@@ -214,15 +270,13 @@ def render_plain(report: DrainReport, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_csv(report: DrainReport) -> str:
+def render_csv(report: DrainReport, header: bool = True) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["node", "kind", "state", "flags", "cause", "owner", "reason", "user", "since", "age_s", "partitions"])
+    if header:
+        w.writerow(CSV_FIELDS)
     for e in report.entries:
-        n = e.node
-        since = datetime.fromtimestamp(n.reason_time).isoformat(timespec="seconds") if n.reason_time else ""
-        w.writerow([n.name, e.kind, n.raw_state, "+".join(sorted(n.flags)), e.cause, e.owner, n.reason or "",
-                    n.reason_user or "", since, "" if e.age_s is None else int(e.age_s), ",".join(n.partitions)])
+        w.writerow([field_value(e, f) for f in CSV_FIELDS])
     return buf.getvalue()
 
 
@@ -253,7 +307,7 @@ def render_rich(report: DrainReport, source: str, all_rows: bool, stream: IO[str
             table.add_row(
                 f"[bold]{_escape(g.cause)}[/] ({g.count})" if i == 0 else "",
                 str(r.count), _escape(r.hostlist), f"[{kind_style[r.kind]}]{r.kind}[/]", humanize_age(r.age_s),
-                f"[{owner_style[r.owner]}]{_escape(by)}[/]", _escape(r.reason or "-"),
+                f"[{owner_style[r.owner]}]{_escape(by)}[/]", _escape(reason_cell(r)),
                 end_section=i == len(shown) - 1 and len(g.rows) <= limit,
             )
         if len(g.rows) > limit:

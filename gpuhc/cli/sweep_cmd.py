@@ -17,7 +17,8 @@ import sys
 
 import click
 
-from gpuhc.errors import EXIT_BREAKER, EXIT_UNHEALTHY
+from gpuhc.errors import EXIT_BREAKER, EXIT_INTERNAL, EXIT_UNHEALTHY
+from gpuhc.sweep.simulate import MAX_GROUP_SIZE, MAX_NODES
 
 
 @click.group()
@@ -110,13 +111,17 @@ def submit_cmd(config_path, state_dir, dry_run, test_fault, json_mode) -> None:
     """Plan groups among idle nodes and submit one probe job per group (for cron; returns fast).
 
     Does nothing while the previous sweep still has jobs queued or running, or still needs
-    analyzing. Needs Slurm operator rights when sweep.job.priority is set.
+    analyzing. Needs Slurm operator rights when sweep.job.priority is set. Exit code 3, with
+    a warning on stderr, when the previous sweep's finished jobs still wait for `analyze` at a
+    second submit: analyze is failing or not running, and no sweep can start.
     """
     from gpuhc.sweep.submit import submit_sweep
 
     config, section, store = _context(config_path, state_dir)
     out = submit_sweep(section, store, dry_run=dry_run, test_fault=test_fault)
     _emit(out, json_mode)
+    if out.get("stalled"):
+        sys.exit(EXIT_INTERNAL)
 
 
 @sweep.command("analyze")
@@ -131,7 +136,8 @@ def analyze_cmd(config_path, state_dir, apply, no_submit, allow_fault_hook, json
 
     Exit code 4 when the circuit breaker withheld a drain (it is retried next time), else 1
     when a culprit was named, 0 otherwise (including "still running"). A Slurm command that
-    fails exits 3.
+    fails exits 3. A results file that cannot be used (not JSON, wrong shape, a link, a FIFO,
+    too big) is that group's error, said on stderr; the other groups are judged as usual.
     """
     from gpuhc.sweep.analyze import analyze_sweep
 
@@ -167,13 +173,17 @@ def report_cmd(config_path, state_dir, sweep_id, nodes, png, json_mode) -> None:
         render_report(rep)
         if png:
             click.echo(f"wrote {png}")
+    _warn(rep.get("warnings", []))
 
 
 @sweep.command("simulate")
-@click.option("--nodes", "n_nodes", type=click.IntRange(2), default=1024, show_default=True)
-@click.option("--bad", type=click.IntRange(0), default=3, show_default=True, help="Bad nodes to hide.")
-@click.option("--bad-links", type=click.IntRange(0), default=0, show_default=True, help="Bad node pairs (links) to hide.")
-@click.option("--group-size", type=click.IntRange(2), default=2, show_default=True)
+@click.option("--nodes", "n_nodes", type=click.IntRange(2, MAX_NODES), default=1024, show_default=True,
+              help=f"Nodes in the synthetic cluster (2 to {MAX_NODES}).")
+@click.option("--bad", type=click.IntRange(0), default=3, show_default=True, help="Bad nodes to hide (at most --nodes).")
+@click.option("--bad-links", type=click.IntRange(0), default=0, show_default=True,
+              help="Bad node pairs (links) to hide (at most one per first-round group).")
+@click.option("--group-size", type=click.IntRange(2, MAX_GROUP_SIZE), default=2, show_default=True,
+              help="Nodes per probe job (at most --nodes).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--noise", type=click.FloatRange(0, 0.5), default=0.03, show_default=True, help="Relative measurement noise (sigma).")
 @click.option("--glitch-rate", type=click.FloatRange(0, 1), default=0.002, show_default=True,
@@ -183,7 +193,7 @@ def report_cmd(config_path, state_dir, sweep_id, nodes, png, json_mode) -> None:
 @click.option("--kinds", default="slow,laggy,broken", show_default=True,
               help="Fault kinds the bad nodes are drawn from (comma-separated: slow, laggy, broken).")
 @click.option("--slow-bw", default="0.35,0.6", show_default=True, metavar="LO,HI",
-              help="A slow node's bandwidth as a fraction of healthy, drawn from LO..HI (0.75,0.85: 15-25 %% slow).")
+              help="A slow node's bandwidth as a fraction of healthy, drawn from LO..HI (0.75,0.85: 15-25 % slow).")
 @click.option("--gpu", default="", help="NVML name the simulated ranks report (default an H100): picks the GPU "
               "profile, e.g. 'NVIDIA A100-SXM4-80GB' for fleet-only judging.")
 @click.option("--threshold", "thresholds", multiple=True, metavar="KEY=VALUE",
@@ -191,13 +201,19 @@ def report_cmd(config_path, state_dir, sweep_id, nodes, png, json_mode) -> None:
 @click.option("--json", "json_mode", is_flag=True)
 def simulate_cmd(json_mode, **kw) -> None:
     """Run the real planner, judge and localizer against a synthetic cluster with hidden bad nodes."""
-    from gpuhc.sweep.simulate import SimSpec, simulate
+    from gpuhc.errors import GpuhcError
+    from gpuhc.sweep.simulate import SimSpec, check_spec, simulate
 
-    out = simulate(SimSpec(nodes=kw["n_nodes"], bad=kw["bad"], bad_links=kw["bad_links"], group_size=kw["group_size"],
+    spec = SimSpec(nodes=kw["n_nodes"], bad=kw["bad"], bad_links=kw["bad_links"], group_size=kw["group_size"],
                            seed=kw["seed"], noise=kw["noise"], glitch_rate=kw["glitch_rate"],
                            strategy=kw["strategy"], max_rounds=kw["max_rounds"], kinds=_kinds(kw["kinds"]),
                            slow_bw=_fraction_range(kw["slow_bw"]), gpu=kw["gpu"],
-                           thresholds=_threshold_pairs(kw["thresholds"])))
+                           thresholds=_threshold_pairs(kw["thresholds"]))
+    try:
+        check_spec(spec)
+    except GpuhcError as e:
+        raise click.UsageError(str(e)) from None
+    out = simulate(spec)
     if json_mode:
         click.echo(json.dumps(out, indent=1))
     else:
@@ -251,8 +267,16 @@ def _threshold_pairs(items: tuple[str, ...]) -> dict:
 
 
 def _emit(out: dict, json_mode: bool) -> None:
+    """Lines to stdout (or the whole answer as JSON); warnings also to stderr, whatever the
+    mode, so that cron mails them."""
     if json_mode:
         click.echo(json.dumps(out, indent=1, default=str))
-        return
-    for line in out.get("lines", []):
-        click.echo(line)
+    else:
+        for line in out.get("lines", []):
+            click.echo(line)
+    _warn(out.get("warnings", []))
+
+
+def _warn(lines: list[str]) -> None:
+    for line in lines:
+        click.echo(f"gpuhc: warning: {line}", err=True)

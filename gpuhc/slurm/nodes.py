@@ -1,8 +1,10 @@
 """What Slurm says about a node, read from ``scontrol show node`` text in any of its spellings.
 
-One :class:`Node` per node, whatever the source: ``scontrol show node -o`` (one line per node),
-the multi-line blocks admins paste into tickets (Slurm 17.11 onwards), and — through
-:mod:`gpuhc.slurm.nodes_json` — ``sinfo --json``, ``scontrol show node --json`` and slurmrestd.
+One :class:`Node` per node, whatever the source: here ``scontrol show node -o`` (one line per
+node) and the multi-line blocks admins paste into tickets (Slurm 17.11 onwards);
+:mod:`gpuhc.slurm.nodes_json` reads ``sinfo --json``, ``scontrol show node --json`` and
+slurmrestd, :mod:`gpuhc.slurm.sinfo_text` sinfo's tables, and :mod:`gpuhc.slurm.dumps` picks
+among them for a whole file (a mix of several, shell prompts included).
 
 Why the text parser is careful: ``scontrol`` prints ``Key=value`` pairs separated by spaces, but
 some values are free text with spaces, ``=`` and brackets in them (``Reason=``, ``OS=``,
@@ -35,7 +37,17 @@ BASE_STATES = frozenset(
      "POWERED_DOWN", "PERFCTRS", "RESERVED", "PLANNED", "BLOCKED", "INVAL", "INVALID", "CLOUD",
      "END"}
 )
-_STATE_ALIASES = {"ALLOC": "ALLOCATED", "INVAL": "INVALID", "DRAIN": "DRAINED"}
+# sinfo's short spellings (`%t`) next to scontrol's long ones.
+_STATE_ALIASES = {"ALLOC": "ALLOCATED", "INVAL": "INVALID", "DRAIN": "DRAINED", "DRNG": "DRAINING", "MIX": "MIXED",
+                  "COMP": "COMPLETING", "UNK": "UNKNOWN", "RESV": "RESERVED", "FUTR": "FUTURE", "NPC": "PERFCTRS",
+                  "PLND": "PLANNED", "BLOCK": "BLOCKED", "POW_DN": "POWERED_DOWN", "POW_UP": "POWERING_UP"}
+# Node names one listing may expand to (hostlists like `n[1-99999]` make a small file name
+# many); the largest Slurm clusters have tens of thousands.
+MAX_NODES = 200_000
+KNOWN_STATES = BASE_STATES | frozenset(_STATE_ALIASES.values())
+# A placeholder base state for listings that show only unavailable nodes without saying how
+# they are out (`sinfo -R` has no state column): down, drained or failing, which one unknown.
+UNAVAILABLE = "UNAVAILABLE"
 # Single-character suffixes sinfo/scontrol append to a state (see sinfo(1), NODE STATE CODES).
 _SUFFIX_FLAGS = {
     "*": "NOT_RESPONDING",
@@ -65,6 +77,10 @@ class Node:
     reason_time: float | None  # epoch seconds
     partitions: tuple[str, ...] = ()
     raw_state: str = ""  # as Slurm printed it, e.g. "IDLE+DRAIN"
+    # Why the reason shown may not be this node's own, or "" when it is: a listing without
+    # reasons (default `sinfo`), or one `sinfo --json` record whose one reason covers several
+    # nodes. The drain report then names no owner for the node.
+    reason_doubt: str = ""
 
     @property
     def drained(self) -> bool:
@@ -94,7 +110,7 @@ class Node:
     @property
     def unavailable(self) -> bool:
         """Any of drained, down or failing: what ``gpuhc drain-report`` lists."""
-        return self.drained or self.down or self.failing
+        return self.drained or self.down or self.failing or self.state == UNAVAILABLE
 
 
 @functools.lru_cache(maxsize=1024)
@@ -337,39 +353,3 @@ def parse_show_node(text: str) -> list[Node]:
         where = f"scontrol show node text, record at line {lineno}: "
         nodes.append(node_from_record(node_fields(" ".join(lines)), where))
     return nodes
-
-
-_JSON_START = re.compile(r"\s*(?:\{|\[\s*[\{\]])")
-
-
-def detect_format(text: str) -> str:
-    """Name the format of a node dump: ``json`` or ``text``; raise for anything else."""
-    # `[` alone is not enough: a pasted shell prompt `[root@head ~]# scontrol ...` starts so too.
-    if _JSON_START.match(text):
-        return "json"
-    if "NodeName=" in text:
-        return "text"
-    snippet = text.strip().splitlines()[0][:60] if text.strip() else ""
-    raise NodeParseError(
-        "not a Slurm node listing: expected `scontrol show node [-o]` text (NodeName=...) or JSON "
-        f"from sinfo/scontrol --json or slurmrestd; starts with {snippet!r}"
-    )
-
-
-def parse_nodes(text: str | bytes) -> list[Node]:
-    """Read any node dump gpuhc knows: ``-o`` lines, multi-line blocks, or any of the JSONs.
-
-    Bytes (a file read as it is) go to the JSON decoder undecoded, which saves decoding 30 MB
-    twice; text is decoded with replacement characters, so a stray byte never stops a report.
-    """
-    if isinstance(text, bytes):
-        if _JSON_START.match(text[:4096].decode("utf-8", "replace")):
-            from gpuhc.slurm.nodes_json import parse_nodes_json
-
-            return parse_nodes_json(text)
-        text = text.decode("utf-8", "replace")
-    if detect_format(text) == "json":
-        from gpuhc.slurm.nodes_json import parse_nodes_json
-
-        return parse_nodes_json(text)
-    return parse_show_node(text)

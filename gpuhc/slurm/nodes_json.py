@@ -29,11 +29,14 @@ try:  # 2-4x faster than json on Slurm's big node listings; same documents, same
 except ImportError:  # optional: json gives the same answers, only slower
     _orjson = None
 
-from gpuhc.slurm.nodes import Node, NodeParseError, parse_state
+from gpuhc.slurm.nodes import MAX_NODES, Node, NodeParseError, parse_state
 
 # In a state list exactly one word is the base state (Slurm's node_state_base); all else are
 # flags, DRAIN included, whatever order they come in.
 _LIST_BASES = frozenset({"IDLE", "DOWN", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "UNKNOWN", "END"})
+
+MAX_DEPTH = 64  # Slurm's node JSON is under 10 levels deep
+MAX_EPOCH = 253402300800  # 10000-01-01: the last second a date can be shown for
 
 _SCONTROL = "scontrol/slurmrestd node JSON"
 _SINFO_OLD = "sinfo --json (v0.0.37/v0.0.38)"
@@ -51,7 +54,14 @@ def loads(text: str | bytes) -> Any:
 
     orjson refuses a few things json takes (NaN, integers past 64 bits, lone surrogates): on
     any orjson error json gets the last word, so the two never disagree on what is valid.
+    The nesting is bounded before either decoder sees the text: json recurses per level, and
+    orjson 3.8 crashes the whole process (SIGSEGV) on a few thousand levels.
     """
+    from gpuhc.untrusted import json_depth
+
+    probe = text if isinstance(text, str) else text.decode("utf-8", "replace")
+    if json_depth(probe) > MAX_DEPTH:
+        raise NodeParseError(f"Slurm node JSON: nested deeper than {MAX_DEPTH} levels: not a node listing")
     if _orjson is not None:
         try:
             return _orjson.loads(text)
@@ -64,6 +74,8 @@ def loads(text: str | bytes) -> Any:
             return json.loads(text.decode("utf-8", "replace"))
     except json.JSONDecodeError as e:
         raise NodeParseError(f"Slurm node JSON: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:  # json recurses per nesting level; Slurm's own JSON is ~6 deep
+        raise NodeParseError("Slurm node JSON: nested too deeply to be a node listing") from None
 
 
 @contextmanager
@@ -163,7 +175,7 @@ def _fast_node(item: Any) -> Node | None:
             if when is not None:
                 if type(when) is not int and type(when) is not float:
                     return None
-                when = float(when) if when > 0 else None
+                when = float(when) if 0 < when < MAX_EPOCH else None
     return Node(name, parsed[0], parsed[1], reason, user, when, partitions, parsed[2])
 
 
@@ -278,7 +290,8 @@ def _time(value: Any, here: str, key: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise NodeParseError(f"{here}: `{key}` must be epoch seconds, got {value!r}")
-    return float(value) if value > 0 else None
+    # Past the year 9999 no clock can print it: as good as no time (1e30 would overflow).
+    return float(value) if 0 < value < MAX_EPOCH else None
 
 
 def _partitions(value: Any, here: str) -> tuple[str, ...]:
@@ -295,11 +308,15 @@ def _from_sinfo_groups(groups: list) -> list[Node]:
     """23.02+ ``sinfo --json``: entries per (partition, state, reason). A node in several
     partitions appears in several entries; merge them into one node with all its partitions."""
     by_name: dict[str, Node] = {}
+    named = 0
     for i, group in enumerate(groups):
         where = f"{_SINFO_NEW}, sinfo[{i}]"
         if not isinstance(group, dict):
             raise NodeParseError(f"{where}: expected an object, got {type(group).__name__}")
         names = _group_names(group.get("nodes"), where)
+        named += len(names)
+        if named > MAX_NODES:  # hostlists expand: a small file could name billions
+            raise NodeParseError(f"{where}: more than {MAX_NODES:,} node names in one listing")
         node_info = group.get("node") if isinstance(group.get("node"), dict) else {}
         state, flags, raw = _state(node_info.get("state"), None, where)
         reason_obj = group.get("reason") if isinstance(group.get("reason"), dict) else {}
@@ -308,10 +325,18 @@ def _from_sinfo_groups(groups: list) -> list[Node]:
         when = _time(reason_obj.get("time"), where, "reason.time") if reason else None
         part = group.get("partition") if isinstance(group.get("partition"), dict) else {}
         pname = part.get("name") if isinstance(part.get("name"), str) else None
+        # 23.02+ groups nodes that share a state into one record with one reason: with several
+        # nodes, the others' reasons are lost in the file itself (docs/slurm.md, drain-report).
+        doubt = (f"one reason for the {len(names)} nodes of one sinfo --json record, it may be only one "
+                 "node's; `scontrol show node` has each node's own") if reason and len(names) > 1 else ""
         for name in names:
             old = by_name.get(name)
             parts = (old.partitions if old else ()) + ((pname,) if pname and (not old or pname not in old.partitions) else ())
-            by_name[name] = Node(name, state, flags, reason, user, when, parts, raw)
+            if old is not None and doubt and not old.reason_doubt:
+                # A record of this node alone already gave its own reason: keep that one.
+                by_name[name] = Node(name, state, flags, old.reason, old.reason_user, old.reason_time, parts, raw)
+            else:
+                by_name[name] = Node(name, state, flags, reason, user, when, parts, raw, doubt)
     return list(by_name.values())
 
 

@@ -32,8 +32,9 @@ from gpuhc.slurm.nodes import Node
 from gpuhc.slurm.reason import PREFIX
 
 GPUHC_PREFIX = PREFIX
-OWNERS = ("gpuhc", "slurm", "admin")
-KINDS = ("down", "fail", "draining", "drained")
+OWNERS = ("gpuhc", "slurm", "admin", "unknown")
+# "out": listed as unavailable by a listing that does not say how (`sinfo -R` without -l).
+KINDS = ("down", "fail", "draining", "drained", "out")
 # --state values: each names the kinds it selects.
 STATE_FILTERS: dict[str, frozenset[str]] = {
     "drain": frozenset({"draining", "drained"}),
@@ -42,6 +43,7 @@ STATE_FILTERS: dict[str, frozenset[str]] = {
     "down": frozenset({"down"}),
     "fail": frozenset({"fail"}),
     "not_responding": frozenset(),  # matched on the flag, see Filters.matches
+    "out": frozenset({"out"}),
 }
 
 # (lower-case prefix of a reason Slurm writes itself, cause). Checked with str.startswith.
@@ -77,6 +79,9 @@ def classify(node: Node) -> tuple[str, str]:
     """(cause, owner) of an unavailable node, following the module's ownership rules."""
     reason = (node.reason or "").strip()
     low = reason.lower()
+    if node.reason_doubt:
+        # The reason shown may not be this node's (docs/slurm.md, drain-report): no owner.
+        return ("reason not shown" if not reason else "shared reason"), "unknown"
     if reason.startswith(GPUHC_PREFIX):
         words = re.findall(r"[a-z0-9][a-z0-9_.-]*", low[len(GPUHC_PREFIX):])
         return (words[0].rstrip(".") if words else "gpuhc"), "gpuhc"
@@ -99,7 +104,9 @@ def kind_of(node: Node) -> str:
         return "fail"
     if node.draining:
         return "draining"
-    return "drained"
+    if node.drained:
+        return "drained"
+    return "out"
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)?", re.I)
@@ -176,6 +183,7 @@ class Entry:
             "node": n.name, "kind": self.kind, "state": n.raw_state, "flags": sorted(n.flags),
             "cause": self.cause, "owner": self.owner, "reason": n.reason, "user": n.reason_user,
             "since": n.reason_time, "age_s": self.age_s, "partitions": list(n.partitions),
+            "reason_doubt": n.reason_doubt or None,
         }
 
 
@@ -190,6 +198,7 @@ class Row:
     users: list[str]
     since: float | None  # the oldest reason time among the nodes
     age_s: float | None
+    doubt: str = ""  # why the reason may not be these nodes' own (Node.reason_doubt)
 
     @property
     def count(self) -> int:
@@ -201,7 +210,8 @@ class Row:
 
     def to_dict(self) -> dict:
         return {"nodes": self.hostlist, "count": self.count, "kind": self.kind, "owner": self.owner,
-                "reason": self.reason, "users": self.users, "since": self.since, "age_s": self.age_s}
+                "reason": self.reason, "users": self.users, "since": self.since, "age_s": self.age_s,
+                "reason_doubt": self.doubt or None}
 
 
 @dataclass
@@ -278,10 +288,10 @@ def build_report(nodes: Iterable[Node], now: float, filters: Filters | None = No
         g = groups.get((e.cause, e.owner))
         if g is None:
             g = groups[(e.cause, e.owner)] = Group(e.cause, e.owner)
-        key = (e.cause, e.owner, e.kind, e.node.reason)
+        key = (e.cause, e.owner, e.kind, e.node.reason, e.node.reason_doubt)
         row = rows.get(key)
         if row is None:
-            row = rows[key] = Row([], e.kind, e.owner, e.node.reason, [], None, None)
+            row = rows[key] = Row([], e.kind, e.owner, e.node.reason, [], None, None, e.node.reason_doubt)
             g.rows.append(row)
         row.names.append(e.node.name)
         if e.node.reason_user and e.node.reason_user not in row.users:

@@ -30,6 +30,7 @@ from typing import Any
 
 from gpuhc.errors import SlurmError
 from gpuhc.sweep.campaign import advance, count_status, current_round, groups_of, judge_round, note_nodes, summary_lines
+from gpuhc.sweep.judge import ERROR, Verdict
 from gpuhc.sweep.plan import parse_topology
 from gpuhc.sweep.slurmcli import SlurmCli
 from gpuhc.sweep.store import SweepStore, SweepStoreError
@@ -84,14 +85,14 @@ def _judge(section: dict, store: SweepStore, index: dict, record: dict, cli: Slu
         out["state"] = "waiting"
         out["lines"].append(f"sweep {record['id']} round {rnd['round']}: {len(mine)} of {len(ids)} jobs still queued or running")
         return False
-    results: dict[str, dict | None] = {}
-    for g in groups:
-        try:
-            results[g.id] = store.group_result(record["id"], g.id)
-        except SweepStoreError as e:
-            out["lines"].append(f"{g.id}: {e}")
-            results[g.id] = None
+    results, bad = store.round_results(record["id"], [g.id for g in groups])
     verdicts = judge_round(record, results, section, index.setdefault("history", {}))
+    for gid, why in bad.items():
+        # Not "no results": the job did write something, and the admin must hear what.
+        verdicts[gid] = Verdict(ERROR, [why])
+        rnd["verdicts"][gid] = verdicts[gid].to_dict()
+        out.setdefault("warnings", []).append(f"{gid}: {why}")
+    index.pop("stalled", None)  # the round is judged: whatever `submit` saw waiting is cleared
     note_nodes(index, record, verdicts, now)
     out["lines"] += drop_cleared(index, record, verdicts)
     counts = count_status(verdicts)

@@ -14,7 +14,7 @@ from typing import Any
 from gpuhc.sweep.campaign import groups_of, summary_lines
 from gpuhc.sweep.chart import curve_of, terminal_chart
 from gpuhc.sweep.stats import median
-from gpuhc.sweep.store import SweepStore, SweepStoreError
+from gpuhc.sweep.store import SweepStore
 
 MAX_CURVES = 8
 
@@ -23,7 +23,7 @@ def build_report(store: SweepStore, section: dict, sweep_id: str | None, nodes: 
     index = store.read_index()
     sweep_id = sweep_id or index.get("current") or (store.list_sweeps() or [None])[-1]
     record = store.load_sweep(sweep_id) if sweep_id else None
-    rep: dict[str, Any] = {"sweep_id": sweep_id, "groups": [], "curves": {}, "nodes": {}, "lines": [],
+    rep: dict[str, Any] = {"sweep_id": sweep_id, "groups": [], "curves": {}, "nodes": {}, "lines": [], "warnings": [],
                            "pending_drains": index.get("pending_drains", {})}
     known = index.get("nodes", {})
     for n in nodes:
@@ -35,18 +35,16 @@ def build_report(store: SweepStore, section: dict, sweep_id: str | None, nodes: 
                rounds=len(record["rounds"]), findings=record.get("findings", {}), applied=record.get("applied", {}))
     results: dict[str, dict] = {}
     for rnd in record["rounds"]:
-        for g in groups_of(rnd):
+        groups = groups_of(rnd)
+        found, bad = store.round_results(record["id"], [g.id for g in groups])
+        results.update((gid, res) for gid, res in found.items() if res)
+        for g in groups:
             v = rnd.get("verdicts", {}).get(g.id, {})
             rep["groups"].append({"id": g.id, "round": g.round, "purpose": g.purpose, "nodes": g.nodes,
                                   "job_id": g.job_id, "status": v.get("status", "pending"),
                                   "reasons": v.get("reasons", []), "metrics": v.get("metrics", {})})
-            try:
-                res = store.group_result(record["id"], g.id)
-            except SweepStoreError as e:
-                rep["lines"].append(str(e))
-                res = None
-            if res:
-                results[g.id] = res
+            if g.id in bad and bad[g.id] not in v.get("reasons", []):
+                rep["warnings"].append(f"{g.id}: {bad[g.id]}")
     rep["curves"] = _curves(rep["groups"], results, set(nodes))
     rep["lines"] += summary_lines(record)
     return rep

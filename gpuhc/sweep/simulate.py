@@ -31,6 +31,12 @@ BASE_BUSBW_GBS = 445.0
 SIM_GPU = "NVIDIA H100 80GB HBM3"  # the model the cost model stands for: selects the h100-sxm thresholds
 SAMPLES = 8  # per-iteration samples drawn for latency sizes (p95 interpolates between the top two)
 
+# Bounds of `gpuhc sweep simulate` (docs/sweep.md): the largest Slurm clusters run tens of
+# thousands of nodes; 65,536 simulate in seconds and a few hundred MB, while a million took
+# minutes and gigabytes. Group sizes follow the config's `sweep.group_size`.
+MAX_NODES = 65536
+MAX_GROUP_SIZE = 256
+
 
 @dataclass
 class SimSpec:
@@ -50,6 +56,22 @@ class SimSpec:
     slow_bw: tuple[float, float] = (0.35, 0.6)  # a slow node's bandwidth, as a fraction of healthy
     gpu: str = ""  # the NVML name the fake ranks report ("": the cost model's H100); picks the profile
     thresholds: dict = field(default_factory=dict)  # over sweep.thresholds.nccl.default
+
+
+def check_spec(spec: SimSpec) -> None:
+    """Refuse combinations no cluster can have, each with the option that is wrong (exit 2)."""
+    from gpuhc.errors import GpuhcError
+
+    if not 2 <= spec.nodes <= MAX_NODES:
+        raise GpuhcError(f"--nodes {spec.nodes}: between 2 and {MAX_NODES}")
+    if not 2 <= spec.group_size <= min(MAX_GROUP_SIZE, spec.nodes):
+        raise GpuhcError(f"--group-size {spec.group_size}: between 2 and the number of nodes ({spec.nodes}), "
+                         f"at most {MAX_GROUP_SIZE}: a group bigger than the cluster plans no job")
+    if not 0 <= spec.bad <= spec.nodes:
+        raise GpuhcError(f"--bad {spec.bad}: more bad nodes than the {spec.nodes} nodes of the cluster")
+    groups = spec.nodes // spec.group_size
+    if not 0 <= spec.bad_links <= groups:
+        raise GpuhcError(f"--bad-links {spec.bad_links}: at most one per first-round group ({groups} groups)")
 
 
 @dataclass
@@ -135,6 +157,7 @@ def judged_sizes(spec: SimSpec, section: dict) -> list[int]:
 
 
 def simulate(spec: SimSpec) -> dict:
+    check_spec(spec)
     rng = random.Random(spec.seed)
     cluster = make_cluster(spec, rng)
     section = defaults(SCHEMA)

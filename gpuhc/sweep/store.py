@@ -79,39 +79,73 @@ def load_group_result(results_dir: str, sweep_id: str, group_id: str) -> dict | 
 
     A partial result (some collective timed out) is rebuilt from what each surviving rank wrote;
     ranks missing from the merge are reported as ``silent``: they never came back from the hang.
+    Every file is read as untrusted input (:mod:`gpuhc.sweep.results`); one that cannot be used
+    is :class:`~gpuhc.sweep.results.BadResults` naming it, for the caller to make that group's
+    error.
     """
-    whole = read_json(results_path(results_dir, sweep_id, group_id))
-    if whole is not None:
-        _require_mapping(whole, results_path(results_dir, sweep_id, group_id))
-        return whole
+    from gpuhc.sweep.results import MAX_GROUP_BYTES, MAX_PARTIAL_BYTES, MAX_RANKS, BadResults, merge_partials, \
+        check_partials, read_partial, read_result
+
     directory = os.path.join(results_dir, check_id(sweep_id, "sweep id"))
+    _refuse_linked_dir(directory)
+    whole = read_result(results_path(results_dir, sweep_id, group_id))
+    if whole is not None:
+        return whole
     prefix = f"{check_id(group_id, 'group id')}.rank"
     try:
         names = sorted(n for n in os.listdir(directory) if n.startswith(prefix) and n.endswith(".json"))
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise SweepStoreError(f"cannot list {directory}: {e.strerror}") from None
-    parts = []
+        raise BadResults(f"bad results: {directory}: cannot list: {e.strerror}") from None
+    if len(names) > MAX_RANKS:
+        raise BadResults(f"bad results: {directory}: more than {MAX_RANKS} rank files for {group_id}")
+    parts, budget = [], MAX_GROUP_BYTES
     for name in names:
         path = os.path.join(directory, name)
-        part = read_json(path)
-        if part is not None:
-            _require_mapping(part, path)
-            parts.append(part)
+        if budget <= 0:
+            raise BadResults(f"bad results: {directory}: the rank files of {group_id} hold more than "
+                             f"{MAX_GROUP_BYTES >> 20} MiB together")
+        part = read_partial(path, min(MAX_PARTIAL_BYTES, budget))
+        if part is None:
+            continue
+        if name != f"{prefix}{part['rank']}.json":
+            raise BadResults(f"bad results: {path}: holds rank {part['rank']}")
+        budget -= os.stat(path, follow_symlinks=False).st_size
+        parts.append(part)
     if not parts:
         return None
-    from gpuhc.sweep.worker import merge_partials
-
+    check_partials(parts, os.path.join(directory, prefix + "*.json"))
     return merge_partials(parts)
 
 
-def _require_mapping(doc: Any, path: str) -> None:
-    if not isinstance(doc, dict) or not isinstance(doc.get("sizes", []), list):
-        raise SweepStoreError(f"{path}: not a gpuhc sweep results file")
+def _refuse_linked_dir(directory: str) -> None:
+    """The sweep's results directory is in a place job users write: a symlink there could point
+    the reader at any directory on the admin host."""
+    import stat
+
+    from gpuhc.sweep.results import BadResults
+
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise BadResults(f"bad results: {directory}: {e.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise BadResults(f"bad results: {directory}: not a directory (a symbolic link?); refusing to read it")
 
 
 # ---------------------------------------------------------------------------- records (admin side)
+
+
+def _is_record(doc: Any) -> bool:
+    rounds = doc.get("rounds") if isinstance(doc, dict) else None
+    return (isinstance(doc, dict) and isinstance(doc.get("id"), str) and isinstance(doc.get("state"), str)
+            and isinstance(doc.get("findings", {}), dict) and isinstance(rounds, list) and rounds
+            and all(isinstance(r, dict) and isinstance(r.get("groups"), list)
+                    and all(isinstance(g, dict) and isinstance(g.get("id"), str) and isinstance(g.get("nodes"), list)
+                            for g in r["groups"]) for r in rounds))
 
 
 class SweepStore:
@@ -142,7 +176,13 @@ class SweepStore:
         write_json_atomic(self.sweep_path(record["id"]), record, mode=0o644)
 
     def load_sweep(self, sweep_id: str) -> dict | None:
-        return read_json(self.sweep_path(sweep_id))
+        """The sweep's record, or None; one that is not a sweep record is an error naming it
+        (every reader may then index rounds and groups without checking again)."""
+        path = self.sweep_path(sweep_id)
+        record = read_json(path)
+        if record is not None and not _is_record(record):
+            raise SweepStoreError(f"{path}: not a gpuhc sweep record (no rounds of groups); move it aside to start afresh")
+        return record
 
     def list_sweeps(self) -> list[str]:
         try:
@@ -161,3 +201,18 @@ class SweepStore:
 
     def group_result(self, sweep_id: str, group_id: str) -> dict | None:
         return load_group_result(self.results_dir, sweep_id, group_id)
+
+    def round_results(self, sweep_id: str, group_ids: list[str]) -> tuple[dict[str, dict | None], dict[str, str]]:
+        """Every group's results (None: nothing written yet), and why each unusable one was
+        refused (``bad results: <file>: <why>``). One group's bad file never stops the others."""
+        from gpuhc.sweep.results import BadResults
+
+        results: dict[str, dict | None] = {}
+        bad: dict[str, str] = {}
+        for gid in group_ids:
+            try:
+                results[gid] = self.group_result(sweep_id, gid)
+            except (BadResults, SweepStoreError) as e:
+                results[gid] = None
+                bad[gid] = str(e) if str(e).startswith("bad results:") else f"bad results: {e}"
+        return results, bad

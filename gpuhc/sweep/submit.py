@@ -179,17 +179,37 @@ def planned_size_notes(section: dict, groups: list[Group]) -> list[str]:
     return size_notes(blocks)
 
 
-def busy_reason(section: dict, store: SweepStore, index: dict, cli: SlurmCli) -> str | None:
-    """Why a new sweep must not start now, or None."""
+def busy_reason(section: dict, store: SweepStore, index: dict, cli: SlurmCli) -> tuple[str | None, dict | None]:
+    """Why a new sweep must not start now (or None), and the current record when the reason
+    is that its finished jobs wait for ``analyze``."""
     current = index.get("current")
     record = store.load_sweep(current) if current else None
     ids = [g["job_id"] for g in (record["rounds"][-1]["groups"] if record else []) if g.get("job_id")]
     active = cli.active_jobs(section["job"]["name_prefix"], ids)
     if active:
-        return f"{len(active)} sweep job(s) still queued or running ({', '.join(sorted(active)[:5])}): not starting another"
+        return f"{len(active)} sweep job(s) still queued or running ({', '.join(sorted(active)[:5])}): not starting another", None
     if record and record.get("state") != "done":
-        return f"sweep {current} has finished jobs waiting for `gpuhc sweep analyze`"
-    return None
+        return f"sweep {current} has finished jobs waiting for `gpuhc sweep analyze`", record
+    return None, None
+
+
+def note_stall(index: dict, record: dict | None, now: float) -> dict[str, Any]:
+    """A sweep whose finished jobs still wait for ``analyze`` at a second ``submit`` is stuck:
+    cron runs ``analyze`` first, so only a failing (or missing) ``analyze`` leaves it there.
+    The first sighting may be a job that ended between the two commands; the second is said
+    loudly (the CLI exits non-zero), or the probes would stop with nobody told."""
+    if record is None:
+        return {}
+    key = f"{record['id']} round {record['rounds'][-1].get('round', len(record['rounds']) - 1)}"
+    seen = index.get("stalled")
+    if not isinstance(seen, dict) or seen.get("at") != key:
+        index["stalled"] = {"at": key, "since": now}
+        return {}
+    since = time.strftime("%Y-%m-%d %H:%M", time.localtime(seen.get("since") or now))
+    return {"stalled": True, "stalled_since": seen.get("since"),
+            "warnings": [f"sweep {key} has been waiting for `gpuhc sweep analyze` since {since}: analyze is failing "
+                         "or not running, and no new sweep starts until it succeeds (run `gpuhc sweep analyze` "
+                         "by hand to see why)"]}
 
 
 def submit_sweep(section: dict, store: SweepStore, dry_run: bool = False, cli: SlurmCli | None = None,
@@ -201,9 +221,10 @@ def submit_sweep(section: dict, store: SweepStore, dry_run: bool = False, cli: S
     cli = cli or SlurmCli()
     now = time.time() if now is None else now
     with store.locked() as index:
-        why = busy_reason(section, store, index, cli)
+        why, waiting = busy_reason(section, store, index, cli)
         if why:
-            return {"submitted": False, "reason": why, "lines": [why]}
+            return {"submitted": False, "reason": why, "lines": [why], **note_stall(index, waiting, now)}
+        index.pop("stalled", None)
         states, part_of = cli.node_states(section["partitions"])
         idle = [n for n, st in states.items() if st == "idle"]
         leaf_of = parse_topology(cli.topology())

@@ -34,9 +34,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from gpuhc.sweep.stats import size_ladder, summarize_size
-
-FORMAT = "gpuhc-sweep-result/1"
+from gpuhc.sweep.results import FORMAT, merge_partials
+from gpuhc.sweep.stats import size_ladder
 EXIT_TIMEOUT = 3
 
 
@@ -184,7 +183,8 @@ def merge_out_after_timeout(spec: RunSpec, rank: int, nranks: int, poll_s: float
     files are there for all of them, and the lowest rank among those present merges (rank 0,
     unless it is the one that hung). The others wait for the merged file before leaving, so the
     launcher, which ends all ranks once one exits with an error, does not cut the merge short."""
-    from gpuhc.sweep.store import SweepStoreError, read_json, write_json_atomic
+    from gpuhc.sweep.results import BadResults, read_partial
+    from gpuhc.sweep.store import SweepStoreError, write_json_atomic
 
     paths = [partial_path(spec.out, r) for r in range(nranks)]
     end = time.monotonic() + out_grace_s(spec.timeout_s)
@@ -193,12 +193,12 @@ def merge_out_after_timeout(spec: RunSpec, rank: int, nranks: int, poll_s: float
     present = [r for r, p in enumerate(paths) if os.path.exists(p)]
     if present and present[0] == rank:
         try:
-            parts = [read_json(paths[r]) for r in present]
+            parts = [read_partial(paths[r]) for r in present]
             result = merge_partials([p for p in parts if p])
             result["merged_from"] = [os.path.basename(paths[r]) for r in present]
             result["fault_hook"] = bool(os.environ.get("GPUHC_SWEEP_FAULT"))
             write_json_atomic(spec.out, result)
-        except (SweepStoreError, OSError, ValueError, KeyError) as e:
+        except (SweepStoreError, BadResults, OSError, ValueError, KeyError) as e:
             print(f"gpuhc sweep run: could not merge the ranks' files into {spec.out}: {e}", file=sys.stderr)
         return
     end = time.monotonic() + out_grace_s(spec.timeout_s)
@@ -297,60 +297,3 @@ def _finish(comm, rec: Recorder, spec: RunSpec, dog: Watchdog) -> int:
 
         json.dump(result, sys.stdout, indent=1)
     return 0 if result["complete"] else EXIT_TIMEOUT
-
-
-def merge_partials(parts: list[dict]) -> dict:
-    """One group result from the ranks' records (all of them, or the survivors of a hang)."""
-    parts = sorted((p for p in parts if isinstance(p, dict)), key=lambda p: p.get("rank", 0))
-    first = parts[0]
-    nranks = int(first.get("nranks") or len(parts))
-    rank_nodes = next((p["rank_nodes"] for p in parts if p.get("rank_nodes")), None)
-    reporting = {p["rank"] for p in parts}
-    silent = sorted(set(range(nranks)) - reporting)
-    if rank_nodes:
-        silent_nodes = sorted({rank_nodes[r] for r in silent})
-    else:  # the hang came before names were exchanged: nodes that sent nothing at all
-        seen = {p.get("node") for p in parts}
-        silent_nodes = sorted(set(first.get("planned_nodes") or []) - seen)
-    node_of = rank_nodes or [None] * nranks
-    for p in parts:
-        node_of[p["rank"]] = p.get("node")
-    sizes = _merge_sizes(parts, nranks, node_of)
-    timeouts = []
-    timed = [p for p in parts if p.get("timeout")]
-    if timed or silent:
-        at = min((p["timeout"]["bytes"] for p in timed), default=None)
-        timeouts.append({"bytes": at, "ranks": sorted(p["rank"] for p in timed), "silent_ranks": silent,
-                         "silent_nodes": silent_nodes})
-    nodes = list(dict.fromkeys(n for n in node_of if n)) or list(first.get("planned_nodes") or [])
-    per_node = {n: sum(1 for x in node_of if x == n) for n in nodes}
-    return {
-        "format": FORMAT,
-        "sweep_id": first.get("sweep_id"), "group_id": first.get("group_id"), "backend": first.get("backend"),
-        "nodes": nodes, "nranks": nranks, "ranks_per_node": per_node,
-        "ranks": [{"rank": p["rank"], "node": p.get("node"), "local_rank": p.get("local_rank"), **(p.get("info") or {})}
-                  for p in parts],
-        "started": min(p.get("started", 0) for p in parts),
-        "complete": not timeouts and not any(p.get("errors") for p in parts),
-        "sizes": sizes, "timeouts": timeouts,
-        "errors": [f"rank {p['rank']}: {e}" for p in parts for e in p.get("errors", [])],
-    }
-
-
-def _merge_sizes(parts: list[dict], nranks: int, node_of: list) -> list[dict]:
-    """Sizes every reporting rank finished, summarised with the slowest rank's clock."""
-    by_rank = [{s["bytes"]: s for s in p.get("sizes_done", [])} for p in parts]
-    common = sorted(set.intersection(*(set(d) for d in by_rank))) if by_rank else []
-    rows = []
-    for nbytes in common:
-        samples = [d[nbytes] for d in by_rank]
-        iters = [s["iter_s"] for s in samples] if all(s.get("iter_s") for s in samples) else None
-        row = summarize_size(nbytes, nranks, [s["mean_s"] for s in samples], iters)
-        row["correct"] = all(s.get("correct") for s in samples)
-        node_time: dict[str, float] = {}
-        for p, s in zip(parts, samples):
-            name = node_of[p["rank"]] or f"rank{p['rank']}"
-            node_time[name] = max(node_time.get(name, 0.0), round(s["mean_s"] * 1e6, 3))
-        row["node_time_us"] = node_time
-        rows.append(row)
-    return rows
