@@ -19,6 +19,7 @@ from typing import IO
 import click
 
 from gpuhc.errors import GpuhcError, SlurmError
+from gpuhc.logtext import escape
 from gpuhc.slurm.dumps import parse_nodes
 from gpuhc.slurm.nodes import Node, NodeParseError
 from gpuhc.slurm.report import (
@@ -230,7 +231,7 @@ def _rows(report: DrainReport):
 def reason_cell(row) -> str:
     """The reason as Slurm gave it, and, when it may not be these nodes' own, why (the owner
     is then `unknown`): the admin must not take a shared or missing reason at its word."""
-    text = row.reason or "-"
+    text = escape(row.reason) if row.reason else "-"  # a dump file is untrusted: no control characters reach the terminal
     return f"{text} (note: {row.doubt})" if row.doubt else text
 
 

@@ -272,11 +272,18 @@ def _emit(out: dict, json_mode: bool) -> None:
     if json_mode:
         click.echo(json.dumps(out, indent=1, default=str))
     else:
+        from gpuhc.logtext import escape
+
+        # Node names and errors in these lines come from files probe jobs wrote: every line
+        # that reaches the cron log is escaped, so a planted "\r" or "\n" cannot forge one.
         for line in out.get("lines", []):
-            click.echo(line)
+            for part in str(line).split("\n"):
+                click.echo(escape(part))
     _warn(out.get("warnings", []))
 
 
 def _warn(lines: list[str]) -> None:
+    from gpuhc.logtext import escape
+
     for line in lines:
-        click.echo(f"gpuhc: warning: {line}", err=True)
+        click.echo(f"gpuhc: warning: {escape(line)}", err=True)

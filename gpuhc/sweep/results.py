@@ -8,7 +8,7 @@ untrusted"): it is opened without following links, must be a regular file, is re
 checked here before any other code looks at it. What comes out is a fresh copy holding only
 the keys the judge and the report read, each of the type they expect: numbers finite, sizes
 positive integers, node names one printable word, free text (error messages, GPU names) passed
-through :func:`gpuhc.slurm.reason.sanitize` so no control character can reach a log line. A
+through :func:`gpuhc.logtext.escape` so no control character can reach a log line. A
 file that fails any of this is :class:`BadResults` naming the file and the first fault; the
 caller makes it that group's error and carries on with the rest of the sweep.
 
@@ -136,13 +136,13 @@ class _Shape:
 
     def text(self, value: Any, where: str) -> str | None:
         """Free text (an NCCL error, a GPU's name): kept, as one clean printable line."""
-        from gpuhc.slurm.reason import sanitize
+        from gpuhc.logtext import escape
 
         if value is None:
             return None
         if not isinstance(value, str):
             self.fail(where, f"expected text, got {_kind(value)}")
-        return sanitize(value[:MAX_TEXT * 2])[:MAX_TEXT]
+        return escape(value[:MAX_TEXT], MAX_TEXT)
 
     def texts(self, value: Any, where: str) -> list[str]:
         return [self.text(v, f"{where}[{i}]") or "" for i, v in enumerate(self.items(value, where))]
