@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable
 
-from gpuhc.checks.base import AER, IB, KERNEL_LOG, NVML, PCI, Check, Context, CheckOutput
+from gpuhc.checks.base import AER, IB, KERNEL_LOG, NVML, PCI, PROCS, Check, Context, CheckOutput
 from gpuhc.config import Config
 from gpuhc.model import Result, Snapshot, Status
 from gpuhc.runreport import RunOptions, RunReport  # noqa: F401 - re-exported: callers import them from here
@@ -70,6 +70,8 @@ def run_stage(opts: RunOptions) -> RunReport:
     deadline = t0 + max(0.1, budget - RESERVE_S)
     report = RunReport(node=hostname_of(opts), stage=opts.stage, started=time.time())
     checks = select_checks(opts.stage, opts.config, opts.only)
+    if not opts.occupancy:
+        checks = [c for c in checks if c.id != "occupancy"]
     store = StateStore(opts.state_dir)
     try:
         prior, state_error = store.read(), None
@@ -86,6 +88,7 @@ def run_stage(opts: RunOptions) -> RunReport:
         # Only the clocks check judges persistence across samples; the prolog skips it and
         # should not spend 40 ms sampling throttle reasons nobody reads.
         spec = replace(spec, clock_samples=1)
+    spec = _occupancy_spec(spec, checks, opts)
     sources = build_sources(spec, step)
     readers = _start_readers(sources, {n for c in checks for n in (*c.needs, *c.optional)})
     snapshot = Snapshot(hostname=report.node, time=opts.now if opts.now is not None else time.time())
@@ -176,7 +179,7 @@ def run_stage(opts: RunOptions) -> RunReport:
 def read_snapshot(spec: SourceSpec, hostname: str, timeout_s: float = 30.0, step: int | None = None) -> Snapshot:
     """Read every source once (for `gpuhc snapshot` and `gpuhc baseline capture`)."""
     sources = build_sources(spec, step)
-    readers = _start_readers(sources, {NVML, KERNEL_LOG, IB, AER, PCI})
+    readers = _start_readers(sources, {NVML, KERNEL_LOG, IB, AER, PCI, PROCS})
     deadline = time.monotonic() + timeout_s
     late = [name for name, r in readers.items() if not r.wait(deadline)]
     if late:
@@ -207,8 +210,22 @@ def _start_readers(sources: Sources, needs: set[str]) -> dict[str, _Reader]:
         IB: sources.sysfs.ib_ports,
         AER: sources.sysfs.aer,
         PCI: getattr(pci, "nvidia_gpus", None) or (lambda: None),
+        PROCS: sources.procs.read if sources.procs is not None else (lambda: None),
     }
     return {name: _Reader(name, fns[name]) for name in fns if name in needs}
+
+
+def _occupancy_spec(spec, checks: list[Check], opts: RunOptions):
+    """The occupancy reader looks at the stage's GPUs only, and in the epilog waits for the
+    job's leftover processes (gpuhc/checks/occupancy.py says how long)."""
+    check = next((c for c in checks if c.id == "occupancy"), None)
+    if check is None:
+        return spec
+    from gpuhc.checks.occupancy import wait_for_stage
+
+    t = {**check.defaults, **(opts.config.check_settings(check.id).get("thresholds") or {})}
+    wait = wait_for_stage(opts.stage, t, _check_timeout(check, opts.config))
+    return replace(spec, occupancy_gpus=opts.gpus, occupancy_wait_s=wait)
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -245,7 +262,7 @@ def _wait_for(check: Check, readers: dict[str, _Reader], deadline: float) -> lis
 
 def _fill(snapshot: Snapshot, readers: dict[str, _Reader]) -> None:
     for name, attr in ((NVML, "nvml"), (KERNEL_LOG, "kernel"), (IB, "ib_ports"), (AER, "aer"),
-                       (PCI, "pci_gpus")):
+                       (PCI, "pci_gpus"), (PROCS, "occupancy")):
         r = readers.get(name)
         if r is not None and r._done.is_set() and r.error is None and getattr(snapshot, attr) is None:
             setattr(snapshot, attr, r.value)
@@ -302,6 +319,7 @@ def _run_active(opts: RunOptions, report: RunReport, profile, baseline, deadline
         progress=opts.progress,
         checks={cid: opts.config.check_settings(cid) for cid in ACTIVE_CHECK_IDS},
         baseline=baseline,
+        busy_is_finding=opts.occupancy,
     )
     try:
         return run_active(opts.stage, ctx)

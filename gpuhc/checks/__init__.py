@@ -21,6 +21,7 @@ MODULES = (
     "power",
     "infiniband",
     "nvswitch",
+    "occupancy",
 )
 
 

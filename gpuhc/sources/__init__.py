@@ -8,7 +8,7 @@ scenario code it does not use.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from gpuhc.sources.base import KernelLogSource, NvmlSource, PciSource, SysfsSource
+from gpuhc.sources.base import KernelLogSource, NvmlSource, PciSource, ProcsSource, SysfsSource
 
 
 @dataclass
@@ -21,6 +21,10 @@ class SourceSpec:
     sysfs_root: str | None = None  # a directory standing in for "/"
     clock_samples: int = 3  # clock-event reason samples per run
     clock_sample_interval_s: float = 0.02
+    # GPU occupancy (read only when a stage judges it): which GPUs, and how long to wait for
+    # leftover processes to exit (the epilog). None: every GPU.
+    occupancy_gpus: list[int] | None = None
+    occupancy_wait_s: float = 0.0
 
 
 @dataclass
@@ -32,6 +36,7 @@ class Sources:
     # Where the GPUs on the PCI bus come from; None: from ``sysfs``. A replayed NVML never meets
     # the live bus: a 4-GPU scenario replayed on a real 8-GPU node would "lose" 8 GPUs.
     pci: PciSource | None = None
+    procs: ProcsSource | None = None  # who holds the GPUs; None: unknown (a recording without it)
 
 
 def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
@@ -41,12 +46,16 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
 
         scenario = load_scenario(spec.nvml_scenario, step if spec.step is None else spec.step)
 
+    procs: ProcsSource | None
     if scenario is not None:
         nvml: NvmlSource = scenario.nvml_source()
+        procs = scenario.occupancy_source()
     else:
+        from gpuhc.sources.gpu_procs import OccupancyLive
         from gpuhc.sources.nvml import NvmlLive
 
         nvml = NvmlLive(clock_samples=spec.clock_samples, sample_interval_s=spec.clock_sample_interval_s)
+        procs = OccupancyLive(gpus=spec.occupancy_gpus, wait_s=spec.occupancy_wait_s)
 
     from gpuhc.sources import kernel_log as kl
 
@@ -73,4 +82,4 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
         sysfs = SysfsTree("/")
         if scenario is not None:
             pci = scenario.sysfs_source()  # its pci_gpus, or None: unknown
-    return Sources(nvml=nvml, kernel_log=klog, sysfs=sysfs, replay=replay, pci=pci)
+    return Sources(nvml=nvml, kernel_log=klog, sysfs=sysfs, replay=replay, pci=pci, procs=procs)

@@ -33,6 +33,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from gpuhc.model import GpuReading, NvLinkState, NvmlReading, norm_pci
+from gpuhc.sources import nvml_util
+from gpuhc.sources.nvml_util import byref as _byref
+from gpuhc.sources.nvml_util import error_name as _error_name
+from gpuhc.sources.nvml_util import field_value, pci_getter
+from gpuhc.sources.nvml_util import text as _text
 
 log = logging.getLogger("gpuhc.sources.nvml")
 
@@ -131,19 +136,10 @@ class NvmlLive:
 
     def read(self) -> NvmlReading:
         self.notes = []
-        nv = self._module
+        nv, why = nvml_util.start(self._module)
         if nv is None:
-            try:
-                import pynvml as nv  # noqa: PLC0415 - lazy on purpose, see module docstring
-            except ImportError as e:
-                return NvmlReading(available=False, error=f"pynvml (nvidia-ml-py) is not installed: {e}")
+            return NvmlReading(available=False, error=why)
         self._nv = nv
-        try:
-            nv.nvmlInit()
-        except nv.NVMLError as e:
-            return NvmlReading(available=False, error=_init_reason(nv, e))
-        except OSError as e:  # a broken libnvidia-ml.so can raise from ctypes itself
-            return NvmlReading(available=False, error=f"cannot load the NVML library: {e}")
         try:
             reading = self._read_all()
             reading.notes = list(self.notes)
@@ -222,7 +218,7 @@ class NvmlLive:
         nv, i = self._nv, gpu.index
         gpu.name = _text(self._call(nv.nvmlDeviceGetName, h, gpu=i, what="name")) or "unknown"
         gpu.uuid = _text(self._call(nv.nvmlDeviceGetUUID, h, gpu=i, what="UUID")) or ""
-        pci = self._call(_pci_getter(nv), h, gpu=i, what="PCI info")
+        pci = self._call(pci_getter(nv), h, gpu=i, what="PCI info")
         if pci is not None:
             gpu.pci_bus_id = norm_pci(_text(pci.busId) or "")
         gpu.serial = _text(self._call(nv.nvmlDeviceGetSerial, h, gpu=i, what="serial"))
@@ -269,7 +265,7 @@ class NvmlLive:
         for (key, _), v in zip(wanted, values):
             ret = int(v.nvmlReturn)
             if ret == nv.NVML_SUCCESS:
-                out[key] = _Field(True, _field_value(nv, v))
+                out[key] = _Field(True, field_value(v))
             elif ret == nv.NVML_ERROR_NOT_SUPPORTED:
                 out[key] = _Field(False)
             else:
@@ -414,61 +410,5 @@ class NvmlLive:
         log.debug("nvml: %s", text)
 
 
-# ---------------------------------------------------------------------- helpers
-
-
 def _is(nv: Any, e: Exception, const: str) -> bool:
-    return getattr(e, "value", None) == getattr(nv, const, object())
-
-
-_INIT_REASONS = {
-    "NVML_ERROR_LIBRARY_NOT_FOUND": "NVML library (libnvidia-ml.so.1) not found: is the NVIDIA driver installed?",
-    "NVML_ERROR_DRIVER_NOT_LOADED": "NVIDIA driver not loaded (nvmlInit: Driver Not Loaded)",
-    "NVML_ERROR_NO_PERMISSION": "no permission to open the NVIDIA devices (nvmlInit: Insufficient Permissions)",
-    "NVML_ERROR_LIB_RM_VERSION_MISMATCH": "NVML library and kernel driver versions differ (driver updated without reboot?)",
-}
-
-
-def _init_reason(nv: Any, e: Exception) -> str:
-    for const, reason in _INIT_REASONS.items():
-        if _is(nv, e, const):
-            return reason
-    return f"nvmlInit failed: {e}"
-
-
-def _error_name(nv: Any, code: int) -> str:
-    """NVML return code -> lower-case words, e.g. 9 -> "driver not loaded"."""
-    for name in dir(nv):
-        if name.startswith("NVML_ERROR_") and getattr(nv, name) == code:
-            return name[len("NVML_ERROR_"):].lower().replace("_", " ")
-    return f"nvml error {code}"
-
-
-# nvmlValue_t union member per NVML_VALUE_TYPE_* (0..6; part of NVML's ABI, never renumbered)
-_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
-
-
-def _field_value(nv: Any, v: Any) -> float | int:
-    vt = int(v.valueType)
-    return getattr(v.value, _VALUE_MEMBERS[vt] if 0 <= vt < len(_VALUE_MEMBERS) else "ullVal")
-
-
-def _pci_getter(nv: Any) -> Callable[[Any], Any]:
-    return getattr(nv, "nvmlDeviceGetPciInfo_v3", None) or nv.nvmlDeviceGetPciInfo
-
-
-def _byref(obj: Any) -> Any:
-    import ctypes
-
-    try:
-        return ctypes.byref(obj)
-    except TypeError:  # a fake struct in tests: pass it as is
-        return obj
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value.decode(errors="replace").strip("\x00 ")
-    return str(value).strip()
+    return nvml_util.is_error(nv, e, const)
