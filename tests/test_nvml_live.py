@@ -176,3 +176,19 @@ def test_real_gpu_reading():
         assert g.name and g.uuid.startswith("GPU-") and g.pci_bus_id.count(":") == 2
         assert g.power_limit_w and g.power_limit_w > 0
         assert len(g.clock_event_samples) == 2
+
+
+@pytest.mark.gpu
+def test_real_gpu_occupancy_reading():
+    """Needs an NVIDIA GPU; skips only when NVML finds none. The UUIDs match the counter read,
+    memory is reported, and every listed process is named or marked gone."""
+    from gpuhc.sources.gpu_procs import OccupancyLive
+
+    occ = OccupancyLive().read()
+    if not occ.available or not occ.gpus:
+        pytest.skip(f"no NVIDIA GPU here: {occ.error}")
+    uuids = [g.uuid for g in NvmlLive(clock_samples=1).read().gpus]
+    assert [g.uuid for g in occ.gpus] == uuids
+    for g in occ.gpus:
+        assert g.error is None and g.memory_total_mib and g.memory_used_mib is not None
+        assert all(p.name or p.gone for p in g.processes)
