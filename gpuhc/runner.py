@@ -88,7 +88,7 @@ def run_stage(opts: RunOptions) -> RunReport:
         # Only the clocks check judges persistence across samples; the prolog skips it and
         # should not spend 40 ms sampling throttle reasons nobody reads.
         spec = replace(spec, clock_samples=1)
-    spec = _occupancy_spec(spec, checks, opts)
+    spec = replace(spec, gpus=opts.gpus, occupancy_wait_s=_occupancy_wait(checks, opts))
     sources = build_sources(spec, step)
     readers = _start_readers(sources, {n for c in checks for n in (*c.needs, *c.optional)})
     snapshot = Snapshot(hostname=report.node, time=opts.now if opts.now is not None else time.time())
@@ -215,17 +215,16 @@ def _start_readers(sources: Sources, needs: set[str]) -> dict[str, _Reader]:
     return {name: _Reader(name, fns[name]) for name in fns if name in needs}
 
 
-def _occupancy_spec(spec, checks: list[Check], opts: RunOptions):
-    """The occupancy reader looks at the stage's GPUs only, and in the epilog waits for the
-    job's leftover processes (gpuhc/checks/occupancy.py says how long)."""
+def _occupancy_wait(checks: list[Check], opts: RunOptions) -> float:
+    """How long the occupancy reader waits for the job's leftover processes (the epilog's;
+    gpuhc/checks/occupancy.py says how long)."""
     check = next((c for c in checks if c.id == "occupancy"), None)
     if check is None:
-        return spec
+        return 0.0
     from gpuhc.checks.occupancy import wait_for_stage
 
     t = {**check.defaults, **(opts.config.check_settings(check.id).get("thresholds") or {})}
-    wait = wait_for_stage(opts.stage, t, _check_timeout(check, opts.config))
-    return replace(spec, occupancy_gpus=opts.gpus, occupancy_wait_s=wait)
+    return wait_for_stage(opts.stage, t, _check_timeout(check, opts.config))
 
 
 def _mapping(value: Any) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import pynvml as real
 import pytest
@@ -50,6 +51,28 @@ def test_counters_are_batched_not_read_one_getter_at_a_time():
                    "nvmlDeviceGetPcieReplayCounter", "nvmlDeviceGetEccMode"):
         assert fake.calls[getter] == 0, getter
     assert fake.calls["nvmlDeviceGetCurrentClocksEventReasons"] == 24  # 3 samples x 8 GPUs
+
+
+def test_a_stage_with_some_gpus_reads_the_others_inventory_only():
+    # the prolog judges the job's GPUs; gpu-count and xid still need every GPU's name and PCI id
+    fake = FakeNvml([FakeGpu(pci=f"00000000:{0x18 + i:02X}:00.0", uuid=f"GPU-{i}") for i in range(4)])
+    r = NvmlLive(clock_samples=2, sample_interval_s=0.0, module=fake, gpus=[2]).read()
+    assert [(g.index, g.uuid, g.pci_bus_id) for g in r.gpus] == [(i, f"GPU-{i}", f"0000:{0x18 + i:02x}:00.0")
+                                                                   for i in range(4)]
+    full, other = r.gpus[2], r.gpus[0]
+    assert len(full.nvlinks) == 18 and full.clock_event_samples == [1, 1] and full.power_limit_w == 700.0
+    assert other.nvlinks == [] and other.clock_event_samples == [] and other.ecc_mode is None
+    assert other.name == "NVIDIA H100 80GB HBM3" and not other.lost
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 2  # device batch and link batch of gpu2 only
+    assert fake.calls["nvmlDeviceGetCurrentClocksEventReasons"] == 2
+
+
+def test_clock_rounds_keep_their_interval():
+    fake = FakeNvml([FakeGpu(), FakeGpu()])
+    t0 = time.monotonic()
+    r = NvmlLive(clock_samples=3, sample_interval_s=0.05, module=fake).read()
+    assert time.monotonic() - t0 >= 0.1  # three samples, 50 ms apart
+    assert all(len(g.clock_event_samples) == 3 for g in r.gpus)
 
 
 def test_not_supported_everywhere_gives_none_and_no_notes():

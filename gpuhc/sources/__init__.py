@@ -21,9 +21,9 @@ class SourceSpec:
     sysfs_root: str | None = None  # a directory standing in for "/"
     clock_samples: int = 3  # clock-event reason samples per run
     clock_sample_interval_s: float = 0.02
-    # GPU occupancy (read only when a stage judges it): which GPUs, and how long to wait for
-    # leftover processes to exit (the epilog). None: every GPU.
-    occupancy_gpus: list[int] | None = None
+    # The stage's GPUs (the prolog's and epilog's: the job's), read in full; None: every GPU.
+    gpus: list[int] | None = None
+    # GPU occupancy: how long to wait for leftover processes to exit (the epilog).
     occupancy_wait_s: float = 0.0
 
 
@@ -54,8 +54,9 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
         from gpuhc.sources.gpu_procs import OccupancyLive
         from gpuhc.sources.nvml import NvmlLive
 
-        nvml = NvmlLive(clock_samples=spec.clock_samples, sample_interval_s=spec.clock_sample_interval_s)
-        procs = OccupancyLive(gpus=spec.occupancy_gpus, wait_s=spec.occupancy_wait_s)
+        nvml = NvmlLive(clock_samples=spec.clock_samples, sample_interval_s=spec.clock_sample_interval_s,
+                        gpus=spec.gpus)
+        procs = OccupancyLive(gpus=spec.gpus, wait_s=spec.occupancy_wait_s)
 
     from gpuhc.sources import kernel_log as kl
 
