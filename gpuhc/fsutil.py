@@ -13,9 +13,13 @@ import contextlib
 import os
 
 
-def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+def write_atomic(path: str, data: bytes, mode: int = 0o644, durable: bool = True) -> None:
     """Replace ``path`` with ``data``; the file gets exactly ``mode`` whatever the umask.
-    Raises OSError (callers turn it into their own error, naming the file)."""
+    Raises OSError (callers turn it into their own error, naming the file).
+
+    ``durable=False`` skips the two fsyncs, for a file the next run rewrites anyway (metrics):
+    readers still see the old file or the new one, and a crash may leave the old one or an
+    empty one, never a torn one."""
     directory = os.path.dirname(os.path.abspath(path))
     # A fresh unguessable name opened with O_EXCL|O_NOFOLLOW: a link planted in the directory
     # is never followed (gpuhc writes as root, sometimes into directories other tools share).
@@ -29,7 +33,8 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -37,6 +42,8 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if not durable:
+        return
     dfd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dfd)

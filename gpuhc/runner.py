@@ -20,6 +20,7 @@ from typing import Any, Callable
 from gpuhc.checks.base import AER, IB, KERNEL_LOG, NVML, PCI, PROCS, Check, Context, CheckOutput
 from gpuhc.config import Config
 from gpuhc.model import Result, Snapshot, Status
+from gpuhc.phases import mark
 from gpuhc.runreport import RunOptions, RunReport  # noqa: F401 - re-exported: callers import them from here
 from gpuhc.sources import SourceSpec, Sources, build_sources
 from gpuhc.state import StateError, StateStore
@@ -65,6 +66,7 @@ def select_checks(stage: str, config: Config, only: tuple[str, ...] = ()) -> lis
 
 
 def run_stage(opts: RunOptions) -> RunReport:
+    mark("run")
     t0 = time.monotonic()
     budget = opts.budget_s if opts.budget_s is not None else float(opts.config.section("budget_s")[opts.stage])
     deadline = t0 + max(0.1, budget - RESERVE_S)
@@ -162,6 +164,7 @@ def run_stage(opts: RunOptions) -> RunReport:
         if out.state is not None:
             new_state[check.id] = out.state
 
+    mark("judged")
     if opts.stage in ("epilog", "bootstrap") and not opts.only:
         report.results.extend(_run_active(opts, report, profile, baseline, deadline))
 
@@ -173,6 +176,7 @@ def run_stage(opts: RunOptions) -> RunReport:
         report.notes.append(f"state not read nor saved: {_one_line(state_error)}")
         report.results.append(Result("state", Status.ERROR, f"state not read nor saved: {_one_line(state_error)}"))
     report.duration_s = time.monotonic() - t0
+    mark("state")
     return report
 
 

@@ -60,6 +60,9 @@ def check(kw: dict) -> None:
         _drop_stdout()
     for problem in publish(report, opts.config):
         click.echo(f"gpuhc: warning: {problem}", err=True)
+    from gpuhc.phases import mark
+
+    mark("written")
     if demo_dir is not None:
         demo_dir.cleanup()
     finish(report.exit_code, hard=bool(report.timed_out))

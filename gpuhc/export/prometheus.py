@@ -16,9 +16,10 @@ overwrite each other:
 Every metric's HELP text lives in :data:`HELP`: node_exporter rejects a family that two files
 describe differently, so all writers must take their text from here.
 
-Files are written to a hidden temporary name in the same directory, fsynced, made 0644 (a
-restrictive umask must not hide them from node_exporter, which does not run as root) and renamed
-over the target.
+Files are written to a hidden temporary name in the same directory, made 0644 (a restrictive
+umask must not hide them from node_exporter, which does not run as root) and renamed over the
+target. They are not fsynced: the next run rewrites them, and the two fsyncs cost the health
+check milliseconds on every run for nothing a scrape could notice.
 
 The text is written here, not by prometheus_client: importing that package costs about 75 ms,
 more than judging a node, and the shipped config turns the textfile on for every health check.
@@ -192,7 +193,7 @@ def _atomic_write(path: str, data: bytes) -> None:
 
     try:
         make_dirs(os.path.dirname(os.path.abspath(path)), DIR_MODE)
-        write_atomic(path, data, FILE_MODE)
+        write_atomic(path, data, FILE_MODE, durable=False)
     except OSError as e:
         raise OSError(e.errno, f"{e.strerror or e} writing {path}") from e
 

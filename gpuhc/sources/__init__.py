@@ -54,8 +54,10 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
         from gpuhc.sources.gpu_procs import OccupancyLive
         from gpuhc.sources.nvml import NvmlLive
 
-        nvml = NvmlLive(clock_samples=spec.clock_samples, sample_interval_s=spec.clock_sample_interval_s,
-                        gpus=spec.gpus)
+        from gpuhc.nvml_early import adopt
+
+        nvml = adopt(spec.clock_samples, spec.clock_sample_interval_s, spec.gpus) or NvmlLive(
+            clock_samples=spec.clock_samples, sample_interval_s=spec.clock_sample_interval_s, gpus=spec.gpus)
         procs = OccupancyLive(gpus=spec.gpus, wait_s=spec.occupancy_wait_s)
 
     from gpuhc.sources import kernel_log as kl

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from gpuhc.model import GpuReading, NvLinkState, NvmlReading, norm_pci
+from gpuhc.phases import mark
 from gpuhc.sources import nvml_util
 from gpuhc.sources.nvml_util import byref as _byref
 from gpuhc.sources.nvml_util import error_name as _error_name
@@ -95,7 +96,7 @@ class NvmlLive:
                  gpus: list[int] | None = None):
         self.clock_samples = max(1, int(clock_samples))
         # The stage's GPUs (the prolog's: the job's), read in full; the others only say who they
-        # are (name, UUID, PCI id: gpu-count and the xid attribution need every GPU). None: all.
+        # are (name, UUID, PCI id, serial: gpu-count and the xid attribution need every GPU). None: all.
         self.gpus = None if gpus is None else frozenset(gpus)
         self.sample_interval_s = max(0.0, float(sample_interval_s))
         self._module = module  # tests pass a fake pynvml; None imports the real one
@@ -105,13 +106,16 @@ class NvmlLive:
 
     def read(self) -> NvmlReading:
         self.notes = []
+        mark("nvml_start")
         nv, why = nvml_util.start(self._module)
         if nv is None:
             return NvmlReading(available=False, error=why)
+        mark("nvml_init")
         self._nv = nv
         try:
             reading = self._read_all()
             reading.notes = list(self.notes)
+            mark("nvml_read")
             return reading
         finally:
             try:
@@ -201,12 +205,12 @@ class NvmlLive:
         pci = self._call(pci_getter(nv), h, gpu=i, what="PCI info")
         if pci is not None:
             gpu.pci_bus_id = norm_pci(_text(pci.busId) or "")
+        gpu.serial = _text(self._call(nv.nvmlDeviceGetSerial, h, gpu=i, what="serial"))
 
     def _fill_gpu(self, gpu: GpuReading, h: Any) -> _Field | None:
         """Everything but the NVLink counters; returns the link-count field for those."""
         nv, i = self._nv, gpu.index
         self._inventory(gpu, h)
-        gpu.serial = _text(self._call(nv.nvmlDeviceGetSerial, h, gpu=i, what="serial"))
         gpu.vbios = _text(self._call(nv.nvmlDeviceGetVbiosVersion, h, gpu=i, what="VBIOS"))
         pm = self._call(nv.nvmlDeviceGetPersistenceMode, h, gpu=i, what="persistence mode")
         gpu.persistence_mode = None if pm is None else pm == nv.NVML_FEATURE_ENABLED
