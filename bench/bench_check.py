@@ -59,6 +59,7 @@ def shipped_config(tmp: str) -> str:
 def phases(marks: dict[str, float], spawned: float, ended: float) -> dict[str, float]:
     first = marks.get("main", marks.get("cli"))
     seq = [("startup", spawned, first), ("imports+config", first, marks.get("run")),
+           ("nvml import+init+attach (early)", marks.get("nvml_warm_start"), marks.get("nvml_warm")),
            ("nvml init", marks.get("nvml_start"), marks.get("nvml_init")),
            ("nvml reads", marks.get("nvml_init"), marks.get("nvml_read")),
            ("judge", marks.get("run"), marks.get("judged")), ("state", marks.get("judged"), marks.get("state")),

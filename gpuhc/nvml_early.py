@@ -76,6 +76,9 @@ class _EarlyRead:
 def _warm() -> Any:
     """Start NVML and attach every GPU; the module when NVML started, else None (the reader
     then says why, in its own words)."""
+    from gpuhc.phases import mark
+
+    mark("nvml_warm_start")
     try:
         import pynvml as nv
 
@@ -87,6 +90,7 @@ def _warm() -> Any:
             nv.nvmlDeviceGetHandleByIndex(i)
     except Exception:
         pass  # a GPU that cannot be attached is the reader's to report
+    mark("nvml_warm")
     return nv
 
 
