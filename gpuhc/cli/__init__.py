@@ -65,12 +65,14 @@ def main() -> None:
     start(sys.argv[1:])  # the live NVML read runs beside the rest of the start-up (see that module)
     from gpuhc.errors import run_cli
 
-    if sys.argv[1:2] and sys.argv[1] in QUICK_EXIT:
-        try:
-            run_cli(cli)
-        except SystemExit as e:
-            quick_exit(e.code)
-    run_cli(cli)
+    if not (sys.argv[1:2] and sys.argv[1] in QUICK_EXIT):
+        run_cli(cli)
+        return
+    try:
+        run_cli(cli)  # always ends in SystemExit
+    except SystemExit as e:
+        quick_exit(e.code)
+    quick_exit(0)
 
 
 def quick_exit(code: object) -> None:

@@ -51,10 +51,9 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
         nvml: NvmlSource = scenario.nvml_source()
         procs = scenario.occupancy_source()
     else:
+        from gpuhc.nvml_early import adopt
         from gpuhc.sources.gpu_procs import OccupancyLive
         from gpuhc.sources.nvml import NvmlLive
-
-        from gpuhc.nvml_early import adopt
 
         nvml = adopt(spec.clock_samples, spec.clock_sample_interval_s, spec.gpus) or NvmlLive(
             clock_samples=spec.clock_samples, sample_interval_s=spec.clock_sample_interval_s, gpus=spec.gpus)

@@ -13,18 +13,14 @@ Why it is shaped this way:
   reading with its index and ``name = "unknown (NVML: <error>)"``, empty ``uuid`` and
   ``pci_bus_id`` unless they were read before the GPU went away. An inventory check sees the
   GPU count it expects and a name that says what happened, instead of a silently shorter list.
-- Speed: the passive check runs every few minutes on every node. Counters are read with two
-  batched ``nvmlDeviceGetFieldValues`` calls per GPU (device-wide fields, then every NVLink's
-  state and error counters as ``(fieldId, link)`` pairs) instead of one getter per counter. The
-  clock-event reason samples of all GPUs are taken in rounds, and the rounds after the first
-  fall between two GPUs' NVLink batches once the interval has passed, so on a multi-GPU node
-  the sampling window costs nothing. A stage that concerns some GPUs only (the prolog: the
-  job's) reads the others' names, UUIDs and PCI ids and nothing else. Measured on H200, driver 580.159.04
-  (bench/nvml_probe.py): simple getters cost 1-30 us, the device batch 0.7 ms, nvmlInit +
-  nvmlShutdown 21 ms, and the NVLink error counters ~0.75 ms *per link* whatever the number of
-  counters asked in the batch (13-16 ms for 18 links; the per-counter getter
-  nvmlDeviceGetNvLinkErrorCounter costs the same per call) -- so the counters are asked for
-  once, all in one batch. 2 GPUs read in ~74 ms with one clock sample.
+- Speed (docs/ARCHITECTURE.md, "Hot path"): two batched ``nvmlDeviceGetFieldValues`` calls per
+  GPU (device-wide fields; every NVLink's state and error counters as ``(fieldId, link)``
+  pairs) instead of one getter per counter. Measured on H200, driver 580.159.04
+  (bench/nvml_probe.py): simple getters 1-30 us, the device batch 0.7 ms, nvmlInit + nvmlShutdown
+  21 ms, the NVLink error counters ~0.75 ms *per link* however they are asked for (13-16 ms for
+  18 links). So the clock-event sample rounds after the first are taken between two GPUs' link
+  batches once the interval has passed, and a stage that concerns some GPUs only (the prolog:
+  the job's) reads just the others' names, UUIDs, PCI ids and serials.
 """
 
 from __future__ import annotations
@@ -37,10 +33,6 @@ from typing import Any, Callable
 from gpuhc.model import GpuReading, NvLinkState, NvmlReading, norm_pci
 from gpuhc.phases import mark
 from gpuhc.sources import nvml_util
-from gpuhc.sources.nvml_util import byref as _byref
-from gpuhc.sources.nvml_util import error_name as _error_name
-from gpuhc.sources.nvml_util import field_value, pci_getter
-from gpuhc.sources.nvml_util import text as _text
 from gpuhc.sources.nvml_fields import (
     BOOL_FIELDS,
     DEVICE_FIELDS,
@@ -51,6 +43,10 @@ from gpuhc.sources.nvml_fields import (
     LINK_UP_STATES,
     SIMPLE_GETTERS,
 )
+from gpuhc.sources.nvml_util import byref as _byref
+from gpuhc.sources.nvml_util import error_name as _error_name
+from gpuhc.sources.nvml_util import field_value, pci_getter
+from gpuhc.sources.nvml_util import text as _text
 
 log = logging.getLogger("gpuhc.sources.nvml")
 
@@ -96,7 +92,8 @@ class NvmlLive:
                  gpus: list[int] | None = None):
         self.clock_samples = max(1, int(clock_samples))
         # The stage's GPUs (the prolog's: the job's), read in full; the others only say who they
-        # are (name, UUID, PCI id, serial: gpu-count and the xid attribution need every GPU). None: all.
+        # are (name, UUID, PCI id, serial: gpu-count and the xid attribution need every GPU).
+        # None: all.
         self.gpus = None if gpus is None else frozenset(gpus)
         self.sample_interval_s = max(0.0, float(sample_interval_s))
         self._module = module  # tests pass a fake pynvml; None imports the real one
