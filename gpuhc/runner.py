@@ -322,7 +322,7 @@ def _run_active(opts: RunOptions, report: RunReport, profile, baseline, deadline
         progress=opts.progress,
         checks={cid: opts.config.check_settings(cid) for cid in ACTIVE_CHECK_IDS},
         baseline=baseline,
-        busy_is_finding=opts.occupancy,
+        busy_is_finding=opts.occupancy and bool(opts.config.check_settings("occupancy")["enabled"]),
     )
     try:
         return run_active(opts.stage, ctx)

@@ -316,3 +316,21 @@ def test_slurm_flows_scope_occupancy_to_the_jobs_gpus(tmp_path):
         where = _job_scope(flow)
         assert (flow.opts.gpus, flow.opts.occupancy) == (gpus, judged)
         assert ("occupancy not judged" in where) is not judged
+
+
+def test_turned_off_the_active_checks_keep_a_busy_gpu_an_error(tmp_path, monkeypatch):
+    # A site sharing GPUs between jobs turns occupancy off; the active suite must follow.
+    from gpuhc import runner
+    from gpuhc.config import Config, defaults, schema
+    from gpuhc.runner import RunOptions
+    from gpuhc.sources import SourceSpec
+
+    seen = {}
+    monkeypatch.setattr("gpuhc.active.run_active", lambda stage, ctx: seen.setdefault("ctx", ctx) and [])
+    data = defaults(schema())
+    for enabled in (True, False):
+        data["checks"] = {"occupancy": {"enabled": enabled}}
+        opts = RunOptions(stage="epilog", config=Config(data), sources=SourceSpec(), state_dir=str(tmp_path))
+        seen.clear()
+        runner._run_active(opts, runner.RunReport("n1", "epilog", 0.0), None, None, 1e12)
+        assert seen["ctx"].busy_is_finding is enabled
