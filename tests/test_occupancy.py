@@ -334,3 +334,14 @@ def test_turned_off_the_active_checks_keep_a_busy_gpu_an_error(tmp_path, monkeyp
         seen.clear()
         runner._run_active(opts, runner.RunReport("n1", "epilog", 0.0), None, None, 1e12)
         assert seen["ctx"].busy_is_finding is enabled
+
+
+def test_gpuhc_snapshot_records_the_processes(tmp_path):
+    from gpuhc.runner import read_snapshot
+    from gpuhc.sources import SourceSpec
+
+    snap = read_snapshot(SourceSpec(nvml_scenario=os.path.join(EXAMPLES, "stray-process.yaml")), "n1")
+    assert [p.pid for p in snap.occupancy.gpus[1].processes] == [48213]
+    doc = dump_snapshot(snap)
+    assert doc["occupancy"]["gpus"][1]["processes"][0] == {"pid": 48213, "name": "python3", "used_mib": 20480.0,
+                                                           "kinds": "compute", "gone": False}
