@@ -178,6 +178,7 @@ class GpuOccupancy:
     memory_used_mib: float | None = None  # excluding what the driver reserves, where NVML can tell
     memory_total_mib: float | None = None
     processes: list[GpuProcess] = field(default_factory=list)
+    mig: bool | None = None  # MIG mode on: the parent's memory use is the instances', not judged
     error: str | None = None  # NVML could not list this GPU's processes: cannot judge it
 
     @property

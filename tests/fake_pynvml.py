@@ -60,6 +60,7 @@ class FakeGpu:
     memory: tuple[int, int] = (4 << 20, 80 << 30)
     memory_v1_extra: int = 500 << 20  # v1's "used" also counts the driver's reserve
     procs_exit_after: int | None = None  # the processes are gone after this many listings
+    mig_mode: int | None = None  # current MIG mode; None: NOT_SUPPORTED (no MIG on this GPU)
     fail: dict[str, int] = field(default_factory=dict)  # function name -> NVML error code
     lost: bool = False
     handle_error: int | None = None
@@ -250,6 +251,12 @@ class FakeNvml:
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, h: int) -> list[Any]:
         return self._procs("nvmlDeviceGetGraphicsRunningProcesses", h, "graphics_procs")
+
+    def nvmlDeviceGetMigMode(self, h: int) -> list[int]:
+        g = self._gpu("nvmlDeviceGetMigMode", h)
+        if g.mig_mode is None:
+            raise real.NVMLError(NS)
+        return [g.mig_mode, g.mig_mode]
 
     def nvmlDeviceGetMemoryInfo(self, h: int, version: int | None = None) -> Any:
         g = self._gpu("nvmlDeviceGetMemoryInfo", h)

@@ -345,3 +345,14 @@ def test_gpuhc_snapshot_records_the_processes(tmp_path):
     doc = dump_snapshot(snap)
     assert doc["occupancy"]["gpus"][1]["processes"][0] == {"pid": 48213, "name": "python3", "used_mib": 20480.0,
                                                            "kinds": "compute", "gone": False}
+
+
+def test_mig_gpus_are_judged_by_their_processes_not_their_memory(tmp_path):
+    (ok,) = judge(snap(GpuOccupancy(0, memory_used_mib=6000, mig=True)), ctx()).results
+    assert ok.status is Status.PASS and "MIG on" in ok.message
+    busy = GpuOccupancy(0, memory_used_mib=6000, mig=True, processes=[GpuProcess(9, "python", 5000.0)])
+    assert judge(snap(busy), ctx()).results[0].status is Status.FAIL
+    fake = FakeNvml([FakeGpu(mig_mode=real.NVML_DEVICE_MIG_ENABLE), FakeGpu(mig_mode=real.NVML_DEVICE_MIG_DISABLE),
+                     FakeGpu()])
+    occ = OccupancyLive(module=fake, proc_root=fake_proc(tmp_path)).read()
+    assert [g.mig for g in occ.gpus] == [True, False, None]

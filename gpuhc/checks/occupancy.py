@@ -56,13 +56,16 @@ def _judge_gpu(gpu: GpuOccupancy, max_used: float, waited: str) -> Result:
         what = "process" if len(compute) == 1 else "processes"
         return result(ID, Status.FAIL, f"{s} holds {len(compute)} compute {what}{waited}: {named}{more}{held}",
                       s, value=[p.pid for p in compute], threshold=0, action=Action.DRAIN_REBOOT)
+    if gpu.mig:
+        used = None  # the instances' memory (docs/checks.md): processes are what is judged
     if used is not None and used > max_used:
         others = ", ".join(describe(p) for p in gpu.processes[:_NAMED])
         who = f" by {others}" if others else " with no process listed (leaked context, or a process in another PID namespace)"
         return result(ID, Status.FAIL, f"{s} has {used / 1024:.1f} GiB in use{who}{waited}", s,
                       value=used, threshold=max_used, action=Action.DRAIN_REBOOT)
     if used is None and not gpu.processes:
-        return result(ID, Status.PASS, f"{s} no process (memory use not reported)", s)
+        why = "MIG on: memory not judged" if gpu.mig else "memory use not reported"
+        return result(ID, Status.PASS, f"{s} no process ({why})", s)
     extra = f", {len(gpu.processes)} graphics process(es)" if gpu.processes else ""
     return result(ID, Status.PASS, f"{s} free ({used or 0:.0f} MiB in use{extra})", s, value=used, threshold=max_used)
 

@@ -11,7 +11,10 @@ job's leftover processes delays no other check.
   NVML lists that ``/proc`` does not have is kept and marked ``gone``: the process exited since,
   or lives in another PID namespace (a container), which is exactly what an admin must be told.
 - Memory "used" is NVML's v2 figure where the driver has it, which leaves out what the driver
-  reserves for itself (several hundred MiB on Hopper), so an idle GPU reads near zero.
+  reserves for itself (several hundred MiB on Hopper), so an idle GPU reads near zero. With MIG
+  on, the parent GPU's figure is its instances' and is not judged (``mig``).
+- gpuhc runs in the host's PID namespace (as slurmd's prolog and epilog do): NVML's pids are the
+  host's, and ``/proc`` is read with that in mind.
 - A GPU NVML cannot talk to is kept with ``error`` set: the check says it could not judge it.
 - ``wait_s`` (the epilog): while a wanted GPU still holds a compute process, read again every
   ``poll_s`` until none is left or the wait is over; ``waited_s`` says how long it took.
@@ -79,6 +82,7 @@ class OccupancyLive:
         try:
             gpu.uuid = nvml_util.text(nv.nvmlDeviceGetUUID(h)) or ""
             gpu.memory_used_mib, gpu.memory_total_mib = _memory(nv, h)
+            gpu.mig = _mig(nv, h)
             compute = _processes(nv, h, ("nvmlDeviceGetComputeRunningProcesses",
                                          "nvmlDeviceGetComputeRunningProcesses_v2"))
             graphics = _processes(nv, h, ("nvmlDeviceGetGraphicsRunningProcesses",
@@ -141,6 +145,17 @@ def _memory(nv: Any, h: Any) -> tuple[float | None, float | None]:
                 return None, None
             raise
     return round(int(mem.used) / _MIB, 1), round(int(mem.total) / _MIB, 1)
+
+
+def _mig(nv: Any, h: Any) -> bool | None:
+    """MIG mode (current); None where the GPU has no MIG."""
+    fn = getattr(nv, "nvmlDeviceGetMigMode", None)
+    if fn is None:
+        return None
+    try:
+        return int(fn(h)[0]) == int(getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1))
+    except nv.NVMLError:
+        return None  # NOT_SUPPORTED (no MIG on this GPU), FUNCTION_NOT_FOUND (old driver)
 
 
 def _processes(nv: Any, h: Any, names: tuple[str, ...]) -> list[Any]:
