@@ -20,13 +20,12 @@ Why it is shaped this way:
   21 ms, the NVLink error counters ~0.75 ms *per link* however they are asked for (13-16 ms for
   18 links). So the clock-event sample rounds after the first are taken between two GPUs' link
   batches once the interval has passed, and a stage that concerns some GPUs only (the prolog:
-  the job's) reads just the others' names, UUIDs, PCI ids and serials.
+  the job's) reads of the others only who they are, how hot and how busy.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -45,34 +44,10 @@ from gpuhc.sources.nvml_fields import (
 )
 from gpuhc.sources.nvml_util import byref as _byref
 from gpuhc.sources.nvml_util import error_name as _error_name
-from gpuhc.sources.nvml_util import field_value, pci_getter
+from gpuhc.sources.nvml_util import Rounds, field_value, pci_getter
 from gpuhc.sources.nvml_util import text as _text
 
 log = logging.getLogger("gpuhc.sources.nvml")
-
-class _Rounds:
-    """When the clock-event sample rounds after the first are due: ``interval`` apart."""
-
-    def __init__(self, samples: int, interval: float):
-        self.left, self.interval, self.last = samples - 1, interval, time.monotonic()
-
-    def due(self) -> bool:
-        if self.left > 0 and time.monotonic() - self.last >= self.interval:
-            self.left -= 1
-            self.last = time.monotonic()
-            return True
-        return False
-
-    def wait(self) -> bool:
-        """Sleep until the next round is due; False when all were taken."""
-        while self.left > 0:
-            pause = self.interval - (time.monotonic() - self.last)
-            if pause > 0:
-                time.sleep(pause)
-            if self.due():
-                return True
-        return False
-
 
 class _GpuGone(Exception):
     """The GPU stopped answering (NVML_ERROR_GPU_IS_LOST): stop asking it anything."""
@@ -91,9 +66,8 @@ class NvmlLive:
     def __init__(self, clock_samples: int = 3, sample_interval_s: float = 0.02, module: Any = None,
                  gpus: list[int] | None = None):
         self.clock_samples = max(1, int(clock_samples))
-        # The stage's GPUs (the prolog's: the job's), read in full; the others only say who they
-        # are (name, UUID, PCI id, serial: gpu-count and the xid attribution need every GPU).
-        # None: all.
+        # The stage's GPUs (the prolog's: the job's), read in full; the others only who they are,
+        # their temperature and how busy (see _sibling). None: all.
         self.gpus = None if gpus is None else frozenset(gpus)
         self.sample_interval_s = max(0.0, float(sample_interval_s))
         self._module = module  # tests pass a fake pynvml; None imports the real one
@@ -139,7 +113,7 @@ class NvmlLive:
         # (73.7 vs 76.7 ms, medians of 7) -- the driver serialises these calls. The NVLink error
         # counters (most of the time) come last, with the clock-event rounds taken between two
         # GPUs' counters once an interval has passed, so the sampling window mostly costs nothing.
-        clock = _Rounds(self.clock_samples, self.sample_interval_s)
+        clock = Rounds(self.clock_samples, self.sample_interval_s)
         reads = [self._read_gpu(index) for index in range(count)]
         reading.gpus = [gpu for gpu, _, _ in reads]
         live = [(gpu, h) for gpu, h, _ in reads]
@@ -182,7 +156,7 @@ class NvmlLive:
         gpu = GpuReading(index=index, name="", uuid="", pci_bus_id="")
         try:
             if self.gpus is not None and index not in self.gpus:
-                self._inventory(gpu, handle)  # not this stage's GPU: who it is, for gpu-count and xid
+                self._sibling(gpu, handle)
                 return gpu, handle, False
             links = self._fill_gpu(gpu, handle)
         except _GpuGone as e:
@@ -203,6 +177,19 @@ class NvmlLive:
         if pci is not None:
             gpu.pci_bus_id = norm_pci(_text(pci.busId) or "")
         gpu.serial = _text(self._call(nv.nvmlDeviceGetSerial, h, gpu=i, what="serial"))
+
+    def _sibling(self, gpu: GpuReading, h: Any) -> None:
+        """Not this stage's GPU: who it is (gpu-count, xid) and how hot and busy (thermal compares
+        a GPU with all its siblings); a few getters of microseconds each, no counters."""
+        nv, i = self._nv, gpu.index
+        self._inventory(gpu, h)
+        mask = self._clock_reasons(h, i)
+        gpu.clock_event_samples = [] if mask is None else [mask]
+        for attr, getter, arg, convert in SIMPLE_GETTERS:
+            if attr in ("temp_gpu_c", "utilization_gpu"):
+                args = (h,) if arg is None else (h, getattr(nv, arg))
+                value = self._call(getattr(nv, getter), *args, gpu=i, what=attr)
+                setattr(gpu, attr, value if value is None or convert is None else convert(value))
 
     def _fill_gpu(self, gpu: GpuReading, h: Any) -> _Field | None:
         """Everything but the NVLink counters; returns the link-count field for those."""

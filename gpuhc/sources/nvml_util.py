@@ -1,5 +1,6 @@
 """Small pieces shared by the NVML readers (the counters in ``nvml.py``, the processes in
-``gpu_procs.py``): loading and starting NVML, and turning its answers into plain values.
+``gpu_procs.py``): loading and starting NVML, turning its answers into plain values, and
+timing the clock-event sample rounds.
 
 ``pynvml`` is imported inside :func:`start`, so nothing that merely imports a source pays for it.
 A missing package, library or driver comes back as a reason (a string), never as an exception:
@@ -8,6 +9,7 @@ the readers turn it into a reading with ``available=False``.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 _INIT_REASONS = {
@@ -85,3 +87,27 @@ def text(value: Any) -> str | None:
     if isinstance(value, bytes):
         return value.decode(errors="replace").strip("\x00 ")
     return str(value).strip()
+
+
+class Rounds:
+    """When the clock-event sample rounds after the first are due: ``interval`` apart."""
+
+    def __init__(self, samples: int, interval: float):
+        self.left, self.interval, self.last = samples - 1, interval, time.monotonic()
+
+    def due(self) -> bool:
+        if self.left > 0 and time.monotonic() - self.last >= self.interval:
+            self.left -= 1
+            self.last = time.monotonic()
+            return True
+        return False
+
+    def wait(self) -> bool:
+        """Sleep until the next round is due; False when all were taken."""
+        while self.left > 0:
+            pause = self.interval - (time.monotonic() - self.last)
+            if pause > 0:
+                time.sleep(pause)
+            if self.due():
+                return True
+        return False
