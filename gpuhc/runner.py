@@ -90,7 +90,8 @@ def run_stage(opts: RunOptions) -> RunReport:
         # Only the clocks check judges persistence across samples; the prolog skips it and
         # should not spend 40 ms sampling throttle reasons nobody reads.
         spec = replace(spec, clock_samples=1)
-    spec = replace(spec, gpus=opts.gpus, occupancy_wait_s=_occupancy_wait(checks, opts))
+    wait_s, settle_mib = _occupancy_wait(checks, opts)
+    spec = replace(spec, gpus=opts.gpus, occupancy_wait_s=wait_s, occupancy_settle_mib=settle_mib)
     sources = build_sources(spec, step)
     readers = _start_readers(sources, {n for c in checks for n in (*c.needs, *c.optional)})
     snapshot = Snapshot(hostname=report.node, time=opts.now if opts.now is not None else time.time())
@@ -219,12 +220,12 @@ def _start_readers(sources: Sources, needs: set[str]) -> dict[str, _Reader]:
     return {name: _Reader(name, fns[name]) for name in fns if name in needs}
 
 
-def _occupancy_wait(checks: list[Check], opts: RunOptions) -> float:
-    """How long the occupancy reader waits for the job's leftover processes (the epilog's;
-    gpuhc/checks/occupancy.py says how long)."""
+def _occupancy_wait(checks: list[Check], opts: RunOptions) -> tuple[float, float | None]:
+    """How long the occupancy reader waits for the job's leftovers, and for their memory to
+    drop to how many MiB (the epilog's; gpuhc/checks/occupancy.py says)."""
     check = next((c for c in checks if c.id == "occupancy"), None)
     if check is None:
-        return 0.0
+        return 0.0, None
     from gpuhc.checks.occupancy import wait_for_stage
 
     t = {**check.defaults, **(opts.config.check_settings(check.id).get("thresholds") or {})}

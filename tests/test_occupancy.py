@@ -105,10 +105,10 @@ def test_not_read_or_no_nvml_is_na():
 
 
 def test_only_the_epilog_waits_and_never_past_the_check_timeout():
-    assert wait_for_stage("prolog", DEFAULTS, 15.0) == 0.0
-    assert wait_for_stage("bootstrap", DEFAULTS, 15.0) == 0.0
-    assert wait_for_stage("epilog", DEFAULTS, 15.0) == 5.0
-    assert wait_for_stage("epilog", {"epilog_wait_s": 60}, 15.0) == 14.0
+    assert wait_for_stage("prolog", DEFAULTS, 15.0) == (0.0, 1024)
+    assert wait_for_stage("bootstrap", DEFAULTS, 15.0) == (0.0, 1024)
+    assert wait_for_stage("epilog", DEFAULTS, 15.0) == (5.0, 1024)
+    assert wait_for_stage("epilog", {"epilog_wait_s": 60, "max_used_mib": 2048}, 15.0) == (14.0, 2048)
 
 
 def test_threshold_validation():
@@ -184,6 +184,23 @@ def test_epilog_wait_gives_up_and_reports_what_is_left(tmp_path):
     assert [p.pid for p in occ.gpus[0].processes] == [4242] and occ.waited_s >= 0.2
     (r,) = judge(Snapshot("n1", 0.0, occupancy=occ), ctx()).results
     assert r.status is Status.FAIL and "pid 4242 (python, 1.0 GiB)" in r.message
+
+
+def test_epilog_wait_also_lets_a_context_tear_down(tmp_path):
+    class Draining(FakeNvml):
+        """The process is gone; its memory goes a moment later, as a context is torn down."""
+
+        def nvmlDeviceGetMemoryInfo(self, h, version=None):
+            self.calls["memory reads"] += 1
+            if self.calls["memory reads"] > 2:
+                self.gpus[h].memory = (4 << 20, 80 << 30)
+            return super().nvmlDeviceGetMemoryInfo(h, version)
+
+    fake = Draining([FakeGpu(memory=(6 << 30, 80 << 30))])
+    src = OccupancyLive(wait_s=5.0, poll_s=0.01, module=fake, proc_root=fake_proc(tmp_path), settle_mib=1024)
+    occ = src.read()
+    assert occ.gpus[0].memory_used_mib == 4.0 and 0.0 < occ.waited_s < 5.0
+    assert judge(Snapshot("n1", 0.0, occupancy=occ), ctx()).results[0].status is Status.PASS
 
 
 def test_a_graphics_process_is_not_waited_for(tmp_path):

@@ -26,13 +26,15 @@ ID = "occupancy"
 _NAMED = 3  # processes named in one message; the rest are counted (a reason holds 255 bytes)
 
 
-def wait_for_stage(stage: str, thresholds: dict, timeout_s: float) -> float:
-    """How long the reader may wait for leftover processes: only the epilog waits, and never
-    so long that the check itself times out."""
+def wait_for_stage(stage: str, thresholds: dict, timeout_s: float) -> tuple[float, float]:
+    """(seconds, MiB): how long the reader may wait for the job's processes to exit and their
+    memory to drop to the allowance. Only the epilog waits, and never so long that the check
+    itself times out."""
+    mib = float(thresholds.get("max_used_mib", 1024))
     if stage != "epilog":
-        return 0.0
+        return 0.0, mib
     wait = float(thresholds.get("epilog_wait_s") or 0.0)
-    return max(0.0, min(wait, timeout_s - 1.0))
+    return max(0.0, min(wait, timeout_s - 1.0)), mib
 
 
 def describe(p: GpuProcess) -> str:

@@ -23,8 +23,10 @@ class SourceSpec:
     clock_sample_interval_s: float = 0.02
     # The stage's GPUs (the prolog's and epilog's: the job's), read in full; None: every GPU.
     gpus: list[int] | None = None
-    # GPU occupancy: how long to wait for leftover processes to exit (the epilog).
+    # GPU occupancy: how long to wait for leftover processes to exit and for the memory in use
+    # to drop to this many MiB (the epilog).
     occupancy_wait_s: float = 0.0
+    occupancy_settle_mib: float | None = None
 
 
 @dataclass
@@ -57,7 +59,7 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
 
         nvml = adopt(spec.clock_samples, spec.clock_sample_interval_s, spec.gpus) or NvmlLive(
             clock_samples=spec.clock_samples, sample_interval_s=spec.clock_sample_interval_s, gpus=spec.gpus)
-        procs = OccupancyLive(gpus=spec.gpus, wait_s=spec.occupancy_wait_s)
+        procs = OccupancyLive(gpus=spec.gpus, wait_s=spec.occupancy_wait_s, settle_mib=spec.occupancy_settle_mib)
 
     from gpuhc.sources import kernel_log as kl
 

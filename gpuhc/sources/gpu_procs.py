@@ -16,8 +16,9 @@ job's leftover processes delays no other check.
 - gpuhc runs in the host's PID namespace (as slurmd's prolog and epilog do): NVML's pids are the
   host's, and ``/proc`` is read with that in mind.
 - A GPU NVML cannot talk to is kept with ``error`` set: the check says it could not judge it.
-- ``wait_s`` (the epilog): while a wanted GPU still holds a compute process, read again every
-  ``poll_s`` until none is left or the wait is over; ``waited_s`` says how long it took.
+- ``wait_s`` (the epilog): while a wanted GPU still holds a compute process, or more than
+  ``settle_mib`` in use (a context the driver is still tearing down), read again every
+  ``poll_s`` until it settles or the wait is over; ``waited_s`` says how long it took.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ _COMM_LIMIT = 64  # /proc/<pid>/comm is at most 16 bytes; anything longer is not
 
 class OccupancyLive:
     def __init__(self, gpus: list[int] | None = None, wait_s: float = 0.0, poll_s: float = 0.5,
-                 module: Any = None, proc_root: str = "/proc"):
+                 module: Any = None, proc_root: str = "/proc", settle_mib: float | None = None):
         self.gpus = None if gpus is None else sorted(set(gpus))
         self.wait_s = max(0.0, float(wait_s))
+        self.settle_mib = settle_mib
         self.poll_s = max(0.01, float(poll_s))
         self._module = module  # tests pass a fake pynvml; None imports the real one
         self.proc_root = proc_root
@@ -69,7 +71,7 @@ class OccupancyLive:
                 errors[i] = f"no NVML handle: {e}"
         start = time.monotonic()
         gpus = [self._gpu(nv, i, handles.get(i), errors.get(i)) for i in wanted]
-        while self.wait_s and _has_compute(gpus) and time.monotonic() - start < self.wait_s:
+        while self.wait_s and not self._settled(gpus) and time.monotonic() - start < self.wait_s:
             time.sleep(min(self.poll_s, max(0.0, self.wait_s - (time.monotonic() - start))))
             gpus = [self._gpu(nv, i, handles.get(i), errors.get(i)) for i in wanted]
         waited = round(time.monotonic() - start, 3) if self.wait_s else 0.0
@@ -109,6 +111,14 @@ class OccupancyLive:
         gpu.processes = [merged[pid] for pid in sorted(merged)]
         return gpu
 
+    def _settled(self, gpus: list[GpuOccupancy]) -> bool:
+        for g in gpus:
+            if any("compute" in p.kinds for p in g.processes):
+                return False
+            if self.settle_mib is not None and not g.mig and (g.memory_used_mib or 0) > self.settle_mib:
+                return False
+        return True
+
     def _name(self, pid: int) -> tuple[str | None, bool]:
         """(comm, gone): the short name the kernel keeps for the process, printable only."""
         from gpuhc.untrusted import UntrustedInputError, read_bounded
@@ -124,8 +134,6 @@ class OccupancyLive:
         return name or None, False
 
 
-def _has_compute(gpus: list[GpuOccupancy]) -> bool:
-    return any("compute" in p.kinds for g in gpus for p in g.processes)
 
 
 def _memory(nv: Any, h: Any) -> tuple[float | None, float | None]:
