@@ -143,11 +143,14 @@ def _open_existing(path: str, flags: int, what: str) -> int:
         raise
 
 
-def write_atomic(path: str, data: bytes, mode: int = 0o644, what: str | None = None) -> None:
+def write_atomic(path: str, data: bytes, mode: int = 0o644, what: str | None = None, durable: bool = True) -> None:
     """Replace ``path`` with ``data``; the file gets exactly ``mode`` whatever the umask.
 
     ``what`` names the file in a refusal and turns on the directory checks (as root); sweep
     results, written by the unprivileged probe account into its own directory, pass none.
+    ``durable=False`` skips the two fsyncs, for a file the next run rewrites anyway (metrics):
+    readers still see the old file or the new one, and a crash may leave the old one or an
+    empty one, never a torn one.
     Raises :class:`UnsafePath` or OSError (callers name the file)."""
     directory = os.path.dirname(os.path.abspath(path))
     if what is not None and os.path.isdir(directory):  # (a missing one fails below, by name)
@@ -163,7 +166,8 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, what: str | None = N
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -171,6 +175,8 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, what: str | None = N
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if not durable:
+        return
     dfd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dfd)

@@ -157,6 +157,46 @@ class NvmlReading:
         return None
 
 
+# --------------------------------------------------------------------------- GPU occupancy
+
+
+@dataclass
+class GpuProcess:
+    """One process NVML lists on a GPU (compute, graphics, or both)."""
+
+    pid: int
+    name: str | None = None  # /proc/<pid>/comm; None when /proc could not say
+    used_mib: float | None = None  # NVML's usedGpuMemory; None where NVML cannot tell (MIG, no permission)
+    kinds: str = "compute"  # "compute", "graphics" or "compute+graphics"
+    gone: bool = False  # NVML lists it but /proc has no such pid (exited, or another PID namespace)
+
+
+@dataclass
+class GpuOccupancy:
+    index: int
+    uuid: str = ""
+    memory_used_mib: float | None = None  # excluding what the driver reserves, where NVML can tell
+    memory_total_mib: float | None = None
+    processes: list[GpuProcess] = field(default_factory=list)
+    mig: bool | None = None  # MIG mode on: the parent's memory use is the instances', not judged
+    error: str | None = None  # NVML could not list this GPU's processes: cannot judge it
+
+    @property
+    def subject(self) -> str:
+        return f"gpu{self.index}"
+
+
+@dataclass
+class Occupancy:
+    """Who holds the GPUs a stage concerns: read only in the stages that judge it (prolog,
+    epilog, bootstrap), never in the passive health check (a running job is not a finding)."""
+
+    available: bool
+    error: str | None = None
+    gpus: list[GpuOccupancy] = field(default_factory=list)
+    waited_s: float = 0.0  # how long the read waited for leftover processes to exit (epilog)
+
+
 # --------------------------------------------------------------------------- kernel log side
 
 
@@ -239,6 +279,8 @@ class Snapshot:
     # PCI addresses (normalised) of the NVIDIA GPUs on the PCI bus, from sysfs: a GPU that fell
     # off the bus often vanishes from NVML but stays here. None: not read (no sysfs, old recording).
     pci_gpus: list[str] | None = None
+    # Processes and memory on the GPUs (prolog/epilog/bootstrap only). None: not read.
+    occupancy: Occupancy | None = None
 
 
 _PCI_RE = re.compile(

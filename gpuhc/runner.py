@@ -17,9 +17,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from gpuhc.checks.base import AER, IB, KERNEL_LOG, NVML, PCI, Check, CheckOutput, Context, Declared
+from gpuhc.checks.base import AER, IB, KERNEL_LOG, NVML, PCI, PROCS, Check, CheckOutput, Context, Declared
 from gpuhc.config import Config
 from gpuhc.model import Result, Snapshot, Status
+from gpuhc.phases import mark
 from gpuhc.runreport import RunOptions, RunReport  # noqa: F401 - re-exported: callers import them from here
 from gpuhc.sources import SourceSpec, Sources, build_sources
 from gpuhc.state import StateError, StateStore
@@ -89,11 +90,14 @@ def select_checks(stage: str, config: Config, only: tuple[str, ...] = ()) -> lis
 
 
 def run_stage(opts: RunOptions) -> RunReport:
+    mark("run")
     t0 = time.monotonic()
     budget = opts.budget_s if opts.budget_s is not None else float(opts.config.section("budget_s")[opts.stage])
     deadline = t0 + max(0.1, budget - RESERVE_S)
     report = RunReport(node=hostname_of(opts), stage=opts.stage, started=time.time())
     checks = select_checks(opts.stage, opts.config, opts.only)
+    if not opts.occupancy:
+        checks = [(c, eff) for c, eff in checks if c.id != "occupancy"]
     store = StateStore(opts.state_dir)
     try:
         prior, state_error = store.read(), None
@@ -110,6 +114,8 @@ def run_stage(opts: RunOptions) -> RunReport:
         # Only the clocks check judges persistence across samples; the prolog skips it and
         # should not spend 40 ms sampling throttle reasons nobody reads.
         spec = replace(spec, clock_samples=1)
+    wait_s, settle_mib = _occupancy_wait(checks, opts)
+    spec = replace(spec, gpus=opts.gpus, occupancy_wait_s=wait_s, occupancy_settle_mib=settle_mib)
     sources = build_sources(spec, step)
     readers = _start_readers(sources, {n for c, _ in checks for n in (*c.needs, *c.optional)})
     snapshot = Snapshot(hostname=report.node, time=opts.now if opts.now is not None else time.time())
@@ -181,6 +187,7 @@ def run_stage(opts: RunOptions) -> RunReport:
         if out.state is not None:
             new_state[check.id] = out.state
 
+    mark("judged")
     if opts.stage in ("epilog", "bootstrap") and not opts.only:
         report.results.extend(_run_active(opts, report, profile, baseline, deadline))
 
@@ -192,13 +199,14 @@ def run_stage(opts: RunOptions) -> RunReport:
         report.notes.append(f"state not read nor saved: {_one_line(state_error)}")
         report.results.append(Result("state", Status.ERROR, f"state not read nor saved: {_one_line(state_error)}"))
     report.duration_s = time.monotonic() - t0
+    mark("state")
     return report
 
 
 def read_snapshot(spec: SourceSpec, hostname: str, timeout_s: float = 30.0, step: int | None = None) -> Snapshot:
     """Read every source once (for `gpuhc snapshot` and `gpuhc baseline capture`)."""
     sources = build_sources(spec, step)
-    readers = _start_readers(sources, {NVML, KERNEL_LOG, IB, AER, PCI})
+    readers = _start_readers(sources, {NVML, KERNEL_LOG, IB, AER, PCI, PROCS})
     deadline = time.monotonic() + timeout_s
     late = [name for name, r in readers.items() if not r.wait(deadline)]
     if late:
@@ -229,8 +237,21 @@ def _start_readers(sources: Sources, needs: set[str]) -> dict[str, _Reader]:
         IB: sources.sysfs.ib_ports,
         AER: sources.sysfs.aer,
         PCI: getattr(pci, "nvidia_gpus", None) or (lambda: None),
+        PROCS: sources.procs.read if sources.procs is not None else (lambda: None),
     }
     return {name: _Reader(name, fns[name]) for name in fns if name in needs}
+
+
+def _occupancy_wait(checks: list[tuple[Check, Effective]], opts: RunOptions) -> tuple[float, float | None]:
+    """How long the occupancy reader waits for the job's leftovers, and for their memory to
+    drop to how many MiB (the epilog's; gpuhc/checks/occupancy.py says)."""
+    found = next(((c, eff) for c, eff in checks if c.id == "occupancy"), None)
+    if found is None:
+        return 0.0, None
+    from gpuhc.checks.occupancy import wait_for_stage
+
+    check, eff = found
+    return wait_for_stage(opts.stage, {**check.defaults, **eff.overrides}, eff.timeout_s)
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -263,7 +284,7 @@ def _wait_for(check: Check, readers: dict[str, _Reader], deadline: float) -> lis
 
 def _fill(snapshot: Snapshot, readers: dict[str, _Reader]) -> None:
     for name, attr in ((NVML, "nvml"), (KERNEL_LOG, "kernel"), (IB, "ib_ports"), (AER, "aer"),
-                       (PCI, "pci_gpus")):
+                       (PCI, "pci_gpus"), (PROCS, "occupancy")):
         r = readers.get(name)
         if r is not None and r._done.is_set() and r.error is None and getattr(snapshot, attr) is None:
             setattr(snapshot, attr, r.value)
@@ -312,6 +333,7 @@ def _run_active(opts: RunOptions, report: RunReport, profile, baseline, deadline
         progress=opts.progress,
         checks={cid: {**eff.config, "thresholds": eff.overrides} for cid, eff in resolved.items()},
         baseline=baseline,
+        busy_is_finding=opts.occupancy and bool(opts.config.check_settings("occupancy")["enabled"]),
     )
     try:
         return run_active(opts.stage, ctx)

@@ -27,6 +27,9 @@ class RunOptions:
     hostname: str | None = None
     only: tuple[str, ...] = ()  # run just these check ids
     progress: bool = False  # active checks may show a progress bar
+    # Judge who holds the GPUs (the occupancy check, and a busy GPU in the active checks).
+    # False in a Slurm prolog/epilog that cannot tell the job's GPUs: other jobs may hold them.
+    occupancy: bool = True
 
 
 @dataclass

@@ -54,6 +54,13 @@ class FakeGpu:
     temp: int = 36
     power_mw: tuple[int, int, int] = (70000, 700000, 700000)  # draw, enforced, default
     fabric: tuple[int, int] | None = (3, 0)  # (state, status); None: NOT_SUPPORTED
+    # processes: (pid, usedGpuMemory in bytes or None); memory: (used, total) bytes, v2 semantics
+    compute_procs: list[tuple[int, int | None]] = field(default_factory=list)
+    graphics_procs: list[tuple[int, int | None]] = field(default_factory=list)
+    memory: tuple[int, int] = (4 << 20, 80 << 30)
+    memory_v1_extra: int = 500 << 20  # v1's "used" also counts the driver's reserve
+    procs_exit_after: int | None = None  # the processes are gone after this many listings
+    mig_mode: int | None = None  # current MIG mode; None: NOT_SUPPORTED (no MIG on this GPU)
     fail: dict[str, int] = field(default_factory=dict)  # function name -> NVML error code
     lost: bool = False
     handle_error: int | None = None
@@ -69,13 +76,16 @@ class FakeNvml:
         self.driver = driver
         self.cuda = cuda
         self.calls: Counter[str] = Counter()
+        self.listings: Counter[tuple[str, int]] = Counter()  # process listings per (getter, GPU)
         self.initialised = 0
         self._sample = [0] * len(gpus)
         if not has_field_values:
             self.nvmlDeviceGetFieldValues = self._missing  # type: ignore[method-assign]
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("nvml"):  # a getter gpuhc calls that this fake lacks: fail loudly
+        if name.startswith("nvml") and callable(getattr(real, name, None)):
+            # a getter gpuhc calls that this fake lacks: fail loudly (constants such as
+            # nvmlMemory_v2 come from the real module)
             raise AttributeError(f"fake pynvml has no {name}")
         return getattr(real, name)
 
@@ -226,6 +236,36 @@ class FakeNvml:
 
     def nvmlDeviceGetPowerManagementDefaultLimit(self, h: int) -> int:
         return self._gpu("nvmlDeviceGetPowerManagementDefaultLimit", h).power_mw[2]
+
+    # ------------------------------------------------------------ occupancy
+    def _procs(self, fn: str, h: int, which: str) -> list[Any]:
+        g = self._gpu(fn, h)
+        self.listings[(fn, h)] += 1
+        if g.procs_exit_after is not None and self.listings[(fn, h)] > g.procs_exit_after:
+            return []
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+                for pid, used in getattr(g, which)]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
+        return self._procs("nvmlDeviceGetComputeRunningProcesses", h, "compute_procs")
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h: int) -> list[Any]:
+        return self._procs("nvmlDeviceGetGraphicsRunningProcesses", h, "graphics_procs")
+
+    def nvmlDeviceGetMigMode(self, h: int) -> list[int]:
+        g = self._gpu("nvmlDeviceGetMigMode", h)
+        if g.mig_mode is None:
+            raise real.NVMLError(NS)
+        return [g.mig_mode, g.mig_mode]
+
+    def nvmlDeviceGetMemoryInfo(self, h: int, version: int | None = None) -> Any:
+        g = self._gpu("nvmlDeviceGetMemoryInfo", h)
+        used, total = g.memory
+        if version is None:
+            used += g.memory_v1_extra
+        elif "nvmlDeviceGetMemoryInfo_v2" in g.fail:
+            raise real.NVMLError(g.fail["nvmlDeviceGetMemoryInfo_v2"])
+        return SimpleNamespace(used=used, total=total, free=total - used)
 
     def nvmlDeviceGetGpuFabricInfoV(self, h: int, ref: Any) -> int:
         g = self._gpu("nvmlDeviceGetGpuFabricInfoV", h)

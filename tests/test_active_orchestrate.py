@@ -163,15 +163,27 @@ def test_cuda_blind_to_gpus_nvml_sees_is_an_error(fake):
     assert all(r.status is Status.ERROR and "NVML sees 8 GPUs but CUDA sees none" in r.message for r in res)
 
 
-def test_busy_gpu_is_skipped_with_an_error_and_the_others_are_tested(fake):
+def test_busy_gpu_is_the_occupancy_finding_and_the_others_are_tested(fake):
+    # Issue 14: in the epilog a GPU another process holds drains (never an error that cannot).
     busy = [dict(TWO_GPUS[0]), dict(TWO_GPUS[1], procs=[{"pid": 4242, "name": "python", "used": 3 << 30}])]
     tasks = {k: {"data": v["data"]} for k, v in _healthy_tasks().items()}
     res = run_active("epilog", fake(hello={"devices": busy, "nvml_count": 2}, tasks=tasks))
-    (r,) = [r for r in res if r.check == "active"]
-    assert r.status is Status.ERROR and r.subject == "gpu1"
+    (r,) = [r for r in res if r.check == "occupancy"]
+    assert r.status is Status.FAIL and r.subject == "gpu1" and r.action.drains and r.value == [4242]
     assert r.message == "gpu1 busy with pid 4242 (python, 3.0 GiB): active checks skipped on it"
+    assert not [r for r in res if r.check == "active"]
     reqs = {q["task"]: q for q in fake.requests()}
     assert reqs["burnin"]["devices"] == [0] and reqs["topology"]["devices"] == [0, 1]
+
+
+def test_busy_gpu_of_unknown_owner_stays_an_error(fake):
+    # A Slurm job whose GPUs are unknown: the process may be another job's, so no drain.
+    busy = [dict(TWO_GPUS[0]), dict(TWO_GPUS[1], procs=[{"pid": 4242, "name": "python", "used": 3 << 30}])]
+    tasks = {k: {"data": v["data"]} for k, v in _healthy_tasks().items()}
+    res = run_active("epilog", fake(hello={"devices": busy, "nvml_count": 2}, tasks=tasks, busy_is_finding=False))
+    (r,) = [r for r in res if r.check == "active"]
+    assert r.status is Status.ERROR and r.subject == "gpu1"
+    assert not [r for r in res if r.check == "occupancy"]
 
 
 def test_job_gpus_restrict_the_devices(fake):

@@ -49,6 +49,9 @@ EXPECTED: dict[str, tuple[list[Status], set[tuple[str, str, str]]]] = {
     "ib-port-down.yaml": ([FAIL], {("infiniband", "mlx5_3/1", "drain + hardware ticket")}),
     "ib-flapping.yaml": ([FAIL], {("infiniband", "mlx5_1/1", "drain + hardware ticket")}),
     "xid79-fallen-off-bus.yaml": ([FAIL], {("xid", "gpu3", "drain + hardware ticket")}),
+    # The health check never judges occupancy (a process on a node in service is a job); the
+    # prolog and epilog fail on gpu1 (tests/test_occupancy.py).
+    "stray-process.yaml": ([PASS], set()),
 }
 
 

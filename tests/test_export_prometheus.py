@@ -132,7 +132,52 @@ def test_every_help_text_is_one_line():
     assert {s.name for s in report_samples(report())} <= set(HELP)
 
 
-def test_importing_the_exporters_does_not_load_prometheus_client():
-    code = "import sys, gpuhc.export.prometheus, gpuhc.export.eventlog; print('prometheus_client' in sys.modules)"
+def test_writing_a_textfile_never_loads_prometheus_client(tmp_path):
+    # About 75 ms to import, more than judging a node (issue 10): the hot path writes the text itself.
+    code = ("import sys; from gpuhc.export.prometheus import write_textfile, write_breaker_metric; "
+            f"write_textfile({str(tmp_path / 'g.prom')!r}, {report()!r}); "
+            f"write_breaker_metric({str(tmp_path / 'b.prom')!r}, True, 1, 2); "
+            "print('prometheus_client' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"
+    assert val(parse(tmp_path / "g-passive.prom"), "gpuhc_node_status", stage="passive") == 3
+
+
+def families(text: str) -> dict:
+    return {f.name: (f.documentation, f.type, sorted((s.name, tuple(sorted(s.labels.items())), repr(s.value))
+                                                     for s in f.samples))
+            for f in text_string_to_metric_families(text)}
+
+
+def test_same_families_as_prometheus_client_renders():
+    """What prometheus_client itself would write for these samples, read back by its parser."""
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+    samples = report_samples(report()) + [Sample("gpuhc_breaker_cap", 10)]
+    reg = CollectorRegistry(auto_describe=False)
+    gauges = {}
+    for s in samples:
+        if s.name not in gauges:
+            gauges[s.name] = Gauge(s.name, HELP[s.name], labelnames=sorted(s.labels), registry=reg)
+        (gauges[s.name].labels(**s.labels) if s.labels else gauges[s.name]).set(s.value)
+    assert families(render(samples).decode()) == families(generate_latest(reg).decode())
+
+
+def test_escaping_and_odd_values_read_back_exactly():
+    helps = {"gpuhc_x": 'back\\slash "quoted" and\nnewline'}
+    text = render([Sample("gpuhc_x", float("inf"), {"a": 'q"\\\n'}), Sample("gpuhc_x", float("-inf"), {"a": "b"}),
+                   Sample("gpuhc_x", float("nan"), {"a": "c"}), Sample("gpuhc_x", 1e21, {"a": "d"}),
+                   Sample("gpuhc_x", -0.5, {"a": "e"}), Sample("gpuhc_x", 7, {"a": "b"})], helps).decode()
+    (fam,) = text_string_to_metric_families(text)
+    assert fam.documentation == helps["gpuhc_x"] and fam.type == "gauge"
+    got = {s.labels["a"]: s.value for s in fam.samples}
+    assert got['q"\\\n'] == float("inf") and got["d"] == 1e21 and got["e"] == -0.5 and got["c"] != got["c"]
+    assert got["b"] == 7  # a series given twice keeps its last value, once
+    assert text.count('a="b"') == 1
+
+
+def test_names_prometheus_would_refuse_are_refused():
+    with pytest.raises(ValueError, match="metric name"):
+        render([Sample("gpuhc-bad", 1)], {"gpuhc-bad": "x"})
+    with pytest.raises(ValueError, match="label name"):
+        render([Sample("gpuhc_x", 1, {"0bad": "v"})], {"gpuhc_x": "x"})

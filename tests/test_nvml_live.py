@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import pynvml as real
 import pytest
@@ -50,6 +51,29 @@ def test_counters_are_batched_not_read_one_getter_at_a_time():
                    "nvmlDeviceGetPcieReplayCounter", "nvmlDeviceGetEccMode"):
         assert fake.calls[getter] == 0, getter
     assert fake.calls["nvmlDeviceGetCurrentClocksEventReasons"] == 24  # 3 samples x 8 GPUs
+
+
+def test_a_stage_with_some_gpus_reads_the_others_inventory_only():
+    # the prolog judges the job's GPUs; gpu-count and xid still need every GPU's name and PCI id
+    fake = FakeNvml([FakeGpu(pci=f"00000000:{0x18 + i:02X}:00.0", uuid=f"GPU-{i}") for i in range(4)])
+    r = NvmlLive(clock_samples=2, sample_interval_s=0.0, module=fake, gpus=[2]).read()
+    assert [(g.index, g.uuid, g.pci_bus_id) for g in r.gpus] == [(i, f"GPU-{i}", f"0000:{0x18 + i:02x}:00.0")
+                                                                   for i in range(4)]
+    full, other = r.gpus[2], r.gpus[0]
+    assert len(full.nvlinks) == 18 and full.clock_event_samples == [1, 1] and full.power_limit_w == 700.0
+    assert other.nvlinks == [] and other.ecc_mode is None and other.power_limit_w is None
+    assert other.name == "NVIDIA H100 80GB HBM3" and other.serial == "1650923000001" and not other.lost
+    # how hot and busy, for the thermal check's sibling comparison
+    assert (other.temp_gpu_c, other.utilization_gpu, other.clock_event_samples) == (36, 0, [1, 1])
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 2  # device batch and link batch of gpu2 only
+
+
+def test_clock_rounds_keep_their_interval():
+    fake = FakeNvml([FakeGpu(), FakeGpu()])
+    t0 = time.monotonic()
+    r = NvmlLive(clock_samples=3, sample_interval_s=0.05, module=fake).read()
+    assert time.monotonic() - t0 >= 0.1  # three samples, 50 ms apart
+    assert all(len(g.clock_event_samples) == 3 for g in r.gpus)
 
 
 def test_not_supported_everywhere_gives_none_and_no_notes():
@@ -176,3 +200,19 @@ def test_real_gpu_reading():
         assert g.name and g.uuid.startswith("GPU-") and g.pci_bus_id.count(":") == 2
         assert g.power_limit_w and g.power_limit_w > 0
         assert len(g.clock_event_samples) == 2
+
+
+@pytest.mark.gpu
+def test_real_gpu_occupancy_reading():
+    """Needs an NVIDIA GPU; skips only when NVML finds none. The UUIDs match the counter read,
+    memory is reported, and every listed process is named or marked gone."""
+    from gpuhc.sources.gpu_procs import OccupancyLive
+
+    occ = OccupancyLive().read()
+    if not occ.available or not occ.gpus:
+        pytest.skip(f"no NVIDIA GPU here: {occ.error}")
+    uuids = [g.uuid for g in NvmlLive(clock_samples=1).read().gpus]
+    assert [g.uuid for g in occ.gpus] == uuids
+    for g in occ.gpus:
+        assert g.error is None and g.memory_total_mib and g.memory_used_mib is not None
+        assert all(p.name or p.gone for p in g.processes)

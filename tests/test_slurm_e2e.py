@@ -356,6 +356,30 @@ def test_prolog_epilog_and_quarantine(slurm_cluster, tmp_path):
     c.run(["scancel", str(job_a)], check=False)
 
 
+def test_prolog_drains_for_a_stray_process_on_the_jobs_gpu(slurm_cluster, tmp_path):
+    """Issue 14: a job's leftover holds gpu1. A job given gpu0 runs; a job given gpus 0-1 makes
+    the prolog drain the node with a reason naming the pid, its name and the GiB it holds, and
+    Slurm requeues that job."""
+    wd = tmp_path / "occ"
+    c = slurm_cluster(workdir=wd, nodes=("n1",), prolog=True, gpus_per_node=8,
+                      prolog_flags=RECOMMENDED["PrologFlags"], gpuhc_config=base_config(wd),
+                      node_scenarios={"n1": str(REPO / "examples" / "scenarios" / "stray-process.yaml")})
+    ok = c.sbatch("-w", "n1", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "true")
+    assert c.wait_for_job(ok, 60, ("COMPLETED",)) == "COMPLETED"
+    assert not c.node("n1").drained
+    assert any("prolog gpus=0: PASS" in x for x in decisions(wd, "n1", "prolog")), decisions(wd, "n1", "prolog")
+    job = c.sbatch("-w", "n1", "--gres=gpu:2", "-o", "/dev/null", "--wrap", "true")
+
+    def requeued():
+        text = c.scontrol("show", "job", "-o", str(job)).stdout
+        return "JobState=PENDING" in text and re.search(r"Restarts=[1-9]", text) and text
+
+    c.wait_for(requeued, 60, f"job {job} requeued")
+    n1 = c.node("n1")
+    assert n1.drained, n1
+    assert n1.reason.startswith("gpuhc: occupancy gpu1 holds 1 compute process: pid 48213 (python3, 20.0 GiB)"), n1.reason
+
+
 def test_healthcheck_shim_with_slurmds_empty_environment_and_a_hung_slurmctld(slurm_cluster, tmp_path):
     """The shim as slurmd runs it: no PATH, nothing but SLURMD_NODENAME (plus what the test
     wrapper adds: config, state dir, SLURM_CONF). A healthy node sends nothing to Slurm; a

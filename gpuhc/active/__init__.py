@@ -14,8 +14,9 @@ Status rules (documented in docs/verification-active.md):
   all-reduce sum), an uncorrectable ECC error reported to the worker, a GPU/link/bandwidth far
   below its profile or its siblings, hardware throttling under load, a DCGM hardware test failed.
 - ``warn``: slow but within the fail band; P2P unavailable over PCIe; NUMA/NIC affinity changed.
-- ``error`` (gpuhc could not judge, never drains): timeout, out of GPU memory, a GPU busy with
-  another process, CuPy or NCCL missing while GPUs are present, any other CUDA error.
+- ``error`` (gpuhc could not judge, never drains): timeout, out of GPU memory, CuPy or NCCL
+  missing while GPUs are present, any other CUDA error. A GPU busy with another process is the
+  occupancy check's ``fail`` (docs/checks.md), unless the caller cannot tell whose it is.
 - ``n/a``: no GPU on the node; P2P and NCCL bandwidth with a single GPU; dcgmi not installed.
 """
 

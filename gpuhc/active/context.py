@@ -24,6 +24,9 @@ class ActiveContext:
     baseline: dict[str, Any] | None = None  # `gpuhc baseline` document; its `topology` key is ours
     # The command that starts the worker; tests put a fake GPU here (the hardware boundary).
     worker_argv: list[str] | None = None
+    # A GPU another process holds is the occupancy check's failure (drains); False keeps it an
+    # error (a Slurm job whose GPUs are unknown: the process may be another job's).
+    busy_is_finding: bool = True
 
     def check_enabled(self, check_id: str) -> bool:
         return bool((self.checks.get(check_id) or {}).get("enabled", True))

@@ -84,14 +84,24 @@ def _gpu_checks(plan: Plan, ctx: ActiveContext, thr: dict, deadline: float, prog
         want = ",".join(str(g) for g in ctx.gpus or [])
         return [Result(c, Status.ERROR, f"none of the requested GPUs ({want}) is visible to CUDA") for c in checks]
     for d in seen["busy"]:
-        procs = ", ".join(f"pid {p['pid']} ({p.get('name', '?')}"
-                          + (f", {p['used'] / (1 << 30):.1f} GiB" if p.get("used") else "") + ")" for p in d["procs"])
-        out.append(Result("active", Status.ERROR, f"{d['subject']} busy with {procs}: active checks skipped on it",
-                          d["subject"], [p["pid"] for p in d["procs"]]))
+        out.append(_busy(d, ctx.busy_is_finding))
     outcomes = sess.outcomes or {}
     for c in checks:
         out += _judge(c, outcomes, thr, ctx)
     return out
+
+
+def _busy(d: dict, finding: bool) -> Result:
+    """A GPU another process holds: the occupancy finding (docs/checks.md), which drains, unless
+    the caller cannot tell whose the process is."""
+    procs = ", ".join(f"pid {p['pid']} ({p.get('name') or '?'}"
+                      + (f", {p['used'] / (1 << 30):.1f} GiB" if p.get("used") else "") + ")" for p in d["procs"])
+    pids = [p["pid"] for p in d["procs"]]
+    if finding:
+        return Result("occupancy", Status.FAIL, f"{d['subject']} busy with {procs}: active checks skipped on it",
+                      d["subject"], pids, 0, Action.DRAIN_REBOOT)
+    return Result("active", Status.ERROR, f"{d['subject']} busy with {procs}: active checks skipped on it",
+                  d["subject"], pids)
 
 
 def _no_gpu(check: str, hello: dict) -> Result:

@@ -44,7 +44,7 @@ SCHEMA = {
     "dtypes": Key(list, ["bf16", "tf32"], "burn-in precisions: " + ", ".join(DTYPES), item=str),
     "seed": Key(int, 20261126, "seed of every generated input (same seed: same bits)", min=0),
     "hash_every": Key(int, 8, "hash the matmul result every N iterations", min=1, max=10000),
-    "busy_gpu": Key(str, "skip", "a GPU with another process on it: skip it (error result) or ignore",
+    "busy_gpu": Key(str, "skip", "a GPU with another process on it: skip it (the occupancy finding) or ignore",
                     choices=("skip", "ignore")),
     "startup_timeout_s": Key(float, 60.0, "worker start (CuPy import, CUDA init)", min=1.0, max=600.0),
     "env": Key(dict, {}, "extra environment for the worker process (e.g. NCCL_* variables)"),

@@ -23,6 +23,7 @@ MODULES = (
     "power",
     "infiniband",
     "nvswitch",
+    "occupancy",
 )
 
 

@@ -21,6 +21,7 @@ KERNEL_LOG = "kernel_log"
 IB = "ib"
 AER = "aer"
 PCI = "pci"  # the NVIDIA GPUs on the PCI bus (sysfs), whether NVML sees them or not
+PROCS = "gpu_procs"  # processes and memory on the GPUs (prolog, epilog, bootstrap)
 
 STAGES = ("passive", "prolog", "epilog", "bootstrap")
 

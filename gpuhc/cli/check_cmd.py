@@ -68,6 +68,9 @@ def check(kw: dict) -> None:
     if not replay or kw["publish"]:
         for problem in publish(report, opts.config):
             click.echo(f"gpuhc: warning: {escape(problem)}", err=True)
+    from gpuhc.phases import mark
+
+    mark("written")
     if scratch is not None:
         scratch.cleanup()
     finish(report.exit_code, hard=bool(report.timed_out))

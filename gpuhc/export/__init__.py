@@ -10,5 +10,5 @@ writes files and nothing else, and it never decides anything. Two writers:
 Both take the plain ``RunReport.to_dict()`` shape, not the objects, so a sweep or a replay can
 feed them too. A full disk must not change a health verdict: failures come back as one-line
 messages for the caller to log. Nothing is imported here, so ``import gpuhc.export.eventlog``
-stays cheap and prometheus_client is loaded only by the writer that needs it.
+stays cheap; the textfile is written without prometheus_client (see its module).
 """

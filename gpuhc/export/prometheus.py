@@ -16,15 +16,25 @@ overwrite each other:
 Every metric's HELP text lives in :data:`HELP`: node_exporter rejects a family that two files
 describe differently, so all writers must take their text from here.
 
-Files are written to a hidden temporary name in the same directory, fsynced, made 0644 (a
-restrictive umask must not hide them from node_exporter, which does not run as root) and renamed
-over the target. prometheus_client renders the exposition format; it is imported on first use
-so that a run without a textfile configured never pays for it.
+Files are written to a hidden temporary name in the same directory, made 0644 (a restrictive
+umask must not hide them from node_exporter, which does not run as root) and renamed over the
+target. They are not fsynced: the next run rewrites them, and the two fsyncs cost the health
+check milliseconds on every run for nothing a scrape could notice.
+
+The text is written here, not by prometheus_client: importing that package costs about 75 ms,
+more than judging a node, and the shipped config turns the textfile on for every health check.
+The format is Prometheus' text exposition format, version 0.0.4 (prometheus.io, "Exposition
+formats"; summarised in docs/ARCHITECTURE.md, "Hot path"): per family a ``# HELP`` and a
+``# TYPE`` line, then one ``name{label="value",...} value`` line per series, with backslash,
+double quote and newline escaped in label values (backslash and newline in HELP text).
+The tests read every file back with prometheus_client's own parser.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -120,26 +130,56 @@ def write_breaker_metric(path: str, open: bool, drained: int, cap: int, now: flo
     ])
 
 
-def render(samples: Iterable[Sample], helps: dict[str, str] | None = None) -> bytes:
-    """The exposition text for ``samples``. Every sample of a name must carry the same label
-    names; HELP comes from ``helps`` or :data:`HELP` (a name in neither is a ValueError)."""
-    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
-    families: dict[str, list[Sample]] = {}
+
+def render(samples: Iterable[Sample], helps: dict[str, str] | None = None) -> bytes:
+    """The exposition text for ``samples``, every family a gauge. Every sample of a name must
+    carry the same label names; HELP comes from ``helps`` or :data:`HELP` (a name in neither is a
+    ValueError). A series given twice keeps its last value (a file must not repeat a series)."""
+    families: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    labelnames: dict[str, tuple[str, ...]] = {}
     for s in samples:
-        families.setdefault(s.name, []).append(s)
-    registry = CollectorRegistry(auto_describe=False)
-    for name, group in families.items():
-        labelnames = tuple(sorted(group[0].labels))
+        names = tuple(sorted(s.labels))
+        if s.name not in families:
+            if not _NAME.fullmatch(s.name):
+                raise ValueError(f"metric {s.name!r}: not a Prometheus metric name")
+            bad = [n for n in names if not _LABEL.fullmatch(n) or n.startswith("__")]
+            if bad:
+                raise ValueError(f"metric {s.name}: {bad[0]!r} is not a Prometheus label name")
+            families[s.name], labelnames[s.name] = {}, names
+        elif names != labelnames[s.name]:
+            raise ValueError(f"metric {s.name}: labels {list(names)} differ from {list(labelnames[s.name])}")
+        families[s.name][tuple((n, str(s.labels[n])) for n in names)] = float(s.value)
+    lines = []
+    for name, series in families.items():
         text = (helps or {}).get(name) or HELP.get(name)
         if text is None:
             raise ValueError(f"metric {name}: no HELP text (add it to gpuhc.export.prometheus.HELP)")
-        gauge = Gauge(name, text, labelnames=labelnames, registry=registry)
-        for s in group:
-            if tuple(sorted(s.labels)) != labelnames:
-                raise ValueError(f"metric {name}: labels {sorted(s.labels)} differ from {list(labelnames)}")
-            (gauge.labels(**s.labels) if labelnames else gauge).set(float(s.value))
-    return generate_latest(registry)
+        lines.append(f"# HELP {name} {_escape_help(text)}")
+        lines.append(f"# TYPE {name} gauge")
+        for labels, value in series.items():
+            body = ",".join(f'{n}="{_escape_label(v)}"' for n, v in labels)
+            lines.append(f"{name}{{{body}}} {_number(value)}" if body else f"{name} {_number(value)}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _escape_label(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    """Go's float spelling, which Prometheus reads: +Inf, -Inf, NaN, else the shortest repr."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
 
 
 def write_metrics(path: str, samples: Iterable[Sample], helps: dict[str, str] | None = None) -> None:
@@ -152,7 +192,7 @@ def _atomic_write(path: str, data: bytes) -> None:
 
     try:
         make_dirs(os.path.dirname(os.path.abspath(path)), DIR_MODE, "prometheus textfile's directory")
-        write_atomic(path, data, FILE_MODE, "prometheus textfile")
+        write_atomic(path, data, FILE_MODE, "prometheus textfile", durable=False)
     except OSError as e:
         raise OSError(e.errno, f"{e.strerror or e} writing {path}") from e
 

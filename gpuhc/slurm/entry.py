@@ -334,9 +334,18 @@ def _job(env: Mapping[str, str]) -> str:
     return env.get("SLURM_JOB_ID") or "?"
 
 
-def prolog(flow: Flow) -> Outcome:
+def _job_scope(flow: Flow) -> str:
+    """Point the run at the job's GPUs. Who holds a GPU is judged only when the job's GPUs are
+    known: on a shared node another job's process is no stray."""
     gpus, where = job_gpus(flow.env)
     flow.opts.gpus = gpus
+    flow.opts.occupancy = gpus is not None
+    return where if gpus is not None else f"{where}; GPU occupancy not judged"
+
+
+def prolog(flow: Flow) -> Outcome:
+    where = _job_scope(flow)
+    gpus = flow.opts.gpus
     fail_open = bool(flow.slurm["prolog_fail_open"])
     report = run_checks(flow)
     if report is None:
@@ -363,6 +372,7 @@ def prolog(flow: Flow) -> Outcome:
 
 
 def epilog(flow: Flow) -> Outcome:
+    where = _job_scope(flow)
     report = run_checks(flow)
     job_failed, how = job_exit(flow.env)
     out = Outcome(EXIT_OK, flow.log.lines, report, hard_exit=bool(report and report.timed_out))
@@ -381,7 +391,8 @@ def epilog(flow: Flow) -> Outcome:
         flow.log(f"job {_job(flow.env)}: gpuhc broke in the epilog: leaving the node alone (fail open)", loud=True)
         return out
     verdict = verdict_of(report.results)
-    flow.log(f"job {_job(flow.env)} " + summary_line(report, verdict), loud=verdict is Verdict.FAIL)
+    flow.log(f"job {_job(flow.env)} " + summary_line(report, verdict, flow.opts.gpus) + f" [{where}]",
+             loud=verdict is Verdict.FAIL)
     if verdict is not Verdict.FAIL:
         return out
     judge_and_act(flow, report, verdict, out, allow_resume=False)

@@ -8,7 +8,7 @@ scenario code it does not use.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from gpuhc.sources.base import KernelLogSource, NvmlSource, PciSource, SysfsSource
+from gpuhc.sources.base import KernelLogSource, NvmlSource, PciSource, ProcsSource, SysfsSource
 
 
 @dataclass
@@ -21,6 +21,12 @@ class SourceSpec:
     sysfs_root: str | None = None  # a directory standing in for "/"
     clock_samples: int = 3  # clock-event reason samples per run
     clock_sample_interval_s: float = 0.02
+    # The stage's GPUs (the prolog's and epilog's: the job's), read in full; None: every GPU.
+    gpus: list[int] | None = None
+    # GPU occupancy: how long to wait for leftover processes to exit and for the memory in use
+    # to drop to this many MiB (the epilog).
+    occupancy_wait_s: float = 0.0
+    occupancy_settle_mib: float | None = None
 
 
 @dataclass
@@ -32,6 +38,7 @@ class Sources:
     # Where the GPUs on the PCI bus come from; None: from ``sysfs``. A replayed NVML never meets
     # the live bus: a 4-GPU scenario replayed on a real 8-GPU node would "lose" 8 GPUs.
     pci: PciSource | None = None
+    procs: ProcsSource | None = None  # who holds the GPUs; None: unknown (a recording without it)
 
 
 def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
@@ -41,12 +48,18 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
 
         scenario = load_scenario(spec.nvml_scenario, step if spec.step is None else spec.step)
 
+    procs: ProcsSource | None
     if scenario is not None:
         nvml: NvmlSource = scenario.nvml_source()
+        procs = scenario.occupancy_source()
     else:
+        from gpuhc.nvml_early import adopt
+        from gpuhc.sources.gpu_procs import OccupancyLive
         from gpuhc.sources.nvml import NvmlLive
 
-        nvml = NvmlLive(clock_samples=spec.clock_samples, sample_interval_s=spec.clock_sample_interval_s)
+        nvml = adopt(spec.clock_samples, spec.clock_sample_interval_s, spec.gpus) or NvmlLive(
+            clock_samples=spec.clock_samples, sample_interval_s=spec.clock_sample_interval_s, gpus=spec.gpus)
+        procs = OccupancyLive(gpus=spec.gpus, wait_s=spec.occupancy_wait_s, settle_mib=spec.occupancy_settle_mib)
 
     from gpuhc.sources import kernel_log as kl
 
@@ -73,4 +86,4 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
         sysfs = SysfsTree("/")
         if scenario is not None:
             pci = scenario.sysfs_source()  # its pci_gpus, or None: unknown
-    return Sources(nvml=nvml, kernel_log=klog, sysfs=sysfs, replay=replay, pci=pci)
+    return Sources(nvml=nvml, kernel_log=klog, sysfs=sysfs, replay=replay, pci=pci, procs=procs)

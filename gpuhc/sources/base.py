@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpuhc.model import AerCounters, IbPort, KernelLog, NvmlReading
+from gpuhc.model import AerCounters, IbPort, KernelLog, NvmlReading, Occupancy
 
 
 class NvmlSource(Protocol):
@@ -34,3 +34,8 @@ class SysfsSource(Protocol):
 class PciSource(Protocol):
     def nvidia_gpus(self) -> list[str] | None:
         """Normalised PCI addresses of the NVIDIA GPUs on the bus; None when unknown."""
+
+
+class ProcsSource(Protocol):
+    def read(self) -> Occupancy | None:
+        """Processes and memory in use on the GPUs; None when a recording does not say."""

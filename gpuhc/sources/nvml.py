@@ -13,99 +13,41 @@ Why it is shaped this way:
   reading with its index and ``name = "unknown (NVML: <error>)"``, empty ``uuid`` and
   ``pci_bus_id`` unless they were read before the GPU went away. An inventory check sees the
   GPU count it expects and a name that says what happened, instead of a silently shorter list.
-- Speed: the passive check runs every few minutes on every node. Counters are read with two
-  batched ``nvmlDeviceGetFieldValues`` calls per GPU (device-wide fields, then every NVLink's
-  state and error counters as ``(fieldId, link)`` pairs) instead of one getter per counter, and
-  the clock-event reason samples of all GPUs are taken in rounds, so the sampling window costs
-  ``(samples - 1) * interval`` once, not once per GPU. Measured on H200, driver 580.159.04
-  (bench/nvml_probe.py): simple getters cost 1-30 us, the device batch 0.7 ms, nvmlInit +
-  nvmlShutdown 21 ms, and the NVLink error counters ~0.75 ms *per link* whatever the number of
-  counters asked in the batch (13-16 ms for 18 links; the per-counter getter
-  nvmlDeviceGetNvLinkErrorCounter costs the same per call) -- so the counters are asked for
-  once, all in one batch. 2 GPUs read in ~74 ms with one clock sample.
+- Speed (docs/ARCHITECTURE.md, "Hot path"): two batched ``nvmlDeviceGetFieldValues`` calls per
+  GPU (device-wide fields; every NVLink's state and error counters as ``(fieldId, link)``
+  pairs) instead of one getter per counter. Measured on H200, driver 580.159.04
+  (bench/nvml_probe.py): simple getters 1-30 us, the device batch 0.7 ms, nvmlInit + nvmlShutdown
+  21 ms, the NVLink error counters ~0.75 ms *per link* however they are asked for (13-16 ms for
+  18 links). So the clock-event sample rounds after the first are taken between two GPUs' link
+  batches once the interval has passed, and a stage that concerns some GPUs only (the prolog:
+  the job's) reads of the others only who they are, how hot and how busy.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from gpuhc.model import GpuReading, NvLinkState, NvmlReading, norm_pci
+from gpuhc.phases import mark
+from gpuhc.sources import nvml_util
+from gpuhc.sources.nvml_fields import (
+    BOOL_FIELDS,
+    DEVICE_FIELDS,
+    FABRIC_STATES,
+    LEGACY_LINK_FIELDS,
+    LEGACY_MAX_LINKS,
+    LINK_FIELDS,
+    LINK_UP_STATES,
+    SIMPLE_GETTERS,
+)
+from gpuhc.sources.nvml_util import byref as _byref
+from gpuhc.sources.nvml_util import error_name as _error_name
+from gpuhc.sources.nvml_util import Rounds, field_value, pci_getter
+from gpuhc.sources.nvml_util import text as _text
 
 log = logging.getLogger("gpuhc.sources.nvml")
-
-# Device-wide field values read in one batch: GpuReading attribute -> pynvml constant name.
-# Names starting with "_" are read for our own use and not stored on the reading.
-DEVICE_FIELDS: tuple[tuple[str, str], ...] = (
-    ("ecc_mode", "NVML_FI_DEV_ECC_CURRENT"),
-    ("ecc_volatile_corrected", "NVML_FI_DEV_ECC_SBE_VOL_TOTAL"),
-    ("ecc_volatile_uncorrected", "NVML_FI_DEV_ECC_DBE_VOL_TOTAL"),
-    ("ecc_aggregate_uncorrected", "NVML_FI_DEV_ECC_DBE_AGG_TOTAL"),
-    ("retired_pages_sbe", "NVML_FI_DEV_RETIRED_SBE"),
-    ("retired_pages_dbe", "NVML_FI_DEV_RETIRED_DBE"),
-    ("retired_pages_pending", "NVML_FI_DEV_RETIRED_PENDING"),
-    ("remap_correctable", "NVML_FI_DEV_REMAPPED_COR"),
-    ("remap_uncorrectable", "NVML_FI_DEV_REMAPPED_UNC"),
-    ("remap_pending", "NVML_FI_DEV_REMAPPED_PENDING"),
-    ("remap_failure", "NVML_FI_DEV_REMAPPED_FAILURE"),
-    ("pcie_replay", "NVML_FI_DEV_PCIE_REPLAY_COUNTER"),
-    ("temp_mem_c", "NVML_FI_DEV_MEMORY_TEMP"),
-    ("_nvlink_count", "NVML_FI_DEV_NVLINK_LINK_COUNT"),
-)
-_BOOL_FIELDS = {"ecc_mode", "retired_pages_pending", "remap_pending", "remap_failure"}
-
-# Per-link fields, read as (fieldId, scopeId=link). The legacy *_TOTAL fields are NOT_SUPPORTED on
-# Hopper; these per-link ones are what nvidia-smi shows there. The NVLink5 counters further down
-# are NOT_SUPPORTED before Blackwell and absent from older bindings (then simply not asked for).
-# A counter that NVML does not support is left out of NvLinkState.errors rather than set to 0.
-# On H200 (driver 580) replay/recovery/crc answer; nvmlDeviceGetNvLinkErrorCounter also knows
-# CRC-data and ECC-data counts, but at ~0.75 ms per link per counter, too slow for every run.
-LINK_FIELDS: tuple[tuple[str, str], ...] = (
-    ("_state", "NVML_FI_DEV_NVLINK_GET_STATE"),
-    ("replay", "NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY"),
-    ("recovery", "NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY"),
-    ("crc", "NVML_FI_DEV_NVLINK_ERROR_DL_CRC"),
-    ("malformed_packet", "NVML_FI_DEV_NVLINK_COUNT_MALFORMED_PACKET_ERRORS"),
-    ("buffer_overrun", "NVML_FI_DEV_NVLINK_COUNT_BUFFER_OVERRUN_ERRORS"),
-    ("rcv_errors", "NVML_FI_DEV_NVLINK_COUNT_RCV_ERRORS"),
-    ("rcv_remote_errors", "NVML_FI_DEV_NVLINK_COUNT_RCV_REMOTE_ERRORS"),
-    ("rcv_general_errors", "NVML_FI_DEV_NVLINK_COUNT_RCV_GENERAL_ERRORS"),
-    ("local_link_integrity", "NVML_FI_DEV_NVLINK_COUNT_LOCAL_LINK_INTEGRITY_ERRORS"),
-    ("xmit_discards", "NVML_FI_DEV_NVLINK_COUNT_XMIT_DISCARDS"),
-    ("link_recovery_failed", "NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS"),
-    ("effective_errors", "NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS"),
-    ("symbol_errors", "NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS"),
-)
-# Pre-Hopper per-link CRC counters have one field id per link (L0..L11), no scope.
-LEGACY_LINK_FIELDS: tuple[tuple[str, str], ...] = (
-    ("crc_flit", "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L{n}"),
-    ("crc_data", "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L{n}"),
-)
-_LEGACY_MAX_LINKS = 12
-# NVML_FI_DEV_NVLINK_GET_STATE values that mean the link carries traffic (SLEEP is a low-power
-# state of an up link, not a down link).
-_LINK_UP_STATES = (1, 2)  # ACTIVE, SLEEP
-
-_FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
-
-
-# GpuReading attribute, pynvml getter, constant passed after the handle, conversion of the answer
-_SIMPLE_GETTERS: tuple[tuple[str, str, str | None, Callable[[Any], Any] | None], ...] = (
-    ("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration", None, int),
-    ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", None, int),
-    ("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", None, int),
-    ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth", None, int),
-    ("sm_clock_mhz", "nvmlDeviceGetClockInfo", "NVML_CLOCK_SM", int),
-    ("mem_clock_mhz", "nvmlDeviceGetClockInfo", "NVML_CLOCK_MEM", int),
-    ("utilization_gpu", "nvmlDeviceGetUtilizationRates", None, lambda u: int(u.gpu)),
-    ("temp_gpu_c", "nvmlDeviceGetTemperature", "NVML_TEMPERATURE_GPU", int),
-    ("power_w", "nvmlDeviceGetPowerUsage", None, lambda mw: round(mw / 1000.0, 3)),  # NVML says mW
-    ("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", None, lambda mw: round(mw / 1000.0, 3)),
-    ("power_default_limit_w", "nvmlDeviceGetPowerManagementDefaultLimit", None, lambda mw: round(mw / 1000.0, 3)),
-)
-
 
 class _GpuGone(Exception):
     """The GPU stopped answering (NVML_ERROR_GPU_IS_LOST): stop asking it anything."""
@@ -121,8 +63,12 @@ class _Field:
 class NvmlLive:
     """Read the node's GPUs through NVML. See the module docstring for the rules."""
 
-    def __init__(self, clock_samples: int = 3, sample_interval_s: float = 0.02, module: Any = None):
+    def __init__(self, clock_samples: int = 3, sample_interval_s: float = 0.02, module: Any = None,
+                 gpus: list[int] | None = None):
         self.clock_samples = max(1, int(clock_samples))
+        # The stage's GPUs (the prolog's: the job's), read in full; the others only who they are,
+        # their temperature and how busy (see _sibling). None: all.
+        self.gpus = None if gpus is None else frozenset(gpus)
         self.sample_interval_s = max(0.0, float(sample_interval_s))
         self._module = module  # tests pass a fake pynvml; None imports the real one
         self.notes: list[str] = []  # per-field NVML errors of the last read, for humans
@@ -131,22 +77,16 @@ class NvmlLive:
 
     def read(self) -> NvmlReading:
         self.notes = []
-        nv = self._module
+        mark("nvml_start")
+        nv, why = nvml_util.start(self._module)
         if nv is None:
-            try:
-                import pynvml as nv  # noqa: PLC0415 - lazy on purpose, see module docstring
-            except ImportError as e:
-                return NvmlReading(available=False, error=f"pynvml (nvidia-ml-py) is not installed: {e}")
+            return NvmlReading(available=False, error=why)
+        mark("nvml_init")
         self._nv = nv
-        try:
-            nv.nvmlInit()
-        except nv.NVMLError as e:
-            return NvmlReading(available=False, error=_init_reason(nv, e))
-        except OSError as e:  # a broken libnvidia-ml.so can raise from ctypes itself
-            return NvmlReading(available=False, error=f"cannot load the NVML library: {e}")
         try:
             reading = self._read_all()
             reading.notes = list(self.notes)
+            mark("nvml_read")
             return reading
         finally:
             try:
@@ -169,63 +109,92 @@ class NvmlLive:
             return NvmlReading(False, f"nvmlDeviceGetCount failed: {e}", reading.driver_version,
                                reading.cuda_driver_version)
 
-        round_start = time.monotonic()
         # One GPU after the other: a thread per GPU was measured on 2x H200 and gained nothing
-        # (73.7 vs 76.7 ms, medians of 7) -- the driver serialises these calls.
-        pairs = [self._read_gpu(index) for index in range(count)]
-        reading.gpus = [gpu for gpu, _ in pairs]
-        self._sample_clock_reasons(reading.gpus, [h for _, h in pairs], round_start)
+        # (73.7 vs 76.7 ms, medians of 7) -- the driver serialises these calls. The NVLink error
+        # counters (most of the time) come last, with the clock-event rounds taken between two
+        # GPUs' counters once an interval has passed, so the sampling window mostly costs nothing.
+        clock = Rounds(self.clock_samples, self.sample_interval_s)
+        reads = [self._read_gpu(index) for index in range(count)]
+        reading.gpus = [gpu for gpu, _, _ in reads]
+        live = [(gpu, h) for gpu, h, _ in reads]
+        for gpu, h, links in reads:
+            if h is None or links is False:
+                continue
+            if clock.due():
+                self._clock_round(live)
+            try:
+                gpu.nvlinks = self._nvlinks(h, gpu.index, links)
+            except _GpuGone as e:
+                self._lose(gpu, e)
+                live = [(g, hh) for g, hh in live if g is not gpu]
+        while clock.wait():
+            self._clock_round(live)
         return reading
 
-    def _sample_clock_reasons(self, gpus: list[GpuReading], handles: list[Any], first_round: float) -> None:
-        """Take the remaining clock-event samples in rounds over all GPUs.
-
-        Round 0 was taken inside each GPU's read; a round starts no sooner than
-        ``sample_interval_s`` after the previous one, so throttling that comes and goes is seen.
-        """
-        last = first_round
-        for _ in range(self.clock_samples - 1):
-            wait = self.sample_interval_s - (time.monotonic() - last)
-            if wait > 0:
-                time.sleep(wait)
-            last = time.monotonic()
-            for gpu, handle in zip(gpus, handles):
-                if handle is None or not gpu.clock_event_samples:
-                    continue
-                try:
-                    mask = self._clock_reasons(handle, gpu.index)
-                except _GpuGone:
-                    continue
-                if mask is not None:
-                    gpu.clock_event_samples.append(mask)
+    def _clock_round(self, live: list[tuple[GpuReading, Any]]) -> None:
+        """One more clock-event sample of every GPU that gave the first one."""
+        for gpu, handle in live:
+            if handle is None or not gpu.clock_event_samples:
+                continue
+            try:
+                mask = self._clock_reasons(handle, gpu.index)
+            except _GpuGone:
+                continue
+            if mask is not None:
+                gpu.clock_event_samples.append(mask)
 
     # ------------------------------------------------------------------ one GPU
 
-    def _read_gpu(self, index: int) -> tuple[GpuReading, Any]:
+    def _read_gpu(self, index: int) -> tuple[GpuReading, Any, Any]:
+        """(reading, handle or None when lost, NVLink-count field; False: read no links)."""
         nv = self._nv
         try:
             handle = nv.nvmlDeviceGetHandleByIndex(index)
         except nv.NVMLError as e:
             self._note(f"gpu{index}: no handle: {e}")
-            return GpuReading(index=index, name=f"unknown (NVML: {e})", uuid="", pci_bus_id="", lost=True), None
+            return GpuReading(index=index, name=f"unknown (NVML: {e})", uuid="", pci_bus_id="", lost=True), None, False
         gpu = GpuReading(index=index, name="", uuid="", pci_bus_id="")
         try:
-            self._fill_gpu(gpu, handle)
+            if self.gpus is not None and index not in self.gpus:
+                self._sibling(gpu, handle)
+                return gpu, handle, False
+            links = self._fill_gpu(gpu, handle)
         except _GpuGone as e:
-            self._note(f"gpu{index}: {e}")
-            gpu.name = f"unknown (NVML: {e})"
-            gpu.lost = True
-            return gpu, None
-        return gpu, handle
+            self._lose(gpu, e)
+            return gpu, None, False
+        return gpu, handle, links
 
-    def _fill_gpu(self, gpu: GpuReading, h: Any) -> None:
+    def _lose(self, gpu: GpuReading, e: Exception) -> None:
+        self._note(f"gpu{gpu.index}: {e}")
+        gpu.name = f"unknown (NVML: {e})"
+        gpu.lost = True
+
+    def _inventory(self, gpu: GpuReading, h: Any) -> None:
         nv, i = self._nv, gpu.index
         gpu.name = _text(self._call(nv.nvmlDeviceGetName, h, gpu=i, what="name")) or "unknown"
         gpu.uuid = _text(self._call(nv.nvmlDeviceGetUUID, h, gpu=i, what="UUID")) or ""
-        pci = self._call(_pci_getter(nv), h, gpu=i, what="PCI info")
+        pci = self._call(pci_getter(nv), h, gpu=i, what="PCI info")
         if pci is not None:
             gpu.pci_bus_id = norm_pci(_text(pci.busId) or "")
         gpu.serial = _text(self._call(nv.nvmlDeviceGetSerial, h, gpu=i, what="serial"))
+
+    def _sibling(self, gpu: GpuReading, h: Any) -> None:
+        """Not this stage's GPU: who it is (gpu-count, xid) and how hot and busy (thermal compares
+        a GPU with all its siblings); a few getters of microseconds each, no counters."""
+        nv, i = self._nv, gpu.index
+        self._inventory(gpu, h)
+        mask = self._clock_reasons(h, i)
+        gpu.clock_event_samples = [] if mask is None else [mask]
+        for attr, getter, arg, convert in SIMPLE_GETTERS:
+            if attr in ("temp_gpu_c", "utilization_gpu"):
+                args = (h,) if arg is None else (h, getattr(nv, arg))
+                value = self._call(getattr(nv, getter), *args, gpu=i, what=attr)
+                setattr(gpu, attr, value if value is None or convert is None else convert(value))
+
+    def _fill_gpu(self, gpu: GpuReading, h: Any) -> _Field | None:
+        """Everything but the NVLink counters; returns the link-count field for those."""
+        nv, i = self._nv, gpu.index
+        self._inventory(gpu, h)
         gpu.vbios = _text(self._call(nv.nvmlDeviceGetVbiosVersion, h, gpu=i, what="VBIOS"))
         pm = self._call(nv.nvmlDeviceGetPersistenceMode, h, gpu=i, what="persistence mode")
         gpu.persistence_mode = None if pm is None else pm == nv.NVML_FEATURE_ENABLED
@@ -235,17 +204,17 @@ class NvmlLive:
             f = fields.get(attr)
             if attr.startswith("_") or f is None or not f.ok:
                 continue
-            setattr(gpu, attr, bool(f.value) if attr in _BOOL_FIELDS else int(f.value))
+            setattr(gpu, attr, bool(f.value) if attr in BOOL_FIELDS else int(f.value))
         self._fallbacks(gpu, h, fields)
-        gpu.nvlinks = self._nvlinks(h, i, fields.get("_nvlink_count"))
 
         mask = self._clock_reasons(h, i)
         gpu.clock_event_samples = [] if mask is None else [mask]
-        for attr, getter, arg, convert in _SIMPLE_GETTERS:
+        for attr, getter, arg, convert in SIMPLE_GETTERS:
             args = (h,) if arg is None else (h, getattr(nv, arg))
             value = self._call(getattr(nv, getter), *args, gpu=i, what=attr)
             setattr(gpu, attr, value if value is None or convert is None else convert(value))
         gpu.fabric_state, gpu.fabric_status = self._fabric(h, i)
+        return fields.get("_nvlink_count")
 
     # ------------------------------------------------------------------ batched counters
 
@@ -269,7 +238,7 @@ class NvmlLive:
         for (key, _), v in zip(wanted, values):
             ret = int(v.nvmlReturn)
             if ret == nv.NVML_SUCCESS:
-                out[key] = _Field(True, _field_value(nv, v))
+                out[key] = _Field(True, field_value(v))
             elif ret == nv.NVML_ERROR_NOT_SUPPORTED:
                 out[key] = _Field(False)
             else:
@@ -322,7 +291,7 @@ class NvmlLive:
         wanted: list[tuple[Any, tuple[int, int]]] = []
         for link in range(count):
             wanted += [((link, name), (fid, link)) for name, fid in scoped]
-            if link < _LEGACY_MAX_LINKS:
+            if link < LEGACY_MAX_LINKS:
                 for name, const in LEGACY_LINK_FIELDS:
                     fid = getattr(nv, const.format(n=link), None)
                     if fid is not None:
@@ -332,7 +301,7 @@ class NvmlLive:
         for link in range(count):
             state = got.get((link, "_state"))
             if state is not None and state.ok:
-                active: bool | None = int(state.value) in _LINK_UP_STATES
+                active: bool | None = int(state.value) in LINK_UP_STATES
             else:
                 up = self._call(nv.nvmlDeviceGetNvLinkState, h, link, gpu=i, what=f"NVLink {link} state")
                 active = None if up is None else up == nv.NVML_FEATURE_ENABLED
@@ -386,7 +355,7 @@ class NvmlLive:
                 if not _is(nv, e, "NVML_ERROR_NOT_SUPPORTED"):
                     self._note(f"gpu{i}: fabric info: {e}")
                 return None, None
-            state = _FABRIC_STATES.get(int(info.state), f"state {int(info.state)}")
+            state = FABRIC_STATES.get(int(info.state), f"state {int(info.state)}")
             status = "success" if int(info.status) == nv.NVML_SUCCESS else _error_name(nv, int(info.status))
             return state, status
         return None, None
@@ -414,61 +383,5 @@ class NvmlLive:
         log.debug("nvml: %s", text)
 
 
-# ---------------------------------------------------------------------- helpers
-
-
 def _is(nv: Any, e: Exception, const: str) -> bool:
-    return getattr(e, "value", None) == getattr(nv, const, object())
-
-
-_INIT_REASONS = {
-    "NVML_ERROR_LIBRARY_NOT_FOUND": "NVML library (libnvidia-ml.so.1) not found: is the NVIDIA driver installed?",
-    "NVML_ERROR_DRIVER_NOT_LOADED": "NVIDIA driver not loaded (nvmlInit: Driver Not Loaded)",
-    "NVML_ERROR_NO_PERMISSION": "no permission to open the NVIDIA devices (nvmlInit: Insufficient Permissions)",
-    "NVML_ERROR_LIB_RM_VERSION_MISMATCH": "NVML library and kernel driver versions differ (driver updated without reboot?)",
-}
-
-
-def _init_reason(nv: Any, e: Exception) -> str:
-    for const, reason in _INIT_REASONS.items():
-        if _is(nv, e, const):
-            return reason
-    return f"nvmlInit failed: {e}"
-
-
-def _error_name(nv: Any, code: int) -> str:
-    """NVML return code -> lower-case words, e.g. 9 -> "driver not loaded"."""
-    for name in dir(nv):
-        if name.startswith("NVML_ERROR_") and getattr(nv, name) == code:
-            return name[len("NVML_ERROR_"):].lower().replace("_", " ")
-    return f"nvml error {code}"
-
-
-# nvmlValue_t union member per NVML_VALUE_TYPE_* (0..6; part of NVML's ABI, never renumbered)
-_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
-
-
-def _field_value(nv: Any, v: Any) -> float | int:
-    vt = int(v.valueType)
-    return getattr(v.value, _VALUE_MEMBERS[vt] if 0 <= vt < len(_VALUE_MEMBERS) else "ullVal")
-
-
-def _pci_getter(nv: Any) -> Callable[[Any], Any]:
-    return getattr(nv, "nvmlDeviceGetPciInfo_v3", None) or nv.nvmlDeviceGetPciInfo
-
-
-def _byref(obj: Any) -> Any:
-    import ctypes
-
-    try:
-        return ctypes.byref(obj)
-    except TypeError:  # a fake struct in tests: pass it as is
-        return obj
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value.decode(errors="replace").strip("\x00 ")
-    return str(value).strip()
+    return nvml_util.is_error(nv, e, const)

@@ -10,7 +10,8 @@ The document format is described in :mod:`gpuhc.sources.snapshot_io`. This modul
   (every GPU) override GPU fields; NVLink lists merge by link number; ``kernel_log`` lines and
   ``kernel.events`` are *appended* (a kernel log only grows); ``ib_ports`` merge by
   ``(device, port)`` and ``aer`` by ``pci``; ``count`` can drop or add GPUs; anything else
-  (``pci_gpus`` too: the whole list of GPUs on the bus) replaces the base value.
+  (``pci_gpus`` too: the whole list of GPUs on the bus; ``occupancy``: the whole section)
+  replaces the base value.
 
 ``extends: healthy-8xh100.yaml`` (a path relative to the file) starts from another scenario's
 base state and applies this file on top like a step, so a fault scenario holds only the fault.
@@ -28,13 +29,13 @@ from typing import Any
 
 from gpuhc.errors import ConfigError, SourceError
 from gpuhc.logtext import escape
-from gpuhc.model import AerCounters, IbPort, KernelLog, NvmlReading, norm_pci
+from gpuhc.model import AerCounters, IbPort, KernelLog, NvmlReading, Occupancy, norm_pci
 from gpuhc.sources import snapshot_io as sio
 from gpuhc.yamlpos import line_of, load_with_lines, read_text
 
 _GPU_SECTION = ("count", "defaults", "gpus")
 _COMMON = ("hostname", "time", "driver_version", "cuda_driver_version", "nvml", *_GPU_SECTION,
-           "kernel_log", "kernel", "ib_ports", "aer", "pci_gpus")
+           "kernel_log", "kernel", "ib_ports", "aer", "pci_gpus", "occupancy")
 TOP_KEYS = (*_COMMON, "format", "description", "ib_defaults", "extends", "steps")
 STEP_KEYS = (*_COMMON, "description", "ib_defaults")
 _MAX_EXTENDS = 8  # a chain longer than this is a loop
@@ -97,9 +98,14 @@ class Scenario:
     ib_ports: list[IbPort] | None = None
     aer: list[AerCounters] | None = None
     pci_gpus: list[str] | None = None
+    occupancy: Occupancy | None = None
 
     def nvml_source(self) -> _Fixed:
         return _Fixed(self.nvml)
+
+    def occupancy_source(self) -> _Fixed:
+        """The recorded processes; None (the check says "not read") when the scenario has none."""
+        return _Fixed(self.occupancy)
 
     @property
     def has_kernel_log(self) -> bool:
@@ -229,6 +235,8 @@ def _validate(doc: Any, path: tuple, allowed: tuple[str, ...], err: sio.ErrorFn)
             sio.check_fields(value, sio.IB_FIELDS, p, err, "IB port")
         elif key == "pci_gpus":
             sio.check_pci_list(value, p, err)
+        elif key == "occupancy":
+            sio.check_occupancy(value, p, err)
 
 
 def _gpu_entries(value: Any, path: tuple, err: sio.ErrorFn) -> list[tuple[int, Any]]:
@@ -264,6 +272,7 @@ class _State:
         self.ib: list[dict[str, Any]] | None = None
         self.aer: list[dict[str, Any]] | None = None
         self.pci_gpus: list[str] | None = None
+        self.occupancy: dict[str, Any] | None = None
 
     def _resize(self, count: int) -> None:
         while len(self.gpus) > count:
@@ -319,6 +328,8 @@ class _State:
                                  ("pci",), {})
         if "pci_gpus" in part:
             self.pci_gpus = None if part["pci_gpus"] is None else [norm_pci(x) for x in part["pci_gpus"]]
+        if "occupancy" in part:
+            self.occupancy = copy.deepcopy(part["occupancy"])
 
     @staticmethod
     def _override(gpu: dict[str, Any], fields: dict[str, Any], template: bool) -> None:
@@ -339,11 +350,17 @@ class _State:
         ib = None if self.ib is None else [sio.ib_port_from_dict(d, ("ib_ports", i), err) for i, d in enumerate(self.ib)]
         aer = None if self.aer is None else [sio.aer_from_dict(d, ("aer", i), err) for i, d in enumerate(self.aer)]
         t = self.top.get("time")
+        occupancy = None
+        if self.occupancy is not None:
+            for i, g in enumerate(self.occupancy.get("gpus") or []):
+                if g["index"] >= len(gpus):
+                    raise err(("occupancy", "gpus", i, "index"), f"GPU {g['index']} does not exist (count is {len(gpus)})")
+            occupancy = sio.occupancy_from_dict(self.occupancy, {g.index: g.uuid for g in gpus})
         return Scenario(
             path=path, step=step, steps=steps, nvml=sio.nvml_from_doc(self.top, gpus),
             hostname=self.top.get("hostname"), time=None if t is None else float(t),
             description=self.top.get("description"), kernel_lines=self.kernel_lines, kernel=kernel,
-            ib_ports=ib, aer=aer, pci_gpus=self.pci_gpus,
+            ib_ports=ib, aer=aer, pci_gpus=self.pci_gpus, occupancy=occupancy,
         )
 
 

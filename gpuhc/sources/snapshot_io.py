@@ -21,10 +21,16 @@ Document shape (all keys optional except where a GPU needs them)::
     ib_ports: [{device: mlx5_0, port: 1, state: ACTIVE, ...}, ...]
     aer: [{pci: "0000:18:00.0", correctable: 0, nonfatal: 0, fatal: 0}, ...]
     pci_gpus: ["0000:18:00.0", ...]          # NVIDIA GPUs on the PCI bus (sysfs), seen by NVML or not
+    occupancy:                               # who holds the GPUs (prolog/epilog/bootstrap)
+      waited_s: 0                            # optional; also `available`, `error`
+      gpus: [{index: 1, memory_used_mib: 20480, memory_total_mib: 81559,
+              processes: [{pid: 4242, name: python, used_mib: 20000, kinds: compute, gone: false}]}]
     steps: [{<partial document>}, ...]       # see gpuhc.sources.scenario
     extends: healthy-8xh100.yaml             # start from another scenario (gpuhc.sources.scenario)
 
-GPU fields are exactly :class:`gpuhc.model.GpuReading`'s. ``nvlinks`` is a list of
+GPU fields are exactly :class:`gpuhc.model.GpuReading`'s; occupancy fields those of
+:class:`gpuhc.model.GpuOccupancy` and :class:`gpuhc.model.GpuProcess` (a GPU the section does not
+list holds no process, its memory use unknown). ``nvlinks`` is a list of
 ``{link, active, errors: {counter: n}}`` or the shorthand ``{count: 18, active: true,
 errors: {...}}`` for identical links.
 
@@ -48,12 +54,15 @@ from gpuhc.limits import MAX_GPUS, MAX_NVLINKS  # noqa: F401 - MAX_GPUS: for the
 from gpuhc.model import (
     AerCounters,
     EventKind,
+    GpuOccupancy,
+    GpuProcess,
     GpuReading,
     IbPort,
     KernelEvent,
     KernelLog,
     NvLinkState,
     NvmlReading,
+    Occupancy,
     Snapshot,
 )
 
@@ -80,7 +89,8 @@ def _field_types(cls: type) -> dict[str, tuple[tuple[type, ...], bool]]:
     return out
 
 
-_TABLES = {"GPU_FIELDS": GpuReading, "IB_FIELDS": IbPort, "AER_FIELDS": AerCounters}
+_TABLES = {"GPU_FIELDS": GpuReading, "IB_FIELDS": IbPort, "AER_FIELDS": AerCounters,
+           "OCC_FIELDS": Occupancy, "OCC_GPU_FIELDS": GpuOccupancy, "PROC_FIELDS": GpuProcess}
 _TABLE_CACHE: dict[str, dict] = {}
 
 
@@ -146,6 +156,8 @@ def dump_snapshot(snapshot: Snapshot, compact: bool = True) -> dict[str, Any]:
         doc["aer"] = _plain(snapshot.aer)
     if snapshot.pci_gpus is not None:
         doc["pci_gpus"] = list(snapshot.pci_gpus)
+    if snapshot.occupancy is not None:
+        doc["occupancy"] = _plain(snapshot.occupancy)
     return doc
 
 
@@ -344,6 +356,57 @@ def kernel_from_dict(d: dict[str, Any], path: tuple, err: ErrorFn) -> KernelLog:
     if isinstance(kw.get("last_time"), int):
         kw["last_time"] = float(kw["last_time"])
     return KernelLog(events=events, **kw)
+
+
+_PROC_KINDS = ("compute", "graphics", "compute+graphics")
+
+
+def check_occupancy(value: Any, path: tuple, err: ErrorFn) -> None:
+    """The ``occupancy`` section: GPUs by index, each with its processes."""
+    def gpus(v: Any, p: tuple) -> None:
+        if not isinstance(v, list):
+            raise err(p, f"occupancy gpus must be a list of {{index, processes, ...}}, got {_tname(v)}")
+        seen = set()
+        for i, g in enumerate(v):
+            check_fields(g, __getattr__("OCC_GPU_FIELDS"), p + (i,), err, "occupancy GPU",
+                         {"processes": lambda procs, q: check_processes(procs, q, err)})
+            if g.get("index") is None:
+                raise err(p + (i,), "each occupancy GPU needs its `index`")
+            if g["index"] in seen:
+                raise err(p + (i, "index"), f"GPU {g['index']} is listed twice")
+            seen.add(g["index"])
+
+    check_fields(value, __getattr__("OCC_FIELDS"), path, err, "occupancy", {"gpus": gpus})
+
+
+def check_processes(value: Any, path: tuple, err: ErrorFn) -> None:
+    if not isinstance(value, list):
+        raise err(path, f"processes must be a list of {{pid, name, used_mib, kinds}}, got {_tname(value)}")
+    for i, proc in enumerate(value):
+        check_fields(proc, __getattr__("PROC_FIELDS"), path + (i,), err, "process")
+        if proc.get("pid") is None:
+            raise err(path + (i,), "each process needs its `pid`")
+        if proc.get("kinds", "compute") not in _PROC_KINDS:
+            raise err(path + (i, "kinds"), f"must be one of {', '.join(_PROC_KINDS)}, got {proc['kinds']!r}")
+
+
+def occupancy_from_dict(d: dict[str, Any], uuids: dict[int, str]) -> Occupancy:
+    """A validated ``occupancy`` mapping -> Occupancy, with every GPU of the reading present."""
+    def number(v: Any) -> float | None:
+        return None if v is None else float(v)
+
+    listed = {}
+    for g in d.get("gpus") or []:
+        procs = [GpuProcess(**dict(p, used_mib=number(p.get("used_mib")))) for p in g.get("processes") or []]
+        kw = {k: v for k, v in g.items() if k != "processes"}
+        for k in ("memory_used_mib", "memory_total_mib"):
+            kw[k] = number(kw.get(k))
+        kw.setdefault("uuid", uuids.get(g["index"], ""))
+        listed[g["index"]] = GpuOccupancy(processes=procs, **kw)
+    for index, uuid in uuids.items():
+        listed.setdefault(index, GpuOccupancy(index=index, uuid=uuid))
+    return Occupancy(available=d.get("available", True), error=d.get("error"),
+                     gpus=[listed[i] for i in sorted(listed)], waited_s=float(d.get("waited_s") or 0.0))
 
 
 def _want(types: tuple[type, ...]) -> str:

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Speed on a real GPU node (issue 10), for docs/verification.md: one JSON document per line.
+#   1. live: `gpuhc check` passive vs `nvidia-smi -q` (target <= 0.6x), prolog of one GPU vs
+#      bench/nvml_floor.py reading the same fields (target <= 1.3x), with an empty config and
+#      with the shipped etc/gpuhc.yaml (event log and textfile on), medians of $RUNS alternating
+#      runs, each gpuhc run split into phases; plus the passive run with the early NVML read off;
+#   2. replay of the 8-GPU demo node vs `python -c "import pynvml"` on the same machine
+#      (target <= 2.0x; the CPU machine's number is the one the issue asks for).
+# Reads only: never changes clocks, power limits, persistence or compute mode.
+#   OUT=/tmp/out RUNS=9 bash bench/speed_device.sh
+set -u
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD
+OUT=${OUT:-/tmp/gpuhc-speed}; mkdir -p "$OUT"
+RUNS=${RUNS:-9}
+GPU=${GPU:-0}
+{ nvidia-smi -L; nvidia-smi --query-gpu=index,name,driver_version,persistence_mode --format=csv; nproc; python3 -V; } \
+  >"$OUT/speed-env.txt" 2>&1
+python3 -c "import json,subprocess; print(json.dumps({'machine': subprocess.run(['nvidia-smi','-L'],capture_output=True,text=True).stdout.strip().splitlines()}))" \
+  | tee "$OUT/speed.jsonl"
+timeout -k 5 400 python3 bench/bench_check.py --live --gpu "$GPU" --runs "$RUNS" --json | tee -a "$OUT/speed.jsonl"
+timeout -k 5 150 python3 bench/bench_check.py --runs "$RUNS" --json | tee -a "$OUT/speed.jsonl"

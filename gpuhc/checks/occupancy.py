@@ -1,0 +1,112 @@
+"""occupancy: does anything still hold the GPUs a job is about to get, or has just left?
+
+A job's leftover process (a hung rank, a daemonised data loader, an orphan that escaped the
+job's cgroup) keeps its memory and often its SMs, so the next job on that GPU runs out of
+memory or at half speed, and nothing in the hardware counters says why. The rules
+(docs/checks.md, "occupancy"):
+
+- Prolog: the job's GPUs hold no compute process and at most ``max_used_mib`` of memory.
+- Epilog: the same, after the reader waited up to ``epilog_wait_s`` for the job's processes to
+  exit (a rank that is still flushing a checkpoint is not a stray yet).
+- Memory in use with no process listed is the same finding: a context the driver never freed,
+  or a process NVML cannot see from here (another PID namespace).
+- A graphics-only process (a display server) is not a finding by itself; its memory counts.
+
+Every failure drains (``drain + reboot``: killing the process may not free a wedged context)
+with a reason naming the GPU, the pids, their names and the GiB held. The health check never
+runs this check: on a node in service a process on a GPU is a running job.
+"""
+
+from __future__ import annotations
+
+from gpuhc.checks.base import PROCS, Check, CheckOutput, Context, na, result
+from gpuhc.model import Action, GpuOccupancy, GpuProcess, Result, Snapshot, Status
+
+ID = "occupancy"
+_NAMED = 3  # processes named in one message; the rest are counted (a reason holds 255 bytes)
+
+
+def wait_for_stage(stage: str, thresholds: dict, timeout_s: float) -> tuple[float, float]:
+    """(seconds, MiB): how long the reader may wait for the job's processes to exit and their
+    memory to drop to the allowance. Only the epilog waits, and never so long that the check
+    itself times out."""
+    mib = float(thresholds.get("max_used_mib", 1024))
+    if stage != "epilog":
+        return 0.0, mib
+    wait = float(thresholds.get("epilog_wait_s") or 0.0)
+    return max(0.0, min(wait, timeout_s - 1.0)), mib
+
+
+def describe(p: GpuProcess) -> str:
+    name = "no longer in /proc" if p.gone else (p.name or "name unknown")
+    if "graphics" in p.kinds:
+        name += f", {p.kinds}"
+    size = "" if p.used_mib is None else f", {p.used_mib / 1024:.1f} GiB"
+    return f"pid {p.pid} ({name}{size})"
+
+
+def _judge_gpu(gpu: GpuOccupancy, max_used: float, waited: str) -> Result:
+    s = gpu.subject
+    if gpu.error:
+        return result(ID, Status.ERROR, f"{s}: {gpu.error}", s)
+    compute = [p for p in gpu.processes if "compute" in p.kinds]
+    used = gpu.memory_used_mib
+    held = "" if used is None else f"; {used / 1024:.1f} GiB in use"
+    if compute:
+        named = ", ".join(describe(p) for p in compute[:_NAMED])
+        more = f" and {len(compute) - _NAMED} more" if len(compute) > _NAMED else ""
+        what = "process" if len(compute) == 1 else "processes"
+        return result(ID, Status.FAIL, f"{s} holds {len(compute)} compute {what}{waited}: {named}{more}{held}",
+                      s, value=[p.pid for p in compute], threshold=0, action=Action.DRAIN_REBOOT)
+    if gpu.mig:
+        used = None  # the instances' memory (docs/checks.md): processes are what is judged
+    if used is not None and used > max_used:
+        others = ", ".join(describe(p) for p in gpu.processes[:_NAMED])
+        who = f" by {others}" if others else " with no process listed (leaked context, or a process in another PID namespace)"
+        return result(ID, Status.FAIL, f"{s} has {used / 1024:.1f} GiB in use{who}{waited}", s,
+                      value=used, threshold=max_used, action=Action.DRAIN_REBOOT)
+    if used is None and not gpu.processes:
+        why = "MIG on: memory not judged" if gpu.mig else "memory use not reported"
+        return result(ID, Status.PASS, f"{s} no process ({why})", s)
+    extra = f", {len(gpu.processes)} graphics process(es)" if gpu.processes else ""
+    return result(ID, Status.PASS, f"{s} free ({used or 0:.0f} MiB in use{extra})", s, value=used, threshold=max_used)
+
+
+def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
+    occ = snapshot.occupancy
+    if occ is None:
+        return CheckOutput([na(ID, "GPU processes not read (a recording without an occupancy section)")])
+    if not occ.available:
+        return CheckOutput([na(ID, f"NVML unavailable: {occ.error or 'no reason given'}")])
+    gpus = [g for g in occ.gpus if ctx.gpus is None or g.index in ctx.gpus]
+    if not gpus:
+        return CheckOutput([na(ID, "no GPU to check")])
+    waited = f" after waiting {occ.waited_s:.0f} s" if occ.waited_s >= 0.5 else ""
+    max_used = float(ctx.t("max_used_mib", 1024))
+    return CheckOutput([_judge_gpu(g, max_used, waited) for g in gpus])
+
+
+def _validate(t: dict) -> list[str]:
+    problems = []
+    for key in ("max_used_mib", "epilog_wait_s"):
+        v = t.get(key)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+            problems.append(f"{key}: must be a number >= 0, got {v!r}")
+    return problems
+
+
+CHECKS = [
+    Check(
+        id=ID,
+        needs=(PROCS,),
+        judge=judge,
+        stages=("prolog", "epilog", "bootstrap"),
+        timeout_s=15.0,
+        defaults={
+            "max_used_mib": 1024,  # an idle GPU uses a few MiB once the driver's reserve is left out
+            "epilog_wait_s": 5.0,  # epilog: how long the job's processes get to exit
+        },
+        doc="no leftover process or memory on the GPUs a job gets (prolog) or left (epilog)",
+        validate=_validate,
+    )
+]

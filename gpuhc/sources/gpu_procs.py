@@ -1,0 +1,185 @@
+"""Who holds the GPUs: the processes NVML lists on each GPU, and the memory in use.
+
+Read only in the stages that judge occupancy (prolog, epilog, bootstrap; docs/checks.md,
+"occupancy"), in its own reader thread beside the counter read, so that the epilog's wait for a
+job's leftover processes delays no other check.
+
+- Compute *and* graphics processes are listed (``nvmlDeviceGetComputeRunningProcesses`` and
+  ``nvmlDeviceGetGraphicsRunningProcesses``) and merged by pid; a process in both lists is
+  ``compute+graphics``.
+- A process's name is ``/proc/<pid>/comm``, read bounded (it is 16 bytes in the kernel). A pid
+  NVML lists that ``/proc`` does not have is kept and marked ``gone``: the process exited since,
+  or lives in another PID namespace (a container), which is exactly what an admin must be told.
+- Memory "used" is NVML's v2 figure where the driver has it, which leaves out what the driver
+  reserves for itself (several hundred MiB on Hopper), so an idle GPU reads near zero. With MIG
+  on, the parent GPU's figure is its instances' and is not judged (``mig``).
+- gpuhc runs in the host's PID namespace (as slurmd's prolog and epilog do): NVML's pids are the
+  host's, and ``/proc`` is read with that in mind.
+- A GPU NVML cannot talk to is kept with ``error`` set: the check says it could not judge it.
+- ``wait_s`` (the epilog): while a wanted GPU still holds a compute process, or more than
+  ``settle_mib`` in use (a context the driver is still tearing down), read again every
+  ``poll_s`` until it settles or the wait is over; ``waited_s`` says how long it took.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from gpuhc.model import GpuOccupancy, GpuProcess, Occupancy
+from gpuhc.sources import nvml_util
+
+_MIB = 1024 * 1024
+_COMM_LIMIT = 64  # /proc/<pid>/comm is at most 16 bytes; anything longer is not procfs
+
+
+class OccupancyLive:
+    def __init__(self, gpus: list[int] | None = None, wait_s: float = 0.0, poll_s: float = 0.5,
+                 module: Any = None, proc_root: str = "/proc", settle_mib: float | None = None):
+        self.gpus = None if gpus is None else sorted(set(gpus))
+        self.wait_s = max(0.0, float(wait_s))
+        self.settle_mib = settle_mib
+        self.poll_s = max(0.01, float(poll_s))
+        self._module = module  # tests pass a fake pynvml; None imports the real one
+        self.proc_root = proc_root
+
+    def read(self) -> Occupancy:
+        nv, why = nvml_util.start(self._module)
+        if nv is None:
+            return Occupancy(available=False, error=why)
+        try:
+            return self._read(nv)
+        finally:
+            try:
+                nv.nvmlShutdown()
+            except nv.NVMLError:
+                pass
+
+    def _read(self, nv: Any) -> Occupancy:
+        try:
+            count = int(nv.nvmlDeviceGetCount())
+        except nv.NVMLError as e:
+            return Occupancy(available=False, error=f"nvmlDeviceGetCount failed: {e}")
+        wanted = [i for i in range(count) if self.gpus is None or i in self.gpus]
+        handles: dict[int, Any] = {}
+        errors: dict[int, str] = {}
+        for i in wanted:
+            try:
+                handles[i] = nv.nvmlDeviceGetHandleByIndex(i)
+            except nv.NVMLError as e:
+                errors[i] = f"no NVML handle: {e}"
+        start = time.monotonic()
+        gpus = [self._gpu(nv, i, handles.get(i), errors.get(i)) for i in wanted]
+        while self.wait_s and not self._settled(gpus) and time.monotonic() - start < self.wait_s:
+            time.sleep(min(self.poll_s, max(0.0, self.wait_s - (time.monotonic() - start))))
+            gpus = [self._gpu(nv, i, handles.get(i), errors.get(i)) for i in wanted]
+        waited = round(time.monotonic() - start, 3) if self.wait_s else 0.0
+        return Occupancy(available=True, gpus=gpus, waited_s=waited)
+
+    def _gpu(self, nv: Any, index: int, h: Any, error: str | None) -> GpuOccupancy:
+        gpu = GpuOccupancy(index=index, error=error)
+        if h is None:
+            return gpu
+        try:
+            gpu.uuid = nvml_util.text(nv.nvmlDeviceGetUUID(h)) or ""
+            gpu.memory_used_mib, gpu.memory_total_mib = _memory(nv, h)
+            gpu.mig = _mig(nv, h)
+            compute = _processes(nv, h, ("nvmlDeviceGetComputeRunningProcesses",
+                                         "nvmlDeviceGetComputeRunningProcesses_v2"))
+            graphics = _processes(nv, h, ("nvmlDeviceGetGraphicsRunningProcesses",
+                                          "nvmlDeviceGetGraphicsRunningProcesses_v2"))
+        except nv.NVMLError as e:
+            gpu.error = f"cannot list processes: {e}"
+            return gpu
+        me = os.getpid()
+        merged: dict[int, GpuProcess] = {}
+        for kind, procs in (("compute", compute), ("graphics", graphics)):
+            for p in procs:
+                pid = int(p.pid)
+                if pid == me:
+                    continue
+                used = getattr(p, "usedGpuMemory", None)
+                used_mib = round(int(used) / _MIB, 1) if isinstance(used, int) else None
+                if pid in merged:
+                    cur = merged[pid]
+                    cur.kinds = "compute+graphics"
+                    cur.used_mib = cur.used_mib if cur.used_mib is not None else used_mib
+                    continue
+                name, gone = self._name(pid)
+                merged[pid] = GpuProcess(pid=pid, name=name, used_mib=used_mib, kinds=kind, gone=gone)
+        gpu.processes = [merged[pid] for pid in sorted(merged)]
+        return gpu
+
+    def _settled(self, gpus: list[GpuOccupancy]) -> bool:
+        for g in gpus:
+            if any("compute" in p.kinds for p in g.processes):
+                return False
+            if self.settle_mib is not None and not g.mig and (g.memory_used_mib or 0) > self.settle_mib:
+                return False
+        return True
+
+    def _name(self, pid: int) -> tuple[str | None, bool]:
+        """(comm, gone): the short name the kernel keeps for the process, printable only."""
+        from gpuhc.untrusted import UntrustedInputError, read_bounded
+
+        path = os.path.join(self.proc_root, str(pid), "comm")
+        if not os.path.isdir(os.path.join(self.proc_root, str(pid))):
+            return None, True
+        try:
+            raw = read_bounded(path, _COMM_LIMIT, "process name")
+        except UntrustedInputError:
+            return None, False
+        name = "".join(c if c.isprintable() else "?" for c in raw.decode(errors="replace").strip())
+        return name or None, False
+
+
+
+
+def _memory(nv: Any, h: Any) -> tuple[float | None, float | None]:
+    """(used, total) MiB; the v2 query leaves out the driver's reserve, v1 does not."""
+    version = getattr(nv, "nvmlMemory_v2", None)
+    mem = None
+    if version is not None:
+        try:
+            mem = nv.nvmlDeviceGetMemoryInfo(h, version=version)
+        except (nv.NVMLError, TypeError):
+            mem = None  # an older driver or binding: fall back to v1
+    if mem is None:
+        try:
+            mem = nv.nvmlDeviceGetMemoryInfo(h)
+        except nv.NVMLError as e:
+            if nvml_util.is_error(nv, e, "NVML_ERROR_NOT_SUPPORTED"):
+                return None, None
+            raise
+    return round(int(mem.used) / _MIB, 1), round(int(mem.total) / _MIB, 1)
+
+
+def _mig(nv: Any, h: Any) -> bool | None:
+    """MIG mode (current); None where the GPU has no MIG."""
+    fn = getattr(nv, "nvmlDeviceGetMigMode", None)
+    if fn is None:
+        return None
+    try:
+        return int(fn(h)[0]) == int(getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1))
+    except nv.NVMLError:
+        return None  # NOT_SUPPORTED (no MIG on this GPU), FUNCTION_NOT_FOUND (old driver)
+
+
+def _processes(nv: Any, h: Any, names: tuple[str, ...]) -> list[Any]:
+    """The first entry point the binding and the driver both have; NOT_SUPPORTED is none."""
+    for name in names:
+        fn = getattr(nv, name, None)
+        if fn is None:
+            continue
+        try:
+            return list(fn(h) or [])
+        except getattr(nv, "NVMLLibraryMismatchError", ()):
+            continue  # the binding's unversioned name asks for a newer entry point than the driver's
+        except nv.NVMLError as e:
+            if nvml_util.is_error(nv, e, "NVML_ERROR_FUNCTION_NOT_FOUND"):
+                continue
+            if nvml_util.is_error(nv, e, "NVML_ERROR_NOT_SUPPORTED"):
+                return []
+            raise
+    return []

@@ -1,0 +1,80 @@
+"""What the live NVML source asks for: field ids, per-link counters and single getters.
+
+Kept as data so that the reader (``nvml.py``), the floor script (``bench/nvml_floor.py``) and the
+probe (``bench/nvml_probe.py``) ask for exactly the same things. Names starting with "_" are
+read for the reader's own use and not stored on the reading.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+# Device-wide field values read in one batch: GpuReading attribute -> pynvml constant name.
+# Names starting with "_" are read for our own use and not stored on the reading.
+DEVICE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("ecc_mode", "NVML_FI_DEV_ECC_CURRENT"),
+    ("ecc_volatile_corrected", "NVML_FI_DEV_ECC_SBE_VOL_TOTAL"),
+    ("ecc_volatile_uncorrected", "NVML_FI_DEV_ECC_DBE_VOL_TOTAL"),
+    ("ecc_aggregate_uncorrected", "NVML_FI_DEV_ECC_DBE_AGG_TOTAL"),
+    ("retired_pages_sbe", "NVML_FI_DEV_RETIRED_SBE"),
+    ("retired_pages_dbe", "NVML_FI_DEV_RETIRED_DBE"),
+    ("retired_pages_pending", "NVML_FI_DEV_RETIRED_PENDING"),
+    ("remap_correctable", "NVML_FI_DEV_REMAPPED_COR"),
+    ("remap_uncorrectable", "NVML_FI_DEV_REMAPPED_UNC"),
+    ("remap_pending", "NVML_FI_DEV_REMAPPED_PENDING"),
+    ("remap_failure", "NVML_FI_DEV_REMAPPED_FAILURE"),
+    ("pcie_replay", "NVML_FI_DEV_PCIE_REPLAY_COUNTER"),
+    ("temp_mem_c", "NVML_FI_DEV_MEMORY_TEMP"),
+    ("_nvlink_count", "NVML_FI_DEV_NVLINK_LINK_COUNT"),
+)
+BOOL_FIELDS = {"ecc_mode", "retired_pages_pending", "remap_pending", "remap_failure"}
+
+# Per-link fields, read as (fieldId, scopeId=link). The legacy *_TOTAL fields are NOT_SUPPORTED on
+# Hopper; these per-link ones are what nvidia-smi shows there. The NVLink5 counters further down
+# are NOT_SUPPORTED before Blackwell and absent from older bindings (then simply not asked for).
+# A counter that NVML does not support is left out of NvLinkState.errors rather than set to 0.
+# On H200 (driver 580) replay/recovery/crc answer; nvmlDeviceGetNvLinkErrorCounter also knows
+# CRC-data and ECC-data counts, but at ~0.75 ms per link per counter, too slow for every run.
+LINK_FIELDS: tuple[tuple[str, str], ...] = (
+    ("_state", "NVML_FI_DEV_NVLINK_GET_STATE"),
+    ("replay", "NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY"),
+    ("recovery", "NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY"),
+    ("crc", "NVML_FI_DEV_NVLINK_ERROR_DL_CRC"),
+    ("malformed_packet", "NVML_FI_DEV_NVLINK_COUNT_MALFORMED_PACKET_ERRORS"),
+    ("buffer_overrun", "NVML_FI_DEV_NVLINK_COUNT_BUFFER_OVERRUN_ERRORS"),
+    ("rcv_errors", "NVML_FI_DEV_NVLINK_COUNT_RCV_ERRORS"),
+    ("rcv_remote_errors", "NVML_FI_DEV_NVLINK_COUNT_RCV_REMOTE_ERRORS"),
+    ("rcv_general_errors", "NVML_FI_DEV_NVLINK_COUNT_RCV_GENERAL_ERRORS"),
+    ("local_link_integrity", "NVML_FI_DEV_NVLINK_COUNT_LOCAL_LINK_INTEGRITY_ERRORS"),
+    ("xmit_discards", "NVML_FI_DEV_NVLINK_COUNT_XMIT_DISCARDS"),
+    ("link_recovery_failed", "NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS"),
+    ("effective_errors", "NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS"),
+    ("symbol_errors", "NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS"),
+)
+# Pre-Hopper per-link CRC counters have one field id per link (L0..L11), no scope.
+LEGACY_LINK_FIELDS: tuple[tuple[str, str], ...] = (
+    ("crc_flit", "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L{n}"),
+    ("crc_data", "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L{n}"),
+)
+LEGACY_MAX_LINKS = 12
+# NVML_FI_DEV_NVLINK_GET_STATE values that mean the link carries traffic (SLEEP is a low-power
+# state of an up link, not a down link).
+LINK_UP_STATES = (1, 2)  # ACTIVE, SLEEP
+
+FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
+
+
+# GpuReading attribute, pynvml getter, constant passed after the handle, conversion of the answer
+SIMPLE_GETTERS: tuple[tuple[str, str, str | None, Callable[[Any], Any] | None], ...] = (
+    ("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration", None, int),
+    ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", None, int),
+    ("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", None, int),
+    ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth", None, int),
+    ("sm_clock_mhz", "nvmlDeviceGetClockInfo", "NVML_CLOCK_SM", int),
+    ("mem_clock_mhz", "nvmlDeviceGetClockInfo", "NVML_CLOCK_MEM", int),
+    ("utilization_gpu", "nvmlDeviceGetUtilizationRates", None, lambda u: int(u.gpu)),
+    ("temp_gpu_c", "nvmlDeviceGetTemperature", "NVML_TEMPERATURE_GPU", int),
+    ("power_w", "nvmlDeviceGetPowerUsage", None, lambda mw: round(mw / 1000.0, 3)),  # NVML says mW
+    ("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", None, lambda mw: round(mw / 1000.0, 3)),
+    ("power_default_limit_w", "nvmlDeviceGetPowerManagementDefaultLimit", None, lambda mw: round(mw / 1000.0, 3)),
+)
