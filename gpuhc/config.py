@@ -2,7 +2,8 @@
 
 A config error must never end in a drained node, so the whole file is validated up front and
 every error names file, line and key. The schema is assembled from the core sections below and
-the sections each subsystem declares next to its own code (``gpuhc/<subsystem>/settings.py``).
+the sections each subsystem declares next to its own code (``gpuhc/<subsystem>/settings.py``);
+the ``hosts:`` overrides are read and matched by :mod:`gpuhc.config_hosts`.
 """
 
 from __future__ import annotations
@@ -257,7 +258,7 @@ def _validate_checks(checks: Any, prefix: tuple, errs: _Errors) -> None:
 def _bad_threshold(key: str, default: Any, value: Any) -> str | None:
     """Why a threshold value cannot be right, or None.
 
-    Every threshold of a passive check is a count, a size, a time, a temperature or a
+    Every threshold, passive or active, is a count, a size, a time, a temperature, a rate or a
     percentage (never negative), a word, or a list/mapping of those. A NaN compares false with
     everything and would silently pass a sick GPU; a window of 0 s would see no Xid at all."""
     bad = _not_plain(value)
