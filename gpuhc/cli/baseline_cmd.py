@@ -7,7 +7,16 @@ import sys
 
 import click
 
-from gpuhc.cli.common import MAX_WAIT_S, Seconds, SourceArgs, source_options
+from gpuhc.cli.common import (
+    MAX_WAIT_S,
+    Seconds,
+    SourceArgs,
+    node_name,
+    replay_scope,
+    run_options_from,
+    source_options,
+    write_output,
+)
 from gpuhc.logtext import escape
 
 
@@ -37,7 +46,6 @@ def capture(src: SourceArgs, output: str | None, timeout: float, topology: bool 
     """
     from gpuhc.baseline import capture as capture_doc
     from gpuhc.baseline import doubts
-    from gpuhc.cli.common import node_name, replay_scope, run_options_from
     from gpuhc.errors import GpuhcError
     from gpuhc.runner import read_snapshot, run_stage
 
@@ -70,8 +78,6 @@ def capture(src: SourceArgs, output: str | None, timeout: float, topology: bool 
 
     text = _render_doc(doc, src.json_mode)
     if output:
-        from gpuhc.cli.common import write_output
-
         write_output(output, text, "baseline")
         click.echo(f"wrote {output} ({doc['gpu_count']} GPUs, {len(doc.get('ib') or {})} IB ports)", err=True)
     else:

@@ -15,11 +15,15 @@ from gpuhc.cli.common import (
     Seconds,
     SourceArgs,
     demo_scenario_path,
+    load,
     node_name,
     parse_gpu_list,
+    recorded_host,
     replay_scope,
     run_options_from,
     source_options,
+    source_spec,
+    write_output,
 )
 from gpuhc.logtext import escape
 
@@ -106,7 +110,6 @@ def finish(code: int, hard: bool = False) -> None:
 @source_options
 def snapshot(src: SourceArgs, output: str | None, timeout: float) -> None:
     """Record this node's readings in the scenario format (replay it with --nvml-scenario)."""
-    from gpuhc.cli.common import load, recorded_host, source_spec
     from gpuhc.runner import read_snapshot
     from gpuhc.sources.snapshot_io import dump_snapshot, dump_yaml
 
@@ -119,8 +122,6 @@ def snapshot(src: SourceArgs, output: str | None, timeout: float) -> None:
     else:
         text = dump_yaml(snap)
     if output:
-        from gpuhc.cli.common import write_output
-
         write_output(output, text, "snapshot")
         click.echo(f"wrote {output}", err=True)
     else:
