@@ -2,18 +2,20 @@
 
 A config error must never end in a drained node, so the whole file is validated up front and
 every error names file, line and key. The schema is assembled from the core sections below and
-the sections each subsystem declares next to its own code (``gpuhc/<subsystem>/settings.py``).
+the sections each subsystem declares next to its own code (``gpuhc/<subsystem>/settings.py``);
+the ``hosts:`` overrides are read and matched by :mod:`gpuhc.config_hosts`.
 """
 
 from __future__ import annotations
 
 import copy
-import fnmatch
 import importlib
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuhc import config_hosts
+from gpuhc.config_hosts import expand, host_matches  # noqa: F401 - re-exported: callers import them from here
 from gpuhc.errors import ConfigError, ConfigErrors
 from gpuhc.schema import Key, deep_merge, defaults
 from gpuhc.yamlpos import line_of, load_with_lines, read_text
@@ -21,12 +23,20 @@ from gpuhc.yamlpos import line_of, load_with_lines, read_text
 DEFAULT_PATH = "/etc/gpuhc/gpuhc.yaml"
 DEFAULT_STATE_DIR = "/var/lib/gpuhc"
 
-_opt_str = Key(str, None, nullable=True)
+
+def _profile_help() -> str:
+    """node.profile's help, naming the shipped profile files (listed, not parsed: this runs on
+    every import of the config)."""
+    from gpuhc.profiles import shipped_names
+
+    return ("force a GPU profile instead of choosing one from the GPU names: "
+            + (", ".join(shipped_names()) or "none shipped") + " (gpuhc/data/profiles/<name>.yaml)")
+
 
 CORE_SCHEMA: dict[str, Any] = {
     "node": {
         "expected_gpus": Key(int, None, "GPUs this node must have; default: the baseline's count", min=0, nullable=True),
-        "profile": Key(str, None, "force a GPU profile (h100-sxm, h200-sxm, a100-sxm, generic)", nullable=True),
+        "profile": Key(str, None, _profile_help(), nullable=True),
         "baseline": Key(str, None, "path of a `gpuhc baseline capture` file", nullable=True),
     },
     "sources": {
@@ -124,13 +134,9 @@ def load_config(path: str | None = None, hostname: str | None = None) -> Config:
     hosts = raw.pop("hosts", [])
     errs = _Errors(path, lines)
     _validate_all(raw, sch, (), errs)
-    overrides = _validate_hosts(hosts, sch, errs)
+    overrides = config_hosts.validate(hosts, errs, lambda settings, here: _validate_all(settings, sch, here, errs))
     errs.raise_any()
-    data = deep_merge(defaults(sch), raw)
-    for override in overrides:
-        pattern = override.pop("match")
-        if hostname and host_matches(hostname, pattern):
-            data = deep_merge(data, override)
+    data = config_hosts.apply(deep_merge(defaults(sch), raw), overrides, hostname)
     return Config(data, path, hostname, lines)
 
 
@@ -230,8 +236,6 @@ def _validate_checks(checks: Any, prefix: tuple, errs: _Errors) -> None:
             continue  # reported by _validate
         for tkey, tval in thresholds.items():
             where = here + ("thresholds", tkey)
-            if known[cid] is None:
-                continue  # an active check: its own code judges its settings
             if tkey not in known[cid]:
                 names = ", ".join(sorted(known[cid])) or "(none)"
                 errs.add(f"unknown threshold (known: {names})", where)
@@ -241,7 +245,11 @@ def _validate_checks(checks: Any, prefix: tuple, errs: _Errors) -> None:
                 errs.add(why, where)
         validate = validators.get(cid)
         if validate is not None and thresholds and errs.count() == before:
-            for problem in validate({**known[cid], **thresholds}):
+            problems = validate({**known[cid], **thresholds})
+            # A default that clashes with a value set here (warn_fraction under a too-high
+            # min_fraction) is a consequence: name the value set, unless it is fine alone.
+            written = [p for p in problems if p.partition(": ")[0].split(".")[0] in thresholds]
+            for problem in written or problems:
                 key, _, why = problem.partition(": ")
                 where = here + ("thresholds", *(int(k) if k.isdigit() else k for k in key.split(".")))
                 errs.add(why or problem, where, _dotted(here + ("thresholds", key)))
@@ -250,7 +258,7 @@ def _validate_checks(checks: Any, prefix: tuple, errs: _Errors) -> None:
 def _bad_threshold(key: str, default: Any, value: Any) -> str | None:
     """Why a threshold value cannot be right, or None.
 
-    Every threshold of a passive check is a count, a size, a time, a temperature or a
+    Every threshold, passive or active, is a count, a size, a time, a temperature, a rate or a
     percentage (never negative), a word, or a list/mapping of those. A NaN compares false with
     everything and would silently pass a sick GPU; a window of 0 s would see no Xid at all."""
     bad = _not_plain(value)
@@ -313,56 +321,12 @@ def _same_kind(default: Any, value: Any) -> bool:
     return isinstance(value, type(default))
 
 
-def known_check_thresholds() -> dict[str, dict[str, Any] | None]:
-    """check id -> known threshold names with defaults (None: accept any, for active checks)."""
+def known_check_thresholds() -> dict[str, dict[str, Any]]:
+    """check id -> its threshold names with their defaults, passive and active alike. (A profile
+    cannot add a name: its loader refuses any the check does not declare.)"""
     from gpuhc.checks import all_checks
 
-    known: dict[str, dict[str, Any] | None] = {}
-    for check in all_checks():
-        known[check.id] = dict(check.defaults)
-    try:
-        from gpuhc.profiles import all_profiles
-
-        for prof in all_profiles():
-            for cid, section in prof.thresholds.items():
-                if cid in known and known[cid] is not None:
-                    for k, v in section.items():
-                        known[cid].setdefault(k, v)
-    except ImportError:
-        pass
-    try:
-        from gpuhc.active import ACTIVE_CHECK_IDS
-
-        for cid in ACTIVE_CHECK_IDS:
-            known.setdefault(cid, None)
-    except ImportError:
-        pass
-    return known
-
-
-def _validate_hosts(hosts: Any, sch: dict, errs: _Errors) -> list[dict]:
-    if hosts in (None, []):
-        return []
-    if not isinstance(hosts, list):
-        errs.add("must be a list of {match: <hostlist>, ...overrides}", ("hosts",))
-        return []
-    out = []
-    for i, item in enumerate(hosts):
-        here = ("hosts", i)
-        if not isinstance(item, dict) or not isinstance(item.get("match"), str):
-            errs.add("each entry needs `match: <hostlist pattern>`", here)
-            continue
-        try:
-            expand(item["match"])
-        except ValueError as e:
-            errs.add(f"bad hostlist: {e}", here + ("match",))
-        rest = {k: v for k, v in item.items() if k != "match"}
-        if "hosts" in rest:
-            errs.add("hosts entries cannot nest", here + ("hosts",))
-            rest.pop("hosts")
-        _validate_all(rest, sch, here, errs)
-        out.append(copy.deepcopy(item))
-    return out
+    return {check.id: dict(check.defaults) for check in all_checks()}
 
 
 def _validate_profile(raw: dict, prefix: tuple, errs: _Errors) -> None:
@@ -380,25 +344,6 @@ def _validate_profile(raw: dict, prefix: tuple, errs: _Errors) -> None:
 
 def _dotted(path: tuple) -> str:
     return ".".join(map(str, path))
-
-
-def expand(pattern: str) -> list[str]:
-    import hostlist
-
-    if any(c in pattern for c in "*?"):
-        return [pattern]
-    try:
-        return hostlist.expand_hostlist(pattern)
-    except hostlist.BadHostlist as e:
-        raise ValueError(str(e)) from None
-
-
-def host_matches(hostname: str, pattern: str) -> bool:
-    """Hostlist (``gpu[001-064]``) or glob (``gpu*``) match; also tries the short host name."""
-    names = {hostname, hostname.split(".")[0]}
-    if any(c in pattern for c in "*?"):
-        return any(fnmatch.fnmatchcase(n, pattern) for n in names)
-    return bool(names & set(expand(pattern)))
 
 
 def check_file_safety(path: str, what: str) -> None:

@@ -165,14 +165,28 @@ def _declared_checks() -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
 def load_profiles(directory: str) -> dict[str, Profile]:
     """Every ``*.yaml`` profile in ``directory``, by name; a generic profile must be among them."""
     try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".yaml"))
+        names = _file_names(directory)
     except OSError as e:
         raise ConfigError(f"cannot list profiles: {e.strerror}", directory) from None
     declared = _declared_checks()
-    profiles = {p.name: p for p in (load_profile_file(os.path.join(directory, n), declared) for n in names)}
+    profiles = {p.name: p for p in (load_profile_file(os.path.join(directory, f"{n}.yaml"), declared) for n in names)}
     if GENERIC not in profiles:
         raise ConfigError("no generic.yaml profile (the fallback for unknown GPUs)", directory)
     return profiles
+
+
+def _file_names(directory: str) -> list[str]:
+    """The profiles in ``directory`` by file name, which is each profile's name."""
+    return sorted(n[: -len(".yaml")] for n in os.listdir(directory) if n.endswith(".yaml"))
+
+
+def shipped_names() -> list[str]:
+    """The shipped profiles' names, from the file names alone: cheap enough for the config
+    schema's help on every run (``profile_names`` parses every file); none when unreadable."""
+    try:
+        return _file_names(PROFILE_DIR)
+    except OSError:
+        return []
 
 
 @lru_cache(maxsize=1)

@@ -406,14 +406,13 @@ def test_a_closed_stdout_does_not_change_the_verdict(tmp_path, scenario_path, co
 
 
 def _report_with(tmp_path: Path, kernel_line: str, state_dir: Path):
-    from gpuhc.cli.common import run_options_from
-
-    path = scenario(tmp_path, f"kernel_log: [{json.dumps(kernel_line)}]\n")
-    kw = {"nvml_scenario": path, "state_dir": str(state_dir), "hostname": "gpu001", "config_path": None}
+    from gpuhc.cli.common import SourceArgs, run_options_from
     from gpuhc.runner import run_stage
 
+    path = scenario(tmp_path, f"kernel_log: [{json.dumps(kernel_line)}]\n")
+    src = SourceArgs(nvml_scenario=path, state_dir=str(state_dir), hostname="gpu001")
     os.environ.pop("GPUHC_CONFIG", None)
-    return run_stage(run_options_from(kw, "passive"))
+    return run_stage(run_options_from(src, "passive"))
 
 
 class _Tty(io.StringIO):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
-from gpuhc.config import host_matches, load_config
+from gpuhc.config import load_config
+from gpuhc.config_hosts import host_matches
 from gpuhc.errors import ConfigError
 
 
@@ -95,6 +97,24 @@ def test_host_override_errors_name_the_entry(tmp_path):
 def test_bad_hostlist_is_rejected(tmp_path):
     with pytest.raises(ConfigError, match="bad hostlist"):
         load_config(write(tmp_path, "hosts:\n  - match: gpu[1-\n    node: {}\n"), "gpu1")
+
+
+def test_a_later_host_entry_wins_and_entries_do_not_nest(tmp_path):
+    path = write(tmp_path, "hosts:\n  - match: gpu*\n    budget_s: {prolog: 2}\n"
+                           "  - match: gpu[1-2]\n    budget_s: {prolog: 3}\n")
+    assert load_config(path, "gpu1").section("budget_s")["prolog"] == 3.0
+    assert load_config(path, "gpu7").section("budget_s")["prolog"] == 2.0
+    with pytest.raises(ConfigError, match=":3: hosts.0.hosts: hosts entries cannot nest"):
+        load_config(write(tmp_path, "hosts:\n  - match: gpu1\n    hosts: []\n"), "gpu1")
+
+
+def test_node_profile_help_names_the_shipped_profile_files():
+    """Before: a hand list of four, long after B200, GB200 and H100 PCIe files shipped."""
+    from gpuhc.config import CORE_SCHEMA
+    from gpuhc.profiles import profile_names
+
+    names = re.search(r": ([\w, -]+) \(gpuhc/data/profiles/", CORE_SCHEMA["node"]["profile"].help).group(1)
+    assert names.split(", ") == profile_names()
 
 
 def test_host_matches():
@@ -214,3 +234,15 @@ def test_a_key_with_a_newline_is_named_on_one_line(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_config(path)
     assert str(e.value) == f"{path}:2: node.a\\x0ab: unknown key (known here: baseline, expected_gpus, profile)"
+
+
+def test_a_default_that_clashes_with_a_value_set_is_named_only_when_that_value_is_fine(tmp_path):
+    """min_fraction 1.5 is the mistake, not the default warn_fraction under it; but min_fraction
+    0.95 is fine alone, and then the default warn_fraction (0.93) must be raised too."""
+    head = "checks:\n  hbm:\n    thresholds:\n"
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, head + "      min_fraction: 1.5\n"))
+    assert e.value.key == "checks.hbm.thresholds.min_fraction" and "warn_fraction" not in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, head + "      min_fraction: 0.95\n"))
+    assert (e.value.line, e.value.key) == (3, "checks.hbm.thresholds.warn_fraction")

@@ -184,7 +184,9 @@ def test_messages_are_sanitised_and_capped():
     log = parse_lines(["NVRM: Xid (PCI:0000:01:00): 13, \x1b[31mred\x1b[0m\tTAB " + "x" * 2000])
     msg = log.events[0].message
     assert "\x1b" not in msg and "\t" not in msg and len(msg) <= MAX_MESSAGE
-    assert sanitize("a\x00b\x7fc\u0085d") == "abcd"
+    assert msg.startswith("Xid (PCI:0000:01:00): 13, \\x1b[31mred\\x1b[0m TAB xxx") and msg.endswith("x...")
+    # shown, not dropped: the evidence says something was there (gpuhc.logtext, one escaper)
+    assert sanitize("a\x00b\x7fc\u0085d\u202e") == "a\\x00b\\x7fc\\x85d\\u202e"
 
 
 def test_xid_at_end_of_line_and_large_codes():

@@ -7,7 +7,16 @@ import sys
 
 import click
 
-from gpuhc.cli.common import MAX_WAIT_S, Seconds, passthrough, source_options
+from gpuhc.cli.common import (
+    MAX_WAIT_S,
+    Seconds,
+    SourceArgs,
+    node_name,
+    replay_scope,
+    run_options_from,
+    source_options,
+    write_output,
+)
 from gpuhc.logtext import escape
 
 
@@ -28,8 +37,7 @@ def baseline() -> None:
               help="Also record GPU/NIC topology through the active checks (default: on a live node only).")
 @click.option("--force", is_flag=True, help="Write even when the node does not look healthy.")
 @source_options
-@passthrough
-def capture(kw: dict) -> None:
+def capture(src: SourceArgs, output: str | None, timeout: float, topology: bool | None, force: bool) -> None:
     """Read this node (or a scenario) and write its baseline.
 
     Refused when the node fails (or gpuhc cannot judge) its passive checks, or looks doubtful
@@ -38,47 +46,40 @@ def capture(kw: dict) -> None:
     """
     from gpuhc.baseline import capture as capture_doc
     from gpuhc.baseline import doubts
-    from gpuhc.cli.common import node_name, prepare_replay, run_options_from
     from gpuhc.errors import GpuhcError
     from gpuhc.runner import read_snapshot, run_stage
 
-    _, scratch = prepare_replay(kw)
-    opts = run_options_from(kw, "passive")
-    try:
+    with replay_scope(src) as (src, _):
+        opts = run_options_from(src, "passive")
         report = run_stage(opts)  # the same verdict `gpuhc check` gives this node
-    finally:
-        if scratch is not None:
-            scratch.cleanup()
     spec = opts.sources
-    snap = read_snapshot(spec, node_name(kw.get("hostname")), kw["timeout"], kw.get("step"))
+    snap = read_snapshot(spec, node_name(src.hostname), timeout, src.step)
     problems = [f"{r.check} {r.subject}: {r.status.value}: {r.message}" for r in report.results
                 if r.status.value in ("fail", "error")] + doubts(snap)
     for p in problems:
         click.echo(f"gpuhc: warning: {escape(p)}", err=True)
-    if problems and not kw["force"]:
+    if problems and not force:
         raise GpuhcError(f"node does not look healthy ({len(problems)} problem(s) above); a baseline would make "
                          "them look normal. Fix the node, or pass --force")
     doc = capture_doc(snap)
     if problems:
         doc["forced"] = {"problems": problems}
 
-    want_topology = kw["topology"] if kw["topology"] is not None else not spec.nvml_scenario
+    want_topology = topology if topology is not None else not spec.nvml_scenario
     if want_topology:
         try:
             from gpuhc.active import capture_topology
 
-            doc["topology"] = capture_topology(timeout_s=max(10.0, kw["timeout"]))
+            doc["topology"] = capture_topology(timeout_s=max(10.0, timeout))
         except Exception as e:  # optional unless asked for: the rest of the baseline still helps
-            if kw["topology"]:
+            if topology:
                 raise GpuhcError(f"could not record the topology: {e}") from None
             click.echo(f"gpuhc: warning: topology not recorded: {e}", err=True)
 
-    text = _render_doc(doc, kw["json_mode"])
-    if kw.get("output"):
-        from gpuhc.cli.common import write_output
-
-        write_output(kw["output"], text, "baseline")
-        click.echo(f"wrote {kw['output']} ({doc['gpu_count']} GPUs, {len(doc.get('ib') or {})} IB ports)", err=True)
+    text = _render_doc(doc, src.json_mode)
+    if output:
+        write_output(output, text, "baseline")
+        click.echo(f"wrote {output} ({doc['gpu_count']} GPUs, {len(doc.get('ib') or {})} IB ports)", err=True)
     else:
         sys.stdout.write(text)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 
 import click
 
@@ -12,13 +13,17 @@ from gpuhc.cli.common import (
     MAX_GPU_INDEX,
     MAX_WAIT_S,
     Seconds,
+    SourceArgs,
     demo_scenario_path,
+    load,
     node_name,
     parse_gpu_list,
-    passthrough,
-    prepare_replay,
+    recorded_host,
+    replay_scope,
     run_options_from,
     source_options,
+    source_spec,
+    write_output,
 )
 from gpuhc.logtext import escape
 
@@ -29,11 +34,11 @@ from gpuhc.logtext import escape
 @click.option("--gpus", "gpu_list", help=f"Only these GPU indices, e.g. 0,1 or 0-3 (default: all; at most {MAX_GPU_INDEX}).")
 @click.option("--only", multiple=True, help="Run only this check id (repeatable).")
 @click.option("-v", "--verbose", is_flag=True, help="Show passing and n/a results too.")
-@click.option("--publish", is_flag=True,
+@click.option("--publish", "publish_replay", is_flag=True,
               help="Also write a replay to the configured event log and Prometheus textfile (a live run always does).")
 @source_options
-@passthrough
-def check(kw: dict) -> None:
+def check(src: SourceArgs, stage: str, demo: bool, gpu_list: str | None, only: tuple[str, ...], verbose: bool,
+          publish_replay: bool) -> None:
     """Run the checks of one stage on this node and report.
 
     Exit code 0 healthy, 1 unhealthy, 2 usage/config error, 3 gpuhc could not judge.
@@ -46,33 +51,31 @@ def check(kw: dict) -> None:
     from gpuhc.output import publish, render_report
     from gpuhc.runner import run_stage
 
-    if kw["demo"]:
-        kw["nvml_scenario"] = kw.get("nvml_scenario") or demo_scenario_path()
-        click.echo(f"demo: judging the bundled demo node ({os.path.basename(kw['nvml_scenario'])}), not this machine", err=True)
-    replay, scratch = prepare_replay(kw)
-    opts = run_options_from(kw, kw["stage"], gpus=parse_gpu_list(kw.get("gpu_list")))
-    opts.only = tuple(kw.get("only") or ())
-    if opts.only:
-        _check_only(opts.only, kw["stage"])
-    # Active checks say what runs: a spinner on a terminal, plain lines on stderr otherwise
-    # (stdout stays clean for --json).
-    opts.progress = True
-    report = run_stage(opts)
-    report.replay = replay
-    try:
-        render_report(report, json_mode=kw["json_mode"], verbose=kw["verbose"])
-    except BrokenPipeError:
-        # `gpuhc check | head`: the reader left early. The verdict (exit code, event log,
-        # metrics) still stands; click would otherwise turn this into exit 1, "unhealthy".
-        _drop_stdout()
-    if not replay or kw["publish"]:
-        for problem in publish(report, opts.config):
-            click.echo(f"gpuhc: warning: {escape(problem)}", err=True)
+    if demo:
+        src = replace(src, nvml_scenario=src.nvml_scenario or demo_scenario_path())
+        click.echo(f"demo: judging the bundled demo node ({os.path.basename(src.nvml_scenario)}), not this machine", err=True)
+    with replay_scope(src) as (src, replay):
+        opts = run_options_from(src, stage, gpus=parse_gpu_list(gpu_list))
+        opts.only = tuple(only)
+        if opts.only:
+            _check_only(opts.only, stage)
+        # Active checks say what runs: a spinner on a terminal, plain lines on stderr otherwise
+        # (stdout stays clean for --json).
+        opts.progress = True
+        report = run_stage(opts)
+        report.replay = replay
+        try:
+            render_report(report, json_mode=src.json_mode, verbose=verbose)
+        except BrokenPipeError:
+            # `gpuhc check | head`: the reader left early. The verdict (exit code, event log,
+            # metrics) still stands; click would otherwise turn this into exit 1, "unhealthy".
+            _drop_stdout()
+        if not replay or publish_replay:
+            for problem in publish(report, opts.config):
+                click.echo(f"gpuhc: warning: {escape(problem)}", err=True)
     from gpuhc.phases import mark
 
     mark("written")
-    if scratch is not None:
-        scratch.cleanup()
     finish(report.exit_code, hard=bool(report.timed_out))
 
 
@@ -108,25 +111,21 @@ def finish(code: int, hard: bool = False) -> None:
 @click.option("--timeout", type=Seconds(), default=30.0, show_default=True,
               help=f"Seconds to wait for the sources (0.1 to {MAX_WAIT_S:g}).")
 @source_options
-@passthrough
-def snapshot(kw: dict) -> None:
+def snapshot(src: SourceArgs, output: str | None, timeout: float) -> None:
     """Record this node's readings in the scenario format (replay it with --nvml-scenario)."""
-    from gpuhc.cli.common import load, recorded_host, source_spec
     from gpuhc.runner import read_snapshot
     from gpuhc.sources.snapshot_io import dump_snapshot, dump_yaml
 
-    config = load(kw)
-    snap = read_snapshot(source_spec(kw, config), node_name(recorded_host(kw)), kw["timeout"], kw.get("step"))
-    if kw["json_mode"]:
+    config = load(src)
+    snap = read_snapshot(source_spec(src, config), node_name(recorded_host(src)), timeout, src.step)
+    if src.json_mode:
         import json
 
         text = json.dumps(dump_snapshot(snap), indent=2, default=str) + "\n"
     else:
         text = dump_yaml(snap)
-    if kw.get("output"):
-        from gpuhc.cli.common import write_output
-
-        write_output(kw["output"], text, "snapshot")
-        click.echo(f"wrote {kw['output']}", err=True)
+    if output:
+        write_output(output, text, "snapshot")
+        click.echo(f"wrote {output}", err=True)
     else:
         sys.stdout.write(text)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import functools
 import os
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime
+from typing import Iterator
 
 import click
 
@@ -38,22 +41,49 @@ class Seconds(click.ParamType):
         return seconds
 
 
+@dataclass(frozen=True)
+class SourceArgs:
+    """The options every command that reads a node shares (:func:`source_options`), typed and
+    frozen: a command that changes one (``--demo``, a replay's host) makes a new value."""
+
+    config_path: str | None = None
+    state_dir: str | None = None
+    nvml_scenario: str | None = None
+    step: int | None = None
+    kernel_log: str | None = None
+    sysfs_root: str | None = None
+    now: str | None = None  # as typed: parsed by run_options_from, where a prolog fails open
+    hostname: str | None = None
+    json_mode: bool = False
+
+
+_SOURCE_OPTIONS = (
+    click.option("--config", "config_path", type=click.Path(dir_okay=False), help="gpuhc.yaml (default $GPUHC_CONFIG or /etc/gpuhc/gpuhc.yaml)."),
+    click.option("--state-dir", type=click.Path(file_okay=False), help="State directory (default $GPUHC_STATE_DIR or config state_dir)."),
+    click.option("--nvml-scenario", type=click.Path(exists=True, dir_okay=False), help="Replay NVML (and any kernel_log/ib sections) from a scenario YAML."),
+    click.option("--step", type=click.IntRange(min=0), help="Scenario time step (default: advance one step per run)."),
+    click.option("--kernel-log", help="Read the kernel log from FILE (or force 'kmsg' / 'dmesg')."),
+    click.option("--sysfs-root", type=click.Path(file_okay=False), help="Directory standing in for / when reading sysfs."),
+    click.option("--now", help="Judge as if it were this time (epoch seconds or ISO 8601)."),
+    click.option("--node", "hostname", help="Node name (default $SLURMD_NODENAME, then the host name)."),
+    click.option("--json", "json_mode", is_flag=True, help="Print the JSON report instead of a table."),
+)
+_SOURCE_FIELDS = tuple(f.name for f in fields(SourceArgs))
+
+
 def source_options(fn):
-    """--config, --state-dir, the replay options, --now and --json."""
-    opts = [
-        click.option("--config", "config_path", type=click.Path(dir_okay=False), help="gpuhc.yaml (default $GPUHC_CONFIG or /etc/gpuhc/gpuhc.yaml)."),
-        click.option("--state-dir", type=click.Path(file_okay=False), help="State directory (default $GPUHC_STATE_DIR or config state_dir)."),
-        click.option("--nvml-scenario", type=click.Path(exists=True, dir_okay=False), help="Replay NVML (and any kernel_log/ib sections) from a scenario YAML."),
-        click.option("--step", type=click.IntRange(min=0), help="Scenario time step (default: advance one step per run)."),
-        click.option("--kernel-log", help="Read the kernel log from FILE (or force 'kmsg' / 'dmesg')."),
-        click.option("--sysfs-root", type=click.Path(file_okay=False), help="Directory standing in for / when reading sysfs."),
-        click.option("--now", help="Judge as if it were this time (epoch seconds or ISO 8601)."),
-        click.option("--node", "hostname", help="Node name (default $SLURMD_NODENAME, then the host name)."),
-        click.option("--json", "json_mode", is_flag=True, help="Print the JSON report instead of a table."),
-    ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
+    """--config, --state-dir, the replay options, --now, --node and --json, handed to the
+    command as one ``src: SourceArgs`` next to its own parameters."""
+
+    @functools.wraps(fn)
+    def command(**kw):
+        src = SourceArgs(**{name: kw.pop(name) for name in _SOURCE_FIELDS})
+        return fn(src=src, **kw)
+
+    command.__click_params__ = list(getattr(fn, "__click_params__", ()))  # not shared with fn
+    for opt in reversed(_SOURCE_OPTIONS):
+        command = opt(command)
+    return command
 
 
 def node_name(explicit: str | None = None) -> str:
@@ -88,35 +118,31 @@ def demo_scenario_path() -> str:
     return str(resources.files("gpuhc") / "data" / "scenarios" / DEMO_SCENARIO)
 
 
-def load(kw: dict) -> Config:
-    return load_config(kw.get("config_path"), node_name(kw.get("hostname")))
+def load(src: SourceArgs) -> Config:
+    src = _typed(src)
+    return load_config(src.config_path, node_name(src.hostname))
 
 
-def source_spec(kw: dict, config: Config) -> SourceSpec:
+def source_spec(src: SourceArgs, config: Config) -> SourceSpec:
     """Command line beats config; config `sources` lets a replay run under Slurm (tests)."""
-    src = config.section("sources")
-    kernel_log = _replay_path(kw, config, "kernel_log", "--kernel-log")
-    sysfs_root = _replay_path(kw, config, "sysfs_root", "--sysfs-root")
+    section = config.section("sources")
     return SourceSpec(
-        nvml_scenario=_replay_path(kw, config, "nvml_scenario", "--nvml-scenario"),
-        step=kw.get("step"),
-        kernel_log=kernel_log,
-        sysfs_root=sysfs_root,
-        clock_samples=src.get("clock_samples", 3),
-        clock_sample_interval_s=src.get("clock_sample_interval_s", 0.02),
+        nvml_scenario=_replay_path(src.nvml_scenario, config, "nvml_scenario", "--nvml-scenario"),
+        step=src.step,
+        kernel_log=_replay_path(src.kernel_log, config, "kernel_log", "--kernel-log"),
+        sysfs_root=_replay_path(src.sysfs_root, config, "sysfs_root", "--sysfs-root"),
+        clock_samples=section.get("clock_samples", 3),
+        clock_sample_interval_s=section.get("clock_sample_interval_s", 0.02),
     )
 
 
-def _replay_path(kw: dict, config: Config, key: str, option: str) -> str | None:
-    """A recorded scenario, kernel log or sysfs tree, checked before anything runs.
+def _replay_path(given: str | None, config: Config, key: str, option: str) -> str | None:
+    """A recorded scenario, kernel log or sysfs tree (``given`` on the command line, else the
+    config's ``sources.<key>``), checked before anything runs.
 
     A mistyped path must not read as "this node has no Xids / no InfiniBand": a sysfs root that
     does not exist lists no ports, which the checks would call healthy (n/a)."""
-    path = kw.get(key)
-    given_by = option
-    if not path:
-        path = config.section("sources").get(key)
-        given_by = f"sources.{key}"
+    path = given or config.section("sources").get(key)
     if not path or (key == "kernel_log" and path in ("kmsg", "dmesg")):
         return path
     want_dir = key == "sysfs_root"
@@ -131,64 +157,68 @@ def _replay_path(kw: dict, config: Config, key: str, option: str) -> str | None:
         return path
     from gpuhc.errors import ConfigError, GpuhcError
 
-    if kw.get(key):  # (a GpuhcError, which the Slurm entry points know how to fail open on)
+    if given:  # (a GpuhcError, which the Slurm entry points know how to fail open on)
         raise GpuhcError(f"{option}: {path}: {problem}")
     from gpuhc.yamlpos import line_of
 
-    raise ConfigError(f"{path}: {problem}", config.path, line_of(config.lines, ("sources", key)), given_by)
+    raise ConfigError(f"{path}: {problem}", config.path, line_of(config.lines, ("sources", key)), f"sources.{key}")
 
 
-def replay_of(kw: dict) -> str | None:
+def replay_of(src: SourceArgs) -> str | None:
     """What a run replays from the command line ("a.yaml, kernel log k.log"), or None when it
     reads this node. (A replay the config's ``sources`` names is this node as configured: a
     test cluster's fake node, which publishes like a real one.)"""
     parts = []
-    if kw.get("nvml_scenario"):
-        parts.append(os.path.basename(kw["nvml_scenario"]))
-    if kw.get("kernel_log") and kw["kernel_log"] not in ("kmsg", "dmesg"):
-        parts.append(f"kernel log {os.path.basename(kw['kernel_log'])}")
-    if kw.get("sysfs_root"):
-        parts.append(f"sysfs {kw['sysfs_root']}")
+    if src.nvml_scenario:
+        parts.append(os.path.basename(src.nvml_scenario))
+    if src.kernel_log and src.kernel_log not in ("kmsg", "dmesg"):
+        parts.append(f"kernel log {os.path.basename(src.kernel_log)}")
+    if src.sysfs_root:
+        parts.append(f"sysfs {src.sysfs_root}")
     return ", ".join(parts) or None
 
 
-def recorded_host(kw: dict) -> str | None:
+def recorded_host(src: SourceArgs) -> str | None:
     """--node, else the host a replayed scenario was recorded on, else None (this node)."""
-    if kw.get("hostname") or not kw.get("nvml_scenario"):
-        return kw.get("hostname")
+    if src.hostname or not src.nvml_scenario:
+        return src.hostname
     from gpuhc.sources.scenario import load_scenario
 
-    return load_scenario(kw["nvml_scenario"], kw.get("step")).hostname
+    return load_scenario(src.nvml_scenario, src.step).hostname
 
 
-def prepare_replay(kw: dict):
-    """For a replay: name it after the recorded host (unless --node) and give it a fresh
-    temporary state directory (unless --state-dir), so one replay never remembers another's
-    Xid nor touches the live node's memory. Returns (what is replayed or None, the temporary
-    directory to clean up or None)."""
-    replay = replay_of(kw)
+@contextmanager
+def replay_scope(src: SourceArgs) -> Iterator[tuple[SourceArgs, str | None]]:
+    """``(src, what is replayed)`` for the block. A replay is named after the recorded host
+    (unless --node) and judged with a fresh temporary state directory (unless --state-dir),
+    removed when the block ends, so one replay never remembers another's Xid nor touches the
+    live node's memory. A live run gets ``(src, None)`` unchanged."""
+    replay = replay_of(src)
     if not replay:
-        return None, None
-    kw["hostname"] = recorded_host(kw)
-    if kw.get("state_dir"):
-        return replay, None
+        yield src, None
+        return
+    src = replace(src, hostname=recorded_host(src))
+    if src.state_dir:
+        yield src, replay
+        return
     import tempfile
 
-    scratch = tempfile.TemporaryDirectory(prefix="gpuhc-replay-")
-    kw["state_dir"] = scratch.name
-    return replay, scratch
+    with tempfile.TemporaryDirectory(prefix="gpuhc-replay-") as scratch:
+        yield replace(src, state_dir=scratch), replay
 
 
-def run_options_from(kw: dict, stage: str, gpus: list[int] | None = None, config: Config | None = None) -> RunOptions:
-    config = config or load(kw)
+def run_options_from(src: SourceArgs, stage: str, gpus: list[int] | None = None,
+                     config: Config | None = None) -> RunOptions:
+    src = _typed(src)
+    config = config or load(src)
     return RunOptions(
         stage=stage,
         config=config,
-        sources=source_spec(kw, config),
-        state_dir=kw.get("state_dir") or default_state_dir(config.data.get("state_dir")),
+        sources=source_spec(src, config),
+        state_dir=src.state_dir or default_state_dir(config.data.get("state_dir")),
         gpus=gpus,
-        now=parse_now(kw.get("now")),
-        hostname=node_name(kw.get("hostname")),
+        now=parse_now(src.now),
+        hostname=node_name(src.hostname),
     )
 
 
@@ -226,11 +256,24 @@ def write_output(path: str, text: str, what: str = "output file") -> None:
         raise GpuhcError(f"cannot write {path}: {e.strerror or e}") from None
 
 
+# Compatibility for commands not yet switched to ``src: SourceArgs`` (slurm_cmd, quarantine_cmd
+# and the like, edited elsewhere while this changed): they still take one dict of every
+# parameter. Remove both once no command uses ``passthrough``.
+
+
 def passthrough(fn):
-    """Keep kwargs as one dict for run_options_from."""
+    """Hand the command its parameters as one dict, ``src``'s fields spread into it."""
 
     @functools.wraps(fn)
     def wrapper(**kw):
-        return fn(kw)
+        src = kw.pop("src", None)
+        return fn({**(asdict(src) if src is not None else {}), **kw})
 
     return wrapper
+
+
+def _typed(src: SourceArgs | dict) -> SourceArgs:
+    """A ``passthrough`` command's dict, as the SourceArgs it holds."""
+    if isinstance(src, SourceArgs):
+        return src
+    return SourceArgs(**{name: src[name] for name in _SOURCE_FIELDS if src.get(name) is not None})

@@ -61,12 +61,15 @@ def show(config_path: str | None, hostname: str | None, json_mode: bool) -> None
 @config.command("checks")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False))
 @click.option("--node", "hostname", help="Apply this node's per-host overrides.")
-@click.option("--profile", "profile_name", help="Thresholds of this GPU profile (default: generic, or node.profile).")
+@click.option("--profile", "profile_name", help="Thresholds of this GPU profile (default: node.profile, else generic).")
 @click.option("--json", "json_mode", is_flag=True)
 def list_checks(config_path: str | None, hostname: str | None, profile_name: str | None, json_mode: bool) -> None:
-    """List the passive checks: id, stages, timeout and effective thresholds.
+    """List every check, passive and active: stages, timeout, what it reads or needs, and the
+    thresholds a run would use (defaults, then the GPU profile, then the config).
 
-    These are the names `checks.<id>.thresholds` in gpuhc.yaml accepts.
+    These are the names `checks.<id>.thresholds` in gpuhc.yaml accepts. A run picks the profile
+    from the GPUs' names unless node.profile forces one. An active check's timeout is sized
+    from its stage's workload unless `checks.<id>.timeout_s` sets one (JSON: timeout_s null).
     """
     from gpuhc.checks import all_checks
     from gpuhc.config import load_config
@@ -76,28 +79,76 @@ def list_checks(config_path: str | None, hostname: str | None, profile_name: str
         raise click.BadParameter(f"unknown GPU profile {profile_name!r} (known: {', '.join(profile_names())})",
                                  param_hint="--profile")
     cfg = load_config(config_path, node_name(hostname))
-    profile = select_profile(None, profile_name or cfg.section("node").get("profile"))
-    rows = []
-    for check in all_checks():
-        settings = cfg.check_settings(check.id)
-        thresholds = {**check.defaults, **profile.thresholds.get(check.id, {}), **(settings.get("thresholds") or {})}
-        rows.append({
-            "id": check.id,
-            "enabled": settings["enabled"],
-            "stages": list(check.stages),
-            "timeout_s": settings["timeout_s"] or check.timeout_s,
-            "needs": list(check.needs),
-            "thresholds": thresholds,
-        })
+    forced = profile_name or cfg.section("node").get("profile")
+    profile = select_profile(None, forced)
+    checks = all_checks()
+    rows = [_check_row(check, cfg, profile) for check in checks]
     if json_mode:
         import json
 
-        click.echo(json.dumps({"profile": profile.name, "checks": rows}, indent=2, default=str))
+        click.echo(json.dumps({"node": cfg.hostname, "config": cfg.path, "profile": profile.name, "checks": rows},
+                              indent=2, default=str))
         return
-    click.echo(f"# passive checks, thresholds of profile {profile.name}")
-    for row in rows:
-        state = "" if row["enabled"] else " (disabled)"
-        click.echo(f"{row['id']}{state}: stages {','.join(row['stages'])}; timeout {row['timeout_s']:g}s; "
-                   f"reads {','.join(row['needs'])}")
-        for key, value in row["thresholds"].items():
-            click.echo(f"    {key}: {value}")
+    picked = "" if forced else " (a run picks the profile from the GPUs' names; --profile shows another)"
+    click.echo(f"# checks for {cfg.hostname} from {cfg.path or 'built-in defaults'}, "
+               f"thresholds of profile {profile.name}{picked}")
+    for kind in ("passive", "active"):
+        click.echo(f"\n# {kind} checks" + (" (GPU work, epilog and bootstrap)" if kind == "active" else ""))
+        for check, row in zip(checks, rows):
+            if row["kind"] == kind:
+                click.echo("\n".join(_check_lines(row, check.nested_thresholds)))
+
+
+def _check_row(check, cfg, profile) -> dict:
+    """One check as a run would see it: its settings resolved as the runner resolves them."""
+    from gpuhc.checks.base import Check
+    from gpuhc.runner import resolve
+
+    eff = resolve(check, cfg)
+    passive = isinstance(check, Check)
+    return {
+        "id": check.id,
+        "kind": "passive" if passive else "active",
+        "enabled": eff.enabled,
+        "stages": list(check.stages) if passive else _active_stages(check.id, cfg, eff.enabled),
+        "timeout_s": eff.timeout_s or None,  # 0: sized from the stage's workload
+        "needs": list(check.needs),
+        "optional": list(getattr(check, "optional", ())),
+        "thresholds": eff.thresholds(check, profile),
+    }
+
+
+def _active_stages(check_id: str, cfg, enabled: bool) -> list[str]:
+    """The stages whose plan runs this active check (``active.<stage>.checks``, ``active.enabled``,
+    DCGM only at a level above 0), as the runner's plan decides it."""
+    from gpuhc.active.plan import build
+    from gpuhc.active.registry import STAGES
+
+    return [stage for stage in STAGES
+            if check_id in build(stage, cfg.section("active"), lambda cid: cid != check_id or enabled).checks]
+
+
+def _check_lines(row: dict, nested: bool) -> list[str]:
+    """A check's line, then one line per threshold as gpuhc.yaml spells it. A nested table's
+    keys are listed one by one only where the config overrides them key by key."""
+    import json
+
+    state = "" if row["enabled"] else " (disabled)"
+    timeout = f"{row['timeout_s']:g}s" if row["timeout_s"] else "sized from the workload"
+    verb = "reads" if row["kind"] == "passive" else "needs"
+    uses = f"{verb} {','.join(row['needs']) or 'nothing'}"
+    if row["optional"]:
+        uses += f" (and {','.join(row['optional'])} when there)"
+    lines = [f"{row['id']}{state}: stages {','.join(row['stages']) or 'none'}; timeout {timeout}; {uses}"]
+    pairs = _flat(row["thresholds"]) if nested else row["thresholds"].items()
+    lines += [f"    {key}: {json.dumps(value, default=str)}" for key, value in pairs]
+    return lines
+
+
+def _flat(thresholds: dict, prefix: str = ""):
+    """Nested tables (an active check's per-precision speeds) as dotted keys."""
+    for key, value in thresholds.items():
+        if isinstance(value, dict) and value:
+            yield from _flat(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value

@@ -46,7 +46,10 @@ def _verdict(kind: str, e: dict[str, Any]) -> str:
 def _plain(kind: str, entries: list[dict[str, Any]], single: bool) -> list[str]:
     label = LABELS[kind]
     if not single:
-        return [f"{label} {e[kind]:>5}  {_verdict(kind, e):<45}  {e['name']}" for e in entries]
+        # codes right-aligned like numbers, signal names left-aligned like words
+        width = max(len(str(e[kind])) for e in entries)
+        align = "<" if kind == "signal" else ">"
+        return [f"{label} {str(e[kind]):{align}{max(width, 5)}}  {_verdict(kind, e):<45}  {e['name']}" for e in entries]
     e = entries[0]
     lines = [f"{label} {e[kind]}: {e['name']}",
              f"  gpuhc:   {_verdict(kind, e)}",

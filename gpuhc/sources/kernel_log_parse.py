@@ -68,6 +68,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
+from gpuhc.logtext import escape
 from gpuhc.model import EventKind, KernelEvent, KernelLog, norm_pci
 from gpuhc.sources.kernel_log_prefix import KMSG, KMSG_DICT, QUOTES, Stamps, unescape_kmsg
 
@@ -97,7 +98,6 @@ _ANY_PCI = re.compile(r"(?<![0-9a-fA-F:])(?:PCI:)?(" + _PCI + r")")
 _DRIVER_GPU = re.compile(r"NVRM: (GPU\d{1,3})\b")
 _MLX_PORT = re.compile(r"mlx5_core (" + _PCI + r")(?: ([\w.-]+))?: Port: (\d{1,3}) Link ([A-Za-z_]+)")
 _MLX_NETDEV = re.compile(r"mlx5_core (" + _PCI + r") ([\w.-]+): Link (up|down)\b")
-_CTRL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 
 # Driver messages that need action without an Xid, first match wins (one line, one signal).
 # What each one asks for is data: the ``signals`` section of gpuhc/data/xid_catalog.yaml.
@@ -111,11 +111,12 @@ SIGNALS: tuple[tuple[str, re.Pattern], ...] = (
 
 
 def sanitize(text: str, cap: int = MAX_MESSAGE) -> str:
-    """One printable line: tabs to spaces, control characters dropped, length capped.
+    """One printable line of at most ``cap`` characters, through the one log-text escaper.
 
-    Messages end up in drain reasons, JSON reports and terminals; a stray escape sequence from
-    a misbehaving driver must not reach any of them."""
-    return _CTRL.sub("", text.replace("\t", " ")).strip()[:cap]
+    Messages end up in drain reasons, JSON reports, state and terminals: a stray escape
+    sequence from a misbehaving driver (or a process name an Xid quotes) must act in none of
+    them, and is shown as ``\\x1b`` so the evidence says something was there."""
+    return escape(text.strip(), cap - len("..."))  # (escape marks a cut with "...")
 
 
 def _pci(field: str) -> str | None:
