@@ -367,7 +367,7 @@ def epilog(flow: Flow) -> Outcome:
     job_failed, how = job_exit(flow.env)
     out = Outcome(EXIT_OK, flow.log.lines, report, hard_exit=bool(report and report.timed_out))
     if job_failed:
-        from gpuhc.slurm.postmortem import write_bundle
+        from gpuhc.postmortem import write_bundle
 
         # Raw kernel lines get a bounded share of what the scontrol calls do not need.
         tail_s = max(0.2, min(2.0, flow.deadline - time.monotonic() - SLURM_RESERVE_S))

@@ -15,7 +15,7 @@ class Log:
     syslog (the health check's output is discarded by slurmd), and to ``slurm.log_file``.
 
     The file is appended to as root, so it gets the post-mortem directory's care: as root its
-    directory must be root's alone (:func:`gpuhc.slurm.postmortem.check_root_dir`), the file is
+    directory must be root's alone (:func:`gpuhc.postmortem.check_root_dir`), the file is
     opened with ``O_NOFOLLOW`` and must be a regular file with one link. A refusal is said once,
     loudly, on stderr and syslog; the run goes on without the file."""
 
@@ -54,7 +54,7 @@ class Log:
         path = str(self.log_file)
         try:
             if self._file_ok is None:
-                from gpuhc.slurm.postmortem import check_root_dir
+                from gpuhc.postmortem import check_root_dir
 
                 check_root_dir(os.path.dirname(os.path.abspath(path)), "slurm.log_file's directory")
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
