@@ -38,6 +38,14 @@ def _scontrol(config, stage: str = "bootstrap"):
                     deadline=time.monotonic() + float(s["deadline_s"][stage]))
 
 
+def _actuator(config):
+    """Every drain and resume goes through the actuator (read, act, verify)."""
+    from gpuhc.slurm.actuator import Actuator
+    from gpuhc.slurm.breaker import BreakerSettings
+
+    return Actuator(_scontrol(config), BreakerSettings.from_section(config.section("slurm")["breaker"]))
+
+
 def _report(results, json_mode: bool) -> int:
     if json_mode:
         click.echo(json.dumps([{"node": r.node, "ok": r.ok, "message": r.message} for r in results], indent=2))
@@ -112,10 +120,10 @@ def retest(kw: dict) -> None:
                 f"{','.join(others)} is not this node ({me}): a retest needs the node's GPUs. Run "
                 "`gpuhc quarantine retest` on it (clush/pdsh), or pass --reboot to have Slurm reboot it "
                 "and let its boot-time retest decide.")
-        from gpuhc.slurm.quarantine import reboot_for_retest
+        from gpuhc.slurm.admin import reboot_for_retest
 
         s = config.section("slurm")
-        code = _report(reboot_for_retest(_scontrol(config), others, s["quarantine"]["reboot_nextstate"], click.echo),
+        code = _report(reboot_for_retest(_actuator(config), others, s["quarantine"]["reboot_nextstate"]),
                        kw["json_mode"])
     if me in names:
         code = max(code, _retest_here(kw, config))
@@ -126,14 +134,16 @@ def _retest_here(kw: dict, config) -> int:
     from gpuhc.cli.common import run_options_from
     from gpuhc.slurm import entry
     from gpuhc.slurm.policy import Memory, verdict_of
-    from gpuhc.slurm.quarantine import apply_plan, phase, plan_retest
+    from gpuhc.slurm.admin import apply_plan
+    from gpuhc.slurm.quarantine import phase, plan_retest
     from gpuhc.slurm.reason import build_reason
 
     opts = run_options_from(kw, "bootstrap", config=config)
     s = config.section("slurm")
     log = entry.Log(f"gpuhc quarantine retest {opts.hostname}", s.get("log_file"), bool(s.get("syslog", True)))
     flow = entry.Flow(stage="bootstrap", opts=opts, log=log)
-    sc = flow.scontrol()
+    act = entry.actuator(flow)
+    sc = act.sc
     node = sc.show_node(opts.hostname)  # before minutes of checks: is there anything to retest?
     if phase(node) is None:
         log(f"not held by gpuhc (state {node.raw_state}, reason {node.reason!r}): nothing to retest")
@@ -152,12 +162,12 @@ def _retest_here(kw: dict, config) -> int:
     log(plan.why + (f": {plan.reason}" if plan.reason else ""), loud=plan.act != "resume")
     if plan.act == "none":
         return report.exit_code
-    ok = apply_plan(sc, node, plan)
+    ok = apply_plan(act, node, plan)
     if ok and plan.act == "resume":
         old = entry.load_memory(flow)
         entry.save_memory(flow, Memory(flaps=old.flaps, last_resume=flow.now()), None)
     if ok and plan.act == "requarantine" and s["quarantine"]["reboot"]:
-        sc.reboot(opts.hostname, plan.reason, nextstate=s["quarantine"]["reboot_nextstate"])
+        act.reboot(opts.hostname, plan.reason, s["quarantine"]["reboot_nextstate"])
         log("reboot requested for the next retest")
     if not ok:
         log(f"{plan.act} not verified: Slurm shows {sc.show_node(opts.hostname).reason!r}", loud=True)
@@ -173,11 +183,11 @@ def _retest_here(kw: dict, config) -> int:
 @passthrough
 def release(kw: dict) -> None:
     """Resume NODES held by gpuhc, retired ones included, and clear their quarantine."""
-    from gpuhc.slurm.quarantine import release as do_release
+    from gpuhc.slurm.admin import release as do_release
 
     config = load(kw)
     names = _expand(kw["nodes"])
-    code = _report(do_release(_scontrol(config), names, kw["force"]), kw["json_mode"])
+    code = _report(do_release(_actuator(config), names, kw["force"]), kw["json_mode"])
     _forget_here(names, config)
     sys.exit(code)
 
@@ -191,10 +201,10 @@ def release(kw: dict) -> None:
 @passthrough
 def retire(kw: dict) -> None:
     """Mark NODES RETIRED (`gpuhc: RETIRED ...`): drained, never resumed automatically."""
-    from gpuhc.slurm.quarantine import retire as do_retire
+    from gpuhc.slurm.admin import retire as do_retire
 
     config = load(kw)
-    sys.exit(_report(do_retire(_scontrol(config), _expand(kw["nodes"]), kw["note"], kw["force"]), kw["json_mode"]))
+    sys.exit(_report(do_retire(_actuator(config), _expand(kw["nodes"]), kw["note"], kw["force"]), kw["json_mode"]))
 
 
 def _forget_here(names: list[str], config) -> None:
