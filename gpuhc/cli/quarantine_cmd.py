@@ -34,7 +34,7 @@ def _scontrol(config, stage: str = "bootstrap"):
     from gpuhc.slurm.scontrol import Scontrol
 
     s = config.section("slurm")
-    return Scontrol(binary=s["scontrol"], timeout_s=float(s["timeout_s"]),
+    return Scontrol(binary=s["scontrol"], sinfo=s["sinfo"], timeout_s=float(s["timeout_s"]),
                     deadline=time.monotonic() + float(s["deadline_s"][stage]))
 
 
@@ -144,7 +144,7 @@ def _retest_here(kw: dict, config) -> int:
     flow = entry.Flow(stage="bootstrap", opts=opts, log=log)
     act = entry.actuator(flow)
     sc = act.sc
-    node = sc.show_node(opts.hostname)  # before minutes of checks: is there anything to retest?
+    node = sc.node(opts.hostname)  # before minutes of checks: is there anything to retest?
     if phase(node) is None:
         log(f"not held by gpuhc (state {node.raw_state}, reason {node.reason!r}): nothing to retest")
         return 0
@@ -156,7 +156,7 @@ def _retest_here(kw: dict, config) -> int:
         return 3
     verdict = verdict_of(report.results)
     log(entry.summary_line(report, verdict))
-    node = sc.show_node(opts.hostname)  # re-read: an admin may have acted during the checks
+    node = sc.node(opts.hostname)  # re-read: an admin may have acted during the checks
     evidence = build_reason(report.results) if verdict.value == "fail" else None
     plan = plan_retest(node, verdict, evidence, int(s["quarantine"]["max_cycles"]))
     log(plan.why + (f": {plan.reason}" if plan.reason else ""), loud=plan.act != "resume")
@@ -170,7 +170,7 @@ def _retest_here(kw: dict, config) -> int:
         act.reboot(opts.hostname, plan.reason, s["quarantine"]["reboot_nextstate"])
         log("reboot requested for the next retest")
     if not ok:
-        log(f"{plan.act} not verified: Slurm shows {sc.show_node(opts.hostname).reason!r}", loud=True)
+        log(f"{plan.act} not verified: Slurm shows {sc.node(opts.hostname).reason!r}", loud=True)
         return 1
     return 0 if plan.act == "resume" else 1
 

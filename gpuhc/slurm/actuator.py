@@ -7,10 +7,11 @@ policy, the breaker and the quarantine rules take readings and return decisions)
 runs the procedure around them, once, for everybody:
 
 1. **read** the node right before acting (Slurm has no compare-and-set: the window between our
-   read and our update is one round trip);
+   read and our update is one round trip), asking slurmctld for this node alone;
 2. **decide** (the caller's pure decision function);
-3. **breaker**: a drain that takes capacity first counts the nodes gpuhc holds in scope; at the
-   cap the caller decides again with the breaker open;
+3. **breaker**: a drain that takes capacity first waits the node's jitter (a storm reaches the
+   controller spread out), reads the node again, then counts the nodes gpuhc holds in scope; at
+   the cap the caller decides again with the breaker open;
 4. **act** and **verify**: send the update and re-read the node; only a verified act counts
    (scontrol can fail after slurmctld applied part of an update, so a failure is re-read too);
 5. **recount** after a drain that took capacity: wait ``settle_s`` so that concurrent drains are
@@ -42,6 +43,8 @@ LogFn = Callable[..., None]
 
 # Kept free after the post-drain settle, for the recount and a possible undo.
 RECOUNT_RESERVE_S = 3.0
+# Kept free after the jitter: re-read, count, drain, verify, settle, recount, undo.
+JITTER_RESERVE_S = 8.0
 
 
 def _quiet(*_a, **_k) -> None:
@@ -70,12 +73,16 @@ class Applied:
 
 
 class Actuator:
-    def __init__(self, sc: Scontrol, breaker: BreakerSettings | None = None, log: LogFn = _quiet):
+    """``spread``: wait the node's jitter before a first count. Right for the node-side flows (many
+    processes, one node each); a single process draining a list (the sweep) has nothing to spread."""
+
+    def __init__(self, sc: Scontrol, breaker: BreakerSettings | None = None, log: LogFn = _quiet,
+                 spread: bool = True):
         if breaker is None:
             from gpuhc.slurm.breaker import BreakerSettings
 
             breaker = BreakerSettings()
-        self.sc, self.breaker, self.log = sc, breaker, log
+        self.sc, self.breaker, self.log, self.spread = sc, breaker, log, spread
 
     # ------------------------------------------------------------------ the procedure
 
@@ -88,14 +95,17 @@ class Actuator:
         act is verified, before the recount (a flow remembers its drain there, so that an undo
         finds the memory of the drain it undoes)."""
         fresh = node is None
-        node = self.sc.show_node(name) if fresh else node
+        node = self.sc.node(name) if fresh else node
         decision = decide(node, False)
         if decision.act.touches_slurm and not fresh:
-            node = self.sc.show_node(name)  # read right before acting
+            node = self.sc.node(name)  # read right before acting
+            decision = decide(node, False)
+        if _takes_capacity(decision) and self.wait_jitter(name):
+            node = self.sc.node(name)  # time passed: read again
             decision = decide(node, False)
         out = Applied(decision, node)
-        if decision.act is Act.DRAIN and decision.uses_capacity:
-            out.precount = self.count(name)
+        if _takes_capacity(decision):
+            out.precount = self.count(name, node)
             if out.precount.open:
                 out.decision = decision = decide(node, True)
         if not decision.act.touches_slurm:
@@ -105,17 +115,36 @@ class Actuator:
             return out
         if on_verified is not None:
             on_verified(decision)
-        if decision.act is Act.DRAIN and decision.uses_capacity and self.breaker.enabled:
-            out.recount, out.undone = self.recount(name, decision.reason)
+        if _takes_capacity(decision) and self.breaker.enabled:
+            out.recount, out.undone = self.recount(name, decision.reason, node)
         return out
 
-    def count(self, name: str) -> BreakerState:
-        """The breaker's count for ``name``'s scope (one query of every node)."""
+    def wait_jitter(self, name: str) -> bool:
+        """Sleep this node's share of ``jitter_s``, cut to what the deadline leaves after the
+        rest of the procedure; True when it slept."""
+        from gpuhc.slurm.breaker import jitter_for
+
+        if not self.spread:
+            return False
+        room = self.sc.remaining() - self.breaker.settle_s - JITTER_RESERVE_S
+        wait = min(jitter_for(name, self.breaker.jitter_s), max(0.0, room))
+        if wait <= 0:
+            return False
+        time.sleep(wait)
+        return True
+
+    def scope_nodes(self, node: Node) -> list[Node]:
+        """The nodes the breaker counts for ``node``: its partitions', or every partition's."""
+        parts = list(node.partitions) if self.breaker.scope == "partition" and node.partitions else None
+        return self.sc.scope(parts)
+
+    def count(self, name: str, node: Node) -> BreakerState:
+        """The breaker's count for ``name``'s scope (one query; slurmctld sends every node)."""
         from gpuhc.slurm.breaker import evaluate
 
-        return evaluate(self.sc.show_nodes(), name, self.breaker)
+        return evaluate(self.scope_nodes(node), name, self.breaker)
 
-    def recount(self, name: str, reason: str | None) -> tuple[BreakerState, bool]:
+    def recount(self, name: str, reason: str | None, node: Node) -> tuple[BreakerState, bool]:
         """After a drain: concurrent drains (other nodes' health checks, a sweep's analyze) may
         have overshot the cap, and the nodes ranked past it undo their own drain. Returns the
         count and whether this node's drain was undone."""
@@ -124,12 +153,12 @@ class Actuator:
             time.sleep(settle)
         from gpuhc.slurm.breaker import must_yield
 
-        state, yield_ = must_yield(self.sc.show_nodes(), name, self.breaker)
+        state, yield_ = must_yield(self.scope_nodes(node), name, self.breaker)
         if not yield_:
             return state, False
         self.log(f"concurrent drains: {state.drained} nodes held by gpuhc > cap {state.cap}; "
                  f"{name} is ranked past the cap: undoing its drain", loud=True)
-        if self.sc.show_node(name).reason != reason:
+        if self.sc.node(name).reason != reason:
             self.log("reason changed meanwhile: leaving the node as it is", loud=True)
             return state, False
         return state, self.carry_out(name, Decision(Act.RESUME, "undo drain past the breaker cap", Memory()))
@@ -150,12 +179,12 @@ class Actuator:
             # scontrol may report an error after slurmctld applied part of the update (a RESUME
             # of a node that is not registered yet clears DRAIN, then fails): find out.
             self.log(f"{decision.act.value} failed: {e}; re-reading the node", loud=True)
-            after = self.sc.show_node(name)
+            after = self.sc.node(name)
             if not took(decision, after):
                 raise
             self.log(f"Slurm shows the {decision.act.value} applied anyway (state {after.raw_state})", loud=True)
             return True
-        after = self.sc.show_node(name)
+        after = self.sc.node(name)
         ok = took(decision, after)
         if not ok:
             self.log(f"after {decision.act.value}: Slurm shows state {after.raw_state} reason {after.reason!r}; "
@@ -174,6 +203,10 @@ class Actuator:
         """``scontrol reboot ASAP nextstate=.. reason=..``: Slurm drains, reboots, then sets
         ``nextstate``; the boot-time retest decides what comes after."""
         self.sc.reboot(nodes, reason, nextstate=nextstate)
+
+
+def _takes_capacity(decision: Decision) -> bool:
+    return decision.act is Act.DRAIN and decision.uses_capacity
 
 
 def took(decision: Decision, after: Node) -> bool:

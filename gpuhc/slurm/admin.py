@@ -37,12 +37,13 @@ def release(act: Actuator, names: list[str], force: bool = False) -> list[AdminR
     out = []
     for name in names:
         try:
-            plan = plan_release(act.sc.show_node(name), force)
+            plan = plan_release(act.sc.node(name), force)
             if plan.act == "none":
                 out.append(AdminResult(name, plan.ok, plan.message))
                 continue
             ok = act.resume(name, "release")
-            out.append(AdminResult(name, ok, plan.message if ok else "resume sent, but Slurm shows the node still held"))
+            why = plan.message if ok else "resume sent, but Slurm shows the node still held"
+            out.append(AdminResult(name, ok, why))
         except SlurmError as e:
             out.append(AdminResult(name, False, str(e)))
     return out
@@ -53,7 +54,7 @@ def retire(act: Actuator, names: list[str], note: str = "", force: bool = False)
     out = []
     for name in names:
         try:
-            plan = plan_retire(act.sc.show_node(name), note, force)
+            plan = plan_retire(act.sc.node(name), note, force)
             if plan.act == "none":
                 out.append(AdminResult(name, plan.ok, plan.message))
                 continue
@@ -69,7 +70,7 @@ def reboot_for_retest(act: Actuator, names: list[str], nextstate: str) -> list[A
     out = []
     for name in names:
         try:
-            plan = plan_reboot(act.sc.show_node(name), nextstate)
+            plan = plan_reboot(act.sc.node(name), nextstate)
             if plan.act == "reboot":
                 act.reboot(name, plan.reason, nextstate)
             out.append(AdminResult(name, plan.ok, plan.message))

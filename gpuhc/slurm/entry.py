@@ -104,8 +104,8 @@ class Flow:
             return self.make_scontrol(self.deadline)
         from gpuhc.slurm.scontrol import Scontrol
 
-        return Scontrol(binary=self.slurm["scontrol"], timeout_s=float(self.slurm["timeout_s"]),
-                        deadline=self.deadline)
+        return Scontrol(binary=self.slurm["scontrol"], sinfo=self.slurm["sinfo"],
+                        timeout_s=float(self.slurm["timeout_s"]), deadline=self.deadline)
 
     def now(self) -> float:
         return self.opts.now if self.opts.now is not None else time.time()

@@ -1,7 +1,10 @@
-"""``scontrol``: read nodes, drain, resume, reboot. Runs through :mod:`gpuhc.slurm.command`
-(argv only, timeouts cut to the caller's deadline, one error mapping for every Slurm command).
+"""Slurm's node commands: read nodes (``sinfo``, ``scontrol show node``), drain, resume, reboot.
 
-Only the actuator (:mod:`gpuhc.slurm.actuator`) calls the updating methods; everything else reads.
+Runs through :mod:`gpuhc.slurm.command` (argv only, timeouts cut to the caller's deadline, one
+error mapping for every Slurm command). Only the actuator (:mod:`gpuhc.slurm.actuator`) calls
+the updating methods; everything else reads. The flows read through :meth:`Scontrol.node` and
+:meth:`Scontrol.scope` (sinfo: see :mod:`gpuhc.slurm.sinfo` for why); ``show_node``/``show_nodes``
+(every field, every node) serve the admin's listings.
 """
 
 from __future__ import annotations
@@ -21,8 +24,39 @@ _HOSTLIST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._,\[\]-]{0,4095}$")
 @dataclass
 class Scontrol(SlurmCommand):
     binary: str = "scontrol"
+    sinfo: str = "sinfo"
 
     # ------------------------------------------------------------------ reading
+
+    def node(self, name: str) -> Node:
+        """The node as slurmctld sees it right now, asked of it alone (``sinfo -n NAME``). A node
+        in no partition is not listed by sinfo: then ``scontrol show node`` (every node)."""
+        from gpuhc.slurm import sinfo
+
+        _check_name(name)
+        argv = sinfo.one_node_argv(self.sinfo, name)
+        match = [n for n in self._parse_sinfo(self._call(argv), argv) if n.name == name]
+        return match[0] if match else self.show_node(name)
+
+    def scope(self, partitions: list[str] | None) -> list[Node]:
+        """Every node of ``partitions`` (every partition when None), for the circuit breaker:
+        one ``sinfo`` query, its answer one line per distinct (partition, state, reason)."""
+        from gpuhc.slurm import sinfo
+
+        for p in partitions or ():
+            if not sinfo.PARTITION_NAME.match(p):
+                raise SlurmError(f"refusing partition name {p!r}: not a plain Slurm partition name")
+        argv = sinfo.scope_argv(self.sinfo, partitions)
+        return self._parse_sinfo(self._call(argv), argv)
+
+    @staticmethod
+    def _parse_sinfo(out: str, argv: list[str]) -> list[Node]:
+        from gpuhc.slurm import sinfo
+
+        try:
+            return sinfo.parse(out)
+        except NodeParseError as e:
+            raise SlurmError(f"{' '.join(argv[:6])}: unreadable answer: {e}") from None
 
     def show_node(self, name: str) -> Node:
         """``scontrol show node -o NAME``: the node as slurmctld sees it right now."""

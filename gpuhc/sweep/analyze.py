@@ -194,7 +194,8 @@ def apply_pending(index: dict, record: dict, store: SweepStore | None, config: A
     if not pending:
         return []
     slurm = config.section("slurm") if config is not None else {}
-    sc = scontrol or Scontrol(binary=slurm.get("scontrol", "scontrol"), timeout_s=float(slurm.get("timeout_s", 10.0)))
+    sc = scontrol or Scontrol(binary=slurm.get("scontrol", "scontrol"), sinfo=slurm.get("sinfo", "sinfo"),
+                              timeout_s=float(slurm.get("timeout_s", 10.0)))
     ctx = _DrainContext(sc, PolicySettings.from_section(slurm), BreakerSettings.from_section(slurm.get("breaker", {})),
                         int((slurm.get("quarantine") or {}).get("max_cycles", 3)), now)
     nodes_mem = index.setdefault("nodes", {})
@@ -252,7 +253,7 @@ class _DrainContext:
         result: dict[str, Any] = {"node": name, "reason": reason, "sweep": entry["sweep"], "cycle": cycle}
         log = lambda text, loud=False: lines.append(f"{name}: {text}")  # noqa: E731
         try:
-            done = Actuator(self.sc, self.breaker, log).apply(
+            done = Actuator(self.sc, self.breaker, log, spread=False).apply(
                 name, lambda node, open_: decide(node, Verdict.FAIL, reason, Memory(), self.now, self.settings,
                                                  breaker_open=open_))
         except SlurmError as e:
