@@ -41,7 +41,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -79,6 +78,7 @@ def main() -> int:
 
 def run(args) -> int:
     from slurm_bigcluster import BigSlurmCluster, prepare_netns
+    from slurm_storm import storm, write_config
 
     prepare_netns()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="gpuhc-storm-"))
@@ -102,7 +102,7 @@ def run(args) -> int:
         for rep in range(args.reps):
             order = list(sides) if rep % 2 == 0 else list(reversed(sides))
             for side in order:
-                r = storm(cluster, sides[side], cfg, work / f"state-{side}-{rep}", targets)
+                r = storm(cluster, sides[side], cfg, work / f"state-{side}-{rep}", targets, SCENARIO)
                 r.update(side=side, rep=rep + 1)
                 results.append(r)
                 print(line(r), flush=True)
@@ -118,108 +118,6 @@ def extract(rev: str, dest: Path) -> str:
     tar = subprocess.run(["git", "-C", str(REPO), "archive", rev, "gpuhc"], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
     return str(dest)
-
-
-def write_config(work: Path, cap_percent: float) -> Path:
-    import yaml
-
-    path = work / "gpuhc.yaml"
-    data = {
-        "slurm": {"syslog": False, "log_file": str(work / "decisions.log"), "timeout_s": 10.0,
-                  "breaker": {"max_drained": None, "max_drained_percent": cap_percent, "settle_s": 1.0}},
-    }
-    path.write_text(yaml.safe_dump(data))
-    path.chmod(0o600)
-    return path
-
-
-class Probe(threading.Thread):
-    """``scontrol ping`` and ``squeue`` in turn, every 0.25 s: the unrelated user's view."""
-
-    def __init__(self, cluster):
-        super().__init__(daemon=True)
-        self.cluster, self.stop, self.times, self.failures = cluster, threading.Event(), [], 0
-
-    def run(self) -> None:
-        cmds = (["scontrol", "ping"], ["squeue", "-h"])
-        i = 0
-        while not self.stop.is_set():
-            t = time.monotonic()
-            cp = self.cluster.run(cmds[i % 2], check=False, timeout=60)
-            self.times.append(time.monotonic() - t)
-            self.failures += cp.returncode != 0
-            i += 1
-            self.stop.wait(0.25)
-
-
-def storm(cluster, code: str, cfg: Path, state_root: Path, targets: list[str]) -> dict:
-    import hostlist
-
-    from slurm_bigcluster import lo_bytes, sdiag_rpcs
-
-    reset(cluster, targets)
-    state_root.mkdir(parents=True, exist_ok=True)
-    env = cluster.env(PYTHONPATH=code)
-    env.pop("GPUHC_BENCH_NETNS", None)
-    cluster.reset_sdiag()
-    probe = Probe(cluster)
-    b0 = lo_bytes()
-    t0 = time.monotonic()
-    probe.start()
-    procs = []
-    for name in targets:
-        argv = [sys.executable, "-m", "gpuhc", "healthcheck", "--node", name, "--config", str(cfg),
-                "--nvml-scenario", str(SCENARIO), "--state-dir", str(state_root / name)]
-        # cwd: `python -m` puts it first on sys.path, ahead of PYTHONPATH (the side's code).
-        procs.append(subprocess.Popen(argv, env=env, cwd=state_root, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                                      preexec_fn=lambda: os.nice(10)))
-    codes = [p.wait() for p in procs]
-    wall = time.monotonic() - t0
-    probe.stop.set()
-    probe.join()
-    served = lo_bytes() - b0
-    rpcs = sdiag_rpcs(cluster.sdiag())
-    part = cluster.partitions()["p1"]
-    members = set(part)
-    drained = [n for n in cluster_nodes(cluster) if n.name in members and n.drained]
-    held = [n for n in drained if (n.reason or "").startswith("gpuhc:")]
-    cap = -(-len(part) * float(yaml_cap(cfg)) // 100)
-    return {
-        "bytes": served, "rpcs": rpcs, "rpc_total": sum(rpcs.values()), "wall_s": round(wall, 1),
-        "probe_max_s": round(max(probe.times), 3), "probe_median_s": round(statistics.median(probe.times), 3),
-        "probe_p95_s": round(sorted(probe.times)[int(0.95 * (len(probe.times) - 1))], 3),
-        "probe_n": len(probe.times), "probe_failures": probe.failures,
-        "held": len(held), "drained": len(drained), "cap": int(cap), "held_nodes": hostlist.collect_hostlist([n.name for n in held]),
-        "exit_codes": {str(c): codes.count(c) for c in sorted(set(codes))},
-    }
-
-
-def yaml_cap(cfg: Path) -> float:
-    import yaml
-
-    return yaml.safe_load(cfg.read_text())["slurm"]["breaker"]["max_drained_percent"]
-
-
-def cluster_nodes(cluster):
-    from gpuhc.slurm.nodes import parse_show_node_oneline
-
-    return parse_show_node_oneline(cluster.run(["scontrol", "show", "node", "-o"], timeout=120).stdout)
-
-
-def reset(cluster, targets: list[str]) -> None:
-    """Every storm node back in service, as after an admin's release (RESUME of a node that never
-    registered clears the drain and then reports an error: Slurm 22.05 does exactly that)."""
-    import hostlist
-
-    held = [n.name for n in cluster_nodes(cluster) if n.drained]
-    for chunk in range(0, len(held), 500):
-        cluster.scontrol("update", f"NodeName={hostlist.collect_hostlist(held[chunk:chunk + 500])}", "State=RESUME",
-                         check=False, timeout=120)
-    left = [n.name for n in cluster_nodes(cluster) if n.drained]
-    if left:
-        raise RuntimeError(f"nodes still drained after the reset: {hostlist.collect_hostlist(left)}")
-    time.sleep(1.0)  # a new second: drain times of the next storm never tie with the last one's
 
 
 def line(r: dict) -> str:
