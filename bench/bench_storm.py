@@ -106,6 +106,8 @@ def run(args) -> int:
                 r.update(side=side, rep=rep + 1)
                 results.append(r)
                 print(line(r), flush=True)
+                if args.json_out:  # after every storm: a bench cut short keeps what it measured
+                    Path(args.json_out).write_text(json.dumps({"storms": results}, indent=2))
     summary = summarize(results, args)
     print(json.dumps(summary, indent=2))
     if args.json_out:
