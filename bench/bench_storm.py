@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -72,7 +73,12 @@ def main() -> int:
         if os.environ.get("GPUHC_BENCH_NETNS"):
             sys.exit("bench_storm: not in a private network namespace after unshare -n")
         env = {**os.environ, "GPUHC_BENCH_NETNS": "1"}
-        return subprocess.call(["unshare", "-n", sys.executable, *sys.argv], env=env)
+        child = subprocess.Popen(["unshare", "-n", sys.executable, *sys.argv], env=env)
+        # A timeout's SIGTERM reaches this process only: pass it on, so the cluster is stopped.
+        signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
+        return child.wait()
+    # SIGTERM ends the run through the cluster's context manager (daemons stopped, not orphaned).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     return run(args)
 
 
