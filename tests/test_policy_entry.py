@@ -145,7 +145,7 @@ def test_failure_drains_after_reading_and_counting_then_verifies(tmp_path, monke
     out = run(tmp_path, monkeypatch, "passive", s, [OK, XID])
     assert out.exit_code == 1 and out.acted and out.decision.act is Act.DRAIN
     one = ["sinfo", "-h", "-a", "-N", "-n", "n1", "-O", FIELDS]  # this node alone
-    scope = ["sinfo", "-h", "-a", "-O", FIELDS, "-p", "gpu"]  # its partition, for the breaker
+    scope = ["sinfo", "-h", "-O", FIELDS, "-p", "gpu"]  # its partition, for the breaker
     assert s.calls == [
         one,
         scope,  # breaker count
@@ -415,3 +415,19 @@ def test_a_hung_scontrol_costs_its_timeout_not_the_run(tmp_path, monkeypatch):
 def test_job_exit(raw, failed, how):
     env = {} if raw is None else {"SLURM_JOB_EXIT_CODE": raw}
     assert entry.job_exit(env) == (failed, how)
+
+
+def test_a_failed_recount_leaves_the_verified_drain_standing_and_said(tmp_path, monkeypatch):
+    """Slurm stops answering between the drain and the recount: the drain took and is
+    remembered, the outcome says so (action drain, acted) and carries Slurm's error."""
+    class RecountTimesOut(MiniSlurm):
+        def __call__(self, argv, timeout):
+            if self.verb(argv) == "show-all" and self.updates():
+                raise subprocess.TimeoutExpired(argv, timeout)
+            return super().__call__(argv, timeout)
+
+    s = RecountTimesOut({"n1": ("IDLE", None), "n2": ("IDLE", None)})
+    out = run(tmp_path, monkeypatch, "passive", s, [XID])
+    assert out.decision.act is Act.DRAIN and out.acted and "no answer within" in out.slurm_error
+    assert s.nodes["n1"] == ["IDLE+DRAIN", OUR_REASON] and memory(tmp_path)["reason"] == OUR_REASON
+    assert out.exit_code == 1 and any("the drain stands" in line for line in out.lines)

@@ -61,6 +61,7 @@ class Applied:
     recount: BreakerState | None = None  # the count after it
     verified: bool = False  # the act was sent and Slurm shows it
     undone: bool = False  # drained, then undone: ranked past the cap after concurrent drains
+    error: str | None = None  # Slurm failed after the act took (the recount): the act stands
 
     @property
     def acted(self) -> bool:
@@ -116,7 +117,11 @@ class Actuator:
         if on_verified is not None:
             on_verified(decision)
         if _takes_capacity(decision) and self.breaker.enabled:
-            out.recount, out.undone = self.recount(name, decision.reason, node)
+            try:
+                out.recount, out.undone = self.recount(name, decision.reason, node)
+            except SlurmError as e:  # the drain took and is remembered: it stands, said loudly
+                out.error = str(e)
+                self.log(f"recount after the drain failed ({e}): the drain stands", loud=True)
         return out
 
     def wait_jitter(self, name: str) -> bool:

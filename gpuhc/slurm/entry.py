@@ -210,6 +210,7 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
     decision = out.decision = done.decision
     out.breaker = done.breaker
     out.acted = done.acted
+    out.slurm_error = done.error
     if decision.act is Act.BLOCKED:
         _blocked(flow, out, decision, reason)
     elif not decision.act.touches_slurm:

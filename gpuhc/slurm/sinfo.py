@@ -33,11 +33,12 @@ def one_node_argv(binary: str, name: str) -> list[str]:
 
 
 def scope_argv(binary: str, partitions: list[str] | None) -> list[str]:
-    """Every node of these partitions (all partitions when None), grouped by identical rows."""
-    argv = [binary, "-h", "-a", "-O", FIELDS]
+    """Every node of these partitions (all partitions, hidden ones too, when None), grouped by
+    identical rows. sinfo refuses ``-a`` with ``-p``; a partition named in ``-p`` is shown even
+    when hidden."""
     if partitions:
-        argv += ["-p", ",".join(partitions)]
-    return argv
+        return [binary, "-h", "-O", FIELDS, "-p", ",".join(partitions)]
+    return [binary, "-h", "-a", "-O", FIELDS]
 
 
 def parse(text: str) -> list[Node]:

@@ -270,6 +270,8 @@ class _DrainContext:
             result["verified"] = done.verified
             if not done.verified:
                 result["act"] = "unverified"
+        if done.error:
+            result["recount_error"] = done.error
         state = done.recount
         if state is not None and (state.open or done.undone):
             result["breaker"] = state.message
