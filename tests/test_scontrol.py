@@ -184,7 +184,7 @@ def test_node_in_no_partition_falls_back_to_scontrol():
 def test_scope_asks_for_the_partitions_and_expands_groups():
     rec = Recorder([(0, SINFO, "")])
     nodes = Scontrol(run=rec).scope(["p1", "extra"])
-    assert rec.seen[0][0] == ["sinfo", "-h", "-a", "-O", FIELDS, "-p", "p1,extra"]
+    assert rec.seen[0][0] == ["sinfo", "-h", "-O", FIELDS, "-p", "p1,extra"]
     assert sorted(n.name for n in nodes) == ["n1", "s00001", "s00002", "s00004"]
     s1 = next(n for n in nodes if n.name == "s00001")
     assert s1.state == "UNKNOWN" and s1.reason is None and s1.reason_time is None and not s1.drained
