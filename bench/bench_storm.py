@@ -14,8 +14,9 @@ breaker cap ``--cap-percent`` of that partition. Per storm it records:
   re-runs itself under ``unshare -n``, so nothing else is counted) and the RPCs it served
   (``sdiag``, reset before each storm);
 - the response time of an unrelated ``scontrol ping`` and ``squeue`` run every 0.25 s during the
-  storm (the storm's processes run at nice 10, so on a small test box the probe measures the
-  controller, not the CPU queue of the box);
+  storm (the storm's processes run at nice 10 and the probe at nice -15, so on a small test box
+  the probe measures the controller more than the CPU queue of the box), and slurmctld's own
+  average time per RPC type from ``sdiag``;
 - the storm's wall time and its end state: nodes of the partition held by gpuhc, against the cap.
 
 "Today" is the code at ``--baseline-rev`` (default: the tree before issue 13), extracted with
@@ -131,6 +132,7 @@ def extract(rev: str, dest: Path) -> str:
 def line(r: dict) -> str:
     return (f"rep {r['rep']} {r['side']:8} bytes {r['bytes'] / 1e6:9.1f} MB  rpcs {r['rpc_total']:5}  "
             f"wall {r['wall_s']:6.1f}s  probe max {r['probe_max_s']:.3f}s med {r['probe_median_s']:.3f}s  "
+            f"ctld ping {r.get('ctld_ave_us', {}).get('REQUEST_PING', 0)}us  "
             f"held {r['held']}/{r['cap']}  exits {r['exit_codes']}")
 
 
@@ -149,6 +151,8 @@ def summarize(results: list[dict], args) -> dict:
             "wall_median_s": statistics.median(r["wall_s"] for r in rs),
             "probe_max_s": max(r["probe_max_s"] for r in rs),
             "probe_median_s": statistics.median(r["probe_median_s"] for r in rs),
+            "ctld_ave_us_max": {k: max(r.get("ctld_ave_us", {}).get(k, 0) for r in rs)
+                                for k in ("REQUEST_PING", "REQUEST_JOB_INFO", "REQUEST_NODE_INFO")},
             "end_state_exact": [r["held"] == r["drained"] == r["cap"] for r in rs],
         }
     if "baseline" in out and "new" in out:

@@ -112,7 +112,13 @@ class BigSlurmCluster(SlurmCluster):
 
 def sdiag_rpcs(text: str) -> dict[str, int]:
     """{RPC type: count} from sdiag's "Remote Procedure Call statistics by message type"."""
-    out: dict[str, int] = {}
+    return {k: v[0] for k, v in sdiag_rpc_stats(text).items()}
+
+
+def sdiag_rpc_stats(text: str) -> dict[str, tuple[int, int]]:
+    """{RPC type: (count, average time in microseconds)}: what slurmctld spent on each, from
+    receiving the request to sending the answer (no client start-up in it)."""
+    out: dict[str, tuple[int, int]] = {}
     section = False
     for line in text.splitlines():
         if line.startswith("Remote Procedure Call statistics by message type"):
@@ -120,9 +126,9 @@ def sdiag_rpcs(text: str) -> dict[str, int]:
             continue
         if section and line.startswith("Remote Procedure Call statistics by user"):
             break
-        m = re.match(r"\s+(\S+)\s+\(\s*\d+\)\s+count:(\d+)", line)
+        m = re.match(r"\s+(\S+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)", line)
         if section and m:
-            out[m.group(1)] = int(m.group(2))
+            out[m.group(1)] = (int(m.group(2)), int(m.group(3)))
     return out
 
 
