@@ -88,3 +88,38 @@ def test_disabled_or_uncapped_breaker_never_opens():
 def test_from_section_defaults():
     s = BreakerSettings.from_section({})
     assert (s.enabled, s.max_drained, s.max_drained_percent, s.scope) == (True, None, 10.0, "partition")
+
+
+# ------------------------------------------------------------------ jitter
+
+
+def test_jitter_is_deterministic_bounded_and_spread():
+    from gpuhc.slurm.breaker import jitter_for
+
+    names = [f"s{i:05d}" for i in range(1, 10001)]
+    waits = [jitter_for(n, 10.0) for n in names]
+    assert waits == [jitter_for(n, 10.0) for n in names]  # the same node always waits the same
+    assert all(0.0 <= w < 10.0 for w in waits)
+    # Sequential names spread evenly: every second of the window holds about a tenth of them.
+    per_second = [sum(1 for w in waits if s <= w < s + 1) for s in range(10)]
+    assert min(per_second) > 850 and max(per_second) < 1150, per_second
+    assert jitter_for("n1", 0.0) == 0.0
+
+
+def test_actuator_cuts_the_jitter_to_the_deadline(monkeypatch):
+    import time
+
+    from gpuhc.slurm.actuator import JITTER_RESERVE_S, Actuator
+    from gpuhc.slurm.breaker import BreakerSettings, jitter_for
+    from gpuhc.slurm.scontrol import Scontrol
+
+    slept = []
+    monkeypatch.setattr("gpuhc.slurm.actuator.time.sleep", slept.append)
+    bs = BreakerSettings(jitter_s=30.0, settle_s=1.0)
+    name = next(n for n in (f"n{i}" for i in range(100)) if jitter_for(n, 30.0) > 20.0)
+    assert Actuator(Scontrol(), bs).wait_jitter(name) and slept[-1] == jitter_for(name, 30.0)
+    tight = Scontrol(deadline=time.monotonic() + 1.0 + JITTER_RESERVE_S + 5.0)  # 5 s of room
+    assert Actuator(tight, bs).wait_jitter(name) and 4.0 < slept[-1] <= 5.0
+    none_left = Scontrol(deadline=time.monotonic() + JITTER_RESERVE_S)
+    assert not Actuator(none_left, bs).wait_jitter(name) and len(slept) == 2
+    assert not Actuator(Scontrol(), bs, spread=False).wait_jitter(name)

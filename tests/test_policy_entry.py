@@ -15,6 +15,7 @@ import tarfile
 import time
 
 import pytest
+import slurm_answers
 
 from gpuhc.config import Config, defaults, schema
 from gpuhc.model import Action, Result, Snapshot, Status
@@ -22,6 +23,7 @@ from gpuhc.runner import RunOptions, RunReport
 from gpuhc.slurm import entry
 from gpuhc.slurm.policy import Act
 from gpuhc.slurm.scontrol import Scontrol
+from gpuhc.slurm.sinfo import FIELDS
 from gpuhc.sources import SourceSpec
 from gpuhc.state import StateStore
 
@@ -59,6 +61,8 @@ class MiniSlurm:
 
     @staticmethod
     def verb(argv):
+        if slurm_answers.is_sinfo(argv):
+            return "show" if slurm_answers.one_node(argv) else "show-all"
         if argv[1] == "show":
             return "show" if len(argv) == 5 else "show-all"
         state = next(a for a in argv if a.startswith("State="))
@@ -66,6 +70,8 @@ class MiniSlurm:
 
     def apply(self, argv):
         verb = self.verb(argv)
+        if slurm_answers.is_sinfo(argv):
+            return 0, slurm_answers.render({n: (st, r, T0, ("gpu",)) for n, (st, r) in self.nodes.items()}, argv), ""
         if verb == "show":
             return 0, self.line(argv[4]), ""
         if verb == "show-all":
@@ -85,7 +91,7 @@ class MiniSlurm:
 def config(tmp_path, **slurm) -> Config:
     data = defaults(schema())
     data["slurm"].update({"syslog": False, "cooldown_s": 0, "postmortem_dir": str(tmp_path / "pm")})
-    data["slurm"]["breaker"].update({"settle_s": 0, "max_drained": 5, "max_drained_percent": None})
+    data["slurm"]["breaker"].update({"settle_s": 0, "jitter_s": 0, "max_drained": 5, "max_drained_percent": None})
     for k, v in slurm.items():
         if isinstance(v, dict):
             data["slurm"][k].update(v)
@@ -138,12 +144,14 @@ def test_failure_drains_after_reading_and_counting_then_verifies(tmp_path, monke
     s = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None)})
     out = run(tmp_path, monkeypatch, "passive", s, [OK, XID])
     assert out.exit_code == 1 and out.acted and out.decision.act is Act.DRAIN
+    one = ["sinfo", "-h", "-a", "-N", "-n", "n1", "-O", FIELDS]  # this node alone
+    scope = ["sinfo", "-h", "-O", FIELDS, "-p", "gpu"]  # its partition, for the breaker
     assert s.calls == [
-        ["scontrol", "show", "node", "-o", "n1"],
-        ["scontrol", "show", "node", "-o"],  # breaker count
+        one,
+        scope,  # breaker count
         ["scontrol", "update", "NodeName=n1", "State=DRAIN", f"Reason={OUR_REASON}"],
-        ["scontrol", "show", "node", "-o", "n1"],  # verify
-        ["scontrol", "show", "node", "-o"],  # post-drain recount
+        one,  # verify
+        scope,  # post-drain recount
     ]
     assert s.nodes["n1"] == ["IDLE+DRAIN", OUR_REASON]
     assert memory(tmp_path)["reason"] == OUR_REASON
@@ -310,8 +318,8 @@ def recorded_kmsg(tmp_path, monkeypatch):
     kmsg = tmp_path / "kmsg"
     kmsg.write_text("6,1,1000000,-;Linux version 6.1\n4,2,2000000,-;NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.\n"
                     " SUBSYSTEM=pci\n")
-    monkeypatch.setattr("gpuhc.slurm.postmortem.KMSG", str(kmsg))
-    monkeypatch.setattr("gpuhc.slurm.postmortem.DMESG", str(tmp_path / "no-dmesg"))
+    monkeypatch.setattr("gpuhc.postmortem.KMSG", str(kmsg))
+    monkeypatch.setattr("gpuhc.postmortem.DMESG", str(tmp_path / "no-dmesg"))
     return kmsg
 
 
@@ -391,7 +399,7 @@ def test_a_hung_scontrol_costs_its_timeout_not_the_run(tmp_path, monkeypatch):
     hang = tmp_path / "scontrol"
     hang.write_text("#!/bin/sh\nexec sleep 60\n")
     hang.chmod(0o755)
-    cfg = config(tmp_path, scontrol=str(hang), timeout_s=1.0)
+    cfg = config(tmp_path, scontrol=str(hang), sinfo=str(hang), timeout_s=1.0)
     _, f = flow(tmp_path, monkeypatch, "passive", None, [XID], cfg=cfg)
     f.make_scontrol = None  # the real wrapper, real subprocess, real timeout
     out = entry.healthcheck(f)
@@ -407,3 +415,19 @@ def test_a_hung_scontrol_costs_its_timeout_not_the_run(tmp_path, monkeypatch):
 def test_job_exit(raw, failed, how):
     env = {} if raw is None else {"SLURM_JOB_EXIT_CODE": raw}
     assert entry.job_exit(env) == (failed, how)
+
+
+def test_a_failed_recount_leaves_the_verified_drain_standing_and_said(tmp_path, monkeypatch):
+    """Slurm stops answering between the drain and the recount: the drain took and is
+    remembered, the outcome says so (action drain, acted) and carries Slurm's error."""
+    class RecountTimesOut(MiniSlurm):
+        def __call__(self, argv, timeout):
+            if self.verb(argv) == "show-all" and self.updates():
+                raise subprocess.TimeoutExpired(argv, timeout)
+            return super().__call__(argv, timeout)
+
+    s = RecountTimesOut({"n1": ("IDLE", None), "n2": ("IDLE", None)})
+    out = run(tmp_path, monkeypatch, "passive", s, [XID])
+    assert out.decision.act is Act.DRAIN and out.acted and "no answer within" in out.slurm_error
+    assert s.nodes["n1"] == ["IDLE+DRAIN", OUR_REASON] and memory(tmp_path)["reason"] == OUR_REASON
+    assert out.exit_code == 1 and any("the drain stands" in line for line in out.lines)

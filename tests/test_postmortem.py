@@ -16,8 +16,9 @@ import pytest
 from test_policy_entry import EPILOG_ENV, OK, XID, MiniSlurm, config, flow
 
 from gpuhc.model import KernelLog, Snapshot
-from gpuhc.slurm import entry, postmortem
-from gpuhc.slurm.postmortem import UnsafeDirectory, check_root_dir, kernel_tail
+from gpuhc import postmortem
+from gpuhc.slurm import entry
+from gpuhc.postmortem import UnsafeDirectory, check_root_dir, kernel_tail
 from gpuhc.sources import SourceSpec
 
 NOW = 1_718_101_425.0

@@ -6,7 +6,9 @@ import pytest
 
 from gpuhc.slurm.nodes import Node, parse_state
 from gpuhc.slurm.policy import Verdict
-from gpuhc.slurm.quarantine import listing, phase, plan_retest, reboot_for_retest, release, retire
+from gpuhc.slurm.actuator import Actuator
+from gpuhc.slurm.admin import reboot_for_retest, release, retire
+from gpuhc.slurm.quarantine import listing, phase, plan_retest
 from gpuhc.slurm.scontrol import Scontrol
 from test_policy_entry import MiniSlurm
 
@@ -77,22 +79,22 @@ def test_listing_shows_only_gpuhc_holds_sorted():
 
 def test_release_resumes_gpuhc_holds_including_retired_and_refuses_others():
     s = MiniSlurm({"n1": ("IDLE+DRAIN", "gpuhc: RETIRED xid"), "n2": ("IDLE+DRAIN", "bad fan"), "n3": ("IDLE", None)})
-    res = release(Scontrol(run=s), ["n1", "n2", "n3"])
+    res = release(Actuator(Scontrol(run=s)), ["n1", "n2", "n3"])
     assert [(r.node, r.ok) for r in res] == [("n1", True), ("n2", False), ("n3", True)]
     assert s.nodes["n1"] == ["IDLE", None] and s.nodes["n2"] == ["IDLE+DRAIN", "bad fan"]
     assert "--force" in res[1].message and "nothing to release" in res[2].message
-    res = release(Scontrol(run=s), ["n2"], force=True)
+    res = release(Actuator(Scontrol(run=s)), ["n2"], force=True)
     assert res[0].ok and s.nodes["n2"] == ["IDLE", None]
 
 
 def test_retire_keeps_evidence_or_takes_a_note_and_respects_foreign_reasons():
     s = MiniSlurm({"n1": ("IDLE+DRAIN", EVID + " [q1]"), "n2": ("IDLE+DRAIN", "bad fan"), "n3": ("IDLE", None)})
-    res = retire(Scontrol(run=s), ["n1", "n2", "n3"])
+    res = retire(Actuator(Scontrol(run=s)), ["n1", "n2", "n3"])
     assert [r.ok for r in res] == [True, False, True]
     assert s.nodes["n1"] == ["IDLE+DRAIN", "gpuhc: RETIRED xid gpu3 Xid 79"]
     assert s.nodes["n3"] == ["IDLE+DRAIN", "gpuhc: RETIRED retired by admin"]
-    assert retire(Scontrol(run=s), ["n1"])[0].message == "already retired"
-    retire(Scontrol(run=s), ["n2"], note="fan replaced twice", force=True)
+    assert retire(Actuator(Scontrol(run=s)), ["n1"])[0].message == "already retired"
+    retire(Actuator(Scontrol(run=s)), ["n2"], note="fan replaced twice", force=True)
     assert s.nodes["n2"][1] == "gpuhc: RETIRED fan replaced twice"
 
 
@@ -106,12 +108,12 @@ def test_reboot_keeps_the_gpuhc_reason_and_skips_what_is_not_ours():
             return 0, "", ""
         return s(argv, timeout)
 
-    res = reboot_for_retest(Scontrol(run=run), ["n1", "n2"], "DOWN", print)
+    res = reboot_for_retest(Actuator(Scontrol(run=run)), ["n1", "n2"], "DOWN")
     assert [r.ok for r in res] == [True, False]
     assert calls == [["scontrol", "reboot", "ASAP", "nextstate=DOWN", f"reason={EVID} [q1]", "n1"]]
 
 
 def test_release_reports_slurm_errors_per_node():
     s = MiniSlurm({"n1": ("IDLE+DRAIN", EVID)}, fail={"show": (1, "", "Unable to contact slurm controller")})
-    res = release(Scontrol(run=s), ["n1"])
+    res = release(Actuator(Scontrol(run=s)), ["n1"])
     assert not res[0].ok and "Unable to contact" in res[0].message

@@ -152,3 +152,61 @@ def test_subprocess_runner_returns_code_and_streams(tmp_path):
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     assert subprocess_runner([str(exe), "a b"], 5.0) == (3, "out a b\n", "err\n")
     assert os.path.exists(exe)
+
+
+# ------------------------------------------------------------------ sinfo reads
+
+from gpuhc.slurm.sinfo import FIELDS, parse  # noqa: E402
+
+# As Slurm 22.05's sinfo printed them for FIELDS (tests/test_slurm_sinfo.py reads the same
+# against a live slurmctld): the default partition starred, "none"/"Unknown" when unset, and a
+# grouped line whose node list is a hostlist.
+SINFO = ("n1|p1*|idle+drain|2026-11-26T06:14:10|root|gpuhc: xid | odd reason\n"
+         "n1|extra|idle+drain|2026-11-26T06:14:10|root|gpuhc: xid | odd reason\n"
+         "s[00001-00002,00004]|p1*|unknown|Unknown|Unknown|none\n")
+
+
+def test_node_asks_sinfo_for_that_node_alone():
+    rec = Recorder([(0, SINFO.split("s[")[0], "")])
+    node = Scontrol(run=rec, sinfo="/usr/bin/sinfo").node("n1")
+    assert rec.seen[0][0] == ["/usr/bin/sinfo", "-h", "-a", "-N", "-n", "n1", "-O", FIELDS]
+    assert node.name == "n1" and node.drained and node.state == "IDLE" and node.raw_state == "IDLE+DRAIN"
+    assert node.reason == "gpuhc: xid | odd reason" and node.reason_user == "root"
+    assert node.partitions == ("p1", "extra") and node.reason_time is not None
+
+
+def test_node_in_no_partition_falls_back_to_scontrol():
+    rec = Recorder([(0, "", ""), (0, LINE.splitlines()[0] + "\n", "")])
+    node = Scontrol(run=rec).node("n1")
+    assert [a[0] for a, _ in rec.seen] == ["sinfo", "scontrol"] and node.reason == "gpuhc: xid gpu3 Xid 79"
+
+
+def test_scope_asks_for_the_partitions_and_expands_groups():
+    rec = Recorder([(0, SINFO, "")])
+    nodes = Scontrol(run=rec).scope(["p1", "extra"])
+    assert rec.seen[0][0] == ["sinfo", "-h", "-O", FIELDS, "-p", "p1,extra"]
+    assert sorted(n.name for n in nodes) == ["n1", "s00001", "s00002", "s00004"]
+    s1 = next(n for n in nodes if n.name == "s00001")
+    assert s1.state == "UNKNOWN" and s1.reason is None and s1.reason_time is None and not s1.drained
+    assert Scontrol(run=Recorder([(0, "", "")])).scope(None) == []
+
+
+@pytest.mark.parametrize("part", ["p1,p2", "-x", "a b", ""])
+def test_odd_partition_names_are_refused(part):
+    rec = Recorder()
+    with pytest.raises(SlurmError, match="refusing partition name"):
+        Scontrol(run=rec).scope([part])
+    assert rec.seen == []
+
+
+@pytest.mark.parametrize("text", ["n1|p1|idle\n", "n[1-|p1|idle|Unknown|Unknown|none\n"])
+def test_unreadable_sinfo_is_a_slurm_error(text):
+    with pytest.raises(SlurmError, match="unreadable answer"):
+        Scontrol(run=Recorder([(0, text, "")])).scope(None)
+
+
+def test_parse_keeps_flags_and_suffixes():
+    (n,) = parse("g1|gpu|mixed+drain+reboot_requested|2026-11-26T06:14:10|slurm|Reboot ASAP\n")
+    assert n.drained and "REBOOT_REQUESTED" in n.flags and n.state == "MIXED"
+    (d,) = parse("g2|gpu|down*|2026-11-26T06:14:10|slurm|Not responding\n")
+    assert d.down and d.not_responding

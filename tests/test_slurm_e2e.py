@@ -64,7 +64,7 @@ def base_config(wd: Path, **slurm) -> dict:
             "resume_after": 3,
             "cooldown_s": 0,
             "postmortem_dir": str(wd / "postmortem"),
-            "breaker": {"max_drained": 4, "max_drained_percent": None, "settle_s": 0.5},
+            "breaker": {"max_drained": 4, "max_drained_percent": None, "settle_s": 0.5, "jitter_s": 1.0},
         },
         "output": {"event_log": str(wd / "events.jsonl")},
         "budget_s": {"bootstrap": 60},

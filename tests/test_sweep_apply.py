@@ -5,6 +5,7 @@ results made with the test-only fault hook never drain without the explicit test
 
 from __future__ import annotations
 
+import slurm_answers
 from click.testing import CliRunner
 
 from gpuhc.schema import defaults
@@ -33,6 +34,8 @@ class FakeScontrol:
         return text + (f" Reason={reason} [root@{when}]" if reason else "") + "\n"
 
     def __call__(self, argv, timeout):
+        if slurm_answers.is_sinfo(argv):
+            return 0, slurm_answers.render({n: (*v, ("gpu",)) for n, v in self.nodes.items()}, argv), ""
         if argv[1:3] == ["show", "node"]:
             return 0, "".join(self.line(n) for n in (argv[4:] or sorted(self.nodes))), ""
         assert argv[1] == "update", argv

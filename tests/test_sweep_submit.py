@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 
 import pytest
+import slurm_answers
 
 from gpuhc.schema import defaults
 from gpuhc.slurm.scontrol import Scontrol
@@ -195,6 +196,9 @@ class FakeScontrol:
         self.updates: list[list[str]] = []
 
     def __call__(self, argv, timeout):
+        if slurm_answers.is_sinfo(argv):  # gpuhc reads nodes with sinfo (docs/slurm.md, Slurm traffic)
+            table = {n: (st, r, "2024-06-11T10:23:45", ("gpu",)) for n, (st, r) in self.nodes.items()}
+            return 0, slurm_answers.render(table, argv), ""
         if argv[1:3] == ["show", "node"]:
             names = argv[4:] or list(self.nodes)
             return 0, "".join(show(n, *self.nodes[n]) for n in names), ""

@@ -35,8 +35,16 @@ def _scontrol(config, stage: str = "bootstrap"):
     from gpuhc.slurm.scontrol import Scontrol
 
     s = config.section("slurm")
-    return Scontrol(binary=s["scontrol"], timeout_s=float(s["timeout_s"]),
+    return Scontrol(binary=s["scontrol"], sinfo=s["sinfo"], timeout_s=float(s["timeout_s"]),
                     deadline=time.monotonic() + float(s["deadline_s"][stage]))
+
+
+def _actuator(config):
+    """Every drain and resume goes through the actuator (read, act, verify)."""
+    from gpuhc.slurm.actuator import Actuator
+    from gpuhc.slurm.breaker import BreakerSettings
+
+    return Actuator(_scontrol(config), BreakerSettings.from_section(config.section("slurm")["breaker"]))
 
 
 def _report(results, json_mode: bool) -> int:
@@ -113,10 +121,10 @@ def retest(kw: dict) -> None:
                 f"{','.join(others)} is not this node ({me}): a retest needs the node's GPUs. Run "
                 "`gpuhc quarantine retest` on it (clush/pdsh), or pass --reboot to have Slurm reboot it "
                 "and let its boot-time retest decide.")
-        from gpuhc.slurm.quarantine import reboot_for_retest
+        from gpuhc.slurm.admin import reboot_for_retest
 
         s = config.section("slurm")
-        code = _report(reboot_for_retest(_scontrol(config), others, s["quarantine"]["reboot_nextstate"], click.echo),
+        code = _report(reboot_for_retest(_actuator(config), others, s["quarantine"]["reboot_nextstate"]),
                        kw["json_mode"])
     if me in names:
         code = max(code, _retest_here(kw, config))
@@ -127,15 +135,17 @@ def _retest_here(kw: dict, config) -> int:
     from gpuhc.cli.common import run_options_from
     from gpuhc.slurm import entry
     from gpuhc.slurm.policy import Memory, verdict_of
-    from gpuhc.slurm.quarantine import apply_plan, phase, plan_retest
+    from gpuhc.slurm.admin import apply_plan
+    from gpuhc.slurm.quarantine import phase, plan_retest
     from gpuhc.slurm.reason import build_reason
 
     opts = run_options_from(kw, "bootstrap", config=config)
     s = config.section("slurm")
     log = entry.Log(f"gpuhc quarantine retest {opts.hostname}", s.get("log_file"), bool(s.get("syslog", True)))
     flow = entry.Flow(stage="bootstrap", opts=opts, log=log)
-    sc = flow.scontrol()
-    node = sc.show_node(opts.hostname)  # before minutes of checks: is there anything to retest?
+    act = entry.actuator(flow)
+    sc = act.sc
+    node = sc.node(opts.hostname)  # before minutes of checks: is there anything to retest?
     if phase(node) is None:
         log(f"not held by gpuhc (state {node.raw_state}, reason {node.reason!r}): nothing to retest")
         return 0
@@ -147,21 +157,21 @@ def _retest_here(kw: dict, config) -> int:
         return 3
     verdict = verdict_of(report.results)
     log(entry.summary_line(report, verdict))
-    node = sc.show_node(opts.hostname)  # re-read: an admin may have acted during the checks
+    node = sc.node(opts.hostname)  # re-read: an admin may have acted during the checks
     evidence = build_reason(report.results) if verdict.value == "fail" else None
     plan = plan_retest(node, verdict, evidence, int(s["quarantine"]["max_cycles"]))
     log(plan.why + (f": {plan.reason}" if plan.reason else ""), loud=plan.act != "resume")
     if plan.act == "none":
         return report.exit_code
-    ok = apply_plan(sc, node, plan)
+    ok = apply_plan(act, node, plan)
     if ok and plan.act == "resume":
         old = entry.load_memory(flow)
         entry.save_memory(flow, Memory(flaps=old.flaps, last_resume=flow.now()), None)
     if ok and plan.act == "requarantine" and s["quarantine"]["reboot"]:
-        sc.reboot(opts.hostname, plan.reason, nextstate=s["quarantine"]["reboot_nextstate"])
+        act.reboot(opts.hostname, plan.reason, s["quarantine"]["reboot_nextstate"])
         log("reboot requested for the next retest")
     if not ok:
-        log(f"{plan.act} not verified: Slurm shows {sc.show_node(opts.hostname).reason!r}", loud=True)
+        log(f"{plan.act} not verified: Slurm shows {sc.node(opts.hostname).reason!r}", loud=True)
         return 1
     return 0 if plan.act == "resume" else 1
 
@@ -174,11 +184,11 @@ def _retest_here(kw: dict, config) -> int:
 @passthrough
 def release(kw: dict) -> None:
     """Resume NODES held by gpuhc, retired ones included, and clear their quarantine."""
-    from gpuhc.slurm.quarantine import release as do_release
+    from gpuhc.slurm.admin import release as do_release
 
     config = load(kw)
     names = _expand(kw["nodes"])
-    code = _report(do_release(_scontrol(config), names, kw["force"]), kw["json_mode"])
+    code = _report(do_release(_actuator(config), names, kw["force"]), kw["json_mode"])
     _forget_here(names, config)
     sys.exit(code)
 
@@ -192,10 +202,10 @@ def release(kw: dict) -> None:
 @passthrough
 def retire(kw: dict) -> None:
     """Mark NODES RETIRED (`gpuhc: RETIRED ...`): drained, never resumed automatically."""
-    from gpuhc.slurm.quarantine import retire as do_retire
+    from gpuhc.slurm.admin import retire as do_retire
 
     config = load(kw)
-    sys.exit(_report(do_retire(_scontrol(config), _expand(kw["nodes"]), kw["note"], kw["force"]), kw["json_mode"]))
+    sys.exit(_report(do_retire(_actuator(config), _expand(kw["nodes"]), kw["note"], kw["force"]), kw["json_mode"]))
 
 
 def _forget_here(names: list[str], config) -> None:

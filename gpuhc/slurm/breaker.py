@@ -15,6 +15,13 @@ short settle time; when the count is over the cap, the held nodes are ranked by 
 name), which every node sees identically, and those ranked past the cap undo their own drain.
 The overshoot is transient and the end state is the cap, whatever the interleaving of the reads.
 
+Spreading the storm: before its first count, a node waits a jitter derived from its name
+(:func:`jitter_for`: the same node always waits the same, different nodes spread evenly over
+``jitter_s``), so that a same-minute storm reaches slurmctld as a stream of counts rather than a
+wall, and the nodes that count after the cap was reached find the breaker open and stop there
+(one count each, no drain, no recount). The recount logic above does not depend on the order, so
+the end state is still the cap.
+
 The scope is the partitions of the node being judged (a GPU partition should not be compared
 against a large CPU partition) or the whole cluster. The cap is the stricter of an absolute
 count and a percentage of the nodes in scope; a percentage cap is rounded up so that a small
@@ -23,6 +30,7 @@ cluster can still drain one node. The breaker is open when the count is at or ov
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -38,6 +46,7 @@ class BreakerSettings:
     max_drained_percent: float | None = 10.0
     scope: str = "partition"  # "partition" or "cluster"
     settle_s: float = 1.0  # wait before the post-drain recount, so concurrent drains are seen
+    jitter_s: float = 10.0  # spread of the per-node wait before the first count
 
     @classmethod
     def from_section(cls, section: dict[str, Any]) -> "BreakerSettings":
@@ -47,6 +56,7 @@ class BreakerSettings:
             max_drained_percent=section.get("max_drained_percent", 10.0),
             scope=section.get("scope", "partition"),
             settle_s=float(section.get("settle_s", 1.0)),
+            jitter_s=float(section.get("jitter_s", 10.0)),
         )
 
 
@@ -70,6 +80,16 @@ class BreakerState:
     def to_dict(self) -> dict[str, Any]:
         return {"open": self.open, "drained": self.drained, "total": self.total, "cap": self.cap,
                 "scope": self.scope}
+
+
+def jitter_for(node_name: str, jitter_s: float) -> float:
+    """The node's wait before its first count, in [0, jitter_s): from a hash of its name, so
+    deterministic per node and uniform over the nodes (a sequential naming scheme does not
+    bunch up)."""
+    if jitter_s <= 0:
+        return 0.0
+    digest = hashlib.sha256(node_name.encode()).digest()
+    return jitter_s * int.from_bytes(digest[:8], "big") / 2 ** 64
 
 
 def held_by_gpuhc(node: Node) -> bool:

@@ -51,9 +51,10 @@ from gpuhc.slurm.policy import (
 from gpuhc.slurm.reason import build_reason, owned
 
 if TYPE_CHECKING:
-    # subprocess, the scontrol parser and the breaker load only when Slurm is asked: the
-    # prolog's happy path (every job start) asks nothing.
-    from gpuhc.slurm.breaker import BreakerSettings, BreakerState
+    # subprocess, the scontrol parser, the actuator and the breaker load only when Slurm is
+    # asked: the prolog's happy path (every job start) asks nothing.
+    from gpuhc.slurm.actuator import Actuator
+    from gpuhc.slurm.breaker import BreakerState
     from gpuhc.slurm.scontrol import Scontrol
 
 # Kept back from the stage deadline for the checks, so that the scontrol calls still fit.
@@ -103,8 +104,8 @@ class Flow:
             return self.make_scontrol(self.deadline)
         from gpuhc.slurm.scontrol import Scontrol
 
-        return Scontrol(binary=self.slurm["scontrol"], timeout_s=float(self.slurm["timeout_s"]),
-                        deadline=self.deadline)
+        return Scontrol(binary=self.slurm["scontrol"], sinfo=self.slurm["sinfo"],
+                        timeout_s=float(self.slurm["timeout_s"]), deadline=self.deadline)
 
     def now(self) -> float:
         return self.opts.now if self.opts.now is not None else time.time()
@@ -171,125 +172,63 @@ def save_memory(flow: Flow, memory: Memory, decision: Decision | None) -> None:
 # ---------------------------------------------------------------------------- acting
 
 
-def carry_out(sc: Scontrol, node: str, decision: Decision, log: Callable[..., None]) -> bool:
-    """Send the decision's drain/resume, re-read the node, say whether it took. Raises SlurmError
-    when scontrol fails (the caller then keeps its old memory)."""
-    if not decision.act.touches_slurm:
-        return False
-    try:
-        if decision.act is Act.DRAIN:
-            sc.drain(node, decision.reason)
-        else:
-            sc.resume(node)
-    except SlurmError as e:
-        # scontrol may report an error after slurmctld applied part of the update (a RESUME of
-        # a node that is not registered yet clears DRAIN, then fails): find out what happened.
-        log(f"{decision.act.value} failed: {e}; re-reading the node", loud=True)
-        after = sc.show_node(node)
-        if not _took(decision, after):
-            raise
-        log(f"Slurm shows the {decision.act.value} applied anyway (state {after.raw_state})", loud=True)
-        return True
-    after = sc.show_node(node)
-    ok = _took(decision, after)
-    if not ok:
-        log(f"after {decision.act.value}: Slurm shows state {after.raw_state} reason {after.reason!r}; "
-            "someone else changed the node in between, leaving it to them", loud=True)
-    return ok
+def actuator(flow: Flow) -> Actuator:
+    """The flow's actuator: its scontrol (inside the stage's deadline), breaker and log."""
+    from gpuhc.slurm.actuator import Actuator
+    from gpuhc.slurm.breaker import BreakerSettings
 
-
-def _took(decision: Decision, after) -> bool:
-    if decision.act is Act.DRAIN:
-        return after.drained and after.reason == decision.reason
-    return not after.drained and not owned(after.reason)
+    return Actuator(flow.scontrol(), BreakerSettings.from_section(flow.slurm["breaker"]), flow.log)
 
 
 def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resume: bool,
                   node: Node | None = None) -> None:
     """Policy and Slurm for one finished run; fills ``out`` (decision, breaker, errors).
 
-    ``node`` is a reading taken before the checks (the health check's handover read): decisions
-    that send nothing use it as is; a drain or a resume re-reads first, since the checks took
-    time and Slurm has no compare-and-set."""
+    ``node`` is a reading taken before the checks (the health check's handover read); the
+    actuator uses it for decisions that send nothing and re-reads before a drain or a resume."""
     memory = load_memory(flow)
     if not needs_slurm(verdict, memory) or (verdict is not Verdict.FAIL and not allow_resume):
         return
     reason = build_reason(report.results) if verdict is Verdict.FAIL else None
-    from gpuhc.slurm.breaker import BreakerSettings, evaluate
-
     settings = PolicySettings.from_section(flow.slurm)
-    bs = BreakerSettings.from_section(flow.slurm["breaker"])
-    sc = flow.scontrol()
     now = flow.now()
-    try:
-        fresh = node is None
-        node = sc.show_node(flow.node) if fresh else node
-        decision = decide(node, verdict, reason, memory, now, settings)
-        if decision.act.touches_slurm and not fresh:
-            node = sc.show_node(flow.node)  # read right before acting
-            decision = decide(node, verdict, reason, memory, now, settings)
-        if decision.act is Act.DRAIN and decision.uses_capacity:
-            out.breaker = evaluate(sc.show_nodes(), flow.node, bs)
-            if out.breaker.open:
-                decision = decide(node, verdict, reason, memory, now, settings, breaker_open=True)
-        out.decision = decision
-        if decision.act is Act.BLOCKED:
-            _blocked(flow, out, decision, reason)
-            return
-        if not decision.act.touches_slurm:
-            save_memory(flow, decision.memory, decision)
-            flow.log(f"{decision.act.value}: {decision.why}", loud=decision.act is Act.KEEP)
-            return
-        out.acted = carry_out(sc, flow.node, decision, flow.log)
-        if not out.acted:
-            flow.log(f"{decision.act.value} not verified: {decision.why}", loud=True)
-            return
+
+    def decider(n: Node, breaker_open: bool) -> Decision:
+        return decide(n, verdict, reason, memory, now, settings, breaker_open=breaker_open)
+
+    def remember(decision: Decision) -> None:
         save_memory(flow, decision.memory, decision)
-        if decision.act is Act.RESUME:
-            flow.log(f"resumed: {decision.why}")
-            return
-        flow.log(f"drained: {decision.why}: {decision.reason}", loud=True)
-        if decision.uses_capacity and bs.enabled:
-            _recount_after_drain(flow, sc, bs, out, decision, memory)
+        if decision.act is Act.DRAIN:
+            flow.log(f"drained: {decision.why}: {decision.reason}", loud=True)
+
+    try:
+        done = actuator(flow).apply(flow.node, decider, node, on_verified=remember)
     except SlurmError as e:
         out.slurm_error = str(e)
         flow.log(f"Slurm did not answer as needed, node left as it was, nothing remembered: {e}", loud=True)
+        return
+    decision = out.decision = done.decision
+    out.breaker = done.breaker
+    out.acted = done.acted
+    out.slurm_error = done.error
+    if decision.act is Act.BLOCKED:
+        _blocked(flow, out, decision, reason)
+    elif not decision.act.touches_slurm:
+        save_memory(flow, decision.memory, decision)
+        flow.log(f"{decision.act.value}: {decision.why}", loud=decision.act is Act.KEEP)
+    elif not done.verified:
+        flow.log(f"{decision.act.value} not verified: {decision.why}", loud=True)
+    elif decision.act is Act.RESUME:
+        flow.log(f"resumed: {decision.why}")
+    elif done.undone:
+        out.decision = Decision(Act.BLOCKED, "circuit breaker open (after concurrent drains)",
+                                replace(memory, passes=0), decision.reason, uses_capacity=True)
+        _blocked(flow, out, out.decision, decision.reason)
 
 
 def _blocked(flow: Flow, out: Outcome, decision: Decision, reason: str | None) -> None:
     flow.log(f"{out.breaker.message}; NOT draining {flow.node} ({reason})", loud=True)
     save_memory(flow, decision.memory, decision)
-
-
-def undo_if_past_cap(sc: Scontrol, node: str, bs: BreakerSettings, reason: str | None, settle_s: float,
-                     log: Callable[..., None]) -> tuple[BreakerState, bool]:
-    """After a drain: concurrent drains (other nodes' health checks, a sweep's analyze) may have
-    overshot the cap, and the nodes ranked past it undo their own drain. Returns the breaker
-    count and whether this node's drain was undone. Shared by the health check and the sweep."""
-    if settle_s > 0:
-        time.sleep(settle_s)
-    from gpuhc.slurm.breaker import must_yield
-
-    state, yield_ = must_yield(sc.show_nodes(), node, bs)
-    if not yield_:
-        return state, False
-    log(f"concurrent drains: {state.drained} nodes held by gpuhc > cap {state.cap}; "
-        f"{node} is ranked past the cap: undoing its drain", loud=True)
-    if sc.show_node(node).reason != reason:
-        log("reason changed meanwhile: leaving the node as it is", loud=True)
-        return state, False
-    return state, carry_out(sc, node, Decision(Act.RESUME, "undo drain past the breaker cap", Memory()), log)
-
-
-def _recount_after_drain(flow: Flow, sc: Scontrol, bs: BreakerSettings, out: Outcome, decision: Decision,
-                         before: Memory) -> None:
-    settle = min(bs.settle_s, max(0.0, sc.remaining() - 3.0))
-    out.breaker, undone = undo_if_past_cap(sc, flow.node, bs, decision.reason, settle, flow.log)
-    if undone:
-        out.acted = False
-        out.decision = Decision(Act.BLOCKED, "circuit breaker open (after concurrent drains)",
-                                replace(before, passes=0), decision.reason, uses_capacity=True)
-        _blocked(flow, out, out.decision, decision.reason)
 
 
 # ---------------------------------------------------------------------------- the three flows
@@ -377,7 +316,7 @@ def epilog(flow: Flow) -> Outcome:
     job_failed, how = job_exit(flow.env)
     out = Outcome(EXIT_OK, flow.log.lines, report, hard_exit=bool(report and report.timed_out))
     if job_failed:
-        from gpuhc.slurm.postmortem import write_bundle
+        from gpuhc.postmortem import write_bundle
 
         # Raw kernel lines get a bounded share of what the scontrol calls do not need.
         tail_s = max(0.2, min(2.0, flow.deadline - time.monotonic() - SLURM_RESERVE_S))

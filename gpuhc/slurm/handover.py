@@ -35,7 +35,7 @@ def adopt_external_resume(flow, memory, log: Callable[..., None]):
     if not memory.holding:
         return None
     try:
-        node = flow.scontrol().show_node(flow.node)
+        node = flow.scontrol().node(flow.node)
     except SlurmError as e:
         log(f"could not ask Slurm whether {flow.node} was resumed ({e}); judging as usual")
         return None

@@ -21,19 +21,18 @@ unit after the reboot gpuhc requested). From another machine, ``retest --reboot 
 asks Slurm to reboot them (``scontrol reboot ASAP nextstate=DOWN``; DOWN because Slurm 22.05
 clears an ASAP drain at reboot and knows no ``nextstate=DRAIN``), and the boot-time retest does
 the rest. The health check never resumes a quarantined or retired node.
+
+Pure: these functions take a node as Slurm shows it and say what to do; the admin commands
+(:mod:`gpuhc.slurm.admin`) read the nodes and have the actuator carry the plans out.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
-from gpuhc.errors import SlurmError
 from gpuhc.slurm.nodes import Node
-from gpuhc.slurm.entry import carry_out
-from gpuhc.slurm.policy import Act, Decision, Memory, Verdict, out_of_service, resumable
+from gpuhc.slurm.policy import Verdict, out_of_service, resumable
 from gpuhc.slurm.reason import GpuhcReason, format_reason, owned, parse_reason, retired_from
-from gpuhc.slurm.scontrol import Scontrol
 
 
 def phase(node: Node) -> str | None:
@@ -107,80 +106,41 @@ def _where(mine: GpuhcReason) -> str:
     return f"quarantine cycle {mine.cycle}" if mine.quarantined else "drained"
 
 
-def apply_plan(sc: Scontrol, node: Node, plan: RetestPlan) -> bool:
-    """Carry out a retest plan and verify it; True when Slurm shows the intended result."""
-    if plan.act == "resume":
-        return carry_out(sc, node.name, Decision(Act.RESUME, plan.why, Memory()), lambda *a, **k: None)
-    if plan.act in ("requarantine", "retire"):
-        return carry_out(sc, node.name, Decision(Act.DRAIN, plan.why, Memory(), plan.reason), lambda *a, **k: None)
-    return False
+@dataclass(frozen=True)
+class AdminPlan:
+    """What an admin's release/retire/reboot means for one node: ``act`` is "resume", "drain",
+    "reboot" or "none" (then ``ok`` says whether that is fine or a refusal)."""
 
-
-# ---------------------------------------------------------------------------- admin actions
-
-
-@dataclass
-class AdminResult:
-    node: str
-    ok: bool
+    act: str
     message: str
+    reason: str | None = None
+    ok: bool = True
 
 
-def release(sc: Scontrol, names: list[str], force: bool = False) -> list[AdminResult]:
-    """Resume nodes held by gpuhc, RETIRED included (the admin's explicit call)."""
-    out = []
-    for name in names:
-        try:
-            node = sc.show_node(name)
-            if node.reason and not owned(node.reason) and not force:
-                out.append(AdminResult(name, False, f"reason not set by gpuhc ({node.reason!r}); --force to resume anyway"))
-                continue
-            if not resumable(node):
-                out.append(AdminResult(name, True, f"nothing to release: state {node.raw_state}"))
-                continue
-            ok = carry_out(sc, name, Decision(Act.RESUME, "release", Memory()), lambda *a, **k: None)
-            out.append(AdminResult(name, ok, f"released (was {node.raw_state}: {node.reason})" if ok else
-                                   "resume sent, but Slurm shows the node still held"))
-        except SlurmError as e:
-            out.append(AdminResult(name, False, str(e)))
-    return out
+def plan_release(node: Node, force: bool = False) -> AdminPlan:
+    """Resume a node held by gpuhc, RETIRED included (the admin's explicit call)."""
+    if node.reason and not owned(node.reason) and not force:
+        return AdminPlan("none", f"reason not set by gpuhc ({node.reason!r}); --force to resume anyway", ok=False)
+    if not resumable(node):
+        return AdminPlan("none", f"nothing to release: state {node.raw_state}")
+    return AdminPlan("resume", f"released (was {node.raw_state}: {node.reason})")
 
 
-def retire(sc: Scontrol, names: list[str], note: str = "", force: bool = False) -> list[AdminResult]:
-    """Mark nodes RETIRED: drained with ``gpuhc: RETIRED ...``, never resumed automatically."""
-    out = []
-    for name in names:
-        try:
-            node = sc.show_node(name)
-            if node.reason and not owned(node.reason) and not force:
-                out.append(AdminResult(name, False, f"reason not set by gpuhc ({node.reason!r}); --force to replace it"))
-                continue
-            mine = parse_reason(node.reason)
-            reason = retired_from(mine if mine and not note else None, note)
-            if node.reason == reason:
-                out.append(AdminResult(name, True, "already retired"))
-                continue
-            ok = carry_out(sc, name, Decision(Act.DRAIN, "retire", Memory(), reason), lambda *a, **k: None)
-            out.append(AdminResult(name, ok, f"retired: {reason}" if ok else "drain sent, but Slurm shows another reason"))
-        except SlurmError as e:
-            out.append(AdminResult(name, False, str(e)))
-    return out
+def plan_retire(node: Node, note: str = "", force: bool = False) -> AdminPlan:
+    """Mark a node RETIRED: drained with ``gpuhc: RETIRED ...``, never resumed automatically."""
+    if node.reason and not owned(node.reason) and not force:
+        return AdminPlan("none", f"reason not set by gpuhc ({node.reason!r}); --force to replace it", ok=False)
+    mine = parse_reason(node.reason)
+    reason = retired_from(mine if mine and not note else None, note)
+    if node.reason == reason:
+        return AdminPlan("none", "already retired")
+    return AdminPlan("drain", f"retired: {reason}", reason)
 
 
-def reboot_for_retest(sc: Scontrol, names: list[str], nextstate: str,
-                      log: Callable[[str], None]) -> list[AdminResult]:
-    """Ask Slurm to reboot gpuhc-held nodes, keeping their gpuhc reason through the reboot."""
-    out = []
-    for name in names:
-        try:
-            node = sc.show_node(name)
-            mine = parse_reason(node.reason)
-            if mine is None or mine.retired or not out_of_service(node):
-                out.append(AdminResult(name, False, "not drained or quarantined by gpuhc (retired nodes need release)"))
-                continue
-            sc.reboot(name, format_reason(mine.body, cycle=mine.cycle), nextstate=nextstate)
-            out.append(AdminResult(name, True, f"reboot requested (nextstate={nextstate}); "
-                                               "the boot-time `gpuhc quarantine retest` decides"))
-        except SlurmError as e:
-            out.append(AdminResult(name, False, str(e)))
-    return out
+def plan_reboot(node: Node, nextstate: str) -> AdminPlan:
+    """Reboot a node gpuhc holds for its boot-time retest, keeping its gpuhc reason."""
+    mine = parse_reason(node.reason)
+    if mine is None or mine.retired or not out_of_service(node):
+        return AdminPlan("none", "not drained or quarantined by gpuhc (retired nodes need release)", ok=False)
+    return AdminPlan("reboot", f"reboot requested (nextstate={nextstate}); the boot-time `gpuhc quarantine retest` "
+                               "decides", format_reason(mine.body, cycle=mine.cycle))

@@ -1,54 +1,62 @@
-"""The only code in gpuhc that runs ``scontrol``.
+"""Slurm's node commands: read nodes (``sinfo``, ``scontrol show node``), drain, resume, reboot.
 
-Every call is an argv list (never a shell), has its own timeout, and that timeout is further cut
-to what is left of the caller's deadline: slurmd kills the health check at 60 s, and a slurmctld
-that does not answer must cost a clear log line, not the whole run. Any failure — non-zero exit,
-timeout, missing binary — becomes a :class:`~gpuhc.errors.SlurmError` naming the command.
-
-The runner is injectable (``run=``) so that unit tests see exactly which argv would be sent,
-and so that the prolog's happy path can be proven to send nothing.
+Runs through :mod:`gpuhc.slurm.command` (argv only, timeouts cut to the caller's deadline, one
+error mapping for every Slurm command). Only the actuator (:mod:`gpuhc.slurm.actuator`) calls
+the updating methods; everything else reads. The flows read through :meth:`Scontrol.node` and
+:meth:`Scontrol.scope` (sinfo: see :mod:`gpuhc.slurm.sinfo` for why); ``show_node``/``show_nodes``
+(every field, every node) serve the admin's listings.
 """
 
 from __future__ import annotations
 
 import re
-import subprocess
-import time
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
 
-from gpuhc.errors import SlurmError, SlurmUnreachable
+from gpuhc.errors import SlurmError
+from gpuhc.slurm.command import Runner, SlurmCommand, subprocess_runner  # noqa: F401 - re-exported
 from gpuhc.slurm.nodes import Node, NodeParseError, parse_show_node_oneline
-
-# (argv, timeout_s) -> (returncode, stdout, stderr); raises subprocess.TimeoutExpired / OSError
-Runner = Callable[[list[str], float], tuple[int, str, str]]
 
 # A node name Slurm accepts and that cannot smuggle a second argument or a hostlist.
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _HOSTLIST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._,\[\]-]{0,4095}$")
-# Keep a little time after a timed-out call to log and exit before the caller's hard deadline.
-_MARGIN_S = 0.5
-
-
-def subprocess_runner(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
-                       check=False)
-    return p.returncode, p.stdout, p.stderr
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    return " ".join(text.split())[:limit]
 
 
 @dataclass
-class Scontrol:
+class Scontrol(SlurmCommand):
     binary: str = "scontrol"
-    timeout_s: float = 10.0
-    deadline: float | None = None  # time.monotonic() value no call may run past
-    run: Runner = subprocess_runner
-    calls: list[list[str]] = field(default_factory=list)  # every argv sent, for logs and tests
+    sinfo: str = "sinfo"
 
     # ------------------------------------------------------------------ reading
+
+    def node(self, name: str) -> Node:
+        """The node as slurmctld sees it right now, asked of it alone (``sinfo -n NAME``). A node
+        in no partition is not listed by sinfo: then ``scontrol show node`` (every node)."""
+        from gpuhc.slurm import sinfo
+
+        _check_name(name)
+        argv = sinfo.one_node_argv(self.sinfo, name)
+        match = [n for n in self._parse_sinfo(self._call(argv), argv) if n.name == name]
+        return match[0] if match else self.show_node(name)
+
+    def scope(self, partitions: list[str] | None) -> list[Node]:
+        """Every node of ``partitions`` (every partition when None), for the circuit breaker:
+        one ``sinfo`` query, its answer one line per distinct (partition, state, reason)."""
+        from gpuhc.slurm import sinfo
+
+        for p in partitions or ():
+            if not sinfo.PARTITION_NAME.match(p):
+                raise SlurmError(f"refusing partition name {p!r}: not a plain Slurm partition name")
+        argv = sinfo.scope_argv(self.sinfo, partitions)
+        return self._parse_sinfo(self._call(argv), argv)
+
+    @staticmethod
+    def _parse_sinfo(out: str, argv: list[str]) -> list[Node]:
+        from gpuhc.slurm import sinfo
+
+        try:
+            return sinfo.parse(out)
+        except NodeParseError as e:
+            raise SlurmError(f"{' '.join(argv[:6])}: unreadable answer: {e}") from None
 
     def show_node(self, name: str) -> Node:
         """``scontrol show node -o NAME``: the node as slurmctld sees it right now."""
@@ -89,11 +97,6 @@ class Scontrol:
 
     # ------------------------------------------------------------------ internals
 
-    def remaining(self) -> float:
-        if self.deadline is None:
-            return float("inf")
-        return self.deadline - time.monotonic()
-
     def show_all_raw(self, fmt: str) -> str:
         """Every node, hidden ones too, as Slurm prints it: ``fmt`` is "json" or "oneliner".
         Read-only; for callers that parse the answer themselves (drain-report)."""
@@ -102,24 +105,7 @@ class Scontrol:
         return self._call([self.binary, "--all", f"--{fmt}", "show", "node"])
 
     def _call(self, argv: list[str]) -> str:
-        # Name the command in errors, but not the (long) reason text.
-        cmd = " ".join("reason=..." if a.lower().startswith("reason=") else a for a in argv[1:])
-        timeout = min(self.timeout_s, self.remaining() - _MARGIN_S)
-        if timeout <= 0.1:
-            raise SlurmError(f"scontrol {cmd}: not sent, no time left before the deadline")
-        self.calls.append(list(argv))
-        try:
-            rc, out, err = self.run(argv, timeout)
-        except subprocess.TimeoutExpired:
-            raise SlurmUnreachable(f"scontrol {cmd}: no answer within {timeout:.1f}s (slurmctld down or busy?)") from None
-        except FileNotFoundError:
-            raise SlurmUnreachable(f"scontrol not found: {self.binary!r} (set slurm.scontrol or PATH)") from None
-        except OSError as e:
-            raise SlurmError(f"scontrol {cmd}: cannot run {self.binary}: {e.strerror or e}") from None
-        if rc != 0:
-            msg = _one_line(err or out) or "no message"
-            raise SlurmError(f"scontrol {cmd} failed (exit {rc}): {msg}")
-        return out
+        return self.call(argv)
 
     @staticmethod
     def _parse(out: str, what: str) -> list[Node]:

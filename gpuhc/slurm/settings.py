@@ -11,6 +11,7 @@ from gpuhc.schema import Key
 
 SCHEMA = {
     "scontrol": Key(str, "scontrol", "scontrol binary (a name looked up on the shim's PATH, or a full path)"),
+    "sinfo": Key(str, "sinfo", "sinfo binary: gpuhc reads nodes with it (one node per query, see docs/slurm.md)"),
     "timeout_s": Key(float, 10.0, "timeout of one scontrol call (further capped by the stage's deadline)",
                      min=0.5, max=120.0),
     "deadline_s": {
@@ -43,7 +44,11 @@ SCHEMA = {
         "scope": Key(str, "partition", "count within the node's partitions or the whole cluster",
                      choices=("partition", "cluster")),
         "settle_s": Key(float, 1.0, "after a drain, wait this long and re-count: concurrent drains past the "
-                        "cap are undone by the nodes ranked last", min=0.0, max=10.0),
+                        "cap are undone by the nodes ranked last (keep >= 1: Slurm stamps drains to the second)",
+                        min=0.0, max=10.0),
+        "jitter_s": Key(float, 10.0, "before its first count a node waits up to this long (a fixed share of it "
+                        "per node name), so a storm of failures reaches slurmctld spread out; cut to what the "
+                        "stage's deadline leaves", min=0.0, max=60.0),
     },
     "quarantine": {
         "max_cycles": Key(int, 3, "failed retests before a node is marked RETIRED", min=1, max=99),

@@ -195,7 +195,8 @@ def apply_pending(index: dict, record: dict, store: SweepStore | None, config: A
     if not pending:
         return []
     slurm = config.section("slurm") if config is not None else {}
-    sc = scontrol or Scontrol(binary=slurm.get("scontrol", "scontrol"), timeout_s=float(slurm.get("timeout_s", 10.0)))
+    sc = scontrol or Scontrol(binary=slurm.get("scontrol", "scontrol"), sinfo=slurm.get("sinfo", "sinfo"),
+                              timeout_s=float(slurm.get("timeout_s", 10.0)))
     ctx = _DrainContext(sc, PolicySettings.from_section(slurm), BreakerSettings.from_section(slurm.get("breaker", {})),
                         int((slurm.get("quarantine") or {}).get("max_cycles", 3)), now)
     nodes_mem = index.setdefault("nodes", {})
@@ -211,7 +212,7 @@ def apply_pending(index: dict, record: dict, store: SweepStore | None, config: A
                              "not draining (`analyze --apply --allow-fault-hook` is for tests only)"}
         else:
             cycle = int(nodes_mem.get(name, {}).get("sweep_cycle", 0)) + 1
-            result = ctx.drain(name, entry, cycle, lines)
+            result = ctx.apply(name, entry, cycle, lines)
             if result.get("act") == "drain" and result.get("verified"):
                 nodes_mem.setdefault(name, {})["sweep_cycle"] = cycle
         lines.append(f"{name}: {result['act']}: {result['why']}" + (f" ({result['breaker']})" if "breaker" in result else ""))
@@ -238,15 +239,14 @@ def _note_applied(record: dict, store: SweepStore | None, sweep_id: str, name: s
 
 
 class _DrainContext:
-    """One node's drain through the health check's policy: decide, circuit breaker, carry out
-    with read-after-write verification, then the same post-drain recount."""
+    """One node's drain through the health check's policy, carried out by the actuator: decide,
+    circuit breaker, act with read-after-write verification, then the same post-drain recount."""
 
     def __init__(self, sc: Any, settings: Any, breaker: Any, max_cycles: int, now: float):
         self.sc, self.settings, self.breaker, self.max_cycles, self.now = sc, settings, breaker, max_cycles, now
 
-    def drain(self, name: str, entry: dict, cycle: int, lines: list[str]) -> dict:
-        from gpuhc.slurm.breaker import evaluate
-        from gpuhc.slurm.entry import carry_out
+    def apply(self, name: str, entry: dict, cycle: int, lines: list[str]) -> dict:
+        from gpuhc.slurm.actuator import Actuator
         from gpuhc.slurm.policy import Act, Memory, Verdict, decide
 
         retire = cycle >= self.max_cycles
@@ -254,41 +254,33 @@ class _DrainContext:
         result: dict[str, Any] = {"node": name, "reason": reason, "sweep": entry["sweep"], "cycle": cycle}
         log = lambda text, loud=False: lines.append(f"{name}: {text}")  # noqa: E731
         try:
-            node = self.sc.show_node(name)
-            decision = decide(node, Verdict.FAIL, reason, Memory(), self.now, self.settings)
-            if decision.act is Act.DRAIN and decision.uses_capacity:
-                state = evaluate(self.sc.show_nodes(), name, self.breaker)
-                if state.open:
-                    decision = decide(node, Verdict.FAIL, reason, Memory(), self.now, self.settings, breaker_open=True)
-                    result["breaker"] = state.message
-            why = decision.why
-            if decision.act is Act.DRAIN:
-                why = (f"retired after {cycle} sweep drains (slurm.quarantine.max_cycles {self.max_cycles})" if retire
-                       else f"quarantine cycle {cycle} of {self.max_cycles}") + f": {why}"
-            result.update(act=decision.act.value, why=why)
-            if decision.act.touches_slurm:
-                result["verified"] = carry_out(self.sc, name, decision, log)
-                if not result["verified"]:
-                    result["act"] = "unverified"
-                elif decision.uses_capacity and self.breaker.enabled:
-                    self._recount(name, decision, result, log)
+            done = Actuator(self.sc, self.breaker, log, spread=False).apply(
+                name, lambda node, open_: decide(node, Verdict.FAIL, reason, Memory(), self.now, self.settings,
+                                                 breaker_open=open_))
         except SlurmError as e:
-            result.update(act="error", why=str(e))
-        return result
-
-    def _recount(self, name: str, decision: Any, result: dict, log) -> None:
-        """As after a health-check drain: health checks on the nodes may have drained at the
-        same moment; if gpuhc now holds more than the cap and this node ranks past it, its
-        drain is undone and stays pending."""
-        from gpuhc.slurm.entry import undo_if_past_cap
-
-        state, undone = undo_if_past_cap(self.sc, name, self.breaker, decision.reason, self.breaker.settle_s, log)
-        if state.open or undone:
+            return {**result, "act": "error", "why": str(e)}
+        decision = done.decision
+        if done.precount is not None and done.precount.open:
+            result["breaker"] = done.precount.message
+        why = decision.why
+        if decision.act is Act.DRAIN:
+            why = (f"retired after {cycle} sweep drains (slurm.quarantine.max_cycles {self.max_cycles})" if retire
+                   else f"quarantine cycle {cycle} of {self.max_cycles}") + f": {why}"
+        result.update(act=decision.act.value, why=why)
+        if decision.act.touches_slurm:
+            result["verified"] = done.verified
+            if not done.verified:
+                result["act"] = "unverified"
+        if done.error:
+            result["recount_error"] = done.error
+        state = done.recount
+        if state is not None and (state.open or done.undone):
             result["breaker"] = state.message
-        if undone:
+        if done.undone:
             result.update(act="blocked", verified=False,
                           why=f"concurrent drains: {state.drained} nodes held by gpuhc > cap {state.cap}, "
                               "this one ranked past it: drain undone")
+        return result
 
 
 def apply_culprits(record: dict, config: Any, scontrol: Any, now: float, lines: list[str],

@@ -1,31 +1,16 @@
 """The Slurm commands the sweep needs besides scontrol updates: sinfo, squeue, sbatch, topology.
 
-Argv lists only, each call with a timeout; any failure is a :class:`~gpuhc.errors.SlurmError`
-naming the command. The runner is :func:`gpuhc.slurm.scontrol.subprocess_runner` unless a test
-injects another, so tests can see exactly what would be sent.
+They run through :class:`gpuhc.slurm.command.SlurmCommand`, like every Slurm call of gpuhc: argv
+lists only, each call with a timeout, any failure a :class:`~gpuhc.errors.SlurmError` naming the
+command; tests inject the runner and see exactly what would be sent.
 """
 
 from __future__ import annotations
 
-import subprocess
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
 
 from gpuhc.errors import SlurmError
-
-Runner = Callable[[list[str], float], tuple[int, str, str]]
-
-
-def _default_runner(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
-    from gpuhc.slurm.scontrol import subprocess_runner
-
-    return subprocess_runner(argv, timeout_s)
-
-
-def _stdin_runner(argv: list[str], timeout_s: float, stdin: str) -> tuple[int, str, str]:
-    p = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout_s, check=False)
-    return p.returncode, p.stdout, p.stderr
-
+from gpuhc.slurm.command import SlurmCommand
 
 # Base states of a node that takes jobs; a flag suffix (``*`` not responding, ``~`` powered
 # off, ``#``/``%``/``!`` powering up or down) or any other state (drained, draining, down,
@@ -41,28 +26,11 @@ def in_service(state: str) -> bool:
 
 
 @dataclass
-class SlurmCli:
+class SlurmCli(SlurmCommand):
     timeout_s: float = 30.0
-    run: Runner = _default_runner
-    run_stdin: Callable[[list[str], float, str], tuple[int, str, str]] = _stdin_runner
-    calls: list[list[str]] = field(default_factory=list)
 
     def _call(self, argv: list[str], stdin: str | None = None) -> str:
-        self.calls.append(list(argv))
-        what = " ".join(argv[:3])
-        try:
-            if stdin is None:
-                rc, out, err = self.run(argv, self.timeout_s)
-            else:
-                rc, out, err = self.run_stdin(argv, self.timeout_s, stdin)
-        except subprocess.TimeoutExpired:
-            raise SlurmError(f"{what}: no answer within {self.timeout_s:g}s (slurmctld down or busy?)") from None
-        except OSError as e:
-            raise SlurmError(f"{what}: cannot run {argv[0]}: {e.strerror or e}") from None
-        if rc != 0:
-            msg = " ".join((err or out).split())[:300] or "no message"
-            raise SlurmError(f"{what} failed (exit {rc}): {msg}")
-        return out
+        return self.call(argv, stdin)
 
     def idle_nodes(self, partitions: list[str]) -> tuple[list[str], dict[str, str]]:
         """Nodes whose state is exactly idle (not drained, not powered down, responding), and

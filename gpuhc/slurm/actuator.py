@@ -1,0 +1,221 @@
+"""The actuator: the one place where gpuhc changes a node in Slurm (drain, resume, reboot).
+
+Every path that drains or resumes goes through here: the health check, the prolog and the epilog
+(:mod:`gpuhc.slurm.entry`), ``gpuhc sweep analyze --apply`` (:mod:`gpuhc.sweep.analyze`) and the
+admin's ``gpuhc quarantine`` commands (:mod:`gpuhc.slurm.admin`). The decisions stay pure (the
+policy, the breaker and the quarantine rules take readings and return decisions); this module
+runs the procedure around them, once, for everybody:
+
+1. **read** the node right before acting (Slurm has no compare-and-set: the window between our
+   read and our update is one round trip), asking slurmctld for this node alone;
+2. **decide** (the caller's pure decision function);
+3. **breaker**: a drain that takes capacity first waits the node's jitter (a storm reaches the
+   controller spread out), reads the node again, then counts the nodes gpuhc holds in scope; at
+   the cap the caller decides again with the breaker open;
+4. **act** and **verify**: send the update and re-read the node; only a verified act counts
+   (scontrol can fail after slurmctld applied part of an update, so a failure is re-read too);
+5. **recount** after a drain that took capacity: wait ``settle_s`` so that concurrent drains are
+   visible, count again and, when gpuhc now holds more than the cap and this node ranks past
+   it, undo its own drain (see :mod:`gpuhc.slurm.breaker` for why the end state is the cap).
+
+Failures of Slurm itself raise :class:`~gpuhc.errors.SlurmError`; the callers keep their old
+memory then. See ``docs/slurm.md`` for what each step asks of slurmctld.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from gpuhc.errors import SlurmError
+from gpuhc.slurm.policy import Act, Decision, Memory
+from gpuhc.slurm.reason import owned
+
+if TYPE_CHECKING:
+    from gpuhc.slurm.breaker import BreakerSettings, BreakerState
+    from gpuhc.slurm.nodes import Node
+    from gpuhc.slurm.scontrol import Scontrol
+
+# (node as read right before acting, breaker open?) -> the decision; pure
+Decider = Callable[["Node", bool], Decision]
+LogFn = Callable[..., None]
+
+# Kept free after the post-drain settle, for the recount and a possible undo.
+RECOUNT_RESERVE_S = 3.0
+# Kept free after the jitter: re-read, count, drain, verify, settle, recount, undo.
+JITTER_RESERVE_S = 8.0
+
+
+def _quiet(*_a, **_k) -> None:
+    return None
+
+
+@dataclass
+class Applied:
+    """What :meth:`Actuator.apply` did."""
+
+    decision: Decision
+    node: Node  # the last reading before acting
+    precount: BreakerState | None = None  # the count before a drain that takes capacity
+    recount: BreakerState | None = None  # the count after it
+    verified: bool = False  # the act was sent and Slurm shows it
+    undone: bool = False  # drained, then undone: ranked past the cap after concurrent drains
+    error: str | None = None  # Slurm failed after the act took (the recount): the act stands
+
+    @property
+    def acted(self) -> bool:
+        """A drain or resume that took and stands."""
+        return self.verified and not self.undone
+
+    @property
+    def breaker(self) -> BreakerState | None:
+        return self.recount or self.precount
+
+
+class Actuator:
+    """``spread``: wait the node's jitter before a first count. Right for the node-side flows (many
+    processes, one node each); a single process draining a list (the sweep) has nothing to spread."""
+
+    def __init__(self, sc: Scontrol, breaker: BreakerSettings | None = None, log: LogFn = _quiet,
+                 spread: bool = True):
+        if breaker is None:
+            from gpuhc.slurm.breaker import BreakerSettings
+
+            breaker = BreakerSettings()
+        self.sc, self.breaker, self.log, self.spread = sc, breaker, log, spread
+
+    # ------------------------------------------------------------------ the procedure
+
+    def apply(self, name: str, decide: Decider, node: Node | None = None,
+              on_verified: Callable[[Decision], None] | None = None) -> Applied:
+        """Read, decide, breaker, act, verify, recount, for one node.
+
+        ``node`` is a reading taken earlier (the health check's handover read): a decision that
+        sends nothing uses it as is; one that sends re-reads first. ``on_verified`` runs once the
+        act is verified, before the recount (a flow remembers its drain there, so that an undo
+        finds the memory of the drain it undoes)."""
+        fresh = node is None
+        node = self.sc.node(name) if fresh else node
+        decision = decide(node, False)
+        if decision.act.touches_slurm and not fresh:
+            node = self.sc.node(name)  # read right before acting
+            decision = decide(node, False)
+        if _takes_capacity(decision) and self.wait_jitter(name):
+            node = self.sc.node(name)  # time passed: read again
+            decision = decide(node, False)
+        out = Applied(decision, node)
+        if _takes_capacity(decision):
+            out.precount = self.count(name, node)
+            if out.precount.open:
+                out.decision = decision = decide(node, True)
+        if not decision.act.touches_slurm:
+            return out
+        out.verified = self.carry_out(name, decision)
+        if not out.verified:
+            return out
+        if on_verified is not None:
+            on_verified(decision)
+        if _takes_capacity(decision) and self.breaker.enabled:
+            try:
+                out.recount, out.undone = self.recount(name, decision.reason, node)
+            except SlurmError as e:  # the drain took and is remembered: it stands, said loudly
+                out.error = str(e)
+                self.log(f"recount after the drain failed ({e}): the drain stands", loud=True)
+        return out
+
+    def wait_jitter(self, name: str) -> bool:
+        """Sleep this node's share of ``jitter_s``, cut to what the deadline leaves after the
+        rest of the procedure; True when it slept."""
+        from gpuhc.slurm.breaker import jitter_for
+
+        if not self.spread:
+            return False
+        room = self.sc.remaining() - self.breaker.settle_s - JITTER_RESERVE_S
+        wait = min(jitter_for(name, self.breaker.jitter_s), max(0.0, room))
+        if wait <= 0:
+            return False
+        time.sleep(wait)
+        return True
+
+    def scope_nodes(self, node: Node) -> list[Node]:
+        """The nodes the breaker counts for ``node``: its partitions', or every partition's."""
+        parts = list(node.partitions) if self.breaker.scope == "partition" and node.partitions else None
+        return self.sc.scope(parts)
+
+    def count(self, name: str, node: Node) -> BreakerState:
+        """The breaker's count for ``name``'s scope (one query; slurmctld sends every node)."""
+        from gpuhc.slurm.breaker import evaluate
+
+        return evaluate(self.scope_nodes(node), name, self.breaker)
+
+    def recount(self, name: str, reason: str | None, node: Node) -> tuple[BreakerState, bool]:
+        """After a drain: concurrent drains (other nodes' health checks, a sweep's analyze) may
+        have overshot the cap, and the nodes ranked past it undo their own drain. Returns the
+        count and whether this node's drain was undone."""
+        settle = min(self.breaker.settle_s, max(0.0, self.sc.remaining() - RECOUNT_RESERVE_S))
+        if settle > 0:
+            time.sleep(settle)
+        from gpuhc.slurm.breaker import must_yield
+
+        state, yield_ = must_yield(self.scope_nodes(node), name, self.breaker)
+        if not yield_:
+            return state, False
+        self.log(f"concurrent drains: {state.drained} nodes held by gpuhc > cap {state.cap}; "
+                 f"{name} is ranked past the cap: undoing its drain", loud=True)
+        if self.sc.node(name).reason != reason:
+            self.log("reason changed meanwhile: leaving the node as it is", loud=True)
+            return state, False
+        return state, self.carry_out(name, Decision(Act.RESUME, "undo drain past the breaker cap", Memory()))
+
+    # ------------------------------------------------------------------ single acts
+
+    def carry_out(self, name: str, decision: Decision) -> bool:
+        """Send the decision's drain/resume, re-read the node, say whether it took. Raises
+        SlurmError when scontrol fails and the re-read shows it did not take."""
+        if not decision.act.touches_slurm:
+            return False
+        try:
+            if decision.act is Act.DRAIN:
+                self.sc.drain(name, decision.reason)
+            else:
+                self.sc.resume(name)
+        except SlurmError as e:
+            # scontrol may report an error after slurmctld applied part of the update (a RESUME
+            # of a node that is not registered yet clears DRAIN, then fails): find out.
+            self.log(f"{decision.act.value} failed: {e}; re-reading the node", loud=True)
+            after = self.sc.node(name)
+            if not took(decision, after):
+                raise
+            self.log(f"Slurm shows the {decision.act.value} applied anyway (state {after.raw_state})", loud=True)
+            return True
+        after = self.sc.node(name)
+        ok = took(decision, after)
+        if not ok:
+            self.log(f"after {decision.act.value}: Slurm shows state {after.raw_state} reason {after.reason!r}; "
+                     "someone else changed the node in between, leaving it to them", loud=True)
+        return ok
+
+    def drain(self, name: str, reason: str, why: str) -> bool:
+        """An explicit drain that takes no new capacity (a node gpuhc already holds gets a new
+        quarantine tag; an admin retires a node): no breaker, verified."""
+        return self.carry_out(name, Decision(Act.DRAIN, why, Memory(), reason))
+
+    def resume(self, name: str, why: str) -> bool:
+        return self.carry_out(name, Decision(Act.RESUME, why, Memory()))
+
+    def reboot(self, nodes: str, reason: str, nextstate: str) -> None:
+        """``scontrol reboot ASAP nextstate=.. reason=..``: Slurm drains, reboots, then sets
+        ``nextstate``; the boot-time retest decides what comes after."""
+        self.sc.reboot(nodes, reason, nextstate=nextstate)
+
+
+def _takes_capacity(decision: Decision) -> bool:
+    return decision.act is Act.DRAIN and decision.uses_capacity
+
+
+def took(decision: Decision, after: Node) -> bool:
+    """Does Slurm show the decision applied?"""
+    if decision.act is Act.DRAIN:
+        return after.drained and after.reason == decision.reason
+    return not after.drained and not owned(after.reason)

@@ -1,0 +1,79 @@
+"""The admin's acts on nodes gpuhc holds: release, retire, reboot for a retest, and a retest's plan.
+
+Each reads the node, asks the pure quarantine rules (:mod:`gpuhc.slurm.quarantine`) what to do,
+and has the actuator (:mod:`gpuhc.slurm.actuator`) carry it out and verify it. None of them
+takes new capacity out of service (a retire or a re-quarantine only changes the reason of a node
+that is out already, or is the admin's explicit word), so the circuit breaker does not apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuhc.errors import SlurmError
+from gpuhc.slurm.actuator import Actuator
+from gpuhc.slurm.nodes import Node
+from gpuhc.slurm.quarantine import RetestPlan, plan_reboot, plan_release, plan_retire
+
+
+@dataclass
+class AdminResult:
+    node: str
+    ok: bool
+    message: str
+
+
+def apply_plan(act: Actuator, node: Node, plan: RetestPlan) -> bool:
+    """Carry out a retest plan and verify it; True when Slurm shows the intended result."""
+    if plan.act == "resume":
+        return act.resume(node.name, plan.why)
+    if plan.act in ("requarantine", "retire"):
+        return act.drain(node.name, plan.reason, plan.why)
+    return False
+
+
+def release(act: Actuator, names: list[str], force: bool = False) -> list[AdminResult]:
+    """Resume nodes held by gpuhc, RETIRED included (the admin's explicit call)."""
+    out = []
+    for name in names:
+        try:
+            plan = plan_release(act.sc.node(name), force)
+            if plan.act == "none":
+                out.append(AdminResult(name, plan.ok, plan.message))
+                continue
+            ok = act.resume(name, "release")
+            why = plan.message if ok else "resume sent, but Slurm shows the node still held"
+            out.append(AdminResult(name, ok, why))
+        except SlurmError as e:
+            out.append(AdminResult(name, False, str(e)))
+    return out
+
+
+def retire(act: Actuator, names: list[str], note: str = "", force: bool = False) -> list[AdminResult]:
+    """Mark nodes RETIRED: drained with ``gpuhc: RETIRED ...``, never resumed automatically."""
+    out = []
+    for name in names:
+        try:
+            plan = plan_retire(act.sc.node(name), note, force)
+            if plan.act == "none":
+                out.append(AdminResult(name, plan.ok, plan.message))
+                continue
+            ok = act.drain(name, plan.reason, "retire")
+            out.append(AdminResult(name, ok, plan.message if ok else "drain sent, but Slurm shows another reason"))
+        except SlurmError as e:
+            out.append(AdminResult(name, False, str(e)))
+    return out
+
+
+def reboot_for_retest(act: Actuator, names: list[str], nextstate: str) -> list[AdminResult]:
+    """Ask Slurm to reboot gpuhc-held nodes, keeping their gpuhc reason through the reboot."""
+    out = []
+    for name in names:
+        try:
+            plan = plan_reboot(act.sc.node(name), nextstate)
+            if plan.act == "reboot":
+                act.reboot(name, plan.reason, nextstate)
+            out.append(AdminResult(name, plan.ok, plan.message))
+        except SlurmError as e:
+            out.append(AdminResult(name, False, str(e)))
+    return out

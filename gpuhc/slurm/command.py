@@ -1,0 +1,90 @@
+"""The one wrapper through which gpuhc runs a Slurm client command (scontrol, sinfo, squeue, sbatch).
+
+Every call is an argv list (never a shell), has its own timeout, and that timeout is further cut
+to what is left of the caller's deadline: slurmd kills the health check at 60 s, and a slurmctld
+that does not answer must cost a clear log line, not the whole run. Every failure is mapped the
+same way, naming the command (never the reason text, which may carry evidence):
+
+- no answer within the timeout, or the program missing: :class:`~gpuhc.errors.SlurmUnreachable`;
+- any other OS error, or a non-zero exit: :class:`~gpuhc.errors.SlurmError` with Slurm's message.
+
+The runner is injectable (``run=``, ``run_stdin=``) so that unit tests see exactly which argv
+would be sent, and so that the prolog's happy path can be proven to send nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from gpuhc.errors import SlurmError, SlurmUnreachable
+
+# (argv, timeout_s) -> (returncode, stdout, stderr); raises subprocess.TimeoutExpired / OSError
+Runner = Callable[[list[str], float], tuple[int, str, str]]
+StdinRunner = Callable[[list[str], float, str], tuple[int, str, str]]
+
+# Keep a little time after a timed-out call to log and exit before the caller's hard deadline.
+MARGIN_S = 0.5
+
+
+def subprocess_runner(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
+                       check=False)
+    return p.returncode, p.stdout, p.stderr
+
+
+def stdin_runner(argv: list[str], timeout_s: float, stdin: str) -> tuple[int, str, str]:
+    p = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout_s, check=False)
+    return p.returncode, p.stdout, p.stderr
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    return " ".join(text.split())[:limit]
+
+
+def describe(argv: list[str]) -> str:
+    """The command as errors name it: program name and arguments, a reason's text left out."""
+    prog = os.path.basename(argv[0]) if argv else "?"
+    args = ["reason=..." if a.lower().startswith("reason=") else a for a in argv[1:]]
+    return " ".join([prog, *args])[:200]
+
+
+@dataclass
+class SlurmCommand:
+    timeout_s: float = 10.0
+    deadline: float | None = None  # time.monotonic() value no call may run past
+    run: Runner = subprocess_runner
+    run_stdin: StdinRunner = stdin_runner
+    calls: list[list[str]] = field(default_factory=list)  # every argv sent, for logs and tests
+
+    def remaining(self) -> float:
+        if self.deadline is None:
+            return float("inf")
+        return self.deadline - time.monotonic()
+
+    def call(self, argv: list[str], stdin: str | None = None) -> str:
+        """Run one Slurm command; its stdout, or a SlurmError that names it."""
+        cmd = describe(argv)
+        prog = cmd.split(" ", 1)[0]
+        timeout = min(self.timeout_s, self.remaining() - MARGIN_S)
+        if timeout <= 0.1:
+            raise SlurmError(f"{cmd}: not sent, no time left before the deadline")
+        self.calls.append(list(argv))
+        try:
+            if stdin is None:
+                rc, out, err = self.run(argv, timeout)
+            else:
+                rc, out, err = self.run_stdin(argv, timeout, stdin)
+        except subprocess.TimeoutExpired:
+            raise SlurmUnreachable(f"{cmd}: no answer within {timeout:.1f}s (slurmctld down or busy?)") from None
+        except FileNotFoundError:
+            raise SlurmUnreachable(f"{prog} not found: {argv[0]!r} (put Slurm's client on PATH, or name it in "
+                                   "slurm.scontrol / slurm.sinfo)") from None
+        except OSError as e:
+            raise SlurmError(f"{cmd}: cannot run {argv[0]}: {e.strerror or e}") from None
+        if rc != 0:
+            raise SlurmError(f"{cmd} failed (exit {rc}): {one_line(err or out) or 'no message'}")
+        return out
