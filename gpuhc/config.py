@@ -78,6 +78,8 @@ _CHECK_KEYS = {
 
 @dataclass
 class Config:
+    """A validated gpuhc.yaml, this host's overrides applied, with the line of every key."""
+
     data: dict[str, Any]
     path: str | None = None  # None: built-in defaults only
     hostname: str | None = None

@@ -4,6 +4,9 @@ Everything here is a dataclass of plain values so that a snapshot can be written
 replayed next year, and fed to a pure check in a unit test. Sources fill these in, checks read
 them; neither side knows how the other works.
 
+Every class carries a docstring: a dataclass without one has its signature computed (through
+``inspect``) at import, on every health check.
+
 Conventions:
 - ``None`` means "not available on this GPU/driver" (NVML NOT_SUPPORTED, a missing sysfs file).
   Checks turn ``None`` into status ``n/a``, never into a failure.
@@ -56,6 +59,8 @@ class Action(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Result:
+    """One verdict of one check on one subject (the node, a GPU, a link, a port)."""
+
     check: str  # check id, e.g. "xid"
     status: Status
     message: str  # one line, for humans and for the drain reason
@@ -81,6 +86,8 @@ class Result:
 
 @dataclass
 class NvLinkState:
+    """One NVLink of a GPU: up or not, and its error counters."""
+
     link: int
     active: bool | None
     # counter name -> value, e.g. {"crc_flit": 0, "crc_data": 0, "replay": 0, "recovery": 0}
@@ -89,6 +96,8 @@ class NvLinkState:
 
 @dataclass
 class GpuReading:
+    """What NVML said about one GPU in this run."""
+
     index: int
     name: str
     uuid: str
@@ -141,6 +150,8 @@ class GpuReading:
 
 @dataclass
 class NvmlReading:
+    """NVML as a whole: whether it answered, the driver, and every GPU."""
+
     available: bool
     error: str | None = None  # why NVML is not available ("driver not loaded", ...)
     driver_version: str | None = None
@@ -173,6 +184,8 @@ class GpuProcess:
 
 @dataclass
 class GpuOccupancy:
+    """Who holds one GPU, and how much of its memory."""
+
     index: int
     uuid: str = ""
     memory_used_mib: float | None = None  # excluding what the driver reserves, where NVML can tell
@@ -210,6 +223,8 @@ class EventKind(str, enum.Enum):
 
 @dataclass(frozen=True)
 class KernelEvent:
+    """One kernel log message gpuhc acts on (an Xid, an SXid, an IB link change...)."""
+
     kind: EventKind
     time: float | None  # epoch seconds; None when the line carried no usable time
     message: str  # the line's text after the NVRM:/mlx5 prefix, sanitised
@@ -223,6 +238,8 @@ class KernelEvent:
 
 @dataclass
 class KernelLog:
+    """The kernel log as read in this run: its events and how far the read reached."""
+
     events: list[KernelEvent] = field(default_factory=list)
     source: str = ""  # "/dev/kmsg", "dmesg", or a file path
     boot_id: str | None = None  # /proc/sys/kernel/random/boot_id on a live node
@@ -241,6 +258,8 @@ class KernelLog:
 
 @dataclass
 class IbPort:
+    """One InfiniBand (or RoCE) port, from sysfs."""
+
     device: str  # "mlx5_0"
     port: int
     state: str | None  # "ACTIVE", "DOWN", "INIT", "ARMED"
@@ -257,6 +276,8 @@ class IbPort:
 
 @dataclass
 class AerCounters:
+    """PCIe Advanced Error Reporting counters of one device, from sysfs."""
+
     pci: str  # normalised
     correctable: int | None = None
     nonfatal: int | None = None

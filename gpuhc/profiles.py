@@ -47,6 +47,8 @@ _SCALARS = (int, float, str, bool, type(None))
 
 @dataclass(frozen=True)
 class Profile:
+    """One GPU model's thresholds, as read from its profile file."""
+
     name: str
     description: str = ""
     match: tuple[str, ...] = ()
