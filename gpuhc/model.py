@@ -15,8 +15,9 @@ Conventions:
 - Times are POSIX epoch seconds (float).
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: the annotations are evaluated once, at class
+# creation, so dataclasses and the scenario loader's type tables (gpuhc.sources.snapshot_io)
+# need not compile every one of them from a string on each run.
 import enum
 import re
 from dataclasses import dataclass, field
