@@ -25,6 +25,7 @@ import marshal
 import os
 import stat
 import sys
+import threading
 import zlib
 from typing import Any, Callable
 
@@ -38,6 +39,7 @@ MAX_CACHE_BYTES = 16 << 20
 _memo: dict[str, tuple] = {}  # path -> (key, marshalled value)
 _memo_dir: str | None = None  # the directory _memo was read from; None: not read yet
 _stamp: tuple | None = None
+_lock = threading.Lock()  # the readers run in threads; one of them may parse a file one day
 
 
 def cache_dir() -> str | None:
@@ -58,9 +60,9 @@ def cached(path: str, text: str, kind: str, parse: Callable[[str], Any]) -> Any:
         return parse(text)
     where = os.path.abspath(path)
     data = text.encode("utf-8", "surrogatepass")
-    key = (kind, _code_stamp(), len(data), zlib.crc32(data))
-    memo = _load(directory)
-    found = memo.get(where)
+    with _lock:
+        key = (kind, _code_stamp(), len(data), zlib.crc32(data))
+        found = _load(directory).get(where)
     if found is not None and found[0] == key:
         try:
             return marshal.loads(found[1])
@@ -68,7 +70,8 @@ def cached(path: str, text: str, kind: str, parse: Callable[[str], Any]) -> Any:
             pass
     value = parse(text)
     if len(data) <= MAX_TEXT_BYTES:
-        _store(directory, where, key, value)
+        with _lock:
+            _store(directory, where, key, value)
     return value
 
 
