@@ -108,7 +108,7 @@ def doubts(snapshot: Snapshot) -> list[str]:
 def load(path: str) -> dict[str, Any]:
     """Read and check a baseline file; ConfigError names file, line and key."""
     from gpuhc.config import check_file_safety
-    from gpuhc.yamlpos import line_of, load_with_lines, read_text
+    from gpuhc.yamlpos import line_of, load_file_text, read_text
 
     # A baseline decides drains like the config does (the expected GPUs): as root, one that
     # anyone else could have written or swapped is refused the same way.
@@ -122,7 +122,7 @@ def load(path: str) -> dict[str, Any]:
         raise ConfigError(f"cannot read baseline: not UTF-8 text (byte {e.start})", path) from None
     except ValueError as e:
         raise ConfigError(f"cannot read baseline: {e}", path) from None
-    doc, lines = load_with_lines(text, path)
+    doc, lines = load_file_text(text, path)
 
     def bad(p: tuple, message: str) -> ConfigError:
         return ConfigError(message, path, line_of(lines, p), ".".join(str(x) for x in p) or None)

@@ -18,7 +18,7 @@ from gpuhc import config_hosts
 from gpuhc.config_hosts import expand, host_matches  # noqa: F401 - re-exported: callers import them from here
 from gpuhc.errors import ConfigError, ConfigErrors
 from gpuhc.schema import Key, deep_merge, defaults
-from gpuhc.yamlpos import line_of, load_with_lines, read_text
+from gpuhc.yamlpos import line_of, load_file_text, read_text
 
 DEFAULT_PATH = "/etc/gpuhc/gpuhc.yaml"
 DEFAULT_STATE_DIR = "/var/lib/gpuhc"
@@ -78,6 +78,8 @@ _CHECK_KEYS = {
 
 @dataclass
 class Config:
+    """A validated gpuhc.yaml, this host's overrides applied, with the line of every key."""
+
     data: dict[str, Any]
     path: str | None = None  # None: built-in defaults only
     hostname: str | None = None
@@ -126,7 +128,7 @@ def load_config(path: str | None = None, hostname: str | None = None) -> Config:
         text = read_text(path)
     except (OSError, ValueError) as e:  # ValueError: not UTF-8, or too large
         raise ConfigError(f"cannot read: {e}", path) from None
-    raw, lines = load_with_lines(text, path)
+    raw, lines = load_file_text(text, path)
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

@@ -4,6 +4,9 @@ Everything here is a dataclass of plain values so that a snapshot can be written
 replayed next year, and fed to a pure check in a unit test. Sources fill these in, checks read
 them; neither side knows how the other works.
 
+Every class carries a docstring: a dataclass without one has its signature computed (through
+``inspect``) at import, on every health check.
+
 Conventions:
 - ``None`` means "not available on this GPU/driver" (NVML NOT_SUPPORTED, a missing sysfs file).
   Checks turn ``None`` into status ``n/a``, never into a failure.
@@ -12,12 +15,43 @@ Conventions:
 - Times are POSIX epoch seconds (float).
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: the annotations are evaluated once, at class
+# creation, so dataclasses and the scenario loader's type tables (gpuhc.sources.snapshot_io)
+# need not compile every one of them from a string on each run.
 import enum
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+
+class _Record:
+    """``==`` and ``repr`` exactly as ``@dataclass`` writes them (fields in order; ``compare`` and
+    ``repr`` flags honoured), written once here instead of generated and compiled for every class
+    on every run: this module is imported by every health check, and generating them was about a
+    third of its import time. The classes stay dataclasses (``fields``, ``replace``, ``asdict``)."""
+
+    __slots__ = ()
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in self.__dataclass_fields__.values() if f.compare)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self._values() == other._values()
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in self.__dataclass_fields__.values() if f.repr)
+        return f"{self.__class__.__qualname__}({inner})"
+
+
+class _FrozenRecord(_Record):
+    """Frozen records are hashable, as a frozen dataclass with ``eq`` is."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
 
 
 class Status(str, enum.Enum):
@@ -54,8 +88,10 @@ class Action(str, enum.Enum):
         return self in (Action.RESET_GPU, Action.DRAIN_REBOOT, Action.DRAIN_TICKET)
 
 
-@dataclass(frozen=True)
-class Result:
+@dataclass(frozen=True, eq=False, repr=False)
+class Result(_FrozenRecord):
+    """One verdict of one check on one subject (the node, a GPU, a link, a port)."""
+
     check: str  # check id, e.g. "xid"
     status: Status
     message: str  # one line, for humans and for the drain reason
@@ -79,16 +115,20 @@ class Result:
 # --------------------------------------------------------------------------- NVML side
 
 
-@dataclass
-class NvLinkState:
+@dataclass(eq=False, repr=False)
+class NvLinkState(_Record):
+    """One NVLink of a GPU: up or not, and its error counters."""
+
     link: int
     active: bool | None
     # counter name -> value, e.g. {"crc_flit": 0, "crc_data": 0, "replay": 0, "recovery": 0}
     errors: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass
-class GpuReading:
+@dataclass(eq=False, repr=False)
+class GpuReading(_Record):
+    """What NVML said about one GPU in this run."""
+
     index: int
     name: str
     uuid: str
@@ -139,8 +179,10 @@ class GpuReading:
         return f"gpu{self.index}"
 
 
-@dataclass
-class NvmlReading:
+@dataclass(eq=False, repr=False)
+class NvmlReading(_Record):
+    """NVML as a whole: whether it answered, the driver, and every GPU."""
+
     available: bool
     error: str | None = None  # why NVML is not available ("driver not loaded", ...)
     driver_version: str | None = None
@@ -160,8 +202,8 @@ class NvmlReading:
 # --------------------------------------------------------------------------- GPU occupancy
 
 
-@dataclass
-class GpuProcess:
+@dataclass(eq=False, repr=False)
+class GpuProcess(_Record):
     """One process NVML lists on a GPU (compute, graphics, or both)."""
 
     pid: int
@@ -171,8 +213,10 @@ class GpuProcess:
     gone: bool = False  # NVML lists it but /proc has no such pid (exited, or another PID namespace)
 
 
-@dataclass
-class GpuOccupancy:
+@dataclass(eq=False, repr=False)
+class GpuOccupancy(_Record):
+    """Who holds one GPU, and how much of its memory."""
+
     index: int
     uuid: str = ""
     memory_used_mib: float | None = None  # excluding what the driver reserves, where NVML can tell
@@ -186,8 +230,8 @@ class GpuOccupancy:
         return f"gpu{self.index}"
 
 
-@dataclass
-class Occupancy:
+@dataclass(eq=False, repr=False)
+class Occupancy(_Record):
     """Who holds the GPUs a stage concerns: read only in the stages that judge it (prolog,
     epilog, bootstrap), never in the passive health check (a running job is not a finding)."""
 
@@ -208,8 +252,10 @@ class EventKind(str, enum.Enum):
     DRIVER = "driver"  # a driver message asking for action without an Xid; ``state`` says which
 
 
-@dataclass(frozen=True)
-class KernelEvent:
+@dataclass(frozen=True, eq=False, repr=False)
+class KernelEvent(_FrozenRecord):
+    """One kernel log message gpuhc acts on (an Xid, an SXid, an IB link change...)."""
+
     kind: EventKind
     time: float | None  # epoch seconds; None when the line carried no usable time
     message: str  # the line's text after the NVRM:/mlx5 prefix, sanitised
@@ -221,8 +267,10 @@ class KernelEvent:
     seq: int | None = None  # /dev/kmsg sequence number, for the cursor
 
 
-@dataclass
-class KernelLog:
+@dataclass(eq=False, repr=False)
+class KernelLog(_Record):
+    """The kernel log as read in this run: its events and how far the read reached."""
+
     events: list[KernelEvent] = field(default_factory=list)
     source: str = ""  # "/dev/kmsg", "dmesg", or a file path
     boot_id: str | None = None  # /proc/sys/kernel/random/boot_id on a live node
@@ -239,8 +287,10 @@ class KernelLog:
 # --------------------------------------------------------------------------- sysfs side
 
 
-@dataclass
-class IbPort:
+@dataclass(eq=False, repr=False)
+class IbPort(_Record):
+    """One InfiniBand (or RoCE) port, from sysfs."""
+
     device: str  # "mlx5_0"
     port: int
     state: str | None  # "ACTIVE", "DOWN", "INIT", "ARMED"
@@ -255,8 +305,10 @@ class IbPort:
         return f"{self.device}/{self.port}"
 
 
-@dataclass
-class AerCounters:
+@dataclass(eq=False, repr=False)
+class AerCounters(_Record):
+    """PCIe Advanced Error Reporting counters of one device, from sysfs."""
+
     pci: str  # normalised
     correctable: int | None = None
     nonfatal: int | None = None
@@ -266,8 +318,8 @@ class AerCounters:
 # --------------------------------------------------------------------------- the snapshot
 
 
-@dataclass
-class Snapshot:
+@dataclass(eq=False, repr=False)
+class Snapshot(_Record):
     """Everything the checks may look at, read once per run."""
 
     hostname: str

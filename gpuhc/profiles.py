@@ -34,7 +34,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from gpuhc.errors import ConfigError
-from gpuhc.yamlpos import line_of, load_with_lines
+from gpuhc.yamlpos import line_of, load_file_text
 
 if TYPE_CHECKING:
     from gpuhc.checks.base import Declared
@@ -47,6 +47,8 @@ _SCALARS = (int, float, str, bool, type(None))
 
 @dataclass(frozen=True)
 class Profile:
+    """One GPU model's thresholds, as read from its profile file."""
+
     name: str
     description: str = ""
     match: tuple[str, ...] = ()
@@ -76,7 +78,7 @@ def load_profile_file(path: str, declared: tuple[dict, dict] | None = None) -> P
             text = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read profile: {e}", path) from None
-    raw, lines = load_with_lines(text, path)
+    raw, lines = load_file_text(text, path)
     if not isinstance(raw, dict):
         raise ConfigError("a profile must be a mapping with name, match and thresholds", path, 1)
 

@@ -226,17 +226,29 @@ def _mapping(path: Path | str, value: Any, key: str) -> dict:
 
 
 def _read_yaml(path: Path | str) -> dict:
-    import yaml
-
     try:
         with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
+            text = f.read()
     except OSError as e:
         raise ConfigError(f"cannot read catalog: {e.strerror or e}", file=str(path)) from e
+    # Memoised between runs (gpuhc.parsecache): a node with an Xid in its log looks the catalog
+    # up on every run, and parsing it costs more than the rest of a healthy run.
+    from gpuhc.parsecache import cached
+
+    doc = cached(str(path), text, "plain", lambda t: _parse(path, t))
+    if not isinstance(doc, dict):
+        raise ConfigError("catalog must be a YAML mapping", file=str(path))
+    return doc
+
+
+def _parse(path: Path | str, text: str) -> Any:
+    import yaml
+
+    from gpuhc.yamlpos import safe_loader
+
+    try:
+        return yaml.load(text, Loader=safe_loader())  # yaml.safe_load, with libyaml where built
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         raise ConfigError(f"invalid YAML: {getattr(e, 'problem', None) or e}", file=str(path), line=line) from e
-    if not isinstance(doc, dict):
-        raise ConfigError("catalog must be a YAML mapping", file=str(path))
-    return doc

@@ -8,20 +8,15 @@ one hides typos in configs that decide whether a node gets drained.
 
 from __future__ import annotations
 
-from typing import Any
-
-import yaml
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 from gpuhc.errors import ConfigError
 
-Path = tuple  # of str | int
+if TYPE_CHECKING:
+    import yaml
 
-# One constructor turns scalar nodes into Python values with YAML 1.1 safe rules (ints, floats,
-# booleans, null); it holds no per-document state we rely on, so it is shared.
-_CONSTRUCTOR = yaml.constructor.SafeConstructor()
-# libyaml's parser keeps node marks too and is ~10x faster: the health check reads a few YAML
-# files (config, profile, catalogs) on every run.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+Path = tuple  # of str | int
 
 # Hostile or broken input limits. libyaml composes nested collections by C recursion and
 # overflows the C stack (a segfault, not an exception) somewhere past ~20 000 levels, which
@@ -66,11 +61,37 @@ def read_text(path: str, limit: int = MAX_FILE_BYTES, follow_links: bool = True)
     return text
 
 
+@lru_cache(maxsize=None)
+def _yaml():
+    """PyYAML, imported on the first parse (a run whose files are all in gpuhc.parsecache's memo
+    never imports it), with one shared constructor and libyaml's loader where built."""
+    import yaml
+
+    # One constructor turns scalar nodes into Python values with YAML 1.1 safe rules (ints,
+    # floats, booleans, null); it holds no per-document state we rely on, so it is shared.
+    # libyaml's parser keeps node marks too and is ~10x faster than PyYAML's own.
+    return yaml, yaml.constructor.SafeConstructor(), getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def safe_loader():
+    """The fastest safe loader at hand (libyaml's where built), for a parse without lines."""
+    return _yaml()[2]
+
+
+def load_file_text(text: str, path: str) -> tuple[Any, dict[Path, int]]:
+    """:func:`load_with_lines` of the text just read from ``path``, memoised between runs by
+    gpuhc.parsecache (the same value, parsed again whenever the text or the parser changed)."""
+    from gpuhc.parsecache import cached
+
+    return cached(path, text, "lines", lambda t: load_with_lines(t, path))
+
+
 def load_with_lines(text: str, filename: str) -> tuple[Any, dict[Path, int]]:
+    yaml, _, loader = _yaml()
     try:
         if len(text) > _SCAN_DEPTH_ABOVE:
             _check_depth(text, filename)
-        node = yaml.compose(text, Loader=_LOADER)
+        node = yaml.compose(text, Loader=loader)
     except yaml.MarkedYAMLError as e:
         _check_depth(text, filename)  # our own limit and wording, whatever the library's are
         mark = e.problem_mark or e.context_mark
@@ -99,9 +120,10 @@ def _check_depth(text: str, filename: str) -> None:
     other library error found on the way is left for the caller to report."""
     if _flow_depth(text) > _MAX_DEPTH:
         raise ConfigError(f"nested more than {_MAX_DEPTH} levels deep", filename, 1)
+    yaml, _, loader = _yaml()
     depth = 0
     try:
-        for event in yaml.parse(text, Loader=_LOADER):
+        for event in yaml.parse(text, Loader=loader):
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
                 if depth > _MAX_DEPTH:
@@ -125,6 +147,7 @@ def _flow_depth(text: str) -> int:
 
 
 def _build(node: yaml.Node, path: Path, lines: dict[Path, int], filename: str, budget: list[int]) -> Any:
+    yaml = _yaml()[0]
     budget[0] -= 1
     if budget[0] < 0:
         raise ConfigError(f"more than {_MAX_VALUES} values (aliases expanding without end?)", filename,
@@ -150,10 +173,11 @@ def _build(node: yaml.Node, path: Path, lines: dict[Path, int], filename: str, b
 
 
 def _scalar(node: yaml.Node, filename: str) -> Any:
+    yaml, constructor, _ = _yaml()
     if not isinstance(node, yaml.ScalarNode):
         raise ConfigError("expected a plain value", filename, node.start_mark.line + 1)
     try:
-        return _CONSTRUCTOR.construct_object(node, deep=True)
+        return constructor.construct_object(node, deep=True)
     except yaml.YAMLError as e:
         raise ConfigError(f"bad value: {e}", filename, node.start_mark.line + 1) from None
 

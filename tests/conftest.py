@@ -13,6 +13,16 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+# The parse memo (gpuhc/parsecache.py) of this session's runs, in-process and in subprocesses,
+# goes to a directory of its own rather than the machine's /var/cache/gpuhc.
+if "GPUHC_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["GPUHC_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpuhc-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["GPUHC_CACHE_DIR"], True)
+
 from slurm_cluster import slurm_cluster, slurm_cluster_module  # noqa: E402,F401  (fixtures)
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, Context, na, result, selected_gpus
 from gpuhc.checks.xid import DEFAULT_WINDOW_S, EventWindow, earliest, judge_now, latest, merge_held
 from gpuhc.model import Action, EventKind, GpuReading, KernelEvent, Result, Snapshot, Status
-from gpuhc.xid_catalog import sxid_info
 
 ID = "nvswitch"
 DEFAULT_GRACE_S = 300.0
@@ -76,6 +75,13 @@ def _fabric(gpus: list[GpuReading], now: float, prev_pending: dict, grace_s: flo
 
 def _switch(ev: KernelEvent) -> str:
     return ev.device or ev.pci or "nvswitch"
+
+
+def sxid_info(code: int):
+    """The catalog's entry (gpuhc.xid_catalog), imported only when a run sees an SXid."""
+    from gpuhc.xid_catalog import sxid_info as lookup
+
+    return lookup(code)
 
 
 def _fatal(ev: KernelEvent) -> bool:

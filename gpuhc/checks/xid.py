@@ -33,6 +33,7 @@ GPUs are judged, but unattributed draining findings always are: nobody can tell 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuhc.checks import xid_rates
 from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, Context, result
@@ -46,7 +47,9 @@ from gpuhc.checks.kernel_window import (  # noqa: F401  (acknowledge: re-exporte
     merge_held,
 )
 from gpuhc.model import Action, EventKind, GpuReading, KernelEvent, Result, Snapshot, Status, norm_pci
-from gpuhc.xid_catalog import XidInfo, recovery_action, signal_info, xid_info
+
+if TYPE_CHECKING:
+    from gpuhc.xid_catalog import XidInfo  # the catalog is imported when an Xid is judged
 
 ID = "xid"
 KINDS = (EventKind.XID, EventKind.FALLEN_OFF_BUS, EventKind.DRIVER)
@@ -81,6 +84,8 @@ class _Group:
         return (self.subject, self.code, self.signal) if self.signal else (self.subject, self.code)
 
     def info(self) -> XidInfo:
+        from gpuhc.xid_catalog import signal_info, xid_info
+
         return signal_info(self.signal) if self.signal else xid_info(int(self.code or 0))
 
 
@@ -102,6 +107,8 @@ def _verdict(g: _Group, ctx: Context) -> tuple[str, Action]:
         if severity == "warn" and action.drains:
             action = Action.NONE
     if code == 154 and severity == "fail":
+        from gpuhc.xid_catalog import recovery_action
+
         asked = recovery_action(g.last_message)
         if asked is Action.NONE:
             return "ignore", Action.NONE
@@ -219,6 +226,10 @@ def _recovered(events: list[tuple[KernelEvent, bool]], gpus: dict[str, GpuReadin
         if ev.kind is EventKind.XID and ev.code == 154 and ev.time is not None:
             gpu = gpus.get(norm_pci(ev.pci)) if ev.pci else None
             last154[gpu.subject if gpu else norm_pci(ev.pci or "node")] = ev
+    if not last154:
+        return {}
+    from gpuhc.xid_catalog import recovery_action
+
     return {s: ev.time for s, ev in last154.items() if recovery_action(ev.message) is Action.NONE}
 
 
@@ -235,6 +246,8 @@ def _count(n: int) -> str:
 
 
 def _fail(inc: dict) -> Result:
+    from gpuhc.xid_catalog import signal_info, xid_info
+
     where, n = _where(inc["subject"], inc.get("pci")), _count(int(inc["count"]))
     if inc.get("signal"):
         dev = f" (the driver's {inc['device']})" if inc.get("device") and inc["subject"] == "node" else ""

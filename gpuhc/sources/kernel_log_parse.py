@@ -68,6 +68,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
+from gpuhc.lazyre import lazy  # patterns compile on first use: most runs need few
 from gpuhc.logtext import escape
 from gpuhc.model import EventKind, KernelEvent, KernelLog, norm_pci
 from gpuhc.sources.kernel_log_prefix import KMSG, KMSG_DICT, QUOTES, Stamps, unescape_kmsg
@@ -81,32 +82,32 @@ CONTEXT_LINES = 3  # a multi-line message names its GPU at most this many lines 
 UNTIMED_NEAR_LINES = 20  # without times, "close" is measured in lines
 
 _PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
-_PCI_FULL = re.compile(r"(?:PCI:)?(" + _PCI + r")")
+_PCI_FULL = lazy(r"(?:PCI:)?(" + _PCI + r")")
 _MARKERS = ("NVRM", "SXid", "mlx5_core", "fallen off the bus")
 
 # The device field is whatever the driver (or a redacting human) put in the parentheses.
-_XID = re.compile(r"NVRM: Xid \(([^()]{0,40})\): (\d{1,6})(?:,\s*|\s*$)(.*)")
-_XID_WORD = re.compile(r"\bXid\b")
-_XID_LENIENT = re.compile(r"\bXid\b\s*\(([^()]{0,60})\)\s*[:,]?\s*(\d{1,4})\b")
-_SXID_WORD = re.compile(r"\bSXid\b")
-_SXID = re.compile(r"(?:nvidia-(nvswitch\d+):\s*)?SXid \((?:PCI:)?(" + _PCI + r")\): (\d{1,6})(?:,\s*|\s*$)(.*)")
-_SXID_FATALITY = re.compile(r"(Fatal|Non-fatal|Nonfatal|Non fatal)\b", re.I)
-_SXID_DETAIL = re.compile(r"(Severity \d|Data \{)")
-_LINK_NO = re.compile(r"\bLink (\d{1,4})\b")
-_GPU_CTX = re.compile(r"NVRM: (?:The NVIDIA GPU|GPU at|GPU) (?:PCI:)?(" + _PCI + r")")
-_ANY_PCI = re.compile(r"(?<![0-9a-fA-F:])(?:PCI:)?(" + _PCI + r")")
-_DRIVER_GPU = re.compile(r"NVRM: (GPU\d{1,3})\b")
-_MLX_PORT = re.compile(r"mlx5_core (" + _PCI + r")(?: ([\w.-]+))?: Port: (\d{1,3}) Link ([A-Za-z_]+)")
-_MLX_NETDEV = re.compile(r"mlx5_core (" + _PCI + r") ([\w.-]+): Link (up|down)\b")
+_XID = lazy(r"NVRM: Xid \(([^()]{0,40})\): (\d{1,6})(?:,\s*|\s*$)(.*)")
+_XID_WORD = lazy(r"\bXid\b")
+_XID_LENIENT = lazy(r"\bXid\b\s*\(([^()]{0,60})\)\s*[:,]?\s*(\d{1,4})\b")
+_SXID_WORD = lazy(r"\bSXid\b")
+_SXID = lazy(r"(?:nvidia-(nvswitch\d+):\s*)?SXid \((?:PCI:)?(" + _PCI + r")\): (\d{1,6})(?:,\s*|\s*$)(.*)")
+_SXID_FATALITY = lazy(r"(Fatal|Non-fatal|Nonfatal|Non fatal)\b", re.I)
+_SXID_DETAIL = lazy(r"(Severity \d|Data \{)")
+_LINK_NO = lazy(r"\bLink (\d{1,4})\b")
+_GPU_CTX = lazy(r"NVRM: (?:The NVIDIA GPU|GPU at|GPU) (?:PCI:)?(" + _PCI + r")")
+_ANY_PCI = lazy(r"(?<![0-9a-fA-F:])(?:PCI:)?(" + _PCI + r")")
+_DRIVER_GPU = lazy(r"NVRM: (GPU\d{1,3})\b")
+_MLX_PORT = lazy(r"mlx5_core (" + _PCI + r")(?: ([\w.-]+))?: Port: (\d{1,3}) Link ([A-Za-z_]+)")
+_MLX_NETDEV = lazy(r"mlx5_core (" + _PCI + r") ([\w.-]+): Link (up|down)\b")
 
 # Driver messages that need action without an Xid, first match wins (one line, one signal).
 # What each one asks for is data: the ``signals`` section of gpuhc/data/xid_catalog.yaml.
 SIGNALS: tuple[tuple[str, re.Pattern], ...] = (
-    ("gpu_lost", re.compile(r"GPU lost from the bus|NV_ERR_GPU_IS_LOST|\bGPU (?:has been )?lost\b")),
-    ("rm_init_failed", re.compile(r"RmInitAdapter failed")),
-    ("gsp_rpc_timeouts", re.compile(r"Back to back GSP RPC timeout")),
-    ("marked_for_reset", re.compile(r"GPU marked for reset")),
-    ("reset_required", re.compile(r"NV_ERR_RESET_REQUIRED")),
+    ("gpu_lost", lazy(r"GPU lost from the bus|NV_ERR_GPU_IS_LOST|\bGPU (?:has been )?lost\b")),
+    ("rm_init_failed", lazy(r"RmInitAdapter failed")),
+    ("gsp_rpc_timeouts", lazy(r"Back to back GSP RPC timeout")),
+    ("marked_for_reset", lazy(r"GPU marked for reset")),
+    ("reset_required", lazy(r"NV_ERR_RESET_REQUIRED")),
 )
 
 

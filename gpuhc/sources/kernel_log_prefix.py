@@ -16,36 +16,38 @@ import calendar
 import re
 import time as _time
 
+from gpuhc.lazyre import lazy  # patterns compile on first use: most runs need few
+
 _MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 
-KMSG = re.compile(r"(\d{1,3}),(\d{1,20}),(\d{1,20}),[^;]{0,40};(.*)", re.S)
-KMSG_DICT = re.compile(r"\s[A-Z_]+=")
+KMSG = lazy(r"(\d{1,3}),(\d{1,20}),(\d{1,20}),[^;]{0,40};(.*)", re.S)
+KMSG_DICT = lazy(r"\s[A-Z_]+=")
 _FACILITY = r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7])"
-_DECODE = re.compile(_FACILITY + r"\s*:\s*(?:emerg|alert|crit|err|warn|notice|info|debug)\s*:\s?")
+_DECODE = lazy(_FACILITY + r"\s*:\s*(?:emerg|alert|crit|err|warn|notice|info|debug)\s*:\s?")
 _ISO_BODY = r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?"
 # talosctl dmesg: "<node>: <facility>: <severity, padded>: [<RFC 3339>]: message"
-_TALOS = re.compile(r"(?:[\w.:\[\]-]{1,64}: )?" + _FACILITY
+_TALOS = lazy(r"(?:[\w.:\[\]-]{1,64}: )?" + _FACILITY
                     + r"\s*:\s*(?:emerg|alert|crit|err|error|warning|warn|notice|info|debug)\s*:\s*\["
                     + _ISO_BODY + r"\]:?\s?")
-_LEVEL = re.compile(r"<\d{1,3}>")
-_MONO = re.compile(r"\s*\[?\s*(\d{1,12}\.\d{1,9})\]\s?")  # "[  12.34] " and a cut-off " 12.34] "
-_CTIME = re.compile(r"\[(\w{3}) (\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]\s?")
-_ISO = re.compile(_ISO_BODY + r"\s+")
-_SYSLOG = re.compile(r"(\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))? ")
+_LEVEL = lazy(r"<\d{1,3}>")
+_MONO = lazy(r"\s*\[?\s*(\d{1,12}\.\d{1,9})\]\s?")  # "[  12.34] " and a cut-off " 12.34] "
+_CTIME = lazy(r"\[(\w{3}) (\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]\s?")
+_ISO = lazy(_ISO_BODY + r"\s+")
+_SYSLOG = lazy(r"(\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))? ")
 # After a syslog/ISO stamp: "[host ]kernel[pid]: msg" is the kernel; "host proc[pid]: msg" and
 # "proc[pid]: msg" are programs. A host name never ends in ':', which tells "NVRM: ..." (a
 # kernel message with neither host nor tag, as some collectors write it) from "host proc:".
-_KERNEL_TAG = re.compile(r"(?:[^\s:]+ )?kernel(?:\[\d+\])?: ?")
-_HOST_PROC = re.compile(r"[^\s:]+ ([^\s:\[]+)(?:\[\d+\])?: ?")
-_PROC_PID = re.compile(r"(?:[^\s:]+ )?[^\s:\[]+\[\d+\]: ?")
+_KERNEL_TAG = lazy(r"(?:[^\s:]+ )?kernel(?:\[\d+\])?: ?")
+_HOST_PROC = lazy(r"[^\s:]+ ([^\s:\[]+)(?:\[\d+\])?: ?")
+_PROC_PID = lazy(r"(?:[^\s:]+ )?[^\s:\[]+\[\d+\]: ?")
 # A stamp anywhere in a line (the text before it is not the log's): the shapes above, searched.
 _EMBEDDED = (
-    re.compile(r"\[" + _ISO_BODY + r"\]"),
-    re.compile(r"(?<![\d:])" + _ISO_BODY + r"(?=[\s\]])"),
-    re.compile(r"\[(\w{3}) (\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]"),
-    re.compile(r"\b(\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?= )"),
-    re.compile(r"\[\s*(\d{1,12}\.\d{1,9})\]"),
+    lazy(r"\[" + _ISO_BODY + r"\]"),
+    lazy(r"(?<![\d:])" + _ISO_BODY + r"(?=[\s\]])"),
+    lazy(r"\[(\w{3}) (\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]"),
+    lazy(r"\b(\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?= )"),
+    lazy(r"\[\s*(\d{1,12}\.\d{1,9})\]"),
 )
 QUOTES = " \t>|+#*"  # what a ticket, an e-mail reply or a diff puts before a pasted line
 
@@ -170,7 +172,7 @@ def unescape_kmsg(text: str) -> str:
     return "".join(parts)
 
 
-_KMSG_ESC = re.compile(r"((?:\\x[0-9a-fA-F]{2})+)")
+_KMSG_ESC = lazy(r"((?:\\x[0-9a-fA-F]{2})+)")
 
 
 def epoch(year: int, month: int, day: int, hh: int, mm: int, ss: int, utc_offset: int | None = None) -> float | None:

@@ -31,7 +31,7 @@ from gpuhc.errors import ConfigError, SourceError
 from gpuhc.logtext import escape
 from gpuhc.model import AerCounters, IbPort, KernelLog, NvmlReading, Occupancy, norm_pci
 from gpuhc.sources import snapshot_io as sio
-from gpuhc.yamlpos import line_of, load_with_lines, read_text
+from gpuhc.yamlpos import line_of, load_file_text, read_text
 
 _GPU_SECTION = ("count", "defaults", "gpus")
 _COMMON = ("hostname", "time", "driver_version", "cuda_driver_version", "nvml", *_GPU_SECTION,
@@ -149,7 +149,7 @@ def _load_base(path: str, depth: int) -> tuple["_State", list[dict], sio.ErrorFn
     except ValueError as e:
         raise SourceError(f"{path}: cannot read scenario: {e}") from None
     try:
-        doc, lines = load_with_lines(text, path)
+        doc, lines = load_file_text(text, path)
     except ConfigError as e:
         raise SourceError(str(e)) from None
 
