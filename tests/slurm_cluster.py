@@ -70,7 +70,7 @@ class SlurmCluster:
         workdir: str | os.PathLike,
         nodes: Iterable[str] = ("n1", "n2", "n3", "n4"),
         gpuhc_config: dict | None = None,
-        extra_conf: str = "",
+        extra_conf: str | Iterable[str] = (),
         node_scenarios: dict[str, str] | None = None,
         healthcheck: bool = False,
         prolog: bool = False,
@@ -90,7 +90,12 @@ class SlurmCluster:
         if not self.nodes:
             raise ValueError("a cluster needs at least one node")
         self.gpuhc_config = gpuhc_config
-        self.extra_conf = extra_conf
+        # Lines for slurm.conf: one string (lines joined by newlines, as before) or a list. A
+        # `Key=value` line whose key the harness writes replaces the harness's line in place
+        # (accounting, scheduler, timeouts); other lines (NodeName=, PartitionName=, new keys)
+        # are appended.
+        self.extra_conf: list[str] = (extra_conf.strip().splitlines() if isinstance(extra_conf, str)
+                                      else [str(x) for x in extra_conf])
         self.node_scenarios = dict(node_scenarios or {})
         self.healthcheck, self.prolog, self.epilog = healthcheck, prolog, epilog
         self.healthcheck_interval = healthcheck_interval

@@ -110,9 +110,27 @@ def slurm_conf(c: "SlurmCluster") -> str:
             f"CPUs={c.cpus} RealMemory=1000{gres} State=UNKNOWN"
         )
     lines.append("PartitionName=gpu Default=YES MaxTime=INFINITE State=UP Nodes=ALL")
-    if c.extra_conf:
-        lines.append(c.extra_conf.strip())
-    return "\n".join(lines) + "\n"
+    return "\n".join(merge_conf(lines, c.extra_conf)) + "\n"
+
+
+_LIST_KEYS = ("nodename", "partitionname", "nodeset", "downnodes", "frontendname", "include")
+
+
+def merge_conf(base: list[str], extra: list[str]) -> list[str]:
+    """``base`` with ``extra`` merged in: a ``Key=value`` line replaces base's line for the same
+    key (Slurm keys are case-insensitive; slurm.conf takes one value per key), anything else is
+    appended in order (node, partition and nodeset lines may repeat)."""
+    out = list(base)
+    index = {ln.split("=", 1)[0].strip().lower(): i for i, ln in enumerate(out) if "=" in ln}
+    for line in (x.strip() for x in extra):
+        if not line:
+            continue
+        key = line.split("=", 1)[0].strip().lower() if "=" in line else ""
+        if key and key not in _LIST_KEYS and " " not in key and key in index:
+            out[index[key]] = line
+        else:
+            out.append(line)
+    return out
 
 
 def write_wrappers(c: "SlurmCluster") -> None:
