@@ -6,6 +6,7 @@ that each stays readable; these functions only read the cluster's settings and w
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import sys
 from pathlib import Path
@@ -100,6 +101,8 @@ def slurm_conf(c: "SlurmCluster") -> str:
         lines.append(f"PrologFlags={c.prolog_flags}")
     if c.epilog:
         lines.append(f"Epilog={wd}/bin/epilog")
+    if c.reboot:
+        lines.append(f"RebootProgram={wd}/bin/reboot")
     gres = ""
     if c.gpus_per_node:
         lines.append("GresTypes=gpu")
@@ -138,6 +141,17 @@ def write_wrappers(c: "SlurmCluster") -> None:
     wrapper sets everything gpuhc needs, then execs the shim (a no-op when ``shim_dir`` has
     none)."""
     path = ":".join([str(Path(sys.executable).parent), *SBIN])
+    gpuhc = gpuhc_bin()
+    if c.runtime is not None:
+        # slurmd runs in the release's chroot, which has no Python: gpuhc runs on the host's
+        # file system (/.host, see tests/slurm_release.py), reaching Slurm through slurm-bin.
+        host_path = ":".join([str(c.runtime.client_bin), path])
+        hop = c.workdir / "bin" / "gpuhc-host"
+        hop.write_text("#!/bin/sh\n"
+                       f"# written by tests/slurm_cluster.py: from the {c.release.id} chroot to the host's gpuhc\n"
+                       f'exec /usr/sbin/chroot /.host /usr/bin/env PATH="{host_path}" {gpuhc} "$@"\n')
+        hop.chmod(0o755)
+        gpuhc = str(hop)
     for kind in ("healthcheck", "prolog", "epilog"):
         shim = c.shim_dir / f"{kind}.sh"
         target = f'exec /bin/sh "{shim}" "$@"' if shim.is_file() else "exit 0"
@@ -148,7 +162,7 @@ def write_wrappers(c: "SlurmCluster") -> None:
             f'export SLURM_CONF="{c.conf_path}"\n'
             f'export GPUHC_CONFIG="{c.gpuhc_yaml}"\n'
             f'export GPUHC_STATE_DIR="{c.state_root}/${{SLURMD_NODENAME:-unknown}}"\n'
-            f'export GPUHC_BIN="{gpuhc_bin()}"\n'
+            f'export GPUHC_BIN="{gpuhc}"\n'
             f'export PYTHONPATH="{REPO}"\n'
             f'echo "$(date +%s.%N) {kind} ${{SLURMD_NODENAME}} ${{SLURM_JOB_ID:-}}" >> "{c.log_dir}/calls.log"\n'
             # The environment Slurm gave us, for tests that assert on it (and for debugging).
@@ -185,3 +199,72 @@ def write_gres(c: "SlurmCluster") -> None:
     last = c.gpus_per_node - 1
     files = f"{dev}/nvidia[0-{last}]" if last else f"{dev}/nvidia0"
     (c.workdir / "gres.conf").write_text(f"Name=gpu Type=fake File={files}\n")
+
+
+REBOOT = """#!/bin/sh
+# RebootProgram of test cluster {name}: "reboots" the node whose slurmd runs this. The machine
+# is bin/node, which restarts slurmd in a fresh time namespace when reboot/NODE exists.
+pid=$$
+while [ "$pid" -gt 1 ] && [ "$(cat /proc/$pid/comm)" != slurmd ]; do
+    read -r _ _ _ pid _ < /proc/$pid/stat
+done
+node=$(tr '\\0' '\\n' < /proc/$pid/cmdline | sed -n '/^-N$/{{n;p;q}}')
+echo "$(date +%s.%N) reboot $node" >> {log}/calls.log
+touch {wd}/reboot/"$node"
+# Let slurmd answer slurmctld first, as a real shutdown takes a moment.
+(sleep 2; kill -TERM "$pid") </dev/null >/dev/null 2>&1 &
+exit 0
+"""
+
+NODE = """#!/bin/sh
+# One "machine" of test cluster {name}: its slurmd, booted again whenever bin/reboot asked.
+# Each boot runs slurmd in a new time namespace whose boot clock starts at zero (Slurm reads the
+# node's boot time from its uptime), then the node's boot units (bin/boot), as systemd would.
+node=$1
+while :; do
+    rm -f {wd}/reboot/"$node"
+    up=$(cut -d. -f1 /proc/uptime)
+    unshare --time --boottime=-"$up" {slurmd} &
+    slurmd=$!
+    sh {wd}/bin/boot "$node" >> {log}/boot."$node".log 2>&1 &
+    wait "$slurmd"
+    rc=$?
+    [ -e {wd}/reboot/"$node" ] || exit "$rc"
+done
+"""
+
+BOOT = """#!/bin/sh
+# Boot units of a test node of cluster {name}: examples/systemd/gpuhc-retest.service's command,
+# once the node's slurmd answers (After=slurmd.service), with the node's gpuhc settings.
+node=$1
+echo "$(date +%s.%N) boot $node" >> {log}/calls.log
+export PATH="{path}"
+export SLURM_CONF="{conf}" GPUHC_CONFIG="{yaml}" GPUHC_STATE_DIR="{state}/$node" PYTHONPATH="{repo}"
+export SLURMD_NODENAME="$node"   # the host name, on a real node
+{command}
+echo "$(date +%s.%N) boot-done $node rc=$?" >> {log}/calls.log
+"""
+
+
+def retest_unit_command() -> list[str]:
+    """ExecStart of examples/systemd/gpuhc-retest.service, as argv."""
+    unit = (REPO / "examples" / "systemd" / "gpuhc-retest.service").read_text()
+    line = next(ln for ln in unit.splitlines() if ln.startswith("ExecStart="))
+    return shlex.split(line.split("=", 1)[1])
+
+
+def write_reboot(c: "SlurmCluster") -> None:
+    """RebootProgram, the per-node "machine" that reboots, and its boot units (reboot=True)."""
+    (c.workdir / "reboot").mkdir(exist_ok=True)
+    path = ":".join(([str(c.runtime.client_bin)] if c.runtime is not None else []) +
+                    [str(Path(sys.executable).parent), *SBIN])
+    argv = retest_unit_command()
+    if argv[0] == "/usr/local/bin/gpuhc":  # where the README installs it; here: the tests' gpuhc
+        argv = [*gpuhc_bin().split(), *argv[1:]]
+    fields = dict(name=c.name, wd=c.workdir, log=c.log_dir, conf=c.conf_path, yaml=c.gpuhc_yaml, state=c.state_root,
+                  repo=REPO, path=path, command=shlex.join(argv), slurmd=shlex.join(c.slurmd_argv("\"$node\"")))
+    fields["slurmd"] = fields["slurmd"].replace("\'\"$node\"\'", '"$node"')
+    for name, text in (("reboot", REBOOT), ("node", NODE), ("boot", BOOT)):
+        p = c.workdir / "bin" / name
+        p.write_text(text.format(**fields))
+        p.chmod(0o755)

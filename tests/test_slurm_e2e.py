@@ -420,6 +420,7 @@ def test_reasons_round_trip_through_real_scontrol(slurm_cluster, tmp_path, monke
 
     c = slurm_cluster(workdir=tmp_path / "rt", nodes=("n1",))
     monkeypatch.setenv("SLURM_CONF", str(c.conf_path))
+    monkeypatch.setenv("PATH", c.env()["PATH"])  # this release's scontrol
     sc = Scontrol()
     for msg in ("Xid 79, pid=1234, name=python3 Reason=x State=IDLE NodeName=n9",
                 "é ü 😀 %s %n (0000:5d:00.0): 50% [root@2024-01-01T00:00:00]",

@@ -58,6 +58,7 @@ def test_srun_two_nodes(cluster):
 
 
 @pytest.mark.mpi
+@pytest.mark.slurm_host  # the ranks run the host's Python
 def test_srun_pmi2_mpi4py_ranks(cluster):
     code = (
         "from mpi4py import MPI\n"
@@ -114,10 +115,10 @@ def test_gpuhc_yaml_carries_node_scenarios(tmp_path):
     assert data == {"budget_s": {"passive": 10}, "hosts": [{"match": "n2", "sources": {"nvml_scenario": "xid79.yaml"}}]}
 
 
-def test_teardown_leaves_no_process_of_the_cluster(tmp_path):
+def test_teardown_leaves_no_process_of_the_cluster(tmp_path, slurm_release):
     """Daemons, slurmstepds, a batch job's processes (in a session of their own, so killing
     slurmd's group misses them) and an srun the test never waited for: all gone after stop()."""
-    c = SlurmCluster(tmp_path / "c", nodes=("n1", "n2"))
+    c = SlurmCluster(tmp_path / "c", nodes=("n1", "n2"), release=slurm_release)
     try:
         c.start()
         job = c.sbatch("-w", "n1", "-o", "/dev/null", "--wrap", "sleep 300")
@@ -174,8 +175,9 @@ def test_cluster_processes_match_the_work_directory_exactly(tmp_path):
             p.wait()
 
 
-def test_a_cluster_that_cannot_start_says_why(tmp_path):
-    c = SlurmCluster(tmp_path / "bad", nodes=("n1",), extra_conf="NoSuchSlurmOption=1", start_timeout=20)
+def test_a_cluster_that_cannot_start_says_why(tmp_path, slurm_release):
+    c = SlurmCluster(tmp_path / "bad", nodes=("n1",), extra_conf="NoSuchSlurmOption=1", start_timeout=20,
+                     release=slurm_release)
     with pytest.raises(ClusterError) as err:
         c.start()
     text = str(err.value)
