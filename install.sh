@@ -49,12 +49,13 @@ done
 # The CUDA major version the NVIDIA driver supports: nvidia-smi's banner says "CUDA Version:
 # 12.4"; without nvidia-smi, libcuda's version (libcuda.so.575.57.08 -> driver 575 -> CUDA 12).
 # No driver: no CuPy (the passive checks need only NVML; active checks then say "no CuPy").
+libcuda_dirs="/usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib/aarch64-linux-gnu"
 cuda_major() {
     if command -v nvidia-smi >/dev/null 2>&1; then
         v=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\)\..*/\1/p' | head -n 1)
         [ -n "$v" ] && { echo "$v"; return; }
     fi
-    for lib in /usr/lib/x86_64-linux-gnu/libcuda.so.* /usr/lib64/libcuda.so.* /usr/lib/aarch64-linux-gnu/libcuda.so.*; do
+    for lib in $(for d in $libcuda_dirs; do echo "$d"/libcuda.so.*; done); do
         [ -e "$lib" ] || continue
         drv=${lib##*libcuda.so.}
         drv=${drv%%.*}
