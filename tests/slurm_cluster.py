@@ -295,10 +295,13 @@ class SlurmCluster:
         else:
             self._spawn(f"slurmd.{node}", self.slurmd_argv(node), wrap=False)
 
-    def restart_slurmd(self, node: str) -> None:
-        """Stop this node's slurmd (with its scripts) and start it again: a slurmd restart, not
-        a reboot (the boot time stays)."""
-        self._kill_group(self._procs[f"slurmd.{node}"])
+    def stop_slurmd(self, node: str) -> None:
+        """Stop this node's slurmd (with its scripts), as `systemctl stop slurmd` would; a
+        test that stops one starts it again with :meth:`start_slurmd` (a stopped daemon is
+        otherwise an error of :meth:`wait_for`)."""
+        self._kill_group(self._procs.pop(f"slurmd.{node}"))
+
+    def start_slurmd(self, node: str) -> None:
         self._start_slurmd(node)
 
     def _which(self, name: str) -> str:

@@ -202,8 +202,8 @@ def write_gres(c: "SlurmCluster") -> None:
 
 
 REBOOT = """#!/bin/sh
-# RebootProgram of test cluster {name}: "reboots" the node whose slurmd runs this. The machine
-# is bin/node, which restarts slurmd in a fresh time namespace when reboot/NODE exists.
+# RebootProgram of test cluster {name}: "reboots" the node whose slurmd runs this, by asking its
+# machine (bin/node, which stops slurmd and boots it again) through the file reboot/NODE.
 pid=$$
 while [ "$pid" -gt 1 ] && [ "$(cat /proc/$pid/comm)" != slurmd ]; do
     read -r _ _ _ pid _ < /proc/$pid/stat
@@ -211,15 +211,14 @@ done
 node=$(tr '\\0' '\\n' < /proc/$pid/cmdline | sed -n '/^-N$/{{n;p;q}}')
 echo "$(date +%s.%N) reboot $node" >> {log}/calls.log
 touch {wd}/reboot/"$node"
-# Let slurmd answer slurmctld first, as a real shutdown takes a moment.
-(sleep 2; kill -TERM "$pid") </dev/null >/dev/null 2>&1 &
-exit 0
 """
 
 NODE = """#!/bin/sh
 # One "machine" of test cluster {name}: its slurmd, booted again whenever bin/reboot asked.
 # Each boot runs slurmd in a new time namespace whose boot clock starts at zero (Slurm reads the
 # node's boot time from its uptime), then the node's boot units (bin/boot), as systemd would.
+# The machine itself stops slurmd on a reboot request (a second after it, as a shutdown takes
+# a moment): Slurm 26.05 ends whatever its RebootProgram leaves running.
 node=$1
 while :; do
     rm -f {wd}/reboot/"$node"
@@ -227,15 +226,26 @@ while :; do
     unshare --time --boottime=-"$up" {slurmd} &
     slurmd=$!
     sh {wd}/bin/boot "$node" >> {log}/boot."$node".log 2>&1 &
+    rebooting=
+    while [ -e /proc/$slurmd ] && [ "$(cut -d' ' -f3 /proc/$slurmd/stat 2>/dev/null)" != Z ]; do
+        if [ -e {wd}/reboot/"$node" ]; then
+            rebooting=1
+            sleep 1
+            kill -TERM "$slurmd"
+            break
+        fi
+        sleep 0.5
+    done
     wait "$slurmd"
     rc=$?
-    [ -e {wd}/reboot/"$node" ] || exit "$rc"
+    [ -n "$rebooting" ] || exit "$rc"
 done
 """
 
 BOOT = """#!/bin/sh
-# Boot units of a test node of cluster {name}: examples/systemd/gpuhc-retest.service's command,
-# once the node's slurmd answers (After=slurmd.service), with the node's gpuhc settings.
+# Boot units of a test node of cluster {name}: examples/systemd/gpuhc-retest.service's commands
+# (ExecStartPre, ExecStart), started with slurmd as After= with Type=simple does, with the
+# node's gpuhc settings.
 node=$1
 echo "$(date +%s.%N) boot $node" >> {log}/calls.log
 export PATH="{path}"
@@ -246,11 +256,13 @@ echo "$(date +%s.%N) boot-done $node rc=$?" >> {log}/calls.log
 """
 
 
-def retest_unit_command() -> list[str]:
-    """ExecStart of examples/systemd/gpuhc-retest.service, as argv."""
+def retest_unit_commands() -> list[list[str]]:
+    """ExecStartPre then ExecStart of examples/systemd/gpuhc-retest.service, as argv lists
+    (systemd's `$$` and `%%` escapes undone)."""
     unit = (REPO / "examples" / "systemd" / "gpuhc-retest.service").read_text()
-    line = next(ln for ln in unit.splitlines() if ln.startswith("ExecStart="))
-    return shlex.split(line.split("=", 1)[1])
+    lines = [ln for ln in unit.splitlines() if ln.startswith("ExecStartPre=")]
+    lines += [ln for ln in unit.splitlines() if ln.startswith("ExecStart=")]
+    return [shlex.split(ln.split("=", 1)[1].replace("$$", "$").replace("%%", "%")) for ln in lines]
 
 
 def write_reboot(c: "SlurmCluster") -> None:
@@ -258,11 +270,14 @@ def write_reboot(c: "SlurmCluster") -> None:
     (c.workdir / "reboot").mkdir(exist_ok=True)
     path = ":".join(([str(c.runtime.client_bin)] if c.runtime is not None else []) +
                     [str(Path(sys.executable).parent), *SBIN])
-    argv = retest_unit_command()
-    if argv[0] == "/usr/local/bin/gpuhc":  # where the README installs it; here: the tests' gpuhc
-        argv = [*gpuhc_bin().split(), *argv[1:]]
+    commands = []
+    for argv in retest_unit_commands():
+        if argv[0] == "/usr/local/bin/gpuhc":  # where the README installs it; here: the tests' gpuhc
+            argv = [*gpuhc_bin().split(), *argv[1:]]
+        commands.append(shlex.join(argv))
     fields = dict(name=c.name, wd=c.workdir, log=c.log_dir, conf=c.conf_path, yaml=c.gpuhc_yaml, state=c.state_root,
-                  repo=REPO, path=path, command=shlex.join(argv), slurmd=shlex.join(c.slurmd_argv("\"$node\"")))
+                  repo=REPO, path=path, command=" && \\\n".join(commands),
+                  slurmd=shlex.join(c.slurmd_argv("\"$node\"")))
     fields["slurmd"] = fields["slurmd"].replace("\'\"$node\"\'", '"$node"')
     for name, text in (("reboot", REBOOT), ("node", NODE), ("boot", BOOT)):
         p = c.workdir / "bin" / name
