@@ -174,8 +174,7 @@ class SlurmCluster:
             self._kill_group(self._procs[key])
         self._kill_strays()
         if self.runtime is not None:  # the chroot's mount namespace goes last: daemons ran in it
-            self.runtime.stop()
-            self.runtime = None
+            self.runtime.stop()  # kept: its namespace id still finds anything left behind
         self._procs.clear()
         self._clients.clear()
         self._started = False
@@ -528,14 +527,16 @@ def process_identity(pid: int) -> tuple[int, int] | None:
 
 
 def _belongs_to(pid: int, cluster: SlurmCluster) -> bool:
-    """Whether a process carries the cluster's mark: our SLURM_CONF in its environment, or our
-    work directory on its command line."""
+    """Whether a process carries the cluster's mark: our SLURM_CONF in its environment, our
+    work directory on its command line, or (a release in a chroot) our mount namespace."""
     try:
         env = Path(f"/proc/{pid}/environ").read_bytes()
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
     if f"SLURM_CONF={cluster.conf_path}".encode() in env.split(b"\0"):
+        return True
+    if cluster.runtime is not None and cluster.runtime.owns(pid):
         return True
     # The directory itself or a path below it, as an argument or after `--opt=`: a plain
     # substring test would take .../slurm1 for .../slurm10, another test's cluster.

@@ -149,6 +149,8 @@ def write_wrappers(c: "SlurmCluster") -> None:
         hop = c.workdir / "bin" / "gpuhc-host"
         hop.write_text("#!/bin/sh\n"
                        f"# written by tests/slurm_cluster.py: from the {c.release.id} chroot to the host's gpuhc\n"
+                       # run by hand on the host (a test calling the wrapper), there is no /.host
+                       f'[ -d /.host/proc ] || exec /usr/bin/env PATH="{host_path}" {gpuhc} "$@"\n'
                        f'exec /usr/sbin/chroot /.host /usr/bin/env PATH="{host_path}" {gpuhc} "$@"\n')
         hop.chmod(0o755)
         gpuhc = str(hop)

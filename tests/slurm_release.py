@@ -123,6 +123,7 @@ class ChrootRuntime:
         self.env = env
         self.client_bin = workdir / "slurm-bin"
         self.holder: subprocess.Popen | None = None
+        self.ns_id: str | None = None  # "mnt:[4026532...]": marks every process of the cluster
 
     @property
     def ns(self) -> str:
@@ -144,6 +145,7 @@ class ChrootRuntime:
             if self.holder.poll() is not None or time.monotonic() > deadline:
                 raise ReleaseError(f"unshare --mount did not start (exit {self.holder.poll()})")
             time.sleep(0.01)
+        self.ns_id = os.readlink(self.ns)
         r = str(self.root)
         script = ["set -e", f"mount --rbind / {r}/.host", f"mount --make-rslave {r}/.host",
                   f"mount --rbind /proc {r}/proc", f"mount --rbind /sys {r}/sys", f"mount --rbind /dev {r}/dev",
@@ -157,6 +159,15 @@ class ChrootRuntime:
         if cp.returncode != 0:
             raise ReleaseError(f"mounts for the {self.rel.id} chroot failed: {cp.stderr.strip()}")
         self._write_clients()
+
+    def owns(self, pid: int) -> bool:
+        """Whether a process lives in this cluster's mount namespace: the daemons, slurmstepd
+        (which newer Slurm starts with an environment of its own, detached from slurmd) and
+        every job and script under them."""
+        try:
+            return self.ns_id is not None and os.readlink(f"/proc/{pid}/ns/mnt") == self.ns_id
+        except OSError:
+            return False
 
     def wrap(self, argv: list[str]) -> list[str]:
         """argv to run a program of the release (absolute path inside the chroot)."""

@@ -25,7 +25,8 @@ the rest. The health check never resumes a quarantined or retired node.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from gpuhc.errors import SlurmError
@@ -34,6 +35,18 @@ from gpuhc.slurm.entry import carry_out
 from gpuhc.slurm.policy import Act, Decision, Memory, Verdict, out_of_service, resumable
 from gpuhc.slurm.reason import GpuhcReason, format_reason, owned, parse_reason, retired_from
 from gpuhc.slurm.scontrol import Scontrol
+
+
+# What Slurm appends to the reason of a node it reboots (`scontrol reboot`): " : reboot issued",
+# then " : reboot complete" (22.05, 24.11 and 26.05 alike; docs/slurm.md, "Slurm releases").
+# Slurm's words, not gpuhc's evidence: dropped before the reason is written again, or every
+# reboot cycle would add them once more.
+_SLURM_REBOOT_NOTES = re.compile(r"(?:\s+:\s+reboot (?:issued|complete))+\s*$", re.IGNORECASE)
+
+
+def _own(mine: GpuhcReason) -> GpuhcReason:
+    """The parsed reason without Slurm's reboot notes."""
+    return replace(mine, body=_SLURM_REBOOT_NOTES.sub("", mine.body))
 
 
 def phase(node: Node) -> str | None:
@@ -94,6 +107,7 @@ def plan_retest(node: Node, verdict: Verdict, evidence_reason: str | None, max_c
         return RetestPlan("resume", None, f"retest passed (was {_where(mine)}): resuming")
     if mine.retired:
         return RetestPlan("none", None, "retired: still failing")
+    mine = _own(mine)
     cycle = mine.cycle + 1
     if cycle >= max_cycles:
         return RetestPlan("retire", retired_from(mine), f"failed retest {cycle} of {max_cycles}: retiring")
@@ -178,7 +192,7 @@ def reboot_for_retest(sc: Scontrol, names: list[str], nextstate: str,
             if mine is None or mine.retired or not out_of_service(node):
                 out.append(AdminResult(name, False, "not drained or quarantined by gpuhc (retired nodes need release)"))
                 continue
-            sc.reboot(name, format_reason(mine.body, cycle=mine.cycle), nextstate=nextstate)
+            sc.reboot(name, format_reason(_own(mine).body, cycle=mine.cycle), nextstate=nextstate)
             out.append(AdminResult(name, True, f"reboot requested (nextstate={nextstate}); "
                                                "the boot-time `gpuhc quarantine retest` decides"))
         except SlurmError as e:
