@@ -27,6 +27,11 @@ def scenario_file(path: Path, sick: bool) -> str:
     return str(path)
 
 
+def registered(node) -> bool:
+    """slurmctld has heard from the node's slurmd: not UNKNOWN, not DOWN, answering."""
+    return node.state not in ("UNKNOWN", "DOWN") and "NOT_RESPONDING" not in node.flags
+
+
 def slurmd_started(c, node: str) -> str:
     return next(t for t in c.scontrol("show", "node", "-o", node).stdout.split() if t.startswith("SlurmdStartTime="))
 
@@ -42,8 +47,9 @@ def test_healthcheck_fails_when_slurmd_starts(slurm_cluster, tmp_path):
                       healthcheck_node_state="ANY,CYCLE", gpuhc_config=base_config(wd),
                       node_scenarios={"n1": scenario_file(tmp_path / "n1.yaml", sick=True),
                                       "n2": scenario_file(n2, sick=False)})
-    # start() waited for both nodes to register and not be DOWN
-    n1 = c.wait_for(lambda: (n := c.node("n1")).drained and n, 30, "n1 drained")
+    # gpuhc drains during slurmd's start-up check, before the node's first registration
+    # (UNKNOWN+DRAIN for a moment); the node must then register, still drained.
+    n1 = c.wait_for(lambda: (n := c.node("n1")).drained and registered(n) and n, 60, "n1 drained and registered")
     assert n1.reason == XID_REASON and n1.state == "IDLE", (n1.raw_state, n1.reason)
     assert [x.split(":")[0] for x in decisions(wd, "n1")][:2] == ["passive", "drained"]
     assert not c.node("n2").drained
@@ -53,9 +59,9 @@ def test_healthcheck_fails_when_slurmd_starts(slurm_cluster, tmp_path):
     c.stop_slurmd("n2")
     scenario_file(n2, sick=True)
     c.start_slurmd("n2")
-    node = c.wait_for(lambda: (n := c.node("n2")).drained and slurmd_started(c, "n2") != before and n, 60,
-                      "n2 drained by its restarted slurmd")
-    assert node.reason == XID_REASON and not node.down, (node.raw_state, node.reason)
+    node = c.wait_for(lambda: (n := c.node("n2")).drained and registered(n) and slurmd_started(c, "n2") != before
+                      and n, 60, "n2 drained and registered by its restarted slurmd")
+    assert node.reason == XID_REASON and node.state == "IDLE", (node.raw_state, node.reason)
     log = (wd / "log" / "slurmd.n2.log").read_text()
     assert "health_check failed: rc:1" in log
 
