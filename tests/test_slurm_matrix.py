@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from test_slurm_e2e import HEALTHY, XID79, base_config, decisions, gpuhc
+from test_slurm_e2e import HEALTHY, XID79, back_in_service, base_config, decisions, gpuhc
 
 pytestmark = pytest.mark.slurm
 
@@ -71,7 +71,7 @@ def boot_time(c, node: str) -> str:
 
 
 @pytest.mark.parametrize("passes", [True, False], ids=["passes", "fails"])
-def test_reboot_for_retest_through_real_reboot_program(slurm_cluster, tmp_path, passes):
+def test_reboot_for_retest_through_real_reboot_program(slurm_cluster, tmp_path, passes, slurm_release):
     """quarantine's reboot for real: drained by gpuhc -> `gpuhc quarantine retest --reboot`
     (`scontrol reboot ASAP nextstate=DOWN reason=<gpuhc's>`) -> reboot pending -> the cluster's
     RebootProgram "reboots" that node only (its slurmd, with a new boot time) -> slurmd registers
@@ -97,11 +97,13 @@ def test_reboot_for_retest_through_real_reboot_program(slurm_cluster, tmp_path, 
     done = c.wait_for(lambda: re.findall(r" boot-done n1 rc=(\d+)", calls.read_text())[1:], 120,
                       "n1's boot-time retest finished")
     node = c.node("n1")
+    boot_log = (wd / "log" / "boot.n1.log").read_text()
     if passes:
-        assert done == ["0"], (wd / "log" / "boot.n1.log").read_text()
-        assert not node.drained and not node.down and node.reason is None, (node.raw_state, node.reason)
+        # the retest, not Slurm, put it back: nextstate=DOWN held the node out until then
+        assert done == ["0"] and "retest passed (was drained): resuming" in boot_log, boot_log
+        assert back_in_service(node, slurm_release), (node.raw_state, node.reason)
     else:
-        assert done == ["1"], (wd / "log" / "boot.n1.log").read_text()
+        assert done == ["1"] and "quarantine [q1]" in boot_log, boot_log
         assert (node.drained or node.down) and node.reason == XID_REASON + " [q1]", (node.raw_state, node.reason)
     # only the node asked for rebooted
     assert " reboot n2" not in calls.read_text() and calls.read_text().count(" boot n2") == 1
