@@ -1,4 +1,11 @@
-"""Shared test setup: the real-Slurm cluster fixtures and the ``gpu`` marker's skip rule.
+"""Shared test setup: the real-Slurm cluster fixtures, the Slurm release matrix, and the ``gpu``
+marker's skip rule.
+
+Every test that starts a cluster (``slurm_cluster``/``slurm_cluster_module``) runs once per
+selected Slurm release, and its id says which: ``test_x[slurm-24.11]``. ``--slurm`` (or
+``GPUHC_SLURM``) selects: ``host`` (default: the host's packages), ``all`` (22.05, 24.11,
+26.05; the ones the host lacks run in Debian chroots, tests/slurm_release.py), or a comma list.
+Tests marked ``slurm_host`` run on the host's Slurm only, named the same way.
 
 ``tests/`` is put on ``sys.path`` here (pyproject has no ``pythonpath``) so test modules can
 ``from slurm_cluster import SlurmCluster`` and the fixtures below are registered for every test.
@@ -24,6 +31,39 @@ if "GPUHC_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["GPUHC_CACHE_DIR"], True)
 
 from slurm_cluster import slurm_cluster, slurm_cluster_module  # noqa: E402,F401  (fixtures)
+from slurm_release import host_version, release, selected  # noqa: E402
+
+_CLUSTER_FIXTURES = {"slurm_cluster", "slurm_cluster_module", "slurm_release"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slurm", default=os.environ.get("GPUHC_SLURM", "host"),
+                     help="Slurm releases for the slurm tests: host (default), all, or e.g. 22.05,26.05")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "install: installs gpuhc as README.md says inside a fresh Debian chroot "
+                                       "(root, mmdebstrap, network to PyPI; fails, never skips)")
+    config.addinivalue_line("markers", "slurm_host: a slurm test that runs on the host's Slurm only (its jobs run "
+                                       "the host's Python, which a release's chroot does not have)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if not _CLUSTER_FIXTURES & set(metafunc.fixturenames):
+        return
+    host = host_version() or "22.05"
+    if metafunc.definition.get_closest_marker("slurm_host"):
+        versions = [host]
+    else:
+        versions = selected(metafunc.config.getoption("--slurm"))
+    metafunc.parametrize("slurm_release", versions, indirect=True, ids=[f"slurm-{v}" for v in versions],
+                         scope="module")
+
+
+@pytest.fixture(scope="module")
+def slurm_release(request: pytest.FixtureRequest):
+    """The Slurm release this test's clusters run (tests/slurm_release.py)."""
+    return release(getattr(request, "param", None) or host_version() or "22.05")
 
 
 def _gpu_present() -> bool:

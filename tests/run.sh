@@ -1,14 +1,33 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: README.md's test command, and what .ci/run calls.
-# Installs what the tests need (Debian's Slurm and munge, gpuhc with its test extras), then runs
-# pytest. The `slurm` tests start their own munged/slurmctld/slurmd on localhost and stop them.
+#   bash tests/run.sh [--latest] [--slurm-all] [pytest arguments]
+# Installs what the tests need (Debian's Slurm and munge; gpuhc with its test extras in the
+# virtual environment .venv, made by install.sh: Debian 12's and Ubuntu 24.04's python3 refuse
+# `pip install` into the system, PEP 668), then runs pytest. The `slurm` tests start their own
+# munged/slurmctld/slurmd on localhost and stop them.
+#   --slurm-all  run the `slurm` tests on every Slurm of the matrix (22.05, 24.11, 26.05): the
+#                releases the host lacks run in Debian chroots built once with mmdebstrap
+#                (tests/matrix/build-chroot.sh, cached in /var/cache/gpuhc-test/chroots).
+#   --latest     newest releases of the Python dependencies instead of tests/constraints.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+latest=() slurm=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --latest) latest=(--latest); shift ;;
+    --slurm-all) slurm=(--slurm=all); shift ;;
+    *) break ;;
+  esac
+done
 
 need=()
 for pkg in slurmctld slurmd slurm-client munge; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
+if [ ${#slurm[@]} -gt 0 ]; then
+  dpkg -s mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "tests/run.sh: missing ${need[*]}; run as root or: apt-get install ${need[*]}" >&2
@@ -19,13 +38,15 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -q --no-install-recommends "${need[@]}"
 fi
 
-# CI installs the versions the suite last passed with (tests/constraints.txt), so a library's
-# new release cannot break a submission overnight. `--latest` takes the newest releases
-# instead, by hand, so that drift shows up as a named test failure before the pins move.
-constraints=(-c tests/constraints.txt)
-if [ "${1:-}" = "--latest" ]; then
-  shift
-  constraints=(--upgrade --upgrade-strategy eager)
+# CI installs the versions the suite last passed with (tests/constraints.txt, install.sh's
+# default), so a library's new release cannot break a submission overnight. `--latest` takes
+# the newest releases instead, by hand, so that drift shows up as a named test failure first.
+sh install.sh --venv .venv --gpu none --extras test --editable "${latest[@]}"
+if [ ${#slurm[@]} -gt 0 ]; then
+  for suite in trixie sid; do  # once per machine; printed so CI logs show what it cost
+    start=$(date +%s)
+    sh tests/matrix/build-chroot.sh "$suite"
+    echo "tests/run.sh: chroot $suite ready in $(( $(date +%s) - start )) s"
+  done
 fi
-python3 -m pip install -q --disable-pip-version-check "${constraints[@]}" -e '.[test]'
-exec python3 -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q "${slurm[@]}" "$@"

@@ -41,7 +41,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from slurm_cluster_files import REPO, SBIN, free_ports, gpuhc_bin, slurm_conf, write_gpuhc_yaml, write_gres, write_wrappers
+from slurm_cluster_files import (REPO, SBIN, free_ports, gpuhc_bin, slurm_conf, write_gpuhc_yaml, write_gres, write_reboot,
+                                 write_wrappers)
+from slurm_release import ChrootRuntime, ReleaseError, SlurmRelease, host_version, release as find_release
 
 __all__ = ["REPO", "ClusterError", "SlurmCluster", "cluster_processes", "daemons_alive", "free_ports", "gpuhc_bin",
            "process_identity"]
@@ -70,7 +72,7 @@ class SlurmCluster:
         workdir: str | os.PathLike,
         nodes: Iterable[str] = ("n1", "n2", "n3", "n4"),
         gpuhc_config: dict | None = None,
-        extra_conf: str = "",
+        extra_conf: str | Iterable[str] = (),
         node_scenarios: dict[str, str] | None = None,
         healthcheck: bool = False,
         prolog: bool = False,
@@ -84,13 +86,20 @@ class SlurmCluster:
         debug: str = "info",
         shim_dir: str | os.PathLike | None = None,
         prolog_flags: str | None = None,
+        release: SlurmRelease | str | None = None,
+        reboot: bool = False,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.nodes = tuple(nodes)
         if not self.nodes:
             raise ValueError("a cluster needs at least one node")
         self.gpuhc_config = gpuhc_config
-        self.extra_conf = extra_conf
+        # Lines for slurm.conf: one string (lines joined by newlines, as before) or a list. A
+        # `Key=value` line whose key the harness writes replaces the harness's line in place
+        # (accounting, scheduler, timeouts); other lines (NodeName=, PartitionName=, new keys)
+        # are appended.
+        self.extra_conf: list[str] = (extra_conf.strip().splitlines() if isinstance(extra_conf, str)
+                                      else [str(x) for x in extra_conf])
         self.node_scenarios = dict(node_scenarios or {})
         self.healthcheck, self.prolog, self.epilog = healthcheck, prolog, epilog
         self.healthcheck_interval = healthcheck_interval
@@ -104,6 +113,16 @@ class SlurmCluster:
         # Where the wrappers find healthcheck.sh/prolog.sh/epilog.sh: the repo's shims by
         # default; a test of the harness itself points elsewhere to stay out of gpuhc's verdicts.
         self.shim_dir = Path(shim_dir) if shim_dir is not None else REPO / "slurm"
+        # Which Slurm: the host's packages (None) or a release of the matrix in its Debian chroot
+        # (tests/slurm_release.py); a version string ("24.11") is looked up.
+        if isinstance(release, str):
+            release = find_release(release)
+        self.release: SlurmRelease = release or SlurmRelease(host_version() or "host")
+        self.runtime: ChrootRuntime | None = None
+        # reboot=True: a RebootProgram that "reboots" only the node asking (its slurmd restarts in
+        # a fresh time namespace, so Slurm sees a new boot time), then the node's boot units
+        # run (gpuhc-retest.service's command). See write_reboot in slurm_cluster_files.py.
+        self.reboot = reboot
         self.name = "gpuhct" + secrets.token_hex(3)
         self.conf_path = self.workdir / "slurm.conf"
         self.log_dir = self.workdir / "log"
@@ -154,6 +173,8 @@ class SlurmCluster:
         for key in order:
             self._kill_group(self._procs[key])
         self._kill_strays()
+        if self.runtime is not None:  # the chroot's mount namespace goes last: daemons ran in it
+            self.runtime.stop()  # kept: its namespace id still finds anything left behind
         self._procs.clear()
         self._clients.clear()
         self._started = False
@@ -215,11 +236,20 @@ class SlurmCluster:
         self.sock_dir = Path(tempfile.mkdtemp(prefix="gpuhc-munge-", dir="/tmp"))
         self.sock_dir.chmod(0o755)  # clients running as a job's (non-root) user need the socket
         self.munge_socket = self.sock_dir / "munge.sock"
+        if self.release.chroot:
+            self.runtime = ChrootRuntime(self.release, self.workdir, [self.workdir, self.sock_dir, REPO],
+                                         self.env())
+            try:
+                self.runtime.start()
+            except ReleaseError as e:
+                raise ClusterError(str(e)) from None
         ports = free_ports(len(self.nodes) + 1)
         self.ctld_port = ports[0]
         self.node_ports = dict(zip(self.nodes, ports[1:]))
         write_gres(self)
         self._write_wrappers()
+        if self.reboot:
+            write_reboot(self)
         self._write_gpuhc_yaml()
         self.conf_path.write_text(self.slurm_conf())
 
@@ -241,7 +271,7 @@ class SlurmCluster:
             key.write_bytes(os.urandom(1024))
         key.chmod(0o600)
         argv = [
-            _which("munged"), "--foreground", "--force",
+            self._which("munged"), "--foreground", "--force",
             f"--socket={self.munge_socket}", f"--key-file={key}",
             f"--pid-file={self.sock_dir}/munged.pid", f"--seed-file={self.sock_dir}/munged.seed",
             f"--log-file={self.log_dir}/munged.log",
@@ -252,12 +282,35 @@ class SlurmCluster:
             raise ClusterError(f"munged exited at start\n{self.logs_tail()}")
 
     def _start_ctld(self) -> None:
-        self._spawn("slurmctld", [_which("slurmctld"), "-D", "-i", "-f", str(self.conf_path)])
+        self._spawn("slurmctld", [self._which("slurmctld"), "-D", "-i", "-f", str(self.conf_path)])
+
+    def slurmd_argv(self, node: str) -> list[str]:
+        argv = [self._which("slurmd"), "-D", "-N", node, "-f", str(self.conf_path)]
+        return self.runtime.wrap(argv) if self.runtime is not None else argv
 
     def _start_slurmd(self, node: str) -> None:
-        self._spawn(f"slurmd.{node}", [_which("slurmd"), "-D", "-N", node, "-f", str(self.conf_path)])
+        if self.reboot:  # the node's "machine": slurmd under bin/node, which can reboot it
+            self._spawn(f"slurmd.{node}", ["sh", str(self.workdir / "bin" / "node"), node], wrap=False)
+        else:
+            self._spawn(f"slurmd.{node}", self.slurmd_argv(node), wrap=False)
 
-    def _spawn(self, key: str, argv: list[str]) -> None:
+    def stop_slurmd(self, node: str) -> None:
+        """Stop this node's slurmd (with its scripts), as `systemctl stop slurmd` would; a
+        test that stops one starts it again with :meth:`start_slurmd` (a stopped daemon is
+        otherwise an error of :meth:`wait_for`)."""
+        self._kill_group(self._procs.pop(f"slurmd.{node}"))
+
+    def start_slurmd(self, node: str) -> None:
+        self._start_slurmd(node)
+
+    def _which(self, name: str) -> str:
+        if self.runtime is not None:  # Debian puts every daemon in /usr/sbin
+            return f"/usr/sbin/{name}"
+        return _which(name)
+
+    def _spawn(self, key: str, argv: list[str], wrap: bool = True) -> None:
+        if self.runtime is not None and wrap:
+            argv = self.runtime.wrap(argv)
         out = open(self.log_dir / f"{key}.out", "ab")
         try:
             self._procs[key] = subprocess.Popen(
@@ -277,7 +330,8 @@ class SlurmCluster:
         """Environment for Slurm CLI calls against this cluster (and nothing else)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))}
         env["SLURM_CONF"] = str(self.conf_path)
-        env["PATH"] = ":".join([str(Path(sys.executable).parent), *SBIN, env.get("PATH", "")])
+        first = [str(self.runtime.client_bin)] if self.runtime is not None else []
+        env["PATH"] = ":".join([*first, str(Path(sys.executable).parent), *SBIN, env.get("PATH", "")])
         env.update(extra)
         return env
 
@@ -473,14 +527,16 @@ def process_identity(pid: int) -> tuple[int, int] | None:
 
 
 def _belongs_to(pid: int, cluster: SlurmCluster) -> bool:
-    """Whether a process carries the cluster's mark: our SLURM_CONF in its environment, or our
-    work directory on its command line."""
+    """Whether a process carries the cluster's mark: our SLURM_CONF in its environment, our
+    work directory on its command line, or (a release in a chroot) our mount namespace."""
     try:
         env = Path(f"/proc/{pid}/environ").read_bytes()
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
     if f"SLURM_CONF={cluster.conf_path}".encode() in env.split(b"\0"):
+        return True
+    if cluster.runtime is not None and cluster.runtime.owns(pid):
         return True
     # The directory itself or a path below it, as an argument or after `--opt=`: a plain
     # substring test would take .../slurm1 for .../slurm10, another test's cluster.
@@ -497,11 +553,12 @@ except ImportError:  # the module is also usable from a plain script
 
 if pytest is not None:
 
-    def _factory(tmp_path_factory):
+    def _factory(tmp_path_factory, rel: SlurmRelease | None = None):
         started: list[SlurmCluster] = []
 
         def make(**kwargs: Any) -> SlurmCluster:
             workdir = kwargs.pop("workdir", None) or tmp_path_factory.mktemp("slurm")
+            kwargs.setdefault("release", rel)
             cluster = SlurmCluster(workdir, **kwargs)
             started.append(cluster)
             try:
@@ -525,17 +582,18 @@ if pytest is not None:
             pytest.fail(f"processes of the test cluster survived its teardown: {left}", pytrace=False)
 
     @pytest.fixture
-    def slurm_cluster(tmp_path_factory):
+    def slurm_cluster(tmp_path_factory, slurm_release):
         """Factory: ``slurm_cluster(**kwargs)`` starts a :class:`SlurmCluster` (kwargs as its
-        constructor); every cluster it made is stopped when the test ends."""
-        started, make = _factory(tmp_path_factory)
+        constructor) on the test's Slurm release (conftest.py); every cluster it made is stopped
+        when the test ends."""
+        started, make = _factory(tmp_path_factory, slurm_release)
         yield make
         _stop_all(started)
 
     @pytest.fixture(scope="module")
-    def slurm_cluster_module(tmp_path_factory):
+    def slurm_cluster_module(tmp_path_factory, slurm_release):
         """Same factory, torn down at the end of the module: for tests that can share a cluster
         (reset node states yourself between tests, e.g. ``scontrol update State=RESUME``)."""
-        started, make = _factory(tmp_path_factory)
+        started, make = _factory(tmp_path_factory, slurm_release)
         yield make
         _stop_all(started)

@@ -51,13 +51,13 @@ def test_drain_resume_reboot_argv():
     sc.drain("gpu-01", "gpuhc: xid gpu3 Xid 79: GPU has fallen off the bus")
     sc.resume("gpu-01")
     sc.reboot("gpu[01-03]", "gpuhc: xid gpu3 Xid 79 [q1]")
-    sc.reboot("gpu-01", "gpuhc: x [q1]", nextstate="DRAIN", asap=False)
+    sc.reboot("gpu-01", "gpuhc: x [q1]", nextstate="RESUME", asap=False)
     assert [a for a, _ in rec.seen] == [
         ["scontrol", "update", "NodeName=gpu-01", "State=DRAIN",
          "Reason=gpuhc: xid gpu3 Xid 79: GPU has fallen off the bus"],
         ["scontrol", "update", "NodeName=gpu-01", "State=RESUME"],
         ["scontrol", "reboot", "ASAP", "nextstate=DOWN", "reason=gpuhc: xid gpu3 Xid 79 [q1]", "gpu[01-03]"],
-        ["scontrol", "reboot", "nextstate=DRAIN", "reason=gpuhc: x [q1]", "gpu-01"],
+        ["scontrol", "reboot", "nextstate=RESUME", "reason=gpuhc: x [q1]", "gpu-01"],
     ]
     assert sc.calls == [a for a, _ in rec.seen]
 

@@ -46,6 +46,7 @@ def write_config(cluster, tmp_path) -> str:
     return str(path)
 
 
+@pytest.mark.slurm_host  # the probe jobs run the host's Python (mpi4py)
 def test_sweep_localizes_and_drains_the_slow_node(slurm_cluster, tmp_path):
     c = slurm_cluster(nodes=("n1", "n2", "n3", "n4"), gpus_per_node=1)
     cfg = write_config(c, tmp_path)

@@ -218,4 +218,6 @@ def took(decision: Decision, after: Node) -> bool:
     """Does Slurm show the decision applied?"""
     if decision.act is Act.DRAIN:
         return after.drained and after.reason == decision.reason
-    return not after.drained and not owned(after.reason)
+    # In service is the proof, not the reason text: Slurm 24.11 puts a resumed node back to IDLE
+    # and keeps its old reason (docs/slurm.md, "Slurm releases").
+    return not after.drained and not after.down

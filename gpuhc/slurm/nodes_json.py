@@ -321,7 +321,9 @@ def _from_sinfo_groups(groups: list) -> list[Node]:
         state, flags, raw = _state(node_info.get("state"), None, where)
         reason_obj = group.get("reason") if isinstance(group.get("reason"), dict) else {}
         reason = _text(reason_obj.get("description"), where, "reason.description")
-        user = _text(reason_obj.get("user"), where, "reason.user") if reason else None
+        # 26.05 moved the reason's user out of ``reason.user`` to ``reason_set_by_user``
+        user_raw = reason_obj.get("user") or group.get("reason_set_by_user")
+        user = _text(user_raw, where, "reason.user") if reason else None
         when = _time(reason_obj.get("time"), where, "reason.time") if reason else None
         part = group.get("partition") if isinstance(group.get("partition"), dict) else {}
         pname = part.get("name") if isinstance(part.get("name"), str) else None

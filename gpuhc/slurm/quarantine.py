@@ -28,11 +28,24 @@ Pure: these functions take a node as Slurm shows it and say what to do; the admi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from gpuhc.slurm.nodes import Node
 from gpuhc.slurm.policy import Verdict, out_of_service, resumable
 from gpuhc.slurm.reason import GpuhcReason, format_reason, owned, parse_reason, retired_from
+
+
+# What Slurm appends to the reason of a node it reboots (`scontrol reboot`): " : reboot issued",
+# then " : reboot complete" (22.05, 24.11 and 26.05 alike; docs/slurm.md, "Slurm releases").
+# Slurm's words, not gpuhc's evidence: dropped before the reason is written again, or every
+# reboot cycle would add them once more.
+_SLURM_REBOOT_NOTES = re.compile(r"(?:\s+:\s+reboot (?:issued|complete))+\s*$", re.IGNORECASE)
+
+
+def _own(mine: GpuhcReason) -> GpuhcReason:
+    """The parsed reason without Slurm's reboot notes."""
+    return replace(mine, body=_SLURM_REBOOT_NOTES.sub("", mine.body))
 
 
 def phase(node: Node) -> str | None:
@@ -93,6 +106,7 @@ def plan_retest(node: Node, verdict: Verdict, evidence_reason: str | None, max_c
         return RetestPlan("resume", None, f"retest passed (was {_where(mine)}): resuming")
     if mine.retired:
         return RetestPlan("none", None, "retired: still failing")
+    mine = _own(mine)
     cycle = mine.cycle + 1
     if cycle >= max_cycles:
         return RetestPlan("retire", retired_from(mine), f"failed retest {cycle} of {max_cycles}: retiring")
@@ -143,4 +157,4 @@ def plan_reboot(node: Node, nextstate: str) -> AdminPlan:
     if mine is None or mine.retired or not out_of_service(node):
         return AdminPlan("none", "not drained or quarantined by gpuhc (retired nodes need release)", ok=False)
     return AdminPlan("reboot", f"reboot requested (nextstate={nextstate}); the boot-time `gpuhc quarantine retest` "
-                               "decides", format_reason(mine.body, cycle=mine.cycle))
+                               "decides", format_reason(_own(mine).body, cycle=mine.cycle))

@@ -88,8 +88,8 @@ class Scontrol(SlurmCommand):
         """``scontrol reboot [ASAP] nextstate=.. reason=.. NODES`` (needs RebootProgram)."""
         if not _HOSTLIST.match(nodes) or nodes.upper() == "ALL":
             raise SlurmError(f"refusing to reboot {nodes!r}: not a plain node list")
-        if nextstate not in ("DOWN", "DRAIN", "RESUME"):
-            raise SlurmError(f"reboot nextstate must be DOWN, DRAIN or RESUME, got {nextstate!r}")
+        if nextstate not in ("DOWN", "RESUME"):  # what 22.05, 24.11 and 26.05 accept (docs/slurm.md)
+            raise SlurmError(f"reboot nextstate must be DOWN or RESUME, got {nextstate!r}")
         _check_reason(reason)
         argv = [self.binary, "reboot"] + (["ASAP"] if asap else [])
         argv += [f"nextstate={nextstate}", f"reason={reason}", nodes]

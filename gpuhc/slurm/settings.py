@@ -53,7 +53,8 @@ SCHEMA = {
     "quarantine": {
         "max_cycles": Key(int, 3, "failed retests before a node is marked RETIRED", min=1, max=99),
         "reboot": Key(bool, False, "`quarantine retest` of a remote node reboots it (needs RebootProgram)"),
-        "reboot_nextstate": Key(str, "DOWN", "state after the reboot; 22.05 knows RESUME/DOWN only, and only "
-                                "DOWN keeps the node out of service", choices=("DOWN", "DRAIN")),
+        "reboot_nextstate": Key(str, "DOWN", "state after the reboot: DOWN keeps the node out of service until "
+                                "the boot-time retest resumes it; RESUME returns it at once, without that gate "
+                                "(22.05, 24.11 and 26.05 accept only these two)", choices=("DOWN", "RESUME")),
     },
 }

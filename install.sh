@@ -1,0 +1,137 @@
+#!/bin/sh
+# Install gpuhc from this checkout into its own virtual environment (README.md, "Install").
+#
+#   sh install.sh                    # as root, on a GPU node: /opt/gpuhc + links + shims + config
+#   sh install.sh --venv DIR [...]   # only a virtual environment at DIR (no root, nothing else)
+#
+# Why a venv: Debian 12 and Ubuntu 24.04 mark their python3 "externally managed" (PEP 668), so
+# `pip install` into it fails, and gpuhc's dependencies (nvidia-ml-py, CuPy) are not all packaged
+# by the distributions. A venv under /opt/gpuhc keeps gpuhc and its pinned dependencies away from
+# the system's Python packages, survives distribution upgrades of them, and is removed with one
+# `rm -rf` (plus the links below). The distribution's own python3 runs it.
+#
+# Options:
+#   --prefix DIR     where the node install goes (default /opt/gpuhc)
+#   --venv DIR       only create/refresh a venv at DIR with gpuhc in it; no system files
+#   --gpu WHICH      the CuPy extra: auto (default: from the NVIDIA driver's CUDA version),
+#                    none, cuda12 or cuda13
+#   --extras LIST    more extras, comma-separated (e.g. test)
+#   --editable       install the checkout in development mode (pip -e)
+#   --wheels DIR     install from wheels in DIR only (offline nodes; `pip download` them first)
+#   --latest         ignore tests/constraints.txt (the pinned versions) and take the newest
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+prefix=/opt/gpuhc
+venv=
+gpu=auto
+extras=
+editable=
+wheels=
+constraints="-c $here/tests/constraints.txt"
+
+die() { echo "install.sh: $*" >&2; exit 2; }
+
+while [ $# -gt 0 ]; do
+    case $1 in
+        --prefix) prefix=${2:?--prefix needs a directory}; shift 2 ;;
+        --venv) venv=${2:?--venv needs a directory}; shift 2 ;;
+        --gpu) gpu=${2:?--gpu needs auto, none, cuda12 or cuda13}; shift 2 ;;
+        --extras) extras=${2:?--extras needs a list}; shift 2 ;;
+        --editable) editable=-e; shift ;;
+        --wheels) wheels=${2:?--wheels needs a directory}; shift 2 ;;
+        --latest) constraints="--upgrade --upgrade-strategy eager"; shift ;;
+        -h|--help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown option $1 (see --help)" ;;
+    esac
+done
+
+# The CUDA major version the NVIDIA driver supports: nvidia-smi's banner says "CUDA Version:
+# 12.4"; without nvidia-smi, libcuda's version (libcuda.so.575.57.08 -> driver 575 -> CUDA 12).
+# No driver: no CuPy (the passive checks need only NVML; active checks then say "no CuPy").
+libcuda_dirs="/usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib/aarch64-linux-gnu"
+cuda_major() {
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        v=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\)\..*/\1/p' | head -n 1)
+        [ -n "$v" ] && { echo "$v"; return; }
+    fi
+    for lib in $(for d in $libcuda_dirs; do echo "$d"/libcuda.so.*; done); do
+        [ -e "$lib" ] || continue
+        drv=${lib##*libcuda.so.}
+        drv=${drv%%.*}
+        case $drv in ''|*[!0-9]*) continue ;; esac
+        # CUDA 13 needs driver 580 or newer, CUDA 12 525 or newer (NVIDIA's CUDA release notes).
+        if [ "$drv" -ge 580 ]; then echo 13; elif [ "$drv" -ge 525 ]; then echo 12; fi
+        return
+    done
+}
+
+if [ "$gpu" = auto ]; then
+    case $(cuda_major) in
+        13) gpu=cuda13 ;;
+        12) gpu=cuda12 ;;
+        '') gpu=none ;;
+        *) echo "install.sh: the driver's CUDA is older than 12: no CuPy (active checks off)" >&2; gpu=none ;;
+    esac
+fi
+case $gpu in
+    none) ;;
+    cuda12) extras=${extras:+$extras,}gpu ;;
+    cuda13) extras=${extras:+$extras,}gpu-cuda13 ;;
+    *) die "--gpu must be auto, none, cuda12 or cuda13, not $gpu" ;;
+esac
+
+python=$(command -v python3) || die "python3 not found (apt-get install python3)"
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || die "$python is older than 3.10"
+
+# A venv with pip when the distribution ships ensurepip (python3-venv); otherwise one without
+# pip, filled by the system's pip through --python (Debian's python3-pip without python3-venv).
+make_venv() {
+    if [ -x "$1/bin/python" ]; then
+        pip="$1/bin/python -m pip"
+        "$1/bin/python" -m pip --version >/dev/null 2>&1 || pip="$python -m pip --python $1/bin/python"
+        return
+    fi
+    if "$python" -m venv "$1" 2>/dev/null; then
+        pip="$1/bin/python -m pip"
+    elif rm -rf "$1" && "$python" -m venv --without-pip "$1" && "$python" -m pip --version >/dev/null 2>&1; then
+        pip="$python -m pip --python $1/bin/python"
+    else
+        die "cannot make a virtual environment: apt-get install python3-venv (or python3-pip)"
+    fi
+}
+
+target=${venv:-$prefix}
+if [ -z "$venv" ] && [ "$(id -u)" -ne 0 ]; then
+    die "a node install writes $prefix, /usr/local and /etc: run it as root (or use --venv DIR)"
+fi
+make_venv "$target"
+spec=$here${extras:+[$extras]}
+src=${wheels:+--no-index --find-links $wheels}
+# shellcheck disable=SC2086  # word splitting of the option lists is intended
+$pip install -q --disable-pip-version-check $src $constraints $editable "$spec"
+echo "install.sh: gpuhc in $target (extras: ${extras:-none})"
+[ -n "$venv" ] && exit 0
+
+# ------------------------------------------------------------------ node install (root)
+install -d -m 0755 /usr/local/bin /usr/local/share/gpuhc/slurm /etc/gpuhc
+ln -sfn "$prefix/bin/gpuhc" /usr/local/bin/gpuhc
+install -m 0755 "$here"/slurm/healthcheck.sh "$here"/slurm/prolog.sh "$here"/slurm/epilog.sh /usr/local/share/gpuhc/slurm/
+if [ ! -e /etc/gpuhc/gpuhc.yaml ]; then  # never overwrite an edited config
+    install -m 0644 "$here/etc/gpuhc.yaml" /etc/gpuhc/gpuhc.yaml
+fi
+# Directories gpuhc writes (state, logs; /run/gpuhc is re-made at every boot by tmpfiles.d).
+install -d -m 0755 /etc/tmpfiles.d /etc/logrotate.d /usr/share/bash-completion/completions
+install -m 0644 "$here/examples/tmpfiles.d/gpuhc.conf" /etc/tmpfiles.d/gpuhc.conf
+install -m 0644 "$here/examples/logrotate.d/gpuhc" /etc/logrotate.d/gpuhc
+if command -v systemd-tmpfiles >/dev/null 2>&1; then
+    systemd-tmpfiles --create /etc/tmpfiles.d/gpuhc.conf || true
+else
+    install -d -m 0755 /var/lib/gpuhc /var/log/gpuhc /run/gpuhc
+fi
+# Shell completion (click's own): bash picks it up from this directory.
+_GPUHC_COMPLETE=bash_source "$prefix/bin/gpuhc" > /usr/share/bash-completion/completions/gpuhc
+install -d -m 0755 /usr/local/share/gpuhc/systemd
+install -m 0644 "$here"/examples/systemd/*.service "$here"/examples/systemd/*.timer /usr/local/share/gpuhc/systemd/
+echo "install.sh: /usr/local/bin/gpuhc -> $prefix/bin/gpuhc; shims in /usr/local/share/gpuhc/slurm;"
+echo "  config /etc/gpuhc/gpuhc.yaml; systemd units in /usr/local/share/gpuhc/systemd (README: slurm.conf, systemd, cron)"

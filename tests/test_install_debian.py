@@ -1,0 +1,120 @@
+"""README.md's install lines, verbatim, on a fresh Debian 12 that has only Debian's python3 and
+pip (no python3-venv, nothing from PyPI, PEP 668's "externally managed" marker in place).
+
+The chroot is built once with mmdebstrap (tests/matrix/build-chroot.sh's cache directory, suite
+``bookworm-python``) and copied for every run, so each run starts from a clean system. The
+checkout goes in as a clone would (tracked and unignored files only). pip inside the chroot
+downloads from PyPI (the host's network, DNS settings and CA certificates; the host's pip
+settings stay outside).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from slurm_release import CHROOT_CACHE
+
+pytestmark = pytest.mark.install
+
+REPO = Path(__file__).resolve().parent.parent
+BASE = CHROOT_CACHE / "bookworm-python"
+ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
+
+
+def readme_block(heading: str, index: int = 0) -> str:
+    """The ``index``-th ```sh block under a README heading, as written."""
+    text = (REPO / "README.md").read_text()
+    section = text.split(f"\n{heading}\n", 1)[1]
+    section = re.split(r"\n#{1,2} ", section, maxsplit=1)[0]
+    return re.findall(r"```sh\n(.*?)```", section, re.S)[index]
+
+
+def build_base() -> None:
+    if (BASE / "usr/bin/python3").exists():
+        return
+    tmp = BASE.with_name(BASE.name + f".tmp.{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    BASE.parent.mkdir(parents=True, exist_ok=True)
+    cp = subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase", "--mode=root",
+                         "--aptopt=APT::Install-Recommends \"false\"", "--aptopt=Acquire::Check-Valid-Until \"false\"",
+                         "--include=python3,python3-pip", "bookworm", str(tmp), "http://deb.debian.org/debian"],
+                        capture_output=True, text=True, timeout=1200)
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    tmp.rename(BASE)
+
+
+@pytest.fixture
+def debian12(tmp_path):
+    """A fresh copy of the Debian 12 chroot with the checkout at /root/gpuhc; yields a runner
+    of shell text inside it (its own mount namespace: /proc, /dev, the host's resolv.conf)."""
+    if os.geteuid() != 0:
+        pytest.fail("the install test builds a chroot and must run as root (CI does)", pytrace=False)
+    build_base()
+    root = tmp_path / "root"
+    subprocess.run(["cp", "-a", str(BASE), str(root)], check=True)
+    files = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                           check=True).stdout.split(b"\0")
+    dest = root / "root" / "gpuhc"
+    for name in filter(None, files):
+        src = REPO / os.fsdecode(name)
+        if src.is_file():
+            (dest / os.fsdecode(name)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / os.fsdecode(name))
+
+    def run(script: str, timeout: float = 900) -> subprocess.CompletedProcess:
+        mounts = (f"mount -t proc proc {root}/proc && mount --rbind /dev {root}/dev && "
+                  f"touch {root}/etc/resolv.conf && mount --bind /etc/resolv.conf {root}/etc/resolv.conf && "
+                  # the host's CAs: a network whose proxy re-signs TLS has its CA there
+                  f"mkdir -p {root}/etc/ssl/certs && mount --bind /etc/ssl/certs {root}/etc/ssl/certs && "
+                  f"exec chroot {root} /bin/sh -ec 'cd /root/gpuhc\n'\"$1\"")
+        return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", mounts, "sh", script],
+                              env=ENV, capture_output=True, text=True, timeout=timeout)
+
+    yield run
+
+
+def test_readme_node_install_on_stock_debian12(debian12):
+    # The system python refuses pip, as on every stock Debian 12: what the README must avoid.
+    refused = debian12("python3 -m pip install --dry-run click")
+    assert refused.returncode != 0 and "externally-managed-environment" in refused.stderr, refused.stderr
+
+    install = readme_block("## Install on the GPU nodes")
+    cp = debian12(install)
+    assert cp.returncode == 0, f"README install lines failed in Debian 12:\n{install}\n{cp.stdout}\n{cp.stderr}"
+    assert "extras: none" in cp.stdout  # no NVIDIA driver in the chroot: no CuPy
+
+    # What it left: gpuhc on PATH through the link, the shims, the config, the directories.
+    cp = debian12("readlink /usr/local/bin/gpuhc; ls /usr/local/share/gpuhc/slurm; stat -c '%a %U' /etc/gpuhc/gpuhc.yaml "
+                  "/var/lib/gpuhc /var/log/gpuhc; test -s /usr/share/bash-completion/completions/gpuhc")
+    assert cp.returncode == 0, cp.stderr
+    lines = cp.stdout.split()
+    assert lines[0] == "/opt/gpuhc/bin/gpuhc"
+    assert {"healthcheck.sh", "prolog.sh", "epilog.sh"} <= set(lines)
+    assert "644 root" in cp.stdout and cp.stdout.count("755 root") == 2
+
+    demo = debian12("gpuhc check --demo")
+    assert demo.returncode == 0 and "PASS" in demo.stdout and "demo" in demo.stderr, demo.stdout + demo.stderr
+
+    # The health-check shim as slurmd starts it: no environment but the node's name. A healthy
+    # recording passes and sends nothing to Slurm (there is none here to send to).
+    shim = debian12("env -i SLURMD_NODENAME=gpu001 /usr/local/share/gpuhc/slurm/healthcheck.sh "
+                    "--nvml-scenario /root/gpuhc/examples/scenarios/healthy-8xh100.yaml")
+    assert shim.returncode == 0, shim.stdout + shim.stderr
+    # PASS, or WARN where the stock config's outputs need what a chroot lacks (node_exporter)
+    assert re.search(r"gpuhc healthcheck gpu001: passive: (PASS|WARN) \(\d+ results, 0 failing", shim.stderr), shim.stderr
+    sick = debian12("env -i SLURMD_NODENAME=gpu001 /usr/local/share/gpuhc/slurm/healthcheck.sh "
+                    "--nvml-scenario /root/gpuhc/examples/scenarios/xid79-fallen-off-bus.yaml")
+    assert sick.returncode == 1 and "FAIL" in sick.stderr, sick.stdout + sick.stderr
+
+
+def test_readme_try_it_on_stock_debian12(debian12):
+    """README's "see it work" line, as a user who just cloned the repository would run it."""
+    cp = debian12(readme_block("## Try it"))
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "PASS" in cp.stdout and "demo" in cp.stderr
