@@ -184,5 +184,7 @@ def test_a_cluster_that_cannot_start_says_why(tmp_path, slurm_release):
     with pytest.raises(ClusterError) as err:
         c.start()
     text = str(err.value)
-    assert "slurmctld" in text and "NoSuchSlurmOption" in text
+    # Whichever daemon read the file first and died names the key (slurmd wins the race on
+    # 24.11 at times); every daemon is gone either way.
+    assert ("slurmctld" in text or "slurmd" in text) and "NoSuchSlurmOption" in text
     assert daemons_alive(c) == []
