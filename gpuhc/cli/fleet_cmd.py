@@ -7,12 +7,11 @@ event logs; they never drain or resume anything. docs/repair.md explains the num
 from __future__ import annotations
 
 import json
-import time
 
 import click
 
 from gpuhc.cli.common import load, passthrough
-from gpuhc.errors import GpuhcError, SlurmError
+from gpuhc.errors import GpuhcError
 
 
 def _config_option(fn):
@@ -31,68 +30,6 @@ def _seconds(text: str, what: str) -> float:
     return value
 
 
-def _slurm(argv: list[str], timeout_s: float) -> str:
-    """Run a Slurm reader; any failure is a SlurmError naming the command."""
-    import subprocess
-
-    from gpuhc.slurm.scontrol import subprocess_runner
-
-    what = " ".join(argv[:3])
-    try:
-        rc, out, err = subprocess_runner(argv, timeout_s)
-    except subprocess.TimeoutExpired:
-        raise SlurmError(f"{what}: no answer within {timeout_s:g}s") from None
-    except OSError as e:
-        raise SlurmError(f"{what}: cannot run {argv[0]}: {e.strerror or e}") from None
-    if rc != 0:
-        raise SlurmError(f"{what} failed (exit {rc}): {' '.join((err or out).split())[:300] or 'no message'}")
-    return out
-
-
-def _partitions(timeout_s: float, notes: list[str]) -> dict[str, tuple[str, ...]]:
-    """{node: its partitions} from sinfo; empty (with a note) when sinfo does not answer."""
-    try:
-        out = _slurm(["sinfo", "--noheader", "--Node", "--format", "%N|%R"], timeout_s)
-    except SlurmError as e:
-        notes.append(f"node list unavailable ({e}): only nodes in the history are counted, so MTBF runs short")
-        return {}
-    parts: dict[str, tuple[str, ...]] = {}
-    for line in out.splitlines():
-        node, _, part = line.strip().partition("|")
-        if node and part:
-            parts[node] = tuple(dict.fromkeys((*parts.get(node, ()), part)))
-    return parts
-
-
-def gather_stats(config, since_s: float, event_logs: tuple[str, ...], use_slurm: bool, now: float | None = None):
-    from gpuhc.fleet.history import combine, parse_sacctmgr_events, read_event_logs, sacctmgr_argv
-    from gpuhc.fleet.stats import compute
-
-    fleet = config.section("fleet")
-    timeout = float(fleet["sacct_timeout_s"])
-    end = time.time() if now is None else now
-    start = end - since_s
-    notes: list[str] = []
-    slurm, sources = [], []
-    if use_slurm:
-        try:
-            slurm = parse_sacctmgr_events(_slurm(sacctmgr_argv(start, end), timeout))
-            sources.append("sacctmgr show event")
-        except SlurmError as e:
-            notes.append(f"Slurm's node events unavailable ({e}): is slurmdbd configured?")
-    paths = list(event_logs) or list(fleet["event_logs"]) or [p for p in [config.section("output").get("event_log")] if p]
-    logged = read_event_logs(paths, notes) if paths else []
-    if paths:
-        sources.append(f"{len(paths)} event log(s)")
-    if not sources:
-        raise GpuhcError("no history to read: Slurm's accounting did not answer and no event log is configured "
-                         "(fleet.event_logs, output.event_log, or --event-log)" + (f"; {notes[0]}" if notes else ""))
-    parts = _partitions(timeout, notes) if use_slurm else {}
-    stats = compute(combine(slurm, logged), parts, start, end)
-    stats.notes = notes + stats.notes + [f"sources: {', '.join(sources)}"]
-    return stats
-
-
 @click.group()
 def fleet() -> None:
     """The fleet over weeks: failure statistics, job risk, suspect nodes, switch incidents."""
@@ -109,6 +46,8 @@ def fleet() -> None:
 @passthrough
 def stats(kw: dict) -> None:
     """Drains, MTBF, MTTR (drain to resume), retired nodes and trend, per node, partition and cause."""
+    from gpuhc.fleet.gather import gather_stats
+
     config = load(kw)
     st = gather_stats(config, _seconds(kw["since"], "--since"), kw["event_logs"], not kw["no_slurm"])
     if kw["png"]:
@@ -146,6 +85,7 @@ def risk(kw: dict) -> None:
     if kw["rate"] is not None:
         rate, source = float(kw["rate"]), "given"
     else:
+        from gpuhc.fleet.gather import gather_stats
         from gpuhc.fleet.stats import per_gpu_hour_rate
 
         config = load(kw)
@@ -180,6 +120,8 @@ def suspects(kw: dict) -> None:
     config = load(kw)
     section = config.section("fleet")["suspects"]
     since = _seconds(kw["since"], "--since") if kw["since"] else float(section["since_days"]) * 86400.0
+    from gpuhc.fleet.gather import find_suspects
+
     records, notes = find_suspects(config, since)
     if kw["json_mode"]:
         click.echo(json.dumps({"since_s": since, "notes": notes,
@@ -193,16 +135,6 @@ def suspects(kw: dict) -> None:
     raise SystemExit(1 if any(r.suspect for r in records) else 0)
 
 
-def find_suspects(config, since_s: float, now: float | None = None):
-    from gpuhc.fleet.suspects import Settings, judge, parse_sacct, sacct_argv
-
-    fleet = config.section("fleet")
-    end = time.time() if now is None else now
-    jobs, bad = parse_sacct(_slurm(sacct_argv(end - since_s, end), float(fleet["sacct_timeout_s"])))
-    notes = [f"{bad} sacct line(s) did not parse and were skipped"] if bad else []
-    return judge(jobs, Settings.from_section(fleet["suspects"])), notes
-
-
 @fleet.command()
 @click.option("--window", help="Failures at most this far apart (default fleet.switch.window_s).")
 @click.option("--min-nodes", type=click.IntRange(min=2), help="K: nodes under one switch (default fleet.switch.min_nodes).")
@@ -214,6 +146,7 @@ def find_suspects(config, since_s: float, now: float | None = None):
 def incidents(kw: dict) -> None:
     """Nodes gpuhc drained, grouped into suspect-switch incidents where several under one leaf
     switch failed the same check together. Exit 1 when there is an incident."""
+    from gpuhc.fleet.gather import run_slurm
     from gpuhc.fleet.switches import failures_from_nodes, group_by_switch, read_topology_conf
     from gpuhc.slurm.scontrol import Scontrol
     from gpuhc.sweep.plan import parse_topology
@@ -223,7 +156,7 @@ def incidents(kw: dict) -> None:
     s = config.section("slurm")
     sc = Scontrol(binary=s["scontrol"], timeout_s=float(s["timeout_s"]))
     path = kw["topology_file"] or sw["topology_file"]
-    leaf_of = read_topology_conf(path) if path else parse_topology(_slurm([s["scontrol"], "show", "topology"],
+    leaf_of = read_topology_conf(path) if path else parse_topology(run_slurm([s["scontrol"], "show", "topology"],
                                                                           float(s["timeout_s"])))
     window = _seconds(kw["window"], "--window") if kw["window"] else float(sw["window_s"])
     k = kw["min_nodes"] or int(sw["min_nodes"])
