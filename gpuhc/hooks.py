@@ -107,7 +107,7 @@ def document(event: str, payload: dict[str, Any], now: float | None = None) -> d
 def fire(event: str, payload: dict, settings, log: Logger | None = None, deadline: float | None = None) -> None:
     """Run every configured hook for ``event``. Never raises, never blocks past the timeout
     (nor past ``deadline``, a ``time.monotonic()`` value, when given)."""
-    log = log or _stderr_log
+    log = log if log is not None else _stderr_log
     try:
         if event not in EVENTS:
             raise ValueError(f"unknown hook event {event!r} (known: {', '.join(EVENTS)})")
@@ -233,7 +233,7 @@ def fire_outcome(out: Any, node: str, stage: str, config, state_dir: str, log: L
         for event, payload in events:
             fire(event, {"node": node, "stage": stage, **payload}, config, log, deadline)
     except Exception as e:
-        (log or _stderr_log)(f"hooks not run: {type(e).__name__}: {e}", loud=True)
+        (log if log is not None else _stderr_log)(f"hooks not run: {type(e).__name__}: {e}", loud=True)
 
 
 def _newly_open(state_dir: str, node: str, is_open: bool) -> bool:
