@@ -186,15 +186,16 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def _tail(f) -> str:
-    from gpuhc.slurm.reason import sanitize
-
+    """The end of a hook's output as one printable line (it is the hook's text, not ours: a
+    newline in it must not forge a log line, an escape sequence must not reach a terminal)."""
     try:
         f.seek(0, os.SEEK_END)
         size = f.tell()
         f.seek(max(0, size - OUTPUT_TAIL))
-        text = sanitize(f.read().decode("utf-8", "replace")).strip()
+        text = " ".join(f.read().decode("utf-8", "replace").split())
     except OSError:
         return ""
+    text = "".join(c if c.isprintable() else "?" for c in text)
     return f": {text}" if text else ""
 
 

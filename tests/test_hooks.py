@@ -117,11 +117,13 @@ def test_deadline_cuts_the_timeout(tmp_path):
 
 
 def test_failing_hook_is_logged_and_fire_returns(tmp_path, recorder):
-    bad = _script(tmp_path / "bad", "import sys; sys.stdin.read(); print('HTTP 500 from hooks.slack.com'); sys.exit(7)\n")
+    bad = _script(tmp_path / "bad", "import sys; sys.stdin.read(); print('HTTP 500 from hooks.slack.com\\n"
+                                    "forged: line\\x1b[31m'); sys.exit(7)\n")
     good, out = recorder
     log = Lines()
     fire("retire", {"node": "n9"}, {"commands": [[bad], [good]], "timeout_s": 5.0}, log)
-    assert any("exited 7" in t and "HTTP 500" in t and loud for t, loud in log.lines)
+    (text, loud), = [line for line in log.lines if "exited 7" in line[0]]
+    assert loud and "HTTP 500 from hooks.slack.com forged: line?[31m" in text  # one line, no escape sequence
     assert [e["node"] for e in _events(out)] == ["n9"]  # the next hook still ran
 
 
