@@ -80,11 +80,40 @@ def test_real_drain_resume_and_retire_each_reach_the_hook_once(acct):
     assert hook_events(c)[1]["retest"] == "pass"
 
 
+def test_release_retest_as_a_short_slurm_job(acct):
+    """docs/repair.md's recipe: a maintenance reservation, the node resumed into it, the retest
+    as a job there; a failing retest drains the node back, a passing one leaves it in service."""
+    c = acct
+    from slurm_accounting import gpuhc_argv
+    from test_slurm_e2e import REPO
+
+    c.scontrol("create", "reservation", "ReservationName=retest_n1", "Nodes=n1", "Users=root", "StartTime=now",
+               "Duration=30", "Flags=MAINT,IGNORE_JOBS")
+    env = {"GPUHC_CONFIG": str(c.gpuhc_yaml), "GPUHC_STATE_DIR": str(c.state_root / "n1"), "PYTHONPATH": str(REPO)}
+
+    def retest_job(scenario) -> str:
+        cmd = " ".join([*gpuhc_argv("quarantine", "release", "--retest", "n1", "--nvml-scenario", str(scenario))])
+        job = c.run(["sbatch", "--parsable", "--reservation=retest_n1", "--nodelist=n1", "--exclusive",
+                     "-o", str(c.workdir / "retest-%j.out"), "--wrap", cmd], env=env).stdout.strip()
+        return c.wait_for_job(int(job), 180, ("COMPLETED", "FAILED"))
+
+    try:
+        assert retest_job(ROW_REMAP) == "FAILED"
+        n1 = c.node("n1")
+        assert n1.drained and n1.reason.startswith("gpuhc: ecc"), n1.reason
+        assert [(e["event"], e["node"]) for e in hook_events(c)][-1] == ("drain", "n1")
+        c.scontrol("update", "NodeName=n1", "State=RESUME")  # the admin's second try, after a reseat
+        assert retest_job(HEALTHY) == "COMPLETED"
+        assert not c.node("n1").drained
+    finally:
+        c.scontrol("delete", "ReservationName=retest_n1", check=False)
+
+
 def test_suspects_and_stats_read_real_accounting(acct):
     c = acct
     ok = [c.sbatch("-w", "n2", "-o", "/dev/null", "--wrap", "true") for _ in range(3)]
     failed = c.sbatch("-w", "n2", "-o", "/dev/null", "--wrap", "exit 3")
-    doomed = c.sbatch("-w", "n6", "-o", "/dev/null", "--wrap", "sleep 600")
+    doomed = c.sbatch("-w", "n6", "--no-requeue", "-o", "/dev/null", "--wrap", "sleep 600")
     for j in ok:
         assert c.wait_for_job(j, 60) == "COMPLETED"
     assert c.wait_for_job(failed, 60, ("FAILED",)) == "FAILED"
@@ -111,9 +140,9 @@ def test_suspects_and_stats_read_real_accounting(acct):
     doc = json.loads(st.stdout)
     rows = {(r["kind"], r["key"]): r for r in doc["rows"]}
     assert rows[("fleet", "all")]["nodes"] == 6
-    n1 = rows[("node", "n1")]  # drained by the health check, released after its retest
-    assert n1["drains"] == 1 and n1["open"] == 0 and 0 < n1["mttr_hours"] < 1
-    assert rows[("cause", "xid")]["drains"] == 1
+    n1 = rows[("node", "n1")]  # the health check's drain, then the failed retest job's; both ended
+    assert n1["drains"] == 2 and n1["open"] == 0 and 0 < n1["mttr_hours"] < 1
+    assert rows[("cause", "xid")]["drains"] == 1 and rows[("cause", "ecc")]["drains"] >= 1
     assert rows[("node", "n6")]["drains"] == 1  # Slurm's own DOWN when its slurmd stopped answering
     assert rows[("node", "n3")]["retired"] == 1 and rows[("node", "n3")]["open"] == 1
     assert any("sacctmgr show event" in n for n in doc["notes"])
@@ -139,4 +168,4 @@ def test_one_switch_incident_from_a_real_topology(acct):
     assert [(f["node"], f["check"]) for f in doc["other_failures"]] == [("n2", "infiniband")]  # n3 retired: old news
     table = gpuhc(c, "fleet", "incidents")
     assert "leaf2" in table.stdout and "n[4-6]" in table.stdout
-    assert [e["event"] for e in hook_events(c)].count("drain") == 4  # n1 before, n4-n6 now
+    assert [e["event"] for e in hook_events(c)].count("drain") == 5  # n1 twice before, n4-n6 now
