@@ -113,7 +113,11 @@ def fire(event: str, payload: dict, settings, log: Logger | None = None, deadlin
             raise ValueError(f"unknown hook event {event!r} (known: {', '.join(EVENTS)})")
         section = _section(settings)
         argvs = commands(section)
-        if not argvs or event not in section.get("events", EVENTS):
+        wanted = section.get("events", EVENTS)
+        unknown = sorted(set(wanted) - set(EVENTS))
+        if unknown:  # a typo would silently mute the hooks for that event
+            log(f"hooks.events: unknown event(s) {', '.join(unknown)} (known: {', '.join(EVENTS)})", loud=True)
+        if not argvs or event not in wanted:
             return
         from gpuhc.export.eventlog import encode_line
 
@@ -225,6 +229,8 @@ def fire_outcome(out: Any, node: str, stage: str, config, state_dir: str, log: L
     """Fire the hooks for a Slurm flow's outcome. ``breaker_trip`` fires once per node while the
     breaker stays open (remembered in the node's state), not on every run it withholds a drain."""
     try:
+        if not commands(_section(config)):
+            return  # no hooks: not even the breaker's memory is touched
         events = outcome_events(out)
         breaker = getattr(out, "breaker", None)
         if breaker is not None or events:

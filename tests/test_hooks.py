@@ -157,11 +157,14 @@ def test_root_refuses_a_hook_others_can_write(tmp_path, recorder):
     os.chmod(hook, stat.S_IRWXU)
 
 
-def test_bad_settings_never_raise():
+def test_bad_settings_never_raise(recorder):
+    hook, out = recorder
     log = Lines()
     fire("drain", {}, {"commands": ["not-a-list"]}, log)
     fire("no-such-event", {}, {"commands": []}, log)
+    fire("drain", {"node": "x"}, {"commands": [[hook]], "events": ["drains", "drain"]}, log)
     assert "hooks.commands[0]" in log.lines[0][0] and "unknown hook event" in log.lines[1][0]
+    assert "unknown event(s) drains" in log.lines[2][0] and [e["node"] for e in _events(out)] == ["x"]
 
 
 def _outcome(act: Act, acted: bool, breaker: BreakerState | None = None) -> SimpleNamespace:
