@@ -12,18 +12,24 @@ from gpuhc.errors import GpuhcError
 
 
 def _console(stream: IO[str] | None):
+    """A terminal gets its own width; a pipe or a cron mail gets 120 columns rather than rich's
+    80, so that the tables keep one row per line."""
+    import sys
+
     from rich.console import Console
 
-    return Console(file=stream, highlight=False)
+    out = stream or sys.stdout
+    tty = hasattr(out, "isatty") and out.isatty()
+    return Console(file=stream, highlight=False, width=None if tty else 120)
 
 
 def _table(title: str, *columns: str, caption: str | None = None):
     from rich import box
     from rich.table import Table
 
-    t = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
+    t = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False, padding=(0, 1))
     for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i == 0 else "right", overflow="fold")
+        t.add_column(c, justify="left" if i == 0 else "right", no_wrap=True)
     return t
 
 
@@ -47,7 +53,7 @@ def _day(t: float) -> str:
 
 def render_stats(stats, stream: IO[str] | None = None, top_nodes: int = 20) -> None:
     console = _console(stream)
-    cols = ("", "nodes", "drains", "MTBF", "MTTR", "median TTR", "open", "retired", "trend (1st/2nd half)")
+    cols = ("", "nodes", "drains", "MTBF", "MTTR", "open", "retired", "trend", "halves", "p")
     for kind, title in (("fleet", "fleet"), ("partition", "per partition"), ("cause", "per cause"),
                         ("node", f"per node (the {top_nodes} with most drains)")):
         rows = stats.of(kind)
@@ -58,9 +64,8 @@ def render_stats(stats, stream: IO[str] | None = None, top_nodes: int = 20) -> N
         caption = f"{_day(stats.start)} .. {_day(stats.end)}" if kind == "fleet" else None
         t = _table(f"gpuhc fleet stats: {title}", *cols, caption=caption)
         for r in rows:
-            trend = f"{r.trend} ({r.first_half}/{r.second_half}, p={r.trend_p:.2g})"
-            t.add_row(_esc(r.key), str(r.nodes), str(r.drains), _h(r.mtbf_h), _h(r.mttr_h), _h(r.median_ttr_h),
-                      str(r.open), str(r.retired), trend)
+            t.add_row(_esc(r.key), str(r.nodes), str(r.drains), _h(r.mtbf_h), _h(r.mttr_h), str(r.open),
+                      str(r.retired), r.trend, f"{r.first_half}/{r.second_half}", f"{r.trend_p:.2g}")
         console.print(t)
     for note in stats.notes:
         console.print(f"[yellow]note:[/] {_esc(note)}")
