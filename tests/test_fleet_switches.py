@@ -80,3 +80,29 @@ def test_failures_from_slurms_node_list():
              node("dev4", "gpuhc: infiniband mlx5_0 port 1 link down [q1]", state="DOWN", flags=())]
     got = failures_from_nodes(nodes)
     assert [(f.node, f.check) for f in got] == [("dev0", IB), ("dev4", IB)]
+
+
+def test_failures_the_breaker_withheld_still_make_the_incident(tree, tmp_path):
+    """A switch outage that trips the breaker leaves most of its nodes undrained; their health
+    checks' event-log lines (action "blocked") still show where the failures are."""
+    from gpuhc.export.eventlog import append_event
+    from gpuhc.fleet.history import read_failures
+    from gpuhc.fleet.switches import merge_failures
+
+    log = tmp_path / "events.jsonl"
+    reason = "gpuhc: infiniband mlx5_3/1 DOWN, physical link Polling"
+    for i, (node, action) in enumerate([("dev0", "drain"), ("dev1", "blocked"), ("dev2", "blocked"),
+                                        ("dev1", "blocked"), ("dev9", "none")]):
+        append_event(str(log), {"node": node, "stage": "passive", "started": 5000.0 + 60 * i, "results": [],
+                                "slurm": {"action": action, "acted": action == "drain",
+                                          "reason": reason if action != "none" else None}})
+    append_event(str(log), {"node": "dev3", "stage": "passive", "started": 10.0, "results": [],
+                            "slurm": {"action": "drain", "acted": True, "reason": reason}})  # before --since
+    problems: list[str] = []
+    got = read_failures([str(log)], since=1000.0, problems=problems)
+    assert [(n, c, t) for n, c, t, _ in got] == [("dev0", IB, 5000.0), ("dev1", IB, 5060.0), ("dev2", IB, 5120.0)]
+    held = [Failure("dev0", IB, 4990.0, "from Slurm")]
+    merged = merge_failures(held, [Failure(*f) for f in got])
+    assert [(f.node, f.time) for f in merged] == [("dev0", 4990.0), ("dev1", 5060.0), ("dev2", 5120.0)]
+    (inc,), rest = group_by_switch(merged, tree, 3, 1800)
+    assert inc.switch == "s0" and inc.nodes == ["dev0", "dev1", "dev2"] and rest == [] and problems == []

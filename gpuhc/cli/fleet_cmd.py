@@ -140,12 +140,16 @@ def suspects(kw: dict) -> None:
 @click.option("--min-nodes", type=click.IntRange(min=2), help="K: nodes under one switch (default fleet.switch.min_nodes).")
 @click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
               help="topology.conf to read (default fleet.switch.topology_file, else `scontrol show topology`).")
+@click.option("--event-log", "event_logs", multiple=True, help="Also count failures from these gpuhc event logs "
+              "(drains the circuit breaker withheld included). Default: fleet.event_logs, then output.event_log.")
+@click.option("--since", default="1d", show_default=True, help="How far back the event logs are read.")
 @click.option("--json", "json_mode", is_flag=True)
 @_config_option
 @passthrough
 def incidents(kw: dict) -> None:
-    """Nodes gpuhc drained, grouped into suspect-switch incidents where several under one leaf
-    switch failed the same check together. Exit 1 when there is an incident."""
+    """Node failures grouped into suspect-switch incidents where several under one leaf switch
+    failed the same check together: nodes gpuhc holds, and failures in the event logs. Exit 1
+    when there is an incident."""
     from gpuhc.fleet.gather import run_slurm
     from gpuhc.fleet.switches import failures_from_nodes, group_by_switch, read_topology_conf
     from gpuhc.slurm.scontrol import Scontrol
@@ -160,9 +164,21 @@ def incidents(kw: dict) -> None:
                                                                           float(s["timeout_s"])))
     window = _seconds(kw["window"], "--window") if kw["window"] else float(sw["window_s"])
     k = kw["min_nodes"] or int(sw["min_nodes"])
-    found, rest = group_by_switch(failures_from_nodes(sc.show_nodes()), leaf_of, k, window)
+    failures = failures_from_nodes(sc.show_nodes())
+    notes: list[str] = []
+    paths = list(kw["event_logs"]) or list(config.section("fleet")["event_logs"]) or \
+        [p for p in [config.section("output").get("event_log")] if p]
+    if paths:
+        import time
+
+        from gpuhc.fleet.history import read_failures
+        from gpuhc.fleet.switches import Failure, merge_failures
+
+        since = time.time() - _seconds(kw["since"], "--since")
+        failures = merge_failures(failures, [Failure(*f) for f in read_failures(paths, since, notes)])
+    found, rest = group_by_switch(failures, leaf_of, k, window)
     if kw["json_mode"]:
-        click.echo(json.dumps({"incidents": [i.to_dict() for i in found], "topology_nodes": len(leaf_of),
+        click.echo(json.dumps({"incidents": [i.to_dict() for i in found], "topology_nodes": len(leaf_of), "notes": notes,
                                "other_failures": [{"node": f.node, "check": f.check, "time": f.time,
                                                    "detail": f.detail} for f in rest]}, indent=2))
     else:
@@ -171,4 +187,6 @@ def incidents(kw: dict) -> None:
         if not leaf_of:
             click.echo("note: no topology (no topology.conf given and Slurm reports none): nothing can be grouped")
         render_incidents(found, rest)
+        for n in notes:
+            click.echo(f"note: {n}")
     raise SystemExit(1 if found else 0)

@@ -161,6 +161,35 @@ def read_event_logs(paths: Iterable[str], problems: list[str]) -> list[Outage]:
     return outages_from_acts(acts)
 
 
+def read_failures(paths: Iterable[str], since: float, problems: list[str]) -> list[tuple[str, str, float, str]]:
+    """(node, check, first time, evidence) of every node whose runs since ``since`` wanted to
+    drain it, the earliest per node and check: drained, kept drained, or withheld by the circuit
+    breaker (which is exactly when a switch outage would otherwise go unseen)."""
+    from gpuhc.slurm.reason import parse_reason
+
+    first: dict[tuple[str, str], tuple[float, str]] = {}
+    for path in expand_paths(paths):
+        try:
+            for line in _lines(path):
+                if b'"reason":"gpuhc:' not in line:
+                    continue
+                try:
+                    doc = json.loads(line)
+                    t, mine = float(doc["started"]), parse_reason(doc["slurm"].get("reason"))
+                    node = str(doc["node"])
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    problems.append(f"{path}: a line that is not a gpuhc event was skipped")
+                    continue
+                if mine is None or t < since or doc["slurm"].get("action") not in ("drain", "keep", "blocked"):
+                    continue
+                key = (node, mine.check)
+                if key not in first or t < first[key][0]:
+                    first[key] = (t, mine.body)
+        except UntrustedInputError as e:
+            problems.append(str(e))
+    return sorted((n, c, t, body) for (n, c), (t, body) in first.items())
+
+
 def outages_from_acts(acts: Iterable[tuple[float, str, str, str]]) -> list[Outage]:
     open_: dict[str, Outage] = {}
     out: list[Outage] = []

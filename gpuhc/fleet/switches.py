@@ -130,3 +130,13 @@ def failures_from_nodes(nodes: Iterable) -> list[Failure]:
             continue
         out.append(Failure(n.name, mine.check, n.reason_time, mine.body))
     return out
+
+
+def merge_failures(held: Iterable[Failure], logged: Iterable[Failure]) -> list[Failure]:
+    """Slurm's held nodes plus the logged failures, one per node and check (the earliest)."""
+    first: dict[tuple[str, str], Failure] = {}
+    for f in [*held, *logged]:
+        key = (f.node, f.check)
+        if key not in first or f.time < first[key].time:
+            first[key] = f
+    return sorted(first.values(), key=lambda f: (f.time, f.node))
