@@ -165,7 +165,7 @@ def test_one_switch_incident_from_a_real_topology(acct):
     doc = json.loads(cp.stdout)
     (inc,) = doc["incidents"]
     assert (inc["switch"], inc["check"], inc["nodes"]) == ("leaf2", "infiniband", ["n4", "n5", "n6"])
-    # n1 failed an hour ago (its drain is in the event log), n2 alone under leaf1; n3 retired: old news
+    # n1 failed earlier (its drain is in the event log), n2 is alone under leaf1, n3 is retired: old news
     assert [(f["node"], f["check"]) for f in doc["other_failures"]] == [("n1", "xid"), ("n2", "infiniband")]
     table = gpuhc(c, "fleet", "incidents")
     assert "leaf2" in table.stdout and "n[4-6]" in table.stdout
