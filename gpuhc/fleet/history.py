@@ -29,7 +29,7 @@ from gpuhc.slurm.nodes import parse_slurm_time
 from gpuhc.untrusted import UntrustedInputError, open_regular
 
 SAME_DRAIN_S = 300.0  # gpuhc logs its drain a moment after Slurm records it
-MERGE_GAP_S = 5.0  # a reason change ends one Slurm event and starts the next in the same second
+MERGE_GAP_S = 1.0  # a reason change ends one Slurm event and starts the next in the same second
 MAX_LINE = 1 << 20  # an event-log line longer than this is skipped, not read into memory
 SACCTMGR_FORMAT = "NodeName,Start,End,State,Reason,User"
 
