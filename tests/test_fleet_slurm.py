@@ -140,10 +140,11 @@ def test_suspects_and_stats_read_real_accounting(acct):
     doc = json.loads(st.stdout)
     rows = {(r["kind"], r["key"]): r for r in doc["rows"]}
     events = c.run(["sacctmgr", "-n", "-P", "show", "event", "Start=now-1hour"]).stdout
-    assert ("node", "n6") in rows, f"no outage of n6 in {sorted(rows)}; Slurm's events:\n{events}"
+    why = f"rows {sorted(rows)}; Slurm's events:\n{events}"
+    assert ("node", "n6") in rows, why
     assert rows[("fleet", "all")]["nodes"] == 6
     n1 = rows[("node", "n1")]  # the health check's drain, then the failed retest job's; both ended
-    assert n1["drains"] == 2 and n1["open"] == 0 and 0 < n1["mttr_hours"] < 1
+    assert n1["drains"] == 2 and n1["open"] == 0 and 0 < n1["mttr_hours"] < 1, f"{n1}; {why}"
     assert rows[("cause", "xid")]["drains"] == 1 and rows[("cause", "ecc")]["drains"] >= 1
     assert rows[("node", "n6")]["drains"] == 1  # Slurm's own DOWN when its slurmd stopped answering
     assert rows[("node", "n3")]["retired"] == 1 and rows[("node", "n3")]["open"] == 1
