@@ -135,13 +135,18 @@ def test_suspects_and_stats_read_real_accounting(acct):
     assert recs["n6"]["bad_jobs"] == [str(doomed)]
     assert not any(r["suspect"] for r in recs.values())  # one bad job each is evidence of nothing
 
-    st = gpuhc(c, "fleet", "stats", "--since", "1h", "--json")
-    assert st.returncode == 0, st.stderr
-    doc = json.loads(st.stdout)
-    rows = {(r["kind"], r["key"]): r for r in doc["rows"]}
+    def stats_with_n6():
+        """Slurm's accounting is eventually consistent: a node event can reach slurmdbd after
+        the job record that sacct already shows."""
+        cp = gpuhc(c, "fleet", "stats", "--since", "1h", "--json")
+        assert cp.returncode == 0, cp.stderr
+        doc = json.loads(cp.stdout)
+        rows = {(r["kind"], r["key"]): r for r in doc["rows"]}
+        return (doc, rows) if ("node", "n6") in rows else None
+
+    doc, rows = c.wait_for(stats_with_n6, 60, "n6's DOWN event in `gpuhc fleet stats`", interval=2)
     events = c.run(["sacctmgr", "-n", "-P", "show", "event", "Start=now-1hour"]).stdout
     why = f"rows {sorted(rows)}; Slurm's events:\n{events}"
-    assert ("node", "n6") in rows, why
     assert rows[("fleet", "all")]["nodes"] == 6
     n1 = rows[("node", "n1")]  # the health check's drain, then the failed retest job's; both ended
     assert n1["drains"] == 2 and n1["open"] == 0 and 0 < n1["mttr_hours"] < 1, f"{n1}; {why}"

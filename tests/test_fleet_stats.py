@@ -153,3 +153,9 @@ def test_json_shape():
     doc = json.loads(json.dumps(compute(outages, parts, 1.7e9, 1.7e9 + 7 * DAY).to_dict()))
     assert {r["kind"] for r in doc["rows"]} >= {"fleet", "partition", "cause", "node"}
     assert all(len(v) == 7 for v in doc["daily_drains"].values())
+
+
+def test_a_new_cause_in_the_same_second_is_a_new_outage():
+    back_to_back = [Outage("n1", 100, 200, "gpuhc: xid a", "xid", "gpuhc"),
+                    Outage("n1", 201, 300, "gpuhc: ecc b", "ecc", "gpuhc")]
+    assert [o.cause for o in merge_back_to_back(back_to_back)] == ["xid", "ecc"]

@@ -102,11 +102,13 @@ def parse_sacctmgr_events(text: str) -> list[Outage]:
 
 def merge_back_to_back(outages: Iterable[Outage]) -> list[Outage]:
     """One outage per continuous out-of-service period of a node: cause from its first event,
-    retired if any event was, the end of the last."""
+    retired if any event was, the end of the last. Only events of the same cause merge: a node
+    resumed and drained again for something else within a second is two outages."""
     merged: list[Outage] = []
     for o in sorted(outages, key=lambda o: (o.node, o.start)):
         last = merged[-1] if merged else None
-        if last and last.node == o.node and last.end is not None and o.start - last.end <= MERGE_GAP_S:
+        if (last and last.node == o.node and last.end is not None and o.start - last.end <= MERGE_GAP_S
+                and o.cause == last.cause):
             end = o.end if o.end is None or o.end > last.end else last.end
             merged[-1] = replace(last, end=end, retired=last.retired or o.retired)
         else:
