@@ -31,3 +31,17 @@ def test_submit_reports_the_suspects_it_planned(tmp_path):
                        suspects=["n5", "n6"])  # n6 is drained: not probed, not claimed
     assert out["submitted"] and out["groups"][0]["nodes"][0] == "n5"
     assert out["suspects_first"] == ["n5"]
+
+
+def test_no_accounting_means_no_suspects_and_a_note(tmp_path, monkeypatch):
+    from gpuhc.config import load_config
+    from gpuhc.fleet.gather import suspects_for_sweep
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sacct here
+    cfg = tmp_path / "gpuhc.yaml"
+    cfg.write_text("{}\n")
+    notes: list[str] = []
+    assert suspects_for_sweep(load_config(str(cfg), "admin"), notes.append) == []
+    assert len(notes) == 1 and "suspects not probed first" in notes[0] and "cannot run sacct" in notes[0]
+    cfg.write_text("fleet:\n  suspects:\n    sweep_first: false\n")
+    assert suspects_for_sweep(load_config(str(cfg), "admin"), notes.append) == [] and len(notes) == 1
