@@ -150,7 +150,7 @@ def incidents(kw: dict) -> None:
     """Node failures grouped into suspect-switch incidents where several under one leaf switch
     failed the same check together: nodes gpuhc holds, and failures in the event logs. Exit 1
     when there is an incident."""
-    from gpuhc.fleet.gather import run_slurm
+    from gpuhc.fleet.gather import event_log_paths, run_slurm
     from gpuhc.fleet.switches import failures_from_nodes, group_by_switch, read_topology_conf
     from gpuhc.slurm.scontrol import Scontrol
     from gpuhc.sweep.plan import parse_topology
@@ -166,8 +166,7 @@ def incidents(kw: dict) -> None:
     k = kw["min_nodes"] or int(sw["min_nodes"])
     failures = failures_from_nodes(sc.show_nodes())
     notes: list[str] = []
-    paths = list(kw["event_logs"]) or list(config.section("fleet")["event_logs"]) or \
-        [p for p in [config.section("output").get("event_log")] if p]
+    paths = event_log_paths(config, kw["event_logs"])
     if paths:
         import time
 

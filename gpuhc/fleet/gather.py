@@ -45,6 +45,13 @@ def _partitions(timeout_s: float, notes: list[str]) -> dict[str, tuple[str, ...]
     return parts
 
 
+def event_log_paths(config, given=()) -> list[str]:
+    """The event logs to read: given on the command line, else fleet.event_logs, else this
+    node's own output.event_log."""
+    own = config.section("output").get("event_log")
+    return list(given) or list(config.section("fleet")["event_logs"]) or ([own] if own else [])
+
+
 def gather_stats(config, since_s: float, event_logs: tuple[str, ...], use_slurm: bool, now: float | None = None):
     from gpuhc.fleet.history import combine, parse_sacctmgr_events, read_event_logs, sacctmgr_argv
     from gpuhc.fleet.stats import compute
@@ -61,7 +68,7 @@ def gather_stats(config, since_s: float, event_logs: tuple[str, ...], use_slurm:
             sources.append("sacctmgr show event")
         except SlurmError as e:
             notes.append(f"Slurm's node events unavailable ({e}): is slurmdbd configured?")
-    paths = list(event_logs) or list(fleet["event_logs"]) or [p for p in [config.section("output").get("event_log")] if p]
+    paths = event_log_paths(config, event_logs)
     logged = read_event_logs(paths, notes) if paths else []
     if paths:
         sources.append(f"{len(paths)} event log(s)")
