@@ -67,6 +67,8 @@ SUBSYSTEM_SECTIONS = {
     "slurm": "gpuhc.slurm.settings",
     "active": "gpuhc.active.settings",
     "sweep": "gpuhc.sweep.settings",
+    "hooks": "gpuhc.hooks",
+    "fleet": "gpuhc.fleet.settings",
 }
 
 _CHECK_KEYS = {

@@ -22,7 +22,8 @@ while [ $# -gt 0 ]; do
 done
 
 need=()
-for pkg in slurmctld slurmd slurm-client munge; do
+# slurmdbd + MariaDB: real accounting for the fleet tests; prometheus: promtool checks the alert rules
+for pkg in slurmctld slurmd slurm-client munge slurmdbd mariadb-server prometheus; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#slurm[@]} -gt 0 ]; then

@@ -25,6 +25,7 @@ COMMANDS = {
     "quarantine": "gpuhc.cli.quarantine_cmd:quarantine",
     "drain-report": "gpuhc.cli.report_cmd:drain_report",
     "sweep": "gpuhc.cli.sweep_cmd:sweep",
+    "fleet": "gpuhc.cli.fleet_cmd:fleet",
 }
 
 

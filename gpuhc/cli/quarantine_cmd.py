@@ -179,18 +179,105 @@ def _retest_here(kw: dict, config) -> int:
 @quarantine.command()
 @click.argument("nodes")
 @click.option("--force", is_flag=True, help="Also resume nodes whose reason gpuhc did not set.")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="gpuhc.yaml.")
-@click.option("--json", "json_mode", is_flag=True)
+@click.option("--retest", is_flag=True, help="First run the bootstrap checks on this node; resume only on a pass. "
+              "Run it on the node (clush/pdsh) or as a short Slurm job (docs/repair.md).")
+@source_options
 @passthrough
 def release(kw: dict) -> None:
-    """Resume NODES held by gpuhc, retired ones included, and clear their quarantine."""
+    """Resume NODES held by gpuhc, retired ones included, and clear their quarantine.
+
+    With --retest, NODES must be this node: the bootstrap checks run first (minutes), and the
+    node is resumed only when they pass. A failure leaves it as it was (exit 1); a retest that
+    could not judge leaves it too (exit 3). Inside a Slurm job on a node an admin put back in
+    service behind a maintenance reservation, a failure drains it again with gpuhc's reason.
+    """
     from gpuhc.slurm.admin import release as do_release
 
     config = load(kw)
     names = _expand(kw["nodes"])
-    code = _report(do_release(_actuator(config), names, kw["force"]), kw["json_mode"])
+    if kw["retest"]:
+        sys.exit(_release_after_retest(kw, config, names))
+    results = do_release(_actuator(config), names, kw["force"])
+    code = _report(results, kw["json_mode"])
+    _fire_released(results, config)
     _forget_here(names, config)
     sys.exit(code)
+
+
+def _fire_released(results, config, **extra) -> None:
+    from gpuhc.hooks import fire
+
+    for r in results:
+        if r.ok and r.message.startswith("released"):
+            fire("resume", {"node": r.node, "why": "released by an admin", "message": r.message, **extra}, config)
+
+
+def _release_after_retest(kw: dict, config, names: list[str]) -> int:
+    import os
+
+    from gpuhc.cli.common import run_options_from
+    from gpuhc.slurm import entry
+    from gpuhc.slurm.policy import Verdict, resumable, verdict_of
+    from gpuhc.slurm.admin import AdminResult, release as do_release
+    from gpuhc.slurm.reason import build_reason, owned
+
+    me = node_name(kw.get("hostname"))
+    if names != [me]:
+        raise click.UsageError(f"--retest runs the checks on the node's own GPUs: {','.join(names)} is not this node "
+                               f"({me}). Run `gpuhc quarantine release --retest {names[0]}` on it (clush/pdsh), or as "
+                               "a short Slurm job there (docs/repair.md).")
+    opts = run_options_from(kw, "bootstrap", config=config)
+    s = config.section("slurm")
+    log = entry.Log(f"gpuhc quarantine release --retest {me}", s.get("log_file"), bool(s.get("syslog", True)))
+    flow = entry.Flow(stage="bootstrap", opts=opts, log=log)
+    sc = flow.scontrol()
+    node = sc.node(me)  # before minutes of checks: is there anything this may release?
+    in_job = bool(os.environ.get("SLURM_JOB_ID")) and not node.unavailable
+    if node.reason and not owned(node.reason) and not kw["force"] and not in_job:
+        return _report([AdminResult(me, False, f"reason not set by gpuhc ({node.reason!r}); --force to resume "
+                                               "anyway")], kw["json_mode"])
+    if not in_job and not resumable(node):
+        return _report([AdminResult(me, True, f"nothing to release: state {node.raw_state}")], kw["json_mode"])
+    from gpuhc.slurm.handover import acknowledge_kernel_log
+
+    acknowledge_kernel_log(opts.state_dir, flow.now())  # the release is the admin's word: old Xids are dealt with
+    report = entry.run_checks(flow)
+    if report is None:
+        log("retest could not judge the node: not released", loud=True)
+        return 3
+    verdict = verdict_of(report.results)
+    log(entry.summary_line(report, verdict), loud=verdict is Verdict.FAIL)
+    if verdict is Verdict.ERROR:
+        log("retest could not judge the node: not released", loud=True)
+        return 3
+    if verdict is Verdict.FAIL:
+        evidence = build_reason(report.results)
+        if in_job:
+            return _drain_after_failed_retest(entry.actuator(flow), me, evidence, config, kw["json_mode"])
+        return _report([AdminResult(me, False, f"retest failed, not released: {evidence}")], kw["json_mode"])
+    if in_job:
+        return _report([AdminResult(me, True, "retest passed; the node is in service (end its maintenance "
+                                               "reservation to open it to jobs)")], kw["json_mode"])
+    results = do_release(entry.actuator(flow), [me], kw["force"])
+    code = _report(results, kw["json_mode"])
+    _fire_released(results, config, retest=verdict.value)
+    if code == 0:
+        _forget_here([me], config)
+    return code
+
+
+def _drain_after_failed_retest(act, me: str, reason: str, config, json_mode: bool) -> int:
+    """A retest in a job on a node the admin resumed into a reservation: failing, it goes back out
+    (through the one actuator, like every drain; the admin's release is what put it in service)."""
+    from gpuhc.hooks import fire
+    from gpuhc.slurm.admin import AdminResult
+    from gpuhc.slurm.policy import Act, Decision, Memory
+
+    ok = act.carry_out(me, Decision(Act.DRAIN, "retest failed", Memory(), reason))
+    if ok:
+        fire("drain", {"node": me, "why": "release --retest failed in a job", "reason": reason}, config)
+    return max(1, _report([AdminResult(me, False, f"retest failed: drained again: {reason}" if ok else
+                                       "retest failed; the drain did not take")], json_mode))
 
 
 @quarantine.command()
@@ -205,7 +292,13 @@ def retire(kw: dict) -> None:
     from gpuhc.slurm.admin import retire as do_retire
 
     config = load(kw)
-    sys.exit(_report(do_retire(_actuator(config), _expand(kw["nodes"]), kw["note"], kw["force"]), kw["json_mode"]))
+    results = do_retire(_actuator(config), _expand(kw["nodes"]), kw["note"], kw["force"])
+    code = _report(results, kw["json_mode"])
+    from gpuhc.hooks import fire
+
+    for r in (r for r in results if r.ok and r.message.startswith("retired")):
+        fire("retire", {"node": r.node, "why": "retired by an admin", "message": r.message}, config)
+    sys.exit(code)
 
 
 def _forget_here(names: list[str], config) -> None:

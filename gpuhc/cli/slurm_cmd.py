@@ -58,6 +58,9 @@ def _run(kw: dict, stage: str, flow_name: str) -> None:
     problem = _breaker_metric(out, opts.config)
     if problem:
         log(f"warning: {problem}")
+    from gpuhc.hooks import fire_outcome
+
+    fire_outcome(out, opts.hostname, stage, opts.config, opts.state_dir, log, flow.deadline)
     _exit(out.exit_code, hard=out.hard_exit)
 
 

@@ -117,8 +117,16 @@ def submit_cmd(config_path, state_dir, dry_run, test_fault, json_mode) -> None:
     """
     from gpuhc.sweep.submit import submit_sweep
 
+    from gpuhc.fleet.gather import suspects_for_sweep
+
     config, section, store = _context(config_path, state_dir)
-    out = submit_sweep(section, store, dry_run=dry_run, test_fault=test_fault)
+    notes: list[str] = []
+    out = submit_sweep(section, store, dry_run=dry_run, test_fault=test_fault,
+                       suspects=suspects_for_sweep(config, notes.append))
+    if out.get("suspects_first"):
+        notes.append(f"probing first {len(out['suspects_first'])} suspect node(s) (`gpuhc fleet suspects`): "
+                     + ", ".join(out["suspects_first"][:10]))
+    out.setdefault("lines", []).extend(notes)
     _emit(out, json_mode)
     if out.get("stalled"):
         sys.exit(EXIT_INTERNAL)

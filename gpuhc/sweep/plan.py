@@ -93,16 +93,19 @@ class Plan:
     left_over: list[str]  # due, but no complete group could take them this time
 
 
-def due_order(idle: Iterable[str], last_probed: dict[str, float], now: float, period_s: float) -> tuple[list[str], list[str]]:
-    """(due nodes oldest-probe first, nodes that wait because they were probed recently)."""
+def due_order(idle: Iterable[str], last_probed: dict[str, float], now: float, period_s: float,
+              first: Iterable[str] = ()) -> tuple[list[str], list[str]]:
+    """(due nodes oldest-probe first, nodes that wait because they were probed recently).
+    Nodes in ``first`` (suspects whose jobs keep ending badly) lead, and never wait."""
+    first = set(first)
     due, waiting = [], []
     for node in sorted(set(idle)):
         last = last_probed.get(node)
-        if last is not None and now - last < period_s:
+        if last is not None and now - last < period_s and node not in first:
             waiting.append(node)
         else:
             due.append(node)
-    due.sort(key=lambda n: (last_probed.get(n, 0.0), n))
+    due.sort(key=lambda n: (n not in first, last_probed.get(n, 0.0), n))
     return due, waiting
 
 
@@ -116,8 +119,9 @@ def plan_probe(
     max_nodes: int = 0,
     leaf_of: dict[str, str] | None = None,
     cross_fraction: float = 0.0,
+    first: Iterable[str] = (),
 ) -> Plan:
-    due, waiting = due_order(idle, last_probed, now, period_s)
+    due, waiting = due_order(idle, last_probed, now, period_s, first)
     if max_nodes:
         cap = max(group_size, max_nodes - max_nodes % group_size)
         due, rest = due[:cap], due[cap:]

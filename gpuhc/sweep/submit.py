@@ -214,9 +214,10 @@ def note_stall(index: dict, record: dict | None, now: float) -> dict[str, Any]:
 
 def submit_sweep(section: dict, store: SweepStore, dry_run: bool = False, cli: SlurmCli | None = None,
                  now: float | None = None, test_fault: str | None = None,
-                 environ: dict[str, str] | None = None) -> dict[str, Any]:
+                 environ: dict[str, str] | None = None, suspects: list[str] | None = None) -> dict[str, Any]:
     """Start a sweep. ``test_fault``: TEST ONLY, the ``GPUHC_SWEEP_FAULT`` value every job of
-    this sweep (follow-up rounds included) gets; otherwise the jobs never see that variable."""
+    this sweep (follow-up rounds included) gets; otherwise the jobs never see that variable.
+    ``suspects``: nodes to probe first (``gpuhc fleet suspects``), even if probed recently."""
     environ = os.environ if environ is None else environ
     cli = cli or SlurmCli()
     now = time.time() if now is None else now
@@ -232,7 +233,7 @@ def submit_sweep(section: dict, store: SweepStore, dry_run: bool = False, cli: S
         last = {n: e["last_probed"] for n, e in nodes_mem.items() if isinstance(e, dict) and "last_probed" in e}
         period_s = section["period_h"] * 3600.0
         plan = plan_probe(idle, last, now, section["group_size"], section["ranks_per_node"], period_s,
-                          section["max_nodes"], leaf_of, section["cross_switch_fraction"])
+                          section["max_nodes"], leaf_of, section["cross_switch_fraction"], suspects or ())
         planned = {n for g in plan.groups for n in g.nodes}
         # Overdue: in service but busy (or left over) whenever a sweep came. Drained and down
         # nodes are not probed and not overdue: they are listed apart.
@@ -240,7 +241,8 @@ def submit_sweep(section: dict, store: SweepStore, dry_run: bool = False, cli: S
         late = [n for n in due if n not in planned and in_service(states.get(n, ""))]
         out_of_service = [n for n in due if not in_service(states.get(n, ""))]
         out: dict[str, Any] = {"idle": len(idle), "waiting": plan.waiting, "left_over": plan.left_over,
-                               "overdue": late, "out_of_service": out_of_service, "topology": bool(leaf_of)}
+                               "overdue": late, "out_of_service": out_of_service, "topology": bool(leaf_of),
+                               "suspects_first": [n for n in suspects or () if n in planned]}
         if not plan.groups:
             msg = f"nothing to probe: {len(idle)} idle node(s), {len(plan.waiting)} probed within {section['period_h']:g} h"
             return {**out, "submitted": False, "reason": msg, "lines": [msg]}

@@ -1,0 +1,191 @@
+"""`gpuhc fleet stats|risk|suspects|incidents`: the fleet over weeks, from an admin's machine.
+
+Read-only: these commands ask Slurm (sacctmgr, sacct, sinfo, scontrol show) and read gpuhc's
+event logs; they never drain or resume anything. docs/repair.md explains the numbers.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from gpuhc.cli.common import load, passthrough
+from gpuhc.errors import GpuhcError
+
+
+def _config_option(fn):
+    return click.option("--config", "config_path", type=click.Path(dir_okay=False), help="gpuhc.yaml.")(fn)
+
+
+def _seconds(text: str, what: str) -> float:
+    from gpuhc.slurm.report import ReportError, parse_duration
+
+    try:
+        value = parse_duration(text)
+    except ReportError as e:
+        raise click.BadParameter(str(e), param_hint=what) from None
+    if value <= 0:
+        raise click.BadParameter(f"{text!r} is not a positive duration", param_hint=what)
+    return value
+
+
+@click.group()
+def fleet() -> None:
+    """The fleet over weeks: failure statistics, job risk, suspect nodes, switch incidents."""
+
+
+@fleet.command()
+@click.option("--since", default="30d", show_default=True, help="Window: 30d, 12h, 1d12h.")
+@click.option("--event-log", "event_logs", multiple=True, help="gpuhc event log (path or glob; repeatable). "
+              "Default: fleet.event_logs, then output.event_log.")
+@click.option("--no-slurm", is_flag=True, help="Event logs only: do not ask sacctmgr or sinfo.")
+@click.option("--png", "png", type=click.Path(dir_okay=False), help="Also draw drains per day to this PNG.")
+@click.option("--json", "json_mode", is_flag=True)
+@_config_option
+@passthrough
+def stats(kw: dict) -> None:
+    """Drains, MTBF, MTTR (drain to resume), retired nodes and trend, per node, partition and cause."""
+    from gpuhc.fleet.gather import gather_stats
+
+    config = load(kw)
+    st = gather_stats(config, _seconds(kw["since"], "--since"), kw["event_logs"], not kw["no_slurm"])
+    if kw["png"]:
+        from gpuhc.fleet.render import write_png
+
+        write_png(st, kw["png"])
+    if kw["json_mode"]:
+        click.echo(json.dumps(st.to_dict(), indent=2))
+    else:
+        from gpuhc.fleet.render import render_stats
+
+        render_stats(st)
+
+
+@fleet.command()
+@click.option("--gpus", type=click.IntRange(min=1), required=True, help="GPUs the job runs on.")
+@click.option("--hours", type=click.FloatRange(min=0, min_open=True), required=True, help="How long it runs.")
+@click.option("--rate", type=click.FloatRange(0, 1), help="Failure probability per GPU-hour.")
+@click.option("--from-history", is_flag=True, help="Measure the rate with `fleet stats` over --since.")
+@click.option("--since", default="30d", show_default=True, help="History window for --from-history.")
+@click.option("--checkpoint-min", type=click.FloatRange(min=0, min_open=True), help="Checkpoint interval (minutes).")
+@click.option("--restart-min", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Time to restart after a failure (minutes), lost on every GPU.")
+@click.option("--checkpoint-cost-min", type=click.FloatRange(min=0, min_open=True),
+              help="Time one checkpoint takes (minutes): also print Young's best interval.")
+@click.option("--json", "json_mode", is_flag=True)
+@_config_option
+@passthrough
+def risk(kw: dict) -> None:
+    """Chance that a job of N GPUs for H hours is interrupted: 1-(1-p)^(N*H); lost GPU-hours."""
+    from gpuhc.fleet.risk import Risk, scaling_table
+
+    if (kw["rate"] is None) == (not kw["from_history"]):
+        raise click.UsageError("give exactly one of --rate R and --from-history")
+    if kw["rate"] is not None:
+        rate, source = float(kw["rate"]), "given"
+    else:
+        from gpuhc.fleet.gather import gather_stats
+        from gpuhc.fleet.stats import per_gpu_hour_rate
+
+        config = load(kw)
+        st = gather_stats(config, _seconds(kw["since"], "--since"), (), True)
+        gpn = int(config.section("fleet")["gpus_per_node"])
+        try:
+            rate = per_gpu_hour_rate(st, gpn)
+        except ValueError as e:
+            raise GpuhcError(f"--from-history: {e}") from None
+        f = st.of("fleet")[0]
+        source = f"history: {f.drains} drains in {f.node_hours_up:.0f} node-hours in service, {gpn} GPUs/node"
+    r = Risk(kw["gpus"], kw["hours"], rate, source, kw["checkpoint_min"], kw["restart_min"], kw["checkpoint_cost_min"])
+    scaling = scaling_table(rate, r.gpus, r.hours)
+    if kw["json_mode"]:
+        click.echo(json.dumps({**r.to_dict(), "scaling": [{"gpus": n, "interruption_probability": p}
+                                                           for n, p in scaling]}, indent=2))
+    else:
+        from gpuhc.fleet.render import render_risk
+
+        render_risk(r, scaling)
+
+
+@fleet.command()
+@click.option("--since", help="Window of jobs (default fleet.suspects.since_days).")
+@click.option("--all", "show_all", is_flag=True, help="List every node, not only suspects.")
+@click.option("--json", "json_mode", is_flag=True)
+@_config_option
+@passthrough
+def suspects(kw: dict) -> None:
+    """Nodes whose jobs end NODE_FAIL/FAILED/TIMEOUT significantly more often than their
+    partition's (one-sided Fisher exact test, Bonferroni over the partition). Exit 1 when any."""
+    config = load(kw)
+    section = config.section("fleet")["suspects"]
+    since = _seconds(kw["since"], "--since") if kw["since"] else float(section["since_days"]) * 86400.0
+    from gpuhc.fleet.gather import find_suspects
+
+    records, notes = find_suspects(config, since)
+    if kw["json_mode"]:
+        click.echo(json.dumps({"since_s": since, "notes": notes,
+                               "nodes": [r.to_dict() for r in records if r.suspect or kw["show_all"]]}, indent=2))
+    else:
+        from gpuhc.fleet.render import render_suspects
+
+        render_suspects(records, kw["show_all"])
+        for n in notes:
+            click.echo(f"note: {n}")
+    raise SystemExit(1 if any(r.suspect for r in records) else 0)
+
+
+@fleet.command()
+@click.option("--window", help="Failures at most this far apart (default fleet.switch.window_s).")
+@click.option("--min-nodes", type=click.IntRange(min=2), help="K: nodes under one switch (default fleet.switch.min_nodes).")
+@click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
+              help="topology.conf to read (default fleet.switch.topology_file, else `scontrol show topology`).")
+@click.option("--event-log", "event_logs", multiple=True, help="Also count failures from these gpuhc event logs "
+              "(drains the circuit breaker withheld included). Default: fleet.event_logs, then output.event_log.")
+@click.option("--since", default="1d", show_default=True, help="How far back the event logs are read.")
+@click.option("--json", "json_mode", is_flag=True)
+@_config_option
+@passthrough
+def incidents(kw: dict) -> None:
+    """Node failures grouped into suspect-switch incidents where several under one leaf switch
+    failed the same check together: nodes gpuhc holds, and failures in the event logs. Exit 1
+    when there is an incident."""
+    from gpuhc.fleet.gather import event_log_paths, run_slurm
+    from gpuhc.fleet.switches import failures_from_nodes, group_by_switch, read_topology_conf
+    from gpuhc.slurm.scontrol import Scontrol
+    from gpuhc.sweep.plan import parse_topology
+
+    config = load(kw)
+    sw = config.section("fleet")["switch"]
+    s = config.section("slurm")
+    sc = Scontrol(binary=s["scontrol"], timeout_s=float(s["timeout_s"]))
+    path = kw["topology_file"] or sw["topology_file"]
+    leaf_of = read_topology_conf(path) if path else parse_topology(run_slurm([s["scontrol"], "show", "topology"],
+                                                                          float(s["timeout_s"])))
+    window = _seconds(kw["window"], "--window") if kw["window"] else float(sw["window_s"])
+    k = kw["min_nodes"] or int(sw["min_nodes"])
+    failures = failures_from_nodes(sc.show_nodes())
+    notes: list[str] = []
+    paths = event_log_paths(config, kw["event_logs"])
+    if paths:
+        import time
+
+        from gpuhc.fleet.history import read_failures
+        from gpuhc.fleet.switches import Failure, merge_failures
+
+        since = time.time() - _seconds(kw["since"], "--since")
+        failures = merge_failures(failures, [Failure(*f) for f in read_failures(paths, since, notes)])
+    found, rest = group_by_switch(failures, leaf_of, k, window)
+    if kw["json_mode"]:
+        click.echo(json.dumps({"incidents": [i.to_dict() for i in found], "topology_nodes": len(leaf_of), "notes": notes,
+                               "other_failures": [{"node": f.node, "check": f.check, "time": f.time,
+                                                   "detail": f.detail} for f in rest]}, indent=2))
+    else:
+        from gpuhc.fleet.render import render_incidents
+
+        if not leaf_of:
+            click.echo("note: no topology (no topology.conf given and Slurm reports none): nothing can be grouped")
+        render_incidents(found, rest)
+        for n in notes:
+            click.echo(f"note: {n}")
+    raise SystemExit(1 if found else 0)
