@@ -147,7 +147,7 @@ def test_shipped_example_config_is_valid(tmp_path):
     path = tmp_path / "gpuhc.yaml"
     shutil.copy(src, path)
     os.chmod(path, 0o644)
-    assert load_config(str(path), "gpu003").section("node")["expected_gpus"] == 4
+    assert load_config(str(path), "gpu903").section("node")["expected_gpus"] == 4
     assert load_config(str(path), "gpu100").section("node")["expected_gpus"] == 8
     assert load_config(str(path), "gpu100").check_settings("xid")["thresholds"]["window_s"] == 86400
 
