@@ -58,7 +58,7 @@ def read_bounded(path: str, limit: int, what: str = "file") -> bytes:
     :class:`UntrustedInputError` naming the file and the limit."""
     fd = open_regular(path, what)
     try:
-        data = _read_upto(fd, limit + 1)
+        data = read_upto(fd, limit + 1)
     finally:
         os.close(fd)
     if len(data) > limit:
@@ -76,7 +76,7 @@ def read_tail(path: str, limit: int, what: str = "file") -> tuple[bytes, bool]:
         start = max(0, size - limit)
         if start:
             os.lseek(fd, start, os.SEEK_SET)
-        data = _read_upto(fd, limit)
+        data = read_upto(fd, limit)
     finally:
         os.close(fd)
     if not start:
@@ -128,10 +128,13 @@ _NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'[]{}"')))
 _STEP = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 
 
-def _read_upto(fd: int, n: int) -> bytes:
+def read_upto(fd: int, n: int, offset: int | None = None) -> bytes:
+    """Up to ``n`` bytes from ``fd`` (at ``offset`` with pread, else from where it stands), in
+    chunks of 1 MiB, stopping early at the end of the file."""
     chunks, left = [], n
     while left > 0:
-        chunk = os.read(fd, min(left, MiB))
+        want = min(left, MiB)
+        chunk = os.read(fd, want) if offset is None else os.pread(fd, want, offset + n - left)
         if not chunk:
             break
         chunks.append(chunk)

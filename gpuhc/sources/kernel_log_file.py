@@ -157,14 +157,9 @@ def _latest(stamps: Stamps, lines: list[str]) -> float | None:
 
 
 def _pread_all(fd: int, offset: int, n: int) -> bytes:
-    chunks, left = [], n
-    while left > 0:
-        chunk = os.pread(fd, min(left, CHUNK), offset + n - left)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+    from gpuhc.untrusted import read_upto
+
+    return read_upto(fd, n, offset)
 
 
 def _decode(data: bytes) -> str:
