@@ -173,6 +173,11 @@ def _retest_here(kw: dict, config) -> int:
     if not ok:
         log(f"{plan.act} not verified: Slurm shows {sc.node(opts.hostname).reason!r}", loud=True)
         return 1
+    if plan.act in ("resume", "retire"):  # verified: the event happened, once (a requarantine stays drained)
+        from gpuhc.hooks import fire
+
+        fire(plan.act, {"node": opts.hostname, "stage": "bootstrap", "why": plan.why, "reason": plan.reason,
+                        "was": node.reason, "retest": verdict.value}, config, log, sc.deadline)
     return 0 if plan.act == "resume" else 1
 
 
