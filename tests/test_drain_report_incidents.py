@@ -94,6 +94,7 @@ def test_rich_table_puts_the_incident_first(dump):
     render_rich(report, "test", False, buf, width=160)
     text = buf.getvalue()
     assert "suspect switch s0" in text and text.index("suspect switch s0") < text.index("xid")
+    assert "infiniband failed on 3 nodes under it within 300s" in " ".join(text.split())
 
 
 def test_csv_and_fields_name_the_incident(dump):

@@ -361,9 +361,10 @@ def render_rich(report: DrainReport, source: str, all_rows: bool, stream: IO[str
     owner_style = {"gpuhc": "cyan", "slurm": "yellow", "admin": "magenta"}
     kind_style = {"down": "red", "fail": "red", "draining": "yellow", "drained": "white"}
     for i, inc in enumerate(report.incidents):  # before the causes: one switch, not N node failures
-        table.add_row(f"[bold red]suspect switch[/] {_escape(inc.switch)}", str(len(inc.nodes)), _escape(compress(inc.nodes)),
-                      "", humanize_age(max(0.0, report.now - inc.first)), "[cyan]gpuhc[/]",
-                      _escape(escape(inc.summary)), end_section=i == len(report.incidents) - 1)
+        table.add_row(f"[bold red]suspect switch[/] {_escape(inc.switch)}", str(len(inc.nodes)),
+                      _escape(compress(inc.nodes)), "", humanize_age(max(0.0, report.now - inc.first)), "[cyan]gpuhc[/]",
+                      _escape(escape(f"{inc.check} failed on {len(inc.nodes)} nodes under it within "
+                                     f"{inc.last - inc.first:.0f}s")), end_section=i == len(report.incidents) - 1)
     for g in report.groups:
         limit = len(g.rows) if all_rows else TABLE_ROWS_PER_CAUSE
         shown = g.rows[:limit]
