@@ -1,6 +1,5 @@
 """The options every node-reading command shares arrive as one typed ``SourceArgs`` (issue 10),
-replays get their own host name and scratch state, and commands not yet switched keep their
-dict through ``passthrough``."""
+and replays get their own host name and scratch state."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ from pathlib import Path
 import click
 from click.testing import CliRunner
 
-from gpuhc.cli.common import SourceArgs, passthrough, replay_of, replay_scope, run_options_from, source_options
+from gpuhc.cli.common import SourceArgs, replay_of, replay_scope, run_options_from, source_options
 
 ROOT = Path(__file__).resolve().parents[1]
 XID79 = str(ROOT / "examples" / "scenarios" / "xid79-fallen-off-bus.yaml")  # recorded on gpu001
@@ -41,29 +40,23 @@ def test_source_options_hand_one_typed_value_beside_the_commands_own():
     ]
 
 
-def test_a_passthrough_command_still_gets_one_dict_that_runs_the_same(tmp_path, monkeypatch):
-    """The compatibility shim for commands not yet switched (slurm_cmd, quarantine_cmd): the
-    dict they get gives the same run options as the typed value."""
+def test_run_options_from_the_typed_value(tmp_path, monkeypatch):
+    """What healthcheck, prolog, epilog and quarantine retest/release hand the runner."""
     monkeypatch.delenv("GPUHC_CONFIG", raising=False)
     seen = []
 
     @click.command()
     @click.option("--reboot", is_flag=True)
     @source_options
-    @passthrough
-    def cmd(kw: dict) -> None:
-        seen.append(kw)
+    def cmd(src: SourceArgs, reboot: bool) -> None:
+        seen.append((run_options_from(src, "passive"), reboot))
 
     argv = [a if a != "/nonexistent-state" else str(tmp_path) for a in ARGV]
     invoke(cmd, [*argv, "--reboot"])
-    (kw,) = seen
-    assert (kw["hostname"], kw["json_mode"], kw["reboot"], kw["step"]) == ("n7", True, True, 2)
-    typed = SourceArgs(state_dir=str(tmp_path), nvml_scenario=XID79, step=2, kernel_log="dmesg",
-                       now="1700000000", hostname="n7", json_mode=True)
-    by_dict, by_type = run_options_from(kw, "passive"), run_options_from(typed, "passive")
-    assert by_type.sources.nvml_scenario == XID79
-    assert (by_dict.sources, by_dict.state_dir, by_dict.now, by_dict.hostname) == (
-        by_type.sources, str(tmp_path), 1700000000.0, "n7")
+    ((opts, reboot),) = seen
+    assert reboot and opts.sources.nvml_scenario == XID79 and opts.sources.step == 2
+    assert (opts.sources.kernel_log, opts.state_dir, opts.now, opts.hostname) == (
+        "dmesg", str(tmp_path), 1700000000.0, "n7")
 
 
 def test_a_live_run_is_left_as_it_is():

@@ -178,3 +178,37 @@ def test_one_switch_incident_from_a_real_topology(acct):
     table = gpuhc(c, "fleet", "incidents")
     assert "leaf2" in table.stdout and "n[4-6]" in table.stdout
     assert [e["event"] for e in hook_events(c)].count("drain") == 5  # n1 twice before, n4-n6 now
+
+    # drain-report, live, reads `scontrol show topology` itself: one leaf2 group before the
+    # causes, and those three nodes are not repeated as infiniband failures
+    dr = gpuhc(c, "drain-report", "--json")
+    assert dr.returncode == 0, dr.stderr
+    doc = json.loads(dr.stdout)
+    (inc,) = doc["incidents"]
+    assert (inc["switch"], inc["check"], inc["nodes"]) == ("leaf2", "infiniband", ["n4", "n5", "n6"])
+    assert {g["cause"]: g["count"] for g in doc["groups"]}["infiniband"] == 1  # n2 alone
+    assert {n["node"]: n["incident"] for n in doc["nodes"]} == {"n2": None, "n3": None,  # n1 is in service
+                                                               "n4": "leaf2", "n5": "leaf2", "n6": "leaf2"}
+    plain = gpuhc(c, "drain-report").stdout
+    assert "suspect switch leaf2: 3 nodes" in plain and plain.index("leaf2") < plain.index("CAUSE")
+
+
+def test_retest_on_the_node_fires_resume_and_retire_once(acct):
+    """`gpuhc quarantine retest` on the node: a verified resume and a verified retirement each
+    reach the hook once; a re-quarantine (still drained) and a retest of a retired node, none."""
+    c = acct
+    before = len(hook_events(c))
+    # n2 (leaf1, drained alone for its IB port above), repaired: the retest passes, resumes it.
+    ok = gpuhc(c, "quarantine", "retest", "--nvml-scenario", str(HEALTHY), node="n2")
+    assert ok.returncode == 0 and "retest passed" in ok.stderr, ok.stderr
+    assert not c.node("n2").drained
+    # n4 still has no IB link: q1, q2, then retired on the third failed retest (max_cycles 3).
+    for want in ("[q1]", "[q2]", "RETIRED"):
+        rt = gpuhc(c, "quarantine", "retest", "--nvml-scenario", str(IB_DOWN), node="n4")
+        assert rt.returncode == 1 and want in c.node("n4").reason, rt.stderr
+    again = gpuhc(c, "quarantine", "retest", "--nvml-scenario", str(IB_DOWN), node="n4")  # retired: left as it is
+    assert "retired: still failing" in again.stderr, again.stderr
+    new = hook_events(c)[before:]
+    assert [(e["event"], e["node"]) for e in new] == [("resume", "n2"), ("retire", "n4")], new
+    assert new[0]["retest"] == "pass" and new[0]["was"].startswith("gpuhc: infiniband")
+    assert new[1]["reason"] == c.node("n4").reason and new[1]["stage"] == "bootstrap"

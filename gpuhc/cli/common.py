@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Iterator
 
@@ -119,7 +119,6 @@ def demo_scenario_path() -> str:
 
 
 def load(src: SourceArgs) -> Config:
-    src = _typed(src)
     return load_config(src.config_path, node_name(src.hostname))
 
 
@@ -209,7 +208,6 @@ def replay_scope(src: SourceArgs) -> Iterator[tuple[SourceArgs, str | None]]:
 
 def run_options_from(src: SourceArgs, stage: str, gpus: list[int] | None = None,
                      config: Config | None = None) -> RunOptions:
-    src = _typed(src)
     config = config or load(src)
     return RunOptions(
         stage=stage,
@@ -254,26 +252,3 @@ def write_output(path: str, text: str, what: str = "output file") -> None:
         write_atomic(path, text.encode("utf-8"), 0o644, what)
     except OSError as e:
         raise GpuhcError(f"cannot write {path}: {e.strerror or e}") from None
-
-
-# Compatibility for commands not yet switched to ``src: SourceArgs`` (slurm_cmd, quarantine_cmd
-# and the like, edited elsewhere while this changed): they still take one dict of every
-# parameter. Remove both once no command uses ``passthrough``.
-
-
-def passthrough(fn):
-    """Hand the command its parameters as one dict, ``src``'s fields spread into it."""
-
-    @functools.wraps(fn)
-    def wrapper(**kw):
-        src = kw.pop("src", None)
-        return fn({**(asdict(src) if src is not None else {}), **kw})
-
-    return wrapper
-
-
-def _typed(src: SourceArgs | dict) -> SourceArgs:
-    """A ``passthrough`` command's dict, as the SourceArgs it holds."""
-    if isinstance(src, SourceArgs):
-        return src
-    return SourceArgs(**{name: src[name] for name in _SOURCE_FIELDS if src.get(name) is not None})

@@ -10,12 +10,16 @@ import json
 
 import click
 
-from gpuhc.cli.common import load, passthrough
+from gpuhc.cli.common import SourceArgs, load
 from gpuhc.errors import GpuhcError
 
 
 def _config_option(fn):
     return click.option("--config", "config_path", type=click.Path(dir_okay=False), help="gpuhc.yaml.")(fn)
+
+
+def _load(config_path: str | None):
+    return load(SourceArgs(config_path=config_path))
 
 
 def _seconds(text: str, what: str) -> float:
@@ -43,18 +47,18 @@ def fleet() -> None:
 @click.option("--png", "png", type=click.Path(dir_okay=False), help="Also draw drains per day to this PNG.")
 @click.option("--json", "json_mode", is_flag=True)
 @_config_option
-@passthrough
-def stats(kw: dict) -> None:
+def stats(since: str, event_logs: tuple[str, ...], no_slurm: bool, png: str | None, json_mode: bool,
+          config_path: str | None) -> None:
     """Drains, MTBF, MTTR (drain to resume), retired nodes and trend, per node, partition and cause."""
     from gpuhc.fleet.gather import gather_stats
 
-    config = load(kw)
-    st = gather_stats(config, _seconds(kw["since"], "--since"), kw["event_logs"], not kw["no_slurm"])
-    if kw["png"]:
+    config = _load(config_path)
+    st = gather_stats(config, _seconds(since, "--since"), event_logs, not no_slurm)
+    if png:
         from gpuhc.fleet.render import write_png
 
-        write_png(st, kw["png"])
-    if kw["json_mode"]:
+        write_png(st, png)
+    if json_mode:
         click.echo(json.dumps(st.to_dict(), indent=2))
     else:
         from gpuhc.fleet.render import render_stats
@@ -75,21 +79,21 @@ def stats(kw: dict) -> None:
               help="Time one checkpoint takes (minutes): also print Young's best interval.")
 @click.option("--json", "json_mode", is_flag=True)
 @_config_option
-@passthrough
-def risk(kw: dict) -> None:
+def risk(gpus: int, hours: float, rate: float | None, from_history: bool, since: str, checkpoint_min: float | None,
+         restart_min: float, checkpoint_cost_min: float | None, json_mode: bool, config_path: str | None) -> None:
     """Chance that a job of N GPUs for H hours is interrupted: 1-(1-p)^(N*H); lost GPU-hours."""
     from gpuhc.fleet.risk import Risk, scaling_table
 
-    if (kw["rate"] is None) == (not kw["from_history"]):
+    if (rate is None) == (not from_history):
         raise click.UsageError("give exactly one of --rate R and --from-history")
-    if kw["rate"] is not None:
-        rate, source = float(kw["rate"]), "given"
+    if rate is not None:
+        rate, source = float(rate), "given"
     else:
         from gpuhc.fleet.gather import gather_stats
         from gpuhc.fleet.stats import per_gpu_hour_rate
 
-        config = load(kw)
-        st = gather_stats(config, _seconds(kw["since"], "--since"), (), True)
+        config = _load(config_path)
+        st = gather_stats(config, _seconds(since, "--since"), (), True)
         gpn = int(config.section("fleet")["gpus_per_node"])
         try:
             rate = per_gpu_hour_rate(st, gpn)
@@ -97,9 +101,9 @@ def risk(kw: dict) -> None:
             raise GpuhcError(f"--from-history: {e}") from None
         f = st.of("fleet")[0]
         source = f"history: {f.drains} drains in {f.node_hours_up:.0f} node-hours in service, {gpn} GPUs/node"
-    r = Risk(kw["gpus"], kw["hours"], rate, source, kw["checkpoint_min"], kw["restart_min"], kw["checkpoint_cost_min"])
+    r = Risk(gpus, hours, rate, source, checkpoint_min, restart_min, checkpoint_cost_min)
     scaling = scaling_table(rate, r.gpus, r.hours)
-    if kw["json_mode"]:
+    if json_mode:
         click.echo(json.dumps({**r.to_dict(), "scaling": [{"gpus": n, "interruption_probability": p}
                                                            for n, p in scaling]}, indent=2))
     else:
@@ -113,23 +117,22 @@ def risk(kw: dict) -> None:
 @click.option("--all", "show_all", is_flag=True, help="List every node, not only suspects.")
 @click.option("--json", "json_mode", is_flag=True)
 @_config_option
-@passthrough
-def suspects(kw: dict) -> None:
+def suspects(since: str | None, show_all: bool, json_mode: bool, config_path: str | None) -> None:
     """Nodes whose jobs end NODE_FAIL/FAILED/TIMEOUT significantly more often than their
     partition's (one-sided Fisher exact test, Bonferroni over the partition). Exit 1 when any."""
-    config = load(kw)
+    config = _load(config_path)
     section = config.section("fleet")["suspects"]
-    since = _seconds(kw["since"], "--since") if kw["since"] else float(section["since_days"]) * 86400.0
+    window = _seconds(since, "--since") if since else float(section["since_days"]) * 86400.0
     from gpuhc.fleet.gather import find_suspects
 
-    records, notes = find_suspects(config, since)
-    if kw["json_mode"]:
-        click.echo(json.dumps({"since_s": since, "notes": notes,
-                               "nodes": [r.to_dict() for r in records if r.suspect or kw["show_all"]]}, indent=2))
+    records, notes = find_suspects(config, window)
+    if json_mode:
+        click.echo(json.dumps({"since_s": window, "notes": notes,
+                               "nodes": [r.to_dict() for r in records if r.suspect or show_all]}, indent=2))
     else:
         from gpuhc.fleet.render import render_suspects
 
-        render_suspects(records, kw["show_all"])
+        render_suspects(records, show_all)
         for n in notes:
             click.echo(f"note: {n}")
     raise SystemExit(1 if any(r.suspect for r in records) else 0)
@@ -145,8 +148,8 @@ def suspects(kw: dict) -> None:
 @click.option("--since", default="1d", show_default=True, help="How far back the event logs are read.")
 @click.option("--json", "json_mode", is_flag=True)
 @_config_option
-@passthrough
-def incidents(kw: dict) -> None:
+def incidents(window: str | None, min_nodes: int | None, topology_file: str | None, event_logs: tuple[str, ...],
+              since: str, json_mode: bool, config_path: str | None) -> None:
     """Node failures grouped into suspect-switch incidents where several under one leaf switch
     failed the same check together: nodes gpuhc holds, and failures in the event logs. Exit 1
     when there is an incident."""
@@ -155,28 +158,28 @@ def incidents(kw: dict) -> None:
     from gpuhc.slurm.scontrol import Scontrol
     from gpuhc.sweep.plan import parse_topology
 
-    config = load(kw)
+    config = _load(config_path)
     sw = config.section("fleet")["switch"]
     s = config.section("slurm")
     sc = Scontrol(binary=s["scontrol"], timeout_s=float(s["timeout_s"]))
-    path = kw["topology_file"] or sw["topology_file"]
+    path = topology_file or sw["topology_file"]
     leaf_of = read_topology_conf(path) if path else parse_topology(run_slurm([s["scontrol"], "show", "topology"],
                                                                           float(s["timeout_s"])))
-    window = _seconds(kw["window"], "--window") if kw["window"] else float(sw["window_s"])
-    k = kw["min_nodes"] or int(sw["min_nodes"])
+    window_s = _seconds(window, "--window") if window else float(sw["window_s"])
+    k = min_nodes or int(sw["min_nodes"])
     failures = failures_from_nodes(sc.show_nodes())
     notes: list[str] = []
-    paths = event_log_paths(config, kw["event_logs"])
+    paths = event_log_paths(config, event_logs)
     if paths:
         import time
 
         from gpuhc.fleet.history import read_failures
         from gpuhc.fleet.switches import Failure, merge_failures
 
-        since = time.time() - _seconds(kw["since"], "--since")
-        failures = merge_failures(failures, [Failure(*f) for f in read_failures(paths, since, notes)])
-    found, rest = group_by_switch(failures, leaf_of, k, window)
-    if kw["json_mode"]:
+        start = time.time() - _seconds(since, "--since")
+        failures = merge_failures(failures, [Failure(*f) for f in read_failures(paths, start, notes)])
+    found, rest = group_by_switch(failures, leaf_of, k, window_s)
+    if json_mode:
         click.echo(json.dumps({"incidents": [i.to_dict() for i in found], "topology_nodes": len(leaf_of), "notes": notes,
                                "other_failures": [{"node": f.node, "check": f.check, "time": f.time,
                                                    "detail": f.detail} for f in rest]}, indent=2))

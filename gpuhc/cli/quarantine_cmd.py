@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from gpuhc.cli.common import load, node_name, passthrough, source_options
+from gpuhc.cli.common import SourceArgs, load, node_name, source_options
 from gpuhc.logtext import escape
 
 
@@ -70,18 +70,17 @@ def quarantine() -> None:
 @click.argument("nodes", required=False)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="gpuhc.yaml.")
 @click.option("--json", "json_mode", is_flag=True, help="JSON instead of a table.")
-@passthrough
-def list_cmd(kw: dict) -> None:
+def list_cmd(nodes: str | None, config_path: str | None, json_mode: bool) -> None:
     """Nodes held by gpuhc (all, or those in NODES): drained, quarantine cycle, retired."""
     from gpuhc.slurm.quarantine import listing
 
-    config = load(kw)
-    nodes = _scontrol(config).show_nodes()
-    wanted = set(_expand(kw.get("nodes")))
+    config = load(SourceArgs(config_path=config_path))
+    held = _scontrol(config).show_nodes()
+    wanted = set(_expand(nodes))
     if wanted:
-        nodes = [n for n in nodes if n.name in wanted]
-    rows = listing(nodes)
-    if kw["json_mode"]:
+        held = [n for n in held if n.name in wanted]
+    rows = listing(held)
+    if json_mode:
         click.echo(json.dumps([r.to_dict() for r in rows], indent=2))
         return
     if not rows:
@@ -100,8 +99,7 @@ def list_cmd(kw: dict) -> None:
 @click.option("--reboot", is_flag=True, help="For nodes other than this one: ask Slurm to reboot them "
               "(needs RebootProgram); their boot-time retest decides.")
 @source_options
-@passthrough
-def retest(kw: dict) -> None:
+def retest(src: SourceArgs, nodes: str | None, reboot: bool) -> None:
     """Retest NODES (default: this node) with the bootstrap stage; resume, re-quarantine or retire.
 
     Only this node can be retested here (the checks need its GPUs). A retest is the admin's word
@@ -110,13 +108,13 @@ def retest(kw: dict) -> None:
     resumed (or there was nothing to retest), 1 when one was re-quarantined, retired or could
     not be verified, 3 when gpuhc could not judge.
     """
-    me = node_name(kw.get("hostname"))
-    names = _expand(kw.get("nodes")) or [me]
+    me = node_name(src.hostname)
+    names = _expand(nodes) or [me]
     others = [n for n in names if n != me]
-    config = load(kw)
+    config = load(src)
     code = 0
     if others:
-        if not (kw["reboot"] or config.section("slurm")["quarantine"]["reboot"]):
+        if not (reboot or config.section("slurm")["quarantine"]["reboot"]):
             raise click.UsageError(
                 f"{','.join(others)} is not this node ({me}): a retest needs the node's GPUs. Run "
                 "`gpuhc quarantine retest` on it (clush/pdsh), or pass --reboot to have Slurm reboot it "
@@ -125,13 +123,13 @@ def retest(kw: dict) -> None:
 
         s = config.section("slurm")
         code = _report(reboot_for_retest(_actuator(config), others, s["quarantine"]["reboot_nextstate"]),
-                       kw["json_mode"])
+                       src.json_mode)
     if me in names:
-        code = max(code, _retest_here(kw, config))
+        code = max(code, _retest_here(src, config))
     sys.exit(code)
 
 
-def _retest_here(kw: dict, config) -> int:
+def _retest_here(src: SourceArgs, config) -> int:
     from gpuhc.cli.common import run_options_from
     from gpuhc.slurm import entry
     from gpuhc.slurm.policy import Memory, verdict_of
@@ -139,7 +137,7 @@ def _retest_here(kw: dict, config) -> int:
     from gpuhc.slurm.quarantine import phase, plan_retest
     from gpuhc.slurm.reason import build_reason
 
-    opts = run_options_from(kw, "bootstrap", config=config)
+    opts = run_options_from(src, "bootstrap", config=config)
     s = config.section("slurm")
     log = entry.Log(f"gpuhc quarantine retest {opts.hostname}", s.get("log_file"), bool(s.get("syslog", True)))
     flow = entry.Flow(stage="bootstrap", opts=opts, log=log)
@@ -173,6 +171,11 @@ def _retest_here(kw: dict, config) -> int:
     if not ok:
         log(f"{plan.act} not verified: Slurm shows {sc.node(opts.hostname).reason!r}", loud=True)
         return 1
+    if plan.act in ("resume", "retire"):  # verified: the event happened, once (a requarantine stays drained)
+        from gpuhc.hooks import fire
+
+        fire(plan.act, {"node": opts.hostname, "stage": "bootstrap", "why": plan.why, "reason": plan.reason,
+                        "was": node.reason, "retest": verdict.value}, config, log, sc.deadline)
     return 0 if plan.act == "resume" else 1
 
 
@@ -182,8 +185,7 @@ def _retest_here(kw: dict, config) -> int:
 @click.option("--retest", is_flag=True, help="First run the bootstrap checks on this node; resume only on a pass. "
               "Run it on the node (clush/pdsh) or as a short Slurm job (docs/repair.md).")
 @source_options
-@passthrough
-def release(kw: dict) -> None:
+def release(src: SourceArgs, nodes: str, force: bool, retest: bool) -> None:
     """Resume NODES held by gpuhc, retired ones included, and clear their quarantine.
 
     With --retest, NODES must be this node: the bootstrap checks run first (minutes), and the
@@ -193,12 +195,12 @@ def release(kw: dict) -> None:
     """
     from gpuhc.slurm.admin import release as do_release
 
-    config = load(kw)
-    names = _expand(kw["nodes"])
-    if kw["retest"]:
-        sys.exit(_release_after_retest(kw, config, names))
-    results = do_release(_actuator(config), names, kw["force"])
-    code = _report(results, kw["json_mode"])
+    config = load(src)
+    names = _expand(nodes)
+    if retest:
+        sys.exit(_release_after_retest(src, config, names, force))
+    results = do_release(_actuator(config), names, force)
+    code = _report(results, src.json_mode)
     _fire_released(results, config)
     _forget_here(names, config)
     sys.exit(code)
@@ -212,7 +214,7 @@ def _fire_released(results, config, **extra) -> None:
             fire("resume", {"node": r.node, "why": "released by an admin", "message": r.message, **extra}, config)
 
 
-def _release_after_retest(kw: dict, config, names: list[str]) -> int:
+def _release_after_retest(src: SourceArgs, config, names: list[str], force: bool) -> int:
     import os
 
     from gpuhc.cli.common import run_options_from
@@ -221,23 +223,23 @@ def _release_after_retest(kw: dict, config, names: list[str]) -> int:
     from gpuhc.slurm.admin import AdminResult, release as do_release
     from gpuhc.slurm.reason import build_reason, owned
 
-    me = node_name(kw.get("hostname"))
+    me = node_name(src.hostname)
     if names != [me]:
         raise click.UsageError(f"--retest runs the checks on the node's own GPUs: {','.join(names)} is not this node "
                                f"({me}). Run `gpuhc quarantine release --retest {names[0]}` on it (clush/pdsh), or as "
                                "a short Slurm job there (docs/repair.md).")
-    opts = run_options_from(kw, "bootstrap", config=config)
+    opts = run_options_from(src, "bootstrap", config=config)
     s = config.section("slurm")
     log = entry.Log(f"gpuhc quarantine release --retest {me}", s.get("log_file"), bool(s.get("syslog", True)))
     flow = entry.Flow(stage="bootstrap", opts=opts, log=log)
     sc = flow.scontrol()
     node = sc.node(me)  # before minutes of checks: is there anything this may release?
     in_job = bool(os.environ.get("SLURM_JOB_ID")) and not node.unavailable
-    if node.reason and not owned(node.reason) and not kw["force"] and not in_job:
+    if node.reason and not owned(node.reason) and not force and not in_job:
         return _report([AdminResult(me, False, f"reason not set by gpuhc ({node.reason!r}); --force to resume "
-                                               "anyway")], kw["json_mode"])
+                                               "anyway")], src.json_mode)
     if not in_job and not resumable(node):
-        return _report([AdminResult(me, True, f"nothing to release: state {node.raw_state}")], kw["json_mode"])
+        return _report([AdminResult(me, True, f"nothing to release: state {node.raw_state}")], src.json_mode)
     from gpuhc.slurm.handover import acknowledge_kernel_log
 
     acknowledge_kernel_log(opts.state_dir, flow.now())  # the release is the admin's word: old Xids are dealt with
@@ -253,13 +255,13 @@ def _release_after_retest(kw: dict, config, names: list[str]) -> int:
     if verdict is Verdict.FAIL:
         evidence = build_reason(report.results)
         if in_job:
-            return _drain_after_failed_retest(entry.actuator(flow), me, evidence, config, kw["json_mode"])
-        return _report([AdminResult(me, False, f"retest failed, not released: {evidence}")], kw["json_mode"])
+            return _drain_after_failed_retest(entry.actuator(flow), me, evidence, config, src.json_mode)
+        return _report([AdminResult(me, False, f"retest failed, not released: {evidence}")], src.json_mode)
     if in_job:
         return _report([AdminResult(me, True, "retest passed; the node is in service (end its maintenance "
-                                               "reservation to open it to jobs)")], kw["json_mode"])
-    results = do_release(entry.actuator(flow), [me], kw["force"])
-    code = _report(results, kw["json_mode"])
+                                               "reservation to open it to jobs)")], src.json_mode)
+    results = do_release(entry.actuator(flow), [me], force)
+    code = _report(results, src.json_mode)
     _fire_released(results, config, retest=verdict.value)
     if code == 0:
         _forget_here([me], config)
@@ -286,14 +288,13 @@ def _drain_after_failed_retest(act, me: str, reason: str, config, json_mode: boo
 @click.option("--force", is_flag=True, help="Also replace reasons gpuhc did not set.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="gpuhc.yaml.")
 @click.option("--json", "json_mode", is_flag=True)
-@passthrough
-def retire(kw: dict) -> None:
+def retire(nodes: str, note: str, force: bool, config_path: str | None, json_mode: bool) -> None:
     """Mark NODES RETIRED (`gpuhc: RETIRED ...`): drained, never resumed automatically."""
     from gpuhc.slurm.admin import retire as do_retire
 
-    config = load(kw)
-    results = do_retire(_actuator(config), _expand(kw["nodes"]), kw["note"], kw["force"])
-    code = _report(results, kw["json_mode"])
+    config = load(SourceArgs(config_path=config_path))
+    results = do_retire(_actuator(config), _expand(nodes), note, force)
+    code = _report(results, json_mode)
     from gpuhc.hooks import fire
 
     for r in (r for r in results if r.ok and r.message.startswith("retired")):

@@ -29,8 +29,10 @@ from gpuhc.slurm.report import (
     Filters,
     ReportError,
     build_report,
+    compress,
     humanize_age,
     parse_duration,
+    with_incidents,
 )
 from gpuhc.slurm.report_fields import CSV_FIELDS, FIELDS, field_value, parse_fields, render_fields
 
@@ -79,14 +81,20 @@ def _parse_now(text: str | None) -> float:
 @click.option("--now", help="Compute ages as if it were this time (epoch seconds or ISO 8601).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1.0, max=600.0), default=20.0, show_default=True,
               help="Seconds to wait for scontrol.")
+@click.option("--topology", "topology_file", metavar="FILE",
+              help="Slurm's switches, to group failures under a suspect switch: topology.conf or saved "
+                   "`scontrol show topology` output (default fleet.switch.topology_file; live: `scontrol show topology`).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
-              help="gpuhc.yaml, for slurm.scontrol (default $GPUHC_CONFIG or /etc/gpuhc/gpuhc.yaml, if present).")
+              help="gpuhc.yaml, for slurm.scontrol and fleet.switch (default $GPUHC_CONFIG or /etc/gpuhc/gpuhc.yaml, "
+                   "if present).")
 def drain_report(from_file, partitions, states, owners, older_than, newer_than, json_mode, csv_mode, fields, parsable,
-                 delimiter, noheader, all_rows, now, timeout_s, config_path):
+                 delimiter, noheader, all_rows, now, timeout_s, topology_file, config_path):
     """Show every drained, draining, down or failed node, grouped by cause.
 
     Owner: `gpuhc` for reasons starting with "gpuhc:", `slurm` for reasons Slurm writes itself
     (Not responding, Prolog error, Kill task failed, ...), `admin` for everything else.
+    Nodes gpuhc drained for one check under one leaf switch, at least fleet.switch.min_nodes of
+    them within fleet.switch.window_s, are shown first as one suspect-switch incident.
     Exit code 0 whatever the nodes' health; 2 for bad options or a file with no node listing
     in it; 3 when Slurm does not answer. Parts of a file that are not node listings are skipped
     with a warning on stderr (and in --json).
@@ -111,15 +119,31 @@ def drain_report(from_file, partitions, states, owners, older_than, newer_than, 
     when = _parse_now(now)
     warnings: list[str] = []
     formats: list[str] = []
+    sc = None
+    config = None
     if from_file:
         nodes, source, warnings, formats = read_from_file(from_file)
+        if topology_file:
+            from gpuhc.config import load_config
+
+            config = load_config(config_path)
     else:
         from gpuhc.config import load_config
         from gpuhc.slurm.scontrol import Scontrol
 
-        binary = load_config(config_path).section("slurm").get("scontrol", "scontrol")
-        nodes, source = read_live(timeout_s, Scontrol(binary=binary, timeout_s=timeout_s))
+        config = load_config(config_path)
+        sc = Scontrol(binary=config.section("slurm").get("scontrol", "scontrol"), timeout_s=timeout_s)
+        nodes, source = read_live(timeout_s, sc)
     report = build_report(nodes, when, filters)
+    if config is not None:
+        leaf_of = read_topology(topology_file or config.section("fleet")["switch"]["topology_file"], sc, warnings)
+        if leaf_of:
+            from gpuhc.fleet.switches import failures_from_nodes, group_by_switch
+
+            sw = config.section("fleet")["switch"]
+            found, _ = group_by_switch(failures_from_nodes(e.node for e in report.entries), leaf_of,
+                                       int(sw["min_nodes"]), float(sw["window_s"]))
+            report = with_incidents(report, found)
     warnings += unknown_partitions(nodes, filters.partitions)
     for line in warnings:
         click.echo(f"gpuhc drain-report: warning: {line}", err=True)
@@ -169,6 +193,38 @@ def read_from_file(path: str) -> tuple[list[Node], str, list[str], list[str]]:
     except NodeParseError as e:
         raise NodeParseError(f"{where}: {e}") from None
     return dump.nodes, where, dump.warnings, list(dict.fromkeys(dump.formats))
+
+
+MAX_TOPOLOGY_BYTES = 16 * 1024 * 1024
+
+
+def read_topology(path: str | None, scontrol, warnings: list[str]) -> dict[str, str]:
+    """{node: leaf switch} from ``path`` (topology.conf or saved ``scontrol show topology``
+    output: one parser reads both), else from live Slurm. A file named on the command line
+    that cannot be read is the admin's error; a live Slurm with no topology, or one that
+    does not answer, only costs the grouping: a warning, and the report goes on."""
+    from gpuhc.fleet.switches import parse_topology_conf
+
+    if path:
+        from gpuhc.untrusted import UntrustedInputError, read_bounded
+
+        try:
+            data = read_bounded(path, MAX_TOPOLOGY_BYTES, what="topology file")
+        except UntrustedInputError as e:
+            raise GpuhcError(f"--topology: {e}") from None
+        except OSError as e:
+            raise GpuhcError(f"--topology: cannot read {path}: {e.strerror or e}") from None
+        leaf_of = parse_topology_conf(data.decode("utf-8", "replace"))
+        if not leaf_of:
+            warnings.append(f"{path}: no leaf switch with Nodes= in it: failures are not grouped by switch")
+        return leaf_of
+    if scontrol is None:  # a saved dump with no --topology: the live cluster's switches are not its own
+        return {}
+    try:
+        return parse_topology_conf(scontrol.call([scontrol.binary, "show", "topology"]))
+    except SlurmError as e:
+        warnings.append(f"failures are not grouped by switch: {e}")
+        return {}
 
 
 def unknown_partitions(nodes: list[Node], wanted: frozenset[str]) -> list[str]:
@@ -257,11 +313,15 @@ def render_plain(report: DrainReport, source: str, header: bool = True) -> str:
     if not header:
         return "".join(fmt.format(*r).rstrip() + "\n" for r in rows)
     lines = [f"gpuhc drain-report: {headline(report)}", f"source: {source}; at {_when(report.now)}", ""]
+    if report.incidents:
+        lines.extend(escape(i.summary) for i in report.incidents)
+        lines.append("")
     if rows:
         lines.append(fmt.format(*COLUMNS).rstrip())
         lines.extend(fmt.format(*r).rstrip() for r in rows)
         lines.append("")
-        lines.append("by cause: " + ", ".join(f"{g.cause} {g.count}" for g in report.groups))
+        lines.append("by cause: " + ", ".join([f"switch {i.switch} {len(i.nodes)}" for i in report.incidents]
+                                              + [f"{g.cause} {g.count}" for g in report.groups]))
     if report.partitions:
         pw = max(len("PARTITION"), *(len(p) for p in report.partitions))
         lines.append("")
@@ -300,6 +360,11 @@ def render_rich(report: DrainReport, source: str, all_rows: bool, stream: IO[str
     table.add_column("REASON", overflow="fold", ratio=1, min_width=12)
     owner_style = {"gpuhc": "cyan", "slurm": "yellow", "admin": "magenta"}
     kind_style = {"down": "red", "fail": "red", "draining": "yellow", "drained": "white"}
+    for i, inc in enumerate(report.incidents):  # before the causes: one switch, not N node failures
+        table.add_row(f"[bold red]suspect switch[/] {_escape(inc.switch)}", str(len(inc.nodes)),
+                      _escape(compress(inc.nodes)), "", humanize_age(max(0.0, report.now - inc.first)), "[cyan]gpuhc[/]",
+                      _escape(escape(f"{inc.check} failed on {len(inc.nodes)} nodes under it within "
+                                     f"{inc.last - inc.first:.0f}s")), end_section=i == len(report.incidents) - 1)
     for g in report.groups:
         limit = len(g.rows) if all_rows else TABLE_ROWS_PER_CAUSE
         shown = g.rows[:limit]

@@ -13,19 +13,19 @@ import sys
 
 import click
 
-from gpuhc.cli.common import passthrough, source_options
+from gpuhc.cli.common import SourceArgs, source_options
 
 
-def _run(kw: dict, stage: str, flow_name: str) -> None:
+def _run(src: SourceArgs, stage: str, flow_name: str) -> None:
     from gpuhc.errors import EXIT_INTERNAL, EXIT_OK, GpuhcError
     from gpuhc.slurm import entry
 
-    node = kw.get("hostname") or os.environ.get("SLURMD_NODENAME") or None
+    node = src.hostname or os.environ.get("SLURMD_NODENAME") or None
     fail_open = flow_name in ("prolog", "epilog")
     try:
         from gpuhc.cli.common import run_options_from
 
-        opts = run_options_from(kw, stage)
+        opts = run_options_from(src, stage)
     except GpuhcError as e:
         # A broken config: the health check says so (exit 2); a prolog/epilog must not turn a
         # typo in gpuhc.yaml into drained nodes or blocked jobs (unless told to fail closed,
@@ -46,7 +46,7 @@ def _run(kw: dict, stage: str, flow_name: str) -> None:
         log(f"internal error: {type(e).__name__}: {e}", loud=True)
         _exit(EXIT_OK if fail_open else EXIT_INTERNAL)
         return
-    if kw.get("json_mode") and out.report is not None:
+    if src.json_mode and out.report is not None:
         from gpuhc.output import render_report
 
         render_report(out.report, json_mode=True)
@@ -124,33 +124,30 @@ def _exit(code: int, hard: bool = False) -> None:
 
 @click.command()
 @source_options
-@passthrough
-def healthcheck(kw: dict) -> None:
+def healthcheck(src: SourceArgs) -> None:
     """Slurm HealthCheckProgram: passive checks, then drain/resume this node.
 
     Drains on failure with a `gpuhc:` reason; resumes only nodes it drained, after
     slurm.resume_after clean runs and the cool-down; never touches a reason it did not set.
     Asks Slurm nothing when the node is healthy and not held by gpuhc.
     """
-    _run(kw, "passive", "healthcheck")
+    _run(src, "passive", "healthcheck")
 
 
 @click.command()
 @source_options
-@passthrough
-def prolog(kw: dict) -> None:
+def prolog(src: SourceArgs) -> None:
     """Slurm Prolog: fast checks of the job's GPUs (SLURM_JOB_GPUS / CUDA_VISIBLE_DEVICES).
 
     On a failure: drain with gpuhc's reason, then exit 1 so Slurm requeues the job. Healthy:
     exit 0 without a single Slurm call. gpuhc's own errors: exit 0 with a loud log line.
     """
-    _run(kw, "prolog", "prolog")
+    _run(src, "prolog", "prolog")
 
 
 @click.command()
 @source_options
-@passthrough
-def epilog(kw: dict) -> None:
+def epilog(src: SourceArgs) -> None:
     """Slurm Epilog: checks after the job; a post-mortem bundle when the job failed
     (SLURM_JOB_EXIT_CODE non-zero); drains on failure."""
-    _run(kw, "epilog", "epilog")
+    _run(src, "epilog", "epilog")

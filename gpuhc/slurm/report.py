@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from gpuhc.errors import GpuhcError
@@ -176,6 +176,7 @@ class Entry:
     cause: str
     owner: str
     age_s: float | None  # now - reason_time; None when Slurm gave no time
+    incident: str = ""  # the suspect switch this node's failure is grouped under (with_incidents)
 
     def to_dict(self) -> dict:
         n = self.node
@@ -183,7 +184,7 @@ class Entry:
             "node": n.name, "kind": self.kind, "state": n.raw_state, "flags": sorted(n.flags),
             "cause": self.cause, "owner": self.owner, "reason": n.reason, "user": n.reason_user,
             "since": n.reason_time, "age_s": self.age_s, "partitions": list(n.partitions),
-            "reason_doubt": n.reason_doubt or None,
+            "reason_doubt": n.reason_doubt or None, "incident": self.incident or None,
         }
 
 
@@ -238,6 +239,7 @@ class DrainReport:
     groups: list[Group]  # biggest first
     partitions: dict[str, tuple[int, int]]  # name -> (unavailable shown, nodes in partition)
     filters: Filters
+    incidents: list = field(default_factory=list)  # gpuhc.fleet.switches.Incident, by with_incidents
 
     @property
     def by_kind(self) -> dict[str, int]:
@@ -257,6 +259,7 @@ class DrainReport:
             "by_kind": self.by_kind,
             "by_owner": self.by_owner,
             "partitions": {p: {"unavailable": u, "total": t} for p, (u, t) in self.partitions.items()},
+            "incidents": [i.to_dict() for i in self.incidents],
             "groups": [g.to_dict() for g in self.groups],
             "nodes": [e.to_dict() for e in self.entries],
         }
@@ -281,7 +284,18 @@ def build_report(nodes: Iterable[Node], now: float, filters: Filters | None = No
         if filters.matches(entry):
             entries.append(entry)
     entries.sort(key=lambda e: e.node.name)
+    ordered = _group(entries)
 
+    shown: Counter[str] = Counter()
+    for e in entries:
+        shown.update(e.node.partitions)
+    wanted = filters.partitions or set(part_total)
+    partitions = {p: (shown[p], part_total[p]) for p in sorted(part_total) if p in wanted}
+    return DrainReport(now, len(all_nodes), entries, ordered, partitions, filters)
+
+
+def _group(entries: list[Entry]) -> list[Group]:
+    """By cause, then by identical reason; biggest cause first."""
     groups: dict[tuple[str, str], Group] = {}
     rows: dict[tuple, Row] = {}
     for e in entries:
@@ -301,14 +315,17 @@ def build_report(nodes: Iterable[Node], now: float, filters: Filters | None = No
             row.since, row.age_s = t, e.age_s
     for g in groups.values():
         g.rows.sort(key=lambda r: (-r.count, -(r.age_s or 0.0), r.reason or ""))
-    ordered = sorted(groups.values(), key=lambda g: (-g.count, g.cause))
+    return sorted(groups.values(), key=lambda g: (-g.count, g.cause))
 
-    shown: Counter[str] = Counter()
-    for e in entries:
-        shown.update(e.node.partitions)
-    wanted = filters.partitions or set(part_total)
-    partitions = {p: (shown[p], part_total[p]) for p in sorted(part_total) if p in wanted}
-    return DrainReport(now, len(all_nodes), entries, ordered, partitions, filters)
+
+def with_incidents(report: DrainReport, incidents: list) -> DrainReport:
+    """The report with its suspect-switch incidents (:func:`gpuhc.fleet.switches.group_by_switch`
+    over the nodes it shows; docs/repair.md). An incident's nodes leave the per-cause groups
+    (one switch is not N unrelated failures); every entry stays, naming its incident."""
+    switch_of = {node: inc.switch for inc in incidents for node in inc.nodes}
+    entries = [replace(e, incident=switch_of[e.node.name]) if e.node.name in switch_of else e for e in report.entries]
+    return replace(report, entries=entries, incidents=list(incidents),
+                   groups=_group([e for e in entries if not e.incident]))
 
 
 def compress(names: list[str]) -> str:

@@ -36,9 +36,11 @@ FIELDS: dict[str, Callable[[Entry], str]] = {
     "age_s": lambda e: "" if e.age_s is None else str(int(e.age_s)),
     "partitions": lambda e: ",".join(e.node.partitions),
     "doubt": lambda e: e.node.reason_doubt,
+    "incident": lambda e: e.incident,  # the suspect switch, when the node's failure is one of an incident's
 }
 DEFAULT_FIELDS = ("node", "kind", "owner", "cause", "age", "reason")
-CSV_FIELDS = ("node", "kind", "state", "flags", "cause", "owner", "reason", "user", "since", "age_s", "partitions")
+CSV_FIELDS = ("node", "kind", "state", "flags", "cause", "owner", "reason", "user", "since", "age_s", "partitions",
+              "incident")
 
 
 def parse_fields(text: str | None) -> tuple[str, ...]:
