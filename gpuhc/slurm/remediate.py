@@ -196,6 +196,7 @@ def fire(event: str, payload: dict, config: Any, log: Any) -> None:
     changes a verdict, so every error stops here."""
     import importlib
 
+    log(f"event {event}: {payload.get('step') or payload.get('why') or ''}")
     try:
         hooks = importlib.import_module("gpuhc.hooks")
     except ModuleNotFoundError:

@@ -1,0 +1,174 @@
+"""The remediation ladder on a real Slurm (slurmctld + slurmd on localhost): reset and resume,
+reset then reboot then retest, and cycles until retired.
+
+The health check is run by hand as the node would run it (the shim's environment), so every
+step is one run. The GPU reset command is the one fake (the hardware boundary): a script that
+records its argv and, where the test says the reset works, puts the healthy scenario in place
+of the node's. The reboot is Slurm's own: `scontrol reboot` runs this cluster's
+RebootProgram, a script that records which node asked; the test then "reboots" that node the
+way a machine would: it stops its slurmd, and starts it again in a fresh time namespace so that
+Slurm reads a new boot time, then runs the boot-time retest (examples/systemd/gpuhc-retest.service
+runs `gpuhc quarantine retest`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from slurm_cluster import REPO, SlurmCluster, _which
+from test_slurm_e2e import HEALTHY, base_config, decisions, gpuhc
+
+pytestmark = pytest.mark.slurm
+
+REMAP = REPO / "examples" / "scenarios" / "row-remap-pending.yaml"  # ecc: action "reset GPU", gpu1
+IDLE = "occupancy:\n  gpus:\n    - {index: 1, memory_used_mib: 0, memory_total_mib: 81559}\n"
+
+REBOOT_PROGRAM = """#!/bin/sh
+# RebootProgram: find the slurmd that runs this and record its node name.
+pid=$$
+while [ "$pid" -gt 1 ] && [ "$(cat /proc/$pid/comm)" != slurmd ]; do
+    read -r _ _ _ pid _ < /proc/$pid/stat
+done
+tr '\\0' '\\n' < /proc/$pid/cmdline | sed -n '/^-N$/{n;p;q}' >> %s
+"""
+
+
+class RebootCluster(SlurmCluster):
+    """A cluster whose slurm.conf names a RebootProgram, and that can boot a node again."""
+
+    def __init__(self, workdir, **kw):
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.reboots = workdir / "reboots.log"
+        prog = workdir / "reboot-program"
+        prog.write_text(REBOOT_PROGRAM % self.reboots)
+        prog.chmod(0o755)
+        super().__init__(workdir, extra_conf=f"RebootProgram={prog}", **kw)
+
+    def boot(self, node: str) -> None:
+        """The machine reboots: slurmd stops, then starts with a boot clock at zero."""
+        self._kill_group(self._procs[f"slurmd.{node}"])
+        up = Path("/proc/uptime").read_text().split()[0].split(".")[0]
+        self._spawn(f"slurmd.{node}", ["unshare", "--time", f"--boottime=-{up}",
+                                       _which("slurmd"), "-D", "-N", node, "-f", str(self.conf_path)])
+
+
+def node_scenario(tmp_path: Path, name: str, source: Path) -> Path:
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(f"extends: {source}\n{IDLE}")
+    return p
+
+
+def reset_script(tmp_path: Path, scenario: Path, fixes: bool) -> tuple[Path, Path]:
+    record = tmp_path / "reset-calls.log"
+    script = tmp_path / "fake-nvidia-smi-reset"
+    fix = f"cp {tmp_path / 'healed.yaml'} {scenario}\n" if fixes else ""
+    node_scenario(tmp_path, "healed", HEALTHY)
+    script.write_text(f"#!/bin/sh\necho \"$0 $*\" >> {record}\n{fix}")
+    script.chmod(0o755)
+    return script, record
+
+
+def config(wd: Path, script: Path, **remediation) -> dict:
+    cfg = base_config(wd)
+    cfg["slurm"]["quarantine"] = {"max_cycles": 2}
+    cfg["slurm"]["remediation"] = {"enabled": True, "reset_command": [str(script), "-r", "-i", "{gpu}"],
+                                   "reset_timeout_s": 10, **remediation}
+    return cfg
+
+
+def start(slurm_cluster, tmp_path, cfg, scenario) -> RebootCluster:
+    wd = tmp_path / "c"
+    c = RebootCluster(wd, nodes=("n1", "n2"), gpuhc_config=cfg, node_scenarios={"n1": str(scenario)})
+    try:
+        c.start()
+    except Exception as e:
+        c.stop()
+        pytest.fail(f"Slurm test cluster did not start: {e}", pytrace=False)
+    return c
+
+
+def hc(c, node="n1"):
+    return gpuhc(c, "healthcheck", node=node)
+
+
+def events(wd: Path) -> list[dict]:
+    p = wd / "events.jsonl"
+    return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+
+
+def reboot_and_retest(c: RebootCluster, heal: Path | None, scenario: Path):
+    c.wait_for(lambda: c.reboots.exists() and "n1" in c.reboots.read_text(), 30, "RebootProgram ran")
+    c.reboots.unlink()
+    if heal is not None:
+        shutil.copyfile(heal, scenario)
+    c.boot("n1")
+    c.wait_for(lambda: not c.node("n1").not_responding and "REBOOT" not in c.node("n1").raw_state, 60, "n1 back")
+    return gpuhc(c, "quarantine", "retest", node="n1")
+
+
+def test_reset_passes_and_resumes(tmp_path):
+    scenario = node_scenario(tmp_path, "n1", REMAP)
+    script, record = reset_script(tmp_path, scenario, fixes=True)
+    c = start(None, tmp_path, config(tmp_path / "c", script), scenario)
+    try:
+        assert hc(c).returncode == 1 and c.node("n1").reason.startswith("gpuhc: ecc")
+        assert not record.exists()  # the drain's own run does not climb
+        hc(c)
+        assert record.read_text().split()[1:] == ["-r", "-i", "1"]
+        n1 = c.node("n1")
+        assert not n1.drained and n1.reason is None, n1
+        lines = decisions(tmp_path / "c", "n1")
+        assert any(x.startswith("remediation: reset 1/2: GPU reset 1 of 2") for x in lines), lines
+        assert "resumed: reset 1/2 passed its retest" in lines
+        rec = [e["slurm"]["remediation"] for e in events(tmp_path / "c") if e["slurm"].get("remediation")]
+        assert rec[-1]["step"] == "reset 1/2" and rec[-1]["resumed"] and rec[-1]["gpus"] == [1]
+        # An admin's drain is never touched, whatever fails.
+        c.scontrol("update", "NodeName=n1", "State=DRAIN", "Reason=admin: PSU swap")
+        shutil.copyfile(node_scenario(tmp_path, "again", REMAP), scenario)
+        hc(c)
+        assert len(record.read_text().splitlines()) == 1 and c.node("n1").reason == "admin: PSU swap"
+    finally:
+        c.stop()
+
+
+def test_reset_fails_then_reboot_retest_resume(tmp_path):
+    scenario = node_scenario(tmp_path, "n1", REMAP)
+    script, record = reset_script(tmp_path, scenario, fixes=False)
+    c = start(None, tmp_path, config(tmp_path / "c", script, reset_attempts=1), scenario)
+    try:
+        hc(c)
+        hc(c)
+        assert c.node("n1").reason.endswith("[reset 1/1]"), c.node("n1").reason
+        rep = json.loads(gpuhc(c, "drain-report", "--json", check=True).stdout)
+        assert {r["node"]: r.get("step") for r in rep["nodes"]}["n1"] == "remediating: reset 1/1"
+        hc(c)
+        assert len(record.read_text().splitlines()) == 1
+        rt = reboot_and_retest(c, tmp_path / "healed.yaml", scenario)
+        assert rt.returncode == 0 and "retest passed" in rt.stderr, rt.stderr
+        assert not c.node("n1").drained and not c.node("n1").down
+    finally:
+        c.stop()
+
+
+def test_cycles_then_retired_and_the_hook_fires(tmp_path):
+    scenario = node_scenario(tmp_path, "n1", REMAP)
+    script, record = reset_script(tmp_path, scenario, fixes=False)
+    c = start(None, tmp_path, config(tmp_path / "c", script, reset_attempts=0), scenario)
+    try:
+        hc(c)
+        for cycle in (1, 2):
+            hc(c)  # the ladder: reboot
+            assert "[reboot]" in c.node("n1").reason
+            rt = reboot_and_retest(c, None, scenario)
+            assert rt.returncode == 1, rt.stderr
+        assert c.node("n1").reason.startswith("gpuhc: RETIRED ecc"), c.node("n1").reason
+        assert not record.exists()
+        assert any(x.startswith("event retire") for x in decisions(tmp_path / "c", "n1", "quarantine retest"))
+    finally:
+        c.stop()
