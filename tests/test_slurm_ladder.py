@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -105,10 +106,21 @@ def events(wd: Path) -> list[dict]:
 def reboot_and_retest(c: RebootCluster, heal: Path | None, scenario: Path):
     c.wait_for(lambda: c.reboots.exists() and "n1" in c.reboots.read_text(), 30, "RebootProgram ran")
     c.reboots.unlink()
+    # Slurm takes a registration as the end of a reboot only from a boot later than its
+    # "reboot issued" stamp (to the second); a real shutdown takes longer than this.
+    c.wait_for(lambda: "REBOOT_ISSUED" in c.node("n1").flags, 30, "reboot issued")
+    time.sleep(1.5)
     if heal is not None:
         shutil.copyfile(heal, scenario)
     c.boot("n1")
-    c.wait_for(lambda: not c.node("n1").not_responding and "REBOOT" not in c.node("n1").raw_state, 60, "n1 back")
+    def back():
+        n = c.node("n1")
+        return not n.not_responding and not {"REBOOT_REQUESTED", "REBOOT_ISSUED"} & n.flags
+
+    try:
+        c.wait_for(back, 60, "n1 back")
+    except Exception as e:
+        raise AssertionError(c.scontrol("show", "node", "n1").stdout) from e
     return gpuhc(c, "quarantine", "retest", node="n1")
 
 
