@@ -137,7 +137,7 @@ def climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
         save(flow, step.memory if done or step.do in (Do.WAIT, Do.NONE) else memory)
     if step.do not in (Do.NONE, Do.WAIT):
         event = "retire" if step.do is Do.RETIRE else "remediation"
-        fire(event, {"node": flow.node, **record}, flow.opts.config, flow.log)
+        fire(event, {"node": flow.node, **record}, flow.opts.config, flow.log, flow.deadline)
 
 
 def _carry_out(flow: Flow, act, node: Node, step: Step, finding: Finding | None) -> bool | str:
@@ -190,7 +190,7 @@ def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
     return True
 
 
-def fire(event: str, payload: dict, config: Any, log: Any) -> None:
+def fire(event: str, payload: dict, config: Any, log: Any, deadline: float | None = None) -> None:
     """The one seam to the hooks (gpuhc/hooks.py): fire if that module exists, else nothing.
     Imported by name at call time so the ladder works with and without it; a hook never
     changes a verdict, so every error stops here."""
@@ -202,6 +202,6 @@ def fire(event: str, payload: dict, config: Any, log: Any) -> None:
     except ModuleNotFoundError:
         return
     try:
-        hooks.fire(event, payload, config, log=log)
+        hooks.fire(event, payload, config, log=log, deadline=deadline)
     except Exception as e:  # never let a hook change what happened
         log(f"hook {event} failed: {type(e).__name__}: {e}", loud=True)
