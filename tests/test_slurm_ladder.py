@@ -90,7 +90,8 @@ def hook_script(tmp_path: Path) -> tuple[Path, Path]:
 
 def hook_events(tmp_path: Path) -> list[dict]:
     p = tmp_path / "hook-calls.jsonl"
-    return [json.loads(line.split(" ", 1)[1]) for line in p.read_text().splitlines()] if p.exists() else []
+    lines = p.read_text().splitlines() if p.exists() else []
+    return [json.loads(line.split(" ", 1)[1]) for line in lines if line.strip()]
 
 
 def config(wd: Path, script: Path, **remediation) -> dict:
