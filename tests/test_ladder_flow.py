@@ -1,0 +1,65 @@
+"""The ladder's node side: the reset command runner (a real subprocess standing in for
+`nvidia-smi -r`) and which finding drives the ladder."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from gpuhc.model import Action, Result, Status
+from gpuhc.slurm.gpureset import argv_for, reset_gpus
+from gpuhc.slurm.remediate import finding_of
+
+
+def script(tmp_path, body: str):
+    p = tmp_path / "reset"
+    p.write_text(f"#!{sys.executable}\nimport sys, time\n{body}\n")
+    p.chmod(0o755)
+    return str(p)
+
+
+def test_each_gpu_gets_its_argv_without_a_shell(tmp_path):
+    rec = tmp_path / "calls"
+    s = script(tmp_path, f"open({str(rec)!r}, 'a').write(repr(sys.argv[1:]) + '\\n')")
+    r = reset_gpus([s, "-r", "-i", "{gpu}", "$(touch x); rm"], (1, 3), 5)
+    assert r.ok and "gpu1,3" in r.detail
+    assert rec.read_text().splitlines() == [repr(["-r", "-i", "1", "$(touch x); rm"]),
+                                             repr(["-r", "-i", "3", "$(touch x); rm"])]
+    assert not (tmp_path / "x").exists()
+    assert argv_for(["nvidia-smi", "-r", "-i", "{gpu}"], 7) == ["nvidia-smi", "-r", "-i", "7"]
+
+
+def test_a_failure_stops_at_that_gpu_and_quotes_its_output(tmp_path):
+    s = script(tmp_path, "print('GPU 00000000:18:00.0 is currently in use by another process.\\x1b[2J'); "
+                         "sys.exit(255 if sys.argv[-1] == '2' else 0)")
+    r = reset_gpus([s, "{gpu}"], (1, 2, 3), 5)
+    assert not r.ok and "exit 255" in r.detail and "in use by another process" in r.detail
+    assert "\x1b" not in r.detail  # escaped for the log
+
+
+def test_a_hanging_reset_is_stopped_at_its_timeout(tmp_path):
+    s = script(tmp_path, "time.sleep(60)")
+    t = time.monotonic()
+    r = reset_gpus([s, "{gpu}"], (0,), 1.0)
+    assert not r.ok and "timed out after 1s" in r.detail and time.monotonic() - t < 10
+
+
+def test_a_missing_command_is_a_failed_reset(tmp_path):
+    r = reset_gpus([str(tmp_path / "no-such-nvidia-smi"), "{gpu}"], (0,), 5)
+    assert not r.ok and "no-such-nvidia-smi" in r.detail
+
+
+def fail(check, subject, action):
+    return Result(check, Status.FAIL, f"{check} on {subject}", subject, action=action)
+
+
+def test_the_finding_is_the_worst_failure_with_its_gpus():
+    results = [fail("ecc", "gpu1", Action.RESET_GPU), fail("ecc", "gpu4", Action.RESET_GPU),
+               Result("xid", Status.PASS, "ok", "gpu2")]
+    f = finding_of(results)
+    assert (f.action, f.gpus) == (Action.RESET_GPU, (1, 4))
+    # A worse action on the node wins, and a node-wide finding names no GPU to reset.
+    f = finding_of(results + [fail("infiniband", "mlx5_0/1", Action.DRAIN_REBOOT)])
+    assert (f.action, f.gpus) == (Action.DRAIN_REBOOT, ())
+    assert finding_of([Result("xid", Status.WARN, "w")]) is None
