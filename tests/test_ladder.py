@@ -131,3 +131,15 @@ def test_config_refuses_a_ladder_out_of_order(tmp_path):
     p.write_text("slurm:\n  remediation:\n    enabled: true\n    actions:\n      drain_ticket: [reboot]\n")
     cfg = load_config(str(p))
     assert LadderSettings.from_section(cfg.section("slurm")).ladders[Action.DRAIN_TICKET] == ("reboot",)
+
+
+def test_policy_keeps_a_tagged_reason_as_the_same_evidence():
+    from gpuhc.slurm.policy import Act, Memory, PolicySettings, decide
+
+    for held in (format_reason(BODY, step="reset 1/2"), format_reason(BODY, 1, step="reboot") + " : reboot issued",
+                 format_reason(BODY, 2)):
+        d = decide(node(held), Verdict.FAIL, format_reason(BODY), Memory(), 5000.0, PolicySettings())
+        assert (d.act, d.why) == (Act.KEEP, "already drained by gpuhc (same reason)"), held
+    d = decide(node(format_reason(BODY, 1)), Verdict.FAIL, format_reason("xid other"), Memory(), 5000.0,
+               PolicySettings())
+    assert d.act is Act.KEEP and "keeping the first reason" in d.why

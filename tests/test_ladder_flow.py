@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
+from pathlib import Path
 
 from gpuhc.model import Action, Result, Status
 from gpuhc.slurm.gpureset import argv_for, reset_gpus
@@ -63,3 +63,42 @@ def test_the_finding_is_the_worst_failure_with_its_gpus():
     f = finding_of(results + [fail("infiniband", "mlx5_0/1", Action.DRAIN_REBOOT)])
     assert (f.action, f.gpus) == (Action.DRAIN_REBOOT, ())
     assert finding_of([Result("xid", Status.WARN, "w")]) is None
+
+
+# ---------------------------------------------------------------- busy: Slurm's view, then NVML's
+
+SCEN = Path(__file__).resolve().parent.parent / "examples" / "scenarios"
+
+
+def busy(tmp_path, scenario_text: str | None, state="IDLE", flags=("DRAIN",)):
+    from types import SimpleNamespace
+
+    from gpuhc.slurm.nodes import Node
+    from gpuhc.slurm.remediate import busy_of
+    from gpuhc.sources import SourceSpec
+
+    spec = SourceSpec()
+    if scenario_text is not None:
+        p = tmp_path / "node.yaml"
+        p.write_text(scenario_text)
+        spec = SourceSpec(nvml_scenario=str(p))
+    node = Node("n1", state, frozenset(flags), "gpuhc: ecc gpu1 x", "root", 1.0, ("gpu",), f"{state}+DRAIN")
+    return busy_of(node, SimpleNamespace(opts=SimpleNamespace(sources=spec)))
+
+
+IDLE = "occupancy:\n  gpus:\n    - {index: 1, memory_used_mib: 0, memory_total_mib: 81559}\n"
+
+
+def test_busy_from_slurm_before_nvml(tmp_path):
+    text = f"extends: {SCEN / 'healthy-8xh100.yaml'}\n{IDLE}"
+    assert busy(tmp_path, text) is None
+    assert "jobs on the node" in busy(tmp_path, text, state="MIXED")
+    assert "jobs on the node" in busy(tmp_path, text, state="IDLE", flags=("DRAIN", "COMPLETING"))
+
+
+def test_a_process_on_a_gpu_or_an_unknown_occupancy_is_busy(tmp_path):
+    stray = busy(tmp_path, (SCEN / "stray-process.yaml").read_text().replace(
+        "extends: healthy-8xh100.yaml", f"extends: {SCEN / 'healthy-8xh100.yaml'}"))
+    assert stray == "gpu1: process 48213 (python3)"
+    # A recording that did not list the processes says nothing: not idle.
+    assert "unknown" in busy(tmp_path, f"extends: {SCEN / 'healthy-8xh100.yaml'}\n")
