@@ -11,9 +11,8 @@ pure ladder (:mod:`gpuhc.slurm.ladder`) for the next step and carries it out:
   log incidents held so far (the reset is what they asked for), run the health check's stage
   again inside what is left of its deadline, and resume through the actuator only on a pass;
   otherwise tag the reason ``[reset n/N]``;
-- **reboot**: ``scontrol reboot ASAP nextstate=<slurm.quarantine.reboot_nextstate>`` with the
-  reason tagged ``[reboot]``; the boot-time ``gpuhc quarantine retest`` resumes the node or
-  tags the next cycle ``[qN]``;
+- **reboot**: ``scontrol reboot ASAP nextstate=DOWN`` with the reason tagged ``[reboot]``; the
+  boot-time ``gpuhc quarantine retest`` resumes the node or tags the next cycle ``[qN]``;
 - **retire** / **failed cycle**: a verified drain with the new reason.
 
 Every step goes to the decision log and to the event log (``slurm.remediation`` of the run),
@@ -146,7 +145,9 @@ def _carry_out(flow: Flow, act, node: Node, step: Step, finding: Finding | None)
     if step.do is Do.RESET:
         return _reset(flow, act, step, finding)
     if step.do is Do.REBOOT:
-        act.reboot(flow.node, step.reason, flow.slurm["quarantine"]["reboot_nextstate"])
+        # DOWN, not the quarantine setting: with RESUME the node would be back in service
+        # before its boot-time retest, and the reason carrying the cycle count gone.
+        act.reboot(flow.node, step.reason, "DOWN")
         flow.log(f"remediation: reboot requested: {step.reason}", loud=True)
         return True
     if step.do in (Do.RETIRE, Do.FAIL_CYCLE):
