@@ -116,7 +116,7 @@ def hook_events(tmp_path: Path) -> list[dict]:
 def config(wd: Path, script: Path, **remediation) -> dict:
     cfg = base_config(wd)
     if HOOKS:
-        cfg["hooks"] = {"commands": [[str(hook_script(wd.parent)[0])]], "events": ["remediation", "retire"]}
+        cfg["hooks"] = {"commands": [[str(hook_script(wd.parent)[0])]], "events": ["remediation", "retire", "resume"]}
     cfg["slurm"]["quarantine"] = {"max_cycles": 2}
     cfg["slurm"]["remediation"] = {"enabled": True, "reset_command": [str(script), "-r", "-i", "{gpu}"],
                                    "reset_timeout_s": 10, **remediation}
@@ -138,6 +138,11 @@ def start(slurm_cluster, tmp_path, cfg, scenario):
 
 def hc(c, node="n1"):
     return gpuhc(c, "healthcheck", node=node)
+
+
+def events_logged(c) -> list[str]:
+    """The health check's hook events, as the seam logged them."""
+    return [x for x in decisions(c.workdir, "n1") if x.startswith("event ")]
 
 
 def events(wd: Path) -> list[dict]:
@@ -176,9 +181,11 @@ def test_reset_passes_and_resumes(slurm_cluster, tmp_path):
         assert "resumed: reset 1/2 passed its retest" in lines
         rec = [e["slurm"]["remediation"] for e in events(tmp_path / "c") if e["slurm"].get("remediation")]
         assert rec[-1]["step"] == "reset 1/2" and rec[-1]["resumed"] and rec[-1]["gpus"] == [1]
+        assert events_logged(c) == ["event remediation: GPU reset 1 of 2 (gpu1)",
+                                    "event resume: reset 1/2 passed its retest"]
         if HOOKS:
             assert [(h["event"], h["step"], h["node"]) for h in hook_events(tmp_path)] == [
-                ("remediation", "reset 1/2", "n1")]
+                ("remediation", "reset 1/2", "n1"), ("resume", "reset 1/2", "n1")]
         # An admin's drain is never touched, whatever fails.
         c.scontrol("update", "NodeName=n1", "State=DRAIN", "Reason=admin: PSU swap")
         shutil.copyfile(node_scenario(tmp_path, "again", REMAP), scenario)
@@ -204,6 +211,12 @@ def test_reset_fails_then_reboot_retest_resume(slurm_cluster, tmp_path):
         # The reboot heals it (a pending row remap takes effect); the boot-time retest resumes.
         lines = reboot_and_retest(c, tmp_path / "healed.yaml", scenario, lambda n: not (n.drained or n.down))
         assert "retest passed (was drained): resuming" in lines, lines
+        assert events_logged(c) == ["event remediation: GPU reset 1 of 1 (gpu1)",
+                                    "event remediation: reboot for retest (cycle 1 of 2)"]
+        assert [x for x in lines if x.startswith("event ")] == ["event resume: retest passed (was drained): resuming"]
+        if HOOKS:
+            assert [(h["event"], h.get("step")) for h in hook_events(tmp_path)] == [
+                ("remediation", "reset 1/1"), ("remediation", "reboot"), ("resume", None)]
     finally:
         c.stop()
 

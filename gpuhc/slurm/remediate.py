@@ -137,6 +137,9 @@ def climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
     if step.do not in (Do.NONE, Do.WAIT):
         event = "retire" if step.do is Do.RETIRE else "remediation"
         fire(event, {"node": flow.node, **record}, flow.opts.config, flow.log, flow.deadline)
+    if done == "resumed":
+        fire("resume", {"node": flow.node, "why": f"{step.label} passed its retest", "step": step.label},
+             flow.opts.config, flow.log, flow.deadline)
 
 
 def _carry_out(flow: Flow, act, node: Node, step: Step, finding: Finding | None) -> bool | str:
@@ -197,7 +200,7 @@ def fire(event: str, payload: dict, config: Any, log: Any, deadline: float | Non
     changes a verdict, so every error stops here."""
     import importlib
 
-    log(f"event {event}: {payload.get('step') or payload.get('why') or ''}")
+    log(f"event {event}: {payload.get('why') or ''}")
     try:
         hooks = importlib.import_module("gpuhc.hooks")
     except ModuleNotFoundError:
