@@ -233,7 +233,8 @@ def test_cycles_then_retired_and_the_hook_fires(slurm_cluster, tmp_path):
             assert "[reboot]" in c.node("n1").reason
             lines = reboot_and_retest(c, None, scenario, after[cycle])
             assert any(f"failed retest {cycle} of 2" in x for x in lines), lines
-        assert c.node("n1").reason == "gpuhc: RETIRED ecc gpu1 row remap pending (reset needed)"
+        # Slurm may still append its own " : reboot complete" note after the retest's drain.
+        assert c.node("n1").reason.startswith("gpuhc: RETIRED ecc gpu1 row remap pending (reset needed)")
         assert not record.exists()
         # The retire event: through the seam (its log line) and, where hooks exist, to the hook once.
         assert [x for x in decisions(tmp_path / "c", "n1", "quarantine retest") if x.startswith("event ")] == [
