@@ -143,3 +143,10 @@ def test_policy_keeps_a_tagged_reason_as_the_same_evidence():
     d = decide(node(format_reason(BODY, 1)), Verdict.FAIL, format_reason("xid other"), Memory(), 5000.0,
                PolicySettings())
     assert d.act is Act.KEEP and "keeping the first reason" in d.why
+
+
+def test_the_schema_offers_exactly_the_ladders():
+    from gpuhc.slurm import settings
+    from gpuhc.slurm.ladder import LADDERS
+
+    assert [list(x) for x in LADDERS] == list(settings._LADDERS)

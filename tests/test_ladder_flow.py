@@ -102,3 +102,16 @@ def test_a_process_on_a_gpu_or_an_unknown_occupancy_is_busy(tmp_path):
     assert stray == "gpu1: process 48213 (python3)"
     # A recording that did not list the processes says nothing: not idle.
     assert "unknown" in busy(tmp_path, f"extends: {SCEN / 'healthy-8xh100.yaml'}\n")
+
+
+def test_a_bug_in_the_ladder_costs_the_step_not_the_health_check():
+    from types import SimpleNamespace
+
+    from gpuhc.slurm import remediate
+
+    lines = []
+    flow = SimpleNamespace(slurm={"remediation": None}, log=lambda text, loud=False: lines.append((text, loud)))
+    out = SimpleNamespace(extra={})
+    remediate.climb(flow, None, None, out)  # from_section fails on the broken section
+    assert out.extra["remediation"]["error"].startswith("TypeError")
+    assert lines and lines[0][1] and lines[0][0].startswith("remediation: internal error, step not taken")

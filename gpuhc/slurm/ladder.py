@@ -36,8 +36,9 @@ from gpuhc.slurm.policy import Verdict, out_of_service, reboot_pending
 from gpuhc.slurm.reason import format_reason, parse_reason, retired_from
 
 RESET, REBOOT = "reset", "reboot"
-# The ladders a config may give an action (slurm.remediation.actions), declared once: the
-# schema offers exactly these, so a typo or a reboot before a reset is refused with file:line.
+# The ladders a config may give an action (slurm.remediation.actions): the schema offers
+# exactly these (gpuhc/slurm/settings.py repeats them as lists, which tests/test_ladder.py keeps
+# equal), so a typo or a reboot before a reset is refused with file and line.
 LADDERS = ((RESET, REBOOT), (RESET,), (REBOOT,), ())
 # slurm.remediation.actions keys, one per catalog action that drains.
 ACTION_KEYS = {"reset_gpu": Action.RESET_GPU, "drain_reboot": Action.DRAIN_REBOOT,
@@ -58,7 +59,7 @@ class LadderSettings:
     enabled: bool = False
     ladders: dict[Action, tuple[str, ...]] = field(default_factory=dict)
     reset_attempts: int = 2
-    reset_timeout_s: float = 60.0
+    reset_timeout_s: float = 30.0
     reboot_timeout_s: float = 1800.0
     max_cycles: int = 3
 

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 from gpuhc.errors import SlurmError
 from gpuhc.model import Result, Status
 from gpuhc.slurm.ladder import Do, Finding, LadderMemory, LadderSettings, Step, next_step
-from gpuhc.slurm.policy import Act, Memory, Verdict, verdict_of
-from gpuhc.slurm.reason import _severity_key
+from gpuhc.slurm.policy import Act, Memory, Verdict, out_of_service, verdict_of
+from gpuhc.slurm.reason import _severity_key, owned
 
 if TYPE_CHECKING:
     from gpuhc.slurm.entry import Flow, Outcome
@@ -100,7 +100,16 @@ def save(flow: Flow, memory: LadderMemory) -> None:
 
 
 def climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
-    """After the health check's decision: the ladder's next step for this node, if any."""
+    """After the health check's decision: the ladder's next step for this node, if any. A bug
+    here costs the step, never the health check's verdict or its decision."""
+    try:
+        _climb(flow, report, verdict, out)
+    except Exception as e:
+        out.extra.setdefault("remediation", {})["error"] = f"{type(e).__name__}: {e}"
+        flow.log(f"remediation: internal error, step not taken: {type(e).__name__}: {e}", loud=True)
+
+
+def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
     settings = LadderSettings.from_section(flow.slurm)
     if not settings.enabled:
         return
@@ -188,9 +197,13 @@ def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
                 save_memory(flow, Memory(flaps=old.flaps, last_resume=flow.now()), None)
                 flow.log(f"resumed: {step.label} passed its retest")
                 return "resumed"
-    # Failed reset or failed retest: the attempt counts; the reason shows it.
-    if act.sc.node(flow.node).reason != step.reason:
+    # Failed reset or failed retest: the attempt counts; the reason shows it, if the node is
+    # still gpuhc's (seconds went by: an admin may have taken it over meanwhile).
+    now = act.sc.node(flow.node)
+    if owned(now.reason) and out_of_service(now) and now.reason != step.reason:
         act.drain(flow.node, step.reason, f"remediation {step.label}")
+    elif not owned(now.reason):
+        flow.log(f"remediation: the node's reason changed meanwhile ({now.reason!r}): leaving it", loud=True)
     return True
 
 
