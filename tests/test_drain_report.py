@@ -147,7 +147,7 @@ def test_report_dict_is_json_and_complete():
     assert doc["nodes"][0] == {"node": "n1", "kind": "drained", "state": "IDLE+DRAIN", "flags": ["DRAIN"],
                                "cause": "admin", "owner": "admin", "reason": "défaut ✗", "user": "root",
                                "since": NOW - 3600, "age_s": 3600.0, "partitions": ["gpu"], "reason_doubt": None,
-                               "incident": None}
+                               "incident": None, "step": None}
     assert doc["groups"][0]["rows"][0]["nodes"] == "n1"
 
 

@@ -162,6 +162,10 @@ def _retest_here(src: SourceArgs, config) -> int:
     if plan.act == "none":
         return report.exit_code
     ok = apply_plan(act, node, plan)
+    if ok and plan.act in ("retire", "resume"):  # the hooks (docs/slurm.md, "Remediation ladder")
+        from gpuhc.slurm.remediate import fire
+
+        fire(plan.act, {"node": opts.hostname, "reason": plan.reason, "why": plan.why}, config, log)
     if ok and plan.act == "resume":
         old = entry.load_memory(flow)
         entry.save_memory(flow, Memory(flaps=old.flaps, last_resume=flow.now()), None)

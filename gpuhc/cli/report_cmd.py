@@ -288,6 +288,8 @@ def reason_cell(row) -> str:
     """The reason as Slurm gave it, and, when it may not be these nodes' own, why (the owner
     is then `unknown`): the admin must not take a shared or missing reason at its word."""
     text = escape(row.reason) if row.reason else "-"  # a dump file is untrusted: no control characters reach the terminal
+    if row.step:
+        text = f"{text} ({row.step})"
     return f"{text} (note: {row.doubt})" if row.doubt else text
 
 

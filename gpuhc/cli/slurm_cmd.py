@@ -82,6 +82,7 @@ class _WithSlurm:
             "breaker": self.out.breaker.to_dict() if self.out.breaker else None,
             "error": self.out.slurm_error,
             "postmortem": self.out.extra.get("postmortem"),
+            "remediation": self.out.extra.get("remediation"),  # the ladder's step, if one was taken
         }
         return doc
 

@@ -245,6 +245,10 @@ def healthcheck(flow: Flow) -> Outcome:
     out = Outcome(report.exit_code, flow.log.lines, report, hard_exit=bool(report.timed_out))
     flow.log(summary_line(report, verdict), loud=verdict is Verdict.FAIL)
     judge_and_act(flow, report, verdict, out, allow_resume=True, node=held)
+    if flow.slurm["remediation"]["enabled"]:
+        from gpuhc.slurm.remediate import climb
+
+        climb(flow, report, verdict, out)  # the ladder: docs/slurm.md, "Remediation ladder"
     if out.decision is not None and out.decision.act is Act.BLOCKED:
         out.exit_code = EXIT_BREAKER
     elif out.slurm_error and verdict is not Verdict.FAIL:

@@ -216,7 +216,7 @@ def _on_failure(node, owner, mine, reason, memory, now, s, breaker_open) -> Deci
                         replace(memory, passes=0))
     if owner is Owner.GPUHC and out_of_service(node):
         held = memory if memory.holding else replace(memory, drained_at=node.reason_time or now, reason=node.reason)
-        same = "same reason" if node.reason == reason else f"keeping the first reason, now also: {reason!r}"
+        same = "same reason" if _same_evidence(node.reason, reason) else f"keeping the first reason, now also: {reason!r}"
         return Decision(Act.KEEP, f"already drained by gpuhc ({same})", replace(held, passes=0))
     # Either no reason at all, or a stale gpuhc reason on a node in service: drain.
     cooldown, flaps = cooldown_for(memory, now, s)
@@ -269,3 +269,12 @@ def _on_healthy(node, owner, mine, memory, now, s) -> Decision:
     if since < cooldown:
         waits.append(f"cool-down {since:.0f}/{cooldown:.0f}s")
     return Decision(Act.WAIT, "healthy, holding: " + ", ".join(waits), replace(held, passes=passes))
+
+
+def _same_evidence(held: str | None, reason: str | None) -> bool:
+    """The same failure, whatever tags the held reason carries (a quarantine cycle, the
+    remediation ladder's step, Slurm's reboot notes)."""
+    if held == reason:
+        return True
+    a, b = parse_reason(held), parse_reason(reason)
+    return a is not None and b is not None and a.body == b.body

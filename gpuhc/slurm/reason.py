@@ -47,6 +47,8 @@ _ELLIPSIS = "..."
 # later pastes the reason into a shell or a scontrol interactive line.
 _DROP = str.maketrans({'"': None, "'": None, "`": None, "\\": "/", "[": "(", "]": ")"})
 _CYCLE_TAG = re.compile(r"\s\[q(\d{1,3})\](?=\s|$)")
+# The remediation ladder's step (gpuhc/slurm/ladder.py): ``[reset 1/2]`` or ``[reboot]``.
+_STEP_TAG = re.compile(r"\s\[(reset \d{1,2}/\d{1,2}|reboot)\](?=\s|$)")
 
 
 def sanitize(text: str) -> str:
@@ -92,6 +94,7 @@ class GpuhcReason:
     check: str  # first word of the body: the check id that drained the node
     cycle: int = 0  # quarantine cycle; 0: not in quarantine
     retired: bool = False
+    step: str | None = None  # the remediation step in progress: "reset 1/2", "reboot"
 
     @property
     def quarantined(self) -> bool:
@@ -107,19 +110,27 @@ def parse_reason(reason: str | None) -> GpuhcReason | None:
     retired = body.startswith(RETIRED + " ") or body == RETIRED
     if retired:
         body = body[len(RETIRED):].strip()
-    cycle = 0
+    cycle, step, cut = 0, None, len(body) + 1
     m = _CYCLE_TAG.search(" " + body)
     if m:
-        cycle = int(m.group(1))
-        body = (" " + body)[: m.start()].strip()
+        cycle, cut = int(m.group(1)), m.start()
+    s = _STEP_TAG.search(" " + body)
+    if s:
+        step, cut = s.group(1), min(cut, s.start())
+    body = (" " + body)[:cut].strip()  # tags end the body; Slurm's own notes after them go too
     check = body.split(" ", 1)[0] if body else ""
-    return GpuhcReason(text=text, body=body, check=check, cycle=cycle, retired=retired)
+    return GpuhcReason(text=text, body=body, check=check, cycle=cycle, retired=retired, step=step)
 
 
-def format_reason(body: str, cycle: int = 0, retired: bool = False) -> str:
-    """Build a reason from an already chosen body (check + evidence)."""
+def format_reason(body: str, cycle: int = 0, retired: bool = False, step: str | None = None) -> str:
+    """Build a reason from an already chosen body (check + evidence); ``step`` is the
+    remediation ladder's tag (``reset 1/2``, ``reboot``), never on a retired node."""
     head = f"{PREFIX} {RETIRED} " if retired else f"{PREFIX} "
     tail = f" [q{cycle}]" if cycle > 0 and not retired else ""
+    if step and not retired:
+        if not _STEP_TAG.fullmatch(f" [{step}]"):
+            raise ValueError(f"not a remediation step: {step!r}")
+        tail += f" [{step}]"
     return _fit(head, sanitize(body) or "unspecified", tail)
 
 

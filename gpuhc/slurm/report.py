@@ -96,6 +96,20 @@ def classify(node: Node) -> tuple[str, str]:
     return "admin", "admin"
 
 
+def step_of(node: Node) -> str | None:
+    """The remediation ladder's step a gpuhc reason carries (gpuhc/slurm/ladder.py), as the
+    report says it: ``remediating: reset 1/2``, ``reboot pending``, ``rebooted: retest pending``."""
+    from gpuhc.slurm.reason import parse_reason
+
+    mine = parse_reason(node.reason)
+    if mine is None or mine.step is None:
+        return None
+    if mine.step != "reboot":
+        return f"remediating: {mine.step}"
+    pending = {"REBOOT_REQUESTED", "REBOOT_ISSUED"} & node.flags or node.state == "REBOOT"
+    return "reboot pending" if pending else "rebooted: retest pending"
+
+
 def kind_of(node: Node) -> str:
     """The one word the report shows for how a node is out: down beats fail beats draining."""
     if node.down:
@@ -184,7 +198,7 @@ class Entry:
             "node": n.name, "kind": self.kind, "state": n.raw_state, "flags": sorted(n.flags),
             "cause": self.cause, "owner": self.owner, "reason": n.reason, "user": n.reason_user,
             "since": n.reason_time, "age_s": self.age_s, "partitions": list(n.partitions),
-            "reason_doubt": n.reason_doubt or None, "incident": self.incident or None,
+            "reason_doubt": n.reason_doubt or None, "incident": self.incident or None, "step": step_of(n),
         }
 
 
@@ -200,6 +214,7 @@ class Row:
     since: float | None  # the oldest reason time among the nodes
     age_s: float | None
     doubt: str = ""  # why the reason may not be these nodes' own (Node.reason_doubt)
+    step: str | None = None  # the remediation step the reason carries (step_of)
 
     @property
     def count(self) -> int:
@@ -212,7 +227,7 @@ class Row:
     def to_dict(self) -> dict:
         return {"nodes": self.hostlist, "count": self.count, "kind": self.kind, "owner": self.owner,
                 "reason": self.reason, "users": self.users, "since": self.since, "age_s": self.age_s,
-                "reason_doubt": self.doubt or None}
+                "reason_doubt": self.doubt or None, "step": self.step}
 
 
 @dataclass
@@ -302,10 +317,11 @@ def _group(entries: list[Entry]) -> list[Group]:
         g = groups.get((e.cause, e.owner))
         if g is None:
             g = groups[(e.cause, e.owner)] = Group(e.cause, e.owner)
-        key = (e.cause, e.owner, e.kind, e.node.reason, e.node.reason_doubt)
+        step = step_of(e.node)
+        key = (e.cause, e.owner, e.kind, e.node.reason, e.node.reason_doubt, step)
         row = rows.get(key)
         if row is None:
-            row = rows[key] = Row([], e.kind, e.owner, e.node.reason, [], None, None, e.node.reason_doubt)
+            row = rows[key] = Row([], e.kind, e.owner, e.node.reason, [], None, None, e.node.reason_doubt, step)
             g.rows.append(row)
         row.names.append(e.node.name)
         if e.node.reason_user and e.node.reason_user not in row.users:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Callable
 
-from gpuhc.slurm.report import DrainReport, Entry, ReportError, humanize_age
+from gpuhc.slurm.report import DrainReport, Entry, ReportError, humanize_age, step_of
 
 
 def _since(e: Entry) -> str:
@@ -37,6 +37,7 @@ FIELDS: dict[str, Callable[[Entry], str]] = {
     "partitions": lambda e: ",".join(e.node.partitions),
     "doubt": lambda e: e.node.reason_doubt,
     "incident": lambda e: e.incident,  # the suspect switch, when the node's failure is one of an incident's
+    "step": lambda e: step_of(e.node) or "",
 }
 DEFAULT_FIELDS = ("node", "kind", "owner", "cause", "age", "reason")
 CSV_FIELDS = ("node", "kind", "state", "flags", "cause", "owner", "reason", "user", "since", "age_s", "partitions",

@@ -9,6 +9,16 @@ from __future__ import annotations
 
 from gpuhc.schema import Key
 
+# The ladders an action may be given (gpuhc/slurm/ladder.py declares them; repeated here as
+# lists because the schema compares a value with its choices, and importing the ladder would
+# load the policy on every config load).
+_LADDERS = (["reset", "reboot"], ["reset"], ["reboot"], [])
+
+
+def _ladder(default: list[str], what: str) -> Key:
+    return Key(list, default, f"remediation steps for findings whose action is {what!r}, mildest first",
+               item=str, choices=_LADDERS)
+
 SCHEMA = {
     "scontrol": Key(str, "scontrol", "scontrol binary (a name looked up on the shim's PATH, or a full path)"),
     "sinfo": Key(str, "sinfo", "sinfo binary: gpuhc reads nodes with it (one node per query, see docs/slurm.md)"),
@@ -56,5 +66,21 @@ SCHEMA = {
         "reboot_nextstate": Key(str, "DOWN", "state after the reboot: DOWN keeps the node out of service until "
                                 "the boot-time retest resumes it; RESUME returns it at once, without that gate "
                                 "(22.05, 24.11 and 26.05 accept only these two)", choices=("DOWN", "RESUME")),
+    },
+    "remediation": {  # the ladder, docs/slurm.md "Remediation ladder"
+        "enabled": Key(bool, False, "let the health check reset GPUs and reboot nodes gpuhc drained"),
+        "actions": {
+            "reset_gpu": _ladder(["reset", "reboot"], "reset GPU"),
+            "drain_reboot": _ladder(["reboot"], "drain + reboot"),
+            "drain_ticket": _ladder([], "drain + hardware ticket"),
+        },
+        "reset_command": Key(list, ["nvidia-smi", "-r", "-i", "{gpu}"], "GPU reset argv, run without a shell once "
+                             "per GPU; {gpu} is the GPU's index", item=str),
+        "reset_timeout_s": Key(float, 30.0, "one reset command's timeout (cut to the health check's deadline)",
+                               min=1.0, max=600.0),
+        "reset_attempts": Key(int, 2, "GPU resets per episode before the ladder moves on to a reboot",
+                              min=0, max=10),
+        "reboot_timeout_s": Key(float, 1800.0, "a reboot and its boot-time retest must answer within this, "
+                                "else the cycle counts as failed", min=60.0, max=86400.0),
     },
 }

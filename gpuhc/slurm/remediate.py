@@ -1,0 +1,219 @@
+"""The remediation ladder on the node: the health check climbs it for its own node.
+
+Who runs it, and why the health check: it already runs on every node every few minutes as
+root, it has just judged the node (so it knows the finding and its catalog action), and it
+finds out by itself when gpuhc holds its node. No other daemon, timer or shared directory is
+needed, and a node whose slurmd is down is left alone (nothing runs the health check). After
+a failing health check that kept its own node drained (policy decision ``keep``), it asks the
+pure ladder (:mod:`gpuhc.slurm.ladder`) for the next step and carries it out:
+
+- **reset**: reset the finding's GPUs (:mod:`gpuhc.slurm.gpureset`), acknowledge the kernel
+  log incidents held so far (the reset is what they asked for), run the health check's stage
+  again inside what is left of its deadline, and resume through the actuator only on a pass;
+  otherwise tag the reason ``[reset n/N]``;
+- **reboot**: ``scontrol reboot ASAP nextstate=DOWN`` with the reason tagged ``[reboot]``; the
+  boot-time ``gpuhc quarantine retest`` resumes the node or tags the next cycle ``[qN]``;
+- **retire** / **failed cycle**: a verified drain with the new reason.
+
+Every step goes to the decision log and to the event log (``slurm.remediation`` of the run),
+and fires the ``remediation`` hook (``retire`` for a retirement). Nothing here drains a node
+that is in service, so the breaker is not asked; the node stays counted by it throughout,
+because its reason stays gpuhc's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from gpuhc.errors import SlurmError
+from gpuhc.model import Result, Status
+from gpuhc.slurm.ladder import Do, Finding, LadderMemory, LadderSettings, Step, next_step
+from gpuhc.slurm.policy import Act, Memory, Verdict, out_of_service, verdict_of
+from gpuhc.slurm.reason import _severity_key, owned
+
+if TYPE_CHECKING:
+    from gpuhc.slurm.entry import Flow, Outcome
+    from gpuhc.slurm.nodes import Node
+
+_GPU = "gpu"
+
+
+def finding_of(results: list[Result]) -> Finding | None:
+    """The worst failing result's action (the one the reason names), and the GPUs of the failing
+    results with that action."""
+    failing = sorted((r for r in results if r.status is Status.FAIL), key=_severity_key)
+    if not failing:
+        return None
+    action = failing[0].action
+    gpus = sorted({int(r.subject[len(_GPU):]) for r in failing
+                   if r.action is action and r.subject.startswith(_GPU) and r.subject[len(_GPU):].isdigit()})
+    return Finding(action, tuple(gpus))
+
+
+def busy_of(node: Node, flow: Flow) -> str | None:
+    """What runs on the node, or None: Slurm's view (a job allocated) first, then NVML's (a
+    process on a GPU). A GPU whose processes cannot be listed counts as busy."""
+    if node.draining or node.state in ("ALLOCATED", "MIXED", "COMPLETING") or "COMPLETING" in node.flags:
+        return f"Slurm shows jobs on the node (state {node.raw_state})"
+    from gpuhc.sources import build_sources
+
+    try:
+        procs = build_sources(flow.opts.sources).procs
+        occ = procs.read() if procs is not None else None
+    except Exception as e:  # unreadable is not idle
+        return f"GPU processes unreadable ({type(e).__name__}: {e})"
+    if occ is None or not occ.available:
+        return "GPU processes unknown" + (f" ({occ.error})" if occ is not None and occ.error else "")
+    for g in occ.gpus:
+        if g.error:
+            return f"gpu{g.index}: processes unreadable ({g.error})"
+        if g.processes:
+            return f"gpu{g.index}: process {g.processes[0].pid} ({g.processes[0].name or '?'})"
+    return None
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+def load(flow: Flow) -> LadderMemory:
+    from gpuhc.state import StateStore
+
+    try:
+        doc = StateStore(flow.opts.state_dir).read()
+    except Exception:
+        return LadderMemory()
+    return LadderMemory.from_dict(doc.get("slurm", {}).get("ladder", {}).get(flow.node))
+
+
+def save(flow: Flow, memory: LadderMemory) -> None:
+    from gpuhc.state import StateStore
+
+    try:
+        with StateStore(flow.opts.state_dir).transaction() as doc:
+            doc.setdefault("slurm", {}).setdefault("ladder", {})[flow.node] = memory.to_dict()
+    except Exception as e:
+        flow.log(f"remediation state not saved ({e})", loud=True)
+
+
+# ---------------------------------------------------------------------------- the climb
+
+
+def climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
+    """After the health check's decision: the ladder's next step for this node, if any. A bug
+    here costs the step, never the health check's verdict or its decision."""
+    try:
+        _climb(flow, report, verdict, out)
+    except Exception as e:
+        out.extra.setdefault("remediation", {})["error"] = f"{type(e).__name__}: {e}"
+        flow.log(f"remediation: internal error, step not taken: {type(e).__name__}: {e}", loud=True)
+
+
+def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
+    settings = LadderSettings.from_section(flow.slurm)
+    if not settings.enabled:
+        return
+    memory = load(flow)
+    kept = out.decision is not None and out.decision.act is Act.KEEP
+    if not kept and memory.step is None:
+        return
+    from gpuhc.slurm.entry import actuator
+
+    act = actuator(flow)
+    finding = finding_of(report.results)
+    try:
+        node = act.sc.node(flow.node)
+        step = next_step(node, verdict, finding, None, memory, flow.now(), settings)
+        if step.do in (Do.RESET, Do.REBOOT) and (busy := busy_of(node, flow)):
+            step = next_step(node, verdict, finding, busy, memory, flow.now(), settings)
+        if step.do is Do.NONE and memory == LadderMemory():
+            return
+        record = {"step": step.label, "why": step.why, "attempt": step.attempt, "of": step.of,
+                  "finding": finding.action.value if finding else None,
+                  "gpus": list(finding.gpus) if finding else [], "reason": step.reason}
+        out.extra["remediation"] = record
+        done = _carry_out(flow, act, node, step, finding)
+        record["ok"] = done in (True, "resumed")
+    except SlurmError as e:
+        out.extra.setdefault("remediation", {})["error"] = str(e)
+        flow.log(f"remediation: Slurm did not answer as needed, nothing remembered: {e}", loud=True)
+        return
+    if done == "resumed":  # the episode is over
+        record["resumed"] = True
+        save(flow, LadderMemory())
+    elif step.do is not Do.NONE or memory != step.memory:
+        save(flow, step.memory if done or step.do in (Do.WAIT, Do.NONE) else memory)
+    if step.do not in (Do.NONE, Do.WAIT):
+        event = "retire" if step.do is Do.RETIRE else "remediation"
+        fire(event, {"node": flow.node, **record}, flow.opts.config, flow.log, flow.deadline)
+    if done == "resumed":
+        fire("resume", {"node": flow.node, "why": f"{step.label} passed its retest", "step": step.label},
+             flow.opts.config, flow.log, flow.deadline)
+
+
+def _carry_out(flow: Flow, act, node: Node, step: Step, finding: Finding | None) -> bool | str:
+    loud = step.do not in (Do.NONE, Do.WAIT)
+    flow.log(f"remediation: {step.label}: {step.why}", loud=loud)
+    if step.do is Do.RESET:
+        return _reset(flow, act, step, finding)
+    if step.do is Do.REBOOT:
+        # DOWN, not the quarantine setting: with RESUME the node would be back in service
+        # before its boot-time retest, and the reason carrying the cycle count gone.
+        act.reboot(flow.node, step.reason, "DOWN")
+        flow.log(f"remediation: reboot requested: {step.reason}", loud=True)
+        return True
+    if step.do in (Do.RETIRE, Do.FAIL_CYCLE):
+        ok = act.drain(flow.node, step.reason, step.do.value)
+        if not ok:
+            flow.log(f"remediation: {step.do.value} not verified", loud=True)
+        return ok
+    return True
+
+
+def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
+    """Reset, retest, resume on a pass; else tag the reason with the attempt. "resumed", True
+    when the attempt was carried out and failed, False when there was no time for it."""
+    from gpuhc.slurm.entry import SLURM_RESERVE_S, load_memory, run_checks, save_memory, summary_line
+    from gpuhc.slurm.gpureset import reset_gpus
+    from gpuhc.slurm.handover import acknowledge_kernel_log
+
+    r = flow.slurm["remediation"]
+    room = flow.deadline - time.monotonic() - SLURM_RESERVE_S - 2.0
+    timeout = min(float(r["reset_timeout_s"]), room / max(1, len(finding.gpus)))
+    if timeout < 1.0:
+        flow.log("remediation: no time left in this run for a reset; the next run tries", loud=True)
+        return False
+    result = reset_gpus(list(r["reset_command"]), finding.gpus, timeout)
+    flow.log(f"remediation: {step.label}: {'done' if result.ok else 'FAILED'}: {result.detail}", loud=True)
+    if result.ok:
+        acknowledge_kernel_log(flow.opts.state_dir, flow.now())
+        report = run_checks(flow)
+        verdict = verdict_of(report.results) if report is not None else Verdict.ERROR
+        if report is not None:
+            flow.log("remediation: retest " + summary_line(report, verdict), loud=True)
+        if verdict in (Verdict.PASS, Verdict.WARN):
+            if act.resume(flow.node, f"remediation: {step.label} passed its retest"):
+                old = load_memory(flow)
+                save_memory(flow, Memory(flaps=old.flaps, last_resume=flow.now()), None)
+                flow.log(f"resumed: {step.label} passed its retest")
+                return "resumed"
+    # Failed reset or failed retest: the attempt counts; the reason shows it, if the node is
+    # still gpuhc's (seconds went by: an admin may have taken it over meanwhile).
+    now = act.sc.node(flow.node)
+    if owned(now.reason) and out_of_service(now) and now.reason != step.reason:
+        act.drain(flow.node, step.reason, f"remediation {step.label}")
+    elif not owned(now.reason):
+        flow.log(f"remediation: the node's reason changed meanwhile ({now.reason!r}): leaving it", loud=True)
+    return True
+
+
+def fire(event: str, payload: dict, config: Any, log: Any, deadline: float | None = None) -> None:
+    """The one seam to the hooks (gpuhc/hooks.py); a hook never changes a verdict, so every
+    error stops here."""
+    from gpuhc.hooks import fire as fire_hooks
+
+    log(f"event {event}: {payload.get('why') or ''}")
+    try:
+        fire_hooks(event, payload, config, log=log, deadline=deadline)
+    except Exception as e:  # never let a hook change what happened
+        log(f"hook {event} failed: {type(e).__name__}: {e}", loud=True)
