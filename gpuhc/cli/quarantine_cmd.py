@@ -162,10 +162,11 @@ def _retest_here(src: SourceArgs, config) -> int:
     if plan.act == "none":
         return report.exit_code
     ok = apply_plan(act, node, plan)
-    if ok and plan.act in ("retire", "resume"):  # the hooks (docs/slurm.md, "Remediation ladder")
+    if ok and plan.act in ("retire", "resume"):  # verified: the event happened, once (a requarantine stays drained)
         from gpuhc.slurm.remediate import fire
 
-        fire(plan.act, {"node": opts.hostname, "reason": plan.reason, "why": plan.why}, config, log)
+        fire(plan.act, {"node": opts.hostname, "stage": "bootstrap", "why": plan.why, "reason": plan.reason,
+                        "was": node.reason, "retest": verdict.value}, config, log, sc.deadline)
     if ok and plan.act == "resume":
         old = entry.load_memory(flow)
         entry.save_memory(flow, Memory(flaps=old.flaps, last_resume=flow.now()), None)
@@ -175,11 +176,6 @@ def _retest_here(src: SourceArgs, config) -> int:
     if not ok:
         log(f"{plan.act} not verified: Slurm shows {sc.node(opts.hostname).reason!r}", loud=True)
         return 1
-    if plan.act in ("resume", "retire"):  # verified: the event happened, once (a requarantine stays drained)
-        from gpuhc.hooks import fire
-
-        fire(plan.act, {"node": opts.hostname, "stage": "bootstrap", "why": plan.why, "reason": plan.reason,
-                        "was": node.reason, "retest": verdict.value}, config, log, sc.deadline)
     return 0 if plan.act == "resume" else 1
 
 
