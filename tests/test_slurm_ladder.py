@@ -21,7 +21,7 @@ import pytest
 
 from gpuhc.slurm.reason import parse_reason
 from slurm_cluster import REPO
-from test_slurm_e2e import HEALTHY, base_config, decisions, gpuhc
+from test_slurm_e2e import HEALTHY, back_in_service, base_config, decisions, gpuhc
 
 pytestmark = pytest.mark.slurm
 
@@ -115,7 +115,7 @@ def test_reset_passes_and_resumes(slurm_cluster, tmp_path):
         hc(c)
         assert record.read_text().split()[1:] == ["-r", "-i", "1"]
         n1 = c.node("n1")
-        assert not n1.drained and n1.reason is None, n1
+        assert back_in_service(n1, c.release), n1
         lines = decisions(tmp_path / "c", "n1")
         assert any(x.startswith("remediation: reset 1/2: GPU reset 1 of 2") for x in lines), lines
         assert "resumed: reset 1/2 passed its retest" in lines
