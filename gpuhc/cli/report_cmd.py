@@ -147,7 +147,7 @@ def drain_report(from_file, partitions, states, owners, older_than, newer_than, 
     warnings += unknown_partitions(nodes, filters.partitions)
     for line in warnings:
         click.echo(f"gpuhc drain-report: warning: {line}", err=True)
-    out = click.get_text_stream("stdout")
+    out = sys.stdout  # (click.get_text_stream is deprecated from Click 8.5 on)
     if json_mode:
         doc = {"source": source, "formats": formats, "warnings": warnings, **report.to_dict()}
         out.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
