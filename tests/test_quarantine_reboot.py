@@ -15,7 +15,7 @@ EVID = "gpuhc: xid Xid 79 on gpu3 (0000:5d:00.0): GPU has fallen off the bus"
 
 def rebooted(raw: str, reason: str):
     """A node record as `scontrol show node -o` prints one after `scontrol reboot`."""
-    line = Path(__file__).parent.joinpath("fixtures", "slurm-26.05", "scontrol_show_node_oneline.txt").read_text()
+    line = Path(__file__).parent.joinpath("fixtures", "slurm", "slurm-26.05", "scontrol_show_node_oneline.txt").read_text()
     n2 = next(ln for ln in line.splitlines() if ln.startswith("NodeName=n2 "))
     head, _, _ = n2.partition(" Reason=")
     head = head.replace("State=IDLE+DRAIN", f"State={raw}")

@@ -1,5 +1,5 @@
 """Record what a real Slurm release prints about drained and down nodes: the fixtures of
-tests/fixtures/slurm-<version>/ (drain-report and the node parsers read them).
+tests/fixtures/slurm/slurm-<version>/ (drain-report and the node parsers read them).
 
     python tests/matrix/capture.py 24.11 OUTDIR     # as root; builds the chroot when missing
 
