@@ -29,6 +29,13 @@ def test_failed_retest_after_reboot_drops_slurms_reboot_notes():
     assert (plan.act, plan.reason) == ("requarantine", EVID + " [q1]")
 
 
+def test_a_reboot_that_timed_out_is_slurms_note_too():
+    # Slurm 26.05 on a loaded CI machine: the node came back after ResumeTimeout (seen in CI)
+    node = rebooted("DOWN+DRAIN", EVID + " : reboot issued : reboot timed out")
+    plan = plan_retest(node, Verdict.FAIL, None, 3)
+    assert (plan.act, plan.reason) == ("requarantine", EVID + " [q1]")
+
+
 def test_second_cycle_and_retire_keep_only_gpuhcs_evidence():
     node = rebooted("DOWN+DRAIN", EVID + " [q1] : reboot issued : reboot complete")
     assert plan_retest(node, Verdict.FAIL, None, 3).reason == EVID + " [q2]"

@@ -37,10 +37,11 @@ from gpuhc.slurm.reason import GpuhcReason, format_reason, owned, parse_reason, 
 
 
 # What Slurm appends to the reason of a node it reboots (`scontrol reboot`): " : reboot issued",
+# " : reboot timed out" when the node took longer than ResumeTimeout to come back,
 # then " : reboot complete" (22.05, 24.11 and 26.05 alike; docs/slurm.md, "Slurm releases").
 # Slurm's words, not gpuhc's evidence: dropped before the reason is written again, or every
 # reboot cycle would add them once more.
-_SLURM_REBOOT_NOTES = re.compile(r"(?:\s+:\s+reboot (?:issued|complete))+\s*$", re.IGNORECASE)
+_SLURM_REBOOT_NOTES = re.compile(r"(?:\s+:\s+reboot (?:issued|complete|timed out))+\s*$", re.IGNORECASE)
 
 
 def _own(mine: GpuhcReason) -> GpuhcReason:
