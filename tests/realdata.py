@@ -1,8 +1,9 @@
-"""Where the shared real-world samples are (../shared/realdata, see its README).
-
-They sit beside the checkout in this workplace and in CI (a copy of shared/ beside the clone);
-GPUHC_REALDATA points elsewhere. Tests that read them skip, saying so, where they are absent
-(outside this workplace): they are reference data, not the project's own fixtures.
+"""Where the reference samples of real-world output live (kernel logs, DCGM, nccl-tests,
+nvidia-smi, Slurm, IB sysfs), captured by others on real machines and kept outside this
+repository by the workplace that runs its CI; GPUHC_REALDATA points at a copy. The tests that
+read them skip, saying so, where they are absent: they check the parsers against the world,
+beside the project's own cited fixtures under tests/fixtures/ (each with a README naming its
+public source), which always run. What the parsers rely on is in docs/facts.md.
 """
 
 from __future__ import annotations

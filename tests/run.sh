@@ -22,8 +22,9 @@ while [ $# -gt 0 ]; do
 done
 
 need=()
-# slurmdbd + MariaDB: real accounting for the fleet tests; prometheus: promtool checks the alert rules
-for pkg in slurmctld slurmd slurm-client munge slurmdbd mariadb-server prometheus; do
+# slurmdbd + MariaDB: real accounting for the fleet tests; prometheus: promtool checks the alert rules;
+# iproute2: `ip` for the storm test's private network namespace (not on every minimal image)
+for pkg in slurmctld slurmd slurm-client munge slurmdbd mariadb-server prometheus iproute2; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#slurm[@]} -gt 0 ]; then

@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from typing import IO
 
-from gpuhc.errors import GpuhcError
 
 
 def _console(stream: IO[str] | None):
@@ -129,14 +128,9 @@ def render_incidents(incidents, rest, stream: IO[str] | None = None) -> None:
 
 def write_png(stats, path: str) -> None:
     """Drains per day, stacked by cause, with the fleet's MTBF in the title."""
-    try:
-        import matplotlib
+    from gpuhc.sweep.chart import new_figure, save_figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise GpuhcError("--png needs matplotlib: pip install 'gpuhc[plot]'") from None
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    plt, fig, ax = new_figure(9)
     days = max((len(v) for v in stats.daily.values()), default=0)
     bottom = [0] * days
     for cause in sorted(stats.daily, key=lambda c: -sum(stats.daily[c]))[:12]:
@@ -151,10 +145,4 @@ def write_png(stats, path: str) -> None:
     ax.grid(True, axis="y", alpha=0.3)
     if stats.daily:
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as e:
-        raise GpuhcError(f"--png {path}: cannot write: {e.strerror}") from None
-    finally:
-        plt.close(fig)
+    save_figure(plt, fig, path)

@@ -63,7 +63,9 @@ def terminal_chart(curves: dict[str, list[tuple[int, float]]], width: int = BAR_
     return "\n".join(lines)
 
 
-def write_png(curves: dict[str, list[tuple[int, float]]], path: str, title: str = "") -> None:
+def new_figure(width: float, height: float = 4.5):
+    """(pyplot, figure, axes) drawn off-screen; a usage error when matplotlib is missing. Shared
+    by every ``--png`` (this chart, ``gpuhc fleet stats``)."""
     try:
         import matplotlib
 
@@ -71,7 +73,23 @@ def write_png(curves: dict[str, list[tuple[int, float]]], path: str, title: str 
         import matplotlib.pyplot as plt
     except ImportError:
         raise GpuhcError("--png needs matplotlib: pip install 'gpuhc[plot]'") from None
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(width, height))
+    return plt, fig, ax
+
+
+def save_figure(plt, fig, path: str) -> None:
+    """Lay out, write ``path`` and free the figure; an unwritable path is the user's error."""
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as e:
+        raise GpuhcError(f"cannot write {path}: {e.strerror}") from None
+    finally:
+        plt.close(fig)
+
+
+def write_png(curves: dict[str, list[tuple[int, float]]], path: str, title: str = "") -> None:
+    plt, fig, ax = new_figure(8)
     for name, curve in curves.items():
         if curve:
             xs, ys = zip(*curve)
@@ -83,10 +101,4 @@ def write_png(curves: dict[str, list[tuple[int, float]]], path: str, title: str 
     ax.grid(True, alpha=0.3)
     if len(curves) <= 12:
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as e:
-        raise GpuhcError(f"cannot write {path}: {e.strerror}") from None
-    finally:
-        plt.close(fig)
+    save_figure(plt, fig, path)
