@@ -64,6 +64,8 @@ def main() -> int:
     ap.add_argument("--baseline-rev", default=BASELINE_REV)
     ap.add_argument("--only", choices=("baseline", "new"), help="run one side only (no ratio)")
     ap.add_argument("--min-ratio", type=float, default=20.0)
+    ap.add_argument("--no-ledger", action="store_true",
+                    help="the new code without slurm.breaker.ledger_node (every node counts for itself)")
     ap.add_argument("--json", dest="json_out", help="write every storm's numbers here")
     ap.add_argument("--workdir", help="keep the cluster's files here (default: a temp dir, removed)")
     args = ap.parse_args()
@@ -95,8 +97,12 @@ def run(args) -> int:
         sides["baseline"] = extract(args.baseline_rev, work / "baseline")
     if args.only:
         sides = {args.only: sides[args.only]}
-    cluster = BigSlurmCluster(work / "cluster", size=args.nodes, partition_size=args.partition_size)
-    cfg = write_config(work, args.cap_percent)
+    cluster = BigSlurmCluster(work / "cluster", size=args.nodes, partition_size=args.partition_size,
+                              ledger="gpuhc-ledger")
+    # Today's code knows no ledger key (its config check would refuse it): one config per side.
+    cfgs = {"baseline": write_config(work, args.cap_percent, name="baseline.yaml"),
+            "new": write_config(work, args.cap_percent, name="new.yaml",
+                                ledger_node=None if args.no_ledger else "gpuhc-ledger")}
     targets = cluster.partitions()["p1"][len(cluster.nodes):][:args.runs]  # defined-only nodes of p1
     if len(targets) < args.runs:
         sys.exit(f"bench_storm: partition p1 has only {len(targets)} defined nodes for {args.runs} runs")
@@ -109,7 +115,7 @@ def run(args) -> int:
         for rep in range(args.reps):
             order = list(sides) if rep % 2 == 0 else list(reversed(sides))
             for side in order:
-                r = storm(cluster, sides[side], cfg, work / f"state-{side}-{rep}", targets, SCENARIO)
+                r = storm(cluster, sides[side], cfgs[side], work / f"state-{side}-{rep}", targets, SCENARIO)
                 r.update(side=side, rep=rep + 1)
                 results.append(r)
                 print(line(r), flush=True)
@@ -138,7 +144,7 @@ def line(r: dict) -> str:
 
 def summarize(results: list[dict], args) -> dict:
     out: dict = {"nodes": args.nodes, "partition_size": args.partition_size, "runs": args.runs, "reps": args.reps,
-                 "cap_percent": args.cap_percent, "baseline_rev": args.baseline_rev}
+                 "cap_percent": args.cap_percent, "baseline_rev": args.baseline_rev, "ledger": not args.no_ledger}
     for side in ("baseline", "new"):
         rs = [r for r in results if r["side"] == side]
         if not rs:

@@ -9,6 +9,7 @@ node positions, which a generic validator never sees.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ class Key:
     choices: tuple[Any, ...] | None = None
     item: type | None = None  # element type for lists
     nullable: bool = False
+    pattern: str | None = None  # a regular expression a string value must match in full
 
     def check(self, value: Any) -> str | None:
         """Return why ``value`` is wrong, or None when it is fine."""
@@ -41,6 +43,8 @@ class Key:
             return f"must be >= {self.min}, got {value}"
         if self.max is not None and isinstance(value, (int, float)) and value > self.max:
             return f"must be <= {self.max}, got {value}"
+        if self.pattern is not None and isinstance(value, str) and not re.fullmatch(self.pattern, value):
+            return f"must match {self.pattern}, got {value!r}"
         if self.item is not None and isinstance(value, list):
             for v in value:
                 if not isinstance(v, self.item) or (self.item is not bool and isinstance(v, bool)):

@@ -33,13 +33,14 @@ def defined_names(size: int, live: int) -> list[str]:
 
 class BigSlurmCluster(SlurmCluster):
     def __init__(self, workdir: str | os.PathLike, size: int = 10_000, partition_size: int = 2_000,
-                 live: tuple[str, ...] = ("n1", "n2"), **kw: Any) -> None:
+                 live: tuple[str, ...] = ("n1", "n2"), ledger: str | None = None, **kw: Any) -> None:
         if size <= len(live):
             raise ValueError("size must exceed the number of live nodes")
         super().__init__(workdir, nodes=live, **kw)
         self.size = size
         self.partition_size = partition_size
         self.defined = defined_names(size, len(live))
+        self.ledger = ledger  # the breaker ledger's node record (docs/slurm.md "Breaker ledger")
 
     # ------------------------------------------------------------------ files
 
@@ -65,6 +66,10 @@ class BigSlurmCluster(SlurmCluster):
         # Same hardware as the live nodes, one line for all (hostlist syntax), never started.
         lines.append(f"NodeName={hostlist.collect_hostlist(self.defined)} NodeHostname=localhost "
                      f"NodeAddr=127.0.0.1 Port={self._defined_port()} CPUs={self.cpus} RealMemory=1000 State=UNKNOWN")
+        if self.ledger:  # as docs/slurm.md tells an admin: a node of its own, hidden, never scheduled
+            lines.append(f"NodeName={self.ledger} NodeHostname=localhost NodeAddr=127.0.0.1 "
+                         f"Port={self._defined_port()} CPUs=1 RealMemory=100 State=UNKNOWN")
+            lines.append(f"PartitionName=gpuhc Hidden=YES State=INACTIVE Nodes={self.ledger}")
         for i, (name, members) in enumerate(self.partitions().items()):
             default = " Default=YES" if i == 0 else ""
             lines.append(f"PartitionName={name}{default} MaxTime=INFINITE State=UP "

@@ -17,14 +17,18 @@ import time
 from pathlib import Path
 
 
-def write_config(work: Path, cap_percent: float, jitter_s: float | None = None) -> Path:
-    """The storm's gpuhc.yaml. ``jitter_s`` None leaves the key out: older code knows no jitter."""
+def write_config(work: Path, cap_percent: float, jitter_s: float | None = None, ledger_node: str | None = None,
+                 name: str = "gpuhc.yaml") -> Path:
+    """The storm's gpuhc.yaml. ``jitter_s``/``ledger_node`` None leave the key out: older code
+    knows neither."""
     import yaml
 
-    path = work / "gpuhc.yaml"
+    path = work / name
     breaker = {"max_drained": None, "max_drained_percent": cap_percent, "settle_s": 1.0}
     if jitter_s is not None:
         breaker["jitter_s"] = jitter_s
+    if ledger_node is not None:
+        breaker["ledger_node"] = ledger_node
     data = {"slurm": {"syslog": False, "log_file": str(work / "decisions.log"), "timeout_s": 10.0, "breaker": breaker}}
     path.write_text(yaml.safe_dump(data))
     path.chmod(0o600)
@@ -121,6 +125,10 @@ def reset(cluster, targets: list[str]) -> None:
         cluster.scontrol("update", f"NodeName={hostlist.collect_hostlist(held[chunk:chunk + 500])}", "State=RESUME",
                          check=False, timeout=120)
     left = [n.name for n in cluster_nodes(cluster) if n.drained]
+    if getattr(cluster, "ledger", None):  # a fresh ledger: the last storm's entries would open the breaker
+        from gpuhc.slurm.ledger import PREFIX
+
+        cluster.scontrol("update", f"NodeName={cluster.ledger}", f"Comment={PREFIX}", timeout=60)
     if left:
         raise RuntimeError(f"nodes still drained after the reset: {hostlist.collect_hostlist(left)}")
     time.sleep(1.0)  # a new second: drain times of the next storm never tie with the last one's

@@ -41,3 +41,20 @@ def test_storm_ends_at_the_cap_and_asks_for_little(tmp_path):
         assert rpcs.get("REQUEST_NODE_INFO", 0) == (RUNS - held - undone) + 2 * (held + undone), rpcs
         assert rpcs.get("REQUEST_NODE_INFO_SINGLE", 0) >= 2 * RUNS, rpcs
         assert r["probe_max_s"] < 1.0 and r["probe_failures"] == 0, r
+
+
+def test_storm_with_the_ledger_ends_at_the_cap_and_counts_a_few_times(tmp_path):
+    """The same storm with ``slurm.breaker.ledger_node``: most nodes decide from another node's
+    count in the ledger (one one-node read) instead of counting the table themselves."""
+    c = BigSlurmCluster(tmp_path / "cluster", size=2_000, partition_size=1_000, ledger="gpuhc-ledger")
+    cfg = write_config(tmp_path, 2.0, jitter_s=4.0, ledger_node="gpuhc-ledger")
+    targets = c.partitions()["p1"][len(c.nodes):][:RUNS]
+    with c:
+        r = storm(c, str(REPO), cfg, tmp_path / "state", targets, SCENARIO)
+        print(r)
+        assert r["held"] == r["drained"] == r["cap"] == 20, r
+        assert r["exit_codes"] == {"1": 20, "4": 20}, r
+        tables = r["rpcs"].get("REQUEST_NODE_INFO", 0)
+        assert tables <= RUNS // 4, r
+        comment = c.run(["sinfo", "-h", "-a", "-N", "-n", "gpuhc-ledger", "-O", "Comment:0"]).stdout
+        assert comment.startswith("gpuhc-ledger/1 p=p1:"), comment

@@ -47,6 +47,9 @@ class BreakerSettings:
     scope: str = "partition"  # "partition" or "cluster"
     settle_s: float = 1.0  # wait before the post-drain recount, so concurrent drains are seen
     jitter_s: float = 10.0  # spread of the per-node wait before the first count
+    ledger_node: str | None = None  # the node record whose Comment is the ledger (gpuhc.slurm.ledger)
+    ledger_ttl_s: float = 30.0  # an entry this old no longer decides before a drain
+    ledger_wait_s: float = 2.0  # after a drain, poll the ledger up to this long before counting
 
     @classmethod
     def from_section(cls, section: dict[str, Any]) -> "BreakerSettings":
@@ -57,6 +60,9 @@ class BreakerSettings:
             scope=section.get("scope", "partition"),
             settle_s=float(section.get("settle_s", 1.0)),
             jitter_s=float(section.get("jitter_s", 10.0)),
+            ledger_node=section.get("ledger_node") or None,
+            ledger_ttl_s=float(section.get("ledger_ttl_s", 30.0)),
+            ledger_wait_s=float(section.get("ledger_wait_s", 2.0)),
         )
 
 
@@ -67,6 +73,7 @@ class BreakerState:
     total: int  # nodes in scope
     cap: int | None  # None: no cap configured (or breaker disabled)
     scope: str  # "partition gpu,debug" or "cluster"
+    source: str = "count"  # "count": this run counted; "ledger": another node's count (gpuhc.slurm.ledger)
 
     @property
     def message(self) -> str:
@@ -74,12 +81,13 @@ class BreakerState:
             return f"circuit breaker disabled: {self.drained}/{self.total} nodes drained by gpuhc ({self.scope})"
         word = "open" if self.open else "closed"
         cmp = ">=" if self.open else "<"
+        via = "; from the ledger" if self.source == "ledger" else ""
         return (f"circuit breaker {word}: {self.drained}/{self.total} nodes drained by gpuhc "
-                f"{cmp} cap {self.cap} ({self.scope})")
+                f"{cmp} cap {self.cap} ({self.scope}{via})")
 
     def to_dict(self) -> dict[str, Any]:
         return {"open": self.open, "drained": self.drained, "total": self.total, "cap": self.cap,
-                "scope": self.scope}
+                "scope": self.scope, "source": self.source}
 
 
 def jitter_for(node_name: str, jitter_s: float) -> float:
@@ -115,23 +123,43 @@ def cap_for(total: int, settings: BreakerSettings) -> int | None:
     return min(caps) if caps else None
 
 
-def evaluate(nodes: Iterable[Node], node_name: str, settings: BreakerSettings) -> BreakerState:
-    in_scope, desc = scope_nodes(list(nodes), node_name, settings.scope)
-    drained = sum(1 for n in in_scope if held_by_gpuhc(n))
-    cap = cap_for(len(in_scope), settings) if settings.enabled else None
-    return BreakerState(open=cap is not None and drained >= cap, drained=drained, total=len(in_scope),
-                        cap=cap, scope=desc)
+@dataclass(frozen=True)
+class Survey:
+    """One count of a scope: its nodes, the nodes gpuhc holds there in rank order (drain time,
+    then name: the order every node sees alike), and the cap."""
+
+    in_scope: list[Node]
+    held: list[Node]
+    cap: int | None
+    scope: str
+
+    @property
+    def state(self) -> BreakerState:
+        cap = self.cap
+        return BreakerState(open=cap is not None and len(self.held) >= cap, drained=len(self.held),
+                            total=len(self.in_scope), cap=cap, scope=self.scope)
+
+    def past_cap(self, node_name: str) -> bool:
+        """Is ``node_name`` held and ranked past the cap?"""
+        if self.cap is None or len(self.held) <= self.cap:
+            return False
+        rank = next((i for i, n in enumerate(self.held) if n.name == node_name), None)
+        return rank is not None and rank >= self.cap
 
 
-def must_yield(nodes: Iterable[Node], node_name: str, settings: BreakerSettings) -> tuple[BreakerState, bool]:
-    """After our drain: is the cap exceeded, and are we ranked past it (so we undo our drain)?"""
+def survey(nodes: Iterable[Node], node_name: str, settings: BreakerSettings) -> Survey:
     in_scope, desc = scope_nodes(list(nodes), node_name, settings.scope)
     held = sorted((n for n in in_scope if held_by_gpuhc(n)),
                   key=lambda n: (n.reason_time if n.reason_time is not None else float("inf"), n.name))
     cap = cap_for(len(in_scope), settings) if settings.enabled else None
-    state = BreakerState(open=cap is not None and len(held) >= cap, drained=len(held), total=len(in_scope),
-                         cap=cap, scope=desc)
-    if cap is None or len(held) <= cap:
-        return state, False
-    rank = next((i for i, n in enumerate(held) if n.name == node_name), None)
-    return state, rank is not None and rank >= cap
+    return Survey(in_scope, held, cap, desc)
+
+
+def evaluate(nodes: Iterable[Node], node_name: str, settings: BreakerSettings) -> BreakerState:
+    return survey(nodes, node_name, settings).state
+
+
+def must_yield(nodes: Iterable[Node], node_name: str, settings: BreakerSettings) -> tuple[BreakerState, bool]:
+    """After our drain: is the cap exceeded, and are we ranked past it (so we undo our drain)?"""
+    s = survey(nodes, node_name, settings)
+    return s.state, s.past_cap(node_name)

@@ -49,6 +49,16 @@ class Scontrol(SlurmCommand):
         argv = sinfo.scope_argv(self.sinfo, partitions)
         return self._parse_sinfo(self._call(argv), argv)
 
+    def ledger(self, name: str) -> tuple[str, float | None]:
+        """The breaker ledger's record, asked of it alone: (its Comment, its reason stamp)."""
+        from gpuhc.slurm import sinfo
+
+        _check_name(name)
+        found = sinfo.parse_ledger(self._call(sinfo.ledger_argv(self.sinfo, name)), name)
+        if found is None:
+            raise SlurmError(f"sinfo does not list node {name}: put it in a (hidden) partition")
+        return found
+
     @staticmethod
     def _parse_sinfo(out: str, argv: list[str]) -> list[Node]:
         from gpuhc.slurm import sinfo
@@ -83,6 +93,19 @@ class Scontrol(SlurmCommand):
     def resume(self, name: str) -> None:
         _check_name(name)
         self._call([self.binary, "update", f"NodeName={name}", "State=RESUME"])
+
+    def set_comment(self, name: str, text: str) -> None:
+        _check_name(name)
+        if any(ord(c) < 32 or ord(c) == 127 for c in text) or len(text.encode()) > 4096:
+            raise SlurmError("refusing node comment: must be one printable line of at most 4096 bytes")
+        self._call([self.binary, "update", f"NodeName={name}", f"Comment={text}"])
+
+    def stamp(self, name: str, reason: str) -> None:
+        """Drain ``name`` with ``reason``: slurmctld stamps the reason with its own clock when the
+        text changes (the breaker ledger's clock tick)."""
+        _check_name(name)
+        _check_reason(reason)
+        self._call([self.binary, "update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}"])
 
     def reboot(self, nodes: str, reason: str, nextstate: str = "DOWN", asap: bool = True) -> None:
         """``scontrol reboot [ASAP] nextstate=.. reason=.. NODES`` (needs RebootProgram)."""

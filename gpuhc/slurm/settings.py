@@ -59,6 +59,15 @@ SCHEMA = {
         "jitter_s": Key(float, 10.0, "before its first count a node waits up to this long (a fixed share of it "
                         "per node name), so a storm of failures reaches slurmctld spread out; cut to what the "
                         "stage's deadline leaves", min=0.0, max=60.0),
+        # docs/slurm.md "Breaker ledger": at thousands of nodes, most counts come from here.
+        "ledger_node": Key(str, None, "a node record dedicated to gpuhc (in a hidden partition, never running "
+                           "jobs) whose Comment holds the breaker's last counts, so that in a storm most nodes "
+                           "read one node instead of counting the whole table; none: every node counts",
+                           nullable=True, pattern=r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"),
+        "ledger_ttl_s": Key(float, 30.0, "a ledger entry older than this no longer decides before a drain",
+                            min=1.0, max=600.0),
+        "ledger_wait_s": Key(float, 2.0, "after a drain, wait up to this long (a fixed share per node name) for "
+                             "another node's count that saw it, before counting", min=0.0, max=10.0),
     },
     "quarantine": {
         "max_cycles": Key(int, 3, "failed retests before a node is marked RETIRED", min=1, max=99),

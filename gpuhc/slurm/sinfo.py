@@ -32,6 +32,23 @@ def one_node_argv(binary: str, name: str) -> list[str]:
     return [binary, "-h", "-a", "-N", "-n", name, "-O", FIELDS]
 
 
+def ledger_argv(binary: str, name: str) -> list[str]:
+    """The breaker ledger's record (:mod:`gpuhc.slurm.ledger`), asked of it alone: its reason
+    stamp and its ``Comment``."""
+    return [binary, "-h", "-a", "-N", "-n", name, "-O", "NodeList:|,Timestamp:|,Comment:0"]
+
+
+def parse_ledger(text: str, name: str) -> tuple[str, float | None] | None:
+    """(comment, reason stamp) of ``name`` from :func:`ledger_argv`'s answer; None when sinfo
+    did not list it (a node in no partition). sinfo prints ``(null)`` for no comment."""
+    for line in text.splitlines():
+        parts = line.split("|", 2)
+        if len(parts) == 3 and parts[0].strip() == name:
+            comment = parts[2].strip()
+            return ("" if comment in ("(null)", "none") else comment), parse_slurm_time(parts[1])
+    return None
+
+
 def scope_argv(binary: str, partitions: list[str] | None) -> list[str]:
     """Every node of these partitions (all partitions, hidden ones too, when None), grouped by
     identical rows. sinfo refuses ``-a`` with ``-p``; a partition named in ``-p`` is shown even

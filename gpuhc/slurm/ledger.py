@@ -1,0 +1,197 @@
+"""The breaker ledger: the last count of each breaker scope, kept where every node reads it cheaply.
+
+Why: on Slurm 22.05 to 26.05 a breaker count is the whole node table (slurmctld has no
+server-side state filter: 3.25 MB at 10,000 nodes), and without help every node that drains must
+count before and after. In a storm that is most of what the controller serves. The ledger is the
+``Comment`` of one node record an admin dedicates to gpuhc (``slurm.breaker.ledger_node``; a
+node in a hidden partition that never runs a job, docs/slurm.md "Breaker ledger"): reading it is
+a one-node ``sinfo`` query (17 KB at 10,000 nodes) instead of a table. A node that counts writes
+what it saw there; the others decide from it:
+
+- **before a drain**: a fresh entry (``ledger_ttl_s``) that says the scope is at its cap opens
+  the breaker without a count. One that says there is room lets the node drain, after adding
+  itself to the entry's ``claims`` so the next readers see the room shrink. No fresh entry: count.
+- **after a drain**: the node needs a count that saw its drain and cannot be changed by later
+  drains. An entry qualifies when some node in its scope carries a reason stamped in a later
+  second than our drain (``newest > our stamp``): slurmctld stamped that reason, then the count
+  saw it, so the count ran after our drain; and every drain the count missed came later still,
+  so it carries a later stamp and ranks after ours. Only slurmctld's clock is compared, never two
+  nodes' clocks. The entry holds the key (stamp, name) of the held node at the cap; our drain is
+  undone when our key sorts after it, which is exactly what our own recount would decide
+  (:func:`gpuhc.slurm.breaker.must_yield`). Until such an entry appears the node polls the
+  ledger; after ``ledger_wait_s`` (a share of it per node name) it counts itself and writes.
+
+Slurm has no compare-and-set, so two writers can overwrite each other; what is lost is a claim
+or an entry, and a lost claim lets one more node drain that the recount then undoes. The end
+state rests on the counts, not on the claims. Anything unreadable in the ledger is ignored (the
+node counts, as without a ledger); a comment that is not gpuhc's is never overwritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, replace
+from typing import Iterable
+
+from gpuhc.slurm.nodes import Node
+
+PREFIX = "gpuhc-ledger/1"
+MAX_ENTRIES = 32  # scopes kept, newest first; more partition sets than this just count more
+MAX_BYTES = 4000
+# A writer's clock ahead of ours by more than this makes its entry "not fresh" (used for the
+# time-to-live only; coverage compares slurmctld's stamps).
+FUTURE_SLACK_S = 5.0
+
+_SCOPE = re.compile(r"^(cluster|p=[A-Za-z0-9._-]{1,64}(\+[A-Za-z0-9._-]{1,64}){0,63})$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_INTS = ("t", "held", "total", "cap", "newest", "claims")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One scope's last count."""
+
+    scope: str  # scope_key()
+    t: int  # the writer's clock when it counted (epoch s): for the time-to-live
+    held: int  # nodes in scope held by gpuhc
+    total: int  # nodes in scope
+    cap: int
+    newest: int  # slurmctld's latest reason stamp among the scope's nodes (epoch s), 0 if none
+    claims: int = 0  # drains started on this entry's word since the count
+    cut: tuple[int, str] | None = None  # (stamp, name) of the held node at the cap, when held > cap
+
+    @property
+    def open(self) -> bool:
+        return self.held + self.claims >= self.cap
+
+    def render(self) -> str:
+        fields = [f"{k}={getattr(self, k)}" for k in _INTS]
+        if self.cut is not None:
+            fields.append(f"cut={self.cut[0]}@{self.cut[1]}")
+        return f"{self.scope}:{','.join(fields)}"
+
+
+def scope_key(partitions: Iterable[str] | None) -> str:
+    parts = sorted(set(partitions or ()))
+    return "p=" + "+".join(parts) if parts else "cluster"
+
+
+def foreign(comment: str | None) -> bool:
+    """A comment someone else wrote: gpuhc leaves it alone."""
+    text = (comment or "").strip()
+    return bool(text) and text != "(null)" and not text.startswith(PREFIX)
+
+
+def parse(comment: str | None) -> dict[str, Entry]:
+    """The ledger's entries by scope; malformed entries are skipped, a foreign comment is empty."""
+    text = (comment or "").strip()
+    if not text.startswith(PREFIX) or len(text) > MAX_BYTES:
+        return {}
+    out: dict[str, Entry] = {}
+    for item in text[len(PREFIX):].split()[:MAX_ENTRIES]:
+        entry = _entry(item)
+        if entry is not None and entry.scope not in out:
+            out[entry.scope] = entry
+    return out
+
+
+def _entry(item: str) -> Entry | None:
+    scope, sep, rest = item.rpartition(":")
+    if not sep or not _SCOPE.match(scope):
+        return None
+    values: dict[str, str] = {}
+    for pair in rest.split(","):
+        key, eq, value = pair.partition("=")
+        if not eq or key in values:
+            return None
+        values[key] = value
+    try:
+        ints = {k: int(values[k]) for k in _INTS}
+    except (KeyError, ValueError):
+        return None
+    if any(v < 0 for v in ints.values()) or ints["held"] > ints["total"] or ints["cap"] > ints["total"]:
+        return None
+    cut = None
+    if "cut" in values:
+        stamp, at, name = values["cut"].partition("@")
+        if not at or not stamp.isdigit() or not _NAME.match(name):
+            return None
+        cut = (int(stamp), name)
+    if set(values) - set(_INTS) - {"cut"}:
+        return None
+    return Entry(scope=scope, cut=cut, **ints)
+
+
+def render(entries: Iterable[Entry]) -> str:
+    """The comment to write: newest entries first, bounded in count and bytes."""
+    text = PREFIX
+    for entry in sorted(entries, key=lambda e: -e.t)[:MAX_ENTRIES]:
+        item = " " + entry.render()
+        if len(text) + len(item) > MAX_BYTES:
+            break
+        text += item
+    return text
+
+
+def merged(comment: str | None, entry: Entry) -> str:
+    """The ledger with ``entry`` in place of its scope's old one."""
+    entries = parse(comment)
+    entries[entry.scope] = entry
+    return render(entries.values())
+
+
+def snapshot(in_scope: list[Node], held: list[Node], scope: str, cap: int, now: float,
+             tick: float | None = None) -> Entry | None:
+    """What a count saw, as an entry (None when it cannot be written down: a cap of 0, where
+    nothing may drain anyway, or a held node at the cap without a reason stamp).
+    ``held``: the scope's nodes held by gpuhc, in rank order. ``tick``: slurmctld's stamp on the
+    ledger's record, set and read back before the count (it counts as a reason the count saw)."""
+    cut = None
+    if cap <= 0:
+        return None
+    if len(held) > cap:
+        at = held[cap - 1]
+        if at.reason_time is None:
+            return None
+        cut = (int(at.reason_time), at.name)
+    stamps = [int(n.reason_time) for n in in_scope if n.reason_time is not None]
+    if tick is not None:
+        stamps.append(int(tick))
+    return Entry(scope=scope, t=int(now), held=len(held), total=len(in_scope), cap=cap,
+                 newest=max(stamps, default=0), cut=cut)
+
+
+def fresh(entry: Entry, now: float, ttl_s: float) -> bool:
+    return -FUTURE_SLACK_S <= now - entry.t <= ttl_s
+
+
+def covers(entry: Entry, stamp: float | None) -> bool:
+    """Did the count behind ``entry`` see a drain stamped ``stamp``, with no later drain able to
+    rank before it? (See the module docstring.)"""
+    return stamp is not None and entry.newest > int(stamp)
+
+
+def past_cap(entry: Entry, stamp: float, name: str) -> bool:
+    """Is the node drained at ``stamp`` ranked past the cap by this (covering) count?"""
+    return entry.cut is not None and (int(stamp), name) > entry.cut
+
+
+def claimed(entry: Entry) -> Entry:
+    return replace(entry, claims=entry.claims + 1)
+
+
+def tick_reason(node_name: str, now: float) -> str:
+    """The ledger record's reason for a clock tick: new text each time (slurmctld re-stamps a
+    reason only when its text changes), and plainly not a gpuhc drain reason."""
+    return f"breaker ledger of gpuhc (not a compute node), count by {node_name} at {now:.3f}"
+
+
+def wait_for(node_name: str, wait_s: float) -> float:
+    """How long a node polls the ledger after its drain before it counts itself: a share of
+    ``wait_s`` from a hash of its name (salted apart from the breaker's jitter), so that the
+    nodes of one storm do not all count at once."""
+    if wait_s <= 0:
+        return 0.0
+    digest = hashlib.sha256(b"ledger:" + node_name.encode()).digest()
+    return wait_s * int.from_bytes(digest[:8], "big") / 2 ** 64
