@@ -100,6 +100,8 @@ def storm(cluster, code: str, cfg: Path, state_root: Path, targets: list[str], s
                                                                     "REQUEST_NODE_INFO", "REQUEST_NODE_INFO_SINGLE")},
         "held": len(held), "drained": len(drained), "cap": int(cap), "held_nodes": hostlist.collect_hostlist([n.name for n in held]),
         "exit_codes": {str(c): codes.count(c) for c in sorted(set(codes))},
+        # Nodes whose run ended otherwise than drained (1) or held back by the breaker (4).
+        "odd_exits": {name: c for name, c in zip(targets, codes) if c not in (1, 4)},
     }
 
 

@@ -45,8 +45,6 @@ LogFn = Callable[..., None]
 RECOUNT_RESERVE_S = 3.0
 # Kept free after the jitter: re-read, count, drain, verify, settle, recount, undo.
 JITTER_RESERVE_S = 8.0
-# Between two reads of the breaker ledger while waiting for a count that saw our drain.
-LEDGER_POLL_S = 0.25
 
 
 def _quiet(*_a, **_k) -> None:
@@ -87,7 +85,11 @@ class Actuator:
             breaker = BreakerSettings()
         self.sc, self.breaker, self.log, self.spread = sc, breaker, log, spread
         self._drained: dict[str, Node] = {}  # our verified drains, as Slurm shows them (their stamp)
-        self._ledger_error: str | None = None  # why the ledger is not used this run
+        self.ledger = None
+        if breaker.ledger_node and breaker.enabled:
+            from gpuhc.slurm.ledger_client import LedgerClient
+
+            self.ledger = LedgerClient(sc, breaker, log)
 
     # ------------------------------------------------------------------ the procedure
 
@@ -150,17 +152,12 @@ class Actuator:
 
     def count(self, name: str, node: Node) -> BreakerState:
         """Before a drain that takes capacity: the ledger's word when it has a fresh entry for the
-        scope (and, when there is room, our claim on it), else a count (one query; slurmctld sends
-        every node) that goes into the ledger."""
-        from gpuhc.slurm import ledger
-
-        if self._ledger_on():
-            comment, entries = self._read_ledger()
-            entry = entries.get(self._scope(node)[0])
-            if entry is not None and self._usable(entry) and ledger.fresh(entry, time.time(), self.breaker.ledger_ttl_s):
-                if not entry.open:
-                    self._write_ledger(comment, ledger.claimed(entry))
-                return self._state(entry, node, entry.held + entry.claims)
+        scope (docs/slurm.md "Breaker ledger"), else a count (one query; slurmctld sends every
+        node) that goes into the ledger."""
+        if self.ledger is not None:
+            state = self.ledger.before_drain(name, node)
+            if state is not None:
+                return state
         return self._survey(name, node).state
 
     def recount(self, name: str, reason: str | None, node: Node) -> tuple[BreakerState, bool]:
@@ -171,7 +168,7 @@ class Actuator:
         settle = min(self.breaker.settle_s, max(0.0, self.sc.remaining() - RECOUNT_RESERVE_S))
         if settle > 0:
             time.sleep(settle)
-        found = self._covering_entry(name, node) if self._ledger_on() else None
+        found = self.ledger.after_drain(name, node, self._drained.get(name)) if self.ledger is not None else None
         if found is not None:
             state, yield_ = found
         else:
@@ -186,111 +183,16 @@ class Actuator:
             return state, False
         return state, self.carry_out(name, Decision(Act.RESUME, "undo drain past the breaker cap", Memory()))
 
-    # ------------------------------------------------------------------ the breaker ledger
-
     def _survey(self, name: str, node: Node) -> Survey:
-        """Count the scope (the whole node table) and write what we saw into the ledger. With a
-        ledger, the count is preceded by a clock tick: a new reason on the ledger's record, which
-        slurmctld stamps, read back before the count. Every drain stamped in an earlier second
-        is then in the count, whatever the nodes' own clocks say (:func:`gpuhc.slurm.ledger.covers`)."""
-        from gpuhc.slurm import ledger
+        """Count the scope (the whole node table). With a ledger, the count is preceded by a clock
+        tick (slurmctld stamps the ledger's record) and what it saw is written into the ledger."""
         from gpuhc.slurm.breaker import survey
 
-        tick = self._tick(name) if self._ledger_on() else None
+        tick = self.ledger.tick(name) if self.ledger is not None and self.ledger.on else None
         found = survey(self.scope_nodes(node), name, self.breaker)
-        if tick is not None and found.cap is not None:
-            entry = ledger.snapshot(found.in_scope, found.held, self._scope(node)[0], found.cap, time.time(), tick)
-            if entry is not None:
-                self._write_ledger(self._read_ledger()[0], entry)
+        if tick is not None:
+            self.ledger.publish(found, node, tick)
         return found
-
-    def _tick(self, name: str) -> float | None:
-        """Have slurmctld stamp the ledger's record now; the stamp, or None (no ledger this run)."""
-        from gpuhc.slurm import ledger
-
-        try:
-            self.sc.stamp(self.breaker.ledger_node, ledger.tick_reason(name, time.time()))
-        except SlurmError as e:
-            self._ledger_off(f"not stamped ({e})")
-            return None
-        stamp = self._read_ledger(with_stamp=True)[2]
-        if stamp is None and self._ledger_on():
-            self._ledger_off("shows no reason stamp after a drain")
-        return stamp
-
-    def _covering_entry(self, name: str, node: Node) -> tuple[BreakerState, bool] | None:
-        """Poll the ledger for a count that saw our drain (:func:`gpuhc.slurm.ledger.covers`), for
-        this node's share of ``ledger_wait_s``; None: count ourselves."""
-        from gpuhc.slurm import ledger
-
-        mine = self._drained.get(name)
-        if mine is None or mine.reason_time is None:
-            return None
-        room = max(0.0, self.sc.remaining() - RECOUNT_RESERVE_S)
-        until = time.monotonic() + min(ledger.wait_for(name, self.breaker.ledger_wait_s), room)
-        key = self._scope(node)[0]
-        while self._ledger_on():
-            entry = self._read_ledger()[1].get(key)
-            if entry is not None and self._usable(entry) and ledger.covers(entry, mine.reason_time):
-                return self._state(entry, node, entry.held), ledger.past_cap(entry, mine.reason_time, name)
-            if time.monotonic() + LEDGER_POLL_S > until:
-                break
-            time.sleep(LEDGER_POLL_S)
-        return None
-
-    def _ledger_on(self) -> bool:
-        return bool(self.breaker.ledger_node) and self.breaker.enabled and self._ledger_error is None
-
-    def _ledger_off(self, why: str) -> None:
-        """Stop using the ledger for the rest of this run (said once): the node counts instead."""
-        self._ledger_error = why
-        self.log(f"breaker ledger {self.breaker.ledger_node} {why}: counting instead", loud=True)
-
-    def _read_ledger(self, with_stamp: bool = False) -> tuple:
-        """The ledger's comment and entries (and its reason stamp when asked); empty when it cannot
-        be read."""
-        from gpuhc.slurm import ledger
-
-        try:
-            comment, stamp = self.sc.ledger(self.breaker.ledger_node)
-        except SlurmError as e:
-            self._ledger_off(f"unreadable ({e})")
-            comment, stamp = "", None
-        if ledger.foreign(comment):
-            self._ledger_off("carries a comment that is not gpuhc's (left alone)")
-            comment = ""
-        entries = ledger.parse(comment)
-        return (comment, entries, stamp) if with_stamp else (comment, entries)
-
-    def _write_ledger(self, comment: str, entry) -> None:
-        from gpuhc.slurm import ledger
-
-        if not self._ledger_on():
-            return
-        try:
-            self.sc.set_comment(self.breaker.ledger_node, ledger.merged(comment, entry))
-        except SlurmError as e:  # a lost write costs other nodes a count, nothing more
-            self.log(f"breaker ledger {self.breaker.ledger_node} not written ({e})")
-
-    def _usable(self, entry) -> bool:
-        """An entry whose cap our settings agree with (nodes with another config count alone)."""
-        from gpuhc.slurm.breaker import cap_for
-
-        return entry.total > 0 and cap_for(entry.total, self.breaker) == entry.cap
-
-    def _scope(self, node: Node) -> tuple[str, str]:
-        """The ledger key and the description of ``node``'s breaker scope."""
-        from gpuhc.slurm import ledger
-
-        if self.breaker.scope == "partition" and node.partitions:
-            return ledger.scope_key(node.partitions), "partition " + ",".join(sorted(set(node.partitions)))
-        return ledger.scope_key(None), "cluster"
-
-    def _state(self, entry, node: Node, drained: int) -> BreakerState:
-        from gpuhc.slurm.breaker import BreakerState
-
-        return BreakerState(open=drained >= entry.cap, drained=drained, total=entry.total, cap=entry.cap,
-                            scope=self._scope(node)[1], source="ledger")
 
     # ------------------------------------------------------------------ single acts
 

@@ -39,13 +39,14 @@ from gpuhc.slurm.nodes import Node
 PREFIX = "gpuhc-ledger/1"
 MAX_ENTRIES = 32  # scopes kept, newest first; more partition sets than this just count more
 MAX_BYTES = 4000
+MAX_CLAIMERS = 64  # past this many claims on one entry, the next node counts (a fresh entry)
 # A writer's clock ahead of ours by more than this makes its entry "not fresh" (used for the
 # time-to-live only; coverage compares slurmctld's stamps).
 FUTURE_SLACK_S = 5.0
 
 _SCOPE = re.compile(r"^(cluster|p=[A-Za-z0-9._-]{1,64}(\+[A-Za-z0-9._-]{1,64}){0,63})$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_INTS = ("t", "held", "total", "cap", "newest", "claims")
+_INTS = ("t", "held", "total", "cap", "newest")
 
 
 @dataclass(frozen=True)
@@ -58,15 +59,22 @@ class Entry:
     total: int  # nodes in scope
     cap: int
     newest: int  # slurmctld's latest reason stamp among the scope's nodes (epoch s), 0 if none
-    claims: int = 0  # drains started on this entry's word since the count
+    claimers: tuple[str, ...] = ()  # nodes that took a place on this entry's word, in order
     cut: tuple[int, str] | None = None  # (stamp, name) of the held node at the cap, when held > cap
 
     @property
     def open(self) -> bool:
-        return self.held + self.claims >= self.cap
+        return self.held + len(self.claimers) >= self.cap
+
+    def within(self, name: str) -> bool:
+        """Did ``name`` claim a place under the cap? (Claims past the cap, from writers that
+        raced, do not count.)"""
+        return name in self.claimers and self.held + self.claimers.index(name) < self.cap
 
     def render(self) -> str:
         fields = [f"{k}={getattr(self, k)}" for k in _INTS]
+        if self.claimers:
+            fields.append("by=" + "+".join(self.claimers))
         if self.cut is not None:
             fields.append(f"cut={self.cut[0]}@{self.cut[1]}")
         return f"{self.scope}:{','.join(fields)}"
@@ -112,15 +120,20 @@ def _entry(item: str) -> Entry | None:
         return None
     if any(v < 0 for v in ints.values()) or ints["held"] > ints["total"] or ints["cap"] > ints["total"]:
         return None
+    claimers: tuple[str, ...] = ()
+    if "by" in values:
+        claimers = tuple(values["by"].split("+"))
+        if len(claimers) > MAX_CLAIMERS or len(set(claimers)) != len(claimers) or not all(map(_NAME.match, claimers)):
+            return None
     cut = None
     if "cut" in values:
         stamp, at, name = values["cut"].partition("@")
         if not at or not stamp.isdigit() or not _NAME.match(name):
             return None
         cut = (int(stamp), name)
-    if set(values) - set(_INTS) - {"cut"}:
+    if set(values) - set(_INTS) - {"cut", "by"}:
         return None
-    return Entry(scope=scope, cut=cut, **ints)
+    return Entry(scope=scope, cut=cut, claimers=claimers, **ints)
 
 
 def render(entries: Iterable[Entry]) -> str:
@@ -177,8 +190,13 @@ def past_cap(entry: Entry, stamp: float, name: str) -> bool:
     return entry.cut is not None and (int(stamp), name) > entry.cut
 
 
-def claimed(entry: Entry) -> Entry:
-    return replace(entry, claims=entry.claims + 1)
+def claimed(entry: Entry, name: str) -> Entry | None:
+    """``entry`` with ``name``'s claim added; None when it takes no more claims (a count then)."""
+    if name in entry.claimers:
+        return entry
+    if len(entry.claimers) >= MAX_CLAIMERS:
+        return None
+    return replace(entry, claimers=entry.claimers + (name,))
 
 
 def tick_reason(node_name: str, now: float) -> str:

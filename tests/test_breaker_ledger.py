@@ -1,0 +1,321 @@
+"""The breaker ledger (gpuhc/slurm/ledger.py and the actuator's use of it): the format, what a
+count writes, and that a decision taken from another node's count is the decision this node's
+own count would have taken. The real-Slurm storm with a ledger is in test_slurm_storm.py."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuhc.errors import SlurmError
+from gpuhc.slurm import ledger
+from gpuhc.slurm.actuator import Actuator
+from gpuhc.slurm.breaker import BreakerSettings, jitter_for, survey
+from gpuhc.slurm.nodes import Node, parse_state
+from gpuhc.slurm.policy import Act, Decision, Memory
+
+T0 = 1_790_000_000
+
+
+def n(name, raw="IDLE", reason=None, stamp=None, parts=("gpu",)):
+    base, flags = parse_state(raw)
+    return Node(name, base, flags, reason, "root" if reason else None, stamp, parts, raw)
+
+
+def held(name, stamp, parts=("gpu",)):
+    return n(name, "IDLE+DRAIN", "gpuhc: xid gpu0 Xid 79", stamp, parts)
+
+
+def entry(**kw):
+    base = dict(scope="p=gpu", t=T0, held=3, total=100, cap=10, newest=T0 - 5)
+    base.update(kw)
+    return ledger.Entry(**base)
+
+
+# ---------------------------------------------------------------------------- the format
+
+
+def test_entries_survive_render_and_parse():
+    a = entry()
+    b = entry(scope="p=debug+gpu", held=12, claimers=("g1", "g2"), cut=(T0 - 9, "g007"))
+    c = entry(scope="cluster", t=T0 - 100)
+    text = ledger.render([c, a, b])
+    assert text.startswith(ledger.PREFIX + " ")
+    assert ledger.parse(text) == {"p=gpu": a, "p=debug+gpu": b, "cluster": c}
+    after = ledger.parse(ledger.merged(text, ledger.claimed(a, "g9")))
+    assert after["p=gpu"].claimers == ("g9",) and after["cluster"] == c  # the other scopes are kept
+
+
+def test_scope_keys():
+    assert ledger.scope_key(["gpu", "debug", "gpu"]) == "p=debug+gpu"
+    assert ledger.scope_key(None) == ledger.scope_key([]) == "cluster"
+
+
+@pytest.mark.parametrize("item", [
+    "p=gpu:t=1,held=1,total=10,cap=2",  # no newest
+    "p=gpu:t=1,held=1,total=10,cap=2,newest=x",
+    "p=gpu:t=1,held=1,total=10,cap=2,newest=1,by=a+a",  # a claimer twice
+    "p=gpu:t=1,held=1,total=10,cap=2,newest=1,by=a+b/c",
+    "p=gpu:t=1,held=11,total=10,cap=2,newest=1",  # more held than nodes
+    "p=gpu:t=1,held=1,total=10,cap=20,newest=1",  # a cap above the node count
+    "p=gpu:t=-1,held=1,total=10,cap=2,newest=1",
+    "p=gpu:t=1,held=1,total=10,cap=2,newest=1,evil=1",
+    "p=gpu:t=1,held=1,total=10,cap=2,newest=1,cut=5",
+    "p=gpu:t=1,held=1,total=10,cap=2,newest=1,cut=5@bad/name",
+    "p=gpu:t=1,held=1,held=2,total=10,cap=2,newest=1",
+    "p=gp;u:t=1,held=1,total=10,cap=2,newest=1",
+    "gpu:t=1,held=1,total=10,cap=2,newest=1",
+])
+def test_a_malformed_entry_is_skipped_and_the_rest_kept(item):
+    good = entry()
+    assert ledger.parse(f"{ledger.PREFIX} {item} {good.render()}") == {"p=gpu": good}
+
+
+def test_malformed_entries_never_decide():
+    text = f"{ledger.PREFIX} p=gpu:t=1,held=1,total=10,cap=2,newest=1,by="
+    assert ledger.parse(text) == {}
+
+
+@pytest.mark.parametrize("comment, foreign", [
+    ("", False), ("(null)", False), (ledger.PREFIX, False), ("spare chassis, do not use", True),
+])
+def test_someone_elses_comment_is_foreign(comment, foreign):
+    assert ledger.foreign(comment) is foreign
+    assert ledger.parse(comment) == {}
+
+
+def test_the_ledger_stays_bounded():
+    many = [entry(scope=f"p=part{i}", t=T0 + i) for i in range(200)]
+    text = ledger.render(many)
+    assert len(text) <= ledger.MAX_BYTES
+    kept = ledger.parse(text)
+    assert 0 < len(kept) <= ledger.MAX_ENTRIES
+    assert "p=part199" in kept  # newest first
+    assert ledger.parse(ledger.PREFIX + " x" * 5000) == {}
+
+
+# ---------------------------------------------------------------------------- what a count writes
+
+
+def test_a_count_writes_the_cut_at_the_cap_and_the_newest_stamp():
+    nodes = [held(f"g{i:03d}", T0 + i) for i in range(5)] + [n(f"g{i:03d}") for i in range(5, 20)]
+    nodes.append(n("g099", "IDLE+DRAIN", "bad fan", T0 + 30))  # an admin drain: not held, but a stamp
+    s = survey(nodes, "g000", BreakerSettings(max_drained=3, max_drained_percent=None))
+    e = ledger.snapshot(s.in_scope, s.held, "p=gpu", s.cap, T0 + 40)
+    assert (e.held, e.total, e.cap, e.newest, e.cut, e.claimers) == (5, 21, 3, T0 + 30, (T0 + 2, "g002"), ())
+    assert e.open
+    # The clock tick read back before the count counts as a stamp the count saw.
+    assert ledger.snapshot(s.in_scope, s.held, "p=gpu", s.cap, T0 + 40, tick=T0 + 41).newest == T0 + 41
+
+
+def test_no_entry_for_a_zero_cap():
+    s = survey([held("a", T0)], "a", BreakerSettings(max_drained=0, max_drained_percent=None))
+    assert ledger.snapshot(s.in_scope, s.held, "p=gpu", s.cap, T0) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(stamps=st.lists(st.integers(0, 6), min_size=1, max_size=30), cap=st.integers(1, 12),
+       pick=st.integers(0, 29), tick=st.integers(0, 8))
+def test_a_covering_entry_decides_as_the_nodes_own_recount(stamps, cap, pick, tick):
+    """For any held set and any node in it: when the entry covers the node's drain, the ledger's
+    verdict (past the cap or not) is the one must_yield gives on the same table."""
+    nodes = [held(f"g{i:03d}", T0 + s) for i, s in enumerate(stamps)] + [n("spare")]
+    me = nodes[pick % len(stamps)]
+    bs = BreakerSettings(max_drained=cap, max_drained_percent=None)
+    s = survey(nodes, me.name, bs)
+    e = ledger.snapshot(s.in_scope, s.held, "p=gpu", s.cap, T0, tick=T0 + tick)
+    if ledger.covers(e, me.reason_time):
+        assert ledger.past_cap(e, me.reason_time, me.name) == s.past_cap(me.name)
+    assert ledger.covers(e, T0 + max(max(stamps), tick)) is False  # the newest second never covers
+
+
+def test_coverage_and_freshness():
+    e = entry(newest=T0)
+    assert ledger.covers(e, T0 - 1) and not ledger.covers(e, T0) and not ledger.covers(e, None)
+    assert ledger.fresh(e, T0 + 30, 30) and not ledger.fresh(e, T0 + 31, 30)
+    assert not ledger.fresh(e, T0 - 60, 30)  # written by a clock far ahead of ours
+    assert entry(held=8, claimers=("a", "b")).open and not entry(held=8, claimers=("a",)).open
+
+
+def test_a_claim_counts_only_under_the_cap():
+    e = entry(held=8, claimers=("a", "b", "c"))  # cap 10: a and b got places, c raced past
+    assert e.within("a") and e.within("b") and not e.within("c") and not e.within("z")
+    assert ledger.claimed(e, "a") == e and ledger.claimed(e, "z").claimers[-1] == "z"
+    full = entry(held=0, cap=100, claimers=tuple(f"n{i}" for i in range(ledger.MAX_CLAIMERS)))
+    assert ledger.claimed(full, "z") is None
+
+
+def test_the_post_drain_wait_is_spread_apart_from_the_jitter():
+    waits = [ledger.wait_for(f"gpu{i:04d}", 2.0) for i in range(1000)]
+    assert all(0 <= w < 2.0 for w in waits) and ledger.wait_for("gpu0001", 2.0) == waits[1]
+    assert sum(w < 1.0 for w in waits) in range(400, 600)
+    assert [ledger.wait_for(f"g{i}", 2.0) for i in range(5)] != [jitter_for(f"g{i}", 2.0) for i in range(5)]
+    assert ledger.wait_for("g1", 0) == 0.0
+
+
+# ---------------------------------------------------------------------------- the actuator
+
+
+class LedgerSlurm:
+    """A duck-typed Scontrol over a node table and one ledger record, counting what is asked."""
+
+    def __init__(self, nodes, comment="", now=T0 + 100):
+        self.nodes = {x.name: x for x in nodes}
+        self.comment, self.stamped, self.now = comment, None, now
+        self.asked: list[str] = []
+        self.broken = False
+
+    def remaining(self):
+        return 50.0
+
+    def node(self, name):
+        self.asked.append("node")
+        return self.nodes[name]
+
+    def scope(self, parts):
+        self.asked.append("scope")
+        return list(self.nodes.values())
+
+    def ledger(self, name):
+        self.asked.append("ledger")
+        if self.broken:
+            raise SlurmError("sinfo failed")
+        return self.comment, self.stamped
+
+    def set_comment(self, name, text):
+        self.asked.append("write")
+        self.comment = text
+
+    def stamp(self, name, reason):
+        self.asked.append("stamp")
+        self.stamped = self.now
+
+    def drain(self, name, reason):
+        self.nodes[name] = held(name, self.now)
+
+    def resume(self, name):
+        self.nodes[name] = n(name)
+
+
+BS = BreakerSettings(max_drained=3, max_drained_percent=None, settle_s=0, jitter_s=0, ledger_node="ledger",
+                     ledger_wait_s=0)
+
+
+def table(k=2, total=10):
+    return [held(f"g{i:03d}", T0 + i) for i in range(k)] + [n(f"g{i:03d}") for i in range(k, total)]
+
+
+def test_a_fresh_open_entry_opens_the_breaker_without_a_count(monkeypatch):
+    monkeypatch.setattr("time.time", lambda: T0 + 10)
+    sc = LedgerSlurm(table(), ledger.render([entry(total=10, cap=3, held=3)]))
+    state = Actuator(sc, BS).count("g009", sc.nodes["g009"])
+    assert state.open and state.source == "ledger" and "scope" not in sc.asked and "write" not in sc.asked
+
+
+def test_a_fresh_entry_with_room_is_claimed_without_a_count(monkeypatch):
+    monkeypatch.setattr("time.time", lambda: T0 + 10)
+    sc = LedgerSlurm(table(), ledger.render([entry(total=10, cap=3, held=2)]))
+    state = Actuator(sc, BS).count("g009", sc.nodes["g009"])
+    assert not state.open and "scope" not in sc.asked
+    assert ledger.parse(sc.comment)["p=gpu"].claimers == ("g009",)
+
+
+def test_a_claim_is_one_write_and_never_a_count(monkeypatch):
+    """A claim a racing writer overwrites is lost for the others' arithmetic only: the node
+    drains on the entry's word, and the recount undoes a surplus."""
+    monkeypatch.setattr("time.time", lambda: T0 + 10)
+    sc = LedgerSlurm(table(), ledger.render([entry(total=10, cap=3, held=1, claimers=("g007",))]))
+    state = Actuator(sc, BS).count("g009", sc.nodes["g009"])
+    assert not state.open and state.drained == 2 and sc.asked.count("write") == 1 and "scope" not in sc.asked
+
+
+def test_without_a_fresh_entry_a_count_under_way_is_waited_for(monkeypatch):
+    monkeypatch.setattr("time.time", lambda: T0 + 10)
+    monkeypatch.setattr("gpuhc.slurm.ledger_client.POLL_S", 0.01)
+    sc = LedgerSlurm(table())
+    sc.stamped = T0 + 9  # another node stamped the record for its count a second ago
+    fresh = ledger.render([entry(total=10, cap=3, held=3)])
+    reads = iter(["", "", fresh])
+    sc.ledger = lambda name: (sc.asked.append("ledger"), (next(reads, fresh), sc.stamped))[1]
+    state = Actuator(sc, BS).count("g009", sc.nodes["g009"])
+    assert state.open and state.source == "ledger" and "scope" not in sc.asked
+
+
+def test_after_a_drain_a_count_under_way_is_waited_for_then_given_up(monkeypatch):
+    monkeypatch.setattr("time.time", lambda: T0 + 100)
+    monkeypatch.setattr("gpuhc.slurm.ledger_client.POLL_S", 0.01)
+    monkeypatch.setattr("gpuhc.slurm.ledger_client.PENDING_S", 0.1)
+    sc = LedgerSlurm(table(k=1), now=T0 + 50)
+    act = Actuator(sc, BS)
+    reason = "gpuhc: xid gpu0 Xid 79"
+    assert act.carry_out("g005", Decision(Act.DRAIN, "x", Memory(), reason))
+    sc.stamped = T0 + 52  # a count began after our drain ... and never wrote its entry
+    sc.asked.clear()
+    state, undone = act.recount("g005", reason, sc.nodes["g005"])
+    assert sc.asked.count("ledger") > 3 and "scope" in sc.asked and state.source == "count"
+
+
+def test_a_claim_raced_past_the_cap_opens_the_breaker(monkeypatch):
+    monkeypatch.setattr("time.time", lambda: T0 + 10)
+    sc = LedgerSlurm(table(), ledger.render([entry(total=10, cap=3, held=2, claimers=("g007", "g009"))]))
+    state = Actuator(sc, BS).count("g009", sc.nodes["g009"])
+    assert state.open and state.source == "ledger" and "write" not in sc.asked
+
+
+def test_a_stale_entry_means_a_count_with_a_tick_written_back(monkeypatch):
+    monkeypatch.setattr("time.time", lambda: T0 + 100)
+    sc = LedgerSlurm(table(), ledger.render([entry(total=10, cap=3, held=0)]), now=T0 + 99)
+    state = Actuator(sc, BS).count("g009", sc.nodes["g009"])
+    assert state.source == "count" and state.drained == 2
+    assert sc.asked.index("stamp") < sc.asked.index("scope") < sc.asked.index("write")
+    e = ledger.parse(sc.comment)["p=gpu"]
+    assert (e.held, e.total, e.newest, e.claimers) == (2, 10, T0 + 99, ())
+
+
+def test_after_a_drain_a_covering_entry_decides_and_past_the_cap_undoes(monkeypatch):
+    monkeypatch.setattr("time.time", lambda: T0 + 100)
+    nodes = table(k=3)  # g000..g002 held at T0..T0+2; the cap is 3
+    sc = LedgerSlurm(nodes, now=T0 + 50)
+    act = Actuator(sc, BS)
+    reason = "gpuhc: xid gpu0 Xid 79"
+    assert act.carry_out("g005", Decision(Act.DRAIN, "x", Memory(), reason))
+    cover = entry(total=10, cap=3, held=4, newest=T0 + 51, cut=(T0 + 2, "g002"))
+    sc.comment = ledger.render([cover])
+    sc.asked.clear()
+    state, undone = act.recount("g005", reason, sc.nodes["g005"])
+    assert undone and state.source == "ledger" and "scope" not in sc.asked
+    assert not sc.nodes["g005"].drained
+
+
+def test_after_a_drain_without_a_covering_entry_the_node_counts(monkeypatch):
+    monkeypatch.setattr("time.time", lambda: T0 + 100)
+    sc = LedgerSlurm(table(k=1), now=T0 + 50)
+    act = Actuator(sc, BS)
+    reason = "gpuhc: xid gpu0 Xid 79"
+    assert act.carry_out("g005", Decision(Act.DRAIN, "x", Memory(), reason))
+    sc.comment = ledger.render([entry(total=10, cap=3, held=2, newest=T0 + 50)])  # saw no later second
+    state, undone = act.recount("g005", reason, sc.nodes["g005"])
+    assert not undone and state.source == "count" and "scope" in sc.asked
+
+
+def test_a_foreign_comment_is_never_overwritten_and_the_node_counts(monkeypatch, capsys):
+    said = []
+    sc = LedgerSlurm(table(), "spare chassis, do not use")
+    state = Actuator(sc, BS, log=lambda m, **k: said.append(m)).count("g009", sc.nodes["g009"])
+    assert state.source == "count" and sc.comment == "spare chassis, do not use" and "write" not in sc.asked
+    assert len(said) == 1 and "not gpuhc's" in said[0]
+
+
+def test_an_unreadable_ledger_means_counting_said_once():
+    said = []
+    sc = LedgerSlurm(table())
+    sc.broken = True
+    state = Actuator(sc, BS, log=lambda m, **k: said.append(m)).count("g009", sc.nodes["g009"])
+    assert state.source == "count" and "write" not in sc.asked and len(said) == 1
+
+
+def test_without_a_ledger_node_nothing_changes():
+    sc = LedgerSlurm(table())
+    state = Actuator(sc, BreakerSettings(max_drained=3, max_drained_percent=None)).count("g009", sc.nodes["g009"])
+    assert state.source == "count" and sc.asked == ["scope"]
