@@ -77,6 +77,8 @@ class FakeNvml:
         self.cuda = cuda
         self.calls: Counter[str] = Counter()
         self.listings: Counter[tuple[str, int]] = Counter()  # process listings per (getter, GPU)
+        # every (GPU, fieldId, scopeId) asked of nvmlDeviceGetFieldValues, in order
+        self.asked: list[tuple[int, int, int]] = []
         self.initialised = 0
         self._sample = [0] * len(gpus)
         if not has_field_values:
@@ -93,6 +95,11 @@ class FakeNvml:
         return sorted(set(dir(real)) | set(super().__dir__()))
 
     # ------------------------------------------------------------ helpers
+    def asked_links(self, const: str, gpu: int | None = None) -> list[int]:
+        """The links (scope ids) whose field ``const`` was asked for, of one GPU or all, in order."""
+        fid = getattr(real, const)
+        return [scope for h, f, scope in self.asked if f == fid and (gpu is None or h == gpu)]
+
     def _missing(self, *a: Any) -> Any:
         raise real.NVMLError(real.NVML_ERROR_FUNCTION_NOT_FOUND)
 
@@ -157,6 +164,7 @@ class FakeNvml:
         link_by_id = {getattr(real, k): k for k in gpu.link_errors}
         out = []
         for fid, scope in ids:
+            self.asked.append((h, fid, scope))
             value: Any = None
             if fid == real.NVML_FI_DEV_NVLINK_GET_STATE:
                 value = gpu.link_state.get(scope, real.NVML_NVLINK_STATE_ACTIVE)

@@ -16,11 +16,16 @@ Why it is shaped this way:
 - Speed (docs/ARCHITECTURE.md, "Hot path"): two batched ``nvmlDeviceGetFieldValues`` calls per
   GPU (device-wide fields; every NVLink's state and error counters as ``(fieldId, link)``
   pairs) instead of one getter per counter. Measured on H200, driver 580.159.04
-  (bench/nvml_probe.py): simple getters 1-30 us, the device batch 0.7 ms, nvmlInit + nvmlShutdown
-  21 ms, the NVLink error counters ~0.75 ms *per link* however they are asked for (13-16 ms for
-  18 links). So the clock-event sample rounds after the first are taken between two GPUs' link
-  batches once the interval has passed, and a stage that concerns some GPUs only (the prolog:
-  the job's) reads of the others only who they are, how hot and how busy.
+  (bench/nvml_probe.py, bench/nvml_field_cost.py): simple getters 1-30 us, the device batch
+  0.7 ms, nvmlInit + nvmlShutdown 21 ms, each of the three DL error counters ~0.8 ms *per link*
+  however they are asked for, every other link field almost nothing. So the DL counters are
+  asked for on the links of one slice only (``dl_rotation``/``dl_phases``, chosen by the nvlink
+  check from its state: gpuhc/checks/nvlink.py), the clock-event sample rounds after the first
+  are taken between two GPUs' link batches once the interval has passed, and a stage that
+  concerns some GPUs only (the prolog: the job's) reads of the others only who they are, how
+  hot and how busy. The early read (gpuhc/nvml_early.py) asks for no DL counter: the slice is
+  known only once the state is read, and :meth:`NvmlLive.top_up` adds it then, one more batch
+  per GPU.
 """
 
 from __future__ import annotations
@@ -35,12 +40,14 @@ from gpuhc.sources import nvml_util
 from gpuhc.sources.nvml_fields import (
     BOOL_FIELDS,
     DEVICE_FIELDS,
+    DL_COUNTERS,
     FABRIC_STATES,
     LEGACY_LINK_FIELDS,
     LEGACY_MAX_LINKS,
     LINK_FIELDS,
     LINK_UP_STATES,
     SIMPLE_GETTERS,
+    in_dl_slice,
 )
 from gpuhc.sources.nvml_util import byref as _byref
 from gpuhc.sources.nvml_util import error_name as _error_name
@@ -64,11 +71,15 @@ class NvmlLive:
     """Read the node's GPUs through NVML. See the module docstring for the rules."""
 
     def __init__(self, clock_samples: int = 3, sample_interval_s: float = 0.02, module: Any = None,
-                 gpus: list[int] | None = None):
+                 gpus: list[int] | None = None, dl_rotation: int | None = 1, dl_phases: dict[int, int] | None = None):
         self.clock_samples = max(1, int(clock_samples))
         # The stage's GPUs (the prolog's: the job's), read in full; the others only who they are,
         # their temperature and how busy (see _sibling). None: all.
         self.gpus = None if gpus is None else frozenset(gpus)
+        # The DL counters of GPU i are asked for on the links of slice dl_phases.get(i, 0) of
+        # dl_rotation (1: every link); None: on no link, for top_up to add later.
+        self.dl_rotation = dl_rotation if dl_rotation is None else max(1, int(dl_rotation))
+        self.dl_phases = dict(dl_phases or {})
         self.sample_interval_s = max(0.0, float(sample_interval_s))
         self._module = module  # tests pass a fake pynvml; None imports the real one
         self.notes: list[str] = []  # per-field NVML errors of the last read, for humans
@@ -89,10 +100,49 @@ class NvmlLive:
             mark("nvml_read")
             return reading
         finally:
-            try:
-                nv.nvmlShutdown()
-            except nv.NVMLError as e:
-                self._note(f"nvmlShutdown: {e}")
+            self._shutdown()
+
+    def top_up(self, reading: NvmlReading, rotation: int, phases: dict[int, int]) -> NvmlReading:
+        """Add the DL counters of a slice to a reading taken without them (``dl_rotation=None``):
+        one more field batch per GPU whose links were read. Called while the early read still
+        holds NVML, so the init here only counts up."""
+        if not reading.available:
+            return reading
+        self.notes, self.dl_rotation, self.dl_phases = [], max(1, int(rotation)), dict(phases)
+        nv, why = nvml_util.start(self._module)
+        if nv is None:
+            reading.notes.append(f"NVLink DL counters not read: {why}")
+            return reading
+        self._nv = nv
+        try:
+            for gpu in reading.gpus:
+                if gpu.lost or not gpu.nvlinks:
+                    continue
+                try:
+                    h = nv.nvmlDeviceGetHandleByIndex(gpu.index)
+                    by_link = {link.link: link for link in gpu.nvlinks}
+                    phase = self._phase(gpu.index)
+                    got = self._field_batch(h, gpu.index, self._dl_wanted(list(by_link), phase))
+                except _GpuGone as e:
+                    self._lose(gpu, e)
+                    continue
+                except nv.NVMLError as e:
+                    self._note(f"gpu{gpu.index}: NVLink DL counters: {e}")
+                    continue
+                self._merge(gpu.index, by_link, got)
+                self._record(reading, gpu.index, phase)
+            reading.dl_rotation = self.dl_rotation
+        finally:
+            self._shutdown()
+        reading.notes.extend(self.notes)
+        return reading
+
+    def _shutdown(self) -> None:
+        nv = self._nv
+        try:
+            nv.nvmlShutdown()
+        except nv.NVMLError as e:
+            self._note(f"nvmlShutdown: {e}")
 
     # ------------------------------------------------------------------ whole node
 
@@ -114,6 +164,7 @@ class NvmlLive:
         # counters (most of the time) come last, with the clock-event rounds taken between two
         # GPUs' counters once an interval has passed, so the sampling window mostly costs nothing.
         clock = Rounds(self.clock_samples, self.sample_interval_s)
+        reading.dl_rotation = self.dl_rotation or 1
         reads = [self._read_gpu(index) for index in range(count)]
         reading.gpus = [gpu for gpu, _, _ in reads]
         live = [(gpu, h) for gpu, h, _ in reads]
@@ -124,6 +175,8 @@ class NvmlLive:
                 self._clock_round(live)
             try:
                 gpu.nvlinks = self._nvlinks(h, gpu.index, links)
+                if gpu.nvlinks and self.dl_rotation is not None:
+                    self._record(reading, gpu.index, self._phase(gpu.index))
             except _GpuGone as e:
                 self._lose(gpu, e)
                 live = [(g, hh) for g, hh in live if g is not gpu]
@@ -287,8 +340,11 @@ class NvmlLive:
                 count += 1
         if count <= 0:
             return []
-        scoped = [(name, getattr(nv, const)) for name, const in LINK_FIELDS if hasattr(nv, const)]
+        scoped = [(name, getattr(nv, const)) for name, const in LINK_FIELDS
+                  if hasattr(nv, const) and name not in DL_COUNTERS]
         wanted: list[tuple[Any, tuple[int, int]]] = []
+        if self.dl_rotation is not None:
+            wanted += self._dl_wanted(list(range(count)), self._phase(i))
         for link in range(count):
             wanted += [((link, name), (fid, link)) for name, fid in scoped]
             if link < LEGACY_MAX_LINKS:
@@ -305,15 +361,34 @@ class NvmlLive:
             else:
                 up = self._call(nv.nvmlDeviceGetNvLinkState, h, link, gpu=i, what=f"NVLink {link} state")
                 active = None if up is None else up == nv.NVML_FEATURE_ENABLED
-            errors: dict[str, int] = {}
-            for (lk, name), f in got.items():
-                if lk == link and f.ok and not name.startswith("_"):
-                    errors[name] = int(f.value)
-            links.append(NvLinkState(link=link, active=active, errors=errors))
+            links.append(NvLinkState(link=link, active=active))
+        self._merge(i, {link.link: link for link in links}, got)
+        return links
+
+    def _phase(self, i: int) -> int:
+        return self.dl_phases.get(i, 0) if self.dl_rotation and self.dl_rotation > 1 else 0
+
+    def _record(self, reading: NvmlReading, i: int, phase: int) -> None:
+        """Say on the reading which slice of GPU i's links its DL counters come from."""
+        if self.dl_rotation and self.dl_rotation > 1:
+            reading.dl_phases[i] = phase
+
+    def _dl_wanted(self, links: list[int], phase: int) -> list[tuple[Any, tuple[int, int]]]:
+        """The (key, (fieldId, link)) pairs of the DL counters of the slice's links."""
+        nv, rotation = self._nv, self.dl_rotation or 1
+        fields = [(name, getattr(nv, const)) for name, const in LINK_FIELDS
+                  if name in DL_COUNTERS and hasattr(nv, const)]
+        return [((link, name), (fid, link)) for link in links if in_dl_slice(link, rotation, phase)
+                for name, fid in fields]
+
+    def _merge(self, i: int, links: dict[int, NvLinkState], got: dict[Any, _Field]) -> None:
+        """Per-link answers into each link's ``errors``; NOT_SUPPORTED leaves the counter out."""
+        for (lk, name), f in got.items():
+            if f.ok and not name.startswith("_") and lk in links:
+                links[lk].errors[name] = int(f.value)
         errs = {f.error for f in got.values() if f.error}
         if errs:
             self._note(f"gpu{i}: some NVLink counters failed: {', '.join(sorted(errs))}")
-        return links
 
     # ------------------------------------------------------------------ single getters
 
