@@ -163,7 +163,9 @@ class FakeNvml:
         by_id = {getattr(real, k): v for k, v in gpu.fields.items()}
         link_by_id = {getattr(real, k): k for k in gpu.link_errors}
         out = []
-        for fid, scope in ids:
+        for asked in ids:
+            # like pynvml: a (fieldId, scopeId) pair, or a bare fieldId (scope 0)
+            fid, scope = asked if isinstance(asked, tuple) else (asked, 0)
             self.asked.append((h, fid, scope))
             value: Any = None
             if fid == real.NVML_FI_DEV_NVLINK_GET_STATE:
@@ -178,8 +180,9 @@ class FakeNvml:
             elif value is None:
                 out.append(SimpleNamespace(nvmlReturn=NS, valueType=3, value=SimpleNamespace(ullVal=0)))
             else:
+                # the value is a C union: its 32-bit member reads the low half
                 out.append(SimpleNamespace(nvmlReturn=real.NVML_SUCCESS, valueType=3,
-                                           value=SimpleNamespace(ullVal=value)))
+                                           value=SimpleNamespace(ullVal=value, uiVal=value & 0xFFFFFFFF)))
         return out
 
     def nvmlDeviceGetEccMode(self, h: int) -> list[int]:

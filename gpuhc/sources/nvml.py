@@ -108,6 +108,7 @@ class NvmlLive:
         holds NVML, so the init here only counts up."""
         if not reading.available:
             return reading
+        mark("nvml_topup_start")
         self.notes, self.dl_rotation, self.dl_phases = [], max(1, int(rotation)), dict(phases)
         nv, why = nvml_util.start(self._module)
         if nv is None:
@@ -135,6 +136,7 @@ class NvmlLive:
         finally:
             self._shutdown()
         reading.notes.extend(self.notes)
+        mark("nvml_topup")
         return reading
 
     def _shutdown(self) -> None:
