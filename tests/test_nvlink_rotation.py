@@ -279,3 +279,15 @@ def gpuhc_cli(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("GPUHC_CONFIG", "GPUHC_DEBUG")}
     return subprocess.run([sys.executable, "-m", "gpuhc", *args], capture_output=True, text=True, timeout=120,
                           cwd=ROOT, env=env)
+
+
+def test_config_checks_shows_the_rotation_a_run_uses(tmp_path):
+    import json
+
+    cfg = tmp_path / "gpuhc.yaml"
+    cfg.write_text("checks:\n  nvlink:\n    thresholds:\n      dl_rotation: 1\n")
+    for args, want in (((), 3), (("--config", str(cfg)), 1)):
+        p = gpuhc_cli("config", "checks", "--json", *args)
+        assert p.returncode == 0, p.stderr
+        (row,) = [r for r in json.loads(p.stdout)["checks"] if r["id"] == "nvlink"]
+        assert row["thresholds"]["dl_rotation"] == want
