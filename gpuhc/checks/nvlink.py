@@ -145,7 +145,8 @@ def _count_finding(gpu: GpuReading, ctx: Context) -> Result | None:
 
 
 def _growth(gpu: GpuReading, prev: dict[str, Any], state: dict[str, Any], ignore: set[str]) -> dict[str, dict[int, int]]:
-    """Per kind, per link: how much the counters grew since the last run. Updates ``state``."""
+    """Per kind, per link: how much the counters read in this run grew since their last
+    reading. Updates ``state``."""
     grown: dict[str, dict[int, int]] = {k: {} for k in KINDS}
     for link in gpu.nvlinks:
         for name, value in link.errors.items():

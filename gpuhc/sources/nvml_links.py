@@ -37,6 +37,7 @@ class LinkReads:
     notes: list[str]
 
     def _nvlinks(self, h: Any, i: int, count_field: Field | None) -> list[NvLinkState]:
+        """Every link of GPU i: its state and counters in one batch, the DL ones of its slice."""
         nv = self._nv
         if count_field is not None and count_field.ok:
             count = int(count_field.value)
