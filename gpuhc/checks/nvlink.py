@@ -16,9 +16,9 @@ reading against that one. Counters are grouped by kind, each with its own growth
 per reading of the link (0 disables a level):
 
 - crc (crc_flit, crc_data): bit errors on the wire; the link retransmits, so they cost
-  bandwidth before they cost correctness. WARN at 100 per run, FAIL at 10000.
+  bandwidth before they cost correctness. WARN at 100 per reading, FAIL at 10000.
 - replay: retransmissions; WARN at 100, FAIL at 10000.
-- recovery: the link had to retrain — the job stalls. WARN at 1, FAIL at 5 per run.
+- recovery: the link had to retrain — the job stalls. WARN at 1, FAIL at 5 per reading.
 - recovery_failed (link_recovery_failed): a retrain did not succeed. FAIL at 1.
 - any other counter (malformed packets, receive errors, discards...): WARN at 100, never FAIL.
 
