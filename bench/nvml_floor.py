@@ -8,6 +8,12 @@ gpuhc against it (issue 10: the prolog within 1.3x of this floor).
     python3 bench/nvml_floor.py passive            # every GPU in full, 3 clock samples 20 ms apart
     python3 bench/nvml_floor.py prolog --gpus 1    # GPU 1 in full plus its processes and memory;
                                                    # the others' name, UUID, PCI id and serial
+    python3 bench/nvml_floor.py passive --dl-rotation 1   # the DL counters of every link
+
+The three NVLink DL error counters (about 0.8 ms per link each in the driver) are read, as the
+passive and prolog stages read them, on one slice of the links: every ``--dl-rotation``-th link
+(default 3, the nvlink check's default ``dl_rotation``; 1: every link). Every other link field
+is read on every link.
 
 The field lists are written out here on purpose (a floor must not pay for gpuhc's imports);
 tests/test_bench_floor.py keeps them equal to gpuhc/sources/nvml_fields.py.
@@ -32,6 +38,7 @@ LINK_FIELDS = (
     "NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS", "NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS",
     "NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS",
 )
+DL_FIELDS = ("NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY", "NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY", "NVML_FI_DEV_NVLINK_ERROR_DL_CRC")
 LEGACY_LINK_FIELDS = ("NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L{n}", "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L{n}")
 SIMPLE_GETTERS = (
     ("nvmlDeviceGetCurrPcieLinkGeneration", None), ("nvmlDeviceGetMaxPcieLinkGeneration", None),
@@ -49,6 +56,7 @@ def main() -> None:
     if "--gpus" in sys.argv:
         gpus = {int(x) for x in sys.argv[sys.argv.index("--gpus") + 1].split(",")}
     samples = 1 if stage == "prolog" else 3
+    rotation = int(sys.argv[sys.argv.index("--dl-rotation") + 1]) if "--dl-rotation" in sys.argv else 3
 
     import ctypes
 
@@ -63,7 +71,8 @@ def main() -> None:
     nv.nvmlInit()
     got = [get(nv.nvmlSystemGetDriverVersion), get(nv.nvmlSystemGetCudaDriverVersion)]
     dev = [getattr(nv, c) for c in DEVICE_FIELDS if hasattr(nv, c)]
-    link_fields = [getattr(nv, c) for c in LINK_FIELDS if hasattr(nv, c)]
+    link_fields = [getattr(nv, c) for c in LINK_FIELDS if hasattr(nv, c) and c not in DL_FIELDS]
+    dl_fields = [getattr(nv, c) for c in DL_FIELDS if hasattr(nv, c)]
     full = []
     for i in range(nv.nvmlDeviceGetCount()):
         h = nv.nvmlDeviceGetHandleByIndex(i)
@@ -86,6 +95,7 @@ def main() -> None:
     start = time.monotonic()
     for h, links in full:
         pairs = [(f, link) for link in range(links) for f in link_fields]
+        pairs += [(f, link) for link in range(0, links, rotation) for f in dl_fields]
         pairs += [(getattr(nv, c.format(n=link)), 0) for link in range(min(links, 12)) for c in LEGACY_LINK_FIELDS]
         if pairs:
             got.append(get(nv.nvmlDeviceGetFieldValues, h, pairs))
@@ -94,7 +104,7 @@ def main() -> None:
         start = time.monotonic()
         got += [get(nv.nvmlDeviceGetCurrentClocksEventReasons, h) for h, _ in full]
     nv.nvmlShutdown()
-    print(f"floor {stage}: {len(full)} GPU(s) in full, {len(got)} answers")
+    print(f"floor {stage}: {len(full)} GPU(s) in full, DL counters of every {rotation}. link, {len(got)} answers")
 
 
 if __name__ == "__main__":

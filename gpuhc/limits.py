@@ -1,4 +1,4 @@
-"""Documented bounds of sizes gpuhc accepts from the command line and from scenario files.
+"""Documented bounds of sizes gpuhc accepts from the command line, the config and scenario files.
 
 Past a bound, a value is a usage error (exit 2) naming the option or the file, line and key,
 never a MemoryError after eating the node, or an hour-long run. No real node comes near them.
@@ -7,4 +7,5 @@ Kept in a module that imports nothing: the health check's command line reads the
 
 MAX_GPUS = 1024  # per node: a scenario's `count` and `gpus`, and `--gpus` (indices 0 .. MAX_GPUS-1)
 MAX_NVLINKS = 64  # per GPU in a scenario (NVML's own NVML_NVLINK_MAX_LINKS is 18)
+MAX_DL_ROTATION = 18  # the nvlink check's dl_rotation: NVML's NVML_NVLINK_MAX_LINKS (every link its own run)
 MAX_WAIT_S = 3600.0  # `--timeout` of snapshot and baseline capture: seconds, finite

@@ -188,6 +188,11 @@ class NvmlReading(_Record):
     driver_version: str | None = None
     cuda_driver_version: str | None = None
     gpus: list[GpuReading] = field(default_factory=list)
+    # Which links' DL error counters (replay, recovery, crc) this reading holds: of GPU i, the
+    # links with ``link % dl_rotation == dl_phases[i]``; rotation 1: every link of every GPU.
+    # The nvlink check reads the rest from its state (gpuhc/checks/nvlink.py, ``dl_rotation``).
+    dl_rotation: int = 1
+    dl_phases: dict[int, int] = field(default_factory=dict)
     # Per-field NVML errors other than NOT_SUPPORTED: diagnostics for the report, not state.
     notes: list[str] = field(default_factory=list, compare=False)
 

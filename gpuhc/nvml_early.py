@@ -2,9 +2,9 @@
 imported its checks (docs/ARCHITECTURE.md, "Hot path").
 
 The health check is a fresh process every few minutes. Its NVML read is mostly waiting on the
-driver -- ``nvmlInit``, attaching each GPU, the NVLink error counters at about 0.75 ms per link --
-and ctypes lets go of the GIL while it waits, so a read started in a thread at the top of
-``main`` runs beside the imports, the config and the state instead of after them.
+driver -- ``nvmlInit``, attaching each GPU, the field batches -- and ctypes lets go of the GIL
+while it waits, so a read started in a thread at the top of ``main`` runs beside the imports,
+the config and the state instead of after them.
 
 The read is speculative: the thread guesses from argv and the environment what the run will
 ask for (the stage, its GPUs, the clock samples), and :func:`adopt` hands its reading to
@@ -12,6 +12,12 @@ ask for (the stage, its GPUs, the clock samples), and :func:`adopt` hands its re
 as many samples, and every GPU asked for read in full. Anything else (a config that changes the
 sampling, a replay, a command that reads no NVML) reads afresh or not at all; the early thread
 then costs only its own time, beside the run. ``GPUHC_NVML_EARLY=0`` turns it off.
+
+It never asks for the NVLink DL error counters (about 0.8 ms per link each): which links'
+counters a run reads rotates with the nvlink check's state (gpuhc/checks/nvlink.py,
+``dl_rotation``), which is not loaded yet. The adopter names the slice, and :meth:`_EarlyRead.read`
+tops the reading up with it, one more field batch per GPU, while this thread still holds NVML
+started (so that init only counts up); the thread lets NVML go once the top-up is done.
 
 It sits at the top of the package, not in ``gpuhc.sources``, and imports nothing from gpuhc at
 load, so that starting it costs no package import: the thread imports pynvml first, starts NVML
@@ -40,7 +46,9 @@ class _EarlyRead:
         self.gpus = None if gpus is None else frozenset(gpus)
         self.value: Any = None
         self.error: BaseException | None = None
+        self.dl: tuple[int, dict[int, int]] = (1, {})  # the slice the adopter asks for
         self.done = threading.Event()
+        self.released = threading.Event()  # the top-up is done (or the read was not adopted)
         threading.Thread(target=self._run, name="gpuhc-nvml-early", daemon=True).start()
 
     def _run(self) -> None:
@@ -49,17 +57,21 @@ class _EarlyRead:
             nv = _warm()
             from gpuhc.sources.nvml import NvmlLive
 
-            gpus = None if self.gpus is None else sorted(self.gpus)
-            self.value = NvmlLive(self.samples, self.interval, gpus=gpus).read()
+            self.value = NvmlLive(self.samples, self.interval, gpus=self._gpus(), dl_rotation=None).read()
         except BaseException as e:  # handed to whoever adopts the read, as a read error
             self.error = e
         finally:
             self.done.set()
             if nv is not None:
+                # A process that never adopts the read ends with NVML held: nothing is lost.
+                self.released.wait()
                 try:
                     nv.nvmlShutdown()
                 except Exception:
                     pass
+
+    def _gpus(self) -> list[int] | None:
+        return None if self.gpus is None else sorted(self.gpus)
 
     def covers(self, samples: int, interval: float, gpus: list[int] | None) -> bool:
         if interval != self.interval or samples > self.samples:
@@ -67,10 +79,16 @@ class _EarlyRead:
         return self.gpus is None or (gpus is not None and set(gpus) <= self.gpus)
 
     def read(self) -> Any:
+        """The early reading with the adopter's DL slice added (once: the adopter reads once)."""
         self.done.wait()
-        if self.error is not None:
-            raise self.error
-        return self.value
+        try:
+            if self.error is not None:
+                raise self.error
+            from gpuhc.sources.nvml import NvmlLive
+
+            return NvmlLive(self.samples, self.interval, gpus=self._gpus()).top_up(self.value, *self.dl)
+        finally:
+            self.released.set()
 
 
 def _warm() -> Any:
@@ -107,13 +125,19 @@ def start(argv: list[str], env: dict[str, str] | None = None) -> None:
             _early = _EarlyRead(*guess)
 
 
-def adopt(samples: int, interval: float, gpus: list[int] | None) -> _EarlyRead | None:
-    """The early read, if there is one and it covers this request; it is handed out once."""
+def adopt(samples: int, interval: float, gpus: list[int] | None, dl_rotation: int = 1,
+          dl_phases: dict[int, int] | None = None) -> _EarlyRead | None:
+    """The early read, if there is one and it covers this request, to be topped up with the DL
+    counters of that slice when read; it is handed out once."""
     global _early
     with _lock:
         early, _early = _early, None
-    if early is not None and early.covers(samples, interval, gpus):
+    if early is None:
+        return None
+    if early.covers(samples, interval, gpus):
+        early.dl = (dl_rotation, dict(dl_phases or {}))
         return early
+    early.released.set()
     return None
 
 

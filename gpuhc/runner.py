@@ -115,7 +115,10 @@ def run_stage(opts: RunOptions) -> RunReport:
         # should not spend 40 ms sampling throttle reasons nobody reads.
         spec = replace(spec, clock_samples=1)
     wait_s, settle_mib = _occupancy_wait(checks, opts)
-    spec = replace(spec, gpus=opts.gpus, occupancy_wait_s=wait_s, occupancy_settle_mib=settle_mib)
+    prev_checks = _mapping(prior.get("checks"))
+    rotation, phases = _nvlink_slice(checks, opts.stage, prev_checks)
+    spec = replace(spec, gpus=opts.gpus, occupancy_wait_s=wait_s, occupancy_settle_mib=settle_mib,
+                   dl_rotation=rotation, dl_phases=phases)
     sources = build_sources(spec, step)
     readers = _start_readers(sources, {n for c, _ in checks for n in (*c.needs, *c.optional)})
     snapshot = Snapshot(hostname=report.node, time=opts.now if opts.now is not None else time.time())
@@ -135,7 +138,6 @@ def run_stage(opts: RunOptions) -> RunReport:
     profile = None
     baseline = _baseline(opts.config, report)
     new_state: dict[str, Any] = {}
-    prev_checks = _mapping(prior.get("checks"))
     if prior.get("checks") is not None and not isinstance(prior["checks"], dict):
         report.notes.append("state section 'checks' was not a mapping; rebuilt from empty")
     for check, eff in checks:
@@ -252,6 +254,20 @@ def _occupancy_wait(checks: list[tuple[Check, Effective]], opts: RunOptions) -> 
 
     check, eff = found
     return wait_for_stage(opts.stage, {**check.defaults, **eff.overrides}, eff.timeout_s)
+
+
+def _nvlink_slice(checks: list[tuple[Check, Effective]], stage: str,
+                  prev_checks: dict[str, Any]) -> tuple[int, dict[int, int]]:
+    """Which slice of the links the NVLink DL counters are read on in this run: the nvlink check
+    decides (its dl_plan) from its thresholds and its state; without the check, every link.
+    The profile is not consulted: it is chosen from the GPU names this very read brings."""
+    found = next(((c, eff) for c, eff in checks if c.id == "nvlink"), None)
+    if found is None:
+        return 1, {}
+    from gpuhc.checks.nvlink import dl_plan
+
+    check, eff = found
+    return dl_plan(stage, {**check.defaults, **eff.overrides}, prev_checks.get(check.id))
 
 
 def _mapping(value: Any) -> dict[str, Any]:

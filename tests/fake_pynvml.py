@@ -77,6 +77,8 @@ class FakeNvml:
         self.cuda = cuda
         self.calls: Counter[str] = Counter()
         self.listings: Counter[tuple[str, int]] = Counter()  # process listings per (getter, GPU)
+        # every (GPU, fieldId, scopeId) asked of nvmlDeviceGetFieldValues, in order
+        self.asked: list[tuple[int, int, int]] = []
         self.initialised = 0
         self._sample = [0] * len(gpus)
         if not has_field_values:
@@ -93,6 +95,11 @@ class FakeNvml:
         return sorted(set(dir(real)) | set(super().__dir__()))
 
     # ------------------------------------------------------------ helpers
+    def asked_links(self, const: str, gpu: int | None = None) -> list[int]:
+        """The links (scope ids) whose field ``const`` was asked for, of one GPU or all, in order."""
+        fid = getattr(real, const)
+        return [scope for h, f, scope in self.asked if f == fid and (gpu is None or h == gpu)]
+
     def _missing(self, *a: Any) -> Any:
         raise real.NVMLError(real.NVML_ERROR_FUNCTION_NOT_FOUND)
 
@@ -156,7 +163,10 @@ class FakeNvml:
         by_id = {getattr(real, k): v for k, v in gpu.fields.items()}
         link_by_id = {getattr(real, k): k for k in gpu.link_errors}
         out = []
-        for fid, scope in ids:
+        for asked in ids:
+            # like pynvml: a (fieldId, scopeId) pair, or a bare fieldId (scope 0)
+            fid, scope = asked if isinstance(asked, tuple) else (asked, 0)
+            self.asked.append((h, fid, scope))
             value: Any = None
             if fid == real.NVML_FI_DEV_NVLINK_GET_STATE:
                 value = gpu.link_state.get(scope, real.NVML_NVLINK_STATE_ACTIVE)
@@ -170,8 +180,9 @@ class FakeNvml:
             elif value is None:
                 out.append(SimpleNamespace(nvmlReturn=NS, valueType=3, value=SimpleNamespace(ullVal=0)))
             else:
+                # the value is a C union: its 32-bit member reads the low half
                 out.append(SimpleNamespace(nvmlReturn=real.NVML_SUCCESS, valueType=3,
-                                           value=SimpleNamespace(ullVal=value)))
+                                           value=SimpleNamespace(ullVal=value, uiVal=value & 0xFFFFFFFF)))
         return out
 
     def nvmlDeviceGetEccMode(self, h: int) -> list[int]:

@@ -62,7 +62,10 @@ def test_a_live_run_adopts_the_early_read_once(fake_nvml, tmp_path):
     reading = src.read()
     assert [g.uuid for g in reading.gpus] == ["GPU-0", "GPU-1"] and reading.gpus[1].nvlinks
     assert reading.gpus[0].nvlinks == []  # not the stage's GPU: inventory only
-    assert fake_nvml.calls["nvmlInit"] == 1
+    # the early read's init, and the top-up's with the DL counters (every link: rotation 1)
+    assert fake_nvml.calls["nvmlInit"] == 2 and fake_nvml.initialised == 0
+    assert fake_nvml.asked_links("NVML_FI_DEV_NVLINK_ERROR_DL_CRC", gpu=1) == list(range(18))
+    assert all(link.errors == {"replay": 0, "recovery": 0, "crc": 0} for link in reading.gpus[1].nvlinks)
     assert not isinstance(build_sources(spec).nvml, nvml_early._EarlyRead)  # handed out once
     nvml_early.start(["check"], env={})
     assert nvml_early._early is None  # started once per process
@@ -97,3 +100,34 @@ def test_a_broken_read_is_the_readers_error(monkeypatch):
     early = nvml_early._EarlyRead(1, None)
     with pytest.raises(RuntimeError, match="driver wedged"):
         early.read()
+
+
+def test_the_early_read_leaves_the_dl_counters_to_the_slice_the_run_asks(fake_nvml, tmp_path):
+    # The early thread cannot know the slice (it lives in the state, not loaded yet): it asks for
+    # no DL counter, and the adopted read adds exactly the slice's links, one batch per GPU.
+    fake_nvml.gpus[1].per_link_errors = {(5, "NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY"): 7}
+    nvml_early.start(["check"], env={})
+    early = nvml_early._early
+    early.done.wait(5)
+    assert fake_nvml.asked_links("NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY") == []
+    assert len(fake_nvml.asked_links("NVML_FI_DEV_NVLINK_GET_STATE")) == 2 * 18  # state: every link, every run
+    spec = SourceSpec(sysfs_root=str(tmp_path), kernel_log=str(tmp_path / "none.log"), dl_rotation=3, dl_phases={1: 2})
+    src = build_sources(spec).nvml
+    assert src is early  # adopted: the rotation does not cost the early read
+    reading = src.read()
+    for const in ("NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY", "NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY",
+                  "NVML_FI_DEV_NVLINK_ERROR_DL_CRC"):
+        assert fake_nvml.asked_links(const, gpu=0) == [0, 3, 6, 9, 12, 15]  # no pointer yet: slice 0
+        assert fake_nvml.asked_links(const, gpu=1) == [2, 5, 8, 11, 14, 17]
+    assert (reading.dl_rotation, reading.dl_phases) == (3, {0: 0, 1: 2})
+    assert reading.gpus[1].nvlinks[5].errors["replay"] == 7
+    assert "replay" not in reading.gpus[1].nvlinks[4].errors  # another slice: read on another run
+    assert early.released.is_set() and fake_nvml.initialised == 0
+
+
+def test_an_early_read_not_adopted_lets_nvml_go(fake_nvml, tmp_path):
+    nvml_early.start(["check", "--stage", "prolog", "--gpus", "1"], env={})
+    early = nvml_early._early
+    spec = SourceSpec(clock_samples=3, sysfs_root=str(tmp_path), kernel_log=str(tmp_path / "none.log"))
+    assert build_sources(spec).nvml is not early
+    assert early.released.is_set()  # its thread shuts NVML down instead of waiting for a top-up

@@ -203,6 +203,27 @@ def test_real_gpu_reading():
 
 
 @pytest.mark.gpu
+def test_real_gpu_dl_counters_of_one_slice_read_directly_or_topped_up():
+    """Needs an NVIDIA GPU; skips only when NVML finds none. A read of one slice, and an early
+    read without DL counters topped up with that slice, hold the DL counters the driver answers
+    on exactly the slice's links, and every link's state."""
+    full = NvmlLive(clock_samples=1).read()
+    if not full.available or not full.gpus:
+        pytest.skip(f"no NVIDIA GPU here: {full.error}")
+    dl = {"replay", "recovery", "crc"}
+    sliced = NvmlLive(clock_samples=1, dl_rotation=3, dl_phases={0: 1}).read()
+    topped = NvmlLive(clock_samples=1).top_up(NvmlLive(clock_samples=1, dl_rotation=None).read(), 3, {0: 1})
+    for reading in (sliced, topped):
+        assert reading.dl_rotation == 3
+        for g, f in zip(reading.gpus, full.gpus):
+            assert [link.active for link in g.nvlinks] == [link.active for link in f.nvlinks]
+            phase = 1 if g.index == 0 else 0
+            for link, whole in zip(g.nvlinks, f.nvlinks):
+                want = set(whole.errors) & dl if link.link % 3 == phase else set()
+                assert set(link.errors) & dl == want, (g.index, link.link)
+
+
+@pytest.mark.gpu
 def test_real_gpu_occupancy_reading():
     """Needs an NVIDIA GPU; skips only when NVML finds none. The UUIDs match the counter read,
     memory is reported, and every listed process is named or marked gone."""
@@ -216,3 +237,27 @@ def test_real_gpu_occupancy_reading():
     for g in occ.gpus:
         assert g.error is None and g.memory_total_mib and g.memory_used_mib is not None
         assert all(p.name or p.gone for p in g.processes)
+
+
+def test_a_read_without_dl_counters_is_topped_up_with_one_batch_per_gpu():
+    fake = FakeNvml([FakeGpu(), FakeGpu(uuid="GPU-1", pci="00000000:2A:00.0")])
+    early = NvmlLive(clock_samples=1, module=fake, dl_rotation=None).read()
+    assert all("replay" not in link.errors for g in early.gpus for link in g.nvlinks)
+    calls = fake.calls["nvmlDeviceGetFieldValues"]
+    r = NvmlLive(clock_samples=1, module=fake).top_up(early, 2, {1: 1})
+    assert fake.calls["nvmlDeviceGetFieldValues"] == calls + 2
+    assert [link.link for link in r.gpus[1].nvlinks if "crc" in link.errors] == list(range(1, 18, 2))
+    assert (r.dl_rotation, r.dl_phases) == (2, {0: 0, 1: 1}) and fake.initialised == 0
+
+
+def test_a_top_up_that_cannot_reach_the_gpus_says_so_and_keeps_the_reading():
+    fake = FakeNvml([FakeGpu(), FakeGpu(uuid="GPU-1", pci="00000000:2A:00.0")])
+    early = NvmlLive(clock_samples=1, module=fake, dl_rotation=None).read()
+    fake.gpus[1].lost = True  # fell off the bus between the two reads
+    r = NvmlLive(clock_samples=1, module=fake).top_up(early, 3, {})
+    assert r.gpus[1].lost and "GPU is lost" in r.gpus[1].name and not r.gpus[0].lost
+    assert 1 not in r.dl_phases and r.dl_phases[0] == 0
+    fake.init_error = real.NVML_ERROR_DRIVER_NOT_LOADED  # the driver went away
+    again = NvmlLive(clock_samples=1, module=fake).top_up(NvmlLive(clock_samples=1, module=FakeNvml([FakeGpu()]),
+                                                                  dl_rotation=None).read(), 3, {})
+    assert any(n.startswith("NVLink DL counters not read: NVIDIA driver not loaded") for n in again.notes)

@@ -8,21 +8,37 @@ which the drain policy escalates. With neither expectation (generic profile) the
 reported: PCIe cards with bridges legitimately show unwired links as down.
 
 Error counters. NVLink counters are cumulative since the driver loaded, so a lifetime total says
-little; the check judges their GROWTH between two runs, per link. State (``ctx.prev``) holds the
-last value keyed ``<gpu uuid>/<link>/<counter>``; the first sight of a counter only records it,
-and a counter that went down (driver reload, GPU reset) is re-recorded, never judged. Counters
-are grouped by kind, each with its own per-run growth thresholds (0 disables a level):
+little; the check judges their GROWTH between two readings of a link. State (``ctx.prev``) holds
+the last value keyed ``<gpu uuid>/<link>/<counter>``; the first sight of a counter only records
+it, and a counter that went down (driver reload, GPU reset) is re-recorded, never judged. A
+counter this run did not read keeps its last value in state, so it is judged on its next
+reading against that one. Counters are grouped by kind, each with its own growth thresholds
+per reading of the link (0 disables a level):
 
 - crc (crc_flit, crc_data): bit errors on the wire; the link retransmits, so they cost
-  bandwidth before they cost correctness. WARN at 100 per run, FAIL at 10000.
+  bandwidth before they cost correctness. WARN at 100 per reading, FAIL at 10000.
 - replay: retransmissions; WARN at 100, FAIL at 10000.
-- recovery: the link had to retrain — the job stalls. WARN at 1, FAIL at 5 per run.
+- recovery: the link had to retrain — the job stalls. WARN at 1, FAIL at 5 per reading.
 - recovery_failed (link_recovery_failed): a retrain did not succeed. FAIL at 1.
 - any other counter (malformed packets, receive errors, discards...): WARN at 100, never FAIL.
 
 Growth failures carry drain + hardware ticket: a link that keeps taking errors is a cable,
-connector or board problem. Thresholds are per run because runs are minutes apart (passive
-every few minutes, epilog after each job); a site with a different cadence tunes them.
+connector or board problem. Thresholds are per reading because readings are minutes apart
+(passive every few minutes, epilog after each job); a site with a different cadence tunes them.
+
+Rotation (``dl_rotation``, default 3). On Hopper the three DL counters (replay, recovery, crc)
+are the only NVLink error counters, and the driver takes ~0.8 ms per link for each of them (~43
+ms per 18-link GPU, most of the NVML read: docs/verification.md run 14). The passive and prolog
+stages read them on a slice of each GPU's links per run: links ``p``, ``p + dl_rotation``, ...,
+with ``p`` each GPU's pointer in state (``dl_next``, by GPU index; missing or damaged: 0),
+advanced by every rotating read of that GPU, so ``dl_rotation`` health checks in a row read
+every link's DL counters once. Replay, CRC and recovery growth on a link is therefore seen
+within ``dl_rotation`` x the health-check interval; a link that went down, the COUNT_* counters
+(link_recovery_failed and the rest: cheap, every link every run) and Xid 74 in the kernel log
+are still seen on every run. The epilog and bootstrap read every link (``dl_plan``): the epilog
+attributes errors to the job that just ended and must not leave two thirds of them to the next
+job, and the bootstrap runs once per boot. 1 reads every link every run. The rotation is chosen
+before NVML names the GPU model, so it comes from the defaults and the config, never a profile.
 """
 
 from __future__ import annotations
@@ -30,7 +46,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.checks.base import NVML, Check, CheckOutput, Context, na, result, selected_gpus
-from gpuhc.model import Action, GpuReading, Result, Snapshot, Status, norm_pci
+from gpuhc.limits import MAX_DL_ROTATION
+from gpuhc.model import Action, GpuReading, NvmlReading, Result, Snapshot, Status, norm_pci
 
 ID = "nvlink"
 KINDS = ("crc", "replay", "recovery", "recovery_failed", "other")
@@ -45,8 +62,60 @@ _KIND_OF = {
 }
 
 
+# The stages that read a slice of the links per run (see the module docstring for why not the
+# epilog and the bootstrap). The rule lives here, beside the reason for it; the runner asks
+# dl_plan before the read, as it asks occupancy how long to wait.
+ROTATING_STAGES = ("passive", "prolog")
+POINTER = "dl_next"  # state key: GPU index -> the slice its next rotating read takes
+
+
 def counter_kind(name: str) -> str:
     return _KIND_OF.get(name, "other")
+
+
+def dl_plan(stage: str, thresholds: dict[str, Any], prev: Any) -> tuple[int, dict[int, int]]:
+    """(rotation, GPU index -> slice) for this run's read of the DL counters, from the check's
+    thresholds (defaults and config) and its state; (1, {}) reads every link."""
+    rotation = thresholds.get("dl_rotation", 1) if stage in ROTATING_STAGES else 1
+    if not _is_rotation(rotation) or rotation == 1:
+        return 1, {}
+    return rotation, _pointers(prev, rotation)
+
+
+def _is_rotation(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_DL_ROTATION
+
+
+def _pointers(prev: Any, rotation: int) -> dict[int, int]:
+    """The usable part of the remembered pointers: a damaged or out-of-range one starts at 0."""
+    stored = prev.get(POINTER) if isinstance(prev, dict) else None
+    if not isinstance(stored, dict):
+        return {}
+    return {int(k): v for k, v in stored.items()
+            if isinstance(k, str) and k.isdigit() and isinstance(v, int) and not isinstance(v, bool) and 0 <= v < rotation}
+
+
+def _advance(nvml: NvmlReading, prev: dict[str, Any], gpus: list[GpuReading], full: bool) -> dict[str, int]:
+    """The pointers to store: each GPU read in a slice moves to the next one; the others keep
+    theirs (a full run forgets GPUs no longer there)."""
+    rotation = nvml.dl_rotation
+    here = {g.index for g in nvml.gpus}
+    stored = prev.get(POINTER)
+    kept = {k: v for k, v in stored.items() if isinstance(k, str) and (not full or (k.isdigit() and int(k) in here))} \
+        if isinstance(stored, dict) else {}
+    for gpu in gpus:
+        if rotation > 1 and gpu.index in nvml.dl_phases:
+            kept[str(gpu.index)] = (nvml.dl_phases[gpu.index] + 1) % rotation
+    return kept
+
+
+def _carry_over(prev: dict[str, Any], state: dict[str, Any], gpus: list[GpuReading]) -> None:
+    """Counters of these GPUs this run did not read (another slice of the rotation) keep their
+    last reading, so the next reading is judged against it, never taken for a first sight."""
+    owners = {gpu.uuid or gpu.subject for gpu in gpus}
+    for key, value in prev.items():
+        if key not in state and key.count("/") >= 2 and key.rsplit("/", 2)[0] in owners:
+            state[key] = value
 
 
 def _expected_active(gpu: GpuReading, ctx: Context) -> int | None:
@@ -76,7 +145,8 @@ def _count_finding(gpu: GpuReading, ctx: Context) -> Result | None:
 
 
 def _growth(gpu: GpuReading, prev: dict[str, Any], state: dict[str, Any], ignore: set[str]) -> dict[str, dict[int, int]]:
-    """Per kind, per link: how much the counters grew since the last run. Updates ``state``."""
+    """Per kind, per link: how much the counters read in this run grew since their last
+    reading. Updates ``state``."""
     grown: dict[str, dict[int, int]] = {k: {} for k in KINDS}
     for link in gpu.nvlinks:
         for name, value in link.errors.items():
@@ -93,7 +163,7 @@ def _growth(gpu: GpuReading, prev: dict[str, Any], state: dict[str, Any], ignore
     return grown
 
 
-def _growth_findings(gpu: GpuReading, grown: dict[str, dict[int, int]], ctx: Context) -> list[Result]:
+def _growth_findings(gpu: GpuReading, grown: dict[str, dict[int, int]], ctx: Context, since: str) -> list[Result]:
     out: list[Result] = []
     for kind in KINDS:
         per_link = grown[kind]
@@ -111,7 +181,7 @@ def _growth_findings(gpu: GpuReading, grown: dict[str, dict[int, int]], ctx: Con
         links = sorted(link for link, d in per_link.items() if d >= limit)
         where = "link" if len(links) == 1 else "links"
         out.append(result(
-            ID, status, f"{gpu.subject} NVLink {kind} errors +{worst} since last run ({where} {', '.join(map(str, links))})",
+            ID, status, f"{gpu.subject} NVLink {kind} errors +{worst} since {since} ({where} {', '.join(map(str, links))})",
             gpu.subject, value={str(k): v for k, v in sorted(per_link.items())}, threshold=limit, action=action,
         ))
     return out
@@ -126,7 +196,10 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     state: dict[str, Any] = dict(prev) if ctx.gpus is not None else {}
     ignore = set(ctx.t("ignore_counters", []) or [])
     results: list[Result] = []
-    for gpu in selected_gpus(snapshot, ctx):
+    gpus = selected_gpus(snapshot, ctx)
+    # With a rotation, a DL counter's last reading may be runs ago: say so in the message.
+    since = "last run" if snapshot.nvml.dl_rotation <= 1 else "the link's last reading"
+    for gpu in gpus:
         if not gpu.nvlinks:
             results.append(na(ID, f"{gpu.subject} no NVLink", gpu.subject))
             continue
@@ -134,7 +207,7 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         count = _count_finding(gpu, ctx)
         if count:
             found.append(count)
-        found.extend(_growth_findings(gpu, _growth(gpu, prev, state, ignore), ctx))
+        found.extend(_growth_findings(gpu, _growth(gpu, prev, state, ignore), ctx, since))
         if found:
             results.extend(found)
             continue
@@ -144,7 +217,19 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         else:
             results.append(result(ID, Status.PASS, f"{gpu.subject} {active} NVLinks active, no error growth",
                                   gpu.subject, value=active, threshold=_expected_active(gpu, ctx)))
+    if ctx.gpus is None:
+        _carry_over(prev, state, gpus)
+    pointers = _advance(snapshot.nvml, prev, gpus, full=ctx.gpus is None)
+    if pointers:
+        state[POINTER] = pointers
     return CheckOutput(results, state=state)
+
+
+def _validate(t: dict[str, Any]) -> list[str]:
+    value = t.get("dl_rotation")
+    if not _is_rotation(value):
+        return [f"dl_rotation: must be a whole number from 1 (every link every run) to {MAX_DL_ROTATION}, got {value!r}"]
+    return []
 
 
 CHECKS = [
@@ -162,7 +247,11 @@ CHECKS = [
             "recovery_failed_warn": 0, "recovery_failed_fail": 1,
             "other_warn": 100, "other_fail": 0,
             "ignore_counters": ["symbol_errors"],
+            # passive and prolog read the DL counters of 1/dl_rotation of the links per run
+            "dl_rotation": 3,
         },
-        doc="active NVLink count vs profile/baseline; per-link error counter growth between runs",
+        doc="active NVLink count vs profile/baseline; per-link error counter growth between readings"
+            " (DL counters: a 1/dl_rotation slice of the links per passive or prolog run)",
+        validate=_validate,
     )
 ]

@@ -27,6 +27,11 @@ class SourceSpec:
     # to drop to this many MiB (the epilog).
     occupancy_wait_s: float = 0.0
     occupancy_settle_mib: float | None = None
+    # The NVLink DL error counters are read on one slice of each GPU's links: of GPU i, the links
+    # with link % dl_rotation == dl_phases.get(i, 0) (gpuhc/sources/nvml_fields.py,
+    # in_dl_slice); 1: every link. The runner fills these in from the nvlink check's state.
+    dl_rotation: int = 1
+    dl_phases: dict[int, int] | None = None
 
 
 @dataclass
@@ -49,16 +54,18 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
         scenario = load_scenario(spec.nvml_scenario, step if spec.step is None else spec.step)
 
     procs: ProcsSource | None
+    phases = dict(spec.dl_phases or {})
     if scenario is not None:
-        nvml: NvmlSource = scenario.nvml_source()
+        nvml: NvmlSource = _Sliced(scenario.nvml_source(), spec.dl_rotation, phases)
         procs = scenario.occupancy_source()
     else:
         from gpuhc.nvml_early import adopt
         from gpuhc.sources.gpu_procs import OccupancyLive
         from gpuhc.sources.nvml import NvmlLive
 
-        nvml = adopt(spec.clock_samples, spec.clock_sample_interval_s, spec.gpus) or NvmlLive(
-            clock_samples=spec.clock_samples, sample_interval_s=spec.clock_sample_interval_s, gpus=spec.gpus)
+        nvml = adopt(spec.clock_samples, spec.clock_sample_interval_s, spec.gpus, spec.dl_rotation, phases) or NvmlLive(
+            clock_samples=spec.clock_samples, sample_interval_s=spec.clock_sample_interval_s, gpus=spec.gpus,
+            dl_rotation=spec.dl_rotation, dl_phases=phases)
         procs = OccupancyLive(gpus=spec.gpus, wait_s=spec.occupancy_wait_s, settle_mib=spec.occupancy_settle_mib)
 
     from gpuhc.sources import kernel_log as kl
@@ -87,3 +94,18 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
         if scenario is not None:
             pci = scenario.sysfs_source()  # its pci_gpus, or None: unknown
     return Sources(nvml=nvml, kernel_log=klog, sysfs=sysfs, replay=replay, pci=pci, procs=procs)
+
+
+@dataclass
+class _Sliced:
+    """A replayed NVML reading as a live read of the same DL slice finds it: a recording holds
+    every counter, and a replay judges the rotation as the node would."""
+
+    recorded: NvmlSource
+    rotation: int
+    phases: dict[int, int]
+
+    def read(self):
+        from gpuhc.sources.nvml_fields import keep_dl_slice
+
+        return keep_dl_slice(self.recorded.read(), self.rotation, self.phases)

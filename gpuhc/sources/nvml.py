@@ -15,60 +15,46 @@ Why it is shaped this way:
   GPU count it expects and a name that says what happened, instead of a silently shorter list.
 - Speed (docs/ARCHITECTURE.md, "Hot path"): two batched ``nvmlDeviceGetFieldValues`` calls per
   GPU (device-wide fields; every NVLink's state and error counters as ``(fieldId, link)``
-  pairs) instead of one getter per counter. Measured on H200, driver 580.159.04
-  (bench/nvml_probe.py): simple getters 1-30 us, the device batch 0.7 ms, nvmlInit + nvmlShutdown
-  21 ms, the NVLink error counters ~0.75 ms *per link* however they are asked for (13-16 ms for
-  18 links). So the clock-event sample rounds after the first are taken between two GPUs' link
-  batches once the interval has passed, and a stage that concerns some GPUs only (the prolog:
-  the job's) reads of the others only who they are, how hot and how busy.
+  pairs: gpuhc/sources/nvml_links.py) instead of one getter per counter. Measured on H200,
+  driver 580.159.04 (bench/nvml_probe.py, bench/nvml_field_cost.py): simple getters 1-30 us,
+  the device batch 0.7 ms, nvmlInit + nvmlShutdown 21 ms, each of the three NVLink DL error
+  counters ~0.8 ms *per link* however they are asked for. So those are asked for on one slice
+  of the links per run, the clock-event sample rounds after the first are taken between two
+  GPUs' link batches once the interval has passed, and a stage that concerns some GPUs only
+  (the prolog: the job's) reads of the others only who they are, how hot and how busy.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any, Callable
 
-from gpuhc.model import GpuReading, NvLinkState, NvmlReading, norm_pci
+from gpuhc.model import GpuReading, NvmlReading, norm_pci
 from gpuhc.phases import mark
 from gpuhc.sources import nvml_util
-from gpuhc.sources.nvml_fields import (
-    BOOL_FIELDS,
-    DEVICE_FIELDS,
-    FABRIC_STATES,
-    LEGACY_LINK_FIELDS,
-    LEGACY_MAX_LINKS,
-    LINK_FIELDS,
-    LINK_UP_STATES,
-    SIMPLE_GETTERS,
-)
+from gpuhc.sources.nvml_fields import BOOL_FIELDS, DEVICE_FIELDS, FABRIC_STATES, SIMPLE_GETTERS
+from gpuhc.sources.nvml_links import LinkReads
 from gpuhc.sources.nvml_util import byref as _byref
 from gpuhc.sources.nvml_util import error_name as _error_name
-from gpuhc.sources.nvml_util import Rounds, field_value, pci_getter
+from gpuhc.sources.nvml_util import Field, GpuGone, Rounds, field_value, pci_getter
 from gpuhc.sources.nvml_util import text as _text
 
 log = logging.getLogger("gpuhc.sources.nvml")
 
-class _GpuGone(Exception):
-    """The GPU stopped answering (NVML_ERROR_GPU_IS_LOST): stop asking it anything."""
 
-
-@dataclass
-class _Field:
-    ok: bool
-    value: Any = None
-    error: str | None = None  # None when ok or NOT_SUPPORTED
-
-
-class NvmlLive:
+class NvmlLive(LinkReads):
     """Read the node's GPUs through NVML. See the module docstring for the rules."""
 
     def __init__(self, clock_samples: int = 3, sample_interval_s: float = 0.02, module: Any = None,
-                 gpus: list[int] | None = None):
+                 gpus: list[int] | None = None, dl_rotation: int | None = 1, dl_phases: dict[int, int] | None = None):
         self.clock_samples = max(1, int(clock_samples))
         # The stage's GPUs (the prolog's: the job's), read in full; the others only who they are,
         # their temperature and how busy (see _sibling). None: all.
         self.gpus = None if gpus is None else frozenset(gpus)
+        # The DL counters of GPU i are asked for on the links of slice dl_phases.get(i, 0) of
+        # dl_rotation (1: every link); None: on no link, for top_up to add later.
+        self.dl_rotation = dl_rotation if dl_rotation is None else max(1, int(dl_rotation))
+        self.dl_phases = dict(dl_phases or {})
         self.sample_interval_s = max(0.0, float(sample_interval_s))
         self._module = module  # tests pass a fake pynvml; None imports the real one
         self.notes: list[str] = []  # per-field NVML errors of the last read, for humans
@@ -89,10 +75,14 @@ class NvmlLive:
             mark("nvml_read")
             return reading
         finally:
-            try:
-                nv.nvmlShutdown()
-            except nv.NVMLError as e:
-                self._note(f"nvmlShutdown: {e}")
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        nv = self._nv
+        try:
+            nv.nvmlShutdown()
+        except nv.NVMLError as e:
+            self._note(f"nvmlShutdown: {e}")
 
     # ------------------------------------------------------------------ whole node
 
@@ -114,6 +104,7 @@ class NvmlLive:
         # counters (most of the time) come last, with the clock-event rounds taken between two
         # GPUs' counters once an interval has passed, so the sampling window mostly costs nothing.
         clock = Rounds(self.clock_samples, self.sample_interval_s)
+        reading.dl_rotation = self.dl_rotation or 1
         reads = [self._read_gpu(index) for index in range(count)]
         reading.gpus = [gpu for gpu, _, _ in reads]
         live = [(gpu, h) for gpu, h, _ in reads]
@@ -124,7 +115,9 @@ class NvmlLive:
                 self._clock_round(live)
             try:
                 gpu.nvlinks = self._nvlinks(h, gpu.index, links)
-            except _GpuGone as e:
+                if gpu.nvlinks and self.dl_rotation is not None:
+                    self._record(reading, gpu.index, self._phase(gpu.index))
+            except GpuGone as e:
                 self._lose(gpu, e)
                 live = [(g, hh) for g, hh in live if g is not gpu]
         while clock.wait():
@@ -138,7 +131,7 @@ class NvmlLive:
                 continue
             try:
                 mask = self._clock_reasons(handle, gpu.index)
-            except _GpuGone:
+            except GpuGone:
                 continue
             if mask is not None:
                 gpu.clock_event_samples.append(mask)
@@ -159,7 +152,7 @@ class NvmlLive:
                 self._sibling(gpu, handle)
                 return gpu, handle, False
             links = self._fill_gpu(gpu, handle)
-        except _GpuGone as e:
+        except GpuGone as e:
             self._lose(gpu, e)
             return gpu, None, False
         return gpu, handle, links
@@ -191,7 +184,7 @@ class NvmlLive:
                 value = self._call(getattr(nv, getter), *args, gpu=i, what=attr)
                 setattr(gpu, attr, value if value is None or convert is None else convert(value))
 
-    def _fill_gpu(self, gpu: GpuReading, h: Any) -> _Field | None:
+    def _fill_gpu(self, gpu: GpuReading, h: Any) -> Field | None:
         """Everything but the NVLink counters; returns the link-count field for those."""
         nv, i = self._nv, gpu.index
         self._inventory(gpu, h)
@@ -218,12 +211,12 @@ class NvmlLive:
 
     # ------------------------------------------------------------------ batched counters
 
-    def _device_fields(self, h: Any, i: int) -> dict[str, _Field]:
+    def _device_fields(self, h: Any, i: int) -> dict[str, Field]:
         wanted = [(attr, getattr(self._nv, const)) for attr, const in DEVICE_FIELDS if hasattr(self._nv, const)]
         return self._field_batch(h, i, [(attr, (fid, 0)) for attr, fid in wanted])
 
-    def _field_batch(self, h: Any, i: int, wanted: list[tuple[Any, tuple[int, int]]]) -> dict[Any, _Field]:
-        """One nvmlDeviceGetFieldValues call; key -> _Field. A failed call yields no keys."""
+    def _field_batch(self, h: Any, i: int, wanted: list[tuple[Any, tuple[int, int]]]) -> dict[Any, Field]:
+        """One nvmlDeviceGetFieldValues call; key -> Field. A failed call yields no keys."""
         nv = self._nv
         if not wanted:
             return {}
@@ -234,20 +227,20 @@ class NvmlLive:
             if not _is(nv, e, "NVML_ERROR_NOT_SUPPORTED"):
                 self._note(f"gpu{i}: field values: {e}")
             return {}
-        out: dict[Any, _Field] = {}
+        out: dict[Any, Field] = {}
         for (key, _), v in zip(wanted, values):
             ret = int(v.nvmlReturn)
             if ret == nv.NVML_SUCCESS:
-                out[key] = _Field(True, field_value(v))
+                out[key] = Field(True, field_value(v))
             elif ret == nv.NVML_ERROR_NOT_SUPPORTED:
-                out[key] = _Field(False)
+                out[key] = Field(False)
             else:
                 if ret == getattr(nv, "NVML_ERROR_GPU_IS_LOST", -1):
-                    raise _GpuGone("GPU is lost")
-                out[key] = _Field(False, error=_error_name(nv, ret))
+                    raise GpuGone("GPU is lost")
+                out[key] = Field(False, error=_error_name(nv, ret))
         return out
 
-    def _fallbacks(self, gpu: GpuReading, h: Any, fields: dict[str, _Field]) -> None:
+    def _fallbacks(self, gpu: GpuReading, h: Any, fields: dict[str, Field]) -> None:
         """Dedicated getters for the counters that matter most, when the batch did not give them
         (older drivers without these field ids, or a batch that failed as a whole)."""
         nv, i = self._nv, gpu.index
@@ -274,46 +267,6 @@ class NvmlLive:
                 gpu.remap_pending, gpu.remap_failure = bool(pending), bool(failure)
         if missing("pcie_replay"):
             gpu.pcie_replay = self._call(nv.nvmlDeviceGetPcieReplayCounter, h, gpu=i, what="PCIe replay counter")
-
-    def _nvlinks(self, h: Any, i: int, count_field: _Field | None) -> list[NvLinkState]:
-        nv = self._nv
-        if count_field is not None and count_field.ok:
-            count = int(count_field.value)
-        else:  # no link-count field: probe link states until the driver says there are no more
-            count = 0
-            limit = int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))
-            while count < limit and self._call(nv.nvmlDeviceGetNvLinkState, h, count, gpu=i,
-                                               what="NVLink state", quiet=True) is not None:
-                count += 1
-        if count <= 0:
-            return []
-        scoped = [(name, getattr(nv, const)) for name, const in LINK_FIELDS if hasattr(nv, const)]
-        wanted: list[tuple[Any, tuple[int, int]]] = []
-        for link in range(count):
-            wanted += [((link, name), (fid, link)) for name, fid in scoped]
-            if link < LEGACY_MAX_LINKS:
-                for name, const in LEGACY_LINK_FIELDS:
-                    fid = getattr(nv, const.format(n=link), None)
-                    if fid is not None:
-                        wanted.append(((link, name), (fid, 0)))
-        got = self._field_batch(h, i, wanted)
-        links: list[NvLinkState] = []
-        for link in range(count):
-            state = got.get((link, "_state"))
-            if state is not None and state.ok:
-                active: bool | None = int(state.value) in LINK_UP_STATES
-            else:
-                up = self._call(nv.nvmlDeviceGetNvLinkState, h, link, gpu=i, what=f"NVLink {link} state")
-                active = None if up is None else up == nv.NVML_FEATURE_ENABLED
-            errors: dict[str, int] = {}
-            for (lk, name), f in got.items():
-                if lk == link and f.ok and not name.startswith("_"):
-                    errors[name] = int(f.value)
-            links.append(NvLinkState(link=link, active=active, errors=errors))
-        errs = {f.error for f in got.values() if f.error}
-        if errs:
-            self._note(f"gpu{i}: some NVLink counters failed: {', '.join(sorted(errs))}")
-        return links
 
     # ------------------------------------------------------------------ single getters
 
@@ -376,7 +329,7 @@ class NvmlLive:
 
     def _raise_if_gone(self, e: Exception) -> None:
         if _is(self._nv, e, "NVML_ERROR_GPU_IS_LOST"):
-            raise _GpuGone(str(e))
+            raise GpuGone(str(e))
 
     def _note(self, text: str) -> None:
         self.notes.append(text)

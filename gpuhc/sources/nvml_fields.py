@@ -51,6 +51,12 @@ LINK_FIELDS: tuple[tuple[str, str], ...] = (
     ("effective_errors", "NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS"),
     ("symbol_errors", "NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS"),
 )
+# The three DL error counters among them: on Hopper the only NVLink error counters that answer,
+# and ~0.8 ms per link EACH inside the driver however they are asked for (~43 ms per 18-link GPU;
+# the state costs ~0.3 ms for all links, each COUNT_* field ~0.01 ms: docs/verification.md run
+# 14). So a rotating stage asks for them on a slice of the links per run (``in_dl_slice``, the
+# nvlink check's ``dl_rotation``); every other link field is read on every link every run.
+DL_COUNTERS = ("replay", "recovery", "crc")
 # Pre-Hopper per-link CRC counters have one field id per link (L0..L11), no scope.
 LEGACY_LINK_FIELDS: tuple[tuple[str, str], ...] = (
     ("crc_flit", "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L{n}"),
@@ -78,3 +84,26 @@ SIMPLE_GETTERS: tuple[tuple[str, str, str | None, Callable[[Any], Any] | None], 
     ("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", None, lambda mw: round(mw / 1000.0, 3)),
     ("power_default_limit_w", "nvmlDeviceGetPowerManagementDefaultLimit", None, lambda mw: round(mw / 1000.0, 3)),
 )
+
+
+def in_dl_slice(link: int, rotation: int, phase: int) -> bool:
+    """Whether a read of slice ``phase`` of ``rotation`` asks for this link's DL counters: links
+    ``phase``, ``phase + rotation``, ..., so ``rotation`` reads in a row cover every link once."""
+    return rotation <= 1 or link % rotation == phase
+
+
+def keep_dl_slice(reading: Any, rotation: int, phases: dict[int, int]) -> Any:
+    """A recorded reading (a replay) as a read of that slice would have found it: the DL counters
+    of the other links dropped and the slice recorded, so a replay judges the rotation as a node
+    does. Changes the reading in place: pass a copy."""
+    if rotation <= 1 or not reading.available:
+        return reading
+    reading.dl_rotation, reading.dl_phases = rotation, {}
+    for gpu in reading.gpus:
+        if gpu.lost or not gpu.nvlinks:
+            continue
+        phase = reading.dl_phases[gpu.index] = phases.get(gpu.index, 0)
+        for link in gpu.nvlinks:
+            if not in_dl_slice(link.link, rotation, phase):
+                link.errors = {k: v for k, v in link.errors.items() if k not in DL_COUNTERS}
+    return reading

@@ -10,6 +10,7 @@ the readers turn it into a reading with ``available=False``.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 _INIT_REASONS = {
@@ -18,6 +19,19 @@ _INIT_REASONS = {
     "NVML_ERROR_NO_PERMISSION": "no permission to open the NVIDIA devices (nvmlInit: Insufficient Permissions)",
     "NVML_ERROR_LIB_RM_VERSION_MISMATCH": "NVML library and kernel driver versions differ (driver updated without reboot?)",
 }
+
+
+class GpuGone(Exception):
+    """The GPU stopped answering (NVML_ERROR_GPU_IS_LOST): stop asking it anything."""
+
+
+@dataclass
+class Field:
+    """One answer of a field-values batch."""
+
+    ok: bool
+    value: Any = None
+    error: str | None = None  # None when ok or NOT_SUPPORTED
 
 
 def start(module: Any = None) -> tuple[Any, str | None]:
