@@ -128,9 +128,10 @@ def reset(cluster, targets: list[str]) -> None:
                          check=False, timeout=120)
     left = [n.name for n in cluster_nodes(cluster) if n.drained]
     if getattr(cluster, "ledger", None):  # a fresh ledger: the last storm's entries would open the breaker
-        from gpuhc.slurm.ledger import PREFIX
+        from gpuhc.slurm.ledger import CLAIMS_PREFIX, PREFIX
 
-        cluster.scontrol("update", f"NodeName={cluster.ledger}", f"Comment={PREFIX}", timeout=60)
+        cluster.scontrol("update", f"NodeName={cluster.ledger}", f"Comment={PREFIX}", f"Extra={CLAIMS_PREFIX}",
+                         timeout=60)
     if left:
         raise RuntimeError(f"nodes still drained after the reset: {hostlist.collect_hostlist(left)}")
     time.sleep(1.0)  # a new second: drain times of the next storm never tie with the last one's

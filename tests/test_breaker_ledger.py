@@ -28,9 +28,17 @@ def held(name, stamp, parts=("gpu",)):
 
 
 def entry(**kw):
-    base = dict(scope="p=gpu", t=T0, held=3, total=100, cap=10, newest=T0 - 5)
+    base = dict(scope="p=gpu", id="0000abcd", t=T0, held=3, total=100, cap=10, newest=T0 - 5)
     base.update(kw)
     return ledger.Entry(**base)
+
+
+def claims(e):
+    """The extra field holding ``e``'s claimers."""
+    text = ledger.CLAIMS_PREFIX
+    for name in e.claimers:
+        text = ledger.claimed(text, e, name)
+    return text
 
 
 # ---------------------------------------------------------------------------- the format
@@ -38,13 +46,33 @@ def entry(**kw):
 
 def test_entries_survive_render_and_parse():
     a = entry()
-    b = entry(scope="p=debug+gpu", held=12, claimers=("g1", "g2"), cut=(T0 - 9, "g007"))
-    c = entry(scope="cluster", t=T0 - 100)
+    b = entry(scope="p=debug+gpu", id="12345678", held=12, cut=(T0 - 9, "g007"))
+    c = entry(scope="cluster", id="ffffffff", t=T0 - 100)
     text = ledger.render([c, a, b])
     assert text.startswith(ledger.PREFIX + " ")
     assert ledger.parse(text) == {"p=gpu": a, "p=debug+gpu": b, "cluster": c}
-    after = ledger.parse(ledger.merged(text, ledger.claimed(a, "g9")))
-    assert after["p=gpu"].claimers == ("g9",) and after["cluster"] == c  # the other scopes are kept
+    a2 = entry(held=4, id="0000abce")
+    assert ledger.parse(ledger.merged(text, a2)) == {"p=gpu": a2, "p=debug+gpu": b, "cluster": c}
+
+
+def test_claims_belong_to_one_entry():
+    a, b = entry(), entry(scope="cluster", id="12345678")
+    extra = ledger.claimed(ledger.claimed("", a, "g1"), a, "g2")
+    extra = ledger.claimed(extra, b, "g3")
+    joined = ledger.with_claims({"p=gpu": a, "cluster": b}, extra)
+    assert joined["p=gpu"].claimers == ("g1", "g2") and joined["cluster"].claimers == ("g3",)
+    # A newer count of the scope (new id) saw the claimed drains: the old claims are void.
+    newer = entry(id="0000ffff", held=5)
+    assert ledger.with_claims({"p=gpu": newer}, extra)["p=gpu"].claimers == ()
+    assert ledger.claimed(extra, joined["p=gpu"], "g1") == extra  # claiming twice changes nothing
+
+
+@pytest.mark.parametrize("extra", [
+    "gpuhc-claims/1 p=gpu@0000abcd:a+a", "gpuhc-claims/1 p=gpu@0000abc:a", "gpuhc-claims/1 p=gpu:a",
+    "gpuhc-claims/1 p=gpu@0000abcd:a/b", "gpuhc-claims/1 p=g;pu@0000abcd:a", "other text",
+])
+def test_malformed_claims_are_void(extra):
+    assert ledger.with_claims({"p=gpu": entry()}, extra)["p=gpu"].claimers == ()
 
 
 def test_scope_keys():
@@ -53,17 +81,17 @@ def test_scope_keys():
 
 
 @pytest.mark.parametrize("item", [
-    "p=gpu:t=1,held=1,total=10,cap=2",  # no newest
-    "p=gpu:t=1,held=1,total=10,cap=2,newest=x",
-    "p=gpu:t=1,held=1,total=10,cap=2,newest=1,by=a+a",  # a claimer twice
-    "p=gpu:t=1,held=1,total=10,cap=2,newest=1,by=a+b/c",
-    "p=gpu:t=1,held=11,total=10,cap=2,newest=1",  # more held than nodes
-    "p=gpu:t=1,held=1,total=10,cap=20,newest=1",  # a cap above the node count
-    "p=gpu:t=-1,held=1,total=10,cap=2,newest=1",
-    "p=gpu:t=1,held=1,total=10,cap=2,newest=1,evil=1",
-    "p=gpu:t=1,held=1,total=10,cap=2,newest=1,cut=5",
-    "p=gpu:t=1,held=1,total=10,cap=2,newest=1,cut=5@bad/name",
-    "p=gpu:t=1,held=1,held=2,total=10,cap=2,newest=1",
+    "p=gpu:id=0000abcd,t=1,held=1,total=10,cap=2",  # no newest
+    "p=gpu:id=0000abcd,t=1,held=1,total=10,cap=2,newest=x",
+    "p=gpu:t=1,held=1,total=10,cap=2,newest=1",  # no id
+    "p=gpu:id=xyz,t=1,held=1,total=10,cap=2,newest=1",
+    "p=gpu:id=0000abcd,t=1,held=11,total=10,cap=2,newest=1",  # more held than nodes
+    "p=gpu:id=0000abcd,t=1,held=1,total=10,cap=20,newest=1",  # a cap above the node count
+    "p=gpu:id=0000abcd,t=-1,held=1,total=10,cap=2,newest=1",
+    "p=gpu:id=0000abcd,t=1,held=1,total=10,cap=2,newest=1,evil=1",
+    "p=gpu:id=0000abcd,t=1,held=1,total=10,cap=2,newest=1,cut=5",
+    "p=gpu:id=0000abcd,t=1,held=1,total=10,cap=2,newest=1,cut=5@bad/name",
+    "p=gpu:id=0000abcd,t=1,held=1,held=2,total=10,cap=2,newest=1",
     "p=gp;u:t=1,held=1,total=10,cap=2,newest=1",
     "gpu:t=1,held=1,total=10,cap=2,newest=1",
 ])
@@ -73,7 +101,7 @@ def test_a_malformed_entry_is_skipped_and_the_rest_kept(item):
 
 
 def test_malformed_entries_never_decide():
-    text = f"{ledger.PREFIX} p=gpu:t=1,held=1,total=10,cap=2,newest=1,by="
+    text = f"{ledger.PREFIX} p=gpu:id=0000abcd,t=1,held=1,total=10,cap=2,newest=1,cut="
     assert ledger.parse(text) == {}
 
 
@@ -102,16 +130,16 @@ def test_a_count_writes_the_cut_at_the_cap_and_the_newest_stamp():
     nodes = [held(f"g{i:03d}", T0 + i) for i in range(5)] + [n(f"g{i:03d}") for i in range(5, 20)]
     nodes.append(n("g099", "IDLE+DRAIN", "bad fan", T0 + 30))  # an admin drain: not held, but a stamp
     s = survey(nodes, "g000", BreakerSettings(max_drained=3, max_drained_percent=None))
-    e = ledger.snapshot(s.in_scope, s.held, "p=gpu", s.cap, T0 + 40)
+    e = ledger.snapshot(s.in_scope, s.held, "p=gpu", s.cap, T0 + 40, "0000abcd")
     assert (e.held, e.total, e.cap, e.newest, e.cut, e.claimers) == (5, 21, 3, T0 + 30, (T0 + 2, "g002"), ())
     assert e.open
     # The clock tick read back before the count counts as a stamp the count saw.
-    assert ledger.snapshot(s.in_scope, s.held, "p=gpu", s.cap, T0 + 40, tick=T0 + 41).newest == T0 + 41
+    assert ledger.snapshot(s.in_scope, s.held, "p=gpu", s.cap, T0 + 40, "0000abcd", tick=T0 + 41).newest == T0 + 41
 
 
 def test_no_entry_for_a_zero_cap():
     s = survey([held("a", T0)], "a", BreakerSettings(max_drained=0, max_drained_percent=None))
-    assert ledger.snapshot(s.in_scope, s.held, "p=gpu", s.cap, T0) is None
+    assert ledger.snapshot(s.in_scope, s.held, "p=gpu", s.cap, T0, "0000abcd") is None
 
 
 @settings(max_examples=300, deadline=None)
@@ -124,7 +152,7 @@ def test_a_covering_entry_decides_as_the_nodes_own_recount(stamps, cap, pick, ti
     me = nodes[pick % len(stamps)]
     bs = BreakerSettings(max_drained=cap, max_drained_percent=None)
     s = survey(nodes, me.name, bs)
-    e = ledger.snapshot(s.in_scope, s.held, "p=gpu", s.cap, T0, tick=T0 + tick)
+    e = ledger.snapshot(s.in_scope, s.held, "p=gpu", s.cap, T0, "0000abcd", tick=T0 + tick)
     if ledger.covers(e, me.reason_time):
         assert ledger.past_cap(e, me.reason_time, me.name) == s.past_cap(me.name)
     assert ledger.covers(e, T0 + max(max(stamps), tick)) is False  # the newest second never covers
@@ -141,9 +169,8 @@ def test_coverage_and_freshness():
 def test_a_claim_counts_only_under_the_cap():
     e = entry(held=8, claimers=("a", "b", "c"))  # cap 10: a and b got places, c raced past
     assert e.within("a") and e.within("b") and not e.within("c") and not e.within("z")
-    assert ledger.claimed(e, "a") == e and ledger.claimed(e, "z").claimers[-1] == "z"
     full = entry(held=0, cap=100, claimers=tuple(f"n{i}" for i in range(ledger.MAX_CLAIMERS)))
-    assert ledger.claimed(full, "z") is None
+    assert ledger.claimed(claims(full), full, "z") is None
 
 
 def test_the_post_drain_wait_is_spread_apart_from_the_jitter():
@@ -160,9 +187,9 @@ def test_the_post_drain_wait_is_spread_apart_from_the_jitter():
 class LedgerSlurm:
     """A duck-typed Scontrol over a node table and one ledger record, counting what is asked."""
 
-    def __init__(self, nodes, comment="", now=T0 + 100):
+    def __init__(self, nodes, comment="", now=T0 + 100, extra=""):
         self.nodes = {x.name: x for x in nodes}
-        self.comment, self.stamped, self.now = comment, None, now
+        self.comment, self.extra, self.stamped, self.now = comment, extra, None, now
         self.asked: list[str] = []
         self.broken = False
 
@@ -181,11 +208,14 @@ class LedgerSlurm:
         self.asked.append("ledger")
         if self.broken:
             raise SlurmError("sinfo failed")
-        return self.comment, self.stamped
+        return self.comment, self.extra, self.stamped
 
-    def set_comment(self, name, text):
+    def set_comment(self, name, text, field="Comment"):
         self.asked.append("write")
-        self.comment = text
+        if field == "Comment":
+            self.comment = text
+        else:
+            self.extra = text
 
     def stamp(self, name, reason):
         self.asked.append("stamp")
@@ -218,14 +248,15 @@ def test_a_fresh_entry_with_room_is_claimed_without_a_count(monkeypatch):
     sc = LedgerSlurm(table(), ledger.render([entry(total=10, cap=3, held=2)]))
     state = Actuator(sc, BS).count("g009", sc.nodes["g009"])
     assert not state.open and "scope" not in sc.asked
-    assert ledger.parse(sc.comment)["p=gpu"].claimers == ("g009",)
+    assert ledger.with_claims(ledger.parse(sc.comment), sc.extra)["p=gpu"].claimers == ("g009",)
 
 
 def test_a_claim_is_one_write_and_never_a_count(monkeypatch):
     """A claim a racing writer overwrites is lost for the others' arithmetic only: the node
     drains on the entry's word, and the recount undoes a surplus."""
     monkeypatch.setattr("time.time", lambda: T0 + 10)
-    sc = LedgerSlurm(table(), ledger.render([entry(total=10, cap=3, held=1, claimers=("g007",))]))
+    e = entry(total=10, cap=3, held=1, claimers=("g007",))
+    sc = LedgerSlurm(table(), ledger.render([e]), extra=claims(e))
     state = Actuator(sc, BS).count("g009", sc.nodes["g009"])
     assert not state.open and state.drained == 2 and sc.asked.count("write") == 1 and "scope" not in sc.asked
 
@@ -237,7 +268,7 @@ def test_without_a_fresh_entry_a_count_under_way_is_waited_for(monkeypatch):
     sc.stamped = T0 + 9  # another node stamped the record for its count a second ago
     fresh = ledger.render([entry(total=10, cap=3, held=3)])
     reads = iter(["", "", fresh])
-    sc.ledger = lambda name: (sc.asked.append("ledger"), (next(reads, fresh), sc.stamped))[1]
+    sc.ledger = lambda name: (sc.asked.append("ledger"), (next(reads, fresh), "", sc.stamped))[1]
     state = Actuator(sc, BS).count("g009", sc.nodes["g009"])
     assert state.open and state.source == "ledger" and "scope" not in sc.asked
 
@@ -258,7 +289,8 @@ def test_after_a_drain_a_count_under_way_is_waited_for_then_given_up(monkeypatch
 
 def test_a_claim_raced_past_the_cap_opens_the_breaker(monkeypatch):
     monkeypatch.setattr("time.time", lambda: T0 + 10)
-    sc = LedgerSlurm(table(), ledger.render([entry(total=10, cap=3, held=2, claimers=("g007", "g009"))]))
+    e = entry(total=10, cap=3, held=2, claimers=("g007", "g009"))
+    sc = LedgerSlurm(table(), ledger.render([e]), extra=claims(e))
     state = Actuator(sc, BS).count("g009", sc.nodes["g009"])
     assert state.open and state.source == "ledger" and "write" not in sc.asked
 
@@ -305,6 +337,12 @@ def test_a_foreign_comment_is_never_overwritten_and_the_node_counts(monkeypatch,
     state = Actuator(sc, BS, log=lambda m, **k: said.append(m)).count("g009", sc.nodes["g009"])
     assert state.source == "count" and sc.comment == "spare chassis, do not use" and "write" not in sc.asked
     assert len(said) == 1 and "not gpuhc's" in said[0]
+
+
+def test_a_foreign_extra_field_is_left_alone_too():
+    sc = LedgerSlurm(table(), ledger.render([entry(total=10, cap=3, held=2)]), extra="rack=12")
+    state = Actuator(sc, BS).count("g009", sc.nodes["g009"])
+    assert state.source == "count" and sc.extra == "rack=12" and "write" not in sc.asked
 
 
 def test_an_unreadable_ledger_means_counting_said_once():

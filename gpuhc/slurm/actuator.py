@@ -158,7 +158,7 @@ class Actuator:
             state = self.ledger.before_drain(name, node)
             if state is not None:
                 return state
-        return self._survey(name, node).state
+        return self._survey(name, node, "before the drain").state
 
     def recount(self, name: str, reason: str | None, node: Node) -> tuple[BreakerState, bool]:
         """After a drain: concurrent drains (other nodes' health checks, a sweep's analyze) may
@@ -172,7 +172,7 @@ class Actuator:
         if found is not None:
             state, yield_ = found
         else:
-            survey = self._survey(name, node)
+            survey = self._survey(name, node, "after the drain")
             state, yield_ = survey.state, survey.past_cap(name)
         if not yield_:
             return state, False
@@ -183,7 +183,7 @@ class Actuator:
             return state, False
         return state, self.carry_out(name, Decision(Act.RESUME, "undo drain past the breaker cap", Memory()))
 
-    def _survey(self, name: str, node: Node) -> Survey:
+    def _survey(self, name: str, node: Node, when: str) -> Survey:
         """Count the scope (the whole node table). With a ledger, the count is preceded by a clock
         tick (slurmctld stamps the ledger's record) and what it saw is written into the ledger."""
         from gpuhc.slurm.breaker import survey
@@ -192,6 +192,7 @@ class Actuator:
         found = survey(self.scope_nodes(node), name, self.breaker)
         if tick is not None:
             self.ledger.publish(found, node, tick)
+            self.log(f"breaker: counted {found.scope} {when} (the ledger had no count that would do)")
         return found
 
     # ------------------------------------------------------------------ single acts

@@ -10,7 +10,10 @@ what it saw there; the others decide from it:
 
 - **before a drain**: a fresh entry (``ledger_ttl_s``) that says the scope is at its cap opens
   the breaker without a count. One that says there is room lets the node drain, after adding
-  itself to the entry's ``claims`` so the next readers see the room shrink. No fresh entry: count.
+  its name to the entry's claims so the next readers see the room shrink. The claims live in the
+  record's ``Extra``, apart from the counts, tied to one entry by its ``id``: a claim write never
+  overwrites a count, and a new count (new id) starts with no claims, since it saw the drains
+  the claims stood for. No fresh entry: count.
 - **after a drain**: the node needs a count that saw its drain and cannot be changed by later
   drains. An entry qualifies when some node in its scope carries a reason stamped in a later
   second than our drain (``newest > our stamp``): slurmctld stamped that reason, then the count
@@ -22,9 +25,11 @@ what it saw there; the others decide from it:
   ledger; after ``ledger_wait_s`` (a share of it per node name) it counts itself and writes.
 
 Slurm has no compare-and-set, so two writers can overwrite each other; what is lost is a claim
-or an entry, and a lost claim lets one more node drain that the recount then undoes. The end
-state rests on the counts, not on the claims. Anything unreadable in the ledger is ignored (the
-node counts, as without a ledger); a comment that is not gpuhc's is never overwritten.
+or an entry, and a lost claim lets one more node drain that the recount then undoes. A claim is
+never counted twice (a count that saw its drain has a new id), so the breaker never opens
+early on the ledger's word. The end state rests on the counts, not on the claims. Anything
+unreadable in the ledger is ignored (the node counts, as without a ledger); a comment or extra
+field that is not gpuhc's is never overwritten.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ from typing import Iterable
 
 from gpuhc.slurm.nodes import Node
 
-PREFIX = "gpuhc-ledger/1"
+PREFIX = "gpuhc-ledger/1"  # the record's Comment: the counts
+CLAIMS_PREFIX = "gpuhc-claims/1"  # the record's Extra: the claims on them
 MAX_ENTRIES = 32  # scopes kept, newest first; more partition sets than this just count more
 MAX_BYTES = 4000
 MAX_CLAIMERS = 64  # past this many claims on one entry, the next node counts (a fresh entry)
@@ -47,6 +53,7 @@ FUTURE_SLACK_S = 5.0
 _SCOPE = re.compile(r"^(cluster|p=[A-Za-z0-9._-]{1,64}(\+[A-Za-z0-9._-]{1,64}){0,63})$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _INTS = ("t", "held", "total", "cap", "newest")
+_ID = re.compile(r"^[0-9a-f]{8}$")
 
 
 @dataclass(frozen=True)
@@ -54,12 +61,13 @@ class Entry:
     """One scope's last count."""
 
     scope: str  # scope_key()
+    id: str  # 8 hex digits, new for each count: the claims name it
     t: int  # the writer's clock when it counted (epoch s): for the time-to-live
     held: int  # nodes in scope held by gpuhc
     total: int  # nodes in scope
     cap: int
     newest: int  # slurmctld's latest reason stamp among the scope's nodes (epoch s), 0 if none
-    claimers: tuple[str, ...] = ()  # nodes that took a place on this entry's word, in order
+    claimers: tuple[str, ...] = ()  # nodes that took a place on this entry's word, in order (from Extra)
     cut: tuple[int, str] | None = None  # (stamp, name) of the held node at the cap, when held > cap
 
     @property
@@ -72,9 +80,7 @@ class Entry:
         return name in self.claimers and self.held + self.claimers.index(name) < self.cap
 
     def render(self) -> str:
-        fields = [f"{k}={getattr(self, k)}" for k in _INTS]
-        if self.claimers:
-            fields.append("by=" + "+".join(self.claimers))
+        fields = [f"id={self.id}"] + [f"{k}={getattr(self, k)}" for k in _INTS]
         if self.cut is not None:
             fields.append(f"cut={self.cut[0]}@{self.cut[1]}")
         return f"{self.scope}:{','.join(fields)}"
@@ -85,10 +91,10 @@ def scope_key(partitions: Iterable[str] | None) -> str:
     return "p=" + "+".join(parts) if parts else "cluster"
 
 
-def foreign(comment: str | None) -> bool:
-    """A comment someone else wrote: gpuhc leaves it alone."""
-    text = (comment or "").strip()
-    return bool(text) and text != "(null)" and not text.startswith(PREFIX)
+def foreign(text: str | None, prefix: str = PREFIX) -> bool:
+    """A comment (or extra field) someone else wrote: gpuhc leaves it alone."""
+    text = (text or "").strip()
+    return bool(text) and text != "(null)" and not text.startswith(prefix)
 
 
 def parse(comment: str | None) -> dict[str, Entry]:
@@ -120,20 +126,17 @@ def _entry(item: str) -> Entry | None:
         return None
     if any(v < 0 for v in ints.values()) or ints["held"] > ints["total"] or ints["cap"] > ints["total"]:
         return None
-    claimers: tuple[str, ...] = ()
-    if "by" in values:
-        claimers = tuple(values["by"].split("+"))
-        if len(claimers) > MAX_CLAIMERS or len(set(claimers)) != len(claimers) or not all(map(_NAME.match, claimers)):
-            return None
+    if not _ID.match(values.get("id", "")):
+        return None
     cut = None
     if "cut" in values:
         stamp, at, name = values["cut"].partition("@")
         if not at or not stamp.isdigit() or not _NAME.match(name):
             return None
         cut = (int(stamp), name)
-    if set(values) - set(_INTS) - {"cut", "by"}:
+    if set(values) - set(_INTS) - {"cut", "id"}:
         return None
-    return Entry(scope=scope, cut=cut, claimers=claimers, **ints)
+    return Entry(scope=scope, id=values["id"], cut=cut, **ints)
 
 
 def render(entries: Iterable[Entry]) -> str:
@@ -154,7 +157,7 @@ def merged(comment: str | None, entry: Entry) -> str:
     return render(entries.values())
 
 
-def snapshot(in_scope: list[Node], held: list[Node], scope: str, cap: int, now: float,
+def snapshot(in_scope: list[Node], held: list[Node], scope: str, cap: int, now: float, id: str,
              tick: float | None = None) -> Entry | None:
     """What a count saw, as an entry (None when it cannot be written down: a cap of 0, where
     nothing may drain anyway, or a held node at the cap without a reason stamp).
@@ -171,7 +174,7 @@ def snapshot(in_scope: list[Node], held: list[Node], scope: str, cap: int, now: 
     stamps = [int(n.reason_time) for n in in_scope if n.reason_time is not None]
     if tick is not None:
         stamps.append(int(tick))
-    return Entry(scope=scope, t=int(now), held=len(held), total=len(in_scope), cap=cap,
+    return Entry(scope=scope, id=id, t=int(now), held=len(held), total=len(in_scope), cap=cap,
                  newest=max(stamps, default=0), cut=cut)
 
 
@@ -190,13 +193,54 @@ def past_cap(entry: Entry, stamp: float, name: str) -> bool:
     return entry.cut is not None and (int(stamp), name) > entry.cut
 
 
-def claimed(entry: Entry, name: str) -> Entry | None:
-    """``entry`` with ``name``'s claim added; None when it takes no more claims (a count then)."""
-    if name in entry.claimers:
-        return entry
-    if len(entry.claimers) >= MAX_CLAIMERS:
-        return None
-    return replace(entry, claimers=entry.claimers + (name,))
+def parse_claims(extra: str | None) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The claims by scope: (the id of the entry they were made on, the claimers in order)."""
+    text = (extra or "").strip()
+    if not text.startswith(CLAIMS_PREFIX) or len(text) > MAX_BYTES:
+        return {}
+    out: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for item in text[len(CLAIMS_PREFIX):].split()[:MAX_ENTRIES]:
+        head, sep, names = item.partition(":")
+        scope, at, id_ = head.rpartition("@")
+        claimers = tuple(names.split("+"))
+        if (not sep or not at or not _SCOPE.match(scope) or not _ID.match(id_) or scope in out
+                or len(claimers) > MAX_CLAIMERS or len(set(claimers)) != len(claimers)
+                or not all(map(_NAME.match, claimers))):
+            continue
+        out[scope] = (id_, claimers)
+    return out
+
+
+def with_claims(entries: dict[str, Entry], extra: str | None) -> dict[str, Entry]:
+    """The entries with the claims made on them (claims on an older entry of a scope are void:
+    the newer count saw their drains)."""
+    claims = parse_claims(extra)
+    out = {}
+    for scope, entry in entries.items():
+        id_, claimers = claims.get(scope, ("", ()))
+        out[scope] = replace(entry, claimers=claimers) if id_ == entry.id else entry
+    return out
+
+
+def claimed(extra: str | None, entry: Entry, name: str) -> str | None:
+    """The extra field with ``name``'s claim on ``entry`` added (after the claims already made on
+    it; claims on an older entry of the scope are dropped); None when the entry takes no more
+    claims (the node counts then)."""
+    claims = parse_claims(extra)
+    id_, claimers = claims.get(entry.scope, ("", ()))
+    claimers = claimers if id_ == entry.id else ()
+    if name not in claimers:
+        if len(claimers) >= MAX_CLAIMERS:
+            return None
+        claimers += (name,)
+    claims[entry.scope] = (entry.id, claimers)
+    text = CLAIMS_PREFIX
+    for scope, (id_, names) in claims.items():
+        item = f" {scope}@{id_}:{'+'.join(names)}"
+        if len(text) + len(item) > MAX_BYTES:
+            break
+        text += item
+    return text
 
 
 def tick_reason(node_name: str, now: float) -> str:

@@ -8,6 +8,7 @@ says so once and counts the whole table, as it would without a ledger.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING, Callable
 
@@ -46,10 +47,10 @@ class LedgerClient:
         key = scope_of(node, self.settings)[0]
         until = None
         while self.on:
-            comment, entries, tick = self.read()
+            _, extra, entries, tick = self.read()
             entry = entries.get(key)
             if entry is not None and self.usable(entry) and ledger.fresh(entry, time.time(), self.settings.ledger_ttl_s):
-                return self._claim(comment, entry, name, node)
+                return self._claim(extra, entry, name, node)
             # A stamp this recent is another node's count under way: its entry comes in a moment.
             if until is None and tick is not None and time.time() - tick <= PENDING_S + 1:
                 until = time.monotonic() + min(PENDING_S, self._room())
@@ -58,18 +59,20 @@ class LedgerClient:
             time.sleep(POLL_S)
         return None
 
-    def _claim(self, comment: str, entry: ledger.Entry, name: str, node: Node) -> BreakerState | None:
-        """Open when the entry says the cap is taken; else add our name to its claimers (one write;
+    def _claim(self, extra: str, entry: ledger.Entry, name: str, node: Node) -> BreakerState | None:
+        """Open when the entry says the cap is taken; else add our name to its claims (one write;
         a claim lost to a racing writer lets one more node drain, which the recount undoes)."""
         if entry.within(name):
             return state_of(entry, node, self.settings, entry.held + entry.claimers.index(name))
         if entry.open:
             return state_of(entry, node, self.settings, entry.held + len(entry.claimers))
-        mine = ledger.claimed(entry, name)
-        if mine is None:
+        claims = ledger.claimed(extra, entry, name)
+        if claims is None:
             return None  # the entry takes no more claims: a fresh count
-        self.write(comment, mine)
-        return state_of(mine, node, self.settings, entry.held + len(entry.claimers))
+        self.write("Extra", claims)
+        self.log(f"breaker: room in the ledger ({entry.held} held + {len(entry.claimers)} claimed < cap {entry.cap}, "
+                 f"count {entry.id} of {int(time.time()) - entry.t}s ago): claimed a place")
+        return state_of(entry, node, self.settings, entry.held + len(entry.claimers))
 
     # ------------------------------------------------------------------ a count
 
@@ -80,7 +83,7 @@ class LedgerClient:
         except SlurmError as e:
             self.off(f"not stamped ({e})")
             return None
-        stamp = self.read()[2]
+        stamp = self.read()[3]
         if stamp is None and self.on:
             self.off("shows no reason stamp after a drain")
         return stamp
@@ -90,9 +93,9 @@ class LedgerClient:
         if found.cap is None:
             return
         entry = ledger.snapshot(found.in_scope, found.held, scope_of(node, self.settings)[0], found.cap,
-                                time.time(), tick)
+                                time.time(), os.urandom(4).hex(), tick)
         if entry is not None:
-            self.write(self.read()[0], entry)
+            self.write("Comment", ledger.merged(self.read()[0], entry))
 
     # ------------------------------------------------------------------ after a drain
 
@@ -107,9 +110,10 @@ class LedgerClient:
         own_count_at = time.monotonic() + min(ledger.wait_for(name, self.settings.ledger_wait_s), self._room())
         pending_until = None
         while self.on:
-            _, entries, tick = self.read()
+            _, _, entries, tick = self.read()
             entry = entries.get(key)
             if entry is not None and self.usable(entry) and ledger.covers(entry, stamp):
+                self.log(f"breaker: count {entry.id} in the ledger saw this drain: {entry.held} held, cap {entry.cap}")
                 return (state_of(entry, node, self.settings, entry.held), ledger.past_cap(entry, stamp, name))
             now = time.monotonic()
             if tick is not None and tick > stamp and pending_until is None:
@@ -122,23 +126,25 @@ class LedgerClient:
 
     # ------------------------------------------------------------------ the record
 
-    def read(self) -> tuple[str, dict[str, ledger.Entry], float | None]:
-        """(comment, entries, reason stamp) of the ledger's record; empty when unreadable."""
+    def read(self) -> tuple[str, str, dict[str, ledger.Entry], float | None]:
+        """(comment, extra, entries with their claims, reason stamp) of the ledger's record;
+        empty when unreadable."""
         try:
-            comment, stamp = self.sc.ledger(self.record)
+            comment, extra, stamp = self.sc.ledger(self.record)
         except SlurmError as e:
             self.off(f"unreadable ({e})")
-            return "", {}, None
-        if ledger.foreign(comment):
-            self.off("carries a comment that is not gpuhc's (left alone)")
-            return "", {}, None
-        return comment, ledger.parse(comment), stamp
+            return "", "", {}, None
+        if ledger.foreign(comment) or ledger.foreign(extra, ledger.CLAIMS_PREFIX):
+            self.off("carries a comment or extra field that is not gpuhc's (left alone)")
+            return "", "", {}, None
+        return comment, extra, ledger.with_claims(ledger.parse(comment), extra), stamp
 
-    def write(self, comment: str, entry: ledger.Entry) -> None:
+    def write(self, field: str, text: str) -> None:
+        """Set the record's Comment (the counts) or Extra (the claims)."""
         if not self.on:
             return
         try:
-            self.sc.set_comment(self.record, ledger.merged(comment, entry))
+            self.sc.set_comment(self.record, text, field)
         except SlurmError as e:  # a lost write costs other nodes a count, nothing more
             self.log(f"breaker ledger {self.record} not written ({e})")
 

@@ -49,8 +49,8 @@ class Scontrol(SlurmCommand):
         argv = sinfo.scope_argv(self.sinfo, partitions)
         return self._parse_sinfo(self._call(argv), argv)
 
-    def ledger(self, name: str) -> tuple[str, float | None]:
-        """The breaker ledger's record, asked of it alone: (its Comment, its reason stamp)."""
+    def ledger(self, name: str) -> tuple[str, str, float | None]:
+        """The breaker ledger's record, asked of it alone: (its Comment, its Extra, its reason stamp)."""
         from gpuhc.slurm import sinfo
 
         _check_name(name)
@@ -94,11 +94,14 @@ class Scontrol(SlurmCommand):
         _check_name(name)
         self._call([self.binary, "update", f"NodeName={name}", "State=RESUME"])
 
-    def set_comment(self, name: str, text: str) -> None:
+    def set_comment(self, name: str, text: str, field: str = "Comment") -> None:
+        """Set a node's free-text ``Comment`` or ``Extra`` (the breaker ledger's two fields)."""
         _check_name(name)
+        if field not in ("Comment", "Extra"):
+            raise ValueError(field)
         if any(ord(c) < 32 or ord(c) == 127 for c in text) or len(text.encode()) > 4096:
-            raise SlurmError("refusing node comment: must be one printable line of at most 4096 bytes")
-        self._call([self.binary, "update", f"NodeName={name}", f"Comment={text}"])
+            raise SlurmError(f"refusing node {field.lower()}: must be one printable line of at most 4096 bytes")
+        self._call([self.binary, "update", f"NodeName={name}", f"{field}={text}"])
 
     def stamp(self, name: str, reason: str) -> None:
         """Drain ``name`` with ``reason``: slurmctld stamps the reason with its own clock when the

@@ -34,19 +34,26 @@ def one_node_argv(binary: str, name: str) -> list[str]:
 
 def ledger_argv(binary: str, name: str) -> list[str]:
     """The breaker ledger's record (:mod:`gpuhc.slurm.ledger`), asked of it alone: its reason
-    stamp and its ``Comment``."""
-    return [binary, "-h", "-a", "-N", "-n", name, "-O", "NodeList:|,Timestamp:|,Comment:0"]
+    stamp, its ``Extra`` (the claims) and its ``Comment`` (the counts)."""
+    return [binary, "-h", "-a", "-N", "-n", name, "-O", "NodeList:|,Timestamp:|,Extra:|,Comment:0"]
 
 
-def parse_ledger(text: str, name: str) -> tuple[str, float | None] | None:
-    """(comment, reason stamp) of ``name`` from :func:`ledger_argv`'s answer; None when sinfo
-    did not list it (a node in no partition). sinfo prints ``(null)`` for no comment."""
+def parse_ledger(text: str, name: str) -> tuple[str, str, float | None] | None:
+    """(comment, extra, reason stamp) of ``name`` from :func:`ledger_argv`'s answer; None when
+    sinfo did not list it (a node in no partition). sinfo prints ``(null)`` for an empty field.
+    gpuhc's own extra field holds no ``|``; someone else's that does shifts the comment, which
+    then reads as someone else's too (and the ledger is left alone)."""
     for line in text.splitlines():
-        parts = line.split("|", 2)
-        if len(parts) == 3 and parts[0].strip() == name:
-            comment = parts[2].strip()
-            return ("" if comment in ("(null)", "none") else comment), parse_slurm_time(parts[1])
+        parts = line.split("|", 3)
+        if len(parts) == 4 and parts[0].strip() == name:
+            comment, extra = (_field(p) for p in (parts[3], parts[2]))
+            return comment, extra, parse_slurm_time(parts[1])
     return None
+
+
+def _field(text: str) -> str:
+    text = text.strip()
+    return "" if text in ("(null)", "none") else text
 
 
 def scope_argv(binary: str, partitions: list[str] | None) -> list[str]:
