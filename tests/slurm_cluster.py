@@ -421,7 +421,8 @@ class SlurmCluster:
         for key in ("slurmctld", *(f"slurmd.{n}" for n in self.nodes)):
             if self._dead(key):
                 raise ClusterError(f"{key} exited during start\n{self.logs_tail()}")
-        cp = self.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False, timeout=15)
+        # Only the nodes with a slurmd: a test's extra_conf may define records that never register.
+        cp = self.run(["sinfo", "-h", "-N", "-n", ",".join(self.nodes), "-o", "%N %T"], check=False, timeout=15)
         if cp.returncode != 0:
             return False
         states = dict(line.split(None, 1) for line in cp.stdout.splitlines() if line.strip())

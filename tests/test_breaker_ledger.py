@@ -190,6 +190,7 @@ class LedgerSlurm:
     def __init__(self, nodes, comment="", now=T0 + 100, extra=""):
         self.nodes = {x.name: x for x in nodes}
         self.comment, self.extra, self.stamped, self.now = comment, extra, None, now
+        self.state = "down+drain"
         self.asked: list[str] = []
         self.broken = False
 
@@ -208,7 +209,7 @@ class LedgerSlurm:
         self.asked.append("ledger")
         if self.broken:
             raise SlurmError("sinfo failed")
-        return self.comment, self.extra, self.stamped
+        return self.comment, self.extra, self.stamped, self.state
 
     def set_comment(self, name, text, field="Comment"):
         self.asked.append("write")
@@ -268,7 +269,7 @@ def test_without_a_fresh_entry_a_count_under_way_is_waited_for(monkeypatch):
     sc.stamped = T0 + 9  # another node stamped the record for its count a second ago
     fresh = ledger.render([entry(total=10, cap=3, held=3)])
     reads = iter(["", "", fresh])
-    sc.ledger = lambda name: (sc.asked.append("ledger"), (next(reads, fresh), "", sc.stamped))[1]
+    sc.ledger = lambda name: (sc.asked.append("ledger"), (next(reads, fresh), "", sc.stamped, "unknown"))[1]
     state = Actuator(sc, BS).count("g009", sc.nodes["g009"])
     assert state.open and state.source == "ledger" and "scope" not in sc.asked
 
@@ -351,6 +352,20 @@ def test_an_unreadable_ledger_means_counting_said_once():
     sc.broken = True
     state = Actuator(sc, BS, log=lambda m, **k: said.append(m)).count("g009", sc.nodes["g009"])
     assert state.source == "count" and "write" not in sc.asked and len(said) == 1
+
+
+@pytest.mark.parametrize("state, ok", [
+    ("down+drain+not_responding", True), ("unknown", True), ("idle+drain", True), ("down*", True),
+    ("idle", False), ("allocated", False), ("mixed+completing", False),
+])
+def test_a_ledger_node_in_service_is_refused_never_stamped(state, ok):
+    assert ledger.out_of_service(state) is ok
+    sc = LedgerSlurm(table())
+    sc.state = state
+    said = []
+    Actuator(sc, BS, log=lambda m, **k: said.append(m)).count("g009", sc.nodes["g009"])
+    assert ("stamp" in sc.asked) is ok
+    assert ok or ("in service" in said[0] and "write" not in sc.asked)
 
 
 def test_without_a_ledger_node_nothing_changes():

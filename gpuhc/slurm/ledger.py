@@ -178,6 +178,15 @@ def snapshot(in_scope: list[Node], held: list[Node], scope: str, cap: int, now: 
                  newest=max(stamps, default=0), cut=cut)
 
 
+def out_of_service(state: str) -> bool:
+    """Can this record be the ledger? Only a node that takes no jobs: down, drained, failed, or
+    one whose slurmd never answered (sinfo's complete state, e.g. ``down+not_responding``).
+    gpuhc stamps the ledger with a drain, so a node in service is refused, never drained."""
+    words = set(state.lower().replace("*", "+not_responding").split("+"))
+    return bool(words & {"down", "drain", "drained", "draining", "fail", "failing", "unknown", "future",
+                         "not_responding"})
+
+
 def fresh(entry: Entry, now: float, ttl_s: float) -> bool:
     return -FUTURE_SLACK_S <= now - entry.t <= ttl_s
 

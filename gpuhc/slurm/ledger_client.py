@@ -130,9 +130,13 @@ class LedgerClient:
         """(comment, extra, entries with their claims, reason stamp) of the ledger's record;
         empty when unreadable."""
         try:
-            comment, extra, stamp = self.sc.ledger(self.record)
+            comment, extra, stamp, state = self.sc.ledger(self.record)
         except SlurmError as e:
             self.off(f"unreadable ({e})")
+            return "", "", {}, None
+        if not ledger.out_of_service(state):
+            # A ledger_node naming a real compute node by mistake: its clock tick is a drain.
+            self.off(f"is a node in service (state {state[:40]}), not a record for gpuhc alone")
             return "", "", {}, None
         if ledger.foreign(comment) or ledger.foreign(extra, ledger.CLAIMS_PREFIX):
             self.off("carries a comment or extra field that is not gpuhc's (left alone)")

@@ -49,8 +49,9 @@ class Scontrol(SlurmCommand):
         argv = sinfo.scope_argv(self.sinfo, partitions)
         return self._parse_sinfo(self._call(argv), argv)
 
-    def ledger(self, name: str) -> tuple[str, str, float | None]:
-        """The breaker ledger's record, asked of it alone: (its Comment, its Extra, its reason stamp)."""
+    def ledger(self, name: str) -> tuple[str, str, float | None, str]:
+        """The breaker ledger's record, asked of it alone: (its Comment, its Extra, its reason
+        stamp, its state as sinfo prints it)."""
         from gpuhc.slurm import sinfo
 
         _check_name(name)

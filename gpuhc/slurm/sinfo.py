@@ -35,19 +35,19 @@ def one_node_argv(binary: str, name: str) -> list[str]:
 def ledger_argv(binary: str, name: str) -> list[str]:
     """The breaker ledger's record (:mod:`gpuhc.slurm.ledger`), asked of it alone: its reason
     stamp, its ``Extra`` (the claims) and its ``Comment`` (the counts)."""
-    return [binary, "-h", "-a", "-N", "-n", name, "-O", "NodeList:|,Timestamp:|,Extra:|,Comment:0"]
+    return [binary, "-h", "-a", "-N", "-n", name, "-O", "NodeList:|,StateComplete:|,Timestamp:|,Extra:|,Comment:0"]
 
 
-def parse_ledger(text: str, name: str) -> tuple[str, str, float | None] | None:
-    """(comment, extra, reason stamp) of ``name`` from :func:`ledger_argv`'s answer; None when
-    sinfo did not list it (a node in no partition). sinfo prints ``(null)`` for an empty field.
-    gpuhc's own extra field holds no ``|``; someone else's that does shifts the comment, which
-    then reads as someone else's too (and the ledger is left alone)."""
+def parse_ledger(text: str, name: str) -> tuple[str, str, float | None, str] | None:
+    """(comment, extra, reason stamp, state) of ``name`` from :func:`ledger_argv`'s answer; None
+    when sinfo did not list it (a node in no partition). sinfo prints ``(null)`` for an empty
+    field. gpuhc's own extra field holds no ``|``; someone else's that does shifts the comment,
+    which then reads as someone else's too (and the ledger is left alone)."""
     for line in text.splitlines():
-        parts = line.split("|", 3)
-        if len(parts) == 4 and parts[0].strip() == name:
-            comment, extra = (_field(p) for p in (parts[3], parts[2]))
-            return comment, extra, parse_slurm_time(parts[1])
+        parts = line.split("|", 4)
+        if len(parts) == 5 and parts[0].strip() == name:
+            comment, extra = (_field(p) for p in (parts[4], parts[3]))
+            return comment, extra, parse_slurm_time(parts[2]), parts[1].strip()
     return None
 
 
