@@ -78,6 +78,9 @@ class LedgerClient:
 
     def tick(self, name: str) -> float | None:
         """Have slurmctld stamp the ledger's record now (before a count); its stamp, or None."""
+        self.read()  # the stamp is a drain: never of a record that turned out to be in service
+        if not self.on:
+            return None
         try:
             self.sc.stamp(self.record, ledger.tick_reason(name, time.time()))
         except SlurmError as e:
