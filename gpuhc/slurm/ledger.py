@@ -134,8 +134,8 @@ def _entry(item: str) -> Entry | None:
         if not at or not stamp.isdigit() or not _NAME.match(name):
             return None
         cut = (int(stamp), name)
-    if set(values) - set(_INTS) - {"cut", "id"}:
-        return None
+    if set(values) - set(_INTS) - {"cut", "id"} or (cut is not None) != (ints["held"] > ints["cap"]):
+        return None  # unknown fields, or a cut that does not match the count (a count writes both)
     return Entry(scope=scope, id=values["id"], cut=cut, **ints)
 
 
