@@ -18,6 +18,10 @@ runs the procedure around them, once, for everybody:
    visible, count again and, when gpuhc now holds more than the cap and this node ranks past
    it, undo its own drain (see :mod:`gpuhc.slurm.breaker` for why the end state is the cap).
 
+With a breaker ledger (``slurm.breaker.ledger_node``), steps 3 and 5 take another node's count
+from the ledger when it has one that will do, and every count of this node goes into it
+(:mod:`gpuhc.slurm.ledger` says when a count will do, :mod:`gpuhc.slurm.ledger_client` how).
+
 Failures of Slurm itself raise :class:`~gpuhc.errors.SlurmError`; the callers keep their old
 memory then. See ``docs/slurm.md`` for what each step asks of slurmctld.
 """

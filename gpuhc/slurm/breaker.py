@@ -20,7 +20,8 @@ Spreading the storm: before its first count, a node waits a jitter derived from 
 ``jitter_s``), so that a same-minute storm reaches slurmctld as a stream of counts rather than a
 wall, and the nodes that count after the cap was reached find the breaker open and stop there
 (one count each, no drain, no recount). The recount logic above does not depend on the order, so
-the end state is still the cap.
+the end state is still the cap. On large clusters a count is the whole node table; the breaker
+ledger (:mod:`gpuhc.slurm.ledger`) lets the nodes of one storm share their counts.
 
 The scope is the partitions of the node being judged (a GPU partition should not be compared
 against a large CPU partition) or the whole cluster. The cap is the stricter of an absolute
@@ -47,7 +48,7 @@ class BreakerSettings:
     scope: str = "partition"  # "partition" or "cluster"
     settle_s: float = 1.0  # wait before the post-drain recount, so concurrent drains are seen
     jitter_s: float = 10.0  # spread of the per-node wait before the first count
-    ledger_node: str | None = None  # the node record whose Comment is the ledger (gpuhc.slurm.ledger)
+    ledger_node: str | None = None  # the node record whose Comment and Extra are the ledger (gpuhc.slurm.ledger)
     ledger_ttl_s: float = 30.0  # an entry this old no longer decides before a drain
     ledger_wait_s: float = 2.0  # after a drain, poll the ledger up to this long before counting
 
