@@ -26,10 +26,10 @@ what it saw there; the others decide from it:
 
 Slurm has no compare-and-set, so two writers can overwrite each other; what is lost is a claim
 or an entry, and a lost claim lets one more node drain that the recount then undoes. A claim is
-never counted twice (a count that saw its drain has a new id), so the breaker never opens
-early on the ledger's word. The end state rests on the counts, not on the claims. Anything
-unreadable in the ledger is ignored (the node counts, as without a ledger); a comment or extra
-field that is not gpuhc's is never overwritten.
+never counted twice (a newer count has a new id, which voids the claims on the older one). The
+end state rests on the counts, not on the claims. Anything unreadable in the ledger is ignored
+(the node counts, as without a ledger); a comment or extra field that is not gpuhc's is never
+overwritten.
 """
 
 from __future__ import annotations
