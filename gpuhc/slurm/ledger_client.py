@@ -49,7 +49,8 @@ class LedgerClient:
         while self.on:
             _, extra, entries, tick = self.read()
             entry = entries.get(key)
-            if entry is not None and self.usable(entry) and ledger.fresh(entry, time.time(), self.settings.ledger_ttl_s):
+            ttl = self.settings.ledger_ttl_s
+            if entry is not None and self.usable(entry) and ledger.fresh(entry, time.time(), ttl):
                 return self._claim(extra, entry, name, node)
             # A stamp this recent is another node's count under way: its entry comes in a moment.
             if until is None and tick is not None and time.time() - tick <= PENDING_S + 1:
