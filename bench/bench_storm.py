@@ -19,7 +19,9 @@ breaker cap ``--cap-percent`` of that partition. Per storm it records:
   average time per RPC type from ``sdiag``;
 - the storm's wall time and its end state: nodes of the partition held by gpuhc, against the cap.
 
-"Today" is the code at ``--baseline-rev`` (default: the tree before issue 13), extracted with
+The new side runs with the breaker ledger (``slurm.breaker.ledger_node``, a record defined in
+``slurm.conf`` as slurm/slurm.conf.example says; docs/slurm.md "Breaker ledger"), emptied before
+each storm; ``--no-ledger`` runs it with every node counting for itself. "Today" is the code at ``--baseline-rev`` (default: the tree before issue 13), extracted with
 ``git archive`` and run with the same interpreter, config and scenario. The order of the two
 alternates between repetitions. Between storms every node the storm touched is resumed and the
 local state is wiped.
