@@ -152,15 +152,10 @@ class AccountingCluster(SlurmCluster):
 
 def accounting_cluster(tmp_path_factory, started: list, **kwargs: Any) -> AccountingCluster:
     """Start an :class:`AccountingCluster` (kwargs as SlurmCluster's) and record it in ``started``."""
-    import pytest
+    from slurm_cluster import start_or_fail
 
     cluster = AccountingCluster(kwargs.pop("workdir", None) or tmp_path_factory.mktemp("acct"), **kwargs)
-    started.append(cluster)
-    try:
-        cluster.start()
-    except ClusterError as e:
-        pytest.fail(f"Slurm accounting test cluster did not start: {e}", pytrace=False)
-    return cluster
+    return start_or_fail(cluster, started, "Slurm accounting test cluster")
 
 
 def gpuhc_argv(*args: str) -> list[str]:

@@ -82,19 +82,6 @@ class BigSlurmCluster(SlurmCluster):
 
         return free_ports(1)[0]
 
-    # ------------------------------------------------------------------ waiting
-
-    def _all_nodes_up(self) -> bool:
-        for key in ("slurmctld", *(f"slurmd.{n}" for n in self.nodes)):
-            if self._dead(key):
-                raise ClusterError(f"{key} exited during start\n{self.logs_tail()}")
-        cp = self.run(["sinfo", "-h", "-N", "-n", ",".join(self.nodes), "-o", "%N %T"], check=False, timeout=30)
-        if cp.returncode != 0:
-            return False
-        states = dict(line.split(None, 1) for line in cp.stdout.splitlines() if line.strip())
-        return set(states) == set(self.nodes) and all(
-            not s.startswith(("down", "unknown", "future")) and not s.endswith("*") for s in states.values())
-
     # ------------------------------------------------------------------ measuring
 
     def ctld_pid(self) -> int:

@@ -422,7 +422,7 @@ class SlurmCluster:
             if self._dead(key):
                 raise ClusterError(f"{key} exited during start\n{self.logs_tail()}")
         # Only the nodes with a slurmd: a test's extra_conf may define records that never register.
-        cp = self.run(["sinfo", "-h", "-N", "-n", ",".join(self.nodes), "-o", "%N %T"], check=False, timeout=15)
+        cp = self.run(["sinfo", "-h", "-N", "-n", ",".join(self.nodes), "-o", "%N %T"], check=False, timeout=30)
         if cp.returncode != 0:
             return False
         states = dict(line.split(None, 1) for line in cp.stdout.splitlines() if line.strip())
@@ -554,20 +554,23 @@ except ImportError:  # the module is also usable from a plain script
 
 if pytest is not None:
 
+    def start_or_fail(cluster: SlurmCluster, started: list, what: str = "Slurm test cluster") -> SlurmCluster:
+        """Start ``cluster``, recorded in ``started`` for the teardown. Never a skip: in CI a
+        cluster that cannot start is a failure with its reason."""
+        started.append(cluster)
+        try:
+            cluster.start()
+        except ClusterError as e:
+            pytest.fail(f"{what} did not start: {e}", pytrace=False)
+        return cluster
+
     def _factory(tmp_path_factory, rel: SlurmRelease | None = None):
         started: list[SlurmCluster] = []
 
         def make(**kwargs: Any) -> SlurmCluster:
             workdir = kwargs.pop("workdir", None) or tmp_path_factory.mktemp("slurm")
             kwargs.setdefault("release", rel)
-            cluster = SlurmCluster(workdir, **kwargs)
-            started.append(cluster)
-            try:
-                cluster.start()
-            except ClusterError as e:
-                # Never a skip: in CI a cluster that cannot start is a failure with its reason.
-                pytest.fail(f"Slurm test cluster did not start: {e}", pytrace=False)
-            return cluster
+            return start_or_fail(SlurmCluster(workdir, **kwargs), started)
 
         return started, make
 

@@ -73,9 +73,14 @@ def config(wd: Path, script: Path, **remediation) -> dict:
     return cfg
 
 
-def start(slurm_cluster, tmp_path, cfg, scenario):
-    kw = dict(workdir=tmp_path / "c", nodes=("n1", "n2"), gpuhc_config=cfg, node_scenarios={"n1": str(scenario)})
-    return slurm_cluster(reboot=True, **kw)
+def start(slurm_cluster, tmp_path, fixes: bool, **remediation):
+    """A cluster whose n1 has a pending row remap and a reset command that heals it or not:
+    (cluster, n1's scenario file, the reset command's record of calls)."""
+    scenario = node_scenario(tmp_path, "n1", REMAP)
+    script, record = reset_script(tmp_path, scenario, fixes=fixes)
+    kw = dict(workdir=tmp_path / "c", nodes=("n1", "n2"), gpuhc_config=config(tmp_path / "c", script, **remediation),
+              node_scenarios={"n1": str(scenario)})
+    return slurm_cluster(reboot=True, **kw), scenario, record
 
 
 def hc(c, node="n1"):
@@ -106,9 +111,7 @@ def reboot_and_retest(c, heal: Path | None, scenario: Path, done) -> list[str]:
 
 
 def test_reset_passes_and_resumes(slurm_cluster, tmp_path):
-    scenario = node_scenario(tmp_path, "n1", REMAP)
-    script, record = reset_script(tmp_path, scenario, fixes=True)
-    c = start(slurm_cluster, tmp_path, config(tmp_path / "c", script), scenario)
+    c, scenario, record = start(slurm_cluster, tmp_path, fixes=True)
     try:
         assert hc(c).returncode == 1 and c.node("n1").reason.startswith("gpuhc: ecc")
         assert not record.exists()  # the drain's own run does not climb
@@ -135,9 +138,7 @@ def test_reset_passes_and_resumes(slurm_cluster, tmp_path):
 
 
 def test_reset_fails_then_reboot_retest_resume(slurm_cluster, tmp_path):
-    scenario = node_scenario(tmp_path, "n1", REMAP)
-    script, record = reset_script(tmp_path, scenario, fixes=False)
-    c = start(slurm_cluster, tmp_path, config(tmp_path / "c", script, reset_attempts=1), scenario)
+    c, scenario, record = start(slurm_cluster, tmp_path, fixes=False, reset_attempts=1)
     try:
         hc(c)
         hc(c)
@@ -160,9 +161,7 @@ def test_reset_fails_then_reboot_retest_resume(slurm_cluster, tmp_path):
 
 
 def test_cycles_then_retired_and_the_hook_fires(slurm_cluster, tmp_path):
-    scenario = node_scenario(tmp_path, "n1", REMAP)
-    script, record = reset_script(tmp_path, scenario, fixes=False)
-    c = start(slurm_cluster, tmp_path, config(tmp_path / "c", script, reset_attempts=0), scenario)
+    c, scenario, record = start(slurm_cluster, tmp_path, fixes=False, reset_attempts=0)
     try:
         hc(c)
         # Slurm may append " : reboot complete" after the retest's reason: read it as gpuhc does.

@@ -51,7 +51,6 @@ def test_storm_with_the_ledger_ends_at_the_cap_and_counts_a_few_times(tmp_path):
     targets = c.partitions()["p1"][len(c.nodes):][:RUNS]
     with c:
         r = storm(c, str(REPO), cfg, tmp_path / "state", targets, SCENARIO)
-        print(r)
         assert r["held"] == r["drained"] == r["cap"] == 20, r
         assert r["exit_codes"] == {"1": 20, "4": 20}, r
         tables = r["rpcs"].get("REQUEST_NODE_INFO", 0)

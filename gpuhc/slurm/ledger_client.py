@@ -34,6 +34,7 @@ class LedgerClient:
         self.sc, self.settings, self.log = sc, settings, log
         self.record = settings.ledger_node
         self.error: str | None = None  # why the ledger is not used for the rest of this run
+        self.checked = False  # the record was read this run and is out of service
 
     @property
     def on(self) -> bool:
@@ -79,7 +80,8 @@ class LedgerClient:
 
     def tick(self, name: str) -> float | None:
         """Have slurmctld stamp the ledger's record now (before a count); its stamp, or None."""
-        self.read()  # the stamp is a drain: never of a record that turned out to be in service
+        if not self.checked:  # the stamp is a drain: never of a record that is in service
+            self.read()
         if not self.on:
             return None
         try:
@@ -142,6 +144,7 @@ class LedgerClient:
             # A ledger_node naming a real compute node by mistake: its clock tick is a drain.
             self.off(f"is a node in service (state {state[:40]}), not a record for gpuhc alone")
             return "", "", {}, None
+        self.checked = True
         if ledger.foreign(comment) or ledger.foreign(extra, ledger.CLAIMS_PREFIX):
             self.off("carries a comment or extra field that is not gpuhc's (left alone)")
             return "", "", {}, None
