@@ -8,7 +8,7 @@ from gpuhc.slurm.nodes import Node, parse_state
 from gpuhc.slurm.policy import Verdict
 from gpuhc.slurm.actuator import Actuator
 from gpuhc.slurm.admin import reboot_for_retest, release, retire
-from gpuhc.slurm.quarantine import listing, phase, plan_retest
+from gpuhc.slurm.quarantine import listing, phase, plan_retest, returned_before_retest
 from gpuhc.slurm.scontrol import Scontrol
 from test_policy_entry import MiniSlurm
 
@@ -52,6 +52,26 @@ def test_retest_plan(reason, verdict, act, new):
 def test_retest_keeps_the_original_evidence_not_the_new_one():
     plan = plan_retest(node(reason=EVID), Verdict.FAIL, "gpuhc: pcie gpu1 x8", 3)
     assert plan.reason == EVID + " [q1]" and "failed retest 1 of 3" in plan.why
+
+
+REBOOTED = EVID + " [reboot] : reboot issued : reboot complete"
+
+
+def test_a_node_slurm_returned_to_service_after_its_reboot_is_still_retested():
+    """Slurm 24.11 (ReturnToService=1, once in CI; always with ReturnToService=2) can put a node
+    gpuhc rebooted back in service before the boot-time retest: the retest still decides."""
+    early = node("IDLE", REBOOTED)
+    assert returned_before_retest(early) and phase(early) is None
+    fail = plan_retest(early, Verdict.FAIL, "gpuhc: pcie gpu1 x8", 3)
+    assert (fail.act, fail.reason) == ("requarantine", EVID + " [q1]"), fail.why
+    ok = plan_retest(early, Verdict.PASS, None, 3)
+    assert ok.act == "none" and "already returned the node to service" in ok.why
+    # Not that: in service with gpuhc's reason but no reboot (24.11 keeps a resumed node's
+    # reason), a retired node, someone else's reason, a node still held.
+    for other in (node("IDLE", EVID), node("IDLE", "gpuhc: RETIRED xid gpu3 Xid 79 : reboot complete"),
+                  node("IDLE", "bad fan : reboot complete"), node("DOWN", REBOOTED)):
+        assert not returned_before_retest(other)
+    assert plan_retest(node("IDLE", EVID), Verdict.FAIL, "gpuhc: pcie gpu1 x8", 3).act == "none"
 
 
 def test_retest_of_an_unregistered_node_does_not_resume():

@@ -134,7 +134,7 @@ def _retest_here(src: SourceArgs, config) -> int:
     from gpuhc.slurm import entry
     from gpuhc.slurm.policy import Memory, verdict_of
     from gpuhc.slurm.admin import apply_plan
-    from gpuhc.slurm.quarantine import phase, plan_retest
+    from gpuhc.slurm.quarantine import phase, plan_retest, returned_before_retest
     from gpuhc.slurm.reason import build_reason
 
     opts = run_options_from(src, "bootstrap", config=config)
@@ -144,7 +144,7 @@ def _retest_here(src: SourceArgs, config) -> int:
     act = entry.actuator(flow)
     sc = act.sc
     node = sc.node(opts.hostname)  # before minutes of checks: is there anything to retest?
-    if phase(node) is None:
+    if phase(node) is None and not returned_before_retest(node):
         log(f"not held by gpuhc (state {node.raw_state}, reason {node.reason!r}): nothing to retest")
         return 0
     from gpuhc.slurm.handover import acknowledge_kernel_log

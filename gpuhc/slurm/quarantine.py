@@ -49,6 +49,18 @@ def _own(mine: GpuhcReason) -> GpuhcReason:
     return replace(mine, body=_SLURM_REBOOT_NOTES.sub("", mine.body))
 
 
+def returned_before_retest(node: Node) -> bool:
+    """Did Slurm put a node gpuhc had rebooted back in service before its boot-time retest ran?
+    In service, a gpuhc reason that is not RETIRED, ending in Slurm's " : reboot complete". Seen
+    on 24.11 with ReturnToService=1 once in CI (docs/slurm.md, "Slurm releases"); with
+    ReturnToService=2 it is what Slurm does. The retest then still decides: a failure puts the
+    hold back, which is not new capacity taken (gpuhc held the node before the reboot)."""
+    mine = parse_reason(node.reason)
+    notes = _SLURM_REBOOT_NOTES.search(node.reason or "")
+    return (mine is not None and not mine.retired and not out_of_service(node) and notes is not None
+            and "reboot complete" in notes.group(0).lower())
+
+
 def phase(node: Node) -> str | None:
     """``drained`` / ``quarantine`` / ``retired`` for a node gpuhc holds; None otherwise."""
     mine = parse_reason(node.reason)
@@ -94,12 +106,16 @@ def plan_retest(node: Node, verdict: Verdict, evidence_reason: str | None, max_c
     """Pure: what a finished bootstrap retest means for a node. ``evidence_reason`` is the
     reason this run's failures would give (FAIL only)."""
     mine = parse_reason(node.reason)
-    if mine is None or not out_of_service(node):
+    early = returned_before_retest(node)
+    if mine is None or not (out_of_service(node) or early):
         return RetestPlan("none", None, "not held by gpuhc: nothing to release or quarantine "
                                         "(the health check handles nodes in service)")
     if verdict is Verdict.ERROR:
         return RetestPlan("none", None, "retest could not judge the node: left as it is")
     if verdict in (Verdict.PASS, Verdict.WARN):
+        if early:
+            return RetestPlan("none", None, f"retest passed (was {_where(mine)}); Slurm had already "
+                                            "returned the node to service after its reboot")
         if mine.retired:
             return RetestPlan("none", None, "retired: passes now, but only `gpuhc quarantine release` returns it")
         if not resumable(node):
