@@ -30,6 +30,8 @@ STATE_FILE = "state.json"
 LOCK_FILE = "state.lock"
 CORRUPT_SUFFIX = ".corrupt-"  # + nanoseconds since the epoch; older copies are pruned
 CORRUPT_KEEP = 5
+MAX_STATE_BYTES = 16 * 1024 * 1024  # a real node's document is tens of KB (8 GPUs x 18 links of counters)
+MAX_STATE_DEPTH = 32  # gpuhc's own documents nest at most 6 deep
 
 
 class StateError(GpuhcError):
@@ -106,25 +108,37 @@ class StateStore:
             os.close(fd)  # closing releases the flock
 
     def _read(self, repair: bool = True) -> dict[str, Any]:
+        # Through the bounded reader (docs/security.md): a state file that is a FIFO, a link
+        # (to /dev/zero, say) or hundreds of MB must not hang the health check past its
+        # deadline or eat the node's memory. Such a file is treated as corrupt: set aside and
+        # rebuilt (set aside = renamed, which moves a link or FIFO without opening it).
+        from gpuhc.untrusted import UntrustedInputError, load_json, read_bounded
+
         try:
-            with open(self.path, encoding="utf-8") as f:
-                doc = json.load(f)
+            data = read_bounded(self.path, MAX_STATE_BYTES, "state file")
+            doc = load_json(data, f"state file {self.path}", MAX_STATE_DEPTH)
             if not isinstance(doc, dict):
                 raise ValueError("top level is not an object")
             return doc
-        except FileNotFoundError:
-            return {}
-        except (IsADirectoryError, ValueError, RecursionError) as e:  # bad JSON or UTF-8, not an object
+        except UntrustedInputError as e:
+            if not os.path.lexists(self.path):
+                return {}
+            if e.errno_hint not in (None, errno.ENOENT):  # out of reach, not corrupt
+                return self._unreachable(OSError(e.errno_hint, str(e)), repair)
             self._set_aside(e, repair)
             return {}
-        except OSError as e:
-            # The file may be perfectly good and only out of reach (permissions, EIO): moving it
-            # aside would lose the node's memory (held Xids, drain counts). Judge without it, and
-            # let the write fail loudly rather than overwrite it.
-            self.problem = f"state file {self.path} unreadable ({e.strerror or e}); judged without it"
-            if repair:
-                raise StateError(f"cannot read state {self.path}: {e.strerror or e}") from None
+        except ValueError as e:  # not an object
+            self._set_aside(e, repair)
             return {}
+
+    def _unreachable(self, e: OSError, repair: bool) -> dict[str, Any]:
+        # The file may be perfectly good and only out of reach (permissions, EIO): moving it
+        # aside would lose the node's memory (held Xids, drain counts). Judge without it, and
+        # let the write fail loudly rather than overwrite it.
+        self.problem = f"state file {self.path} unreadable ({e.strerror or e}); judged without it"
+        if repair:
+            raise StateError(f"cannot read state {self.path}: {e.strerror or e}") from None
+        return {}
 
     def _set_aside(self, e: Exception, repair: bool) -> None:
         """A corrupt document: report it and, when about to write, keep it aside for a person."""

@@ -28,23 +28,32 @@ MiB = 1024 * 1024
 
 
 class UntrustedInputError(SourceError):
-    """One untrusted input that was refused; the message names the file and the reason."""
+    """One untrusted input that was refused; the message names the file and the reason.
+    ``errno_hint`` is the OS error when the file could not be opened at all (EACCES, EIO...),
+    so a caller can tell "out of reach" from "not what it should be"; None otherwise."""
+
+    def __init__(self, message: str, errno_hint: int | None = None):
+        super().__init__(message)
+        self.errno_hint = errno_hint
 
 
-def open_regular(path: str, what: str = "file") -> int:
+def open_regular(path: str, what: str = "file", dir_fd: int | None = None, shown: str | None = None) -> int:
     """An fd for ``path`` opened read-only, never through a final symlink, never blocking on a
-    FIFO or device, and only if it is a regular file. The caller closes it."""
+    FIFO or device, and only if it is a regular file. With ``dir_fd``, ``path`` is a name in
+    that directory (openat), so a directory checked once cannot be swapped before the read;
+    ``shown`` is then the whole path for messages. The caller closes it."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, flags, dir_fd=dir_fd)
     except OSError as e:
+        path = shown or path
         if e.errno == errno.ELOOP:
             raise UntrustedInputError(f"{what} {path}: is a symbolic link; refusing to follow it") from None
-        raise UntrustedInputError(f"{what} {path}: cannot open: {e.strerror}") from None
+        raise UntrustedInputError(f"{what} {path}: cannot open: {e.strerror}", e.errno) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise UntrustedInputError(f"{what} {path}: not a regular file ({_kind(st.st_mode)})")
+            raise UntrustedInputError(f"{what} {shown or path}: not a regular file ({_kind(st.st_mode)})")
         # Back to blocking reads: O_NONBLOCK only had to get us past open() on a FIFO.
         os.set_blocking(fd, True)
     except BaseException:
@@ -53,16 +62,34 @@ def open_regular(path: str, what: str = "file") -> int:
     return fd
 
 
-def read_bounded(path: str, limit: int, what: str = "file") -> bytes:
+def open_directory(path: str, what: str = "directory", dir_fd: int | None = None) -> int:
+    """An fd for the directory ``path``, never through a final symlink (``O_NOFOLLOW`` with
+    ``O_DIRECTORY``). Read the files in it by name with ``dir_fd=`` (openat): whoever can write
+    the directory's parent may swap it for a link between a check and a read, but not under an
+    fd already open (docs/security.md). The caller closes it; FileNotFoundError passes through."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UntrustedInputError(f"{what} {path}: not a directory (a symbolic link?); refusing to read it") from None
+        raise UntrustedInputError(f"{what} {path}: cannot open: {e.strerror}", e.errno) from None
+
+
+def read_bounded(path: str, limit: int, what: str = "file", dir_fd: int | None = None,
+                 shown: str | None = None) -> bytes:
     """The whole of ``path`` if it is a regular file of at most ``limit`` bytes; otherwise an
-    :class:`UntrustedInputError` naming the file and the limit."""
-    fd = open_regular(path, what)
+    :class:`UntrustedInputError` naming the file and the limit. ``dir_fd`` and ``shown`` as in
+    :func:`open_regular`."""
+    fd = open_regular(path, what, dir_fd, shown)
     try:
         data = read_upto(fd, limit + 1)
     finally:
         os.close(fd)
     if len(data) > limit:
-        raise UntrustedInputError(f"{what} {path}: larger than the {_size(limit)} limit")
+        raise UntrustedInputError(f"{what} {shown or path}: larger than the {_size(limit)} limit")
     return data
 
 

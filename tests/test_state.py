@@ -139,3 +139,72 @@ def test_atomic_write_never_follows_a_planted_link(tmp_path):
     write_atomic(str(tmp_path / "out"), b"new", 0o600)
     assert (tmp_path / "out").read_bytes() == b"new" and victim.read_text() == "keep"
     assert oct((tmp_path / "out").stat().st_mode & 0o777) == "0o600"
+
+
+def _deadline_run(fn, seconds: float):
+    """Run ``fn`` in a child process; fail (never hang the suite) when it outlives ``seconds``."""
+    proc = multiprocessing.get_context("fork").Process(target=fn)
+    proc.start()
+    proc.join(seconds)
+    alive = proc.is_alive()
+    if alive:
+        proc.kill()
+        proc.join()
+    return alive, proc.exitcode
+
+
+def test_a_state_file_that_is_a_fifo_neither_hangs_nor_is_trusted(tmp_path):
+    """A FIFO in place of state.json once hung a health check past its deadline (issue 18)."""
+    d = tmp_path / "state"
+    d.mkdir(mode=0o700)
+    os.mkfifo(d / "state.json")
+
+    def judge():
+        store = StateStore(str(d))
+        with store.transaction() as doc:
+            doc["ok"] = 1
+        assert "not a regular file (a FIFO)" in (store.problem or "")
+        os._exit(0)
+
+    hung, code = _deadline_run(judge, 10)
+    assert not hung, "reading a FIFO state file blocked"
+    assert code == 0
+    assert StateStore(str(d)).read() == {"ok": 1}
+    assert [n for n in os.listdir(d) if n.startswith("state.json.corrupt-")], "the FIFO was not set aside"
+
+
+def test_a_state_file_linked_to_dev_zero_is_set_aside_not_read(tmp_path):
+    """A link to /dev/zero once ended in a MemoryError (issue 18): the link is never followed."""
+    d = tmp_path / "state"
+    d.mkdir(mode=0o700)
+    os.symlink("/dev/zero", d / "state.json")
+    store = StateStore(str(d))
+    assert store.read() == {}
+    assert "symbolic link" in store.problem
+    with store.transaction() as doc:
+        doc["ok"] = 1
+    assert not os.path.islink(d / "state.json")
+    assert StateStore(str(d)).read() == {"ok": 1}
+
+
+def test_an_oversized_state_file_is_refused_by_size_not_by_memory(tmp_path, monkeypatch):
+    import gpuhc.state as state
+
+    monkeypatch.setattr(state, "MAX_STATE_BYTES", 1024)
+    d = tmp_path / "state"
+    d.mkdir(mode=0o700)
+    (d / "state.json").write_text('{"pad": "' + "x" * 4096 + '"}')
+    store = StateStore(str(d))
+    assert store.read() == {}
+    assert "larger than the 1024 bytes limit" in store.problem
+
+
+def test_a_deeply_nested_state_file_is_corrupt_not_a_crash(tmp_path):
+    d = tmp_path / "state"
+    d.mkdir(mode=0o700)
+    (d / "state.json").write_text("[" * 100000 + "]" * 100000)
+    store = StateStore(str(d))
+    with store.transaction() as doc:
+        doc["ok"] = 1
+    assert "nested deeper" in store.problem
+    assert StateStore(str(d)).read() == {"ok": 1}

@@ -285,3 +285,47 @@ def test_report_command_shows_the_sweep_and_warns_on_stderr(cli_env):
     assert res.stderr.count("gpuhc: warning: ") == 2 and "a FIFO" in res.stderr and "symbolic link" in res.stderr
     res = run("report", "--json")
     assert res.exit_code == 0 and len(json.loads(res.stdout)["warnings"]) == 2
+
+
+def test_a_results_directory_swapped_for_a_link_mid_read_never_reads_the_target(tmp_path):
+    """Issue 18: a check-then-open of the directory let a job user who swaps it for a symlink in
+    between make root read another directory (11,824 times in 209k tries). Reads go through one
+    directory fd now (openat, O_NOFOLLOW): the swapped-in target is never read, however the
+    race falls."""
+    import time
+
+    store, rec = submitted(tmp_path)
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "r0g0000.json").write_text(json.dumps(good_result("r0g0000", ["SECRET1", "SECRET2"])))
+    sweep_dir = os.path.join(store.results_dir, rec["id"])
+    os.makedirs(sweep_dir, exist_ok=True)
+    real = sweep_dir + ".real"
+    stop = threading.Event()
+
+    def swapper():
+        while not stop.is_set():
+            os.rename(sweep_dir, real)
+            os.symlink(secret, sweep_dir)
+            os.unlink(sweep_dir)
+            os.rename(real, sweep_dir)
+
+    t = threading.Thread(target=swapper)
+    t.start()
+    seen, refused, tries = [], 0, 0
+    deadline = time.monotonic() + 3.0
+    try:
+        while time.monotonic() < deadline:
+            tries += 1
+            try:
+                got = load_group_result(store.results_dir, rec["id"], "r0g0000")
+            except BadResults:
+                refused += 1
+                continue
+            if got is not None:
+                seen.append(got)
+    finally:
+        stop.set()
+        t.join()
+    assert tries > 100
+    assert not [g for g in seen if "SECRET1" in json.dumps(g)], "read a file through the swapped-in link"

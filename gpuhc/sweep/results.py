@@ -42,31 +42,37 @@ class BadResults(GpuhcError):
     """One group's results that cannot be used; the message is ``bad results: <file>: <why>``."""
 
 
-def read_result(path: str, limit: int = MAX_BYTES) -> dict | None:
-    """The checked contents of one results file, None when there is none."""
-    doc = _load(path, limit)
-    return None if doc is None else check_result(doc, path)
+def read_result(path: str, limit: int = MAX_BYTES, dir_fd: int | None = None, shown: str | None = None) -> dict | None:
+    """The checked contents of one results file, None when there is none. With ``dir_fd``,
+    ``path`` is a name in that directory and ``shown`` its whole path (see :func:`_load`)."""
+    doc = _load(path, limit, dir_fd, shown)
+    return None if doc is None else check_result(doc, shown or path)
 
 
-def read_partial(path: str, limit: int = MAX_PARTIAL_BYTES) -> dict | None:
+def read_partial(path: str, limit: int = MAX_PARTIAL_BYTES, dir_fd: int | None = None,
+                 shown: str | None = None) -> dict | None:
     """One rank's checked partial file, None when there is none."""
-    doc = _load(path, limit)
-    return None if doc is None else check_partial(doc, path)
+    doc = _load(path, limit, dir_fd, shown)
+    return None if doc is None else check_partial(doc, shown or path)
 
 
-def _load(path: str, limit: int) -> Any:
+def _load(path: str, limit: int, dir_fd: int | None = None, shown: str | None = None) -> Any:
+    """Read and decode one file, or None when there is none. The admin side reads a results
+    directory through one directory fd (``dir_fd``, openat with O_NOFOLLOW): job users write
+    there, and a path re-resolved for every file could be swapped for a link between a check
+    and the read (docs/security.md)."""
+    import errno
+
     from gpuhc.untrusted import UntrustedInputError, load_json, read_bounded
 
-    try:
-        os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise BadResults(f"bad results: {path}: {e.strerror}") from None
+    shown = shown or path
     try:
         # `what` reads as the message's head: "bad results: <path>: <why>"
-        return load_json(read_bounded(path, limit, what="bad results:"), f"bad results: {path}", MAX_DEPTH)
+        data = read_bounded(path, limit, what="bad results:", dir_fd=dir_fd, shown=shown)
+        return load_json(data, f"bad results: {shown}", MAX_DEPTH)
     except UntrustedInputError as e:
+        if e.errno_hint == errno.ENOENT:
+            return None
         raise BadResults(str(e)) from None
 
 

@@ -79,23 +79,40 @@ def load_group_result(results_dir: str, sweep_id: str, group_id: str) -> dict | 
 
     A partial result (some collective timed out) is rebuilt from what each surviving rank wrote;
     ranks missing from the merge are reported as ``silent``: they never came back from the hang.
-    Every file is read as untrusted input (:mod:`gpuhc.sweep.results`); one that cannot be used
-    is :class:`~gpuhc.sweep.results.BadResults` naming it, for the caller to make that group's
-    error.
+    Every file is read as untrusted input (:mod:`gpuhc.sweep.results`), by name under one fd of
+    the sweep's directory opened without following a link, so a job user who swaps the
+    directory for a link cannot point root's reads elsewhere (docs/security.md). One that cannot
+    be used is :class:`~gpuhc.sweep.results.BadResults` naming it, for the caller to make that
+    group's error.
     """
+    from gpuhc.sweep.results import BadResults
+    from gpuhc.untrusted import UntrustedInputError, open_directory
+
+    directory = os.path.join(results_dir, check_id(sweep_id, "sweep id"))
+    check_id(group_id, "group id")
+    try:
+        dfd = open_directory(directory, "bad results:")
+    except FileNotFoundError:
+        return None
+    except UntrustedInputError as e:
+        raise BadResults(str(e)) from None
+    try:
+        return _load_group_at(dfd, directory, group_id)
+    finally:
+        os.close(dfd)
+
+
+def _load_group_at(dfd: int, directory: str, group_id: str) -> dict | None:
     from gpuhc.sweep.results import MAX_GROUP_BYTES, MAX_PARTIAL_BYTES, MAX_RANKS, BadResults, merge_partials, \
         check_partials, read_partial, read_result
 
-    directory = os.path.join(results_dir, check_id(sweep_id, "sweep id"))
-    _refuse_linked_dir(directory)
-    whole = read_result(results_path(results_dir, sweep_id, group_id))
+    whole_name = group_id + ".json"
+    whole = read_result(whole_name, dir_fd=dfd, shown=os.path.join(directory, whole_name))
     if whole is not None:
         return whole
-    prefix = f"{check_id(group_id, 'group id')}.rank"
+    prefix = f"{group_id}.rank"
     try:
-        names = sorted(n for n in os.listdir(directory) if n.startswith(prefix) and n.endswith(".json"))
-    except FileNotFoundError:
-        return None
+        names = sorted(n for n in os.listdir(dfd) if n.startswith(prefix) and n.endswith(".json"))
     except OSError as e:
         raise BadResults(f"bad results: {directory}: cannot list: {e.strerror}") from None
     if len(names) > MAX_RANKS:
@@ -106,34 +123,17 @@ def load_group_result(results_dir: str, sweep_id: str, group_id: str) -> dict | 
         if budget <= 0:
             raise BadResults(f"bad results: {directory}: the rank files of {group_id} hold more than "
                              f"{MAX_GROUP_BYTES >> 20} MiB together")
-        part = read_partial(path, min(MAX_PARTIAL_BYTES, budget))
+        part = read_partial(name, min(MAX_PARTIAL_BYTES, budget), dir_fd=dfd, shown=path)
         if part is None:
             continue
         if name != f"{prefix}{part['rank']}.json":
             raise BadResults(f"bad results: {path}: holds rank {part['rank']}")
-        budget -= os.stat(path, follow_symlinks=False).st_size
+        budget -= os.stat(name, dir_fd=dfd, follow_symlinks=False).st_size
         parts.append(part)
     if not parts:
         return None
     check_partials(parts, os.path.join(directory, prefix + "*.json"))
     return merge_partials(parts)
-
-
-def _refuse_linked_dir(directory: str) -> None:
-    """The sweep's results directory is in a place job users write: a symlink there could point
-    the reader at any directory on the admin host."""
-    import stat
-
-    from gpuhc.sweep.results import BadResults
-
-    try:
-        st = os.lstat(directory)
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        raise BadResults(f"bad results: {directory}: {e.strerror}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise BadResults(f"bad results: {directory}: not a directory (a symbolic link?); refusing to read it")
 
 
 # ---------------------------------------------------------------------------- records (admin side)
