@@ -182,7 +182,7 @@ def test_analyze_apply_retries_pending_drains_while_the_current_round_still_runs
 
     def squeue(argv, timeout):
         assert argv[0] == "squeue", argv
-        return 0, "77|gpuhc-sweep-s2-r0g0000|RUNNING\n", ""
+        return 0, "77|RUNNING|gpuhc-sweep-s2-r0g0000\n", ""
 
     fake = FakeScontrol(idle("n1", "n2", "n3", "n4"))
     out = analyze_sweep(defaults(SCHEMA), store, apply=True, config=Config(SLURM), cli=SlurmCli(run=squeue),

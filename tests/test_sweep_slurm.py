@@ -107,3 +107,49 @@ def test_sweep_localizes_and_drains_the_slow_node(slurm_cluster, tmp_path):
     assert "unset GPUHC_SWEEP_FAULT" in script and fault not in script, script
     rep = gpuhc(c, "report", "--config", cfg, "--node", "n3", "--sweep-id", out["sweep_id"])
     assert rep.returncode == 0 and "culprit node n3" in rep.stdout and "busbw GB/s vs size" in rep.stdout
+
+
+def submit_as(cluster, uid: int, gid: int, *args: str) -> subprocess.CompletedProcess:
+    """sbatch as another user, in the release's own mount namespace and chroot where the release
+    runs in one (its client wrappers need root to enter it). That user cannot enter pytest's
+    private temporary directory, so it reads a copy of slurm.conf from a fresh world-readable
+    directory under the /tmp its sbatch sees."""
+    import shutil
+    import tempfile
+
+    root = cluster.runtime.root if cluster.runtime is not None else Path("/")
+    conf_dir = Path(tempfile.mkdtemp(prefix="gpuhc-conf-", dir=root / "tmp"))
+    conf_dir.chmod(0o755)
+    inner = "/" + str(conf_dir.relative_to(root))
+    conf = Path(cluster.conf_path).read_text()
+    for other in Path(cluster.conf_path).parent.glob("*.conf"):  # plugstack.conf and the like
+        if other.name != "slurm.conf" and str(other) in conf:
+            shutil.copy(other, conf_dir / other.name)
+            (conf_dir / other.name).chmod(0o644)
+            conf = conf.replace(str(other), f"{inner}/{other.name}")
+    (conf_dir / "slurm.conf").write_text(conf)
+    (conf_dir / "slurm.conf").chmod(0o644)
+    argv = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "env", f"SLURM_CONF={inner}/slurm.conf",
+            "sbatch" if cluster.runtime is None else "/usr/bin/sbatch", *args]
+    try:
+        return cluster.run(cluster.runtime.wrap(argv) if cluster.runtime is not None else argv, cwd="/tmp")
+    finally:
+        shutil.rmtree(conf_dir, ignore_errors=True)
+
+
+def test_a_foreign_users_held_job_named_like_a_sweep_does_not_stop_sweep_submit(slurm_cluster, tmp_path):
+    """Issue 18: any user's `sbatch --hold -J gpuhc-sweep-x --wrap true` made every later
+    `gpuhc sweep submit` say "not starting another", with exit 0. On a real slurmctld: the
+    squatter's job is there, held, named like a sweep job, and the sweep starts anyway."""
+    c = slurm_cluster(nodes=("n1", "n2"), gpus_per_node=1)
+    cfg = write_config(c, tmp_path)
+    squat = submit_as(c, 65534, 65534, "--hold", "-J", "gpuhc-sweep-x", "--output=/dev/null", "--wrap", "true")
+    squatter = squat.stdout.split()[-1]
+    listed = c.run(["squeue", "-h", "-o", "%i|%u|%j|%T"]).stdout
+    assert f"{squatter}|nobody|gpuhc-sweep-x|PENDING" in listed, listed
+    out = gpuhc(c, "submit", "--config", cfg, "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["submitted"], doc
+    assert squatter not in {g["job_id"] for g in doc["groups"]}
+    c.run(["scancel", squatter, *(g["job_id"] for g in doc["groups"])])

@@ -3,6 +3,8 @@ idempotency, dry runs, and draining through the policy (admin reasons, circuit b
 
 from __future__ import annotations
 
+import os
+import pwd
 import shlex
 
 import pytest
@@ -30,10 +32,23 @@ class FakeSlurm:
         if argv[0] == "sinfo":
             return 0, SINFO, ""
         if argv[0] == "squeue":
-            return 0, self.squeue, ""
+            return 0, self._squeue(argv), ""
         if argv[:3] == ["scontrol", "show", "topology"]:
             return 0, self.topology, ""
         raise AssertionError(f"unexpected {argv}")
+
+    def _squeue(self, argv):
+        """squeue -u USER -o %i|%T|%j from rows written ``id|name|state[|user]`` (the user
+        defaults to whoever runs the test), filtered by user the way slurmctld does."""
+        assert argv[argv.index("-o") + 1] == "%i|%T|%j", argv
+        want = argv[argv.index("-u") + 1]
+        me = pwd.getpwuid(os.getuid()).pw_name
+        out = []
+        for row in self.squeue.splitlines():
+            jid, name, state, *user = row.split("|")
+            if (user[0] if user else me) == want:
+                out.append(f"{jid}|{state}|{name}\n")
+        return "".join(out)
 
     def run_stdin(self, argv, timeout, stdin):
         self.sbatched.append((argv, stdin))
@@ -95,10 +110,27 @@ def test_no_new_sweep_while_jobs_run_or_wait_for_analyze(tmp_path):
     finished = FakeSlurm()
     out = submit_sweep(section(), store, cli=finished.cli(), now=1200.0)
     assert not out["submitted"] and "gpuhc sweep analyze" in out["reason"] and not finished.sbatched
-    # A foreign sweep job (another admin host) blocks too: found by its name prefix.
+    # A sweep job of another admin host (the same sweep account) blocks too: found by its name prefix.
     other = SweepStore(str(tmp_path / "other"))
     out = submit_sweep(section(), other, cli=FakeSlurm(squeue="7|gpuhc-sweep-y-r0g0001|PENDING\n").cli(), now=1.0)
     assert not out["submitted"]
+
+
+def test_another_users_job_named_like_a_sweep_does_not_stop_the_sweeps(tmp_path):
+    """Issue 18: `sbatch --hold -J gpuhc-sweep-x --wrap true` by any user stopped every later
+    sweep. Jobs are the sweep's by the submitting user and the recorded ids, never by name."""
+    store = SweepStore(str(tmp_path))
+    squatter = "9|gpuhc-sweep-x|PENDING|mallory\n10|gpuhc-sweep-forged|RUNNING|mallory\n"
+    fake = FakeSlurm(squeue=squatter)
+    out = submit_sweep(section(), store, cli=fake.cli(), now=1000.0)
+    assert out["submitted"] and fake.sbatched
+
+
+def test_a_job_name_with_separators_cannot_shift_the_fields(tmp_path):
+    cli = SlurmCli(run=lambda argv, timeout: (0, "11|PENDING|x|gpuhc-sweep-y|RUNNING\n", ""))
+    # the name is the last field: "x|gpuhc-sweep-y|RUNNING" is not the prefix, state is PENDING
+    assert cli.active_jobs("gpuhc-sweep") == {}
+    assert cli.active_jobs("gpuhc-sweep", ["11"]) == {"11": "PENDING"}
 
 
 def test_dry_run_records_nothing_and_mpiexec_launcher(tmp_path):

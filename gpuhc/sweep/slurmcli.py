@@ -7,6 +7,7 @@ command; tests inject the runner and see exactly what would be sent.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from gpuhc.errors import SlurmError
@@ -23,6 +24,18 @@ def in_service(state: str) -> bool:
     if any(flag in state for flag in "*~#%!"):
         return False
     return state.rstrip("$@^-+").lower() in _IN_SERVICE
+
+
+def _current_user() -> str:
+    """The name squeue knows this process's user by (a uid with no name: the number, which
+    squeue's ``-u`` also takes)."""
+    import pwd
+
+    uid = os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 @dataclass
@@ -62,18 +75,26 @@ class SlurmCli(SlurmCommand):
         except SlurmError:
             return ""
 
-    def active_jobs(self, name_prefix: str, job_ids: list[str] | None = None) -> dict[str, str]:
-        """{job id: state} of queued or running jobs that are ours: named with the prefix, or
-        with one of ``job_ids``."""
+    def active_jobs(self, name_prefix: str, job_ids: list[str] | None = None, user: str | None = None) -> dict[str, str]:
+        """{job id: state} of queued or running jobs that are ours: submitted by ``user`` (by
+        default whoever runs this: the sweep account) and either one of ``job_ids`` (those gpuhc
+        recorded) or named with the prefix (a lost state directory, a second admin host).
+
+        A job's name is no proof of anything: any user can submit ``-J gpuhc-sweep-x --hold``,
+        and once stopped every later sweep that way (issue 18). So squeue is asked for the sweep
+        account's jobs alone (``-u``): another user's job never reaches the parser, and with it
+        no forged line a newline in its name could carry. The name is the last field, split
+        off once, so a ``|`` in it cannot shift the others (docs/security.md)."""
+        who = user or _current_user()
         # squeue's default state filter is exactly "not finished": pending, running, held, ...
-        out = self._call(["squeue", "-h", "-o", "%i|%j|%T"])
+        out = self._call(["squeue", "-h", "-u", who, "-o", "%i|%T|%j"])
         wanted = set(job_ids or [])
         found: dict[str, str] = {}
         for line in out.splitlines():
-            fields = line.strip().split("|")
-            if len(fields) != 3:
+            fields = line.strip().split("|", 2)
+            if len(fields) != 3 or not fields[0].isdigit():
                 continue
-            jid, name, state = fields
+            jid, state, name = fields
             if jid in wanted or name.startswith(name_prefix + "-"):
                 found[jid] = state
         return found
