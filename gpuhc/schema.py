@@ -9,6 +9,7 @@ node positions, which a generic validator never sees.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,10 @@ class Key:
             return f"must be {_names(types)}, got a boolean"
         if not isinstance(value, types):
             return f"must be {_names(types)}, got {type(value).__name__} {value!r}"
+        if isinstance(value, float) and not math.isfinite(value):
+            # YAML's .nan and .inf: NaN compares false with every bound, so it would pass them
+            # all and then judge nothing (a threshold) or wait forever (a timeout).
+            return f"must be a finite number, got {value}"
         if self.choices is not None and value not in self.choices:
             return f"must be one of {', '.join(map(str, self.choices))}, got {value!r}"
         if self.min is not None and isinstance(value, (int, float)) and value < self.min:
@@ -49,6 +54,8 @@ class Key:
             for v in value:
                 if not isinstance(v, self.item) or (self.item is not bool and isinstance(v, bool)):
                     return f"items must be {self.item.__name__}, got {v!r}"
+                if isinstance(v, float) and not math.isfinite(v):
+                    return f"items must be finite numbers, got {v}"
         return None
 
 

@@ -329,3 +329,19 @@ def test_a_results_directory_swapped_for_a_link_mid_read_never_reads_the_target(
         t.join()
     assert tries > 100
     assert not [g for g in seen if "SECRET1" in json.dumps(g)], "read a file through the swapped-in link"
+
+
+def test_a_merge_whose_numbers_overflow_is_refused_like_a_read_file(tmp_path):
+    """Issue 18: rank files with mean_s=5e-324 passed each file's check and merged to a busbw
+    of inf. The merged document is checked like a read one: the group is a named error."""
+    store, rec = submitted(tmp_path)
+    tiny = {"bytes": 8, "iter_s": [5e-324], "mean_s": 5e-324, "correct": True}
+    for r, node in enumerate(["n1", "n2"]):
+        doc = partial(r, node, sweep_id=rec["id"], group_id="r0g0000", rank_nodes=["n1", "n2"],
+                      planned_nodes=["n1", "n2"], sizes_done=[tiny], timeout=None)
+        path = results_path(store.results_dir, rec["id"], "r0g0000", r)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(doc, f)
+    with pytest.raises(BadResults, match=r"sizes\[0\]\.\w+: expected a finite number >= 0, got inf"):
+        load_group_result(store.results_dir, rec["id"], "r0g0000")

@@ -8,6 +8,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from gpuhc.cli.params import Number
 from gpuhc.cli.sweep_cmd import run_cmd, sweep
 from gpuhc.errors import ConfigError
 from gpuhc.schema import Key
@@ -36,8 +37,10 @@ def test_config_schema_and_sweep_run_accept_the_same_range(name):
     param = next(p for p in run_cmd.params if p.name == option)
     lo, hi = RUN_LIMITS[name]
     assert (key.min, key.max) == (lo, hi)
-    assert isinstance(param.type, (click.IntRange, click.FloatRange))
-    assert (param.type.min, param.type.max) == (lo, hi)
+    if isinstance(param.type, click.IntRange):
+        assert (param.type.min, param.type.max) == (lo, hi)
+    else:
+        assert isinstance(param.type, Number) and (param.type.lo, param.type.hi) == (lo, hi)
 
 
 def test_latency_iters_above_the_limit_is_refused_by_both():

@@ -12,7 +12,8 @@ from typing import Iterator
 import click
 
 from gpuhc.config import Config, load_config
-from gpuhc.limits import MAX_GPUS, MAX_WAIT_S
+from gpuhc.cli.params import Number, Seconds  # noqa: F401  (re-exported: the commands take them from here)
+from gpuhc.limits import MAX_GPUS, MAX_WAIT_S  # noqa: F401  (MAX_WAIT_S: re-exported, like Seconds)
 from gpuhc.runner import RunOptions
 from gpuhc.sources import SourceSpec
 from gpuhc.state import default_state_dir
@@ -20,25 +21,6 @@ from gpuhc.state import default_state_dir
 DEMO_SCENARIO = "demo-8xh100.yaml"
 
 MAX_GPU_INDEX = MAX_GPUS - 1  # stated in --help, like every bound (gpuhc.limits)
-
-
-class Seconds(click.ParamType):
-    """A finite number of seconds in [lo, hi]: click's FloatRange lets NaN through (it compares
-    false with both ends), and a NaN timeout waits forever or prints "timed out after nans"."""
-
-    name = "seconds"
-
-    def __init__(self, lo: float = 0.1, hi: float = MAX_WAIT_S):
-        self.lo, self.hi = lo, hi
-
-    def convert(self, value, param, ctx):
-        try:
-            seconds = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        if not self.lo <= seconds <= self.hi:  # False for NaN
-            self.fail(f"{value!r} is not between {self.lo:g} and {self.hi:g} seconds", param, ctx)
-        return seconds
 
 
 @dataclass(frozen=True)

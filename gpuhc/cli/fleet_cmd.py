@@ -11,6 +11,7 @@ import json
 import click
 
 from gpuhc.cli.common import SourceArgs, load
+from gpuhc.cli.params import Number
 from gpuhc.errors import GpuhcError
 
 
@@ -68,14 +69,14 @@ def stats(since: str, event_logs: tuple[str, ...], no_slurm: bool, png: str | No
 
 @fleet.command()
 @click.option("--gpus", type=click.IntRange(min=1), required=True, help="GPUs the job runs on.")
-@click.option("--hours", type=click.FloatRange(min=0, min_open=True), required=True, help="How long it runs.")
-@click.option("--rate", type=click.FloatRange(0, 1), help="Failure probability per GPU-hour.")
+@click.option("--hours", type=Number(0, lo_open=True), required=True, help="How long it runs.")
+@click.option("--rate", type=Number(0, 1), help="Failure probability per GPU-hour.")
 @click.option("--from-history", is_flag=True, help="Measure the rate with `fleet stats` over --since.")
 @click.option("--since", default="30d", show_default=True, help="History window for --from-history.")
-@click.option("--checkpoint-min", type=click.FloatRange(min=0, min_open=True), help="Checkpoint interval (minutes).")
-@click.option("--restart-min", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--checkpoint-min", type=Number(0, lo_open=True), help="Checkpoint interval (minutes).")
+@click.option("--restart-min", type=Number(0), default=0.0, show_default=True,
               help="Time to restart after a failure (minutes), lost on every GPU.")
-@click.option("--checkpoint-cost-min", type=click.FloatRange(min=0, min_open=True),
+@click.option("--checkpoint-cost-min", type=Number(0, lo_open=True),
               help="Time one checkpoint takes (minutes): also print Young's best interval.")
 @click.option("--json", "json_mode", is_flag=True)
 @_config_option

@@ -18,6 +18,7 @@ from typing import IO
 
 import click
 
+from gpuhc.cli.params import Seconds
 from gpuhc.errors import GpuhcError, SlurmError
 from gpuhc.logtext import escape
 from gpuhc.slurm.dumps import parse_nodes
@@ -79,7 +80,7 @@ def _parse_now(text: str | None) -> float:
 @click.option("-h", "--noheader", is_flag=True, help="No header lines (like sinfo -h).")
 @click.option("--all-rows", is_flag=True, help=f"Terminal table: show every row, not {TABLE_ROWS_PER_CAUSE} per cause.")
 @click.option("--now", help="Compute ages as if it were this time (epoch seconds or ISO 8601).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1.0, max=600.0), default=20.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=Seconds(1.0, 600.0), default=20.0, show_default=True,
               help="Seconds to wait for scontrol.")
 @click.option("--topology", "topology_file", metavar="FILE",
               help="Slurm's switches, to group failures under a suspect switch: topology.conf or saved "

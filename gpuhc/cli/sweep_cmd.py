@@ -17,6 +17,7 @@ import sys
 
 import click
 
+from gpuhc.cli.params import Number
 from gpuhc.errors import EXIT_BREAKER, EXIT_INTERNAL, EXIT_UNHEALTHY
 from gpuhc.sweep.simulate import MAX_GROUP_SIZE, MAX_NODES
 
@@ -54,7 +55,7 @@ def _limited(name: str, kind: type = int):
     from gpuhc.sweep.settings import RUN_LIMITS
 
     lo, hi = RUN_LIMITS[name]
-    return click.FloatRange(lo, hi) if kind is float else click.IntRange(lo, hi)
+    return Number(lo, hi) if kind is float else click.IntRange(lo, hi)
 
 
 @sweep.command("run")
@@ -193,8 +194,8 @@ def report_cmd(config_path, state_dir, sweep_id, nodes, png, json_mode) -> None:
 @click.option("--group-size", type=click.IntRange(2, MAX_GROUP_SIZE), default=2, show_default=True,
               help="Nodes per probe job (at most --nodes).")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--noise", type=click.FloatRange(0, 0.5), default=0.03, show_default=True, help="Relative measurement noise (sigma).")
-@click.option("--glitch-rate", type=click.FloatRange(0, 1), default=0.002, show_default=True,
+@click.option("--noise", type=Number(0, 0.5), default=0.03, show_default=True, help="Relative measurement noise (sigma).")
+@click.option("--glitch-rate", type=Number(0, 1), default=0.002, show_default=True,
               help="Chance that a healthy group's run is disturbed (a transient).")
 @click.option("--strategy", type=click.Choice(["auto", "isolate", "bisect"]), default="auto", show_default=True)
 @click.option("--max-rounds", type=click.IntRange(1, 20), default=4, show_default=True)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from gpuhc.errors import GpuhcError
+from gpuhc.limits import MAX_DURATION_S
 from gpuhc.slurm.nodes import Node
 from gpuhc.slurm.reason import PREFIX
 
@@ -140,6 +141,8 @@ def parse_duration(text: str) -> float:
         pos = m.end()
     if pos != len(s):
         raise ReportError(f"cannot read duration {text!r} (use e.g. 90s, 30m, 2h, 1d12h)")
+    if not total <= MAX_DURATION_S:  # also False for inf/NaN; past it, date arithmetic overflows
+        raise ReportError(f"duration {text!r} is longer than {MAX_DURATION_S / 86400 / 365:.0f} years")
     return total
 
 
