@@ -119,3 +119,17 @@ def test_index_transaction_persists_and_sweep_records_list(tmp_path):
     assert store.list_sweeps() == ["s1", "s2"]
     assert json.loads(open(store.sweep_path("s2")).read())["id"] == "s2"
     assert os.path.isdir(store.prepare_results("s2"))
+
+
+def test_a_sweep_record_that_is_a_fifo_or_a_link_is_refused_not_read(tmp_path):
+    """The sweep's files may belong to the sweep account, and `analyze --apply` runs as root:
+    a FIFO would hang it, a link would make root read another file (docs/security.md)."""
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(SweepStoreError, match="not a regular file"):
+        read_json(str(fifo))
+    link = tmp_path / "link.json"
+    os.symlink("/dev/zero", link)
+    with pytest.raises(SweepStoreError, match="symbolic link"):
+        read_json(str(link))
+    assert read_json(str(tmp_path / "absent.json")) is None

@@ -48,15 +48,23 @@ def write_json_atomic(path: str, obj: Any, mode: int = 0o644) -> None:
         raise SweepStoreError(f"cannot write {path}: {e.strerror}") from None
 
 
+MAX_RECORD_BYTES = 64 * 1024 * 1024  # a sweep record of 8,192 nodes is a few MB
+
+
 def read_json(path: str) -> Any:
-    """The parsed file, or None when it does not exist; a broken file is an error naming it."""
+    """The parsed file, or None when it does not exist; a broken file is an error naming it.
+    Through the bounded reader: the sweep's directory may belong to the sweep account rather
+    than root, and `analyze --apply` runs as root (docs/security.md)."""
+    import errno
+
+    from gpuhc.untrusted import UntrustedInputError, load_json, read_bounded
+
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise SweepStoreError(f"cannot read {path}: {e}") from None
+        return load_json(read_bounded(path, MAX_RECORD_BYTES, "sweep record"), f"sweep record {path}")
+    except UntrustedInputError as e:
+        if e.errno_hint == errno.ENOENT:
+            return None
+        raise SweepStoreError(f"cannot read {e}") from None
 
 
 # ---------------------------------------------------------------------------- results (job side)
