@@ -43,31 +43,32 @@ _NODE = re.compile(r"Node #(\d+)\s+-\s+(\S+)\s+-\s+([A-Z_]+)(?:\s+-\s+Version:\s
 _DOMAIN = re.compile(r"Domain State:\s+([A-Z_]+)\s*")
 
 
-def find_ctl(candidates: tuple[str, ...] = SEARCH) -> str | None:
-    """The first candidate that is a regular file root owns and only root can change; None."""
+def find_ctl(candidates: tuple[str, ...] = SEARCH, owner: int = 0) -> str | None:
+    """The first candidate that is a regular file root (``owner``: tests) owns, in a directory
+    root owns, neither writable by anyone else; None."""
     for path in candidates:
         try:
             st = os.stat(path)
             parent = os.stat(os.path.dirname(path))
         except OSError:
             continue
-        if _trusted(st) and _trusted(parent) and stat.S_ISREG(st.st_mode):
+        if _trusted(st, owner) and _trusted(parent, owner) and stat.S_ISREG(st.st_mode):
             return path
     return None
 
 
-def _trusted(st: os.stat_result) -> bool:
-    return st.st_uid == 0 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+def _trusted(st: os.stat_result, owner: int) -> bool:
+    return st.st_uid == owner and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 class ImexLive:
     """Read the daemon's and the domain's state (see the module docstring)."""
 
-    def __init__(self, candidates: tuple[str, ...] = SEARCH, timeout_s: float = TIMEOUT_S):
-        self.candidates, self.timeout_s = candidates, timeout_s
+    def __init__(self, candidates: tuple[str, ...] = SEARCH, timeout_s: float = TIMEOUT_S, owner: int = 0):
+        self.candidates, self.timeout_s, self.owner = candidates, timeout_s, owner
 
     def read(self) -> ImexStatus:
-        ctl = find_ctl(self.candidates)
+        ctl = find_ctl(self.candidates, self.owner)
         if ctl is None:
             return ImexStatus(installed=False)
         text, error = _run([ctl, "-q"], self.timeout_s)
@@ -109,9 +110,9 @@ def parse_domain(text: str) -> tuple[str | None, dict[str, str]]:
 
 
 def _run(argv: list[str], timeout_s: float) -> tuple[str, str | None]:
-    """(stdout, None) or ("", why it failed). At most MAX_OUTPUT bytes are ever held, and the
-    tool is killed at its deadline whatever it does (stderr is dropped: a failure is named by
-    its exit status and the start of its output)."""
+    """(output, None) or ("", why it failed). At most MAX_OUTPUT bytes (and one read) are ever
+    held: more is a failure, not a truncated table. The tool is killed at its deadline whatever
+    it does. stderr joins stdout, so a failure is named by its exit status and its words."""
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as e:
@@ -126,7 +127,7 @@ def _run(argv: list[str], timeout_s: float) -> tuple[str, str | None]:
                 proc.kill()
                 proc.wait()
                 proc.stdout.close()
-                return "", f"no answer within {timeout_s:.0f}s"
+                return "", f"no answer within {timeout_s:g}s"
             chunk = os.read(proc.stdout.fileno(), 65536)
             if not chunk:
                 break
@@ -134,13 +135,15 @@ def _run(argv: list[str], timeout_s: float) -> tuple[str, str | None]:
     proc.stdout.close()
     if len(out) > MAX_OUTPUT:
         proc.kill()
+        proc.wait()
+        return "", f"more than {MAX_OUTPUT // 1024} KiB of output"
     try:
         rc = proc.wait(max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-        return "", f"no answer within {timeout_s:.0f}s"
-    text = bytes(out[:MAX_OUTPUT]).decode(errors="replace")
+        return "", f"no answer within {timeout_s:g}s"
+    text = bytes(out).decode(errors="replace")
     if rc != 0:
         return "", f"exit {rc}: {_quote(text)}"
     return text, None
