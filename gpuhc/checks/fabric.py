@@ -115,8 +115,8 @@ def _siblings(gpus: list[GpuReading]) -> list[Result]:
     usual = max(counts, key=lambda k: (counts[k], str(k)))
     if counts[usual] == len(keyed):
         return []
-    return [result(ID, Status.WARN, f"{g.subject} in NVLink clique {key[1]} of cluster {key[0]}, its siblings in "
-                   f"clique {usual[1]} of cluster {usual[0]}", g.subject,
+    return [result(ID, Status.WARN, f"{g.subject} in NVLink clique {key[1]} of cluster {key[0] or 'none'}, its "
+                   f"siblings in clique {usual[1]} of cluster {usual[0] or 'none'}", g.subject,
                    value={"cluster": key[0], "clique": key[1]}, threshold={"cluster": usual[0], "clique": usual[1]})
             for g, key in keyed if key != usual]
 
