@@ -9,7 +9,7 @@ from gpuhc.checks import fabric
 from gpuhc.model import Action, ImexStatus, Status
 from snapshots import context, healthy_node, idle_node, later, no_nvml, with_gpu
 
-CHECK = fabric.CHECKS[0]
+CHECK, IMEX = fabric.CHECKS
 
 # Every 2-bit field "false" (2), configuration "none" (1), partition assigned (1), global fabric
 # manager connected (1): a fully healthy mask, built from NVML's field layout.
@@ -200,7 +200,8 @@ def imex(**kw):
 
 
 @pytest.mark.parametrize("status,required,want", [
-    (ImexStatus(installed=False), False, (Status.PASS, Action.NONE)),
+    (None, False, (Status.NA, Action.NONE)),
+    (ImexStatus(installed=False), True, (Status.NA, Action.NONE)),
     (imex(error="nvidia-imex-ctl -q: exit 1: 'connection refused'"), False, (Status.PASS, Action.NONE)),
     (imex(error="nvidia-imex-ctl -q: exit 1: 'connection refused'"), True, (Status.FAIL, Action.DRAIN_REBOOT)),
     (imex(daemon="WAITING_FOR_PEERS"), False, (Status.WARN, Action.NONE)),
@@ -210,28 +211,27 @@ def imex(**kw):
     (imex(daemon="READY", domain="DEGRADED", nodes={"10.0.0.1": "READY", "10.0.0.2": "UNAVAILABLE"}), True,
      (Status.WARN, Action.NONE)),
     (imex(daemon="READY", domain="UP", nodes={"10.0.0.1": "READY"}), True, (Status.PASS, Action.NONE)),
+    (imex(daemon="READY", error="nvidia-imex-ctl -N: no answer within 3s"), False, (Status.WARN, Action.NONE)),
 ])
 def test_imex(status, required, want):
     snap = gb200()
     snap.imex = status
-    out = judge(snap, imex_required=required)
-    assert (out.results[0].status, out.results[0].action) == want
-    if want[0] is Status.WARN and status.domain == "DEGRADED":
+    out = IMEX.judge(snap, context(IMEX, imex_required=required))
+    assert [(r.status, r.action, r.check) for r in out.results] == [(*want, "imex")]
+    if status is not None and status.domain == "DEGRADED":
         assert "not ready 10.0.0.2" in out.results[0].message  # the other node is named, not drained
 
 
-def test_imex_alone_on_a_node_without_nvml_fabric():
-    snap = healthy_node(fabric_state=None, fabric_status=None)
-    snap.imex = imex(daemon="READY", domain="UP", nodes={"a": "READY", "b": "READY"})
-    out = judge(snap)
-    assert [r.status for r in out.results] == [Status.PASS] and "domain UP (2 node(s))" in out.results[0].message
+def test_imex_stays_off_the_prolog():
+    assert IMEX.stages == ("passive", "bootstrap") and "prolog" in CHECK.stages
 
 
 # ---------------------------------------------------------------------- config
 
 
 def test_validate_names_bad_thresholds():
-    bad = {**fabric.DEFAULTS, "c2c_warn": -1, "c2c_b2b_fail": "many", "imex_required": "yes"}
-    errors = fabric.validate(bad)
-    assert len(errors) == 3 and any(e.startswith("imex_required:") for e in errors)
+    errors = fabric.validate({**fabric.DEFAULTS, "c2c_warn": -1, "c2c_b2b_fail": "many"})
+    assert [e.split(":")[0] for e in errors] == ["c2c_warn", "c2c_b2b_fail"]
     assert fabric.validate(dict(fabric.DEFAULTS)) == []
+    assert fabric.validate_imex({"imex_required": "yes"})[0].startswith("imex_required: must be true or false")
+    assert fabric.validate_imex({"imex_required": False}) == []

@@ -23,10 +23,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIOS = os.path.join(ROOT, "examples", "scenarios")
 
 
-def run(tmp_path, scenario: str, runs: int = 1, **thresholds):
+def run(tmp_path, scenario: str, runs: int = 1, check: str = "fabric", **thresholds):
     data = defaults(schema())
     if thresholds:
-        data["checks"] = {"fabric": {"thresholds": thresholds}}
+        data["checks"] = {check: {"thresholds": thresholds}}
     opts = RunOptions(stage="passive", config=Config(data), sources=SourceSpec(nvml_scenario=scenario),
                       state_dir=str(tmp_path / "state"), hostname="gb200-tray01")
     for _ in range(runs):
@@ -35,9 +35,9 @@ def run(tmp_path, scenario: str, runs: int = 1, **thresholds):
 
 
 def test_imex_required_makes_a_down_domain_a_drain(tmp_path):
-    report = run(tmp_path, os.path.join(SCENARIOS, "imex-domain-down.yaml"), imex_required=True)
+    report = run(tmp_path, os.path.join(SCENARIOS, "imex-domain-down.yaml"), check="imex", imex_required=True)
     failing = [(r.check, r.subject, r.action.value) for r in report.results if r.status is Status.FAIL]
-    assert failing == [("fabric", "node", "drain + reboot")] and report.exit_code == 1
+    assert failing == [("imex", "node", "drain + reboot")] and report.exit_code == 1
 
 
 def test_a_live_gb200_reading_round_trips_through_a_snapshot(tmp_path):

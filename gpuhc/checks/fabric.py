@@ -1,4 +1,5 @@
-"""fabric: the NVLink5 fabric beyond link state -- NVML's fabric health, IMEX, NVLink-C2C errors.
+"""fabric and imex: the NVLink5 fabric beyond link state -- NVML's fabric health and NVLink-C2C
+errors (check ``fabric``), and the IMEX daemon (check ``imex``).
 
 Registration (fabric state and status, and its grace after boot) is the nvswitch check's; this
 check reads what the fabric says once a GPU is registered (docs/checks.md "fabric", the facts
@@ -31,7 +32,9 @@ check's CRC and replay levels, growth WARNs at ``c2c_warn`` and FAILs (drain + h
 the CPU-GPU link is on the board) at ``c2c_fail`` per reading, back-to-back replays (a replay
 that itself failed) at ``c2c_b2b_warn`` / ``c2c_b2b_fail``. 0 disables a level.
 
-IMEX (where ``nvidia-imex-ctl`` is installed). Many sites run the IMEX daemon only for a job's
+IMEX (check ``imex``, where ``nvidia-imex-ctl`` is installed; passive and bootstrap only: the
+tool's two calls stay off the prolog's path, and a prolog-managed IMEX may not be up yet when
+gpuhc's prolog runs). Many sites run the IMEX daemon only for a job's
 nodes (a prolog, Slurm's switch/nvidia_imex, Kubernetes' DRA driver), so a stopped daemon on an
 idle node is normal; DCGM-based monitors that flagged it drained healthy nodes (NVIDIA/NVSentinel
 issue 1471, NVIDIA/DCGM issue 308). So by default the daemon is judged only when it answers: a
@@ -66,7 +69,8 @@ CONFIG_PROBLEMS = {2: "incorrect system GUID", 3: "incorrect chassis serial numb
 _PARTITION_SHIFT, _PARTITION_FALSE = 12, 2
 _GFM_SHIFT, _GFM_DISCONNECTED = 14, 2
 C2C_COUNTERS = ("crc", "replay", "replay_b2b")
-DEFAULTS = {"c2c_warn": 100, "c2c_fail": 10000, "c2c_b2b_warn": 1, "c2c_b2b_fail": 100, "imex_required": False}
+DEFAULTS = {"c2c_warn": 100, "c2c_fail": 10000, "c2c_b2b_warn": 1, "c2c_b2b_fail": 100}
+IMEX_ID = "imex"
 
 
 def decode_mask(mask: int) -> list[tuple[str, Status, Action]]:
@@ -152,29 +156,27 @@ def _c2c(gpus: list[GpuReading], prev: dict[str, Any], ctx: Context) -> tuple[li
     return results, state, seen
 
 
-def _imex(imex: ImexStatus | None, required: bool) -> list[Result]:
-    if imex is None or not imex.installed:
-        return []
+def _imex(imex: ImexStatus, required: bool) -> list[Result]:
     bad = Status.FAIL if required else Status.WARN
     action = Action.DRAIN_REBOOT if required else Action.NONE
     need = " (imex_required)" if required else ""
     if imex.daemon is None:
         if not required:  # a daemon stopped between jobs (prolog- or DRA-managed IMEX) is normal
-            return [result(ID, Status.PASS, f"IMEX installed, daemon not answering ({imex.error}); not required")]
-        return [result(ID, Status.FAIL, f"IMEX daemon not answering{need}: {imex.error}", value=None,
+            return [result(IMEX_ID, Status.PASS, f"IMEX installed, daemon not answering ({imex.error}); not required")]
+        return [result(IMEX_ID, Status.FAIL, f"IMEX daemon not answering{need}: {imex.error}", value=None,
                        threshold="READY", action=action)]
     if imex.daemon != "READY":
-        return [result(ID, bad, f"IMEX daemon {imex.daemon}{need}", value=imex.daemon, threshold="READY", action=action)]
+        return [result(IMEX_ID, bad, f"IMEX daemon {imex.daemon}{need}", value=imex.daemon, threshold="READY", action=action)]
     if imex.domain == "DOWN":
-        return [result(ID, bad, f"IMEX domain DOWN{need}", value=imex.domain, threshold="UP", action=action)]
+        return [result(IMEX_ID, bad, f"IMEX domain DOWN{need}", value=imex.domain, threshold="UP", action=action)]
     if imex.domain == "DEGRADED":
         others = sorted(addr for addr, st in imex.nodes.items() if st != "READY")
         named = f": not ready {', '.join(others[:8])}" + (f" (+{len(others) - 8})" if len(others) > 8 else "") if others else ""
-        return [result(ID, Status.WARN, f"IMEX domain DEGRADED{named}", value={"domain": imex.domain, "not_ready": others},
+        return [result(IMEX_ID, Status.WARN, f"IMEX domain DEGRADED{named}", value={"domain": imex.domain, "not_ready": others},
                        threshold="UP")]
     if imex.domain is None:
-        return [result(ID, Status.WARN, f"IMEX daemon READY, domain not read: {imex.error}")]
-    return [result(ID, Status.PASS, f"IMEX daemon READY, domain UP ({len(imex.nodes)} node(s))")]
+        return [result(IMEX_ID, Status.WARN, f"IMEX daemon READY, domain not read: {imex.error}")]
+    return [result(IMEX_ID, Status.PASS, f"IMEX daemon READY, domain UP ({len(imex.nodes)} node(s))")]
 
 
 def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
@@ -192,44 +194,63 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         results.extend(_siblings(done))
         c2c, c2c_state, c2c_seen = _c2c(gpus, c2c_state, ctx)
         results.extend(c2c)
-    results.extend(_imex(snapshot.imex, bool(ctx.t("imex_required", False))))
     if not any(r.status is not Status.PASS for r in results):
         parts = []
         if registered:
             parts.append(f"fabric healthy on {registered} GPU(s)")
         if c2c_seen:
             parts.append(f"NVLink-C2C quiet on {c2c_seen} GPU(s)")
-        parts.extend(r.message for r in results)
         if parts:
             results = [result(ID, Status.PASS, "; ".join(parts), value=registered)]
         else:
-            why = "NVML unavailable" if nvml is None or not nvml.available else "no NVLink fabric, C2C or IMEX on this node"
+            why = "NVML unavailable" if nvml is None or not nvml.available else "no NVLink fabric or C2C on this node"
             results = [na(ID, why)]
     results.sort(key=lambda r: (-r.status.rank, r.subject))
     return CheckOutput(results, state={"c2c": c2c_state})
 
 
+def judge_imex(snapshot: Snapshot, ctx: Context) -> CheckOutput:
+    imex = snapshot.imex
+    if imex is None:
+        return CheckOutput([na(IMEX_ID, "IMEX status not read")])
+    if not imex.installed:
+        return CheckOutput([na(IMEX_ID, "IMEX not installed (no nvidia-imex-ctl in a system directory)")])
+    return CheckOutput(_imex(imex, bool(ctx.t("imex_required", False))))
+
+
 def validate(thr: dict[str, Any]) -> list[str]:
     errors = []
-    for key in ("c2c_warn", "c2c_fail", "c2c_b2b_warn", "c2c_b2b_fail"):
+    for key in DEFAULTS:
         v = thr.get(key)
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             errors.append(f"{key}: must be a whole number >= 0 (0 disables the level), got {v!r}")
-    if not isinstance(thr.get("imex_required"), bool):
-        errors.append(f"imex_required: must be true or false, got {thr.get('imex_required')!r}")
     return errors
+
+
+def validate_imex(thr: dict[str, Any]) -> list[str]:
+    v = thr.get("imex_required")
+    return [] if isinstance(v, bool) else [f"imex_required: must be true or false, got {v!r}"]
 
 
 CHECKS = [
     Check(
         id=ID,
         needs=(NVML,),
-        optional=(IMEX,),  # the IMEX daemon must not hold the GPUs' verdict hostage
         judge=judge,
         stages=("passive", "prolog", "epilog", "bootstrap"),
         timeout_s=10.0,
         defaults=dict(DEFAULTS),
         validate=validate,
-        doc="NVLink5 fabric health mask, sibling partitions, NVLink-C2C error growth and the IMEX daemon.",
-    )
+        doc="NVLink5 fabric health mask and summary, sibling partitions, NVLink-C2C error growth.",
+    ),
+    Check(
+        id=IMEX_ID,
+        needs=(IMEX,),
+        judge=judge_imex,
+        stages=("passive", "bootstrap"),
+        timeout_s=10.0,  # two tool calls of at most 3 s each (gpuhc/sources/imex.py)
+        defaults={"imex_required": False},
+        validate=validate_imex,
+        doc="The IMEX daemon and its domain (nvidia-imex-ctl), where installed.",
+    ),
 ]
