@@ -80,6 +80,12 @@ def test_incorrect_configuration_fails_with_a_ticket(code, words):
     assert words in out.results[0].message
 
 
+def test_an_unknown_configuration_code_warns_and_never_drains():
+    snap = with_gpu(gb200(fabric_health_mask=HEALTHY_MASK), 0, fabric_health_mask=set_field(HEALTHY_MASK, 8, 0xF, 12))
+    out = judge(snap)
+    assert brief(out) == [(Status.WARN, Action.NONE, "gpu0")] and "code 12 (unknown to gpuhc)" in out.results[0].message
+
+
 @pytest.mark.parametrize("shift,value,words", [(12, 2, "no fabric partition"), (14, 2, "global fabric manager disconnected")])
 def test_partition_and_fabric_manager_warn_only(shift, value, words):
     snap = with_gpu(gb200(fabric_health_mask=HEALTHY_MASK), 3, fabric_health_mask=set_field(HEALTHY_MASK, shift, 0x3, value))

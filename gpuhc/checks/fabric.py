@@ -82,8 +82,8 @@ def decode_mask(mask: int) -> list[tuple[str, Status, Action]]:
     config = (mask >> _CONFIG_SHIFT) & _CONFIG_WIDTH
     if config in CONFIG_PROBLEMS:
         out.append((f"fabric configuration: {CONFIG_PROBLEMS[config]}", Status.FAIL, Action.DRAIN_TICKET))
-    elif config > 1:
-        out.append((f"fabric configuration problem {config}", Status.FAIL, Action.DRAIN_TICKET))
+    elif config > 1:  # a code newer than gpuhc: say it, drain only for what NVIDIA names
+        out.append((f"fabric configuration code {config} (unknown to gpuhc)", Status.WARN, Action.NONE))
     if (mask >> _PARTITION_SHIFT) & 0x3 == _PARTITION_FALSE:
         out.append(("no fabric partition assigned", Status.WARN, Action.NONE))
     if (mask >> _GFM_SHIFT) & 0x3 == _GFM_DISCONNECTED:
