@@ -190,6 +190,14 @@ def test_c2c_counter_that_went_down_is_re_recorded_and_zero_disables_a_level():
     assert [r.status for r in judge(grown, prev=out.state, c2c_warn=0, c2c_fail=0).results] == [Status.PASS]
 
 
+def test_c2c_state_of_a_swapped_gpu_goes_and_the_prolog_keeps_the_others():
+    base = c2c(gb200())
+    prev = {"c2c": {"GPU-gone": {"crc": 1}}}
+    assert "GPU-gone" not in judge(base, prev=prev).state["c2c"]
+    kept = judge(base, prev=prev, gpus=[0]).state["c2c"]
+    assert set(kept) == {"GPU-gone", base.nvml.gpus[0].uuid}
+
+
 def test_damaged_c2c_state_is_rebuilt_not_a_crash():
     base = c2c(gb200())
     out = judge(base, prev={"c2c": {base.nvml.gpus[0].uuid: "junk"}, "other": 1})

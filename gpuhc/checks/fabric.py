@@ -68,7 +68,9 @@ CONFIG_PROBLEMS = {2: "incorrect system GUID", 3: "incorrect chassis serial numb
                    8: "GPU state invalid"}
 _PARTITION_SHIFT, _PARTITION_FALSE = 12, 2
 _GFM_SHIFT, _GFM_DISCONNECTED = 14, 2
-C2C_COUNTERS = ("crc", "replay", "replay_b2b")
+# Each C2C counter (as gpuhc/sources/nvml_fabric.py names them) and its (warn, fail) thresholds.
+C2C_LEVELS = {"crc": ("c2c_warn", "c2c_fail"), "replay": ("c2c_warn", "c2c_fail"),
+              "replay_b2b": ("c2c_b2b_warn", "c2c_b2b_fail")}
 DEFAULTS = {"c2c_warn": 100, "c2c_fail": 10000, "c2c_b2b_warn": 1, "c2c_b2b_fail": 100}
 IMEX_ID = "imex"
 
@@ -126,11 +128,10 @@ def _siblings(gpus: list[GpuReading]) -> list[Result]:
 
 
 def _c2c(gpus: list[GpuReading], prev: dict[str, Any], ctx: Context) -> tuple[list[Result], dict[str, Any], int]:
-    """C2C counter growth since the last run; the new state; how many GPUs have C2C."""
-    levels = {"crc": ("c2c_warn", "c2c_fail"), "replay": ("c2c_warn", "c2c_fail"),
-              "replay_b2b": ("c2c_b2b_warn", "c2c_b2b_fail")}
+    """C2C counter growth since the last run; the new state (a run over some GPUs -- the prolog's
+    -- keeps the others'; a full run drops GPUs no longer there); how many GPUs have C2C."""
     results: list[Result] = []
-    state = dict(prev)
+    state = dict(prev) if ctx.gpus is not None else {}
     seen = 0
     for gpu in gpus:
         if not gpu.c2c_errors or gpu.lost:
@@ -141,10 +142,10 @@ def _c2c(gpus: list[GpuReading], prev: dict[str, Any], ctx: Context) -> tuple[li
         worst, grew = None, {}
         for name, now in gpu.c2c_errors.items():
             last = before.get(name)
-            if not isinstance(last, int) or now < last or name not in levels:
+            if not isinstance(last, int) or now < last or name not in C2C_LEVELS:
                 continue
             growth = now - last
-            warn, fail = (int(ctx.t(k, DEFAULTS[k])) for k in levels[name])
+            warn, fail = (int(ctx.t(k, DEFAULTS[k])) for k in C2C_LEVELS[name])
             level = Status.FAIL if fail and growth >= fail else Status.WARN if warn and growth >= warn else None
             if level is not None:
                 grew[name] = growth
