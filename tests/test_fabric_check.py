@@ -218,6 +218,8 @@ def imex(**kw):
     (ImexStatus(installed=False), True, (Status.NA, Action.NONE)),
     (imex(error="nvidia-imex-ctl -q: exit 1: 'connection refused'"), False, (Status.PASS, Action.NONE)),
     (imex(error="nvidia-imex-ctl -q: exit 1: 'connection refused'"), True, (Status.FAIL, Action.DRAIN_REBOOT)),
+    (imex(daemon="UNAVAILABLE"), False, (Status.PASS, Action.NONE)),
+    (imex(daemon="UNAVAILABLE"), True, (Status.FAIL, Action.DRAIN_REBOOT)),
     (imex(daemon="WAITING_FOR_PEERS"), False, (Status.WARN, Action.NONE)),
     (imex(daemon="WAITING_FOR_PEERS"), True, (Status.FAIL, Action.DRAIN_REBOOT)),
     (imex(daemon="READY", domain="DOWN"), False, (Status.WARN, Action.NONE)),

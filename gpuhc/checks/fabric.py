@@ -37,8 +37,8 @@ tool's two calls stay off the prolog's path, and a prolog-managed IMEX may not b
 gpuhc's prolog runs). Many sites run the IMEX daemon only for a job's
 nodes (a prolog, Slurm's switch/nvidia_imex, Kubernetes' DRA driver), so a stopped daemon on an
 idle node is normal; DCGM-based monitors that flagged it drained healthy nodes (NVIDIA/NVSentinel
-issue 1471, NVIDIA/DCGM issue 308). So by default the daemon is judged only when it answers: a
-daemon not READY WARNs, a domain DOWN WARNs. ``imex_required: true`` (a site that runs IMEX
+issue 1471, NVIDIA/DCGM issue 308). So by default the daemon is judged only when it runs (it
+answers, and not UNAVAILABLE, which DCGM also passes): not READY WARNs, a domain DOWN WARNs. ``imex_required: true`` (a site that runs IMEX
 rack-wide all the time) makes a daemon that is not READY or does not answer, and a domain
 DOWN, FAIL (drain + reboot). A DEGRADED domain is another node's problem: WARN, naming the
 nodes that are not READY, never a drain of this one.
@@ -161,10 +161,11 @@ def _imex(imex: ImexStatus, required: bool) -> list[Result]:
     bad = Status.FAIL if required else Status.WARN
     action = Action.DRAIN_REBOOT if required else Action.NONE
     need = " (imex_required)" if required else ""
-    if imex.daemon is None:
+    if imex.daemon in (None, "UNAVAILABLE"):  # not running: DCGM passes UNAVAILABLE too
+        why = imex.error or "UNAVAILABLE"
         if not required:  # a daemon stopped between jobs (prolog- or DRA-managed IMEX) is normal
-            return [result(IMEX_ID, Status.PASS, f"IMEX installed, daemon not answering ({imex.error}); not required")]
-        return [result(IMEX_ID, Status.FAIL, f"IMEX daemon not answering{need}: {imex.error}", value=None,
+            return [result(IMEX_ID, Status.PASS, f"IMEX installed, daemon not running ({why}); not required")]
+        return [result(IMEX_ID, Status.FAIL, f"IMEX daemon not running{need}: {why}", value=imex.daemon,
                        threshold="READY", action=action)]
     if imex.daemon != "READY":
         return [result(IMEX_ID, bad, f"IMEX daemon {imex.daemon}{need}", value=imex.daemon, threshold="READY", action=action)]
