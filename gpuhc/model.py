@@ -173,6 +173,17 @@ class GpuReading(_Record):
     # e.g. state "completed", status "success"; None where the GPU has no fabric.
     fabric_state: str | None = None
     fabric_status: str | None = None
+    # NVLink5 fabric health (gpuhc/sources/nvml_fabric.py; judged by gpuhc/checks/fabric.py):
+    # the rest of nvmlDeviceGetGpuFabricInfoV. The health mask is NVML's raw bits (2-bit fields,
+    # docs/facts.md "NVML"); the summary is v3's word ("healthy", "unhealthy", "limited
+    # capacity"). None where the driver or the GPU does not say.
+    fabric_clique_id: int | None = None
+    fabric_cluster_uuid: str | None = None
+    fabric_health_mask: int | None = None
+    fabric_health_summary: str | None = None
+    # Grace-Blackwell NVLink-C2C error counters (NVML_FI_DEV_C2C_LINK_ERROR_*, totals of the
+    # GPU's C2C links): {"crc": n, "replay": n, "replay_b2b": n}; None where NVML has no C2C.
+    c2c_errors: dict[str, int] | None = None
 
     @property
     def subject(self) -> str:
@@ -320,6 +331,21 @@ class AerCounters(_Record):
     fatal: int | None = None
 
 
+# --------------------------------------------------------------------------- IMEX side
+
+
+@dataclass(eq=False, repr=False)
+class ImexStatus(_Record):
+    """The node's IMEX daemon (multi-node NVLink memory export, GB200 NVL72) as ``nvidia-imex-ctl``
+    reports it (gpuhc/sources/imex.py); judged by gpuhc/checks/fabric.py."""
+
+    installed: bool  # nvidia-imex-ctl found in a root-owned system directory
+    daemon: str | None = None  # `-q`: READY, INITIALIZING, ...; None: no answer
+    domain: str | None = None  # `-N`'s "Domain State": UP, DOWN, DEGRADED; None: not read
+    nodes: dict[str, str] = field(default_factory=dict)  # `-N`'s node table: address -> state
+    error: str | None = None  # why the daemon or the domain could not be read, in words
+
+
 # --------------------------------------------------------------------------- the snapshot
 
 
@@ -338,6 +364,8 @@ class Snapshot(_Record):
     pci_gpus: list[str] | None = None
     # Processes and memory on the GPUs (prolog/epilog/bootstrap only). None: not read.
     occupancy: Occupancy | None = None
+    # The IMEX daemon (gpuhc/sources/imex.py). None: not read (no such check, old recording).
+    imex: ImexStatus | None = None
 
 
 _PCI_RE = re.compile(

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from gpuhc.checks.base import AER, IB, KERNEL_LOG, NVML, PCI, PROCS, Check, CheckOutput, Context, Declared
+from gpuhc.checks.base import AER, IB, IMEX, KERNEL_LOG, NVML, PCI, PROCS, Check, CheckOutput, Context, Declared
 from gpuhc.config import Config
 from gpuhc.model import Result, Snapshot, Status
 from gpuhc.phases import mark
@@ -208,7 +208,7 @@ def run_stage(opts: RunOptions) -> RunReport:
 def read_snapshot(spec: SourceSpec, hostname: str, timeout_s: float = 30.0, step: int | None = None) -> Snapshot:
     """Read every source once (for `gpuhc snapshot` and `gpuhc baseline capture`)."""
     sources = build_sources(spec, step)
-    readers = _start_readers(sources, {NVML, KERNEL_LOG, IB, AER, PCI, PROCS})
+    readers = _start_readers(sources, {NVML, KERNEL_LOG, IB, AER, PCI, PROCS, IMEX})
     deadline = time.monotonic() + timeout_s
     late = [name for name, r in readers.items() if not r.wait(deadline)]
     if late:
@@ -240,6 +240,7 @@ def _start_readers(sources: Sources, needs: set[str]) -> dict[str, _Reader]:
         AER: sources.sysfs.aer,
         PCI: getattr(pci, "nvidia_gpus", None) or (lambda: None),
         PROCS: sources.procs.read if sources.procs is not None else (lambda: None),
+        IMEX: sources.imex.read if sources.imex is not None else (lambda: None),
     }
     return {name: _Reader(name, fns[name]) for name in fns if name in needs}
 
@@ -300,7 +301,7 @@ def _wait_for(check: Check, readers: dict[str, _Reader], deadline: float) -> lis
 
 def _fill(snapshot: Snapshot, readers: dict[str, _Reader]) -> None:
     for name, attr in ((NVML, "nvml"), (KERNEL_LOG, "kernel"), (IB, "ib_ports"), (AER, "aer"),
-                       (PCI, "pci_gpus"), (PROCS, "occupancy")):
+                       (PCI, "pci_gpus"), (PROCS, "occupancy"), (IMEX, "imex")):
         r = readers.get(name)
         if r is not None and r._done.is_set() and r.error is None and getattr(snapshot, attr) is None:
             setattr(snapshot, attr, r.value)

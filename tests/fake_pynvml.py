@@ -54,6 +54,11 @@ class FakeGpu:
     temp: int = 36
     power_mw: tuple[int, int, int] = (70000, 700000, 700000)  # draw, enforced, default
     fabric: tuple[int, int] | None = (3, 0)  # (state, status); None: NOT_SUPPORTED
+    # NVLink5 fabric info beyond state and status: struct field -> value (cliqueId, clusterUuid
+    # as 16 bytes, healthMask, healthSummary), and the newest fabric-info struct version this
+    # fake driver knows (3; 2: a driver before the health summary; 1: only the unversioned call).
+    fabric_info: dict[str, Any] = field(default_factory=dict)
+    fabric_struct_max: int = 3
     # processes: (pid, usedGpuMemory in bytes or None); memory: (used, total) bytes, v2 semantics
     compute_procs: list[tuple[int, int | None]] = field(default_factory=list)
     graphics_procs: list[tuple[int, int | None]] = field(default_factory=list)
@@ -280,8 +285,25 @@ class FakeNvml:
 
     def nvmlDeviceGetGpuFabricInfoV(self, h: int, ref: Any) -> int:
         g = self._gpu("nvmlDeviceGetGpuFabricInfoV", h)
+        if g.fabric_struct_max < 2:
+            raise real.NVMLError(real.NVML_ERROR_FUNCTION_NOT_FOUND)
+        info = getattr(ref, "_obj", ref)  # ctypes.byref(...) keeps the struct in _obj
+        if int(info.version) >> 24 > g.fabric_struct_max:
+            raise real.NVMLError(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        return self._fabric_fill(g, info)
+
+    def nvmlDeviceGetGpuFabricInfo(self, h: int, ref: Any) -> int:
+        return self._fabric_fill(self._gpu("nvmlDeviceGetGpuFabricInfo", h), getattr(ref, "_obj", ref))
+
+    def _fabric_fill(self, g: FakeGpu, info: Any) -> int:
         if g.fabric is None:
             raise real.NVMLError(NS)
-        info = getattr(ref, "_obj", ref)  # ctypes.byref(...) keeps the struct in _obj
         info.state, info.status = g.fabric
+        for name, value in g.fabric_info.items():
+            if any(name == f[0] for f in type(info)._fields_):  # an older struct lacks the newer fields
+                if name == "clusterUuid":
+                    for i, b in enumerate(value):
+                        info.clusterUuid[i] = b
+                else:
+                    setattr(info, name, value)
         return real.NVML_SUCCESS

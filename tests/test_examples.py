@@ -53,6 +53,16 @@ EXPECTED: dict[str, tuple[list[Status], set[tuple[str, str, str]]]] = {
     # The health check never judges occupancy (a process on a node in service is a job); the
     # prolog and epilog fail on gpu1 (tests/test_occupancy.py).
     "stray-process.yaml": ([PASS], set()),
+    # The NVLink5 fabric (GB200 tray; gpuhc/checks/fabric.py, tests/test_fabric_replay.py).
+    "healthy-4xgb200.yaml": ([PASS], set()),
+    "fabric-route-unhealthy.yaml": ([FAIL], {("fabric", "gpu1", "drain + reboot")}),
+    "fabric-degraded-bw.yaml": ([WARN], set()),
+    "fabric-unhealthy-summary.yaml": ([FAIL], {("fabric", "gpu0", "drain + reboot")}),
+    "fabric-not-complete-gb200.yaml": ([FAIL], {("nvswitch", "gpu3", "drain + reboot")}),
+    # IMEX is judged softly unless the site says it runs rack-wide (imex_required).
+    "imex-domain-down.yaml": ([WARN], set()),
+    # C2C growth between readings: recorded, then +250 CRC (WARN), then +40000 (FAIL).
+    "c2c-errors-growing.yaml": ([PASS, WARN, FAIL], {("fabric", "gpu0", "drain + hardware ticket")}),
 }
 
 

@@ -22,6 +22,7 @@ IB = "ib"
 AER = "aer"
 PCI = "pci"  # the NVIDIA GPUs on the PCI bus (sysfs), whether NVML sees them or not
 PROCS = "gpu_procs"  # processes and memory on the GPUs (prolog, epilog, bootstrap)
+IMEX = "imex"  # the IMEX daemon and its domain (nvidia-imex-ctl), where installed
 
 STAGES = ("passive", "prolog", "epilog", "bootstrap")
 

@@ -8,7 +8,7 @@ scenario code it does not use.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from gpuhc.sources.base import KernelLogSource, NvmlSource, PciSource, ProcsSource, SysfsSource
+from gpuhc.sources.base import ImexSource, KernelLogSource, NvmlSource, PciSource, ProcsSource, SysfsSource
 
 
 @dataclass
@@ -44,6 +44,7 @@ class Sources:
     # the live bus: a 4-GPU scenario replayed on a real 8-GPU node would "lose" 8 GPUs.
     pci: PciSource | None = None
     procs: ProcsSource | None = None  # who holds the GPUs; None: unknown (a recording without it)
+    imex: ImexSource | None = None  # the IMEX daemon; None: unknown (a recording without it)
 
 
 def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
@@ -93,7 +94,14 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
         sysfs = SysfsTree("/")
         if scenario is not None:
             pci = scenario.sysfs_source()  # its pci_gpus, or None: unknown
-    return Sources(nvml=nvml, kernel_log=klog, sysfs=sysfs, replay=replay, pci=pci, procs=procs)
+    imex: ImexSource | None
+    if scenario is not None:  # a replay never asks the live node's IMEX daemon
+        imex = scenario.imex_source()
+    else:
+        from gpuhc.sources.imex import ImexLive
+
+        imex = ImexLive()
+    return Sources(nvml=nvml, kernel_log=klog, sysfs=sysfs, replay=replay, pci=pci, procs=procs, imex=imex)
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpuhc.model import AerCounters, IbPort, KernelLog, NvmlReading, Occupancy
+from gpuhc.model import AerCounters, IbPort, ImexStatus, KernelLog, NvmlReading, Occupancy
 
 
 class NvmlSource(Protocol):
@@ -39,3 +39,8 @@ class PciSource(Protocol):
 class ProcsSource(Protocol):
     def read(self) -> Occupancy | None:
         """Processes and memory in use on the GPUs; None when a recording does not say."""
+
+
+class ImexSource(Protocol):
+    def read(self) -> ImexStatus | None:
+        """The IMEX daemon's and domain's state; None when a recording does not say."""

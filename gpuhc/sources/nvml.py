@@ -32,9 +32,9 @@ from typing import Any, Callable
 from gpuhc.model import GpuReading, NvmlReading, norm_pci
 from gpuhc.phases import mark
 from gpuhc.sources import nvml_util
-from gpuhc.sources.nvml_fields import BOOL_FIELDS, DEVICE_FIELDS, FABRIC_STATES, SIMPLE_GETTERS
+from gpuhc.sources.nvml_fabric import c2c_errors, read_fabric
+from gpuhc.sources.nvml_fields import BOOL_FIELDS, DEVICE_FIELDS, SIMPLE_GETTERS
 from gpuhc.sources.nvml_links import LinkReads
-from gpuhc.sources.nvml_util import byref as _byref
 from gpuhc.sources.nvml_util import error_name as _error_name
 from gpuhc.sources.nvml_util import Field, GpuGone, Rounds, field_value, pci_getter
 from gpuhc.sources.nvml_util import text as _text
@@ -206,7 +206,8 @@ class NvmlLive(LinkReads):
             args = (h,) if arg is None else (h, getattr(nv, arg))
             value = self._call(getattr(nv, getter), *args, gpu=i, what=attr)
             setattr(gpu, attr, value if value is None or convert is None else convert(value))
-        gpu.fabric_state, gpu.fabric_status = self._fabric(h, i)
+        read_fabric(nv, h, gpu, self._note, self._raise_if_gone)
+        gpu.c2c_errors = c2c_errors(fields)
         return fields.get("_nvlink_count")
 
     # ------------------------------------------------------------------ batched counters
@@ -288,30 +289,6 @@ class NvmlLive(LinkReads):
             return None
         value = self._call(old, h, gpu=i, what="clock throttle reasons")
         return None if value is None else int(value)
-
-    def _fabric(self, h: Any, i: int) -> tuple[str | None, str | None]:
-        """NVSwitch fabric registration: (state, status), or (None, None) where there is none."""
-        nv = self._nv
-        # Newer drivers: the versioned entry point; older ones only know the first form.
-        for fn_name, struct_name in (("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
-                                     ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t")):
-            fn, struct = getattr(nv, fn_name, None), getattr(nv, struct_name, None)
-            if fn is None or struct is None:
-                continue
-            info = struct()
-            try:
-                fn(h, _byref(info))
-            except nv.NVMLError as e:
-                self._raise_if_gone(e)
-                if _is(nv, e, "NVML_ERROR_FUNCTION_NOT_FOUND"):
-                    continue
-                if not _is(nv, e, "NVML_ERROR_NOT_SUPPORTED"):
-                    self._note(f"gpu{i}: fabric info: {e}")
-                return None, None
-            state = FABRIC_STATES.get(int(info.state), f"state {int(info.state)}")
-            status = "success" if int(info.status) == nv.NVML_SUCCESS else _error_name(nv, int(info.status))
-            return state, status
-        return None, None
 
     def _call(self, fn: Callable[..., Any], *args: Any, gpu: int | None = None, what: str = "",
               quiet: bool = False) -> Any:

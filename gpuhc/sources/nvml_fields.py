@@ -26,6 +26,11 @@ DEVICE_FIELDS: tuple[tuple[str, str], ...] = (
     ("pcie_replay", "NVML_FI_DEV_PCIE_REPLAY_COUNTER"),
     ("temp_mem_c", "NVML_FI_DEV_MEMORY_TEMP"),
     ("_nvlink_count", "NVML_FI_DEV_NVLINK_LINK_COUNT"),
+    # Grace-Blackwell NVLink-C2C error counters (gpuhc/sources/nvml_fabric.py): NOT_SUPPORTED
+    # without C2C, so they cost a healthy Hopper node nothing but their slots in this batch.
+    ("_c2c_crc", "NVML_FI_DEV_C2C_LINK_ERROR_INTR"),
+    ("_c2c_replay", "NVML_FI_DEV_C2C_LINK_ERROR_REPLAY"),
+    ("_c2c_replay_b2b", "NVML_FI_DEV_C2C_LINK_ERROR_REPLAY_B2B"),
 )
 BOOL_FIELDS = {"ecc_mode", "retired_pages_pending", "remap_pending", "remap_failure"}
 

@@ -29,13 +29,14 @@ from typing import Any
 
 from gpuhc.errors import ConfigError, SourceError
 from gpuhc.logtext import escape
-from gpuhc.model import AerCounters, IbPort, KernelLog, NvmlReading, Occupancy, norm_pci
+from gpuhc.model import AerCounters, IbPort, ImexStatus, KernelLog, NvmlReading, Occupancy, norm_pci
 from gpuhc.sources import snapshot_io as sio
 from gpuhc.yamlpos import line_of, load_file_text, read_text
 
 _GPU_SECTION = ("count", "defaults", "gpus")
 _COMMON = ("hostname", "time", "driver_version", "cuda_driver_version", "nvml", *_GPU_SECTION,
            "kernel_log", "kernel", "ib_ports", "aer", "pci_gpus", "occupancy")
+_COMMON = (*_COMMON, "imex")  # the IMEX daemon (gpuhc/sources/imex.py); replaced whole by a step
 TOP_KEYS = (*_COMMON, "format", "description", "ib_defaults", "extends", "steps")
 STEP_KEYS = (*_COMMON, "description", "ib_defaults")
 _MAX_EXTENDS = 8  # a chain longer than this is a loop
@@ -99,6 +100,7 @@ class Scenario:
     aer: list[AerCounters] | None = None
     pci_gpus: list[str] | None = None
     occupancy: Occupancy | None = None
+    imex: ImexStatus | None = None
 
     def nvml_source(self) -> _Fixed:
         return _Fixed(self.nvml)
@@ -106,6 +108,10 @@ class Scenario:
     def occupancy_source(self) -> _Fixed:
         """The recorded processes; None (the check says "not read") when the scenario has none."""
         return _Fixed(self.occupancy)
+
+    def imex_source(self) -> _Fixed:
+        """The recorded IMEX status; None (not read) when the scenario has none."""
+        return _Fixed(self.imex)
 
     @property
     def has_kernel_log(self) -> bool:
@@ -237,6 +243,8 @@ def _validate(doc: Any, path: tuple, allowed: tuple[str, ...], err: sio.ErrorFn)
             sio.check_pci_list(value, p, err)
         elif key == "occupancy":
             sio.check_occupancy(value, p, err)
+        elif key == "imex":
+            sio.check_imex(value, p, err)
 
 
 def _gpu_entries(value: Any, path: tuple, err: sio.ErrorFn) -> list[tuple[int, Any]]:
@@ -273,6 +281,7 @@ class _State:
         self.aer: list[dict[str, Any]] | None = None
         self.pci_gpus: list[str] | None = None
         self.occupancy: dict[str, Any] | None = None
+        self.imex: dict[str, Any] | None = None
 
     def _resize(self, count: int) -> None:
         while len(self.gpus) > count:
@@ -330,6 +339,8 @@ class _State:
             self.pci_gpus = None if part["pci_gpus"] is None else [norm_pci(x) for x in part["pci_gpus"]]
         if "occupancy" in part:
             self.occupancy = copy.deepcopy(part["occupancy"])
+        if "imex" in part:
+            self.imex = copy.deepcopy(part["imex"])
 
     @staticmethod
     def _override(gpu: dict[str, Any], fields: dict[str, Any], template: bool) -> None:
@@ -361,6 +372,7 @@ class _State:
             hostname=self.top.get("hostname"), time=None if t is None else float(t),
             description=self.top.get("description"), kernel_lines=self.kernel_lines, kernel=kernel,
             ib_ports=ib, aer=aer, pci_gpus=self.pci_gpus, occupancy=occupancy,
+            imex=None if self.imex is None else sio.imex_from_dict(self.imex),
         )
 
 

@@ -25,6 +25,8 @@ Document shape (all keys optional except where a GPU needs them)::
       waited_s: 0                            # optional; also `available`, `error`
       gpus: [{index: 1, memory_used_mib: 20480, memory_total_mib: 81559,
               processes: [{pid: 4242, name: python, used_mib: 20000, kinds: compute, gone: false}]}]
+    imex: {installed: true, daemon: READY, domain: UP,   # the IMEX daemon (gpuhc/sources/imex.py)
+           nodes: {"10.0.0.1": READY}, error: null}
     steps: [{<partial document>}, ...]       # see gpuhc.sources.scenario
     extends: healthy-8xh100.yaml             # start from another scenario (gpuhc.sources.scenario)
 
@@ -58,6 +60,7 @@ from gpuhc.model import (
     GpuProcess,
     GpuReading,
     IbPort,
+    ImexStatus,
     KernelEvent,
     KernelLog,
     NvLinkState,
@@ -91,6 +94,7 @@ def _field_types(cls: type) -> dict[str, tuple[tuple[type, ...], bool]]:
 
 _TABLES = {"GPU_FIELDS": GpuReading, "IB_FIELDS": IbPort, "AER_FIELDS": AerCounters,
            "OCC_FIELDS": Occupancy, "OCC_GPU_FIELDS": GpuOccupancy, "PROC_FIELDS": GpuProcess}
+_TABLES["IMEX_FIELDS"] = ImexStatus
 _TABLE_CACHE: dict[str, dict] = {}
 
 
@@ -158,6 +162,8 @@ def dump_snapshot(snapshot: Snapshot, compact: bool = True) -> dict[str, Any]:
         doc["pci_gpus"] = list(snapshot.pci_gpus)
     if snapshot.occupancy is not None:
         doc["occupancy"] = _plain(snapshot.occupancy)
+    if snapshot.imex is not None:
+        doc["imex"] = _plain(snapshot.imex)
     return doc
 
 
@@ -407,6 +413,21 @@ def occupancy_from_dict(d: dict[str, Any], uuids: dict[int, str]) -> Occupancy:
         listed.setdefault(index, GpuOccupancy(index=index, uuid=uuid))
     return Occupancy(available=d.get("available", True), error=d.get("error"),
                      gpus=[listed[i] for i in sorted(listed)], waited_s=float(d.get("waited_s") or 0.0))
+
+
+def check_imex(value: Any, path: tuple, err: ErrorFn) -> None:
+    """The ``imex`` section: ImexStatus's fields; ``nodes`` maps an address to its state."""
+    def nodes(v: Any, p: tuple) -> None:
+        if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(s, str) for k, s in v.items()):
+            raise err(p, f"imex nodes must map a node address to its state (strings), got {_tname(v)}")
+
+    check_fields(value, __getattr__("IMEX_FIELDS"), path, err, "imex", {"nodes": nodes})
+    if "installed" not in value:
+        raise err(path, "the imex section needs `installed` (true or false)")
+
+
+def imex_from_dict(d: dict[str, Any]) -> ImexStatus:
+    return ImexStatus(**dict(d, nodes=dict(d.get("nodes") or {})))
 
 
 def _want(types: tuple[type, ...]) -> str:
