@@ -117,6 +117,9 @@ echo "install.sh: gpuhc in $target (extras: ${extras:-none})"
 install -d -m 0755 /usr/local/bin /usr/local/share/gpuhc/slurm /etc/gpuhc
 ln -sfn "$prefix/bin/gpuhc" /usr/local/bin/gpuhc
 install -m 0755 "$here"/slurm/healthcheck.sh "$here"/slurm/prolog.sh "$here"/slurm/epilog.sh /usr/local/share/gpuhc/slurm/
+# The scenarios site test mode replays (README, "Try it under Slurm without GPUs").
+install -d -m 0755 /usr/local/share/gpuhc/scenarios
+install -m 0644 "$here"/examples/scenarios/*.yaml /usr/local/share/gpuhc/scenarios/
 if [ ! -e /etc/gpuhc/gpuhc.yaml ]; then  # never overwrite an edited config
     install -m 0644 "$here/etc/gpuhc.yaml" /etc/gpuhc/gpuhc.yaml
 fi
