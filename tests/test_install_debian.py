@@ -23,7 +23,6 @@ from slurm_release import CHROOT_CACHE
 pytestmark = pytest.mark.install
 
 REPO = Path(__file__).resolve().parent.parent
-BASE = CHROOT_CACHE / "bookworm-python"
 ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
 
 
@@ -35,29 +34,30 @@ def readme_block(heading: str, index: int = 0) -> str:
     return re.findall(r"```sh\n(.*?)```", section, re.S)[index]
 
 
-def build_base() -> None:
-    if (BASE / "usr/bin/python3").exists():
-        return
-    tmp = BASE.with_name(BASE.name + f".tmp.{os.getpid()}")
+def build_base(name: str = "bookworm-python", include: str = "python3,python3-pip") -> Path:
+    """The cached Debian 12 chroot ``name`` with only minbase and ``include``: built once."""
+    base = CHROOT_CACHE / name
+    if (base / "usr/bin/python3").exists():
+        return base
+    tmp = base.with_name(base.name + f".tmp.{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    BASE.parent.mkdir(parents=True, exist_ok=True)
+    base.parent.mkdir(parents=True, exist_ok=True)
     cp = subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase", "--mode=root",
                          "--aptopt=APT::Install-Recommends \"false\"", "--aptopt=Acquire::Check-Valid-Until \"false\"",
-                         "--include=python3,python3-pip", "bookworm", str(tmp), "http://deb.debian.org/debian"],
+                         f"--include={include}", "bookworm", str(tmp), "http://deb.debian.org/debian"],
                         capture_output=True, text=True, timeout=1200)
     assert cp.returncode == 0, cp.stderr[-3000:]
-    tmp.rename(BASE)
+    tmp.rename(base)
+    return base
 
 
-@pytest.fixture
-def debian12(tmp_path):
-    """A fresh copy of the Debian 12 chroot with the checkout at /root/gpuhc; yields a runner
-    of shell text inside it (its own mount namespace: /proc, /dev, the host's resolv.conf)."""
+def clean_root(base: Path, root: Path):
+    """A fresh copy of the chroot ``base`` at ``root`` with the checkout at /root/gpuhc; returns
+    a runner of shell text inside it (its own mount namespace: /proc, /dev, the host's
+    resolv.conf and CA certificates)."""
     if os.geteuid() != 0:
         pytest.fail("the install test builds a chroot and must run as root (CI does)", pytrace=False)
-    build_base()
-    root = tmp_path / "root"
-    subprocess.run(["cp", "-a", str(BASE), str(root)], check=True)
+    subprocess.run(["cp", "-a", str(base), str(root)], check=True)
     files = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
                            check=True).stdout.split(b"\0")
     dest = root / "root" / "gpuhc"
@@ -76,7 +76,13 @@ def debian12(tmp_path):
         return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", mounts, "sh", script],
                               env=ENV, capture_output=True, text=True, timeout=timeout)
 
-    yield run
+    return run
+
+
+@pytest.fixture
+def debian12(tmp_path):
+    """A fresh copy of the Debian 12 chroot (python3 and pip only) with the checkout at /root/gpuhc."""
+    return clean_root(build_base(), tmp_path / "root")
 
 
 def test_readme_node_install_on_stock_debian12(debian12):
