@@ -25,6 +25,7 @@
 #   --textfile-dir DIR  node_exporter's textfile directory for the new config (default: Debian's
 #                    /var/lib/prometheus/node-exporter)
 #   --latest         ignore tests/constraints.txt (the pinned versions) and take the newest
+# Environment: PYTHON, the interpreter to use (default python3; RHEL 9: python3.11).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -91,8 +92,10 @@ case $gpu in
     *) die "--gpu must be auto, none, cuda12 or cuda13, not $gpu" ;;
 esac
 
-python=$(command -v python3) || die "python3 not found (apt-get install python3)"
-"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || die "$python is older than 3.10"
+# PYTHON names another interpreter (RHEL 9: PYTHON=python3.11, README "Offline nodes").
+python=$(command -v "${PYTHON:-python3}") || die "${PYTHON:-python3} not found (apt-get install python3)"
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
+    die "$python is older than 3.10, which gpuhc needs (RHEL 9: dnf install python3.11 python3.11-pip; PYTHON=python3.11 sh install.sh)"
 
 # A venv with pip when the distribution ships ensurepip (python3-venv); otherwise one without
 # pip, filled by the system's pip through --python (Debian's python3-pip without python3-venv).

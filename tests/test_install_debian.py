@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -93,6 +94,8 @@ def test_readme_node_install_on_stock_debian12(debian12):
     install = readme_block("## Install on the GPU nodes")
     cp = debian12(install)
     assert cp.returncode == 0, f"README install lines failed in Debian 12:\n{install}\n{cp.stdout}\n{cp.stderr}"
+    # no python3-venv here: the path that works must not print Debian's ensurepip alarm first
+    assert "ensurepip" not in cp.stdout + cp.stderr, cp.stdout + cp.stderr
     assert "extras: none" in cp.stdout  # no NVIDIA driver in the chroot: no CuPy
 
     # What it left: gpuhc on PATH through the link, the shims, the config, the directories.
@@ -124,3 +127,54 @@ def test_readme_try_it_on_stock_debian12(debian12):
     cp = debian12(readme_block("## Try it"))
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "PASS" in cp.stdout and "demo" in cp.stderr
+
+
+@pytest.mark.parametrize("layout,logdir", [("debian", "/var/log/gpuhc"), ("ubuntu", "/var/lib/gpuhc/log")])
+def test_shipped_config_runs_on_debian_and_ubuntu_log_layouts(debian12, layout, logdir):
+    """One shipped config; install.sh picks the log directory. Ubuntu's /var/log is root:syslog
+    0775 (group-writable), where gpuhc as root refuses to append: the Debian root is given that
+    mode (with group adm: minbase has no syslog group; the rule looks at the mode) and must get
+    /var/lib/gpuhc/log. The run is a CPU node's, as the shipped config names it (cpu001): live,
+    so the event log, the decision log and the textfile are all written."""
+    if layout == "ubuntu":
+        assert debian12("chgrp adm /var/log && chmod 0775 /var/log").returncode == 0
+    cp = debian12(readme_block("## Install on the GPU nodes"))
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert f"logs in {logdir}, metrics in /var/lib/prometheus/node-exporter" in cp.stdout
+    config = debian12("cat /etc/gpuhc/gpuhc.yaml").stdout
+    assert f"event_log: {logdir}/events.jsonl" in config and f"log_file: {logdir}/slurm.log" in config
+    assert debian12("gpuhc config validate").returncode == 0
+
+    shim = debian12("env -i SLURMD_NODENAME=cpu001 /usr/local/share/gpuhc/slurm/healthcheck.sh")
+    assert shim.returncode == 0, shim.stdout + shim.stderr
+    assert "gpuhc healthcheck cpu001: passive: PASS" in shim.stderr, shim.stderr
+    assert "not writing" not in shim.stderr and "refusing" not in shim.stderr, shim.stderr
+    files = debian12(f"stat -c '%U %a %n' {logdir} {logdir}/events.jsonl {logdir}/slurm.log "
+                     "/var/lib/prometheus/node-exporter/gpuhc-passive.prom && grep -c cpu001 "
+                     f"{logdir}/events.jsonl {logdir}/slurm.log")
+    assert files.returncode == 0, files.stdout + files.stderr
+    assert files.stdout.splitlines()[0] == f"root 755 {logdir}"
+    assert all(line.endswith(":1") for line in files.stdout.splitlines()[4:]), files.stdout
+
+
+def test_readme_offline_install_without_network(debian12):
+    """README's offline recipe: the download on a machine with the network, then install.sh
+    --wheels with no network at all (its own network namespace: loopback only)."""
+    download, install = readme_block("### Offline nodes", 0), readme_block("### Offline nodes", 1)
+    cp = debian12(download)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    wheels = debian12("ls wheels").stdout.split()
+    assert any(w.startswith("setuptools-84.2.1-") for w in wheels), wheels  # pinned by tests/constraints.txt
+    assert any(w.startswith("click-8.5.1-") for w in wheels), wheels
+    cp = debian12("unshare --net sh -ec " + shlex.quote(install))
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert debian12("unshare --net gpuhc check --demo").returncode == 0
+
+
+def test_install_from_a_read_only_checkout(debian12):
+    """A shared checkout mounted read-only: nothing is written into it (no gpuhc.egg-info)."""
+    script = ("mount --bind /root/gpuhc /root/gpuhc && mount -o remount,bind,ro /root/gpuhc && "
+              "! touch /root/gpuhc/x 2>/dev/null && sh install.sh && gpuhc check --demo >/dev/null && "
+              "! ls -d /root/gpuhc/*.egg-info 2>/dev/null")
+    cp = debian12(script)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
