@@ -38,6 +38,10 @@ def test_cpu_node_runs_the_shims_and_stays_in_service(slurm_cluster, tmp_path):
     shipped = yaml.safe_load((REPO / "etc" / "gpuhc.yaml").read_text())
     cpu_entry = next(h for h in shipped["hosts"] if h.get("node", {}).get("expected_gpus") == 0)
     cfg["node"] = {"expected_gpus": 8}
+    # The host's /dev/kmsg carries driver-like lines other tests plant on purpose
+    # (tests/test_kernel_log_realkernel.py); both nodes read an empty recorded log instead.
+    (tmp_path / "kernel.log").write_text("")
+    cfg["sources"] = {"kernel_log": str(tmp_path / "kernel.log")}
     cfg["hosts"] = [{**cpu_entry, "match": "c1"}]
     c = slurm_cluster(workdir=wd, nodes=("c1", "g1"), healthcheck=True, prolog=True, epilog=True,
                       healthcheck_interval=INTERVAL, gpuhc_config=cfg, prolog_flags="Alloc")
@@ -96,7 +100,8 @@ def test_readme_try_it_under_slurm_without_gpus(slurm_cluster, tmp_path):
     cfg = base_config(wd)
     cfg["hosts"] = [entry]
     # n2 is not in the test: a CPU node, so that n1 is not the only node of its partition
-    cfg["hosts"].append({"match": "n2", "node": {"expected_gpus": 0}})
+    (wd / "kernel.log").write_text("")  # n2's: the host's /dev/kmsg has planted lines (see above)
+    cfg["hosts"].append({"match": "n2", "node": {"expected_gpus": 0}, "sources": {"kernel_log": str(wd / "kernel.log")}})
     # before the link exists the node would fail on a missing file: place the healthy node first
     (etc / "test-scenario.yaml").symlink_to(share / HEALTHY.name)
     c = slurm_cluster(workdir=wd, nodes=("n1", "n2"), healthcheck=True, healthcheck_interval=INTERVAL,
