@@ -149,9 +149,11 @@ fi
 layout() {
     sed -e "s|/var/log/gpuhc|$logdir|g" -e "s|/var/lib/prometheus/node-exporter|$textfile_dir|g" "$1"
 }
-install -d -m 0755 /usr/local/bin /usr/local/share/gpuhc/slurm /etc/gpuhc
+install -d -m 0755 /usr/local/bin /usr/local/sbin /usr/local/share/gpuhc/slurm /etc/gpuhc
 ln -sfn "$prefix/bin/gpuhc" /usr/local/bin/gpuhc
 install -m 0755 "$here"/slurm/healthcheck.sh "$here"/slurm/prolog.sh "$here"/slurm/epilog.sh /usr/local/share/gpuhc/slurm/
+# The hooks example under the name the config's example and docs/repair.md give it.
+install -m 0755 "$here/examples/hooks/slack-webhook.py" /usr/local/sbin/gpuhc-slack-webhook
 # The scenarios site test mode replays (README, "Try it under Slurm without GPUs").
 install -d -m 0755 /usr/local/share/gpuhc/scenarios
 install -m 0644 "$here"/examples/scenarios/*.yaml /usr/local/share/gpuhc/scenarios/

@@ -107,6 +107,10 @@ def test_readme_node_install_on_stock_debian12(debian12):
     assert {"healthcheck.sh", "prolog.sh", "epilog.sh"} <= set(lines)
     assert "644 root" in cp.stdout and cp.stdout.count("755 root") == 2
 
+    # The hook the config's example names is there, and runs (stdlib only).
+    hook = debian12("/usr/local/sbin/gpuhc-slack-webhook --help")
+    assert hook.returncode == 0 and "--url-file" in hook.stdout, hook.stdout + hook.stderr
+
     demo = debian12("gpuhc check --demo")
     assert demo.returncode == 0 and "PASS" in demo.stdout and "demo" in demo.stderr, demo.stdout + demo.stderr
 
