@@ -180,9 +180,15 @@ def test_readme_offline_install_without_network(debian12):
 
 
 def test_install_from_a_read_only_checkout(debian12):
-    """A shared checkout mounted read-only: nothing is written into it (no gpuhc.egg-info)."""
-    script = ("mount --bind /root/gpuhc /root/gpuhc && mount -o remount,bind,ro /root/gpuhc && "
+    """A shared checkout mounted read-only: nothing is written into it (no gpuhc.egg-info).
+    The root also has Debian's node-exporter layout, /var/lib/prometheus owned by its prometheus
+    user (the package's postinst does that): install.sh says gpuhc will not write below it, and
+    how to fix it."""
+    script = ("mkdir -p /var/lib/prometheus/node-exporter && chown 65534:65534 /var/lib/prometheus && "
+              "mount --bind /root/gpuhc /root/gpuhc && mount -o remount,bind,ro /root/gpuhc && "
               "! touch /root/gpuhc/x 2>/dev/null && sh install.sh && gpuhc check --demo >/dev/null && "
               "! ls -d /root/gpuhc/*.egg-info 2>/dev/null")
     cp = debian12(script)
     assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert ("/var/lib/prometheus is not root's: gpuhc will not write metrics under it; dpkg-statoverride --update "
+            "--add root root 0755 /var/lib/prometheus (or --textfile-dir DIR)") in cp.stderr, cp.stderr
