@@ -120,8 +120,12 @@ def test_config_switch_replays_as_this_node_through_the_cli(tmp_path):
     own state, the event log written), on the scenario's fault as of when it was placed."""
     link = place(tmp_path, XID79)
     cfg = tmp_path / "gpuhc.yaml"
+    (tmp_path / "kernel.log").write_text("")
+    # cpu008 reads a recorded (empty) log: the host's /dev/kmsg carries driver-like lines that
+    # other tests plant on purpose (tests/test_kernel_log_realkernel.py).
     cfg.write_text(f"output:\n  event_log: {tmp_path}/events.jsonl\nhosts:\n"
-                   f"  - match: cpu007\n    sources:\n      test_scenario: {link}\n")
+                   f"  - match: cpu007\n    sources:\n      test_scenario: {link}\n"
+                   f"  - match: cpu008\n    sources:\n      kernel_log: {tmp_path}/kernel.log\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUHC_", "SLURM"))}
     env.update(GPUHC_CONFIG=str(cfg), GPUHC_STATE_DIR=str(tmp_path / "state"), GPUHC_CACHE_DIR="")
     cp = subprocess.run([sys.executable, "-m", "gpuhc", "check", "--node", "cpu007", "--json"],

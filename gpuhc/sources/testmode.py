@@ -15,6 +15,9 @@ two ways, both because the node is then judged under real Slurm for hours or day
 - Links. An admin swaps scenarios with a symbolic link. Root follows it only when the link is
   root's in a directory chain only root can change (:func:`gpuhc.fsutil.check_dir_chain`), and
   then reads the file it resolves to under the same rule, never through a link again.
+
+A scenario named on the command line (``--nvml-scenario``) replaces the test scenario, and a
+kernel log named there or in ``sources.kernel_log`` replaces its log.
 """
 
 from __future__ import annotations
