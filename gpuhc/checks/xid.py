@@ -19,8 +19,9 @@ What is reported:
   storm of them is a rate rule's to judge (:mod:`gpuhc.checks.xid_rates`).
 - an Xid the catalog does not know WARNs with its number and "look it up": never dropped, never
   a drain unless ``unknown: fail``.
-- lines that name NVRM and an Xid but do not parse WARN, quoting the first (a new driver format
-  must show up, not hide); their code is kept when it can be read.
+- lines that name NVRM and an Xid but are not the driver's exact grammar WARN, quoting the
+  first (a new driver format must show up, not hide), and never drain: only the driver's own
+  grammar is driver evidence (docs/security.md, :mod:`gpuhc.sources.kernel_log_grammar`).
 - one result per (GPU, Xid) with a count: a storm of 600 identical lines is one result.
 
 Attribution: the PCI id in the line is matched against NVML's GPUs (subject ``gpuN``). An Xid
@@ -181,7 +182,9 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     if grew:
         first = f'; first: "{klog.unparsed_example}"' if klog.unparsed_example else ""
         results.append(result(ID, Status.WARN, f"{grew} kernel log line(s) name a driver event (NVRM Xid, SXid or "
-                              f"mlx5 port) but did not parse (new driver format?){first}", value=klog.unparsed_lines))
+                              f"mlx5 port) but are not the driver's exact grammar, so they never drain (a new "
+                              f"driver format, or text edited by hand: check by hand){first}",
+                              value=klog.unparsed_lines))
     unseen = _unseen(klog, win, window_s)
     if unseen:
         results.append(result(ID, Status.WARN, unseen, value=klog.covered_from))

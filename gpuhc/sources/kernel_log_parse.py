@@ -71,7 +71,8 @@ from typing import Iterable
 from gpuhc.lazyre import lazy  # patterns compile on first use: most runs need few
 from gpuhc.logtext import escape
 from gpuhc.model import EventKind, KernelEvent, KernelLog, norm_pci
-from gpuhc.sources.kernel_log_prefix import KMSG, KMSG_DICT, QUOTES, Stamps, unescape_kmsg
+from gpuhc.sources import kernel_log_grammar as G
+from gpuhc.sources.kernel_log_prefix import KMSG, KMSG_DICT, QUOTES, Stamps, after_stamp, journal_json, unescape_kmsg
 
 MAX_MESSAGE = 400  # characters kept of one message: enough to read, bounded for state files
 RELATIVE_LIMIT = 1e9  # times below this are seconds since boot, not epoch (see module doc)
@@ -81,34 +82,17 @@ NETDEV_SAME_CHANGE_S = 2.0  # a netdev Link up/down this close to a Port: line r
 CONTEXT_LINES = 3  # a multi-line message names its GPU at most this many lines earlier
 UNTIMED_NEAR_LINES = 20  # without times, "close" is measured in lines
 
-_PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
-_PCI_FULL = lazy(r"(?:PCI:)?(" + _PCI + r")")
-_MARKERS = ("NVRM", "SXid", "mlx5_core", "fallen off the bus")
-
-# The device field is whatever the driver (or a redacting human) put in the parentheses.
-_XID = lazy(r"NVRM: Xid \(([^()]{0,40})\): (\d{1,6})(?:,\s*|\s*$)(.*)")
-_XID_WORD = lazy(r"\bXid\b")
-_XID_LENIENT = lazy(r"\bXid\b\s*\(([^()]{0,60})\)\s*[:,]?\s*(\d{1,4})\b")
-_SXID_WORD = lazy(r"\bSXid\b")
-_SXID = lazy(r"(?:nvidia-(nvswitch\d+):\s*)?SXid \((?:PCI:)?(" + _PCI + r")\): (\d{1,6})(?:,\s*|\s*$)(.*)")
+_PCI_FULL = lazy(r"(?:PCI:)?(" + G.PCI + r")")
+_MARKERS = ("NVRM", "SXid", "mlx5_core", "fallen off the bus", "GSP task watchdog")
+_ANY_PCI = lazy(r"(?<![0-9a-fA-F:])(?:PCI:)?(" + G.PCI + r")")
 _SXID_FATALITY = lazy(r"(Fatal|Non-fatal|Nonfatal|Non fatal)\b", re.I)
 _SXID_DETAIL = lazy(r"(Severity \d|Data \{)")
 _LINK_NO = lazy(r"\bLink (\d{1,4})\b")
-_GPU_CTX = lazy(r"NVRM: (?:The NVIDIA GPU|GPU at|GPU) (?:PCI:)?(" + _PCI + r")")
-_ANY_PCI = lazy(r"(?<![0-9a-fA-F:])(?:PCI:)?(" + _PCI + r")")
-_DRIVER_GPU = lazy(r"NVRM: (GPU\d{1,3})\b")
-_MLX_PORT = lazy(r"mlx5_core (" + _PCI + r")(?: ([\w.-]+))?: Port: (\d{1,3}) Link ([A-Za-z_]+)")
-_MLX_NETDEV = lazy(r"mlx5_core (" + _PCI + r") ([\w.-]+): Link (up|down)\b")
+_MLX_PORT = lazy(r"mlx5_core (" + G.PCI + r")(?: ([\w.-]+))?: Port: (\d{1,3}) Link ([A-Za-z_]+)")
+_MLX_NETDEV = lazy(r"mlx5_core (" + G.PCI + r") ([\w.-]+): Link (up|down)\b")
 
-# Driver messages that need action without an Xid, first match wins (one line, one signal).
-# What each one asks for is data: the ``signals`` section of gpuhc/data/xid_catalog.yaml.
-SIGNALS: tuple[tuple[str, re.Pattern], ...] = (
-    ("gpu_lost", lazy(r"GPU lost from the bus|NV_ERR_GPU_IS_LOST|\bGPU (?:has been )?lost\b")),
-    ("rm_init_failed", lazy(r"RmInitAdapter failed")),
-    ("gsp_rpc_timeouts", lazy(r"Back to back GSP RPC timeout")),
-    ("marked_for_reset", lazy(r"GPU marked for reset")),
-    ("reset_required", lazy(r"NV_ERR_RESET_REQUIRED")),
-)
+_KERNEL_BETWEEN = lazy(r"(?:[^\s:]{1,64} )?kernel(?::?\s*\[\s*\d{1,12}\.\d{1,9})?")
+SIGNALS = G.SIGNALS  # the driver's messages that need action without an Xid (kernel_log_grammar)
 
 
 def sanitize(text: str, cap: int = MAX_MESSAGE) -> str:
@@ -155,10 +139,13 @@ class _Parser:
         self.idx = 0  # logical line number (kmsg records split into their lines)
         self.prev_time: float | None = None
         self.prev_seq: int | None = None
-        self.prev_kernel = True  # was the previous stamped line a kernel message?
+        # May the previous stamped line's continuation be read? Not when that line was not the
+        # kernel's or began with a process's name: its next line is the same untrusted text.
+        self.prev_trusted = True
         self.prev_kmsg = False
         self.last_time: float | None = None
         self.last_seq: int | None = None
+        self.driver_version: str | None = None
         self.gpu_ctx: tuple[str, int] | None = None  # (pci, line index) of the last GPU named
 
     # ------------------------------------------------------------------ lines and prefixes
@@ -174,24 +161,31 @@ class _Parser:
         if self.prev_kmsg and KMSG_DICT.match(line):
             return  # kmsg dictionary (" SUBSYSTEM=pci"): metadata, not message text
         self.prev_kmsg = False
-        stamped = self.stamps.stamped(line)
+        stamped = journal_json(line, self.stamps) if line[0] == "{" else self.stamps.stamped(line)
         if stamped is None and line[0] in QUOTES:
             stamped = self.stamps.stamped(line.lstrip(QUOTES))  # pasted: "> [Fri Aug 30 ...] ..."
         if stamped is None:
             stamped = self._embedded(line)
         if stamped is not None:
             t, kernel, msg = stamped
-            self.prev_time, self.prev_seq, self.prev_kernel = t, None, kernel
+            self.prev_time, self.prev_seq = t, None
+            self.prev_trusted = kernel and not G.is_process_line(msg.strip())
             self._saw_time(t)
             if kernel:
-                self._message(msg, t, None)
+                for part in msg.split("\n"):  # a journal entry may hold several lines
+                    self._message(part, t, None)
             return
+        if not self.prev_trusted:
+            return  # the rest of an untrusted line (a process name or a user's record)
         if line[0].isspace():  # continuation of the previous line's message
-            if self.prev_kernel:
-                self._message(line.strip(), self.prev_time, self.prev_seq)
+            self._message(line.strip(), self.prev_time, self.prev_seq)
             return
-        self.prev_time, self.prev_seq, self.prev_kernel = None, None, True
-        self._message(line, None, None)  # bare text, no stamp at all
+        # bare text, no stamp at all: "kernel: msg" is the kernel's, "proc[pid]: msg" a program's
+        kernel, msg = after_stamp(line, strict=False)
+        self.prev_time, self.prev_seq = None, None
+        self.prev_trusted = kernel and not G.is_process_line(msg.strip())
+        if kernel:
+            self._message(msg, None, None)
 
     def _embedded(self, line: str) -> tuple[float | None, bool, str] | None:
         """A driver message with unrelated text, and its stamp, before it (a ticket's paste)."""
@@ -202,7 +196,9 @@ class _Parser:
         if found is None:
             return None
         t, end = found
-        return t, True, line[end:].lstrip(" :]")
+        # what lies between the stamp and the driver's word: nothing, or a kernel tag
+        between = line[end:at].strip(" :]")
+        return t, not between or _KERNEL_BETWEEN.fullmatch(between) is not None, line[at:]
 
     def _saw_time(self, t: float | None) -> None:
         if t is not None and (self.last_time is None or t > self.last_time):
@@ -211,55 +207,65 @@ class _Parser:
     def _kmsg(self, m: re.Match) -> None:
         seq, usec = int(m.group(2)), int(m.group(3))
         t = usec / 1e6 + (self.stamps.boot_time or 0.0)
-        self.prev_time, self.prev_seq, self.prev_kernel, self.prev_kmsg = t, seq, True, True
+        self.prev_time, self.prev_seq, self.prev_kmsg = t, seq, True
         self._saw_time(t)
         self.last_seq = seq if self.last_seq is None else max(self.last_seq, seq)
-        # Newlines inside one printk come escaped (\x0a), as does any non-ASCII byte.
-        for part in unescape_kmsg(m.group(4)).split("\n"):
-            if part.strip():
-                self._message(part, t, seq)
+        # The prefix is facility * 8 + level. Only facility 0 is the kernel's own: a record
+        # written into /dev/kmsg from user space gets facility 1 or more, whatever it asks for.
+        self.prev_trusted = int(m.group(1)) >> 3 == 0
+        if not self.prev_trusted:
+            return
+        # Newlines inside one printk come escaped (\x0a), as does any non-ASCII byte. The
+        # lines after the first are read only when the first is the driver's: a newline in a
+        # file name that a segfault line quotes must not start a "driver" line of its own.
+        parts = [p for p in unescape_kmsg(m.group(4)).split("\n") if p.strip()]
+        if len(parts) > 1 and (not parts[0].lstrip().startswith("NVRM:") or G.is_process_line(parts[0].strip())):
+            parts = parts[:1]
+        for part in parts:
+            self._message(part, t, seq)
 
     # ------------------------------------------------------------------ messages
 
     def _message(self, text: str, t: float | None, seq: int | None) -> None:
         self.idx += 1
-        if "SXid" in text and _SXID_WORD.search(text):
-            self._sxid(text, t, seq)
-        elif "NVRM" in text:
-            self._nvrm(text, t, seq)
-        elif "mlx5_core" in text:
-            self._mlx5(text, t, seq)
-        elif "fallen off the bus" in text:
-            self._fallen(text, t, seq)
+        msg = text.strip()
+        if not msg or G.is_process_line(msg):
+            return  # a line that starts with a process's name is never driver evidence
+        if "SXid" in msg and G.SXID_WORD.search(msg):
+            self._sxid(msg, t, seq)
+        elif msg.startswith("NVRM"):
+            self._nvrm(msg, t, seq)
+        elif msg.startswith("mlx5_core"):
+            self._mlx5(msg, t, seq)
+        elif msg.startswith("GSP task watchdog"):
+            self._nvrm(msg, t, seq)
 
     def _unreadable(self, text: str) -> None:
         self.unparsed += 1
         if self.unparsed_example is None:
             self.unparsed_example = sanitize(text, 200)
 
-    def _nvrm(self, text: str, t: float | None, seq: int | None) -> None:
-        at = text.find("NVRM:")
-        body = text[at:] if at >= 0 else text
-        m = _XID.search(body)
+    def _nvrm(self, msg: str, t: float | None, seq: int | None) -> None:
+        m = G.XID.match(msg)
         if m:
-            pci = _pci(m.group(1))
-            self._xid(body, t, seq, pci, int(m.group(2)))
+            self._xid(msg, t, seq, norm_pci(m.group(1)), int(m.group(2)))
             return
-        if _XID_WORD.search(body):
-            self._unreadable(body)
-            m = _XID_LENIENT.search(body)
-            if m:  # the code is readable though the line is not: keep it, never drop it
-                any_pci = _ANY_PCI.search(m.group(1))
-                self._xid(body, t, seq, norm_pci(any_pci.group(1)) if any_pci else None, int(m.group(2)))
+        if msg.startswith("NVRM:") and G.XID_WORD.search(msg):
+            self._unreadable(msg)  # the driver's prefix, not its grammar: a warning, never a drain
             return
-        if "fallen off the bus" in body:
-            self._fallen(body, t, seq)
+        m = G.FALLEN.match(msg)
+        if m:
+            self._fallen(msg, t, seq, m.group(1) or m.group(2))
             return
-        for name, rx in SIGNALS:
-            if rx.search(body):
-                self._signal(name, body, t, seq)
-                return
-        ctx = _GPU_CTX.search(body)
+        name = G.driver_signal(msg)
+        if name:
+            self._signal(name, msg, t, seq)
+            return
+        version = G.driver_version(msg)
+        if version:
+            self.driver_version = version
+            return
+        ctx = G.GPU_CTX.match(msg)
         if ctx:
             self.gpu_ctx = (norm_pci(ctx.group(1)), self.idx)
 
@@ -276,21 +282,21 @@ class _Parser:
     def _signal(self, name: str, body: str, t: float | None, seq: int | None) -> None:
         m = _ANY_PCI.search(body)
         pci = norm_pci(m.group(1)) if m else self._context_pci()
-        dev = _DRIVER_GPU.search(body)
-        self.found.append(_Found(EventKind.DRIVER, t, seq, self.idx, sanitize(body[len("NVRM: "):]), pci=pci,
+        dev = G.DRIVER_GPU.match(body)
+        text = body[len("NVRM: "):] if body.startswith("NVRM: ") else body
+        self.found.append(_Found(EventKind.DRIVER, t, seq, self.idx, sanitize(text), pci=pci,
                                  device=dev.group(1) if dev else None, state=name))
 
-    def _fallen(self, text: str, t: float | None, seq: int | None) -> None:
-        m = _ANY_PCI.search(text)
-        pci = norm_pci(m.group(1)) if m else self._context_pci()
-        at = text.find("NVRM:")
-        msg = text[at + len("NVRM:"):] if at >= 0 else text
-        self.found.append(_Found(EventKind.FALLEN_OFF_BUS, t, seq, self.idx, sanitize(msg), pci=pci, code=79))
+    def _fallen(self, msg: str, t: float | None, seq: int | None, named: str | None) -> None:
+        pci = norm_pci(named) if named else self._context_pci()
+        self.found.append(_Found(EventKind.FALLEN_OFF_BUS, t, seq, self.idx, sanitize(msg[len("NVRM:"):]), pci=pci,
+                                 code=79))
 
     def _sxid(self, text: str, t: float | None, seq: int | None) -> None:
-        m = _SXID.search(text)
+        m = G.SXID.match(text)
         if not m:
-            self._unreadable(text)
+            if text.startswith(("nvidia-nvswitch", "SXid", "NVRM:")):
+                self._unreadable(text)
             return
         rest = m.group(4)
         fat = _SXID_FATALITY.match(rest)
@@ -303,9 +309,7 @@ class _Parser:
                                  code=int(m.group(3)), device=m.group(1), port=int(link.group(1)) if link else None,
                                  state=state, detail=fat is None and bool(_SXID_DETAIL.match(rest))))
 
-    def _mlx5(self, text: str, t: float | None, seq: int | None) -> None:
-        at = text.find("mlx5_core")
-        body = text[at:]
+    def _mlx5(self, body: str, t: float | None, seq: int | None) -> None:
         m = _MLX_PORT.match(body)
         if m:
             dev = m.group(2) if m.group(2) and m.group(2).startswith("mlx5_") else None
@@ -328,7 +332,8 @@ class _Parser:
         found = _merge_fallen(found)
         found = _merge_netdev(found)
         return KernelLog(events=[f.event() for f in found], last_time=self.last_time, last_seq=self.last_seq,
-                         unparsed_lines=self.unparsed, unparsed_example=self.unparsed_example)
+                         unparsed_lines=self.unparsed, unparsed_example=self.unparsed_example,
+                         driver_version=self.driver_version)
 
 
 # ---------------------------------------------------------------------- post-passes
