@@ -51,6 +51,7 @@ from gpuhc.model import Action, EventKind, GpuReading, KernelEvent, Result, Snap
 
 if TYPE_CHECKING:
     from gpuhc.xid_catalog import XidInfo  # the catalog is imported when an Xid is judged
+    from gpuhc.xid_subcodes import SubVerdict
 
 ID = "xid"
 KINDS = (EventKind.XID, EventKind.FALLEN_OFF_BUS, EventKind.DRIVER)
@@ -70,6 +71,7 @@ class _Group:
     last_message: str = ""
     saw_xid: bool = False  # False: only "fallen off the bus" messages, no Xid line
     device: str | None = None  # the driver's own name for the GPU ("GPU6"), signals only
+    sub: SubVerdict | None = None  # Xid 144-150: the unit and status the line decodes to
 
     def add(self, ev: KernelEvent, new: bool, now: float) -> None:
         t = ev.time if ev.time is not None else now
@@ -82,12 +84,22 @@ class _Group:
 
     @property
     def key(self) -> tuple:
+        if self.sub is not None:
+            return (self.subject, self.code, self.sub.label)
         return (self.subject, self.code, self.signal) if self.signal else (self.subject, self.code)
 
     def info(self) -> XidInfo:
+        from dataclasses import replace
+
         from gpuhc.xid_catalog import signal_info, xid_info
 
-        return signal_info(self.signal) if self.signal else xid_info(int(self.code or 0))
+        if self.signal:
+            return signal_info(self.signal)
+        info = xid_info(int(self.code or 0))
+        if self.sub is None:
+            return info
+        # NVIDIA judges Xid 144-150 by sub-code (gpuhc.xid_subcodes): that verdict, not the number's
+        return replace(info, name=f"{info.name}: {self.sub.label}", severity=self.sub.severity, action=self.sub.action)
 
 
 def _verdict(g: _Group, ctx: Context) -> tuple[str, Action]:
@@ -145,6 +157,7 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
 
     events = win.events(KINDS)
     recovered = _recovered(events, gpus)
+    driver = klog.driver_version or (snapshot.nvml.driver_version if snapshot.nvml else None)
     groups: dict[tuple, _Group] = {}
     for ev, new in events:
         pci = norm_pci(ev.pci) if ev.pci else None
@@ -154,7 +167,7 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
             continue
         signal = ev.state if ev.kind is EventKind.DRIVER else None
         code = None if signal else (ev.code or 79)  # a fallen-off-bus message is an Xid 79 without the number
-        g = _Group(subject, code, pci, gpu.index if gpu else None, signal)
+        g = _Group(subject, code, pci, gpu.index if gpu else None, signal, sub=_subcode(ev, driver))
         g = groups.setdefault(g.key, g)
         g.add(ev, new, now)
 
@@ -167,6 +180,7 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
             fresh.append({"subject": g.subject, "code": g.code, "pci": g.pci, "gpu": g.gpu, "count": g.count,
                           "first": g.first, "last": g.last, "action": action.value, "xid": g.saw_xid,
                           "last_message": g.last_message, **({"signal": g.signal} if g.signal else {}),
+                          **({"name": g.info().name} if g.sub else {}),
                           **({"device": g.device} if g.device else {})})
         elif severity == "warn" and g.new and _selected(g.gpu, False, ctx):
             results.append(_warn(g, action))
@@ -236,6 +250,15 @@ def _recovered(events: list[tuple[KernelEvent, bool]], gpus: dict[str, GpuReadin
     return {s: ev.time for s, ev in last154.items() if recovery_action(ev.message) is Action.NONE}
 
 
+def _subcode(ev: KernelEvent, driver: str | None) -> SubVerdict | None:
+    """Xid 144-150: the sub-code the line decodes to by driver branch, None for other events."""
+    if ev.kind is not EventKind.XID or ev.code is None or not 144 <= ev.code <= 150:
+        return None
+    from gpuhc.xid_subcodes import decode
+
+    return decode(ev.code, ev.message, driver)
+
+
 def _selected(gpu: int | None, draining: bool, ctx: Context) -> bool:
     if ctx.gpus is None:
         return True
@@ -257,7 +280,7 @@ def _fail(inc: dict) -> Result:
         msg = f"{where}{dev}: {signal_info(inc['signal']).name}{n} (driver message, no Xid)"
     elif inc.get("xid", True):
         code = int(inc["code"])
-        msg = f"Xid {code} on {where}{n}: {xid_info(code).name}"
+        msg = f"Xid {code} on {where}{n}: {inc.get('name') or xid_info(code).name}"
     else:  # the driver printed no Xid, only the multi-line "fallen off the bus" message
         msg = f"{where} has fallen off the bus{n} (no Xid logged)"
     value = {k: inc.get(k) for k in ("code", "count", "first", "last", "pci", "last_message")}
