@@ -91,7 +91,6 @@ _LINK_NO = lazy(r"\bLink (\d{1,4})\b")
 _MLX_PORT = lazy(r"mlx5_core (" + G.PCI + r")(?: ([\w.-]+))?: Port: (\d{1,3}) Link ([A-Za-z_]+)")
 _MLX_NETDEV = lazy(r"mlx5_core (" + G.PCI + r") ([\w.-]+): Link (up|down)\b")
 
-_KERNEL_BETWEEN = lazy(r"(?:[^\s:]{1,64} )?kernel(?::?\s*\[\s*\d{1,12}\.\d{1,9})?")
 SIGNALS = G.SIGNALS  # the driver's messages that need action without an Xid (kernel_log_grammar)
 
 
@@ -196,9 +195,8 @@ class _Parser:
         if found is None:
             return None
         t, end = found
-        # what lies between the stamp and the driver's word: nothing, or a kernel tag
-        between = line[end:at].strip(" :]")
-        return t, not between or _KERNEL_BETWEEN.fullmatch(between) is not None, line[at:]
+        kernel, msg = after_stamp(line[end:].lstrip(" :]"), strict=False)  # "host proc[pid]:" is a program
+        return t, kernel, msg
 
     def _saw_time(self, t: float | None) -> None:
         if t is not None and (self.last_time is None or t > self.last_time):
