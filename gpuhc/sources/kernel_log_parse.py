@@ -33,10 +33,12 @@ January). ``dmesg -T`` and syslog stamps are read in the local time zone, as the
 
 Events (one per incident a human would count, not one per line):
 
-- XID: ``NVRM: Xid (PCI:0000:b3:00): 79, pid=..., ...`` and the legacy ``NVRM: Xid (0000:03:00):
-  14, ...``. Any PCI domain and device number; a redacted address (``PCI:...``) keeps the code
-  with no GPU. Banner lines that only name an Xid inside a word (``_kgspLogXid119:``) are not
-  events, and an ``SXid (`` line is never an Xid.
+- XID: ``NVRM: Xid (PCI:0000:b3:00): 79, pid=..., ...`` (with MIG's `` GPU-I:nn GPU-CI:nn``) and
+  the legacy ``NVRM: Xid (0000:03:00): 14, ...``. Any PCI domain and device number; a redacted
+  address (``PCI:...``) is not the driver's grammar. Banner lines that only name an Xid inside
+  a word (``_kgspLogXid119:``) are not events, and an ``SXid (`` line is never an Xid. The
+  driver's "loading NVIDIA UNIX ... Kernel Module 575.57.08" line gives
+  :attr:`KernelLog.driver_version` (Xid 144-150 sub-codes decode by driver branch).
 - SXID (NVSwitch): a report is a header line (``..., Fatal|Non-fatal, Link N ...``) followed by
   ``Severity ...`` and ``Data {...}`` detail lines. Details belong to their header's event; a
   detail whose header is not in the log (cut off) still makes one event. Fatality goes to
@@ -49,17 +51,26 @@ Events (one per incident a human would count, not one per line):
   the driver often prints both for one incident.
 - DRIVER: a driver message that says a GPU needs help without an Xid (``state`` names which,
   see :data:`SIGNALS`): "RmInitAdapter failed", ``NV_ERR_RESET_REQUIRED``, "GPU marked for
-  reset", "Back to back GSP RPC timeout", "GPU lost". The GPU is the PCI id in the line, else
+  reset", "Back to back GSP RPC timeout", "GPU lost", a GSP-CrashCat report, a GSP heartbeat
+  timeout, a GSP task watchdog timeout. The GPU is the PCI id in the line, else
   one named by an NVRM line just before; ``device`` keeps the driver's own name ("GPU6").
 - IB_LINK: mlx5 ``Port: 1 Link DOWN/ACTIVE/INIT``; also the netdev ``enp83s0f0np0: Link down/up``
   line of the same port when no ``Port:`` line reports that change (a log cut just after it).
   mlx5 gives each PCI function one port, so a netdev line is port 1 of the ``mlx5_N`` that the
   log names for that PCI address (None when it never does).
 
-No silent misses: a line that names NVRM and an Xid (or an SXid, or an mlx5 port) but does not
-parse is counted in ``unparsed_lines`` and the first is kept in ``unparsed_example``, so that a
-new driver's format change shows up instead of hiding. An NVRM Xid line whose code can still
-be read ("Xid (<anything>) 79") also yields its event.
+Whose words count (docs/security.md, "Kernel log"): only the kernel's records, and in them only
+the driver's exact grammar (:mod:`gpuhc.sources.kernel_log_grammar`). A kmsg record with a
+facility other than 0, a journal entry whose ``_TRANSPORT`` is not ``kernel``, a syslog line
+tagged by a program (``kernel[pid]:`` included), a ``dmesg --decode`` line of another facility:
+none is read. A kernel line that begins with a process's name is never an event, nor is what
+follows it inside the same record or, in text, on the unstamped lines after it. Text with no
+facility at all (plain ``dmesg``, pasted lines) is read for the exact grammar only.
+
+No silent misses: a line that starts with ``NVRM:`` and names an Xid (or an SXid, or an mlx5
+port) but is not the exact grammar is counted in ``unparsed_lines`` and the first is kept in
+``unparsed_example``, so that a new driver's format change shows up instead of hiding. It never
+yields an event: a looser match is at most the xid check's warning, which never drains.
 """
 
 from __future__ import annotations
