@@ -60,10 +60,13 @@ def decode(code: int, message: str, driver_version: str | None) -> SubVerdict | 
 
 
 def _branches(driver_version: str | None) -> tuple[str, ...]:
+    """The decodes to try, the driver's branch first. The other one second: a log that spans a
+    driver update holds lines of both, and a decode only counts when the unit it finds is the
+    one the line prints, so the wrong branch cannot pass for the right one."""
     m = _MAJOR.match(driver_version or "")
-    if not m:
-        return ("v2", "v1")  # unknown driver: the printed unit name tells which decode fits
-    return ("v2",) if int(m.group(1)) >= R575 else ("v1",)
+    if m and int(m.group(1)) < R575:
+        return ("v1", "v2")
+    return ("v2", "v1")
 
 
 def _unit(code: int, branch: str, intr: int, printed: str) -> dict | None:

@@ -31,14 +31,17 @@ def test_real_lines_decode_by_the_branch_their_intr_info_fits(message, unit, buc
     assert (v.unit, v.bucket, v.branch) == (unit, bucket, branch)
 
 
-def test_the_driver_branch_decides_the_decode():
+def test_the_driver_branch_is_tried_first_and_the_printed_unit_decides():
     # built from the table: RLW_REMAP (unit 4) with status 0x40 is RESET_GPU. Coded for R575+
-    # (intrInfo bits 6:0 = 4) it decodes only on a 575 driver; coded for earlier drivers
-    # (bits 9:5 = 4, bits 4:0 = 145 - 143) only on a 570 one.
+    # (intrInfo bits 6:0 = 4) or for earlier drivers (bits 9:5 = 4, bits 4:0 = 145 - 143).
     v2 = "Xid (PCI:0000:01:00): 145, RLW_REMAP Nonfatal XC0 i0 Link 3 (0x00000004 0x00000040 0x0 0x0 0x0 0x0)"
     v1 = "Xid (PCI:0000:01:00): 145, RLW_REMAP Nonfatal XC0 i0 Link 3 (0x00000082 0x00000040 0x0 0x0 0x0 0x0)"
-    assert decode(145, v2, "575.57.08").bucket == "RESET_GPU" and decode(145, v2, "570.133.20") is None
-    assert decode(145, v1, "570.133.20").bucket == "RESET_GPU" and decode(145, v1, "580.65.06") is None
+    assert (decode(145, v2, "575.57.08").branch, decode(145, v1, "570.133.20").branch) == ("v2", "v1")
+    # a line of the other branch (a log across a driver update) still decodes, by its own fit
+    assert decode(145, v1, "580.65.06").branch == "v1" and decode(145, v1, "580.65.06").bucket == "RESET_GPU"
+    # the branch matters where both fit: RLW_RXPIPE's second decode reads bit 10 (v1) or bit 7 (v2)
+    rx = "Xid (PCI:0000:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 3 (0x000004c2 0x00000002 0x0)"
+    assert decode(145, rx, "570.1").bucket == "RESET_GPU"  # v1: unit 6 and bit 10 set
     # the printed unit must be the decoded one: a line whose name disagrees does not decode
     assert decode(145, v2.replace("RLW_REMAP", "RLW_TAGSTATE"), "575.57.08") is None
 
@@ -114,5 +117,8 @@ def test_the_driver_version_in_the_log_picks_the_branch():
     loading = "[ 10.0] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.133.20  Release Build"
     out = _judge([loading, v1_line], driver="580.65.06")  # the log's own loading line wins over NVML's
     assert [r.action for r in out.results if r.status is Status.FAIL] == [Action.RESET_GPU]
-    out = _judge([v1_line], driver="580.65.06")  # R575+ decode of a pre-R575 line: not decoded, warn
-    assert [r.status for r in out.results] == [Status.WARN]
+    line = "[ 1999.0] NVRM: Xid (PCI:0000:5d:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 3 (0x000004c2 0x00000002 0x0)"
+    out = _judge([loading, line], driver="580.65.06")  # v1 (bit 10 set): a reset
+    assert [r.action for r in out.results if r.status is Status.FAIL] == [Action.RESET_GPU]
+    out = _judge([line.replace("0x000004c2", "0x00000086")], driver="580.65.06")  # v2 (bit 7 set): a reset
+    assert [r.action for r in out.results if r.status is Status.FAIL] == [Action.RESET_GPU]

@@ -152,6 +152,7 @@ class _Parser:
         # May the previous stamped line's continuation be read? Not when that line was not the
         # kernel's or began with a process's name: its next line is the same untrusted text.
         self.prev_trusted = True
+        self.prev_process = False  # and did it begin with a process's name?
         self.prev_kmsg = False
         self.last_time: float | None = None
         self.last_seq: int | None = None
@@ -179,21 +180,25 @@ class _Parser:
         if stamped is not None:
             t, kernel, msg = stamped
             self.prev_time, self.prev_seq = t, None
-            self.prev_trusted = kernel and not G.is_process_line(msg.strip())
+            self.prev_process = kernel and G.is_process_line(msg.strip())
+            self.prev_trusted = kernel and not self.prev_process
             self._saw_time(t)
             if kernel:
                 for part in msg.split("\n"):  # a journal entry may hold several lines
                     self._message(part, t, None)
             return
-        if not self.prev_trusted:
-            return  # the rest of an untrusted line (a process name or a user's record)
-        if line[0].isspace():  # continuation of the previous line's message
-            self._message(line.strip(), self.prev_time, self.prev_seq)
+        if line[0].isspace():  # continuation of the previous line's message, trusted as it was
+            if self.prev_trusted:
+                self._message(line.strip(), self.prev_time, self.prev_seq)
             return
+        if self.prev_process:
+            return  # the rest of a line that began with a process name: a newline it quoted
+
         # bare text, no stamp at all: "kernel: msg" is the kernel's, "proc[pid]: msg" a program's
         kernel, msg = after_stamp(line, strict=False)
         self.prev_time, self.prev_seq = None, None
-        self.prev_trusted = kernel and not G.is_process_line(msg.strip())
+        self.prev_process = kernel and G.is_process_line(msg.strip())
+        self.prev_trusted = kernel and not self.prev_process
         if kernel:
             self._message(msg, None, None)
 
@@ -221,7 +226,7 @@ class _Parser:
         self.last_seq = seq if self.last_seq is None else max(self.last_seq, seq)
         # The prefix is facility * 8 + level. Only facility 0 is the kernel's own: a record
         # written into /dev/kmsg from user space gets facility 1 or more, whatever it asks for.
-        self.prev_trusted = int(m.group(1)) >> 3 == 0
+        self.prev_trusted, self.prev_process = int(m.group(1)) >> 3 == 0, False
         if not self.prev_trusted:
             return
         # Newlines inside one printk come escaped (\x0a), as does any non-ASCII byte. The
