@@ -249,7 +249,9 @@ def test_random_bytes_never_raise(chunks):
     assert len(log.events) <= len(lines) and not any(_has_control(e.message) for e in log.events)
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+# no deadline: a busy CI host makes a 12-line parse take 250 ms now and then; speed is
+# tests/test_kernel_log_bigfile.py's to hold, this test holds "never raises"
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_mutated_valid_lines_never_raise(data):
     lines = [_mutate(data.draw(st.sampled_from(_VALID)), data) for _ in range(data.draw(st.integers(1, 12)))]

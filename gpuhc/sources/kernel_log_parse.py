@@ -1,24 +1,8 @@
 """Turn kernel log text into :class:`gpuhc.model.KernelEvent` s: pure, no I/O, never raises.
 
 The same parser reads every shape a kernel log reaches us in, line by line, so a file may even
-mix them (a log someone pasted together from two tools). Stamps are read by
-:mod:`gpuhc.sources.kernel_log_prefix`:
-
-==========================  ==================================================  ==============
-shape                       example prefix                                      time
-==========================  ==================================================  ==============
-``/dev/kmsg`` record        ``6,3964,206764307,-;msg``                          since boot
-``dmesg``                   ``[  123.456789] msg``                              since boot
-``dmesg -T`` (ctime)        ``[Sun Feb 23 16:24:18 2025] msg``                  local time
-``dmesg --time-format=iso`` ``2024-11-15T05:39:15,491363+00:00 msg``            epoch
-``dmesg --decode``          ``kern  :warn  : `` before any of the above          (as above)
-``journalctl -k``/syslog    ``Feb 14 05:03:41 host kernel: msg``                local time
-  without a host name       ``Mar 29 15:38:59 kernel: msg``                     local time
-rsyslog / short-iso         ``2024-06-11T10:23:45.123+00:00 host kernel: msg``  epoch
-``talosctl dmesg``          ``10.0.0.5: kern: warning: [2026-04-22T21:30:51.5Z]: msg``  epoch
-pasted                      ``> [Fri Aug 30 11:43:09 2024] msg``, text before   (its stamp)
-continuation line           indented text with no stamp                         previous line
-==========================  ==================================================  ==============
+mix them (a log someone pasted together from two tools). Stamps, and the shapes they come in
+(a table with examples), are :mod:`gpuhc.sources.kernel_log_prefix`'s.
 
 Times. Everything that names a wall-clock time becomes epoch seconds. "Since boot" stamps become
 epoch seconds when the caller passes ``boot_time`` (the live sources do); a recorded file has no

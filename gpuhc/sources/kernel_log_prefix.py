@@ -1,11 +1,27 @@
 """The stamp in front of a kernel log line: which tool printed it, when, and whether it is the
 kernel's. Pure, no I/O, never raises; :mod:`gpuhc.sources.kernel_log_parse` reads the rest.
 
-Shapes (the table in :mod:`kernel_log_parse` has examples): ``/dev/kmsg`` records, ``dmesg``
-plain, ``-T`` and ``--time-format=iso`` (with or without ``--decode``), ``journalctl -k`` and
-syslog with or without a host name, rsyslog's ISO stamps, and ``talosctl dmesg``
-(``192.168.11.119: kern: warning: [2026-04-22T21:30:51.526447914Z]: msg``, the severity padded
-to a column). A line pasted from a ticket or an e-mail may carry quote marks or indentation
+Shapes (``talosctl dmesg`` pads its severity to a column; ``journalctl -o json`` entries are
+read by :func:`journal_json`):
+
+==========================  ==================================================  ==============
+shape                       example prefix                                      time
+==========================  ==================================================  ==============
+``/dev/kmsg`` record        ``6,3964,206764307,-;msg``                          since boot
+``dmesg``                   ``[  123.456789] msg``                              since boot
+``dmesg -T`` (ctime)        ``[Sun Feb 23 16:24:18 2025] msg``                  local time
+``dmesg --time-format=iso`` ``2024-11-15T05:39:15,491363+00:00 msg``            epoch
+``dmesg --decode``          ``kern  :warn  : `` before any of the above          (as above)
+``journalctl -k``/syslog    ``Feb 14 05:03:41 host kernel: msg``                local time
+  without a host name       ``Mar 29 15:38:59 kernel: msg``                     local time
+rsyslog / short-iso         ``2024-06-11T10:23:45.123+00:00 host kernel: msg``  epoch
+``talosctl dmesg``          ``10.0.0.5: kern: warning: [2026-04-22T21:30:51.5Z]: msg``  epoch
+pasted                      ``> [Fri Aug 30 11:43:09 2024] msg``, text before   (its stamp)
+continuation line           indented text with no stamp                         previous line
+``journalctl -o json``      ``{"_TRANSPORT":"kernel","MESSAGE":"msg",...}``      epoch
+==========================  ==================================================  ==============
+
+A line pasted from a ticket or an e-mail may carry quote marks or indentation
 before its stamp, or unrelated text before the stamp: :meth:`Stamps.embedded` finds the stamp
 nearest the driver message in such a line.
 """
