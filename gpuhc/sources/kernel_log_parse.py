@@ -86,6 +86,7 @@ _LINK_NO = lazy(r"\bLink (\d{1,4})\b")
 _MLX_PORT = lazy(r"mlx5_core (" + G.PCI + r")(?: ([\w.-]+))?: Port: (\d{1,3}) Link ([A-Za-z_]+)")
 _MLX_NETDEV = lazy(r"mlx5_core (" + G.PCI + r") ([\w.-]+): Link (up|down)\b")
 
+_STARTS = ("NVRM", "mlx5_core", "GSP task watchdog", "nvidia-nvswitch")  # a driver line's first words
 SIGNALS = G.SIGNALS  # the driver's messages that need action without an Xid (kernel_log_grammar)
 
 
@@ -135,8 +136,8 @@ class _Parser:
         self.prev_seq: int | None = None
         # May the previous stamped line's continuation be read? Not when that line was not the
         # kernel's or began with a process's name: its next line is the same untrusted text.
-        self.prev_trusted = True
-        self.prev_process = False  # and did it begin with a process's name?
+        self.prev_kernel = True
+        self.prev_msg = ""  # the previous stamped message: does it begin with a process's name?
         self.prev_kmsg = False
         self.last_time: float | None = None
         self.last_seq: int | None = None
@@ -164,25 +165,27 @@ class _Parser:
         if stamped is not None:
             t, kernel, msg = stamped
             self.prev_time, self.prev_seq = t, None
-            self.prev_process = kernel and G.is_process_line(msg.strip())
-            self.prev_trusted = kernel and not self.prev_process
+            self.prev_kernel, self.prev_msg = kernel, msg
             self._saw_time(t)
-            if kernel:
-                for part in msg.split("\n"):  # a journal entry may hold several lines
+            if kernel and "\n" in msg:  # a journal entry may hold several lines
+                for part in msg.split("\n"):
                     self._message(part, t, None)
+            elif kernel:
+                self._message(msg, t, None)
             return
+        # asked only here, for the rare unstamped line: most logs stamp every line
+        prev_process = self.prev_kernel and G.is_process_line(self.prev_msg.strip())
         if line[0].isspace():  # continuation of the previous line's message, trusted as it was
-            if self.prev_trusted:
+            if self.prev_kernel and not prev_process:
                 self._message(line.strip(), self.prev_time, self.prev_seq)
             return
-        if self.prev_process:
+        if prev_process:
             return  # the rest of a line that began with a process name: a newline it quoted
 
         # bare text, no stamp at all: "kernel: msg" is the kernel's, "proc[pid]: msg" a program's
         kernel, msg = after_stamp(line, strict=False)
         self.prev_time, self.prev_seq = None, None
-        self.prev_process = kernel and G.is_process_line(msg.strip())
-        self.prev_trusted = kernel and not self.prev_process
+        self.prev_kernel, self.prev_msg = kernel, msg
         if kernel:
             self._message(msg, None, None)
 
@@ -210,8 +213,8 @@ class _Parser:
         self.last_seq = seq if self.last_seq is None else max(self.last_seq, seq)
         # The prefix is facility * 8 + level. Only facility 0 is the kernel's own: a record
         # written into /dev/kmsg from user space gets facility 1 or more, whatever it asks for.
-        self.prev_trusted, self.prev_process = int(m.group(1)) >> 3 == 0, False
-        if not self.prev_trusted:
+        self.prev_kernel, self.prev_msg = int(m.group(1)) >> 3 == 0, ""
+        if not self.prev_kernel:
             return
         # Newlines inside one printk come escaped (\x0a), as does any non-ASCII byte. The
         # lines after the first are read only when the first is the driver's: a newline in a
@@ -227,7 +230,9 @@ class _Parser:
     def _message(self, text: str, t: float | None, seq: int | None) -> None:
         self.idx += 1
         msg = text.strip()
-        if not msg or G.is_process_line(msg):
+        if not msg.startswith(_STARTS) and "SXid" not in msg:
+            return  # cheap first: most kernel lines are nothing of the driver's
+        if G.is_process_line(msg):
             return  # a line that starts with a process's name is never driver evidence
         if "SXid" in msg and G.SXID_WORD.search(msg):
             self._sxid(msg, t, seq)

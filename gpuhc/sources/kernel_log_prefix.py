@@ -217,7 +217,7 @@ def iso_time(m: re.Match) -> float | None:
 
 def _iso_time(m: re.Match, skip: int) -> float | None:
     """Epoch of a match whose groups skip+1 .. skip+8 are _ISO_BODY's."""
-    g = [m.group(i + skip) for i in range(1, 9)]
+    g = m.groups()[skip:skip + 8]
     tz, offset = g[7], None
     if tz == "Z":
         offset = 0
