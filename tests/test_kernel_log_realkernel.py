@@ -11,6 +11,7 @@ whatever level they ask for, and checks that none is driver evidence.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -94,7 +95,8 @@ def _python_for(pw) -> str:
     pytest.skip("no Python the unprivileged user can run")
 
 
-def test_a_user_process_named_like_a_driver_line_segfaults_and_the_check_stays_pass(user):
+def test_a_user_process_named_like_a_driver_line_segfaults_and_the_check_stays_pass(user, tmp_path):
+    state_dir = tmp_path / "state"
     if not os.access(KMSG, os.R_OK | os.W_OK):
         pytest.skip("/dev/kmsg is not readable and writable here")
     start = _last_seq()
@@ -130,3 +132,12 @@ def test_a_user_process_named_like_a_driver_line_segfaults_and_the_check_stays_p
     snap.kernel = log
     out = xid.CHECKS[0].judge(snap, context(xid.CHECKS[0]))
     assert [r.status for r in out.results] == [Status.PASS], [r.message for r in out.results]
+
+    # and the command an admin runs, on the same real log (issue 18: it said FAIL xid ... Xid 79)
+    healthy = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "scenarios",
+                           "healthy-8xh100.yaml")
+    cli = subprocess.run([sys.executable, "-m", "gpuhc", "check", "--json", "--nvml-scenario", healthy,
+                          "--kernel-log", "kmsg", "--state-dir", str(state_dir)], capture_output=True, text=True,
+                         timeout=300, env={k: v for k, v in os.environ.items() if k != "GPUHC_CONFIG"})
+    (r,) = [r for r in json.loads(cli.stdout)["results"] if r["check"] == "xid"]
+    assert r["status"] == "pass", r
