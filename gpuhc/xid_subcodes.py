@@ -127,7 +127,10 @@ def _doc() -> dict:
         doc = yaml.load(FILE.read_text(encoding="utf-8"), Loader=safe_loader())
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"cannot read the sub-code table: {e}", file=str(FILE)) from e
-    _validate(doc)
+    try:
+        _validate(doc)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ConfigError(f"malformed sub-code table: {e!r}", file=str(FILE)) from e
     return doc
 
 

@@ -122,3 +122,24 @@ def test_the_driver_version_in_the_log_picks_the_branch():
     assert [r.action for r in out.results if r.status is Status.FAIL] == [Action.RESET_GPU]
     out = _judge([line.replace("0x000004c2", "0x00000086")], driver="580.65.06")  # v2 (bit 7 set): a reset
     assert [r.action for r in out.results if r.status is Status.FAIL] == [Action.RESET_GPU]
+
+
+@pytest.mark.parametrize("text", [
+    "buckets: {RESET_GPU: {severity: warn, action: reset GPU}}\nunits: {}\n",  # a warn that drains
+    "buckets: {RESET_GPU: {severity: fail, action: reset GPU}}\nunits: {145: [{name: X, v1: 1, v2: 1, any: NOPE}]}\n",
+    "buckets: {RESET_GPU: {severity: fail, action: reboot it}}\nunits: {}\n",
+    "buckets: [1]\nunits: {}\n",
+])
+def test_a_broken_sub_code_table_is_refused_with_its_file_named(tmp_path, monkeypatch, text):
+    from gpuhc import xid_subcodes
+    from gpuhc.errors import ConfigError
+
+    bad = tmp_path / "xid_subcodes.yaml"
+    bad.write_text(text)
+    monkeypatch.setattr(xid_subcodes, "FILE", bad)
+    xid_subcodes._doc.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="xid_subcodes.yaml"):
+            xid_subcodes.units()
+    finally:
+        xid_subcodes._doc.cache_clear()
