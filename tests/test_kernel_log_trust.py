@@ -108,3 +108,23 @@ def test_the_drivers_own_lines_still_fail():
     snap.kernel = parse_lines(["[ 1999.0] " + XID79, "[ 1999.5] NVRM: GPU 0000:5d:00.0: GPU has fallen off the bus."])
     out = xid.CHECKS[0].judge(snap, context(xid.CHECKS[0]))
     assert [(r.status, r.subject) for r in out.results] == [(Status.FAIL, "gpu3")]
+
+
+def _export(transport: str | None, message: str, usec: str = "1700000000123456") -> list[str]:
+    fields = [f"__CURSOR=s=0b1c;i={len(message)}", f"__REALTIME_TIMESTAMP={usec}", "__MONOTONIC_TIMESTAMP=99",
+              "SYSLOG_IDENTIFIER=kernel"]
+    return fields + ([f"_TRANSPORT={transport}"] if transport else []) + [f"MESSAGE={message}", ""]
+
+
+@pytest.mark.parametrize("transport, kernel", [("kernel", True), ("syslog", False), ("stdout", False), (None, False)])
+def test_journal_export_entries_count_only_with_the_kernel_transport(transport, kernel):
+    log = parse_lines(_export(transport, XID79))
+    assert [(e.code, e.time) for e in log.events] == ([(79, 1700000000.123456)] if kernel else [])
+
+
+def test_journal_export_entries_in_a_row_and_one_cut_off_at_the_end():
+    lines = _export("syslog", XID79) + _export("kernel", XID79.replace("5d:00", "18:00"), "1700000001000000")
+    lines += _export("kernel", "NVRM: Xid (PCI:0000:19:00): 48, DBE")[:-1]  # no blank line after the last
+    log = parse_lines(lines)
+    assert [(e.code, e.pci) for e in log.events] == [(79, "0000:18:00.0"), (48, "0000:19:00.0")]
+    assert log.last_time == 1700000001.0

@@ -67,7 +67,16 @@ from gpuhc.lazyre import lazy  # patterns compile on first use: most runs need f
 from gpuhc.logtext import escape
 from gpuhc.model import EventKind, KernelEvent, KernelLog, norm_pci
 from gpuhc.sources import kernel_log_grammar as G
-from gpuhc.sources.kernel_log_prefix import KMSG, KMSG_DICT, QUOTES, Stamps, after_stamp, journal_json, unescape_kmsg
+from gpuhc.sources.kernel_log_prefix import (
+    KMSG,
+    KMSG_DICT,
+    QUOTES,
+    JournalExport,
+    Stamps,
+    after_stamp,
+    journal_json,
+    unescape_kmsg,
+)
 
 MAX_MESSAGE = 400  # characters kept of one message: enough to read, bounded for state files
 RELATIVE_LIMIT = 1e9  # times below this are seconds since boot, not epoch (see module doc)
@@ -143,11 +152,18 @@ class _Parser:
         self.last_seq: int | None = None
         self.driver_version: str | None = None
         self.gpu_ctx: tuple[str, int] | None = None  # (pci, line index) of the last GPU named
+        self.export = JournalExport(self.stamps)
 
     # ------------------------------------------------------------------ lines and prefixes
 
     def feed(self, raw: str) -> None:
         line = raw.rstrip("\r\n")
+        if line[:1] in ("_", "") or self.export.fields is not None:  # journalctl -o export
+            entry = self.export.feed(line)
+            if entry is not None:
+                if entry is not False:
+                    self._stamped(entry)
+                return
         if not line.strip():
             return
         m = KMSG.match(line)
@@ -163,15 +179,7 @@ class _Parser:
         if stamped is None:
             stamped = self._embedded(line)
         if stamped is not None:
-            t, kernel, msg = stamped
-            self.prev_time, self.prev_seq = t, None
-            self.prev_kernel, self.prev_msg = kernel, msg
-            self._saw_time(t)
-            if kernel and "\n" in msg:  # a journal entry may hold several lines
-                for part in msg.split("\n"):
-                    self._message(part, t, None)
-            elif kernel:
-                self._message(msg, t, None)
+            self._stamped(stamped)
             return
         # asked only here, for the rare unstamped line: most logs stamp every line
         prev_process = self.prev_kernel and G.is_process_line(self.prev_msg.strip())
@@ -188,6 +196,17 @@ class _Parser:
         self.prev_kernel, self.prev_msg = kernel, msg
         if kernel:
             self._message(msg, None, None)
+
+    def _stamped(self, stamped: tuple[float | None, bool, str]) -> None:
+        t, kernel, msg = stamped
+        self.prev_time, self.prev_seq = t, None
+        self.prev_kernel, self.prev_msg = kernel, msg
+        self._saw_time(t)
+        if kernel and "\n" in msg:  # a journal entry may hold several lines
+            for part in msg.split("\n"):
+                self._message(part, t, None)
+        elif kernel:
+            self._message(msg, t, None)
 
     def _embedded(self, line: str) -> tuple[float | None, bool, str] | None:
         """A driver message with unrelated text, and its stamp, before it (a ticket's paste)."""
@@ -331,6 +350,10 @@ class _Parser:
     # ------------------------------------------------------------------ incidents
 
     def finish(self) -> KernelLog:
+        if self.export.fields is not None:  # an export that ends without its blank line
+            entry = self.export.end()
+            if entry is not None:
+                self._stamped(entry)
         found = _merge_sxid_details(self.found)
         found = _merge_fallen(found)
         found = _merge_netdev(found)

@@ -1,8 +1,8 @@
 """The stamp in front of a kernel log line: which tool printed it, when, and whether it is the
 kernel's. Pure, no I/O, never raises; :mod:`gpuhc.sources.kernel_log_parse` reads the rest.
 
-Shapes (``talosctl dmesg`` pads its severity to a column; ``journalctl -o json`` entries are
-read by :func:`journal_json`):
+Shapes (``talosctl dmesg`` pads its severity to a column; journal exports are read by
+:func:`journal_json` and :class:`JournalExport`, and say who wrote each entry):
 
 ==========================  ==================================================  ==============
 shape                       example prefix                                      time
@@ -19,6 +19,7 @@ rsyslog / short-iso         ``2024-06-11T10:23:45.123+00:00 host kernel: msg``  
 pasted                      ``> [Fri Aug 30 11:43:09 2024] msg``, text before   (its stamp)
 continuation line           indented text with no stamp                         previous line
 ``journalctl -o json``      ``{"_TRANSPORT":"kernel","MESSAGE":"msg",...}``      epoch
+``journalctl -o export``    ``__CURSOR=...`` then ``KEY=value`` lines, a blank   epoch
 ==========================  ==================================================  ==============
 
 A line pasted from a ticket or an e-mail may carry quote marks or indentation
@@ -259,3 +260,37 @@ def journal_json(line: str, stamps: Stamps) -> tuple[float | None, bool, str] | 
     elif isinstance(entry.get("__MONOTONIC_TIMESTAMP"), str) and entry["__MONOTONIC_TIMESTAMP"].isdigit():
         t = stamps.since_boot(int(entry["__MONOTONIC_TIMESTAMP"][:19]) / 1e6)
     return t, entry.get("_TRANSPORT") == "kernel", msg
+
+
+class JournalExport:
+    """``journalctl -o export`` read line by line: an entry is ``KEY=value`` lines up to a blank
+    line, starting with ``__CURSOR=``. :meth:`feed` returns ``(time, is-the-kernel, message)``
+    when an entry ends, like :func:`journal_json`, and False for a line that belongs to an entry.
+    Binary fields (a name alone on its line, then a length and raw bytes) are not text and are
+    skipped; an entry whose MESSAGE is binary has no text gpuhc could read anyway."""
+
+    MAX_FIELDS = 256  # an entry with more is not one journald writes
+
+    def __init__(self, stamps: Stamps):
+        self.stamps = stamps
+        self.fields: dict[str, str] | None = None
+
+    def feed(self, line: str) -> tuple[float | None, bool, str] | bool | None:
+        if self.fields is None:
+            if not line.startswith("__CURSOR="):
+                return None
+            self.fields = {}
+        if not line.strip():
+            return self.end()
+        key, eq, value = line.partition("=")
+        if eq and len(self.fields) < self.MAX_FIELDS:
+            self.fields.setdefault(key, value)
+        return False
+
+    def end(self) -> tuple[float | None, bool, str] | None:
+        fields, self.fields = self.fields, None
+        if not fields or "MESSAGE" not in fields:
+            return None
+        usec = fields.get("__REALTIME_TIMESTAMP", "")
+        t = int(usec) / 1e6 if usec.isdigit() and len(usec) < 20 else None
+        return t, fields.get("_TRANSPORT") == "kernel", fields["MESSAGE"]
