@@ -60,13 +60,13 @@ yields an event: a looser match is at most the xid check's warning, which never 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Iterable
 
 from gpuhc.lazyre import lazy  # patterns compile on first use: most runs need few
 from gpuhc.logtext import escape
 from gpuhc.model import EventKind, KernelEvent, KernelLog, norm_pci
 from gpuhc.sources import kernel_log_grammar as G
+from gpuhc.sources.kernel_log_incidents import Found, incidents
 from gpuhc.sources.kernel_log_prefix import (
     KMSG,
     KMSG_DICT,
@@ -80,11 +80,7 @@ from gpuhc.sources.kernel_log_prefix import (
 
 MAX_MESSAGE = 400  # characters kept of one message: enough to read, bounded for state files
 RELATIVE_LIMIT = 1e9  # times below this are seconds since boot, not epoch (see module doc)
-SXID_DETAIL_S = 5.0  # an SXid detail line this close to its header belongs to it
-FALLEN_SAME_INCIDENT_S = 60.0  # fallen-off-bus messages for one GPU this close are one incident
-NETDEV_SAME_CHANGE_S = 2.0  # a netdev Link up/down this close to a Port: line repeats it
 CONTEXT_LINES = 3  # a multi-line message names its GPU at most this many lines earlier
-UNTIMED_NEAR_LINES = 20  # without times, "close" is measured in lines
 
 _PCI_FULL = lazy(r"(?:PCI:)?(" + G.PCI + r")")
 _MARKERS = ("NVRM", "SXid", "mlx5_core", "fallen off the bus", "GSP task watchdog")
@@ -113,31 +109,10 @@ def _pci(field: str) -> str | None:
     return norm_pci(m.group(1)) if m else None
 
 
-@dataclass
-class _Found:
-    """An event while parsing: the KernelEvent fields plus where it was (line index)."""
-
-    kind: EventKind
-    time: float | None
-    seq: int | None
-    idx: int
-    message: str
-    pci: str | None = None
-    code: int | None = None
-    device: str | None = None
-    port: int | None = None
-    state: str | None = None
-    detail: bool = False  # SXid Severity/Data line; IB: a netdev line
-
-    def event(self) -> KernelEvent:
-        return KernelEvent(kind=self.kind, time=self.time, message=self.message, pci=self.pci, code=self.code,
-                           device=self.device, port=self.port, state=self.state, seq=self.seq)
-
-
 class _Parser:
     def __init__(self, boot_time: float | None, year: int | None):
         self.stamps = Stamps(boot_time, year)
-        self.found: list[_Found] = []
+        self.found: list[Found] = []
         self.unparsed = 0
         self.unparsed_example: str | None = None
         self.idx = 0  # logical line number (kmsg records split into their lines)
@@ -292,7 +267,7 @@ class _Parser:
             self.gpu_ctx = (norm_pci(ctx.group(1)), self.idx)
 
     def _xid(self, body: str, t: float | None, seq: int | None, pci: str | None, code: int) -> None:
-        self.found.append(_Found(EventKind.XID, t, seq, self.idx, sanitize(body[len("NVRM: "):]), pci=pci, code=code))
+        self.found.append(Found(EventKind.XID, t, seq, self.idx, sanitize(body[len("NVRM: "):]), pci=pci, code=code))
         if pci:
             self.gpu_ctx = (pci, self.idx)
 
@@ -306,12 +281,12 @@ class _Parser:
         pci = norm_pci(m.group(1)) if m else self._context_pci()
         dev = G.DRIVER_GPU.match(body)
         text = body[len("NVRM: "):] if body.startswith("NVRM: ") else body
-        self.found.append(_Found(EventKind.DRIVER, t, seq, self.idx, sanitize(text), pci=pci,
+        self.found.append(Found(EventKind.DRIVER, t, seq, self.idx, sanitize(text), pci=pci,
                                  device=dev.group(1) if dev else None, state=name))
 
     def _fallen(self, msg: str, t: float | None, seq: int | None, named: str | None) -> None:
         pci = norm_pci(named) if named else self._context_pci()
-        self.found.append(_Found(EventKind.FALLEN_OFF_BUS, t, seq, self.idx, sanitize(msg[len("NVRM:"):]), pci=pci,
+        self.found.append(Found(EventKind.FALLEN_OFF_BUS, t, seq, self.idx, sanitize(msg[len("NVRM:"):]), pci=pci,
                                  code=79))
 
     def _sxid(self, text: str, t: float | None, seq: int | None) -> None:
@@ -327,7 +302,7 @@ class _Parser:
             state = "fatal" if fat.group(1).lower() == "fatal" else "non-fatal"
         link = _LINK_NO.search(rest)
         at = text.find("SXid")
-        self.found.append(_Found(EventKind.SXID, t, seq, self.idx, sanitize(text[at:]), pci=norm_pci(m.group(2)),
+        self.found.append(Found(EventKind.SXID, t, seq, self.idx, sanitize(text[at:]), pci=norm_pci(m.group(2)),
                                  code=int(m.group(3)), device=m.group(1), port=int(link.group(1)) if link else None,
                                  state=state, detail=fat is None and bool(_SXID_DETAIL.match(rest))))
 
@@ -335,13 +310,13 @@ class _Parser:
         m = _MLX_PORT.match(body)
         if m:
             dev = m.group(2) if m.group(2) and m.group(2).startswith("mlx5_") else None
-            self.found.append(_Found(EventKind.IB_LINK, t, seq, self.idx, sanitize(body), pci=norm_pci(m.group(1)),
+            self.found.append(Found(EventKind.IB_LINK, t, seq, self.idx, sanitize(body), pci=norm_pci(m.group(1)),
                                      device=dev, port=int(m.group(3)), state=m.group(4).upper()))
             return
         m = _MLX_NETDEV.match(body)
         if m:
             state = "ACTIVE" if m.group(3) == "up" else "DOWN"
-            self.found.append(_Found(EventKind.IB_LINK, t, seq, self.idx, sanitize(body), pci=norm_pci(m.group(1)),
+            self.found.append(Found(EventKind.IB_LINK, t, seq, self.idx, sanitize(body), pci=norm_pci(m.group(1)),
                                      port=1, state=state, detail=True))
             return
         if "Port:" in body and "Link" in body:
@@ -354,74 +329,10 @@ class _Parser:
             entry = self.export.end()
             if entry is not None:
                 self._stamped(entry)
-        found = _merge_sxid_details(self.found)
-        found = _merge_fallen(found)
-        found = _merge_netdev(found)
+        found = incidents(self.found)
         return KernelLog(events=[f.event() for f in found], last_time=self.last_time, last_seq=self.last_seq,
                          unparsed_lines=self.unparsed, unparsed_example=self.unparsed_example,
                          driver_version=self.driver_version)
-
-
-# ---------------------------------------------------------------------- post-passes
-
-
-def _near(a: _Found, b: _Found, seconds: float) -> bool:
-    if a.time is not None and b.time is not None:
-        return abs(a.time - b.time) <= seconds
-    return abs(a.idx - b.idx) <= UNTIMED_NEAR_LINES
-
-
-def _merge_sxid_details(found: list[_Found]) -> list[_Found]:
-    """Severity/Data lines join their header; a detail with no header nearby becomes the event."""
-    headers: dict[tuple, list[_Found]] = {}
-    for f in found:
-        if f.kind is EventKind.SXID and not f.detail:
-            headers.setdefault((f.pci, f.code), []).append(f)
-    out: list[_Found] = []
-    orphans: dict[tuple, list[_Found]] = {}
-    for f in found:
-        if f.kind is EventKind.SXID and f.detail:
-            key = (f.pci, f.code)
-            if any(_near(f, h, SXID_DETAIL_S) for h in headers.get(key, ())):
-                continue
-            if any(_near(f, o, SXID_DETAIL_S) for o in orphans.get(key, ())):
-                continue
-            orphans.setdefault(key, []).append(f)
-            f.detail = False
-        out.append(f)
-    return out
-
-
-def _merge_fallen(found: list[_Found]) -> list[_Found]:
-    """One incident per GPU: drop fallen-off messages next to an Xid 79 or an earlier message."""
-    xid79 = [f for f in found if f.kind is EventKind.XID and f.code == 79]
-    kept: list[_Found] = []
-    out: list[_Found] = []
-    for f in found:
-        if f.kind is EventKind.FALLEN_OFF_BUS:
-            same = [g for g in xid79 + kept if f.pci is None or g.pci is None or g.pci == f.pci]
-            if any(_near(f, g, FALLEN_SAME_INCIDENT_S) for g in same):
-                continue
-            kept.append(f)
-        out.append(f)
-    return out
-
-
-def _merge_netdev(found: list[_Found]) -> list[_Found]:
-    """Keep a netdev Link up/down only when no Port: line tells the same change; name its HCA."""
-    ports = [f for f in found if f.kind is EventKind.IB_LINK and not f.detail]
-    names = {f.pci: f.device for f in ports if f.device}
-    out: list[_Found] = []
-    for f in found:
-        if f.kind is EventKind.IB_LINK:
-            if f.detail:
-                twin = [p for p in ports if p.pci == f.pci and p.state == f.state]
-                if any(_near(f, p, NETDEV_SAME_CHANGE_S) for p in twin):
-                    continue
-            if f.device is None:
-                f.device = names.get(f.pci)
-        out.append(f)
-    return out
 
 
 def parse_lines(lines: Iterable[str], boot_time: float | None = None, year: int | None = None) -> KernelLog:
