@@ -128,3 +128,13 @@ def test_journal_export_entries_in_a_row_and_one_cut_off_at_the_end():
     log = parse_lines(lines)
     assert [(e.code, e.pci) for e in log.events] == [(79, "0000:18:00.0"), (48, "0000:19:00.0")]
     assert log.last_time == 1700000001.0
+
+
+def test_a_journal_entry_holding_a_quoted_newline_reads_like_its_kmsg_record():
+    forged = {"_TRANSPORT": "kernel", "__REALTIME_TIMESTAMP": "1700000000000000",
+              "MESSAGE": "a.out[6273]: segfault at 0 ip 1 sp 2 error 6 in x\n" + XID79}
+    real = {"_TRANSPORT": "kernel", "__REALTIME_TIMESTAMP": "1700000001000000",
+            "MESSAGE": "NVRM: The NVIDIA GPU 0000:ba:00.0\nNVRM: (PCI ID: 10de:2330) installed in this system has\n"
+                       "NVRM: fallen off the bus and is not responding to commands."}
+    log = parse_lines([json.dumps(forged), json.dumps(real)])
+    assert [(e.kind.value, e.pci) for e in log.events] == [("fallen_off_bus", "0000:ba:00.0")]

@@ -177,8 +177,8 @@ class _Parser:
         self.prev_time, self.prev_seq = t, None
         self.prev_kernel, self.prev_msg = kernel, msg
         self._saw_time(t)
-        if kernel and "\n" in msg:  # a journal entry may hold several lines
-            for part in msg.split("\n"):
+        if kernel and "\n" in msg:  # a journal entry may hold several lines, as a kmsg record
+            for part in _record_lines(msg):
                 self._message(part, t, None)
         elif kernel:
             self._message(msg, t, None)
@@ -210,13 +210,8 @@ class _Parser:
         self.prev_kernel, self.prev_msg = int(m.group(1)) >> 3 == 0, ""
         if not self.prev_kernel:
             return
-        # Newlines inside one printk come escaped (\x0a), as does any non-ASCII byte. The
-        # lines after the first are read only when the first is the driver's: a newline in a
-        # file name that a segfault line quotes must not start a "driver" line of its own.
-        parts = [p for p in unescape_kmsg(m.group(4)).split("\n") if p.strip()]
-        if len(parts) > 1 and (not parts[0].lstrip().startswith("NVRM:") or G.is_process_line(parts[0].strip())):
-            parts = parts[:1]
-        for part in parts:
+        # Newlines inside one printk come escaped (\x0a), as does any non-ASCII byte.
+        for part in _record_lines(unescape_kmsg(m.group(4))):
             self._message(part, t, seq)
 
     # ------------------------------------------------------------------ messages
@@ -333,6 +328,16 @@ class _Parser:
         return KernelLog(events=[f.event() for f in found], last_time=self.last_time, last_seq=self.last_seq,
                          unparsed_lines=self.unparsed, unparsed_example=self.unparsed_example,
                          driver_version=self.driver_version)
+
+
+def _record_lines(text: str) -> list[str]:
+    """The lines of one kernel record. Those after the first are read only when the first is
+    the driver's: a newline in a file name that a segfault line quotes must not start a
+    "driver" line of its own."""
+    parts = [p for p in text.split("\n") if p.strip()]
+    if len(parts) > 1 and (not parts[0].lstrip().startswith("NVRM:") or G.is_process_line(parts[0].strip())):
+        return parts[:1]
+    return parts
 
 
 def parse_lines(lines: Iterable[str], boot_time: float | None = None, year: int | None = None) -> KernelLog:
