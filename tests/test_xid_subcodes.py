@@ -143,3 +143,16 @@ def test_a_broken_sub_code_table_is_refused_with_its_file_named(tmp_path, monkey
             xid_subcodes.units()
     finally:
         xid_subcodes._doc.cache_clear()
+
+
+def test_two_failing_sub_codes_of_one_xid_on_one_gpu_are_one_incident_held_with_both_counted():
+    lines = ["[ 1999.0] NVRM: Xid (PCI:0000:5d:00): 145, RLW_REMAP Nonfatal XC0 i0 Link 3 (0x00000004 0x00000040 0x0)",
+             "[ 1999.5] NVRM: Xid (PCI:0000:5d:00): 145, RLW_TAGSTATE Nonfatal XC0 i0 Link 3 (0x00000008 0x00000002 0x0)"]
+    out = _judge(lines, "580.65.06")
+    (fail,) = [r for r in out.results if r.status is Status.FAIL]
+    assert (fail.subject, fail.action, fail.value["count"]) == ("gpu3", Action.RESET_GPU, 2)
+    assert "RLW_TAGSTATE" in fail.message  # the latest line's words
+    snap = healthy_node(time=2600.0)  # the next run: the ring buffer has wrapped, the incident is held
+    snap.kernel = parse_lines([])
+    later = xid.CHECKS[0].judge(snap, context(xid.CHECKS[0], prev=out.state))
+    assert [(r.status, r.subject, r.value["count"]) for r in later.results] == [(Status.FAIL, "gpu3", 2)]

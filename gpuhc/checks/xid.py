@@ -174,9 +174,12 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     errors = _setting_errors(ctx)
     results: list[Result] = [result(ID, Status.ERROR, f"checks.xid.thresholds.{why}") for why in errors]
     fresh: list[dict] = []
+    new_counts: dict[tuple, int] = {}  # keyed as held incidents are: failing sub-codes of one Xid add up
     for g in groups.values():
         severity, action = _verdict(g, ctx)
         if severity == "fail":
+            held_key = (g.subject, g.code, g.signal) if g.signal else (g.subject, g.code)
+            new_counts[held_key] = new_counts.get(held_key, 0) + g.new
             fresh.append({"subject": g.subject, "code": g.code, "pci": g.pci, "gpu": g.gpu, "count": g.count,
                           "first": g.first, "last": g.last, "action": action.value, "xid": g.saw_xid,
                           "last_message": g.last_message, **({"signal": g.signal} if g.signal else {}),
@@ -185,7 +188,7 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         elif severity == "warn" and g.new and _selected(g.gpu, False, ctx):
             results.append(_warn(g, action))
     held = [h for h in win.held() if not (h["subject"] in recovered and (h.get("last") or 0) <= recovered[h["subject"]])]
-    incidents = merge_held(fresh, held, {k: g.new for k, g in groups.items()})
+    incidents = merge_held(_one_per_incident(fresh), held, new_counts)
     for inc in incidents:
         if _selected(inc.get("gpu"), True, ctx):
             results.append(_fail(inc))
@@ -248,6 +251,18 @@ def _recovered(events: list[tuple[KernelEvent, bool]], gpus: dict[str, GpuReadin
     from gpuhc.xid_catalog import recovery_action
 
     return {s: ev.time for s, ev in last154.items() if recovery_action(ev.message) is Action.NONE}
+
+
+def _one_per_incident(fresh: list[dict]) -> list[dict]:
+    """Failing groups that are one held incident (two failing sub-codes of one Xid on one GPU)
+    joined: counts added, the latest one's words kept."""
+    out: dict[tuple, dict] = {}
+    for f in sorted(fresh, key=lambda f: f.get("last") or 0):
+        key = (f["subject"], f["code"], f.get("signal"))
+        if key in out:
+            f = dict(f, count=f["count"] + out[key]["count"], first=earliest(f.get("first"), out[key].get("first")))
+        out[key] = f
+    return list(out.values())
 
 
 def _subcode(ev: KernelEvent, driver: str | None) -> SubVerdict | None:
