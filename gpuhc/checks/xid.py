@@ -12,8 +12,11 @@ What is reported:
   stays gone is the gpu_count check's to catch), as does :func:`acknowledge` after a GPU reset
   that did not reboot the node, and an Xid 154 whose recovery action is "None".
 - driver signals without an Xid ("RmInitAdapter failed", ``NV_ERR_RESET_REQUIRED``, "GPU marked
-  for reset", repeated GSP RPC timeouts, "GPU lost") are judged like Xids; their severity and
-  action are the catalog's ``signals`` section (gpuhc/data/xid_catalog.yaml).
+  for reset", repeated GSP RPC timeouts, "GPU lost", a GSP-CrashCat report, a GSP heartbeat
+  timeout, a GSP task watchdog) are judged like Xids; their severity and action are the
+  catalog's ``signals`` section (gpuhc/data/xid_catalog.yaml).
+- Xid 144-150 (NVLink 5) are judged by sub-code, the unit and error status in the line decoded
+  by driver branch (:mod:`gpuhc.xid_subcodes`): NVIDIA resets for some and ignores others.
 - warning Xids (application errors such as 13, 31, 43; contained ECC 94) WARN once, on the run
   that first sees them, with action "restart app" or none. They never drain on their own; a
   storm of them is a rate rule's to judge (:mod:`gpuhc.checks.xid_rates`).
