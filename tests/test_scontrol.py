@@ -156,14 +156,15 @@ def test_subprocess_runner_returns_code_and_streams(tmp_path):
 
 # ------------------------------------------------------------------ sinfo reads
 
-from gpuhc.slurm.sinfo import FIELDS, parse  # noqa: E402
+from gpuhc.slurm.nodes import NodeParseError  # noqa: E402
+from gpuhc.slurm.sinfo import END, FIELDS, parse  # noqa: E402
 
 # As Slurm 22.05's sinfo printed them for FIELDS (tests/test_slurm_sinfo.py reads the same
 # against a live slurmctld): the default partition starred, "none"/"Unknown" when unset, and a
-# grouped line whose node list is a hostlist.
-SINFO = ("n1|p1*|idle+drain|2026-11-26T06:14:10|root|gpuhc: xid | odd reason\n"
-         "n1|extra|idle+drain|2026-11-26T06:14:10|root|gpuhc: xid | odd reason\n"
-         "s[00001-00002,00004]|p1*|unknown|Unknown|Unknown|none\n")
+# grouped line whose node list is a hostlist; each record ends with END.
+SINFO = (f"n1|p1*|idle+drain|2026-11-26T06:14:10|root|gpuhc: xid | odd reason{END}\n"
+         f"n1|extra|idle+drain|2026-11-26T06:14:10|root|gpuhc: xid | odd reason{END}\n"
+         f"s[00001-00002,00004]|p1*|unknown|Unknown|Unknown|none{END}\n")
 
 
 def test_node_asks_sinfo_for_that_node_alone():
@@ -199,14 +200,41 @@ def test_odd_partition_names_are_refused(part):
     assert rec.seen == []
 
 
-@pytest.mark.parametrize("text", ["n1|p1|idle\n", "n[1-|p1|idle|Unknown|Unknown|none\n"])
-def test_unreadable_sinfo_is_a_slurm_error(text):
-    with pytest.raises(SlurmError, match="unreadable answer"):
-        Scontrol(run=Recorder([(0, text, "")])).scope(None)
+GOOD = f"ok1|p1|idle+drain|2026-11-26T06:14:10|root|gpuhc: xid 79{END}\n"
+
+
+@pytest.mark.parametrize("bad, says", [
+    (f"n1|p1|idle{END}\n", "3 fields"),
+    (f"n[1-|p1|idle|Unknown|Unknown|none{END}\n", "node list n[1-"),
+    (f"n1|p1\nX|idle|Unknown|Unknown|none{END}\n", "line break before the reason"),
+])
+def test_unreadable_sinfo_record_is_skipped_with_one_warning(bad, says):
+    said: list[str] = []
+    sc = Scontrol(run=Recorder([(0, bad + GOOD, ""), (0, GOOD + bad, "")]), warn=said.append)
+    for _ in range(2):  # wherever the bad record is, the good one reads; the warning is said once
+        assert [(n.name, n.reason) for n in sc.scope(None)] == [("ok1", "gpuhc: xid 79")]
+    assert len(said) == 1 and says in said[0] and "skipped unreadable sinfo record" in said[0]
+
+
+def test_sinfo_answer_cut_short_loses_only_its_last_record():
+    said: list[str] = []
+    nodes = parse(GOOD + "n2|p1|idle|Unknown|Unknown|no", said.append)
+    assert [n.name for n in nodes] == ["ok1"] and "no end of record" in said[0]
+    with pytest.raises(NodeParseError, match="sinfo record 'n2.*no end of record"):
+        parse(GOOD + "n2|p1|idle|Unknown|Unknown|no")  # without a warn: the strict reader
+
+
+def test_sinfo_reason_keeps_newlines_and_control_bytes():
+    # What 22.05, 24.11 and 26.05 print for such reasons (tests/fixtures/slurm/odd_reasons)
+    text = (f"n2|gpu*|idle+drain|2026-11-26T12:52:21|root|line one\nNodeName=fake State=IDLE second{END}\n"
+            f"n4|gpu*|idle+drain|2026-11-26T12:52:21|root|esc \x1b]0;t\x07 cr\rend{END}\n")
+    n2, n4 = parse(text)
+    assert n2.reason == "line one\nNodeName=fake State=IDLE second" and n4.reason == "esc \x1b]0;t\x07 cr\rend"
+    assert n2.drained and n4.drained and n2.reason_user == "root"
 
 
 def test_parse_keeps_flags_and_suffixes():
-    (n,) = parse("g1|gpu|mixed+drain+reboot_requested|2026-11-26T06:14:10|slurm|Reboot ASAP\n")
+    (n,) = parse(f"g1|gpu|mixed+drain+reboot_requested|2026-11-26T06:14:10|slurm|Reboot ASAP{END}\n")
     assert n.drained and "REBOOT_REQUESTED" in n.flags and n.state == "MIXED"
-    (d,) = parse("g2|gpu|down*|2026-11-26T06:14:10|slurm|Not responding\n")
+    (d,) = parse(f"g2|gpu|down*|2026-11-26T06:14:10|slurm|Not responding{END}\n")
     assert d.down and d.not_responding

@@ -16,7 +16,7 @@ def run_slurm(argv: list[str], timeout_s: float) -> str:
     """Run a Slurm reader; any failure is a SlurmError naming the command."""
     import subprocess
 
-    from gpuhc.slurm.scontrol import subprocess_runner
+    from gpuhc.slurm.command import subprocess_runner
 
     what = " ".join(argv[:3])
     try:
