@@ -171,7 +171,7 @@ def test_oneline_line_that_starts_no_record_continues_the_one_before():
     text = ("NodeName=a State=IDLE+DRAIN Reason=x\ny\rz [root@2024-01-01T00:00:00]\n"
             "State=IDLE NodeName=evil\nNodeName=b State=IDLE\n")
     a, b = parse_show_node_oneline(text)
-    assert (a.name, a.reason, a.reason_user, a.drained) == ("a", "x y\rz", "root", True)
+    assert (a.name, a.reason, a.reason_user, a.drained) == ("a", "x y\rz State=IDLE NodeName=evil", "root", True)
     assert (b.name, b.state) == ("b", "IDLE")
 
 

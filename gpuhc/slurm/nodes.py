@@ -284,12 +284,11 @@ def node_fields(text: str) -> dict[str, str]:
         stamp = None
         for stamp in _REASON_STAMP.finditer(tail):
             pass
-        if stamp is not None:
-            end = stamp.end()
-        else:
-            m = _TRAILING_AT.search(tail)
-            if m:
-                end = m.start()
+        # A reason's later lines follow its stamp (scontrol -o joins them with spaces): the
+        # reason runs on to the first key Slurm prints after it, as in parse_record.
+        m = _TRAILING_AT.search(tail, stamp.end() if stamp is not None else 0)
+        if m:
+            end = m.start()
         fields["Reason"] = tail[:end].strip()
     return fields
 
