@@ -20,7 +20,7 @@ from gpuhc.slurm.report_fields import FIELDS, render_fields
 
 FIX = Path(__file__).parent / "fixtures" / "slurm"
 REAL_LINES = sorted({line for p in FIX.rglob("*") if p.is_file() and p.suffix in (".txt", ".json")
-                     for line in p.read_text(encoding="utf-8").splitlines()})
+                     for line in p.read_bytes().decode("utf-8", "replace").split("\n")})
 PROMPTS = ["[root@head ~]# sinfo -R", "$ scontrol show node", "user@login:~$ sinfo -N -l", "# sinfo", "sinfo -O"]
 scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12)
 json_values = st.recursive(scalars, lambda ch: st.lists(ch, max_size=4) | st.dictionaries(st.text(max_size=10), ch,

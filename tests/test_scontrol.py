@@ -6,6 +6,7 @@ import os
 import stat
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -154,6 +155,20 @@ def test_subprocess_runner_returns_code_and_streams(tmp_path):
     assert os.path.exists(exe)
 
 
+def test_slurm_answers_are_decoded_with_replacement(tmp_path):
+    # What real 22.05 printed for an admin's Latin-1 reason (tests/fixtures/slurm/odd_reasons):
+    # byte 0xfc, not UTF-8. Stdout, stderr and the stdin runner's answer read with U+FFFD, never
+    # a UnicodeDecodeError (issue 18: exit 3 and no drain).
+    from gpuhc.slurm.command import stdin_runner
+
+    exe = tmp_path / "latin1"
+    exe.write_bytes(b"#!/bin/sh\ncat >/dev/null\nprintf 'n3|gpu*|idle+drain|Pr\\374fung\\n'\n"
+                    b"printf 'f\\374r\\n' >&2\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    assert subprocess_runner([str(exe)], 5.0) == (0, "n3|gpu*|idle+drain|Pr\ufffdfung\n", "f\ufffdr\n")
+    assert stdin_runner([str(exe)], 5.0, "script \xfc")[1] == "n3|gpu*|idle+drain|Pr\ufffdfung\n"
+
+
 # ------------------------------------------------------------------ sinfo reads
 
 from gpuhc.slurm.nodes import NodeParseError  # noqa: E402
@@ -238,3 +253,43 @@ def test_parse_keeps_flags_and_suffixes():
     assert n.drained and "REBOOT_REQUESTED" in n.flags and n.state == "MIXED"
     (d,) = parse(f"g2|gpu|down*|2026-11-26T06:14:10|slurm|Not responding{END}\n")
     assert d.down and d.not_responding
+
+
+# ------------------------------------------------------------------ odd reasons, as real releases print them
+
+ODD = Path(__file__).parent / "fixtures" / "slurm" / "odd_reasons"
+ODD_REASONS = {
+    "n2": "line one\nNodeName=fake State=IDLE second line",
+    "n3": "Pr\ufffdfung f\ufffdr Admin",  # Latin-1 0xfc, decoded with replacement
+    "n4": "esc \x1b[31mred\x1b[0m osc \x1b]0;owned\x07 bel\x07 cr\rend",
+    "n5": "big " + "A" * 4096,
+}
+
+
+@pytest.mark.parametrize("release", sorted(p.name for p in ODD.glob("slurm-*")))
+def test_real_sinfo_answers_with_odd_reasons_read_whole(release):
+    from gpuhc.slurm.command import decode
+
+    said: list[str] = []
+    nodes = {n.name: n for n in parse(decode((ODD / release / "sinfo_fields.txt").read_bytes()), said.append)}
+    assert said == [] and sorted(nodes) == ["n1", "n2", "n3", "n4", "n5"]
+    assert {n: nodes[n].reason for n in ODD_REASONS} == ODD_REASONS
+    assert all(nodes[n].drained and nodes[n].reason_user == "root" for n in ODD_REASONS) and not nodes["n1"].drained
+
+
+@pytest.mark.parametrize("release", sorted(p.name for p in ODD.glob("slurm-*")))
+def test_real_scontrol_answers_with_odd_reasons_read_whole(release):
+    from gpuhc.slurm.command import decode
+    from gpuhc.slurm.dumps import parse_nodes
+
+    for name in ("scontrol_show_node_oneline.txt", "scontrol_show_node.txt", "scontrol_json.json"):
+        path = ODD / release / name
+        if not path.exists():  # 22.05 has no scontrol --json
+            continue
+        nodes = {n.name: n for n in parse_nodes(decode(path.read_bytes()))}
+        assert sorted(nodes) == ["n1", "n2", "n3", "n4", "n5"], name
+        got = {n: nodes[n].reason for n in ODD_REASONS}
+        # text joins a reason's lines with spaces (-o) or keeps the indented line (plain): the
+        # words are all there; the other reasons come through exactly
+        assert got["n2"].split() == ODD_REASONS["n2"].split(), name
+        assert {n: got[n] for n in ("n3", "n4", "n5")} == {n: ODD_REASONS[n] for n in ("n3", "n4", "n5")}, name

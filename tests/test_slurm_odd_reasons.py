@@ -149,4 +149,6 @@ def test_drain_report_from_saved_dumps_of_this_release(odd, tmp_path):
     # The JSON form keeps the exact reasons (the multi-line blocks are read whole).
     doc = json.loads(gpuhc(odd, "drain-report", "--from-file", str(dump), "--json").stdout)
     got = {rec["node"]: rec["reason"] for rec in doc["nodes"]}
+    assert sorted(got) == list(NODES)  # n2's "NodeName=fake" line is its reason's, not a node
+    assert got["n2"].split() == expected(ODD["n2"]).split()
     assert got["n3"] == expected(ODD["n3"]) and got["n4"] == expected(ODD["n4"]) and got["n5"] == expected(ODD["n5"])

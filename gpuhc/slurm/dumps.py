@@ -141,11 +141,13 @@ class _Reader:
     def _scontrol(self, i: int) -> int:
         """A ``NodeName=`` record: one line (``-o``) or a block with indented continuations."""
         start = i
+        indent = len(self.lines[i]) - len(self.lines[i].lstrip())
         parts = [self.lines[i].strip()]
         i += 1
-        # Continuations are indented; 24.11 prints an indented blank line inside the record
-        # (before Reason=), so only an unindented line ends it.
-        while i < len(self.lines) and self.lines[i][:1].isspace() and not self.lines[i].strip().startswith("NodeName="):
+        # Continuations are indented more than the record's first line (a reason's later lines
+        # too, even one saying `NodeName=`); 24.11 prints an indented blank line inside the
+        # record (before Reason=), which continues it too.
+        while i < len(self.lines) and len(self.lines[i]) - len(self.lines[i].lstrip()) > indent:
             if self.lines[i].strip():
                 parts.append(self.lines[i].strip())
             i += 1

@@ -319,18 +319,23 @@ def lines_of(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in out]
 
 
-def _records(text: str, oneline: bool) -> Iterator[tuple[int, list[str]]]:
-    """(first line number, its lines) per record: a record starts at a line beginning with
-    ``NodeName=``. In multi-line text indented lines continue it (that is how Slurm prints a
-    reason's later lines); so does any line that is not a record's start, in both forms: the
-    record is the reason's, and a line of free text must not end the listing."""
-    start, lines = 0, []
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _records(text: str) -> Iterator[tuple[int, list[str]]]:
+    """(first line number, its lines) per record. A record starts at a line beginning with
+    ``NodeName=`` no more indented than the first record's; every other line continues it:
+    Slurm prints a reason's later lines indented under it (``-o`` on the same line), and a
+    reason's ``NodeName=fake`` line or a stray line of free text must neither start a record
+    nor end the listing (docs/slurm.md, "Reading Slurm's output")."""
+    start, lines, base = 0, [], -1
     for lineno, line in enumerate(lines_of(text), 1):
         stripped = line.strip()
-        if stripped.startswith("NodeName=") and not (oneline and line[:1].isspace()):
+        if stripped.startswith("NodeName=") and (base < 0 or _indent(line) <= base):
             if lines:
                 yield start, lines
-            start, lines = lineno, [stripped]
+            start, lines, base = lineno, [stripped], _indent(line) if base < 0 else base
         elif lines and stripped:
             lines.append(stripped)
     if lines:
@@ -339,7 +344,7 @@ def _records(text: str, oneline: bool) -> Iterator[tuple[int, list[str]]]:
 
 def _read(text: str, what: str, oneline: bool, warn: Callable[[str], None] | None) -> list[Node]:
     nodes = []
-    for lineno, lines in _records(text, oneline):
+    for lineno, lines in _records(text):
         where = f"{what}, {'line' if oneline else 'record at line'} {lineno}: "
         try:
             nodes.append(node_from_record(node_fields(" ".join(lines)), where))
