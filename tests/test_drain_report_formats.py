@@ -171,10 +171,12 @@ def test_noheader_plain_table_is_rows_only_and_csv_drops_its_header():
     assert r.stdout.splitlines()[0].startswith("gpu01,drained,IDLE+DRAIN,DRAIN,xid,gpuhc,")
 
 
-def test_unknown_field_and_help_is_long_only():
+def test_unknown_field_and_h_is_help_as_in_every_gpuhc_command():
     r = run("--from-file", str(FIX / "2205_show_node_o.txt"), "-o", "node,colour")
     assert r.exit_code == 2 and "unknown field colour" in r.output
-    assert run("--help").exit_code == 0
+    for flag in ("-h", "--help"):  # issue 21: -h was sinfo's no-header, unlike every other gpuhc command
+        h = run(flag)
+        assert h.exit_code == 0 and "Usage:" in h.output and "--noheader" in h.output
 
 
 def test_unknown_partition_warns():
