@@ -58,7 +58,7 @@ def parse_ledger(text: str, name: str) -> tuple[str, str, float | None, str] | N
     when sinfo did not list it (a node in no partition). sinfo prints ``(null)`` for an empty
     field. gpuhc's own extra field holds no ``|``; someone else's that does shifts the comment,
     which then reads as someone else's too (and the ledger is left alone)."""
-    for line in text.splitlines():
+    for line in text.split("\n"):  # not splitlines: a \r or \x1c in a field is not a line end
         parts = line.split("|", 4)
         if len(parts) == 5 and parts[0].strip() == name:
             comment, extra = (_field(p) for p in (parts[4], parts[3]))
