@@ -312,9 +312,9 @@ def _partitions(text: str) -> tuple[str, ...]:
 
 
 def lines_of(text: str) -> list[str]:
-    """Slurm's lines: split at ``\n`` alone. A reason may hold a ``\r``, a form feed or a
+    """Slurm's lines: split at ``\\n`` alone. A reason may hold a ``\\r``, a form feed or a
     U+2028 that ``str.splitlines`` would also split at (docs/slurm.md, "Reading Slurm's
-    output"); a ``\r\n`` of a Windows paste still ends a line."""
+    output"); a ``\\r\\n`` of a Windows paste still ends a line."""
     out = text.split("\n")
     return [line[:-1] if line.endswith("\r") else line for line in out]
 
