@@ -176,6 +176,27 @@ def test_sweep_slurm_readers(data):
         in_service(state)
 
 
+def test_sweep_node_states_skip_an_unreadable_line_with_one_warning():
+    from gpuhc.sweep.slurmcli import SlurmCli
+
+    said: list[str] = []
+    answer = "n1|idle|gpu*\nn2|idle\x1b]0;x\x07\nn3|drained|gpu\n"
+    cli = SlurmCli(run=lambda argv, t: (0, answer, ""), warn=said.append)
+    for _ in range(2):
+        states, part_of = cli.node_states(["gpu"])
+        assert states == {"n1": "idle", "n3": "drained"} and part_of == {"n1": "gpu", "n3": "gpu"}
+    assert len(said) == 1 and "n2" in said[0] and said[0].isprintable()
+
+
+def test_fleet_node_list_counts_what_it_skipped(monkeypatch):
+    from gpuhc.fleet import gather
+
+    monkeypatch.setattr(gather, "run_slurm", lambda argv, t: "n1|gpu\nodd line\n\nn2|gpu\n")
+    notes: list[str] = []
+    assert gather._partitions(5.0, notes) == {"n1": ("gpu",), "n2": ("gpu",)}
+    assert notes == ["1 sinfo line(s) of the node list did not read and were skipped"]
+
+
 @pytest.fixture(scope="module")
 def monkeypatch_module():
     mp = pytest.MonkeyPatch()

@@ -38,10 +38,15 @@ def _partitions(timeout_s: float, notes: list[str]) -> dict[str, tuple[str, ...]
         notes.append(f"node list unavailable ({e}): only nodes in the history are counted, so MTBF runs short")
         return {}
     parts: dict[str, tuple[str, ...]] = {}
-    for line in out.splitlines():
+    skipped = 0
+    for line in out.split("\n"):  # records end at \n alone (docs/slurm.md, "Reading Slurm's output")
         node, _, part = line.strip().partition("|")
         if node and part:
             parts[node] = tuple(dict.fromkeys((*parts.get(node, ()), part)))
+        elif line.strip():
+            skipped += 1
+    if skipped:
+        notes.append(f"{skipped} sinfo line(s) of the node list did not read and were skipped")
     return parts
 
 
