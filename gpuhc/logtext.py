@@ -9,6 +9,11 @@ line: a tab or an exotic space becomes a space, every other character that is no
 paragraph separators) is written as a visible escape (``\\x0a``, ``\\u202e``), so the log shows
 that something was there and nothing in it acts.
 
+JSON keeps the exact text instead, through JSON's own escaping: :func:`json_text` writes every
+character that is not printable as a ``\\uXXXX`` escape (json.dumps leaves C1 controls such as
+U+009B, a one-character CSI, and U+2028 raw when it keeps non-ASCII), so a JSON document on a
+terminal is as inert as a line, and a reader gets back every byte Slurm gave.
+
 The drain reason has stricter rules of its own on top (``gpuhc.slurm.reason.sanitize``: Slurm
 quotes and brackets), and kernel-log messages are already one line when parsed
 (``gpuhc.sources.kernel_log_parse.sanitize``); this is what every log line goes through last.
@@ -36,3 +41,22 @@ def _char(ch: str) -> str:
         return " "
     code = ord(ch)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def json_text(doc: object, **kw) -> str:
+    """``json.dumps(doc, ensure_ascii=False, **kw)`` with every character that is not printable
+    (bar the newlines of ``indent``) written as a JSON ``\\u`` escape: same data, inert text."""
+    import json
+
+    text = json.dumps(doc, ensure_ascii=False, **kw)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == "\n" else _json_char(ch) for ch in text)
+
+
+def _json_char(ch: str) -> str:
+    code = ord(ch)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # JSON spells a character past the BMP as a UTF-16 surrogate pair
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from gpuhc.slurm.sinfo import END
+
 # {name: (state as scontrol prints it, reason or None, reason time "YYYY-MM-DDTHH:MM:SS", partitions)}
 
 
@@ -37,5 +39,5 @@ def render(rows: dict[str, tuple[str, str | None, str, tuple[str, ...]]], argv: 
                 continue
             stamp = when if reason else "Unknown"
             user = "root" if reason else "Unknown"
-            out.append(f"{n}|{p}|{state.lower()}|{stamp}|{user}|{reason or 'none'}\n")
+            out.append(f"{n}|{p}|{state.lower()}|{stamp}|{user}|{reason or 'none'}{END}\n")
     return "".join(out)

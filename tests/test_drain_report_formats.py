@@ -1,5 +1,5 @@
 """`drain-report --from-file` on what admins really paste: sinfo's tables, mixes of commands with
-their prompts, and the sinfo/sacct output habits (-o, --parsable, -h). Samples: real captures
+their prompts, and the sinfo/sacct output habits (-o, --parsable, --noheader). Samples: real captures
 from this repo's Slurm 22.05 test cluster and public pastes, see fixtures/slurm/sinfo/README.md."""
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def test_format_fields_and_noheader():
     lines = r.stdout.splitlines()
     assert lines[0].split() == ["NODE", "OWNER", "REASON"]
     assert lines[1] == "gpu01  gpuhc  " + FULL["gpu01"]
-    r = run("--from-file", str(FIX / "2205_show_node_o.txt"), "-o", "node,owner", "-h", "--now", NOW)
+    r = run("--from-file", str(FIX / "2205_show_node_o.txt"), "-o", "node,owner", "--noheader", "--now", NOW)
     assert r.stdout.splitlines()[0].split() == ["gpu01", "gpuhc"]
 
 
@@ -159,22 +159,24 @@ def test_parsable_is_delimited_with_exact_reasons():
     lines = r.stdout.splitlines()
     assert lines[0] == "NODE|KIND|REASON"
     assert lines[2] == f"gpu02|drained|{FULL['gpu02']}"
-    r = run("--from-file", str(FIX / "2205_show_node_o.txt"), "--parsable", "--delimiter", ";", "-h", "--now", NOW)
+    r = run("--from-file", str(FIX / "2205_show_node_o.txt"), "--parsable", "--delimiter", ";", "--noheader", "--now", NOW)
     assert r.stdout.splitlines()[0].startswith("gpu01;drained;gpuhc;xid;")
 
 
 def test_noheader_plain_table_is_rows_only_and_csv_drops_its_header():
-    r = run("--from-file", str(FIX / "2205_show_node_o.txt"), "-h", "--now", NOW)
+    r = run("--from-file", str(FIX / "2205_show_node_o.txt"), "--noheader", "--now", NOW)
     assert all("gpuhc drain-report" not in line and not line.startswith("CAUSE") for line in r.stdout.splitlines())
     assert len(r.stdout.splitlines()) == 4  # xid, admin x2 (two reasons), nhc
-    r = run("--from-file", str(FIX / "2205_show_node_o.txt"), "--csv", "-h", "--now", NOW)
+    r = run("--from-file", str(FIX / "2205_show_node_o.txt"), "--csv", "--noheader", "--now", NOW)
     assert r.stdout.splitlines()[0].startswith("gpu01,drained,IDLE+DRAIN,DRAIN,xid,gpuhc,")
 
 
-def test_unknown_field_and_help_is_long_only():
+def test_unknown_field_and_h_is_help_as_in_every_gpuhc_command():
     r = run("--from-file", str(FIX / "2205_show_node_o.txt"), "-o", "node,colour")
     assert r.exit_code == 2 and "unknown field colour" in r.output
-    assert run("--help").exit_code == 0
+    for flag in ("-h", "--help"):  # issue 21: -h was sinfo's no-header, unlike every other gpuhc command
+        h = run(flag)
+        assert h.exit_code == 0 and "Usage:" in h.output and "--noheader" in h.output
 
 
 def test_unknown_partition_warns():
@@ -216,7 +218,7 @@ def test_every_output_says_when_a_reason_may_not_be_the_nodes_own():
     doc = json.loads(run("--from-file", path, "--json").stdout)
     (group,) = [g for g in doc["groups"] if g["cause"] == "shared reason"]
     assert group["owner"] == "unknown" and "may be only one node's" in group["rows"][0]["reason_doubt"]
-    lines = run("--from-file", path, "--parsable", "-h", "-o", "node,owner,doubt").stdout.splitlines()
+    lines = run("--from-file", path, "--parsable", "--noheader", "-o", "node,owner,doubt").stdout.splitlines()
     assert lines[0].startswith("n2|unknown|one reason for the 4 nodes")
 
 

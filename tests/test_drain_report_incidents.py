@@ -102,7 +102,7 @@ def test_csv_and_fields_name_the_incident(dump):
                                                   "--csv").stdout)))
     assert {r["node"]: r["incident"] for r in rows} == {
         "dev1": "s0", "dev2": "s0", "dev3": "", "dev4": "s0", "dev5": "", "dev7": ""}
-    out = invoke("--from-file", dump, "--topology", TREE, "-o", "node,incident", "--parsable", "-h").stdout
+    out = invoke("--from-file", dump, "--topology", TREE, "-o", "node,incident", "--parsable", "--noheader").stdout
     assert "dev4|s0\n" in out and "dev7|\n" in out
 
 

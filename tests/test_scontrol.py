@@ -6,6 +6,7 @@ import os
 import stat
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -154,16 +155,31 @@ def test_subprocess_runner_returns_code_and_streams(tmp_path):
     assert os.path.exists(exe)
 
 
+def test_slurm_answers_are_decoded_with_replacement(tmp_path):
+    # What real 22.05 printed for an admin's Latin-1 reason (tests/fixtures/slurm/odd_reasons):
+    # byte 0xfc, not UTF-8. Stdout, stderr and the stdin runner's answer read with U+FFFD, never
+    # a UnicodeDecodeError (issue 18: exit 3 and no drain).
+    from gpuhc.slurm.command import stdin_runner
+
+    exe = tmp_path / "latin1"
+    exe.write_bytes(b"#!/bin/sh\ncat >/dev/null\nprintf 'n3|gpu*|idle+drain|Pr\\374fung\\n'\n"
+                    b"printf 'f\\374r\\n' >&2\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    assert subprocess_runner([str(exe)], 5.0) == (0, "n3|gpu*|idle+drain|Pr\ufffdfung\n", "f\ufffdr\n")
+    assert stdin_runner([str(exe)], 5.0, "script \xfc")[1] == "n3|gpu*|idle+drain|Pr\ufffdfung\n"
+
+
 # ------------------------------------------------------------------ sinfo reads
 
-from gpuhc.slurm.sinfo import FIELDS, parse  # noqa: E402
+from gpuhc.slurm.nodes import NodeParseError  # noqa: E402
+from gpuhc.slurm.sinfo import END, FIELDS, parse  # noqa: E402
 
 # As Slurm 22.05's sinfo printed them for FIELDS (tests/test_slurm_sinfo.py reads the same
 # against a live slurmctld): the default partition starred, "none"/"Unknown" when unset, and a
-# grouped line whose node list is a hostlist.
-SINFO = ("n1|p1*|idle+drain|2026-11-26T06:14:10|root|gpuhc: xid | odd reason\n"
-         "n1|extra|idle+drain|2026-11-26T06:14:10|root|gpuhc: xid | odd reason\n"
-         "s[00001-00002,00004]|p1*|unknown|Unknown|Unknown|none\n")
+# grouped line whose node list is a hostlist; each record ends with END.
+SINFO = (f"n1|p1*|idle+drain|2026-11-26T06:14:10|root|gpuhc: xid | odd reason{END}\n"
+         f"n1|extra|idle+drain|2026-11-26T06:14:10|root|gpuhc: xid | odd reason{END}\n"
+         f"s[00001-00002,00004]|p1*|unknown|Unknown|Unknown|none{END}\n")
 
 
 def test_node_asks_sinfo_for_that_node_alone():
@@ -199,14 +215,81 @@ def test_odd_partition_names_are_refused(part):
     assert rec.seen == []
 
 
-@pytest.mark.parametrize("text", ["n1|p1|idle\n", "n[1-|p1|idle|Unknown|Unknown|none\n"])
-def test_unreadable_sinfo_is_a_slurm_error(text):
-    with pytest.raises(SlurmError, match="unreadable answer"):
-        Scontrol(run=Recorder([(0, text, "")])).scope(None)
+GOOD = f"ok1|p1|idle+drain|2026-11-26T06:14:10|root|gpuhc: xid 79{END}\n"
+
+
+@pytest.mark.parametrize("bad, says", [
+    (f"n1|p1|idle{END}\n", "3 fields"),
+    (f"n[1-|p1|idle|Unknown|Unknown|none{END}\n", "node list n[1-"),
+    (f"n1|p1\nX|idle|Unknown|Unknown|none{END}\n", "line break before the reason"),
+])
+def test_unreadable_sinfo_record_is_skipped_with_one_warning(bad, says):
+    said: list[str] = []
+    sc = Scontrol(run=Recorder([(0, bad + GOOD, ""), (0, GOOD + bad, "")]), warn=said.append)
+    for _ in range(2):  # wherever the bad record is, the good one reads; the warning is said once
+        assert [(n.name, n.reason) for n in sc.scope(None)] == [("ok1", "gpuhc: xid 79")]
+    assert len(said) == 1 and says in said[0] and "skipped unreadable sinfo record" in said[0]
+
+
+def test_sinfo_answer_cut_short_loses_only_its_last_record():
+    said: list[str] = []
+    nodes = parse(GOOD + "n2|p1|idle|Unknown|Unknown|no", said.append)
+    assert [n.name for n in nodes] == ["ok1"] and "no end of record" in said[0]
+    with pytest.raises(NodeParseError, match="sinfo record 'n2.*no end of record"):
+        parse(GOOD + "n2|p1|idle|Unknown|Unknown|no")  # without a warn: the strict reader
+
+
+def test_sinfo_reason_keeps_newlines_and_control_bytes():
+    # What 22.05, 24.11 and 26.05 print for such reasons (tests/fixtures/slurm/odd_reasons)
+    text = (f"n2|gpu*|idle+drain|2026-11-26T12:52:21|root|line one\nNodeName=fake State=IDLE second{END}\n"
+            f"n4|gpu*|idle+drain|2026-11-26T12:52:21|root|esc \x1b]0;t\x07 cr\rend{END}\n")
+    n2, n4 = parse(text)
+    assert n2.reason == "line one\nNodeName=fake State=IDLE second" and n4.reason == "esc \x1b]0;t\x07 cr\rend"
+    assert n2.drained and n4.drained and n2.reason_user == "root"
 
 
 def test_parse_keeps_flags_and_suffixes():
-    (n,) = parse("g1|gpu|mixed+drain+reboot_requested|2026-11-26T06:14:10|slurm|Reboot ASAP\n")
+    (n,) = parse(f"g1|gpu|mixed+drain+reboot_requested|2026-11-26T06:14:10|slurm|Reboot ASAP{END}\n")
     assert n.drained and "REBOOT_REQUESTED" in n.flags and n.state == "MIXED"
-    (d,) = parse("g2|gpu|down*|2026-11-26T06:14:10|slurm|Not responding\n")
+    (d,) = parse(f"g2|gpu|down*|2026-11-26T06:14:10|slurm|Not responding{END}\n")
     assert d.down and d.not_responding
+
+
+# ------------------------------------------------------------------ odd reasons, as real releases print them
+
+ODD = Path(__file__).parent / "fixtures" / "slurm" / "odd_reasons"
+ODD_REASONS = {
+    "n2": "line one\nNodeName=fake State=IDLE second line",
+    "n3": "Pr\ufffdfung f\ufffdr Admin",  # Latin-1 0xfc, decoded with replacement
+    "n4": "esc \x1b[31mred\x1b[0m osc \x1b]0;owned\x07 bel\x07 cr\rend",
+    "n5": "big " + "A" * 4096,
+}
+
+
+@pytest.mark.parametrize("release", sorted(p.name for p in ODD.glob("slurm-*")))
+def test_real_sinfo_answers_with_odd_reasons_read_whole(release):
+    from gpuhc.slurm.command import decode
+
+    said: list[str] = []
+    nodes = {n.name: n for n in parse(decode((ODD / release / "sinfo_fields.txt").read_bytes()), said.append)}
+    assert said == [] and sorted(nodes) == ["n1", "n2", "n3", "n4", "n5"]
+    assert {n: nodes[n].reason for n in ODD_REASONS} == ODD_REASONS
+    assert all(nodes[n].drained and nodes[n].reason_user == "root" for n in ODD_REASONS) and not nodes["n1"].drained
+
+
+@pytest.mark.parametrize("release", sorted(p.name for p in ODD.glob("slurm-*")))
+def test_real_scontrol_answers_with_odd_reasons_read_whole(release):
+    from gpuhc.slurm.command import decode
+    from gpuhc.slurm.dumps import parse_nodes
+
+    for name in ("scontrol_show_node_oneline.txt", "scontrol_show_node.txt", "scontrol_json.json"):
+        path = ODD / release / name
+        if not path.exists():  # 22.05 has no scontrol --json
+            continue
+        nodes = {n.name: n for n in parse_nodes(decode(path.read_bytes()))}
+        assert sorted(nodes) == ["n1", "n2", "n3", "n4", "n5"], name
+        got = {n: nodes[n].reason for n in ODD_REASONS}
+        # text joins a reason's lines with spaces (-o) or keeps the indented line (plain): the
+        # words are all there; the other reasons come through exactly
+        assert got["n2"].split() == ODD_REASONS["n2"].split(), name
+        assert {n: got[n] for n in ("n3", "n4", "n5")} == {n: ODD_REASONS[n] for n in ("n3", "n4", "n5")}, name

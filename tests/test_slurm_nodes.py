@@ -150,7 +150,6 @@ def test_parse_nodes_autodetects_text_and_oneline_equals_blocks():
     [
         ("", "not a Slurm node listing"),
         ("hello world\nthis is not slurm", "not a Slurm node listing"),
-        ("NodeName=n1 State=IDLE\nsomething unindented", "line 2"),
         ("NodeName= State=IDLE", "no NodeName"),
     ],
 )
@@ -161,9 +160,19 @@ def test_garbage_gives_a_clear_error(text, needle):
     assert isinstance(err.value, GpuhcError)
 
 
-def test_oneline_rejects_non_record_line():
-    with pytest.raises(NodeParseError, match="line 2: expected a line starting with NodeName="):
-        parse_show_node_oneline("NodeName=a State=IDLE\nState=IDLE NodeName=b\n")
+def test_oneline_rejects_text_before_the_first_record():
+    with pytest.raises(NodeParseError, match="line 1: expected a line starting with NodeName="):
+        parse_show_node_oneline("State=IDLE NodeName=b\nNodeName=a State=IDLE\n")
+
+
+def test_oneline_line_that_starts_no_record_continues_the_one_before():
+    # A reason's line break printed raw (and a \r, which str.splitlines would split at): the
+    # text belongs to the record before, and the next record still reads.
+    text = ("NodeName=a State=IDLE+DRAIN Reason=x\ny\rz [root@2024-01-01T00:00:00]\n"
+            "State=IDLE NodeName=evil\nNodeName=b State=IDLE\n")
+    a, b = parse_show_node_oneline(text)
+    assert (a.name, a.reason, a.reason_user, a.drained) == ("a", "x y\rz State=IDLE NodeName=evil", "root", True)
+    assert (b.name, b.state) == ("b", "IDLE")
 
 
 # Reason text as an admin might type it: any printable characters, `=`, brackets, `@`, even

@@ -20,7 +20,7 @@ import click
 
 from gpuhc.cli.params import Seconds
 from gpuhc.errors import GpuhcError, SlurmError
-from gpuhc.logtext import escape
+from gpuhc.logtext import escape, json_text
 from gpuhc.slurm.dumps import parse_nodes
 from gpuhc.slurm.nodes import Node, NodeParseError
 from gpuhc.slurm.report import (
@@ -60,7 +60,7 @@ def _parse_now(text: str | None) -> float:
     return time.time() if value is None else value
 
 
-@click.command("drain-report", context_settings={"help_option_names": ["--help"]})
+@click.command("drain-report", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--from-file", "from_file", metavar="FILE",
               help="Read a saved dump instead of asking Slurm ('-' = stdin): `scontrol show node [-o]`, "
                    "sinfo/scontrol --json, slurmrestd JSON, or sinfo tables (default, -N -l, -R, -O with a "
@@ -77,7 +77,7 @@ def _parse_now(text: str | None) -> float:
               help=f"One line per node with these fields, comma-separated: {', '.join(FIELDS)}.")
 @click.option("--parsable", is_flag=True, help="One line per node, fields separated by --delimiter (like sacct -P).")
 @click.option("--delimiter", default="|", show_default=True, help="Field separator for --parsable.")
-@click.option("-h", "--noheader", is_flag=True, help="No header lines (like sinfo -h).")
+@click.option("--noheader", is_flag=True, help="No header lines (sinfo's --noheader; -h is help, as in every gpuhc command).")
 @click.option("--all-rows", is_flag=True, help=f"Terminal table: show every row, not {TABLE_ROWS_PER_CAUSE} per cause.")
 @click.option("--now", help="Compute ages as if it were this time (epoch seconds or ISO 8601).")
 @click.option("--timeout", "timeout_s", type=Seconds(1.0, 600.0), default=20.0, show_default=True,
@@ -134,7 +134,7 @@ def drain_report(from_file, partitions, states, owners, older_than, newer_than, 
 
         config = load_config(config_path)
         sc = Scontrol(binary=config.section("slurm").get("scontrol", "scontrol"), timeout_s=timeout_s)
-        nodes, source = read_live(timeout_s, sc)
+        nodes, source = read_live(timeout_s, sc, warnings)
     report = build_report(nodes, when, filters)
     if config is not None:
         leaf_of = read_topology(topology_file or config.section("fleet")["switch"]["topology_file"], sc, warnings)
@@ -147,11 +147,11 @@ def drain_report(from_file, partitions, states, owners, older_than, newer_than, 
             report = with_incidents(report, found)
     warnings += unknown_partitions(nodes, filters.partitions)
     for line in warnings:
-        click.echo(f"gpuhc drain-report: warning: {line}", err=True)
+        click.echo(f"gpuhc drain-report: warning: {escape(line)}", err=True)
     out = sys.stdout  # (click.get_text_stream is deprecated from Click 8.5 on)
     if json_mode:
         doc = {"source": source, "formats": formats, "warnings": warnings, **report.to_dict()}
-        out.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+        out.write(json_text(doc, indent=2) + "\n")  # exact text, every control character a JSON escape
     elif csv_mode:
         out.write(render_csv(report, header=not noheader))
     elif chosen is not None:
@@ -237,7 +237,7 @@ def unknown_partitions(nodes: list[Node], wanted: frozenset[str]) -> list[str]:
     return [f"no node is in partition {', '.join(missing)} (partitions here: {', '.join(sorted(known)) or 'none'})"]
 
 
-def read_live(timeout_s: float, scontrol=None) -> tuple[list[Node], str]:
+def read_live(timeout_s: float, scontrol=None, warnings: list[str] | None = None) -> tuple[list[Node], str]:
     """Ask Slurm for every node: the one-line text first, JSON only when that is unreadable.
 
     Why text and not JSON: every Slurm release prints it (22.05 has no ``scontrol --json``),
@@ -245,14 +245,15 @@ def read_live(timeout_s: float, scontrol=None) -> tuple[list[Node], str]:
     and parses about three times faster than the JSON, which spells out every field of every
     node. JSON stays the fallback for an answer the text parser cannot read (a future layout).
     A failing or silent scontrol is not retried in the other format: slurmctld said no, or is
-    not answering, and asking again would only double the admin's wait.
+    not answering, and asking again would only double the admin's wait. A node record that does
+    not read is left out and said in ``warnings``: the report still lists every other node.
     """
     from gpuhc.slurm.scontrol import Scontrol
 
     sc = scontrol or Scontrol(timeout_s=timeout_s)
     out = sc.show_all_raw("oneliner")
     try:
-        return parse_nodes(out), "scontrol --oneliner show node"
+        return parse_nodes(out, None if warnings is None else warnings.append), "scontrol --oneliner show node"
     except NodeParseError as e:
         text_error = str(e)
     try:
@@ -278,11 +279,12 @@ def _when(ts: float | None) -> str:
 
 
 def _rows(report: DrainReport):
-    """(cause, owner, count, kind, nodes, since, age, users, reason, first-row-of-group, group)."""
+    """(cause, owner, count, kind, nodes, since, age, users, reason, first-row-of-group, group),
+    every cell one printable line (node names and users are Slurm's text too)."""
     for g in report.groups:
         for i, r in enumerate(g.rows):
-            yield (g.cause, r.owner, str(r.count), r.kind, r.hostlist, _when(r.since), humanize_age(r.age_s),
-                   ",".join(r.users) or "-", reason_cell(r)), i, g
+            yield tuple(map(escape, (g.cause, r.owner, str(r.count), r.kind, r.hostlist, _when(r.since),
+                                     humanize_age(r.age_s), ",".join(r.users) or "-", reason_cell(r)))), i, g
 
 
 def reason_cell(row) -> str:
@@ -315,7 +317,7 @@ def render_plain(report: DrainReport, source: str, header: bool = True) -> str:
     fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
     if not header:
         return "".join(fmt.format(*r).rstrip() + "\n" for r in rows)
-    lines = [f"gpuhc drain-report: {headline(report)}", f"source: {source}; at {_when(report.now)}", ""]
+    lines = [f"gpuhc drain-report: {headline(report)}", f"source: {escape(source)}; at {_when(report.now)}", ""]
     if report.incidents:
         lines.extend(escape(i.summary) for i in report.incidents)
         lines.append("")
@@ -323,13 +325,14 @@ def render_plain(report: DrainReport, source: str, header: bool = True) -> str:
         lines.append(fmt.format(*COLUMNS).rstrip())
         lines.extend(fmt.format(*r).rstrip() for r in rows)
         lines.append("")
-        lines.append("by cause: " + ", ".join([f"switch {i.switch} {len(i.nodes)}" for i in report.incidents]
-                                              + [f"{g.cause} {g.count}" for g in report.groups]))
+        lines.append(escape("by cause: " + ", ".join([f"switch {i.switch} {len(i.nodes)}" for i in report.incidents]
+                                                     + [f"{g.cause} {g.count}" for g in report.groups])))
     if report.partitions:
-        pw = max(len("PARTITION"), *(len(p) for p in report.partitions))
+        parts = {escape(p): v for p, v in report.partitions.items()}
+        pw = max(len("PARTITION"), *(len(p) for p in parts))
         lines.append("")
         lines.append(f"{'PARTITION':<{pw}}  UNAVAILABLE  TOTAL")
-        for p, (u, t) in report.partitions.items():
+        for p, (u, t) in parts.items():
             lines.append(f"{p:<{pw}}  {u:<11}  {t}")
     return "\n".join(lines) + "\n"
 
@@ -352,7 +355,7 @@ def render_rich(report: DrainReport, source: str, all_rows: bool, stream: IO[str
     from rich.table import Table
 
     console = Console(file=stream, width=width)
-    table = Table(title=f"gpuhc drain-report: {headline(report)}", caption=f"source: {source}; at {_when(report.now)}",
+    table = Table(title=f"gpuhc drain-report: {headline(report)}", caption=_escape(f"source: {source}; at {_when(report.now)}"),
                   box=box.SIMPLE_HEAD, pad_edge=False, header_style="bold")
     table.add_column("CAUSE", overflow="fold", max_width=20)
     table.add_column("N", no_wrap=True, justify="right")
@@ -390,12 +393,13 @@ def render_rich(report: DrainReport, source: str, all_rows: bool, stream: IO[str
         pt.add_column("UNAVAILABLE", justify="right")
         pt.add_column("TOTAL", justify="right")
         for p, (u, t) in report.partitions.items():
-            pt.add_row(p, str(u), str(t))
+            pt.add_row(_escape(p), str(u), str(t))
         console.print(pt)
 
 
 def _escape(text: str) -> str:
-    """Reasons are free text: a ``[root]`` in one must not be read as rich markup."""
-    from rich.markup import escape
+    """A cell of the terminal table: one printable line (:func:`gpuhc.logtext.escape`), and a
+    ``[root]`` in a reason or a node name is text, not rich markup."""
+    from rich.markup import escape as markup
 
-    return escape(text)
+    return markup(escape(text))

@@ -16,7 +16,7 @@ def run_slurm(argv: list[str], timeout_s: float) -> str:
     """Run a Slurm reader; any failure is a SlurmError naming the command."""
     import subprocess
 
-    from gpuhc.slurm.scontrol import subprocess_runner
+    from gpuhc.slurm.command import subprocess_runner
 
     what = " ".join(argv[:3])
     try:
@@ -38,10 +38,15 @@ def _partitions(timeout_s: float, notes: list[str]) -> dict[str, tuple[str, ...]
         notes.append(f"node list unavailable ({e}): only nodes in the history are counted, so MTBF runs short")
         return {}
     parts: dict[str, tuple[str, ...]] = {}
-    for line in out.splitlines():
+    skipped = 0
+    for line in out.split("\n"):  # records end at \n alone (docs/slurm.md, "Reading Slurm's output")
         node, _, part = line.strip().partition("|")
         if node and part:
             parts[node] = tuple(dict.fromkeys((*parts.get(node, ()), part)))
+        elif line.strip():
+            skipped += 1
+    if skipped:
+        notes.append(f"{skipped} sinfo line(s) of the node list did not read and were skipped")
     return parts
 
 

@@ -9,7 +9,6 @@ import time
 from typing import IO
 
 
-
 def _console(stream: IO[str] | None):
     """A terminal gets its own width; a pipe or a cron mail gets 120 columns rather than rich's
     80, so that the tables keep one row per line."""
@@ -41,9 +40,13 @@ def _h(hours: float | None) -> str:
 
 
 def _esc(text: str) -> str:
-    from rich.markup import escape
+    """Node names, partitions, causes and evidence come from Slurm and event logs others can
+    write: one printable line each (gpuhc.logtext), and brackets are text, not rich markup."""
+    from rich.markup import escape as markup
 
-    return escape(str(text))
+    from gpuhc.logtext import escape
+
+    return markup(escape(text))
 
 
 def _day(t: float) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from gpuhc.errors import SlurmError, SlurmUnreachable
+from gpuhc.logtext import escape
 
 # (argv, timeout_s) -> (returncode, stdout, stderr); raises subprocess.TimeoutExpired / OSError
 Runner = Callable[[list[str], float], tuple[int, str, str]]
@@ -30,15 +31,30 @@ StdinRunner = Callable[[list[str], float, str], tuple[int, str, str]]
 MARGIN_S = 0.5
 
 
+# Slurm prints reasons, comments and job names byte for byte as someone typed them: an admin's
+# Latin-1 "\xfc" is not UTF-8, and a strict decode would turn one odd reason anywhere in the
+# partition into a crash of every health check there (docs/security.md, "Slurm output"). So
+# every answer is decoded as UTF-8 whatever the locale, a bad byte becoming U+FFFD.
+ENCODING = "utf-8"
+ERRORS = "replace"
+
+
+def decode(data: bytes | str | None) -> str:
+    """Bytes a Slurm command printed, as text: never a UnicodeDecodeError."""
+    if data is None:
+        return ""
+    return data if isinstance(data, str) else data.decode(ENCODING, ERRORS)
+
+
 def subprocess_runner(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
-                       check=False)
-    return p.returncode, p.stdout, p.stderr
+    p = subprocess.run(argv, capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL, check=False)
+    return p.returncode, decode(p.stdout), decode(p.stderr)
 
 
 def stdin_runner(argv: list[str], timeout_s: float, stdin: str) -> tuple[int, str, str]:
-    p = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout_s, check=False)
-    return p.returncode, p.stdout, p.stderr
+    p = subprocess.run(argv, input=stdin.encode(ENCODING, ERRORS), capture_output=True,
+                       timeout=timeout_s, check=False)
+    return p.returncode, decode(p.stdout), decode(p.stderr)
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -59,6 +75,23 @@ class SlurmCommand:
     run: Runner = subprocess_runner
     run_stdin: StdinRunner = stdin_runner
     calls: list[list[str]] = field(default_factory=list)  # every argv sent, for logs and tests
+    # Where a reader says what it skipped (an unreadable node record): the flow's log when it
+    # passes one, else stderr. Every line is escaped: it quotes what Slurm printed.
+    warn: Callable[[str], None] | None = None
+    warned: list[str] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        """Say ``text`` once per command object (a record skipped by two reads is one line)."""
+        line = escape(text)
+        if line in self.warned:
+            return
+        self.warned.append(line)
+        if self.warn is not None:
+            self.warn(line)
+        else:
+            import sys
+
+            print(f"gpuhc: warning: {line}", file=sys.stderr, flush=True)
 
     def remaining(self) -> float:
         if self.deadline is None:

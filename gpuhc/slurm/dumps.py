@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 from gpuhc.slurm.nodes import MAX_NODES, UNAVAILABLE, Node, NodeParseError, node_fields, node_from_record, parse_show_node, \
     parse_state
@@ -39,9 +40,10 @@ class Dump:
     warnings: list[str] = field(default_factory=list)  # each block skipped, and other caveats
 
 
-def parse_nodes(text: str | bytes) -> list[Node]:
+def parse_nodes(text: str | bytes, warn: Callable[[str], None] | None = None) -> list[Node]:
     """One whole document in one format (``-o`` lines, multi-line blocks, or any JSON); a
-    :class:`NodeParseError` says where it broke."""
+    :class:`NodeParseError` says where it broke. With ``warn``, a ``NodeName=`` record that does
+    not read is skipped and said there instead (the other nodes still count)."""
     if isinstance(text, bytes):
         if _JSON_START.match(text[:4096].decode("utf-8", "replace")):
             from gpuhc.slurm.nodes_json import parse_nodes_json
@@ -56,7 +58,7 @@ def parse_nodes(text: str | bytes) -> list[Node]:
         snippet = text.strip().splitlines()[0][:60] if text.strip() else ""
         raise NodeParseError("not a Slurm node listing: expected `scontrol show node [-o]` text (NodeName=...) or "
                              f"JSON from sinfo/scontrol --json or slurmrestd; starts with {snippet!r}")
-    return parse_show_node(text)
+    return parse_show_node(text, warn)
 
 
 def read_dump(data: str | bytes) -> Dump:
@@ -81,8 +83,13 @@ def read_dump(data: str | bytes) -> Dump:
 class _Reader:
     def __init__(self, text: str):
         self.text = text
-        ended = text.splitlines(keepends=True)  # \r\n from a Windows paste too
-        self.lines = [line.rstrip("\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029") for line in ended]
+        # Lines end at \n alone (and a \r\n of a Windows paste): a reason may hold a \r, a form
+        # feed or U+2028, which str.splitlines would take for line ends (docs/slurm.md).
+        ended = [line + "\n" for line in text.split("\n")]
+        ended[-1] = ended[-1][:-1]
+        if not ended[-1]:
+            ended.pop()
+        self.lines = [line.rstrip("\n").removesuffix("\r") for line in ended]
         self.offsets = [0]  # where each line starts in the text
         for line in ended:
             self.offsets.append(self.offsets[-1] + len(line))
@@ -134,11 +141,13 @@ class _Reader:
     def _scontrol(self, i: int) -> int:
         """A ``NodeName=`` record: one line (``-o``) or a block with indented continuations."""
         start = i
+        indent = len(self.lines[i]) - len(self.lines[i].lstrip())
         parts = [self.lines[i].strip()]
         i += 1
-        # Continuations are indented; 24.11 prints an indented blank line inside the record
-        # (before Reason=), so only an unindented line ends it.
-        while i < len(self.lines) and self.lines[i][:1].isspace() and not self.lines[i].strip().startswith("NodeName="):
+        # Continuations are indented more than the record's first line (a reason's later lines
+        # too, even one saying `NodeName=`); 24.11 prints an indented blank line inside the
+        # record (before Reason=), which continues it too.
+        while i < len(self.lines) and len(self.lines[i]) - len(self.lines[i].lstrip()) > indent:
             if self.lines[i].strip():
                 parts.append(self.lines[i].strip())
             i += 1

@@ -21,8 +21,10 @@ import functools
 import re
 import time
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 from gpuhc.errors import GpuhcError
+from gpuhc.logtext import escape
 
 
 class NodeParseError(GpuhcError):
@@ -282,12 +284,11 @@ def node_fields(text: str) -> dict[str, str]:
         stamp = None
         for stamp in _REASON_STAMP.finditer(tail):
             pass
-        if stamp is not None:
-            end = stamp.end()
-        else:
-            m = _TRAILING_AT.search(tail)
-            if m:
-                end = m.start()
+        # A reason's later lines follow its stamp (scontrol -o joins them with spaces): the
+        # reason runs on to the first key Slurm prints after it, as in parse_record.
+        m = _TRAILING_AT.search(tail, stamp.end() if stamp is not None else 0)
+        if m:
+            end = m.start()
         fields["Reason"] = tail[:end].strip()
     return fields
 
@@ -310,46 +311,68 @@ def _partitions(text: str) -> tuple[str, ...]:
     return tuple(p for p in text.strip().split(",") if p and p != "(null)")
 
 
-def parse_show_node_oneline(text: str) -> list[Node]:
-    """``scontrol show node -o`` output: one line per node."""
-    nodes: list[Node] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"scontrol show node -o, line {lineno}: "
-        if not line.lstrip().startswith("NodeName="):
-            raise NodeParseError(f"{where}expected a line starting with NodeName=, got {line.strip()[:60]!r}")
-        nodes.append(node_from_record(node_fields(line), where))
+def lines_of(text: str) -> list[str]:
+    """Slurm's lines: split at ``\\n`` alone. A reason may hold a ``\\r``, a form feed or a
+    U+2028 that ``str.splitlines`` would also split at (docs/slurm.md, "Reading Slurm's
+    output"); a ``\\r\\n`` of a Windows paste still ends a line."""
+    out = text.split("\n")
+    return [line[:-1] if line.endswith("\r") else line for line in out]
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _records(text: str) -> Iterator[tuple[int, list[str]]]:
+    """(first line number, its lines) per record. A record starts at a line beginning with
+    ``NodeName=`` no more indented than the first record's; every other line continues it:
+    Slurm prints a reason's later lines indented under it (``-o`` on the same line), and a
+    reason's ``NodeName=fake`` line or a stray line of free text must neither start a record
+    nor end the listing (docs/slurm.md, "Reading Slurm's output")."""
+    start, lines, base = 0, [], -1
+    for lineno, line in enumerate(lines_of(text), 1):
+        stripped = line.strip()
+        if stripped.startswith("NodeName=") and (base < 0 or _indent(line) <= base):
+            if lines:
+                yield start, lines
+            start, lines, base = lineno, [stripped], _indent(line) if base < 0 else base
+        elif lines and stripped:
+            lines.append(stripped)
+    if lines:
+        yield start, lines
+
+
+def _read(text: str, what: str, oneline: bool, warn: Callable[[str], None] | None) -> list[Node]:
+    nodes = []
+    for lineno, lines in _records(text):
+        where = f"{what}, {'line' if oneline else 'record at line'} {lineno}: "
+        try:
+            nodes.append(node_from_record(node_fields(" ".join(lines)), where))
+        except NodeParseError as e:
+            if warn is None:
+                raise
+            warn(f"skipped unreadable node record: {e}")
     return nodes
 
 
-def parse_show_node(text: str) -> list[Node]:
+def parse_show_node_oneline(text: str, warn: Callable[[str], None] | None = None) -> list[Node]:
+    """``scontrol show node -o`` output: one line per node. Text before the first record is an
+    error (this is no node listing); a record that does not read is skipped through ``warn``
+    (naming it), or raised without one."""
+    first = next((line.strip() for line in lines_of(text) if line.strip()), None)
+    if first is not None and not first.startswith("NodeName="):
+        raise NodeParseError(f"scontrol show node -o, line 1: expected a line starting with NodeName=, "
+                             f"got {escape(first, 60)!r}")
+    return _read(text, "scontrol show node -o", True, warn)
+
+
+def parse_show_node(text: str, warn: Callable[[str], None] | None = None) -> list[Node]:
     """``scontrol show node`` output, one- or multi-line records, as pasted into a ticket.
 
-    A record starts at a line beginning with ``NodeName=``; indented lines continue it (that is
-    also how a multi-line reason is printed). Lines before the first record (a shell prompt, the
-    command itself) are ignored; an unindented line that is not a record is an error.
+    A record starts at a line beginning with ``NodeName=``; the lines after it continue it
+    (indented ones are how a multi-line reason is printed). Lines before the first record (a
+    shell prompt, the command itself) are ignored.
     """
-    records: list[tuple[int, list[str]]] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if stripped.startswith("NodeName="):
-            records.append((lineno, [stripped]))
-        elif not stripped:
-            continue
-        elif not records:
-            continue  # preamble before the first record
-        elif line[:1].isspace():
-            records[-1][1].append(stripped)
-        else:
-            raise NodeParseError(
-                f"scontrol show node text, line {lineno}: expected NodeName= or an indented "
-                f"continuation line, got {stripped[:60]!r}"
-            )
-    if not records:
+    if not any(line.strip().startswith("NodeName=") for line in lines_of(text)):
         raise NodeParseError("scontrol show node text: no line starts with NodeName=")
-    nodes = []
-    for lineno, lines in records:
-        where = f"scontrol show node text, record at line {lineno}: "
-        nodes.append(node_from_record(node_fields(" ".join(lines)), where))
-    return nodes
+    return _read(text, "scontrol show node text", False, warn)

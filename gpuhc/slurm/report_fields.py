@@ -2,8 +2,10 @@
 
 The habits of sinfo and sacct: ``-o node,reason,age`` picks the fields, ``--parsable`` joins
 them with a delimiter (``|`` by default, no trailing one, no padding) for awk and scripts,
-``-h/--noheader`` drops the header line. Values are the exact text Slurm gave (a reason is not
-shortened or escaped), so a reason holding the delimiter is printed as it is, as sacct does.
+``--noheader`` drops the header line. Values are the text Slurm gave, not shortened, made one
+printable line by the one escaper (:func:`gpuhc.logtext.escape`: a newline, ESC or BEL in a
+reason or a node name shows as ``\\x0a``, never acts), so one node is one line in every form; a
+reason holding the delimiter is printed as it is, as sacct does. ``--json`` keeps the exact text.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Callable
 
+from gpuhc.logtext import escape
 from gpuhc.slurm.report import DrainReport, Entry, ReportError, humanize_age, step_of
 
 
@@ -56,7 +59,8 @@ def parse_fields(text: str | None) -> tuple[str, ...]:
 
 
 def field_value(entry: Entry, name: str) -> str:
-    return FIELDS[name](entry)
+    """The field as a person or a line-based script reads it: one printable line."""
+    return escape(FIELDS[name](entry))
 
 
 def render_fields(report: DrainReport, fields: tuple[str, ...], delimiter: str | None, header: bool = True) -> str:

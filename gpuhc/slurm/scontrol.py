@@ -60,12 +60,11 @@ class Scontrol(SlurmCommand):
             raise SlurmError(f"sinfo does not list node {name}: put it in a (hidden) partition")
         return found
 
-    @staticmethod
-    def _parse_sinfo(out: str, argv: list[str]) -> list[Node]:
+    def _parse_sinfo(self, out: str, argv: list[str]) -> list[Node]:
         from gpuhc.slurm import sinfo
 
         try:
-            return sinfo.parse(out)
+            return sinfo.parse(out, self.note)  # an unreadable record is skipped, said once
         except NodeParseError as e:
             raise SlurmError(f"{' '.join(argv[:6])}: unreadable answer: {e}") from None
 

@@ -59,9 +59,11 @@ class SlurmCli(SlurmCommand):
             argv += ["-p", ",".join(partitions)]
         states: dict[str, str] = {}
         part_of: dict[str, str] = {}
-        for line in self._call(argv).splitlines():
+        for line in self._call(argv).split("\n"):  # records end at \n alone (docs/slurm.md)
             fields = line.strip().split("|")
-            if len(fields) != 3:
+            if len(fields) != 3 or not fields[0]:
+                if line.strip():  # said once, naming it; the other nodes are still read
+                    self.note(f"skipped unreadable sinfo line {line.strip()[:60]!r}: expected node|state|partition")
                 continue
             name, state, part = fields
             part_of.setdefault(name, part.rstrip("*"))
