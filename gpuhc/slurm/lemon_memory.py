@@ -1,0 +1,125 @@
+"""Lemon memory's store: the node's fault history, kept in its state and rebuilt from the event log.
+
+The history must outlive what a resume, a reboot or a lost state directory wipes (issue 20), so
+every drain gpuhc decides is written twice: into the node's state (``lemons.faults``, read at
+the next drain; a few hundred bytes) and, through the run's event-log line (``slurm.fault``),
+into the event log. A state without the ``lemons`` key (new, lost, or moved aside as corrupt)
+gets its history back from the event log at the next drain; ``slurm.lemon.event_logs`` names
+other logs too (a shared glob of every node's shipped log), so a GPU moved from another node
+brings its record. Only drains read any of this, never a healthy run: the hot path pays nothing.
+The rule itself is pure (:mod:`gpuhc.slurm.lemons`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any, Callable, Iterable
+
+from gpuhc.slurm.lemons import Fault, LemonSettings, Standing, fault_of, judge, lemon_reason
+from gpuhc.slurm.policy import Act, Decision
+
+STATE_KEY = "lemons"
+MAX_FAULTS = 512  # kept in the state, newest; far more than any K
+
+
+def read_faults(paths: Iterable[str], since: float, problems: list[str]) -> list[Fault]:
+    """The faults recorded in event logs since ``since``: verified drains only (a withheld or
+    observed drain is no fault). Lines without a fault record are skipped by a byte test."""
+    from gpuhc.export.eventlog import event_lines, expand_paths
+    from gpuhc.untrusted import UntrustedInputError
+
+    out = []
+    for path in expand_paths(paths):
+        try:
+            for line in event_lines(path):
+                if b'"fault":{' not in line:
+                    continue
+                try:
+                    sl = json.loads(line)["slurm"]
+                except (ValueError, KeyError, TypeError):
+                    problems.append(f"{path}: a line that is not a gpuhc event was skipped")
+                    continue
+                fault = Fault.from_dict(sl.get("fault")) if isinstance(sl, dict) and sl.get("acted") else None
+                if fault is not None and fault.time >= since:
+                    out.append(fault)
+        except (UntrustedInputError, OSError) as e:
+            problems.append(str(e))
+    return out
+
+
+def merge(*groups: Iterable[Fault]) -> list[Fault]:
+    """One record per (node, time): the state and the event log hold the same drains."""
+    seen: dict[tuple[str, float], Fault] = {}
+    for f in (f for g in groups for f in g):
+        seen.setdefault((f.node, round(f.time, 3)), f)
+    return sorted(seen.values(), key=lambda f: f.time)
+
+
+def stored(doc: dict[str, Any]) -> list[Fault] | None:
+    """The history in a state document; None when the document has none (rebuild it)."""
+    rec = doc.get(STATE_KEY)
+    if not isinstance(rec, dict) or not isinstance(rec.get("faults"), list):
+        return None
+    return [f for f in map(Fault.from_dict, rec["faults"][-MAX_FAULTS:]) if f is not None]
+
+
+class LemonCheck:
+    """A failing run's lemon question: would this drain make the node (or a GPU) a lemon?"""
+
+    def __init__(self, fault: Fault, history: list[Fault], settings: LemonSettings, state_dir: str,
+                 log: Callable[..., None]):
+        self.fault, self.history, self.settings, self.state_dir, self.log = fault, history, settings, state_dir, log
+        self.standing: Standing | None = judge(fault, history, settings)
+
+    @classmethod
+    def for_flow(cls, flow, report, reason: str, now: float) -> LemonCheck | None:
+        """None when the rule is off. Reads the state, and the event logs when the state has no
+        history or ``slurm.lemon.event_logs`` names shared ones; an unreadable source is logged
+        and the rule decides on what was read (never a reason to fail the run)."""
+        settings = LemonSettings.from_section(flow.slurm["lemon"])
+        if not settings.enabled:
+            return None
+        from gpuhc.state import StateStore
+
+        problems: list[str] = []
+        try:
+            history = stored(StateStore(flow.opts.state_dir).read())
+        except Exception as e:  # a damaged state: the event log still has the history
+            problems.append(f"state: {e}")
+            history = None
+        shared = list(flow.slurm["lemon"]["event_logs"])
+        own = flow.opts.config.section("output").get("event_log")
+        paths = shared + ([own] if history is None and own else [])
+        if paths:
+            found = read_faults(paths, now - settings.window_s, problems)
+            if history is None:
+                flow.log(f"lemon memory: no history in the state: rebuilt {len(found)} drains from the event log")
+            history = merge(history or [], found)
+        for p in problems:
+            flow.log(f"lemon memory: {p}", loud=True)
+        return cls(fault_of(report.results, report.snapshot, flow.node, reason, now), history or [], settings,
+                   flow.opts.state_dir, flow.log)
+
+    def apply(self, decision: Decision) -> Decision:
+        """A drain of a lemon becomes its retirement, with the lemon reason."""
+        st = self.standing
+        if decision.act is not Act.DRAIN or st is None:
+            return decision
+        why = f"{decision.why}; lemon: {st.kind} {st.key} drained {len(st.faults)} times in {self.settings.window_text}"
+        return replace(decision, why=why, reason=lemon_reason(st, self.settings, decision.reason))
+
+    def remember(self, decision: Decision, extra: dict[str, Any]) -> None:
+        """After a verified drain: the fault goes into the state and (``extra``) the event log."""
+        if decision.act is not Act.DRAIN:
+            return
+        extra["fault"] = self.fault.to_dict()
+        from gpuhc.state import StateStore
+
+        keep = [f for f in merge(self.history, [self.fault])  # this node's own, inside the window
+                if f.node == self.fault.node and f.time > self.fault.time - self.settings.window_s]
+        try:
+            with StateStore(self.state_dir).transaction() as doc:
+                doc[STATE_KEY] = {"faults": [f.to_dict() for f in keep[-MAX_FAULTS:]]}
+        except Exception as e:  # the event log still carries the fault
+            self.log(f"lemon memory not saved ({e})", loud=True)
