@@ -68,7 +68,9 @@ def test_admin_resume_with_a_job_waiting_sticks_and_the_release_retest_recipe_wo
         env = {"GPUHC_CONFIG": str(c.gpuhc_yaml), "GPUHC_STATE_DIR": str(c.state_root / "n1"),
                "PYTHONPATH": str(REPO)}
         out = wd / "retest.out"
-        cmd = " ".join(gpuhc_argv("quarantine", "release", "--retest", "n1"))
+        # In a release's chroot the job reaches the host's gpuhc the way the prolog does (bin/gpuhc-host).
+        gpuhc_cmd = [str(wd / "bin" / "gpuhc-host")] if c.runtime is not None else gpuhc_argv()
+        cmd = " ".join([*gpuhc_cmd, "quarantine", "release", "--retest", "n1"])
         retest = int(c.run(["sbatch", "--parsable", "--reservation=retest_n1", "--nodelist=n1", "--exclusive",
                             "--time=20", "-o", str(out), "--wrap", cmd], env=env).stdout.strip())
         assert c.wait_for_job(retest, 180) == "COMPLETED", out.read_text() if out.exists() else ""

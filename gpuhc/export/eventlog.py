@@ -117,3 +117,26 @@ def event_lines(path: str) -> Iterator[bytes]:
                     pass  # skip the rest of an oversized line
                 continue
             yield line
+
+
+def read_events(paths: Iterable[str], marker: bytes, problems: list[str]) -> Iterator[dict[str, Any]]:
+    """The decoded events of these logs (paths or globs) whose line holds ``marker``: a byte
+    test first, since most lines of a fleet's logs are healthy runs nobody needs decoded. A
+    refused file or a line that is not an event is said in ``problems`` and skipped."""
+    from gpuhc.untrusted import UntrustedInputError
+
+    for path in expand_paths(paths):
+        try:
+            for line in event_lines(path):
+                if marker not in line:
+                    continue
+                try:
+                    doc = json.loads(line)
+                except ValueError:
+                    doc = None
+                if isinstance(doc, dict) and isinstance(doc.get("slurm"), dict):
+                    yield doc
+                else:
+                    problems.append(f"{path}: a line that is not a gpuhc event was skipped")
+        except (UntrustedInputError, OSError) as e:
+            problems.append(str(e))

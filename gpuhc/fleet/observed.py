@@ -9,12 +9,10 @@ reason it would have written, so thresholds can be tuned before going live (docs
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Iterable
 
-from gpuhc.export.eventlog import event_lines, expand_paths
-from gpuhc.untrusted import UntrustedInputError
+from gpuhc.export.eventlog import read_events
 
 
 @dataclass(frozen=True)
@@ -37,29 +35,23 @@ def read_observed(paths: Iterable[str], since: float, problems: list[str]) -> li
     from gpuhc.slurm.actuator import would_do
 
     seen: dict[tuple[str, str], dict] = {}
-    for path in expand_paths(paths):
+    for doc in read_events(paths, b'"observed":"', problems):
+        sl = doc["slurm"]
         try:
-            for line in event_lines(path):
-                if b'"observed":"' not in line:
-                    continue
-                try:
-                    doc = json.loads(line)
-                    sl, t, node = doc["slurm"], float(doc["started"]), str(doc["node"])
-                    act, reason, stage = str(sl["observed"]), sl.get("reason"), str(doc.get("stage") or "?")
-                except (ValueError, KeyError, TypeError):
-                    problems.append(f"{path}: a line that is not a gpuhc event was skipped")
-                    continue
-                if t < since:
-                    continue
-                what = would_do(act, reason if isinstance(reason, str) else None)
-                rec = seen.setdefault((node, what), {"runs": 0, "first": t, "last": t, "reason": None, "stages": {}})
-                rec["runs"] += 1
-                rec["first"] = min(rec["first"], t)
-                if t >= rec["last"]:
-                    rec["last"], rec["reason"] = t, reason if isinstance(reason, str) else None
-                rec["stages"][stage] = None
-        except UntrustedInputError as e:
-            problems.append(str(e))
+            t, node, act = float(doc["started"]), str(doc["node"]), str(sl["observed"])
+        except (ValueError, KeyError, TypeError):
+            problems.append("an observed event without its time, node or act was skipped")
+            continue
+        reason = sl.get("reason") if isinstance(sl.get("reason"), str) else None
+        if t < since:
+            continue
+        rec = seen.setdefault((node, would_do(act, reason)), {"runs": 0, "first": t, "last": t, "reason": None,
+                                                              "stages": {}})
+        rec["runs"] += 1
+        rec["first"] = min(rec["first"], t)
+        if t >= rec["last"]:
+            rec["last"], rec["reason"] = t, reason
+        rec["stages"][str(doc.get("stage") or "?")] = None
     return [Observed(node, act, r["runs"], r["first"], r["last"], r["reason"], tuple(r["stages"]))
             for (node, act), r in sorted(seen.items(), key=lambda kv: (kv[0][0], kv[1]["first"]))]
 

@@ -12,7 +12,6 @@ The rule itself is pure (:mod:`gpuhc.slurm.lemons`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any, Callable, Iterable
 
@@ -25,27 +24,12 @@ MAX_FAULTS = 512  # kept in the state, newest; far more than any K
 
 def read_faults(paths: Iterable[str], since: float, problems: list[str]) -> list[Fault]:
     """The faults recorded in event logs since ``since``: verified drains only (a withheld or
-    observed drain is no fault). Lines without a fault record are skipped by a byte test."""
-    from gpuhc.export.eventlog import event_lines, expand_paths
-    from gpuhc.untrusted import UntrustedInputError
+    observed drain is no fault)."""
+    from gpuhc.export.eventlog import read_events
 
-    out = []
-    for path in expand_paths(paths):
-        try:
-            for line in event_lines(path):
-                if b'"fault":{' not in line:
-                    continue
-                try:
-                    sl = json.loads(line)["slurm"]
-                except (ValueError, KeyError, TypeError):
-                    problems.append(f"{path}: a line that is not a gpuhc event was skipped")
-                    continue
-                fault = Fault.from_dict(sl.get("fault")) if isinstance(sl, dict) and sl.get("acted") else None
-                if fault is not None and fault.time >= since:
-                    out.append(fault)
-        except (UntrustedInputError, OSError) as e:
-            problems.append(str(e))
-    return out
+    found = (Fault.from_dict(doc["slurm"].get("fault")) for doc in read_events(paths, b'"fault":{', problems)
+             if doc["slurm"].get("acted"))
+    return [f for f in found if f is not None and f.time >= since]
 
 
 def merge(*groups: Iterable[Fault]) -> list[Fault]:
