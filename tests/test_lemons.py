@@ -140,3 +140,15 @@ def test_withheld_and_observed_drains_are_no_faults(tmp_path):
     problems: list[str] = []
     assert [f.node for f in read_faults([str(log)], 0.0, problems)] == ["n1"]
     assert problems == [f"{log}: a line that is not a gpuhc event was skipped"]
+
+
+def test_an_event_log_that_is_a_link_or_a_fifo_is_refused_and_said(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text('{"slurm":{"acted":true,"fault":{"time":1,"node":"x"}}}\n')
+    link = tmp_path / "events.jsonl"
+    link.symlink_to(secret)
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    problems: list[str] = []
+    assert read_faults([str(link), str(fifo), str(tmp_path / "missing.jsonl")], 0.0, problems) == []
+    assert len(problems) == 3 and all("event log" in p for p in problems[:2]), problems
