@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import os
 
-from test_policy_entry import OK, XID, MiniSlurm, config, flow, run
+from test_policy_entry import OK, XID, MiniSlurm, config, run
 
 from gpuhc.export.eventlog import append_event
 from gpuhc.model import GpuReading, NvmlReading, Result, Snapshot, Status
-from gpuhc.slurm import entry
 from gpuhc.slurm.lemon_memory import STATE_KEY, read_faults
 from gpuhc.slurm.lemons import Fault, GpuId, LemonSettings, fault_of, judge, lemon_reason, standings
 from gpuhc.slurm.policy import Act
@@ -152,3 +151,16 @@ def test_an_event_log_that_is_a_link_or_a_fifo_is_refused_and_said(tmp_path):
     problems: list[str] = []
     assert read_faults([str(link), str(fifo), str(tmp_path / "missing.jsonl")], 0.0, problems) == []
     assert len(problems) == 3 and all("event log" in p for p in problems[:2]), problems
+
+
+def test_a_held_node_failing_again_reads_no_history(tmp_path, monkeypatch):
+    """Only a drain reads the history: a node gpuhc holds fails every few minutes (KEEP), and
+    those runs must not scan event logs."""
+    cfg = lemon_config(tmp_path)
+    cfg.data["output"]["event_log"] = str(tmp_path / "missing" / "events.jsonl")  # reading it would be said
+    s = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None)})
+    first = run(tmp_path, monkeypatch, "passive", s, [XID], cfg=cfg)
+    assert any("lemon memory: no history in the state: rebuilt 0 drains" in line for line in first.lines)
+    os.unlink(tmp_path / "state" / "state.json")
+    keep = run(tmp_path, monkeypatch, "passive", s, [XID], cfg=cfg)
+    assert keep.decision.act is Act.KEEP and not any("lemon memory" in line for line in keep.lines), keep.lines

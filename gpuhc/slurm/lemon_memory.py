@@ -13,9 +13,9 @@ The rule itself is pure (:mod:`gpuhc.slurm.lemons`).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
-from gpuhc.slurm.lemons import Fault, LemonSettings, Standing, fault_of, judge, lemon_reason
+from gpuhc.slurm.lemons import Fault, LemonSettings, fault_of, judge, lemon_reason
 from gpuhc.slurm.policy import Act, Decision
 
 STATE_KEY = "lemons"
@@ -49,46 +49,55 @@ def stored(doc: dict[str, Any]) -> list[Fault] | None:
 
 
 class LemonCheck:
-    """A failing run's lemon question: would this drain make the node (or a GPU) a lemon?"""
+    """A failing run's lemon question: would this drain make the node (or a GPU) a lemon? The
+    history is read only when the policy's answer is a drain: a node gpuhc already holds fails
+    every few minutes, and its runs must not read logs."""
 
-    def __init__(self, fault: Fault, history: list[Fault], settings: LemonSettings, state_dir: str,
-                 log: Callable[..., None]):
-        self.fault, self.history, self.settings, self.state_dir, self.log = fault, history, settings, state_dir, log
-        self.standing: Standing | None = judge(fault, history, settings)
+    def __init__(self, fault: Fault, settings: LemonSettings, flow):
+        self.fault, self.settings, self.flow = fault, settings, flow
+        self._history: list[Fault] | None = None
 
     @classmethod
     def for_flow(cls, flow, report, reason: str, now: float) -> LemonCheck | None:
-        """None when the rule is off. Reads the state, and the event logs when the state has no
-        history or ``slurm.lemon.event_logs`` names shared ones; an unreadable source is logged
-        and the rule decides on what was read (never a reason to fail the run)."""
+        """None when the rule is off."""
         settings = LemonSettings.from_section(flow.slurm["lemon"])
         if not settings.enabled:
             return None
+        return cls(fault_of(report.results, report.snapshot, flow.node, reason, now), settings, flow)
+
+    @property
+    def history(self) -> list[Fault]:
+        """The state's history, and the event logs' when the state has none or
+        ``slurm.lemon.event_logs`` names shared ones; an unreadable source is logged and the
+        rule decides on what was read (never a reason to fail the run)."""
+        if self._history is not None:
+            return self._history
         from gpuhc.state import StateStore
 
-        problems: list[str] = []
+        flow, problems = self.flow, []
         try:
             history = stored(StateStore(flow.opts.state_dir).read())
         except Exception as e:  # a damaged state: the event log still has the history
             problems.append(f"state: {e}")
             history = None
-        shared = list(flow.slurm["lemon"]["event_logs"])
         own = flow.opts.config.section("output").get("event_log")
-        paths = shared + ([own] if history is None and own else [])
+        paths = list(flow.slurm["lemon"]["event_logs"]) + ([own] if history is None and own else [])
         if paths:
-            found = read_faults(paths, now - settings.window_s, problems)
+            found = read_faults(paths, self.fault.time - self.settings.window_s, problems)
             if history is None:
                 flow.log(f"lemon memory: no history in the state: rebuilt {len(found)} drains from the event log")
             history = merge(history or [], found)
         for p in problems:
             flow.log(f"lemon memory: {p}", loud=True)
-        return cls(fault_of(report.results, report.snapshot, flow.node, reason, now), history or [], settings,
-                   flow.opts.state_dir, flow.log)
+        self._history = history or []
+        return self._history
 
     def apply(self, decision: Decision) -> Decision:
         """A drain of a lemon becomes its retirement, with the lemon reason."""
-        st = self.standing
-        if decision.act is not Act.DRAIN or st is None:
+        if decision.act is not Act.DRAIN:
+            return decision
+        st = judge(self.fault, self.history, self.settings)
+        if st is None:
             return decision
         why = f"{decision.why}; lemon: {st.kind} {st.key} drained {len(st.faults)} times in {self.settings.window_text}"
         return replace(decision, why=why, reason=lemon_reason(st, self.settings, decision.reason))
@@ -103,7 +112,7 @@ class LemonCheck:
         keep = [f for f in merge(self.history, [self.fault])  # this node's own, inside the window
                 if f.node == self.fault.node and f.time > self.fault.time - self.settings.window_s]
         try:
-            with StateStore(self.state_dir).transaction() as doc:
+            with StateStore(self.flow.opts.state_dir).transaction() as doc:
                 doc[STATE_KEY] = {"faults": [f.to_dict() for f in keep[-MAX_FAULTS:]]}
         except Exception as e:  # the event log still carries the fault
-            self.log(f"lemon memory not saved ({e})", loud=True)
+            self.flow.log(f"lemon memory not saved ({e})", loud=True)
