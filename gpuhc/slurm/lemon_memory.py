@@ -12,6 +12,7 @@ The rule itself is pure (:mod:`gpuhc.slurm.lemons`).
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Any, Iterable
 
@@ -81,10 +82,11 @@ class LemonCheck:
             problems.append(f"state: {e}")
             history = None
         own = flow.opts.config.section("output").get("event_log")
-        paths = list(flow.slurm["lemon"]["event_logs"]) + ([own] if history is None and own else [])
+        rebuild = history is None and own and os.path.lexists(own)  # none yet: a new node, nothing to rebuild
+        paths = list(flow.slurm["lemon"]["event_logs"]) + ([own] if rebuild else [])
         if paths:
             found = read_faults(paths, self.fault.time - self.settings.window_s, problems)
-            if history is None:
+            if rebuild and found:
                 flow.log(f"lemon memory: no history in the state: rebuilt {len(found)} drains from the event log")
             history = merge(history or [], found)
         for p in problems:
