@@ -165,3 +165,23 @@ def test_a_held_node_failing_again_reads_no_history(tmp_path, monkeypatch):
     os.unlink(tmp_path / "state" / "state.json")
     keep = run(tmp_path, monkeypatch, "passive", s, [XID], cfg=cfg)
     assert keep.decision.act is Act.KEEP and not any("lemon memory" in line for line in keep.lines), keep.lines
+
+
+def test_fleet_lemons_lists_lemons_and_near_lemons_with_their_drains(tmp_path):
+    import time
+
+    from gpuhc.config import Config, defaults, schema
+    from gpuhc.fleet.lemons import gather, table
+
+    log = tmp_path / "events.jsonl"
+    now = time.time()
+    for node, gpu, age_days in (("n1\x1b[2J", G7, 3), ("n2", G7, 2), ("n2", None, 1), ("n3", None, 40)):
+        rec = Fault(now - age_days * DAY, node, "xid", (gpu,) if gpu else ()).to_dict()
+        append_event(str(log), {"node": node, "started": rec["time"], "slurm": {"acted": True, "fault": rec}})
+    rows, settings, notes = gather(Config(defaults(schema())), [str(log)], now)
+    got = [(s.kind, s.key, len(s.faults), s.lemon, s.near) for s in rows]
+    assert got == [("node", "n2", 2, False, True), ("gpu", G7.serial, 2, False, True)] and notes == []
+    text = "\n".join(table(rows, settings))
+    assert "\x1b" not in text and "n1\\x1b" in text and "near" in text
+    assert [s.key for s in gather(Config(defaults(schema())), [str(log)], now, show_all=True)[0]] == [
+        "n2", G7.serial, "n1\x1b[2J"]
