@@ -163,6 +163,8 @@ def _retest_here(src: SourceArgs, config) -> int:
     if plan.act == "none":
         return report.exit_code
     ok = apply_plan(act, node, plan)
+    if act.observe:  # the actuator logged what it would have done; nothing took, nothing to remember
+        return 0 if plan.act == "resume" else 1
     if ok and plan.act in ("retire", "resume"):  # verified: the event happened, once (a requarantine stays drained)
         from gpuhc.slurm.remediate import fire
 
