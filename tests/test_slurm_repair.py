@@ -134,12 +134,15 @@ def test_a_node_that_fails_passes_and_fails_again_is_retired_as_a_lemon(slurm_cl
     cfg["slurm"]["lemon"] = {"faults": 2, "window_days": 0.01}
     c = slurm_cluster(workdir=wd, nodes=("n1", "n2"), healthcheck=True, healthcheck_interval=3, gpuhc_config=cfg,
                       node_scenarios={"n1": flaky, "n2": str(HEALTHY)})
-    c.wait_for(lambda: (c.node("n1").reason or "").startswith("gpuhc: RETIRED lemon"), 240, "n1 retired as a lemon")
+    def acts() -> list[str]:  # a drain's line is logged once its re-read verified it
+        return [line.split(":", 1)[0] for line in decisions(wd, "n1") if line.startswith(("drained:", "resumed:"))]
+
+    c.wait_for(lambda: (c.node("n1").reason or "").startswith("gpuhc: RETIRED lemon") and len(acts()) == 3, 240,
+               "n1 retired as a lemon")
     n1 = c.node("n1")
     assert n1.drained
     assert n1.reason.startswith("gpuhc: RETIRED lemon node n1: 2 drains in 864s (pcie); last: pcie gpu3"), n1.reason
-    acts = [line.split(":", 1)[0] for line in decisions(wd, "n1") if line.startswith(("drained:", "resumed:"))]
-    assert acts == ["drained", "resumed", "drained"], decisions(wd, "n1")
+    assert acts() == ["drained", "resumed", "drained"], decisions(wd, "n1")
     # The fault history: in the node's state and in the event log, with gpu3's serial and UUID.
     def faults() -> list[dict]:  # the run's event-log line follows its drain by a moment
         return [e["slurm"]["fault"] for e in _events(wd) if e["slurm"].get("fault")]
