@@ -122,3 +122,45 @@ def test_an_admin_drain_during_the_checks_is_seen_before_acting(tmp_path, monkey
     out = entry.healthcheck(f)
     assert out.decision.act is Act.NONE and not out.acted
     assert slurm.nodes["n1"] == ["IDLE+DRAIN", "admin: RMA ticket 99"] and slurm.updates() == []
+
+
+# ------------------------------------------------------------------ wherever gpuhc sees it first (issue 20)
+
+
+def test_slurm_24_11_keeps_our_reason_on_a_resume_and_it_is_still_the_acknowledgement(tmp_path):
+    """24.11 puts a resumed node back to IDLE with the old reason (docs/slurm.md, "Slurm
+    releases"): in service is what counts, not the reason text."""
+    slurm = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None)})
+    entry.healthcheck(real_flow(tmp_path, slurm))
+    reason = slurm.nodes["n1"][1]
+    slurm.nodes["n1"] = ["IDLE", reason]  # resumed on 24.11
+    after = entry.healthcheck(real_flow(tmp_path, slurm))
+    assert after.exit_code == 0 and slurm.nodes["n1"] == ["IDLE", reason], after.lines
+    assert any("resumed outside gpuhc" in line for line in after.lines)
+
+
+def test_slurms_own_return_after_gpuhcs_reboot_is_no_acknowledgement(tmp_path):
+    """A node Slurm returned to service after gpuhc's reboot (" : reboot complete") is not an
+    admin's word: its boot-time retest decides, and the held Xid still counts."""
+    slurm = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None)})
+    entry.healthcheck(real_flow(tmp_path, slurm))
+    slurm.nodes["n1"] = ["IDLE", slurm.nodes["n1"][1] + " : reboot issued : reboot complete"]
+    out = entry.healthcheck(real_flow(tmp_path, slurm))
+    assert not any("resumed outside gpuhc" in line for line in out.lines)
+    assert StateStore(str(tmp_path / "state")).read()["checks"]["xid"].get("cleared_at") is None
+
+
+def test_the_epilog_honours_the_resume_and_forgets_the_hold_once(tmp_path):
+    """The epilog of a job that ran on the resumed node (no prolog configured) acknowledges, and
+    a second epilog asks Slurm nothing: acknowledging again would drop incidents newer than the resume."""
+    slurm = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None)})
+    entry.healthcheck(real_flow(tmp_path, slurm))
+    slurm.nodes["n1"] = ["ALLOCATED", None]
+    for n in (1, 2):
+        flow = real_flow(tmp_path, slurm)
+        flow.stage, flow.opts.stage, flow.env = "epilog", "epilog", {"SLURM_JOB_ID": str(n), "SLURM_JOB_GPUS": "3"}
+        slurm.calls.clear()
+        out = entry.epilog(flow)
+        assert out.exit_code == 0 and slurm.nodes["n1"] == ["ALLOCATED", None], out.lines
+        assert len(slurm.calls) == (1 if n == 1 else 0), slurm.calls
+        assert any("resumed outside gpuhc" in line for line in out.lines) is (n == 1)

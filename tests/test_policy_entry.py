@@ -253,13 +253,24 @@ def test_internal_error_in_the_checks_never_touches_slurm(tmp_path, monkeypatch)
 
 
 def test_prolog_happy_path_sends_nothing_to_slurm(tmp_path, monkeypatch):
-    # A held node (memory says drained) must not make the prolog ask either: only the health
-    # check resumes.
-    s = MiniSlurm({"n1": ("IDLE", None)})
-    run(tmp_path, monkeypatch, "passive", s, [XID])
     out = run(tmp_path, monkeypatch, "prolog", None, [OK], env={"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "0,1"})
     assert out.exit_code == 0
     assert any("job 42 prolog gpus=0,1: PASS" in line for line in out.lines)
+
+
+def test_prolog_on_a_node_gpuhc_held_asks_once_then_never_again(tmp_path, monkeypatch):
+    # A prolog runs on a node gpuhc remembers holding only when someone resumed it (issue 20):
+    # one read, the acknowledgement, the hold forgotten; the next prolog asks nothing.
+    s = MiniSlurm({"n1": ("IDLE", None)})
+    run(tmp_path, monkeypatch, "passive", s, [XID])
+    s.nodes["n1"] = ["ALLOCATED", None]  # the admin's resume, and a job on the node
+    asked = len(s.calls)
+    out = run(tmp_path, monkeypatch, "prolog", s, [OK], env={"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "0,1"})
+    assert out.exit_code == 0 and len(s.calls) == asked + 1
+    assert any("resumed outside gpuhc" in line for line in out.lines)
+    assert memory(tmp_path)["drained_at"] is None
+    again = run(tmp_path, monkeypatch, "prolog", None, [OK], env={"SLURM_JOB_ID": "43", "SLURM_JOB_GPUS": "0,1"})
+    assert again.exit_code == 0
 
 
 def test_prolog_failure_drains_first_then_fails_the_job(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""`gpuhc fleet stats|risk|suspects|incidents`: the fleet over weeks, from an admin's machine.
+"""`gpuhc fleet stats|risk|suspects|incidents|lemons|observed`: the fleet over weeks, from an admin's machine.
 
 Read-only: these commands ask Slurm (sacctmgr, sacct, sinfo, scontrol show) and read gpuhc's
 event logs; they never drain or resume anything. docs/repair.md explains the numbers.
@@ -193,3 +193,54 @@ def incidents(window: str | None, min_nodes: int | None, topology_file: str | No
         for n in notes:
             click.echo(f"note: {n}")
     raise SystemExit(1 if found else 0)
+
+
+@fleet.command()
+@click.option("--event-log", "event_logs", multiple=True, help="gpuhc event log (path or glob; repeatable). "
+              "Default: fleet.event_logs, then output.event_log.")
+@click.option("--all", "show_all", is_flag=True, help="Every node and GPU drained in the window, not only "
+              "lemons and near-lemons.")
+@click.option("--json", "json_mode", is_flag=True)
+@_config_option
+def lemons(event_logs: tuple[str, ...], show_all: bool, json_mode: bool, config_path: str | None) -> None:
+    """Lemons: nodes, and GPUs by serial wherever they sat, drained slurm.lemon.faults times within
+    slurm.lemon.window_days (near-lemons: one short), with their drains. Exit 1 when any."""
+    from gpuhc.fleet.gather import event_log_paths
+    from gpuhc.fleet.lemons import gather, table
+
+    config = _load(config_path)
+    paths = event_log_paths(config, event_logs)
+    if not paths:
+        raise GpuhcError("no event log to read: set fleet.event_logs or output.event_log, or pass --event-log")
+    rows, settings, notes = gather(config, paths, show_all=show_all)
+    if json_mode:
+        click.echo(json.dumps({"faults": settings.faults, "window_s": settings.window_s, "notes": notes,
+                               "standings": [r.to_dict() for r in rows]}, indent=2))
+    else:
+        for line in table(rows, settings) + [f"note: {n}" for n in notes]:
+            click.echo(line)
+    raise SystemExit(1 if any(r.lemon for r in rows) else 0)
+
+
+@fleet.command()
+@click.option("--since", default="7d", show_default=True, help="Window: 7d, 12h, 1d12h.")
+@click.option("--event-log", "event_logs", multiple=True, help="gpuhc event log (path or glob; repeatable). "
+              "Default: fleet.event_logs, then output.event_log.")
+@click.option("--json", "json_mode", is_flag=True)
+@_config_option
+def observed(since: str, event_logs: tuple[str, ...], json_mode: bool, config_path: str | None) -> None:
+    """What observe mode (slurm.mode: observe) would have drained, resumed, retired or rebooted:
+    per node and act, the runs that decided it, first and last, and the reason."""
+    show_observed(_load(config_path), _seconds(since, "--since"), event_logs, json_mode)
+
+
+def show_observed(config, since_s: float, event_logs, json_mode: bool) -> None:
+    """`fleet observed` and `drain-report --observed`."""
+    from gpuhc.fleet.observed import gather, table
+
+    rows, notes = gather(config, since_s, event_logs)
+    if json_mode:
+        click.echo(json.dumps({"since_s": since_s, "notes": notes, "nodes": [r.to_dict() for r in rows]}, indent=2))
+    else:
+        for line in table(rows) + [f"note: {n}" for n in notes]:
+            click.echo(line)

@@ -44,7 +44,8 @@ def _actuator(config):
     from gpuhc.slurm.actuator import Actuator
     from gpuhc.slurm.breaker import BreakerSettings
 
-    return Actuator(_scontrol(config), BreakerSettings.from_section(config.section("slurm")["breaker"]))
+    s = config.section("slurm")
+    return Actuator(_scontrol(config), BreakerSettings.from_section(s["breaker"]), observe=s["mode"] == "observe")
 
 
 def _report(results, json_mode: bool) -> int:
@@ -162,6 +163,8 @@ def _retest_here(src: SourceArgs, config) -> int:
     if plan.act == "none":
         return report.exit_code
     ok = apply_plan(act, node, plan)
+    if act.observe:  # the actuator logged what it would have done; nothing took, nothing to remember
+        return 0 if plan.act == "resume" else 1
     if ok and plan.act in ("retire", "resume"):  # verified: the event happened, once (a requarantine stays drained)
         from gpuhc.slurm.remediate import fire
 
@@ -202,7 +205,8 @@ def release(src: SourceArgs, nodes: str, force: bool, retest: bool) -> None:
     results = do_release(_actuator(config), names, force)
     code = _report(results, src.json_mode)
     _fire_released(results, config)
-    _forget_here(names, config)
+    if config.section("slurm")["mode"] != "observe":  # observe: nothing was released
+        _forget_here(names, config)
     sys.exit(code)
 
 
@@ -313,15 +317,9 @@ def _forget_here(names: list[str], config) -> None:
     import time
 
     from gpuhc.slurm.handover import acknowledge_kernel_log
-    from gpuhc.slurm.policy import Memory
-    from gpuhc.state import StateStore, default_state_dir
+    from gpuhc.state import default_state_dir
 
-    state_dir = default_state_dir(config.data.get("state_dir"))
     try:
-        acknowledge_kernel_log(state_dir, time.time())
-        with StateStore(state_dir).transaction() as doc:
-            nodes = doc.setdefault("slurm", {}).setdefault("nodes", {})
-            old = Memory.from_dict(nodes.get(me))
-            nodes[me] = Memory(flaps=old.flaps, last_resume=old.last_resume).to_dict()
+        acknowledge_kernel_log(default_state_dir(config.data.get("state_dir")), time.time(), me)
     except Exception as e:
         click.echo(f"gpuhc: warning: local state not cleared: {e}", err=True)

@@ -88,8 +88,10 @@ def _parse_now(text: str | None) -> float:
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="gpuhc.yaml, for slurm.scontrol and fleet.switch (default $GPUHC_CONFIG or /etc/gpuhc/gpuhc.yaml, "
                    "if present).")
+@click.option("--observed", is_flag=True, help="Instead: what observe mode (slurm.mode: observe) would have drained, "
+              "resumed or retired in the last 7 days, from the event logs (as `gpuhc fleet observed`).")
 def drain_report(from_file, partitions, states, owners, older_than, newer_than, json_mode, csv_mode, fields, parsable,
-                 delimiter, noheader, all_rows, now, timeout_s, topology_file, config_path):
+                 delimiter, noheader, all_rows, now, timeout_s, topology_file, config_path, observed):
     """Show every drained, draining, down or failed node, grouped by cause.
 
     Owner: `gpuhc` for reasons starting with "gpuhc:", `slurm` for reasons Slurm writes itself
@@ -102,6 +104,12 @@ def drain_report(from_file, partitions, states, owners, older_than, newer_than, 
     """
     if sum(map(bool, (json_mode, csv_mode, fields or parsable))) > 1:
         raise click.UsageError("choose one of --json, --csv and -o/--parsable")
+    if observed:  # docs/repair.md "Observe mode"
+        from gpuhc.cli.fleet_cmd import show_observed
+        from gpuhc.config import load_config
+
+        show_observed(load_config(config_path), 7 * 86400.0, (), json_mode)
+        return
     try:
         chosen = parse_fields(fields) if fields or parsable else None
     except ReportError as e:

@@ -38,6 +38,8 @@ def _run(src: SourceArgs, stage: str, flow_name: str) -> None:
         _exit(EXIT_OK if fail_open else e.exit_code)
         return
     slurm = opts.config.section("slurm")
+    # Observe mode never fails a job, so Slurm never drains on its own account (docs/repair.md).
+    never_fail = fail_open and slurm["mode"] == "observe"
     log = entry.Log(f"gpuhc {flow_name} {opts.hostname}", slurm.get("log_file"), bool(slurm.get("syslog", True)))
     flow = entry.Flow(stage=stage, opts=opts, log=log)
     try:
@@ -61,7 +63,9 @@ def _run(src: SourceArgs, stage: str, flow_name: str) -> None:
     from gpuhc.hooks import fire_outcome
 
     fire_outcome(out, opts.hostname, stage, opts.config, opts.state_dir, log, flow.deadline)
-    _exit(out.exit_code, hard=out.hard_exit)
+    if never_fail and out.exit_code != EXIT_OK:
+        log(f"observe mode: exit 0 instead of {out.exit_code}")
+    _exit(EXIT_OK if never_fail else out.exit_code, hard=out.hard_exit)
 
 
 class _WithSlurm:
@@ -83,6 +87,8 @@ class _WithSlurm:
             "error": self.out.slurm_error,
             "postmortem": self.out.extra.get("postmortem"),
             "remediation": self.out.extra.get("remediation"),  # the ladder's step, if one was taken
+            "observed": self.out.extra.get("observed"),  # observe mode: the act that was not sent
+            "fault": self.out.extra.get("fault"),  # a drain's lemon record (gpuhc/slurm/lemons.py)
         }
         return doc
 

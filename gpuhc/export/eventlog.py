@@ -9,20 +9,26 @@ file root appends to is (:mod:`gpuhc.fsutil`): never through a link.
 
 Nothing here raises: a full disk, a read-only filesystem or a directory in the file's place
 returns a one-line message for the caller to log, and the health verdict stands.
+
+Reading back (the fleet commands, the lemon memory's rebuild): :func:`event_lines` yields a log's
+lines through the untrusted-file reader (a shipped copy of another node's log is anyone's file),
+each bounded, an oversized one skipped rather than held in memory.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import glob
 import json
 import math
 import os
 import time
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 DIR_MODE = 0o755
 FILE_MODE = 0o644
+MAX_LINE = 1 << 20  # an event-log line longer than this is skipped, not read into memory
 
 
 def encode_line(report: dict[str, Any]) -> bytes:
@@ -84,3 +90,53 @@ def _clean(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
     return value
+
+
+def expand_paths(patterns: Iterable[str]) -> list[str]:
+    """Paths and globs; a pattern that matches nothing is kept (and reported when read)."""
+    out: list[str] = []
+    for p in patterns:
+        found = sorted(glob.glob(p)) if glob.has_magic(p) else [p]
+        out.extend(found or [p])
+    return list(dict.fromkeys(out))
+
+
+def event_lines(path: str) -> Iterator[bytes]:
+    """The lines of one event log, each at most :data:`MAX_LINE` bytes; raises
+    :class:`gpuhc.untrusted.UntrustedInputError` when the file is refused."""
+    from gpuhc.untrusted import open_regular
+
+    fd = open_regular(path, "event log")
+    with os.fdopen(fd, "rb") as f:
+        while True:
+            line = f.readline(MAX_LINE)
+            if not line:
+                return
+            if not line.endswith(b"\n") and len(line) == MAX_LINE:
+                while (rest := f.readline(MAX_LINE)) and not rest.endswith(b"\n"):
+                    pass  # skip the rest of an oversized line
+                continue
+            yield line
+
+
+def read_events(paths: Iterable[str], marker: bytes, problems: list[str]) -> Iterator[dict[str, Any]]:
+    """The decoded events of these logs (paths or globs) whose line holds ``marker``: a byte
+    test first, since most lines of a fleet's logs are healthy runs nobody needs decoded. A
+    refused file or a line that is not an event is said in ``problems`` and skipped."""
+    from gpuhc.untrusted import UntrustedInputError
+
+    for path in expand_paths(paths):
+        try:
+            for line in event_lines(path):
+                if marker not in line:
+                    continue
+                try:
+                    doc = json.loads(line)
+                except ValueError:
+                    doc = None
+                if isinstance(doc, dict) and isinstance(doc.get("slurm"), dict):
+                    yield doc
+                else:
+                    problems.append(f"{path}: a line that is not a gpuhc event was skipped")
+        except (UntrustedInputError, OSError) as e:
+            problems.append(str(e))

@@ -19,18 +19,17 @@ healthy runs, and only the few lines that drained or resumed are decoded.
 
 from __future__ import annotations
 
-import glob
 import json
-import os
 from dataclasses import dataclass, replace
-from typing import Iterable, Iterator
+from typing import Iterable
 
+from gpuhc.export.eventlog import event_lines as _lines
+from gpuhc.export.eventlog import expand_paths
 from gpuhc.slurm.nodes import parse_slurm_time
-from gpuhc.untrusted import UntrustedInputError, open_regular
+from gpuhc.untrusted import UntrustedInputError
 
 SAME_DRAIN_S = 300.0  # gpuhc logs its drain a moment after Slurm records it
 MERGE_GAP_S = 1.0  # a reason change ends one Slurm event and starts the next in the same second
-MAX_LINE = 1 << 20  # an event-log line longer than this is skipped, not read into memory
 SACCTMGR_FORMAT = "NodeName,Start,End,State,Reason,User"
 
 
@@ -117,29 +116,6 @@ def merge_back_to_back(outages: Iterable[Outage]) -> list[Outage]:
 
 
 # ---------------------------------------------------------------------------- gpuhc's logs
-
-
-def expand_paths(patterns: Iterable[str]) -> list[str]:
-    """Paths and globs; a pattern that matches nothing is kept (and reported when read)."""
-    out: list[str] = []
-    for p in patterns:
-        found = sorted(glob.glob(p)) if glob.has_magic(p) else [p]
-        out.extend(found or [p])
-    return list(dict.fromkeys(out))
-
-
-def _lines(path: str) -> Iterator[bytes]:
-    fd = open_regular(path, "event log")
-    with os.fdopen(fd, "rb") as f:
-        while True:
-            line = f.readline(MAX_LINE)
-            if not line:
-                return
-            if not line.endswith(b"\n") and len(line) == MAX_LINE:
-                while (rest := f.readline(MAX_LINE)) and not rest.endswith(b"\n"):
-                    pass  # skip the rest of an oversized line
-                continue
-            yield line
 
 
 def read_event_logs(paths: Iterable[str], problems: list[str]) -> list[Outage]:

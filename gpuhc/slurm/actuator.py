@@ -22,6 +22,10 @@ With a breaker ledger (``slurm.breaker.ledger_node``), steps 3 and 5 take anothe
 from the ledger when it has one that will do, and every count of this node goes into it
 (:mod:`gpuhc.slurm.ledger` says when a count will do, :mod:`gpuhc.slurm.ledger_client` how).
 
+In observe mode (``slurm.mode: observe``, docs/repair.md "Observe mode") steps 1-3 run as
+always, reads only, so the decision is the one enforce mode would take; step 4 is replaced by a
+"would drain / resume / retire / reboot" log line, and nothing is sent (no update, no reboot).
+
 Failures of Slurm itself raise :class:`~gpuhc.errors.SlurmError`; the callers keep their old
 memory then. See ``docs/slurm.md`` for what each step asks of slurmctld.
 """
@@ -66,6 +70,7 @@ class Applied:
     verified: bool = False  # the act was sent and Slurm shows it
     undone: bool = False  # drained, then undone: ranked past the cap after concurrent drains
     error: str | None = None  # Slurm failed after the act took (the recount): the act stands
+    observed: bool = False  # observe mode: the act was decided and logged, not sent
 
     @property
     def acted(self) -> bool:
@@ -82,12 +87,13 @@ class Actuator:
     processes, one node each); a single process draining a list (the sweep) has nothing to spread."""
 
     def __init__(self, sc: Scontrol, breaker: BreakerSettings | None = None, log: LogFn = _quiet,
-                 spread: bool = True):
+                 spread: bool = True, observe: bool = False):
         if breaker is None:
             from gpuhc.slurm.breaker import BreakerSettings
 
             breaker = BreakerSettings()
         self.sc, self.breaker, self.log, self.spread = sc, breaker, log, spread
+        self.observe = observe  # slurm.mode: observe
         self._drained: dict[str, Node] = {}  # our verified drains, as Slurm shows them (their stamp)
         self.ledger = None
         if breaker.ledger_node and breaker.enabled:
@@ -120,6 +126,9 @@ class Actuator:
             if out.precount.open:
                 out.decision = decision = decide(node, True)
         if not decision.act.touches_slurm:
+            return out
+        if self.observe:
+            out.observed = self.would(name, decision)
             return out
         out.verified = self.carry_out(name, decision)
         if not out.verified:
@@ -201,10 +210,21 @@ class Actuator:
 
     # ------------------------------------------------------------------ single acts
 
+    def would(self, name: str, decision: Decision) -> bool:
+        """Observe mode: say what enforce mode would send, send nothing."""
+        what = would_do(decision.act.value, decision.reason)
+        self.log(f"observe mode: would {what} {name}: {decision.why}"
+                 + (f": {decision.reason}" if decision.reason else ""), loud=True)
+        return True
+
     def carry_out(self, name: str, decision: Decision) -> bool:
         """Send the decision's drain/resume, re-read the node, say whether it took. Raises
-        SlurmError when scontrol fails and the re-read shows it did not take."""
+        SlurmError when scontrol fails and the re-read shows it did not take. In observe mode:
+        logged, not sent, and False (nothing took)."""
         if not decision.act.touches_slurm:
+            return False
+        if self.observe:
+            self.would(name, decision)
             return False
         try:
             if decision.act is Act.DRAIN:
@@ -240,7 +260,18 @@ class Actuator:
     def reboot(self, nodes: str, reason: str, nextstate: str) -> None:
         """``scontrol reboot ASAP nextstate=.. reason=..``: Slurm drains, reboots, then sets
         ``nextstate``; the boot-time retest decides what comes after."""
+        if self.observe:
+            self.log(f"observe mode: would reboot {nodes} (nextstate={nextstate}): {reason}", loud=True)
+            return
         self.sc.reboot(nodes, reason, nextstate=nextstate)
+
+
+def would_do(act: str, reason: str | None) -> str:
+    """The verb of an observed act: a drain with a RETIRED reason is a retirement."""
+    from gpuhc.slurm.reason import parse_reason
+
+    mine = parse_reason(reason)
+    return "retire" if act == "drain" and mine is not None and mine.retired else act
 
 
 def _takes_capacity(decision: Decision) -> bool:

@@ -4,6 +4,8 @@ Each reads the node, asks the pure quarantine rules (:mod:`gpuhc.slurm.quarantin
 and has the actuator (:mod:`gpuhc.slurm.actuator`) carry it out and verify it. None of them
 takes new capacity out of service (a retire or a re-quarantine only changes the reason of a node
 that is out already, or is the admin's explicit word), so the circuit breaker does not apply.
+In observe mode (``slurm.mode: observe``) the actuator sends nothing, and each result says what
+would have been done.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def release(act: Actuator, names: list[str], force: bool = False) -> list[AdminR
                 continue
             ok = act.resume(name, "release")
             why = plan.message if ok else "resume sent, but Slurm shows the node still held"
-            out.append(AdminResult(name, ok, why))
+            out.append(_observed(act, name, plan.message) or AdminResult(name, ok, why))
         except SlurmError as e:
             out.append(AdminResult(name, False, str(e)))
     return out
@@ -59,7 +61,8 @@ def retire(act: Actuator, names: list[str], note: str = "", force: bool = False)
                 out.append(AdminResult(name, plan.ok, plan.message))
                 continue
             ok = act.drain(name, plan.reason, "retire")
-            out.append(AdminResult(name, ok, plan.message if ok else "drain sent, but Slurm shows another reason"))
+            out.append(_observed(act, name, plan.message)
+                       or AdminResult(name, ok, plan.message if ok else "drain sent, but Slurm shows another reason"))
         except SlurmError as e:
             out.append(AdminResult(name, False, str(e)))
     return out
@@ -73,7 +76,13 @@ def reboot_for_retest(act: Actuator, names: list[str], nextstate: str) -> list[A
             plan = plan_reboot(act.sc.node(name), nextstate)
             if plan.act == "reboot":
                 act.reboot(name, plan.reason, nextstate)
-            out.append(AdminResult(name, plan.ok, plan.message))
+            out.append((plan.act == "reboot" and _observed(act, name, plan.message))
+                       or AdminResult(name, plan.ok, plan.message))
         except SlurmError as e:
             out.append(AdminResult(name, False, str(e)))
     return out
+
+
+def _observed(act: Actuator, name: str, message: str) -> AdminResult | None:
+    """In observe mode, the result of an act that was only logged; None otherwise."""
+    return AdminResult(name, True, f"observe mode, nothing sent: would be {message}") if act.observe else None

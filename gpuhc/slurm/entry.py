@@ -177,7 +177,8 @@ def actuator(flow: Flow) -> Actuator:
     from gpuhc.slurm.actuator import Actuator
     from gpuhc.slurm.breaker import BreakerSettings
 
-    return Actuator(flow.scontrol(), BreakerSettings.from_section(flow.slurm["breaker"]), flow.log)
+    return Actuator(flow.scontrol(), BreakerSettings.from_section(flow.slurm["breaker"]), flow.log,
+                    observe=flow.slurm["mode"] == "observe")
 
 
 def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resume: bool,
@@ -192,12 +193,20 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
     reason = build_reason(report.results) if verdict is Verdict.FAIL else None
     settings = PolicySettings.from_section(flow.slurm)
     now = flow.now()
+    lemon = None
+    if verdict is Verdict.FAIL:  # a drain may make a lemon: docs/repair.md "Lemon memory"
+        from gpuhc.slurm.lemon_memory import LemonCheck
+
+        lemon = LemonCheck.for_flow(flow, report, reason, now)
 
     def decider(n: Node, breaker_open: bool) -> Decision:
-        return decide(n, verdict, reason, memory, now, settings, breaker_open=breaker_open)
+        decision = decide(n, verdict, reason, memory, now, settings, breaker_open=breaker_open)
+        return lemon.apply(decision) if lemon is not None else decision
 
     def remember(decision: Decision) -> None:
         save_memory(flow, decision.memory, decision)
+        if lemon is not None:
+            lemon.remember(decision, out.extra)
         if decision.act is Act.DRAIN:
             flow.log(f"drained: {decision.why}: {decision.reason}", loud=True)
 
@@ -216,6 +225,8 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
     elif not decision.act.touches_slurm:
         save_memory(flow, decision.memory, decision)
         flow.log(f"{decision.act.value}: {decision.why}", loud=decision.act is Act.KEEP)
+    elif done.observed:  # observe mode: the actuator logged "would ..."; nothing is remembered
+        out.extra["observed"] = decision.act.value
     elif not done.verified:
         flow.log(f"{decision.act.value} not verified: {decision.why}", loud=True)
     elif decision.act is Act.RESUME:
@@ -245,7 +256,7 @@ def healthcheck(flow: Flow) -> Outcome:
     out = Outcome(report.exit_code, flow.log.lines, report, hard_exit=bool(report.timed_out))
     flow.log(summary_line(report, verdict), loud=verdict is Verdict.FAIL)
     judge_and_act(flow, report, verdict, out, allow_resume=True, node=held)
-    if flow.slurm["remediation"]["enabled"]:
+    if flow.slurm["remediation"]["enabled"] and flow.slurm["mode"] != "observe":  # observe: no GPU reset either
         from gpuhc.slurm.remediate import climb
 
         climb(flow, report, verdict, out)  # the ladder: docs/slurm.md, "Remediation ladder"
@@ -287,7 +298,10 @@ def _job_scope(flow: Flow) -> str:
 
 
 def prolog(flow: Flow) -> Outcome:
+    from gpuhc.slurm.handover import adopt_external_resume
+
     where = _job_scope(flow)
+    adopt_external_resume(flow, load_memory(flow), flow.log)  # an admin's resume, seen first here: handover.py
     gpus = flow.opts.gpus
     fail_open = bool(flow.slurm["prolog_fail_open"])
     report = run_checks(flow)
@@ -315,7 +329,10 @@ def prolog(flow: Flow) -> Outcome:
 
 
 def epilog(flow: Flow) -> Outcome:
+    from gpuhc.slurm.handover import adopt_external_resume
+
     where = _job_scope(flow)
+    adopt_external_resume(flow, load_memory(flow), flow.log)  # as in the prolog
     report = run_checks(flow)
     job_failed, how = job_exit(flow.env)
     out = Outcome(EXIT_OK, flow.log.lines, report, hard_exit=bool(report and report.timed_out))

@@ -2,12 +2,21 @@
 
 The kernel-log checks hold a draining XID for a day (``xid.window_s``) so that a wrapped ring
 buffer cannot make a sick GPU look healthy. But when an admin resets the GPU and resumes the
-node (``scontrol update state=resume`` or ``gpuhc quarantine release``), the next health check
-would find the same old XID and drain the node again at once. The admin's resume is the
-acknowledgement: before judging, a health check that remembers holding the node asks Slurm
-(one query, only in that case) and, if the node is back in service with a reason gpuhc did not
-set, clears the held incidents of the kernel-log checks up to now. New events still count. The
-same reading then serves the policy after the checks (re-read only right before a drain or a
+node (``scontrol update state=resume`` or ``gpuhc quarantine release``), the next run would
+find the same old XID and drain the node again at once. The admin's resume is the
+acknowledgement, wherever gpuhc sees it first: before judging, a health check, prolog or epilog
+that remembers holding the node asks Slurm (one query, only in that case) and, if the node is
+back in service, clears the held incidents of the kernel-log checks up to now and forgets the
+hold (so the next run asks nothing and acknowledges nothing again). New events still count.
+The prolog matters most: with a job queued for the node, its prolog runs seconds after the
+resume, before any health check (issue 20: it re-drained the node and requeued the job).
+
+"Back in service" is the state, not the reason: Slurm 24.11 keeps the old reason of a node it
+resumes (docs/slurm.md, "Slurm releases"). Only gpuhc's own resume clears the hold before it
+is seen, so a node in service that gpuhc still remembers holding was resumed by someone else;
+the exception is a node Slurm returned to service by itself after gpuhc's reboot, whose
+boot-time retest decides (:func:`gpuhc.slurm.quarantine.returned_before_retest`). The same
+reading then serves the policy after the checks (re-read only right before a drain or a
 resume), so a held node costs Slurm one query per run.
 """
 
@@ -22,9 +31,11 @@ KERNEL_LOG_CHECKS = ("xid", "nvswitch")
 
 
 def released_by_someone_else(node) -> bool:
-    from gpuhc.slurm.reason import owned
+    """In service although gpuhc remembers holding it (the caller's condition), and not by
+    Slurm's own return after a reboot."""
+    from gpuhc.slurm.quarantine import returned_before_retest
 
-    return not node.drained and not node.down and not owned(node.reason)
+    return not node.drained and not node.down and not returned_before_retest(node)
 
 
 def adopt_external_resume(flow, memory, log: Callable[..., None]):
@@ -40,17 +51,26 @@ def adopt_external_resume(flow, memory, log: Callable[..., None]):
         log(f"could not ask Slurm whether {flow.node} was resumed ({e}); judging as usual")
         return None
     if released_by_someone_else(node):
-        acknowledge_kernel_log(flow.opts.state_dir, flow.now())
+        acknowledge_kernel_log(flow.opts.state_dir, flow.now(), flow.node)
         log(f"{flow.node} was resumed outside gpuhc since gpuhc drained it ({memory.reason}); "
             "acknowledging the kernel-log incidents before now", loud=True)
     return node
 
 
-def acknowledge_kernel_log(state_dir: str, now: float) -> None:
+def acknowledge_kernel_log(state_dir: str, now: float, node: str | None = None) -> None:
+    """Drop the held kernel-log incidents up to ``now``; with ``node``, also forget gpuhc's hold
+    on it in the same transaction (the resume that acknowledged is then seen once, not at every
+    run: a second acknowledgement would drop incidents newer than the resume). The flap count
+    and gpuhc's last resume stay."""
     from gpuhc.checks.xid import acknowledge
+    from gpuhc.slurm.policy import Memory
     from gpuhc.state import StateStore
 
     with StateStore(state_dir).transaction() as doc:
         checks: dict[str, Any] = doc.setdefault("checks", {})
         for cid in KERNEL_LOG_CHECKS:
             checks[cid] = acknowledge(checks.get(cid), now)
+        if node is not None:
+            nodes = doc.setdefault("slurm", {}).setdefault("nodes", {})
+            old = Memory.from_dict(nodes.get(node))
+            nodes[node] = Memory(flaps=old.flaps, last_resume=old.last_resume).to_dict()

@@ -20,6 +20,11 @@ def _ladder(default: list[str], what: str) -> Key:
                item=str, choices=_LADDERS)
 
 SCHEMA = {
+    # docs/repair.md "Observe mode": decide everything, change nothing in Slurm; going live is
+    # this one line.
+    "mode": Key(str, "enforce", "enforce: drain, resume and reboot as decided; observe: only log and record "
+                "what would have been done (no scontrol update, no reboot; the prolog and epilog always exit 0)",
+                choices=("enforce", "observe")),
     "scontrol": Key(str, "scontrol", "scontrol binary (a name looked up on the shim's PATH, or a full path)"),
     "sinfo": Key(str, "sinfo", "sinfo binary: gpuhc reads nodes with it (one node per query, see docs/slurm.md)"),
     "timeout_s": Key(float, 10.0, "timeout of one scontrol call (further capped by the stage's deadline)",
@@ -75,6 +80,16 @@ SCHEMA = {
         "reboot_nextstate": Key(str, "DOWN", "state after the reboot: DOWN keeps the node out of service until "
                                 "the boot-time retest resumes it; RESUME returns it at once, without that gate "
                                 "(22.05, 24.11 and 26.05 accept only these two)", choices=("DOWN", "RESUME")),
+    },
+    "lemon": {  # docs/repair.md "Lemon memory"; the defaults' arithmetic is in docs/facts.md
+        "enabled": Key(bool, True, "retire a node (reason `gpuhc: RETIRED lemon ...`) whose drains, or one GPU's, "
+                       "reach `faults` within `window_days`, even when its retests pass"),
+        "faults": Key(int, 3, "K: drains within the window that make a lemon (near-lemon: one fewer)", min=2, max=100),
+        "window_days": Key(float, 30.0, "D: the window, in days (a fraction of a day is allowed, for tests)",
+                           min=0.0001, max=3650.0),
+        "event_logs": Key(list, [], "event logs (paths or globs) the fault history is rebuilt from when the state "
+                          "lost it; a shared glob lets a GPU moved between nodes keep its record; empty: "
+                          "output.event_log", item=str),
     },
     "remediation": {  # the ladder, docs/slurm.md "Remediation ladder"
         "enabled": Key(bool, False, "let the health check reset GPUs and reboot nodes gpuhc drained"),

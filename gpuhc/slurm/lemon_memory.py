@@ -1,0 +1,120 @@
+"""Lemon memory's store: the node's fault history, kept in its state and rebuilt from the event log.
+
+The history must outlive what a resume, a reboot or a lost state directory wipes (issue 20), so
+every drain gpuhc decides is written twice: into the node's state (``lemons.faults``, read at
+the next drain; a few hundred bytes) and, through the run's event-log line (``slurm.fault``),
+into the event log. A state without the ``lemons`` key (new, lost, or moved aside as corrupt)
+gets its history back from the event log at the next drain; ``slurm.lemon.event_logs`` names
+other logs too (a shared glob of every node's shipped log), so a GPU moved from another node
+brings its record. Only drains read any of this, never a healthy run: the hot path pays nothing.
+The rule itself is pure (:mod:`gpuhc.slurm.lemons`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any, Iterable
+
+from gpuhc.slurm.lemons import Fault, LemonSettings, fault_of, judge, lemon_reason
+from gpuhc.slurm.policy import Act, Decision
+
+STATE_KEY = "lemons"
+MAX_FAULTS = 512  # kept in the state, newest; far more than any K
+
+
+def read_faults(paths: Iterable[str], since: float, problems: list[str]) -> list[Fault]:
+    """The faults recorded in event logs since ``since``: verified drains only (a withheld or
+    observed drain is no fault)."""
+    from gpuhc.export.eventlog import read_events
+
+    found = (Fault.from_dict(doc["slurm"].get("fault")) for doc in read_events(paths, b'"fault":{', problems)
+             if doc["slurm"].get("acted"))
+    return [f for f in found if f is not None and f.time >= since]
+
+
+def merge(*groups: Iterable[Fault]) -> list[Fault]:
+    """One record per (node, time): the state and the event log hold the same drains."""
+    seen: dict[tuple[str, float], Fault] = {}
+    for f in (f for g in groups for f in g):
+        seen.setdefault((f.node, round(f.time, 3)), f)
+    return sorted(seen.values(), key=lambda f: f.time)
+
+
+def stored(doc: dict[str, Any]) -> list[Fault] | None:
+    """The history in a state document; None when the document has none (rebuild it)."""
+    rec = doc.get(STATE_KEY)
+    if not isinstance(rec, dict) or not isinstance(rec.get("faults"), list):
+        return None
+    return [f for f in map(Fault.from_dict, rec["faults"][-MAX_FAULTS:]) if f is not None]
+
+
+class LemonCheck:
+    """A failing run's lemon question: would this drain make the node (or a GPU) a lemon? The
+    history is read only when the policy's answer is a drain: a node gpuhc already holds fails
+    every few minutes, and its runs must not read logs."""
+
+    def __init__(self, fault: Fault, settings: LemonSettings, flow):
+        self.fault, self.settings, self.flow = fault, settings, flow
+        self._history: list[Fault] | None = None
+
+    @classmethod
+    def for_flow(cls, flow, report, reason: str, now: float) -> LemonCheck | None:
+        """None when the rule is off."""
+        settings = LemonSettings.from_section(flow.slurm["lemon"])
+        if not settings.enabled:
+            return None
+        return cls(fault_of(report.results, report.snapshot, flow.node, reason, now), settings, flow)
+
+    @property
+    def history(self) -> list[Fault]:
+        """The state's history, and the event logs' when the state has none or
+        ``slurm.lemon.event_logs`` names shared ones; an unreadable source is logged and the
+        rule decides on what was read (never a reason to fail the run)."""
+        if self._history is not None:
+            return self._history
+        from gpuhc.state import StateStore
+
+        flow, problems = self.flow, []
+        try:
+            history = stored(StateStore(flow.opts.state_dir).read())
+        except Exception as e:  # a damaged state: the event log still has the history
+            problems.append(f"state: {e}")
+            history = None
+        own = flow.opts.config.section("output").get("event_log")
+        rebuild = history is None and own and os.path.lexists(own)  # none yet: a new node, nothing to rebuild
+        paths = list(flow.slurm["lemon"]["event_logs"]) + ([own] if rebuild else [])
+        if paths:
+            found = read_faults(paths, self.fault.time - self.settings.window_s, problems)
+            if rebuild and found:
+                flow.log(f"lemon memory: no history in the state: rebuilt {len(found)} drains from the event log")
+            history = merge(history or [], found)
+        for p in problems:
+            flow.log(f"lemon memory: {p}", loud=True)
+        self._history = history or []
+        return self._history
+
+    def apply(self, decision: Decision) -> Decision:
+        """A drain of a lemon becomes its retirement, with the lemon reason."""
+        if decision.act is not Act.DRAIN:
+            return decision
+        st = judge(self.fault, self.history, self.settings)
+        if st is None:
+            return decision
+        why = f"{decision.why}; lemon: {st.kind} {st.key} drained {len(st.faults)} times in {self.settings.window_text}"
+        return replace(decision, why=why, reason=lemon_reason(st, self.settings, decision.reason))
+
+    def remember(self, decision: Decision, extra: dict[str, Any]) -> None:
+        """After a verified drain: the fault goes into the state and (``extra``) the event log."""
+        if decision.act is not Act.DRAIN:
+            return
+        extra["fault"] = self.fault.to_dict()
+        from gpuhc.state import StateStore
+
+        keep = [f for f in merge(self.history, [self.fault])  # this node's own, inside the window
+                if f.node == self.fault.node and f.time > self.fault.time - self.settings.window_s]
+        try:
+            with StateStore(self.flow.opts.state_dir).transaction() as doc:
+                doc[STATE_KEY] = {"faults": [f.to_dict() for f in keep[-MAX_FAULTS:]]}
+        except Exception as e:  # the event log still carries the fault
+            self.flow.log(f"lemon memory not saved ({e})", loud=True)
