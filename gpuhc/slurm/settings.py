@@ -13,6 +13,11 @@ from gpuhc.schema import Key
 # lists because the schema compares a value with its choices, and importing the ladder would
 # load the policy on every config load).
 _LADDERS = (["reset", "reboot"], ["reset"], ["reboot"], [])
+# The services that commonly hold every GPU open (NVIDIA/NVSentinel#1690, NVIDIA/gpu-operator#118,
+# NVIDIA/ai-cloud-validation#603), in the order they start: persistence first, the fabric before
+# its users, DCGM before its exporter.
+RESET_SERVICES = ("nvidia-persistenced", "nvidia-fabricmanager", "nvidia-imex", "nvidia-dcgm", "nv-hostengine",
+                  "dcgm-exporter", "nvsm")
 
 
 def _ladder(default: list[str], what: str) -> Key:
@@ -87,6 +92,22 @@ SCHEMA = {
                              "per GPU; {gpu} is the GPU's index", item=str),
         "reset_timeout_s": Key(float, 30.0, "one reset command's timeout (cut to the health check's deadline)",
                                min=1.0, max=600.0),
+        # docs/repair.md "The GPU reset procedure": what holds the GPUs is found and stopped
+        # first, because the driver refuses a reset while any client holds the device.
+        "reset": {
+            "services": Key(list, list(RESET_SERVICES), "systemd units that may hold the GPUs, in the order they "
+                            "start (stopped in reverse, started back in this order); units absent on the node "
+                            "are skipped", item=str),
+            "systemctl": Key(str, "systemctl", "systemctl binary (stop and start the services)"),
+            "nvidia_smi": Key(str, "nvidia-smi", "nvidia-smi binary (persistence mode off and back on)"),
+            "proc_root": Key(str, "/proc", "where /proc is: processes holding /dev/nvidia* are found there"),
+            "dev_root": Key(str, "/dev", "where /dev is: NVSwitch device files are looked for there"),
+            "command_timeout_s": Key(float, 30.0, "one systemctl or nvidia-smi call's timeout (cut to the run's "
+                                     "deadline)", min=1.0, max=600.0),
+            "fabric_timeout_s": Key(float, 60.0, "after the reset, wait up to this long for every GPU's NVSwitch "
+                                    "fabric registration to complete (cut to the run's deadline)",
+                                    min=0.0, max=1800.0),
+        },
         "reset_attempts": Key(int, 2, "GPU resets per episode before the ladder moves on to a reboot",
                               min=0, max=10),
         "reboot_timeout_s": Key(float, 1800.0, "a reboot and its boot-time retest must answer within this, "

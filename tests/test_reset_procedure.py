@@ -1,0 +1,175 @@
+"""The GPU reset procedure (gpuhc/slurm/reset_plan.py, reset_probe.py, reset_run.py) against a
+faked node (tests/reset_fakes.py): real executables for systemctl and nvidia-smi that record the
+order of every call, a /proc tree, NVML through gpuhc's NVML source over the fake library."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gpuhc.slurm.reset_probe import ProbeSettings, holders, minor_of, plan_now, probe, unit_of
+from gpuhc.slurm.reset_run import procedure
+from reset_fakes import FakeNode
+
+DCGM = (4242, "nv-hostengine", "nvidia-dcgm", [f"/dev/nvidia{i}" for i in range(4)] + ["/dev/nvidiactl"])
+PERSISTENCED = (1111, "nvidia-persiste", "nvidia-persistenced", [f"/dev/nvidia{i}" for i in range(4)])
+FM = (2222, "nv-fabricmanage", "nvidia-fabricmanager", ["/dev/nvidiactl", "/dev/nvidia-nvswitchctl"])
+
+
+def node(tmp_path, **kw) -> FakeNode:
+    kw.setdefault("procs", {p[0]: p[1:] for p in (DCGM, PERSISTENCED, FM)})
+    return FakeNode(tmp_path, **kw)
+
+
+def run(n: FakeNode, targets=(1,), **reset):
+    lines: list[str] = []
+    plan, out = procedure(n.section(**reset), targets, n.read_nvml, lines.append, time.monotonic() + 60)
+    return plan, out, lines
+
+
+def test_hopper_resets_one_gpu_after_quiescing_what_holds_it_and_restores_in_reverse(tmp_path):
+    n = node(tmp_path)
+    plan, out, lines = run(n)
+    assert out.ok and not out.fallthrough, lines
+    assert plan.scope == (1,) and not plan.together and "Hopper" in plan.scope_why
+    assert n.calls() == [
+        "systemctl show --property=Id,LoadState,ActiveState -- nvidia-persistenced nvidia-fabricmanager "
+        "nvidia-imex nvidia-dcgm nv-hostengine dcgm-exporter nvsm",
+        "nvidia-smi -i 1 -pm 0",  # persistence off: persistenced lets go (NVIDIA/NVSentinel#1692)
+        "systemctl stop nvidia-dcgm",  # holds gpu1; Fabric Manager does not, so it keeps running
+        "nvidia-smi -r -i 1",
+        "systemctl start nvidia-dcgm",
+        "nvidia-smi -i 1 -pm 1",
+    ]
+    st = n.state()
+    assert st["gpus"]["1"]["resets"] == 1 and "resets" not in st["gpus"]["0"]
+    assert st["units"] == {"nvidia-persistenced": "active", "nvidia-fabricmanager": "active",
+                           "nvidia-dcgm": "active"}
+    assert [r["step"] for r in out.log][-2:] == ["wait-fabric", "verify"]
+    assert any("verify uuids: ok: NVML lists the same 4 GPUs" in x for x in lines), lines
+
+
+def test_a_baseboard_that_must_reset_as_one_is_reset_as_one(tmp_path):
+    # Ampere on NVSwitch with Fabric Manager stopped: nvidia-smi(1) says every NVLinked GPU goes
+    # into the same reset command.
+    n = node(tmp_path, model="NVIDIA A100-SXM4-80GB", fabric=None,
+             units={"nvidia-persistenced": True, "nvidia-fabricmanager": False, "nvidia-dcgm": True},
+             procs={p[0]: p[1:] for p in (DCGM, PERSISTENCED)})
+    plan, out, lines = run(n, targets=(2,))
+    assert out.ok, lines
+    assert plan.together and plan.scope == (0, 1, 2, 3) and "Ampere NVSwitch" in plan.scope_why
+    calls = n.calls()[1:]
+    assert [c for c in calls if " -r " in c] == ["nvidia-smi -r -i 0,1,2,3"]
+    # the whole sequence NVIDIA's break-fix guide runs: every running service stopped, newest
+    # dependant first, and started back in the opposite order
+    assert calls == ["nvidia-smi -i 0 -pm 0", "nvidia-smi -i 1 -pm 0", "nvidia-smi -i 2 -pm 0",
+                     "nvidia-smi -i 3 -pm 0", "systemctl stop nvidia-dcgm", "systemctl stop nvidia-persistenced",
+                     "nvidia-smi -r -i 0,1,2,3", "systemctl start nvidia-persistenced", "systemctl start nvidia-dcgm",
+                     "nvidia-smi -i 0 -pm 1", "nvidia-smi -i 1 -pm 1", "nvidia-smi -i 2 -pm 1",
+                     "nvidia-smi -i 3 -pm 1"]
+
+
+def test_ampere_with_fabric_manager_resets_alone_and_keeps_fabric_manager(tmp_path):
+    n = node(tmp_path, model="NVIDIA A100-SXM4-80GB", fabric=None,
+             procs={2222: ("nv-fabricmanage", "nvidia-fabricmanager", ["/dev/nvidia2"])})
+    n.change(fm_facilitates=True)
+    plan, out, lines = run(n, targets=(2,))
+    assert out.ok and plan.scope == (2,) and "Fabric Manager running" in plan.scope_why, lines
+    assert not any("fabricmanager" in c for c in n.calls()[1:])
+
+
+@pytest.mark.parametrize("fail", ["stop nvidia-dcgm", "-r -i 1", "check-holders", "fabric", "uuid"])
+def test_services_are_restored_on_every_failure_path_and_the_ladder_falls_through(tmp_path, fail):
+    n = node(tmp_path)
+    if fail == "check-holders":  # a user's process nobody may stop appears after planning
+        reset = {}
+    else:
+        reset = {}
+        if fail == "fabric":
+            n.change(fabric_stuck=True)
+            # the reset sends the fabric back to "in progress"; Fabric Manager must be restarted
+            # for it to complete, and here it never does
+            reset = {"fabric_timeout_s": 2.0}
+        elif fail == "uuid":
+            n.change(uuid_after_reset={"1": "GPU-ffffffff-0000-0000-0000-000000000000"})
+        else:
+            n.change(fail=[fail])
+    if fail == "check-holders":
+        plan, out, lines = _plan_then_add_holder(n, reset)
+    else:
+        plan, out, lines = run(n, **reset)
+    assert not out.ok and out.fallthrough, lines
+    st = n.state()
+    assert st["units"]["nvidia-dcgm"] == "active" and st["gpus"]["1"]["pm"] == 1, (n.calls(), lines)
+    calls = n.calls()
+    if "-r -i 1" in calls:
+        assert calls.index("nvidia-smi -i 1 -pm 1") > calls.index("systemctl start nvidia-dcgm")
+    if fail == "uuid":
+        assert any("GPUs differ from before the reset" in x for x in lines), lines
+
+
+def _plan_then_add_holder(n, reset):
+    """Plan while the node is quiet, then a process grabs the GPU before the reset."""
+    import gpuhc.slurm.reset_run as rr
+
+    lines: list[str] = []
+    real = rr._Run.holders_gone
+
+    def grabbed(self, step):
+        st = n.state()
+        n.add_proc(st, 7777, "python3", None, ["/dev/nvidia1"])
+        n.save(st)
+        return real(self, step)
+
+    rr._Run.holders_gone = grabbed
+    try:
+        plan, out = procedure(n.section(**reset), (1,), n.read_nvml, lines.append, time.monotonic() + 60)
+    finally:
+        rr._Run.holders_gone = real
+    assert any("check-holders 1: FAILED: still held by pid 7777 (python3, no unit)" in x for x in lines), lines
+    assert not any(" -r " in c for c in n.calls())
+    return plan, out, lines
+
+
+def test_an_unknown_holder_blocks_the_plan_and_nothing_is_touched(tmp_path):
+    n = node(tmp_path, procs={9: ("my-monitor", None, ["/dev/nvidia1", "/dev/nvidiactl"]),
+                              DCGM[0]: DCGM[1:]})
+    plan, out, lines = run(n)
+    assert not plan.ok and plan.blockers == (
+        "pid 9 (my-monitor, no service gpuhc may stop) holds /dev/nvidia1, /dev/nvidiactl",)
+    assert out.fallthrough and n.calls() == [n.calls()[0]]  # only the read-only `systemctl show`
+
+
+def test_holders_are_found_by_device_minor_not_by_index(tmp_path):
+    # /dev/nvidiaN is the driver's minor number, which need not follow NVML's PCI order
+    n = node(tmp_path, minors=[3, 2, 1, 0], procs={5: ("python3", None, ["/dev/nvidia2"])})
+    s = ProbeSettings.from_section(n.section()["reset"])
+    assert minor_of(s.proc_root, "00000000:19:00.0") == 2
+    plan = plan_now(n.section(), (1,), n.read_nvml(), time.monotonic() + 10)
+    assert plan.devices[1] == "/dev/nvidia2" and "pid 5 (python3" in plan.blockers[0]
+    assert plan_now(n.section(), (0,), n.read_nvml(), time.monotonic() + 10).ok
+
+
+def test_probe_reads_units_cgroups_and_escapes_names_processes_chose(tmp_path):
+    n = node(tmp_path, procs={66: ("evil\x1b[2J\nname", None, ["/dev/nvidia0"]), DCGM[0]: DCGM[1:]})
+    s = ProbeSettings.from_section(n.section()["reset"])
+    found, problems = holders(s.proc_root, time.monotonic() + 10)
+    assert not problems
+    by_pid = {h.pid: h for h in found}
+    assert by_pid[4242].unit == "nvidia-dcgm.service" and "/dev/nvidiactl" in by_pid[4242].devices
+    assert "\x1b" not in by_pid[66].comm and "\n" not in by_pid[66].comm
+    facts = probe(n.read_nvml(), s, time.monotonic() + 10)
+    assert facts.services == {"nvidia-persistenced": True, "nvidia-fabricmanager": True, "nvidia-dcgm": True}
+    assert facts.nvswitch and [g.arch for g in facts.gpus] == ["hopper"] * 4
+    assert unit_of("12:pids:/system.slice/nvidia-dcgm.service\n0::/system.slice/foo.service/x\n") == \
+        "nvidia-dcgm.service"
+
+
+def test_a_broken_systemctl_or_missing_proc_is_a_problem_not_a_guess(tmp_path):
+    n = node(tmp_path)
+    plan = plan_now(n.section(systemctl=str(tmp_path / "nope"), proc_root=str(tmp_path / "gone")), (1,),
+                    n.read_nvml(), time.monotonic() + 10)
+    assert not plan.ok
+    text = " ".join(plan.blockers)
+    assert "services unknown" in text and "gone" in text and "minor number unknown" in text
