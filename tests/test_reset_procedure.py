@@ -173,3 +173,38 @@ def test_a_broken_systemctl_or_missing_proc_is_a_problem_not_a_guess(tmp_path):
     assert not plan.ok
     text = " ".join(plan.blockers)
     assert "services unknown" in text and "gone" in text and "minor number unknown" in text
+
+
+def test_quarantine_reset_plan_prints_the_steps_and_changes_nothing(tmp_path):
+    import json
+
+    import yaml
+    from click.testing import CliRunner
+
+    from gpuhc.cli.quarantine_cmd import quarantine
+
+    n = node(tmp_path / "node")
+    scen = tmp_path / "scenario.yaml"
+    # the node's NVML as a scenario: same GPUs (UUIDs, PCI addresses) as the fake tools know
+    from gpuhc.sources.snapshot_io import dump_snapshot
+    from gpuhc.model import Snapshot
+
+    doc = dump_snapshot(Snapshot(hostname="gpu001", time=1.7e9, nvml=n.read_nvml()))
+    scen.write_text(yaml.safe_dump(doc))
+    cfg = tmp_path / "gpuhc.yaml"
+    cfg.write_text(yaml.safe_dump({"slurm": {"remediation": n.section()}}))
+    before = n.state()
+    r = CliRunner().invoke(quarantine, ["reset", "--plan", "--gpus", "1", "--config", str(cfg),
+                                        "--nvml-scenario", str(scen)])
+    assert r.exit_code == 0, r.output
+    assert "reset scope: gpu1 (Hopper or later" in r.output
+    assert "holder pid 4242 (nv-hostengine, nvidia-dcgm.service): /dev/nvidia0" in r.output
+    assert "stop            " + str(n.root / "systemctl") + " stop nvidia-dcgm" in r.output
+    assert n.state() == before and n.calls() == [n.calls()[0]]  # only `systemctl show`
+    r = CliRunner().invoke(quarantine, ["reset", "--plan", "--json", "--config", str(cfg), "--nvml-scenario", str(scen)])
+    doc = json.loads(r.output)
+    assert r.exit_code == 0 and doc["ok"] and doc["scope"] == [0, 1, 2, 3]
+    r = CliRunner().invoke(quarantine, ["reset", "--config", str(cfg), "--nvml-scenario", str(scen)])
+    assert r.exit_code == 2 and "only --plan" in r.output
+    r = CliRunner().invoke(quarantine, ["reset", "--plan", "--gpus", "x", "--config", str(cfg)])
+    assert r.exit_code == 2 and "--gpus" in r.output

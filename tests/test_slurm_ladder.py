@@ -39,11 +39,16 @@ def node_scenario(tmp_path: Path, name: str, source: Path) -> Path:
     return p
 
 
-def reset_script(tmp_path: Path, scenario: Path, fixes: bool) -> tuple[Path, Path]:
+def reset_script(tmp_path: Path, scenario: Path, fixes: bool | str) -> tuple[Path, Path]:
+    """The reset command: records its argv; ``fixes`` True puts the healed scenario in place,
+    "other-gpu" one where gpu1 came back as another GPU (a new UUID)."""
     record = tmp_path / "reset-calls.log"
     script = tmp_path / "fake-nvidia-smi-reset"
-    fix = f"cp {tmp_path / 'healed.yaml'} {scenario}\n" if fixes else ""
+    healed = "other-gpu.yaml" if fixes == "other-gpu" else "healed.yaml"
+    fix = f"cp {tmp_path / healed} {scenario}\n" if fixes else ""
     node_scenario(tmp_path, "healed", HEALTHY)
+    (tmp_path / "other-gpu.yaml").write_text(
+        f"extends: {HEALTHY}\n{IDLE}gpus:\n  1: {{uuid: GPU-99999999-0000-0000-0000-000000000001}}\n")
     script.write_text(f"#!/bin/sh\necho \"$0 $*\" >> {record}\n{fix}")
     script.chmod(0o755)
     return script, record
@@ -64,16 +69,32 @@ def hook_events(tmp_path: Path) -> list[dict]:
     return [json.loads(line.split(" ", 1)[1]) for line in lines if line.strip()]
 
 
+def fake_proc(root: Path, scenario: Path) -> Path:
+    """A /proc with the driver's per-GPU information files of the scenario's GPUs (the reset
+    procedure finds each GPU's /dev/nvidia<minor> there) and no process holding a GPU."""
+    from gpuhc.sources.scenario import load_scenario
+
+    for g in load_scenario(str(scenario), 0).nvml_source().read().gpus:
+        d = root / "driver" / "nvidia" / "gpus" / g.pci_bus_id
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "information").write_text(f"Model: \t\t {g.name}\nBus Location: \t {g.pci_bus_id}\n"
+                                       f"Device Minor: \t {g.index}\n")
+    return root
+
+
 def config(wd: Path, script: Path, **remediation) -> dict:
     cfg = base_config(wd)
     cfg["hooks"] = {"commands": [[str(hook_script(wd.parent)[0])]], "events": ["remediation", "retire", "resume"]}
     cfg["slurm"]["quarantine"] = {"max_cycles": 2}
+    # The reset procedure's other tools: no service to stop here, persistence toggled by `true`.
+    reset = {"services": [], "nvidia_smi": shutil.which("true"), "proc_root": str(fake_proc(wd.parent / "proc", REMAP)),
+             "dev_root": str(wd.parent), "fabric_timeout_s": 5}
     cfg["slurm"]["remediation"] = {"enabled": True, "reset_command": [str(script), "-r", "-i", "{gpu}"],
-                                   "reset_timeout_s": 10, **remediation}
+                                   "reset_timeout_s": 10, "reset": reset, **remediation}
     return cfg
 
 
-def start(slurm_cluster, tmp_path, fixes: bool, **remediation):
+def start(slurm_cluster, tmp_path, fixes: bool | str, **remediation):
     """A cluster whose n1 has a pending row remap and a reset command that heals it or not:
     (cluster, n1's scenario file, the reset command's record of calls)."""
     scenario = node_scenario(tmp_path, "n1", REMAP)
@@ -180,5 +201,22 @@ def test_cycles_then_retired_and_the_hook_fires(slurm_cluster, tmp_path):
             "event retire: failed retest 2 of 2: retiring"]
         got = [(h["event"], h.get("step")) for h in hook_events(tmp_path)]
         assert got == [("remediation", "reboot"), ("remediation", "reboot"), ("retire", None)], got
+    finally:
+        c.stop()
+
+
+def test_a_gpu_that_comes_back_as_another_falls_to_the_reboot_rung_at_once(slurm_cluster, tmp_path):
+    c, scenario, record = start(slurm_cluster, tmp_path, fixes="other-gpu", reset_attempts=2)
+    try:
+        hc(c)
+        hc(c)  # the reset "works" but NVML lists another GPU at index 1: reboot, in this same run
+        assert record.read_text().split()[1:] == ["-r", "-i", "1"]
+        n1 = c.node("n1")
+        assert "[reboot]" in n1.reason or {"REBOOT_REQUESTED", "REBOOT_ISSUED"} & n1.flags, n1
+        lines = decisions(tmp_path / "c", "n1")
+        assert any("verify uuids: FAILED: GPUs differ from before the reset" in x for x in lines), lines
+        assert any(x.startswith("remediation: reboot: reboot for retest") for x in lines), lines
+        rec = [e["slurm"]["remediation"] for e in events(tmp_path / "c") if e["slurm"].get("remediation")]
+        assert rec[-1]["step"] == "reset 1/2" and rec[-1]["fallthrough"] == "reboot", rec[-1]
     finally:
         c.stop()

@@ -100,6 +100,8 @@ class Plan:
     expected_uuids: dict[int, str]
     devices: dict[int, str] = field(default_factory=dict)  # GPU index -> /dev/nvidia<minor>
     kept: tuple[str, ...] = ()  # units that stay and may hold the GPUs (Fabric Manager on Ampere)
+    holders: tuple[str, ...] = ()  # every process found holding /dev/nvidia*, for the person reading
+    services: dict[str, bool] = field(default_factory=dict)  # configured units present -> running
 
     @property
     def ok(self) -> bool:
@@ -115,6 +117,8 @@ class Plan:
     def lines(self) -> list[str]:
         gpus = ",".join(map(str, self.scope))
         out = [f"reset scope: gpu{gpus} ({self.scope_why})"]
+        out += [f"service {u}: {'running' if on else 'stopped'}" for u, on in self.services.items()]
+        out += [f"holder {h}" for h in self.holders]
         out += [f"  {i + 1:2}. {s.show()}" for i, s in enumerate(self.steps)]
         out += [f"BLOCKED: {b}" for b in self.blockers]
         return out
@@ -194,7 +198,9 @@ def make_plan(facts: NodeFacts, targets: tuple[int, ...], services: list[str], r
     steps.append(Step("verify", "uuids"))
     return Plan(targets, scope, together, why, tuple(steps), tuple(blockers),
                 {g.index: g.uuid for g in facts.gpus},
-                {g.index: d for g in facts.gpus if (d := _minor_device(g.minor))}, kept)
+                {g.index: d for g in facts.gpus if (d := _minor_device(g.minor))}, kept,
+                tuple(f"pid {h.pid} ({h.comm}, {h.unit or 'no unit'}): {', '.join(h.devices)}" for h in facts.holders),
+                dict(facts.services))
 
 
 def _unit_key(unit: str) -> str:
