@@ -164,6 +164,8 @@ def test_probe_reads_units_cgroups_and_escapes_names_processes_chose(tmp_path):
     assert facts.nvswitch and [g.arch for g in facts.gpus] == ["hopper"] * 4
     assert unit_of("12:pids:/system.slice/nvidia-dcgm.service\n0::/system.slice/foo.service/x\n") == \
         "nvidia-dcgm.service"
+    # a user's delegated subtree may hold a cgroup of any name: it is not the service
+    assert unit_of("0::/user.slice/user-1000.slice/user@1000.service/app.slice/nvidia-dcgm.service\n") is None
 
 
 def test_a_broken_systemctl_or_missing_proc_is_a_problem_not_a_guess(tmp_path):

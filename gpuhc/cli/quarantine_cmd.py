@@ -167,6 +167,10 @@ def _retest_here(src: SourceArgs, config) -> int:
 
         fire(plan.act, {"node": opts.hostname, "stage": "bootstrap", "why": plan.why, "reason": plan.reason,
                         "was": node.reason, "retest": verdict.value}, config, log, sc.deadline)
+    if ok and plan.act == "retire":
+        from gpuhc.slurm.admin import retire_evidence
+
+        retire_evidence(flow, report.snapshot, plan.why, plan.reason)
     if ok and plan.act == "resume":
         old = entry.load_memory(flow)
         entry.save_memory(flow, Memory(flaps=old.flaps, last_resume=flow.now()), None)
@@ -299,7 +303,21 @@ def retire(nodes: str, note: str, force: bool, config_path: str | None, json_mod
 
     for r in (r for r in results if r.ok and r.message.startswith("retired")):
         fire("retire", {"node": r.node, "why": "retired by an admin", "message": r.message}, config)
+        if r.node == node_name(None):  # the evidence can only be read on the node itself
+            _retire_evidence_here(config_path, config, r.message)
     sys.exit(code)
+
+
+def _retire_evidence_here(config_path: str | None, config, message: str) -> None:
+    from gpuhc.cli.common import run_options_from
+    from gpuhc.slurm import entry
+    from gpuhc.slurm.admin import retire_evidence
+
+    opts = run_options_from(SourceArgs(config_path=config_path), "bootstrap", config=config)
+    s = config.section("slurm")
+    log = entry.Log(f"gpuhc quarantine retire {opts.hostname}", s.get("log_file"), bool(s.get("syslog", True)))
+    path = retire_evidence(entry.Flow(stage="bootstrap", opts=opts, log=log), None, "retired by an admin", message)
+    click.echo(f"retire bundle: {path}" if path else "retire bundle: not written (see the log)")
 
 
 @quarantine.command("reset")

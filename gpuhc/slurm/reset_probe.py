@@ -59,12 +59,13 @@ def minor_of(proc_root: str, pci: str) -> int | None:
 
 
 def unit_of(cgroup_text: str | None) -> str | None:
-    """The systemd unit in a ``/proc/<pid>/cgroup`` (the innermost ``*.service``), or None."""
+    """The system service a process runs in, from ``/proc/<pid>/cgroup``, or None. Only
+    ``/system.slice/<unit>.service`` counts: below a user's own slice a user may make cgroups of
+    any name (delegation), and such a name must not pass their process off as a service's."""
     for line in (cgroup_text or "").splitlines():
-        path = line.split(":", 2)[-1]
-        units = [part for part in path.split("/") if part.endswith(".service")]
-        if units:
-            return escape(units[-1])
+        parts = line.split(":", 2)[-1].split("/")
+        if len(parts) >= 3 and parts[0] == "" and parts[1] == "system.slice" and parts[2].endswith(".service"):
+            return escape(parts[2])
     return None
 
 

@@ -51,6 +51,15 @@ SCHEMA = {
     "postmortem_keep": Key(int, 50, "bundles kept per node; the oldest beyond this are removed", min=1),
     "postmortem_kernel_lines": Key(int, 200, "most recent raw kernel-log lines (and parsed events) copied into a bundle",
                                    min=0),
+    "retire_bundle": {  # docs/repair.md "The retire bundle"
+        "enabled": Key(bool, True, "when gpuhc or an admin retires this node, write the evidence an RMA asks for"),
+        "dir": Key(str, "/var/lib/gpuhc/retired", "where retire bundles go (root's alone; format as postmortem_format)"),
+        "keep": Key(int, 10, "retire bundles kept per node", min=1),
+        "kernel_lines": Key(int, 2000, "most recent raw kernel-log lines copied into a retire bundle", min=0),
+        "bug_report": Key(str, "nvidia-bug-report.sh", "NVIDIA's report script; skipped where not installed"),
+        "bug_report_timeout_s": Key(float, 300.0, "nvidia-bug-report.sh is killed after this long (and at the "
+                                    "run's deadline: a health check leaves it little time)", min=0.0, max=3600.0),
+    },
     "breaker": {
         "enabled": Key(bool, True, "stop draining when gpuhc already holds too many nodes"),
         "max_drained": Key(int, None, "absolute cap of nodes drained by gpuhc", min=0, nullable=True),
