@@ -91,6 +91,7 @@ def config(wd: Path, script: Path, **remediation) -> dict:
              "dev_root": str(wd.parent), "fabric_timeout_s": 5}
     cfg["slurm"]["remediation"] = {"enabled": True, "reset_command": [str(script), "-r", "-i", "{gpu}"],
                                    "reset_timeout_s": 10, "reset": reset, **remediation}
+    cfg["slurm"]["retire_bundle"] = {"dir": str(wd / "retired"), "bug_report_timeout_s": 5}
     return cfg
 
 
@@ -172,6 +173,10 @@ def test_reset_fails_then_reboot_retest_resume(slurm_cluster, tmp_path):
         # The reboot heals it (a pending row remap takes effect); the boot-time retest resumes.
         lines = reboot_and_retest(c, tmp_path / "healed.yaml", scenario, lambda n: not (n.drained or n.down))
         assert "retest passed (was drained): resuming" in lines, lines
+        # its hook's log line comes after Slurm shows the resume: wait for it
+        c.wait_for(lambda: any(x.startswith("event resume") for x in decisions(c.workdir, "n1", "quarantine retest")),
+                   30, "the retest's resume event")
+        lines = decisions(c.workdir, "n1", "quarantine retest")
         assert events_logged(c) == ["event remediation: GPU reset 1 of 1 (gpu1)",
                                     "event remediation: reboot for retest (cycle 1 of 2)"]
         assert [x for x in lines if x.startswith("event ")] == ["event resume: retest passed (was drained): resuming"]
@@ -195,12 +200,23 @@ def test_cycles_then_retired_and_the_hook_fires(slurm_cluster, tmp_path):
             assert any(f"failed retest {cycle} of 2" in x for x in lines), lines
         # Slurm may still append its own " : reboot complete" note after the retest's drain.
         assert c.node("n1").reason.startswith("gpuhc: RETIRED ecc gpu1 row remap pending (reset needed)")
+        # The retest goes on after Slurm shows the node retired (its log line, its hook, then the
+        # retire bundle): wait for its last act before reading what it left.
+        retired = tmp_path / "c" / "retired"
+        c.wait_for(lambda: retired.exists() and any(retired.glob("*/retire.json")), 60, "the retire bundle")
         assert not record.exists()
         # The retire event: through the seam (its log line) and, where hooks exist, to the hook once.
         assert [x for x in decisions(tmp_path / "c", "n1", "quarantine retest") if x.startswith("event ")] == [
             "event retire: failed retest 2 of 2: retiring"]
         got = [(h["event"], h.get("step")) for h in hook_events(tmp_path)]
         assert got == [("remediation", "reboot"), ("remediation", "reboot"), ("retire", None)], got
+        (bundle,) = list(retired.iterdir())
+        meta = json.loads((bundle / "retire.json").read_text())
+        assert meta["node"] == "n1" and meta["reason"].startswith("gpuhc: RETIRED ecc gpu1")
+        assert "row remapping pending (a reset applies it)" in meta["gpus"][1]["evidence"]
+        history = [json.loads(x) for x in (bundle / "fault-history.jsonl").read_text().splitlines()]
+        assert [h["slurm"]["action"] for h in history][:1] == ["drain"] and len(history) >= 3, history
+        assert (bundle / "snapshot.yaml").exists()
     finally:
         c.stop()
 
