@@ -30,7 +30,7 @@ python3 -m gpuhc quarantine reset --plan --gpus 1 > "$OUT/plan-gpu1-after.txt" 2
 # nvidia-bug-report.sh: is it there, and how long does it take (the retire bundle bounds it)
 if command -v nvidia-bug-report.sh >/dev/null; then
   s=$(date +%s.%N)
-  timeout 90 nvidia-bug-report.sh --output-file /tmp/nbr.log > "$OUT/bug-report.out" 2>&1; rc=$?
+  timeout 60 nvidia-bug-report.sh --output-file /tmp/nbr.log > "$OUT/bug-report.out" 2>&1; rc=$?
   e=$(date +%s.%N)
   { echo "rc=$rc seconds=$(echo "$e - $s" | bc)"; ls -l /tmp/nbr.log*; } >> "$OUT/bug-report.out" 2>&1
 else

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -171,11 +172,49 @@ def test_probe_reads_units_cgroups_and_escapes_names_processes_chose(tmp_path):
 
 def test_a_broken_systemctl_or_missing_proc_is_a_problem_not_a_guess(tmp_path):
     n = node(tmp_path)
-    plan = plan_now(n.section(systemctl=str(tmp_path / "nope"), proc_root=str(tmp_path / "gone")), (1,),
+    broken = tmp_path / "systemctl-broken"
+    broken.write_text("#!/bin/sh\necho 'Failed to connect to bus: Host is down' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    plan = plan_now(n.section(systemctl=str(broken), proc_root=str(tmp_path / "gone")), (1,),
                     n.read_nvml(), time.monotonic() + 10)
     assert not plan.ok
     text = " ".join(plan.blockers)
-    assert "services unknown" in text and "gone" in text and "minor number unknown" in text
+    assert "services unknown" in text and "Host is down" in text and "gone" in text
+    assert "minor number unknown" in text
+
+
+def test_without_systemd_there_is_no_service_to_stop_and_holders_still_count(tmp_path):
+    # The H100 machine of docs/verification.md is a VM without systemd: no unit to stop; a CUDA
+    # process still blocks, and without it the plan goes ahead.
+    n = node(tmp_path, units={}, procs={902: ("python3", None, ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl"])})
+    plan = plan_now(n.section(systemctl=str(tmp_path / "no-systemctl")), (1,), n.read_nvml(), time.monotonic() + 10)
+    assert plan.services == {} and plan.blockers == (
+        "pid 902 (python3, no service gpuhc may stop) holds /dev/nvidia0, /dev/nvidia1, /dev/nvidiactl",)
+    n2 = node(tmp_path / "b", units={}, procs={}, nvswitch=False)
+    plan = plan_now(n2.section(systemctl=str(tmp_path / "no-systemctl")), (1,), n2.read_nvml(), time.monotonic() + 10)
+    assert plan.ok and [s.kind for s in plan.steps] == ["persistence-off", "check-holders", "reset", "persistence-on",
+                                                        "wait-fabric", "verify"]
+
+
+def test_nvswitch_is_seen_from_the_fabric_where_its_device_files_are_not(tmp_path):
+    s = ProbeSettings(("nvidia-fabricmanager",), str(tmp_path / "none"), "", "", 5.0)
+    n = node(tmp_path, nvswitch=False, units={}, procs={})
+    assert probe(n.read_nvml(), ProbeSettings(s.services, s.systemctl, str(n.root / "proc"), str(n.root / "dev"), 5),
+                 time.monotonic() + 10).nvswitch
+    n2 = node(tmp_path / "b", nvswitch=False, units={}, procs={}, fabric=None)
+    assert not probe(n2.read_nvml(), ProbeSettings(s.services, s.systemctl, str(n2.root / "proc"),
+                                                   str(n2.root / "dev"), 5), time.monotonic() + 10).nvswitch
+
+
+def test_the_minor_number_is_read_from_the_drivers_own_information_file(tmp_path):
+    real = Path(__file__).parent / "fixtures" / "reset" / "information-h100-580.159.04"
+    d = tmp_path / "driver" / "nvidia" / "gpus" / "0000:00:06.0"
+    d.mkdir(parents=True)
+    (d / "information").write_bytes(real.read_bytes())
+    assert minor_of(str(tmp_path), "00000000:00:06.0") == 0
+    (d / "information").write_bytes(real.read_bytes().replace(b"Device Minor: \t 0", b"Device Minor: \t 17"))
+    assert minor_of(str(tmp_path), "0000:00:06.0") == 17
+    assert minor_of(str(tmp_path), "0000:00:07.0") is None
 
 
 def test_quarantine_reset_plan_prints_the_steps_and_changes_nothing(tmp_path):

@@ -129,7 +129,9 @@ def _minor_device(minor: int | None) -> str | None:
 
 
 def scope_of(facts: NodeFacts, targets: tuple[int, ...]) -> tuple[tuple[int, ...], bool, str]:
-    """NVIDIA's rule (nvidia-smi(1), ``-r``): the GPUs to reset and whether in one command."""
+    """NVIDIA's rule (nvidia-smi(1), ``-r``, its tables for NVSwitch and direct-NVLink systems,
+    and its sentence that Hopper and later NVSwitch systems no longer need Fabric Manager for
+    it): the GPUs to reset and whether in one command. docs/facts.md "GPU reset"."""
     by_index = {g.index: g for g in facts.gpus}
     linked = [g for g in facts.gpus if g.nvlinks_up > 0]
     wanted = [by_index[i] for i in targets if i in by_index]

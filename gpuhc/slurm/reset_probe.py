@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from gpuhc.logtext import escape
 from gpuhc.model import NvmlReading, norm_pci
-from gpuhc.slurm.reset_plan import GpuFacts, Holder, NodeFacts, arch_of
+from gpuhc.slurm.reset_plan import NO_FABRIC, GpuFacts, Holder, NodeFacts, arch_of
 
 MAX_PIDS = 65536  # processes looked at, at most (a node has a few thousand)
 MAX_FDS = 1 << 20  # descriptors looked at, all processes together
@@ -103,9 +103,13 @@ def holders(proc_root: str, deadline: float) -> tuple[list[Holder], list[str]]:
 
 def services(units: tuple[str, ...], systemctl: str, timeout_s: float) -> tuple[dict[str, bool], list[str]]:
     """Configured units present on the node -> running; absent ones are left out. One call."""
+    import shutil
+
     from gpuhc.slurm.gpureset import run_argv
 
     if not units:
+        return {}, []
+    if shutil.which(systemctl) is None:  # no systemd (a container): no unit to stop; holders still count
         return {}, []
     r = run_argv([systemctl, "show", "--property=Id,LoadState,ActiveState", "--", *units], timeout_s)
     if not r.ok:
@@ -135,7 +139,10 @@ def probe(reading: NvmlReading, s: ProbeSettings, deadline: float) -> NodeFacts:
     problems += p
     active, p = services(s.services, s.systemctl, max(0.5, min(s.timeout_s, deadline - time.monotonic())))
     problems += p
-    nvswitch = bool(glob.glob(os.path.join(glob.escape(s.dev_root), "nvidia-nvswitch[0-9]*")))
+    # NVSwitch: its device files on the node, or (in a VM whose switches the host manages, as on
+    # the H100 machine of docs/verification.md) GPUs registered with an NVSwitch fabric.
+    nvswitch = bool(glob.glob(os.path.join(glob.escape(s.dev_root), "nvidia-nvswitch[0-9]*"))) or any(
+        g.fabric_state not in NO_FABRIC for g in reading.gpus)
     return NodeFacts(tuple(gpu_facts(reading, s.proc_root)), tuple(found), active, nvswitch, os.getpid(),
                      tuple(problems))
 
