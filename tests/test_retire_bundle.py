@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import yaml
+from test_postmortem import owners  # noqa: F401  (the fixture: run as "root", whatever the suite runs as)
 
 from gpuhc.export.eventlog import encode_line
 from gpuhc.retire_bundle import fault_history, rma_assessment, write_retire_bundle
@@ -112,3 +113,33 @@ def test_the_fault_history_reads_the_event_log_as_untrusted_input(tmp_path):
     assert lines == [] and "symbolic link" in note
     lines, note = fault_history(real, "gpu001")
     assert len(lines) == 2 and note == f"2 runs from {real}"
+
+
+def test_an_admins_retire_on_the_node_reads_it_and_writes_the_bundle(tmp_path, owners):
+    """slurm/admin.py's retire_evidence, as `gpuhc quarantine retire` on the node and the ladder
+    call it: no snapshot at hand, so the node is read (here: its scenario) and the bundle written;
+    a bundle that cannot be written is logged and never raised."""
+    from gpuhc.config import Config, defaults, schema
+    from gpuhc.runreport import RunOptions
+    from gpuhc.slurm import entry
+    from gpuhc.slurm.admin import retire_evidence
+
+    data = defaults(schema())
+    data["slurm"].update({"syslog": False, "log_file": str(tmp_path / "decisions.log")})
+    data["slurm"]["retire_bundle"].update({"dir": str(tmp_path / "retired"), "bug_report": "no-such-bug-report"})
+    data["output"]["event_log"] = event_log(tmp_path)
+    opts = RunOptions(stage="bootstrap", config=Config(data), state_dir=str(tmp_path / "state"), hostname="gpu001",
+                      sources=SourceSpec(nvml_scenario=str(SCEN / "row-remap-pending.yaml")))
+    flow = entry.Flow(stage="bootstrap", opts=opts, log=entry.Log("gpuhc quarantine retire gpu001",
+                                                                  str(tmp_path / "decisions.log"), False, False))
+    path = retire_evidence(flow, None, "retired by an admin", "gpuhc: RETIRED admin note")
+    meta = json.loads(Path(path, "retire.json").read_text())
+    assert meta["why"] == "retired by an admin" and len(meta["gpus"]) == 8
+    assert Path(path, "fault-history.jsonl").read_text().count("\n") == 2
+    assert f"retire bundle: {path}" in (tmp_path / "decisions.log").read_text()
+    # a directory others may write into is refused as root; the retirement stands, the log says why
+    data["slurm"]["retire_bundle"]["dir"] = str(tmp_path / "open")
+    (tmp_path / "open").mkdir(mode=0o777)
+    (tmp_path / "open").chmod(0o777)
+    assert retire_evidence(flow, None, "again", None) is None
+    assert "retire bundle not written" in (tmp_path / "decisions.log").read_text()
