@@ -242,3 +242,20 @@ def test_quarantine_reset_plan_prints_the_steps_and_changes_nothing(tmp_path):
     assert r.exit_code == 2 and "only --plan" in r.output
     r = CliRunner().invoke(quarantine, ["reset", "--plan", "--gpus", "x", "--config", str(cfg)])
     assert r.exit_code == 2 and "--gpus" in r.output
+
+
+def test_processes_whose_files_cannot_be_read_make_the_plan_refuse(tmp_path, monkeypatch):
+    import os as _os
+
+    n = node(tmp_path, procs={5: ("python3", None, ["/dev/nvidia3"])})
+    real = _os.listdir
+
+    def listdir(path):
+        if str(path).endswith("/5/fd"):
+            raise PermissionError(13, "Permission denied")
+        return real(path)
+
+    monkeypatch.setattr("gpuhc.slurm.reset_probe.os.listdir", listdir)
+    found, problems = holders(str(n.root / "proc"), time.monotonic() + 10)
+    assert 5 not in {h.pid for h in found}
+    assert problems == ["the open files of 1 processes could not be read (not root?): holders may be missing"]

@@ -71,7 +71,7 @@ def unit_of(cgroup_text: str | None) -> str | None:
 
 def holders(proc_root: str, deadline: float) -> tuple[list[Holder], list[str]]:
     """Every process with a ``/dev/nvidia*`` file open, and what could not be read."""
-    found, problems, fds_seen = [], [], 0
+    found, problems, fds_seen, denied = [], [], 0, 0
     try:
         pids = sorted(int(p) for p in os.listdir(proc_root) if p.isdigit())[:MAX_PIDS]
     except OSError as e:
@@ -83,8 +83,11 @@ def holders(proc_root: str, deadline: float) -> tuple[list[Holder], list[str]]:
         fd_dir = os.path.join(proc_root, str(pid), "fd")
         try:
             fds = os.listdir(fd_dir)
+        except PermissionError:
+            denied += 1  # another user's process, and we are not root
+            continue
         except OSError:
-            continue  # gone, or a kernel thread
+            continue  # gone meanwhile
         fds_seen += len(fds)
         devices = set()
         for fd in fds:
@@ -98,6 +101,8 @@ def holders(proc_root: str, deadline: float) -> tuple[list[Holder], list[str]]:
             comm = escape((_small(os.path.join(proc_root, str(pid), "comm")) or "?").strip()[:64])
             unit = unit_of(_small(os.path.join(proc_root, str(pid), "cgroup")))
             found.append(Holder(pid, comm, unit, tuple(sorted(devices))))
+    if denied:
+        problems.append(f"the open files of {denied} processes could not be read (not root?): holders may be missing")
     return found, problems
 
 
