@@ -180,9 +180,9 @@ def test_reset_fails_then_reboot_retest_resume(slurm_cluster, tmp_path):
         # The reboot heals it (a pending row remap takes effect); the boot-time retest resumes.
         lines = reboot_and_retest(c, tmp_path / "healed.yaml", scenario, lambda n: not (n.drained or n.down))
         assert "retest passed (was drained): resuming" in lines, lines
-        # its hook's log line comes after Slurm shows the resume: wait for it
-        c.wait_for(lambda: any(x.startswith("event resume") for x in decisions(c.workdir, "n1", "quarantine retest")),
-                   30, "the retest's resume event")
+        # its event line and its hook come after Slurm shows the resume: wait for the hook's record
+        hooks = tmp_path / "hook-calls.jsonl"
+        c.wait_for(lambda: hooks.exists() and hooks.read_text().count("\n") >= 3, 30, "the retest's resume hook")
         lines = decisions(c.workdir, "n1", "quarantine retest")
         assert events_logged(c) == ["event remediation: GPU reset 1 of 1 (gpu1)",
                                     "event remediation: reboot for retest (cycle 1 of 2)"]

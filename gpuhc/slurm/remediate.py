@@ -151,16 +151,16 @@ def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
         save(flow, LadderMemory())
     elif step.do is not Do.NONE or memory != step.memory:
         save(flow, step.memory if done or step.do in (Do.WAIT, Do.NONE) else memory)
-    if step.do is Do.RETIRE and done is True:  # the evidence for the vendor, while it is on the node
-        from gpuhc.slurm.admin import retire_evidence
-
-        record["bundle"] = retire_evidence(flow, getattr(report, "snapshot", None), step.why, step.reason)
     if step.do not in (Do.NONE, Do.WAIT):
         event = "retire" if step.do is Do.RETIRE else "remediation"
         fire(event, {"node": flow.node, **record}, flow.opts.config, flow.log, flow.deadline)
     if done == "resumed":
         fire("resume", {"node": flow.node, "why": f"{step.label} passed its retest", "step": step.label},
              flow.opts.config, flow.log, flow.deadline)
+    if step.do is Do.RETIRE and done is True:  # the evidence for the vendor, while it is on the node
+        from gpuhc.slurm.admin import retire_evidence
+
+        retire_evidence(flow, getattr(report, "snapshot", None), step.why, step.reason)
 
 
 def _carry_out(flow: Flow, act, node: Node, step: Step, finding: Finding | None) -> bool | str:
