@@ -259,3 +259,16 @@ def test_processes_whose_files_cannot_be_read_make_the_plan_refuse(tmp_path, mon
     found, problems = holders(str(n.root / "proc"), time.monotonic() + 10)
     assert 5 not in {h.pid for h in found}
     assert problems == ["the open files of 1 processes could not be read (not root?): holders may be missing"]
+
+
+def test_a_service_name_systemctl_could_read_as_an_option_is_refused_with_file_and_line(tmp_path):
+    from gpuhc.config import load_config
+    from gpuhc.errors import ConfigError
+
+    cfg = tmp_path / "gpuhc.yaml"
+    cfg.write_text("slurm:\n  remediation:\n    reset:\n      services: [nvidia-dcgm, --force]\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(cfg))
+    assert f"{cfg}:4: slurm.remediation.reset.services: items must match" in str(e.value) and "'--force'" in str(e.value)
+    cfg.write_text("slurm:\n  remediation:\n    reset:\n      services: [nvidia-dcgm, dcgm-exporter.service, getty@tty1]\n")
+    assert load_config(str(cfg)).section("slurm")["remediation"]["reset"]["services"][1] == "dcgm-exporter.service"

@@ -20,14 +20,12 @@ Why each part is there (docs/facts.md "GPU reset", docs/repair.md "The GPU reset
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 FABRIC_MANAGER = "nvidia-fabricmanager"
 PERSISTENCED = "nvidia-persistenced"
 NO_FABRIC = (None, "not supported")  # NVML's fabric state of a GPU that has none
-_UNIT = re.compile(r"[A-Za-z0-9][A-Za-z0-9@._:\\-]{0,127}")
 
 # Architecture by model name, for the scope rule; NVML's own architecture id is preferred where
 # the probe read it. Order matters: the first match wins ("GH200" before "H200").
@@ -159,15 +157,12 @@ def make_plan(facts: NodeFacts, targets: tuple[int, ...], services: list[str], r
     missing = [i for i in targets if i not in known]
     if missing:
         blockers.append(f"gpu{','.join(map(str, missing))} not listed by NVML")
-    bad = [u for u in services if not _UNIT.fullmatch(u)]
-    if bad:
-        blockers.append(f"slurm.remediation.reset.services: not a unit name: {', '.join(bad)}")
     scope, together, why = scope_of(facts, targets)
     in_scope = [g for g in facts.gpus if g.index in scope]
     devices = {d for g in in_scope if (d := _minor_device(g.minor))}
     if any(g.minor is None for g in in_scope):
         blockers.append("device minor number unknown: cannot tell what holds the GPUs")
-    active = [u for u in services if facts.services.get(u) and u not in bad]
+    active = [u for u in services if facts.services.get(u)]  # names checked by the config schema
     holding = {h.unit for h in facts.holders if h.unit and devices & set(h.devices)}
     keep_fm = not together and facts.nvswitch and not all(at_least(g.arch, "hopper") for g in in_scope)
     # A whole-baseboard reset stops everything NVIDIA's break-fix guide stops; a per-GPU one only

@@ -106,7 +106,7 @@ SCHEMA = {
         "reset": {
             "services": Key(list, list(RESET_SERVICES), "systemd units that may hold the GPUs, in the order they "
                             "start (stopped in reverse, started back in this order); units absent on the node "
-                            "are skipped", item=str),
+                            "are skipped", item=str, pattern=r"[A-Za-z0-9][A-Za-z0-9@._:-]{0,127}"),
             "systemctl": Key(str, "systemctl", "systemctl binary (stop and start the services)"),
             "nvidia_smi": Key(str, "nvidia-smi", "nvidia-smi binary (persistence mode off and back on)"),
             "proc_root": Key(str, "/proc", "where /proc is: processes holding /dev/nvidia* are found there"),
