@@ -272,3 +272,14 @@ def test_a_service_name_systemctl_could_read_as_an_option_is_refused_with_file_a
     assert f"{cfg}:4: slurm.remediation.reset.services: items must match" in str(e.value) and "'--force'" in str(e.value)
     cfg.write_text("slurm:\n  remediation:\n    reset:\n      services: [nvidia-dcgm, dcgm-exporter.service, getty@tty1]\n")
     assert load_config(str(cfg)).section("slurm")["remediation"]["reset"]["services"][1] == "dcgm-exporter.service"
+
+
+def test_a_service_that_will_not_start_again_is_said_and_the_rest_is_still_restored(tmp_path):
+    n = node(tmp_path)
+    n.change(fail=["start nvidia-dcgm"])
+    plan, out, lines = run(n)
+    assert not out.ok and out.fallthrough and "NOT everything could be put back" in out.detail, lines
+    calls = n.calls()
+    assert calls.count("systemctl start nvidia-dcgm") == 2  # in order, then once more before giving up
+    assert n.state()["gpus"]["1"]["pm"] == 1 and n.state()["gpus"]["1"]["resets"] == 1
+    assert not any(r["step"] == "verify" for r in out.log)  # no verdict on a node left half-restored

@@ -125,13 +125,13 @@ class _Run:
                 done = next((u for u in self.undo if u.undo == step.argv), None)
                 if self.command(step, step.argv, self.t.command_s, restoring=True) and done is not None:
                     self.undo.remove(done)
+            elif self.undo:  # a start or persistence-on failed above: try once more, then give up
+                return self.fail(Step("restore", "services"))
             elif step.kind == "wait-fabric":
                 if not self.wait_fabric(step):
                     return self.fail(step)
             elif step.kind == "verify" and not self.verify(step):
                 return self.fail(step)
-        if self.undo:  # a start or persistence-on failed above: try once more, then give up
-            return self.fail(Step("restore", "services"))
         return Outcome(True, False, f"reset gpu{','.join(map(str, self.plan.scope))}: every step ok", self.record)
 
     def fail(self, step: Step) -> Outcome:
