@@ -21,11 +21,7 @@ OUTPUT_TAIL = 400  # characters of a command's output kept for the log
 class ResetResult:
     ok: bool
     detail: str  # one printable line: what ran and how it ended
-    output: str = ""  # the command's whole stdout (bounded by the caller's use), for parsers
-
-
-def argv_for(template: list[str], gpu: int | str) -> list[str]:
-    return [part.replace("{gpu}", str(gpu)) for part in template]
+    output: str = ""  # its stdout, where the caller reads an answer (systemctl show)
 
 
 def run_argv(argv: list[str] | tuple[str, ...], timeout_s: float) -> ResetResult:
@@ -43,17 +39,6 @@ def run_argv(argv: list[str] | tuple[str, ...], timeout_s: float) -> ResetResult
         tail = (out + cp.stderr.decode("utf-8", "replace")).strip()[-OUTPUT_TAIL:]
         return ResetResult(False, escape(f"{_show(argv)}: exit {cp.returncode}: {tail}"), out)
     return ResetResult(True, f"{_show(argv)}: ok", out)
-
-
-def reset_gpus(template: list[str], gpus: tuple[int | str, ...], timeout_s: float) -> ResetResult:
-    """Run the reset command for each GPU (or group) in turn; stop at the first failure (a GPU
-    that will not reset needs the reboot, and the others stay as they were)."""
-    for gpu in gpus:
-        r = run_argv(argv_for(template, gpu), timeout_s)
-        if not r.ok:
-            return r
-    return ResetResult(True, f"reset gpu{','.join(map(str, gpus))} ({_show(argv_for(template, gpus[0]))})"
-                       if gpus else "no GPU to reset")
 
 
 def _show(argv: list[str]) -> str:
