@@ -299,14 +299,23 @@ def write_bundle(flow, report, tail_s: float = 2.0) -> str:
     """Write the bundle; return its path. Raises OSError when nothing could be written, and
     :class:`UnsafeDirectory` (as root) for a directory others could write to."""
     slurm = flow.slurm
-    root = slurm["postmortem_dir"]
-    make_dirs(root, 0o700, "slurm.postmortem_dir")
-    check_root_dir(root, "slurm.postmortem_dir")
     name = bundle_name(flow.node, flow.env.get("SLURM_JOB_ID", "nojob"), flow.now())
+    return publish(slurm["postmortem_dir"], "slurm.postmortem_dir", name, slurm["postmortem_format"],
+                   lambda staging: collect(staging, flow, report, tail_s), flow.node, int(slurm["postmortem_keep"]))
+
+
+def publish(root: str, what: str, name: str, fmt: str, fill, node: str, keep: int) -> str:
+    """Make ``root`` (0700) if needed, refuse it as root when others could write there, have
+    ``fill(staging)`` write the files into a fresh private directory, then publish it under
+    ``name`` (a directory, or ``name.tar.gz`` when ``fmt`` is "tar.gz") whole or not at all, and
+    keep the newest ``keep`` of ``node``'s bundles there. The retire bundle
+    (:mod:`gpuhc.retire_bundle`) is published the same way."""
+    make_dirs(root, 0o700, what)
+    check_root_dir(root, what)
     staging = tempfile.mkdtemp(prefix=f".{name}.", dir=root)  # mode 0700; renamed when complete
     try:
-        collect(staging, flow, report, tail_s)
-        if slurm["postmortem_format"] == "tar.gz":
+        fill(staging)
+        if fmt == "tar.gz":
             final = os.path.join(root, name + ".tar.gz")
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tar.gz.tmp", dir=root)  # O_EXCL, 0600
             try:
@@ -326,7 +335,7 @@ def write_bundle(flow, report, tail_s: float = 2.0) -> str:
     finally:
         if staging:
             shutil.rmtree(staging, ignore_errors=True)
-    prune(root, flow.node, int(slurm["postmortem_keep"]))
+    prune(root, node, keep)
     return final
 
 

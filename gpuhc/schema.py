@@ -25,7 +25,7 @@ class Key:
     choices: tuple[Any, ...] | None = None
     item: type | None = None  # element type for lists
     nullable: bool = False
-    pattern: str | None = None  # a regular expression a string value must match in full
+    pattern: str | None = None  # a regular expression a string value (or each string item) must match in full
 
     def check(self, value: Any) -> str | None:
         """Return why ``value`` is wrong, or None when it is fine."""
@@ -56,6 +56,8 @@ class Key:
                     return f"items must be {self.item.__name__}, got {v!r}"
                 if isinstance(v, float) and not math.isfinite(v):
                     return f"items must be finite numbers, got {v}"
+                if self.pattern is not None and isinstance(v, str) and not re.fullmatch(self.pattern, v):
+                    return f"items must match {self.pattern}, got {v!r}"
         return None
 
 

@@ -69,7 +69,7 @@ def test_retest_unit_runs_quarantine_retest():
 
 @pytest.mark.parametrize("words,cword,want", [
     ("gpuhc quar", 1, {"quarantine"}),
-    ("gpuhc quarantine re", 2, {"release", "retest", "retire"}),
+    ("gpuhc quarantine re", 2, {"release", "reset", "retest", "retire"}),
     ("gpuhc drain-report --js", 2, {"--json"}),
 ])
 def test_shell_completion_completes_gpuhcs_commands(words, cword, want):

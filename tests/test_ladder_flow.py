@@ -1,5 +1,5 @@
-"""The ladder's node side: the reset command runner (a real subprocess standing in for
-`nvidia-smi -r`) and which finding drives the ladder."""
+"""The ladder's node side: the command runner of the reset procedure (a real subprocess standing
+in for `nvidia-smi -r`) and which finding drives the ladder."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from gpuhc.model import Action, Result, Status
-from gpuhc.slurm.gpureset import argv_for, reset_gpus
+from gpuhc.slurm.gpureset import run_argv
 from gpuhc.slurm.remediate import finding_of
 
 
@@ -19,34 +19,31 @@ def script(tmp_path, body: str):
     return str(p)
 
 
-def test_each_gpu_gets_its_argv_without_a_shell(tmp_path):
+def test_the_argv_runs_without_a_shell(tmp_path):
     rec = tmp_path / "calls"
     s = script(tmp_path, f"open({str(rec)!r}, 'a').write(repr(sys.argv[1:]) + '\\n')")
-    r = reset_gpus([s, "-r", "-i", "{gpu}", "$(touch x); rm"], (1, 3), 5)
-    assert r.ok and "gpu1,3" in r.detail
-    assert rec.read_text().splitlines() == [repr(["-r", "-i", "1", "$(touch x); rm"]),
-                                             repr(["-r", "-i", "3", "$(touch x); rm"])]
+    r = run_argv([s, "-r", "-i", "1", "$(touch x); rm"], 5)
+    assert r.ok and r.detail.endswith(": ok")
+    assert rec.read_text().splitlines() == [repr(["-r", "-i", "1", "$(touch x); rm"])]
     assert not (tmp_path / "x").exists()
-    assert argv_for(["nvidia-smi", "-r", "-i", "{gpu}"], 7) == ["nvidia-smi", "-r", "-i", "7"]
 
 
-def test_a_failure_stops_at_that_gpu_and_quotes_its_output(tmp_path):
-    s = script(tmp_path, "print('GPU 00000000:18:00.0 is currently in use by another process.\\x1b[2J'); "
-                         "sys.exit(255 if sys.argv[-1] == '2' else 0)")
-    r = reset_gpus([s, "{gpu}"], (1, 2, 3), 5)
+def test_a_failure_quotes_its_output_escaped(tmp_path):
+    s = script(tmp_path, "print('GPU 00000000:18:00.0 is currently in use by another process.\\x1b[2J'); sys.exit(255)")
+    r = run_argv([s, "-r", "-i", "2"], 5)
     assert not r.ok and "exit 255" in r.detail and "in use by another process" in r.detail
     assert "\x1b" not in r.detail  # escaped for the log
 
 
-def test_a_hanging_reset_is_stopped_at_its_timeout(tmp_path):
+def test_a_hanging_command_is_stopped_at_its_timeout(tmp_path):
     s = script(tmp_path, "time.sleep(60)")
     t = time.monotonic()
-    r = reset_gpus([s, "{gpu}"], (0,), 1.0)
+    r = run_argv([s], 1.0)
     assert not r.ok and "timed out after 1s" in r.detail and time.monotonic() - t < 10
 
 
-def test_a_missing_command_is_a_failed_reset(tmp_path):
-    r = reset_gpus([str(tmp_path / "no-such-nvidia-smi"), "{gpu}"], (0,), 5)
+def test_a_missing_command_is_a_failed_step(tmp_path):
+    r = run_argv([str(tmp_path / "no-such-nvidia-smi"), "-r"], 5)
     assert not r.ok and "no-such-nvidia-smi" in r.detail
 
 

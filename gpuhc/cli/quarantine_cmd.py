@@ -59,7 +59,7 @@ def _report(results, json_mode: bool) -> int:
 
 @click.group()
 def quarantine() -> None:
-    """Nodes gpuhc drained: list, retest, release, retire.
+    """Nodes gpuhc drained: list, retest, release, retire; the GPU reset's plan.
 
     The cycle count lives in the reason (`gpuhc: ... [q2]`, `gpuhc: RETIRED ...`), so it survives
     reboots and is the same on every machine. A node is retired after
@@ -170,6 +170,10 @@ def _retest_here(src: SourceArgs, config) -> int:
 
         fire(plan.act, {"node": opts.hostname, "stage": "bootstrap", "why": plan.why, "reason": plan.reason,
                         "was": node.reason, "retest": verdict.value}, config, log, sc.deadline)
+    if ok and plan.act == "retire":
+        from gpuhc.slurm.admin import retire_evidence
+
+        retire_evidence(flow, report.snapshot, plan.why, plan.reason)
     if ok and plan.act == "resume":
         old = entry.load_memory(flow)
         entry.save_memory(flow, Memory(flaps=old.flaps, last_resume=flow.now()), None)
@@ -303,7 +307,59 @@ def retire(nodes: str, note: str, force: bool, config_path: str | None, json_mod
 
     for r in (r for r in results if r.ok and r.message.startswith("retired")):
         fire("retire", {"node": r.node, "why": "retired by an admin", "message": r.message}, config)
+        if r.node == node_name(None):  # the evidence can only be read on the node itself
+            _retire_evidence_here(config_path, config, r.message)
     sys.exit(code)
+
+
+def _retire_evidence_here(config_path: str | None, config, message: str) -> None:
+    from gpuhc.cli.common import run_options_from
+    from gpuhc.slurm import entry
+    from gpuhc.slurm.admin import retire_evidence
+
+    opts = run_options_from(SourceArgs(config_path=config_path), "bootstrap", config=config)
+    s = config.section("slurm")
+    log = entry.Log(f"gpuhc quarantine retire {opts.hostname}", s.get("log_file"), bool(s.get("syslog", True)))
+    path = retire_evidence(entry.Flow(stage="bootstrap", opts=opts, log=log), None, "retired by an admin", message)
+    click.echo(f"retire bundle: {path}" if path else "retire bundle: not written (see the log)")
+
+
+@quarantine.command("reset")
+@click.option("--plan", "plan_only", is_flag=True, help="Print what would be stopped, reset and restarted; change "
+              "nothing (required: the reset itself is the remediation ladder's, slurm.remediation).")
+@click.option("--gpus", help="GPU indices to reset, e.g. 1,3 (default: every GPU NVML lists).")
+@source_options
+def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
+    """The GPU reset procedure on this node, NVIDIA's way (docs/repair.md "The GPU reset procedure").
+
+    Lists what holds the GPUs (processes with /dev/nvidia* open, the configured services), the
+    GPUs that must reset together by NVIDIA's rule, and every step in order. Reads only: no
+    service is stopped, no setting changed, no GPU reset. Exit 0 when the reset could go ahead,
+    1 when something blocks it.
+    """
+    import time
+
+    from gpuhc.cli.common import run_options_from
+    from gpuhc.slurm.reset_probe import plan_now
+    from gpuhc.sources import build_sources
+
+    if not plan_only:
+        raise click.UsageError("only --plan is offered here: the reset itself runs from the remediation ladder "
+                               "(slurm.remediation.enabled), where a failure falls to the reboot rung")
+    config = load(src)
+    remediation = config.section("slurm")["remediation"]
+    reading = build_sources(run_options_from(src, "passive", config=config).sources).nvml.read()
+    try:
+        wanted = tuple(int(x) for x in gpus.split(",")) if gpus else tuple(g.index for g in reading.gpus)
+    except ValueError:
+        raise click.BadParameter(f"{gpus!r}: comma-separated GPU indices, e.g. 1,3", param_hint="--gpus") from None
+    plan = plan_now(remediation, wanted, reading, time.monotonic() + float(remediation["reset"]["command_timeout_s"]))
+    if src.json_mode:
+        click.echo(json.dumps(plan.to_dict(), indent=2))
+    else:
+        for line in plan.lines():
+            click.echo(escape(line))
+    sys.exit(0 if plan.ok else 1)
 
 
 def _forget_here(names: list[str], config) -> None:

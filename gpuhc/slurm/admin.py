@@ -86,3 +86,28 @@ def reboot_for_retest(act: Actuator, names: list[str], nextstate: str) -> list[A
 def _observed(act: Actuator, name: str, message: str) -> AdminResult | None:
     """In observe mode, the result of an act that was only logged; None otherwise."""
     return AdminResult(name, True, f"observe mode, nothing sent: would be {message}") if act.observe else None
+
+
+def retire_evidence(flow, snapshot, why: str, reason: str | None) -> str | None:
+    """Write the retire bundle of this node (:mod:`gpuhc.retire_bundle`) after a verified
+    retirement; its path, or None. Never raises: the retirement stands whatever happens here."""
+    import time
+
+    s = flow.slurm["retire_bundle"]
+    if not s["enabled"]:
+        return None
+    from gpuhc.retire_bundle import write_retire_bundle
+
+    try:
+        if snapshot is None:
+            from gpuhc.runner import read_snapshot
+
+            snapshot = read_snapshot(flow.opts.sources, flow.node, max(1.0, min(30.0, flow.deadline - time.monotonic())))
+        path = write_retire_bundle(s, flow.slurm["postmortem_format"], flow.node, why, reason, snapshot,
+                                   flow.opts.sources, flow.opts.config.section("output").get("event_log"), flow.now(),
+                                   flow.deadline)
+    except Exception as e:  # the evidence is best effort; the node is retired either way
+        flow.log(f"retire bundle not written: {type(e).__name__}: {e}", loud=True)
+        return None
+    flow.log(f"retire bundle: {path}", loud=True)
+    return path

@@ -1,9 +1,10 @@
-"""Run the configured GPU reset command: ``slurm.remediation.reset_command``, default
-``nvidia-smi -r -i {gpu}``, once per GPU, as an argv list without a shell, each with a timeout.
+"""Run one command of the GPU reset procedure: an argv list without a shell, with a timeout,
+its output kept to an escaped tail for the log.
 
-The caller (:mod:`gpuhc.slurm.remediate`) has made sure that no job runs on the node and no
-process holds its GPUs: ``nvidia-smi -r`` refuses a GPU in use, but a site's own command may
-not. The command's output is kept to its tail and escaped, because it goes into the log.
+The procedure itself (what holds the GPUs, what to stop, which GPUs reset together, the order)
+is :mod:`gpuhc.slurm.reset_plan` and :mod:`gpuhc.slurm.reset_run`; the reset command is
+``slurm.remediation.reset_command`` (default ``nvidia-smi -r -i {gpu}``, where ``{gpu}`` is one
+GPU's index, or a comma-separated list where NVIDIA's rule resets GPUs together).
 """
 
 from __future__ import annotations
@@ -13,38 +14,31 @@ from dataclasses import dataclass
 
 from gpuhc.logtext import escape
 
-OUTPUT_TAIL = 400  # characters of the command's output kept for the log
+OUTPUT_TAIL = 400  # characters of a command's output kept for the log
 
 
 @dataclass(frozen=True)
 class ResetResult:
     ok: bool
     detail: str  # one printable line: what ran and how it ended
+    output: str = ""  # its stdout, where the caller reads an answer (systemctl show)
 
 
-def argv_for(template: list[str], gpu: int) -> list[str]:
-    return [part.replace("{gpu}", str(gpu)) for part in template]
-
-
-def reset_gpus(template: list[str], gpus: tuple[int, ...], timeout_s: float) -> ResetResult:
-    """Reset each GPU in turn; stop at the first failure (a GPU that will not reset needs the
-    reboot, and the others stay as they were)."""
-    done = []
-    for gpu in gpus:
-        argv = argv_for(template, gpu)
-        try:
-            cp = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
-                                check=False, shell=False)
-        except subprocess.TimeoutExpired:
-            return ResetResult(False, f"{_show(argv)}: timed out after {timeout_s:.0f}s")
-        except OSError as e:
-            return ResetResult(False, f"{_show(argv)}: {e.strerror or e}")
-        if cp.returncode != 0:
-            tail = (cp.stdout + cp.stderr).decode("utf-8", "replace").strip()[-OUTPUT_TAIL:]
-            return ResetResult(False, escape(f"{_show(argv)}: exit {cp.returncode}: {tail}"))
-        done.append(gpu)
-    return ResetResult(True, f"reset gpu{','.join(map(str, done))} ({_show(argv_for(template, gpus[0]))})"
-                       if gpus else "no GPU to reset")
+def run_argv(argv: list[str] | tuple[str, ...], timeout_s: float) -> ResetResult:
+    """Run ``argv``; ok when it exits 0 within ``timeout_s``. Never raises for the command's sake."""
+    argv = list(argv)
+    try:
+        cp = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
+                            check=False, shell=False)
+    except subprocess.TimeoutExpired:
+        return ResetResult(False, f"{_show(argv)}: timed out after {timeout_s:.0f}s")
+    except OSError as e:
+        return ResetResult(False, f"{_show(argv)}: {e.strerror or e}")
+    out = cp.stdout.decode("utf-8", "replace")
+    if cp.returncode != 0:
+        tail = (out + cp.stderr.decode("utf-8", "replace")).strip()[-OUTPUT_TAIL:]
+        return ResetResult(False, escape(f"{_show(argv)}: exit {cp.returncode}: {tail}"), out)
+    return ResetResult(True, f"{_show(argv)}: ok", out)
 
 
 def _show(argv: list[str]) -> str:

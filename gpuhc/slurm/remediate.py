@@ -7,7 +7,9 @@ needed, and a node whose slurmd is down is left alone (nothing runs the health c
 a failing health check that kept its own node drained (policy decision ``keep``), it asks the
 pure ladder (:mod:`gpuhc.slurm.ladder`) for the next step and carries it out:
 
-- **reset**: reset the finding's GPUs (:mod:`gpuhc.slurm.gpureset`), acknowledge the kernel
+- **reset**: reset the finding's GPUs the way NVIDIA documents it (:mod:`gpuhc.slurm.reset_run`:
+  quiesce what holds them, reset, restore, verify; a failed procedure goes straight on to the
+  reboot rung in the same run), acknowledge the kernel
   log incidents held so far (the reset is what they asked for), run the health check's stage
   again inside what is left of its deadline, and resume through the actuator only on a pass;
   otherwise tag the reason ``[reset n/N]``;
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from gpuhc.slurm.nodes import Node
 
 _GPU = "gpu"
+FALLTHROUGH = "fallthrough"  # the reset procedure failed: on to the reboot rung in the same run
 
 
 def finding_of(results: list[Result]) -> Finding | None:
@@ -133,6 +136,11 @@ def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
                   "gpus": list(finding.gpus) if finding else [], "reason": step.reason}
         out.extra["remediation"] = record
         done = _carry_out(flow, act, node, step, finding)
+        if done == FALLTHROUGH:  # the reset procedure itself failed: its GPUs need the reboot rung
+            step = next_step(node, verdict, finding, None, LadderMemory(resets=settings.reset_attempts),
+                             flow.now(), settings)
+            record.update(fallthrough=step.label, reason=step.reason)
+            done = _carry_out(flow, act, node, step, finding) if step.do is Do.REBOOT else True
         record["ok"] = done in (True, "resumed")
     except SlurmError as e:
         out.extra.setdefault("remediation", {})["error"] = str(e)
@@ -149,6 +157,10 @@ def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
     if done == "resumed":
         fire("resume", {"node": flow.node, "why": f"{step.label} passed its retest", "step": step.label},
              flow.opts.config, flow.log, flow.deadline)
+    if step.do is Do.RETIRE and done is True:  # the evidence for the vendor, while it is on the node
+        from gpuhc.slurm.admin import retire_evidence
+
+        retire_evidence(flow, getattr(report, "snapshot", None), step.why, step.reason)
 
 
 def _carry_out(flow: Flow, act, node: Node, step: Step, finding: Finding | None) -> bool | str:
@@ -174,16 +186,17 @@ def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
     """Reset, retest, resume on a pass; else tag the reason with the attempt. "resumed", True
     when the attempt was carried out and failed, False when there was no time for it."""
     from gpuhc.slurm.entry import SLURM_RESERVE_S, load_memory, run_checks, save_memory, summary_line
-    from gpuhc.slurm.gpureset import reset_gpus
     from gpuhc.slurm.handover import acknowledge_kernel_log
+    from gpuhc.slurm.reset_run import procedure
+    from gpuhc.sources import build_sources
 
-    r = flow.slurm["remediation"]
     room = flow.deadline - time.monotonic() - SLURM_RESERVE_S - 2.0
-    timeout = min(float(r["reset_timeout_s"]), room / max(1, len(finding.gpus)))
-    if timeout < 1.0:
+    if room < 1.0:
         flow.log("remediation: no time left in this run for a reset; the next run tries", loud=True)
         return False
-    result = reset_gpus(list(r["reset_command"]), finding.gpus, timeout)
+    # NVIDIA's way (docs/repair.md "The GPU reset procedure"): quiesce, reset, restore, verify.
+    _, result = procedure(flow.slurm["remediation"], finding.gpus, lambda: build_sources(flow.opts.sources).nvml.read(),
+                          lambda line: flow.log(line, loud=True), time.monotonic() + room)
     flow.log(f"remediation: {step.label}: {'done' if result.ok else 'FAILED'}: {result.detail}", loud=True)
     if result.ok:
         acknowledge_kernel_log(flow.opts.state_dir, flow.now())
@@ -204,7 +217,8 @@ def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
         act.drain(flow.node, step.reason, f"remediation {step.label}")
     elif not owned(now.reason):
         flow.log(f"remediation: the node's reason changed meanwhile ({now.reason!r}): leaving it", loud=True)
-    return True
+        return True
+    return FALLTHROUGH if result.fallthrough else True
 
 
 def fire(event: str, payload: dict, config: Any, log: Any, deadline: float | None = None) -> None:

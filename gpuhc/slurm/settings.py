@@ -13,6 +13,11 @@ from gpuhc.schema import Key
 # lists because the schema compares a value with its choices, and importing the ladder would
 # load the policy on every config load).
 _LADDERS = (["reset", "reboot"], ["reset"], ["reboot"], [])
+# The services that commonly hold every GPU open (NVIDIA/NVSentinel#1690, NVIDIA/gpu-operator#118,
+# NVIDIA/ai-cloud-validation#603), in the order they start: persistence first, the fabric before
+# its users, DCGM before its exporter.
+RESET_SERVICES = ("nvidia-persistenced", "nvidia-fabricmanager", "nvidia-imex", "nvidia-dcgm", "nv-hostengine",
+                  "dcgm-exporter", "nvsm")
 
 
 def _ladder(default: list[str], what: str) -> Key:
@@ -51,6 +56,15 @@ SCHEMA = {
     "postmortem_keep": Key(int, 50, "bundles kept per node; the oldest beyond this are removed", min=1),
     "postmortem_kernel_lines": Key(int, 200, "most recent raw kernel-log lines (and parsed events) copied into a bundle",
                                    min=0),
+    "retire_bundle": {  # docs/repair.md "The retire bundle"
+        "enabled": Key(bool, True, "when gpuhc or an admin retires this node, write the evidence an RMA asks for"),
+        "dir": Key(str, "/var/lib/gpuhc/retired", "where retire bundles go (root's alone; format as postmortem_format)"),
+        "keep": Key(int, 10, "retire bundles kept per node", min=1),
+        "kernel_lines": Key(int, 2000, "most recent raw kernel-log lines copied into a retire bundle", min=0),
+        "bug_report": Key(str, "nvidia-bug-report.sh", "NVIDIA's report script; skipped where not installed"),
+        "bug_report_timeout_s": Key(float, 300.0, "nvidia-bug-report.sh is killed after this long (and at the "
+                                    "run's deadline: a health check leaves it little time)", min=0.0, max=3600.0),
+    },
     "breaker": {
         "enabled": Key(bool, True, "stop draining when gpuhc already holds too many nodes"),
         "max_drained": Key(int, None, "absolute cap of nodes drained by gpuhc", min=0, nullable=True),
@@ -102,6 +116,22 @@ SCHEMA = {
                              "per GPU; {gpu} is the GPU's index", item=str),
         "reset_timeout_s": Key(float, 30.0, "one reset command's timeout (cut to the health check's deadline)",
                                min=1.0, max=600.0),
+        # docs/repair.md "The GPU reset procedure": what holds the GPUs is found and stopped
+        # first, because the driver refuses a reset while any client holds the device.
+        "reset": {
+            "services": Key(list, list(RESET_SERVICES), "systemd units that may hold the GPUs, in the order they "
+                            "start (stopped in reverse, started back in this order); units absent on the node "
+                            "are skipped", item=str, pattern=r"[A-Za-z0-9][A-Za-z0-9@._:-]{0,127}"),
+            "systemctl": Key(str, "systemctl", "systemctl binary (stop and start the services)"),
+            "nvidia_smi": Key(str, "nvidia-smi", "nvidia-smi binary (persistence mode off and back on)"),
+            "proc_root": Key(str, "/proc", "where /proc is: processes holding /dev/nvidia* are found there"),
+            "dev_root": Key(str, "/dev", "where /dev is: NVSwitch device files are looked for there"),
+            "command_timeout_s": Key(float, 30.0, "one systemctl or nvidia-smi call's timeout (cut to the run's "
+                                     "deadline)", min=1.0, max=600.0),
+            "fabric_timeout_s": Key(float, 60.0, "after the reset, wait up to this long for every GPU's NVSwitch "
+                                    "fabric registration to complete (cut to the run's deadline)",
+                                    min=0.0, max=1800.0),
+        },
         "reset_attempts": Key(int, 2, "GPU resets per episode before the ladder moves on to a reboot",
                               min=0, max=10),
         "reboot_timeout_s": Key(float, 1800.0, "a reboot and its boot-time retest must answer within this, "

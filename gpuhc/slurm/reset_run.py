@@ -1,0 +1,163 @@
+"""Carry out a GPU reset plan (:mod:`gpuhc.slurm.reset_plan`): quiesce, reset, bring everything
+back in reverse order, wait for the NVSwitch fabric, check that NVML lists the same GPUs.
+
+Every step is logged with its outcome. What was stopped is always brought back: a step that
+fails (or a deadline that runs out) starts the services again and turns persistence back on,
+in reverse order, before the outcome says "fall through", which the ladder takes to its reboot
+rung (docs/repair.md "The GPU reset procedure"). Each command has a timeout inside the run's
+deadline; putting things back gets a few seconds even past it, because a node left with its
+services stopped is worse than a late health check.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpuhc.model import NvmlReading
+from gpuhc.slurm.gpureset import run_argv
+from gpuhc.slurm.reset_plan import NO_FABRIC, Plan, Step
+
+RESTORE_MIN_S = 5.0  # each restoring command gets at least this, deadline or not
+POLL_S = 1.0  # fabric state polling interval
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    command_s: float  # systemctl, nvidia-smi -pm
+    reset_s: float  # the reset command
+    fabric_s: float  # the wait for the fabric after the reset
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    fallthrough: bool  # the procedure failed: the ladder goes to its reboot rung
+    detail: str
+    log: list[dict] = field(default_factory=list)  # {"step", "target", "ok", "detail"}
+
+
+class _Run:
+    def __init__(self, plan: Plan, t: Timeouts, read_nvml: Callable[[], NvmlReading],
+                 rescan: Callable[[], list], log: Callable[[str], None], deadline: float):
+        self.plan, self.t, self.read_nvml, self.rescan, self.say = plan, t, read_nvml, rescan, log
+        self.deadline = deadline
+        self.undo: list[Step] = []  # quiesce steps done, to put back in reverse
+        self.record: list[dict] = []
+
+    def note(self, step: Step, ok: bool, detail: str) -> None:
+        self.record.append({"step": step.kind, "target": step.target, "ok": ok, "detail": detail})
+        self.say(f"reset procedure: {step.kind} {step.target}: {'ok' if ok else 'FAILED'}: {detail}")
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def command(self, step: Step, argv: tuple[str, ...], limit: float, restoring: bool = False) -> bool:
+        timeout = min(limit, self.left())
+        if restoring:
+            timeout = max(timeout, RESTORE_MIN_S)
+        if timeout < 1.0:
+            self.note(step, False, "no time left in this run")
+            return False
+        r = run_argv(argv, timeout)
+        self.note(step, r.ok, r.detail)
+        return r.ok
+
+    def restore(self) -> bool:
+        """Undo the quiesce steps done so far, newest first; True when all came back."""
+        ok = True
+        while self.undo:
+            step = self.undo.pop()
+            back = Step("restore", step.target, step.undo)
+            ok = self.command(back, step.undo, self.t.command_s, restoring=True) and ok
+        return ok
+
+    def holders_gone(self, step: Step) -> bool:
+        scope = {self.plan.devices.get(i) for i in self.plan.scope} - {None}
+        left = [h for h in self.rescan() if scope & set(h.devices) and h.unit not in self.plan.kept]
+        detail = "; ".join(f"pid {h.pid} ({h.comm}, {h.unit or 'no unit'})" for h in left)
+        self.note(step, not left, f"still held by {detail}" if left else "nothing holds the GPUs")
+        return not left
+
+    def wait_fabric(self, step: Step) -> bool:
+        end = time.monotonic() + min(self.t.fabric_s, max(0.0, self.left()))
+        while True:
+            reading = self.read_nvml()
+            pending = [f"gpu{g.index} {g.fabric_state}" for g in reading.gpus
+                       if g.fabric_state not in NO_FABRIC and g.fabric_state != "completed"]
+            if reading.available and not pending:
+                self.note(step, True, "every GPU's fabric registration completed")
+                return True
+            if time.monotonic() + POLL_S > end:
+                why = ", ".join(pending) if reading.available else f"NVML not available ({reading.error})"
+                self.note(step, False, f"fabric not complete in time: {why}")
+                return False
+            time.sleep(POLL_S)
+
+    def verify(self, step: Step) -> bool:
+        reading = self.read_nvml()
+        seen = {g.index: g.uuid for g in reading.gpus if not g.lost}
+        ok = reading.available and seen == self.plan.expected_uuids
+        if ok:
+            detail = f"NVML lists the same {len(seen)} GPUs"
+        elif not reading.available:
+            detail = f"NVML not available after the reset ({reading.error})"
+        else:
+            diff = sorted(set(seen.items()) ^ set(self.plan.expected_uuids.items()))
+            detail = "GPUs differ from before the reset: " + ", ".join(f"gpu{i} {u}" for i, u in diff)
+        self.note(step, ok, detail)
+        return ok
+
+    def go(self) -> Outcome:
+        for step in self.plan.steps:
+            if step.kind in ("persistence-off", "stop"):
+                if not self.command(step, step.argv, self.t.command_s):
+                    return self.fail(step)
+                self.undo.append(step)
+            elif step.kind == "check-holders":
+                if not self.holders_gone(step):
+                    return self.fail(step)
+            elif step.kind == "reset":
+                if not self.command(step, step.argv, self.t.reset_s):
+                    return self.fail(step)
+            elif step.kind in ("start", "persistence-on"):
+                done = next((u for u in self.undo if u.undo == step.argv), None)
+                if self.command(step, step.argv, self.t.command_s, restoring=True) and done is not None:
+                    self.undo.remove(done)
+            elif self.undo:  # a start or persistence-on failed above: try once more, then give up
+                return self.fail(Step("restore", "services"))
+            elif step.kind == "wait-fabric":
+                if not self.wait_fabric(step):
+                    return self.fail(step)
+            elif step.kind == "verify" and not self.verify(step):
+                return self.fail(step)
+        return Outcome(True, False, f"reset gpu{','.join(map(str, self.plan.scope))}: every step ok", self.record)
+
+    def fail(self, step: Step) -> Outcome:
+        restored = self.restore()
+        what = f"{step.kind} {step.target} failed" + ("" if restored else "; NOT everything could be put back")
+        return Outcome(False, True, what, self.record)
+
+
+def execute(plan: Plan, t: Timeouts, read_nvml: Callable[[], NvmlReading], rescan: Callable[[], list],
+            log: Callable[[str], None], deadline: float) -> Outcome:
+    """Run the plan; a blocked plan changes nothing and falls through at once."""
+    if not plan.ok:
+        for b in plan.blockers:
+            log(f"reset procedure: not attempted: {b}")
+        return Outcome(False, True, "not attempted: " + "; ".join(plan.blockers))
+    return _Run(plan, t, read_nvml, rescan, log, deadline).go()
+
+
+def procedure(remediation: dict, targets: tuple[int, ...], read_nvml: Callable[[], NvmlReading],
+              log: Callable[[str], None], deadline: float) -> tuple[Plan, Outcome]:
+    """Read the node, plan and carry out the reset of ``targets`` (the ladder's reset rung)."""
+    from gpuhc.slurm.reset_probe import ProbeSettings, holders, plan_now
+
+    reset = remediation["reset"]
+    s = ProbeSettings.from_section(reset)
+    plan = plan_now(remediation, targets, read_nvml(), deadline)
+    log("reset procedure: plan: " + " | ".join(plan.lines()))
+    t = Timeouts(s.timeout_s, float(remediation["reset_timeout_s"]), float(reset["fabric_timeout_s"]))
+    return plan, execute(plan, t, read_nvml, lambda: holders(s.proc_root, deadline)[0], log, deadline)
