@@ -24,6 +24,7 @@ MODULES = (
     "infiniband",
     "nvswitch",
     "occupancy",
+    "jobs",
 )
 
 

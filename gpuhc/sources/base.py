@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpuhc.model import AerCounters, IbPort, KernelLog, NvmlReading, Occupancy
+from gpuhc.model import Activity, AerCounters, IbPort, KernelLog, NvmlReading, Occupancy
 
 
 class NvmlSource(Protocol):
@@ -39,3 +39,9 @@ class PciSource(Protocol):
 class ProcsSource(Protocol):
     def read(self) -> Occupancy | None:
         """Processes and memory in use on the GPUs; None when a recording does not say."""
+
+
+class ActivitySource(Protocol):
+    def read(self) -> Activity | None:
+        """What the GPUs running jobs hold did over the last seconds; None when a recording
+        does not say."""

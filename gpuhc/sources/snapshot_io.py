@@ -25,6 +25,7 @@ Document shape (all keys optional except where a GPU needs them)::
       waited_s: 0                            # optional; also `available`, `error`
       gpus: [{index: 1, memory_used_mib: 20480, memory_total_mib: 81559,
               processes: [{pid: 4242, name: python, used_mib: 20000, kinds: compute, gone: false}]}]
+    activity: {gpus: [{index: 0, jobs: ["4242"], gpu_util: [100], ...}]}   # gpuhc.sources.activity_io
     steps: [{<partial document>}, ...]       # see gpuhc.sources.scenario
     extends: healthy-8xh100.yaml             # start from another scenario (gpuhc.sources.scenario)
 
@@ -158,6 +159,9 @@ def dump_snapshot(snapshot: Snapshot, compact: bool = True) -> dict[str, Any]:
         doc["pci_gpus"] = list(snapshot.pci_gpus)
     if snapshot.occupancy is not None:
         doc["occupancy"] = _plain(snapshot.occupancy)
+    # job activity (issue 24; format in gpuhc/sources/activity_io.py)
+    if snapshot.activity is not None:
+        doc["activity"] = _plain(snapshot.activity)
     return doc
 
 
