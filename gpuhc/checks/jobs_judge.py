@@ -41,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "straggler_min_s": 12.0,  # a straggler is called once it has lasted this long
     "drain_culprit_jobs": 0,  # opt-in: a node that is the culprit of this many jobs is drained (0: never)
     "culprit_memory_s": 7 * 86400.0,  # how long a culprit finding counts toward that
+    "requeue_after_s": 0.0,  # opt-in: a job hung this long, culprit node named, is requeued without it (0: never)
     "environ_fallback": True,  # a process with no Slurm cgroup: its SLURM_JOB_ID names its job
 }
 
