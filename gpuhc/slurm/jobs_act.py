@@ -69,14 +69,16 @@ def _run(flow: Any, report: Any) -> None:
     requeued: dict[str, float] = dict(mine.get("requeued") or {})
     todo = [j for j, v in want.items() if (v.token() if v else None) != published.get(j) and (v or j in published)]
     todo += [j for j in sorted(idle) if j not in published]
+    thresholds = flow.opts.config.check_settings("jobs").get("thresholds") or {}
+    requeue_after = float(thresholds.get("requeue_after_s") or 0.0)
+    if requeue_after > 0:  # a recorded hang is looked at again until it is old enough to requeue
+        todo += [j for j, v in want.items() if v is not None and v.signature == "hang" and j not in requeued and j not in todo]
     if not todo:
         return
     from gpuhc.slurm.jobs_slurm import JobControl
 
     sl = flow.slurm
     ctl = JobControl(binary=sl["scontrol"], timeout_s=float(sl["timeout_s"]), deadline=flow.deadline)
-    thresholds = flow.opts.config.check_settings("jobs").get("thresholds") or {}
-    requeue_after = float(thresholds.get("requeue_after_s") or 0.0)
     for job in todo[:MAX_READS]:
         try:
             info = ctl.show_job(job)
@@ -99,15 +101,17 @@ def _run(flow: Any, report: Any) -> None:
         if view is None:
             published.pop(job, None)
             continue
-        published[job] = view.token()
         finding = rec.combine(rec.parse(new if new is not None else comment))
+        if requeue_after > 0 and job not in requeued and view.signature == "hang":
+            _maybe_requeue(flow, ctl, job, info, finding, requeue_after, requeued)
+        if published.get(job) == view.token():
+            continue  # said before: no second log line or hook
+        published[job] = view.token()
         flow.log(f"jobs: job {job} {finding.verdict or view.signature}: culprit "
                  f"{', '.join(finding.culprits) or 'not named yet'}, since {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(finding.since or view.since))}",
                  loud=True)
         _hook(flow, "job_finding", {"node": node, "job": job, "signature": view.signature, "culprits": list(view.culprits),
                                     "since": view.since, "verdict": finding.verdict, "job_culprits": finding.culprits})
-        if requeue_after > 0 and job not in requeued:
-            _maybe_requeue(flow, ctl, job, info, finding, requeue_after, requeued)
     for job in [j for j in published if j not in want and j not in idle]:
         published.pop(job)  # the job ended: its record went with it
     with store.transaction() as doc:
