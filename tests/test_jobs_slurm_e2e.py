@@ -103,7 +103,9 @@ def test_hung_job_culprit_named_nothing_drained_then_requeued_without_it(slurm_c
     hooks = [json.loads(line) for line in hook_log.read_text().splitlines() if line.strip()]
     (req,) = [h for h in hooks if h["event"] == "job_requeue"]
     assert req["excluded"] == ["n1"] and req["job"] == str(job)
-    # Back in the queue (Slurm holds a requeued job back a while before it may start again), not held.
+    # Back in the queue (Slurm holds a requeued job back a while before it may start again), not
+    # held; 26.05 shows the old run COMPLETING for a moment first.
+    c.wait_for(lambda: c.job_state(job) in ("PENDING", "RUNNING"), 60, f"job {job} pending or running again")
     fields = dict(t.split("=", 1) for t in c.scontrol("show", "job", "-o", str(job)).stdout.split() if "=" in t)
     assert fields["JobState"] in ("PENDING", "REQUEUED", "RUNNING", "CONFIGURING"), fields["JobState"]
     assert fields.get("Reason") != "JobHeldAdmin" and fields.get("Priority") != "0"
