@@ -183,3 +183,22 @@ def test_a_typo_in_the_config_is_refused_with_file_and_line(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_config(str(cfg))
     assert "hang_min_s" in str(e.value) and ":4" in str(e.value)
+
+
+def test_culprit_with_a_hardware_sign_drains_only_when_asked():
+    from gpuhc.model import GpuReading, NvmlReading
+
+    nvml = NvmlReading(available=True, gpus=[
+        GpuReading(index=0, name="H100", uuid="GPU-0", pci_bus_id="0000:18:00.0"),
+        GpuReading(index=1, name="H100", uuid="GPU-1", pci_bus_id="0000:2a:00.0", clock_event_samples=[0x1, 0x40],
+                   remap_pending=True)])
+    snap = Snapshot("n", 1000.0, nvml=nvml, activity=Activity(available=True, gpus=[gpu(0, 100, 0, 130), gpu(1, 0, 0, 125)]))
+    off = jobs.judge(snap, Context(thresholds=dict(jj.DEFAULTS)))
+    assert [r.status for r in off.results] == [Status.WARN]
+    on = jobs.judge(snap, Context(thresholds={**jj.DEFAULTS, "drain_culprit_with_hardware": True}))
+    (fail,) = [r for r in on.results if r.status is Status.FAIL]
+    assert fail.subject == "gpu1" and fail.action is Action.DRAIN_REBOOT
+    assert "row remapping pending" in fail.message and "HW thermal slowdown" in fail.message
+    nvml.gpus[1] = GpuReading(index=1, name="H100", uuid="GPU-1", pci_bus_id="0000:2a:00.0", clock_event_samples=[0x4])
+    assert not [r for r in jobs.judge(snap, Context(thresholds={**jj.DEFAULTS, "drain_culprit_with_hardware": True})).results
+                if r.status is Status.FAIL]

@@ -13,7 +13,9 @@ each job by its signature (gpuhc/checks/jobs_judge.py). The rules (docs/checks.m
   (gpuhc/slurm/jobs_act.py), and ``gpuhc jobs`` shows every node's view together.
 - Opt-in (``drain_culprit_jobs`` > 0): a node whose GPU is the culprit of that many different
   jobs' hangs within ``culprit_memory_s`` fails, with a drain: one job's hang may be its own
-  doing, the same GPU stalling job after job is not.
+  doing, the same GPU stalling job after job is not. Opt-in too (``drain_culprit_with_hardware``):
+  a culprit GPU whose own counters show a hardware sign in the same run (lost, uncorrectable
+  ECC, row remapping, a hardware clock slowdown, fabric not up) fails the node.
 - A job whose GPUs are all idle (data loading, a checkpoint everyone writes) is never hung.
 """
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.checks import jobs_judge as jj
-from gpuhc.checks.base import ACTIVITY, Check, CheckOutput, Context, na, result
+from gpuhc.checks.base import ACTIVITY, NVML, Check, CheckOutput, Context, na, result
 from gpuhc.model import Action, Result, Snapshot, Status
 
 ID = "jobs"
@@ -65,7 +67,25 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     drain = _repeat_drain(culprits, int(t["drain_culprit_jobs"]))
     if drain is not None:
         results.append(drain)
+    if t["drain_culprit_with_hardware"]:
+        results.extend(_hardware_drains(snapshot, results))
     return CheckOutput(results, state=state)
+
+
+def _hardware_drains(snapshot: Snapshot, results: list[Result]) -> list[Result]:
+    """Opt-in: a called hang whose culprit GPU here also shows a hardware sign fails the node."""
+    gpus = {g.index: g for g in snapshot.nvml.gpus} if snapshot.nvml is not None else {}
+    out = []
+    for r in results:
+        if r.status is not Status.WARN or not isinstance(r.value, dict) or r.value.get("signature") != jj.HANG:
+            continue
+        for name in r.value["culprits"]:
+            g = gpus.get(int(name[3:]))
+            signs = jj.hardware_signs(g) if g is not None else []
+            if signs:
+                out.append(result(ID, Status.FAIL, f"{name} stalled job {r.value['job']} and shows {', '.join(signs)}",
+                                  name, value=signs, action=Action.DRAIN_REBOOT))
+    return out
 
 
 def _job_order(job: str) -> tuple[int, str]:
@@ -124,6 +144,7 @@ CHECKS = [
     Check(
         id=ID,
         needs=(ACTIVITY,),
+        optional=(NVML,),  # the culprit GPU's own counters, for the opt-in hardware drain
         judge=judge,
         stages=("passive",),
         timeout_s=10.0,

@@ -21,7 +21,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuhc.model import GpuActivity
+from gpuhc.model import GpuActivity, GpuReading
 
 IDLE, SPIN, BUSY, OTHER, UNKNOWN = "idle", "spin", "busy", "other", "unknown"
 HANG, STRAGGLER, RUNNING, ALL_IDLE = "hang", "straggler", "running", "idle"
@@ -41,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "straggler_min_s": 12.0,  # a straggler is called once it has lasted this long
     "drain_culprit_jobs": 0,  # opt-in: a node that is the culprit of this many jobs is drained (0: never)
     "culprit_memory_s": 7 * 86400.0,  # how long a culprit finding counts toward that
+    "drain_culprit_with_hardware": False,  # opt-in: drain when the hang's culprit GPU also shows a hardware sign
     "requeue_after_s": 0.0,  # opt-in: a job hung this long, culprit node named, is requeued without it (0: never)
     "environ_fallback": True,  # a process with no Slurm cgroup: its SLURM_JOB_ID names its job
 }
@@ -136,6 +137,29 @@ def straggler(gpus: list[GpuActivity], t: dict[str, Any]) -> tuple[int, str] | N
     if top.sm_clock_mhz and clocks:
         text += f"; SM clock {top.sm_clock_mhz:.0f} vs {statistics.median(clocks):.0f} MHz"
     return top.index, text
+
+
+def hardware_signs(g: GpuReading) -> list[str]:
+    """What the GPU's own counters say is wrong with it in this run (the NVML read the health
+    check makes anyway): the evidence that turns "this GPU stalled a job" into a hardware fault."""
+    from gpuhc.checks.clocks import HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL
+
+    signs = []
+    if g.lost:
+        signs.append("GPU lost")
+    if g.ecc_volatile_uncorrected:
+        signs.append(f"{g.ecc_volatile_uncorrected} uncorrectable ECC errors")
+    if g.remap_pending or g.remap_failure:
+        signs.append("row remapping pending" if g.remap_pending else "row remapping failed")
+    bits = 0
+    for sample in g.clock_event_samples:
+        bits |= sample
+    for bit, words in ((HW_THERMAL, "HW thermal slowdown"), (HW_POWER_BRAKE, "HW power brake"), (HW_SLOWDOWN, "HW slowdown")):
+        if bits & bit:
+            signs.append(words)
+    if g.fabric_state not in (None, "completed", "not_supported"):
+        signs.append(f"fabric {g.fabric_state}")
+    return signs
 
 
 def validate(t: dict[str, Any]) -> list[str]:
