@@ -27,37 +27,43 @@ def recorded_hang() -> dict:
     return next(t for t in ticks if t["run"] == "hang" and t["time"] > 1795697810)["activity"]
 
 
-def write_scenario(path: Path, job: int, stalled: bool) -> None:
-    """This node's GPUs as the recording shows them, the job's id put in; ``stalled``: gpu3 is the
-    stalled rank's (idle); otherwise every GPU spins like the recording's gpu0 (the other node)."""
+def write_scenario(path: Path, job: int, gpus: str) -> None:
+    """This node's GPUs as the recording shows them, the job's id put in. ``gpus``: "recorded"
+    (gpu0-2 spin, gpu3 idle: the stalled rank's), "spin" (all four like the recording's gpu0),
+    "idle" (all four like its gpu3: the node whose ranks stopped)."""
     act = recorded_hang()
     for g in act["gpus"]:
         g["jobs"] = [str(job)]
         g["via"] = "cgroup"
-    if not stalled:
-        spin = act["gpus"][0]
-        act["gpus"] = [dict(spin, index=i) for i in range(4)]
+    if gpus != "recorded":
+        like = act["gpus"][0 if gpus == "spin" else 3]
+        act["gpus"] = [dict(like, index=i) for i in range(4)]
     path.write_text(yaml.safe_dump({"extends": str(HEALTHY), "activity": act}))
 
 
-def test_hung_job_culprit_named_nothing_drained_then_requeued_without_it(slurm_cluster, tmp_path):
+def cluster_for(slurm_cluster, tmp_path: Path, cfg_extra: dict | None = None):
     wd = tmp_path / "jobs"
     wd.mkdir()
     scen = {n: wd / f"{n}.yaml" for n in ("n1", "n2", "n3")}
     for p in scen.values():
         p.write_text(f"extends: {HEALTHY}\n")
-    hook_log = wd / "hook.jsonl"
-    hook = wd / "hook.sh"
-    hook.write_text(f"#!/bin/sh\ncat >> {hook_log}\necho >> {hook_log}\n")
-    hook.chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
     cfg = base_config(wd)
-    cfg["hooks"] = {"commands": [[str(hook)]]}
+    cfg.update(cfg_extra or {})
     c = slurm_cluster(workdir=wd, nodes=("n1", "n2", "n3"), gpuhc_config=cfg,
                       node_scenarios={n: str(p) for n, p in scen.items()})
+    return c, wd, scen
+
+
+def test_hung_job_culprit_named_nothing_drained_then_requeued_without_it(slurm_cluster, tmp_path):
+    hook_log = tmp_path / "hook.jsonl"
+    hook = tmp_path / "hook.sh"
+    hook.write_text(f"#!/bin/sh\ncat >> {hook_log}\necho >> {hook_log}\n")
+    hook.chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+    c, wd, scen = cluster_for(slurm_cluster, tmp_path, {"hooks": {"commands": [[str(hook)]]}})
     job = c.sbatch("-N2", "-w", "n1,n2", "--requeue", "-J", "train\x1b[31m", "--wrap", "sleep 600")
     c.wait_for(lambda: c.job_state(job) == "RUNNING", 60, f"job {job} running")
-    write_scenario(scen["n1"], job, stalled=True)
-    write_scenario(scen["n2"], job, stalled=False)
+    write_scenario(scen["n1"], job, "recorded")
+    write_scenario(scen["n2"], job, "spin")
 
     for node in ("n2", "n1", "n2"):
         cp = gpuhc(c, "healthcheck", node=node)
@@ -110,3 +116,38 @@ def test_hung_job_culprit_named_nothing_drained_then_requeued_without_it(slurm_c
     assert fields["JobState"] in ("PENDING", "REQUEUED", "RUNNING", "CONFIGURING"), fields["JobState"]
     assert fields.get("Reason") != "JobHeldAdmin" and fields.get("Priority") != "0"
     assert fields["JobState"] != "RUNNING" or "n1" not in fields["NodeList"]
+
+
+def test_the_node_whose_gpus_all_stopped_is_named_by_the_others_hang(slurm_cluster, tmp_path):
+    """No node alone can tell: n1's GPUs are all idle (a pause, as far as n1 knows), n2's all spin
+    (a hang with no culprit here). Together, in the AdminComment, n1 is the culprit."""
+    c, wd, scen = cluster_for(slurm_cluster, tmp_path)
+    job = c.sbatch("-N2", "-w", "n1,n2", "--wrap", "sleep 600")
+    c.wait_for(lambda: c.job_state(job) == "RUNNING", 60, f"job {job} running")
+    write_scenario(scen["n1"], job, "idle")
+    write_scenario(scen["n2"], job, "spin")
+
+    assert gpuhc(c, "healthcheck", node="n1").returncode == 0
+    assert "gpuhc-jobs" not in c.scontrol("show", "job", "-o", str(job)).stdout  # idle alone: nothing to say
+    assert gpuhc(c, "healthcheck", node="n2").returncode == 0
+    (rec,) = json.loads(gpuhc(c, "jobs", "--json", check=True).stdout)["jobs"]
+    assert (rec["verdict"], rec["culprits"]) == ("hung", [])
+    assert "not named yet" in gpuhc(c, "jobs", check=True).stdout
+    assert gpuhc(c, "healthcheck", node="n1").returncode == 0
+    (rec,) = json.loads(gpuhc(c, "jobs", "--json", check=True).stdout)["jobs"]
+    assert (rec["verdict"], rec["culprits"], rec["reported"]) == ("hung", ["n1 (all GPUs idle)"], 2)
+    assert not any(c.node(n).drained for n in ("n1", "n2", "n3")) and c.job_state(job) == "RUNNING"
+
+    # The job recovers: each node takes its view back out, and gpuhc jobs has nothing to show.
+    for n in ("n1", "n2"):
+        scen[n].write_text(f"extends: {HEALTHY}\n")
+        write_scenario(scen[n], job, "idle")
+    path = scen["n2"]
+    doc = yaml.safe_load(path.read_text())
+    for g in doc["activity"]["gpus"]:
+        g.update(gpu_util=[99.0] * 70, mem_util=[31.0] * 70, power_w=[690.0] * 100)
+    path.write_text(yaml.safe_dump(doc))
+    assert gpuhc(c, "healthcheck", node="n2").returncode == 0
+    assert gpuhc(c, "healthcheck", node="n1").returncode == 0
+    assert "gpuhc-jobs" not in c.scontrol("show", "job", "-o", str(job)).stdout
+    assert json.loads(gpuhc(c, "jobs", "--json", check=True).stdout)["jobs"] == []

@@ -6,7 +6,8 @@ The jobs check (gpuhc/checks/jobs.py) only judges; this is its Slurm side (docs/
   its AdminComment (gpuhc/slurm/jobs_record.py), fires the ``job_finding`` hook, and is logged
   (the run's event log line already carries the check's result with culprit and since). A node
   whose GPUs of a job are all idle adds its view only to a job some node has already recorded
-  as hung: that idle node is the likely culprit. A view that went back to normal is removed.
+  as hung: that idle node is the likely culprit (so an all-idle job costs one
+  ``scontrol show job`` per run). A view that went back to normal is removed.
 - **Ask Slurm only with something to say.** What was written is remembered in the state, so a
   job hung for an hour costs one ``scontrol show job`` and one update, not one per run.
 - **Never a drain here.** The opt-in drain is the check's own failure (repeat culprit), decided
@@ -68,7 +69,7 @@ def _run(flow: Any, report: Any) -> None:
     published: dict[str, str] = dict(mine.get("published") or {})
     requeued: dict[str, float] = dict(mine.get("requeued") or {})
     todo = [j for j, v in want.items() if (v.token() if v else None) != published.get(j) and (v or j in published)]
-    todo += [j for j in sorted(idle) if j not in published]
+    todo += sorted(idle)  # one read each: only the record says whether another node sees a hang
     thresholds = flow.opts.config.check_settings("jobs").get("thresholds") or {}
     requeue_after = float(thresholds.get("requeue_after_s") or 0.0)
     if requeue_after > 0:  # a recorded hang is looked at again until it is old enough to requeue
@@ -87,10 +88,9 @@ def _run(flow: Any, report: Any) -> None:
             continue
         comment = info.get("AdminComment", "")
         view = want.get(job)
-        if view is None and job in idle:
-            if not rec.combine(rec.parse(comment)).verdict == "hung":
-                continue  # idle with nobody hung: a pause, nothing to say
-            view = rec.NodeView(node, "idle", int(flow.now()))
+        if view is None and job in idle and rec.combine([v for v in rec.parse(comment) if v.node != node]).verdict == "hung":
+            said = rec.parse("gpuhc-jobs{" + published.get(job, "") + "}")
+            view = rec.NodeView(node, "idle", said[0].since if said else int(flow.now()))
         new = rec.update(comment, view, node)
         try:
             if new is not None:

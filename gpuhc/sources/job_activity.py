@@ -84,7 +84,7 @@ class JobResolver:
 
 
 class ActivityLive:
-    def __init__(self, window_s: float = 10.0, gpm_window_s: float = 0.0, module: Any = None,
+    def __init__(self, window_s: float = 15.0, gpm_window_s: float = 0.0, module: Any = None,
                  proc_root: str = "/proc", environ: bool = True, clock=time.time):
         self.window_s = max(0.5, float(window_s))
         self.gpm_window_s = max(0.0, float(gpm_window_s))
