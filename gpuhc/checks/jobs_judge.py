@@ -17,7 +17,6 @@ healthy step must not read as a hang.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +48,13 @@ DEFAULTS: dict[str, Any] = {
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+def _median(values) -> float:
+    # (not the statistics module: it pulls in fractions and decimal, on every health check)
+    v = sorted(values)
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
 
 
 def gpu_class(g: GpuActivity, t: dict[str, Any]) -> str:
@@ -121,21 +127,21 @@ def straggler(gpus: list[GpuActivity], t: dict[str, Any]) -> tuple[int, str] | N
         return None
     top = max(gpus, key=lambda g: power[g.index])
     peers = [g for g in gpus if g is not top]
-    peer_power = statistics.median(power[g.index] for g in peers)
+    peer_power = _median(power[g.index] for g in peers)
     if peer_power <= 0 or power[top.index] < float(t["straggler_power_ratio"]) * peer_power:
         return None
     mem = _mean(top.mem_util) or 0.0
-    peer_mem = statistics.median(_mean(g.mem_util) or 0.0 for g in peers)
+    peer_mem = _median(_mean(g.mem_util) or 0.0 for g in peers)
     if mem < float(t["straggler_mem_ratio"]) * max(peer_mem, 1.0):
         return None
     text = (f"gpu{top.index} {power[top.index]:.0f} W, memory {mem:.0f} % while its {len(peers)} peers wait "
             f"at {peer_power:.0f} W, {peer_mem:.0f} %")
     sm = [g.sm_activity for g in peers if g.sm_activity is not None]
     if top.sm_activity is not None and sm:
-        text += f"; SM activity {top.sm_activity:.0f} % vs {statistics.median(sm):.0f} %"
+        text += f"; SM activity {top.sm_activity:.0f} % vs {_median(sm):.0f} %"
     clocks = [g.sm_clock_mhz for g in peers if g.sm_clock_mhz]
     if top.sm_clock_mhz and clocks:
-        text += f"; SM clock {top.sm_clock_mhz:.0f} vs {statistics.median(clocks):.0f} MHz"
+        text += f"; SM clock {top.sm_clock_mhz:.0f} vs {_median(clocks):.0f} MHz"
     return top.index, text
 
 
