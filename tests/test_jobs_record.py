@@ -159,3 +159,53 @@ def test_snapshot_dump_carries_activity_and_replays_the_same_verdict(tmp_path):
     from gpuhc.sources.scenario import load_scenario
 
     assert load_scenario(str(again)).activity == s.activity
+
+
+# ------------------------------------------------------------------ after the health check
+
+
+def flow_for(tmp_path, scontrol: str):
+    import time
+    from types import SimpleNamespace
+
+    lines = []
+    cfg = SimpleNamespace(check_settings=lambda cid: {"thresholds": {}}, section=lambda name: {"commands": []})
+    opts = SimpleNamespace(state_dir=str(tmp_path / "state"), config=cfg)
+    return SimpleNamespace(node="n1", opts=opts, slurm={"scontrol": scontrol, "timeout_s": 5.0},
+                           deadline=time.monotonic() + 30, now=lambda: 2000.0,
+                           log=lambda text, loud=False: lines.append(text)), lines
+
+
+def report_of(*values):
+    from types import SimpleNamespace
+
+    from gpuhc.model import Result, Status
+
+    return SimpleNamespace(results=[Result("jobs", Status(status), "m", f"job{v['job']}", value=v) for status, v in values])
+
+
+def test_nothing_to_say_asks_slurm_nothing(tmp_path):
+    from gpuhc.slurm.jobs_act import after_healthcheck
+
+    flow, lines = flow_for(tmp_path, str(tmp_path / "no-scontrol"))
+    after_healthcheck(flow, report_of(("pass", {"job": "7", "signature": "running"}),
+                                      ("pass", {"job": "8", "signature": "hang", "since": 1990, "culprits": ["gpu1"]})))
+    assert lines == []  # a running job, a hang not yet called: no scontrol started
+    after_healthcheck(flow, report_of(("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"]})))
+    assert len(lines) == 1 and "job 8: not recorded" in lines[0] and "not found" in lines[0]
+
+
+def test_a_recorded_view_is_not_sent_again(tmp_path):
+    from gpuhc.slurm.jobs_act import after_healthcheck
+
+    log = tmp_path / "calls"
+    fake = tmp_path / "scontrol"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n"
+                    "[ \"$1\" = show ] && echo 'JobId=8 JobState=RUNNING NodeList=n[1-2] AdminComment=(null)'\nexit 0\n")
+    fake.chmod(0o755)
+    flow, lines = flow_for(tmp_path, str(fake))
+    hang = ("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"]})
+    after_healthcheck(flow, report_of(hang))
+    after_healthcheck(flow, report_of(hang))
+    assert log.read_text().splitlines() == ["show job -o 8", "update JobId=8 AdminComment=gpuhc-jobs{n1/hang/1980/gpu1}"]
+    assert sum("job 8 hung: culprit n1:gpu1" in x for x in lines) == 1
