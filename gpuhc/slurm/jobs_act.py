@@ -64,6 +64,8 @@ def _run(flow: Any, report: Any) -> None:
 
     node = flow.node
     want, idle = views_of(report, node)
+    if not want and not idle:
+        return  # no job on the GPUs (or the check off): not even the state is read
     store = StateStore(flow.opts.state_dir)
     mine = store.read().get(STATE_KEY) or {}
     published: dict[str, str] = dict(mine.get("published") or {})

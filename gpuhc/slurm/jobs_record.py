@@ -18,13 +18,14 @@ anyone with operator rights could have edited it.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from gpuhc.lazyre import LazyPattern
 
 SIGNATURES = ("hang", "straggler", "idle")
 MAX_ENTRIES = 64  # nodes kept per job: the non-spinning views first (they name the culprit)
-_BLOCK = re.compile(r"gpuhc-jobs\{([^{}\s]{0,8192})\}")
-_ENTRY = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]{0,127})/(hang|straggler|idle)/(\d{1,12})/(-|gpu\d{1,4}(?:\+gpu\d{1,4}){0,63})")
+_BLOCK = LazyPattern(r"gpuhc-jobs\{([^{}\s]{0,8192})\}")
+_ENTRY = LazyPattern(r"([A-Za-z0-9][A-Za-z0-9._-]{0,127})/(hang|straggler|idle)/(\d{1,12})/(-|gpu\d{1,4}(?:\+gpu\d{1,4}){0,63})")
 
 
 @dataclass(frozen=True)
