@@ -149,6 +149,8 @@ def test_repeat_culprit_drains_only_when_asked():
     assert fail.action is Action.DRAIN_REBOOT and "gpu1" in fail.message and "11, 12" in fail.message
     old = judge(other, a.state, now=1000.0 + 8 * 86400, drain_culprit_jobs=2)
     assert not [r for r in old.results if r.status is Status.FAIL]
+    gone = judge([gpu(0, 99, 30, 690, job="13"), gpu(1, 99, 30, 690, job="13")], b.state, now=2300.0, drain_culprit_jobs=2)
+    assert not [r for r in gone.results if r.status is Status.FAIL]  # no hang going on: an admin's resume sticks
 
 
 def test_no_reading_and_no_nvml():

@@ -12,8 +12,10 @@ each job by its signature (gpuhc/checks/jobs_judge.py). The rules (docs/checks.m
   Slurm side writes it into the job's AdminComment, the event log and the hooks
   (gpuhc/slurm/jobs_act.py), and ``gpuhc jobs`` shows every node's view together.
 - Opt-in (``drain_culprit_jobs`` > 0): a node whose GPU is the culprit of that many different
-  jobs' hangs within ``culprit_memory_s`` fails, with a drain: one job's hang may be its own
-  doing, the same GPU stalling job after job is not. Opt-in too (``drain_culprit_with_hardware``):
+  jobs' hangs within ``culprit_memory_s`` fails, with a drain, in the runs that see one of those
+  hangs go on: one job's hang may be its own doing, the same GPU stalling job after job is not.
+  (Once the hung job is gone the node judges healthy again, as after any finding gpuhc does not
+  hold in its state: docs/slurm.md's hysteresis decides when it goes back.) Opt-in too (``drain_culprit_with_hardware``):
   a culprit GPU whose own counters show a hardware sign in the same run (lost, uncorrectable
   ECC, row remapping, a hardware clock slowdown, fabric not up) fails the node.
 - A job whose GPUs are all idle (data loading, a checkpoint everyone writes) is never hung.
@@ -64,7 +66,8 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     if not by_job:
         results.append(result(ID, Status.PASS, "no GPU held by a running job"
                               + (f" ({act.unmapped_pids} GPU processes outside any Slurm job)" if act.unmapped_pids else "")))
-    drain = _repeat_drain(culprits, int(t["drain_culprit_jobs"]))
+    hung_here = any(c["time"] == now for c in culprits.values())  # a hang with its culprit here, this run
+    drain = _repeat_drain(culprits, int(t["drain_culprit_jobs"])) if hung_here else None
     if drain is not None:
         results.append(drain)
     if t["drain_culprit_with_hardware"]:
