@@ -345,6 +345,38 @@ class ImexStatus(_Record):
     domain: str | None = None  # `-N`'s "Domain State": UP, DOWN, DEGRADED; None: not read
     nodes: dict[str, str] = field(default_factory=dict)  # `-N`'s node table: address -> state
     error: str | None = None  # why the daemon or the domain could not be read, in words
+# --------------------------------------------------------------------------- job activity (issue 24)
+
+
+@dataclass(eq=False, repr=False)
+class GpuActivity(_Record):
+    """What one GPU that a running job holds did over the last seconds: the driver's own
+    buffered samples (docs/checks.md, "jobs"), plus the job ids of the processes on it."""
+
+    index: int
+    jobs: list[str] = field(default_factory=list)  # Slurm job ids, from the processes' cgroups (or environ)
+    span_s: float = 0.0  # how many seconds the samples cover
+    gpu_util: list[float] = field(default_factory=list)  # percent, oldest first
+    mem_util: list[float] = field(default_factory=list)  # percent of time the memory was read or written
+    power_w: list[float] = field(default_factory=list)
+    power_limit_w: float | None = None
+    sm_clock_mhz: float | None = None
+    sm_activity: float | None = None  # GPM SM activity, percent; None: not measured or not supported
+    via: str = "cgroup"  # how the job ids were found: "cgroup", "environ" or "mixed"
+
+    @property
+    def subject(self) -> str:
+        return f"gpu{self.index}"
+
+
+@dataclass(eq=False, repr=False)
+class Activity(_Record):
+    """The GPUs running jobs hold, and what each did (only those: an idle GPU costs no read)."""
+
+    available: bool
+    error: str | None = None
+    gpus: list[GpuActivity] = field(default_factory=list)
+    unmapped_pids: int = 0  # processes on a GPU no job could be found for (not Slurm's, or gone)
 
 
 # --------------------------------------------------------------------------- the snapshot
@@ -367,6 +399,8 @@ class Snapshot(_Record):
     occupancy: Occupancy | None = None
     # The IMEX daemon (gpuhc/sources/imex.py). None: not read (no such check, old recording).
     imex: ImexStatus | None = None
+    # What the GPUs held by running jobs did (the health check's job checks). None: not read.
+    activity: Activity | None = None
 
 
 _PCI_RE = re.compile(

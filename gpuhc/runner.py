@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from gpuhc.checks.base import AER, IB, IMEX, KERNEL_LOG, NVML, PCI, PROCS, Check, CheckOutput, Context, Declared
+from gpuhc.checks.base import ACTIVITY, AER, IB, IMEX, KERNEL_LOG, NVML, PCI, PROCS, Check, CheckOutput, Context, Declared
 from gpuhc.config import Config
 from gpuhc.model import Result, Snapshot, Status
 from gpuhc.phases import mark
@@ -118,7 +118,7 @@ def run_stage(opts: RunOptions) -> RunReport:
     prev_checks = _mapping(prior.get("checks"))
     rotation, phases = _nvlink_slice(checks, opts.stage, prev_checks)
     spec = replace(spec, gpus=opts.gpus, occupancy_wait_s=wait_s, occupancy_settle_mib=settle_mib,
-                   dl_rotation=rotation, dl_phases=phases)
+                   dl_rotation=rotation, dl_phases=phases, activity=_activity_settings(checks))
     sources = build_sources(spec, step)
     readers = _start_readers(sources, {n for c, _ in checks for n in (*c.needs, *c.optional)})
     snapshot = Snapshot(hostname=report.node, time=opts.now if opts.now is not None else time.time())
@@ -208,7 +208,7 @@ def run_stage(opts: RunOptions) -> RunReport:
 def read_snapshot(spec: SourceSpec, hostname: str, timeout_s: float = 30.0, step: int | None = None) -> Snapshot:
     """Read every source once (for `gpuhc snapshot` and `gpuhc baseline capture`)."""
     sources = build_sources(spec, step)
-    readers = _start_readers(sources, {NVML, KERNEL_LOG, IB, AER, PCI, PROCS, IMEX})
+    readers = _start_readers(sources, {NVML, KERNEL_LOG, IB, AER, PCI, PROCS, IMEX, ACTIVITY})
     deadline = time.monotonic() + timeout_s
     late = [name for name, r in readers.items() if not r.wait(deadline)]
     if late:
@@ -241,6 +241,7 @@ def _start_readers(sources: Sources, needs: set[str]) -> dict[str, _Reader]:
         PCI: getattr(pci, "nvidia_gpus", None) or (lambda: None),
         PROCS: sources.procs.read if sources.procs is not None else (lambda: None),
         IMEX: sources.imex.read if sources.imex is not None else (lambda: None),
+        ACTIVITY: sources.activity.read if sources.activity is not None else (lambda: None),
     }
     return {name: _Reader(name, fns[name]) for name in fns if name in needs}
 
@@ -255,6 +256,17 @@ def _occupancy_wait(checks: list[tuple[Check, Effective]], opts: RunOptions) -> 
 
     check, eff = found
     return wait_for_stage(opts.stage, {**check.defaults, **eff.overrides}, eff.timeout_s)
+
+
+def _activity_settings(checks: list[tuple[Check, Effective]]) -> dict[str, Any] | None:
+    """The job checks' reader settings from their thresholds (gpuhc/checks/jobs.py)."""
+    found = next(((c, eff) for c, eff in checks if c.id == "jobs"), None)
+    if found is None:
+        return None
+    from gpuhc.checks.jobs import source_settings
+
+    check, eff = found
+    return source_settings({**check.defaults, **eff.overrides})
 
 
 def _nvlink_slice(checks: list[tuple[Check, Effective]], stage: str,
@@ -301,7 +313,8 @@ def _wait_for(check: Check, readers: dict[str, _Reader], deadline: float) -> lis
 
 def _fill(snapshot: Snapshot, readers: dict[str, _Reader]) -> None:
     for name, attr in ((NVML, "nvml"), (KERNEL_LOG, "kernel"), (IB, "ib_ports"), (AER, "aer"),
-                       (PCI, "pci_gpus"), (PROCS, "occupancy"), (IMEX, "imex")):
+                       (PCI, "pci_gpus"), (PROCS, "occupancy"), (IMEX, "imex"),
+                       (ACTIVITY, "activity")):
         r = readers.get(name)
         if r is not None and r._done.is_set() and r.error is None and getattr(snapshot, attr) is None:
             setattr(snapshot, attr, r.value)

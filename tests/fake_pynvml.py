@@ -66,6 +66,11 @@ class FakeGpu:
     memory_v1_extra: int = 500 << 20  # v1's "used" also counts the driver's reserve
     procs_exit_after: int | None = None  # the processes are gone after this many listings
     mig_mode: int | None = None  # current MIG mode; None: NOT_SUPPORTED (no MIG on this GPU)
+    # Job activity (issue 24): the driver's sample buffer per NVML_*_SAMPLES type, as
+    # (time stamp in microseconds, value) pairs; a type absent here answers NOT_SUPPORTED.
+    # Power samples are milliwatts, as the driver keeps them. gpm_sm: GPM SM activity, None: no GPM.
+    samples: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    gpm_sm: float | None = None
     fail: dict[str, int] = field(default_factory=dict)  # function name -> NVML error code
     lost: bool = False
     handle_error: int | None = None
@@ -307,3 +312,44 @@ class FakeNvml:
                 else:
                     setattr(info, name, value)
         return real.NVML_SUCCESS
+
+    # ------------------------------------------------------------ job activity (issue 24)
+    def nvmlDeviceGetSamples(self, h: int, kind: int, since_us: int) -> tuple[int, list[Any]]:
+        g = self._gpu("nvmlDeviceGetSamples", h)
+        if kind not in g.samples:
+            raise real.NVMLError(NS)
+        newer = [(t, v) for t, v in g.samples[kind] if t > since_us]
+        if not newer:
+            raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)  # what the driver answers with no newer sample
+        out = []
+        for t, v in newer:
+            sample = real.c_nvmlSample_t()
+            sample.timeStamp = t
+            sample.sampleValue.uiVal = v
+            out.append(sample)
+        return real.NVML_VALUE_TYPE_UNSIGNED_INT, out
+
+    def nvmlGpmQueryDeviceSupport(self, h: int) -> Any:
+        g = self._gpu("nvmlGpmQueryDeviceSupport", h)
+        return SimpleNamespace(isSupportedDevice=int(g.gpm_sm is not None))
+
+    def c_nvmlGpmMetricsGet_t(self) -> Any:  # the real struct holds pointers only real samples fit
+        return SimpleNamespace(version=0, numMetrics=0, sample1=None, sample2=None,
+                               metrics=[SimpleNamespace(metricId=0, value=0.0)])
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        self.calls["nvmlGpmSampleAlloc"] += 1
+        return SimpleNamespace(gpu=None)
+
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
+        self.calls["nvmlGpmSampleFree"] += 1
+
+    def nvmlGpmSampleGet(self, h: int, sample: Any) -> None:
+        self._gpu("nvmlGpmSampleGet", h)
+        sample.gpu = h
+
+    def nvmlGpmMetricsGet(self, m: Any) -> Any:
+        self.calls["nvmlGpmMetricsGet"] += 1
+        gpu = self.gpus[m.sample1.gpu]
+        m.metrics[0].value = gpu.gpm_sm
+        return m

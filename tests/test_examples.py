@@ -70,6 +70,8 @@ EXPECTED: dict[str, tuple[list[Status], set[tuple[str, str, str]]]] = {
     "imex-domain-down.yaml": ([WARN], set()),
     # C2C growth between readings: recorded, then +250 CRC (WARN), then +40000 (FAIL).
     "c2c-errors-growing.yaml": ([PASS, WARN, FAIL], {("fabric", "gpu0", "drain + hardware ticket")}),
+    # A job trains, then hangs with its rank on gpu3 stopped: a warning naming gpu3, never a drain.
+    "job-hang.yaml": ([PASS, WARN], set()),
 }
 
 

@@ -25,6 +25,7 @@ MODULES = (
     "nvswitch",
     "occupancy",
     "fabric",
+    "jobs",
 )
 
 

@@ -23,6 +23,7 @@ AER = "aer"
 PCI = "pci"  # the NVIDIA GPUs on the PCI bus (sysfs), whether NVML sees them or not
 PROCS = "gpu_procs"  # processes and memory on the GPUs (prolog, epilog, bootstrap)
 IMEX = "imex"  # the IMEX daemon and its domain (nvidia-imex-ctl), where installed
+ACTIVITY = "activity"  # what the GPUs running jobs hold are doing (the health check's job checks)
 
 STAGES = ("passive", "prolog", "epilog", "bootstrap")
 

@@ -26,6 +26,7 @@ COMMANDS = {
     "drain-report": "gpuhc.cli.report_cmd:drain_report",
     "sweep": "gpuhc.cli.sweep_cmd:sweep",
     "fleet": "gpuhc.cli.fleet_cmd:fleet",
+    "jobs": "gpuhc.cli.jobs_cmd:jobs",
 }
 
 

@@ -52,6 +52,10 @@ def _run(src: SourceArgs, stage: str, flow_name: str) -> None:
         from gpuhc.output import render_report
 
         render_report(out.report, json_mode=True)
+    if flow_name == "healthcheck" and out.report is not None:
+        from gpuhc.slurm.jobs_act import after_healthcheck
+
+        after_healthcheck(flow, out.report)  # the jobs check's record and opt-in requeue (docs/checks.md, "jobs")
     if out.report is not None:
         from gpuhc.output import publish
 

@@ -8,7 +8,9 @@ scenario code it does not use.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from gpuhc.sources.base import ImexSource, KernelLogSource, NvmlSource, PciSource, ProcsSource, SysfsSource
+from typing import Any
+
+from gpuhc.sources.base import ActivitySource, ImexSource, KernelLogSource, NvmlSource, PciSource, ProcsSource, SysfsSource
 
 
 @dataclass
@@ -35,6 +37,9 @@ class SourceSpec:
     # in_dl_slice); 1: every link. The runner fills these in from the nvlink check's state.
     dl_rotation: int = 1
     dl_phases: dict[int, int] | None = None
+    # The job checks' activity reader (gpuhc/checks/jobs.py, source_settings): window_s,
+    # gpm_window_s, environ.
+    activity: dict[str, Any] | None = None
 
 
 @dataclass
@@ -48,6 +53,7 @@ class Sources:
     pci: PciSource | None = None
     procs: ProcsSource | None = None  # who holds the GPUs; None: unknown (a recording without it)
     imex: ImexSource | None = None  # the IMEX daemon; None: unknown (a recording without it)
+    activity: ActivitySource | None = None  # what the jobs' GPUs do; None: not read
 
 
 def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
@@ -67,6 +73,7 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
     if scenario is not None:
         nvml: NvmlSource = _Sliced(scenario.nvml_source(), spec.dl_rotation, phases)
         procs = scenario.occupancy_source()
+        activity: ActivitySource = scenario.activity_source()
     else:
         from gpuhc.nvml_early import adopt
         from gpuhc.sources.gpu_procs import OccupancyLive
@@ -76,6 +83,7 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
             clock_samples=spec.clock_samples, sample_interval_s=spec.clock_sample_interval_s, gpus=spec.gpus,
             dl_rotation=spec.dl_rotation, dl_phases=phases)
         procs = OccupancyLive(gpus=spec.gpus, wait_s=spec.occupancy_wait_s, settle_mib=spec.occupancy_settle_mib)
+        activity = _LazyActivity(spec.activity or {})
 
     from gpuhc.sources import kernel_log as kl
 
@@ -115,7 +123,8 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
         from gpuhc.sources.imex import ImexLive
 
         imex = ImexLive()
-    return Sources(nvml=nvml, kernel_log=klog, sysfs=sysfs, replay=replay, pci=pci, procs=procs, imex=imex)
+    return Sources(nvml=nvml, kernel_log=klog, sysfs=sysfs, replay=replay, pci=pci, procs=procs, imex=imex,
+                   activity=activity)
 
 
 @dataclass
@@ -131,3 +140,15 @@ class _Sliced:
         from gpuhc.sources.nvml_fields import keep_dl_slice
 
         return keep_dl_slice(self.recorded.read(), self.rotation, self.phases)
+
+
+@dataclass
+class _LazyActivity:
+    """The live activity reader, imported only by a run whose checks read it (the health check)."""
+
+    settings: dict[str, Any]
+
+    def read(self):
+        from gpuhc.sources.job_activity import ActivityLive
+
+        return ActivityLive(**self.settings).read()

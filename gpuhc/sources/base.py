@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpuhc.model import AerCounters, IbPort, ImexStatus, KernelLog, NvmlReading, Occupancy
+from gpuhc.model import Activity, AerCounters, IbPort, ImexStatus, KernelLog, NvmlReading, Occupancy
 
 
 class NvmlSource(Protocol):
@@ -44,3 +44,7 @@ class ProcsSource(Protocol):
 class ImexSource(Protocol):
     def read(self) -> ImexStatus | None:
         """The IMEX daemon's and domain's state; None when a recording does not say."""
+class ActivitySource(Protocol):
+    def read(self) -> Activity | None:
+        """What the GPUs running jobs hold did over the last seconds; None when a recording
+        does not say."""

@@ -78,8 +78,12 @@ _VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal"
 
 
 def field_value(v: Any) -> float | int:
-    vt = int(v.valueType)
-    return getattr(v.value, _VALUE_MEMBERS[vt] if 0 <= vt < len(_VALUE_MEMBERS) else "ullVal")
+    return union_value(v.value, int(v.valueType))
+
+
+def union_value(u: Any, vt: int) -> float | int:
+    """The member of an nvmlValue_t union that NVML's value type names (field values, samples)."""
+    return getattr(u, _VALUE_MEMBERS[vt] if 0 <= vt < len(_VALUE_MEMBERS) else "ullVal")
 
 
 def pci_getter(nv: Any) -> Callable[[Any], Any]:

@@ -29,13 +29,14 @@ from typing import Any
 
 from gpuhc.errors import ConfigError, SourceError
 from gpuhc.logtext import escape
-from gpuhc.model import AerCounters, IbPort, ImexStatus, KernelLog, NvmlReading, Occupancy, norm_pci
+from gpuhc.model import Activity, AerCounters, IbPort, ImexStatus, KernelLog, NvmlReading, Occupancy, norm_pci
 from gpuhc.sources import snapshot_io as sio
 from gpuhc.yamlpos import line_of, load_file_text, read_text
 
 _GPU_SECTION = ("count", "defaults", "gpus")
 _COMMON = ("hostname", "time", "driver_version", "cuda_driver_version", "nvml", *_GPU_SECTION,
-           "kernel_log", "kernel", "ib_ports", "aer", "pci_gpus", "occupancy")
+           "kernel_log", "kernel", "ib_ports", "aer", "pci_gpus", "occupancy",
+           "activity")  # job activity (issue 24): gpuhc/sources/activity_io.py
 _COMMON = (*_COMMON, "imex")  # the IMEX daemon (gpuhc/sources/imex.py); replaced whole by a step
 TOP_KEYS = (*_COMMON, "format", "description", "ib_defaults", "extends", "steps")
 STEP_KEYS = (*_COMMON, "description", "ib_defaults")
@@ -101,6 +102,7 @@ class Scenario:
     pci_gpus: list[str] | None = None
     occupancy: Occupancy | None = None
     imex: ImexStatus | None = None
+    activity: Activity | None = None  # job activity (issue 24)
 
     def nvml_source(self) -> _Fixed:
         return _Fixed(self.nvml)
@@ -112,6 +114,9 @@ class Scenario:
     def imex_source(self) -> _Fixed:
         """The recorded IMEX status; None (not read) when the scenario has none."""
         return _Fixed(self.imex)
+    def activity_source(self) -> _Fixed:
+        """The recorded job activity; None (the jobs check says "not read") when there is none."""
+        return _Fixed(self.activity)
 
     @property
     def has_kernel_log(self) -> bool:
@@ -245,6 +250,10 @@ def _validate(doc: Any, path: tuple, allowed: tuple[str, ...], err: sio.ErrorFn)
             sio.check_occupancy(value, p, err)
         elif key == "imex":
             sio.check_imex(value, p, err)
+        elif key == "activity":
+            from gpuhc.sources.activity_io import check_activity
+
+            check_activity(value, p, err)
 
 
 def _gpu_entries(value: Any, path: tuple, err: sio.ErrorFn) -> list[tuple[int, Any]]:
@@ -282,6 +291,7 @@ class _State:
         self.pci_gpus: list[str] | None = None
         self.occupancy: dict[str, Any] | None = None
         self.imex: dict[str, Any] | None = None
+        self.activity: dict[str, Any] | None = None  # job activity: the whole section, replaced by a step
 
     def _resize(self, count: int) -> None:
         while len(self.gpus) > count:
@@ -341,6 +351,8 @@ class _State:
             self.occupancy = copy.deepcopy(part["occupancy"])
         if "imex" in part:
             self.imex = copy.deepcopy(part["imex"])
+        if "activity" in part:
+            self.activity = copy.deepcopy(part["activity"])
 
     @staticmethod
     def _override(gpu: dict[str, Any], fields: dict[str, Any], template: bool) -> None:
@@ -367,11 +379,16 @@ class _State:
                 if g["index"] >= len(gpus):
                     raise err(("occupancy", "gpus", i, "index"), f"GPU {g['index']} does not exist (count is {len(gpus)})")
             occupancy = sio.occupancy_from_dict(self.occupancy, {g.index: g.uuid for g in gpus})
+        activity = None
+        if self.activity is not None:
+            from gpuhc.sources.activity_io import activity_from_dict
+
+            activity = activity_from_dict(self.activity)
         return Scenario(
             path=path, step=step, steps=steps, nvml=sio.nvml_from_doc(self.top, gpus),
             hostname=self.top.get("hostname"), time=None if t is None else float(t),
             description=self.top.get("description"), kernel_lines=self.kernel_lines, kernel=kernel,
-            ib_ports=ib, aer=aer, pci_gpus=self.pci_gpus, occupancy=occupancy,
+            ib_ports=ib, aer=aer, pci_gpus=self.pci_gpus, occupancy=occupancy, activity=activity,
             imex=None if self.imex is None else sio.imex_from_dict(self.imex),
         )
 

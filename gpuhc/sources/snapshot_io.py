@@ -27,6 +27,7 @@ Document shape (all keys optional except where a GPU needs them)::
               processes: [{pid: 4242, name: python, used_mib: 20000, kinds: compute, gone: false}]}]
     imex: {installed: true, daemon: READY, domain: UP,   # the IMEX daemon (gpuhc/sources/imex.py)
            nodes: {"10.0.0.1": READY}, error: null}
+    activity: {gpus: [{index: 0, jobs: ["4242"], gpu_util: [100], ...}]}   # gpuhc.sources.activity_io
     steps: [{<partial document>}, ...]       # see gpuhc.sources.scenario
     extends: healthy-8xh100.yaml             # start from another scenario (gpuhc.sources.scenario)
 
@@ -164,6 +165,9 @@ def dump_snapshot(snapshot: Snapshot, compact: bool = True) -> dict[str, Any]:
         doc["occupancy"] = _plain(snapshot.occupancy)
     if snapshot.imex is not None:
         doc["imex"] = _plain(snapshot.imex)
+    # job activity (issue 24; format in gpuhc/sources/activity_io.py)
+    if snapshot.activity is not None:
+        doc["activity"] = _plain(snapshot.activity)
     return doc
 
 

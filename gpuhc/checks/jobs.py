@@ -1,0 +1,158 @@
+"""jobs: inside the running job, a collective hang with its culprit GPU, or a straggler.
+
+The health check runs on busy nodes too (Slurm's ``HealthCheckNodeState=ANY``); this check looks
+at what the GPUs that running jobs hold are doing (gpuhc/sources/job_activity.py) and classes
+each job by its signature (gpuhc/checks/jobs_judge.py). The rules (docs/checks.md, "jobs"):
+
+- A signature is called once it has lasted ``hang_min_s`` (``straggler_min_s``): from this
+  run's samples alone when they span that long, else from the time an earlier run first saw it
+  (the check's state keeps, per job, since when). A job that changes signature starts again.
+- A hang or a straggler is a warning, never a drain: a hang can be the application (a rank
+  writing a checkpoint alone looks the same). It names the culprit GPU; the health check's
+  Slurm side writes it into the job's AdminComment, the event log and the hooks
+  (gpuhc/slurm/jobs_act.py), and ``gpuhc jobs`` shows every node's view together.
+- Opt-in (``drain_culprit_jobs`` > 0): a node whose GPU is the culprit of that many different
+  jobs' hangs within ``culprit_memory_s`` fails, with a drain, in the runs that see one of those
+  hangs go on: one job's hang may be its own doing, the same GPU stalling job after job is not.
+  (Once the hung job is gone the node judges healthy again, as after any finding gpuhc does not
+  hold in its state: docs/slurm.md's hysteresis decides when it goes back.) Opt-in too (``drain_culprit_with_hardware``):
+  a culprit GPU whose own counters show a hardware sign in the same run (lost, uncorrectable
+  ECC, row remapping, a hardware clock slowdown, fabric not up) fails the node.
+- A job whose GPUs are all idle (data loading, a checkpoint everyone writes) is never hung.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuhc.checks import jobs_judge as jj
+from gpuhc.checks.base import ACTIVITY, NVML, Check, CheckOutput, Context, na, result
+from gpuhc.model import Action, Result, Snapshot, Status
+
+ID = "jobs"
+_KEEP_CULPRITS = 100  # culprit findings remembered (a drain needs a handful)
+
+
+def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
+    act = snapshot.activity
+    if act is None:
+        return CheckOutput([na(ID, "job activity not read (a recording without an activity section)")])
+    if not act.available:
+        return CheckOutput([na(ID, f"NVML unavailable: {act.error or 'no reason given'}")], state=ctx.prev or None)
+    t = {**jj.DEFAULTS, **ctx.thresholds}
+    now = snapshot.time
+    by_job: dict[str, list] = {}
+    for g in act.gpus:
+        for job in g.jobs:
+            by_job.setdefault(job, []).append(g)
+    prev_jobs = ctx.prev.get("jobs") if isinstance(ctx.prev.get("jobs"), dict) else {}
+    culprits = _culprit_memory(ctx.prev, now, float(t["culprit_memory_s"]))
+    jobs_state: dict[str, Any] = {}
+    results: list[Result] = []
+    for job in sorted(by_job, key=_job_order):
+        gpus = sorted(by_job[job], key=lambda g: g.index)
+        view = jj.job_view(job, gpus, t)
+        mem = prev_jobs.get(job) if isinstance(prev_jobs.get(job), dict) else {}
+        since = now - view.span_s
+        if mem.get("signature") == view.signature and isinstance(mem.get("since"), (int, float)):
+            since = min(since, float(mem["since"]))
+        jobs_state[job] = {"signature": view.signature, "since": since, "culprits": view.culprits,
+                           "gpus": [g.index for g in gpus], "via": sorted({g.via for g in gpus})}
+        lasted = now - since
+        results.append(_result(view, gpus, lasted, since, t))
+        if view.signature == jj.HANG and view.culprits and lasted >= float(t["hang_min_s"]):
+            culprits[job] = {"time": now, "gpus": view.culprits}
+    state = {"jobs": jobs_state, "culprits": dict(sorted(culprits.items(), key=lambda kv: kv[1]["time"])[-_KEEP_CULPRITS:])}
+    if not by_job:
+        results.append(result(ID, Status.PASS, "no GPU held by a running job"
+                              + (f" ({act.unmapped_pids} GPU processes outside any Slurm job)" if act.unmapped_pids else "")))
+    hung_here = any(c["time"] == now for c in culprits.values())  # a hang with its culprit here, this run
+    drain = _repeat_drain(culprits, int(t["drain_culprit_jobs"])) if hung_here else None
+    if drain is not None:
+        results.append(drain)
+    if t["drain_culprit_with_hardware"]:
+        results.extend(_hardware_drains(snapshot, results))
+    return CheckOutput(results, state=state)
+
+
+def _hardware_drains(snapshot: Snapshot, results: list[Result]) -> list[Result]:
+    """Opt-in: a called hang whose culprit GPU here also shows a hardware sign fails the node."""
+    gpus = {g.index: g for g in snapshot.nvml.gpus} if snapshot.nvml is not None else {}
+    out = []
+    for r in results:
+        if r.status is not Status.WARN or not isinstance(r.value, dict) or r.value.get("signature") != jj.HANG:
+            continue
+        for name in r.value["culprits"]:
+            g = gpus.get(int(name[3:]))
+            signs = jj.hardware_signs(g) if g is not None else []
+            if signs:
+                out.append(result(ID, Status.FAIL, f"{name} stalled job {r.value['job']} and shows {', '.join(signs)}",
+                                  name, value=signs, action=Action.DRAIN_REBOOT))
+    return out
+
+
+def _job_order(job: str) -> tuple[int, str]:
+    return (int(job), job) if job.isdigit() else (1 << 62, job)
+
+
+def _result(view: jj.JobView, gpus: list, lasted: float, since: float, t: dict[str, Any]) -> Result:
+    subject = f"job{view.job}"
+    where = ",".join(f"gpu{g.index}" for g in gpus)
+    value = {"job": view.job, "signature": view.signature, "culprits": [f"gpu{i}" for i in view.culprits],
+             "since": round(since, 1), "lasted_s": round(lasted, 1), "gpus": {f"gpu{i}": c for i, c in view.classes.items()},
+             "via": sorted({g.via for g in gpus})}
+    environ = " (job found through its environment only)" if "cgroup" not in value["via"] else ""
+    if view.signature == jj.HANG:
+        named = ", ".join(value["culprits"]) if view.culprits else "none here (every GPU of the job on this node spins: the culprit is on another node)"
+        if lasted >= float(t["hang_min_s"]):
+            return result(ID, Status.WARN, f"job {view.job} looks hung for {lasted:.0f} s: GPUs spin in a collective with no "
+                          f"memory traffic; culprit: {named}; {view.evidence}{environ}", subject, value=value,
+                          threshold=t["hang_min_s"], action=Action.RESTART_APP)
+        return result(ID, Status.PASS, f"job {view.job} ({where}): hang suspected for {lasted:.0f} s, called after "
+                      f"{float(t['hang_min_s']):.0f} s", subject, value=value, threshold=t["hang_min_s"])
+    if view.signature == jj.STRAGGLER:
+        if lasted >= float(t["straggler_min_s"]):
+            return result(ID, Status.WARN, f"job {view.job} slowed by a straggler for {lasted:.0f} s: {view.evidence}{environ}",
+                          subject, value=value, threshold=t["straggler_power_ratio"])
+        return result(ID, Status.PASS, f"job {view.job} ({where}): straggler suspected for {lasted:.0f} s: {view.evidence}",
+                      subject, value=value, threshold=t["straggler_min_s"])
+    words = {jj.ALL_IDLE: "all GPUs idle (not a hang)", jj.RUNNING: "running", jj.UNKNOWN: "too few samples to judge"}
+    return result(ID, Status.PASS, f"job {view.job} ({where}): {words[view.signature]}", subject, value=value)
+
+
+def _culprit_memory(prev: dict[str, Any], now: float, keep_s: float) -> dict[str, Any]:
+    old = prev.get("culprits") if isinstance(prev.get("culprits"), dict) else {}
+    return {job: c for job, c in old.items()
+            if isinstance(c, dict) and isinstance(c.get("time"), (int, float)) and now - c["time"] <= keep_s}
+
+
+def _repeat_drain(culprits: dict[str, Any], needed: int) -> Result | None:
+    if needed <= 0 or len(culprits) < needed:
+        return None
+    gpus = sorted({g for c in culprits.values() for g in c.get("gpus", []) if isinstance(g, int)})
+    jobs = sorted(culprits, key=_job_order)
+    named = ", ".join(jobs[-5:])
+    return result(ID, Status.FAIL, f"culprit of {len(jobs)} jobs' hangs (gpu{',gpu'.join(map(str, gpus))}; jobs {named})",
+                  "node", value=len(jobs), threshold=needed, action=Action.DRAIN_REBOOT)
+
+
+def source_settings(thresholds: dict[str, Any]) -> dict[str, Any]:
+    """What the activity reader needs from the check's thresholds (the runner passes them on)."""
+    t = {**jj.DEFAULTS, **thresholds}
+    return {"window_s": float(t["window_s"]), "gpm_window_s": float(t["gpm_window_s"]),
+            "environ": bool(t["environ_fallback"])}
+
+
+CHECKS = [
+    Check(
+        id=ID,
+        needs=(ACTIVITY,),
+        optional=(NVML,),  # the culprit GPU's own counters, for the opt-in hardware drain
+        judge=judge,
+        stages=("passive",),
+        timeout_s=10.0,
+        defaults=dict(jj.DEFAULTS),
+        doc="a running job's GPUs: collective hang and its culprit GPU, straggler (never drains unless asked)",
+        validate=jj.validate,
+    )
+]

@@ -1,0 +1,104 @@
+"""``gpuhc jobs``: running jobs that look hung or slowed, with the culprit node and GPU and since when.
+
+Read only. It asks ``scontrol show job -o`` once (or reads such a dump with ``--from-file``) and
+combines the nodes' views each job's AdminComment holds (gpuhc/slurm/jobs_record.py; the health
+check writes them, docs/checks.md "jobs"). Every text Slurm hands back is escaped before it is
+printed (gpuhc/logtext.py): job names and comments are the users' and operators' words.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from gpuhc.logtext import escape
+
+FIELDS = ("job", "verdict", "culprits", "since", "age", "nodes", "reported", "user", "name")
+DEFAULT_FIELDS = ("job", "verdict", "culprits", "since", "age", "nodes", "user", "name")
+
+
+def rows(jobs: list[dict[str, str]], now: float, everything: bool = False) -> list[dict]:
+    from gpuhc.slurm import jobs_record as rec
+
+    out = []
+    for j in jobs:
+        finding = rec.combine(rec.parse(j.get("AdminComment", "")))
+        if not finding.verdict and not everything:
+            continue
+        out.append({
+            "job": j.get("JobId", "?"), "verdict": finding.verdict or "-", "culprits": finding.culprits,
+            "since": finding.since, "age_s": None if finding.since is None else max(0, int(now - finding.since)),
+            "nodes": j.get("NodeList", ""), "reported": finding.nodes,
+            "user": j.get("UserId", "").split("(", 1)[0], "name": j.get("JobName", ""),
+        })
+    return out
+
+
+def _cell(row: dict, field: str) -> str:
+    if field == "culprits":
+        return ",".join(row["culprits"]) or ("not named yet" if row["verdict"] == "hung" else "-")
+    if field == "since":
+        return "-" if row["since"] is None else time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(row["since"]))
+    if field == "age":
+        a = row["age_s"]
+        return "-" if a is None else (f"{a}s" if a < 120 else f"{a // 60}m" if a < 7200 else f"{a // 3600}h")
+    return str(row[field])
+
+
+@click.command("jobs", context_settings={"help_option_names": ["--help"]})
+@click.option("--from-file", metavar="FILE", help="Read a saved `scontrol show job -o` dump instead of asking Slurm.")
+@click.option("--json", "json_mode", is_flag=True, help="JSON: one record per job.")
+@click.option("-o", "--format", "fields", metavar="FIELDS", help=f"Columns, comma-separated: {', '.join(FIELDS)}.")
+@click.option("-h", "--noheader", is_flag=True, help="No header line.")
+@click.option("--all", "everything", is_flag=True, help="Every running job, also those with nothing found.")
+@click.option("--scontrol", default="scontrol", show_default=True, help="The scontrol to run.")
+@click.option("--timeout", type=click.FloatRange(0.5, 600), default=30.0, show_default=True, help="Seconds Slurm gets to answer.")
+def jobs(from_file, json_mode, fields, noheader, everything, scontrol, timeout) -> None:
+    """Running jobs that look hung or slowed: the culprit node and GPU, and since when.
+
+    Exit 0 with or without findings; 2 for bad usage; 3 when Slurm did not answer.
+    """
+    from gpuhc.errors import EXIT_INTERNAL, EXIT_USAGE, GpuhcError
+
+    cols = DEFAULT_FIELDS
+    if fields:
+        cols = tuple(f.strip().lower() for f in fields.split(",") if f.strip())
+        bad = [f for f in cols if f not in FIELDS]
+        if bad or not cols:
+            click.echo(f"gpuhc jobs: unknown field(s) {escape(', '.join(bad) or fields)} (known: {', '.join(FIELDS)})", err=True)
+            raise SystemExit(EXIT_USAGE)
+    try:
+        listed = _read(from_file, scontrol, timeout)
+    except GpuhcError as e:
+        click.echo(f"gpuhc jobs: {escape(str(e))}", err=True)
+        raise SystemExit(EXIT_USAGE if from_file else EXIT_INTERNAL) from None
+    found = rows(listed, time.time(), everything)
+    if json_mode:
+        click.echo(json.dumps({"jobs": found}, indent=1))
+        return
+    table = [[escape(_cell(r, f), 200) for f in cols] for r in found]
+    if not noheader:
+        table.insert(0, [f.upper() for f in cols])
+    widths = [max(len(r[i]) for r in table) for i in range(len(cols))] if table else []
+    for r in table:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    if not found and not noheader:
+        click.echo("no running job looks hung or slowed")
+
+
+def _read(from_file: str | None, scontrol: str, timeout: float) -> list[dict[str, str]]:
+    from gpuhc.slurm.jobs_slurm import JobControl, parse_job_line
+
+    if from_file:
+        from gpuhc.errors import ConfigError
+        from gpuhc.untrusted import UntrustedInputError, read_bounded
+
+        try:
+            text = read_bounded(from_file, 64 << 20, "job dump").decode("utf-8", "replace")
+        except (UntrustedInputError, OSError) as e:
+            raise ConfigError(f"{from_file}: {getattr(e, 'strerror', None) or e}") from None
+        listed = [parse_job_line(ln) for ln in text.splitlines() if ln.strip().startswith("JobId=")]
+        return [j for j in listed if j.get("JobState") == "RUNNING"]
+    return JobControl(binary=scontrol, timeout_s=timeout).running_jobs()

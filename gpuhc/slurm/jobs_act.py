@@ -1,0 +1,142 @@
+"""After the health check: publish this node's view of each running job, and act on a hang.
+
+The jobs check (gpuhc/checks/jobs.py) only judges; this is its Slurm side (docs/checks.md, "jobs"):
+
+- **Record.** A job this node sees hung or slowed (a called warning) gets this node's view in
+  its AdminComment (gpuhc/slurm/jobs_record.py), fires the ``job_finding`` hook, and is logged
+  (the run's event log line already carries the check's result with culprit and since). A node
+  whose GPUs of a job are all idle adds its view only to a job some node has already recorded
+  as hung: that idle node is the likely culprit (so an all-idle job costs one
+  ``scontrol show job`` per run). A view that went back to normal is removed.
+- **Ask Slurm only with something to say.** What was written is remembered in the state, so a
+  job hung for an hour costs one ``scontrol show job`` and one update, not one per run.
+- **Never a drain here.** The opt-in drain is the check's own failure (repeat culprit), decided
+  and sent by the health check's normal flow through the actuator.
+- **Opt-in requeue** (``checks.jobs.thresholds.requeue_after_s`` > 0): a job hung that long,
+  with a culprit node named, is requeued with that node excluded (gpuhc/slurm/jobs_slurm.py);
+  once per job, fires ``job_requeue``.
+
+Every Slurm failure is a log line; nothing here changes the run's verdict or exit code.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gpuhc.errors import SlurmError
+from gpuhc.slurm import jobs_record as rec
+
+MAX_READS = 16  # jobs asked about per run: a node holds a handful of jobs, never more reads than that
+STATE_KEY = "jobs_slurm"
+
+
+def views_of(report: Any, node: str) -> tuple[dict[str, rec.NodeView | None], set[str]]:
+    """From the run's jobs results: {job: the view to publish, or None}, and the jobs whose GPUs
+    here are all idle (published only next to another node's hang)."""
+    want: dict[str, rec.NodeView | None] = {}
+    idle: set[str] = set()
+    for r in report.results:
+        v = r.value if r.check == "jobs" and isinstance(r.value, dict) else None
+        if v is None or not isinstance(v.get("job"), str):
+            continue
+        job, sig = v["job"], v.get("signature")
+        called = getattr(r.status, "value", r.status) == "warn"
+        if called and sig in ("hang", "straggler"):
+            want[job] = rec.NodeView(node, sig, int(v.get("since") or 0), tuple(v.get("culprits") or ()))
+        elif sig == "idle":
+            idle.add(job)
+        else:
+            want[job] = None
+    return want, idle
+
+
+def after_healthcheck(flow: Any, report: Any) -> None:
+    """Never raises."""
+    try:
+        _run(flow, report)
+    except Exception as e:  # a bug here must not look like a sick node
+        flow.log(f"jobs: internal error publishing job findings: {type(e).__name__}: {e}", loud=True)
+
+
+def _run(flow: Any, report: Any) -> None:
+    from gpuhc.state import StateStore
+
+    node = flow.node
+    want, idle = views_of(report, node)
+    if not want and not idle:
+        return  # no job on the GPUs (or the check off): not even the state is read
+    store = StateStore(flow.opts.state_dir)
+    mine = store.read().get(STATE_KEY) or {}
+    published: dict[str, str] = dict(mine.get("published") or {})
+    requeued: dict[str, float] = dict(mine.get("requeued") or {})
+    todo = [j for j, v in want.items() if (v.token() if v else None) != published.get(j) and (v or j in published)]
+    todo += sorted(idle)  # one read each: only the record says whether another node sees a hang
+    thresholds = flow.opts.config.check_settings("jobs").get("thresholds") or {}
+    requeue_after = float(thresholds.get("requeue_after_s") or 0.0)
+    if requeue_after > 0:  # a recorded hang is looked at again until it is old enough to requeue
+        todo += [j for j, v in want.items() if v is not None and v.signature == "hang" and j not in requeued and j not in todo]
+    if not todo:
+        return
+    from gpuhc.slurm.jobs_slurm import JobControl
+
+    sl = flow.slurm
+    ctl = JobControl(binary=sl["scontrol"], timeout_s=float(sl["timeout_s"]), deadline=flow.deadline)
+    for job in todo[:MAX_READS]:
+        try:
+            info = ctl.show_job(job)
+        except SlurmError as e:
+            flow.log(f"jobs: job {job}: not recorded: {e}", loud=True)
+            continue
+        comment = info.get("AdminComment", "")
+        view = want.get(job)
+        if view is None and job in idle and rec.combine([v for v in rec.parse(comment) if v.node != node]).verdict == "hung":
+            said = rec.parse("gpuhc-jobs{" + published.get(job, "") + "}")
+            view = rec.NodeView(node, "idle", said[0].since if said else int(flow.now()))
+        new = rec.update(comment, view, node)
+        try:
+            if new is not None:
+                ctl.set_admin_comment(job, new)
+        except SlurmError as e:
+            flow.log(f"jobs: job {job}: AdminComment not written: {e}", loud=True)
+            continue
+        if view is None:
+            published.pop(job, None)
+            continue
+        finding = rec.combine(rec.parse(new if new is not None else comment))
+        if requeue_after > 0 and job not in requeued and view.signature == "hang":
+            _maybe_requeue(flow, ctl, job, info, finding, requeue_after, requeued)
+        if published.get(job) == view.token():
+            continue  # said before: no second log line or hook
+        published[job] = view.token()
+        flow.log(f"jobs: job {job} {finding.verdict or view.signature}: culprit "
+                 f"{', '.join(finding.culprits) or 'not named yet'}, since {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(finding.since or view.since))}",
+                 loud=True)
+        _hook(flow, "job_finding", {"node": node, "job": job, "signature": view.signature, "culprits": list(view.culprits),
+                                    "since": view.since, "verdict": finding.verdict, "job_culprits": finding.culprits})
+    for job in [j for j in published if j not in want and j not in idle]:
+        published.pop(job)  # the job ended: its record went with it
+    with store.transaction() as doc:
+        doc[STATE_KEY] = {"published": published,
+                          "requeued": {j: t for j, t in requeued.items() if flow.now() - t < 7 * 86400}}
+
+
+def _maybe_requeue(flow: Any, ctl: Any, job: str, info: dict, finding: rec.JobFinding, after_s: float,
+                   requeued: dict[str, float]) -> None:
+    nodes = rec.culprit_nodes(finding)
+    if finding.verdict != "hung" or not nodes or finding.since is None or flow.now() - finding.since < after_s:
+        return
+    try:
+        ctl.requeue_excluding(job, nodes, info.get("ExcNodeList", ""))
+    except SlurmError as e:
+        flow.log(f"jobs: job {job}: requeue without {','.join(nodes)} failed: {e}", loud=True)
+        return
+    requeued[job] = flow.now()
+    flow.log(f"jobs: job {job} hung since {finding.since}: requeued without {','.join(nodes)}", loud=True)
+    _hook(flow, "job_requeue", {"node": flow.node, "job": job, "excluded": nodes, "culprits": finding.culprits})
+
+
+def _hook(flow: Any, event: str, payload: dict[str, Any]) -> None:
+    from gpuhc.hooks import fire
+
+    fire(event, {"stage": "passive", **payload}, flow.opts.config, flow.log, flow.deadline)

@@ -1,0 +1,94 @@
+"""The scenario format's ``activity`` section: what the GPUs running jobs hold did (issue 24).
+
+A block of its own beside gpuhc/sources/snapshot_io.py, which calls it; the shape::
+
+    activity:
+      unmapped_pids: 0                     # optional; also `available`, `error`
+      gpus:
+        - {index: 0, jobs: ["4242"], span_s: 19.8, gpu_util: [100, 100, 100], mem_util: [0, 0, 0],
+           power_w: [131.2, 129.8], power_limit_w: 700, sm_clock_mhz: 1980, sm_activity: 18, via: cgroup}
+
+Fields are exactly :class:`gpuhc.model.GpuActivity`'s. Sample lists are bounded
+(``MAX_ACTIVITY_SAMPLES``), every number finite and >= 0, job ids digits: a scenario may come
+from anyone, and a NaN would compare false with every threshold.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+from gpuhc.limits import MAX_ACTIVITY_SAMPLES, MAX_GPUS, MAX_JOBS_PER_GPU
+from gpuhc.model import Activity, GpuActivity
+
+_SERIES = ("gpu_util", "mem_util", "power_w")
+_VIA = ("cgroup", "environ", "mixed")
+_TABLES: dict[str, dict] = {}
+
+
+def _tables() -> tuple[dict, dict]:
+    from gpuhc.sources.snapshot_io import _field_types
+
+    if not _TABLES:
+        _TABLES["act"] = _field_types(Activity)
+        _TABLES["gpu"] = _field_types(GpuActivity)
+    return _TABLES["act"], _TABLES["gpu"]
+
+
+def check_activity(value: Any, path: tuple, err: typing.Callable[[tuple, str], Exception]) -> None:
+    from gpuhc.sources import snapshot_io as sio
+
+    act_table, gpu_table = _tables()
+
+    def series(v: Any, p: tuple) -> None:
+        if not isinstance(v, list):
+            raise err(p, f"must be a list of numbers (samples, oldest first), got {sio._tname(v)}")
+        if len(v) > MAX_ACTIVITY_SAMPLES:
+            raise err(p, f"at most {MAX_ACTIVITY_SAMPLES} samples, got {len(v)}")
+        for i, x in enumerate(v):
+            if not isinstance(x, (int, float)) or isinstance(x, bool):
+                raise err(p + (i,), f"must be a number, got {x!r}")
+            sio._check_number(x, p + (i,), err)
+
+    def jobs(v: Any, p: tuple) -> None:
+        if not isinstance(v, list) or len(v) > MAX_JOBS_PER_GPU:
+            raise err(p, f"must be a list of at most {MAX_JOBS_PER_GPU} job ids")
+        for i, j in enumerate(v):
+            if not isinstance(j, str) or not j.isdigit() or len(j) > 12:
+                raise err(p + (i,), f"a job id is a string of digits, e.g. \"4242\", got {j!r}")
+
+    def via(v: Any, p: tuple) -> None:
+        if v not in _VIA:
+            raise err(p, f"must be one of {', '.join(_VIA)}, got {v!r}")
+
+    def gpus(v: Any, p: tuple) -> None:
+        if not isinstance(v, list) or len(v) > MAX_GPUS:
+            raise err(p, f"activity gpus must be a list of at most {MAX_GPUS} {{index, jobs, ...}}")
+        seen = set()
+        for i, g in enumerate(v):
+            extra = {"jobs": jobs, "via": via, **{k: series for k in _SERIES}}
+            sio.check_fields(g, gpu_table, p + (i,), err, "activity GPU", extra)
+            if g.get("index") is None:
+                raise err(p + (i,), "each activity GPU needs its `index`")
+            if g["index"] in seen:
+                raise err(p + (i, "index"), f"GPU {g['index']} is listed twice")
+            seen.add(g["index"])
+
+    sio.check_fields(value, act_table, path, err, "activity", {"gpus": gpus})
+
+
+def activity_from_dict(d: dict[str, Any]) -> Activity:
+    """A validated ``activity`` mapping -> Activity."""
+    out = []
+    for g in d.get("gpus") or []:
+        kw = dict(g)
+        for k in _SERIES:
+            kw[k] = [float(x) for x in kw.get(k) or []]
+        for k in ("span_s",):
+            kw[k] = float(kw.get(k) or 0.0)
+        for k in ("power_limit_w", "sm_clock_mhz", "sm_activity"):
+            kw[k] = None if kw.get(k) is None else float(kw[k])
+        kw["jobs"] = list(kw.get("jobs") or [])
+        out.append(GpuActivity(**kw))
+    return Activity(available=d.get("available", True), error=d.get("error"),
+                    gpus=sorted(out, key=lambda g: g.index), unmapped_pids=int(d.get("unmapped_pids") or 0))

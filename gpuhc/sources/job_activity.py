@@ -1,0 +1,224 @@
+"""What the GPUs that running jobs hold are doing: the job checks' source (docs/checks.md, "jobs").
+
+Read in the health check, which Slurm runs on busy nodes too (``HealthCheckNodeState=ANY``).
+Only GPUs with a compute process are read, so an idle node pays one process listing per GPU.
+
+- **Which job.** NVML lists each GPU's compute processes; a process belongs to the job named in
+  its ``/proc/<pid>/cgroup`` (slurmstepd puts every task under ``.../job_<id>/step_<s>/...``, in
+  cgroup v1 and v2 alike, per Slurm's cgroup documentation). That file is the kernel's and the
+  path is slurmstepd's, so a user cannot forge it. Only a process with no such path (Slurm
+  without cgroups: ``proctrack/linuxproc``) is looked up in its environment's ``SLURM_JOB_ID``,
+  which the user can set: the reading says ``via: environ`` so the finding can say so.
+- **What it did.** The driver keeps a buffer of recent samples per GPU (utilization, memory
+  utilization, power); ``nvmlDeviceGetSamples`` hands back those newer than a time stamp, so the
+  health check gets the last ``window_s`` seconds without sleeping. GPM (Hopper and later) SM
+  activity needs two samples some time apart; it is taken only when ``gpm_window_s`` > 0, once
+  for all GPUs.
+- Every file is read bounded and without following links (gpuhc/untrusted.py): the processes
+  are the users'.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from gpuhc.lazyre import LazyPattern
+from gpuhc.limits import MAX_ACTIVITY_SAMPLES, MAX_JOBS_PER_GPU
+from gpuhc.model import Activity, GpuActivity
+from gpuhc.sources import nvml_util
+
+_CGROUP_LIMIT = 64 * 1024  # /proc/<pid>/cgroup: one line per hierarchy (a dozen in cgroup v1)
+_ENVIRON_LIMIT = 256 * 1024  # the front of /proc/<pid>/environ; a longer one is cut, not refused
+_JOB_IN_PATH = LazyPattern(r"/job_(\d{1,12})(?=/|$)")
+_JOB_ID = LazyPattern(r"\d{1,12}")
+
+
+def job_from_cgroup(text: str) -> str | None:
+    """The Slurm job id in a ``/proc/<pid>/cgroup`` text, or None (not in a Slurm job)."""
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1]
+        m = _JOB_IN_PATH.search(path)
+        if m:
+            return m.group(1)
+    return None
+
+
+def job_from_environ(data: bytes) -> str | None:
+    """``SLURM_JOB_ID`` from a ``/proc/<pid>/environ`` (NUL-separated), when it is a job id."""
+    for entry in data.split(b"\0"):
+        if entry.startswith(b"SLURM_JOB_ID="):
+            value = entry[len(b"SLURM_JOB_ID="):].decode("ascii", "replace")
+            return value if _JOB_ID.fullmatch(value) else None
+    return None
+
+
+class JobResolver:
+    """pid -> (job id, how it was found), from ``/proc``; one instance per read."""
+
+    def __init__(self, proc_root: str = "/proc", environ: bool = True):
+        self.proc_root = proc_root
+        self.environ = environ
+
+    def job_of(self, pid: int) -> tuple[str | None, str]:
+        from gpuhc.untrusted import UntrustedInputError, open_regular, read_bounded, read_upto
+
+        base = os.path.join(self.proc_root, str(int(pid)))
+        try:
+            job = job_from_cgroup(read_bounded(os.path.join(base, "cgroup"), _CGROUP_LIMIT, "process cgroup")
+                                  .decode("utf-8", "replace"))
+        except (UntrustedInputError, OSError):
+            job = None
+        if job is not None or not self.environ:
+            return job, "cgroup"
+        try:
+            fd = open_regular(os.path.join(base, "environ"), "process environment")
+            try:
+                data = read_upto(fd, _ENVIRON_LIMIT)
+            finally:
+                os.close(fd)
+        except (UntrustedInputError, OSError):
+            return None, "environ"
+        return job_from_environ(data), "environ"
+
+
+class ActivityLive:
+    def __init__(self, window_s: float = 15.0, gpm_window_s: float = 0.0, module: Any = None,
+                 proc_root: str = "/proc", environ: bool = True, clock=time.time):
+        self.window_s = max(0.5, float(window_s))
+        self.gpm_window_s = max(0.0, float(gpm_window_s))
+        self._module = module
+        self.resolver = JobResolver(proc_root, environ)
+        self._clock = clock
+
+    def read(self) -> Activity:
+        nv, why = nvml_util.start(self._module)
+        if nv is None:
+            return Activity(available=False, error=why)
+        try:
+            return self._read(nv)
+        finally:
+            try:
+                nv.nvmlShutdown()
+            except nv.NVMLError:
+                pass
+
+    def _read(self, nv: Any) -> Activity:
+        try:
+            count = int(nv.nvmlDeviceGetCount())
+        except nv.NVMLError as e:
+            return Activity(available=False, error=f"nvmlDeviceGetCount failed: {e}")
+        out = Activity(available=True)
+        held: list[tuple[GpuActivity, Any]] = []
+        me = os.getpid()
+        for i in range(count):
+            try:
+                h = nv.nvmlDeviceGetHandleByIndex(i)
+                procs = [int(p.pid) for p in nv.nvmlDeviceGetComputeRunningProcesses(h) or [] if int(p.pid) != me]
+            except nv.NVMLError:
+                continue  # a GPU NVML cannot talk to is the gpu-count and xid checks' business
+            if not procs:
+                continue
+            jobs: dict[str, str] = {}
+            for pid in procs:
+                job, via = self.resolver.job_of(pid)
+                if job is None:
+                    out.unmapped_pids += 1
+                elif len(jobs) < MAX_JOBS_PER_GPU:
+                    jobs.setdefault(job, via)
+            if jobs:
+                vias = set(jobs.values())
+                held.append((GpuActivity(index=i, jobs=sorted(jobs), via=vias.pop() if len(vias) == 1 else "mixed"), h))
+        if not held:
+            return out
+        gpm = self._gpm_start(nv, held)
+        since_us = int((self._clock() - self.window_s) * 1e6)
+        for gpu, h in held:
+            self._samples(nv, h, gpu, since_us)
+        self._gpm_finish(nv, held, gpm)
+        out.gpus = [g for g, _ in held]
+        return out
+
+    def _samples(self, nv: Any, h: Any, gpu: GpuActivity, since_us: int) -> None:
+        stamps: list[int] = []
+        for kind, attr, scale in ((nv.NVML_GPU_UTILIZATION_SAMPLES, "gpu_util", 1.0),
+                                  (nv.NVML_MEMORY_UTILIZATION_SAMPLES, "mem_util", 1.0),
+                                  (nv.NVML_TOTAL_POWER_SAMPLES, "power_w", 1000.0)):
+            values, ts = _buffered(nv, h, kind, since_us, scale)
+            setattr(gpu, attr, values)
+            stamps.extend(ts)
+        if stamps:
+            gpu.span_s = round((max(stamps) - min(stamps)) / 1e6, 3)
+        try:
+            gpu.power_limit_w = int(nv.nvmlDeviceGetEnforcedPowerLimit(h)) / 1000.0
+        except nv.NVMLError:
+            pass
+        try:
+            gpu.sm_clock_mhz = float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
+        except nv.NVMLError:
+            pass
+
+    # GPM: two samples of every GPU some milliseconds apart, one wait for all of them.
+    def _gpm_start(self, nv: Any, held: list[tuple[GpuActivity, Any]]) -> dict[int, Any]:
+        if not self.gpm_window_s or not hasattr(nv, "nvmlGpmSampleAlloc"):
+            return {}
+        first: dict[int, Any] = {}
+        for gpu, h in held:
+            try:
+                if not nv.nvmlGpmQueryDeviceSupport(h).isSupportedDevice:
+                    continue
+                s = nv.nvmlGpmSampleAlloc()
+                nv.nvmlGpmSampleGet(h, s)
+                first[gpu.index] = s
+            except nv.NVMLError:
+                continue
+        if first:
+            first["t"] = time.monotonic()
+        return first
+
+    def _gpm_finish(self, nv: Any, held: list[tuple[GpuActivity, Any]], first: dict) -> None:
+        if not first:
+            return
+        time.sleep(max(0.0, self.gpm_window_s - (time.monotonic() - first.pop("t"))))
+        for gpu, h in held:
+            s1 = first.get(gpu.index)
+            if s1 is None:
+                continue
+            s2 = None
+            try:
+                s2 = nv.nvmlGpmSampleAlloc()
+                nv.nvmlGpmSampleGet(h, s2)
+                gpu.sm_activity = _gpm_sm(nv, s1, s2)
+            except nv.NVMLError:
+                pass
+            finally:
+                for s in (s1, s2):
+                    if s is not None:
+                        try:
+                            nv.nvmlGpmSampleFree(s)
+                        except nv.NVMLError:
+                            pass
+
+
+def _gpm_sm(nv: Any, s1: Any, s2: Any) -> float | None:
+    m = nv.c_nvmlGpmMetricsGet_t()
+    m.version = nv.NVML_GPM_METRICS_GET_VERSION
+    m.numMetrics = 1
+    m.sample1, m.sample2 = s1, s2
+    m.metrics[0].metricId = nv.NVML_GPM_METRIC_SM_UTIL
+    nv.nvmlGpmMetricsGet(m)
+    value = float(m.metrics[0].value)
+    return round(value, 1) if 0.0 <= value <= 100.0 else None
+
+
+def _buffered(nv: Any, h: Any, kind: int, since_us: int, scale: float) -> tuple[list[float], list[int]]:
+    """The driver's samples of one kind newer than ``since_us`` (values, time stamps), oldest
+    first; none when the driver has none newer (NOT_FOUND) or cannot sample this (NOT_SUPPORTED)."""
+    try:
+        vtype, samples = nv.nvmlDeviceGetSamples(h, kind, since_us)
+    except nv.NVMLError:
+        return [], []
+    pairs = sorted((int(s.timeStamp), float(nvml_util.union_value(s.sampleValue, int(vtype)))) for s in samples)
+    pairs = pairs[-MAX_ACTIVITY_SAMPLES:]
+    return [round(v / scale, 2) for _, v in pairs], [t for t, _ in pairs]
