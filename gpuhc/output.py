@@ -57,13 +57,18 @@ def _clean(text: object) -> str:
 
 def message_of(result) -> str:
     """The message without a leading repeat of the subject, which the line already names
-    ("ecc gpu0: no uncorrectable ECC errors", not "ecc gpu0: gpu0 no ..."). The message itself
-    keeps it: a drain reason or a JSON reader sees the message alone."""
+    ("ecc gpu0: no uncorrectable ECC errors", not "ecc gpu0: gpu0 no ..."), with the held note
+    of a held finding. The message itself keeps the subject and has no note: a drain reason or
+    a JSON reader sees the message alone."""
     msg, subject = str(result.message), str(result.subject)
     for lead in (subject + ": ", subject + " "):
         if subject != "node" and msg.startswith(lead):
-            return msg[len(lead):]
-    return msg
+            msg = msg[len(lead):]
+            break
+    # A held finding says so, and what releases it (the xid check's ``value.held``); kept out
+    # of the message itself, which is the drain reason and must not change while it is held.
+    held = result.value.get("held") if isinstance(result.value, dict) else None
+    return f"{msg} ({held})" if isinstance(held, str) and held else msg
 
 
 def plain_lines(report, verbose: bool = False) -> list[str]:

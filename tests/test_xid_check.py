@@ -492,3 +492,21 @@ def test_rate_rules_in_a_config_file_are_validated_with_their_line(tmp_path):
     cfg.write_text(cfg.read_text().replace("count: 0", "count: 5"))
     good = load_config(str(cfg))
     assert good.check_settings("xid")["thresholds"]["rate_rules"][0]["count"] == 20
+
+
+def test_a_held_xid_says_it_is_held_and_what_releases_it_without_changing_the_reason():
+    """Issue 21: after the GPU looked healthy again, the FAIL line did not say that the Xid is
+    held, nor what ends the hold. The note is shown beside the message (the drain reason stays
+    the same from run to run)."""
+    from gpuhc.output import message_of
+
+    log = (ev(79, gpu=3, t=T0 - 20),)
+    first = judge(node(*log))
+    assert "held" not in first.results[0].value  # a fresh fault is not "held"
+    second = judge(node(*log, time=T0 + 300), prev=first.state)
+    fail = second.results[0]
+    assert fail.message == first.results[0].message
+    assert fail.value["held"].startswith("held: a reboot, an admin's resume or 24h with no new one after ")
+    assert message_of(fail).endswith(f"({fail.value['held']})")
+    third = judge(node(*log, ev(79, gpu=3, t=T0 + 400), time=T0 + 500), prev=second.state)
+    assert "held" not in third.results[0].value  # a new event: not merely held any more

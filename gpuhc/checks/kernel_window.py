@@ -155,10 +155,10 @@ def acknowledge(state: dict[str, Any] | None, now: float) -> dict[str, Any]:
 def merge_held(fresh: list[dict], held: list[dict], new_counts: dict[tuple, int]) -> list[dict]:
     """Draining incidents of this run joined with those remembered: the same (subject, code,
     signal) adds the new events to the remembered count; remembered ones not in the log any
-    more stay. ``new_counts`` is keyed like :func:`_held_key`."""
-    by_key = {_held_key(h): dict(h) for h in held}
+    more stay. ``new_counts`` is keyed like :func:`held_key`."""
+    by_key = {held_key(h): dict(h) for h in held}
     for f in fresh:
-        key = _held_key(f)
+        key = held_key(f)
         h = by_key.get(key)
         if h is None:
             by_key[key] = f
@@ -171,7 +171,7 @@ def merge_held(fresh: list[dict], held: list[dict], new_counts: dict[tuple, int]
     return list(by_key.values())
 
 
-def _held_key(incident: dict) -> tuple:
+def held_key(incident: dict) -> tuple:
     """(subject, code) for an Xid or SXid; a driver signal without an Xid adds its name."""
     if incident.get("signal"):
         return (incident["subject"], incident.get("code"), incident["signal"])

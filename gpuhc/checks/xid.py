@@ -48,6 +48,7 @@ from gpuhc.checks.kernel_window import (  # noqa: F401  (acknowledge: re-exporte
     earliest,
     judge_now,
     latest,
+    held_key,
     merge_held,
 )
 from gpuhc.model import Action, EventKind, GpuReading, KernelEvent, Result, Snapshot, Status, norm_pci
@@ -181,8 +182,8 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     for g in groups.values():
         severity, action = _verdict(g, ctx)
         if severity == "fail":
-            held_key = (g.subject, g.code, g.signal) if g.signal else (g.subject, g.code)
-            new_counts[held_key] = new_counts.get(held_key, 0) + g.new
+            gkey = held_key({"subject": g.subject, "code": g.code, "signal": g.signal})
+            new_counts[gkey] = new_counts.get(gkey, 0) + g.new
             fresh.append({"subject": g.subject, "code": g.code, "pci": g.pci, "gpu": g.gpu, "count": g.count,
                           "first": g.first, "last": g.last, "action": action.value, "xid": g.saw_xid,
                           "last_message": g.last_message, **({"signal": g.signal} if g.signal else {}),
@@ -192,9 +193,12 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
             results.append(_warn(g, action))
     held = [h for h in win.held() if not (h["subject"] in recovered and (h.get("last") or 0) <= recovered[h["subject"]])]
     incidents = merge_held(_one_per_incident(fresh), held, new_counts)
+    # Held with nothing new this run: the GPU may look healthy again, so the line says it is
+    # held and what ends the hold (docs/checks.md, "xid"), or the FAIL reads like a fresh fault.
+    quiet = {held_key(h) for h in held} - {k for k, n in new_counts.items() if n}
     for inc in incidents:
         if _selected(inc.get("gpu"), True, ctx):
-            results.append(_fail(inc))
+            results.append(_fail(inc, window_s if held_key(inc) in quiet else None))
     if not errors:
         storms = xid_rates.judge(ctx.t("rate_rules") or [], events, gpus, win.now_for)
         results.extend(r for r in storms if _selected(r.value.get("gpu"), r.status is Status.FAIL, ctx))
@@ -289,7 +293,9 @@ def _count(n: int) -> str:
     return f" x{n}" if n > 1 else ""
 
 
-def _fail(inc: dict) -> Result:
+def _fail(inc: dict, held_for_s: float | None = None) -> Result:
+    """The FAIL line of one incident; ``held_for_s``: it is held from earlier runs with nothing
+    new since, for at most this long after its last event."""
     from gpuhc.xid_catalog import signal_info, xid_info
 
     where, n = _where(inc["subject"], inc.get("pci")), _count(int(inc["count"]))
@@ -302,6 +308,12 @@ def _fail(inc: dict) -> Result:
     else:  # the driver printed no Xid, only the multi-line "fallen off the bus" message
         msg = f"{where} has fallen off the bus{n} (no Xid logged)"
     value = {k: inc.get(k) for k in ("code", "count", "first", "last", "pci", "last_message")}
+    if held_for_s is not None:
+        # Beside the message, never in it: the message is the drain reason, which stays the same
+        # from run to run (docs/slurm.md); output.py shows this note after it.
+        value["held"] = (f"held: a reboot, an admin's resume or {held_for_s / 3600:g}h with no new one after "
+                         f"{_when(inc['last'])} releases it" if inc.get("last") else
+                         "held: a reboot or an admin's resume releases it")
     if inc.get("signal"):
         value["signal"] = inc["signal"]
     return result(ID, Status.FAIL, msg, inc["subject"], value=value, action=Action(inc["action"]))
