@@ -331,3 +331,15 @@ def test_drain_reason_fits_255_bytes_and_keeps_the_sweep_id():
     reason = drain_reason("gpu-node-0042", evidence, "20261126T014324Z-6081")
     assert len(reason.encode()) <= 255 and reason.endswith("(sweep 20261126T014324Z-6081) [q1]")
     assert reason.startswith("gpuhc: nccl-sweep gpu-node-0042 p95 27998.0 us")
+
+
+def test_apply_in_observe_mode_sends_nothing_and_keeps_the_drain_pending():
+    """Observe mode (docs/repair.md) covers the sweep's drains too: decided and logged, never sent."""
+    fake = FakeScontrol({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None), "n4": ("IDLE", None)})
+    lines: list[str] = []
+    done = apply_culprits(record(("node", ["n3"])), Config({**SLURM, "mode": "observe"}), Scontrol(run=fake), 100.0,
+                          lines)
+    assert [(d["node"], d["act"]) for d in done] == [("n3", "observed")]
+    assert done[0]["why"].startswith("observe mode, nothing sent: would drain")
+    assert fake.updates == []
+    assert any("observe mode: would drain n3" in line for line in lines)

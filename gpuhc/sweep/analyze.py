@@ -198,7 +198,8 @@ def apply_pending(index: dict, record: dict, store: SweepStore | None, config: A
     sc = scontrol or Scontrol(binary=slurm.get("scontrol", "scontrol"), sinfo=slurm.get("sinfo", "sinfo"),
                               timeout_s=float(slurm.get("timeout_s", 10.0)))
     ctx = _DrainContext(sc, PolicySettings.from_section(slurm), BreakerSettings.from_section(slurm.get("breaker", {})),
-                        int((slurm.get("quarantine") or {}).get("max_cycles", 3)), now)
+                        int((slurm.get("quarantine") or {}).get("max_cycles", 3)), now,
+                        observe=slurm.get("mode") == "observe")
     nodes_mem = index.setdefault("nodes", {})
     done = []
     for name in sorted(pending, key=lambda n: (pending[n]["since"], n)):
@@ -242,8 +243,9 @@ class _DrainContext:
     """One node's drain through the health check's policy, carried out by the actuator: decide,
     circuit breaker, act with read-after-write verification, then the same post-drain recount."""
 
-    def __init__(self, sc: Any, settings: Any, breaker: Any, max_cycles: int, now: float):
+    def __init__(self, sc: Any, settings: Any, breaker: Any, max_cycles: int, now: float, observe: bool = False):
         self.sc, self.settings, self.breaker, self.max_cycles, self.now = sc, settings, breaker, max_cycles, now
+        self.observe = observe  # slurm.mode: observe (docs/repair.md): decide and log, send nothing
 
     def apply(self, name: str, entry: dict, cycle: int, lines: list[str]) -> dict:
         from gpuhc.slurm.actuator import Actuator
@@ -254,7 +256,7 @@ class _DrainContext:
         result: dict[str, Any] = {"node": name, "reason": reason, "sweep": entry["sweep"], "cycle": cycle}
         log = lambda text, loud=False: lines.append(f"{name}: {text}")  # noqa: E731
         try:
-            done = Actuator(self.sc, self.breaker, log, spread=False).apply(
+            done = Actuator(self.sc, self.breaker, log, spread=False, observe=self.observe).apply(
                 name, lambda node, open_: decide(node, Verdict.FAIL, reason, Memory(), self.now, self.settings,
                                                  breaker_open=open_))
         except SlurmError as e:
@@ -267,6 +269,9 @@ class _DrainContext:
             why = (f"retired after {cycle} sweep drains (slurm.quarantine.max_cycles {self.max_cycles})" if retire
                    else f"quarantine cycle {cycle} of {self.max_cycles}") + f": {why}"
         result.update(act=decision.act.value, why=why)
+        if done.observed:  # observe mode: stays pending, so going live drains it then
+            result.update(act="observed", why=f"observe mode, nothing sent: would {decision.act.value}: {why}")
+            return result
         if decision.act.touches_slurm:
             result["verified"] = done.verified
             if not done.verified:
