@@ -23,7 +23,8 @@ The new side runs with the breaker ledger (``slurm.breaker.ledger_node``, a reco
 ``slurm.conf`` as slurm/slurm.conf.example says; docs/slurm.md "Breaker ledger"), emptied before
 each storm; ``--no-ledger`` runs it with every node counting for itself. "Today" is the code at ``--baseline-rev`` (default: the tree before issue 13), extracted with
 ``git archive`` and run with the same interpreter, config and scenario. The order of the two
-alternates between repetitions. Between storms every node the storm touched is resumed and the
+alternates between repetitions. The bytes goal is met only when the worst repetition meets it
+(the minimum ratio, not the median: issue 18). Between storms every node the storm touched is resumed and the
 local state is wiped.
 
     sudo python bench/bench_storm.py                       # 10,000 nodes, 200 runs, 5 repetitions
@@ -31,8 +32,8 @@ local state is wiped.
 
 Needs root (slurmctld, network namespace), Debian's slurmctld/slurmd/munge, and the iproute2
 ``ip`` command. The goals it checks (exit 1 when missed): the new way cuts controller bytes by
-``--min-ratio`` (20x), keeps the unrelated query under 1 s, and ends with exactly the cap held by
-gpuhc and every other node back in service, in every repetition.
+``--min-ratio`` (20x) in every repetition, keeps the unrelated query under 1 s, and ends with
+exactly the cap held by gpuhc and every other node back in service, in every repetition.
 """
 
 from __future__ import annotations
@@ -153,6 +154,9 @@ def summarize(results: list[dict], args) -> dict:
             continue
         out[side] = {
             "bytes_median": statistics.median(r["bytes"] for r in rs),
+            "bytes_range": [min(r["bytes"] for r in rs), max(r["bytes"] for r in rs)],
+            "node_info_range": [min(r["rpcs"].get("REQUEST_NODE_INFO", 0) for r in rs),
+                                max(r["rpcs"].get("REQUEST_NODE_INFO", 0) for r in rs)],
             "rpc_median": statistics.median(r["rpc_total"] for r in rs),
             "node_info_median": statistics.median(r["rpcs"].get("REQUEST_NODE_INFO", 0) for r in rs),
             "node_info_single_median": statistics.median(r["rpcs"].get("REQUEST_NODE_INFO_SINGLE", 0) for r in rs),
@@ -167,9 +171,12 @@ def summarize(results: list[dict], args) -> dict:
         ratios = [b["bytes"] / n["bytes"] for b, n in zip(
             [r for r in results if r["side"] == "baseline"], [r for r in results if r["side"] == "new"])]
         new = out["new"]
+        out["bytes_ratios"] = [round(r, 1) for r in ratios]
         out["bytes_ratio_median"] = round(statistics.median(ratios), 1)
+        out["bytes_ratio_min"] = round(min(ratios), 1)
         out["goals"] = {
-            f"bytes cut >= {args.min_ratio:g}x": out["bytes_ratio_median"] >= args.min_ratio,
+            # The worst storm, not the median: every storm must be cheap (issue 18).
+            f"bytes cut >= {args.min_ratio:g}x in every repetition": min(ratios) >= args.min_ratio,
             "unrelated query < 1 s": new["probe_max_s"] < 1.0,
             "exactly the cap, every repetition": all(new["end_state_exact"]),
         }
