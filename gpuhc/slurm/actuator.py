@@ -162,7 +162,11 @@ class Actuator:
             state = self._ledger_said(self.ledger.before_drain, name, node)
             if state is not None:
                 return state
-        return self._survey(name, node, "before the drain").state
+        try:
+            return self._survey(name, node, "before the drain").state
+        except Exception as e:  # no drain that takes capacity without the breaker: said, FAIL kept
+            why = str(e) if isinstance(e, SlurmError) else f"{type(e).__name__}: {e}"
+            raise SlurmError(f"the breaker's count failed ({why}): not draining without it") from None
 
     def recount(self, name: str, reason: str | None, node: Node) -> tuple[BreakerState, bool]:
         """After a drain: concurrent drains (other nodes' health checks, a sweep's analyze) may
