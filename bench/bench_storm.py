@@ -69,6 +69,10 @@ def main() -> int:
     ap.add_argument("--min-ratio", type=float, default=20.0)
     ap.add_argument("--no-ledger", action="store_true",
                     help="the new code without slurm.breaker.ledger_node (every node counts for itself)")
+    ap.add_argument("--deadline-s", type=float,
+                    help="the health check's deadline for both sides (default 55 s): on a box other work "
+                         "keeps busy, 200 processes may not finish their checks inside it, and a run past "
+                         "its deadline sends nothing at all")
     ap.add_argument("--json", dest="json_out", help="write every storm's numbers here")
     ap.add_argument("--workdir", help="keep the cluster's files here (default: a temp dir, removed)")
     args = ap.parse_args()
@@ -103,8 +107,8 @@ def run(args) -> int:
     cluster = BigSlurmCluster(work / "cluster", size=args.nodes, partition_size=args.partition_size,
                               ledger="gpuhc-ledger")
     # Today's code knows no ledger key (its config check would refuse it): one config per side.
-    cfgs = {"baseline": write_config(work, args.cap_percent, name="baseline.yaml"),
-            "new": write_config(work, args.cap_percent, name="new.yaml",
+    cfgs = {"baseline": write_config(work, args.cap_percent, name="baseline.yaml", deadline_s=args.deadline_s),
+            "new": write_config(work, args.cap_percent, name="new.yaml", deadline_s=args.deadline_s,
                                 ledger_node=None if args.no_ledger else "gpuhc-ledger")}
     targets = cluster.partitions()["p1"][len(cluster.nodes):][:args.runs]  # defined-only nodes of p1
     if len(targets) < args.runs:
@@ -147,6 +151,7 @@ def line(r: dict) -> str:
 
 def summarize(results: list[dict], args) -> dict:
     out: dict = {"nodes": args.nodes, "partition_size": args.partition_size, "runs": args.runs, "reps": args.reps,
+                 "deadline_s": args.deadline_s,
                  "cap_percent": args.cap_percent, "baseline_rev": args.baseline_rev, "ledger": not args.no_ledger}
     for side in ("baseline", "new"):
         rs = [r for r in results if r["side"] == side]
