@@ -23,6 +23,14 @@ what it saw there; the others decide from it:
   undone when our key sorts after it, which is exactly what our own recount would decide
   (:func:`gpuhc.slurm.breaker.must_yield`). Until such an entry appears the node polls the
   ledger; after ``ledger_wait_s`` (a share of it per node name) it counts itself and writes.
+- **a count** stamps the record first and reads it back: of the nodes that stamp at once only
+  the last finds its own stamp (slurmctld keeps the last reason written) and counts; the others
+  wait for its entry (:mod:`gpuhc.slurm.ledger_client`).
+- **stamps from the future** (slurmctld's clock stepped back, or a writer that lies): a reader
+  knows slurmctld's time from a stamp it caused and read back, plus the time since on its own
+  monotonic clock (:func:`horizon`). An entry whose ``newest`` lies beyond that covers nothing,
+  and a count leaves such stamps out of what it writes (issue 18: one such entry let 5 nodes
+  drain with a cap of 1).
 
 Slurm has no compare-and-set, so two writers can overwrite each other; what is lost is a claim
 or an entry, and a lost claim lets one more node drain that the recount then undoes. A claim is
