@@ -23,7 +23,8 @@ The new side runs with the breaker ledger (``slurm.breaker.ledger_node``, a reco
 ``slurm.conf`` as slurm/slurm.conf.example says; docs/slurm.md "Breaker ledger"), emptied before
 each storm; ``--no-ledger`` runs it with every node counting for itself. "Today" is the code at ``--baseline-rev`` (default: the tree before issue 13), extracted with
 ``git archive`` and run with the same interpreter, config and scenario. The order of the two
-alternates between repetitions. Between storms every node the storm touched is resumed and the
+alternates between repetitions. The bytes goal is met only when the worst repetition meets it
+(the minimum ratio, not the median: issue 18). Between storms every node the storm touched is resumed and the
 local state is wiped.
 
     sudo python bench/bench_storm.py                       # 10,000 nodes, 200 runs, 5 repetitions
@@ -31,8 +32,8 @@ local state is wiped.
 
 Needs root (slurmctld, network namespace), Debian's slurmctld/slurmd/munge, and the iproute2
 ``ip`` command. The goals it checks (exit 1 when missed): the new way cuts controller bytes by
-``--min-ratio`` (20x), keeps the unrelated query under 1 s, and ends with exactly the cap held by
-gpuhc and every other node back in service, in every repetition.
+``--min-ratio`` (20x) in every repetition, keeps the unrelated query under 1 s, and ends with
+exactly the cap held by gpuhc and every other node back in service, in every repetition.
 """
 
 from __future__ import annotations
@@ -68,6 +69,10 @@ def main() -> int:
     ap.add_argument("--min-ratio", type=float, default=20.0)
     ap.add_argument("--no-ledger", action="store_true",
                     help="the new code without slurm.breaker.ledger_node (every node counts for itself)")
+    ap.add_argument("--deadline-s", type=float,
+                    help="the health check's deadline for both sides (default 55 s): on a box other work "
+                         "keeps busy, 200 processes may not finish their checks inside it, and a run past "
+                         "its deadline sends nothing at all")
     ap.add_argument("--json", dest="json_out", help="write every storm's numbers here")
     ap.add_argument("--workdir", help="keep the cluster's files here (default: a temp dir, removed)")
     args = ap.parse_args()
@@ -102,8 +107,8 @@ def run(args) -> int:
     cluster = BigSlurmCluster(work / "cluster", size=args.nodes, partition_size=args.partition_size,
                               ledger="gpuhc-ledger")
     # Today's code knows no ledger key (its config check would refuse it): one config per side.
-    cfgs = {"baseline": write_config(work, args.cap_percent, name="baseline.yaml"),
-            "new": write_config(work, args.cap_percent, name="new.yaml",
+    cfgs = {"baseline": write_config(work, args.cap_percent, name="baseline.yaml", deadline_s=args.deadline_s),
+            "new": write_config(work, args.cap_percent, name="new.yaml", deadline_s=args.deadline_s,
                                 ledger_node=None if args.no_ledger else "gpuhc-ledger")}
     targets = cluster.partitions()["p1"][len(cluster.nodes):][:args.runs]  # defined-only nodes of p1
     if len(targets) < args.runs:
@@ -146,6 +151,7 @@ def line(r: dict) -> str:
 
 def summarize(results: list[dict], args) -> dict:
     out: dict = {"nodes": args.nodes, "partition_size": args.partition_size, "runs": args.runs, "reps": args.reps,
+                 "deadline_s": args.deadline_s,
                  "cap_percent": args.cap_percent, "baseline_rev": args.baseline_rev, "ledger": not args.no_ledger}
     for side in ("baseline", "new"):
         rs = [r for r in results if r["side"] == side]
@@ -153,6 +159,9 @@ def summarize(results: list[dict], args) -> dict:
             continue
         out[side] = {
             "bytes_median": statistics.median(r["bytes"] for r in rs),
+            "bytes_range": [min(r["bytes"] for r in rs), max(r["bytes"] for r in rs)],
+            "node_info_range": [min(r["rpcs"].get("REQUEST_NODE_INFO", 0) for r in rs),
+                                max(r["rpcs"].get("REQUEST_NODE_INFO", 0) for r in rs)],
             "rpc_median": statistics.median(r["rpc_total"] for r in rs),
             "node_info_median": statistics.median(r["rpcs"].get("REQUEST_NODE_INFO", 0) for r in rs),
             "node_info_single_median": statistics.median(r["rpcs"].get("REQUEST_NODE_INFO_SINGLE", 0) for r in rs),
@@ -167,9 +176,12 @@ def summarize(results: list[dict], args) -> dict:
         ratios = [b["bytes"] / n["bytes"] for b, n in zip(
             [r for r in results if r["side"] == "baseline"], [r for r in results if r["side"] == "new"])]
         new = out["new"]
+        out["bytes_ratios"] = [round(r, 1) for r in ratios]
         out["bytes_ratio_median"] = round(statistics.median(ratios), 1)
+        out["bytes_ratio_min"] = round(min(ratios), 1)
         out["goals"] = {
-            f"bytes cut >= {args.min_ratio:g}x": out["bytes_ratio_median"] >= args.min_ratio,
+            # The worst storm, not the median: every storm must be cheap (issue 18).
+            f"bytes cut >= {args.min_ratio:g}x in every repetition": min(ratios) >= args.min_ratio,
             "unrelated query < 1 s": new["probe_max_s"] < 1.0,
             "exactly the cap, every repetition": all(new["end_state_exact"]),
         }

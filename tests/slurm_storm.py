@@ -18,9 +18,10 @@ from pathlib import Path
 
 
 def write_config(work: Path, cap_percent: float, jitter_s: float | None = None, ledger_node: str | None = None,
-                 name: str = "gpuhc.yaml") -> Path:
+                 name: str = "gpuhc.yaml", deadline_s: float | None = None) -> Path:
     """The storm's gpuhc.yaml. ``jitter_s``/``ledger_node`` None leave the key out: older code
-    knows neither."""
+    knows neither. ``deadline_s``: the health check's deadline (None: the default, 55 s), for a
+    test box so loaded that 200 processes cannot finish their checks inside it."""
     import yaml
 
     path = work / name
@@ -30,6 +31,8 @@ def write_config(work: Path, cap_percent: float, jitter_s: float | None = None, 
     if ledger_node is not None:
         breaker["ledger_node"] = ledger_node
     data = {"slurm": {"syslog": False, "log_file": str(work / "decisions.log"), "timeout_s": 10.0, "breaker": breaker}}
+    if deadline_s is not None:
+        data["slurm"]["deadline_s"] = {"passive": deadline_s}
     path.write_text(yaml.safe_dump(data))
     path.chmod(0o600)
     return path

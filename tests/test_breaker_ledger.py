@@ -223,6 +223,7 @@ class LedgerSlurm:
     def stamp(self, name, reason):
         self.asked.append("stamp")
         self.stamped = self.now
+        self.nodes[name] = n(name, "DOWN+DRAIN", reason, self.now, parts=("gpuhc",))
 
     def drain(self, name, reason):
         self.nodes[name] = held(name, self.now)

@@ -68,3 +68,31 @@ def test_the_ledger_on_a_real_slurm(slurm_cluster, tmp_path, slurm_release):
     cp = healthcheck("n2")
     assert cp.returncode == 1 and c.node("n2").drained, cp.stderr
     assert ledger.parse(record()[0])["p=gpu"].held == 1
+
+
+def test_a_future_stamp_in_the_ledger_ends_at_the_cap(slurm_cluster, tmp_path, slurm_release):
+    """Issue 18: an entry whose newest stamp lies in the future (slurmctld's clock stepped back,
+    or someone wrote it) 'covered' every drain, so with room in it more nodes drained than the
+    cap allows and none undid its drain. Refused, it counts as absent: the nodes count the table,
+    and the end state is the cap."""
+    import time
+
+    wd = tmp_path / "future"
+    cfg = base_config(wd, breaker={"max_drained": 1, "settle_s": 1.0, "jitter_s": 0.0,
+                                   "ledger_node": "gpuhc-ledger", "ledger_wait_s": 0.5})
+    c = slurm_cluster(workdir=wd, nodes=("n1", "n2", "n3"), gpuhc_config=cfg, extra_conf=ledger_conf())
+    c.scontrol("update", "NodeName=n1", "State=DRAIN", "Reason=gpuhc: xid Xid 79 on gpu3: an earlier drain")
+    now = int(time.time())
+    future = ledger.Entry(scope="p=gpu", id="0000abcd", t=now, held=0, total=3, cap=1, newest=now + 10 ** 6)
+    c.scontrol("update", "NodeName=gpuhc-ledger", f"Comment={ledger.render([future])}", f"Extra={ledger.CLAIMS_PREFIX}")
+    argv = [["env", "-i", f"SLURMD_NODENAME={node}", str(wd / "bin" / "healthcheck"), "--nvml-scenario", str(XID79)]
+            for node in ("n2", "n3")]
+    procs = [subprocess.Popen(a, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for a in argv]
+    ends = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+    held = [n for n in ("n1", "n2", "n3") if c.node(n).drained]
+    assert held == ["n1"], (held, ends)  # the cap, and the earlier drain ranks first
+    assert [code for code, _ in ends] == [4, 4], ends
+    said = decisions(wd, "n2") + decisions(wd, "n3")
+    assert any("stamp from the future" in x for x in said), said
+    assert all(e.newest < now + 10 ** 6 for e in ledger.parse(c.run(
+        ["sinfo", "-h", "-a", "-N", "-n", "gpuhc-ledger", "-O", "Comment:0"]).stdout).values())

@@ -156,6 +156,8 @@ def _retest_here(src: SourceArgs, config) -> int:
         return 3
     verdict = verdict_of(report.results)
     log(entry.summary_line(report, verdict))
+    if not entry.take_turn(flow, entry.Outcome(1)).ok:  # one run with Slurm at a time (slurm/runlock.py)
+        return 1
     node = sc.node(opts.hostname)  # re-read: an admin may have acted during the checks
     evidence = build_reason(report.results) if verdict.value == "fail" else None
     plan = plan_retest(node, verdict, evidence, int(s["quarantine"]["max_cycles"]))

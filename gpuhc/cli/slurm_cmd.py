@@ -17,7 +17,7 @@ from gpuhc.cli.common import SourceArgs, source_options
 
 
 def _run(src: SourceArgs, stage: str, flow_name: str) -> None:
-    from gpuhc.errors import EXIT_INTERNAL, EXIT_OK, GpuhcError
+    from gpuhc.errors import EXIT_OK, GpuhcError
     from gpuhc.slurm import entry
 
     node = src.hostname or os.environ.get("SLURMD_NODENAME") or None
@@ -42,12 +42,16 @@ def _run(src: SourceArgs, stage: str, flow_name: str) -> None:
     never_fail = fail_open and slurm["mode"] == "observe"
     log = entry.Log(f"gpuhc {flow_name} {opts.hostname}", slurm.get("log_file"), bool(slurm.get("syslog", True)))
     flow = entry.Flow(stage=stage, opts=opts, log=log)
+    from gpuhc.slurm import runlock
+
     try:
         out = getattr(entry, flow_name)(flow)
-    except Exception as e:  # a bug: never a drain, never a blocked job
+    except Exception as e:  # a bug: never a drain; a blocked job only for a node that failed
         log(f"internal error: {type(e).__name__}: {e}", loud=True)
-        _exit(EXIT_OK if fail_open else EXIT_INTERNAL)
+        _exit(_crash_exit(flow, log, fail_open))
         return
+    finally:
+        runlock.release()  # the next run's turn with Slurm (gpuhc.slurm.runlock)
     if src.json_mode and out.report is not None:
         from gpuhc.output import render_report
 
@@ -70,6 +74,19 @@ def _run(src: SourceArgs, stage: str, flow_name: str) -> None:
     if never_fail and out.exit_code != EXIT_OK:
         log(f"observe mode: exit 0 instead of {out.exit_code}")
     _exit(EXIT_OK if never_fail else out.exit_code, hard=out.hard_exit)
+
+
+def _crash_exit(flow, log, fail_open: bool) -> int:
+    """The exit code of a flow that raised. A bug is no reason to drain or to hold a job back,
+    unless the node had already failed its checks: a certain local fault stays a FAIL whatever
+    broke after it, so the prolog does not let the job run (docs/slurm.md, "Bookkeeping failures")."""
+    from gpuhc.errors import EXIT_INTERNAL, EXIT_OK, EXIT_UNHEALTHY
+    from gpuhc.slurm.policy import Verdict
+
+    if flow.verdict is Verdict.FAIL:
+        log(f"the node failed its {flow.stage} checks before gpuhc broke: exiting {EXIT_UNHEALTHY}", loud=True)
+        return EXIT_UNHEALTHY
+    return EXIT_OK if fail_open else EXIT_INTERNAL
 
 
 class _WithSlurm:

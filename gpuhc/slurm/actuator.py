@@ -138,8 +138,8 @@ class Actuator:
         if _takes_capacity(decision) and self.breaker.enabled:
             try:
                 out.recount, out.undone = self.recount(name, decision.reason, node)
-            except SlurmError as e:  # the drain took and is remembered: it stands, said loudly
-                out.error = str(e)
+            except Exception as e:  # the drain took and is remembered: it stands, said loudly
+                out.error = str(e) if isinstance(e, SlurmError) else f"{type(e).__name__}: {e}"
                 self.log(f"recount after the drain failed ({e}): the drain stands", loud=True)
         return out
 
@@ -168,10 +168,14 @@ class Actuator:
         scope (docs/slurm.md "Breaker ledger"), else a count (one query; slurmctld sends every
         node) that goes into the ledger."""
         if self.ledger is not None:
-            state = self.ledger.before_drain(name, node)
+            state = self._ledger_said(self.ledger.before_drain, name, node)
             if state is not None:
                 return state
-        return self._survey(name, node, "before the drain").state
+        try:
+            return self._survey(name, node, "before the drain").state
+        except Exception as e:  # no drain that takes capacity without the breaker: said, FAIL kept
+            why = str(e) if isinstance(e, SlurmError) else f"{type(e).__name__}: {e}"
+            raise SlurmError(f"the breaker's count failed ({why}): not draining without it") from None
 
     def recount(self, name: str, reason: str | None, node: Node) -> tuple[BreakerState, bool]:
         """After a drain: concurrent drains (other nodes' health checks, a sweep's analyze) may
@@ -181,7 +185,9 @@ class Actuator:
         settle = min(self.breaker.settle_s, max(0.0, self.sc.remaining() - RECOUNT_RESERVE_S))
         if settle > 0:
             time.sleep(settle)
-        found = self.ledger.after_drain(name, node, self._drained.get(name)) if self.ledger is not None else None
+        found = None
+        if self.ledger is not None:
+            found = self._ledger_said(self.ledger.after_drain, name, node, self._drained.get(name))
         if found is not None:
             state, yield_ = found
         else:
@@ -201,12 +207,23 @@ class Actuator:
         tick (slurmctld stamps the ledger's record) and what it saw is written into the ledger."""
         from gpuhc.slurm.breaker import survey
 
-        tick = self.ledger.tick(name) if self.ledger is not None and self.ledger.on else None
+        tick = self._ledger_said(self.ledger.tick, name) if self.ledger is not None and self.ledger.on else None
         found = survey(self.scope_nodes(node), name, self.breaker)
         if tick is not None:
-            self.ledger.publish(found, node, tick)
+            self._ledger_said(self.ledger.publish, found, node, tick)
             self.log(f"breaker: counted {found.scope} {when} (the ledger had no count that would do)")
         return found
+
+    def _ledger_said(self, call: Callable, *args):
+        """One step of the ledger client. Slurm's failures it handles itself; any other failure
+        (a bug, bytes nobody expected) turns the ledger off for this run and the node counts, as
+        without a ledger: the ledger is bookkeeping, never a reason to leave a failing node
+        alone (issue 18, docs/slurm.md "Bookkeeping failures")."""
+        try:
+            return call(*args)
+        except Exception as e:
+            self.ledger.off(f"failed ({type(e).__name__}: {e})")
+            return None
 
     # ------------------------------------------------------------------ single acts
 
@@ -244,6 +261,8 @@ class Actuator:
         ok = took(decision, after)
         if ok and decision.act is Act.DRAIN:
             self._drained[name] = after
+            if self.ledger is not None:
+                self.ledger.saw(after.reason_time)  # slurmctld's clock, for the ledger's horizon
         if not ok:
             self.log(f"after {decision.act.value}: Slurm shows state {after.raw_state} reason {after.reason!r}; "
                      "someone else changed the node in between, leaving it to them", loud=True)

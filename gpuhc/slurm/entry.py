@@ -86,6 +86,7 @@ class Flow:
     make_scontrol: MakeScontrol | None = None
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     started: float = field(default_factory=time.monotonic)
+    verdict: Verdict | None = None  # the stage's, once judged: a crash after it keeps a FAIL a FAIL
 
     @property
     def slurm(self) -> dict[str, Any]:
@@ -187,9 +188,15 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
 
     ``node`` is a reading taken before the checks (the health check's handover read); the
     actuator uses it for decisions that send nothing and re-reads before a drain or a resume."""
+    flow.verdict = verdict
     memory = load_memory(flow)
     if not needs_slurm(verdict, memory) or (verdict is not Verdict.FAIL and not allow_resume):
         return
+    turn = take_turn(flow, out)
+    if not turn.ok:
+        return
+    if turn.waited:  # another run acted meanwhile: start from what it did and remembered
+        node, memory = None, load_memory(flow)
     reason = build_reason(report.results) if verdict is Verdict.FAIL else None
     settings = PolicySettings.from_section(flow.slurm)
     now = flow.now()
@@ -216,6 +223,9 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
         out.slurm_error = str(e)
         flow.log(f"Slurm did not answer as needed, node left as it was, nothing remembered: {e}", loud=True)
         return
+    except Exception as e:  # gpuhc broke while acting: the node's verdict stands (bookkeeping_failed)
+        bookkeeping_failed(flow, out, e)
+        return
     decision = out.decision = done.decision
     out.breaker = done.breaker
     out.acted = done.acted
@@ -235,6 +245,26 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
         out.decision = Decision(Act.BLOCKED, "circuit breaker open (after concurrent drains)",
                                 replace(memory, passes=0), decision.reason, uses_capacity=True)
         _blocked(flow, out, out.decision, decision.reason)
+
+
+def take_turn(flow: Flow, out: Outcome):
+    """This node's turn with Slurm (:mod:`gpuhc.slurm.runlock`): one run at a time, so that
+    overlapping runs neither drain twice nor read the breaker before another's drain."""
+    from gpuhc.slurm.runlock import take
+
+    turn = take(flow.opts.state_dir, flow.deadline, flow.log)
+    if not turn.ok:
+        out.extra["run_lock"] = "busy: another run is acting on this node"
+    return turn
+
+
+def bookkeeping_failed(flow: Flow, out: Outcome, e: Exception) -> None:
+    """gpuhc's own failure while acting on a node whose verdict is known (docs/slurm.md,
+    "Bookkeeping failures"): said, nothing remembered, and the verdict keeps its exit code (a
+    FAIL stays 1: the prolog does not let the job run)."""
+    out.slurm_error = f"internal error: {type(e).__name__}: {e}"
+    flow.log(f"gpuhc broke while acting on the node ({out.slurm_error}): node left as it was, "
+             "nothing remembered", loud=True)
 
 
 def _blocked(flow: Flow, out: Outcome, decision: Decision, reason: str | None) -> None:

@@ -23,6 +23,14 @@ what it saw there; the others decide from it:
   undone when our key sorts after it, which is exactly what our own recount would decide
   (:func:`gpuhc.slurm.breaker.must_yield`). Until such an entry appears the node polls the
   ledger; after ``ledger_wait_s`` (a share of it per node name) it counts itself and writes.
+- **a count** stamps the record first and reads it back: of the nodes that stamp at once only
+  the last finds its own stamp (slurmctld keeps the last reason written) and counts; the others
+  wait for its entry (:mod:`gpuhc.slurm.ledger_client`).
+- **stamps from the future** (slurmctld's clock stepped back, or a writer that lies): a reader
+  knows slurmctld's time from a stamp it caused and read back, plus the time since on its own
+  monotonic clock (:func:`horizon`). An entry whose ``newest`` lies beyond that covers nothing,
+  and a count leaves such stamps out of what it writes (issue 18: one such entry let 5 nodes
+  drain with a cap of 1).
 
 Slurm has no compare-and-set, so two writers can overwrite each other; what is lost is a claim
 or an entry, and a lost claim lets one more node drain that the recount then undoes. A claim is
@@ -35,6 +43,7 @@ overwritten.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from dataclasses import dataclass, replace
 from typing import Iterable
@@ -158,11 +167,14 @@ def merged(comment: str | None, entry: Entry) -> str:
 
 
 def snapshot(in_scope: list[Node], held: list[Node], scope: str, cap: int, now: float, id: str,
-             tick: float | None = None) -> Entry | None:
+             tick: float | None = None, horizon: int | None = None) -> Entry | None:
     """What a count saw, as an entry (None when it cannot be written down: a cap of 0, where
     nothing may drain anyway, or a held node at the cap without a reason stamp).
     ``held``: the scope's nodes held by gpuhc, in rank order. ``tick``: slurmctld's stamp on the
-    ledger's record, set and read back before the count (it counts as a reason the count saw)."""
+    ledger's record, set and read back before the count (it counts as a reason the count saw).
+    ``horizon``: slurmctld's time as the counter last saw it (:func:`horizon`); a reason stamped
+    later than that is from the future (a clock stepped back, or a hostile writer) and is left
+    out of ``newest``, so it cannot make the entry cover drains it never saw."""
     cut = None
     if cap <= 0:
         return None
@@ -174,6 +186,8 @@ def snapshot(in_scope: list[Node], held: list[Node], scope: str, cap: int, now: 
     stamps = [int(n.reason_time) for n in in_scope if n.reason_time is not None]
     if tick is not None:
         stamps.append(int(tick))
+    if horizon is not None:
+        stamps = [s for s in stamps if s <= horizon]
     return Entry(scope=scope, id=id, t=int(now), held=len(held), total=len(in_scope), cap=cap,
                  newest=max(stamps, default=0), cut=cut)
 
@@ -191,10 +205,22 @@ def fresh(entry: Entry, now: float, ttl_s: float) -> bool:
     return -FUTURE_SLACK_S <= now - entry.t <= ttl_s
 
 
-def covers(entry: Entry, stamp: float | None) -> bool:
+def covers(entry: Entry, stamp: float | None, horizon: int | None = None) -> bool:
     """Did the count behind ``entry`` see a drain stamped ``stamp``, with no later drain able to
-    rank before it? (See the module docstring.)"""
-    return stamp is not None and entry.newest > int(stamp)
+    rank before it? (See the module docstring.) An entry whose ``newest`` lies past ``horizon``
+    (slurmctld's time as the reader last saw it) is from the future and covers nothing: it would
+    otherwise cover every drain, and a cap of 1 let 5 nodes drain (issue 18)."""
+    if stamp is None or entry.newest <= int(stamp):
+        return False
+    return horizon is None or entry.newest <= horizon
+
+
+def horizon(seen: float, elapsed_s: float) -> int:
+    """slurmctld's time now at the latest, from a stamp it set that we read back (``seen``, e.g.
+    our drain's or our clock tick's) ``elapsed_s`` ago on our monotonic clock. The stamp is cut to
+    the second and the read took a moment: one second of slack, never more, since only
+    slurmctld's clock and our own monotonic one are compared."""
+    return int(seen) + math.ceil(max(0.0, elapsed_s)) + 1
 
 
 def past_cap(entry: Entry, stamp: float, name: str) -> bool:
@@ -252,10 +278,18 @@ def claimed(extra: str | None, entry: Entry, name: str) -> str | None:
     return text
 
 
+TICK = "breaker ledger of gpuhc (not a compute node), count by "
+
+
 def tick_reason(node_name: str, now: float) -> str:
     """The ledger record's reason for a clock tick: new text each time (slurmctld re-stamps a
     reason only when its text changes), and plainly not a gpuhc drain reason."""
-    return f"breaker ledger of gpuhc (not a compute node), count by {node_name} at {now:.3f}"
+    return f"{TICK}{node_name} at {now:.3f}"
+
+
+def is_tick(reason: str | None) -> bool:
+    """Is this reason another count's clock tick (a count under way)?"""
+    return (reason or "").startswith(TICK)
 
 
 def wait_for(node_name: str, wait_s: float) -> float:

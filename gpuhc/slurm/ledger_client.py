@@ -20,13 +20,23 @@ if TYPE_CHECKING:
     from gpuhc.slurm.nodes import Node
     from gpuhc.slurm.scontrol import Scontrol
 
-# Between two reads of the ledger while waiting for a count.
+# Between two reads of the ledger while waiting: the first pause, growing to POLL_MAX_S (each
+# read is a one-node query, 17 KB at 10,000 nodes: cheap, but 200 nodes polling add up).
 POLL_S = 0.25
+POLL_MAX_S = 1.0
 # A count under way (the ledger's record was stamped for it) gets this long to write its entry
-# before the waiting node counts itself.
-PENDING_S = 2.0
-# Kept free after waiting, for a count of our own, the drain or the undo.
-RESERVE_S = 6.0
+# before a waiting node counts itself. A count reads and parses the whole node table: in a storm
+# of 200 processes on 2 cores it took several seconds, and a 2 s wait turned one count into many
+# (issue 18, docs/verification.md).
+PENDING_S = 8.0
+# A claim lost to a racing writer (no compare-and-set) is made again this often, then the node
+# drains on the entry's word as before the read-back.
+CLAIM_TRIES = 5
+# Ticks that lost to a later node's tick before this node counts anyway.
+ELECTIONS = 2
+# Kept free after waiting, for a count of our own (stamp, read back, table, publish), the drain
+# or the undo: seven Slurm calls, each slow under a storm's load.
+RESERVE_S = 10.0
 
 
 class LedgerClient:
@@ -35,71 +45,125 @@ class LedgerClient:
         self.record = settings.ledger_node
         self.error: str | None = None  # why the ledger is not used for the rest of this run
         self.checked = False  # the record was read this run and is out of service
+        self.ticked: float | None = None  # the stamp of a tick this run won, for its count
+        self.seen: tuple[float, float] | None = None  # (slurmctld's stamp read back, monotonic then)
+        self.future_said = False
 
     @property
     def on(self) -> bool:
         return self.error is None
 
+    # ------------------------------------------------------------------ slurmctld's clock
+
+    def saw(self, stamp: float | None) -> None:
+        """slurmctld just stamped something for this run (our drain, our tick) and we read it
+        back: the latest such stamp is its clock as we know it (:func:`horizon`)."""
+        if stamp is not None:
+            self.seen = (stamp, time.monotonic())
+
+    def horizon(self) -> int | None:
+        """slurmctld's time now at the latest; None before this run saw any of its stamps."""
+        if self.seen is None:
+            return None
+        return ledger.horizon(self.seen[0], time.monotonic() - self.seen[1])
+
+    def _future(self, entry: ledger.Entry) -> None:
+        if not self.future_said:
+            self.future_said = True
+            self.log(f"breaker: count {entry.id} in the ledger carries a stamp from the future ({entry.newest} > "
+                     f"slurmctld's time {self.horizon()}): not trusted, counted as absent", loud=True)
+
     # ------------------------------------------------------------------ before a drain
 
     def before_drain(self, name: str, node: Node) -> BreakerState | None:
-        """The breaker's state from a fresh entry, with our claim added when it has room; None:
-        count. Without a fresh entry but with a count under way, wait for that count's entry."""
+        """The breaker's state from a fresh entry, with our claim added (and read back) when it has
+        room; None: count. Without a fresh entry but with a count under way, wait for that count's
+        entry; before counting, stamp the record, and wait instead when another node's stamp
+        landed after ours (its count is under way: one count, not two)."""
         key = scope_of(node, self.settings)[0]
-        until = None
+        until = None  # the end of a wait for a count under way
+        claims = elections = polls = 0
+        wrote = False
         while self.on:
             _, extra, entries, tick = self.read()
             entry = entries.get(key)
-            ttl = self.settings.ledger_ttl_s
-            if entry is not None and self.usable(entry) and ledger.fresh(entry, time.time(), ttl):
-                return self._claim(extra, entry, name, node)
-            # A stamp this recent is another node's count under way: its entry comes in a moment.
-            if until is None and tick is not None and time.time() - tick <= PENDING_S + 1:
-                until = time.monotonic() + min(PENDING_S, self._room())
-            if until is None or time.monotonic() + POLL_S > until:
+            if entry is not None and self.usable(entry) and ledger.fresh(entry, time.time(), self.settings.ledger_ttl_s):
+                if entry.within(name):
+                    self.log(f"breaker: room in the ledger ({entry.held} held + {entry.claimers.index(name)} claimed "
+                             f"< cap {entry.cap}, count {entry.id} of {int(time.time()) - entry.t}s ago): "
+                             "claimed a place")
+                    return state_of(entry, node, self.settings, entry.held + entry.claimers.index(name))
+                if entry.open:
+                    return state_of(entry, node, self.settings, entry.held + len(entry.claimers))
+                if wrote:  # our claim was overwritten by a racing writer: step aside, read again
+                    wrote = False
+                    if claims >= CLAIM_TRIES or self._room() <= 0:
+                        # Drain on the entry's word: one node past the cap at worst, which the
+                        # recount undoes; a count here would cost the whole table.
+                        return state_of(entry, node, self.settings, entry.held + len(entry.claimers))
+                    time.sleep(self._pause(name, claims))
+                    continue
+                text = ledger.claimed(extra, entry, name)
+                if text is None:
+                    return None  # the entry takes no more claims: a fresh count
+                self.write("Extra", text)
+                claims, wrote = claims + 1, True
+                continue  # read it back: kept, lost, or past the cap by a racing claim
+            now = time.monotonic()
+            if until is None and tick is not None and 0 <= time.time() - tick <= PENDING_S + 1:
+                # A stamp this recent is another node's count under way: its entry comes soon.
+                until = now + min(max(PENDING_S - (time.time() - tick), POLL_S), self._room())
+            if until is not None and now + POLL_S <= until:
+                time.sleep(self._pause(name, polls))
+                polls += 1
+                continue
+            if elections >= ELECTIONS or self.elect(name):
                 return None
-            time.sleep(POLL_S)
+            elections += 1
+            until, polls = time.monotonic() + min(PENDING_S, self._room()), 0
         return None
-
-    def _claim(self, extra: str, entry: ledger.Entry, name: str, node: Node) -> BreakerState | None:
-        """Open when the entry says the cap is taken; else add our name to its claims (one write;
-        a claim lost to a racing writer lets one more node drain, which the recount undoes)."""
-        if entry.within(name):
-            return state_of(entry, node, self.settings, entry.held + entry.claimers.index(name))
-        if entry.open:
-            return state_of(entry, node, self.settings, entry.held + len(entry.claimers))
-        claims = ledger.claimed(extra, entry, name)
-        if claims is None:
-            return None  # the entry takes no more claims: a fresh count
-        self.write("Extra", claims)
-        self.log(f"breaker: room in the ledger ({entry.held} held + {len(entry.claimers)} claimed < cap {entry.cap}, "
-                 f"count {entry.id} of {int(time.time()) - entry.t}s ago): claimed a place")
-        return state_of(entry, node, self.settings, entry.held + len(entry.claimers))
 
     # ------------------------------------------------------------------ a count
 
-    def tick(self, name: str) -> float | None:
-        """Have slurmctld stamp the ledger's record now (before a count); its stamp, or None."""
-        if not self.checked:  # the stamp is a drain: never of a record that is in service
-            self.read()
-        if not self.on:
-            return None
+    def elect(self, name: str) -> bool:
+        """Stamp the record for our count and read it back. True: the stamp is ours (or the ledger
+        is off), count now on it; False: another node stamped after us, its count is under way.
+        slurmctld keeps the last reason written, so of the nodes that stamp at once exactly the
+        last one counts (Slurm has no compare-and-set; last-writer-wins is what it offers)."""
+        if not (self.on and self.checked):  # the stamp is a drain: never of a record in service
+            return True
+        reason = ledger.tick_reason(name, time.time())
         try:
-            self.sc.stamp(self.record, ledger.tick_reason(name, time.time()))
+            self.sc.stamp(self.record, reason)
+            rec = self.sc.node(self.record)
         except SlurmError as e:
             self.off(f"not stamped ({e})")
-            return None
-        stamp = self.read()[3]
-        if stamp is None and self.on:
+            return True
+        if rec.reason_time is None:
             self.off("shows no reason stamp after a drain")
-        return stamp
+            return True
+        self.saw(rec.reason_time)
+        if rec.reason != reason and ledger.is_tick(rec.reason):
+            return False
+        self.ticked = rec.reason_time
+        return True
+
+    def tick(self, name: str) -> float | None:
+        """The stamp this count stands on: the one this run's election won, else a new one."""
+        if self.ticked is None:
+            if not self.checked:
+                self.read()
+            self.elect(name)
+        stamp, self.ticked = self.ticked, None
+        return stamp if self.on else None
 
     def publish(self, found: Survey, node: Node, tick: float) -> None:
-        """Write what a count saw (``tick``: the stamp set before it) into the ledger."""
+        """Write what a count saw (``tick``: the stamp set before it) into the ledger; stamps past
+        slurmctld's time as we just saw it are left out (:func:`gpuhc.slurm.ledger.snapshot`)."""
         if found.cap is None:
             return
         entry = ledger.snapshot(found.in_scope, found.held, scope_of(node, self.settings)[0], found.cap,
-                                time.time(), os.urandom(4).hex(), tick)
+                                time.time(), os.urandom(4).hex(), tick, self.horizon())
         if entry is not None:
             self.write("Comment", ledger.merged(self.read()[0], entry))
 
@@ -108,27 +172,41 @@ class LedgerClient:
     def after_drain(self, name: str, node: Node, drained: Node | None) -> tuple[BreakerState, bool] | None:
         """(state, past the cap?) from a count that saw our drain (:func:`gpuhc.slurm.ledger.covers`);
         None: count ourselves. We wait this node's share of ``ledger_wait_s`` for one; a count
-        stamped after our drain and still running gets ``PENDING_S`` more to write its entry."""
+        stamped after our drain and still running gets ``PENDING_S`` more to write its entry, and
+        so does the count of a node whose stamp landed after ours."""
         if drained is None or drained.reason_time is None:
             return None
         stamp = drained.reason_time
         key = scope_of(node, self.settings)[0]
         own_count_at = time.monotonic() + min(ledger.wait_for(name, self.settings.ledger_wait_s), self._room())
         pending_until = None
+        elections = polls = 0
         while self.on:
             _, _, entries, tick = self.read()
             entry = entries.get(key)
             if entry is not None and self.usable(entry) and ledger.covers(entry, stamp):
-                self.log(f"breaker: count {entry.id} in the ledger saw this drain: {entry.held} held, cap {entry.cap}")
-                return (state_of(entry, node, self.settings, entry.held), ledger.past_cap(entry, stamp, name))
+                if ledger.covers(entry, stamp, self.horizon()):
+                    self.log(f"breaker: count {entry.id} in the ledger saw this drain: {entry.held} held, cap {entry.cap}")
+                    return (state_of(entry, node, self.settings, entry.held), ledger.past_cap(entry, stamp, name))
+                self._future(entry)
             now = time.monotonic()
             if tick is not None and tick > stamp and pending_until is None:
                 pending_until = now + min(PENDING_S, self._room())
             until = pending_until if pending_until is not None else own_count_at
-            if now + POLL_S > until:
+            if now + POLL_S <= until:
+                time.sleep(self._pause(name, polls))
+                polls += 1
+                continue
+            if elections >= ELECTIONS or self.elect(name):
                 return None
-            time.sleep(POLL_S)
+            elections += 1
+            pending_until, polls = time.monotonic() + min(PENDING_S, self._room()), 0
         return None
+
+    def _pause(self, name: str, i: int) -> float:
+        """The i-th pause between two reads: growing, and spread by the node's name so that
+        nodes that lost a claim to each other do not write again at the same instant."""
+        return min(POLL_MAX_S, POLL_S * 1.5 ** i) * (0.75 + ledger.wait_for(name, 0.5))
 
     # ------------------------------------------------------------------ the record
 
