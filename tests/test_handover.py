@@ -164,3 +164,15 @@ def test_the_epilog_honours_the_resume_and_forgets_the_hold_once(tmp_path):
         assert out.exit_code == 0 and slurm.nodes["n1"] == ["ALLOCATED", None], out.lines
         assert len(slurm.calls) == (1 if n == 1 else 0), slurm.calls
         assert any("resumed outside gpuhc" in line for line in out.lines) is (n == 1)
+
+
+def test_a_flows_slurm_warnings_go_to_its_log(tmp_path):
+    """slurmd discards the health check's stderr: a node record skipped while reading Slurm is
+    said in the flow's log (syslog and slurm.log_file), escaped, not only on stderr."""
+    opts = RunOptions(stage="passive", config=config(tmp_path), sources=SourceSpec(nvml_scenario=XID79, step=0),
+                      state_dir=str(tmp_path / "state"), hostname="n1")
+    flow = entry.Flow(stage="passive", opts=opts, log=entry.Log("gpuhc healthcheck n1", None, False, False), env={})
+    sc = flow.scontrol()
+    sc.note("sinfo: skipped a node record that does not read: 'x\x1b[31m'")
+    assert [line for line in flow.log.lines if "Slurm output: sinfo: skipped" in line]
+    assert not any("\x1b" in line for line in flow.log.lines)

@@ -105,8 +105,10 @@ class Flow:
             return self.make_scontrol(self.deadline)
         from gpuhc.slurm.scontrol import Scontrol
 
+        # warn: a node record that does not read goes to the flow's log (slurmd drops stderr)
         return Scontrol(binary=self.slurm["scontrol"], sinfo=self.slurm["sinfo"],
-                        timeout_s=float(self.slurm["timeout_s"]), deadline=self.deadline)
+                        timeout_s=float(self.slurm["timeout_s"]), deadline=self.deadline,
+                        warn=lambda line: self.log(f"Slurm output: {line}", loud=True))
 
     def now(self) -> float:
         return self.opts.now if self.opts.now is not None else time.time()
@@ -354,7 +356,8 @@ def prolog(flow: Flow) -> Outcome:
                  "drain the node with 'Prolog error'", loud=True)
         return out
     out.exit_code = EXIT_UNHEALTHY  # Slurm requeues the job; the node is drained (ours, or "Prolog error")
-    flow.log(f"job {_job(flow.env)}: failing the prolog so that Slurm requeues the job", loud=True)
+    if flow.slurm["mode"] != "observe":  # observe mode: the CLI exits 0 and says so (docs/repair.md)
+        flow.log(f"job {_job(flow.env)}: failing the prolog so that Slurm requeues the job", loud=True)
     return out
 
 
