@@ -28,6 +28,8 @@ DEVICE_FIELDS = (
     "NVML_FI_DEV_RETIRED_PENDING", "NVML_FI_DEV_REMAPPED_COR", "NVML_FI_DEV_REMAPPED_UNC",
     "NVML_FI_DEV_REMAPPED_PENDING", "NVML_FI_DEV_REMAPPED_FAILURE", "NVML_FI_DEV_PCIE_REPLAY_COUNTER",
     "NVML_FI_DEV_MEMORY_TEMP", "NVML_FI_DEV_NVLINK_LINK_COUNT",
+    # NVLink-C2C error counters (Grace-Blackwell): NOT_SUPPORTED on Hopper, asked in the same batch
+    "NVML_FI_DEV_C2C_LINK_ERROR_INTR", "NVML_FI_DEV_C2C_LINK_ERROR_REPLAY", "NVML_FI_DEV_C2C_LINK_ERROR_REPLAY_B2B",
 )
 LINK_FIELDS = (
     "NVML_FI_DEV_NVLINK_GET_STATE", "NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY", "NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY",
@@ -71,6 +73,8 @@ def main() -> None:
     nv.nvmlInit()
     got = [get(nv.nvmlSystemGetDriverVersion), get(nv.nvmlSystemGetCudaDriverVersion)]
     dev = [getattr(nv, c) for c in DEVICE_FIELDS if hasattr(nv, c)]
+    count_id = getattr(nv, "NVML_FI_DEV_NVLINK_LINK_COUNT", None)
+    at = dev.index(count_id) if count_id in dev else None
     link_fields = [getattr(nv, c) for c in LINK_FIELDS if hasattr(nv, c) and c not in DL_FIELDS]
     dl_fields = [getattr(nv, c) for c in DL_FIELDS if hasattr(nv, c)]
     full = []
@@ -82,7 +86,8 @@ def main() -> None:
             continue
         got += [get(nv.nvmlDeviceGetVbiosVersion, h), get(nv.nvmlDeviceGetPersistenceMode, h)]
         values = get(nv.nvmlDeviceGetFieldValues, h, dev) or []
-        links = values[-1].value.uiVal if values and values[-1].nvmlReturn == 0 else 0
+        count = values[at] if at is not None and at < len(values) else None  # the link count, by position
+        links = count.value.uiVal if count is not None and count.nvmlReturn == 0 else 0
         got.append(get(nv.nvmlDeviceGetCurrentClocksEventReasons, h))
         for fn, arg in SIMPLE_GETTERS:
             got.append(get(getattr(nv, fn), h, *(() if arg is None else (getattr(nv, arg),))))

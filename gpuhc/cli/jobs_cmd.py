@@ -13,6 +13,7 @@ import time
 
 import click
 
+from gpuhc.cli.params import Seconds
 from gpuhc.logtext import escape
 
 FIELDS = ("job", "verdict", "culprits", "since", "age", "nodes", "reported", "user", "name")
@@ -54,7 +55,7 @@ def _cell(row: dict, field: str) -> str:
 @click.option("-h", "--noheader", is_flag=True, help="No header line.")
 @click.option("--all", "everything", is_flag=True, help="Every running job, also those with nothing found.")
 @click.option("--scontrol", default="scontrol", show_default=True, help="The scontrol to run.")
-@click.option("--timeout", type=click.FloatRange(0.5, 600), default=30.0, show_default=True, help="Seconds Slurm gets to answer.")
+@click.option("--timeout", type=Seconds(0.5, 600.0), default=30.0, show_default=True, help="Seconds Slurm gets to answer.")
 def jobs(from_file, json_mode, fields, noheader, everything, scontrol, timeout) -> None:
     """Running jobs that look hung or slowed: the culprit node and GPU, and since when.
 
