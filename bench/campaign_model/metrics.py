@@ -12,8 +12,10 @@ def pct(values: list[float], q: float) -> float | None:
     """Nearest-rank percentile; None for no values."""
     if not values:
         return None
+    import math
+
     v = sorted(values)
-    return v[min(len(v) - 1, max(0, int(round(q / 100.0 * len(v) + 0.5)) - 1))]
+    return v[min(len(v) - 1, max(0, math.ceil(q / 100.0 * len(v)) - 1))]
 
 
 def _minutes(values: list[float]) -> dict:
@@ -53,10 +55,13 @@ def compute(c) -> dict:
 
     false_drains = [(t, n, r) for t, n, r in drains if not active_hw(n, t)]
     to_drain = defaultdict(list)
-    undrained = Counter()
+    undrained, already = Counter(), Counter()
+    out_at = {n: [(s, e) for s, e, _ in episodes(c.slurm.events, n, horizon)] for n in c.names}
     for f in hw:
         first = next((t for t, n, _ in drains if n == f.node and t >= f.start and (f.end is None or t <= f.end)), None)
-        if first is None:
+        if any(s <= f.start and (e is None or e > f.start) for s, e in out_at[f.node]):
+            already[f.cls.name] += 1  # arose on a node gpuhc already held: nothing to drain
+        elif first is None:
             undrained[f.cls.name] += 1
         else:
             to_drain[f.cls.name].append(first - f.start)
@@ -81,6 +86,7 @@ def compute(c) -> dict:
         "false_drains": {"total": len(false_drains), "nodes": [f"{n}: {r}" for _, n, r in false_drains][:20]},
         "fault_to_drain": {cls: _minutes(v) for cls, v in sorted(to_drain.items())},
         "faults_never_drained": dict(undrained),
+        "faults_on_nodes_already_out": dict(already),
         "drain_to_back_repairable": _minutes(back),
         "retirement": {"retired": sorted(retired), "lemon_nodes": sorted(lemons),
                        "precision": round(len(retired & lemons) / len(retired), 3) if retired else None,

@@ -29,7 +29,8 @@ IDLE = "occupancy:\n  gpus:\n" + "".join(
 
 
 def iso(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f",{int(t % 1 * 1e6):06d}+00:00"
+    sec, us = divmod(int(round(t * 1e6)), 1_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)) + f",{us:06d}+00:00"
 
 
 def _epoch(stamp: str) -> float:
