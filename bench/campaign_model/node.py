@@ -10,7 +10,7 @@ docs/ARCHITECTURE.md "Reading the node"), so the xid window ages on the virtual 
 
 from __future__ import annotations
 
-import json
+import functools
 import re
 import time
 from pathlib import Path
@@ -24,8 +24,7 @@ from .faults import EXAMPLES, Fault
 HEALTHY = EXAMPLES / "healthy-8xh100.yaml"
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d),(\d{6})\+00:00 ")
 # Every GPU idle: without an occupancy section the ladder counts a GPU as busy (remediate.busy_of).
-IDLE = "occupancy:\n  gpus:\n" + "".join(
-    f"    - {{index: {i}, memory_used_mib: 0, memory_total_mib: 81559}}\n" for i in range(8))
+IDLE = {"occupancy": {"gpus": [{"index": i, "memory_used_mib": 0, "memory_total_mib": 81559} for i in range(8)]}}
 
 
 def iso(t: float) -> str:
@@ -44,6 +43,19 @@ def kernel_lines(path: Path) -> list[str]:
 
     doc = yaml.safe_load(path.read_text()) or {}
     return [ln for ln in doc.get("kernel_log") or [] if "Started gpuhc" not in ln]
+
+
+@functools.lru_cache(maxsize=None)
+def _body(path: Path) -> dict:
+    """The fault's scenario without its kernel log (``extends`` appends lists: the node's own,
+    restamped lines replace them), its ``extends`` made absolute."""
+    import yaml
+
+    doc = yaml.safe_load(path.read_text()) or {}
+    doc.pop("kernel_log", None)
+    if doc.get("extends"):
+        doc["extends"] = str((path.parent / doc["extends"]).resolve())
+    return doc
 
 
 def restamp(lines: list[str], at: float) -> list[str]:
@@ -74,8 +86,9 @@ class Node:
         return [f for f in self.faults if not f.cls.app]
 
     def write(self, now: float, lines_cache: dict) -> str:
-        """The scenario for a run at ``now``; returns its text without the "now" line (the
-        memo key: two runs with the same text judge the same)."""
+        """The scenario for a run at ``now``; returns it without its time and "now" line."""
+        import yaml
+
         hw = self.hardware()
         base = hw[0].cls.scenario if hw else HEALTHY
         lines = list(self.old_lines)
@@ -84,12 +97,15 @@ class Node:
                 lines_cache[f.cls.scenario] = kernel_lines(f.cls.scenario)
             lines += restamp(lines_cache[f.cls.scenario], f.stamp)
         lines = sorted(ln for ln in lines if _epoch(ln[:19]) >= self.boot)
-        body = f"extends: {base}\nhostname: {self.name}\n"
-        if not any(f.cls.name == "stray-process" for f in hw):
-            body += IDLE
-        text = body + "kernel_log:\n" + "".join(f"  - {json.dumps(ln)}\n" for ln in lines)
-        now_line = f"  - {json.dumps(iso(now) + ' systemd[1]: Started gpuhc check (campaign clock).')}\n"
-        self.scenario.write_text(text + now_line + f"time: {now}\n")
+        doc = dict(_body(base))
+        doc["hostname"] = self.name
+        if "occupancy" not in doc:
+            doc.update(IDLE)
+        doc["kernel_log"] = lines
+        text = yaml.safe_dump(doc, sort_keys=False, width=1 << 16)
+        doc["kernel_log"] = lines + [iso(now) + " systemd[1]: Started gpuhc check (campaign clock)."]
+        doc["time"] = now
+        self.scenario.write_text(yaml.safe_dump(doc, sort_keys=False, width=1 << 16))
         return text
 
     def flow(self, stage: str, config, slurm, now: float, env: dict | None = None) -> entry.Flow:

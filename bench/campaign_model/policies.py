@@ -35,8 +35,9 @@ def _merge(base: dict, over: dict) -> dict:
     return base
 
 
-def config_for(policy: str, workdir: Path):
-    """The validated Config of ``policy``; ConfigError (exit 2) names a setting this build lacks."""
+def config_for(policy: str, workdir: Path, extra: dict | None = None):
+    """The validated Config of ``policy`` (plus ``extra``, a test's overlay); ConfigError (exit 2)
+    names a setting this build lacks."""
     import yaml
 
     if policy not in OVERLAYS:
@@ -46,6 +47,7 @@ def config_for(policy: str, workdir: Path):
     _merge(doc, {"active": {"enabled": False}, "hooks": {"commands": []},
                  "slurm": {"log_file": None, "syslog": False, "postmortem_dir": str(workdir / "postmortem")}})
     _merge(doc, OVERLAYS[policy])
+    _merge(doc, extra or {})
     path = workdir / f"gpuhc-{policy}.yaml"
     path.write_text(yaml.safe_dump(doc))
     try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
 import random
 import time
 from dataclasses import dataclass, field
@@ -51,7 +50,7 @@ class Stats:
     escapes: list = field(default_factory=list)  # (time, job, node, class, arose in a job)
     in_job: list = field(default_factory=list)  # (fault id, class, stopped before the next job: bool|None)
     human: list = field(default_factory=list)  # (time, node, why)
-    runs: dict = field(default_factory=lambda: {"real": 0, "memo": 0})
+    runs: dict = field(default_factory=lambda: {"real": 0})
     jobs: dict = field(default_factory=lambda: {"started": 0, "requeued": 0, "killed": 0, "done": 0, "gave_up": 0})
     retests: list = field(default_factory=list)
 
@@ -77,7 +76,6 @@ class Campaign:
         self.seq = itertools.count()
         self.faults: list[F.Fault] = []
         self.stats = Stats()
-        self.memo: dict = {}
         self.lines_cache: dict = {}
         self.current: Node | None = None
         self.hc_due: set[str] = set()
@@ -103,7 +101,7 @@ class Campaign:
         real_run_stage = runner_mod.run_stage
         saved = (actuator_mod.time, gpureset_mod.reset_gpus, runner_mod.run_stage)
         # The breaker's jitter and settle sleeps pass on the virtual clock; the reset command is
-        # the stand-in; the runner is memoised (identical scenario and state judge the same).
+        # the stand-in; the runner's runs are counted.
         actuator_mod.time = SimpleNamespace(sleep=self._sleep, monotonic=time.monotonic, time=self.now)
         gpureset_mod.reset_gpus = self._reset
         runner_mod.run_stage = lambda opts: self._run_stage(real_run_stage, opts)
@@ -133,25 +131,11 @@ class Campaign:
     def _sleep(self, s: float) -> None:
         self.offset += s
 
-    # ------------------------------------------------------------------ the runner, memoised
+    # ------------------------------------------------------------------ the runner
 
     def _run_stage(self, real, opts):
-        from gpuhc.state import StateStore
-
-        node = self.nodes.get(opts.hostname) or self.current
-        before = json.dumps(StateStore(opts.state_dir).read().get("checks", {}), sort_keys=True)
-        text = node.scenario.read_text().rsplit("  - ", 1)[0]  # without the "now" line and time
-        key = (opts.stage, tuple(opts.gpus or ()), opts.occupancy, text, before, int(self.now() // 3600))
-        hit = self.memo.get(key)
-        if hit is not None:
-            self.stats.runs["memo"] += 1
-            return hit
         self.stats.runs["real"] += 1
-        report = real(opts)
-        after = json.dumps(StateStore(opts.state_dir).read().get("checks", {}), sort_keys=True)
-        if after == before:
-            self.memo[key] = report
-        return report
+        return real(opts)
 
     def _check_healthy(self) -> None:
         """The healthy scenario passes every stage: the ground for skipping its runs."""
