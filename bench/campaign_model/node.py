@@ -11,6 +11,7 @@ docs/ARCHITECTURE.md "Reading the node"), so the xid window ages on the virtual 
 from __future__ import annotations
 
 import functools
+import json
 import re
 import time
 from pathlib import Path
@@ -25,6 +26,8 @@ HEALTHY = EXAMPLES / "healthy-8xh100.yaml"
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d),(\d{6})\+00:00 ")
 # Every GPU idle: without an occupancy section the ladder counts a GPU as busy (remediate.busy_of).
 IDLE = {"occupancy": {"gpus": [{"index": i, "memory_used_mib": 0, "memory_total_mib": 81559} for i in range(8)]}}
+IDLE_TEXT = "occupancy:\n  gpus:\n" + "".join(
+    f"  - {{index: {i}, memory_used_mib: 0, memory_total_mib: 81559}}\n" for i in range(8))
 
 
 def iso(t: float) -> str:
@@ -46,16 +49,19 @@ def kernel_lines(path: Path) -> list[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _body(path: Path) -> dict:
-    """The fault's scenario without its kernel log (``extends`` appends lists: the node's own,
-    restamped lines replace them), its ``extends`` made absolute."""
+def _body(path: Path) -> tuple[str, bool]:
+    """The fault's scenario as YAML text without its kernel log (``extends`` appends lists: the
+    node's own, restamped lines replace them), host and time, its ``extends`` made absolute;
+    and whether it lists the GPUs' processes. Dumped once per scenario: dumping it per run
+    was most of a campaign's time."""
     import yaml
 
     doc = yaml.safe_load(path.read_text()) or {}
-    doc.pop("kernel_log", None)
+    for key in ("kernel_log", "hostname", "time"):
+        doc.pop(key, None)
     if doc.get("extends"):
         doc["extends"] = str((path.parent / doc["extends"]).resolve())
-    return doc
+    return yaml.safe_dump(doc, sort_keys=False, width=1 << 16), "occupancy" in doc
 
 
 def restamp(lines: list[str], at: float) -> list[str]:
@@ -87,8 +93,6 @@ class Node:
 
     def write(self, now: float, lines_cache: dict) -> str:
         """The scenario for a run at ``now``; returns it without its time and "now" line."""
-        import yaml
-
         hw = self.hardware()
         base = hw[0].cls.scenario if hw else HEALTHY
         lines = list(self.old_lines)
@@ -97,15 +101,11 @@ class Node:
                 lines_cache[f.cls.scenario] = kernel_lines(f.cls.scenario)
             lines += restamp(lines_cache[f.cls.scenario], f.stamp)
         lines = sorted(ln for ln in lines if _epoch(ln[:19]) >= self.boot)
-        doc = dict(_body(base))
-        doc["hostname"] = self.name
-        if "occupancy" not in doc:
-            doc.update(IDLE)
-        doc["kernel_log"] = lines
-        text = yaml.safe_dump(doc, sort_keys=False, width=1 << 16)
-        doc["kernel_log"] = lines + [iso(now) + " systemd[1]: Started gpuhc check (campaign clock)."]
-        doc["time"] = now
-        self.scenario.write_text(yaml.safe_dump(doc, sort_keys=False, width=1 << 16))
+        body, has_occupancy = _body(base)
+        text = body + f"hostname: {self.name}\n" + ("" if has_occupancy else IDLE_TEXT) + "kernel_log:\n" + "".join(
+            f"  - {json.dumps(ln)}\n" for ln in lines)
+        now_line = f"  - {json.dumps(iso(now) + ' systemd[1]: Started gpuhc check (campaign clock).')}\n"
+        self.scenario.write_text(text + now_line + f"time: {now}\n")
         return text
 
     def flow(self, stage: str, config, slurm, now: float, env: dict | None = None) -> entry.Flow:
