@@ -3,6 +3,7 @@
 #
 #   sh install.sh                    # as root, on a GPU node: /opt/gpuhc + links + shims + config
 #   sh install.sh --venv DIR [...]   # only a virtual environment at DIR (no root, nothing else)
+#   sh install.sh --admin-host       # the node install, plus the sweep's account, directories and timer
 #
 # Why a venv: Debian 12 and Ubuntu 24.04 mark their python3 "externally managed" (PEP 668), so
 # `pip install` into it fails, and gpuhc's dependencies (nvidia-ml-py, CuPy) are not all packaged
@@ -17,8 +18,14 @@
 #                    none, cuda12 or cuda13
 #   --extras LIST    more extras, comma-separated (e.g. test)
 #   --editable       install the checkout in development mode (pip -e)
-#   --wheels DIR     install from wheels in DIR only (offline nodes; `pip download` them first)
+#   --wheels DIR     install from wheels in DIR only (offline nodes: README, "Offline nodes")
+#   --admin-host     also set up the fabric sweep (README, "systemd timer or cron"): the system
+#                    user gpuhc, its state directory and log, and the systemd timer (the cron
+#                    file where systemd is not running)
+#   --textfile-dir DIR  node_exporter's textfile directory for the new config (default: Debian's
+#                    /var/lib/prometheus/node-exporter)
 #   --latest         ignore tests/constraints.txt (the pinned versions) and take the newest
+# Environment: PYTHON, the interpreter to use (default python3; RHEL 9: python3.11).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,6 +35,8 @@ gpu=auto
 extras=
 editable=
 wheels=
+admin=
+textfile_dir=/var/lib/prometheus/node-exporter
 constraints="-c $here/tests/constraints.txt"
 
 die() { echo "install.sh: $*" >&2; exit 2; }
@@ -41,6 +50,8 @@ while [ $# -gt 0 ]; do
         --editable) editable=-e; shift ;;
         --wheels) wheels=${2:?--wheels needs a directory}; shift 2 ;;
         --latest) constraints="--upgrade --upgrade-strategy eager"; shift ;;
+        --admin-host) admin=1; shift ;;
+        --textfile-dir) textfile_dir=${2:?--textfile-dir needs a directory}; shift 2 ;;
         -h|--help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac
@@ -81,18 +92,22 @@ case $gpu in
     *) die "--gpu must be auto, none, cuda12 or cuda13, not $gpu" ;;
 esac
 
-python=$(command -v python3) || die "python3 not found (apt-get install python3)"
-"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || die "$python is older than 3.10"
+# PYTHON names another interpreter (RHEL 9: PYTHON=python3.11, README "Offline nodes").
+python=$(command -v "${PYTHON:-python3}") || die "${PYTHON:-python3} not found (apt-get install python3)"
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
+    die "$python is older than 3.10, which gpuhc needs (RHEL 9: dnf install python3.11 python3.11-pip; PYTHON=python3.11 sh install.sh)"
 
 # A venv with pip when the distribution ships ensurepip (python3-venv); otherwise one without
 # pip, filled by the system's pip through --python (Debian's python3-pip without python3-venv).
+# ensurepip is asked first: without it Debian's venv prints a long "ensurepip is not available"
+# error before failing, which on this path that then succeeds would only alarm.
 make_venv() {
     if [ -x "$1/bin/python" ]; then
         pip="$1/bin/python -m pip"
         "$1/bin/python" -m pip --version >/dev/null 2>&1 || pip="$python -m pip --python $1/bin/python"
         return
     fi
-    if "$python" -m venv "$1" 2>/dev/null; then
+    if "$python" -c 'import ensurepip' >/dev/null 2>&1 && "$python" -m venv "$1"; then
         pip="$1/bin/python -m pip"
     elif rm -rf "$1" && "$python" -m venv --without-pip "$1" && "$python" -m pip --version >/dev/null 2>&1; then
         pip="$python -m pip --python $1/bin/python"
@@ -106,7 +121,15 @@ if [ -z "$venv" ] && [ "$(id -u)" -ne 0 ]; then
     die "a node install writes $prefix, /usr/local and /etc: run it as root (or use --venv DIR)"
 fi
 make_venv "$target"
-spec=$here${extras:+[$extras]}
+# Built from a copy: pip's build writes gpuhc.egg-info next to pyproject.toml, which fails in a
+# read-only checkout (a shared or mounted one) and would leave files behind in a writable one.
+src_dir=$here
+if [ -z "$editable" ]; then
+    src_dir=$(mktemp -d "${TMPDIR:-/tmp}/gpuhc-build.XXXXXX")
+    trap 'rm -rf "$src_dir"' EXIT
+    cp -R "$here/pyproject.toml" "$here/README.md" "$here/gpuhc" "$src_dir/"
+fi
+spec=$src_dir${extras:+[$extras]}
 src=${wheels:+--no-index --find-links $wheels}
 # shellcheck disable=SC2086  # word splitting of the option lists is intended
 $pip install -q --disable-pip-version-check $src $constraints $editable "$spec"
@@ -114,20 +137,40 @@ echo "install.sh: gpuhc in $target (extras: ${extras:-none})"
 [ -n "$venv" ] && exit 0
 
 # ------------------------------------------------------------------ node install (root)
-install -d -m 0755 /usr/local/bin /usr/local/share/gpuhc/slurm /etc/gpuhc
+umask 022
+# Where the logs go. As root gpuhc appends only inside directories root alone can write
+# (docs/slurm.md, "What each run does"): /var/log/gpuhc where /var/log is root's and not
+# group-writable (Debian), /var/lib/gpuhc/log where it is (Ubuntu: root:syslog 0775). Every
+# file installed below that names a log directory is written with the one chosen here.
+logdir=/var/log/gpuhc
+if [ "$(stat -c %u /var/log)" != 0 ] || [ -n "$(find /var/log -maxdepth 0 -perm /022)" ]; then
+    logdir=/var/lib/gpuhc/log
+fi
+layout() {
+    sed -e "s|/var/log/gpuhc|$logdir|g" -e "s|/var/lib/prometheus/node-exporter|$textfile_dir|g" "$1"
+}
+install -d -m 0755 /usr/local/bin /usr/local/sbin /usr/local/share/gpuhc/slurm /etc/gpuhc
 ln -sfn "$prefix/bin/gpuhc" /usr/local/bin/gpuhc
 install -m 0755 "$here"/slurm/healthcheck.sh "$here"/slurm/prolog.sh "$here"/slurm/epilog.sh /usr/local/share/gpuhc/slurm/
+# The hooks example under the name the config's example and docs/repair.md give it.
+install -m 0755 "$here/examples/hooks/slack-webhook.py" /usr/local/sbin/gpuhc-slack-webhook
+# The scenarios site test mode replays (README, "Try it under Slurm without GPUs").
+install -d -m 0755 /usr/local/share/gpuhc/scenarios
+install -m 0644 "$here"/examples/scenarios/*.yaml /usr/local/share/gpuhc/scenarios/
 if [ ! -e /etc/gpuhc/gpuhc.yaml ]; then  # never overwrite an edited config
-    install -m 0644 "$here/etc/gpuhc.yaml" /etc/gpuhc/gpuhc.yaml
+    layout "$here/etc/gpuhc.yaml" > /etc/gpuhc/gpuhc.yaml.new
+    chmod 0644 /etc/gpuhc/gpuhc.yaml.new && mv /etc/gpuhc/gpuhc.yaml.new /etc/gpuhc/gpuhc.yaml
+    echo "install.sh: /etc/gpuhc/gpuhc.yaml: logs in $logdir, metrics in $textfile_dir"
 fi
 # Directories gpuhc writes (state, logs; /run/gpuhc is re-made at every boot by tmpfiles.d).
 install -d -m 0755 /etc/tmpfiles.d /etc/logrotate.d /usr/share/bash-completion/completions
-install -m 0644 "$here/examples/tmpfiles.d/gpuhc.conf" /etc/tmpfiles.d/gpuhc.conf
-install -m 0644 "$here/examples/logrotate.d/gpuhc" /etc/logrotate.d/gpuhc
+layout "$here/examples/tmpfiles.d/gpuhc.conf" > /etc/tmpfiles.d/gpuhc.conf
+layout "$here/examples/logrotate.d/gpuhc" > /etc/logrotate.d/gpuhc
 if command -v systemd-tmpfiles >/dev/null 2>&1; then
     systemd-tmpfiles --create /etc/tmpfiles.d/gpuhc.conf || true
 else
-    install -d -m 0755 /var/lib/gpuhc /var/log/gpuhc /run/gpuhc
+    install -d -m 0755 /var/lib/gpuhc "$logdir" /run/gpuhc
+    install -d -m 0700 /var/lib/gpuhc/postmortem
 fi
 # Shell completion (click's own): bash picks it up from this directory.
 _GPUHC_COMPLETE=bash_source "$prefix/bin/gpuhc" > /usr/share/bash-completion/completions/gpuhc
@@ -135,3 +178,32 @@ install -d -m 0755 /usr/local/share/gpuhc/systemd
 install -m 0644 "$here"/examples/systemd/*.service "$here"/examples/systemd/*.timer /usr/local/share/gpuhc/systemd/
 echo "install.sh: /usr/local/bin/gpuhc -> $prefix/bin/gpuhc; shims in /usr/local/share/gpuhc/slurm;"
 echo "  config /etc/gpuhc/gpuhc.yaml; systemd units in /usr/local/share/gpuhc/systemd (README: slurm.conf, systemd, cron)"
+if [ -d "$(dirname "$textfile_dir")" ] && [ "$(stat -c %u "$(dirname "$textfile_dir")")" != 0 ]; then
+    # Debian's prometheus-node-exporter makes /var/lib/prometheus the prometheus user's: as
+    # root gpuhc writes no file under a directory someone else can rename (docs/ARCHITECTURE.md).
+    echo "install.sh: $(dirname "$textfile_dir") is not root's: gpuhc will not write metrics under it;" \
+         "dpkg-statoverride --update --add root root 0755 $(dirname "$textfile_dir") (or --textfile-dir DIR)" >&2
+fi
+[ -n "$admin" ] || exit 0
+
+# ------------------------------------------------------------------ admin host: the sweep
+# The sweep runs as the system user gpuhc (Slurm operator rights come from sacctmgr, README),
+# which owns only its state directory and its log; the node checks' files stay root's.
+if ! getent passwd gpuhc >/dev/null; then
+    useradd --system --user-group --home-dir /var/lib/gpuhc/sweep --no-create-home --shell /usr/sbin/nologin gpuhc
+fi
+install -d -m 0755 -o gpuhc -g gpuhc /var/lib/gpuhc/sweep
+install -d -m 0755 "$logdir"
+[ -e "$logdir/sweep.log" ] || install -m 0640 -o gpuhc -g gpuhc /dev/null "$logdir/sweep.log"
+if [ -d /run/systemd/system ]; then
+    layout "$here/examples/systemd/gpuhc-sweep.service" > /etc/systemd/system/gpuhc-sweep.service
+    install -m 0644 "$here/examples/systemd/gpuhc-sweep.timer" /etc/systemd/system/
+    systemctl daemon-reload && systemctl enable --now gpuhc-sweep.timer
+    echo "install.sh: gpuhc-sweep.timer enabled (every 30 minutes, as user gpuhc)"
+else
+    layout "$here/examples/sweep/cron" > /etc/cron.d/gpuhc-sweep
+    install -m 0644 "$here/examples/tmpfiles.d/gpuhc-sweep.conf" /etc/tmpfiles.d/
+    systemd-tmpfiles --create /etc/tmpfiles.d/gpuhc-sweep.conf 2>/dev/null || install -d -m 0755 -o gpuhc -g gpuhc /run/gpuhc
+    echo "install.sh: /etc/cron.d/gpuhc-sweep installed (every 30 minutes, as user gpuhc)"
+fi
+echo "install.sh: give gpuhc Slurm operator rights: sacctmgr modify user gpuhc set adminlevel=operator"

@@ -57,7 +57,7 @@ PROLOG_TARGET = 1.3
 def shipped_config(tmp: str) -> str:
     """etc/gpuhc.yaml as shipped, its file paths moved into ``tmp`` (textfile and event log on)."""
     text = open(SHIPPED, encoding="utf-8").read()
-    for old in ("/var/lib/node_exporter/textfile", "/var/log/gpuhc", "/var/lib/gpuhc"):
+    for old in ("/var/lib/prometheus/node-exporter", "/var/log/gpuhc", "/var/lib/gpuhc"):
         text = text.replace(old, os.path.join(tmp, old.strip("/").replace("/", "-")))
     path = os.path.join(tmp, "shipped.yaml")
     with open(path, "w", encoding="utf-8") as f:

@@ -41,6 +41,9 @@ CORE_SCHEMA: dict[str, Any] = {
     },
     "sources": {
         "nvml_scenario": Key(str, None, "replay this scenario instead of reading NVML", nullable=True),
+        "test_scenario": Key(str, None, "site test mode: replay this scenario as this node, its events happening when "
+                             "the file (or a root-owned link to it) was put in place (README, 'Try it under Slurm "
+                             "without GPUs')", nullable=True),
         "kernel_log": Key(str, None, "a recorded kernel log, or 'kmsg' / 'dmesg'", nullable=True),
         "sysfs_root": Key(str, None, "a directory standing in for / when reading sysfs", nullable=True),
         "clock_samples": Key(int, 3, "clock-event reason samples per run", min=1, max=50),

@@ -294,6 +294,7 @@ class KernelLog(_Record):
     last_seq: int | None = None
     unparsed_lines: int = 0  # lines that looked like NVRM/mlx5 lines but did not parse
     unparsed_example: str | None = None  # the first of them, sanitised, to quote in a warning
+    driver_version: str | None = None  # "575.57.08" from the driver's loading line: Xid 144-150 decode by branch
     # A recording too big to read whole (gpuhc.sources.kernel_log_file): the oldest time the read
     # reached (None: nothing with a time was left out) and what was left out, in words.
     covered_from: float | None = None

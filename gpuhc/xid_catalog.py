@@ -33,10 +33,12 @@ class XidInfo:
     app: bool = False  # usually the application's fault, not the GPU's
     note: str = ""
     known: bool = True  # False: not in the catalog, these are the default's verdicts
+    differs: str = ""  # why gpuhc's verdict is not NVIDIA's immediate action (tests/fixtures/xid_catalog/)
 
     def to_dict(self) -> dict[str, Any]:
         return {"xid": self.code, "name": self.name, "meaning": self.meaning, "severity": self.severity,
-                "action": self.action.value, "app": self.app, "note": self.note, "known": self.known}
+                "action": self.action.value, "app": self.app, "note": self.note, "known": self.known,
+                **({"differs": self.differs} if self.differs else {})}
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,8 @@ def _xid_entry(path: Path | str, key: str, code: int | None, body: dict, known: 
     if severity == "warn" and action.drains:
         raise ConfigError(f"a warn must not drain, got {action.value!r}", file=str(path), key=f"{key}.action")
     return XidInfo(code, name, meaning, severity, action, bool(body.get("app", False)),
-                   str(body.get("note", "") or "").strip(), known)
+                   " ".join(str(body.get("note", "") or "").split()), known,
+                   " ".join(str(body.get("differs", "") or "").split()))
 
 
 def _sxid_entry(path: Path | str, key: str, code: int | None, body: dict, action: Action,

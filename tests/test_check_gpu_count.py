@@ -329,3 +329,51 @@ def test_prolog_fails_a_job_gpu_nvml_does_not_list_with_no_expected_count():
 def test_job_gpus_that_nvml_lists_pass():
     (r,) = judge(healthy_node(), gpus=[6, 7])
     assert r.status is Status.PASS
+
+
+# ------------------------------------------------------------------ CPU nodes (docs/slurm.md, "Mixed clusters")
+
+# What NVML's own start says on a node with no NVIDIA driver: the library is absent
+# (gpuhc/sources/nvml_util.py's reasons for NVML_ERROR_LIBRARY_NOT_FOUND / DRIVER_NOT_LOADED).
+NO_LIBRARY = "NVML Shared Library Not Found"
+
+
+def cpu_node(bus=()):
+    snap = no_nvml(NO_LIBRARY, hostname="cpu001")
+    snap.pci_gpus = list(bus)
+    return snap
+
+
+def test_cpu_node_declared_with_zero_expected_passes_without_nvml():
+    (r,) = judge(cpu_node(), expected=0)
+    assert r.status is Status.PASS and r.action is Action.NONE
+    assert r.message == "no GPUs expected (node.expected_gpus: 0), no NVIDIA driver"
+    # the bus unread (a replay without pci_gpus) changes nothing: the admin said no GPUs
+    (r,) = judge(no_nvml(NO_LIBRARY), expected=0)
+    assert r.status is Status.PASS
+
+
+def test_cpu_node_with_no_count_and_an_empty_bus_passes():
+    (r,) = judge(cpu_node())
+    assert r.status is Status.PASS and r.message.startswith("a CPU node: no NVIDIA GPU on the PCI bus")
+
+
+def test_gpu_node_whose_driver_vanished_still_fails():
+    # boards on the bus, no count configured: a GPU node without its driver
+    (r,) = judge(cpu_node(PCI_IDS[:8]))
+    assert r.status is Status.FAIL and r.action is Action.DRAIN_REBOOT and "NVML unavailable" in r.message
+    # an expected count says GPU node whatever the bus shows (all boards gone from the bus too)
+    (r,) = judge(cpu_node(), expected=8)
+    assert r.status is Status.FAIL and r.action is Action.DRAIN_REBOOT
+    # so does a baseline with a count
+    (r,) = judge(cpu_node(), baseline=baseline_for(healthy_node()))
+    assert r.status is Status.FAIL
+    # and a bus that could not be read is no proof of a CPU node
+    (r,) = judge(no_nvml(NO_LIBRARY))
+    assert r.status is Status.FAIL
+
+
+def test_gpus_on_the_bus_of_a_node_declared_cpu_warn_never_drain():
+    (r,) = judge(cpu_node(PCI_IDS[:2]), expected=0)
+    assert r.status is Status.WARN and r.action is Action.NONE
+    assert "expected_gpus is 0, but the PCI bus lists 2 NVIDIA GPU(s)" in r.message and NO_LIBRARY in r.message

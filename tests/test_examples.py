@@ -50,6 +50,13 @@ EXPECTED: dict[str, tuple[list[Status], set[tuple[str, str, str]]]] = {
     "ib-port-down.yaml": ([FAIL], {("infiniband", "mlx5_3/1", "drain + hardware ticket")}),
     "ib-flapping.yaml": ([FAIL], {("infiniband", "mlx5_1/1", "drain + hardware ticket")}),
     "xid79-fallen-off-bus.yaml": ([FAIL], {("xid", "gpu3", "drain + hardware ticket")}),
+    # Kernel-log replays of real lines (issues 18 and 19): a GSP crash and a GSP heartbeat timeout
+    # with no Xid; NVLink 5 Xids judged by sub-code (only the NETIR link fatal resets); processes
+    # named like driver lines that segfault, and records from user space, which are no evidence.
+    "gsp-crashcat-no-xid.yaml": ([FAIL], {("xid", "node", "reset GPU")}),
+    "gsp-heartbeat-timeout.yaml": ([FAIL], {("xid", "node", "reset GPU")}),
+    "nvlink5-subcodes-gb200.yaml": ([FAIL], {("xid", "0019:01:00.0", "reset GPU")}),
+    "segfault-named-like-driver.yaml": ([PASS], set()),
     # The health check never judges occupancy (a process on a node in service is a job); the
     # prolog and epilog fail on gpu1 (tests/test_occupancy.py).
     "stray-process.yaml": ([PASS], set()),

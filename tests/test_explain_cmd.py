@@ -22,3 +22,23 @@ def test_the_catalog_listing_lines_up_its_verdict_column(kind):
     assert len(lines) == len(table())
     verdict_at = {re.search(r"  (FAIL|WARN|ignored)", line).start() for line in lines}
     assert len(verdict_at) == 1, lines
+
+
+def test_explain_xid_145_shows_its_sub_codes_and_their_verdicts():
+    """Before: one line for the number; NVIDIA resets for some sub-codes and ignores others."""
+    out = CliRunner().invoke(cli, ["explain", "xid", "145"])
+    assert out.exit_code == 0, out.output
+    assert "sub-codes" in out.output
+    assert re.search(r"RLW_REMAP\s+0x00000040\s+RESET_GPU\s+FAIL, action: reset GPU", out.output)
+    assert re.search(r"RLW_REMAP\s+0x00000100\s+IGNORE\s+WARN, action: none", out.output)
+    import json
+
+    data = json.loads(CliRunner().invoke(cli, ["explain", "xid", "149", "--json"]).output)
+    assert {"unit": "NETIR/NETIR_INT", "status": None, "nvidia": "RESET_GPU", "severity": "fail",
+            "action": "reset GPU"} in data["subcodes"]
+    assert "subcodes" not in json.loads(CliRunner().invoke(cli, ["explain", "xid", "79", "--json"]).output)
+
+
+def test_explain_says_where_gpuhc_differs_from_nvidia():
+    out = CliRunner().invoke(cli, ["explain", "xid", "63"])
+    assert "differs from NVIDIA:" in out.output and "IGNORE" in out.output

@@ -97,7 +97,7 @@ def test_install_picks_cupy_from_the_driver(tmp_path, banner, libcuda, want):
         (bindir / "nvidia-smi").chmod(0o755)
     script = (REPO / "install.sh").read_text()
     # Only the detection: the functions and the case that maps it, then print the extras.
-    head = script.split("python=$(command -v python3)")[0]
+    head = script.split("# PYTHON names another interpreter")[0]
     libdir = tmp_path / "lib"
     libdir.mkdir()
     if libcuda:
@@ -111,3 +111,16 @@ def test_install_picks_cupy_from_the_driver(tmp_path, banner, libcuda, want):
     cp = subprocess.run(["/bin/sh", str(test)], env={"PATH": str(bindir)}, capture_output=True, text=True, timeout=30)
     assert cp.returncode == 0, cp.stderr
     assert cp.stdout.strip() == f"extras={want}"
+
+
+def test_install_names_the_rhel9_recipe_for_an_old_python(tmp_path):
+    """RHEL 9's python3 is 3.9: install.sh stops with exit 2 and says what to do (README,
+    "Offline nodes"). The stand-in interpreter answers the version probe as 3.9 would."""
+    old = tmp_path / "python3.9"
+    old.write_text("#!/bin/sh\nexit 1\n")
+    old.chmod(0o755)
+    cp = subprocess.run(["sh", str(REPO / "install.sh"), "--venv", str(tmp_path / "v"), "--gpu", "none"],
+                        env={**os.environ, "PYTHON": str(old)}, capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 2, cp.stdout + cp.stderr
+    assert "older than 3.10" in cp.stderr and "PYTHON=python3.11 sh install.sh" in cp.stderr
+    assert not (tmp_path / "v").exists()

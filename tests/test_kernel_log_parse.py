@@ -42,7 +42,7 @@ def test_plain_dmesg_one_event_per_incident():
         (EventKind.IB_LINK, None, "0000:c1:00.0"),  # DOWN; its netdev "Link down" echo merged
         (EventKind.IB_LINK, None, "0000:c1:00.0"),  # ACTIVE; "Link up" echo merged
         (EventKind.XID, 79, "0000:5d:00.0"),  # and its "GPU has fallen off the bus" line: same incident
-        (EventKind.XID, 79, "0000:5d:00.0"),  # the garbled line: its code is readable, so it is kept
+        # the garbled line is not the driver's grammar: counted and quoted, never an event
     ]
     sx = log.events[0]
     assert (sx.device, sx.port, sx.state, sx.time) == ("nvswitch2", 11, "fatal", 100.5)
@@ -189,9 +189,11 @@ def test_messages_are_sanitised_and_capped():
     assert sanitize("a\x00b\x7fc\u0085d\u202e") == "a\\x00b\\x7fc\\x85d\\u202e"
 
 
-def test_xid_at_end_of_line_and_large_codes():
-    log = parse_lines(["NVRM: Xid (PCI:0000:b3:00): 79", "NVRM: Xid (PCI:0000:b3:00): 154, GPU recovery"])
-    assert [e.code for e in log.events] == [79, 154]
+def test_an_xid_cut_after_its_code_is_unparsed_and_large_codes_parse():
+    # the driver always prints ", " after the code: a line cut there is not its grammar
+    log = parse_lines(["NVRM: Xid (PCI:0000:b3:00): 79", "NVRM: Xid (PCI:0000:b3:00): 154, GPU recovery",
+                       "NVRM: Xid (PCI:0000:b3:00 GPU-I:05 GPU-CI:01): 123456, "])
+    assert [e.code for e in log.events] == [154, 123456] and log.unparsed_lines == 1
 
 
 # ---------------------------------------------------------------------- never raises
@@ -247,7 +249,9 @@ def test_random_bytes_never_raise(chunks):
     assert len(log.events) <= len(lines) and not any(_has_control(e.message) for e in log.events)
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+# no deadline: a busy CI host makes a 12-line parse take 250 ms now and then; speed is
+# tests/test_kernel_log_bigfile.py's to hold, this test holds "never raises"
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_mutated_valid_lines_never_raise(data):
     lines = [_mutate(data.draw(st.sampled_from(_VALID)), data) for _ in range(data.draw(st.integers(1, 12)))]
@@ -305,15 +309,13 @@ def _message(draw):
     kind = draw(st.sampled_from(["xid", "sxid", "ib"]))
     if kind == "xid":
         pci_text, pci = draw(_pci(function=False))  # the driver prints bus:dev, no function
-        if draw(st.integers(0, 5)) == 0:  # redacted by whoever pasted it: the code stays, the GPU goes
-            pci_text, pci = draw(st.sampled_from(["...", "xxxx:xx:xx", "<redacted>"])), None
         code = draw(st.integers(0, 999_999))
         tag = "PCI:" if draw(st.booleans()) else ""  # legacy drivers print no "PCI:"
         pid = draw(st.sampled_from([f", pid={draw(st.integers(1, 4_000_000))}", ", pid='<unknown>', name=<unknown>",
                                     ", pid=, name=", ", pid='N/A'"]))
-        rest = draw(st.sampled_from(["", pid])) + _suffix(draw)
-        if rest or draw(st.booleans()):
-            rest += ", " + draw(st.sampled_from(["GPU has fallen off the bus.", "Graphics Exception", "Timeout"]))
+        # the driver always prints ", " after the code, then its text (which may be empty)
+        rest = draw(st.sampled_from(["", pid])) + _suffix(draw) + ", "
+        rest += draw(st.sampled_from(["", "GPU has fallen off the bus.", "Graphics Exception", "Timeout"]))
         return f"NVRM: Xid ({tag}{pci_text}): {code}{rest}", dict(kind=EventKind.XID, pci=pci, code=code)
     if kind == "sxid":
         pci_text, pci = draw(_pci())
@@ -424,22 +426,23 @@ def test_banners_that_name_an_xid_inside_a_word_are_neither_events_nor_unparsed(
     assert log.unparsed_lines == 0
 
 
-def test_an_sxid_line_is_never_an_xid_even_behind_nvrm():
+def test_an_sxid_line_is_never_an_xid_and_behind_nvrm_is_not_the_switch_drivers_grammar():
     log = parse_lines(["[1.0] NVRM: nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 7 LTSSM Fault Up",
                        "[2.0] NVRM: SXid (PCI:...): 12028, Non-fatal"])
-    assert [(e.kind, e.code) for e in log.events] == [(EventKind.SXID, 20034)]
-    assert log.unparsed_lines == 1 and log.unparsed_example == "NVRM: SXid (PCI:...): 12028, Non-fatal"
+    assert log.events == []  # the NVSwitch driver prints no "NVRM:" before its SXids
+    assert log.unparsed_lines == 2 and log.unparsed_example.startswith("NVRM: nvidia-nvswitch0: SXid")
 
 
-@pytest.mark.parametrize("line, code", [
-    ("[5.0] NVRM: Xid (PCI:0000:b3:00) 79, GPU has fallen off the bus.", 79),  # no colon after the device
-    ("[5.0] NVRM: Xid (PCI:0000:b3:00):79,", 79),
-    ("[5.0] NVRM: Xid 79 on GPU 0000:b3:00", None),  # no device field: the code is not safely readable
+@pytest.mark.parametrize("line", [
+    "[5.0] NVRM: Xid (PCI:0000:b3:00) 79, GPU has fallen off the bus.",  # no colon after the device
+    "[5.0] NVRM: Xid (PCI:0000:b3:00):79,",
+    "[5.0] NVRM: Xid (PCI:...): 79, GPU has fallen off the bus.",  # redacted by whoever pasted it
+    "[5.0] NVRM: Xid 79 on GPU 0000:b3:00",
 ])
-def test_an_xid_line_that_does_not_parse_is_counted_quoted_and_keeps_a_readable_code(line, code):
+def test_an_xid_line_that_is_not_the_drivers_grammar_is_counted_and_quoted_never_an_event(line):
     log = parse_lines([line])
     assert log.unparsed_lines == 1 and log.unparsed_example == line[6:]
-    assert [e.code for e in log.events] == ([code] if code else [])
+    assert log.events == []  # docs/security.md: a looser match is at most a warning
 
 
 def test_now_is_the_latest_time_in_the_file_not_the_last_line():

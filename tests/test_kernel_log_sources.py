@@ -61,6 +61,9 @@ def test_kmsg_unreadable_raises_source_error(tmp_path):
         kl.KmsgSource(str(tmp_path / "nope")).read()
 
 
+USER_RECORD = "2025-01-21T02:21:33,000000+00:00 NVRM: Xid (PCI:0000:aa:00): 79, a user's record\n"
+
+
 def _fake_dmesg(tmp_path: Path, iso_ok: bool, plain: str, iso: str = "", rc: int = 0) -> str:
     """A stand-in dmesg: prints `iso` for --time-format=iso (or fails like util-linux < 2.23)."""
     script = tmp_path / "dmesg"
@@ -70,6 +73,9 @@ def _fake_dmesg(tmp_path: Path, iso_ok: bool, plain: str, iso: str = "", rc: int
         f"#!{sys.executable}\n"
         "import sys, pathlib\n"
         f"d = pathlib.Path({str(tmp_path)!r})\n"
+        # without --kernel, util-linux dmesg also prints records user space wrote into /dev/kmsg,
+        # which its text cannot tell from the kernel's
+        f"sys.stdout.write('' if '--kernel' in sys.argv else {USER_RECORD!r})\n"
         "if '--time-format=iso' in sys.argv:\n"
         f"    if not {iso_ok!r}:\n"
         "        sys.stderr.write('dmesg: unrecognized option\\n'); sys.exit(1)\n"

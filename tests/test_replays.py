@@ -165,7 +165,7 @@ def test_a_job_gpu_that_nvml_does_not_list_fails_the_prolog_stage(tmp_path):
 
 @pytest.mark.parametrize("args, says", [
     (["check", "--demo", "--gpus", "0-99999999999"], "'0-99999999999': GPU indices go up to 1023"),
-    (["snapshot", "--nvml-scenario", HEALTHY, "--timeout", "nan"], "'nan' is not between 0.1 and 3600 seconds"),
+    (["snapshot", "--nvml-scenario", HEALTHY, "--timeout", "nan"], "'nan' is not a finite number"),
     (["snapshot", "--nvml-scenario", HEALTHY, "--timeout", "-1"], "'-1' is not between 0.1 and 3600 seconds"),
     (["baseline", "capture", "--nvml-scenario", HEALTHY, "--timeout", "inf"], "'inf' is not between 0.1 and 3600 seconds"),
 ])

@@ -373,7 +373,8 @@ def test_lines_that_did_not_parse_are_a_warning_quoting_the_first():
     snap.kernel.unparsed_lines, snap.kernel.unparsed_example = 2, "NVRM: Xid 79 (a new driver's format)"
     (r,) = judge(snap).results
     assert r.status is Status.WARN and r.value == 2
-    assert r.message.endswith('did not parse (new driver format?); first: "NVRM: Xid 79 (a new driver\'s format)"')
+    assert "not the driver's exact grammar, so they never drain" in r.message and r.action is Action.NONE
+    assert r.message.endswith('check by hand); first: "NVRM: Xid 79 (a new driver\'s format)"')
 
 
 # ---------------------------------------------------------------------- driver signals
@@ -388,6 +389,8 @@ def test_each_driver_signal_fails_with_the_catalogs_action_and_is_held():
     from gpuhc.xid_catalog import signal_table
 
     for name, info in signal_table().items():
+        if info.severity != "fail":
+            continue  # gsp_watchdog: a warning, once (tests/test_kernel_log_field.py)
         out = judge(node(sig(name, gpu=2)))
         assert brief(out) == [(Status.FAIL, info.action, "gpu2")], name
         assert out.results[0].value["signal"] == name

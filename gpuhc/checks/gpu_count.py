@@ -4,6 +4,10 @@ This is the one check that turns "NVML unavailable" into a failure; every other 
 n/a then, so a dead driver gives one clear drain reason instead of seven. It runs in the prolog
 too: a job must not land on a node whose GPU fell off the bus since the last passive run.
 
+A node with no GPUs expected (``expected: 0``, or no expected count and no NVIDIA GPU on the
+PCI bus) and no NVIDIA driver passes: a CPU node of a mixed cluster (docs/slurm.md, "Mixed
+clusters"). A GPU node whose driver vanished still fails: its boards stay on the bus.
+
 Expected count, in order: threshold ``expected`` (the runner passes config
 ``node.expected_gpus``), else the baseline's ``gpu_count``. With neither, any non-zero count
 passes. The count is node-wide even in the prolog: a missing GPU breaks the node, not only the
@@ -144,10 +148,37 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     return out
 
 
+def _no_gpus_here(snapshot: Snapshot, ctx: Context, why: str):
+    """The verdict on a node without NVML that is not meant to have GPUs, or None when it is.
+
+    slurm.conf's HealthCheckProgram, Prolog and Epilog run on every node, CPU nodes too
+    (docs/slurm.md, "Mixed clusters"). A node configured with ``expected_gpus: 0`` has no GPUs
+    to lose: no NVML is what it should look like. With no expected count (config or baseline),
+    a PCI bus read that lists no NVIDIA GPU says the same. A GPU node whose driver vanished
+    still has its boards on the bus (or an expected count), so it still fails below.
+    """
+    expected = ctx.t("expected")
+    bus = snapshot.pci_gpus
+    if expected == 0:
+        if bus:
+            return result(ID, Status.WARN, f"node.expected_gpus is 0, but the PCI bus lists {len(bus)} NVIDIA "
+                          f"GPU(s) and NVML is unavailable ({why}): a GPU node configured as a CPU node?",
+                          value=len(bus), threshold=0)
+        return result(ID, Status.PASS, "no GPUs expected (node.expected_gpus: 0), no NVIDIA driver", value=0, threshold=0)
+    baseline_count = ctx.baseline.get("gpu_count") if ctx.baseline else None
+    if expected is None and baseline_count is None and bus == []:
+        return result(ID, Status.PASS, "a CPU node: no NVIDIA GPU on the PCI bus and no NVIDIA driver "
+                      "(no expected GPU count configured)", value=0)
+    return None
+
+
 def _judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     nvml = snapshot.nvml
     if nvml is None or not nvml.available:
         why = (nvml.error if nvml else None) or "no reading"
+        cpu_node = _no_gpus_here(snapshot, ctx, why)
+        if cpu_node is not None:
+            return CheckOutput([cpu_node])
         return CheckOutput([result(
             ID, Status.FAIL, f"NVML unavailable: {why} (driver not loaded / GPU lost)",
             value=why, action=Action.DRAIN_REBOOT,

@@ -12,15 +12,19 @@ What is reported:
   stays gone is the gpu_count check's to catch), as does :func:`acknowledge` after a GPU reset
   that did not reboot the node, and an Xid 154 whose recovery action is "None".
 - driver signals without an Xid ("RmInitAdapter failed", ``NV_ERR_RESET_REQUIRED``, "GPU marked
-  for reset", repeated GSP RPC timeouts, "GPU lost") are judged like Xids; their severity and
-  action are the catalog's ``signals`` section (gpuhc/data/xid_catalog.yaml).
+  for reset", repeated GSP RPC timeouts, "GPU lost", a GSP-CrashCat report, a GSP heartbeat
+  timeout, a GSP task watchdog) are judged like Xids; their severity and action are the
+  catalog's ``signals`` section (gpuhc/data/xid_catalog.yaml).
+- Xid 144-150 (NVLink 5) are judged by sub-code, the unit and error status in the line decoded
+  by driver branch (:mod:`gpuhc.xid_subcodes`): NVIDIA resets for some and ignores others.
 - warning Xids (application errors such as 13, 31, 43; contained ECC 94) WARN once, on the run
   that first sees them, with action "restart app" or none. They never drain on their own; a
   storm of them is a rate rule's to judge (:mod:`gpuhc.checks.xid_rates`).
 - an Xid the catalog does not know WARNs with its number and "look it up": never dropped, never
   a drain unless ``unknown: fail``.
-- lines that name NVRM and an Xid but do not parse WARN, quoting the first (a new driver format
-  must show up, not hide); their code is kept when it can be read.
+- lines that name NVRM and an Xid but are not the driver's exact grammar WARN, quoting the
+  first (a new driver format must show up, not hide), and never drain: only the driver's own
+  grammar is driver evidence (docs/security.md, :mod:`gpuhc.sources.kernel_log_grammar`).
 - one result per (GPU, Xid) with a count: a storm of 600 identical lines is one result.
 
 Attribution: the PCI id in the line is matched against NVML's GPUs (subject ``gpuN``). An Xid
@@ -50,6 +54,7 @@ from gpuhc.model import Action, EventKind, GpuReading, KernelEvent, Result, Snap
 
 if TYPE_CHECKING:
     from gpuhc.xid_catalog import XidInfo  # the catalog is imported when an Xid is judged
+    from gpuhc.xid_subcodes import SubVerdict
 
 ID = "xid"
 KINDS = (EventKind.XID, EventKind.FALLEN_OFF_BUS, EventKind.DRIVER)
@@ -69,6 +74,7 @@ class _Group:
     last_message: str = ""
     saw_xid: bool = False  # False: only "fallen off the bus" messages, no Xid line
     device: str | None = None  # the driver's own name for the GPU ("GPU6"), signals only
+    sub: SubVerdict | None = None  # Xid 144-150: the unit and status the line decodes to
 
     def add(self, ev: KernelEvent, new: bool, now: float) -> None:
         t = ev.time if ev.time is not None else now
@@ -81,12 +87,22 @@ class _Group:
 
     @property
     def key(self) -> tuple:
+        if self.sub is not None:
+            return (self.subject, self.code, self.sub.label)
         return (self.subject, self.code, self.signal) if self.signal else (self.subject, self.code)
 
     def info(self) -> XidInfo:
+        from dataclasses import replace
+
         from gpuhc.xid_catalog import signal_info, xid_info
 
-        return signal_info(self.signal) if self.signal else xid_info(int(self.code or 0))
+        if self.signal:
+            return signal_info(self.signal)
+        info = xid_info(int(self.code or 0))
+        if self.sub is None:
+            return info
+        # NVIDIA judges Xid 144-150 by sub-code (gpuhc.xid_subcodes): that verdict, not the number's
+        return replace(info, name=f"{info.name}: {self.sub.label}", severity=self.sub.severity, action=self.sub.action)
 
 
 def _verdict(g: _Group, ctx: Context) -> tuple[str, Action]:
@@ -144,6 +160,7 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
 
     events = win.events(KINDS)
     recovered = _recovered(events, gpus)
+    driver = klog.driver_version or (snapshot.nvml.driver_version if snapshot.nvml else None)
     groups: dict[tuple, _Group] = {}
     for ev, new in events:
         pci = norm_pci(ev.pci) if ev.pci else None
@@ -153,24 +170,28 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
             continue
         signal = ev.state if ev.kind is EventKind.DRIVER else None
         code = None if signal else (ev.code or 79)  # a fallen-off-bus message is an Xid 79 without the number
-        g = _Group(subject, code, pci, gpu.index if gpu else None, signal)
+        g = _Group(subject, code, pci, gpu.index if gpu else None, signal, sub=_subcode(ev, driver))
         g = groups.setdefault(g.key, g)
         g.add(ev, new, now)
 
     errors = _setting_errors(ctx)
     results: list[Result] = [result(ID, Status.ERROR, f"checks.xid.thresholds.{why}") for why in errors]
     fresh: list[dict] = []
+    new_counts: dict[tuple, int] = {}  # keyed as held incidents are: failing sub-codes of one Xid add up
     for g in groups.values():
         severity, action = _verdict(g, ctx)
         if severity == "fail":
+            held_key = (g.subject, g.code, g.signal) if g.signal else (g.subject, g.code)
+            new_counts[held_key] = new_counts.get(held_key, 0) + g.new
             fresh.append({"subject": g.subject, "code": g.code, "pci": g.pci, "gpu": g.gpu, "count": g.count,
                           "first": g.first, "last": g.last, "action": action.value, "xid": g.saw_xid,
                           "last_message": g.last_message, **({"signal": g.signal} if g.signal else {}),
+                          **({"name": g.info().name} if g.sub else {}),
                           **({"device": g.device} if g.device else {})})
         elif severity == "warn" and g.new and _selected(g.gpu, False, ctx):
             results.append(_warn(g, action))
     held = [h for h in win.held() if not (h["subject"] in recovered and (h.get("last") or 0) <= recovered[h["subject"]])]
-    incidents = merge_held(fresh, held, {k: g.new for k, g in groups.items()})
+    incidents = merge_held(_one_per_incident(fresh), held, new_counts)
     for inc in incidents:
         if _selected(inc.get("gpu"), True, ctx):
             results.append(_fail(inc))
@@ -181,7 +202,9 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     if grew:
         first = f'; first: "{klog.unparsed_example}"' if klog.unparsed_example else ""
         results.append(result(ID, Status.WARN, f"{grew} kernel log line(s) name a driver event (NVRM Xid, SXid or "
-                              f"mlx5 port) but did not parse (new driver format?){first}", value=klog.unparsed_lines))
+                              f"mlx5 port) but are not the driver's exact grammar, so they never drain (a new "
+                              f"driver format, or text edited by hand: check by hand){first}",
+                              value=klog.unparsed_lines))
     unseen = _unseen(klog, win, window_s)
     if unseen:
         results.append(result(ID, Status.WARN, unseen, value=klog.covered_from))
@@ -233,6 +256,27 @@ def _recovered(events: list[tuple[KernelEvent, bool]], gpus: dict[str, GpuReadin
     return {s: ev.time for s, ev in last154.items() if recovery_action(ev.message) is Action.NONE}
 
 
+def _one_per_incident(fresh: list[dict]) -> list[dict]:
+    """Failing groups that are one held incident (two failing sub-codes of one Xid on one GPU)
+    joined: counts added, the latest one's words kept."""
+    out: dict[tuple, dict] = {}
+    for f in sorted(fresh, key=lambda f: f.get("last") or 0):
+        key = (f["subject"], f["code"], f.get("signal"))
+        if key in out:
+            f = dict(f, count=f["count"] + out[key]["count"], first=earliest(f.get("first"), out[key].get("first")))
+        out[key] = f
+    return list(out.values())
+
+
+def _subcode(ev: KernelEvent, driver: str | None) -> SubVerdict | None:
+    """Xid 144-150: the sub-code the line decodes to by driver branch, None for other events."""
+    if ev.kind is not EventKind.XID or ev.code is None or not 144 <= ev.code <= 150:
+        return None
+    from gpuhc.xid_subcodes import decode
+
+    return decode(ev.code, ev.message, driver)
+
+
 def _selected(gpu: int | None, draining: bool, ctx: Context) -> bool:
     if ctx.gpus is None:
         return True
@@ -254,7 +298,7 @@ def _fail(inc: dict) -> Result:
         msg = f"{where}{dev}: {signal_info(inc['signal']).name}{n} (driver message, no Xid)"
     elif inc.get("xid", True):
         code = int(inc["code"])
-        msg = f"Xid {code} on {where}{n}: {xid_info(code).name}"
+        msg = f"Xid {code} on {where}{n}: {inc.get('name') or xid_info(code).name}"
     else:  # the driver printed no Xid, only the multi-line "fallen off the bus" message
         msg = f"{where} has fallen off the bus{n} (no Xid logged)"
     value = {k: inc.get(k) for k in ("code", "count", "first", "last", "pci", "last_message")}

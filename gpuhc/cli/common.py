@@ -109,6 +109,7 @@ def source_spec(src: SourceArgs, config: Config) -> SourceSpec:
     section = config.section("sources")
     return SourceSpec(
         nvml_scenario=_replay_path(src.nvml_scenario, config, "nvml_scenario", "--nvml-scenario"),
+        test_scenario=_replay_path(None, config, "test_scenario", "") if not src.nvml_scenario else None,
         step=src.step,
         kernel_log=_replay_path(src.kernel_log, config, "kernel_log", "--kernel-log"),
         sysfs_root=_replay_path(src.sysfs_root, config, "sysfs_root", "--sysfs-root"),

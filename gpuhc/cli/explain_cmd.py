@@ -28,7 +28,10 @@ def _entries(kind: str, code: int | str | None) -> list[dict[str, Any]]:
     if kind == "xid":
         if code is None:
             return [i.to_dict() for i in cat.xid_table().values()]
-        return [cat.xid_info(code).to_dict()]
+        from gpuhc.xid_subcodes import table
+
+        subcodes = table(int(code))  # Xid 144-150: judged by sub-code, not by the number
+        return [dict(cat.xid_info(code).to_dict(), **({"subcodes": subcodes} if subcodes else {}))]
     if code is None:
         return [i.to_dict() for i in cat.sxid_table().values()]
     return [cat.sxid_info(code).to_dict()]
@@ -56,7 +59,23 @@ def _plain(kind: str, entries: list[dict[str, Any]], single: bool) -> list[str]:
              f"  meaning: {e['meaning']}"]
     if e.get("note"):
         lines.append(f"  note:    {e['note']}")
+    if e.get("differs"):
+        lines.append(f"  differs from NVIDIA: {e['differs']}")
+    lines.extend(_subcode_lines(e))
     return lines
+
+
+def _subcode_lines(e: dict[str, Any]) -> list[str]:
+    """The sub-code table of an Xid 144-150, one row per unit and error status."""
+    rows = e.get("subcodes") or []
+    if not rows:
+        return []
+    out = ["  sub-codes (the line's unit and error status decide; NVIDIA's 144-150 decode):"]
+    width = max(len(r["unit"]) for r in rows)
+    for r in rows:
+        what = "FAIL, action: " + r["action"] if r["severity"] == "fail" else "WARN, action: none"
+        out.append(f"    {r['unit']:<{width}}  {r['status'] or 'any status':<10}  {r['nvidia']:<12}  {what}")
+    return out
 
 
 def _rich(kind: str, entries: list[dict[str, Any]], single: bool) -> None:
@@ -72,6 +91,10 @@ def _rich(kind: str, entries: list[dict[str, Any]], single: bool) -> None:
         console.print(f"  [bold]meaning[/]  {e['meaning']}", highlight=False)
         if e.get("note"):
             console.print(f"  [bold]note[/]     {e['note']}", highlight=False)
+        if e.get("differs"):
+            console.print(f"  [bold]differs from NVIDIA[/]  {e['differs']}", highlight=False)
+        for line in _subcode_lines(e):
+            console.print(line, highlight=False, markup=False)
         return
     table = Table(title=f"gpuhc {label} catalog")
     table.add_column(label, justify="right")

@@ -5,7 +5,7 @@ owns its own file and replaces it whole, so a scrape never sees half a file and 
 overwrite each other:
 
 - ``write_textfile(path, report)``: one file per stage. ``path`` may hold ``{stage}``
-  (``/var/lib/node_exporter/textfile/gpuhc-{stage}.prom``); without it the stage is put before
+  (``/var/lib/prometheus/node-exporter/gpuhc-{stage}.prom``, Debian's node exporter); without it the stage is put before
   the extension (``gpuhc.prom`` -> ``gpuhc-passive.prom``). Otherwise every prolog would wipe the
   passive check's series and alerts on ``stage="passive"`` would flap between scrapes.
 - ``write_breaker_metric(path, ...)``: the Slurm drain circuit breaker, in a file of its own

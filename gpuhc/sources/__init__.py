@@ -16,6 +16,9 @@ class SourceSpec:
     """Where to read from. Empty fields mean "the live node"."""
 
     nvml_scenario: str | None = None  # YAML scenario (may also carry kernel_log and ib sections)
+    # Site test mode (gpuhc/sources/testmode.py): a scenario replayed as this node, its times
+    # moved to when it was put in place, a link to it followed only when root's. Below nvml_scenario.
+    test_scenario: str | None = None
     step: int | None = None  # scenario time step; None: advance one step per run
     kernel_log: str | None = None  # a file; "dmesg" or "kmsg" force a live method
     sysfs_root: str | None = None  # a directory standing in for "/"
@@ -49,10 +52,15 @@ class Sources:
 
 def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
     scenario = None
-    if spec.nvml_scenario:
+    path, placed = spec.nvml_scenario, None
+    if not path and spec.test_scenario:
+        from gpuhc.sources import testmode
+
+        path, placed = testmode.resolve(spec.test_scenario)
+    if path:
         from gpuhc.sources.scenario import load_scenario
 
-        scenario = load_scenario(spec.nvml_scenario, step if spec.step is None else spec.step)
+        scenario = load_scenario(path, step if spec.step is None else spec.step)
 
     procs: ProcsSource | None
     phases = dict(spec.dl_phases or {})
@@ -76,6 +84,12 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
         klog: KernelLogSource = kl.KmsgSource() if spec.kernel_log == "kmsg" else kl.DmesgSource()
     elif spec.kernel_log:
         klog, replay = kl.FileKernelLog(spec.kernel_log), True
+    elif placed is not None:
+        # Test mode: the scenario's log is this node's, judged at the real clock (an empty one
+        # when the scenario has none: the host's own log is not the node being played).
+        from gpuhc.sources.testmode import PlacedLog
+
+        klog = PlacedLog(scenario.kernel_log_source(), placed)
     elif scenario is not None and scenario.has_kernel_log:
         klog, replay = scenario.kernel_log_source(), True
     else:

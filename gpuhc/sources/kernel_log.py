@@ -100,8 +100,10 @@ class KmsgSource:
 
 
 class DmesgSource:
-    """``dmesg --time-format=iso`` (wall-clock stamps), falling back to plain ``dmesg`` for an
-    old util-linux; plain stamps are since boot and converted with :func:`boot_time`."""
+    """``dmesg --kernel --time-format=iso`` (the kernel's own records, wall-clock stamps),
+    falling back to ``dmesg --kernel`` for an old util-linux; plain stamps are since boot and
+    converted with :func:`boot_time`. ``--kernel`` leaves out records written into /dev/kmsg
+    from user space, which plain text could not tell from the kernel's (docs/security.md)."""
 
     def __init__(self, timeout_s: float = DMESG_TIMEOUT_S, binary: str | None = None,
                  boot_id_path: str = BOOT_ID_PATH):
@@ -135,10 +137,10 @@ class DmesgSource:
 
     def read(self) -> KernelLog:
         exe = self._find()
-        proc = self._run([exe, "--time-format=iso"])
+        proc = self._run([exe, "--kernel", "--time-format=iso"])
         bt = None
         if proc.returncode != 0:
-            proc = self._run([exe])
+            proc = self._run([exe, "--kernel"])
             bt = boot_time()
         if proc.returncode != 0:
             err = proc.stderr.decode("utf-8", "replace").strip().splitlines()

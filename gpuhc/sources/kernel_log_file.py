@@ -33,7 +33,7 @@ MAX_LINE = 1 * MiB  # a longer "line" (binary junk, a runaway printk) is skipped
 COVER_S = 7 * 86400.0  # how far back to reach: every check's default window fits in it
 CHUNK = 8 * MiB
 PROBE_LINES = 200  # lines read for their stamps at each end of a region
-_DRIVER_WORD = re.compile(rb"NVRM|SXid|mlx5_core|fallen off the bus")
+_DRIVER_WORD = re.compile(rb"NVRM|SXid|mlx5_core|fallen off the bus|GSP task watchdog")
 
 
 def read_file(path: str, year: int | None = None):

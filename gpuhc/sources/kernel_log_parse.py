@@ -1,24 +1,8 @@
 """Turn kernel log text into :class:`gpuhc.model.KernelEvent` s: pure, no I/O, never raises.
 
 The same parser reads every shape a kernel log reaches us in, line by line, so a file may even
-mix them (a log someone pasted together from two tools). Stamps are read by
-:mod:`gpuhc.sources.kernel_log_prefix`:
-
-==========================  ==================================================  ==============
-shape                       example prefix                                      time
-==========================  ==================================================  ==============
-``/dev/kmsg`` record        ``6,3964,206764307,-;msg``                          since boot
-``dmesg``                   ``[  123.456789] msg``                              since boot
-``dmesg -T`` (ctime)        ``[Sun Feb 23 16:24:18 2025] msg``                  local time
-``dmesg --time-format=iso`` ``2024-11-15T05:39:15,491363+00:00 msg``            epoch
-``dmesg --decode``          ``kern  :warn  : `` before any of the above          (as above)
-``journalctl -k``/syslog    ``Feb 14 05:03:41 host kernel: msg``                local time
-  without a host name       ``Mar 29 15:38:59 kernel: msg``                     local time
-rsyslog / short-iso         ``2024-06-11T10:23:45.123+00:00 host kernel: msg``  epoch
-``talosctl dmesg``          ``10.0.0.5: kern: warning: [2026-04-22T21:30:51.5Z]: msg``  epoch
-pasted                      ``> [Fri Aug 30 11:43:09 2024] msg``, text before   (its stamp)
-continuation line           indented text with no stamp                         previous line
-==========================  ==================================================  ==============
+mix them (a log someone pasted together from two tools). Stamps, and the shapes they come in
+(a table with examples), are :mod:`gpuhc.sources.kernel_log_prefix`'s.
 
 Times. Everything that names a wall-clock time becomes epoch seconds. "Since boot" stamps become
 epoch seconds when the caller passes ``boot_time`` (the live sources do); a recorded file has no
@@ -33,10 +17,12 @@ January). ``dmesg -T`` and syslog stamps are read in the local time zone, as the
 
 Events (one per incident a human would count, not one per line):
 
-- XID: ``NVRM: Xid (PCI:0000:b3:00): 79, pid=..., ...`` and the legacy ``NVRM: Xid (0000:03:00):
-  14, ...``. Any PCI domain and device number; a redacted address (``PCI:...``) keeps the code
-  with no GPU. Banner lines that only name an Xid inside a word (``_kgspLogXid119:``) are not
-  events, and an ``SXid (`` line is never an Xid.
+- XID: ``NVRM: Xid (PCI:0000:b3:00): 79, pid=..., ...`` (with MIG's `` GPU-I:nn GPU-CI:nn``) and
+  the legacy ``NVRM: Xid (0000:03:00): 14, ...``. Any PCI domain and device number; a redacted
+  address (``PCI:...``) is not the driver's grammar. Banner lines that only name an Xid inside
+  a word (``_kgspLogXid119:``) are not events, and an ``SXid (`` line is never an Xid. The
+  driver's "loading NVIDIA UNIX ... Kernel Module 575.57.08" line gives
+  :attr:`KernelLog.driver_version` (Xid 144-150 sub-codes decode by driver branch).
 - SXID (NVSwitch): a report is a header line (``..., Fatal|Non-fatal, Link N ...``) followed by
   ``Severity ...`` and ``Data {...}`` detail lines. Details belong to their header's event; a
   detail whose header is not in the log (cut off) still makes one event. Fatality goes to
@@ -49,66 +35,64 @@ Events (one per incident a human would count, not one per line):
   the driver often prints both for one incident.
 - DRIVER: a driver message that says a GPU needs help without an Xid (``state`` names which,
   see :data:`SIGNALS`): "RmInitAdapter failed", ``NV_ERR_RESET_REQUIRED``, "GPU marked for
-  reset", "Back to back GSP RPC timeout", "GPU lost". The GPU is the PCI id in the line, else
+  reset", "Back to back GSP RPC timeout", "GPU lost", a GSP-CrashCat report, a GSP heartbeat
+  timeout, a GSP task watchdog timeout. The GPU is the PCI id in the line, else
   one named by an NVRM line just before; ``device`` keeps the driver's own name ("GPU6").
 - IB_LINK: mlx5 ``Port: 1 Link DOWN/ACTIVE/INIT``; also the netdev ``enp83s0f0np0: Link down/up``
   line of the same port when no ``Port:`` line reports that change (a log cut just after it).
   mlx5 gives each PCI function one port, so a netdev line is port 1 of the ``mlx5_N`` that the
   log names for that PCI address (None when it never does).
 
-No silent misses: a line that names NVRM and an Xid (or an SXid, or an mlx5 port) but does not
-parse is counted in ``unparsed_lines`` and the first is kept in ``unparsed_example``, so that a
-new driver's format change shows up instead of hiding. An NVRM Xid line whose code can still
-be read ("Xid (<anything>) 79") also yields its event.
+Whose words count (docs/security.md, "Kernel log"): only the kernel's records, and in them only
+the driver's exact grammar (:mod:`gpuhc.sources.kernel_log_grammar`). A kmsg record with a
+facility other than 0, a journal entry whose ``_TRANSPORT`` is not ``kernel``, a syslog line
+tagged by a program (``kernel[pid]:`` included), a ``dmesg --decode`` line of another facility:
+none is read. A kernel line that begins with a process's name is never an event, nor is what
+follows it inside the same record or, in text, on the unstamped lines after it. Text with no
+facility at all (plain ``dmesg``, pasted lines) is read for the exact grammar only.
+
+No silent misses: a line that starts with ``NVRM:`` and names an Xid (or an SXid, or an mlx5
+port) but is not the exact grammar is counted in ``unparsed_lines`` and the first is kept in
+``unparsed_example``, so that a new driver's format change shows up instead of hiding. It never
+yields an event: a looser match is at most the xid check's warning, which never drains.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Iterable
 
 from gpuhc.lazyre import lazy  # patterns compile on first use: most runs need few
 from gpuhc.logtext import escape
 from gpuhc.model import EventKind, KernelEvent, KernelLog, norm_pci
-from gpuhc.sources.kernel_log_prefix import KMSG, KMSG_DICT, QUOTES, Stamps, unescape_kmsg
+from gpuhc.sources import kernel_log_grammar as G
+from gpuhc.sources.kernel_log_incidents import Found, incidents
+from gpuhc.sources.kernel_log_prefix import (
+    KMSG,
+    KMSG_DICT,
+    QUOTES,
+    JournalExport,
+    Stamps,
+    after_stamp,
+    journal_json,
+    unescape_kmsg,
+)
 
 MAX_MESSAGE = 400  # characters kept of one message: enough to read, bounded for state files
 RELATIVE_LIMIT = 1e9  # times below this are seconds since boot, not epoch (see module doc)
-SXID_DETAIL_S = 5.0  # an SXid detail line this close to its header belongs to it
-FALLEN_SAME_INCIDENT_S = 60.0  # fallen-off-bus messages for one GPU this close are one incident
-NETDEV_SAME_CHANGE_S = 2.0  # a netdev Link up/down this close to a Port: line repeats it
 CONTEXT_LINES = 3  # a multi-line message names its GPU at most this many lines earlier
-UNTIMED_NEAR_LINES = 20  # without times, "close" is measured in lines
 
-_PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
-_PCI_FULL = lazy(r"(?:PCI:)?(" + _PCI + r")")
-_MARKERS = ("NVRM", "SXid", "mlx5_core", "fallen off the bus")
-
-# The device field is whatever the driver (or a redacting human) put in the parentheses.
-_XID = lazy(r"NVRM: Xid \(([^()]{0,40})\): (\d{1,6})(?:,\s*|\s*$)(.*)")
-_XID_WORD = lazy(r"\bXid\b")
-_XID_LENIENT = lazy(r"\bXid\b\s*\(([^()]{0,60})\)\s*[:,]?\s*(\d{1,4})\b")
-_SXID_WORD = lazy(r"\bSXid\b")
-_SXID = lazy(r"(?:nvidia-(nvswitch\d+):\s*)?SXid \((?:PCI:)?(" + _PCI + r")\): (\d{1,6})(?:,\s*|\s*$)(.*)")
+_PCI_FULL = lazy(r"(?:PCI:)?(" + G.PCI + r")")
+_MARKERS = ("NVRM", "SXid", "mlx5_core", "fallen off the bus", "GSP task watchdog")
+_ANY_PCI = lazy(r"(?<![0-9a-fA-F:])(?:PCI:)?(" + G.PCI + r")")
 _SXID_FATALITY = lazy(r"(Fatal|Non-fatal|Nonfatal|Non fatal)\b", re.I)
 _SXID_DETAIL = lazy(r"(Severity \d|Data \{)")
 _LINK_NO = lazy(r"\bLink (\d{1,4})\b")
-_GPU_CTX = lazy(r"NVRM: (?:The NVIDIA GPU|GPU at|GPU) (?:PCI:)?(" + _PCI + r")")
-_ANY_PCI = lazy(r"(?<![0-9a-fA-F:])(?:PCI:)?(" + _PCI + r")")
-_DRIVER_GPU = lazy(r"NVRM: (GPU\d{1,3})\b")
-_MLX_PORT = lazy(r"mlx5_core (" + _PCI + r")(?: ([\w.-]+))?: Port: (\d{1,3}) Link ([A-Za-z_]+)")
-_MLX_NETDEV = lazy(r"mlx5_core (" + _PCI + r") ([\w.-]+): Link (up|down)\b")
+_MLX_PORT = lazy(r"mlx5_core (" + G.PCI + r")(?: ([\w.-]+))?: Port: (\d{1,3}) Link ([A-Za-z_]+)")
+_MLX_NETDEV = lazy(r"mlx5_core (" + G.PCI + r") ([\w.-]+): Link (up|down)\b")
 
-# Driver messages that need action without an Xid, first match wins (one line, one signal).
-# What each one asks for is data: the ``signals`` section of gpuhc/data/xid_catalog.yaml.
-SIGNALS: tuple[tuple[str, re.Pattern], ...] = (
-    ("gpu_lost", lazy(r"GPU lost from the bus|NV_ERR_GPU_IS_LOST|\bGPU (?:has been )?lost\b")),
-    ("rm_init_failed", lazy(r"RmInitAdapter failed")),
-    ("gsp_rpc_timeouts", lazy(r"Back to back GSP RPC timeout")),
-    ("marked_for_reset", lazy(r"GPU marked for reset")),
-    ("reset_required", lazy(r"NV_ERR_RESET_REQUIRED")),
-)
+_STARTS = ("NVRM", "mlx5_core", "GSP task watchdog", "nvidia-nvswitch")  # a driver line's first words
+SIGNALS = G.SIGNALS  # the driver's messages that need action without an Xid (kernel_log_grammar)
 
 
 def sanitize(text: str, cap: int = MAX_MESSAGE) -> str:
@@ -125,46 +109,36 @@ def _pci(field: str) -> str | None:
     return norm_pci(m.group(1)) if m else None
 
 
-@dataclass
-class _Found:
-    """An event while parsing: the KernelEvent fields plus where it was (line index)."""
-
-    kind: EventKind
-    time: float | None
-    seq: int | None
-    idx: int
-    message: str
-    pci: str | None = None
-    code: int | None = None
-    device: str | None = None
-    port: int | None = None
-    state: str | None = None
-    detail: bool = False  # SXid Severity/Data line; IB: a netdev line
-
-    def event(self) -> KernelEvent:
-        return KernelEvent(kind=self.kind, time=self.time, message=self.message, pci=self.pci, code=self.code,
-                           device=self.device, port=self.port, state=self.state, seq=self.seq)
-
-
 class _Parser:
     def __init__(self, boot_time: float | None, year: int | None):
         self.stamps = Stamps(boot_time, year)
-        self.found: list[_Found] = []
+        self.found: list[Found] = []
         self.unparsed = 0
         self.unparsed_example: str | None = None
         self.idx = 0  # logical line number (kmsg records split into their lines)
         self.prev_time: float | None = None
         self.prev_seq: int | None = None
-        self.prev_kernel = True  # was the previous stamped line a kernel message?
+        # May the previous stamped line's continuation be read? Not when that line was not the
+        # kernel's or began with a process's name: its next line is the same untrusted text.
+        self.prev_kernel = True
+        self.prev_msg = ""  # the previous stamped message: does it begin with a process's name?
         self.prev_kmsg = False
         self.last_time: float | None = None
         self.last_seq: int | None = None
+        self.driver_version: str | None = None
         self.gpu_ctx: tuple[str, int] | None = None  # (pci, line index) of the last GPU named
+        self.export = JournalExport(self.stamps)
 
     # ------------------------------------------------------------------ lines and prefixes
 
     def feed(self, raw: str) -> None:
         line = raw.rstrip("\r\n")
+        if line[:1] in ("_", "") or self.export.fields is not None:  # journalctl -o export
+            entry = self.export.feed(line)
+            if entry is not None:
+                if entry is not False:
+                    self._stamped(entry)
+                return
         if not line.strip():
             return
         m = KMSG.match(line)
@@ -174,24 +148,40 @@ class _Parser:
         if self.prev_kmsg and KMSG_DICT.match(line):
             return  # kmsg dictionary (" SUBSYSTEM=pci"): metadata, not message text
         self.prev_kmsg = False
-        stamped = self.stamps.stamped(line)
+        stamped = journal_json(line, self.stamps) if line[0] == "{" else self.stamps.stamped(line)
         if stamped is None and line[0] in QUOTES:
             stamped = self.stamps.stamped(line.lstrip(QUOTES))  # pasted: "> [Fri Aug 30 ...] ..."
         if stamped is None:
             stamped = self._embedded(line)
         if stamped is not None:
-            t, kernel, msg = stamped
-            self.prev_time, self.prev_seq, self.prev_kernel = t, None, kernel
-            self._saw_time(t)
-            if kernel:
-                self._message(msg, t, None)
+            self._stamped(stamped)
             return
-        if line[0].isspace():  # continuation of the previous line's message
-            if self.prev_kernel:
+        # asked only here, for the rare unstamped line: most logs stamp every line
+        prev_process = self.prev_kernel and G.is_process_line(self.prev_msg.strip())
+        if line[0].isspace():  # continuation of the previous line's message, trusted as it was
+            if self.prev_kernel and not prev_process:
                 self._message(line.strip(), self.prev_time, self.prev_seq)
             return
-        self.prev_time, self.prev_seq, self.prev_kernel = None, None, True
-        self._message(line, None, None)  # bare text, no stamp at all
+        if prev_process:
+            return  # the rest of a line that began with a process name: a newline it quoted
+
+        # bare text, no stamp at all: "kernel: msg" is the kernel's, "proc[pid]: msg" a program's
+        kernel, msg = after_stamp(line, strict=False)
+        self.prev_time, self.prev_seq = None, None
+        self.prev_kernel, self.prev_msg = kernel, msg
+        if kernel:
+            self._message(msg, None, None)
+
+    def _stamped(self, stamped: tuple[float | None, bool, str]) -> None:
+        t, kernel, msg = stamped
+        self.prev_time, self.prev_seq = t, None
+        self.prev_kernel, self.prev_msg = kernel, msg
+        self._saw_time(t)
+        if kernel and "\n" in msg:  # a journal entry may hold several lines, as a kmsg record
+            for part in _record_lines(msg):
+                self._message(part, t, None)
+        elif kernel:
+            self._message(msg, t, None)
 
     def _embedded(self, line: str) -> tuple[float | None, bool, str] | None:
         """A driver message with unrelated text, and its stamp, before it (a ticket's paste)."""
@@ -202,7 +192,8 @@ class _Parser:
         if found is None:
             return None
         t, end = found
-        return t, True, line[end:].lstrip(" :]")
+        kernel, msg = after_stamp(line[end:].lstrip(" :]"), strict=False)  # "host proc[pid]:" is a program
+        return t, kernel, msg
 
     def _saw_time(self, t: float | None) -> None:
         if t is not None and (self.last_time is None or t > self.last_time):
@@ -211,60 +202,67 @@ class _Parser:
     def _kmsg(self, m: re.Match) -> None:
         seq, usec = int(m.group(2)), int(m.group(3))
         t = usec / 1e6 + (self.stamps.boot_time or 0.0)
-        self.prev_time, self.prev_seq, self.prev_kernel, self.prev_kmsg = t, seq, True, True
+        self.prev_time, self.prev_seq, self.prev_kmsg = t, seq, True
         self._saw_time(t)
         self.last_seq = seq if self.last_seq is None else max(self.last_seq, seq)
+        # The prefix is facility * 8 + level. Only facility 0 is the kernel's own: a record
+        # written into /dev/kmsg from user space gets facility 1 or more, whatever it asks for.
+        self.prev_kernel, self.prev_msg = int(m.group(1)) >> 3 == 0, ""
+        if not self.prev_kernel:
+            return
         # Newlines inside one printk come escaped (\x0a), as does any non-ASCII byte.
-        for part in unescape_kmsg(m.group(4)).split("\n"):
-            if part.strip():
-                self._message(part, t, seq)
+        for part in _record_lines(unescape_kmsg(m.group(4))):
+            self._message(part, t, seq)
 
     # ------------------------------------------------------------------ messages
 
     def _message(self, text: str, t: float | None, seq: int | None) -> None:
         self.idx += 1
-        if "SXid" in text and _SXID_WORD.search(text):
-            self._sxid(text, t, seq)
-        elif "NVRM" in text:
-            self._nvrm(text, t, seq)
-        elif "mlx5_core" in text:
-            self._mlx5(text, t, seq)
-        elif "fallen off the bus" in text:
-            self._fallen(text, t, seq)
+        msg = text.strip()
+        if not msg.startswith(_STARTS) and "SXid" not in msg:
+            return  # cheap first: most kernel lines are nothing of the driver's
+        if G.is_process_line(msg):
+            return  # a line that starts with a process's name is never driver evidence
+        if "SXid" in msg and G.SXID_WORD.search(msg):
+            self._sxid(msg, t, seq)
+        elif msg.startswith("NVRM"):
+            self._nvrm(msg, t, seq)
+        elif msg.startswith("mlx5_core"):
+            self._mlx5(msg, t, seq)
+        elif msg.startswith("GSP task watchdog"):
+            self._nvrm(msg, t, seq)
 
     def _unreadable(self, text: str) -> None:
         self.unparsed += 1
         if self.unparsed_example is None:
             self.unparsed_example = sanitize(text, 200)
 
-    def _nvrm(self, text: str, t: float | None, seq: int | None) -> None:
-        at = text.find("NVRM:")
-        body = text[at:] if at >= 0 else text
-        m = _XID.search(body)
+    def _nvrm(self, msg: str, t: float | None, seq: int | None) -> None:
+        m = G.XID.match(msg)
         if m:
-            pci = _pci(m.group(1))
-            self._xid(body, t, seq, pci, int(m.group(2)))
+            self._xid(msg, t, seq, norm_pci(m.group(1)), int(m.group(2)))
             return
-        if _XID_WORD.search(body):
-            self._unreadable(body)
-            m = _XID_LENIENT.search(body)
-            if m:  # the code is readable though the line is not: keep it, never drop it
-                any_pci = _ANY_PCI.search(m.group(1))
-                self._xid(body, t, seq, norm_pci(any_pci.group(1)) if any_pci else None, int(m.group(2)))
+        if msg.startswith("NVRM:") and G.XID_WORD.search(msg):
+            self._unreadable(msg)  # the driver's prefix, not its grammar: a warning, never a drain
             return
-        if "fallen off the bus" in body:
-            self._fallen(body, t, seq)
+        m = G.FALLEN.match(msg)
+        if m:
+            self._fallen(msg, t, seq, m.group(1) or m.group(2))
             return
-        for name, rx in SIGNALS:
-            if rx.search(body):
-                self._signal(name, body, t, seq)
-                return
-        ctx = _GPU_CTX.search(body)
+        name = G.driver_signal(msg)
+        if name:
+            self._signal(name, msg, t, seq)
+            return
+        version = G.driver_version(msg)
+        if version:
+            self.driver_version = version
+            return
+        ctx = G.GPU_CTX.match(msg)
         if ctx:
             self.gpu_ctx = (norm_pci(ctx.group(1)), self.idx)
 
     def _xid(self, body: str, t: float | None, seq: int | None, pci: str | None, code: int) -> None:
-        self.found.append(_Found(EventKind.XID, t, seq, self.idx, sanitize(body[len("NVRM: "):]), pci=pci, code=code))
+        self.found.append(Found(EventKind.XID, t, seq, self.idx, sanitize(body[len("NVRM: "):]), pci=pci, code=code))
         if pci:
             self.gpu_ctx = (pci, self.idx)
 
@@ -276,21 +274,21 @@ class _Parser:
     def _signal(self, name: str, body: str, t: float | None, seq: int | None) -> None:
         m = _ANY_PCI.search(body)
         pci = norm_pci(m.group(1)) if m else self._context_pci()
-        dev = _DRIVER_GPU.search(body)
-        self.found.append(_Found(EventKind.DRIVER, t, seq, self.idx, sanitize(body[len("NVRM: "):]), pci=pci,
+        dev = G.DRIVER_GPU.match(body)
+        text = body[len("NVRM: "):] if body.startswith("NVRM: ") else body
+        self.found.append(Found(EventKind.DRIVER, t, seq, self.idx, sanitize(text), pci=pci,
                                  device=dev.group(1) if dev else None, state=name))
 
-    def _fallen(self, text: str, t: float | None, seq: int | None) -> None:
-        m = _ANY_PCI.search(text)
-        pci = norm_pci(m.group(1)) if m else self._context_pci()
-        at = text.find("NVRM:")
-        msg = text[at + len("NVRM:"):] if at >= 0 else text
-        self.found.append(_Found(EventKind.FALLEN_OFF_BUS, t, seq, self.idx, sanitize(msg), pci=pci, code=79))
+    def _fallen(self, msg: str, t: float | None, seq: int | None, named: str | None) -> None:
+        pci = norm_pci(named) if named else self._context_pci()
+        self.found.append(Found(EventKind.FALLEN_OFF_BUS, t, seq, self.idx, sanitize(msg[len("NVRM:"):]), pci=pci,
+                                 code=79))
 
     def _sxid(self, text: str, t: float | None, seq: int | None) -> None:
-        m = _SXID.search(text)
+        m = G.SXID.match(text)
         if not m:
-            self._unreadable(text)
+            if text.startswith(("nvidia-nvswitch", "SXid", "NVRM:")):
+                self._unreadable(text)
             return
         rest = m.group(4)
         fat = _SXID_FATALITY.match(rest)
@@ -299,23 +297,21 @@ class _Parser:
             state = "fatal" if fat.group(1).lower() == "fatal" else "non-fatal"
         link = _LINK_NO.search(rest)
         at = text.find("SXid")
-        self.found.append(_Found(EventKind.SXID, t, seq, self.idx, sanitize(text[at:]), pci=norm_pci(m.group(2)),
+        self.found.append(Found(EventKind.SXID, t, seq, self.idx, sanitize(text[at:]), pci=norm_pci(m.group(2)),
                                  code=int(m.group(3)), device=m.group(1), port=int(link.group(1)) if link else None,
                                  state=state, detail=fat is None and bool(_SXID_DETAIL.match(rest))))
 
-    def _mlx5(self, text: str, t: float | None, seq: int | None) -> None:
-        at = text.find("mlx5_core")
-        body = text[at:]
+    def _mlx5(self, body: str, t: float | None, seq: int | None) -> None:
         m = _MLX_PORT.match(body)
         if m:
             dev = m.group(2) if m.group(2) and m.group(2).startswith("mlx5_") else None
-            self.found.append(_Found(EventKind.IB_LINK, t, seq, self.idx, sanitize(body), pci=norm_pci(m.group(1)),
+            self.found.append(Found(EventKind.IB_LINK, t, seq, self.idx, sanitize(body), pci=norm_pci(m.group(1)),
                                      device=dev, port=int(m.group(3)), state=m.group(4).upper()))
             return
         m = _MLX_NETDEV.match(body)
         if m:
             state = "ACTIVE" if m.group(3) == "up" else "DOWN"
-            self.found.append(_Found(EventKind.IB_LINK, t, seq, self.idx, sanitize(body), pci=norm_pci(m.group(1)),
+            self.found.append(Found(EventKind.IB_LINK, t, seq, self.idx, sanitize(body), pci=norm_pci(m.group(1)),
                                      port=1, state=state, detail=True))
             return
         if "Port:" in body and "Link" in body:
@@ -324,73 +320,24 @@ class _Parser:
     # ------------------------------------------------------------------ incidents
 
     def finish(self) -> KernelLog:
-        found = _merge_sxid_details(self.found)
-        found = _merge_fallen(found)
-        found = _merge_netdev(found)
+        if self.export.fields is not None:  # an export that ends without its blank line
+            entry = self.export.end()
+            if entry is not None:
+                self._stamped(entry)
+        found = incidents(self.found)
         return KernelLog(events=[f.event() for f in found], last_time=self.last_time, last_seq=self.last_seq,
-                         unparsed_lines=self.unparsed, unparsed_example=self.unparsed_example)
+                         unparsed_lines=self.unparsed, unparsed_example=self.unparsed_example,
+                         driver_version=self.driver_version)
 
 
-# ---------------------------------------------------------------------- post-passes
-
-
-def _near(a: _Found, b: _Found, seconds: float) -> bool:
-    if a.time is not None and b.time is not None:
-        return abs(a.time - b.time) <= seconds
-    return abs(a.idx - b.idx) <= UNTIMED_NEAR_LINES
-
-
-def _merge_sxid_details(found: list[_Found]) -> list[_Found]:
-    """Severity/Data lines join their header; a detail with no header nearby becomes the event."""
-    headers: dict[tuple, list[_Found]] = {}
-    for f in found:
-        if f.kind is EventKind.SXID and not f.detail:
-            headers.setdefault((f.pci, f.code), []).append(f)
-    out: list[_Found] = []
-    orphans: dict[tuple, list[_Found]] = {}
-    for f in found:
-        if f.kind is EventKind.SXID and f.detail:
-            key = (f.pci, f.code)
-            if any(_near(f, h, SXID_DETAIL_S) for h in headers.get(key, ())):
-                continue
-            if any(_near(f, o, SXID_DETAIL_S) for o in orphans.get(key, ())):
-                continue
-            orphans.setdefault(key, []).append(f)
-            f.detail = False
-        out.append(f)
-    return out
-
-
-def _merge_fallen(found: list[_Found]) -> list[_Found]:
-    """One incident per GPU: drop fallen-off messages next to an Xid 79 or an earlier message."""
-    xid79 = [f for f in found if f.kind is EventKind.XID and f.code == 79]
-    kept: list[_Found] = []
-    out: list[_Found] = []
-    for f in found:
-        if f.kind is EventKind.FALLEN_OFF_BUS:
-            same = [g for g in xid79 + kept if f.pci is None or g.pci is None or g.pci == f.pci]
-            if any(_near(f, g, FALLEN_SAME_INCIDENT_S) for g in same):
-                continue
-            kept.append(f)
-        out.append(f)
-    return out
-
-
-def _merge_netdev(found: list[_Found]) -> list[_Found]:
-    """Keep a netdev Link up/down only when no Port: line tells the same change; name its HCA."""
-    ports = [f for f in found if f.kind is EventKind.IB_LINK and not f.detail]
-    names = {f.pci: f.device for f in ports if f.device}
-    out: list[_Found] = []
-    for f in found:
-        if f.kind is EventKind.IB_LINK:
-            if f.detail:
-                twin = [p for p in ports if p.pci == f.pci and p.state == f.state]
-                if any(_near(f, p, NETDEV_SAME_CHANGE_S) for p in twin):
-                    continue
-            if f.device is None:
-                f.device = names.get(f.pci)
-        out.append(f)
-    return out
+def _record_lines(text: str) -> list[str]:
+    """The lines of one kernel record. Those after the first are read only when the first is
+    the driver's: a newline in a file name that a segfault line quotes must not start a
+    "driver" line of its own."""
+    parts = [p for p in text.split("\n") if p.strip()]
+    if len(parts) > 1 and (not parts[0].lstrip().startswith("NVRM:") or G.is_process_line(parts[0].strip())):
+        return parts[:1]
+    return parts
 
 
 def parse_lines(lines: Iterable[str], boot_time: float | None = None, year: int | None = None) -> KernelLog:

@@ -1,11 +1,28 @@
 """The stamp in front of a kernel log line: which tool printed it, when, and whether it is the
 kernel's. Pure, no I/O, never raises; :mod:`gpuhc.sources.kernel_log_parse` reads the rest.
 
-Shapes (the table in :mod:`kernel_log_parse` has examples): ``/dev/kmsg`` records, ``dmesg``
-plain, ``-T`` and ``--time-format=iso`` (with or without ``--decode``), ``journalctl -k`` and
-syslog with or without a host name, rsyslog's ISO stamps, and ``talosctl dmesg``
-(``192.168.11.119: kern: warning: [2026-04-22T21:30:51.526447914Z]: msg``, the severity padded
-to a column). A line pasted from a ticket or an e-mail may carry quote marks or indentation
+Shapes (``talosctl dmesg`` pads its severity to a column; journal exports are read by
+:func:`journal_json` and :class:`JournalExport`, and say who wrote each entry):
+
+==========================  ==================================================  ==============
+shape                       example prefix                                      time
+==========================  ==================================================  ==============
+``/dev/kmsg`` record        ``6,3964,206764307,-;msg``                          since boot
+``dmesg``                   ``[  123.456789] msg``                              since boot
+``dmesg -T`` (ctime)        ``[Sun Feb 23 16:24:18 2025] msg``                  local time
+``dmesg --time-format=iso`` ``2024-11-15T05:39:15,491363+00:00 msg``            epoch
+``dmesg --decode``          ``kern  :warn  : `` before any of the above          (as above)
+``journalctl -k``/syslog    ``Feb 14 05:03:41 host kernel: msg``                local time
+  without a host name       ``Mar 29 15:38:59 kernel: msg``                     local time
+rsyslog / short-iso         ``2024-06-11T10:23:45.123+00:00 host kernel: msg``  epoch
+``talosctl dmesg``          ``10.0.0.5: kern: warning: [2026-04-22T21:30:51.5Z]: msg``  epoch
+pasted                      ``> [Fri Aug 30 11:43:09 2024] msg``, text before   (its stamp)
+continuation line           indented text with no stamp                         previous line
+``journalctl -o json``      ``{"_TRANSPORT":"kernel","MESSAGE":"msg",...}``      epoch
+``journalctl -o export``    ``__CURSOR=...`` then ``KEY=value`` lines, a blank   epoch
+==========================  ==================================================  ==============
+
+A line pasted from a ticket or an e-mail may carry quote marks or indentation
 before its stamp, or unrelated text before the stamp: :meth:`Stamps.embedded` finds the stamp
 nearest the driver message in such a line.
 """
@@ -24,10 +41,10 @@ _MONTHS = {m: i for i, m in enumerate(
 KMSG = lazy(r"(\d{1,3}),(\d{1,20}),(\d{1,20}),[^;]{0,40};(.*)", re.S)
 KMSG_DICT = lazy(r"\s[A-Z_]+=")
 _FACILITY = r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7])"
-_DECODE = lazy(_FACILITY + r"\s*:\s*(?:emerg|alert|crit|err|warn|notice|info|debug)\s*:\s?")
+_DECODE = lazy("(" + _FACILITY + r")\s*:\s*(?:emerg|alert|crit|err|warn|notice|info|debug)\s*:\s?")
 _ISO_BODY = r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?"
 # talosctl dmesg: "<node>: <facility>: <severity, padded>: [<RFC 3339>]: message"
-_TALOS = lazy(r"(?:[\w.:\[\]-]{1,64}: )?" + _FACILITY
+_TALOS = lazy(r"(?:[\w.:\[\]-]{1,64}: )?(" + _FACILITY + ")"
                     + r"\s*:\s*(?:emerg|alert|crit|err|error|warning|warn|notice|info|debug)\s*:\s*\["
                     + _ISO_BODY + r"\]:?\s?")
 _LEVEL = lazy(r"<\d{1,3}>")
@@ -35,10 +52,11 @@ _MONO = lazy(r"\s*\[?\s*(\d{1,12}\.\d{1,9})\]\s?")  # "[  12.34] " and a cut-off
 _CTIME = lazy(r"\[(\w{3}) (\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]\s?")
 _ISO = lazy(_ISO_BODY + r"\s+")
 _SYSLOG = lazy(r"(\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))? ")
-# After a syslog/ISO stamp: "[host ]kernel[pid]: msg" is the kernel; "host proc[pid]: msg" and
-# "proc[pid]: msg" are programs. A host name never ends in ':', which tells "NVRM: ..." (a
+# After a syslog/ISO stamp: "[host ]kernel: msg" is the kernel; "host proc[pid]: msg" and
+# "proc[pid]: msg" are programs, "kernel[pid]:" too: the kernel has no pid, and the journal
+# prints one for any program that calls itself "kernel" (logger -t kernel). A host name never ends in ':', which tells "NVRM: ..." (a
 # kernel message with neither host nor tag, as some collectors write it) from "host proc:".
-_KERNEL_TAG = lazy(r"(?:[^\s:]+ )?kernel(?:\[\d+\])?: ?")
+_KERNEL_TAG = lazy(r"(?:[^\s:]+ )?kernel: ?")
 _HOST_PROC = lazy(r"[^\s:]+ ([^\s:\[]+)(?:\[\d+\])?: ?")
 _PROC_PID = lazy(r"(?:[^\s:]+ )?[^\s:\[]+\[\d+\]: ?")
 # A stamp anywhere in a line (the text before it is not the log's): the shapes above, searched.
@@ -64,10 +82,17 @@ class Stamps:
         """(time, is-a-kernel-message, message) for a line that starts with a known stamp."""
         m = _TALOS.match(line) if "]:" in line[:140] else None  # cheap test first: most lines are not
         if m:
-            return iso_time(m), True, line[m.end():]
+            return _iso_time(m, 1), m.group(1) == "kern", line[m.end():]
         m = _DECODE.match(line)
+        facility = "kern"
         if m:
-            line = line[m.end():]
+            facility, line = m.group(1), line[m.end():]
+        found = self._stamp(line)
+        if found is not None and facility != "kern":  # dmesg --decode names the facility
+            return found[0], False, found[2]
+        return found
+
+    def _stamp(self, line: str) -> tuple[float | None, bool, str] | None:
         m = _LEVEL.match(line)
         if m:
             line = line[m.end():]
@@ -80,11 +105,11 @@ class Stamps:
             return self.since_boot(float(m.group(1))), True, line[m.end():]
         m = _ISO.match(line)
         if m:
-            kernel, msg = _after_stamp(line[m.end():], strict=False)
+            kernel, msg = after_stamp(line[m.end():], strict=False)
             return iso_time(m), kernel, msg
         m = _SYSLOG.match(line)
         if m:
-            kernel, msg = _after_stamp(line[m.end():], strict=True)
+            kernel, msg = after_stamp(line[m.end():], strict=True)
             return self._syslog_time(m.groups()), kernel, msg
         return None
 
@@ -138,7 +163,7 @@ class Stamps:
         return None if t is None else t + frac
 
 
-def _after_stamp(rest: str, strict: bool) -> tuple[bool, str]:
+def after_stamp(rest: str, strict: bool) -> tuple[bool, str]:
     """(is-the-kernel, message) for the text after a syslog (``strict``) or ISO stamp.
 
     An ISO stamp is also ``dmesg --time-format=iso``'s, whose messages often read like
@@ -188,11 +213,84 @@ def epoch(year: int, month: int, day: int, hh: int, mm: int, ss: int, utc_offset
 
 def iso_time(m: re.Match) -> float | None:
     """Epoch of a match whose groups 1-8 are _ISO_BODY's."""
-    tz, offset = m.group(8), None
+    return _iso_time(m, 0)
+
+
+def _iso_time(m: re.Match, skip: int) -> float | None:
+    """Epoch of a match whose groups skip+1 .. skip+8 are _ISO_BODY's."""
+    g = m.groups()[skip:skip + 8]
+    tz, offset = g[7], None
     if tz == "Z":
         offset = 0
     elif tz:
         digits = tz[1:].replace(":", "")
         offset = (int(digits[:2]) * 3600 + int(digits[2:]) * 60) * (1 if tz[0] == "+" else -1)
-    t = epoch(*(int(m.group(i)) for i in range(1, 7)), utc_offset=offset)
-    return None if t is None else t + (float("0." + m.group(7)) if m.group(7) else 0.0)
+    t = epoch(*(int(x) for x in g[:6]), utc_offset=offset)
+    return None if t is None else t + (float("0." + g[6]) if g[6] else 0.0)
+
+
+MAX_JSON_LINE = 1 << 20  # a journal entry longer than this is not one gpuhc reads
+
+
+def journal_json(line: str, stamps: Stamps) -> tuple[float | None, bool, str] | None:
+    """(time, is-the-kernel, message) of one ``journalctl -o json`` entry, else None.
+
+    The journal records who wrote each entry: ``_TRANSPORT`` is ``kernel`` only for the kernel's
+    own ring buffer (systemd.journal-fields(7)); a program's message never is, whatever its
+    SYSLOG_IDENTIFIER says. MESSAGE is a string, or a list of bytes when it is not UTF-8."""
+    if len(line) > MAX_JSON_LINE or not line.rstrip().endswith("}"):
+        return None
+    import json
+
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(entry, dict):
+        return None
+    msg = entry.get("MESSAGE")
+    if isinstance(msg, list) and all(isinstance(b, int) and 0 <= b < 256 for b in msg):
+        msg = bytes(msg).decode("utf-8", "replace")
+    if not isinstance(msg, str):
+        return None
+    t = None
+    usec = entry.get("__REALTIME_TIMESTAMP")
+    if isinstance(usec, str) and usec.isdigit() and len(usec) < 20:
+        t = int(usec) / 1e6
+    elif isinstance(entry.get("__MONOTONIC_TIMESTAMP"), str) and entry["__MONOTONIC_TIMESTAMP"].isdigit():
+        t = stamps.since_boot(int(entry["__MONOTONIC_TIMESTAMP"][:19]) / 1e6)
+    return t, entry.get("_TRANSPORT") == "kernel", msg
+
+
+class JournalExport:
+    """``journalctl -o export`` read line by line: an entry is ``KEY=value`` lines up to a blank
+    line, starting with ``__CURSOR=``. :meth:`feed` returns ``(time, is-the-kernel, message)``
+    when an entry ends, like :func:`journal_json`, and False for a line that belongs to an entry.
+    Binary fields (a name alone on its line, then a length and raw bytes) are not text and are
+    skipped; an entry whose MESSAGE is binary has no text gpuhc could read anyway."""
+
+    MAX_FIELDS = 256  # an entry with more is not one journald writes
+
+    def __init__(self, stamps: Stamps):
+        self.stamps = stamps
+        self.fields: dict[str, str] | None = None
+
+    def feed(self, line: str) -> tuple[float | None, bool, str] | bool | None:
+        if self.fields is None:
+            if not line.startswith("__CURSOR="):
+                return None
+            self.fields = {}
+        if not line.strip():
+            return self.end()
+        key, eq, value = line.partition("=")
+        if eq and len(self.fields) < self.MAX_FIELDS:
+            self.fields.setdefault(key, value)
+        return False
+
+    def end(self) -> tuple[float | None, bool, str] | None:
+        fields, self.fields = self.fields, None
+        if not fields or "MESSAGE" not in fields:
+            return None
+        usec = fields.get("__REALTIME_TIMESTAMP", "")
+        t = int(usec) / 1e6 if usec.isdigit() and len(usec) < 20 else None
+        return t, fields.get("_TRANSPORT") == "kernel", fields["MESSAGE"]

@@ -1,0 +1,92 @@
+"""The NVIDIA driver's own message grammar, and the kernel lines that carry a process name.
+Pure, no I/O, never raises; :mod:`gpuhc.sources.kernel_log_parse` uses it line by line.
+
+Why a strict grammar (docs/security.md, "Kernel log (driver evidence)"): gpuhc drains nodes
+on driver evidence, and the kernel log also holds text that users choose. The kernel starts
+some of its own lines with a process's name (``comm[pid]: segfault at ...``, ``comm invoked
+oom-killer``), and any user may name a process ``NVRM Xid()79``. So a driver event is a line
+that *starts* with the driver's own words, exactly as the driver prints them; a name of at most
+15 characters cannot spell any of these forms, because each has fixed text longer than that
+before its first variable part. The formats are the ones in NVIDIA's open-gpu-kernel-modules
+(kernel_rc.c's Xid print, NV_DEV_PRINTF's ``NVRM: GPU dddd:bb:dd.f:`` prefix, osapi.c's
+three-line fallen-off-the-bus message, the NVSwitch SXid print, the GSP health check and
+CrashCat report), checked against the real lines in tests/fixtures/kernel_log/real/.
+
+A line that names NVRM and an Xid but does not fit the grammar is at most a warning that never
+drains (the xid check says why); a line in a process-name form is nothing at all.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpuhc.lazyre import lazy
+
+PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
+# "NVRM: " then the driver's optional GPU name ("GPU6 ") and the printing function's name, as
+# NV_PRINTF writes them: "NVRM: GPU0 kgspHealthCheck_TU102: ..."
+_FN = r"NVRM: (?:GPU\d{1,3} )?\w{1,80}: "
+
+# kernel_rc.c: "NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]): %d, ..." and the
+# older "NVRM: Xid (0000:03:00): 14, ..." of NVIDIA's Xid documentation. The comma is always
+# printed (the message may be empty after it).
+XID = lazy(r"NVRM: Xid \((?:PCI:)?(" + PCI + r")(?: GPU-I:\d{1,3})?(?: GPU-CI:\d{1,3})?\): (\d{1,6}),")
+XID_WORD = lazy(r"\bXid\b")
+# common_nvswitch.h: "nvidia-%s: SXid (PCI:%04x:%02x:%02x.%x): %05d, ..."
+SXID = lazy(r"(?:nvidia-(nvswitch\d{1,3}): )?SXid \(PCI:(" + PCI + r")\): (\d{1,6}),\s*(.*)")
+SXID_WORD = lazy(r"\bSXid\b")
+# osapi.c prints three lines in one record (the GPU is named on the first); NV_DEV_PRINTF's
+# one-liner after an Xid 79; and the pre-R400 legacy one-liner.
+FALLEN = lazy(r"NVRM: (?:fallen off the bus and is not responding to commands\."
+              r"|GPU (" + PCI + r"): GPU has fallen off the bus\."
+              r"|GPU at (?:PCI:)?(" + PCI + r") has fallen off the bus\.)")
+GPU_CTX = lazy(r"NVRM: (?:The NVIDIA GPU|GPU at|GPU) (?:PCI:)?(" + PCI + r")")
+DRIVER_GPU = lazy(r"NVRM: (GPU\d{1,3})\b")
+# "NVRM: loading NVIDIA UNIX [Open ]Kernel Module for x86_64  575.57.08  Release Build ..." and
+# the proprietary "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15  ..."
+DRIVER_LOADED = lazy(r"NVRM: loading NVIDIA UNIX .{0,40}?Kernel Module (?:for \S{1,20} )?\s*(\d{2,4}\.\d{1,3}(?:\.\d{1,3})?)\b")
+
+# Driver messages that need action without an Xid, first match wins (one line, one signal).
+# What each one asks for is data: the ``signals`` section of gpuhc/data/xid_catalog.yaml.
+# The assertion wrappers (nvAssertFailedNoLog, nvCheckOkFailedNoLog, ...) print
+# "<fn>: Assertion failed: <text>" or "<fn>: Check failed: <text> [NV_ERR_...]".
+_CHECK = _FN + r"(?:Assertion|Check) failed: "
+SIGNALS: tuple[tuple[str, re.Pattern], ...] = (
+    ("gpu_lost", lazy(_CHECK + r"GPU lost from the bus \[NV_ERR_GPU_IS_LOST\]")),
+    ("rm_init_failed", lazy(r"NVRM: GPU " + PCI + r": RmInitAdapter failed! \(0x[0-9a-fA-F]{1,8}:0x[0-9a-fA-F]{1,8}:\d{1,8}\)")),
+    ("gsp_rpc_timeouts", lazy(_CHECK + r"Back to back GSP RPC timeout detected! GPU marked for reset")),
+    ("marked_for_reset", lazy(_FN + r"(?:Assertion failed: )?G[Pp][Uu] marked for reset\b")),
+    ("reset_required", lazy(_CHECK + r"Reset required \[NV_ERR_RESET_REQUIRED\]")),
+    # kernel_gsp_tu102.c's health check: a banner, then crashcatReportLog's lines
+    ("gsp_crashcat", lazy(_FN + r"\*{10,} GSP-CrashCat Report \*{10,}\s*$")),
+    # kernel_gsp.c: the GSP-RM or LibOS heartbeat stopped (GSP-RM hung, in the driver's words)
+    ("gsp_heartbeat", lazy(_FN + r"(?:Heartbeat timed out, currentTimeMs \d{1,12} |(?:GSP RM|LibOS) heartbeat timed out\s*$)")),
+    # crashcat_report_v1_libos3.c prints the watchdog line with no "NVRM:" in front; newer
+    # drivers put their own banner over it
+    ("gsp_watchdog", lazy(r"(?:NVRM: (?:GPU\d{1,3} )?)?GSP task watchdog timeout @ pc:0x[0-9a-fA-F]{1,16}, partition:\d{1,3}#\d{1,3}, task:\d{1,3}")),
+)
+
+# Kernel lines that begin with a process's name (comm, at most 15 characters, anything a user
+# likes): segfaults and traps, print-fatal-signals, drop_caches, the OOM killer, allocation
+# failures. Their text is the kernel's, their first words are not.
+_PROCESS = lazy(r"(?:traps: )?.{1,16}?(?:\[\d{1,10}\][: ]|/\d{1,10}: potentially unexpected fatal signal"
+                r"| \(\d{1,10}\): | invoked oom-killer: |: page allocation failure)", re.S)
+
+
+def is_process_line(msg: str) -> bool:
+    """True for a kernel line that starts with a process's name: never driver evidence."""
+    return _PROCESS.match(msg) is not None
+
+
+def driver_signal(msg: str) -> str | None:
+    """The name of the driver signal ``msg`` (one message, stripped) is, else None."""
+    for name, rx in SIGNALS:
+        if rx.match(msg):
+            return name
+    return None
+
+
+def driver_version(msg: str) -> str | None:
+    """The driver version a "loading NVIDIA UNIX ... Kernel Module" line announces."""
+    m = DRIVER_LOADED.match(msg)
+    return m.group(1) if m else None
