@@ -243,34 +243,42 @@ class Campaign:
 
     def _on_reboot_done(self, name: str) -> None:
         node = self.nodes[name]
+        survivors = []
         for f in list(node.hardware()):
             if not f.permanent and self.rng.random() < f.cls.reboot_fix:
                 self._repair(node, f, "reboot", keep_lines=False)
             else:
-                f.stamp = self.now() + 30.0  # it shows again after the boot
+                survivors.append(f)
         for f in [f for f in node.faults if f.cls.app]:
             self._repair(node, f, "reboot", keep_lines=False)
         node.old_lines, node.boot = [], self.now()
         self.slurm.reboot_done(name)
         self.offset += 60.0  # the retest unit runs once the node is up
+        for f in survivors:  # the driver logs it again when the retest touches the GPU, after its acknowledgement
+            f.stamp = self.now() + 1.0
         self.stats.retests.append((self.now(), name, retest(self._flow(name, "bootstrap"))))
         self._watch(name)
         self._schedule()
 
     def _on_human(self, name: str, since: float) -> None:
+        """A day after gpuhc drained the node: a person steps in when the node is still out for
+        it (and not retired), or when the fault it drained for is still there (a node that
+        flaps between drain and resume needs a person as much as one that stays out)."""
         row = self.slurm.nodes[name]
         mine = parse_reason(row.reason)
-        out = not row.in_service or mine is not None
-        if not out or (mine is not None and mine.retired):
+        if mine is not None and mine.retired:
             return
-        if self._out_since(name) > since:
-            return  # a newer episode: its own check is scheduled
         node = self.nodes[name]
-        self.stats.human.append((self.now(), name, row.reason))
+        still_out = (not row.in_service or mine is not None) and self._out_since(name) <= since
+        lasting = [f for f in node.hardware() if f.start <= since]
+        if not still_out and not lasting:
+            return
+        self.stats.human.append((self.now(), name, row.reason or f"{lasting[0].cls.name} still there after a day"))
         for f in list(node.faults):
             self._repair(node, f, "a person", keep_lines=False)
         node.old_lines, node.boot = [], self.now()
-        self.slurm.admin_resume(name)
+        if not row.in_service:
+            self.slurm.admin_resume(name)
         self._schedule()
 
     def _out_since(self, name: str) -> float:
