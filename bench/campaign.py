@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""The long campaign (docs/campaign.md): a month of faults against gpuhc's own decision code.
+
+    python bench/campaign.py --policy shipped --seed 1 --days 30 --nodes 64 --json out.json --png out.png
+
+gpuhc's flows (gpuhc/slurm/entry.py, the ladder, the boot-time retest) run unchanged against a
+modelled Slurm on a virtual clock, each node replaying a scenario of examples/scenarios; the
+fault injector (bench/campaign_model/faults.py) draws faults at the published rates. One JSON
+document on stdout (or --json FILE); exit 2 for a bad argument or a policy this build lacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    p.add_argument("--policy", default="shipped", help="shipped|ladder-off|strict|loose|observe")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--days", type=float, default=30.0)
+    p.add_argument("--nodes", type=int, default=64)
+    p.add_argument("--gpus", type=int, default=8, help="GPUs per node (the scenarios are 8x H100)")
+    p.add_argument("--rate-scale", type=float, default=1.0, help="multiply every fault rate (stress runs)")
+    p.add_argument("--reset-s", type=float, default=60.0)
+    p.add_argument("--reboot-s", type=float, default=600.0)
+    p.add_argument("--json", metavar="FILE", help="write the JSON document here instead of stdout")
+    p.add_argument("--png", metavar="FILE", help="write the timeline here")
+    a = p.parse_args(argv)
+    for what, v, lo, hi in (("--days", a.days, 0.01, 366), ("--nodes", a.nodes, 1, 1024), ("--gpus", a.gpus, 8, 8),
+                            ("--rate-scale", a.rate_scale, 0.0, 1000), ("--reset-s", a.reset_s, 0, 3600),
+                            ("--reboot-s", a.reboot_s, 0, 86400)):
+        if not lo <= v <= hi:
+            p.error(f"{what} {v}: must be within {lo}..{hi}")
+    return a
+
+
+def main(argv=None) -> int:
+    a = parse(argv)
+    from gpuhc.errors import ConfigError
+
+    from campaign_model.metrics import compute
+    from campaign_model.policies import config_for
+    from campaign_model.sim import Campaign
+
+    with tempfile.TemporaryDirectory(prefix="gpuhc-campaign-") as tmp:
+        work = Path(tmp)
+        try:
+            config = config_for(a.policy, work)
+        except ConfigError as e:
+            print(f"campaign: {e}", file=sys.stderr)
+            return 2
+        started = time.monotonic()
+        c = Campaign(config, work, nodes=a.nodes, gpus=a.gpus, days=a.days, seed=a.seed, rate_scale=a.rate_scale,
+                     reset_s=a.reset_s, reboot_s=a.reboot_s).run()
+        doc = {"policy": a.policy, "seed": a.seed, "days": a.days, "nodes": a.nodes, "gpus": a.gpus,
+               "rate_scale": a.rate_scale, "reset_s": a.reset_s, "reboot_s": a.reboot_s, **compute(c),
+               "wall_s": round(time.monotonic() - started, 1)}
+        if a.png:
+            from campaign_model.plot import timeline
+
+            timeline(c, a.png, f"gpuhc campaign: policy {a.policy}, seed {a.seed}, {a.nodes} nodes x {a.gpus} GPUs, "
+                               f"{a.days:g} days")
+    text = json.dumps(doc, indent=1, sort_keys=True)
+    if a.json:
+        Path(a.json).write_text(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

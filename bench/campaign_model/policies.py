@@ -1,0 +1,56 @@
+"""The policies a campaign compares (``--policy``), each a small overlay on the shipped config.
+
+shipped: etc/gpuhc.yaml as installed, with the remediation ladder on (README: the deployment the
+issue measures), active checks off (the model has no GPU to burn in); ladder-off: the same
+without the ladder (the schema's default); strict/loose: the hysteresis and the ladder made
+slower or quicker to hand a node back; observe: ``slurm.mode: observe`` (gpuhc decides and logs
+but never changes a node), where this build has it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuhc.config import load_config
+from gpuhc.errors import ConfigError
+
+ETC = Path(__file__).resolve().parents[2] / "etc" / "gpuhc.yaml"
+OVERLAYS = {
+    "shipped": {"slurm": {"remediation": {"enabled": True}}},
+    "ladder-off": {},
+    "strict": {"slurm": {"remediation": {"enabled": True, "reset_attempts": 1}, "resume_after": 6,
+                         "cooldown_s": 3600, "quarantine": {"max_cycles": 2}}},
+    "loose": {"slurm": {"remediation": {"enabled": True, "reset_attempts": 3}, "resume_after": 1,
+                        "cooldown_s": 0, "quarantine": {"max_cycles": 5}}},
+    # What-if: a reboot for "drain + hardware ticket" findings (Xid 79, IB, clocks), whose
+    # shipped ladder is empty (docs/campaign.md, "Where the defaults miss").
+    "ticket-reboot": {"slurm": {"remediation": {"enabled": True, "actions": {"drain_ticket": ["reboot"]}}}},
+    "observe": {"slurm": {"remediation": {"enabled": True}, "mode": "observe"}},
+}
+
+
+def _merge(base: dict, over: dict) -> dict:
+    for k, v in over.items():
+        base[k] = _merge(base.get(k) or {}, v) if isinstance(v, dict) else v
+    return base
+
+
+def config_for(policy: str, workdir: Path, extra: dict | None = None):
+    """The validated Config of ``policy`` (plus ``extra``, a test's overlay); ConfigError (exit 2)
+    names a setting this build lacks."""
+    import yaml
+
+    if policy not in OVERLAYS:
+        raise ConfigError(f"--policy {policy!r}: one of {', '.join(OVERLAYS)}")
+    doc = yaml.safe_load(ETC.read_text())
+    doc.pop("hosts", None)
+    _merge(doc, {"active": {"enabled": False}, "hooks": {"commands": []},
+                 "slurm": {"log_file": None, "syslog": False, "postmortem_dir": str(workdir / "postmortem")}})
+    _merge(doc, OVERLAYS[policy])
+    _merge(doc, extra or {})
+    path = workdir / f"gpuhc-{policy}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    try:
+        return load_config(str(path))
+    except ConfigError as e:
+        raise ConfigError(f"policy {policy!r} needs a setting this build of gpuhc does not have: {e}") from None
