@@ -108,13 +108,17 @@ def test_a_stray_process_is_stopped_by_the_prolog(tmp_path):
     assert m["escapes"]["by_class"].get("stray-process", 0) == 0 and c.stats.jobs["requeued"] >= 1
 
 
-def test_a_policy_this_build_lacks_is_refused_with_its_name(tmp_path):
-    from gpuhc.config import schema
+def test_observe_mode_decides_but_never_changes_a_node(tmp_path):
+    """The observe policy (slurm.mode: observe, docs/repair.md): the same fault that the shipped
+    config drains is decided and logged, and Slurm is never asked to change anything."""
+    c = campaign(tmp_path, [(600, "fallen-off-bus", "gpu001", False)], policy="observe", nodes=2, days=0.1)
+    assert not [e for e in c.slurm.events if e[2] in ("drain", "reason", "resume", "reboot-asked")], c.slurm.events
+    (tmp_path / "shipped").mkdir()
+    shipped = campaign(tmp_path / "shipped", [(600, "fallen-off-bus", "gpu001", False)], nodes=2, days=0.1)
+    assert [e for e in shipped.slurm.events if e[2] == "drain"]
 
-    if "mode" in schema()["slurm"]:
-        pytest.skip("this build has slurm.mode: the observe policy runs (test_observe_mode_never_changes_a_node)")
-    with pytest.raises(ConfigError, match="policy 'observe' needs a setting this build of gpuhc does not have"):
-        config_for("observe", tmp_path)
+
+def test_an_unknown_policy_is_refused_with_its_name(tmp_path):
     with pytest.raises(ConfigError, match="--policy 'nope'"):
         config_for("nope", tmp_path)
 

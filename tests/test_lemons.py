@@ -185,3 +185,14 @@ def test_fleet_lemons_lists_lemons_and_near_lemons_with_their_drains(tmp_path):
     assert "\x1b" not in text and "n1\\x1b" in text and "near" in text
     assert [s.key for s in gather(Config(defaults(schema())), [str(log)], now, show_all=True)[0]] == [
         "n2", G7.serial, "n1\x1b[2J"]
+
+
+def test_stray_processes_never_make_a_lemon():
+    """A process left on a GPU is a job's leftover, not the hardware's: the month-long campaign
+    (docs/campaign.md) retired a healthy node that kept being handed stray processes. Such
+    drains are not counted; a hardware drain among them still is."""
+    strays = [fault(0, check="occupancy"), fault(1, check="occupancy")]
+    assert judge(fault(2, check="occupancy"), strays, S) is None
+    assert judge(fault(2), strays, S) is None  # one hardware drain: no lemon
+    assert judge(fault(3), [*strays, fault(2), fault(2.5)], S) is not None  # three hardware drains
+    assert [s.key for s in standings(strays, 2 * DAY, S)] == []

@@ -95,15 +95,16 @@ class Campaign:
 
     def run(self) -> "Campaign":
         import gpuhc.slurm.actuator as actuator_mod
-        import gpuhc.slurm.gpureset as gpureset_mod
         import gpuhc.runner as runner_mod
+        import gpuhc.slurm.reset_run as reset_mod
 
         real_run_stage = runner_mod.run_stage
-        saved = (actuator_mod.time, gpureset_mod.reset_gpus, runner_mod.run_stage)
-        # The breaker's jitter and settle sleeps pass on the virtual clock; the reset command is
-        # the stand-in; the runner's runs are counted.
+        saved = (actuator_mod.time, reset_mod.procedure, runner_mod.run_stage)
+        # The breaker's jitter and settle sleeps pass on the virtual clock; the reset procedure
+        # (quiesce, reset, restore, verify: gpuhc/slurm/reset_run.py) is the stand-in; the
+        # runner's runs are counted.
         actuator_mod.time = SimpleNamespace(sleep=self._sleep, monotonic=time.monotonic, time=self.now)
-        gpureset_mod.reset_gpus = self._reset
+        reset_mod.procedure = self._reset
         runner_mod.run_stage = lambda opts: self._run_stage(real_run_stage, opts)
         try:
             self._check_healthy()
@@ -125,7 +126,7 @@ class Campaign:
                 getattr(self, "_on_" + kind.replace("-", "_"))(*args)
             self.t = horizon
         finally:
-            actuator_mod.time, gpureset_mod.reset_gpus, runner_mod.run_stage = saved
+            actuator_mod.time, reset_mod.procedure, runner_mod.run_stage = saved
         return self
 
     def _sleep(self, s: float) -> None:
@@ -217,10 +218,10 @@ class Campaign:
 
     # ------------------------------------------------------------------ stand-ins: reset, reboot, a person
 
-    def _reset(self, template, gpus, timeout_s):
-        """`nvidia-smi -r` stand-in: takes reset_s on the virtual clock, repairs a fault a reset
-        can repair with its class's odds (a lemon never)."""
-        from gpuhc.slurm.gpureset import ResetResult
+    def _reset(self, remediation, gpus, read_nvml, log, deadline):
+        """The reset procedure's stand-in: takes reset_s on the virtual clock, repairs a fault a
+        reset can repair with its class's odds (a lemon never)."""
+        from gpuhc.slurm.reset_run import Outcome
 
         node = self.current
         self.offset += self.reset_s
@@ -230,7 +231,7 @@ class Campaign:
             else:
                 f.stamp = self.now()  # it shows again after the reset
         node.write(self.now(), self.lines_cache)
-        return ResetResult(True, f"campaign stand-in reset of gpu{','.join(map(str, gpus))}")
+        return None, Outcome(True, False, f"campaign stand-in reset of gpu{','.join(map(str, gpus))}")
 
     def _on_reboot_start(self, name: str) -> None:
         if name in self.running:

@@ -23,6 +23,11 @@ from typing import Any, Iterable
 from gpuhc.slurm.reason import format_reason, parse_reason
 
 MAX_TEXT = 256  # a node name, serial, UUID or check read back from a record is cut to this
+# Drains that say nothing about the hardware: a process left on a GPU (occupancy) is a job's or
+# a daemon's leftover, and a node that keeps being handed such leftovers is not a lemon. The
+# month-long campaign (docs/campaign.md) retired healthy nodes for stray processes until these
+# were left out of the count.
+NOT_HARDWARE = frozenset({"occupancy"})
 MAX_GPUS = 1024  # gpuhc.limits' bound on GPUs per node, for records read back
 _GPU_SUBJECT = re.compile(r"gpu(\d{1,4})\b")
 
@@ -129,8 +134,9 @@ def gpu_key(gpu: GpuId, serial_of: dict[str, str]) -> str | None:
 
 
 def standings(faults: Iterable[Fault], now: float, s: LemonSettings) -> list[Standing]:
-    """Every node and GPU with a drain inside the window ``(now - D, now]``, lemons first."""
-    inside = sorted((f for f in faults if now - s.window_s < f.time <= now), key=lambda f: f.time)
+    """Every node and GPU with a hardware drain inside the window ``(now - D, now]``, lemons first."""
+    inside = sorted((f for f in faults if now - s.window_s < f.time <= now and f.check not in NOT_HARDWARE),
+                    key=lambda f: f.time)
     serial_of = {g.uuid: g.serial for f in inside for g in f.gpus if g.uuid and g.serial}
     groups: dict[tuple[str, str], list[Fault]] = {}
     for f in inside:
@@ -145,7 +151,7 @@ def standings(faults: Iterable[Fault], now: float, s: LemonSettings) -> list[Sta
 def judge(new: Fault, history: Iterable[Fault], s: LemonSettings) -> Standing | None:
     """Is the node of this new drain, or one of its GPUs, a lemon once the drain is counted?
     The node's own count first, then the GPUs'; None when neither reaches K."""
-    if not s.enabled:
+    if not s.enabled or new.check in NOT_HARDWARE:
         return None
     found = standings([*history, new], new.time, s)
     mine = {("node", new.node)}
