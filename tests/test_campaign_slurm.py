@@ -14,6 +14,7 @@ acts after the same number of runs: the same drains, reasons and resumes, per no
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from campaign_model.node import IDLE  # noqa: E402
 from campaign_model.policies import config_for  # noqa: E402
 from campaign_model.sim import HC_INTERVAL_S, Campaign  # noqa: E402
 from test_slurm_e2e import HEALTHY, base_config, gpuhc  # noqa: E402
+from test_slurm_ladder import fake_proc  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 
@@ -71,8 +73,13 @@ def real_acts(slurm_cluster, tmp_path) -> dict[str, list[tuple[str, str | None]]
     reset.write_text(f"#!/bin/sh\ncp {healed} {files['n1']}\n")
     reset.chmod(0o755)
     cfg = base_config(wd)
+    # The reset procedure around the command (gpuhc/slurm/reset_run.py), as tests/test_slurm_ladder.py
+    # sets it up: no service to stop, persistence toggled by `true`, the driver's GPU files in a /proc.
+    proc = fake_proc(tmp_path / "proc", files["n1"])
     cfg["slurm"]["remediation"] = {"enabled": True, "reset_command": [str(reset), "-r", "-i", "{gpu}"],
-                                   "reset_timeout_s": 10}
+                                   "reset_timeout_s": 10,
+                                   "reset": {"services": [], "nvidia_smi": shutil.which("true"), "proc_root": str(proc),
+                                             "dev_root": str(tmp_path), "fabric_timeout_s": 5}}
     cfg["slurm"]["breaker"].update({"max_drained": 4, "jitter_s": 0.0})
     c = slurm_cluster(workdir=wd, nodes=NODES, gpuhc_config=cfg, node_scenarios={n: str(p) for n, p in files.items()})
     acts: dict[str, list] = {n: [] for n in NODES}
