@@ -45,16 +45,7 @@ class OccupancyLive:
         self.proc_root = proc_root
 
     def read(self) -> Occupancy:
-        nv, why = nvml_util.start(self._module)
-        if nv is None:
-            return Occupancy(available=False, error=why)
-        try:
-            return self._read(nv)
-        finally:
-            try:
-                nv.nvmlShutdown()
-            except nv.NVMLError:
-                pass
+        return nvml_util.session(self._module, self._read, lambda why: Occupancy(available=False, error=why))
 
     def _read(self, nv: Any) -> Occupancy:
         try:

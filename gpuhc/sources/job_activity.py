@@ -93,16 +93,7 @@ class ActivityLive:
         self._clock = clock
 
     def read(self) -> Activity:
-        nv, why = nvml_util.start(self._module)
-        if nv is None:
-            return Activity(available=False, error=why)
-        try:
-            return self._read(nv)
-        finally:
-            try:
-                nv.nvmlShutdown()
-            except nv.NVMLError:
-                pass
+        return nvml_util.session(self._module, self._read, lambda why: Activity(available=False, error=why))
 
     def _read(self, nv: Any) -> Activity:
         try:

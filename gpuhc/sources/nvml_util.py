@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
 
 _INIT_REASONS = {
     "NVML_ERROR_LIBRARY_NOT_FOUND": "NVML library (libnvidia-ml.so.1) not found: is the NVIDIA driver installed?",
@@ -52,6 +54,22 @@ def start(module: Any = None) -> tuple[Any, str | None]:
     except OSError as e:  # a broken libnvidia-ml.so can raise from ctypes itself
         return None, f"cannot load the NVML library: {e}"
     return nv, None
+
+
+def session(module: Any, read: Callable[[Any], T], unavailable: Callable[[str], T]) -> T:
+    """``read(nv)`` between ``nvmlInit`` and ``nvmlShutdown`` (a failing shutdown is ignored: the
+    reading is taken), or ``unavailable(why)`` when NVML cannot start. The readers that hold
+    nothing between runs (GPU processes, job activity) share this one bracket."""
+    nv, why = start(module)
+    if nv is None:
+        return unavailable(why or "NVML unavailable")
+    try:
+        return read(nv)
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except nv.NVMLError:
+            pass
 
 
 def is_error(nv: Any, e: Exception, const: str) -> bool:
