@@ -153,3 +153,89 @@ def test_claims_lost_every_time_end_in_a_drain_on_the_entrys_word(monkeypatch):
     from gpuhc.slurm.ledger_client import CLAIM_TRIES
 
     assert not state.open and "scope" not in sc.asked and sc.asked.count("write") == CLAIM_TRIES
+
+
+# ---------------------------------------------------------------------------- one count per burst
+# Issue 18: after a drain every node waited a share of 2 s and then counted, so a burst of 40
+# drains spread over 20 s cost up to 20 whole-table counts (docs/verification.md). Now the node
+# whose claim filled the entry counts, and the others wait for that count.
+
+
+class Burst(LedgerSlurm):
+    """The ledger as a burst goes on: ``script`` gives (comment, extra) for each read in turn
+    (the last one repeats); the count that covers the burst is the last of them."""
+
+    def __init__(self, *a, script=(), **k):
+        super().__init__(*a, **k)
+        self.script = list(script)
+
+    def ledger(self, name):
+        if self.script:
+            self.comment, self.extra = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        return super().ledger(name)
+
+
+def _drained(sc, name, closes=False):
+    act = Actuator(sc, BS)
+    assert act.carry_out(name, Decision(Act.DRAIN, "x", Memory(), REASON))
+    act.ledger.closes = closes
+    sc.asked.clear()
+    return act
+
+
+def test_a_claimer_of_a_full_entry_waits_for_its_closers_count(monkeypatch):
+    monkeypatch.setattr("time.time", lambda: T0 + 100)
+    monkeypatch.setattr("gpuhc.slurm.ledger_client.PENDING_S", 2.0)  # far longer than 6 reads
+    full = entry(total=10, cap=3, held=1, claimers=("g005", "g006"), t=T0 + 95)
+    cover = entry(total=10, cap=3, held=3, newest=T0 + 51, t=T0 + 99)
+    sc = Burst(table(k=1), now=T0 + 50, script=[(ledger.render([full]), claims(full))] * 6 + [(ledger.render([cover]), "")])
+    state, undone = _drained(sc, "g005").recount("g005", REASON, sc.nodes["g005"])
+    assert state.source == "ledger" and not undone and "scope" not in sc.asked and "stamp" not in sc.asked
+
+
+def test_while_claims_still_grow_nobody_counts(monkeypatch):
+    monkeypatch.setattr("time.time", lambda: T0 + 100)
+    monkeypatch.setattr("gpuhc.slurm.ledger_client.QUIET_S", 1.0)  # far longer than 3 reads
+    growing = [entry(total=10, cap=3, held=0, claimers=tuple(f"g00{i}" for i in range(5, 5 + k)), t=T0 + 95)
+               for k in (1, 2)]
+    cover = entry(total=10, cap=3, held=2, newest=T0 + 51, t=T0 + 99)
+    script = [(ledger.render([e]), claims(e)) for e in growing for _ in range(3)] + [(ledger.render([cover]), "")]
+    sc = Burst(table(k=1), now=T0 + 50, script=script)
+    state, _ = _drained(sc, "g005").recount("g005", REASON, sc.nodes["g005"])
+    assert state.source == "ledger" and "scope" not in sc.asked
+
+
+def test_claims_that_stop_growing_end_the_wait_in_a_count(monkeypatch):
+    """The contrast: a burst that stays below the cap has no closer; once its claims are quiet
+    for QUIET_S the node counts (and that count is the one the others then find)."""
+    monkeypatch.setattr("time.time", lambda: T0 + 100)
+    monkeypatch.setattr("gpuhc.slurm.ledger_client.QUIET_S", 0.1)
+    still = entry(total=10, cap=9, held=1, claimers=("g005", "g006"), t=T0 + 95)
+    sc = Burst(table(k=1), now=T0 + 50, script=[(ledger.render([still]), claims(still))])
+    state, _ = _drained(sc, "g005").recount("g005", REASON, sc.nodes["g005"])
+    assert state.source == "count" and "scope" in sc.asked
+
+
+def test_the_closer_counts_at_once(monkeypatch):
+    monkeypatch.setattr("time.time", lambda: T0 + 100)
+    full = entry(total=10, cap=3, held=1, claimers=("g005", "g006"), t=T0 + 95)
+    sc = Burst(table(k=1), now=T0 + 50, script=[(ledger.render([full]), claims(full))])
+    state, _ = _drained(sc, "g006", closes=True).recount("g006", REASON, sc.nodes["g006"])
+    assert state.source == "count" and sc.asked.count("ledger") <= 3  # no wait: it reads, stamps, counts
+
+
+def test_a_claim_that_fills_the_entry_marks_its_node_the_closer(monkeypatch):
+    monkeypatch.setattr("time.time", lambda: T0 + 10)
+    for claimers, closes in ((("g007",), True), ((), False)):
+        e = entry(total=10, cap=3, held=1, claimers=claimers)
+        sc = LedgerSlurm(table(), ledger.render([e]), extra=claims(e))
+        act = Actuator(sc, BS)
+        assert not act.count("g009", sc.nodes["g009"]).open
+        assert act.ledger.closes is closes
+
+
+def test_a_count_without_room_to_let_its_tick_second_pass_covers_only_earlier_drains():
+    nodes = [n("g001", "IDLE+DRAIN", "gpuhc: xid", T0 + 3), n("g002")]
+    settled = ledger.snapshot(nodes, [nodes[0]], "p=gpu", 1, T0 + 5, "0000abcd", tick=T0 + 4, tick_seen=True)
+    hurried = ledger.snapshot(nodes, [nodes[0]], "p=gpu", 1, T0 + 5, "0000abcd", tick=T0 + 4)
+    assert ledger.covers(settled, T0 + 4) and not ledger.covers(hurried, T0 + 4) and ledger.covers(hurried, T0 + 3)
