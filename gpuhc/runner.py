@@ -124,16 +124,17 @@ def run_stage(opts: RunOptions) -> RunReport:
     snapshot = Snapshot(hostname=report.node, time=opts.now if opts.now is not None else time.time())
     report.snapshot = snapshot
 
-    if sources.replay and opts.now is None and KERNEL_LOG in readers:
-        # A recording is judged at the time of its last line, so it gives the same verdict
-        # next year; that needs the log before any check runs.
-        # Wait no longer than the checks that read it would: a hung recording (a FIFO, a stuck
-        # network file system) must not eat the whole stage budget before any check runs.
+    # A recording is judged at the time of its last line, so it gives the same verdict next
+    # year; that needs the log before any check runs. Wait no longer than the checks that read
+    # it would: a hung recording (a FIFO, a stuck network file system) must not eat the whole
+    # stage budget before any check runs. A log later than that still sets the time before a
+    # check judges it (on a loaded box it came a moment after the wait gave up, and a recorded
+    # Xid 79 was judged at today's date, out of its window: PASS).
+    replay_clock = bool(sources.replay and opts.now is None and KERNEL_LOG in readers)
+    if replay_clock:
         klog_wait = max((eff.timeout_s for c, eff in checks if KERNEL_LOG in (*c.needs, *c.optional)), default=0.0)
-        if readers[KERNEL_LOG].wait(min(deadline, t0 + klog_wait)) and readers[KERNEL_LOG].value is not None:
-            last = readers[KERNEL_LOG].value.last_time
-            if last is not None:
-                snapshot.time = last
+        readers[KERNEL_LOG].wait(min(deadline, t0 + klog_wait))
+        replay_clock = not _recording_time(snapshot, readers[KERNEL_LOG])
 
     profile = None
     baseline = _baseline(opts.config, report)
@@ -160,6 +161,8 @@ def run_stage(opts: RunOptions) -> RunReport:
         if late:
             report.notes.append(f"{check.id}: judged without {', '.join(late)} (no answer within {timeout:.1f}s)")
         _fill(snapshot, readers)
+        if replay_clock:
+            replay_clock = not _recording_time(snapshot, readers[KERNEL_LOG])
         if profile is None:
             # Thresholds depend on the GPU model: choose once NVML answered (or gave up), so a
             # run of only kernel-log checks does not fall back to the generic profile.
@@ -309,6 +312,15 @@ def _judge_without_memory(check: Check, snapshot: Snapshot, ctx: Context, error:
 
 def _wait_for(check: Check, readers: dict[str, _Reader], deadline: float) -> list[str]:
     return [n for n in check.needs if not readers[n].wait(deadline)]
+
+
+def _recording_time(snapshot: Snapshot, klog: _Reader) -> bool:
+    """Set a replay's time from its kernel log once the log is read; False while it is not."""
+    if not klog._done.is_set():
+        return False
+    if klog.value is not None and klog.value.last_time is not None:
+        snapshot.time = klog.value.last_time
+    return True
 
 
 def _fill(snapshot: Snapshot, readers: dict[str, _Reader]) -> None:
