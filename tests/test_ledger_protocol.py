@@ -239,3 +239,18 @@ def test_a_count_without_room_to_let_its_tick_second_pass_covers_only_earlier_dr
     settled = ledger.snapshot(nodes, [nodes[0]], "p=gpu", 1, T0 + 5, "0000abcd", tick=T0 + 4, tick_seen=True)
     hurried = ledger.snapshot(nodes, [nodes[0]], "p=gpu", 1, T0 + 5, "0000abcd", tick=T0 + 4)
     assert ledger.covers(settled, T0 + 4) and not ledger.covers(hurried, T0 + 4) and ledger.covers(hurried, T0 + 3)
+
+
+def test_a_node_that_waits_its_jitter_reads_itself_once_before_the_breaker(monkeypatch):
+    """The read before acting comes after the jitter, not before and after it (200 failing
+    nodes of a storm each saved a one-node query, 17 KB at 10,000 nodes)."""
+    from dataclasses import replace
+
+    monkeypatch.setattr("time.time", lambda: T0 + 10)
+    monkeypatch.setattr("gpuhc.slurm.actuator.time.sleep", lambda s: None)
+    sc = LedgerSlurm(table(), ledger.render([entry(total=10, cap=3, held=3)]))
+    act = Actuator(sc, replace(BS, jitter_s=5.0))
+    out = act.apply("g009", lambda node, open_: Decision(Act.BLOCKED if open_ else Act.DRAIN, "x", Memory(), REASON,
+                                                         uses_capacity=not open_),
+                    node=sc.nodes["g009"])
+    assert out.precount.open and sc.asked[:sc.asked.index("ledger")] == ["node"]
