@@ -71,6 +71,7 @@ class Record:
     jobs: dict = field(default_factory=dict)  # started, killed, ...
     notes: list = field(default_factory=list)  # what the real side could not do as the model did
     lag: list = field(default_factory=list)  # real: Slurm showed a change this long after its decision
+    job_starts: list = field(default_factory=list)  # model: (t, nodes) of every job start
     runs: int = 0
 
 
@@ -83,6 +84,7 @@ def model_record(c: Campaign) -> Record:
         g.in_job, g.how = f.in_job, getattr(f, "how", None)
         rec.faults.append(g)
     rec.escapes = [(t - T0, j, n, cls, injob) for t, j, n, cls, injob in c.stats.escapes]
+    rec.job_starts = [(j.start - T0, j.nodes) for j in c.jobs.values() if j.start is not None]
     return rec
 
 
@@ -108,6 +110,7 @@ class RealCampaign:
         self.resets: dict[str, float] = {}  # request file -> when it came
         self.reset_log: list = []  # (node, start, end)
         self.fault_of: dict[int, F.Fault] = {}  # model fault id -> this side's fault
+        self.started_log = workdir / "jobs-started.log"
 
     # ------------------------------------------------------------------ files the deployment needs
 
@@ -233,8 +236,13 @@ class RealCampaign:
 
     def _on_arrive(self, jid: int) -> None:
         j = self.model.jobs[jid]
+        # The job's own record that it ran on each of its nodes: one task per node, which Slurm
+        # launches only on a node whose prolog passed (the batch script alone runs on the
+        # first node, even while another node's prolog is failing).
+        record = (f"srun -N {j.size} --ntasks-per-node=1 sh -c "
+                  f"'echo $(date +%s.%N) $SLURM_JOB_ID $SLURMD_NODENAME >> {self.started_log}'; ")
         argv = ["--exclusive", "-N", str(j.size), "-o", "/dev/null", "-J", f"campaign-{jid}",
-                "--wrap", f"sleep {max(1, round(j.duration))}"]
+                "--wrap", record + f"exec sleep {max(1, round(j.duration))}"]
         if j.nodes or j.pinned:  # where the model ran it (or the user pinned it): the same faults hit the same jobs
             argv = ["-w", ",".join(j.nodes or j.pinned), *argv]
         self.jobs[jid] = {"real": self.c.sbatch(*argv), "started": False, "killed": False, "nodes": ()}
@@ -267,7 +275,6 @@ class RealCampaign:
             mid = real_to_model.get(int(jid)) if jid.isdigit() else None
             if mid is None or state != "RUNNING" or not nodes:
                 continue
-            self.jobs[mid]["started"] = True
             self.jobs[mid]["nodes"] = tuple(hostlist.expand_hostlist(nodes))
             for name in self.jobs[mid]["nodes"]:
                 self.running[name] = mid
@@ -296,11 +303,15 @@ class RealCampaign:
         return last
 
     def _prologs_and_escapes(self) -> None:
-        """A job that started (Slurm ran it) on a node whose prolog ran while a hardware fault
-        was active there is an escape, by the prolog's own record."""
+        """A job whose task ran on a node whose prolog for it ran while a hardware fault was
+        active there is an escape: by the prolog's own record and the task's."""
+        lines = self.started_log.read_text().splitlines() if self.started_log.exists() else []
+        ran = {tuple(ln.split()[1:3]) for ln in lines if len(ln.split()) == 3}  # (job, node)
+        for v in self.jobs.values():
+            v["started"] = any(job == str(v["real"]) for job, _ in ran)
         started = {str(v["real"]): k for k, v in self.jobs.items() if v["started"]}
         for t, kind, node, job in self._calls():
-            if kind != "prolog" or job not in started:
+            if kind != "prolog" or (job, node) not in ran:
                 continue
             for f in self.fault_of.values():
                 if f.node != node or f.cls.app or not (f.start - self.t0 <= t and (f.end is None or f.end - self.t0 > t)):
