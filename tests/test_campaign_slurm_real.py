@@ -60,6 +60,16 @@ def test_bounds_catch_a_false_drain_and_an_escape():
     assert bounds(rec) == ["escape: job 3 started on n1 with row-remap-pending at 11.0s"]
 
 
+def test_the_cli_refuses_a_seed_that_asks_for_a_reboot(capsys):
+    # The real side plays no reboot (docs/campaign.md, "Not done in the real campaign"): a seed
+    # whose model asks for one is refused with its node, exit 2, before any Slurm daemon starts.
+    import campaign as cli
+
+    assert cli.main(["--real", "--seed", "1", "--nodes", "16", "--seconds", "90", "--rate-scale", "1500"]) == 2
+    err = capsys.readouterr().err
+    assert "seed 1 asks for a reboot (node gpu001)" in err and "Traceback" not in err
+
+
 @pytest.mark.slurm
 def test_a_real_campaign_agrees_with_the_model_on_the_same_seed(slurm_cluster, tmp_path):
     doc = campaign(slurm_cluster, tmp_path)  # seed 9, 16 nodes, 90 s, compressed 60x, rates x1500

@@ -101,11 +101,12 @@ class RealCampaign:
         self.rec = Record()
         self.t0 = 0.0
         self.events: list = []
-        self.jobs: dict[int, dict] = {}  # model job id -> {"real": id, "size", "state", "nodes"}
+        self.jobs: dict[int, dict] = {}  # model job id -> {"real": Slurm's id, "started", "killed", "nodes"}
         self.running: dict[str, int] = {}  # node -> model job id
         self.slurm_nodes: dict = {}
         self.hc: dict[str, tuple] = {}  # node -> (Popen, launched) of the health check running
         self.hc_next: dict[str, float] = {}
+        self.hc_log: list = []  # (launched, node)
         self.resets_dir = workdir / "resets"
         self.resets: dict[str, float] = {}  # request file -> when it came
         self.reset_log: list = []  # (node, start, end)
@@ -164,9 +165,9 @@ class RealCampaign:
             if self.rel() - last_poll >= POLL_S:
                 last_poll = self.rel()
                 self._poll()
+                self._write_all()  # the "now" line moves on (faults and repairs write at once)
             self._resets()
             self._health_checks()
-            self._write_all()
             time.sleep(0.05)
         self._poll()
         for p, _ in self.hc.values():
@@ -295,7 +296,11 @@ class RealCampaign:
         clock stands still while gpuhc runs; a real run takes a second or more on a busy box
         (reported apart as ``lag``)."""
         last: dict[str, float] = {}
-        for t, _, node, _ in self._calls():
+        # A health check started when this harness launched it (a process start on a busy box
+        # can take half a second before the wrapper writes its record); a prolog or epilog when
+        # slurmd's wrapper recorded it.
+        runs = [(t, node) for t, kind, node, _ in self._calls() if kind != "healthcheck"] + self.hc_log
+        for t, node in runs:
             last[node] = max(last.get(node, t), t)
         for node, start, end in self.reset_log:
             if node in last and start >= last[node]:
@@ -349,8 +354,10 @@ class RealCampaign:
                 if late > 1.0:
                     self.rec.notes.append(f"{name}: health check {late:.1f}s late (the box is busy)")
                 del self.hc_next[name]
+                launched = self.rel()
                 p = self.c.popen([str(self.c.workdir / "bin" / "healthcheck")], env={"SLURMD_NODENAME": name})
-                self.hc[name] = (p, self.rel())
+                self.hc[name] = (p, launched)
+                self.hc_log.append((launched, name))
 
 
 def _epoch(line: str) -> float:
