@@ -111,7 +111,8 @@ class RealCampaign:
         self.resets: dict[str, float] = {}  # request file -> when it came
         self.reset_log: list = []  # (node, start, end)
         self.fault_of: dict[int, F.Fault] = {}  # model fault id -> this side's fault
-        self.started_log = workdir / "jobs-started.log"
+        # Under the cluster's directory: a release in a chroot sees only that (tests/slurm_release.py).
+        self.started_log = cluster.workdir / "jobs-started.log"
 
     # ------------------------------------------------------------------ files the deployment needs
 
@@ -240,7 +241,8 @@ class RealCampaign:
         # The job's own record that it ran on each of its nodes: one task per node, which Slurm
         # launches only on a node whose prolog passed (the batch script alone runs on the
         # first node, even while another node's prolog is failing).
-        record = (f"srun -N {j.size} --ntasks-per-node=1 sh -c "
+        # The chroot's own srun: the job's PATH starts with the host's way into the chroot.
+        record = (f"PATH=/usr/bin:/bin:$PATH srun -N {j.size} --ntasks-per-node=1 sh -c "
                   f"'echo $(date +%s.%N) $SLURM_JOB_ID $SLURMD_NODENAME >> {self.started_log}'; ")
         argv = ["--exclusive", "-N", str(j.size), "-o", "/dev/null", "-J", f"campaign-{jid}",
                 "--wrap", record + f"exec sleep {max(1, round(j.duration))}"]
