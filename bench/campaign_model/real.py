@@ -14,8 +14,9 @@ node and at 16 nodes would run all of them every interval on a busy 2-core box.
 
 The dice: faults, clear times and job arrivals are the model's draw on the same seed (`faults.
 draw` and the model's job stream, through the model run itself); whether a reset repaired a fault
-is the model's outcome for that fault (its first reset while the fault is active). Slurm places
-the unpinned jobs itself, so an application fault lands on the node the model chose when that
+is the model's outcome for that fault (its first reset while the fault is active). Each job is
+pinned to the nodes the model ran it on (Slurm decides when it starts, and its prolog may stop
+it), so a fault lands in the same job; an application fault lands on the model's node when that
 node runs a job here, else on another busy node.
 
 Times are wall seconds from the start; the model runs with ``time_scale = 1/compression`` so its
@@ -34,7 +35,7 @@ from pathlib import Path
 from gpuhc.slurm.reason import parse_reason
 
 from . import faults as F
-from .node import Node
+from .node import Node, _epoch
 from .sim import OLD_LINES_WATCH_S, T0, Campaign
 
 COMPRESSION = 60.0  # one wall second stands for a minute of the month
@@ -335,7 +336,7 @@ class RealCampaign:
         if mine is not None and mine.retired:
             return False
         node.old_lines = [ln for ln in node.old_lines
-                          if time.time() - _epoch(ln) < OLD_LINES_WATCH_S * self.model.ts]
+                          if time.time() - _epoch(ln[:19]) < OLD_LINES_WATCH_S * self.model.ts]
         return bool(node.faults or node.old_lines or mine is not None or out)
 
     def _health_checks(self) -> None:
@@ -361,8 +362,3 @@ class RealCampaign:
                 self.hc[name] = (p, launched)
                 self.hc_log.append((launched, name))
 
-
-def _epoch(line: str) -> float:
-    from .node import _epoch as epoch
-
-    return epoch(line[:19])
