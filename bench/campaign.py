@@ -7,6 +7,13 @@ gpuhc's flows (gpuhc/slurm/entry.py, the ladder, the boot-time retest) run uncha
 modelled Slurm on a virtual clock, each node replaying a scenario of examples/scenarios; the
 fault injector (bench/campaign_model/faults.py) draws faults at the published rates. One JSON
 document on stdout (or --json FILE); exit 2 for a bad argument or a policy this build lacks.
+
+    sudo python bench/campaign.py --real --seed 9 --nodes 16 --seconds 90 --rate-scale 1500
+
+--real: the same seed's schedule on a real slurmctld with one slurmd per node on localhost
+(tests/slurm_cluster.py; root, Debian's Slurm packages), compressed --compression times, and the
+model on the same compressed clock; the JSON compares them (docs/campaign.md, "Trusting the
+model"). Exit 1 when they disagree or the real run breaks its bounds.
 """
 
 from __future__ import annotations
@@ -32,19 +39,57 @@ def parse(argv):
     p.add_argument("--rate-scale", type=float, default=1.0, help="multiply every fault rate (stress runs)")
     p.add_argument("--reset-s", type=float, default=60.0)
     p.add_argument("--reboot-s", type=float, default=600.0)
+    p.add_argument("--real", action="store_true", help="a real campaign on a localhost Slurm, and the model beside it")
+    p.add_argument("--seconds", type=float, default=90.0, help="--real: wall seconds of the real campaign")
+    p.add_argument("--compression", type=float, default=60.0, help="--real: model seconds per wall second")
     p.add_argument("--json", metavar="FILE", help="write the JSON document here instead of stdout")
     p.add_argument("--png", metavar="FILE", help="write the timeline here")
     a = p.parse_args(argv)
     for what, v, lo, hi in (("--days", a.days, 0.01, 366), ("--nodes", a.nodes, 1, 1024), ("--gpus", a.gpus, 8, 8),
-                            ("--rate-scale", a.rate_scale, 0.0, 1000), ("--reset-s", a.reset_s, 0, 3600),
-                            ("--reboot-s", a.reboot_s, 0, 86400)):
+                            ("--rate-scale", a.rate_scale, 0.0, 10000), ("--reset-s", a.reset_s, 0, 3600),
+                            ("--reboot-s", a.reboot_s, 0, 86400), ("--seconds", a.seconds, 10, 3600),
+                            ("--compression", a.compression, 1, 3600)):
         if not lo <= v <= hi:
             p.error(f"{what} {v}: must be within {lo}..{hi}")
     return a
 
 
+def real(a) -> int:
+    """--real: both sides on the same seed; the comparison as JSON."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from gpuhc.errors import ConfigError
+    from slurm_cluster import ClusterError, SlurmCluster
+
+    from campaign_model.real_agree import bounds
+    from campaign_model.real_run import campaign
+
+    def start(workdir, **kw):
+        return SlurmCluster(workdir, **kw).start()
+
+    with tempfile.TemporaryDirectory(prefix="gpuhc-real-campaign-") as tmp:
+        try:
+            doc = campaign(start, Path(tmp), policy=a.policy, seed=a.seed, nodes=a.nodes, seconds=a.seconds,
+                           rate_scale=a.rate_scale, compression=a.compression)
+        except (ConfigError, ValueError) as e:
+            print(f"campaign: {e}", file=sys.stderr)
+            return 2
+        except ClusterError as e:
+            print(f"campaign: the Slurm cluster failed: {e}", file=sys.stderr)
+            return 1
+    _, rec = doc.pop("_records")
+    doc["real_bounds_broken"] = bounds(rec)
+    text = json.dumps(doc, indent=1, sort_keys=True)
+    if a.json:
+        Path(a.json).write_text(text + "\n")
+    else:
+        print(text)
+    return 1 if doc["disagreements"] or doc["real_bounds_broken"] else 0
+
+
 def main(argv=None) -> int:
     a = parse(argv)
+    if a.real:
+        return real(a)
     from gpuhc.errors import ConfigError
 
     from campaign_model.metrics import compute

@@ -58,8 +58,13 @@ class Stats:
 class Campaign:
     def __init__(self, config, workdir: Path, nodes: int = 64, gpus: int = 8, days: float = 30.0, seed: int = 1,
                  rate_scale: float = 1.0, reset_s: float = 60.0, reboot_s: float = 600.0, load: float = 0.8,
-                 inject: list | None = None, jobs: list | None = None):
+                 inject: list | None = None, jobs: list | None = None, time_scale: float = 1.0):
         self.config, self.days, self.seed = config, days, seed
+        # Every duration of the model (the schedule's times, job lengths, fault lifetimes, the
+        # health check's interval, reboots, a person's day) times this: a real campaign's
+        # compression (docs/campaign.md, "Trusting the model"); reset_s and reboot_s are given
+        # already scaled; gpuhc's own settings are the config's.
+        self.ts = time_scale
         self.gpus, self.reset_s, self.reboot_s, self.load = gpus, reset_s, reboot_s, load
         self.rate_scale = rate_scale
         self.inject = inject  # [(seconds from the start, class name, node, permanent)]: instead of the draw
@@ -108,18 +113,18 @@ class Campaign:
         runner_mod.run_stage = lambda opts: self._run_stage(real_run_stage, opts)
         try:
             self._check_healthy()
-            horizon = T0 + self.days * 86400.0
+            horizon = T0 + self.days * 86400.0 * self.ts
             drawn = F.draw(self.rng, self.names, self.days, self.rate_scale)
             if self.inject is not None:
                 drawn = [(t, F.BY_NAME[cls], name, permanent) for t, cls, name, permanent in self.inject]
             for t, cls, name, permanent in drawn:
-                self.at(T0 + t, "fault", cls.name, name, permanent)
+                self.at(T0 + t * self.ts, "fault", cls.name, name, permanent)
             if self.given_jobs is None:
                 self._arrivals(horizon)
             for t, size, dur, pinned in self.given_jobs or ():
-                self.at(T0 + t, "arrive", size, dur, tuple(pinned))
+                self.at(T0 + t * self.ts, "arrive", size, dur * self.ts, tuple(pinned))
             for h in range(int(self.days * 24) + 1):
-                self.at(T0 + h * 3600.0, "sample")
+                self.at(T0 + h * 3600.0 * self.ts, "sample")
             while self.events and self.events[0][0] <= horizon:
                 t, _, kind, args = heapq.heappop(self.events)
                 self.t, self.offset = max(self.t, t), 0.0
@@ -162,16 +167,17 @@ class Campaign:
         # A repaired fault's lines stay in the kernel log (acknowledged by the reset or a
         # retest, handover.acknowledge_kernel_log); the node is watched for an hour after them,
         # not for the xid window's 24 h: docs/campaign.md, "Compressed".
-        node.old_lines = [ln for ln in node.old_lines if self.now() - _epoch(ln[:19]) < OLD_LINES_WATCH_S]
+        node.old_lines = [ln for ln in node.old_lines if self.now() - _epoch(ln[:19]) < OLD_LINES_WATCH_S * self.ts]
         return bool(node.faults or node.old_lines or mine is not None or not row.in_service)
 
     def _watch(self, name: str) -> None:
         if name in self.hc_due or not self._attention(name):
             return
         self.hc_due.add(name)
-        phase = (self.names.index(name) / len(self.names)) * HC_INTERVAL_S  # CYCLE spreads the nodes
-        k = (self.now() - T0 - phase) // HC_INTERVAL_S + 1
-        self.at(T0 + phase + k * HC_INTERVAL_S, "hc", name)
+        every = HC_INTERVAL_S * self.ts
+        phase = (self.names.index(name) / len(self.names)) * every  # CYCLE spreads the nodes
+        k = (self.now() - T0 - phase) // every + 1
+        self.at(T0 + phase + k * every, "hc", name)
 
     def _flow(self, name: str, stage: str, env: dict | None = None):
         node = self.nodes[name]
@@ -191,7 +197,7 @@ class Campaign:
         f = F.Fault(len(self.faults), cls, name, self.now(), permanent, stamp=self.now())
         f.in_job = str(self.running[name]) if name in self.running else None
         if cls.clears_after_s and not permanent:
-            f.clears_at = self.now() + self.rng.uniform(*cls.clears_after_s)
+            f.clears_at = self.now() + self.rng.uniform(*cls.clears_after_s) * self.ts
             self.at(f.clears_at, "clear", f.id)
         self.faults.append(f)
         self.nodes[name].faults.append(f)
@@ -254,7 +260,7 @@ class Campaign:
             self._repair(node, f, "reboot", keep_lines=False)
         node.old_lines, node.boot = [], self.now()
         self.slurm.reboot_done(name)
-        self.offset += 60.0  # the retest unit runs once the node is up
+        self.offset += 60.0 * self.ts  # the retest unit runs once the node is up
         for f in survivors:  # the driver logs it again when the retest touches the GPU, after its acknowledgement
             f.stamp = self.now() + 1.0
         self.stats.retests.append((self.now(), name, retest(self._flow(name, "bootstrap"))))
@@ -294,9 +300,9 @@ class Campaign:
         """What Slurm does next after gpuhc's acts since event ``mark``."""
         for t, name, what, _ in self.slurm.events[mark:]:
             if what == "drain":
-                self.at(t + HUMAN_AFTER_S, "human", name, t)
+                self.at(t + HUMAN_AFTER_S * self.ts, "human", name, t)
             elif what == "reboot-asked":
-                self.at(t + 10.0, "reboot_start", name)  # REBOOT_REQUESTED ~10 s (docs/slurm.md)
+                self.at(t + 10.0 * self.ts, "reboot_start", name)  # REBOOT_REQUESTED ~10 s (docs/slurm.md)
             self._watch(name)
 
     def _on_hc(self, name: str) -> None:
@@ -340,12 +346,12 @@ class Campaign:
         t = T0
         while True:
             t += self.rng.expovariate(rate)
-            if t >= horizon:
+            if T0 + (t - T0) * self.ts >= horizon:
                 return
             size = self.rng.choices(sizes, weights[:len(sizes)])[0]
             dur = min(48 * 3600.0, self.rng.lognormvariate(0.0, 1.0) * 7200.0)
             pinned = tuple(self.rng.sample(self.names, size)) if self.rng.random() < 0.1 else ()
-            self.at(t, "arrive", size, dur, pinned)
+            self.at(T0 + (t - T0) * self.ts, "arrive", size, dur * self.ts, pinned)
 
     def _on_arrive(self, size: int, dur: float, pinned: tuple) -> None:
         j = Job(next(self.next_job), size, dur, self.now(), pinned)
@@ -360,7 +366,7 @@ class Campaign:
         """First fit in queue order (Slurm's backfill, without reservations); a pinned job that
         waited a day is given up by its user."""
         for j in list(self.queue):
-            if j.pinned and self.now() - j.submit > 86400.0:
+            if j.pinned and self.now() - j.submit > 86400.0 * self.ts:
                 self.queue.remove(j)
                 self.stats.jobs["gave_up"] += 1
                 continue
@@ -447,6 +453,6 @@ class Campaign:
             for f in app:  # the job that made it is gone; its Xid lines stay in the kernel log
                 self._repair(self.nodes[name], f, "job ended")
             if "REBOOT_REQUESTED" in row.flags:
-                self.at(self.now() + 10.0, "reboot_start", name)
+                self.at(self.now() + 10.0 * self.ts, "reboot_start", name)
             self._watch(name)
         self._schedule()
