@@ -154,18 +154,16 @@ def incidents(window: str | None, min_nodes: int | None, topology_file: str | No
     """Node failures grouped into suspect-switch incidents where several under one leaf switch
     failed the same check together: nodes gpuhc holds, and failures in the event logs. Exit 1
     when there is an incident."""
-    from gpuhc.fleet.gather import event_log_paths, run_slurm
+    from gpuhc.fleet.gather import event_log_paths
     from gpuhc.fleet.switches import failures_from_nodes, group_by_switch, read_topology_conf
     from gpuhc.slurm.scontrol import Scontrol
     from gpuhc.sweep.plan import parse_topology
 
     config = _load(config_path)
     sw = config.section("fleet")["switch"]
-    s = config.section("slurm")
-    sc = Scontrol(binary=s["scontrol"], timeout_s=float(s["timeout_s"]))
+    sc = Scontrol.from_section(config.section("slurm"))
     path = topology_file or sw["topology_file"]
-    leaf_of = read_topology_conf(path) if path else parse_topology(run_slurm([s["scontrol"], "show", "topology"],
-                                                                          float(s["timeout_s"])))
+    leaf_of = read_topology_conf(path) if path else parse_topology(sc.show_topology())
     window_s = _seconds(window, "--window") if window else float(sw["window_s"])
     k = min_nodes or int(sw["min_nodes"])
     failures = failures_from_nodes(sc.show_nodes())

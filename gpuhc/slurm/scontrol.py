@@ -23,6 +23,11 @@ _HOSTLIST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._,\[\]-]{0,4095}$")
 
 @dataclass
 class Scontrol(SlurmCommand):
+    """Build it from the config with ``Scontrol.from_section(config.section("slurm"), deadline=...)``
+    (:meth:`SlurmCommand.from_section`): the configured ``slurm.scontrol``, ``slurm.sinfo`` and
+    ``timeout_s``. ``binary`` and ``sinfo`` are the program names written into the argv, which
+    the configured paths replace when the command runs."""
+
     binary: str = "scontrol"
     sinfo: str = "sinfo"
 
@@ -105,10 +110,8 @@ class Scontrol(SlurmCommand):
 
     def stamp(self, name: str, reason: str) -> None:
         """Drain ``name`` with ``reason``: slurmctld stamps the reason with its own clock when the
-        text changes (the breaker ledger's clock tick)."""
-        _check_name(name)
-        _check_reason(reason)
-        self._call([self.binary, "update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}"])
+        text changes (the breaker ledger's clock tick). The same update as :meth:`drain`."""
+        self.drain(name, reason)
 
     def reboot(self, nodes: str, reason: str, nextstate: str = "DOWN", asap: bool = True) -> None:
         """``scontrol reboot [ASAP] nextstate=.. reason=.. NODES`` (needs RebootProgram)."""
@@ -129,6 +132,10 @@ class Scontrol(SlurmCommand):
         if fmt not in ("json", "oneliner"):
             raise ValueError(fmt)
         return self._call([self.binary, "--all", f"--{fmt}", "show", "node"])
+
+    def show_topology(self) -> str:
+        """``scontrol show topology``: the switches Slurm knows, as it prints them (read-only)."""
+        return self._call([self.binary, "show", "topology"])
 
     def _call(self, argv: list[str]) -> str:
         return self.call(argv)
