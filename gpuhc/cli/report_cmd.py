@@ -267,8 +267,10 @@ def read_live(timeout_s: float, scontrol=None, warnings: list[str] | None = None
     try:
         out = sc.show_all_raw("json")
     except SlurmError as e:
+        from gpuhc.slurm.releases import json_hint
+
         raise SlurmError(f"scontrol --oneliner show node: unreadable answer: {text_error} "
-                         f"(and the --json try failed: {e})") from None
+                         f"(and the --json try failed: {e}{json_hint(str(e))})") from None
     try:
         return parse_nodes(out), "scontrol --json show node"
     except NodeParseError as e:

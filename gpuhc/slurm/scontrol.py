@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from gpuhc.errors import SlurmError
 from gpuhc.slurm.command import Runner, SlurmCommand, subprocess_runner  # noqa: F401 - re-exported
 from gpuhc.slurm.nodes import Node, NodeParseError, parse_show_node_oneline
+from gpuhc.slurm.releases import REBOOT_NEXTSTATES
 
 # A node name Slurm accepts and that cannot smuggle a second argument or a hostlist.
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -117,8 +118,8 @@ class Scontrol(SlurmCommand):
         """``scontrol reboot [ASAP] nextstate=.. reason=.. NODES`` (needs RebootProgram)."""
         if not _HOSTLIST.match(nodes) or nodes.upper() == "ALL":
             raise SlurmError(f"refusing to reboot {nodes!r}: not a plain node list")
-        if nextstate not in ("DOWN", "RESUME"):  # what 22.05, 24.11 and 26.05 accept (docs/slurm.md)
-            raise SlurmError(f"reboot nextstate must be DOWN or RESUME, got {nextstate!r}")
+        if nextstate not in REBOOT_NEXTSTATES:
+            raise SlurmError(f"reboot nextstate must be {' or '.join(REBOOT_NEXTSTATES)}, got {nextstate!r}")
         _check_reason(reason)
         argv = [self.binary, "reboot"] + (["ASAP"] if asap else [])
         argv += [f"nextstate={nextstate}", f"reason={reason}", nodes]
