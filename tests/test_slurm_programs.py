@@ -147,3 +147,51 @@ def test_a_missing_program_names_its_config_key(tmp_path):
     config = load_config(config_file(tmp_path, {"sacctmgr": str(tmp_path / "nowhere" / "sacctmgr")}))
     with pytest.raises(SlurmUnreachable, match=r"slurm\.sacctmgr"):
         gather.slurm_command(config).call(["sacctmgr", "show", "event"])
+
+
+# ---------------------------------------------------------------------------- on a real Slurm
+
+
+@pytest.mark.slurm
+def test_configured_programs_read_a_real_slurm(slurm_cluster, tmp_path):
+    """drain-report and sweep submit through site wrappers named in the config, each of which
+    notes its call and runs the release's real client: the answers are real Slurm's, on every
+    release, and every program was the configured one."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    c = slurm_cluster(nodes=("n1", "n2", "n3"))
+    c.scontrol("update", "NodeName=n3", "State=DRAIN", "Reason=gpuhc: ecc gpu0 uncorrectable volatile 2")
+    env = c.env(PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    site, log = tmp_path / "site", tmp_path / "ran.log"
+    site.mkdir()
+    programs = {}
+    for name in ("scontrol", "sinfo", "squeue"):
+        real = shutil.which(name, path=env["PATH"])
+        wrapper = site / f"site-{name}"
+        wrapper.write_text(f'#!/bin/sh\necho "{name} $*" >> {log}\nexec {real} "$@"\n')
+        wrapper.chmod(0o755)
+        programs[name] = str(wrapper)
+    cfg = tmp_path / "gpuhc.yaml"
+    cfg.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "state"), "slurm": programs,
+                                   "sweep": {"results_dir": str(tmp_path / "results"), "backend": "mpi",
+                                             "ranks_per_node": 1, "group_size": 2},
+                                   "fleet": {"suspects": {"sweep_first": False}}}))
+
+    def gpuhc(*args):
+        cp = subprocess.run([sys.executable, "-m", "gpuhc", *args, "--config", str(cfg)], env=env,
+                            capture_output=True, text=True, timeout=120)
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+        return json.loads(cp.stdout)
+
+    report = gpuhc("drain-report", "--json")
+    assert [(n["node"], n["owner"]) for n in report["nodes"]] == [("n3", "gpuhc")]
+    plan = gpuhc("sweep", "submit", "--dry-run", "--json")
+    assert [g["nodes"] for g in plan["groups"]] == [["n1", "n2"]]
+    ran = [line.split(" ", 1)[0] + " " + " ".join(line.split()[1:3]) for line in log.read_text().splitlines()]
+    assert ran == ["scontrol --all --oneliner", "scontrol show topology", "squeue -h -u",
+                   "sinfo -h -N", "scontrol show topology"], ran
