@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from gpuhc.lazyre import lazy
+
 # --- commands -----------------------------------------------------------------------------
 
 # ``scontrol reboot ... nextstate=X``: all three accept only these two and refuse DRAIN with
@@ -35,7 +37,8 @@ def json_hint(error: str) -> str:
 
 # A node Slurm reboots gets " : reboot issued", " : reboot timed out" (past ResumeTimeout), then
 # " : reboot complete" appended to its reason: the same words on all three.
-REBOOT_NOTES_TAIL = re.compile(r"(?:\s+:\s+reboot (?:issued|complete|timed out))+\s*$", re.IGNORECASE)
+# (compiled when first used: scontrol.py imports this module, and most runs never read a reboot)
+REBOOT_NOTES_TAIL = lazy(r"(?:\s+:\s+reboot (?:issued|complete|timed out))+\s*$", re.IGNORECASE)
 
 # ``scontrol update State=RESUME``: 22.05 and 26.05 clear the reason, 24.11 sets IDLE and keeps
 # it. So whether a resume took, or an admin resumed a node, is read from the state (in service),
