@@ -51,3 +51,11 @@ def test_reboot_refuses_a_nextstate_no_release_accepts():
     with pytest.raises(SlurmError, match="must be DOWN or RESUME, got 'DRAIN'"):
         Scontrol(run=lambda argv, t: (0, "", "")).reboot("n1", "gpuhc: x", nextstate="DRAIN")
     assert REBOOT_NEXTSTATES == ("DOWN", "RESUME")
+
+
+def test_the_config_offers_the_reboot_states_every_release_accepts():
+    """slurm/settings.py repeats the tuple rather than import releases on every config load
+    (as it does for the ladders); this keeps the two the same."""
+    from gpuhc.slurm.settings import SCHEMA
+
+    assert tuple(SCHEMA["quarantine"]["reboot_nextstate"].choices) == REBOOT_NEXTSTATES
