@@ -156,3 +156,35 @@ def test_the_rule_catches_upward_imports_even_inside_functions_and_relative(tiny
 def test_a_module_outside_the_table_is_reported(tiny):
     (tiny / "gpuhc" / "newthing.py").write_text("")
     assert "gpuhc/newthing.py: in no row of the import table of docs/ARCHITECTURE.md" in violations(tiny, TINY_DOC)
+
+
+def test_each_layer_imports_only_layers_above_it():
+    """The sentence at the top of docs/ARCHITECTURE.md: data flows one way, so a row may name
+    only layers of the rows above it (single modules it names are the documented exceptions)."""
+    seen: set[str] = set()
+    late = []
+    for layer in read_table(DOC.read_text(encoding="utf-8")):
+        late += [f"{layer.name} may import {name}, a layer below it" for name in sorted(layer.layers - seen)]
+        seen.add(layer.name)
+    assert late == []
+
+
+def test_policy_is_pure_a_planted_import_into_act_fails(tmp_path):
+    """The real tree and the real table, with one import planted in a pure policy module: the
+    act layer (here the actuator, inside a function, as a lazy import would hide it) is refused,
+    and so is every other way a policy module could reach I/O."""
+    import shutil
+
+    shutil.copytree(ROOT / "gpuhc", tmp_path / "gpuhc", ignore=shutil.ignore_patterns("__pycache__"))
+    doc = DOC.read_text(encoding="utf-8")
+    assert violations(tmp_path, doc) == []
+    policy = tmp_path / "gpuhc" / "slurm" / "policy.py"
+    clean = policy.read_text(encoding="utf-8")
+    lines = len(clean.splitlines())
+    for planted, layer in (("from gpuhc.slurm.actuator import Actuator", "slurm-act"),
+                           ("from . import entry", "slurm-flows"),
+                           ("import gpuhc.state", "state")):
+        policy.write_text(clean + f"\n\ndef _planted():\n    {planted}\n", encoding="utf-8")
+        [found] = violations(tmp_path, doc)
+        assert found.startswith(f"gpuhc/slurm/policy.py:{lines + 4}: slurm-policy imports ") and found.endswith(
+            f"({layer})"), found

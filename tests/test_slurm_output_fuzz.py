@@ -154,12 +154,12 @@ def test_fleet_accounting_parsers(data):
 
 @FUZZ
 @given(data=raw)
-def test_fleet_node_list_read(monkeypatch_module, data):
+def test_fleet_node_list_read(data):
     from gpuhc.fleet import gather
+    from gpuhc.slurm.command import SlurmCommand
 
-    monkeypatch_module.setattr(gather, "run_slurm", lambda argv, t: decode(data))
     notes: list[str] = []
-    refuses_or_reads(gather._partitions, 5.0, notes)
+    refuses_or_reads(gather._partitions, SlurmCommand(run=lambda argv, t: (0, decode(data), "")), notes)
 
 
 @FUZZ
@@ -188,17 +188,11 @@ def test_sweep_node_states_skip_an_unreadable_line_with_one_warning():
     assert len(said) == 1 and "n2" in said[0] and said[0].isprintable()
 
 
-def test_fleet_node_list_counts_what_it_skipped(monkeypatch):
+def test_fleet_node_list_counts_what_it_skipped():
     from gpuhc.fleet import gather
+    from gpuhc.slurm.command import SlurmCommand
 
-    monkeypatch.setattr(gather, "run_slurm", lambda argv, t: "n1|gpu\nodd line\n\nn2|gpu\n")
+    cmd = SlurmCommand(run=lambda argv, t: (0, "n1|gpu\nodd line\n\nn2|gpu\n", ""))
     notes: list[str] = []
-    assert gather._partitions(5.0, notes) == {"n1": ("gpu",), "n2": ("gpu",)}
+    assert gather._partitions(cmd, notes) == {"n1": ("gpu",), "n2": ("gpu",)}
     assert notes == ["1 sinfo line(s) of the node list did not read and were skipped"]
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module():
-    mp = pytest.MonkeyPatch()
-    yield mp
-    mp.undo()

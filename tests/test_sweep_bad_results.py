@@ -223,11 +223,10 @@ def cli_env(tmp_path, monkeypatch):
     cfg = tmp_path / "gpuhc.yaml"
     cfg.write_text(f"state_dir: {tmp_path / 'state'}\nsweep:\n  results_dir: {tmp_path / 'results'}\n")
     fake = FakeSlurm()
-    import gpuhc.sweep.analyze as analyze_mod
-    import gpuhc.sweep.submit as submit_mod
+    from gpuhc.sweep.slurmcli import SlurmCli
 
-    monkeypatch.setattr(submit_mod, "SlurmCli", lambda: fake.cli())
-    monkeypatch.setattr(analyze_mod, "SlurmCli", lambda: fake.cli())
+    # the CLI builds its Slurm commands from the config (slurm.<program>): answered here instead
+    monkeypatch.setattr(SlurmCli, "from_config", classmethod(lambda cls, config: fake.cli()))
 
     def run(*args):
         return CliRunner().invoke(sweep, [*args, "--config", str(cfg)], catch_exceptions=False)

@@ -42,6 +42,6 @@ def test_no_accounting_means_no_suspects_and_a_note(tmp_path, monkeypatch):
     cfg.write_text("{}\n")
     notes: list[str] = []
     assert suspects_for_sweep(load_config(str(cfg), "admin"), notes.append) == []
-    assert len(notes) == 1 and "suspects not probed first" in notes[0] and "cannot run sacct" in notes[0]
+    assert len(notes) == 1 and "suspects not probed first" in notes[0] and "sacct not found" in notes[0] and "slurm.sacct" in notes[0]
     cfg.write_text("fleet:\n  suspects:\n    sweep_first: false\n")
     assert suspects_for_sweep(load_config(str(cfg), "admin"), notes.append) == [] and len(notes) == 1

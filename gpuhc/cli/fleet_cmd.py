@@ -7,12 +7,24 @@ event logs; they never drain or resume anything. docs/repair.md explains the num
 from __future__ import annotations
 
 import json
+import time
 
 import click
 
 from gpuhc.cli.common import SourceArgs, load
 from gpuhc.cli.params import Number
 from gpuhc.errors import GpuhcError
+from gpuhc.fleet import lemons as lemon_standings
+from gpuhc.fleet import observed as observed_acts
+from gpuhc.fleet.gather import event_log_paths, find_suspects, gather_stats
+from gpuhc.fleet.history import read_failures
+from gpuhc.fleet.render import render_incidents, render_risk, render_stats, render_suspects, write_png
+from gpuhc.fleet.risk import Risk, scaling_table
+from gpuhc.fleet.stats import per_gpu_hour_rate
+from gpuhc.fleet.switches import Failure, failures_from_nodes, group_by_switch, merge_failures, read_topology_conf
+from gpuhc.slurm.report import ReportError, parse_duration
+from gpuhc.slurm.scontrol import Scontrol
+from gpuhc.sweep.plan import parse_topology
 
 
 def _config_option(fn):
@@ -24,8 +36,6 @@ def _load(config_path: str | None):
 
 
 def _seconds(text: str, what: str) -> float:
-    from gpuhc.slurm.report import ReportError, parse_duration
-
     try:
         value = parse_duration(text)
     except ReportError as e:
@@ -51,19 +61,13 @@ def fleet() -> None:
 def stats(since: str, event_logs: tuple[str, ...], no_slurm: bool, png: str | None, json_mode: bool,
           config_path: str | None) -> None:
     """Drains, MTBF, MTTR (drain to resume), retired nodes and trend, per node, partition and cause."""
-    from gpuhc.fleet.gather import gather_stats
-
     config = _load(config_path)
     st = gather_stats(config, _seconds(since, "--since"), event_logs, not no_slurm)
     if png:
-        from gpuhc.fleet.render import write_png
-
         write_png(st, png)
     if json_mode:
         click.echo(json.dumps(st.to_dict(), indent=2))
     else:
-        from gpuhc.fleet.render import render_stats
-
         render_stats(st)
 
 
@@ -83,16 +87,11 @@ def stats(since: str, event_logs: tuple[str, ...], no_slurm: bool, png: str | No
 def risk(gpus: int, hours: float, rate: float | None, from_history: bool, since: str, checkpoint_min: float | None,
          restart_min: float, checkpoint_cost_min: float | None, json_mode: bool, config_path: str | None) -> None:
     """Chance that a job of N GPUs for H hours is interrupted: 1-(1-p)^(N*H); lost GPU-hours."""
-    from gpuhc.fleet.risk import Risk, scaling_table
-
     if (rate is None) == (not from_history):
         raise click.UsageError("give exactly one of --rate R and --from-history")
     if rate is not None:
         rate, source = float(rate), "given"
     else:
-        from gpuhc.fleet.gather import gather_stats
-        from gpuhc.fleet.stats import per_gpu_hour_rate
-
         config = _load(config_path)
         st = gather_stats(config, _seconds(since, "--since"), (), True)
         gpn = int(config.section("fleet")["gpus_per_node"])
@@ -108,8 +107,6 @@ def risk(gpus: int, hours: float, rate: float | None, from_history: bool, since:
         click.echo(json.dumps({**r.to_dict(), "scaling": [{"gpus": n, "interruption_probability": p}
                                                            for n, p in scaling]}, indent=2))
     else:
-        from gpuhc.fleet.render import render_risk
-
         render_risk(r, scaling)
 
 
@@ -124,15 +121,11 @@ def suspects(since: str | None, show_all: bool, json_mode: bool, config_path: st
     config = _load(config_path)
     section = config.section("fleet")["suspects"]
     window = _seconds(since, "--since") if since else float(section["since_days"]) * 86400.0
-    from gpuhc.fleet.gather import find_suspects
-
     records, notes = find_suspects(config, window)
     if json_mode:
         click.echo(json.dumps({"since_s": window, "notes": notes,
                                "nodes": [r.to_dict() for r in records if r.suspect or show_all]}, indent=2))
     else:
-        from gpuhc.fleet.render import render_suspects
-
         render_suspects(records, show_all)
         for n in notes:
             click.echo(f"note: {n}")
@@ -154,29 +147,17 @@ def incidents(window: str | None, min_nodes: int | None, topology_file: str | No
     """Node failures grouped into suspect-switch incidents where several under one leaf switch
     failed the same check together: nodes gpuhc holds, and failures in the event logs. Exit 1
     when there is an incident."""
-    from gpuhc.fleet.gather import event_log_paths, run_slurm
-    from gpuhc.fleet.switches import failures_from_nodes, group_by_switch, read_topology_conf
-    from gpuhc.slurm.scontrol import Scontrol
-    from gpuhc.sweep.plan import parse_topology
-
     config = _load(config_path)
     sw = config.section("fleet")["switch"]
-    s = config.section("slurm")
-    sc = Scontrol(binary=s["scontrol"], timeout_s=float(s["timeout_s"]))
+    sc = Scontrol.from_section(config.section("slurm"))
     path = topology_file or sw["topology_file"]
-    leaf_of = read_topology_conf(path) if path else parse_topology(run_slurm([s["scontrol"], "show", "topology"],
-                                                                          float(s["timeout_s"])))
+    leaf_of = read_topology_conf(path) if path else parse_topology(sc.show_topology())
     window_s = _seconds(window, "--window") if window else float(sw["window_s"])
     k = min_nodes or int(sw["min_nodes"])
     failures = failures_from_nodes(sc.show_nodes())
     notes: list[str] = []
     paths = event_log_paths(config, event_logs)
     if paths:
-        import time
-
-        from gpuhc.fleet.history import read_failures
-        from gpuhc.fleet.switches import Failure, merge_failures
-
         start = time.time() - _seconds(since, "--since")
         failures = merge_failures(failures, [Failure(*f) for f in read_failures(paths, start, notes)])
     found, rest = group_by_switch(failures, leaf_of, k, window_s)
@@ -185,8 +166,6 @@ def incidents(window: str | None, min_nodes: int | None, topology_file: str | No
                                "other_failures": [{"node": f.node, "check": f.check, "time": f.time,
                                                    "detail": f.detail} for f in rest]}, indent=2))
     else:
-        from gpuhc.fleet.render import render_incidents
-
         if not leaf_of:
             click.echo("note: no topology (no topology.conf given and Slurm reports none): nothing can be grouped")
         render_incidents(found, rest)
@@ -205,19 +184,16 @@ def incidents(window: str | None, min_nodes: int | None, topology_file: str | No
 def lemons(event_logs: tuple[str, ...], show_all: bool, json_mode: bool, config_path: str | None) -> None:
     """Lemons: nodes, and GPUs by serial wherever they sat, drained slurm.lemon.faults times within
     slurm.lemon.window_days (near-lemons: one short), with their drains. Exit 1 when any."""
-    from gpuhc.fleet.gather import event_log_paths
-    from gpuhc.fleet.lemons import gather, table
-
     config = _load(config_path)
     paths = event_log_paths(config, event_logs)
     if not paths:
         raise GpuhcError("no event log to read: set fleet.event_logs or output.event_log, or pass --event-log")
-    rows, settings, notes = gather(config, paths, show_all=show_all)
+    rows, settings, notes = lemon_standings.gather(config, paths, show_all=show_all)
     if json_mode:
         click.echo(json.dumps({"faults": settings.faults, "window_s": settings.window_s, "notes": notes,
                                "standings": [r.to_dict() for r in rows]}, indent=2))
     else:
-        for line in table(rows, settings) + [f"note: {n}" for n in notes]:
+        for line in lemon_standings.table(rows, settings) + [f"note: {n}" for n in notes]:
             click.echo(line)
     raise SystemExit(1 if any(r.lemon for r in rows) else 0)
 
@@ -236,11 +212,9 @@ def observed(since: str, event_logs: tuple[str, ...], json_mode: bool, config_pa
 
 def show_observed(config, since_s: float, event_logs, json_mode: bool) -> None:
     """`fleet observed` and `drain-report --observed`."""
-    from gpuhc.fleet.observed import gather, table
-
-    rows, notes = gather(config, since_s, event_logs)
+    rows, notes = observed_acts.gather(config, since_s, event_logs)
     if json_mode:
         click.echo(json.dumps({"since_s": since_s, "notes": notes, "nodes": [r.to_dict() for r in rows]}, indent=2))
     else:
-        for line in table(rows) + [f"note: {n}" for n in notes]:
+        for line in observed_acts.table(rows) + [f"note: {n}" for n in notes]:
             click.echo(line)

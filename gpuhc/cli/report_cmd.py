@@ -141,7 +141,7 @@ def drain_report(from_file, partitions, states, owners, older_than, newer_than, 
         from gpuhc.slurm.scontrol import Scontrol
 
         config = load_config(config_path)
-        sc = Scontrol(binary=config.section("slurm").get("scontrol", "scontrol"), timeout_s=timeout_s)
+        sc = Scontrol.from_section(config.section("slurm"), timeout_s=timeout_s)
         nodes, source = read_live(timeout_s, sc, warnings)
     report = build_report(nodes, when, filters)
     if config is not None:
@@ -230,7 +230,7 @@ def read_topology(path: str | None, scontrol, warnings: list[str]) -> dict[str, 
     if scontrol is None:  # a saved dump with no --topology: the live cluster's switches are not its own
         return {}
     try:
-        return parse_topology_conf(scontrol.call([scontrol.binary, "show", "topology"]))
+        return parse_topology_conf(scontrol.show_topology())
     except SlurmError as e:
         warnings.append(f"failures are not grouped by switch: {e}")
         return {}
@@ -267,8 +267,10 @@ def read_live(timeout_s: float, scontrol=None, warnings: list[str] | None = None
     try:
         out = sc.show_all_raw("json")
     except SlurmError as e:
+        from gpuhc.slurm.releases import json_hint
+
         raise SlurmError(f"scontrol --oneliner show node: unreadable answer: {text_error} "
-                         f"(and the --json try failed: {e})") from None
+                         f"(and the --json try failed: {e}{json_hint(str(e))})") from None
     try:
         return parse_nodes(out), "scontrol --json show node"
     except NodeParseError as e:

@@ -116,13 +116,13 @@ def submit_cmd(config_path, state_dir, dry_run, test_fault, json_mode) -> None:
     a warning on stderr, when the previous sweep's finished jobs still wait for `analyze` at a
     second submit: analyze is failing or not running, and no sweep can start.
     """
-    from gpuhc.sweep.submit import submit_sweep
-
     from gpuhc.fleet.gather import suspects_for_sweep
+    from gpuhc.sweep.slurmcli import SlurmCli
+    from gpuhc.sweep.submit import submit_sweep
 
     config, section, store = _context(config_path, state_dir)
     notes: list[str] = []
-    out = submit_sweep(section, store, dry_run=dry_run, test_fault=test_fault,
+    out = submit_sweep(section, store, dry_run=dry_run, cli=SlurmCli.from_config(config), test_fault=test_fault,
                        suspects=suspects_for_sweep(config, notes.append))
     if out.get("suspects_first"):
         notes.append(f"probing first {len(out['suspects_first'])} suspect node(s) (`gpuhc fleet suspects`): "
@@ -149,10 +149,11 @@ def analyze_cmd(config_path, state_dir, apply, no_submit, allow_fault_hook, json
     too big) is that group's error, said on stderr; the other groups are judged as usual.
     """
     from gpuhc.sweep.analyze import analyze_sweep
+    from gpuhc.sweep.slurmcli import SlurmCli
 
     config, section, store = _context(config_path, state_dir)
     out = analyze_sweep(section, store, apply=apply, submit=not no_submit, config=config,
-                        allow_fault_hook=allow_fault_hook)
+                        cli=SlurmCli.from_config(config), allow_fault_hook=allow_fault_hook)
     _emit(out, json_mode)
     if any(a.get("act") == "blocked" for a in out.get("applied", [])):
         sys.exit(EXIT_BREAKER)

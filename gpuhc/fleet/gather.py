@@ -1,8 +1,10 @@
 """What the fleet commands read: Slurm's accounting and node list, and gpuhc's event logs.
 
 The pure modules (history, stats, suspects, switches) take text and records; this one runs the
-commands (argv lists, each with a timeout; any failure is a SlurmError naming the command) and
-hands their output over. ``gpuhc sweep submit`` asks :func:`suspects_for_sweep` too.
+commands and hands their output over. Every command goes through the one Slurm command wrapper
+(:class:`gpuhc.slurm.command.SlurmCommand`): the program configured in ``slurm.<program>``, argv
+only, killed at ``fleet.sacct_timeout_s``, any failure a SlurmError naming the command.
+``gpuhc sweep submit`` asks :func:`suspects_for_sweep` too.
 """
 
 from __future__ import annotations
@@ -10,30 +12,23 @@ from __future__ import annotations
 import time
 
 from gpuhc.errors import GpuhcError, SlurmError
+from gpuhc.fleet.history import combine, parse_sacctmgr_events, read_event_logs, sacctmgr_argv
+from gpuhc.fleet.stats import compute
+from gpuhc.fleet.suspects import Settings, judge, parse_sacct, sacct_argv, suspects
+from gpuhc.slurm.command import SlurmCommand
 
 
-def run_slurm(argv: list[str], timeout_s: float) -> str:
-    """Run a Slurm reader; any failure is a SlurmError naming the command."""
-    import subprocess
-
-    from gpuhc.slurm.command import subprocess_runner
-
-    what = " ".join(argv[:3])
-    try:
-        rc, out, err = subprocess_runner(argv, timeout_s)
-    except subprocess.TimeoutExpired:
-        raise SlurmError(f"{what}: no answer within {timeout_s:g}s") from None
-    except OSError as e:
-        raise SlurmError(f"{what}: cannot run {argv[0]}: {e.strerror or e}") from None
-    if rc != 0:
-        raise SlurmError(f"{what} failed (exit {rc}): {' '.join((err or out).split())[:300] or 'no message'}")
-    return out
+def slurm_command(config) -> SlurmCommand:
+    """The fleet commands' way to Slurm: the configured programs, each call killed at
+    ``fleet.sacct_timeout_s`` (accounting queries over weeks are slow; docs/repair.md)."""
+    return SlurmCommand.from_section(config.section("slurm"),
+                                     timeout_s=float(config.section("fleet")["sacct_timeout_s"]))
 
 
-def _partitions(timeout_s: float, notes: list[str]) -> dict[str, tuple[str, ...]]:
+def _partitions(cmd: SlurmCommand, notes: list[str]) -> dict[str, tuple[str, ...]]:
     """{node: its partitions} from sinfo; empty (with a note) when sinfo does not answer."""
     try:
-        out = run_slurm(["sinfo", "--noheader", "--Node", "--format", "%N|%R"], timeout_s)
+        out = cmd.call(["sinfo", "--noheader", "--Node", "--format", "%N|%R"])
     except SlurmError as e:
         notes.append(f"node list unavailable ({e}): only nodes in the history are counted, so MTBF runs short")
         return {}
@@ -57,19 +52,16 @@ def event_log_paths(config, given=()) -> list[str]:
     return list(given) or list(config.section("fleet")["event_logs"]) or ([own] if own else [])
 
 
-def gather_stats(config, since_s: float, event_logs: tuple[str, ...], use_slurm: bool, now: float | None = None):
-    from gpuhc.fleet.history import combine, parse_sacctmgr_events, read_event_logs, sacctmgr_argv
-    from gpuhc.fleet.stats import compute
-
-    fleet = config.section("fleet")
-    timeout = float(fleet["sacct_timeout_s"])
+def gather_stats(config, since_s: float, event_logs: tuple[str, ...], use_slurm: bool, now: float | None = None,
+                 cmd: SlurmCommand | None = None):
+    cmd = cmd or slurm_command(config)
     end = time.time() if now is None else now
     start = end - since_s
     notes: list[str] = []
     slurm, sources = [], []
     if use_slurm:
         try:
-            slurm = parse_sacctmgr_events(run_slurm(sacctmgr_argv(start, end), timeout))
+            slurm = parse_sacctmgr_events(cmd.call(sacctmgr_argv(start, end)))
             sources.append("sacctmgr show event")
         except SlurmError as e:
             notes.append(f"Slurm's node events unavailable ({e}): is slurmdbd configured?")
@@ -80,22 +72,18 @@ def gather_stats(config, since_s: float, event_logs: tuple[str, ...], use_slurm:
     if not sources:
         raise GpuhcError("no history to read: Slurm's accounting did not answer and no event log is configured "
                          "(fleet.event_logs, output.event_log, or --event-log)" + (f"; {notes[0]}" if notes else ""))
-    parts = _partitions(timeout, notes) if use_slurm else {}
+    parts = _partitions(cmd, notes) if use_slurm else {}
     stats = compute(combine(slurm, logged), parts, start, end)
     stats.notes = notes + stats.notes + [f"sources: {', '.join(sources)}"]
     return stats
 
 
-def find_suspects(config, since_s: float, now: float | None = None):
-    from gpuhc.fleet.suspects import Settings, judge, parse_sacct, sacct_argv
-
-    fleet = config.section("fleet")
+def find_suspects(config, since_s: float, now: float | None = None, cmd: SlurmCommand | None = None):
+    cmd = cmd or slurm_command(config)
     end = time.time() if now is None else now
-    jobs, bad = parse_sacct(run_slurm(sacct_argv(end - since_s, end), float(fleet["sacct_timeout_s"])))
+    jobs, bad = parse_sacct(cmd.call(sacct_argv(end - since_s, end)))
     notes = [f"{bad} sacct line(s) did not parse and were skipped"] if bad else []
-    return judge(jobs, Settings.from_section(fleet["suspects"])), notes
-
-
+    return judge(jobs, Settings.from_section(config.section("fleet")["suspects"])), notes
 
 
 def suspects_for_sweep(config, log=None) -> list[str]:
@@ -104,8 +92,6 @@ def suspects_for_sweep(config, log=None) -> list[str]:
     section = config.section("fleet")["suspects"]
     if not section["sweep_first"]:
         return []
-    from gpuhc.fleet.suspects import suspects
-
     try:
         records, _ = find_suspects(config, float(section["since_days"]) * 86400.0)
     except SlurmError as e:

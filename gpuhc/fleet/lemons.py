@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from gpuhc.logtext import escape
 from gpuhc.slurm.lemons import LemonSettings, Standing, standings
 from gpuhc.slurm.lemon_memory import read_faults
 
@@ -24,8 +25,6 @@ def gather(config, paths: list[str], now: float | None = None,
 
 def table(rows: list[Standing], settings: LemonSettings) -> list[str]:
     """The plain table, node names, serials and checks escaped (an event log is anyone's file)."""
-    from gpuhc.logtext import escape
-
     if not rows:
         return [f"no lemon or near-lemon: no node or GPU drained {settings.faults - 1} times in {settings.window_text}"]
     out = [f"{'KIND':5} {'KEY':28} {'STANDING':10} {'DRAINS':6} NODES / DRAINS (time check)"]

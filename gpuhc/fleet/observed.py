@@ -9,10 +9,15 @@ reason it would have written, so thresholds can be tuned before going live (docs
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Iterable
 
+from gpuhc.errors import GpuhcError
 from gpuhc.export.eventlog import read_events
+from gpuhc.fleet.gather import event_log_paths
+from gpuhc.logtext import escape
+from gpuhc.slurm.actuator import would_do
 
 
 @dataclass(frozen=True)
@@ -32,8 +37,6 @@ class Observed:
 
 def read_observed(paths: Iterable[str], since: float, problems: list[str]) -> list[Observed]:
     """One :class:`Observed` per (node, act) seen since ``since``, in node order."""
-    from gpuhc.slurm.actuator import would_do
-
     seen: dict[tuple[str, str], dict] = {}
     for doc in read_events(paths, b'"observed":"', problems):
         sl = doc["slurm"]
@@ -58,10 +61,6 @@ def read_observed(paths: Iterable[str], since: float, problems: list[str]) -> li
 
 def table(rows: list[Observed]) -> list[str]:
     """The plain table, every field someone else wrote escaped."""
-    import time
-
-    from gpuhc.logtext import escape
-
     if not rows:
         return ["no run decided anything it did not do (observe mode)"]
     out = [f"{'NODE':12} {'WOULD':7} {'RUNS':5} {'FIRST':19} {'LAST':19} {'STAGES':22} REASON"]
@@ -74,11 +73,6 @@ def table(rows: list[Observed]) -> list[str]:
 
 def gather(config, since_s: float, given=(), now: float | None = None) -> tuple[list[Observed], list[str]]:
     """The observed acts of the last ``since_s`` in the configured (or given) event logs."""
-    import time
-
-    from gpuhc.errors import GpuhcError
-    from gpuhc.fleet.gather import event_log_paths
-
     paths = event_log_paths(config, given)
     if not paths:
         raise GpuhcError("no event log to read: set fleet.event_logs or output.event_log, or pass --event-log")

@@ -22,8 +22,12 @@ out of the comparison; a node that keeps being in the wrong place does not.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Iterable
+
+from gpuhc.config import expand
+from gpuhc.slurm.nodes import parse_slurm_time
 
 # End states that say nothing about a node: the user or the scheduler ended the job.
 NEUTRAL = ("CANCELLED", "PREEMPTED", "REQUEUED", "RESIZING", "REVOKED", "DEADLINE")
@@ -43,8 +47,6 @@ class Job:
 
 
 def sacct_argv(start: float, end: float) -> list[str]:
-    import time
-
     fmt = "%Y-%m-%dT%H:%M:%S"
     return ["sacct", "--allusers", "--allocations", "--noheader", "--parsable2",
             "--starttime", time.strftime(fmt, time.localtime(start)),
@@ -54,9 +56,6 @@ def sacct_argv(start: float, end: float) -> list[str]:
 def parse_sacct(text: str) -> tuple[list[Job], int]:
     """``sacct -a -X -n -P -o JobID,State,Partition,NodeList,End``: the jobs, and how many
     lines did not parse (a node list that does not expand, a short line)."""
-    from gpuhc.config import expand
-    from gpuhc.slurm.nodes import parse_slurm_time
-
     jobs, bad = [], 0
     for line in text.splitlines():
         if not line.strip():

@@ -1,4 +1,5 @@
-"""The one wrapper through which gpuhc runs a Slurm client command (scontrol, sinfo, squeue, sbatch).
+"""The one wrapper through which gpuhc runs a Slurm client command (scontrol, sinfo, squeue, sbatch,
+sacct, sacctmgr): the flows, the sweep, the fleet commands and drain-report alike.
 
 Every call is an argv list (never a shell), has its own timeout, and that timeout is further cut
 to what is left of the caller's deadline: slurmd kills the health check at 60 s, and a slurmctld
@@ -7,6 +8,11 @@ same way, naming the command (never the reason text, which may carry evidence):
 
 - no answer within the timeout, or the program missing: :class:`~gpuhc.errors.SlurmUnreachable`;
 - any other OS error, or a non-zero exit: :class:`~gpuhc.errors.SlurmError` with Slurm's message.
+
+Which program runs is the site's choice: ``slurm.<program>`` names it (a name looked up on PATH,
+or a full path; docs/slurm.md, "Slurm's programs"). Callers write the bare program name first in
+their argv, and :meth:`SlurmCommand.call` puts the configured path in its place, so no caller can
+forget the setting and the argv a test or a dry run shows stays readable.
 
 The runner is injectable (``run=``, ``run_stdin=``) so that unit tests see exactly which argv
 would be sent, and so that the prolog's happy path can be proven to send nothing.
@@ -26,6 +32,10 @@ from gpuhc.logtext import escape
 # (argv, timeout_s) -> (returncode, stdout, stderr); raises subprocess.TimeoutExpired / OSError
 Runner = Callable[[list[str], float], tuple[int, str, str]]
 StdinRunner = Callable[[list[str], float, str], tuple[int, str, str]]
+
+# The Slurm client programs gpuhc runs, each configurable as ``slurm.<name>`` (the config keys of
+# the same names in gpuhc/slurm/settings.py).
+PROGRAMS = ("scontrol", "sinfo", "squeue", "sbatch", "sacct", "sacctmgr")
 
 # Keep a little time after a timed-out call to log and exit before the caller's hard deadline.
 MARGIN_S = 0.5
@@ -79,6 +89,17 @@ class SlurmCommand:
     # passes one, else stderr. Every line is escaped: it quotes what Slurm printed.
     warn: Callable[[str], None] | None = None
     warned: list[str] = field(default_factory=list)
+    paths: dict[str, str] = field(default_factory=dict)  # program name -> the configured path to run
+
+    @classmethod
+    def from_section(cls, section: dict, **overrides):
+        """A command object as the ``slurm`` config section says: the configured programs and
+        ``timeout_s``; ``overrides`` (a deadline, a warn sink, another timeout) win."""
+        kwargs: dict = {"paths": {p: str(section[p]) for p in PROGRAMS if section.get(p)}}
+        if section.get("timeout_s") is not None:
+            kwargs["timeout_s"] = float(section["timeout_s"])
+        kwargs.update(overrides)
+        return cls(**kwargs)
 
     def note(self, text: str) -> None:
         """Say ``text`` once per command object (a record skipped by two reads is one line)."""
@@ -99,7 +120,10 @@ class SlurmCommand:
         return self.deadline - time.monotonic()
 
     def call(self, argv: list[str], stdin: str | None = None) -> str:
-        """Run one Slurm command; its stdout, or a SlurmError that names it."""
+        """Run one Slurm command; its stdout, or a SlurmError that names it. A bare program name
+        first in ``argv`` runs the configured path of that program."""
+        if argv and argv[0] in self.paths:
+            argv = [self.paths[argv[0]], *argv[1:]]
         cmd = describe(argv)
         prog = cmd.split(" ", 1)[0]
         timeout = min(self.timeout_s, self.remaining() - MARGIN_S)
@@ -114,8 +138,9 @@ class SlurmCommand:
         except subprocess.TimeoutExpired:
             raise SlurmUnreachable(f"{cmd}: no answer within {timeout:.1f}s (slurmctld down or busy?)") from None
         except FileNotFoundError:
+            key = prog if prog in PROGRAMS else "<program>"
             raise SlurmUnreachable(f"{prog} not found: {argv[0]!r} (put Slurm's client on PATH, or name it in "
-                                   "slurm.scontrol / slurm.sinfo)") from None
+                                   f"slurm.{key})") from None
         except OSError as e:
             raise SlurmError(f"{cmd}: cannot run {argv[0]}: {e.strerror or e}") from None
         if rc != 0:

@@ -30,6 +30,7 @@ except ImportError:  # optional: json gives the same answers, only slower
     _orjson = None
 
 from gpuhc.slurm.nodes import MAX_NODES, Node, NodeParseError, parse_state
+from gpuhc.slurm.releases import SINFO_JSON_NEW, SINFO_JSON_OLD, SINFO_REASON_USER_KEYS
 
 # In a state list exactly one word is the base state (Slurm's node_state_base); all else are
 # flags, DRAIN included, whatever order they come in.
@@ -39,8 +40,6 @@ MAX_DEPTH = 64  # Slurm's node JSON is under 10 levels deep
 MAX_EPOCH = 253402300800  # 10000-01-01: the last second a date can be shown for
 
 _SCONTROL = "scontrol/slurmrestd node JSON"
-_SINFO_OLD = "sinfo --json (v0.0.37/v0.0.38)"
-_SINFO_NEW = "sinfo --json (23.02+)"
 
 
 def parse_nodes_json(text: str | bytes) -> list[Node]:
@@ -210,7 +209,7 @@ def _raise_on_slurm_errors(doc: dict) -> None:
 
 def _guess_kind(item: Any) -> str:
     if isinstance(item, dict) and isinstance(item.get("state"), str):
-        return _SINFO_OLD
+        return SINFO_JSON_OLD
     return _SCONTROL
 
 
@@ -310,7 +309,7 @@ def _from_sinfo_groups(groups: list) -> list[Node]:
     by_name: dict[str, Node] = {}
     named = 0
     for i, group in enumerate(groups):
-        where = f"{_SINFO_NEW}, sinfo[{i}]"
+        where = f"{SINFO_JSON_NEW}, sinfo[{i}]"
         if not isinstance(group, dict):
             raise NodeParseError(f"{where}: expected an object, got {type(group).__name__}")
         names = _group_names(group.get("nodes"), where)
@@ -321,8 +320,9 @@ def _from_sinfo_groups(groups: list) -> list[Node]:
         state, flags, raw = _state(node_info.get("state"), None, where)
         reason_obj = group.get("reason") if isinstance(group.get("reason"), dict) else {}
         reason = _text(reason_obj.get("description"), where, "reason.description")
-        # 26.05 moved the reason's user out of ``reason.user`` to ``reason_set_by_user``
-        user_raw = reason_obj.get("user") or group.get("reason_set_by_user")
+        # where the release keeps the reason's user (gpuhc/slurm/releases.py)
+        in_reason, beside = SINFO_REASON_USER_KEYS
+        user_raw = reason_obj.get(in_reason) or group.get(beside)
         user = _text(user_raw, where, "reason.user") if reason else None
         when = _time(reason_obj.get("time"), where, "reason.time") if reason else None
         part = group.get("partition") if isinstance(group.get("partition"), dict) else {}

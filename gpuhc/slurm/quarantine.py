@@ -28,20 +28,18 @@ Pure: these functions take a node as Slurm shows it and say what to do; the admi
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
 from gpuhc.slurm.nodes import Node
 from gpuhc.slurm.policy import Verdict, out_of_service, resumable
 from gpuhc.slurm.reason import GpuhcReason, format_reason, owned, parse_reason, retired_from
+from gpuhc.slurm.releases import REBOOT_NOTES_TAIL
 
 
-# What Slurm appends to the reason of a node it reboots (`scontrol reboot`): " : reboot issued",
-# " : reboot timed out" when the node took longer than ResumeTimeout to come back,
-# then " : reboot complete" (22.05, 24.11 and 26.05 alike; docs/slurm.md, "Slurm releases").
-# Slurm's words, not gpuhc's evidence: dropped before the reason is written again, or every
-# reboot cycle would add them once more.
-_SLURM_REBOOT_NOTES = re.compile(r"(?:\s+:\s+reboot (?:issued|complete|timed out))+\s*$", re.IGNORECASE)
+# What Slurm appends to the reason of a node it reboots (gpuhc/slurm/releases.py) is Slurm's
+# words, not gpuhc's evidence: dropped before the reason is written again, or every reboot
+# cycle would add them once more.
+_SLURM_REBOOT_NOTES = REBOOT_NOTES_TAIL
 
 
 def _own(mine: GpuhcReason) -> GpuhcReason:

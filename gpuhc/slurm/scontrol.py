@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from gpuhc.errors import SlurmError
 from gpuhc.slurm.command import Runner, SlurmCommand, subprocess_runner  # noqa: F401 - re-exported
 from gpuhc.slurm.nodes import Node, NodeParseError, parse_show_node_oneline
+from gpuhc.slurm.releases import REBOOT_NEXTSTATES
 
 # A node name Slurm accepts and that cannot smuggle a second argument or a hostlist.
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -23,6 +24,11 @@ _HOSTLIST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._,\[\]-]{0,4095}$")
 
 @dataclass
 class Scontrol(SlurmCommand):
+    """Build it from the config with ``Scontrol.from_section(config.section("slurm"), deadline=...)``
+    (:meth:`SlurmCommand.from_section`): the configured ``slurm.scontrol``, ``slurm.sinfo`` and
+    ``timeout_s``. ``binary`` and ``sinfo`` are the program names written into the argv, which
+    the configured paths replace when the command runs."""
+
     binary: str = "scontrol"
     sinfo: str = "sinfo"
 
@@ -105,17 +111,15 @@ class Scontrol(SlurmCommand):
 
     def stamp(self, name: str, reason: str) -> None:
         """Drain ``name`` with ``reason``: slurmctld stamps the reason with its own clock when the
-        text changes (the breaker ledger's clock tick)."""
-        _check_name(name)
-        _check_reason(reason)
-        self._call([self.binary, "update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}"])
+        text changes (the breaker ledger's clock tick). The same update as :meth:`drain`."""
+        self.drain(name, reason)
 
     def reboot(self, nodes: str, reason: str, nextstate: str = "DOWN", asap: bool = True) -> None:
         """``scontrol reboot [ASAP] nextstate=.. reason=.. NODES`` (needs RebootProgram)."""
         if not _HOSTLIST.match(nodes) or nodes.upper() == "ALL":
             raise SlurmError(f"refusing to reboot {nodes!r}: not a plain node list")
-        if nextstate not in ("DOWN", "RESUME"):  # what 22.05, 24.11 and 26.05 accept (docs/slurm.md)
-            raise SlurmError(f"reboot nextstate must be DOWN or RESUME, got {nextstate!r}")
+        if nextstate not in REBOOT_NEXTSTATES:
+            raise SlurmError(f"reboot nextstate must be {' or '.join(REBOOT_NEXTSTATES)}, got {nextstate!r}")
         _check_reason(reason)
         argv = [self.binary, "reboot"] + (["ASAP"] if asap else [])
         argv += [f"nextstate={nextstate}", f"reason={reason}", nodes]
@@ -129,6 +133,10 @@ class Scontrol(SlurmCommand):
         if fmt not in ("json", "oneliner"):
             raise ValueError(fmt)
         return self._call([self.binary, "--all", f"--{fmt}", "show", "node"])
+
+    def show_topology(self) -> str:
+        """``scontrol show topology``: the switches Slurm knows, as it prints them (read-only)."""
+        return self._call([self.binary, "show", "topology"])
 
     def _call(self, argv: list[str]) -> str:
         return self.call(argv)

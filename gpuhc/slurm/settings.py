@@ -137,4 +137,10 @@ SCHEMA = {
         "reboot_timeout_s": Key(float, 1800.0, "a reboot and its boot-time retest must answer within this, "
                                 "else the cycle counts as failed", min=60.0, max=86400.0),
     },
+    # The other Slurm programs gpuhc runs, like scontrol and sinfo above: every one goes through
+    # gpuhc/slurm/command.py, which runs the path named here (docs/slurm.md "Slurm's programs").
+    "squeue": Key(str, "squeue", "squeue binary (`sweep submit`: are the sweep's jobs still queued?)"),
+    "sbatch": Key(str, "sbatch", "sbatch binary (`sweep submit` and `sweep analyze`: the probe jobs)"),
+    "sacct": Key(str, "sacct", "sacct binary (`fleet suspects`, `sweep submit`'s suspects first)"),
+    "sacctmgr": Key(str, "sacctmgr", "sacctmgr binary (`fleet stats`: Slurm's node events)"),
 }

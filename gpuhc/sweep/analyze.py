@@ -42,7 +42,7 @@ CHECK_ID = "nccl-sweep"
 def analyze_sweep(section: dict, store: SweepStore, apply: bool = False, submit: bool = True, config: Any = None,
                   cli: SlurmCli | None = None, scontrol: Any = None, now: float | None = None,
                   allow_fault_hook: bool = False) -> dict[str, Any]:
-    cli = cli or SlurmCli()
+    cli = cli or (SlurmCli.from_config(config) if config is not None else SlurmCli())
     now = time.time() if now is None else now
     with store.locked() as index:
         sweep_id = index.get("current")
@@ -195,8 +195,7 @@ def apply_pending(index: dict, record: dict, store: SweepStore | None, config: A
     if not pending:
         return []
     slurm = config.section("slurm") if config is not None else {}
-    sc = scontrol or Scontrol(binary=slurm.get("scontrol", "scontrol"), sinfo=slurm.get("sinfo", "sinfo"),
-                              timeout_s=float(slurm.get("timeout_s", 10.0)))
+    sc = scontrol or Scontrol.from_section(slurm)
     ctx = _DrainContext(sc, PolicySettings.from_section(slurm), BreakerSettings.from_section(slurm.get("breaker", {})),
                         int((slurm.get("quarantine") or {}).get("max_cycles", 3)), now,
                         observe=slurm.get("mode") == "observe")

@@ -1,8 +1,9 @@
 """The Slurm commands the sweep needs besides scontrol updates: sinfo, squeue, sbatch, topology.
 
-They run through :class:`gpuhc.slurm.command.SlurmCommand`, like every Slurm call of gpuhc: argv
-lists only, each call with a timeout, any failure a :class:`~gpuhc.errors.SlurmError` naming the
-command; tests inject the runner and see exactly what would be sent.
+They run through :class:`gpuhc.slurm.command.SlurmCommand`, like every Slurm call of gpuhc: the
+program configured as ``slurm.<program>`` (the argv below name it, the wrapper puts the path in),
+argv lists only, each call killed at its timeout, any failure a :class:`~gpuhc.errors.SlurmError`
+naming the command; tests inject the runner and see exactly what would be sent.
 """
 
 from __future__ import annotations
@@ -40,7 +41,14 @@ def _current_user() -> str:
 
 @dataclass
 class SlurmCli(SlurmCommand):
+    # Its own per-call timeout, not slurm.timeout_s (the health check's): one sbatch or a full
+    # sinfo table may take longer on a busy slurmctld, and cron is not in a hurry.
     timeout_s: float = 30.0
+
+    @classmethod
+    def from_config(cls, config) -> "SlurmCli":
+        """The sweep's Slurm commands as configured: the programs of ``slurm.<program>``."""
+        return cls.from_section(config.section("slurm"), timeout_s=cls.timeout_s)
 
     def _call(self, argv: list[str], stdin: str | None = None) -> str:
         return self.call(argv, stdin)

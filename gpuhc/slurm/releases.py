@@ -1,0 +1,54 @@
+"""The one home of what differs between the Slurm releases gpuhc runs on, and what they share
+where a reader might expect a difference. Pure data and one-line rules: the modules that talk to
+Slurm or read its output ask here instead of carrying their own notes on versions.
+
+Tested on Debian's three: 22.05 (Debian 12), 24.11 (Debian 13) and 26.05 (Debian unstable); the
+measurements behind each entry are in docs/slurm.md, "Slurm releases" and "Reading Slurm's
+output", recorded under tests/fixtures/slurm/. gpuhc never asks Slurm its version: every rule
+here holds on all three, or is read off the answer itself (a JSON layout by its keys).
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpuhc.lazyre import lazy
+
+# --- commands -----------------------------------------------------------------------------
+
+# ``scontrol reboot ... nextstate=X``: all three accept only these two and refuse DRAIN with
+# "Invalid state: DRAIN Valid states: DOWN, RESUME".
+REBOOT_NEXTSTATES = ("DOWN", "RESUME")
+
+# ``scontrol --json``/``sinfo --json``: 22.05 has no ``scontrol --json`` ("unrecognized option")
+# and prints OpenAPI v0.0.38 from ``sinfo --json``; 24.11 (data_parser v0.0.42) and 26.05
+# (v0.0.45) print both. The text forms read the same on all three, so text is asked first.
+SCONTROL_JSON_SINCE = "23.02"
+
+
+def json_hint(error: str) -> str:
+    """Why a ``--json`` try failed, when the answer says it is the release's lack of it."""
+    if "unrecognized option" in error or "invalid option" in error:
+        return f" (scontrol --json needs Slurm {SCONTROL_JSON_SINCE} or later)"
+    return ""
+
+
+# --- what Slurm writes into a node's reason ------------------------------------------------
+
+# A node Slurm reboots gets " : reboot issued", " : reboot timed out" (past ResumeTimeout), then
+# " : reboot complete" appended to its reason: the same words on all three.
+# (compiled when first used: scontrol.py imports this module, and most runs never read a reboot)
+REBOOT_NOTES_TAIL = lazy(r"(?:\s+:\s+reboot (?:issued|complete|timed out))+\s*$", re.IGNORECASE)
+
+# ``scontrol update State=RESUME``: 22.05 and 26.05 clear the reason, 24.11 sets IDLE and keeps
+# it. So whether a resume took, or an admin resumed a node, is read from the state (in service),
+# never from the reason being gone (gpuhc/slurm/actuator.py, gpuhc/slurm/handover.py): a rule
+# with no branch, so no constant here.
+
+# --- JSON layouts (read by feature in gpuhc/slurm/nodes_json.py) -------------------------------
+
+SINFO_JSON_OLD = "sinfo --json (v0.0.37/v0.0.38)"  # 21.08/22.05: {"nodes": [...]}
+SINFO_JSON_NEW = "sinfo --json (23.02+)"  # {"sinfo": [...]}, one record per (partition, state, reason)
+# Where a grouped sinfo record keeps the reason's user: 23.02-25.11 under ``reason.user``,
+# 26.05 beside it as ``reason_set_by_user``.
+SINFO_REASON_USER_KEYS = ("user", "reason_set_by_user")
