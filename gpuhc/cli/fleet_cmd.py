@@ -157,7 +157,7 @@ def incidents(window: str | None, min_nodes: int | None, topology_file: str | No
     from gpuhc.fleet.gather import event_log_paths, run_slurm
     from gpuhc.fleet.switches import failures_from_nodes, group_by_switch, read_topology_conf
     from gpuhc.slurm.scontrol import Scontrol
-    from gpuhc.sweep.plan import parse_topology
+    from gpuhc.topology_text import parse_topology
 
     config = _load(config_path)
     sw = config.section("fleet")["switch"]
