@@ -121,7 +121,7 @@ class GpuJudge:
     unsupported: Callable[[GpuReading], str | None]
     findings: Callable[[GpuReading], list[Result]]  # its problems, in the order found
     clean: Callable[[GpuReading], Result]  # its one result when nothing was found (pass, or n/a)
-    first: list[Result] = field(default_factory=list)  # node results ahead of the GPUs' (a bad setting)
+    first: tuple[Result, ...] = ()  # node results ahead of the GPUs' (a bad setting)
     state: Callable[[], dict[str, Any] | None] = lambda: None  # CheckOutput.state, asked after the loop
 
 

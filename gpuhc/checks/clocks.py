@@ -97,13 +97,13 @@ def _clean(gpu: GpuReading) -> Result:
 
 def _plan(snapshot: Snapshot, ctx: Context, gpus: list[GpuReading]) -> GpuJudge:
     fail_on = set(ctx.t("fail_on", []) or [])
-    first: list[Result] = []
+    first: tuple[Result, ...] = ()
     unknown = _unknown_reasons(fail_on)
     if unknown:
         # A typo here would silently stop failing a real slowdown; say so (ERROR never drains).
         known = ", ".join(name for name, _, _ in REASONS)
-        first.append(result(ID, Status.ERROR, f"unknown fail_on reason(s) {', '.join(unknown)} (known: {known})",
-                            value=unknown))
+        first = (result(ID, Status.ERROR, f"unknown fail_on reason(s) {', '.join(unknown)} (known: {known})",
+                        value=unknown),)
     return GpuJudge(unsupported=lambda gpu: None if gpu.clock_event_samples else "no clock-event reason samples",
                     findings=lambda gpu: _gpu_findings(gpu, fail_on), clean=_clean, first=first)
 
