@@ -114,7 +114,8 @@ class GpuJudge:
     """How a per-GPU check judges each GPU of one run; :func:`per_gpu_check` runs the loop.
 
     Built per run by the check's plan, so what a run computes once (thermal's busy siblings,
-    pcie's AER by bus id, nvlink's counter state) is shared by its GPUs through closures.
+    pcie's AER by bus id, nvlink's counter state) is shared by its GPUs through closures. What
+    the statuses mean (n/a for unsupported, never a failure) is docs/ARCHITECTURE.md "Judging".
     """
 
     # Why this GPU cannot be judged at all (the words after its subject in an n/a), or None.
