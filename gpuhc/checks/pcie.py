@@ -125,18 +125,17 @@ def _clean(gpu: GpuReading) -> Result:
 
 def _plan(snapshot: Snapshot, ctx: Context, gpus: list[GpuReading]) -> GpuJudge:
     aer_by_pci = {norm_pci(a.pci): a for a in (snapshot.aer or [])}
+    aer_of = {gpu.pci_bus_id: aer_by_pci.get(norm_pci(gpu.pci_bus_id)) for gpu in gpus}
     # Subset runs (prolog) keep the other GPUs' counter baselines; full runs start clean.
     state: dict[str, Any] = dict(ctx.prev or {}) if ctx.gpus is not None else {}
 
     def unsupported(gpu: GpuReading) -> str | None:
-        if gpu.pcie_width is None and gpu.pcie_gen is None and gpu.pcie_replay is None \
-                and norm_pci(gpu.pci_bus_id) not in aer_by_pci:
+        if gpu.pcie_width is None and gpu.pcie_gen is None and gpu.pcie_replay is None and aer_of[gpu.pci_bus_id] is None:
             return "PCIe link state not supported"
         return None
 
     def findings(gpu: GpuReading) -> list[Result]:
-        aer = aer_by_pci.get(norm_pci(gpu.pci_bus_id))
-        return _link_findings(gpu, ctx) + _counter_findings(gpu, aer, ctx, state)
+        return _link_findings(gpu, ctx) + _counter_findings(gpu, aer_of[gpu.pci_bus_id], ctx, state)
 
     return GpuJudge(unsupported, findings, _clean, state=lambda: state)
 
