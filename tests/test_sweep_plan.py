@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gpuhc.sweep.plan import Group, overdue, parse_topology, plan_probe
+from gpuhc.sweep.plan import Group, overdue, plan_probe
+from gpuhc.topology_text import parse_topology
 
 NODES = [f"n{i:02d}" for i in range(1, 11)]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from gpuhc.model import Action, Result, Snapshot, Status
+from gpuhc.model import Action, GpuReading, Result, Snapshot, Status
 
 # Sources a check can need. The runner reads only the sources the selected checks need.
 NVML = "nvml"
@@ -107,3 +107,53 @@ def selected_gpus(snapshot: Snapshot, ctx: Context):
     if ctx.gpus is None:
         return gpus
     return [g for g in gpus if g.index in ctx.gpus]
+
+
+@dataclass
+class GpuJudge:
+    """How a per-GPU check judges each GPU of one run; :func:`per_gpu_check` runs the loop.
+
+    Built per run by the check's plan, so what a run computes once (thermal's busy siblings,
+    pcie's AER by bus id, nvlink's counter state) is shared by its GPUs through closures. What
+    the statuses mean (n/a for unsupported, never a failure) is docs/ARCHITECTURE.md "Judging".
+    """
+
+    # Why this GPU cannot be judged at all (the words after its subject in an n/a), or None.
+    unsupported: Callable[[GpuReading], str | None]
+    findings: Callable[[GpuReading], list[Result]]  # its problems, in the order found
+    clean: Callable[[GpuReading], Result]  # its one result when nothing was found (pass, or n/a)
+    first: tuple[Result, ...] = ()  # node results ahead of the GPUs' (a bad setting)
+    state: Callable[[], dict[str, Any] | None] = lambda: None  # CheckOutput.state, asked after the loop
+
+
+Plan = Callable[[Snapshot, Context, list[GpuReading]], GpuJudge]
+
+
+def per_gpu_check(id: str, plan: Plan, needs: tuple[str, ...] = (NVML,), **declared: Any) -> Check:
+    """A check that judges NVML's GPUs one at a time, declared by how it judges one GPU.
+
+    The shared part: no NVML answer is one n/a for the node; otherwise every GPU of the stage
+    (``selected_gpus``) gets its n/a, its findings, or its one clean result, in GPU order, so a
+    report lists the same GPU lines whichever check wrote them. ``declared`` are the rest of
+    the :class:`Check` fields.
+    """
+
+    def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
+        if snapshot.nvml is None or not snapshot.nvml.available:
+            return CheckOutput([na(id, "NVML unavailable")])
+        gpus = selected_gpus(snapshot, ctx)
+        run = plan(snapshot, ctx, gpus)
+        results = list(run.first)
+        for gpu in gpus:
+            why = run.unsupported(gpu)
+            if why:
+                results.append(na(id, f"{gpu.subject} {why}", gpu.subject))
+                continue
+            found = run.findings(gpu)
+            if found:
+                results.extend(found)
+            else:
+                results.append(run.clean(gpu))
+        return CheckOutput(results, state=run.state())
+
+    return Check(id=id, needs=needs, judge=judge, **declared)

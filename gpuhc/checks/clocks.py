@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhc.checks.base import NVML, Check, CheckOutput, Context, na, result, selected_gpus
+from gpuhc.checks.base import Context, GpuJudge, per_gpu_check, result
 from gpuhc.model import Action, GpuReading, Result, Snapshot, Status
 
 ID = "clocks"
@@ -89,29 +89,23 @@ def _gpu_findings(gpu: GpuReading, fail_on: set[str]) -> list[Result]:
     return out
 
 
-def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
-    if snapshot.nvml is None or not snapshot.nvml.available:
-        return CheckOutput([na(ID, "NVML unavailable")])
+def _clean(gpu: GpuReading) -> Result:
+    state = "idle" if is_busy(gpu) is False else "no slowdown"
+    return result(ID, Status.PASS, f"{gpu.subject} clocks: {state}", gpu.subject,
+                  value=f"0x{gpu.clock_event_samples[-1]:x}")
+
+
+def _plan(snapshot: Snapshot, ctx: Context, gpus: list[GpuReading]) -> GpuJudge:
     fail_on = set(ctx.t("fail_on", []) or [])
-    results: list[Result] = []
+    first: tuple[Result, ...] = ()
     unknown = _unknown_reasons(fail_on)
     if unknown:
         # A typo here would silently stop failing a real slowdown; say so (ERROR never drains).
         known = ", ".join(name for name, _, _ in REASONS)
-        results.append(result(ID, Status.ERROR, f"unknown fail_on reason(s) {', '.join(unknown)} (known: {known})",
-                              value=unknown))
-    for gpu in selected_gpus(snapshot, ctx):
-        if not gpu.clock_event_samples:
-            results.append(na(ID, f"{gpu.subject} no clock-event reason samples", gpu.subject))
-            continue
-        found = _gpu_findings(gpu, fail_on)
-        if found:
-            results.extend(found)
-        else:
-            state = "idle" if is_busy(gpu) is False else "no slowdown"
-            results.append(result(ID, Status.PASS, f"{gpu.subject} clocks: {state}", gpu.subject,
-                                  value=f"0x{gpu.clock_event_samples[-1]:x}"))
-    return CheckOutput(results)
+        first = (result(ID, Status.ERROR, f"unknown fail_on reason(s) {', '.join(unknown)} (known: {known})",
+                        value=unknown),)
+    return GpuJudge(unsupported=lambda gpu: None if gpu.clock_event_samples else "no clock-event reason samples",
+                    findings=lambda gpu: _gpu_findings(gpu, fail_on), clean=_clean, first=first)
 
 
 def _unknown_reasons(fail_on: Any) -> list[str]:
@@ -129,12 +123,9 @@ def _setting_errors(thresholds: dict[str, Any]) -> list[str]:
 
 
 CHECKS = [
-    Check(
-        id=ID,
-        needs=(NVML,),
-        judge=judge,
+    per_gpu_check(
+        ID, _plan,
         stages=("passive", "epilog", "bootstrap"),
-        timeout_s=10.0,
         defaults={"fail_on": ["hw_thermal", "hw_power_brake", "hw_slowdown", "sw_thermal"]},
         doc="HW/SW thermal slowdown, power brake and HW slowdown clock-event reasons",
         validate=_setting_errors,

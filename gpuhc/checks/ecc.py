@@ -22,7 +22,7 @@ Corrected (single-bit) errors are not judged: they are the mechanism working.
 
 from __future__ import annotations
 
-from gpuhc.checks.base import NVML, Check, CheckOutput, Context, na, result, selected_gpus
+from gpuhc.checks.base import Context, GpuJudge, per_gpu_check, result
 from gpuhc.model import Action, GpuReading, Result, Snapshot, Status
 
 ID = "ecc"
@@ -64,32 +64,22 @@ def _judged_anything(gpu: GpuReading) -> bool:
     return any(f is not None for f in fields)
 
 
-def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
-    if snapshot.nvml is None or not snapshot.nvml.available:
-        return CheckOutput([na(ID, "NVML unavailable")])
-    results: list[Result] = []
-    for gpu in selected_gpus(snapshot, ctx):
-        if not _judged_anything(gpu):
-            results.append(na(ID, f"{gpu.subject} ECC counters not supported", gpu.subject))
-            continue
-        found = _gpu_findings(gpu, ctx)
-        if found:
-            results.extend(found)
-        else:
-            remaps = gpu.remap_uncorrectable
-            extra = f", {remaps} uncorrectable remaps" if remaps else ""
-            results.append(result(ID, Status.PASS, f"{gpu.subject} no uncorrectable ECC errors{extra}",
-                                  gpu.subject, value=gpu.ecc_volatile_uncorrected))
-    return CheckOutput(results)
+def _clean(gpu: GpuReading) -> Result:
+    remaps = gpu.remap_uncorrectable
+    extra = f", {remaps} uncorrectable remaps" if remaps else ""
+    return result(ID, Status.PASS, f"{gpu.subject} no uncorrectable ECC errors{extra}",
+                  gpu.subject, value=gpu.ecc_volatile_uncorrected)
+
+
+def _plan(snapshot: Snapshot, ctx: Context, gpus: list[GpuReading]) -> GpuJudge:
+    return GpuJudge(unsupported=lambda gpu: None if _judged_anything(gpu) else "ECC counters not supported",
+                    findings=lambda gpu: _gpu_findings(gpu, ctx), clean=_clean)
 
 
 CHECKS = [
-    Check(
-        id=ID,
-        needs=(NVML,),
-        judge=judge,
+    per_gpu_check(
+        ID, _plan,
         stages=("passive", "prolog", "epilog", "bootstrap"),
-        timeout_s=10.0,
         defaults={
             "require_ecc": True,
             # Ticket once this many rows were remapped for uncorrectable errors (see module doc).

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from gpuhc.limits import RELATIVE_LIMIT
 from gpuhc.model import EventKind, KernelEvent, KernelLog, Snapshot
-from gpuhc.sources.kernel_log_parse import RELATIVE_LIMIT
 
 DEFAULT_WINDOW_S = 86400.0
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhc.checks.base import NVML, Check, CheckOutput, Context, na, result, selected_gpus
+from gpuhc.checks.base import Context, GpuJudge, na, per_gpu_check, result
 from gpuhc.limits import MAX_DL_ROTATION
 from gpuhc.model import Action, GpuReading, NvmlReading, Result, Snapshot, Status, norm_pci
 
@@ -187,42 +187,37 @@ def _growth_findings(gpu: GpuReading, grown: dict[str, dict[int, int]], ctx: Con
     return out
 
 
-def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
-    if snapshot.nvml is None or not snapshot.nvml.available:
-        return CheckOutput([na(ID, "NVML unavailable")])
+def _clean(gpu: GpuReading, ctx: Context) -> Result:
+    if all(s.active is None for s in gpu.nvlinks):
+        return na(ID, f"{gpu.subject} NVLink state not supported", gpu.subject)
+    active = sum(1 for s in gpu.nvlinks if s.active)
+    return result(ID, Status.PASS, f"{gpu.subject} {active} NVLinks active, no error growth",
+                  gpu.subject, value=active, threshold=_expected_active(gpu, ctx))
+
+
+def _plan(snapshot: Snapshot, ctx: Context, gpus: list[GpuReading]) -> GpuJudge:
     prev = ctx.prev or {}
     # A run over a subset of GPUs (prolog: the job's GPUs) keeps the others' baselines; a full
     # run rewrites the state, so counters of GPUs that were swapped out do not pile up.
     state: dict[str, Any] = dict(prev) if ctx.gpus is not None else {}
     ignore = set(ctx.t("ignore_counters", []) or [])
-    results: list[Result] = []
-    gpus = selected_gpus(snapshot, ctx)
     # With a rotation, a DL counter's last reading may be runs ago: say so in the message.
     since = "last run" if snapshot.nvml.dl_rotation <= 1 else "the link's last reading"
-    for gpu in gpus:
-        if not gpu.nvlinks:
-            results.append(na(ID, f"{gpu.subject} no NVLink", gpu.subject))
-            continue
-        found: list[Result] = []
+
+    def findings(gpu: GpuReading) -> list[Result]:
         count = _count_finding(gpu, ctx)
-        if count:
-            found.append(count)
-        found.extend(_growth_findings(gpu, _growth(gpu, prev, state, ignore), ctx, since))
-        if found:
-            results.extend(found)
-            continue
-        active = sum(1 for s in gpu.nvlinks if s.active)
-        if all(s.active is None for s in gpu.nvlinks):
-            results.append(na(ID, f"{gpu.subject} NVLink state not supported", gpu.subject))
-        else:
-            results.append(result(ID, Status.PASS, f"{gpu.subject} {active} NVLinks active, no error growth",
-                                  gpu.subject, value=active, threshold=_expected_active(gpu, ctx)))
-    if ctx.gpus is None:
-        _carry_over(prev, state, gpus)
-    pointers = _advance(snapshot.nvml, prev, gpus, full=ctx.gpus is None)
-    if pointers:
-        state[POINTER] = pointers
-    return CheckOutput(results, state=state)
+        return ([count] if count else []) + _growth_findings(gpu, _growth(gpu, prev, state, ignore), ctx, since)
+
+    def finish() -> dict[str, Any]:
+        if ctx.gpus is None:
+            _carry_over(prev, state, gpus)
+        pointers = _advance(snapshot.nvml, prev, gpus, full=ctx.gpus is None)
+        if pointers:
+            state[POINTER] = pointers
+        return state
+
+    return GpuJudge(unsupported=lambda gpu: None if gpu.nvlinks else "no NVLink", findings=findings,
+                    clean=lambda gpu: _clean(gpu, ctx), state=finish)
 
 
 def _validate(t: dict[str, Any]) -> list[str]:
@@ -233,12 +228,9 @@ def _validate(t: dict[str, Any]) -> list[str]:
 
 
 CHECKS = [
-    Check(
-        id=ID,
-        needs=(NVML,),
-        judge=judge,
+    per_gpu_check(
+        ID, _plan,
         stages=("passive", "prolog", "epilog", "bootstrap"),
-        timeout_s=10.0,
         defaults={
             "expected_active": None,  # the profile knows the model's link count
             "crc_warn": 100, "crc_fail": 10000,

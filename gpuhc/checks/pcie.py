@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhc.checks.base import AER, NVML, Check, CheckOutput, Context, na, result, selected_gpus
+from gpuhc.checks.base import AER, NVML, Context, GpuJudge, per_gpu_check, result
 from gpuhc.checks.clocks import is_busy
 from gpuhc.model import Action, AerCounters, GpuReading, Result, Snapshot, Status, norm_pci
 
@@ -116,36 +116,34 @@ def _counter_findings(gpu: GpuReading, aer: AerCounters | None, ctx: Context, st
     return out
 
 
-def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
-    if snapshot.nvml is None or not snapshot.nvml.available:
-        return CheckOutput([na(ID, "NVML unavailable")])
+def _clean(gpu: GpuReading) -> Result:
+    link = f"gen{gpu.pcie_gen if gpu.pcie_gen is not None else '?'} x{gpu.pcie_width if gpu.pcie_width is not None else '?'}"
+    idle = " (idle)" if is_busy(gpu) is False else ""
+    return result(ID, Status.PASS, f"{gpu.subject} PCIe {link}{idle}", gpu.subject,
+                  value={"gen": gpu.pcie_gen, "width": gpu.pcie_width})
+
+
+def _plan(snapshot: Snapshot, ctx: Context, gpus: list[GpuReading]) -> GpuJudge:
     aer_by_pci = {norm_pci(a.pci): a for a in (snapshot.aer or [])}
+    aer_of = {gpu.pci_bus_id: aer_by_pci.get(norm_pci(gpu.pci_bus_id)) for gpu in gpus}
     # Subset runs (prolog) keep the other GPUs' counter baselines; full runs start clean.
     state: dict[str, Any] = dict(ctx.prev or {}) if ctx.gpus is not None else {}
-    results: list[Result] = []
-    for gpu in selected_gpus(snapshot, ctx):
-        aer = aer_by_pci.get(norm_pci(gpu.pci_bus_id))
-        if gpu.pcie_width is None and gpu.pcie_gen is None and gpu.pcie_replay is None and aer is None:
-            results.append(na(ID, f"{gpu.subject} PCIe link state not supported", gpu.subject))
-            continue
-        found = _link_findings(gpu, ctx) + _counter_findings(gpu, aer, ctx, state)
-        if found:
-            results.extend(found)
-            continue
-        link = f"gen{gpu.pcie_gen if gpu.pcie_gen is not None else '?'} x{gpu.pcie_width if gpu.pcie_width is not None else '?'}"
-        idle = " (idle)" if is_busy(gpu) is False else ""
-        results.append(result(ID, Status.PASS, f"{gpu.subject} PCIe {link}{idle}", gpu.subject,
-                              value={"gen": gpu.pcie_gen, "width": gpu.pcie_width}))
-    return CheckOutput(results, state=state)
+
+    def unsupported(gpu: GpuReading) -> str | None:
+        if gpu.pcie_width is None and gpu.pcie_gen is None and gpu.pcie_replay is None and aer_of[gpu.pci_bus_id] is None:
+            return "PCIe link state not supported"
+        return None
+
+    def findings(gpu: GpuReading) -> list[Result]:
+        return _link_findings(gpu, ctx) + _counter_findings(gpu, aer_of[gpu.pci_bus_id], ctx, state)
+
+    return GpuJudge(unsupported, findings, _clean, state=lambda: state)
 
 
 CHECKS = [
-    Check(
-        id=ID,
-        needs=(NVML, AER),
-        judge=judge,
+    per_gpu_check(
+        ID, _plan, needs=(NVML, AER),
         stages=("passive", "prolog", "epilog", "bootstrap"),
-        timeout_s=10.0,
         defaults={
             "expected_width": None,  # profile / baseline; else the GPU's own max width
             "expected_gen": None,

@@ -14,56 +14,51 @@ GPU instead of ~10 ms (docs/facts.md, "NVML").
 
 from __future__ import annotations
 
-from gpuhc.checks.base import NVML, Check, CheckOutput, Context, na, result, selected_gpus
+from gpuhc.checks.base import Context, GpuJudge, per_gpu_check, result
 from gpuhc.model import Action, GpuReading, Result, Snapshot, Status
 
 ID = "power"
 
 
-def _findings(gpu: GpuReading, ctx: Context) -> tuple[list[Result], bool]:
-    """Problems, and whether anything could be judged at all."""
-    s = gpu.subject
-    out: list[Result] = []
-    judged = False
+def _expected(gpu: GpuReading, ctx: Context) -> float | None:
     expected = ctx.t("expected_limit_w")
     if not isinstance(expected, (int, float)) or isinstance(expected, bool) or expected <= 0:
-        expected = gpu.power_default_limit_w
+        return gpu.power_default_limit_w
+    return expected
+
+
+def _findings(gpu: GpuReading, ctx: Context) -> list[Result]:
+    s = gpu.subject
+    out: list[Result] = []
+    expected = _expected(gpu, ctx)
     if gpu.power_limit_w is not None and expected:
-        judged = True
         floor = expected * (1 - (ctx.t("tolerance_pct", 5.0) or 0) / 100.0)
         if gpu.power_limit_w < floor:
             out.append(result(ID, Status.FAIL, f"{s} power limit {gpu.power_limit_w:.0f} W < expected {expected:.0f} W",
                               s, value=gpu.power_limit_w, threshold=expected, action=Action.DRAIN_REBOOT))
-    if gpu.persistence_mode is not None:
-        judged = True
-        if gpu.persistence_mode is False and ctx.t("require_persistence", True):
-            out.append(result(ID, Status.WARN, f"{s} persistence mode off (slow NVML init)", s, value=False, threshold=True))
-    return out, judged
+    if gpu.persistence_mode is False and ctx.t("require_persistence", True):
+        out.append(result(ID, Status.WARN, f"{s} persistence mode off (slow NVML init)", s, value=False, threshold=True))
+    return out
 
 
-def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
-    if snapshot.nvml is None or not snapshot.nvml.available:
-        return CheckOutput([na(ID, "NVML unavailable")])
-    results: list[Result] = []
-    for gpu in selected_gpus(snapshot, ctx):
-        found, judged = _findings(gpu, ctx)
-        if found:
-            results.extend(found)
-        elif not judged:
-            results.append(na(ID, f"{gpu.subject} power limit not supported", gpu.subject))
-        else:
-            limit = f"power limit {gpu.power_limit_w:.0f} W" if gpu.power_limit_w is not None else "power limit n/a"
-            results.append(result(ID, Status.PASS, f"{gpu.subject} {limit}", gpu.subject, value=gpu.power_limit_w))
-    return CheckOutput(results)
+def _plan(snapshot: Snapshot, ctx: Context, gpus: list[GpuReading]) -> GpuJudge:
+    def unsupported(gpu: GpuReading) -> str | None:
+        # Judged when the limit has something to be compared with, or persistence was read.
+        if (gpu.power_limit_w is not None and _expected(gpu, ctx)) or gpu.persistence_mode is not None:
+            return None
+        return "power limit not supported"
+
+    def clean(gpu: GpuReading) -> Result:
+        limit = f"power limit {gpu.power_limit_w:.0f} W" if gpu.power_limit_w is not None else "power limit n/a"
+        return result(ID, Status.PASS, f"{gpu.subject} {limit}", gpu.subject, value=gpu.power_limit_w)
+
+    return GpuJudge(unsupported, lambda gpu: _findings(gpu, ctx), clean)
 
 
 CHECKS = [
-    Check(
-        id=ID,
-        needs=(NVML,),
-        judge=judge,
+    per_gpu_check(
+        ID, _plan,
         stages=("passive", "epilog", "bootstrap"),
-        timeout_s=10.0,
         defaults={
             "expected_limit_w": None,  # the profile's rated limit; else the GPU's default limit
             "tolerance_pct": 5.0,

@@ -14,8 +14,7 @@ FAIL (0 disables a level).
 
 from __future__ import annotations
 
-
-from gpuhc.checks.base import NVML, Check, CheckOutput, Context, na, result, selected_gpus
+from gpuhc.checks.base import Context, GpuJudge, per_gpu_check, result
 from gpuhc.checks.clocks import is_busy
 from gpuhc.model import Action, GpuReading, Result, Snapshot, Status
 
@@ -64,36 +63,31 @@ def _gradient(all_gpus: list[GpuReading], judged: list[GpuReading], ctx: Context
     return out
 
 
-def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
-    if snapshot.nvml is None or not snapshot.nvml.available:
-        return CheckOutput([na(ID, "NVML unavailable")])
-    judged = selected_gpus(snapshot, ctx)
+def _clean(gpu: GpuReading, ctx: Context) -> Result:
+    temps = [f"GPU {gpu.temp_gpu_c} C" if gpu.temp_gpu_c is not None else None,
+             f"memory {gpu.temp_mem_c} C" if gpu.temp_mem_c is not None else None]
+    return result(ID, Status.PASS, f"{gpu.subject} {', '.join(t for t in temps if t)}",
+                  gpu.subject, value=gpu.temp_gpu_c, threshold=ctx.t("gpu_warn_c"))
+
+
+def _plan(snapshot: Snapshot, ctx: Context, judged: list[GpuReading]) -> GpuJudge:
     gradient = _gradient(snapshot.nvml.gpus, judged, ctx)
-    results: list[Result] = []
-    for gpu in judged:
-        if gpu.temp_gpu_c is None and gpu.temp_mem_c is None:
-            results.append(na(ID, f"{gpu.subject} temperatures not supported", gpu.subject))
-            continue
+
+    def findings(gpu: GpuReading) -> list[Result]:
         found = _absolute(gpu, ctx)
         if gpu.index in gradient:
             found.append(gradient[gpu.index])
-        if found:
-            results.extend(found)
-            continue
-        temps = [f"GPU {gpu.temp_gpu_c} C" if gpu.temp_gpu_c is not None else None,
-                 f"memory {gpu.temp_mem_c} C" if gpu.temp_mem_c is not None else None]
-        results.append(result(ID, Status.PASS, f"{gpu.subject} {', '.join(t for t in temps if t)}",
-                              gpu.subject, value=gpu.temp_gpu_c, threshold=ctx.t("gpu_warn_c")))
-    return CheckOutput(results)
+        return found
+
+    return GpuJudge(
+        unsupported=lambda gpu: "temperatures not supported" if gpu.temp_gpu_c is None and gpu.temp_mem_c is None else None,
+        findings=findings, clean=lambda gpu: _clean(gpu, ctx))
 
 
 CHECKS = [
-    Check(
-        id=ID,
-        needs=(NVML,),
-        judge=judge,
+    per_gpu_check(
+        ID, _plan,
         stages=("passive", "epilog", "bootstrap"),
-        timeout_s=10.0,
         defaults={
             # Conservative, model-agnostic: above the slowdown point of current data-centre
             # parts (A100/H100: 89 C); profiles lower them to each model's own limits.

@@ -1,30 +1,34 @@
 """Showing the fleet commands' results: rich tables for people, one PNG for ``stats --png``.
 
-rich and matplotlib are imported here only, and only when a table or a plot is asked for.
+rich is imported with this module, which the CLI imports only when a table or a plot is asked
+for (``--json`` never loads it); matplotlib only when a plot is drawn (:mod:`gpuhc.plot`).
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import IO
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape as markup
+from rich.table import Table
+
+from gpuhc.logtext import escape
+from gpuhc.plot import new_figure, save_figure
+from gpuhc.slurm.report import compress
 
 
 def _console(stream: IO[str] | None):
     """A terminal gets its own width; a pipe or a cron mail gets 120 columns rather than rich's
     80, so that the tables keep one row per line."""
-    import sys
-
-    from rich.console import Console
-
     out = stream or sys.stdout
     tty = hasattr(out, "isatty") and out.isatty()
     return Console(file=stream, highlight=False, width=None if tty else 120)
 
 
 def _table(title: str, *columns: str, caption: str | None = None):
-    from rich import box
-    from rich.table import Table
-
     t = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False, padding=(0, 1))
     for i, c in enumerate(columns):
         t.add_column(c, justify="left" if i == 0 else "right", no_wrap=True)
@@ -42,10 +46,6 @@ def _h(hours: float | None) -> str:
 def _esc(text: str) -> str:
     """Node names, partitions, causes and evidence come from Slurm and event logs others can
     write: one printable line each (gpuhc.logtext), and brackets are text, not rich markup."""
-    from rich.markup import escape as markup
-
-    from gpuhc.logtext import escape
-
     return markup(escape(text))
 
 
@@ -115,8 +115,6 @@ def render_incidents(incidents, rest, stream: IO[str] | None = None) -> None:
     console = _console(stream)
     if incidents:
         t = _table("gpuhc fleet incidents: suspect switches", "switch", "check", "nodes", "first", "last")
-        from gpuhc.slurm.report import compress
-
         for inc in incidents:
             t.add_row(_esc(inc.switch), _esc(inc.check), _esc(compress(inc.nodes)), _day(inc.first), _day(inc.last))
         console.print(t)
@@ -131,8 +129,6 @@ def render_incidents(incidents, rest, stream: IO[str] | None = None) -> None:
 
 def write_png(stats, path: str) -> None:
     """Drains per day, stacked by cause, with the fleet's MTBF in the title."""
-    from gpuhc.sweep.chart import new_figure, save_figure
-
     plt, fig, ax = new_figure(9)
     days = max((len(v) for v in stats.daily.values()), default=0)
     bottom = [0] * days

@@ -22,6 +22,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from gpuhc.slurm.reason import parse_reason
+from gpuhc.slurm.report import compress
+from gpuhc.topology_text import parse_topology
 from gpuhc.untrusted import read_bounded
 
 TOPOLOGY_LIMIT = 16 * 1024 * 1024
@@ -55,8 +58,6 @@ class Incident:
 
     @property
     def summary(self) -> str:
-        from gpuhc.slurm.report import compress
-
         return (f"suspect switch {self.switch}: {len(self.nodes)} nodes under it failed {self.check} within "
                 f"{self.last - self.first:.0f}s ({compress(self.nodes)})")
 
@@ -69,8 +70,6 @@ class Incident:
 def parse_topology_conf(text: str) -> dict[str, str]:
     """topology.conf -> {node: leaf switch}: switches (or blocks) that list ``Nodes=``. Comments
     and ``\\`` line continuations are handled as Slurm does."""
-    from gpuhc.sweep.plan import parse_topology
-
     lines = []
     for raw in re.sub(r"\\\n", " ", text).splitlines():
         line = raw.split("#", 1)[0].strip()
@@ -121,8 +120,6 @@ def group_by_switch(failures: Iterable[Failure], leaf_of: dict[str, str], min_no
 def failures_from_nodes(nodes: Iterable) -> list[Failure]:
     """Failures from Slurm's node list: every node out of service with a gpuhc reason, its check
     from the reason, its time from the reason's timestamp. Retired nodes are old news, left out."""
-    from gpuhc.slurm.reason import parse_reason
-
     out = []
     for n in nodes:
         mine = parse_reason(n.reason)

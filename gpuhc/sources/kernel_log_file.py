@@ -21,7 +21,8 @@ from __future__ import annotations
 import os
 import re
 
-from gpuhc.sources.kernel_log_parse import RELATIVE_LIMIT, parse_lines
+from gpuhc.limits import RELATIVE_LIMIT
+from gpuhc.sources.kernel_log_parse import parse_lines
 from gpuhc.sources.kernel_log_prefix import Stamps
 from gpuhc.untrusted import open_regular
 

@@ -8,9 +8,10 @@ Times. Everything that names a wall-clock time becomes epoch seconds. "Since boo
 epoch seconds when the caller passes ``boot_time`` (the live sources do); a recorded file has no
 boot time, so those stamps are *kept as seconds since boot*: ordering, the cursor and the
 windows still work because :attr:`KernelLog.last_time` is in the same scale. Checks recognise
-that scale by its size (< 1e9 s, i.e. before 2001). :attr:`KernelLog.last_time` is the
-*latest* time in the log, not the last line's: a file pasted together from two tools, or a
-journal merged from two sources, is not in time order, and a replay judges "now" by it.
+that scale by its size (below ``gpuhc.limits.RELATIVE_LIMIT``, 1e9 s, i.e. before 2001).
+:attr:`KernelLog.last_time` is the *latest* time in the log, not the last line's: a file pasted
+together from two tools, or a journal merged from two sources, is not in time order, and a
+replay judges "now" by it.
 Syslog stamps carry no year: the caller's ``year`` is used, else the current one, stepping
 back a year when that would put the line more than a day in the future (a December log read in
 January). ``dmesg -T`` and syslog stamps are read in the local time zone, as the tools print.
@@ -79,7 +80,6 @@ from gpuhc.sources.kernel_log_prefix import (
 )
 
 MAX_MESSAGE = 400  # characters kept of one message: enough to read, bounded for state files
-RELATIVE_LIMIT = 1e9  # times below this are seconds since boot, not epoch (see module doc)
 CONTEXT_LINES = 3  # a multi-line message names its GPU at most this many lines earlier
 
 _PCI_FULL = lazy(r"(?:PCI:)?(" + G.PCI + r")")

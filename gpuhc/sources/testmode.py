@@ -28,7 +28,7 @@ from typing import Any
 
 from gpuhc.errors import SourceError
 from gpuhc.fsutil import UnsafePath, check_dir_chain, check_trusted_file
-from gpuhc.sources.kernel_log_parse import RELATIVE_LIMIT
+from gpuhc.limits import RELATIVE_LIMIT
 
 
 def resolve(path: str) -> tuple[str, float]:

@@ -31,10 +31,10 @@ from typing import Any
 from gpuhc.errors import SlurmError
 from gpuhc.sweep.campaign import advance, count_status, current_round, groups_of, judge_round, note_nodes, summary_lines
 from gpuhc.sweep.judge import ERROR, Verdict
-from gpuhc.sweep.plan import parse_topology
 from gpuhc.sweep.slurmcli import SlurmCli
 from gpuhc.sweep.store import SweepStore, SweepStoreError
 from gpuhc.sweep.submit import submit_groups
+from gpuhc.topology_text import parse_topology
 
 CHECK_ID = "nccl-sweep"
 

@@ -1,14 +1,15 @@
 """Showing a sweep: the nccl-tests-like size table, a busbw-vs-size chart in the terminal, a PNG.
 
 The terminal chart is plain text (one row per size, a bar per curve) so it survives cron mail
-and ``less``; the PNG needs matplotlib (``pip install gpuhc[plot]``), imported only when asked.
+and ``less``; the PNG needs matplotlib (``pip install gpuhc[plot]``), imported only when asked
+(:mod:`gpuhc.plot`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpuhc.errors import GpuhcError
+from gpuhc.plot import new_figure, save_figure
 from gpuhc.sweep.judge import human_bytes
 
 BAR_WIDTH = 40
@@ -61,31 +62,6 @@ def terminal_chart(curves: dict[str, list[tuple[int, float]]], width: int = BAR_
             label = _short(s) if i == 0 or len(names) == 1 else ""
             lines.append(f"{label:>8} |{bar:<{width}} {bw:9.2f}")
     return "\n".join(lines)
-
-
-def new_figure(width: float, height: float = 4.5):
-    """(pyplot, figure, axes) drawn off-screen; a usage error when matplotlib is missing. Shared
-    by every ``--png`` (this chart, ``gpuhc fleet stats``)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise GpuhcError("--png needs matplotlib: pip install 'gpuhc[plot]'") from None
-    fig, ax = plt.subplots(figsize=(width, height))
-    return plt, fig, ax
-
-
-def save_figure(plt, fig, path: str) -> None:
-    """Lay out, write ``path`` and free the figure; an unwritable path is the user's error."""
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as e:
-        raise GpuhcError(f"cannot write {path}: {e.strerror}") from None
-    finally:
-        plt.close(fig)
 
 
 def write_png(curves: dict[str, list[tuple[int, float]]], path: str, title: str = "") -> None:

@@ -6,15 +6,15 @@ covered: whoever was busy last time is first in line next time. ``max_nodes`` ca
 sites that would rather probe a slice each hour than the whole fleet at once.
 
 Topology: when Slurm knows the switches (``scontrol show topology``: topology/tree leaf
-switches, or topology/block blocks), most groups stay inside one leaf switch, so a slow group
-points at its own nodes and not at a spine link; a share of groups (``cross_switch_fraction``)
-deliberately spans leaves to exercise the links above them. The two kinds are judged apart
+switches, or topology/block blocks, read by :mod:`gpuhc.topology_text`), most groups stay
+inside one leaf switch, so a slow group points at its own nodes and not at a spine link; a
+share of groups (``cross_switch_fraction``) deliberately spans leaves to exercise the links
+above them. The two kinds are judged apart
 (``span`` ``leaf``/``cross``): cross-switch bandwidth is allowed to be lower.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -53,34 +53,6 @@ _GROUP_FIELDS = tuple(Group.__dataclass_fields__)
 
 def group_id(round_no: int, index: int) -> str:
     return f"r{round_no}g{index:04d}"
-
-
-# ---------------------------------------------------------------------------- topology
-
-
-_PAIR = re.compile(r"(\w+)=(\S+)")
-
-
-def parse_topology(text: str) -> dict[str, str]:
-    """``scontrol show topology`` -> {node: leaf switch}. Leaves are level-0 switches
-    (topology/tree) or blocks (topology/block). Empty when Slurm has no topology."""
-    from gpuhc.config import expand
-
-    leaf_of: dict[str, str] = {}
-    for line in text.splitlines():
-        fields = dict(_PAIR.findall(line))
-        name = fields.get("SwitchName") or fields.get("BlockName")
-        if not name or "Nodes" not in fields:
-            continue
-        if "SwitchName" in fields and fields.get("Level", "0") != "0":
-            continue
-        try:
-            nodes = expand(fields["Nodes"])
-        except ValueError:
-            continue
-        for node in nodes:
-            leaf_of.setdefault(node, name)
-    return leaf_of
 
 
 # ---------------------------------------------------------------------------- probe planning

@@ -25,9 +25,10 @@ from typing import Any
 
 from gpuhc.errors import ConfigError, SlurmError
 from gpuhc.sweep.campaign import new_record
-from gpuhc.sweep.plan import Group, overdue, parse_topology, plan_probe
+from gpuhc.sweep.plan import Group, overdue, plan_probe
 from gpuhc.sweep.slurmcli import SlurmCli, in_service
 from gpuhc.sweep.store import SweepStore
+from gpuhc.topology_text import parse_topology
 
 SBATCH_PARALLEL = 4  # concurrent sbatch calls: fast for hundreds of groups, gentle on slurmctld
 

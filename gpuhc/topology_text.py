@@ -1,0 +1,36 @@
+"""Slurm's switch topology as text -> which leaf switch (or block) each node hangs from.
+
+Read by the sweep's planner (groups that stay under one leaf) and by the fleet's suspect-switch
+incidents (``gpuhc/fleet/switches.py``, which strips a topology.conf down to these records
+first), so it sits below both. The record shapes are those of ``scontrol show topology`` and
+topology.conf(5): ``SwitchName=... Level=... Nodes=<hostlist>`` for topology/tree, and
+``BlockName=... Nodes=<hostlist>`` for topology/block (docs/slurm.md).
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpuhc.config_hosts import expand
+
+_PAIR = re.compile(r"(\w+)=(\S+)")
+
+
+def parse_topology(text: str) -> dict[str, str]:
+    """``scontrol show topology`` -> {node: leaf switch}. Leaves are level-0 switches
+    (topology/tree) or blocks (topology/block). Empty when Slurm has no topology."""
+    leaf_of: dict[str, str] = {}
+    for line in text.splitlines():
+        fields = dict(_PAIR.findall(line))
+        name = fields.get("SwitchName") or fields.get("BlockName")
+        if not name or "Nodes" not in fields:
+            continue
+        if "SwitchName" in fields and fields.get("Level", "0") != "0":
+            continue
+        try:
+            nodes = expand(fields["Nodes"])
+        except ValueError:
+            continue
+        for node in nodes:
+            leaf_of.setdefault(node, name)
+    return leaf_of
