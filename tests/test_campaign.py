@@ -159,3 +159,33 @@ def test_a_stray_process_holds_its_node_and_a_reboot_ends_it(tmp_path):
     assert c.faults[0].how == "reboot" and m["human_actions"]["total"] == 0
     assert [e[2] for e in c.slurm.events if e[2] in ("drain", "reboot-asked")] == ["drain", "reboot-asked"]
     assert m["drain_to_back_repairable"]["p95_min"] <= 60 and m["escapes"]["total"] == 0
+
+
+def test_an_nvlink_burst_lasts_while_its_counters_grow_and_is_drained(tmp_path):
+    # The burst lasts the four runs of the node in which its recording's counters grow (it used
+    # to last 15-30 min whatever the counters did, and a job that started after they stopped
+    # counted as an escape gpuhc could not have seen); the node ran its checks before, for an
+    # earlier fault, so its readings of the link start from the healthy counters.
+    c = campaign(tmp_path, [(600, "row-remap-pending", "gpu001", False), (4 * 3600, "nvlink-errors", "gpu001", False)],
+                 nodes=1, days=0.4)
+    m = compute(c)
+    burst = c.faults[1]
+    assert m["fault_to_drain"]["nvlink-errors"]["n"] == 1, m["fault_to_drain"]
+    # four runs, five minutes apart at most (the health check; a reset's retest is a run too)
+    assert burst.how in ("cleared by itself", "reset") and burst.end - burst.start <= 4 * 300 + 60
+    assert m["false_drains"]["total"] == 0 and m["escapes"]["total"] == 0
+
+
+def test_observe_repeats_an_unchanged_run_and_counts_its_slurm_reads_the_same(tmp_path, monkeypatch):
+    # Observe changes nothing, so a run with its stage's last inputs is not run again (a month
+    # of it did not finish otherwise); what it would have cost Slurm is counted all the same.
+    from campaign_model import sim
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    fault = [(600, "fallen-off-bus", "gpu001", False)]
+    a = campaign(tmp_path / "a", fault, policy="observe", nodes=2, days=0.3)
+    monkeypatch.setattr(sim, "OBSERVE_RERUN_S", 0.0)  # every run real
+    b = campaign(tmp_path / "b", fault, policy="observe", nodes=2, days=0.3)
+    assert a.stats.runs["observe: repeated"] > 3 * a.stats.runs["real"] and "observe: repeated" not in b.stats.runs
+    assert a.slurm.rpcs == b.slurm.rpcs and sum(a.slurm.rpcs.values()) > 0
