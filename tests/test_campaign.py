@@ -111,8 +111,12 @@ def test_a_stray_process_is_stopped_by_the_prolog(tmp_path):
 def test_observe_mode_decides_but_never_changes_a_node(tmp_path):
     """The observe policy (slurm.mode: observe, docs/repair.md): the same fault that the shipped
     config drains is decided and logged, and Slurm is never asked to change anything."""
-    c = campaign(tmp_path, [(600, "fallen-off-bus", "gpu001", False)], policy="observe", nodes=2, days=0.1)
+    c = campaign(tmp_path, [(600, "fallen-off-bus", "gpu001", False)], policy="observe", nodes=2, days=0.1,
+                 jobs=[(1200, 1, 600.0, ("gpu001",))])
     assert not [e for e in c.slurm.events if e[2] in ("drain", "reason", "resume", "reboot-asked")], c.slurm.events
+    # `gpuhc prolog` exits 0 in observe mode (gpuhc/cli/slurm_cmd.py): the job starts on the sick GPU
+    m = compute(c)
+    assert m["escapes"]["by_class"] == {"fallen-off-bus": 1} and c.stats.jobs["requeued"] == 0
     (tmp_path / "shipped").mkdir()
     shipped = campaign(tmp_path / "shipped", [(600, "fallen-off-bus", "gpu001", False)], nodes=2, days=0.1)
     assert [e for e in shipped.slurm.events if e[2] == "drain"]

@@ -87,6 +87,9 @@ class Campaign:
         self.samples: list = []
         self.pending_next_prolog: dict[str, list[int]] = {}  # node -> in-job fault indices awaiting the next job
         self.observe = config.section("slurm")["mode"] == "observe"
+        # The prolog's exit as slurmd sees it: in observe mode `gpuhc prolog` exits 0 whatever
+        # it judged (gpuhc/cli/slurm_cmd.py, never_fail), so the job starts.
+        self.never_fail = self.observe and bool(config.section("slurm")["prolog_fail_open"])
         self.memo: dict = {}  # observe: the inputs of a node's last run of a stage -> (when, its RPCs, outcome)
 
     # ------------------------------------------------------------------ clock and events
@@ -425,7 +428,7 @@ class Campaign:
             mark = len(self.slurm.events)
             out = self._gpuhc(name, "prolog", env)
             self._after(mark)
-            if out.exit_code != 0:
+            if out.exit_code != 0 and not self.never_fail:
                 failed = True
                 self._next_prolog(name, stopped=True)
         if failed:  # Slurm requeues the job; nodes whose prolog failed are drained
