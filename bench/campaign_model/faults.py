@@ -54,9 +54,11 @@ CLASSES: tuple[FaultClass, ...] = (
     FaultClass("row-remap-pending", EXAMPLES / "row-remap-pending.yaml", _llama(36), reset_fix=0.95, reboot_fix=0.95),
     # The recording's counters grow over its first three states and then stop (the fourth repeats
     # the third): the fault is a burst that lasts the four runs in which its counters can be
-    # seen to grow, no longer (docs/campaign.md, "The NVLink escape"); no lemon of this class.
+    # seen to grow, no longer; no lemon of this class. Replays and CRC errors are retransmitted
+    # by the link layer, so the burst slows a job rather than ending it (a link that goes down
+    # is nvlink-down's, Xid 74); docs/campaign.md, "The NVLink escape".
     FaultClass("nvlink-errors", EXAMPLES / "nvlink-errors-growing.yaml", _llama(37), reset_fix=0.5, reboot_fix=0.6,
-               grows_for_runs=4),
+               grows_for_runs=4, kills_job=False),
     FaultClass("nvlink-down", EXAMPLES / "nvlink-down.yaml", _llama(37), reboot_fix=0.6),
     FaultClass("gsp-timeout", OWN / "gsp-timeout.yaml", _llama(17), reset_fix=0.7, reboot_fix=0.9),
     FaultClass("thermal", EXAMPLES / "thermal-hot-gpu.yaml", _llama(6), clears_after_s=(1800, 7200), kills_job=False),
