@@ -193,3 +193,18 @@ def test_observe_repeats_an_unchanged_run_and_counts_its_slurm_reads_the_same(tm
     b = campaign(tmp_path / "b", fault, policy="observe", nodes=2, days=0.3)
     assert a.stats.runs["observe: repeated"] > 3 * a.stats.runs["real"] and "observe: repeated" not in b.stats.runs
     assert a.slurm.rpcs == b.slurm.rpcs and sum(a.slurm.rpcs.values()) > 0
+
+
+def test_a_reboot_for_every_ticket_would_retire_a_node_whose_ib_port_comes_back(tmp_path):
+    # Why Xid 79 got the reboot, not every "drain + hardware ticket" finding (docs/campaign.md,
+    # "What changed, and why"): an IB port down for hours is outside the node; rebooting it
+    # three times retires the node, though the port comes back by itself. Shipped keeps it
+    # drained and resumes it once the port is back.
+    inject = [(600, "ib-port-down", "gpu002", False)]
+    (tmp_path / "t").mkdir()
+    t = campaign(tmp_path / "t", inject, policy="ticket-reboot", days=0.3, seed=4)
+    assert t.slurm.nodes["gpu002"].reason.startswith("gpuhc: RETIRED infiniband")
+    assert t.faults[0].how == "cleared by itself"  # the port came back, the node stayed retired
+    (tmp_path / "s").mkdir()
+    s = campaign(tmp_path / "s", inject, days=0.3, seed=4)
+    assert s.slurm.nodes["gpu002"].in_service and not [e for e in s.slurm.events if e[2] == "reboot-asked"]
