@@ -27,8 +27,7 @@ class RunOptions:
     hostname: str | None = None
     only: tuple[str, ...] = ()  # run just these check ids
     # Run these passive checks too, though the stage does not: the health check re-judges the
-    # check that drained a node it holds (docs/slurm.md "Holds for a check the health check
-    # does not run").
+    # check that drained a node it holds (docs/slurm.md "Drain and resume policy").
     also: tuple[str, ...] = ()
     progress: bool = False  # active checks may show a progress bar
     # Judge who holds the GPUs (the occupancy check, and a busy GPU in the active checks).
