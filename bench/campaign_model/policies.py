@@ -22,8 +22,9 @@ OVERLAYS = {
                          "cooldown_s": 3600, "quarantine": {"max_cycles": 2}}},
     "loose": {"slurm": {"remediation": {"enabled": True, "reset_attempts": 3}, "resume_after": 1,
                         "cooldown_s": 0, "quarantine": {"max_cycles": 5}}},
-    # What-if: a reboot for "drain + hardware ticket" findings (Xid 79, IB, clocks), whose
-    # shipped ladder is empty (docs/campaign.md, "Where the defaults miss").
+    # What-if: a reboot for every "drain + hardware ticket" finding (IB cables and ports,
+    # clocks, exhausted spare rows), whose shipped ladder is empty; Xid 79 reboots in shipped
+    # (docs/campaign.md, "What changed, and why": why not this).
     "ticket-reboot": {"slurm": {"remediation": {"enabled": True, "actions": {"drain_ticket": ["reboot"]}}}},
     "observe": {"slurm": {"remediation": {"enabled": True}, "mode": "observe"}},
 }
