@@ -80,12 +80,16 @@ def resolve(check: Declared, config: Config) -> Effective:
     return Effective(bool(settings["enabled"]), float(settings["timeout_s"] or check.timeout_s), settings, overrides)
 
 
-def select_checks(stage: str, config: Config, only: tuple[str, ...] = ()) -> list[tuple[Check, Effective]]:
-    """The stage's enabled passive checks (only those named by ``only``, when given), each
-    with its settings resolved."""
-    from gpuhc.checks import checks_for_stage
+def select_checks(stage: str, config: Config, only: tuple[str, ...] = (),
+                  also: tuple[str, ...] = ()) -> list[tuple[Check, Effective]]:
+    """The stage's enabled passive checks (only those named by ``only``, when given), plus the
+    passive checks named by ``also``, each with its settings resolved."""
+    from gpuhc.checks import checks_for_stage, passive_checks
 
-    chosen = [(c, resolve(c, config)) for c in checks_for_stage(stage) if not only or c.id in only]
+    stage_checks = checks_for_stage(stage)
+    have = {c.id for c in stage_checks}
+    extra = [c for c in passive_checks() if c.id in also and c.id not in have] if also else []
+    chosen = [(c, resolve(c, config)) for c in stage_checks + extra if not only or c.id in only]
     return [(c, eff) for c, eff in chosen if eff.enabled]
 
 
@@ -95,7 +99,7 @@ def run_stage(opts: RunOptions) -> RunReport:
     budget = opts.budget_s if opts.budget_s is not None else float(opts.config.section("budget_s")[opts.stage])
     deadline = t0 + max(0.1, budget - RESERVE_S)
     report = RunReport(node=hostname_of(opts), stage=opts.stage, started=time.time())
-    checks = select_checks(opts.stage, opts.config, opts.only)
+    checks = select_checks(opts.stage, opts.config, opts.only, opts.also)
     if not opts.occupancy:
         checks = [(c, eff) for c, eff in checks if c.id != "occupancy"]
     store = StateStore(opts.state_dir)

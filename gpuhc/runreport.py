@@ -26,6 +26,10 @@ class RunOptions:
     budget_s: float | None = None  # default: config budget_s.<stage>
     hostname: str | None = None
     only: tuple[str, ...] = ()  # run just these check ids
+    # Run these passive checks too, though the stage does not: the health check re-judges the
+    # check that drained a node it holds (docs/slurm.md "Holds for a check the health check
+    # does not run").
+    also: tuple[str, ...] = ()
     progress: bool = False  # active checks may show a progress bar
     # Judge who holds the GPUs (the occupancy check, and a busy GPU in the active checks).
     # False in a Slurm prolog/epilog that cannot tell the job's GPUs: other jobs may hold them.

@@ -111,8 +111,12 @@ def test_a_stray_process_is_stopped_by_the_prolog(tmp_path):
 def test_observe_mode_decides_but_never_changes_a_node(tmp_path):
     """The observe policy (slurm.mode: observe, docs/repair.md): the same fault that the shipped
     config drains is decided and logged, and Slurm is never asked to change anything."""
-    c = campaign(tmp_path, [(600, "fallen-off-bus", "gpu001", False)], policy="observe", nodes=2, days=0.1)
+    c = campaign(tmp_path, [(600, "fallen-off-bus", "gpu001", False)], policy="observe", nodes=2, days=0.1,
+                 jobs=[(1200, 1, 600.0, ("gpu001",))])
     assert not [e for e in c.slurm.events if e[2] in ("drain", "reason", "resume", "reboot-asked")], c.slurm.events
+    # `gpuhc prolog` exits 0 in observe mode (gpuhc/cli/slurm_cmd.py): the job starts on the sick GPU
+    m = compute(c)
+    assert m["escapes"]["by_class"] == {"fallen-off-bus": 1} and c.stats.jobs["requeued"] == 0
     (tmp_path / "shipped").mkdir()
     shipped = campaign(tmp_path / "shipped", [(600, "fallen-off-bus", "gpu001", False)], nodes=2, days=0.1)
     assert [e for e in shipped.slurm.events if e[2] == "drain"]
@@ -138,20 +142,54 @@ def test_the_cli_writes_json_and_png_and_refuses_bad_arguments(tmp_path, capsys)
     assert e.value.code == 2 and "--nodes 0: must be within 1..1024" in capsys.readouterr().err
 
 
-def test_a_lemon_that_only_a_reboot_could_fix_is_retired_when_tickets_reboot(tmp_path):
-    # Xid 79 asks for a hardware ticket, which the shipped ladder does not climb; with a reboot
-    # for tickets the lemon goes through the cycles, and shows again after each boot.
-    c = campaign(tmp_path, [(600, "fallen-off-bus", "gpu002", True)], policy="ticket-reboot", days=0.3)
+def test_a_fallen_off_bus_lemon_is_rebooted_through_its_cycles_and_retired(tmp_path):
+    # Xid 79 is "drain + reboot" (NVIDIA's RESTART_BM; it was a ticket that no ladder step
+    # climbed, recall 0 in docs/campaign.md): the lemon goes through the cycles, showing again
+    # after each boot, and is retired with no person.
+    c = campaign(tmp_path, [(600, "fallen-off-bus", "gpu002", True)], days=0.3)
     m = compute(c)
     assert c.slurm.nodes["gpu002"].reason.startswith("gpuhc: RETIRED xid Xid 79")
     assert m["retirement"]["recall"] == 1.0 and m["escapes"]["total"] == 0
+    assert sum(1 for e in c.slurm.events if e[2] == "reboot-asked") == 3 and m["human_actions"]["total"] == 0
 
 
-def test_a_node_that_flaps_on_a_lasting_fault_gets_a_person(tmp_path):
-    # A stray process fails the prolog, not the health check: gpuhc resumes the node, the next
-    # prolog drains it again, the ladder never resets a busy GPU. A day later a person acts.
+def test_a_stray_process_holds_its_node_and_a_reboot_ends_it(tmp_path):
+    # A stray process fails the prolog, not the health check's own stage: while gpuhc holds the
+    # node for it the health check judges occupancy too (policy.rejudge), so the node is not
+    # resumed onto the stray (it used to flap: drain, resume, drain, a person a day later), and
+    # the ladder reboots it, since Slurm shows no job that could own the process.
     c = campaign(tmp_path, [(600, "stray-process", "gpu001", False)], nodes=1, days=1.2, load=1.0)
     m = compute(c)
-    assert m["human_actions"]["total"] == 1 and c.faults[0].how == "a person"
-    assert sum(1 for e in c.slurm.events if e[2] == "drain") >= 2  # it flapped before that
-    assert m["escapes"]["total"] == 0
+    assert c.faults[0].how == "reboot" and m["human_actions"]["total"] == 0
+    assert [e[2] for e in c.slurm.events if e[2] in ("drain", "reboot-asked")] == ["drain", "reboot-asked"]
+    assert m["drain_to_back_repairable"]["p95_min"] <= 60 and m["escapes"]["total"] == 0
+
+
+def test_an_nvlink_burst_lasts_while_its_counters_grow_and_is_drained(tmp_path):
+    # The burst lasts the four runs of the node in which its recording's counters grow (it used
+    # to last 15-30 min whatever the counters did, and a job that started after they stopped
+    # counted as an escape gpuhc could not have seen); the node ran its checks before, for an
+    # earlier fault, so its readings of the link start from the healthy counters.
+    c = campaign(tmp_path, [(600, "row-remap-pending", "gpu001", False), (4 * 3600, "nvlink-errors", "gpu001", False)],
+                 nodes=1, days=0.4)
+    m = compute(c)
+    burst = c.faults[1]
+    assert m["fault_to_drain"]["nvlink-errors"]["n"] == 1, m["fault_to_drain"]
+    # four runs, five minutes apart at most (the health check; a reset's retest is a run too)
+    assert burst.how in ("cleared by itself", "reset") and burst.end - burst.start <= 4 * 300 + 60
+    assert m["false_drains"]["total"] == 0 and m["escapes"]["total"] == 0
+
+
+def test_observe_repeats_an_unchanged_run_and_counts_its_slurm_reads_the_same(tmp_path, monkeypatch):
+    # Observe changes nothing, so a run with its stage's last inputs is not run again (a month
+    # of it did not finish otherwise); what it would have cost Slurm is counted all the same.
+    from campaign_model import sim
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    fault = [(600, "fallen-off-bus", "gpu001", False)]
+    a = campaign(tmp_path / "a", fault, policy="observe", nodes=2, days=0.3)
+    monkeypatch.setattr(sim, "OBSERVE_RERUN_S", 0.0)  # every run real
+    b = campaign(tmp_path / "b", fault, policy="observe", nodes=2, days=0.3)
+    assert a.stats.runs["observe: repeated"] > 3 * a.stats.runs["real"] and "observe: repeated" not in b.stats.runs
+    assert a.slurm.rpcs == b.slurm.rpcs and sum(a.slurm.rpcs.values()) > 0

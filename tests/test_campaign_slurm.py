@@ -34,8 +34,9 @@ pytestmark = pytest.mark.slurm
 
 ROUNDS = 6
 # node -> fault class; n4 stays healthy. A reset heals n1 (the model's draw for seed 7 says so,
-# asserted below); an application's Xids on n2 must never drain; n3's Xid 79 has no ladder step.
-SCHEDULE = {"n1": "row-remap-pending", "n2": "app-xid13-43", "n3": "fallen-off-bus"}
+# asserted below); an application's Xids on n2 must never drain; n3's IB port, down for hours (a
+# cable or switch port: "drain + hardware ticket", no ladder step), keeps it drained.
+SCHEDULE = {"n1": "row-remap-pending", "n2": "app-xid13-43", "n3": "ib-port-down"}
 NODES = ("n1", "n2", "n3", "n4")
 EXTRA = {"slurm": {"cooldown_s": 0, "breaker": {"max_drained": 4, "max_drained_percent": None}}}
 

@@ -70,10 +70,10 @@ def test_same_count_different_bus_ids_warns():
     assert r.status is Status.WARN and "gpu5 (0000:ab:00.0) not seen" in r.message
 
 
-def test_gpu_lost_as_named_by_the_nvml_source_fails_with_ticket():
+def test_gpu_lost_as_named_by_the_nvml_source_fails_for_a_reboot():
     snap = with_gpu(healthy_node(), 2, name="unknown (NVML: GPU is lost)", uuid="", pci_bus_id="")
     (r,) = judge(snap, expected=8)
-    assert r.status is Status.FAIL and r.action is Action.DRAIN_TICKET and r.subject == "gpu2"
+    assert r.status is Status.FAIL and r.action is Action.DRAIN_REBOOT and r.subject == "gpu2"
     assert r.message == "gpu2 lost: GPU is lost"
 
 
@@ -171,7 +171,7 @@ def test_prolog_reports_a_gpu_gone_from_nvml_whoever_asked():
 def test_a_lost_gpu_without_bus_id_is_not_reported_twice():
     snap = on_bus(with_gpu(healthy_node(), 2, name="unknown (NVML: GPU is lost)", uuid="", pci_bus_id=""))
     (r,) = judge(snap)
-    assert r.status is Status.FAIL and r.action is Action.DRAIN_TICKET and r.subject == "gpu2"
+    assert r.status is Status.FAIL and r.action is Action.DRAIN_REBOOT and r.subject == "gpu2"
     # One nameless lost GPU cannot stand for two unmatched bus GPUs: then both are named.
     results = judge(on_bus(without_gpu(snap, 3)))
     assert sorted(r.subject for r in results) == ["0000:3a:00.0", "0000:5d:00.0", "gpu2"]
@@ -275,7 +275,7 @@ def test_the_node_model_is_used_when_the_baseline_has_no_per_gpu_name():
 def test_a_lost_gpu_is_not_also_the_wrong_model():
     snap = with_gpu(healthy_node(), 2, name="unknown (NVML: GPU is lost)", uuid="", pci_bus_id="")
     results = judge(snap, baseline=baseline_for(healthy_node()))
-    assert [(r.status, r.action) for r in results] == [(Status.FAIL, Action.DRAIN_TICKET)]
+    assert [(r.status, r.action) for r in results] == [(Status.FAIL, Action.DRAIN_REBOOT)]
     assert results[0].message == "gpu2 lost: GPU is lost"
 
 

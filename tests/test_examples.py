@@ -49,7 +49,7 @@ EXPECTED: dict[str, tuple[list[Status], set[tuple[str, str, str]]]] = {
     "nvlink-errors-growing.yaml": ([PASS, PASS, PASS, FAIL], {("nvlink", "gpu6", "drain + hardware ticket")}),
     "ib-port-down.yaml": ([FAIL], {("infiniband", "mlx5_3/1", "drain + hardware ticket")}),
     "ib-flapping.yaml": ([FAIL], {("infiniband", "mlx5_1/1", "drain + hardware ticket")}),
-    "xid79-fallen-off-bus.yaml": ([FAIL], {("xid", "gpu3", "drain + hardware ticket")}),
+    "xid79-fallen-off-bus.yaml": ([FAIL], {("xid", "gpu3", "drain + reboot")}),
     # Kernel-log replays of real lines (issues 18 and 19): a GSP crash and a GSP heartbeat timeout
     # with no Xid; NVLink 5 Xids judged by sub-code (only the NETIR link fatal resets); processes
     # named like driver lines that segfault, and records from user space, which are no evidence.

@@ -72,7 +72,7 @@ def test_an_xid_beyond_the_part_read_whole_is_found_in_a_200_mb_log(flooded):
     assert [(e.code, e.time) for e in log.events] == [(48, T - 3 * 86400), (79, T - 360)]
     assert (log.last_time, log.covered_from, log.partial) == (T, None, "")  # the scan reached the start
     fails = [(r.status, r.action, r.subject) for r in _judge(log).results]
-    assert fails == [(Status.FAIL, Action.DRAIN_TICKET, "gpu3")]
+    assert fails == [(Status.FAIL, Action.DRAIN_REBOOT, "gpu3")]
 
 
 def test_the_command_line_fails_that_node(flooded, tmp_path):

@@ -151,7 +151,7 @@ def test_journal_without_host_fails_the_node_with_the_reset_xid_154_asks_for():
      "node: Driver calls for a GPU reset (NV_ERR_RESET_REQUIRED) (driver message, no Xid)"),
     ("journal_reset_required_rtx5080.log", "node", Action.RESET_GPU,
      "node (the driver's GPU0): Driver calls for a GPU reset (NV_ERR_RESET_REQUIRED) (driver message, no Xid)"),
-    ("journal_gpu_lost_dgx_station_a100.log", "node", Action.DRAIN_TICKET,
+    ("journal_gpu_lost_dgx_station_a100.log", "node", Action.DRAIN_REBOOT,
      "node: GPU lost from the bus x3 (driver message, no Xid)"),
     # issue 19: an RTX 50 node whose GSP crashed with no Xid passed, exit 0
     ("journal_gsp_crashcat_watchdog_rtx5070ti.log", "node", Action.RESET_GPU,

@@ -112,3 +112,18 @@ def test_a_bug_in_the_ladder_costs_the_step_not_the_health_check():
     remediate.climb(flow, None, None, out)  # from_section fails on the broken section
     assert out.extra["remediation"]["error"].startswith("TypeError")
     assert lines and lines[0][1] and lines[0][0].startswith("remediation: internal error, step not taken")
+
+
+def test_only_slurm_jobs_make_a_stray_some_job_s():
+    """jobs_of: Slurm's view alone. A process on a GPU of a node where it is None is no job's,
+    and the ladder reboots (remediate._climb) instead of waiting for it forever."""
+    from gpuhc.slurm.nodes import Node
+    from gpuhc.slurm.remediate import jobs_of
+
+    def n(state, flags=("DRAIN",)):
+        return Node("n1", state, frozenset(flags), "gpuhc: occupancy gpu1 x", "root", 1.0, ("gpu",), state)
+
+    assert jobs_of(n("IDLE")) is None and jobs_of(n("DOWN", ())) is None
+    for state, flags in (("ALLOCATED", ("DRAIN",)), ("MIXED", ()), ("IDLE", ("DRAIN", "COMPLETING")),
+                         ("COMPLETING", ())):
+        assert "jobs on the node" in jobs_of(n(state, flags)), (state, flags)

@@ -18,6 +18,7 @@ from gpuhc.slurm.policy import (
     out_of_service,
     reboot_pending,
     registered,
+    rejudge,
     resumable,
     verdict_of,
 )
@@ -332,3 +333,30 @@ def test_stale_quarantine_or_retired_reason_on_a_node_in_service_is_forgotten():
     for owner in ("gpuhc-q1", "gpuhc-retired"):
         d = run_healthy(Memory(drained_at=NOW - 9999, reason=OURS, passes=9), NOW, state="idle", owner=owner)
         assert d.act is Act.NONE and not d.memory.holding
+
+
+# ---------------------------------------------------------------------------- rejudge
+
+
+@pytest.mark.parametrize("state", sorted(STATES))
+@pytest.mark.parametrize("owner", sorted(OWNERS))
+def test_the_health_check_rejudges_the_check_that_holds_a_node_only_while_gpuhc_holds_it_out(state, owner):
+    """A node held for a check the health-check stage does not run (occupancy: a stray process)
+    is judged by that check too, so that a pass of the other checks cannot resume it onto the
+    stray. Only gpuhc's own hold, not retired, and only out of service: on a node in service a
+    process on a GPU is a running job's."""
+    n = node(state, owner)
+    got = rejudge(n)
+    held = owner.startswith("gpuhc") and owner != "gpuhc-retired" and state in OUT_OF_SERVICE
+    assert got == ((parse_reason(n.reason).check,) if held else ()), (state, owner, got)
+    if held:
+        assert got == (OWNERS[owner][0].split()[1],)  # the check id, first word after "gpuhc:"
+
+
+def test_an_occupancy_hold_names_the_occupancy_check():
+    n = node("drained", "none")
+    from dataclasses import replace
+
+    n = replace(n, reason="gpuhc: occupancy gpu1 holds 1 compute process: pid 48213 (python3, 20.0 GiB) [q1]")
+    assert rejudge(n) == ("occupancy",)
+    assert rejudge(None) == ()  # the handover read nothing: gpuhc holds nothing

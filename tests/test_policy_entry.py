@@ -442,3 +442,45 @@ def test_a_failed_recount_leaves_the_verified_drain_standing_and_said(tmp_path, 
     assert out.decision.act is Act.DRAIN and out.acted and "no answer within" in out.slurm_error
     assert s.nodes["n1"] == ["IDLE+DRAIN", OUR_REASON] and memory(tmp_path)["reason"] == OUR_REASON
     assert out.exit_code == 1 and any("the drain stands" in line for line in out.lines)
+
+
+# ------------------------------------------------------------------ the ladder and a stray
+
+
+class RebootingSlurm(MiniSlurm):
+    """MiniSlurm that also takes ``scontrol reboot``: Slurm sets REBOOT_REQUESTED and the reason."""
+
+    def __call__(self, argv, timeout):
+        if argv[1] == "reboot":
+            self.calls.append(argv)
+            name, reason = argv[-1], next(a for a in argv if a.startswith("reason="))[len("reason="):]
+            self.nodes[name] = [self.nodes[name][0] + "+REBOOT_REQUESTED", reason]
+            return 0, "", ""
+        return super().__call__(argv, timeout)
+
+
+@pytest.mark.parametrize("state, rebooted", [("IDLE+DRAIN", True), ("MIXED+DRAIN", False)])
+def test_a_reset_a_stray_blocks_goes_to_the_reboot_rung_unless_a_job_owns_it(tmp_path, monkeypatch, state, rebooted):
+    """A GPU to reset, held by a process: on a node where Slurm shows no job the process is no
+    job's (a stray), a reset cannot happen while it holds the GPU and nothing else ends it, so
+    the ladder reboots; with a job on the node it waits, as before."""
+    from pathlib import Path
+
+    scen = Path(__file__).resolve().parent.parent / "examples" / "scenarios"
+    stray = tmp_path / "stray.yaml"
+    stray.write_text((scen / "stray-process.yaml").read_text().replace(
+        "extends: healthy-8xh100.yaml", f"extends: {scen / 'healthy-8xh100.yaml'}"))
+    remap = Result("ecc", Status.FAIL, "gpu1 row remap pending (reset needed)", "gpu1", action=Action.RESET_GPU)
+    held = "gpuhc: ecc gpu1 row remap pending (reset needed)"
+    s = RebootingSlurm({"n1": (state, held)})
+    name, f = flow(tmp_path, monkeypatch, "passive", s, [remap], cfg=config(tmp_path, remediation={"enabled": True}))
+    f.opts.sources = SourceSpec(nvml_scenario=str(stray))
+    out = entry.healthcheck(f)
+    assert out.decision.act is Act.KEEP
+    reboots = [c for c in s.calls if c[1] == "reboot"]
+    if rebooted:
+        assert out.extra["remediation"]["step"] == "reboot", out.extra
+        assert reboots == [["scontrol", "reboot", "ASAP", "nextstate=DOWN", f"reason={held} [reboot]", "n1"]]
+    else:
+        assert out.extra["remediation"]["step"] == "wait" and "jobs on the node" in out.extra["remediation"]["why"]
+        assert reboots == []

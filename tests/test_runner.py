@@ -235,3 +235,25 @@ def test_hung_kernel_log_does_not_hide_a_down_ib_port(monkeypatch, tmp_path):
     report = run_stage(opts)
     assert [(r.check, r.subject) for r in report.failing()] == [("infiniband", "mlx5_1/1")]
     assert any("judged without kernel_log" in n for n in report.notes)
+
+
+def test_also_runs_a_check_the_stage_does_not(tmp_path):
+    """The health check of a node held for occupancy judges occupancy too (RunOptions.also,
+    set by gpuhc/slurm/entry.py from policy.rejudge); without it the passive stage never does."""
+    from pathlib import Path
+
+    scen = Path(__file__).resolve().parent.parent / "examples" / "scenarios"
+    stray = tmp_path / "stray.yaml"
+    stray.write_text((scen / "stray-process.yaml").read_text().replace(
+        "extends: healthy-8xh100.yaml", f"extends: {scen / 'healthy-8xh100.yaml'}"))
+
+    def occupancy(**kw):
+        opts = RunOptions(stage="passive", config=Config(defaults(schema())), state_dir=str(tmp_path / "st"),
+                          sources=SourceSpec(nvml_scenario=str(stray)), **kw)
+        return [(r.status, r.subject) for r in run_stage(opts).results if r.check == "occupancy"]
+
+    assert occupancy() == []
+    got = occupancy(also=("occupancy",))
+    assert (Status.FAIL, "gpu1") in got and len(got) == 8
+    assert occupancy(also=("occupancy",), occupancy=False) == []  # "cannot tell whose" still wins
+    assert occupancy(also=("no-such-check",)) == []

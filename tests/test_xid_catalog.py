@@ -28,7 +28,7 @@ def test_field_xids_are_known(code):
     (13, "warn", Action.RESTART_APP), (31, "warn", Action.RESTART_APP), (43, "warn", Action.RESTART_APP),
     (45, "warn", Action.RESTART_APP), (68, "warn", Action.RESTART_APP), (94, "warn", Action.RESTART_APP),
     (48, "fail", Action.RESET_GPU), (63, "fail", Action.RESET_GPU), (64, "fail", Action.DRAIN_TICKET),
-    (74, "fail", Action.RESET_GPU), (79, "fail", Action.DRAIN_TICKET), (92, "warn", Action.NONE),
+    (74, "fail", Action.RESET_GPU), (79, "fail", Action.DRAIN_REBOOT), (92, "warn", Action.NONE),
     (95, "fail", Action.RESET_GPU), (119, "fail", Action.RESET_GPU), (120, "fail", Action.RESET_GPU),
     (140, "fail", Action.RESET_GPU), (106, "ignore", Action.NONE),
 ])
@@ -136,7 +136,7 @@ def test_explain_one_xid_plain():
     rc, out = run("xid", "79")
     assert rc == 0
     assert out.splitlines()[0] == "Xid 79: GPU has fallen off the bus"
-    assert "FAIL, action: drain + hardware ticket" in out and "meaning:" in out
+    assert "FAIL, action: drain + reboot" in out and "meaning:" in out
 
 
 def test_explain_application_xid_and_unknown():
@@ -188,6 +188,6 @@ def test_explain_driver_signals():
     rc, out = run("signal", "reset_required")
     assert rc == 0 and out.splitlines()[0] == "Driver signal reset_required: Driver calls for a GPU reset (NV_ERR_RESET_REQUIRED)"
     assert "FAIL, action: reset GPU" in out
-    assert json.loads(run("signal", "gpu_lost", "--json")[1])["action"] == "drain + hardware ticket"
+    assert json.loads(run("signal", "gpu_lost", "--json")[1])["action"] == "drain + reboot"
     rc, out = run("signal", "banana")
     assert rc == 2 and "no driver signal" in out

@@ -62,7 +62,7 @@ def test_no_kernel_log_is_an_error_not_a_drain():
 
 
 @pytest.mark.parametrize("code,status,action", [
-    (79, Status.FAIL, Action.DRAIN_TICKET), (48, Status.FAIL, Action.RESET_GPU), (64, Status.FAIL, Action.DRAIN_TICKET),
+    (79, Status.FAIL, Action.DRAIN_REBOOT), (48, Status.FAIL, Action.RESET_GPU), (64, Status.FAIL, Action.DRAIN_TICKET),
     (95, Status.FAIL, Action.RESET_GPU), (119, Status.FAIL, Action.RESET_GPU), (74, Status.FAIL, Action.RESET_GPU),
     (13, Status.WARN, Action.RESTART_APP), (94, Status.WARN, Action.RESTART_APP), (92, Status.WARN, Action.NONE),
     (4242, Status.WARN, Action.NONE),
@@ -79,7 +79,7 @@ def test_message_names_gpu_pci_count_and_meaning():
 
 def test_fallen_off_bus_without_xid_fails_like_79():
     out = judge(node(ev(79, gpu=5, kind=EventKind.FALLEN_OFF_BUS)))
-    assert brief(out) == [(Status.FAIL, Action.DRAIN_TICKET, "gpu5")]
+    assert brief(out) == [(Status.FAIL, Action.DRAIN_REBOOT, "gpu5")]
     assert out.results[0].message == "gpu5 (0000:ab:00.0) has fallen off the bus (no Xid logged)"
 
 
@@ -189,7 +189,7 @@ def test_acknowledge_clears_until_the_next_event():
 def test_log_in_seconds_since_boot_is_windowed_by_its_last_line():
     """A recorded plain dmesg has no boot time: its stamps are small; "now" is its last line."""
     out = judge(node(ev(79, t=5000.0), ev(8, t=9000.0), time=T0))
-    assert (Status.FAIL, Action.DRAIN_TICKET, "gpu0") in brief(out)
+    assert (Status.FAIL, Action.DRAIN_REBOOT, "gpu0") in brief(out)
     old = judge(node(ev(79, t=5000.0), ev(8, t=5000.0 + 2 * 86400), time=T0))
     assert Status.FAIL not in [r.status for r in old.results]
 
@@ -206,7 +206,7 @@ def test_untimed_events_count_while_new_and_draining_ones_are_held():
 
 def test_unattributed_xid_keeps_its_severity():
     out = judge(node(ev(79, gpu=None)))
-    assert brief(out) == [(Status.FAIL, Action.DRAIN_TICKET, ALIEN_PCI)]
+    assert brief(out) == [(Status.FAIL, Action.DRAIN_REBOOT, ALIEN_PCI)]
     assert out.results[0].message.startswith(f"Xid 79 on {ALIEN_PCI}: ")
 
 

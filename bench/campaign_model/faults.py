@@ -32,6 +32,9 @@ class FaultClass:
     kills_job: bool = True  # a job running on the node ends when it arises
     app: bool = False  # the application's fault: must never drain
     human_fix_s: float = 24 * 3600.0  # a ticket: a person repairs it after this long
+    # A recording that grows and then stops (its last state repeats): the fault lasts this many
+    # runs of the node's checks, one state each, and ends with its growth.
+    grows_for_runs: int = 0
 
 
 def _llama(n: float) -> float:
@@ -49,10 +52,13 @@ CLASSES: tuple[FaultClass, ...] = (
     FaultClass("ecc-uncorrectable", EXAMPLES / "ecc-uncorrectable.yaml", _llama(36 + 19), reset_fix=0.8,
                reboot_fix=0.8),
     FaultClass("row-remap-pending", EXAMPLES / "row-remap-pending.yaml", _llama(36), reset_fix=0.95, reboot_fix=0.95),
-    # The recording grows for three runs and then stops: the fault lasts as long as its counters
-    # grow (15-30 min), since that is all gpuhc can see of it; no lemon of this class.
+    # The recording's counters grow over its first three states and then stop (the fourth repeats
+    # the third): the fault is a burst that lasts the four runs in which its counters can be
+    # seen to grow, no longer; no lemon of this class. Replays and CRC errors are retransmitted
+    # by the link layer, so the burst slows a job rather than ending it (a link that goes down
+    # is nvlink-down's, Xid 74); docs/campaign.md, "The NVLink escape".
     FaultClass("nvlink-errors", EXAMPLES / "nvlink-errors-growing.yaml", _llama(37), reset_fix=0.5, reboot_fix=0.6,
-               clears_after_s=(900, 1800)),
+               grows_for_runs=4, kills_job=False),
     FaultClass("nvlink-down", EXAMPLES / "nvlink-down.yaml", _llama(37), reboot_fix=0.6),
     FaultClass("gsp-timeout", OWN / "gsp-timeout.yaml", _llama(17), reset_fix=0.7, reboot_fix=0.9),
     FaultClass("thermal", EXAMPLES / "thermal-hot-gpu.yaml", _llama(6), clears_after_s=(1800, 7200), kills_job=False),
@@ -83,6 +89,7 @@ class Fault:
     end: float | None = None  # repaired or cleared
     clears_at: float | None = None
     in_job: str | None = None  # the job it arose in
+    runs_left: int = 0  # a growing recording's runs still to come (FaultClass.grows_for_runs)
     stamp: float = 0.0  # when its kernel-log lines say it happened (moves on each recurrence)
 
     @property

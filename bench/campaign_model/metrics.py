@@ -65,7 +65,7 @@ def compute(c) -> dict:
             undrained[f.cls.name] += 1
         else:
             to_drain[f.cls.name].append(first - f.start)
-    back = []
+    back, back_by = [], defaultdict(list)
     out_s = 0.0
     for name in c.names:
         for start, end, _ in episodes(c.slurm.events, name, horizon):
@@ -73,6 +73,7 @@ def compute(c) -> dict:
             faults = active_hw(name, start)
             if end is not None and faults and not any(f.permanent for f in faults):
                 back.append(end - start)
+                back_by[faults[0].cls.name].append(end - start)  # the oldest fault: the one drained for
     retired = {n for n, row in c.slurm.nodes.items() if (m := parse_reason(row.reason)) and m.retired}
     lemons = {f.node for f in hw if f.permanent}
     rpcs = sum(c.slurm.rpcs.values())
@@ -88,6 +89,7 @@ def compute(c) -> dict:
         "faults_never_drained": dict(undrained),
         "faults_on_nodes_already_out": dict(already),
         "drain_to_back_repairable": _minutes(back),
+        "drain_to_back_by_class": {cls: _minutes(v) for cls, v in sorted(back_by.items())},
         "retirement": {"retired": sorted(retired), "lemon_nodes": sorted(lemons),
                        "precision": round(len(retired & lemons) / len(retired), 3) if retired else None,
                        "recall": round(len(retired & lemons) / len(lemons), 3) if lemons else None},

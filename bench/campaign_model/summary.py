@@ -30,11 +30,26 @@ HEAD = ("| policy | seed | hardware faults | escapes | in-job faults: next job |
         "Slurm RPCs/h |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
+BACK_HEAD = "| policy | seed | drain→back p50 / p95 min (n) by class, repairable faults |\n|---|---|---|"
+
+
+def back_row(doc: dict) -> str:
+    """Time from drain to back in service per class (the issue's "by class"); a document
+    written before that metric existed shows a dash."""
+    by = doc.get("drain_to_back_by_class")
+    text = "; ".join(f"{k} {_p(v)}" for k, v in sorted(by.items())) if by else "-"
+    return f"| {doc['policy']} | {doc['seed']} | {text} |"
+
+
 def main(paths: list[str]) -> None:
-    docs = [json.load(open(p)) for p in paths]
+    docs = sorted((json.load(open(p)) for p in paths), key=lambda d: (d["policy"] != "shipped", d["policy"], d["seed"]))
     print(HEAD)
-    for d in sorted(docs, key=lambda d: (d["policy"] != "shipped", d["policy"], d["seed"])):
+    for d in docs:
         print(row(d))
+    print()
+    print(BACK_HEAD)
+    for d in docs:
+        print(back_row(d))
 
 
 if __name__ == "__main__":

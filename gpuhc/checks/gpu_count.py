@@ -191,7 +191,8 @@ def _judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
             where = f" ({norm_pci(gpu.pci_bus_id)})" if gpu.pci_bus_id else ""
             results.append(result(
                 ID, Status.FAIL, f"{gpu.subject}{where} lost: {why}",
-                subject=gpu.subject, value=why, action=Action.DRAIN_TICKET,
+                # A reboot first, as for Xid 79 (gpuhc/data/xid_catalog.yaml): it is the same fault.
+                subject=gpu.subject, value=why, action=Action.DRAIN_REBOOT,
             ))
 
     count = len(nvml.gpus)

@@ -13,8 +13,9 @@ memory or at half speed, and nothing in the hardware counters says why. The rule
 - A graphics-only process (a display server) is not a finding by itself; its memory counts.
 
 Every failure drains (``drain + reboot``: killing the process may not free a wedged context)
-with a reason naming the GPU, the pids, their names and the GiB held. The health check never
-runs this check: on a node in service a process on a GPU is a running job.
+with a reason naming the GPU, the pids, their names and the GiB held. The health check runs
+this check only on a node gpuhc holds out of service for it (gpuhc/slurm/policy.py ``rejudge``):
+on a node in service a process on a GPU is a running job.
 """
 
 from __future__ import annotations

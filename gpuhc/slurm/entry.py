@@ -46,6 +46,7 @@ from gpuhc.slurm.policy import (
     Verdict,
     decide,
     needs_slurm,
+    rejudge,
     verdict_of,
 )
 from gpuhc.slurm.reason import build_reason, owned
@@ -281,6 +282,7 @@ def healthcheck(flow: Flow) -> Outcome:
     from gpuhc.slurm.handover import adopt_external_resume
 
     held = adopt_external_resume(flow, load_memory(flow), flow.log)  # None unless gpuhc holds the node
+    flow.opts.also = rejudge(held)  # the check that holds it, even one this stage does not run
     report = run_checks(flow)
     if report is None:
         return Outcome(EXIT_INTERNAL, flow.log.lines)

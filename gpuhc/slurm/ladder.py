@@ -5,7 +5,9 @@ by itself (``slurm.remediation.actions``), mildest first:
 
 1. **reset**: reset the failing GPUs, then retest at once; resume only on a pass. At most
    ``reset_attempts`` per episode, and only while Slurm shows no job on the node and NVML no
-   process on its GPUs (a reset kills whatever runs there).
+   process on its GPUs (a reset kills whatever runs there). A process on a node where Slurm
+   shows no job is no job's (a stray): the health check goes to the reboot rung rather than
+   wait for it forever (gpuhc/slurm/remediate.py, docs/campaign.md).
 2. **reboot**: ``scontrol reboot ASAP``; the boot-time ``gpuhc quarantine retest`` decides. A
    reboot and its retest are one quarantine cycle (the retest tags ``[qN]`` when it fails).
 3. **retire** after ``slurm.quarantine.max_cycles`` cycles.

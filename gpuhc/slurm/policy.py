@@ -23,6 +23,9 @@ The rules (Slurm's behaviour: docs/facts.md, "Slurm"; and NHC's lessons):
 - Resume needs ``resume_after`` consecutive healthy runs *and* the cool-down since the drain.
   A node drained again within ``flap_window_s`` of its last resume gets twice the previous
   cool-down (capped at ``max_cooldown_s``): drain/resume/drain flapping slows down, never loops.
+- A node held for a check the health check does not run (occupancy: a stray process) is
+  judged by that check too while gpuhc holds it out of service (:func:`rejudge`), so the health
+  check neither resumes it while the finding stands nor holds it after the finding is gone.
 - Quarantined (``[qN]``) and RETIRED nodes are not resumed by the health check: a quarantined
   node needs a ``bootstrap`` retest, a retired one an admin's ``gpuhc quarantine release``.
 - Draining a node that is still in service is subject to the circuit breaker; adding our reason
@@ -173,6 +176,21 @@ def needs_slurm(verdict: Verdict, memory: Memory) -> bool:
     """Does this run have anything to decide? Healthy runs of a node gpuhc does not hold must
     not cost Slurm a query (hundreds of nodes, every few minutes)."""
     return verdict is Verdict.FAIL or (memory.holding and verdict in (Verdict.PASS, Verdict.WARN))
+
+
+def rejudge(node: Node | None) -> tuple[str, ...]:
+    """The check whose finding holds this node, for the health check to run as well: without
+    it, a drain by a check the health-check stage does not run (occupancy: a process left on a
+    GPU, judged only around jobs) would be "healthy" at every health check and resumed after the
+    cool-down while the finding stands, to be drained by the next prolog (the flapping of
+    docs/campaign.md). Only out of service: on a node in service a process on a GPU is a job's.
+    A job still finishing on a draining node fails the check too; that only keeps the hold
+    (KEEP sends nothing), the safe side, and the ladder waits for the job (remediate.busy_of).
+    Empty when ``node`` (the handover's reading) is None: gpuhc holds nothing."""
+    mine = parse_reason(node.reason) if node is not None else None
+    if mine is None or mine.retired or not mine.check or not out_of_service(node):
+        return ()
+    return (mine.check,)
 
 
 def cooldown_for(memory: Memory, now: float, s: PolicySettings) -> tuple[float, int]:

@@ -26,6 +26,7 @@ because its reason stays gpuhc's.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpuhc.errors import SlurmError
@@ -54,11 +55,18 @@ def finding_of(results: list[Result]) -> Finding | None:
     return Finding(action, tuple(gpus))
 
 
+def jobs_of(node: Node) -> str | None:
+    """Slurm's view: a job allocated or completing on the node, or None."""
+    if node.draining or node.state in ("ALLOCATED", "MIXED", "COMPLETING") or "COMPLETING" in node.flags:
+        return f"Slurm shows jobs on the node (state {node.raw_state})"
+    return None
+
+
 def busy_of(node: Node, flow: Flow) -> str | None:
     """What runs on the node, or None: Slurm's view (a job allocated) first, then NVML's (a
     process on a GPU). A GPU whose processes cannot be listed counts as busy."""
-    if node.draining or node.state in ("ALLOCATED", "MIXED", "COMPLETING") or "COMPLETING" in node.flags:
-        return f"Slurm shows jobs on the node (state {node.raw_state})"
+    if jobs := jobs_of(node):
+        return jobs
     from gpuhc.sources import build_sources
 
     try:
@@ -128,7 +136,14 @@ def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
         node = act.sc.node(flow.node)
         step = next_step(node, verdict, finding, None, memory, flow.now(), settings)
         if step.do in (Do.RESET, Do.REBOOT) and (busy := busy_of(node, flow)):
-            step = next_step(node, verdict, finding, busy, memory, flow.now(), settings)
+            # No job on the node, yet something holds a GPU: no job's (a stray process, which
+            # nothing else ends: docs/campaign.md). A reboot ends it; a reset cannot while it
+            # holds the GPU, so the reboot rung, where the ladder has one. A job's: wait for it.
+            rung = None if jobs_of(node) else next_step(
+                node, verdict, finding, None, replace(memory, resets=max(memory.resets, settings.reset_attempts)),
+                flow.now(), settings)
+            step = rung if rung is not None and rung.do is Do.REBOOT else next_step(
+                node, verdict, finding, busy, memory, flow.now(), settings)
         if step.do is Do.NONE and memory == LadderMemory():
             return
         record = {"step": step.label, "why": step.why, "attempt": step.attempt, "of": step.of,
