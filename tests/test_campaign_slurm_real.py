@@ -1,7 +1,8 @@
 """The short real campaign (issue 23's Proof; docs/campaign.md, "Trusting the model"): 16 nodes
 on a real slurmctld with one slurmd each, the model's schedule of faults and `sbatch` jobs for
 90 wall seconds (an hour and a half of the month, compressed 60 times), and the model on the
-same seed and the same compression: both must make the same drains and resumes, the same escapes,
+same seed and the same compression: both must make the same drains, reboots and resumes (the
+reboots on Slurm's RebootProgram, bench/campaign_model/real_boot.py), the same escapes,
 and the same timings within the tolerance real_agree.py holds. The comparison's own rules are
 tested first, on hand-made records, so that a disagreement is known to fail the test.
 """
@@ -58,6 +59,36 @@ def test_bounds_catch_a_false_drain_and_an_escape():
     rec = record(12.0, 32.0)
     rec.escapes = [(11.0, 3, "n1", "row-remap-pending", False), (40.0, 4, "n1", "row-remap-pending", True)]
     assert bounds(rec) == ["escape: job 3 started on n1 with row-remap-pending at 11.0s"]
+
+
+def test_a_reboot_one_side_missed_is_a_disagreement():
+    model, real = record(12.0, 32.0), record(12.0, 32.0)
+    model.reboots = [(20.0, "n1")]  # the model rebooted n1 between the drain and the resume
+    assert any("acts per node" in x and "'reboot'" in x for x in disagreements(model, real, 90.0, floor_s=1.0))
+    real.reboots = [(20.5, "n1")]
+    assert disagreements(model, real, 90.0, floor_s=1.0) == []
+
+
+def test_the_boot_unit_is_compressed_and_its_retest_dated(tmp_path):
+    # The machines' boot unit as SlurmCluster(reboot=True) writes it, then the campaign's version:
+    # the unit's 5 s poll compressed 60x, the retest's start recorded for the timings.
+    from slurm_cluster import SlurmCluster
+    from slurm_cluster_files import write_reboot
+
+    from campaign_model.real_boot import install
+
+    c = SlurmCluster(tmp_path / "slurm", nodes=("n1",), reboot=True)
+    (c.workdir / "bin").mkdir(parents=True)
+    write_reboot(c)
+    requests = install(c, tmp_path, 60.0)
+    boot = (c.workdir / "bin" / "boot").read_text()
+    assert "sleep 5;" not in boot and "sleep 0.083;" in boot
+    assert boot.index("retest $node\" >>") < boot.index("quarantine retest")
+    assert (c.workdir / "bin" / "down").stat().st_mode & 0o111 and requests == tmp_path / "boots"
+    # A unit this campaign does not know is refused by name, not played wrong.
+    (c.workdir / "bin" / "boot").write_text("#!/bin/sh\nexec gpuhc quarantine retest\n")
+    with pytest.raises(RuntimeError, match="not the retest unit's two commands"):
+        install(c, tmp_path, 60.0)
 
 
 @pytest.mark.slurm
