@@ -79,6 +79,7 @@ class Reboots:
         self.asked: dict[str, float] = {}  # node -> when gpuhc asked (s from the start)
         self.busy: dict[str, float] = {}  # node -> last seen running a job (s from the start)
         self.count: dict[str, int] = {}  # node -> reboots done
+        self.pending: dict[str, bool] = {}  # node -> Slurm showed a reboot asked or under way
         self.log: list = []  # (node, asked, machine off, up) in s from the start
         # The model's reboots per node, in order: when each ended (s from its start).
         self.model_done: dict[str, list[float]] = {}
@@ -95,10 +96,9 @@ class Reboots:
         if running:
             self.busy[node] = self.c.rel()
         pending = bool({"REBOOT_REQUESTED", "REBOOT_ISSUED"} & flags)
-        if pending and node not in self.asked:
+        if pending and not self.pending.get(node):  # dated once per request, answered in tick()
             self.asked[node] = decided if decided is not None else self.c.rel()
-        elif not pending and not self.off(node):
-            self.asked.pop(node, None)
+        self.pending[node] = pending
 
     def due(self, node: str) -> float:
         """When the model's machine is up again: the request (or the end of the job Slurm
