@@ -69,6 +69,36 @@ def test_a_reboot_one_side_missed_is_a_disagreement():
     assert disagreements(model, real, 90.0, floor_s=1.0) == []
 
 
+def test_the_real_kth_reboot_heals_what_the_models_kth_reboot_healed(tmp_path):
+    # The model rebooted n1 twice (20 s, 40 s): the NVLink fault survived the first and went with
+    # the second; the application's fault goes with any reboot. The harness's first and second
+    # reboots of n1 must do the same, and time the machine's return from the request.
+    from types import SimpleNamespace
+
+    from campaign_model.node import Node
+    from campaign_model.real_boot import Reboots
+    from campaign_model.sim import T0
+
+    down, app = F.BY_NAME["nvlink-down"], F.BY_NAME["app-xid31"]
+    mf = [F.Fault(0, down, "n1", T0 + 10.0, end=T0 + 40.0), F.Fault(1, app, "n1", T0 + 12.0, end=T0 + 20.0)]
+    mf[0].how, mf[1].how = "reboot", "reboot"
+    model = SimpleNamespace(faults=mf, ts=1 / 60, slurm=SimpleNamespace(events=[
+        (T0 + 20.0, "n1", "rebooted", None), (T0 + 40.0, "n1", "rebooted", None)]))
+    node = Node("n1", tmp_path)
+    node.faults = [F.Fault(0, down, "n1", 10.0), F.Fault(1, app, "n1", 12.0)]
+    repaired = []
+    camp = SimpleNamespace(model=model, nodes={"n1": node}, rec=Record(), rel=lambda: 15.0, write_all=lambda: None,
+                           repair=lambda f, how, keep_lines: (node.faults.remove(f), repaired.append((f.id, how))))
+    boots = Reboots(camp, tmp_path / "boots", reboot_s=10.0)
+    boots.seen("n1", frozenset({"REBOOT_REQUESTED"}), running=False, decided=9.5)
+    assert boots.due("n1") == pytest.approx(9.5 + 10.0 / 60 + 10.0)  # from the run that asked
+    boots._boot("n1")
+    assert repaired == [(1, "reboot")] and [f.id for f in node.faults] == [0]
+    boots._boot("n1")
+    assert repaired == [(1, "reboot"), (0, "reboot")] and node.faults == []
+    assert [n for _, n in camp.rec.reboots] == ["n1", "n1"]
+
+
 def test_the_boot_unit_is_compressed_and_its_retest_dated(tmp_path):
     # The machines' boot unit as SlurmCluster(reboot=True) writes it, then the campaign's version:
     # the unit's 5 s poll compressed 60x, the retest's start recorded for the timings.
