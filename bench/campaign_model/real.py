@@ -173,7 +173,8 @@ class RealCampaign:
             g = F.Fault(fid, f.cls, f.node, f.start - self.t0, f.permanent, None if f.end is None else f.end - self.t0)
             g.in_job, g.how = f.in_job, getattr(f, "how", None)
             self.rec.faults.append(g)
-        self.rec.notes += [f"reboot of {n}: asked at {a}s, machine off at {o}s, up at {u}s" for n, a, o, u in self.boots.log]
+        self.rec.notes += [f"reboot of {n}: asked at {a}s, machine off at {o}s, up at {u}s"
+                           for n, a, o, u in self.boots.log]
         self.rec.runs = len(self._calls())
         self.rec.jobs = {"submitted": len(self.jobs), "started": sum(1 for j in self.jobs.values() if j["started"]),
                          "killed": sum(1 for j in self.jobs.values() if j["killed"])}
