@@ -1,16 +1,17 @@
 """The real campaign (docs/campaign.md, "Trusting the model"): the model's schedule of faults and
 jobs, played on a real slurmctld with one slurmd per node, gpuhc deployed as README says.
 
-What is real: Slurm (drain, reason, resume, the prolog and epilog slurmd runs before and after
-every job, job start, requeue on a failed prolog), `sbatch` jobs (a `sleep` of the job's
-compressed length, pinned ones with `-w`), `scancel` of a job its node's fault ends, and every
-gpuhc run (the installed shims and wrappers, tests/slurm_cluster.py). What stands in: each node's
-GPUs replay the model's scenario file for that node (per-host `sources: nvml_scenario`, written
-the same way, bench/campaign_model/node.py); the GPU reset command is a script that asks this
-harness, which waits the compressed reset time and repairs the node's fault with the model's own
-dice; the health check is started by this harness (through the same wrapper slurmd would run)
-on the model's cadence, compressed, because slurmd's HealthCheckInterval cannot be phased per
-node and at 16 nodes would run all of them every interval on a busy 2-core box.
+What is real: Slurm (drain, reason, resume, reboot through RebootProgram, the prolog and epilog
+slurmd runs before and after every job, job start, requeue on a failed prolog), `sbatch` jobs (a
+`sleep` of the job's compressed length, pinned ones with `-w`), `scancel` of a job its node's
+fault ends, and every gpuhc run (the installed shims and wrappers, tests/slurm_cluster.py, the
+boot unit's retest). What stands in: each node's GPUs replay the model's scenario file for that
+node (per-host `sources: nvml_scenario`, written the same way, bench/campaign_model/node.py); the
+GPU reset command is a script that asks this harness, which waits the compressed reset time and
+repairs the node's fault with the model's own dice; a rebooting machine's time off, likewise
+(real_boot.py); the health check is started by this harness (through the same wrapper slurmd
+would run) on the model's cadence, compressed, because slurmd's HealthCheckInterval cannot be
+phased per node and at 16 nodes would run all of them every interval on a busy 2-core box.
 
 The dice: faults, clear times and job arrivals are the model's draw on the same seed (`faults.
 draw` and the model's job stream, through the model run itself); whether a reset repaired a fault
