@@ -8,7 +8,7 @@ modelled Slurm on a virtual clock, each node replaying a scenario of examples/sc
 fault injector (bench/campaign_model/faults.py) draws faults at the published rates. One JSON
 document on stdout (or --json FILE); exit 2 for a bad argument or a policy this build lacks.
 
-    sudo python bench/campaign.py --real --seed 9 --nodes 16 --seconds 90 --rate-scale 1500
+    sudo python bench/campaign.py --real --seed 11 --nodes 16 --seconds 90 --rate-scale 1500
 
 --real: the same seed's schedule on a real slurmctld with one slurmd per node on localhost
 (tests/slurm_cluster.py; root, Debian's Slurm packages), compressed --compression times, and the

@@ -241,6 +241,9 @@ while :; do
     wait "$slurmd"
     rc=$?
     [ -n "$rebooting" ] || exit "$rc"
+    # The machine's time off, if the test gives it one: the real campaign's bin/down waits out
+    # the model's reboot there (bench/campaign_model/real_boot.py); without it, it boots at once.
+    [ ! -x {wd}/bin/down ] || {wd}/bin/down "$node"
 done
 """
 

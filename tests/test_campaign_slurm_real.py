@@ -1,7 +1,8 @@
 """The short real campaign (issue 23's Proof; docs/campaign.md, "Trusting the model"): 16 nodes
 on a real slurmctld with one slurmd each, the model's schedule of faults and `sbatch` jobs for
 90 wall seconds (an hour and a half of the month, compressed 60 times), and the model on the
-same seed and the same compression: both must make the same drains and resumes, the same escapes,
+same seed and the same compression: both must make the same drains, reboots and resumes (the
+reboots on Slurm's RebootProgram, bench/campaign_model/real_boot.py), the same escapes,
 and the same timings within the tolerance real_agree.py holds. The comparison's own rules are
 tested first, on hand-made records, so that a disagreement is known to fail the test.
 """
@@ -60,29 +61,90 @@ def test_bounds_catch_a_false_drain_and_an_escape():
     assert bounds(rec) == ["escape: job 3 started on n1 with row-remap-pending at 11.0s"]
 
 
-def test_the_cli_refuses_a_seed_that_asks_for_a_reboot(capsys):
-    # The real side plays no reboot (docs/campaign.md, "Not done in the real campaign"): a seed
-    # whose model asks for one is refused with its node, exit 2, before any Slurm daemon starts.
-    import campaign as cli
+def test_a_reboot_one_side_missed_is_a_disagreement():
+    model, real = record(12.0, 32.0), record(12.0, 32.0)
+    model.reboots = [(20.0, "n1")]  # the model rebooted n1 between the drain and the resume
+    assert any("acts per node" in x and "'reboot'" in x for x in disagreements(model, real, 90.0, floor_s=1.0))
+    real.reboots = [(20.5, "n1")]
+    assert disagreements(model, real, 90.0, floor_s=1.0) == []
 
-    assert cli.main(["--real", "--seed", "1", "--nodes", "16", "--seconds", "90", "--rate-scale", "1500"]) == 2
-    err = capsys.readouterr().err
-    assert "seed 1 asks for a reboot (node gpu001)" in err and "Traceback" not in err
+
+def test_the_real_kth_reboot_heals_what_the_models_kth_reboot_healed(tmp_path):
+    # The model rebooted n1 twice (20 s, 40 s): the NVLink fault survived the first and went with
+    # the second; the application's fault goes with any reboot. The harness's first and second
+    # reboots of n1 must do the same, and time the machine's return from the request.
+    from types import SimpleNamespace
+
+    from campaign_model.node import Node
+    from campaign_model.real_boot import Reboots
+    from campaign_model.sim import T0
+
+    down, app = F.BY_NAME["nvlink-down"], F.BY_NAME["app-xid31"]
+    mf = [F.Fault(0, down, "n1", T0 + 10.0, end=T0 + 40.0), F.Fault(1, app, "n1", T0 + 12.0, end=T0 + 20.0)]
+    mf[0].how, mf[1].how = "reboot", "reboot"
+    model = SimpleNamespace(faults=mf, ts=1 / 60, slurm=SimpleNamespace(events=[
+        (T0 + 20.0, "n1", "rebooted", None), (T0 + 40.0, "n1", "rebooted", None)]))
+    node = Node("n1", tmp_path)
+    node.faults = [F.Fault(0, down, "n1", 10.0), F.Fault(1, app, "n1", 12.0)]
+    repaired = []
+    camp = SimpleNamespace(model=model, nodes={"n1": node}, rec=Record(), rel=lambda: 15.0, write_all=lambda: None,
+                           repair=lambda f, how, keep_lines: (node.faults.remove(f), repaired.append((f.id, how))))
+    boots = Reboots(camp, tmp_path / "boots", reboot_s=10.0)
+    boots.seen("n1", frozenset({"REBOOT_REQUESTED"}), running=False, decided=9.5)
+    assert boots.due("n1") == pytest.approx(9.5 + 10.0 / 60 + 10.0)  # from the run that asked
+    boots._boot("n1")
+    assert repaired == [(1, "reboot")] and [f.id for f in node.faults] == [0]
+    boots._boot("n1")
+    assert repaired == [(1, "reboot"), (0, "reboot")] and node.faults == []
+    assert [n for _, n in camp.rec.reboots] == ["n1", "n1"]
+
+
+def test_the_boot_unit_is_compressed_and_its_retest_dated(tmp_path):
+    # The machines' boot unit as SlurmCluster(reboot=True) writes it, then the campaign's version:
+    # the unit's 5 s poll compressed 60x, the retest's start recorded for the timings.
+    from slurm_cluster import SlurmCluster
+    from slurm_cluster_files import write_reboot
+
+    from campaign_model.real_boot import install
+
+    c = SlurmCluster(tmp_path / "slurm", nodes=("n1",), reboot=True)
+    (c.workdir / "bin").mkdir(parents=True)
+    write_reboot(c)
+    requests = install(c, tmp_path, 60.0)
+    boot = (c.workdir / "bin" / "boot").read_text()
+    assert "sleep 5;" not in boot and "sleep 0.083;" in boot
+    assert boot.index("retest $node\" >>") < boot.index("quarantine retest")
+    assert (c.workdir / "bin" / "down").stat().st_mode & 0o111 and requests == tmp_path / "boots"
+    # A unit this campaign does not know is refused by name, not played wrong.
+    (c.workdir / "bin" / "boot").write_text("#!/bin/sh\nexec gpuhc quarantine retest\n")
+    with pytest.raises(RuntimeError, match="not the retest unit's two commands"):
+        install(c, tmp_path, 60.0)
 
 
 @pytest.mark.slurm
 def test_a_real_campaign_agrees_with_the_model_on_the_same_seed(slurm_cluster, tmp_path):
-    doc = campaign(slurm_cluster, tmp_path)  # seed 9, 16 nodes, 90 s, compressed 60x, rates x1500
+    doc = campaign(slurm_cluster, tmp_path, seed=11)  # 16 nodes, 90 s, compressed 60x, rates x1500
     model, real = doc.pop("_records")
     print(doc)
     assert bounds(real) == [] and bounds(model) == []
     assert doc["disagreements"] == []
-    # What the seed puts to the test, on both sides: four nodes drained (a row remap a reset
-    # repairs, NVLink errors that stop growing, two Xid 79s), two resumed, a lemon on a node
-    # already held, an application's Xid inside a running job that drains nothing, jobs that ran.
+    # What the seed puts to the test, on both sides: NVLinks trained down and an Xid 79 (a GPU
+    # fallen off the bus), each through the ladder's reboot rung and healed by the reboot, then
+    # resumed by the boot-time retest; a row remap a reset repairs; an application's Xid inside
+    # a running job that drains nothing; jobs that ran.
     for side in (doc["model"], doc["real"]):
-        assert sorted(side["acts"].items()) == [("gpu002", ["drain", "resume"]), ("gpu005", ["drain"]),
-                                                ("gpu011", ["drain"]), ("gpu015", ["drain", "resume"])]
+        assert sorted(side["acts"].items()) == [("gpu003", ["drain", "reboot", "resume"]),
+                                                ("gpu015", ["drain", "reboot", "resume"]),
+                                                ("gpu016", ["drain", "resume"])]
+    classes = {v["node"]: v["class"] for v in doc["real"]["faults"].values()}
+    assert classes["gpu003"] == "nvlink-down" and classes["gpu015"] == "fallen-off-bus"
+    # The reboots were Slurm's: its RebootProgram ran for those two nodes, each machine booted
+    # again and its boot unit's retest resumed it (tests/slurm_cluster_files.py's calls.log).
+    calls = [ln.split() for ln in (tmp_path / "real" / "slurm" / "log" / "calls.log").read_text().splitlines()]
+    assert [c[2] for c in calls if c[1] == "reboot"] == ["gpu003", "gpu015"]
+    for node in ("gpu003", "gpu015"):
+        boots = (tmp_path / "real" / "slurm" / "log" / f"boot.{node}.log").read_text()
+        assert f"gpuhc quarantine retest {node}: retest passed (was drained): resuming" in boots
     assert any(f.cls.app and f.in_job for f in real.faults)
     assert doc["real"]["jobs"]["started"] >= 1 and doc["real"]["escapes"] == {}
-    assert doc["deviation"]["to_drain"]["n"] >= 3 and doc["deviation"]["back"]["n"] >= 1
+    assert doc["deviation"]["to_drain"]["n"] >= 3 and doc["deviation"]["back"]["n"] >= 3

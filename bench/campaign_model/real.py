@@ -1,16 +1,17 @@
 """The real campaign (docs/campaign.md, "Trusting the model"): the model's schedule of faults and
 jobs, played on a real slurmctld with one slurmd per node, gpuhc deployed as README says.
 
-What is real: Slurm (drain, reason, resume, the prolog and epilog slurmd runs before and after
-every job, job start, requeue on a failed prolog), `sbatch` jobs (a `sleep` of the job's
-compressed length, pinned ones with `-w`), `scancel` of a job its node's fault ends, and every
-gpuhc run (the installed shims and wrappers, tests/slurm_cluster.py). What stands in: each node's
-GPUs replay the model's scenario file for that node (per-host `sources: nvml_scenario`, written
-the same way, bench/campaign_model/node.py); the GPU reset command is a script that asks this
-harness, which waits the compressed reset time and repairs the node's fault with the model's own
-dice; the health check is started by this harness (through the same wrapper slurmd would run)
-on the model's cadence, compressed, because slurmd's HealthCheckInterval cannot be phased per
-node and at 16 nodes would run all of them every interval on a busy 2-core box.
+What is real: Slurm (drain, reason, resume, reboot through RebootProgram, the prolog and epilog
+slurmd runs before and after every job, job start, requeue on a failed prolog), `sbatch` jobs (a
+`sleep` of the job's compressed length, pinned ones with `-w`), `scancel` of a job its node's
+fault ends, and every gpuhc run (the installed shims and wrappers, tests/slurm_cluster.py, the
+boot unit's retest). What stands in: each node's GPUs replay the model's scenario file for that
+node (per-host `sources: nvml_scenario`, written the same way, bench/campaign_model/node.py); the
+GPU reset command is a script that asks this harness, which waits the compressed reset time and
+repairs the node's fault with the model's own dice; a rebooting machine's time off, likewise
+(real_boot.py); the health check is started by this harness (through the same wrapper slurmd
+would run) on the model's cadence, compressed, because slurmd's HealthCheckInterval cannot be
+phased per node and at 16 nodes would run all of them every interval on a busy 2-core box.
 
 The dice: faults, clear times and job arrivals are the model's draw on the same seed (`faults.
 draw` and the model's job stream, through the model run itself); whether a reset repaired a fault
@@ -36,18 +37,11 @@ from gpuhc.slurm.reason import parse_reason
 
 from . import faults as F
 from .node import Node, _epoch
+from .real_boot import Reboots, ask_script
 from .sim import OLD_LINES_WATCH_S, T0, Campaign
 
 COMPRESSION = 60.0  # one wall second stands for a minute of the month
 POLL_S = 0.25  # how often Slurm's node table and queue are read
-RESET_SH = """#!/bin/sh
-# The campaign's GPU reset stand-in (bench/campaign_model/real.py): asks the harness, which waits
-# the compressed reset time, repairs the node's fault with the model's dice, and answers.
-d={dir}
-echo "$(date +%s.%N) $SLURMD_NODENAME $*" > "$d/req.$SLURMD_NODENAME.$$"
-n=0
-while [ ! -e "$d/done.$SLURMD_NODENAME.$$" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done
-"""
 
 
 def compressed(ts: float) -> dict:
@@ -56,7 +50,7 @@ def compressed(ts: float) -> dict:
     sleeps are 0 (the model passes them on its clock, a real run sleeps them: both 0 keeps the
     sides equal) and its cap is the whole cluster (16 nodes under the shipped 10 % would cap at
     one drained node; the breaker has its own real-Slurm tests). reboot_timeout_s has a floor of
-    60 s in the schema: the short campaign's seed asks for no reboot."""
+    60 s in the schema, longer than a compressed reboot and its retest take on both sides."""
     return {"slurm": {"cooldown_s": 600.0 * ts, "max_cooldown_s": 21600.0 * ts, "flap_window_s": 21600.0 * ts,
                       "breaker": {"jitter_s": 0.0, "settle_s": 0.0, "max_drained": 1 << 20,
                                   "max_drained_percent": None},
@@ -73,6 +67,7 @@ class Record:
     notes: list = field(default_factory=list)  # what the real side could not do as the model did
     lag: list = field(default_factory=list)  # real: Slurm showed a change this long after its decision
     job_starts: list = field(default_factory=list)  # model: (t, nodes) of every job start
+    reboots: list = field(default_factory=list)  # (t, node) of every reboot done (the machine up again)
     runs: int = 0
 
 
@@ -80,6 +75,7 @@ def model_record(c: Campaign) -> Record:
     """The model's campaign as a Record (its virtual times made relative to its start)."""
     rec = Record(runs=c.stats.runs["real"], jobs=dict(c.stats.jobs))
     rec.events = [(t - T0, n, w, r) for t, n, w, r in c.slurm.events if w in ("drain", "resume")]
+    rec.reboots = [(t - T0, n) for t, n, w, _ in c.slurm.events if w == "rebooted"]
     for f in c.faults:
         g = F.Fault(f.id, f.cls, f.node, f.start - T0, f.permanent, None if f.end is None else f.end - T0)
         g.in_job, g.how = f.in_job, getattr(f, "how", None)
@@ -93,8 +89,9 @@ class RealCampaign:
     """Plays ``model``'s schedule on ``cluster`` (a started tests/slurm_cluster.SlurmCluster whose
     nodes are the model's names and whose per-host scenarios are ``scenario_of(name)``)."""
 
-    def __init__(self, model: Campaign, cluster, workdir: Path, seconds: float, reset_s: float):
+    def __init__(self, model: Campaign, cluster, workdir: Path, seconds: float, reset_s: float, boots: Path):
         self.model, self.c, self.seconds, self.reset_s = model, cluster, seconds, reset_s
+        self.boots = Reboots(self, boots, model.reboot_s)  # real_boot.py: the machines' reboots
         self.names = list(model.names)
         self.nodes = {n: Node(n, workdir / "nodes") for n in self.names}
         self.lines_cache: dict = {}
@@ -123,11 +120,8 @@ class RealCampaign:
 
     @staticmethod
     def reset_command(workdir: Path) -> list[str]:
-        d = workdir / "resets"
-        d.mkdir(parents=True, exist_ok=True)
         script = workdir / "campaign-gpu-reset"
-        script.write_text(RESET_SH.format(dir=d))
-        script.chmod(0o755)
+        ask_script(script, "GPU reset", workdir / "resets", '"$SLURMD_NODENAME"', 600)
         return [str(script), "-r", "-i", "{gpu}"]
 
     @staticmethod
@@ -167,8 +161,9 @@ class RealCampaign:
             if self.rel() - last_poll >= POLL_S:
                 last_poll = self.rel()
                 self._poll()
-                self._write_all()  # the "now" line moves on (faults and repairs write at once)
+                self.write_all()  # the "now" line moves on (faults and repairs write at once)
             self._resets()
+            self.boots.tick()
             self._health_checks()
             time.sleep(0.05)
         self._poll()
@@ -179,12 +174,14 @@ class RealCampaign:
             g = F.Fault(fid, f.cls, f.node, f.start - self.t0, f.permanent, None if f.end is None else f.end - self.t0)
             g.in_job, g.how = f.in_job, getattr(f, "how", None)
             self.rec.faults.append(g)
+        self.rec.notes += [f"reboot of {n}: asked at {a}s, machine off at {o}s, up at {u}s"
+                           for n, a, o, u in self.boots.log]
         self.rec.runs = len(self._calls())
         self.rec.jobs = {"submitted": len(self.jobs), "started": sum(1 for j in self.jobs.values() if j["started"]),
                          "killed": sum(1 for j in self.jobs.values() if j["killed"])}
         return self.rec
 
-    def _write_all(self) -> None:
+    def write_all(self) -> None:
         for n, node in self.nodes.items():
             self._publish(node, time.time(), self.lines_cache, self.scenario_of(node.dir.parent.parent, n))
 
@@ -211,11 +208,11 @@ class RealCampaign:
     def _on_clear(self, fid: int) -> None:
         f = self.fault_of.get(fid)
         if f is not None and f.active:
-            self._repair(f, "cleared by itself")
+            self.repair(f, "cleared by itself")
 
-    def _repair(self, f: F.Fault, how: str) -> None:
-        Campaign._repair(self, self.nodes[f.node], f, how)  # the model's own bookkeeping, on wall time
-        self._write_all()
+    def repair(self, f: F.Fault, how: str, keep_lines: bool = True) -> None:
+        Campaign._repair(self, self.nodes[f.node], f, how, keep_lines)  # the model's own bookkeeping, on wall time
+        self.write_all()
 
     def _resets(self) -> None:
         """Answer the reset stand-in: after reset_s, the model's dice (a fault the model's reset
@@ -227,10 +224,10 @@ class RealCampaign:
             node = req.name.split(".")[1]
             for f in list(self.nodes[node].hardware()):
                 if self.model.faults[f.id].how == "reset":
-                    self._repair(f, "reset")
+                    self.repair(f, "reset")
                 else:
                     f.stamp = time.time()  # it shows again after the reset, as in the model
-            self._write_all()
+            self.write_all()
             self.reset_log.append((node, came - self.t0, self.rel()))
             (self.resets_dir / ("done." + req.name[4:])).touch()
             req.unlink()
@@ -264,9 +261,10 @@ class RealCampaign:
         for n in self.c.nodes_now():
             if n.name not in self.nodes:
                 continue
-            out = n.drained or n.down
+            out = self._out(n)
             was = self.slurm_nodes.get(n.name)
-            if was is not None and out != (was.drained or was.down):
+            self.boots.seen(n.name, n.flags, n.name in self.running, decided.get(n.name))
+            if was is not None and out != self._out(was):
                 t = decided.get(n.name, self.rel())
                 self.rec.events.append((t, n.name, "drain" if out else "resume", n.reason if out else None))
                 self.rec.lag.append(self.rel() - t)
@@ -283,13 +281,20 @@ class RealCampaign:
             for name in self.jobs[mid]["nodes"]:
                 self.running[name] = mid
 
+    @staticmethod
+    def _out(n) -> bool:
+        """Out of service in Slurm's table: drained, down, or a reboot asked or under way."""
+        return n.drained or n.down or bool({"REBOOT_REQUESTED", "REBOOT_ISSUED"} & n.flags)
+
     def _calls(self) -> list[tuple[float, str, str, str]]:
         """The wrappers' record of every run slurmd or this harness started: (t, kind, node, job)."""
         p = self.c.log_dir / "calls.log"
         out = []
         for line in (p.read_text().splitlines() if p.exists() else ()):
             parts = line.split()
-            if len(parts) >= 3 and parts[1] in ("healthcheck", "prolog", "epilog"):
+            if len(parts) >= 3 and parts[1] in ("healthcheck", "prolog", "epilog", "retest"):
+                if parts[1] == "retest" and float(parts[0]) < self.t0:
+                    continue  # the machines' first boot, before the campaign
                 out.append((float(parts[0]) - self.t0, parts[1], parts[2], parts[3] if len(parts) > 3 else ""))
         return out
 
@@ -331,7 +336,7 @@ class RealCampaign:
     def _attention(self, name: str) -> bool:
         """The model's rule (sim.Campaign._attention) on what Slurm shows here."""
         node, row = self.nodes[name], self.slurm_nodes.get(name)
-        out = row is not None and (row.drained or row.down)
+        out = row is not None and self._out(row)
         mine = parse_reason(row.reason) if out else None
         if mine is not None and mine.retired:
             return False
@@ -357,6 +362,9 @@ class RealCampaign:
                 if late > 1.0:
                     self.rec.notes.append(f"{name}: health check {late:.1f}s late (the box is busy)")
                 del self.hc_next[name]
+                row = self.slurm_nodes.get(name)
+                if self.boots.off(name) or (row is not None and "REBOOT_ISSUED" in row.flags):
+                    continue  # rebooting: no slurmd to run it (the model skips it too)
                 launched = self.rel()
                 p = self.c.popen([str(self.c.workdir / "bin" / "healthcheck")], env={"SLURMD_NODENAME": name})
                 self.hc[name] = (p, launched)

@@ -2,8 +2,8 @@
 model")? Both sides' Records (real.py) are read the same way: per hardware fault, when gpuhc
 drained its node and when the node came back; escapes by class; false drains.
 
-Agreement: the same escapes by class, the same (node, class) drained, the same drains and
-resumes per node in order, and each fault's fault->drain and drain->back within 10 % of the
+Agreement: the same escapes by class, the same (node, class) drained, the same drains,
+reboots and resumes per node in order, and each fault's fault->drain and drain->back within 10 % of the
 model's, or within ``floor_s`` where 10 % of the model's time is less than the real side can
 resolve (docs/campaign.md says what the floor is made of).
 """
@@ -61,8 +61,11 @@ def false_drains(rec) -> list[str]:
 
 
 def acts(rec) -> dict[str, list[str]]:
+    """Per node, in order: its drains, resumes and reboots (a reboot counts when the machine is
+    up again: one the horizon cuts short counts on neither side)."""
     got: dict[str, list[str]] = {}
-    for _, node, what, _ in rec.events:
+    for _, node, what, _ in sorted([*rec.events, *((t, n, "reboot", None) for t, n in rec.reboots)],
+                                   key=lambda e: e[0]):
         got.setdefault(node, []).append(what)
     return got
 
@@ -72,7 +75,7 @@ def summary(rec, horizon: float) -> dict:
     return {"escapes": dict(esc), "escapes_after_in_job_fault": sum(1 for *_, injob in rec.escapes if injob),
             "false_drains": false_drains(rec), "acts": acts(rec),
             "faults": {str(k): v for k, v in per_fault(rec, horizon).items()},
-            "jobs": rec.jobs, "runs": rec.runs, "notes": rec.notes,
+            "reboots": len(rec.reboots), "jobs": rec.jobs, "runs": rec.runs, "notes": rec.notes,
             "lag_s": {"n": len(rec.lag), "max": round(max(rec.lag), 2) if rec.lag else None}}
 
 
