@@ -63,6 +63,31 @@ def test_the_watch_sees_an_update_sent_around_the_actuator():
     assert [inside for _, inside in w.sent] == [False, True]
 
 
+def test_the_walk_from_the_actuator_to_scontrol_stays_short():
+    """Issue 22: the walk of a drain, from ``Actuator.apply`` to the Slurm runner, stays as short
+    as it was before the structure pass (5 calls in 3 modules: apply, carry_out, Scontrol.drain,
+    Scontrol._call, SlurmCommand.call), so the dangerous path reads in one sitting."""
+    from gpuhc.slurm.policy import Decision, Memory
+
+    walks = []
+
+    def runner(argv, timeout):
+        if argv[1] == "update" and "State=DRAIN" in argv:
+            frame, walk = sys._getframe(1), []
+            while frame.f_code is not Actuator.apply.__code__:
+                walk.append((frame.f_globals["__name__"], frame.f_code.co_name))
+                frame = frame.f_back
+            walks.append([("gpuhc.slurm.actuator", "apply"), *reversed(walk)])
+        return slurm(argv, timeout)
+
+    slurm = MiniSlurm({"n1": ("IDLE", None)})
+    Actuator(Scontrol(run=runner), spread=False).apply(
+        "n1", lambda node, open_: Decision(Act.BLOCKED if open_ else Act.DRAIN, "x", Memory(), "gpuhc: xid x",
+                                          uses_capacity=not open_))
+    [walk] = walks
+    assert len(walk) <= 5 and len({module for module, _ in walk}) <= 3, walk
+
+
 @pytest.mark.parametrize("stage", ["passive", "prolog", "epilog"])
 def test_health_check_prolog_and_epilog_drain_through_the_actuator(tmp_path, monkeypatch, stage):
     w, out = watched_flow(tmp_path, monkeypatch, stage, MiniSlurm({"n1": ("IDLE", None)}), [XID])
