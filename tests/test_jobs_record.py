@@ -84,6 +84,26 @@ def test_gpuhc_jobs_from_a_listing(tmp_path):
     assert jobs_cli("--from-file", str(dump), "-o", "job,culprits,reported", "-h").stdout.split() == ["7", "n1:gpu3", "2"]
 
 
+def test_gpuhc_jobs_runs_the_configured_scontrol(tmp_path):
+    """Issue 22: every Slurm program gpuhc runs is the configured one (slurm.scontrol); --scontrol
+    still wins over it."""
+    listing = tmp_path / "listing.txt"
+    listing.write_text(LISTING)
+    fake = tmp_path / "site-scontrol"
+    fake.write_text(f"#!/bin/sh\ncat {listing}\n")
+    fake.chmod(0o755)
+    cfg = tmp_path / "gpuhc.yaml"
+    cfg.write_text(f"slurm:\n  scontrol: {fake}\n")
+    cfg.chmod(0o600)
+    cp = jobs_cli("--config", str(cfg), "-o", "job,verdict", "-h")
+    assert cp.returncode == 0 and cp.stdout.split() == ["7", "hung"], cp.stderr
+    cp = jobs_cli("--config", str(cfg), "--scontrol", str(tmp_path / "no-scontrol"))
+    assert cp.returncode == 3 and "not found" in cp.stderr
+    cfg.write_text("slurm:\n  scontrol: [1, 2]\n")
+    cp = jobs_cli("--config", str(cfg))
+    assert cp.returncode == 2 and "scontrol" in cp.stderr and "Traceback" not in cp.stderr
+
+
 def test_gpuhc_jobs_bad_usage_is_exit_2_with_a_message(tmp_path):
     cp = jobs_cli("--from-file", str(tmp_path / "missing.txt"))
     assert cp.returncode == 2 and "missing.txt" in cp.stderr and "Traceback" not in cp.stderr

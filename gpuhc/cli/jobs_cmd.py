@@ -54,14 +54,16 @@ def _cell(row: dict, field: str) -> str:
 @click.option("-o", "--format", "fields", metavar="FIELDS", help=f"Columns, comma-separated: {', '.join(FIELDS)}.")
 @click.option("-h", "--noheader", is_flag=True, help="No header line.")
 @click.option("--all", "everything", is_flag=True, help="Every running job, also those with nothing found.")
-@click.option("--scontrol", default="scontrol", show_default=True, help="The scontrol to run.")
+@click.option("--scontrol", metavar="PATH", help="The scontrol to run (default: slurm.scontrol of the config).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="gpuhc.yaml, for slurm.scontrol (default $GPUHC_CONFIG or /etc/gpuhc/gpuhc.yaml, if present).")
 @click.option("--timeout", type=Seconds(0.5, 600.0), default=30.0, show_default=True, help="Seconds Slurm gets to answer.")
-def jobs(from_file, json_mode, fields, noheader, everything, scontrol, timeout) -> None:
+def jobs(from_file, json_mode, fields, noheader, everything, scontrol, config_path, timeout) -> None:
     """Running jobs that look hung or slowed: the culprit node and GPU, and since when.
 
     Exit 0 with or without findings; 2 for bad usage; 3 when Slurm did not answer.
     """
-    from gpuhc.errors import EXIT_INTERNAL, EXIT_USAGE, GpuhcError
+    from gpuhc.errors import EXIT_INTERNAL, EXIT_USAGE, ConfigError, GpuhcError
 
     cols = DEFAULT_FIELDS
     if fields:
@@ -71,10 +73,10 @@ def jobs(from_file, json_mode, fields, noheader, everything, scontrol, timeout) 
             click.echo(f"gpuhc jobs: unknown field(s) {escape(', '.join(bad) or fields)} (known: {', '.join(FIELDS)})", err=True)
             raise SystemExit(EXIT_USAGE)
     try:
-        listed = _read(from_file, scontrol, timeout)
+        listed = _read(from_file, scontrol, config_path, timeout)
     except GpuhcError as e:
         click.echo(f"gpuhc jobs: {escape(str(e))}", err=True)
-        raise SystemExit(EXIT_USAGE if from_file else EXIT_INTERNAL) from None
+        raise SystemExit(EXIT_USAGE if from_file or isinstance(e, ConfigError) else EXIT_INTERNAL) from None
     found = rows(listed, time.time(), everything)
     if json_mode:
         click.echo(json.dumps({"jobs": found}, indent=1))
@@ -89,7 +91,7 @@ def jobs(from_file, json_mode, fields, noheader, everything, scontrol, timeout) 
         click.echo("no running job looks hung or slowed")
 
 
-def _read(from_file: str | None, scontrol: str, timeout: float) -> list[dict[str, str]]:
+def _read(from_file: str | None, scontrol: str | None, config_path: str | None, timeout: float) -> list[dict[str, str]]:
     from gpuhc.slurm.jobs_slurm import JobControl, parse_job_line
 
     if from_file:
@@ -102,4 +104,9 @@ def _read(from_file: str | None, scontrol: str, timeout: float) -> list[dict[str
             raise ConfigError(f"{from_file}: {getattr(e, 'strerror', None) or e}") from None
         listed = [parse_job_line(ln) for ln in text.splitlines() if ln.strip().startswith("JobId=")]
         return [j for j in listed if j.get("JobState") == "RUNNING"]
-    return JobControl(binary=scontrol, timeout_s=timeout).running_jobs()
+    from gpuhc.config import load_config
+
+    section = dict(load_config(config_path).section("slurm"))
+    if scontrol:
+        section["scontrol"] = scontrol
+    return JobControl.from_section(section, timeout_s=timeout).running_jobs()

@@ -81,7 +81,7 @@ def _run(flow: Any, report: Any) -> None:
     from gpuhc.slurm.jobs_slurm import JobControl
 
     sl = flow.slurm
-    ctl = JobControl(binary=sl["scontrol"], timeout_s=float(sl["timeout_s"]), deadline=flow.deadline)
+    ctl = JobControl.from_section(sl, deadline=flow.deadline)
     for job in todo[:MAX_READS]:
         try:
             info = ctl.show_job(job)
