@@ -168,10 +168,10 @@ def _retest_here(src: SourceArgs, config) -> int:
     if act.observe:  # the actuator logged what it would have done; nothing took, nothing to remember
         return 0 if plan.act == "resume" else 1
     if ok and plan.act in ("retire", "resume"):  # verified: the event happened, once (a requarantine stays drained)
-        from gpuhc.slurm.remediate import fire
+        from gpuhc.slurm.flow import announce
 
-        fire(plan.act, {"node": opts.hostname, "stage": "bootstrap", "why": plan.why, "reason": plan.reason,
-                        "was": node.reason, "retest": verdict.value}, config, log, sc.deadline)
+        announce(flow, plan.act, {"node": opts.hostname, "stage": "bootstrap", "why": plan.why, "reason": plan.reason,
+                                  "was": node.reason, "retest": verdict.value})
     if ok and plan.act == "retire":
         from gpuhc.slurm.admin import retire_evidence
 

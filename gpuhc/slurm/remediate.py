@@ -35,7 +35,7 @@ from gpuhc.slurm.policy import Act, Memory, Verdict, out_of_service, verdict_of
 from gpuhc.slurm.reason import _severity_key, owned
 
 if TYPE_CHECKING:
-    from gpuhc.slurm.entry import Flow, Outcome
+    from gpuhc.slurm.flow import Flow, Outcome
     from gpuhc.slurm.nodes import Node
 
 _GPU = "gpu"
@@ -120,7 +120,7 @@ def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
     kept = out.decision is not None and out.decision.act is Act.KEEP
     if not kept and memory.step is None:
         return
-    from gpuhc.slurm.entry import actuator
+    from gpuhc.slurm.flow import actuator
 
     act = actuator(flow)
     finding = finding_of(report.results)
@@ -151,12 +151,10 @@ def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
         save(flow, LadderMemory())
     elif step.do is not Do.NONE or memory != step.memory:
         save(flow, step.memory if done or step.do in (Do.WAIT, Do.NONE) else memory)
-    if step.do not in (Do.NONE, Do.WAIT):
-        event = "retire" if step.do is Do.RETIRE else "remediation"
-        fire(event, {"node": flow.node, **record}, flow.opts.config, flow.log, flow.deadline)
+    if step.do not in (Do.NONE, Do.WAIT):  # the hooks fire after the run (gpuhc.slurm.flow.finish)
+        out.events.append(("retire" if step.do is Do.RETIRE else "remediation", {"node": flow.node, **record}))
     if done == "resumed":
-        fire("resume", {"node": flow.node, "why": f"{step.label} passed its retest", "step": step.label},
-             flow.opts.config, flow.log, flow.deadline)
+        out.events.append(("resume", {"node": flow.node, "why": f"{step.label} passed its retest", "step": step.label}))
     if step.do is Do.RETIRE and done is True:  # the evidence for the vendor, while it is on the node
         from gpuhc.slurm.admin import retire_evidence
 
@@ -185,7 +183,7 @@ def _carry_out(flow: Flow, act, node: Node, step: Step, finding: Finding | None)
 def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
     """Reset, retest, resume on a pass; else tag the reason with the attempt. "resumed", True
     when the attempt was carried out and failed, False when there was no time for it."""
-    from gpuhc.slurm.entry import SLURM_RESERVE_S, load_memory, run_checks, save_memory, summary_line
+    from gpuhc.slurm.flow import SLURM_RESERVE_S, load_memory, run_checks, save_memory, summary_line
     from gpuhc.slurm.handover import acknowledge_kernel_log
     from gpuhc.slurm.reset_run import procedure
     from gpuhc.sources import build_sources
@@ -220,14 +218,3 @@ def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
         return True
     return FALLTHROUGH if result.fallthrough else True
 
-
-def fire(event: str, payload: dict, config: Any, log: Any, deadline: float | None = None) -> None:
-    """The one seam to the hooks (gpuhc/hooks.py); a hook never changes a verdict, so every
-    error stops here."""
-    from gpuhc.hooks import fire as fire_hooks
-
-    log(f"event {event}: {payload.get('why') or ''}")
-    try:
-        fire_hooks(event, payload, config, log=log, deadline=deadline)
-    except Exception as e:  # never let a hook change what happened
-        log(f"hook {event} failed: {type(e).__name__}: {e}", loud=True)
