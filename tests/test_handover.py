@@ -69,14 +69,14 @@ def test_release_on_the_node_itself_acknowledges_too(tmp_path, monkeypatch):
     """`gpuhc quarantine release` run on the node clears gpuhc's local hold, so the next health
     check could not notice the resume: the release itself must acknowledge the old evidence."""
     from gpuhc.cli.common import node_name
-    from gpuhc.cli.quarantine_cmd import _forget_here
+    from gpuhc.slurm.retest import forget_here
 
     slurm = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None)})
     entry.healthcheck(real_flow(tmp_path, slurm))  # drained for the Xid, incident held
     cfg = config(tmp_path)
     cfg.data["state_dir"] = str(tmp_path / "state")
     monkeypatch.delenv("GPUHC_STATE_DIR", raising=False)
-    _forget_here([node_name(None)], cfg)
+    forget_here([node_name(None)], node_name(None), cfg)
     doc = StateStore(str(tmp_path / "state")).read()
     assert doc["checks"]["xid"]["cleared_at"] is not None and doc["checks"]["xid"]["held"] == []
 

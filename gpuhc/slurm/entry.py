@@ -34,12 +34,11 @@ from gpuhc.slurm.flow import (  # noqa: F401 - Flow, Outcome, Log re-exported fo
     Log,
     Outcome,
     actuator,
-    load_memory,
     run_checks,
-    save_memory,
     summary_line,
     take_turn,
 )
+from gpuhc.slurm.memory import load_memory, save_memory
 from gpuhc.slurm.nodes import Node
 from gpuhc.slurm.policy import Act, Decision, PolicySettings, Verdict, decide, needs_slurm, verdict_of
 from gpuhc.slurm.reason import build_reason

@@ -1,5 +1,5 @@
 """What every Slurm flow shares: its frame (:class:`Flow`, :class:`Outcome`), the stage run
-inside the deadline, the node's memory, the actuator and the run lock, and the one step after a
+inside the deadline, the actuator and the run lock, and the one step after a
 decision (:func:`finish`: the event log and textfile, the breaker metric, the hooks).
 
 The flows themselves are :mod:`gpuhc.slurm.entry` (health check, prolog, epilog),
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from gpuhc.slurm.log import Log
-from gpuhc.slurm.policy import Decision, Memory, Verdict
+from gpuhc.slurm.policy import Decision, Verdict
 
 if TYPE_CHECKING:
     # subprocess, the scontrol parser, the actuator and the breaker load only when Slurm is
@@ -125,34 +125,6 @@ def summary_line(report, verdict: Verdict, gpus: list[int] | None = None) -> str
     if report.timed_out:
         text += f" timed out: {','.join(report.timed_out)}"
     return text
-
-
-# ---------------------------------------------------------------------------- memory
-
-
-def load_memory(flow: Flow) -> Memory:
-    from gpuhc.state import StateStore
-
-    try:
-        doc = StateStore(flow.opts.state_dir).read()
-    except Exception as e:
-        flow.log(f"state unreadable ({e}): deciding without memory", loud=True)
-        return Memory()
-    return Memory.from_dict(doc.get("slurm", {}).get("nodes", {}).get(flow.node))
-
-
-def save_memory(flow: Flow, memory: Memory, decision: Decision | None) -> None:
-    from gpuhc.state import StateStore
-
-    try:
-        with StateStore(flow.opts.state_dir).transaction() as doc:
-            sl = doc.setdefault("slurm", {})
-            sl.setdefault("nodes", {})[flow.node] = memory.to_dict()
-            if decision is not None:
-                sl.setdefault("last", {})[flow.node] = {"stage": flow.stage, "time": flow.now(),
-                                                        "act": decision.act.value, "why": decision.why}
-    except Exception as e:  # the node's verdict stands; the next run re-reads Slurm
-        flow.log(f"state not saved ({e})", loud=True)
 
 
 # ---------------------------------------------------------------------------- acting

@@ -63,7 +63,7 @@ def acknowledge_kernel_log(state_dir: str, now: float, node: str | None = None) 
     run: a second acknowledgement would drop incidents newer than the resume). The flap count
     and gpuhc's last resume stay."""
     from gpuhc.checks.xid import acknowledge
-    from gpuhc.slurm.policy import Memory
+    from gpuhc.slurm.memory import forget_hold
     from gpuhc.state import StateStore
 
     with StateStore(state_dir).transaction() as doc:
@@ -71,6 +71,4 @@ def acknowledge_kernel_log(state_dir: str, now: float, node: str | None = None) 
         for cid in KERNEL_LOG_CHECKS:
             checks[cid] = acknowledge(checks.get(cid), now)
         if node is not None:
-            nodes = doc.setdefault("slurm", {}).setdefault("nodes", {})
-            old = Memory.from_dict(nodes.get(node))
-            nodes[node] = Memory(flaps=old.flaps, last_resume=old.last_resume).to_dict()
+            forget_hold(doc, node)

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 from gpuhc.errors import SlurmError
 from gpuhc.model import Result, Status
 from gpuhc.slurm.ladder import Do, Finding, LadderMemory, LadderSettings, Step, next_step
-from gpuhc.slurm.policy import Act, Memory, Verdict, out_of_service, verdict_of
+from gpuhc.slurm.memory import load_ladder, note_resumed, save_ladder
+from gpuhc.slurm.policy import Act, Verdict, out_of_service, verdict_of
 from gpuhc.slurm.reason import _severity_key, owned
 
 if TYPE_CHECKING:
@@ -76,29 +77,6 @@ def busy_of(node: Node, flow: Flow) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------------------- memory
-
-
-def load(flow: Flow) -> LadderMemory:
-    from gpuhc.state import StateStore
-
-    try:
-        doc = StateStore(flow.opts.state_dir).read()
-    except Exception:
-        return LadderMemory()
-    return LadderMemory.from_dict(doc.get("slurm", {}).get("ladder", {}).get(flow.node))
-
-
-def save(flow: Flow, memory: LadderMemory) -> None:
-    from gpuhc.state import StateStore
-
-    try:
-        with StateStore(flow.opts.state_dir).transaction() as doc:
-            doc.setdefault("slurm", {}).setdefault("ladder", {})[flow.node] = memory.to_dict()
-    except Exception as e:
-        flow.log(f"remediation state not saved ({e})", loud=True)
-
-
 # ---------------------------------------------------------------------------- the climb
 
 
@@ -116,7 +94,7 @@ def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
     settings = LadderSettings.from_section(flow.slurm)
     if not settings.enabled:
         return
-    memory = load(flow)
+    memory = load_ladder(flow)
     kept = out.decision is not None and out.decision.act is Act.KEEP
     if not kept and memory.step is None:
         return
@@ -148,9 +126,9 @@ def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
         return
     if done == "resumed":  # the episode is over
         record["resumed"] = True
-        save(flow, LadderMemory())
+        save_ladder(flow, LadderMemory())
     elif step.do is not Do.NONE or memory != step.memory:
-        save(flow, step.memory if done or step.do in (Do.WAIT, Do.NONE) else memory)
+        save_ladder(flow, step.memory if done or step.do in (Do.WAIT, Do.NONE) else memory)
     if step.do not in (Do.NONE, Do.WAIT):  # the hooks fire after the run (gpuhc.slurm.flow.finish)
         out.events.append(("retire" if step.do is Do.RETIRE else "remediation", {"node": flow.node, **record}))
     if done == "resumed":
@@ -183,7 +161,7 @@ def _carry_out(flow: Flow, act, node: Node, step: Step, finding: Finding | None)
 def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
     """Reset, retest, resume on a pass; else tag the reason with the attempt. "resumed", True
     when the attempt was carried out and failed, False when there was no time for it."""
-    from gpuhc.slurm.flow import SLURM_RESERVE_S, load_memory, run_checks, save_memory, summary_line
+    from gpuhc.slurm.flow import SLURM_RESERVE_S, run_checks, summary_line
     from gpuhc.slurm.handover import acknowledge_kernel_log
     from gpuhc.slurm.reset_run import procedure
     from gpuhc.sources import build_sources
@@ -204,8 +182,7 @@ def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
             flow.log("remediation: retest " + summary_line(report, verdict), loud=True)
         if verdict in (Verdict.PASS, Verdict.WARN):
             if act.resume(flow.node, f"remediation: {step.label} passed its retest"):
-                old = load_memory(flow)
-                save_memory(flow, Memory(flaps=old.flaps, last_resume=flow.now()), None)
+                note_resumed(flow)
                 flow.log(f"resumed: {step.label} passed its retest")
                 return "resumed"
     # Failed reset or failed retest: the attempt counts; the reason shows it, if the node is

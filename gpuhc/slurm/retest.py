@@ -20,7 +20,8 @@ from typing import Any
 
 from gpuhc.slurm.admin import AdminResult, apply_plan, retire_evidence
 from gpuhc.slurm.admin import release as do_release
-from gpuhc.slurm.flow import Flow, actuator, announce, load_memory, run_checks, save_memory, summary_line, take_turn
+from gpuhc.slurm.flow import Flow, actuator, announce, run_checks, summary_line, take_turn
+from gpuhc.slurm.memory import note_resumed
 from gpuhc.slurm.policy import Act, Decision, Memory, Verdict, resumable, verdict_of
 from gpuhc.slurm.reason import build_reason, owned
 
@@ -66,8 +67,7 @@ def retest(flow: Flow) -> RetestOutcome:
     if ok and plan.act == "retire":
         retire_evidence(flow, report.snapshot, plan.why, plan.reason)
     if ok and plan.act == "resume":
-        old = load_memory(flow)
-        save_memory(flow, Memory(flaps=old.flaps, last_resume=flow.now()), None)
+        note_resumed(flow)
     q = flow.slurm["quarantine"]
     if ok and plan.act == "requarantine" and q["reboot"]:
         act.reboot(flow.node, plan.reason, q["reboot_nextstate"])
