@@ -90,12 +90,9 @@ class Record:
     slurm: SlurmPart
 
     @property
-    def time(self) -> float:
+    def time(self) -> float | None:
         """When it happened: the run's start, else when it was logged."""
-        t = self.started if self.started is not None else self.logged_at
-        if t is None:
-            raise ValueError("no time")
-        return t
+        return self.started if self.started is not None else self.logged_at
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> Record:
