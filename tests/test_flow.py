@@ -4,7 +4,9 @@ fires every hook the run produced, in order, from one place. The hooks are real 
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 from test_hooks import _events, recorder  # noqa: F401 - the recording hook fixture
 from test_policy_entry import OUR_REASON, XID, MiniSlurm, config, flow
@@ -70,3 +72,38 @@ def test_observe_mode_fails_no_job(tmp_path, monkeypatch):
     _, f = flow(tmp_path, monkeypatch, "prolog", None, [XID], cfg=config(tmp_path, mode="observe"))
     out, code = run(f, lambda fl: Outcome(1, fl.log.lines), fail_open=True)
     assert (out.exit_code, code) == (1, 0) and "observe mode: exit 0 instead of 1" in f.log.lines[-1]
+
+
+def _imports(path: Path, known: set[str]) -> set[str]:
+    """The gpuhc.slurm modules ``path`` imports, at module level or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        found.update(n for n in names if n in known)
+    return found
+
+
+def test_no_module_of_slurm_imports_itself_round_a_circle():
+    """entry.py and remediate.py imported each other (issue 22); the flows' frame is flow.py now.
+    Any circle among gpuhc/slurm's modules, at any depth, fails here with its members."""
+    root = Path(__file__).resolve().parents[1] / "gpuhc" / "slurm"
+    paths = {f"gpuhc.slurm.{p.stem}": p for p in root.glob("*.py") if p.stem != "__init__"}
+    graph = {m: _imports(p, set(paths)) - {m} for m, p in paths.items()}
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            m = todo.pop()
+            if m == goal:
+                return True
+            if m not in seen:
+                seen.add(m)
+                todo.extend(graph[m])
+        return False
+
+    assert sorted(m for m in graph if reaches(m, m)) == []
+    assert "gpuhc.slurm.entry" not in graph["gpuhc.slurm.remediate"]

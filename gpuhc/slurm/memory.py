@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpuhc.slurm.ladder import LadderMemory
 from gpuhc.slurm.policy import Decision, Memory
 
 if TYPE_CHECKING:
     from gpuhc.slurm.flow import Flow
+    from gpuhc.slurm.ladder import LadderMemory  # loaded by the ladder's own calls: not on the prolog's path
 
 SLURM, NODES, LADDER, LAST = "slurm", "nodes", "ladder", "last"
 
@@ -84,6 +84,7 @@ def note_resumed(flow: Flow) -> None:
 
 def load_ladder(flow: Flow) -> LadderMemory:
     """The ladder's memory of this node; empty when the state cannot be read."""
+    from gpuhc.slurm.ladder import LadderMemory
     from gpuhc.state import StateStore
 
     try:
