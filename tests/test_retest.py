@@ -61,3 +61,19 @@ def test_a_failed_retest_in_a_job_drains_again(tmp_path, monkeypatch):
     f = _bootstrap(tmp_path, monkeypatch, slurm, [XID], env={"SLURM_JOB_ID": "42"})
     results, least = release_after_retest(f, force=False)
     assert least == 1 and "drained again" in results[0].message and slurm.nodes["n1"] == ["MIXED+DRAIN", OUR_REASON]
+
+
+def test_after_a_retire_the_hook_fires_per_node_and_the_evidence_is_sought_here_only(tmp_path, monkeypatch,
+                                                                                    recorder):  # noqa: F811
+    from gpuhc.slurm.admin import AdminResult, after_retire
+
+    hook, got = recorder
+    f = _bootstrap(tmp_path, monkeypatch, None, [OK], hook)
+    f.opts.config.data["slurm"]["retire_bundle"]["enabled"] = False
+    asked = []
+    results = [AdminResult("n1", True, "retired: gpuhc: RETIRED admin"), AdminResult("n2", True, "retired: x"),
+               AdminResult("n3", False, "drain sent, but Slurm shows another reason"),
+               AdminResult("n4", True, "already retired")]
+    said = after_retire(results, f.opts.config, "n1", lambda: asked.append(1) or f)
+    assert [(e["event"], e["node"]) for e in _events(got)] == [("retire", "n1"), ("retire", "n2")]
+    assert asked == [1] and said == ["retire bundle: not written (see the log)"]

@@ -190,30 +190,23 @@ def _release_after_retest(src: SourceArgs, config, names: list[str], force: bool
 @click.option("--json", "json_mode", is_flag=True)
 def retire(nodes: str, note: str, force: bool, config_path: str | None, json_mode: bool) -> None:
     """Mark NODES RETIRED (`gpuhc: RETIRED ...`): drained, never resumed automatically."""
+    from gpuhc.slurm.admin import after_retire
     from gpuhc.slurm.admin import retire as do_retire
 
     config = load(SourceArgs(config_path=config_path))
     results = do_retire(_actuator(config), _expand(nodes), note, force)
     code = _report(results, json_mode)
-    from gpuhc.hooks import fire
 
-    for r in (r for r in results if r.ok and r.message.startswith("retired")):
-        fire("retire", {"node": r.node, "why": "retired by an admin", "message": r.message}, config)
-        if r.node == node_name(None):  # the evidence can only be read on the node itself
-            _retire_evidence_here(config_path, config, r.message)
+    def flow_here():
+        from gpuhc.cli.common import run_options_from
+        from gpuhc.slurm.flow import Flow
+
+        opts = run_options_from(SourceArgs(config_path=config_path), "bootstrap", config=config)
+        return Flow.for_command(opts, "gpuhc quarantine retire")
+
+    for line in after_retire(results, config, node_name(None), flow_here):
+        click.echo(line)
     sys.exit(code)
-
-
-def _retire_evidence_here(config_path: str | None, config, message: str) -> None:
-    from gpuhc.cli.common import run_options_from
-    from gpuhc.slurm import entry
-    from gpuhc.slurm.admin import retire_evidence
-
-    opts = run_options_from(SourceArgs(config_path=config_path), "bootstrap", config=config)
-    s = config.section("slurm")
-    log = entry.Log(f"gpuhc quarantine retire {opts.hostname}", s.get("log_file"), bool(s.get("syslog", True)))
-    path = retire_evidence(entry.Flow(stage="bootstrap", opts=opts, log=log), None, "retired by an admin", message)
-    click.echo(f"retire bundle: {path}" if path else "retire bundle: not written (see the log)")
 
 
 @quarantine.command("reset")
