@@ -216,7 +216,7 @@ def _tail(f) -> str:
 
 
 def outcome_events(out: Any) -> list[tuple[str, dict[str, Any]]]:
-    """The events a finished health check, prolog or epilog produced (an ``entry.Outcome``):
+    """The events a finished health check, prolog or epilog produced (a ``slurm.flow.Outcome``):
     a verified drain or resume, and a drain the breaker withheld. Pure."""
     d = getattr(out, "decision", None)
     if d is None:

@@ -94,9 +94,9 @@ def test_gpuhc_raising_while_acting_keeps_the_fail(tmp_path, monkeypatch, stage)
 def test_a_crash_after_a_fail_verdict_keeps_the_fail(verdict, fail_open, code):
     """The CLI's last resort, for a crash anywhere in the flow: a bug alone lets the job run
     (fail open), a bug after the node failed its checks does not."""
-    from gpuhc.cli.slurm_cmd import _crash_exit
+    from gpuhc.slurm.flow import crash_exit
 
     said = []
-    f = types.SimpleNamespace(verdict=verdict, stage="prolog")
-    assert _crash_exit(f, lambda m, **k: said.append(m), fail_open) == code
+    f = types.SimpleNamespace(verdict=verdict, stage="prolog", log=lambda m, **k: said.append(m))
+    assert crash_exit(f, fail_open) == code
     assert bool(said) is (verdict is Verdict.FAIL)

@@ -88,3 +88,38 @@ def test_concurrent_writers_never_interleave(tmp_path):
         docs = [json.loads(line) for line in f]
     assert len(docs) == 100
     assert sorted(d["started"] for d in docs) == sorted(1700000000.0 + w * 1000 + i for w in range(4) for i in range(25))
+
+
+# ---------------------------------------------------------------------------- the Slurm record
+
+
+def test_the_slurm_record_reads_back_typed(tmp_path):
+    from gpuhc.export.eventlog import SlurmPart, read_records, run_record
+
+    part = SlurmPart(action="drain", why="failing checks", reason="gpuhc: xid Xid 79 on gpu3", acted=True,
+                     breaker={"open": False, "drained": 1, "cap": 5}, fault={"node": "gpu001"})
+    path = str(tmp_path / "events.jsonl")
+    assert append_event(path, run_record(report(), part)) is None
+    assert append_event(path, report(1)) is None  # a plain `gpuhc check` line: no slurm part
+    problems: list[str] = []
+    got = list(read_records([path], b'"slurm":', problems))
+    assert problems == [] and len(got) == 1
+    r = got[0]
+    assert (r.node, r.started, r.stage, r.time) == ("gpu001", 1700000000.0, "passive", 1700000000.0)
+    assert r.slurm == part and r.logged_at is not None
+
+
+def test_a_slurm_record_of_the_wrong_shape_is_skipped_and_said(tmp_path):
+    """A shipped log is anyone's file: a field of the wrong type is no record, and says where."""
+    from gpuhc.export.eventlog import read_records
+
+    path = tmp_path / "events.jsonl"
+    lines = [{"node": "a", "started": "yesterday", "slurm": {"action": "drain"}},
+             {"node": "b", "started": 1.0, "slurm": {"action": "drain", "reason": ["not", "text"]}},
+             {"node": "c", "started": 2.0, "slurm": {"action": "drain", "acted": "yes", "breaker": None}},
+             {"started": 3.0, "slurm": {"action": "drain"}}]
+    path.write_text("".join(json.dumps(d) + "\n" for d in lines))
+    problems: list[str] = []
+    got = list(read_records([str(path)], b"drain", problems))
+    assert [(r.node, r.slurm.acted) for r in got] == [("c", False)]  # only a JSON true is "acted"
+    assert len(problems) == 3 and all(p.startswith(f"{path}: a line that is not a gpuhc event") for p in problems)

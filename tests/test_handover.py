@@ -69,14 +69,14 @@ def test_release_on_the_node_itself_acknowledges_too(tmp_path, monkeypatch):
     """`gpuhc quarantine release` run on the node clears gpuhc's local hold, so the next health
     check could not notice the resume: the release itself must acknowledge the old evidence."""
     from gpuhc.cli.common import node_name
-    from gpuhc.cli.quarantine_cmd import _forget_here
+    from gpuhc.slurm.retest import forget_here
 
     slurm = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None)})
     entry.healthcheck(real_flow(tmp_path, slurm))  # drained for the Xid, incident held
     cfg = config(tmp_path)
     cfg.data["state_dir"] = str(tmp_path / "state")
     monkeypatch.delenv("GPUHC_STATE_DIR", raising=False)
-    _forget_here([node_name(None)], cfg)
+    forget_here([node_name(None)], node_name(None), cfg)
     doc = StateStore(str(tmp_path / "state")).read()
     assert doc["checks"]["xid"]["cleared_at"] is not None and doc["checks"]["xid"]["held"] == []
 
@@ -176,3 +176,24 @@ def test_a_flows_slurm_warnings_go_to_its_log(tmp_path):
     sc.note("sinfo: skipped a node record that does not read: 'x\x1b[31m'")
     assert [line for line in flow.log.lines if "Slurm output: sinfo: skipped" in line]
     assert not any("\x1b" in line for line in flow.log.lines)
+
+
+def test_every_check_that_declares_it_is_acknowledged(tmp_path, monkeypatch):
+    """Which checks hold kernel-log incidents is the checks' word (Check.acknowledge), not a
+    list in slurm/: a new one is acknowledged without an edit here."""
+    import gpuhc.checks
+    from gpuhc.checks.base import Check, CheckOutput
+    from gpuhc.slurm.handover import acknowledge_kernel_log
+
+    real = gpuhc.checks.passive_checks()
+    assert sorted(c.id for c in real if c.acknowledge is not None) == ["nvswitch", "xid"]
+    newer = Check(id="new-kernel-log", needs=(), judge=lambda snap, ctx: CheckOutput([]),
+                  acknowledge=lambda state, now: {**(state or {}), "acked_at": now})
+    monkeypatch.setattr(gpuhc.checks, "passive_checks", lambda: [*real, newer])
+    state = str(tmp_path / "state")
+    with StateStore(state).transaction() as doc:
+        doc["checks"] = {"new-kernel-log": {"kept": 1}, "ecc": {"untouched": True}}
+    acknowledge_kernel_log(state, 5.0)
+    checks = StateStore(state).read()["checks"]
+    assert checks["new-kernel-log"] == {"kept": 1, "acked_at": 5.0} and checks["ecc"] == {"untouched": True}
+    assert checks["xid"]["cleared_at"] == 5.0 and checks["nvswitch"]["cleared_at"] == 5.0

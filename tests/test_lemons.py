@@ -105,14 +105,14 @@ def test_a_node_drained_again_after_passing_is_retired_as_a_lemon(tmp_path, monk
 
 
 def test_the_history_is_rebuilt_from_the_event_log_when_the_state_is_lost(tmp_path, monkeypatch):
-    from gpuhc.cli.slurm_cmd import _WithSlurm
+    from gpuhc.slurm.flow import RunRecord
 
     log = tmp_path / "events.jsonl"
     cfg = lemon_config(tmp_path)
     cfg.data["output"]["event_log"] = str(log)
 
     def lose_state(first):
-        assert append_event(str(log), _WithSlurm(first).to_dict()) is None  # what the CLI writes after the run
+        assert append_event(str(log), RunRecord(first).to_dict()) is None  # what the CLI writes after the run
         doc = json.loads(log.read_text())
         assert doc["slurm"]["fault"]["node"] == "n1" and doc["slurm"]["acted"] is True
         os.unlink(tmp_path / "state" / "state.json")

@@ -119,31 +119,8 @@ class Node:
 
 def retest(flow: entry.Flow) -> str:
     """The boot-time retest (`gpuhc quarantine retest` from examples/systemd/gpuhc-retest.service)
-    with the modelled Slurm: the same steps as gpuhc/cli/quarantine_cmd.py's ``_retest_here``,
-    which builds its own Scontrol and so cannot be handed one. Returns the plan carried out."""
-    from gpuhc.slurm.admin import apply_plan
-    from gpuhc.slurm.handover import acknowledge_kernel_log
-    from gpuhc.slurm.policy import Memory, verdict_of
-    from gpuhc.slurm.quarantine import phase, plan_retest, returned_before_retest
-    from gpuhc.slurm.reason import build_reason
+    with the modelled Slurm: gpuhc's own flow (gpuhc/slurm/retest.py), handed this node's Flow.
+    Returns the plan carried out."""
+    from gpuhc.slurm.retest import retest as retest_flow
 
-    act = entry.actuator(flow)
-    node = act.sc.node(flow.node)
-    if phase(node) is None and not returned_before_retest(node):
-        return "none"
-    acknowledge_kernel_log(flow.opts.state_dir, flow.now())
-    report = entry.run_checks(flow)
-    if report is None:
-        return "error"
-    verdict = verdict_of(report.results)
-    node = act.sc.node(flow.node)
-    evidence = build_reason(report.results) if verdict.value == "fail" else None
-    s = flow.slurm
-    plan = plan_retest(node, verdict, evidence, int(s["quarantine"]["max_cycles"]))
-    if plan.act == "none":
-        return "none"
-    ok = apply_plan(act, node, plan)
-    if ok and plan.act == "resume":
-        old = entry.load_memory(flow)
-        entry.save_memory(flow, Memory(flaps=old.flaps, last_resume=flow.now()), None)
-    return plan.act if ok else "unverified"
+    return retest_flow(flow).act

@@ -68,6 +68,10 @@ class Check:
     # threshold name -> (section, key), e.g. gpu-count's ``expected`` <- ``node.expected_gpus``.
     from_config: dict[str, tuple[str, str]] = field(default_factory=dict)
     nested_thresholds: bool = False  # True: mapping thresholds merge key by key across layers
+    # A check that holds kernel-log incidents across runs: given its state and "now", its state
+    # once an admin's resume or retest acknowledged them (gpuhc/slurm/handover.py asks every
+    # check that sets it; docs/slurm.md, "An admin's resume is an acknowledgement").
+    acknowledge: Callable[[dict[str, Any] | None, float], dict[str, Any]] | None = None
 
 
 class Declared(Protocol):

@@ -22,7 +22,7 @@ judged in the prolog too, whatever the job's GPUs.
 from __future__ import annotations
 
 from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, Context, na, result, selected_gpus
-from gpuhc.checks.xid import DEFAULT_WINDOW_S, EventWindow, earliest, judge_now, latest, merge_held
+from gpuhc.checks.xid import DEFAULT_WINDOW_S, EventWindow, acknowledge, earliest, judge_now, latest, merge_held
 from gpuhc.model import Action, EventKind, GpuReading, KernelEvent, Result, Snapshot, Status
 
 ID = "nvswitch"
@@ -181,5 +181,6 @@ CHECKS = [
         timeout_s=10.0,
         defaults={"window_s": DEFAULT_WINDOW_S, "fabric_grace_s": DEFAULT_GRACE_S},
         doc="NVSwitch fabric registration per GPU and NVSwitch SXid errors in the kernel log.",
+        acknowledge=acknowledge,
     )
 ]

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from gpuhc.checks import xid_rates
 from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, Context, result
-from gpuhc.checks.kernel_window import (  # noqa: F401  (acknowledge: re-exported for handover)
+from gpuhc.checks.kernel_window import (
     DEFAULT_WINDOW_S,
     EventWindow,
     acknowledge,
@@ -356,5 +356,6 @@ CHECKS = [
         doc="NVIDIA Xid errors and driver failures in the kernel log: draining ones fail until reset or reboot, "
             "application ones warn once, storms by rate rule.",
         validate=lambda thresholds: _setting_errors(Context(thresholds=thresholds)),
+        acknowledge=acknowledge,
     )
 ]

@@ -35,8 +35,7 @@ def _scontrol(config, stage: str = "bootstrap"):
     from gpuhc.slurm.scontrol import Scontrol
 
     s = config.section("slurm")
-    return Scontrol(binary=s["scontrol"], sinfo=s["sinfo"], timeout_s=float(s["timeout_s"]),
-                    deadline=time.monotonic() + float(s["deadline_s"][stage]))
+    return Scontrol.from_section(s, deadline=time.monotonic() + float(s["deadline_s"][stage]))
 
 
 def _actuator(config):
@@ -132,60 +131,11 @@ def retest(src: SourceArgs, nodes: str | None, reboot: bool) -> None:
 
 def _retest_here(src: SourceArgs, config) -> int:
     from gpuhc.cli.common import run_options_from
-    from gpuhc.slurm import entry
-    from gpuhc.slurm.policy import Memory, verdict_of
-    from gpuhc.slurm.admin import apply_plan
-    from gpuhc.slurm.quarantine import phase, plan_retest, returned_before_retest
-    from gpuhc.slurm.reason import build_reason
+    from gpuhc.slurm.flow import Flow
+    from gpuhc.slurm.retest import retest as do_retest
 
     opts = run_options_from(src, "bootstrap", config=config)
-    s = config.section("slurm")
-    log = entry.Log(f"gpuhc quarantine retest {opts.hostname}", s.get("log_file"), bool(s.get("syslog", True)))
-    flow = entry.Flow(stage="bootstrap", opts=opts, log=log)
-    act = entry.actuator(flow)
-    sc = act.sc
-    node = sc.node(opts.hostname)  # before minutes of checks: is there anything to retest?
-    if phase(node) is None and not returned_before_retest(node):
-        log(f"not held by gpuhc (state {node.raw_state}, reason {node.reason!r}): nothing to retest")
-        return 0
-    from gpuhc.slurm.handover import acknowledge_kernel_log
-
-    acknowledge_kernel_log(opts.state_dir, flow.now())
-    report = entry.run_checks(flow)
-    if report is None:
-        return 3
-    verdict = verdict_of(report.results)
-    log(entry.summary_line(report, verdict))
-    if not entry.take_turn(flow, entry.Outcome(1)).ok:  # one run with Slurm at a time (slurm/runlock.py)
-        return 1
-    node = sc.node(opts.hostname)  # re-read: an admin may have acted during the checks
-    evidence = build_reason(report.results) if verdict.value == "fail" else None
-    plan = plan_retest(node, verdict, evidence, int(s["quarantine"]["max_cycles"]))
-    log(plan.why + (f": {plan.reason}" if plan.reason else ""), loud=plan.act != "resume")
-    if plan.act == "none":
-        return report.exit_code
-    ok = apply_plan(act, node, plan)
-    if act.observe:  # the actuator logged what it would have done; nothing took, nothing to remember
-        return 0 if plan.act == "resume" else 1
-    if ok and plan.act in ("retire", "resume"):  # verified: the event happened, once (a requarantine stays drained)
-        from gpuhc.slurm.remediate import fire
-
-        fire(plan.act, {"node": opts.hostname, "stage": "bootstrap", "why": plan.why, "reason": plan.reason,
-                        "was": node.reason, "retest": verdict.value}, config, log, sc.deadline)
-    if ok and plan.act == "retire":
-        from gpuhc.slurm.admin import retire_evidence
-
-        retire_evidence(flow, report.snapshot, plan.why, plan.reason)
-    if ok and plan.act == "resume":
-        old = entry.load_memory(flow)
-        entry.save_memory(flow, Memory(flaps=old.flaps, last_resume=flow.now()), None)
-    if ok and plan.act == "requarantine" and s["quarantine"]["reboot"]:
-        act.reboot(opts.hostname, plan.reason, s["quarantine"]["reboot_nextstate"])
-        log("reboot requested for the next retest")
-    if not ok:
-        log(f"{plan.act} not verified: Slurm shows {sc.node(opts.hostname).reason!r}", loud=True)
-        return 1
-    return 0 if plan.act == "resume" else 1
+    return do_retest(Flow.for_command(opts, "gpuhc quarantine retest")).code
 
 
 @quarantine.command()
@@ -210,28 +160,16 @@ def release(src: SourceArgs, nodes: str, force: bool, retest: bool) -> None:
         sys.exit(_release_after_retest(src, config, names, force))
     results = do_release(_actuator(config), names, force)
     code = _report(results, src.json_mode)
-    _fire_released(results, config)
-    if config.section("slurm")["mode"] != "observe":  # observe: nothing was released
-        _forget_here(names, config)
+    from gpuhc.slurm.retest import after_release
+
+    after_release(results, config, names, node_name(None))
     sys.exit(code)
 
 
-def _fire_released(results, config, **extra) -> None:
-    from gpuhc.hooks import fire
-
-    for r in results:
-        if r.ok and r.message.startswith("released"):
-            fire("resume", {"node": r.node, "why": "released by an admin", "message": r.message, **extra}, config)
-
-
 def _release_after_retest(src: SourceArgs, config, names: list[str], force: bool) -> int:
-    import os
-
     from gpuhc.cli.common import run_options_from
-    from gpuhc.slurm import entry
-    from gpuhc.slurm.policy import Verdict, resumable, verdict_of
-    from gpuhc.slurm.admin import AdminResult, release as do_release
-    from gpuhc.slurm.reason import build_reason, owned
+    from gpuhc.slurm.flow import Flow
+    from gpuhc.slurm.retest import release_after_retest
 
     me = node_name(src.hostname)
     if names != [me]:
@@ -239,57 +177,8 @@ def _release_after_retest(src: SourceArgs, config, names: list[str], force: bool
                                f"({me}). Run `gpuhc quarantine release --retest {names[0]}` on it (clush/pdsh), or as "
                                "a short Slurm job there (docs/repair.md).")
     opts = run_options_from(src, "bootstrap", config=config)
-    s = config.section("slurm")
-    log = entry.Log(f"gpuhc quarantine release --retest {me}", s.get("log_file"), bool(s.get("syslog", True)))
-    flow = entry.Flow(stage="bootstrap", opts=opts, log=log)
-    sc = flow.scontrol()
-    node = sc.node(me)  # before minutes of checks: is there anything this may release?
-    in_job = bool(os.environ.get("SLURM_JOB_ID")) and not node.unavailable
-    if node.reason and not owned(node.reason) and not force and not in_job:
-        return _report([AdminResult(me, False, f"reason not set by gpuhc ({node.reason!r}); --force to resume "
-                                               "anyway")], src.json_mode)
-    if not in_job and not resumable(node):
-        return _report([AdminResult(me, True, f"nothing to release: state {node.raw_state}")], src.json_mode)
-    from gpuhc.slurm.handover import acknowledge_kernel_log
-
-    acknowledge_kernel_log(opts.state_dir, flow.now())  # the release is the admin's word: old Xids are dealt with
-    report = entry.run_checks(flow)
-    if report is None:
-        log("retest could not judge the node: not released", loud=True)
-        return 3
-    verdict = verdict_of(report.results)
-    log(entry.summary_line(report, verdict), loud=verdict is Verdict.FAIL)
-    if verdict is Verdict.ERROR:
-        log("retest could not judge the node: not released", loud=True)
-        return 3
-    if verdict is Verdict.FAIL:
-        evidence = build_reason(report.results)
-        if in_job:
-            return _drain_after_failed_retest(entry.actuator(flow), me, evidence, config, src.json_mode)
-        return _report([AdminResult(me, False, f"retest failed, not released: {evidence}")], src.json_mode)
-    if in_job:
-        return _report([AdminResult(me, True, "retest passed; the node is in service (end its maintenance "
-                                               "reservation to open it to jobs)")], src.json_mode)
-    results = do_release(entry.actuator(flow), [me], force)
-    code = _report(results, src.json_mode)
-    _fire_released(results, config, retest=verdict.value)
-    if code == 0:
-        _forget_here([me], config)
-    return code
-
-
-def _drain_after_failed_retest(act, me: str, reason: str, config, json_mode: bool) -> int:
-    """A retest in a job on a node the admin resumed into a reservation: failing, it goes back out
-    (through the one actuator, like every drain; the admin's release is what put it in service)."""
-    from gpuhc.hooks import fire
-    from gpuhc.slurm.admin import AdminResult
-    from gpuhc.slurm.policy import Act, Decision, Memory
-
-    ok = act.carry_out(me, Decision(Act.DRAIN, "retest failed", Memory(), reason))
-    if ok:
-        fire("drain", {"node": me, "why": "release --retest failed in a job", "reason": reason}, config)
-    return max(1, _report([AdminResult(me, False, f"retest failed: drained again: {reason}" if ok else
-                                       "retest failed; the drain did not take")], json_mode))
+    results, least = release_after_retest(Flow.for_command(opts, "gpuhc quarantine release --retest"), force)
+    return max(least, _report(results, src.json_mode) if results else 0)
 
 
 @quarantine.command()
@@ -300,30 +189,23 @@ def _drain_after_failed_retest(act, me: str, reason: str, config, json_mode: boo
 @click.option("--json", "json_mode", is_flag=True)
 def retire(nodes: str, note: str, force: bool, config_path: str | None, json_mode: bool) -> None:
     """Mark NODES RETIRED (`gpuhc: RETIRED ...`): drained, never resumed automatically."""
+    from gpuhc.slurm.admin import after_retire
     from gpuhc.slurm.admin import retire as do_retire
 
     config = load(SourceArgs(config_path=config_path))
     results = do_retire(_actuator(config), _expand(nodes), note, force)
     code = _report(results, json_mode)
-    from gpuhc.hooks import fire
 
-    for r in (r for r in results if r.ok and r.message.startswith("retired")):
-        fire("retire", {"node": r.node, "why": "retired by an admin", "message": r.message}, config)
-        if r.node == node_name(None):  # the evidence can only be read on the node itself
-            _retire_evidence_here(config_path, config, r.message)
+    def flow_here():
+        from gpuhc.cli.common import run_options_from
+        from gpuhc.slurm.flow import Flow
+
+        opts = run_options_from(SourceArgs(config_path=config_path), "bootstrap", config=config)
+        return Flow.for_command(opts, "gpuhc quarantine retire")
+
+    for line in after_retire(results, config, node_name(None), flow_here):
+        click.echo(line)
     sys.exit(code)
-
-
-def _retire_evidence_here(config_path: str | None, config, message: str) -> None:
-    from gpuhc.cli.common import run_options_from
-    from gpuhc.slurm import entry
-    from gpuhc.slurm.admin import retire_evidence
-
-    opts = run_options_from(SourceArgs(config_path=config_path), "bootstrap", config=config)
-    s = config.section("slurm")
-    log = entry.Log(f"gpuhc quarantine retire {opts.hostname}", s.get("log_file"), bool(s.get("syslog", True)))
-    path = retire_evidence(entry.Flow(stage="bootstrap", opts=opts, log=log), None, "retired by an admin", message)
-    click.echo(f"retire bundle: {path}" if path else "retire bundle: not written (see the log)")
 
 
 @quarantine.command("reset")
@@ -363,21 +245,3 @@ def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
             click.echo(escape(line))
     sys.exit(0 if plan.ok else 1)
 
-
-def _forget_here(names: list[str], config) -> None:
-    """Released on this very node: drop the local hold so the health check starts afresh, and
-    acknowledge the held kernel-log incidents (the release is the admin's word that they were
-    dealt with; without this the next health check would drain again for the same old Xid).
-    Elsewhere the node's own next health check notices the resume and does the same."""
-    me = node_name(None)
-    if me not in names:
-        return
-    import time
-
-    from gpuhc.slurm.handover import acknowledge_kernel_log
-    from gpuhc.state import default_state_dir
-
-    try:
-        acknowledge_kernel_log(default_state_dir(config.data.get("state_dir")), time.time(), me)
-    except Exception as e:
-        click.echo(f"gpuhc: warning: local state not cleared: {e}", err=True)

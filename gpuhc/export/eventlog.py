@@ -10,9 +10,11 @@ file root appends to is (:mod:`gpuhc.fsutil`): never through a link.
 Nothing here raises: a full disk, a read-only filesystem or a directory in the file's place
 returns a one-line message for the caller to log, and the health verdict stands.
 
-Reading back (the fleet commands, the lemon memory's rebuild): :func:`event_lines` yields a log's
-lines through the untrusted-file reader (a shipped copy of another node's log is anyone's file),
-each bounded, an oversized one skipped rather than held in memory.
+The Slurm flows' line is the run's report plus a ``slurm`` part (:class:`SlurmPart`), built here
+and nowhere else (:func:`run_record`). Reading back (the fleet commands, the lemon memory's
+rebuild): :func:`event_lines` yields a log's lines through the untrusted-file reader (a shipped
+copy of another node's log is anyone's file), each bounded, an oversized one skipped rather than
+held in memory; :func:`read_records` reads them as typed :class:`Record` s.
 """
 
 from __future__ import annotations
@@ -24,11 +26,91 @@ import json
 import math
 import os
 import time
+from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Iterator
 
 DIR_MODE = 0o755
 FILE_MODE = 0o644
 MAX_LINE = 1 << 20  # an event-log line longer than this is skipped, not read into memory
+
+
+@dataclass(frozen=True)
+class SlurmPart:
+    """What a Slurm flow did after its checks: the event-log line's ``slurm`` key."""
+
+    action: str = "none"  # the policy's act (drain, resume, keep, blocked, ...) or "none"
+    why: str | None = None
+    reason: str | None = None  # the drain reason gpuhc wrote or would write
+    acted: bool = False  # sent and verified
+    breaker: dict[str, Any] | None = None
+    error: str | None = None  # Slurm did not answer as needed, or gpuhc broke while acting
+    postmortem: str | None = None  # the epilog's bundle
+    remediation: dict[str, Any] | None = None  # the ladder's step, if one was taken
+    observed: str | None = None  # observe mode: the act that was not sent
+    fault: dict[str, Any] | None = None  # a drain's lemon record (gpuhc/slurm/lemons.py)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SlurmPart:
+        """From a line's ``slurm`` object (another version's, or anyone's: shipped logs are
+        untrusted); ValueError when a field has the wrong type."""
+        def text(key: str) -> str | None:
+            v = d.get(key)
+            if v is not None and not isinstance(v, str):
+                raise ValueError(f"slurm.{key} is not text")
+            return v
+
+        def obj(key: str) -> dict[str, Any] | None:
+            v = d.get(key)
+            if v is not None and not isinstance(v, dict):
+                raise ValueError(f"slurm.{key} is not an object")
+            return v
+
+        return cls(action=text("action") or "none", why=text("why"), reason=text("reason"),
+                   acted=d.get("acted") is True, breaker=obj("breaker"), error=text("error"),
+                   postmortem=text("postmortem"), remediation=obj("remediation"), observed=text("observed"),
+                   fault=obj("fault"))
+
+
+def run_record(report: dict[str, Any], slurm: SlurmPart) -> dict[str, Any]:
+    """A Slurm flow's event-log line: the run's report and what the flow did."""
+    return {**report, "slurm": slurm.to_dict()}
+
+
+@dataclass(frozen=True)
+class Record:
+    """One Slurm flow's line read back: which node, when, and its :class:`SlurmPart`."""
+
+    node: str
+    started: float | None  # when the run started (every run writes it)
+    logged_at: float | None
+    stage: str | None
+    slurm: SlurmPart
+
+    @property
+    def time(self) -> float | None:
+        """When it happened: the run's start, else when it was logged."""
+        return self.started if self.started is not None else self.logged_at
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> Record:
+        """ValueError when ``doc`` is not a Slurm flow's line."""
+        sl = doc.get("slurm")
+        if not isinstance(sl, dict) or doc.get("node") is None:
+            raise ValueError("not a gpuhc Slurm event")
+        stage = doc.get("stage")
+        return cls(str(doc["node"]), _number(doc.get("started")), _number(doc.get("logged_at")),
+                   stage if isinstance(stage, str) else None, SlurmPart.from_dict(sl))
+
+
+def _number(v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"{v!r} is not a time")
+    return float(v)
 
 
 def encode_line(report: dict[str, Any]) -> bytes:
@@ -123,6 +205,23 @@ def read_events(paths: Iterable[str], marker: bytes, problems: list[str]) -> Ite
     """The decoded events of these logs (paths or globs) whose line holds ``marker``: a byte
     test first, since most lines of a fleet's logs are healthy runs nobody needs decoded. A
     refused file or a line that is not an event is said in ``problems`` and skipped."""
+    for _path, doc in _decoded(paths, marker, problems):
+        yield doc
+
+
+def read_records(paths: Iterable[str], marker: bytes, problems: list[str]) -> Iterator[Record]:
+    """:func:`read_events`, typed: each Slurm flow's line whose text holds ``marker``."""
+    for path, doc in _decoded(paths, marker, problems):
+        try:
+            yield Record.from_doc(doc)
+        except ValueError:
+            problems.append(f"{path}: {NOT_AN_EVENT}")
+
+
+NOT_AN_EVENT = "a line that is not a gpuhc event was skipped"
+
+
+def _decoded(paths: Iterable[str], marker: bytes, problems: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
     from gpuhc.untrusted import UntrustedInputError
 
     for path in expand_paths(paths):
@@ -135,8 +234,8 @@ def read_events(paths: Iterable[str], marker: bytes, problems: list[str]) -> Ite
                 except ValueError:
                     doc = None
                 if isinstance(doc, dict) and isinstance(doc.get("slurm"), dict):
-                    yield doc
+                    yield path, doc
                 else:
-                    problems.append(f"{path}: a line that is not a gpuhc event was skipped")
+                    problems.append(f"{path}: {NOT_AN_EVENT}")
         except (UntrustedInputError, OSError) as e:
             problems.append(str(e))

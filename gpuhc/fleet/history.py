@@ -19,14 +19,14 @@ healthy runs, and only the few lines that drained or resumed are decoded.
 
 from __future__ import annotations
 
-import json
+import time
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-from gpuhc.export.eventlog import event_lines as _lines
-from gpuhc.export.eventlog import expand_paths
-from gpuhc.slurm.nodes import parse_slurm_time
-from gpuhc.untrusted import UntrustedInputError
+from gpuhc.export.eventlog import read_records
+from gpuhc.slurm.nodes import Node, parse_slurm_time, parse_state
+from gpuhc.slurm.reason import parse_reason
+from gpuhc.slurm.report import classify
 
 SAME_DRAIN_S = 300.0  # gpuhc logs its drain a moment after Slurm records it
 MERGE_GAP_S = 1.0  # a reason change ends one Slurm event and starts the next in the same second
@@ -54,10 +54,6 @@ class Outage:
 
 def classify_reason(reason: str, state: str = "") -> tuple[str, str, bool]:
     """(cause, owner, retired) of an outage's reason, by drain-report's rules."""
-    from gpuhc.slurm.nodes import Node, parse_state
-    from gpuhc.slurm.reason import parse_reason
-    from gpuhc.slurm.report import classify
-
     base, flags = parse_state(state.strip() or "IDLE+DRAIN")
     node = Node("?", base, flags, reason.strip() or None, None, None)
     cause, owner = classify(node)
@@ -71,8 +67,6 @@ def classify_reason(reason: str, state: str = "") -> tuple[str, str, bool]:
 
 
 def sacctmgr_argv(start: float, end: float) -> list[str]:
-    import time
-
     fmt = "%Y-%m-%dT%H:%M:%S"
     return ["sacctmgr", "--noheader", "--parsable2", "show", "event", "Event=Node",
             f"Start={time.strftime(fmt, time.localtime(start))}", f"End={time.strftime(fmt, time.localtime(end))}",
@@ -120,22 +114,9 @@ def merge_back_to_back(outages: Iterable[Outage]) -> list[Outage]:
 
 def read_event_logs(paths: Iterable[str], problems: list[str]) -> list[Outage]:
     """Outages from gpuhc event logs: a verified drain opens one, a verified resume closes it."""
-    acts: list[tuple[float, str, str, str]] = []  # (time, node, action, reason)
-    for path in expand_paths(paths):
-        try:
-            for line in _lines(path):
-                if b'"acted":true' not in line:
-                    continue
-                try:
-                    doc = json.loads(line)
-                    sl = doc["slurm"]
-                    if sl.get("acted") and sl.get("action") in ("drain", "resume"):
-                        acts.append((float(doc.get("started") or doc["logged_at"]), str(doc["node"]),
-                                     sl["action"], str(sl.get("reason") or "")))
-                except (ValueError, KeyError, TypeError):
-                    problems.append(f"{path}: a line that is not a gpuhc event was skipped")
-        except UntrustedInputError as e:
-            problems.append(str(e))
+    acts = [(r.time, r.node, r.slurm.action, r.slurm.reason or "")
+            for r in read_records(paths, b'"acted":true', problems)
+            if r.slurm.acted and r.slurm.action in ("drain", "resume") and r.time is not None]
     return outages_from_acts(acts)
 
 
@@ -143,28 +124,14 @@ def read_failures(paths: Iterable[str], since: float, problems: list[str]) -> li
     """(node, check, first time, evidence) of every node whose runs since ``since`` wanted to
     drain it, the earliest per node and check: drained, kept drained, or withheld by the circuit
     breaker (which is exactly when a switch outage would otherwise go unseen)."""
-    from gpuhc.slurm.reason import parse_reason
-
     first: dict[tuple[str, str], tuple[float, str]] = {}
-    for path in expand_paths(paths):
-        try:
-            for line in _lines(path):
-                if b'"reason":"gpuhc:' not in line:
-                    continue
-                try:
-                    doc = json.loads(line)
-                    t, mine = float(doc["started"]), parse_reason(doc["slurm"].get("reason"))
-                    node = str(doc["node"])
-                except (ValueError, KeyError, TypeError, AttributeError):
-                    problems.append(f"{path}: a line that is not a gpuhc event was skipped")
-                    continue
-                if mine is None or t < since or doc["slurm"].get("action") not in ("drain", "keep", "blocked"):
-                    continue
-                key = (node, mine.check)
-                if key not in first or t < first[key][0]:
-                    first[key] = (t, mine.body)
-        except UntrustedInputError as e:
-            problems.append(str(e))
+    for r in read_records(paths, b'"reason":"gpuhc:', problems):
+        mine = parse_reason(r.slurm.reason)
+        if mine is None or r.started is None or r.started < since or r.slurm.action not in ("drain", "keep", "blocked"):
+            continue
+        key = (r.node, mine.check)
+        if key not in first or r.started < first[key][0]:
+            first[key] = (r.started, mine.body)
     return sorted((n, c, t, body) for (n, c), (t, body) in first.items())
 
 

@@ -11,6 +11,7 @@ would have been done.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from gpuhc.errors import SlurmError
 from gpuhc.slurm.actuator import Actuator
@@ -81,6 +82,21 @@ def reboot_for_retest(act: Actuator, names: list[str], nextstate: str) -> list[A
         except SlurmError as e:
             out.append(AdminResult(name, False, str(e)))
     return out
+
+
+def after_retire(results: list[AdminResult], config: Any, me: str, flow_here: Callable[[], Any]) -> list[str]:
+    """After ``quarantine retire``: the ``retire`` hook of each node retired and, for this node
+    (``me``), its retire bundle (the evidence can only be read on the node itself), written
+    through ``flow_here()``'s flow. The lines to show the admin."""
+    from gpuhc.hooks import fire
+
+    said = []
+    for r in (r for r in results if r.ok and r.message.startswith("retired")):
+        fire("retire", {"node": r.node, "why": "retired by an admin", "message": r.message}, config)
+        if r.node == me:
+            path = retire_evidence(flow_here(), None, "retired by an admin", r.message)
+            said.append(f"retire bundle: {path}" if path else "retire bundle: not written (see the log)")
+    return said
 
 
 def _observed(act: Actuator, name: str, message: str) -> AdminResult | None:

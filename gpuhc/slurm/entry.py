@@ -23,166 +23,28 @@ remember. The rules that make it safe to run on every node every few minutes:
 
 from __future__ import annotations
 
-import os
 import time
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from dataclasses import replace
+from typing import Mapping
 
-from gpuhc.errors import (
-    EXIT_BREAKER,
-    EXIT_INTERNAL,
-    EXIT_OK,
-    EXIT_UNHEALTHY,
-    GpuhcError,
-    SlurmError,
+from gpuhc.errors import EXIT_BREAKER, EXIT_INTERNAL, EXIT_OK, EXIT_UNHEALTHY, SlurmError
+from gpuhc.slurm.flow import (  # noqa: F401 - Flow, Outcome, Log re-exported for the campaign model (bench/)
+    SLURM_RESERVE_S,
+    Flow,
+    Log,
+    Outcome,
+    actuator,
+    run_checks,
+    summary_line,
+    take_turn,
 )
-from gpuhc.slurm.log import Log  # noqa: F401 - re-exported: the CLIs build their Log from here
+from gpuhc.slurm.memory import load_memory, save_memory
 from gpuhc.slurm.nodes import Node
-from gpuhc.slurm.policy import (
-    Act,
-    Decision,
-    Memory,
-    PolicySettings,
-    Verdict,
-    decide,
-    needs_slurm,
-    rejudge,
-    verdict_of,
-)
-from gpuhc.slurm.reason import build_reason, owned
-
-if TYPE_CHECKING:
-    # subprocess, the scontrol parser, the actuator and the breaker load only when Slurm is
-    # asked: the prolog's happy path (every job start) asks nothing.
-    from gpuhc.slurm.actuator import Actuator
-    from gpuhc.slurm.breaker import BreakerState
-    from gpuhc.slurm.scontrol import Scontrol
-
-# Kept back from the stage deadline for the checks, so that the scontrol calls still fit.
-SLURM_RESERVE_S = 4.0
-
-MakeScontrol = Callable[[float], "Scontrol"]  # monotonic deadline -> wrapper
-
-
-@dataclass
-class Outcome:
-    exit_code: int
-    lines: list[str] = field(default_factory=list)
-    report: Any = None  # RunReport, when the stage ran
-    decision: Decision | None = None
-    breaker: BreakerState | None = None
-    acted: bool = False  # a drain/resume was sent and verified
-    slurm_error: str | None = None
-    hard_exit: bool = False  # a reader thread may be stuck in C code: leave with os._exit
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Flow:
-    """Everything a flow needs, injected so that unit tests can run it without Slurm."""
-
-    stage: str  # passive / prolog / epilog
-    opts: Any  # gpuhc.runner.RunOptions
-    log: Log
-    make_scontrol: MakeScontrol | None = None
-    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-    started: float = field(default_factory=time.monotonic)
-    verdict: Verdict | None = None  # the stage's, once judged: a crash after it keeps a FAIL a FAIL
-
-    @property
-    def slurm(self) -> dict[str, Any]:
-        return self.opts.config.section("slurm")
-
-    @property
-    def node(self) -> str:
-        return self.opts.hostname
-
-    @property
-    def deadline(self) -> float:
-        return self.started + float(self.slurm["deadline_s"][self.stage])
-
-    def scontrol(self) -> Scontrol:
-        if self.make_scontrol is not None:
-            return self.make_scontrol(self.deadline)
-        from gpuhc.slurm.scontrol import Scontrol
-
-        # warn: a node record that does not read goes to the flow's log (slurmd drops stderr)
-        return Scontrol(binary=self.slurm["scontrol"], sinfo=self.slurm["sinfo"],
-                        timeout_s=float(self.slurm["timeout_s"]), deadline=self.deadline,
-                        warn=lambda line: self.log(f"Slurm output: {line}", loud=True))
-
-    def now(self) -> float:
-        return self.opts.now if self.opts.now is not None else time.time()
-
-
-# ---------------------------------------------------------------------------- the stage
-
-
-def run_checks(flow: Flow):
-    """Run the stage inside its share of the deadline; None (logged) when gpuhc itself broke."""
-    from gpuhc.runner import run_stage
-
-    budget = float(flow.opts.config.section("budget_s")[flow.stage])
-    left = flow.deadline - time.monotonic() - SLURM_RESERVE_S
-    flow.opts.budget_s = max(0.5, min(budget, left))
-    flow.opts.progress = True  # the active checks' start/end lines, on stderr, for the job's log
-    try:
-        return run_stage(flow.opts)
-    except GpuhcError as e:
-        flow.log(f"gpuhc could not run the {flow.stage} checks: {e}", loud=True)
-    except Exception as e:  # a bug: never a reason to drain
-        flow.log(f"internal error running the {flow.stage} checks: {type(e).__name__}: {e}", loud=True)
-    return None
-
-
-def summary_line(report, verdict: Verdict, gpus: list[int] | None = None) -> str:
-    fails = report.failing()
-    which = "" if gpus is None else f" gpus={','.join(map(str, gpus)) or 'none'}"
-    text = f"{report.stage}{which}: {verdict.value.upper()} ({len(report.results)} results, {len(fails)} failing"
-    text += f", {report.duration_s:.2f}s)"
-    if report.timed_out:
-        text += f" timed out: {','.join(report.timed_out)}"
-    return text
-
-
-# ---------------------------------------------------------------------------- memory
-
-
-def load_memory(flow: Flow) -> Memory:
-    from gpuhc.state import StateStore
-
-    try:
-        doc = StateStore(flow.opts.state_dir).read()
-    except Exception as e:
-        flow.log(f"state unreadable ({e}): deciding without memory", loud=True)
-        return Memory()
-    return Memory.from_dict(doc.get("slurm", {}).get("nodes", {}).get(flow.node))
-
-
-def save_memory(flow: Flow, memory: Memory, decision: Decision | None) -> None:
-    from gpuhc.state import StateStore
-
-    try:
-        with StateStore(flow.opts.state_dir).transaction() as doc:
-            sl = doc.setdefault("slurm", {})
-            sl.setdefault("nodes", {})[flow.node] = memory.to_dict()
-            if decision is not None:
-                sl.setdefault("last", {})[flow.node] = {"stage": flow.stage, "time": flow.now(),
-                                                        "act": decision.act.value, "why": decision.why}
-    except Exception as e:  # the node's verdict stands; the next run re-reads Slurm
-        flow.log(f"state not saved ({e})", loud=True)
+from gpuhc.slurm.policy import Act, Decision, PolicySettings, Verdict, decide, needs_slurm, rejudge, verdict_of
+from gpuhc.slurm.reason import build_reason
 
 
 # ---------------------------------------------------------------------------- acting
-
-
-def actuator(flow: Flow) -> Actuator:
-    """The flow's actuator: its scontrol (inside the stage's deadline), breaker and log."""
-    from gpuhc.slurm.actuator import Actuator
-    from gpuhc.slurm.breaker import BreakerSettings
-
-    return Actuator(flow.scontrol(), BreakerSettings.from_section(flow.slurm["breaker"]), flow.log,
-                    observe=flow.slurm["mode"] == "observe")
 
 
 def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resume: bool,
@@ -248,17 +110,6 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
         out.decision = Decision(Act.BLOCKED, "circuit breaker open (after concurrent drains)",
                                 replace(memory, passes=0), decision.reason, uses_capacity=True)
         _blocked(flow, out, out.decision, decision.reason)
-
-
-def take_turn(flow: Flow, out: Outcome):
-    """This node's turn with Slurm (:mod:`gpuhc.slurm.runlock`): one run at a time, so that
-    overlapping runs neither drain twice nor read the breaker before another's drain."""
-    from gpuhc.slurm.runlock import take
-
-    turn = take(flow.opts.state_dir, flow.deadline, flow.log)
-    if not turn.ok:
-        out.extra["run_lock"] = "busy: another run is acting on this node"
-    return turn
 
 
 def bookkeeping_failed(flow: Flow, out: Outcome, e: Exception) -> None:

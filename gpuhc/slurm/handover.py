@@ -26,9 +26,6 @@ from typing import Any, Callable
 
 from gpuhc.errors import SlurmError
 
-# Checks whose state holds kernel-log incidents across runs (see gpuhc.checks.xid.acknowledge).
-KERNEL_LOG_CHECKS = ("xid", "nvswitch")
-
 
 def released_by_someone_else(node) -> bool:
     """In service although gpuhc remembers holding it (the caller's condition), and not by
@@ -62,15 +59,14 @@ def acknowledge_kernel_log(state_dir: str, now: float, node: str | None = None) 
     on it in the same transaction (the resume that acknowledged is then seen once, not at every
     run: a second acknowledgement would drop incidents newer than the resume). The flap count
     and gpuhc's last resume stay."""
-    from gpuhc.checks.xid import acknowledge
-    from gpuhc.slurm.policy import Memory
+    from gpuhc.checks import passive_checks
+    from gpuhc.slurm.memory import forget_hold
     from gpuhc.state import StateStore
 
+    holders = [c for c in passive_checks() if c.acknowledge is not None]  # the checks say so (Check.acknowledge)
     with StateStore(state_dir).transaction() as doc:
         checks: dict[str, Any] = doc.setdefault("checks", {})
-        for cid in KERNEL_LOG_CHECKS:
-            checks[cid] = acknowledge(checks.get(cid), now)
+        for c in holders:
+            checks[c.id] = c.acknowledge(checks.get(c.id), now)
         if node is not None:
-            nodes = doc.setdefault("slurm", {}).setdefault("nodes", {})
-            old = Memory.from_dict(nodes.get(node))
-            nodes[node] = Memory(flaps=old.flaps, last_resume=old.last_resume).to_dict()
+            forget_hold(doc, node)

@@ -32,11 +32,12 @@ from typing import TYPE_CHECKING, Any
 from gpuhc.errors import SlurmError
 from gpuhc.model import Result, Status
 from gpuhc.slurm.ladder import Do, Finding, LadderMemory, LadderSettings, Step, next_step
-from gpuhc.slurm.policy import Act, Memory, Verdict, out_of_service, verdict_of
+from gpuhc.slurm.memory import load_ladder, note_resumed, save_ladder
+from gpuhc.slurm.policy import Act, Verdict, out_of_service, verdict_of
 from gpuhc.slurm.reason import _severity_key, owned
 
 if TYPE_CHECKING:
-    from gpuhc.slurm.entry import Flow, Outcome
+    from gpuhc.slurm.flow import Flow, Outcome
     from gpuhc.slurm.nodes import Node
 
 _GPU = "gpu"
@@ -84,29 +85,6 @@ def busy_of(node: Node, flow: Flow) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------------------- memory
-
-
-def load(flow: Flow) -> LadderMemory:
-    from gpuhc.state import StateStore
-
-    try:
-        doc = StateStore(flow.opts.state_dir).read()
-    except Exception:
-        return LadderMemory()
-    return LadderMemory.from_dict(doc.get("slurm", {}).get("ladder", {}).get(flow.node))
-
-
-def save(flow: Flow, memory: LadderMemory) -> None:
-    from gpuhc.state import StateStore
-
-    try:
-        with StateStore(flow.opts.state_dir).transaction() as doc:
-            doc.setdefault("slurm", {}).setdefault("ladder", {})[flow.node] = memory.to_dict()
-    except Exception as e:
-        flow.log(f"remediation state not saved ({e})", loud=True)
-
-
 # ---------------------------------------------------------------------------- the climb
 
 
@@ -124,11 +102,11 @@ def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
     settings = LadderSettings.from_section(flow.slurm)
     if not settings.enabled:
         return
-    memory = load(flow)
+    memory = load_ladder(flow)
     kept = out.decision is not None and out.decision.act is Act.KEEP
     if not kept and memory.step is None:
         return
-    from gpuhc.slurm.entry import actuator
+    from gpuhc.slurm.flow import actuator
 
     act = actuator(flow)
     finding = finding_of(report.results)
@@ -163,15 +141,13 @@ def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
         return
     if done == "resumed":  # the episode is over
         record["resumed"] = True
-        save(flow, LadderMemory())
+        save_ladder(flow, LadderMemory())
     elif step.do is not Do.NONE or memory != step.memory:
-        save(flow, step.memory if done or step.do in (Do.WAIT, Do.NONE) else memory)
-    if step.do not in (Do.NONE, Do.WAIT):
-        event = "retire" if step.do is Do.RETIRE else "remediation"
-        fire(event, {"node": flow.node, **record}, flow.opts.config, flow.log, flow.deadline)
+        save_ladder(flow, step.memory if done or step.do in (Do.WAIT, Do.NONE) else memory)
+    if step.do not in (Do.NONE, Do.WAIT):  # the hooks fire after the run (gpuhc.slurm.flow.finish)
+        out.events.append(("retire" if step.do is Do.RETIRE else "remediation", {"node": flow.node, **record}))
     if done == "resumed":
-        fire("resume", {"node": flow.node, "why": f"{step.label} passed its retest", "step": step.label},
-             flow.opts.config, flow.log, flow.deadline)
+        out.events.append(("resume", {"node": flow.node, "why": f"{step.label} passed its retest", "step": step.label}))
     if step.do is Do.RETIRE and done is True:  # the evidence for the vendor, while it is on the node
         from gpuhc.slurm.admin import retire_evidence
 
@@ -200,7 +176,7 @@ def _carry_out(flow: Flow, act, node: Node, step: Step, finding: Finding | None)
 def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
     """Reset, retest, resume on a pass; else tag the reason with the attempt. "resumed", True
     when the attempt was carried out and failed, False when there was no time for it."""
-    from gpuhc.slurm.entry import SLURM_RESERVE_S, load_memory, run_checks, save_memory, summary_line
+    from gpuhc.slurm.flow import SLURM_RESERVE_S, run_checks, summary_line
     from gpuhc.slurm.handover import acknowledge_kernel_log
     from gpuhc.slurm.reset_run import procedure
     from gpuhc.sources import build_sources
@@ -221,8 +197,7 @@ def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
             flow.log("remediation: retest " + summary_line(report, verdict), loud=True)
         if verdict in (Verdict.PASS, Verdict.WARN):
             if act.resume(flow.node, f"remediation: {step.label} passed its retest"):
-                old = load_memory(flow)
-                save_memory(flow, Memory(flaps=old.flaps, last_resume=flow.now()), None)
+                note_resumed(flow)
                 flow.log(f"resumed: {step.label} passed its retest")
                 return "resumed"
     # Failed reset or failed retest: the attempt counts; the reason shows it, if the node is
@@ -235,14 +210,3 @@ def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
         return True
     return FALLTHROUGH if result.fallthrough else True
 
-
-def fire(event: str, payload: dict, config: Any, log: Any, deadline: float | None = None) -> None:
-    """The one seam to the hooks (gpuhc/hooks.py); a hook never changes a verdict, so every
-    error stops here."""
-    from gpuhc.hooks import fire as fire_hooks
-
-    log(f"event {event}: {payload.get('why') or ''}")
-    try:
-        fire_hooks(event, payload, config, log=log, deadline=deadline)
-    except Exception as e:  # never let a hook change what happened
-        log(f"hook {event} failed: {type(e).__name__}: {e}", loud=True)

@@ -3,8 +3,8 @@
 Two places, on purpose:
 
 - ``<state_dir>/sweep/`` (admin host, root or the operator account): the index (current sweep,
-  per-node probe times and history, per-shape fleet history) in a :class:`gpuhc.state.StateStore`
-  document, whose lock also serialises ``submit`` and ``analyze``; and one record per sweep in
+  per-node probe times and history, per-shape fleet history) in a locked JSON document
+  (:class:`gpuhc.jsonstore.LockedJson`), whose lock also serialises ``submit`` and ``analyze``; and one record per sweep in
   ``sweeps/<id>.json``.
 - ``<results_dir>/<sweep id>/<group id>.json``: written by the jobs, which run unprivileged on
   the compute nodes, so this must be on a shared file system writable by the job's user. When a
@@ -49,6 +49,9 @@ def write_json_atomic(path: str, obj: Any, mode: int = 0o644) -> None:
 
 
 MAX_RECORD_BYTES = 64 * 1024 * 1024  # a sweep record of 8,192 nodes is a few MB
+MAX_INDEX_BYTES = 16 * 1024 * 1024  # the index: each node's last probes and the per-shape history
+MAX_INDEX_DEPTH = 32
+INDEX_FILE, INDEX_LOCK = "state.json", "state.lock"  # the names it had when it borrowed the node's state store
 
 
 def read_json(path: str) -> Any:
@@ -163,11 +166,12 @@ class SweepStore:
     """The admin side: index document + one file per sweep."""
 
     def __init__(self, state_dir: str, results_dir: str | None = None):
-        from gpuhc.state import StateStore
+        from gpuhc.jsonstore import LockedJson
 
         self.root = os.path.join(state_dir, "sweep")
         self.results_dir = results_dir or os.path.join(self.root, "results")
-        self.index = StateStore(self.root, lock_timeout_s=30.0)
+        self.index = LockedJson(self.root, INDEX_FILE, INDEX_LOCK, what="sweep index", max_bytes=MAX_INDEX_BYTES,
+                                max_depth=MAX_INDEX_DEPTH, lock_timeout_s=30.0, error=SweepStoreError)
         self.sweeps_dir = os.path.join(self.root, "sweeps")
 
     @contextlib.contextmanager

@@ -1,0 +1,104 @@
+"""gpuhc's memory of the Slurm side, in the node's state document (gpuhc/state.py). This module
+owns three keys, and every read and write of them goes through it:
+
+- ``slurm.nodes.<node>``: the drain policy's :class:`~gpuhc.slurm.policy.Memory` (the hold,
+  clean runs, flaps, gpuhc's last resume);
+- ``slurm.ladder.<node>``: the remediation ladder's :class:`~gpuhc.slurm.ladder.LadderMemory`;
+- ``slurm.last.<node>``: the last decision a flow stored (stage, time, act, why), for a person.
+
+The document functions (``doc`` in, nothing read from disk) serve callers already inside a
+transaction (:mod:`gpuhc.slurm.handover`); the flow functions open one. A state that cannot be
+read or written never changes a verdict: said in the flow's log, and the next run re-reads Slurm.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gpuhc.slurm.policy import Decision, Memory
+
+if TYPE_CHECKING:
+    from gpuhc.slurm.flow import Flow
+    from gpuhc.slurm.ladder import LadderMemory  # loaded by the ladder's own calls: not on the prolog's path
+
+SLURM, NODES, LADDER, LAST = "slurm", "nodes", "ladder", "last"
+
+
+# ---------------------------------------------------------------------------- in a document
+
+
+def _mine(doc: dict[str, Any], key: str) -> dict[str, Any]:
+    return doc.setdefault(SLURM, {}).setdefault(key, {})
+
+
+def policy_memory(doc: dict[str, Any], node: str) -> Memory:
+    return Memory.from_dict(doc.get(SLURM, {}).get(NODES, {}).get(node))
+
+
+def set_policy_memory(doc: dict[str, Any], node: str, memory: Memory) -> None:
+    _mine(doc, NODES)[node] = memory.to_dict()
+
+
+def forget_hold(doc: dict[str, Any], node: str) -> None:
+    """Someone else resumed the node: the hold goes, its flap count and gpuhc's last resume stay
+    (docs/slurm.md, "An admin's resume is an acknowledgement")."""
+    old = policy_memory(doc, node)
+    set_policy_memory(doc, node, Memory(flaps=old.flaps, last_resume=old.last_resume))
+
+
+# ---------------------------------------------------------------------------- a flow's
+
+
+def load_memory(flow: Flow) -> Memory:
+    """The drain policy's memory of this node; empty (said) when the state cannot be read."""
+    from gpuhc.state import StateStore
+
+    try:
+        doc = StateStore(flow.opts.state_dir).read()
+    except Exception as e:
+        flow.log(f"state unreadable ({e}): deciding without memory", loud=True)
+        return Memory()
+    return policy_memory(doc, flow.node)
+
+
+def save_memory(flow: Flow, memory: Memory, decision: Decision | None) -> None:
+    """Store the policy's memory and, with ``decision``, the flow's last decision."""
+    from gpuhc.state import StateStore
+
+    try:
+        with StateStore(flow.opts.state_dir).transaction() as doc:
+            set_policy_memory(doc, flow.node, memory)
+            if decision is not None:
+                _mine(doc, LAST)[flow.node] = {"stage": flow.stage, "time": flow.now(),
+                                               "act": decision.act.value, "why": decision.why}
+    except Exception as e:  # the node's verdict stands; the next run re-reads Slurm
+        flow.log(f"state not saved ({e})", loud=True)
+
+
+def note_resumed(flow: Flow) -> None:
+    """gpuhc itself resumed the node after a retest (the ladder's reset, the boot-time retest):
+    the hold and its clean-run count go, the flaps stay, and the resume's time starts the
+    flap window (docs/slurm.md, "Hysteresis and cool-down")."""
+    save_memory(flow, Memory(flaps=load_memory(flow).flaps, last_resume=flow.now()), None)
+
+
+def load_ladder(flow: Flow) -> LadderMemory:
+    """The ladder's memory of this node; empty when the state cannot be read."""
+    from gpuhc.slurm.ladder import LadderMemory
+    from gpuhc.state import StateStore
+
+    try:
+        doc = StateStore(flow.opts.state_dir).read()
+    except Exception:
+        return LadderMemory()
+    return LadderMemory.from_dict(doc.get(SLURM, {}).get(LADDER, {}).get(flow.node))
+
+
+def save_ladder(flow: Flow, memory: LadderMemory) -> None:
+    from gpuhc.state import StateStore
+
+    try:
+        with StateStore(flow.opts.state_dir).transaction() as doc:
+            _mine(doc, LADDER)[flow.node] = memory.to_dict()
+    except Exception as e:
+        flow.log(f"remediation state not saved ({e})", loud=True)
