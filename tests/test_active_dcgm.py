@@ -9,7 +9,7 @@ import os
 import sys
 
 import pytest
-from realdata import ROOT as REALDATA_ROOT
+from tests.helpers.realdata import ROOT as REALDATA_ROOT
 
 from gpuhc.active import dcgm
 from gpuhc.model import Action, Status

@@ -25,7 +25,7 @@ TWO_GPUS = [
      "subject": "gpu1", "procs": []},
 ]
 
-from test_active_judges import (  # noqa: E402  (tests/ is on sys.path, see conftest.py)
+from tests.helpers.active_results import (  # noqa: E402  (tests/ is on sys.path, see conftest.py)
     healthy_burnin,
     healthy_hbm,
     healthy_hostlink,

@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from gpuhc.slurm.actuator import Actuator
 from gpuhc.slurm.policy import Act
 from gpuhc.slurm.scontrol import Scontrol
-from test_policy_entry import OK, XID, MiniSlurm, config, run
-from test_sweep_apply import SLURM, Config, FakeScontrol, idle, record
+from tests.helpers.minislurm import OK, XID, MiniSlurm, config, run
+from tests.helpers.sweep_apply import SLURM, Config, FakeScontrol, idle, record
 
 ACTUATOR_CODE = {Actuator.carry_out.__code__, Actuator.reboot.__code__}
 GPUHC = Path(__file__).resolve().parent.parent / "gpuhc"

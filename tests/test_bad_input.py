@@ -18,26 +18,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers.cli import gpuhc, one_line_error
+from tests.helpers.cli import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "examples" / "scenarios"
 HEALTHY = str(SCENARIOS / "healthy-8xh100.yaml")
 XID79 = str(SCENARIOS / "xid79-fallen-off-bus.yaml")
-
-
-def gpuhc(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env.pop("GPUHC_CONFIG", None)
-    env.pop("GPUHC_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "gpuhc", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=env)
-
-
-def one_line_error(p: subprocess.CompletedProcess, code: int = 2) -> str:
-    """The run failed with ``code`` and said why on stderr, without a traceback."""
-    assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
-    assert "Traceback" not in p.stderr and "internal error" not in p.stderr, p.stderr
-    return p.stderr
 
 
 def check_json(*args: str) -> tuple[subprocess.CompletedProcess, dict]:

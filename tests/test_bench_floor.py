@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fake_pynvml import FakeGpu, FakeNvml
+from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
 from gpuhc.sources import nvml_fields
 from gpuhc.sources.nvml import NvmlLive
 

@@ -12,7 +12,7 @@ import pytest
 from gpuhc.slurm import entry
 from gpuhc.slurm.policy import Verdict
 from gpuhc.slurm.scontrol import Scontrol
-from test_policy_entry import OUR_REASON, XID, MiniSlurm, config, flow, memory, run
+from tests.helpers.minislurm import OUR_REASON, XID, MiniSlurm, config, flow, memory, run
 
 JOB = {"SLURM_JOB_ID": "7"}
 DECODE = UnicodeDecodeError("utf-8", b"bad \xfc fan", 4, 5, "invalid start byte")

@@ -27,8 +27,8 @@ from campaign_model.faults import BY_NAME  # noqa: E402
 from campaign_model.node import IDLE  # noqa: E402
 from campaign_model.policies import config_for  # noqa: E402
 from campaign_model.sim import HC_INTERVAL_S, Campaign  # noqa: E402
-from test_slurm_e2e import HEALTHY, base_config, gpuhc  # noqa: E402
-from test_slurm_ladder import fake_proc  # noqa: E402
+from tests.helpers.slurm_flows import HEALTHY, base_config, gpuhc  # noqa: E402
+from tests.helpers.reset_fakes import fake_proc  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from snapshots import healthy_node, no_nvml, problems, results_of, with_gpu
+from tests.helpers.snapshots import healthy_node, no_nvml, problems, results_of, with_gpu
 
 from gpuhc.checks.ecc import CHECKS
 from gpuhc.model import Action, Status

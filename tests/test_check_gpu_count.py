@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from snapshots import PCI_IDS, baseline_for, healthy_node, no_nvml, results_of, with_gpu, without_gpu
+from tests.helpers.snapshots import PCI_IDS, baseline_for, healthy_node, no_nvml, results_of, with_gpu, without_gpu
 
 from gpuhc.checks.base import NVML, PCI, STAGES
 from gpuhc.checks.gpu_count import CHECKS

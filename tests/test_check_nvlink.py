@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from snapshots import baseline_for, context, healthy_node, later, no_nvml, problems, with_gpu, with_link
+from tests.helpers.snapshots import baseline_for, context, healthy_node, later, no_nvml, problems, with_gpu, with_link
 
 from gpuhc.checks.base import Context
 from gpuhc.checks.nvlink import CHECKS, counter_kind

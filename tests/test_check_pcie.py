@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from snapshots import IDLE, baseline_for, context, healthy_node, idle_node, later, no_nvml, problems, with_gpu
+from tests.helpers.snapshots import IDLE, baseline_for, context, healthy_node, idle_node, later, no_nvml, problems, with_gpu
 
 from gpuhc.checks.base import AER, NVML
 from gpuhc.checks.pcie import CHECKS

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from snapshots import healthy_node, idle_node, no_nvml, problems, results_of, with_gpu
+from tests.helpers.snapshots import healthy_node, idle_node, no_nvml, problems, results_of, with_gpu
 
 from gpuhc.checks.thermal import CHECKS
 from gpuhc.model import Action, Status

@@ -6,7 +6,7 @@ import os
 import re
 
 import pytest
-from realdata import ROOT as REALDATA_ROOT
+from tests.helpers.realdata import ROOT as REALDATA_ROOT
 
 from gpuhc.checks import all_checks, clocks, ecc, gpu_count, nvlink, pcie, power, thermal
 from gpuhc.errors import ConfigError

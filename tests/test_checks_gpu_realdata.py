@@ -14,8 +14,8 @@ import os
 import re
 
 import pytest
-from realdata import ROOT as REALDATA_ROOT
-from snapshots import context
+from tests.helpers.realdata import ROOT as REALDATA_ROOT
+from tests.helpers.snapshots import context
 
 from gpuhc.checks import clocks, ecc, pcie, power, thermal
 from gpuhc.model import GpuReading, NvmlReading, Snapshot, Status, norm_pci

@@ -7,7 +7,7 @@ import pytest
 
 from gpuhc.checks import fabric
 from gpuhc.model import Action, ImexStatus, Status
-from snapshots import context, healthy_node, idle_node, later, no_nvml, with_gpu
+from tests.helpers.snapshots import context, healthy_node, idle_node, later, no_nvml, with_gpu
 
 CHECK, IMEX = fabric.CHECKS
 

@@ -9,7 +9,7 @@ import os
 import pynvml as real
 import pytest
 
-from fake_pynvml import FakeGpu, FakeNvml
+from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
 from gpuhc.config import Config, defaults, schema
 from gpuhc.errors import SourceError
 from gpuhc.model import ImexStatus, Snapshot, Status

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_cluster import REPO
-from test_slurm_e2e import INTERVAL, RECOMMENDED, base_config, decisions, runs
+from tests.helpers.slurm_cluster import REPO
+from tests.helpers.slurm_flows import INTERVAL, RECOMMENDED, base_config, decisions, runs
 
 pytestmark = pytest.mark.slurm
 SCENARIOS = REPO / "examples" / "scenarios"

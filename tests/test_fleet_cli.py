@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from gpuhc.cli import cli
 from gpuhc.export.eventlog import append_event
-from test_bad_input import gpuhc, one_line_error
+from tests.helpers.cli import gpuhc, one_line_error
 
 
 def _config(tmp_path, text: str = "{}\n") -> str:

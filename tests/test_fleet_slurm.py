@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_accounting import accounting_cluster
-from test_slurm_e2e import HEALTHY, XID79, base_config, gpuhc
+from tests.helpers.slurm_accounting import accounting_cluster
+from tests.helpers.slurm_flows import HEALTHY, XID79, base_config, gpuhc
 
 pytestmark = pytest.mark.slurm
 
@@ -84,8 +84,8 @@ def test_release_retest_as_a_short_slurm_job(acct):
     """docs/repair.md's recipe: a maintenance reservation, the node resumed into it, the retest
     as a job there; a failing retest drains the node back, a passing one leaves it in service."""
     c = acct
-    from slurm_accounting import gpuhc_argv
-    from test_slurm_e2e import REPO
+    from tests.helpers.slurm_accounting import gpuhc_argv
+    from tests.helpers.paths import REPO
 
     c.scontrol("create", "reservation", "ReservationName=retest_n1", "Nodes=n1", "Users=root", "StartTime=now",
                "Duration=30", "Flags=MAINT,IGNORE_JOBS")

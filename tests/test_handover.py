@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 
-from test_policy_entry import OK, XID, MiniSlurm, config, flow, run
+from tests.helpers.minislurm import OK, XID, MiniSlurm, config, flow, run
 
 from gpuhc.runner import RunOptions, RunReport
 from gpuhc.slurm import entry

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from gpuhc.checks.infiniband import down_seconds, judge
 from gpuhc.model import Action, Status
 
-from test_infiniband import NOW, ctx, link, one, port, snap
+from tests.helpers.infiniband import NOW, ctx, link, one, port, snap
 
 # a port known to have been up long before the window: outages inside it count
 UP_BEFORE = {"ports": {"mlx5_0/1": {"samples": [[NOW - 3600, 1]], "first_up": NOW - 3600}}}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 import pytest
-from realdata import ROOT as REALDATA_ROOT
+from tests.helpers.realdata import ROOT as REALDATA_ROOT
 
 from gpuhc.checks.base import Context
 from gpuhc.checks.infiniband import DEFAULTS, judge

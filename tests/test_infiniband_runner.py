@@ -17,7 +17,7 @@ from gpuhc.model import Status
 from gpuhc.runner import RunOptions, run_stage
 from gpuhc.sources import SourceSpec
 
-from test_sysfs import write_port
+from tests.helpers.sysfs_tree import write_port
 
 T0 = 1731578400.0  # 2024-11-14T10:00:00Z
 

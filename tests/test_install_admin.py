@@ -16,9 +16,9 @@ import subprocess
 
 import pytest
 
-from slurm_cluster import SlurmCluster
-from slurm_release import SlurmRelease
-from test_install_debian import ENV, build_base, clean_root, readme_block
+from tests.helpers.slurm_cluster import SlurmCluster
+from tests.helpers.slurm_release import SlurmRelease
+from tests.helpers.debian_root import ENV, build_base, clean_root, readme_block
 
 pytestmark = pytest.mark.install
 

@@ -8,7 +8,7 @@ import os
 import pynvml as real
 import pytest
 
-from fake_pynvml import FakeGpu, FakeNvml
+from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
 from gpuhc.sources.job_activity import ActivityLive, JobResolver, job_from_cgroup, job_from_environ
 
 NOW = 1_795_697_800.0

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurm_cluster import REPO
-from test_slurm_e2e import HEALTHY, base_config, gpuhc
+from tests.helpers.slurm_cluster import REPO
+from tests.helpers.slurm_flows import HEALTHY, base_config, gpuhc
 
 pytestmark = pytest.mark.slurm
 

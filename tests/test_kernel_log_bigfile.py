@@ -21,7 +21,7 @@ from gpuhc.errors import SourceError
 from gpuhc.model import Action, Status
 from gpuhc.sources import kernel_log_file
 from gpuhc.sources.kernel_log import FileKernelLog
-from snapshots import context, healthy_node
+from tests.helpers.snapshots import context, healthy_node
 
 ROOT = Path(__file__).resolve().parents[1]
 HEALTHY = str(ROOT / "examples" / "scenarios" / "healthy-8xh100.yaml")

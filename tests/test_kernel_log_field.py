@@ -18,7 +18,7 @@ from gpuhc.model import Action, EventKind, Status
 from gpuhc.sources.kernel_log import FileKernelLog
 from gpuhc.sources.kernel_log_parse import SIGNALS
 from gpuhc.xid_catalog import signal_table
-from snapshots import T0, context, healthy_node
+from tests.helpers.snapshots import T0, context, healthy_node
 
 REAL = Path(__file__).parent / "fixtures" / "kernel_log" / "real"
 X, F, D = EventKind.XID, EventKind.FALLEN_OFF_BUS, EventKind.DRIVER

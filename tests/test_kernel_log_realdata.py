@@ -16,7 +16,7 @@ import pytest
 from gpuhc.checks import nvswitch, xid
 from gpuhc.model import Action, EventKind, Status
 from gpuhc.sources.kernel_log import FileKernelLog
-from snapshots import context, healthy_node
+from tests.helpers.snapshots import context, healthy_node
 
 REAL = Path(__file__).parent / "fixtures" / "kernel_log" / "real"
 

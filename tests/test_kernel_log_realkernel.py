@@ -24,7 +24,7 @@ import pytest
 from gpuhc.checks import xid
 from gpuhc.model import Status
 from gpuhc.sources.kernel_log import KmsgSource
-from snapshots import context, healthy_node
+from tests.helpers.snapshots import context, healthy_node
 
 KMSG = "/dev/kmsg"
 # comm holds 15 characters: each name is a driver line's first words, as far as they fit

@@ -15,7 +15,7 @@ import pytest
 from gpuhc.checks import xid
 from gpuhc.model import Status
 from gpuhc.sources.kernel_log_parse import parse_lines
-from snapshots import context, healthy_node
+from tests.helpers.snapshots import context, healthy_node
 
 XID79 = "NVRM: Xid (PCI:0000:5d:00): 79, pid=1, name=x, GPU has fallen off the bus."
 

@@ -11,7 +11,7 @@ from gpuhc.slurm import ledger
 from gpuhc.slurm.actuator import Actuator
 from gpuhc.slurm.breaker import BreakerSettings
 from gpuhc.slurm.policy import Act, Decision, Memory
-from test_breaker_ledger import BS, T0, LedgerSlurm, claims, entry, n, table
+from tests.helpers.ledger import BS, T0, LedgerSlurm, claims, entry, n, table
 
 REASON = "gpuhc: xid gpu0 Xid 79"
 FUTURE = T0 + 10 ** 6  # a stamp slurmctld has not reached

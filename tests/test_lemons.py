@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 
-from test_policy_entry import OK, XID, MiniSlurm, config, run
+from tests.helpers.minislurm import OK, XID, MiniSlurm, config, run
 
 from gpuhc.export.eventlog import append_event
 from gpuhc.model import GpuReading, NvmlReading, Result, Snapshot, Status

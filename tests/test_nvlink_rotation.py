@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import gpuhc.sources.nvml as nvml_mod
-from fake_pynvml import FakeGpu, FakeNvml
+from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
 from gpuhc import nvml_early
 from gpuhc.checks.nvlink import CHECKS, dl_plan
 from gpuhc.config import Config, defaults, schema

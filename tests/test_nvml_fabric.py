@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pynvml as real
 
-from fake_pynvml import FakeGpu, FakeNvml
+from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
 from gpuhc.sources.nvml import NvmlLive
 
 COMPLETED = real.NVML_GPU_FABRIC_STATE_COMPLETED

@@ -9,7 +9,7 @@ import pynvml as real
 import pytest
 
 from gpuhc.sources.nvml import NvmlLive
-from fake_pynvml import FakeGpu, FakeNvml
+from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
 
 
 def read(fake: FakeNvml, samples: int = 3) -> tuple:

@@ -8,7 +8,7 @@ import pytest
 
 from gpuhc.checks import nvswitch
 from gpuhc.model import Action, EventKind, KernelEvent, KernelLog, Status
-from snapshots import T0, context, healthy_node, no_nvml, with_gpu
+from tests.helpers.snapshots import T0, context, healthy_node, no_nvml, with_gpu
 
 CHECK = nvswitch.CHECKS[0]
 SW0, SW1 = "0000:05:00.0", "0000:06:00.0"

@@ -12,7 +12,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from test_policy_entry import OK, XID, MiniSlurm, config, run
+from tests.helpers.minislurm import OK, XID, MiniSlurm, config, run
 
 from gpuhc.export.eventlog import append_event
 from gpuhc.fleet.observed import read_observed, table
@@ -99,7 +99,7 @@ def test_fleet_observed_groups_runs_per_node_and_act_and_escapes_names(tmp_path)
 def test_fleet_observed_cli_and_drain_report_observed(tmp_path):
     import time
 
-    from test_bad_input import gpuhc, one_line_error
+    from tests.helpers.cli import gpuhc, one_line_error
 
     from gpuhc.cli import cli
 

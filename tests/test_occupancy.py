@@ -9,7 +9,7 @@ import textwrap
 import pynvml as real
 import pytest
 
-from fake_pynvml import FakeGpu, FakeNvml
+from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
 from gpuhc.checks.base import Context
 from gpuhc.checks.occupancy import CHECKS, judge, wait_for_stage
 from gpuhc.errors import SourceError

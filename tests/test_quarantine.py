@@ -10,7 +10,7 @@ from gpuhc.slurm.actuator import Actuator
 from gpuhc.slurm.admin import reboot_for_retest, release, retire
 from gpuhc.slurm.quarantine import listing, phase, plan_retest, returned_before_retest
 from gpuhc.slurm.scontrol import Scontrol
-from test_policy_entry import MiniSlurm
+from tests.helpers.minislurm import MiniSlurm
 
 EVID = "gpuhc: xid gpu3 Xid 79"
 

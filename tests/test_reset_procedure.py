@@ -17,7 +17,7 @@ from gpuhc.model import Snapshot
 from gpuhc.slurm import reset_run
 from gpuhc.slurm.reset_probe import ProbeSettings, holders, minor_of, plan_now, probe, unit_of
 from gpuhc.slurm.reset_run import procedure
-from reset_fakes import FakeNode
+from tests.helpers.reset_fakes import FakeNode
 
 DCGM = (4242, "nv-hostengine", "nvidia-dcgm", [f"/dev/nvidia{i}" for i in range(4)] + ["/dev/nvidiactl"])
 PERSISTENCED = (1111, "nvidia-persiste", "nvidia-persistenced", [f"/dev/nvidia{i}" for i in range(4)])

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import yaml
-from test_postmortem import owners  # noqa: F401  (the fixture: run as "root", whatever the suite runs as)
+from tests.helpers.owners import owners  # noqa: F401  (the fixture: run as "root", whatever the suite runs as)
 
 from gpuhc.export.eventlog import encode_line
 from gpuhc.retire_bundle import fault_history, rma_assessment, write_retire_bundle

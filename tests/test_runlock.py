@@ -14,7 +14,7 @@ import pytest
 
 from gpuhc.slurm import entry, runlock
 from gpuhc.slurm.policy import Act
-from test_policy_entry import OUR_REASON, XID, MiniSlurm, flow
+from tests.helpers.minislurm import OUR_REASON, XID, MiniSlurm, flow
 
 HOLD = """
 import fcntl, os, sys, time

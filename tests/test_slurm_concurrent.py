@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from slurm_bigcluster import sdiag_rpcs
-from test_slurm_e2e import XID79, base_config, decisions
+from tests.helpers.slurm_bigcluster import sdiag_rpcs
+from tests.helpers.slurm_flows import XID79, base_config, decisions
 
 pytestmark = pytest.mark.slurm
 

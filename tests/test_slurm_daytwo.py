@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurm_cluster import REPO
-from test_slurm_e2e import base_config, decisions, runs
+from tests.helpers.slurm_cluster import REPO
+from tests.helpers.slurm_flows import base_config, decisions, runs
 
 pytestmark = pytest.mark.slurm
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_cluster import ClusterError, SlurmCluster, cluster_processes, daemons_alive, process_identity
+from tests.helpers.slurm_cluster import ClusterError, SlurmCluster, cluster_processes, daemons_alive, process_identity
 
 pytestmark = pytest.mark.slurm
 

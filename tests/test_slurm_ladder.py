@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from gpuhc.slurm.reason import parse_reason
-from slurm_cluster import REPO
-from test_slurm_e2e import HEALTHY, back_in_service, base_config, decisions, gpuhc
+from tests.helpers.slurm_cluster import REPO
+from tests.helpers.slurm_flows import HEALTHY, back_in_service, base_config, decisions, gpuhc
+from tests.helpers.reset_fakes import fake_proc
 
 pytestmark = pytest.mark.slurm
 
@@ -67,19 +68,6 @@ def hook_events(tmp_path: Path) -> list[dict]:
     p = tmp_path / "hook-calls.jsonl"
     lines = p.read_text().splitlines() if p.exists() else []
     return [json.loads(line.split(" ", 1)[1]) for line in lines if line.strip()]
-
-
-def fake_proc(root: Path, scenario: Path) -> Path:
-    """A /proc with the driver's per-GPU information files of the scenario's GPUs (the reset
-    procedure finds each GPU's /dev/nvidia<minor> there) and no process holding a GPU."""
-    from gpuhc.sources.scenario import load_scenario
-
-    for g in load_scenario(str(scenario), 0).nvml_source().read().gpus:
-        d = root / "driver" / "nvidia" / "gpus" / g.pci_bus_id
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "information").write_text(f"Model: \t\t {g.name}\nBus Location: \t {g.pci_bus_id}\n"
-                                       f"Device Minor: \t {g.index}\n")
-    return root
 
 
 def config(wd: Path, script: Path, **remediation) -> dict:

@@ -10,9 +10,9 @@ import subprocess
 import pytest
 
 from gpuhc.slurm import ledger
-from slurm_cluster import REPO
-from slurm_cluster_files import free_ports
-from test_slurm_e2e import XID79, base_config, decisions
+from tests.helpers.slurm_cluster import REPO
+from tests.helpers.slurm_cluster_files import free_ports
+from tests.helpers.slurm_flows import XID79, base_config, decisions
 
 pytestmark = pytest.mark.slurm
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from test_slurm_e2e import HEALTHY, XID79, back_in_service, base_config, decisions, gpuhc
+from tests.helpers.slurm_flows import HEALTHY, XID79, back_in_service, base_config, decisions, gpuhc
 
 pytestmark = pytest.mark.slurm
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from realdata import ROOT as REALDATA_ROOT
+from tests.helpers.realdata import ROOT as REALDATA_ROOT
 
 from gpuhc.slurm.dumps import parse_nodes
 

@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from test_slurm_e2e import XID79, base_config, decisions, gpuhc
+from tests.helpers.slurm_flows import XID79, base_config, decisions, gpuhc
 
 pytestmark = pytest.mark.slurm
 
@@ -68,7 +68,7 @@ def test_health_check_drains_the_sick_node_whatever_the_other_reasons_hold(odd):
 
 
 def test_prolog_fails_and_drains_the_sick_node_whatever_the_other_reasons_hold(odd):
-    from slurm_cluster import REPO, gpuhc_bin
+    from tests.helpers.slurm_cluster import REPO, gpuhc_bin
 
     env = {"GPUHC_CONFIG": str(odd.gpuhc_yaml), "SLURMD_NODENAME": "n6", "GPUHC_STATE_DIR": str(odd.state_root / "n6"),
            "PYTHONPATH": str(REPO), "SLURM_JOB_ID": "4711", "SLURM_JOB_GPUS": "2,3"}  # the job's GPUs hold gpu3

@@ -12,8 +12,9 @@ import re
 import pytest
 import yaml
 
-from slurm_accounting import gpuhc_argv
-from test_slurm_e2e import HEALTHY, RECOMMENDED, REPO, XID79, base_config, decisions, gpuhc, scenario
+from tests.helpers.slurm_accounting import gpuhc_argv
+from tests.helpers.paths import REPO
+from tests.helpers.slurm_flows import HEALTHY, RECOMMENDED, XID79, base_config, decisions, gpuhc, scenario
 
 pytestmark = pytest.mark.slurm
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_bigcluster import BigSlurmCluster, sdiag_rpcs
+from tests.helpers.slurm_bigcluster import BigSlurmCluster, sdiag_rpcs
 
 pytestmark = pytest.mark.slurm
 

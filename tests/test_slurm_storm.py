@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_bigcluster import BigSlurmCluster
-from slurm_cluster import REPO
-from slurm_storm import storm, write_config
+from tests.helpers.slurm_bigcluster import BigSlurmCluster
+from tests.helpers.slurm_cluster import REPO
+from tests.helpers.slurm_storm import storm, write_config
 
 pytestmark = pytest.mark.slurm
 

@@ -6,29 +6,19 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import threading
 
 import pytest
 from click.testing import CliRunner
-from test_sweep_submit import FakeSlurm, section
+from tests.helpers.sweep_slurm import FakeSlurm, section
 
 from gpuhc.cli.sweep_cmd import sweep
 from gpuhc.sweep.analyze import analyze_sweep
-from gpuhc.sweep.plan import Group
 from gpuhc.sweep.report import build_report, render_report
 from gpuhc.sweep.results import MAX_BYTES, BadResults, check_result, merge_partials
-from gpuhc.sweep.simulate import Cluster, SimSpec, fake_result
-from gpuhc.sweep.stats import size_ladder
 from gpuhc.sweep.store import SweepStore, load_group_result, results_path, write_group_result
 from gpuhc.sweep.submit import submit_sweep
-
-SIZES = size_ladder(1024, 2 << 30)
-
-
-def good_result(group_id: str, nodes: list[str]) -> dict:
-    g = Group(id=group_id, round=0, nodes=nodes, ranks_per_node=8)
-    return fake_result(g, Cluster(nodes), SimSpec(noise=0.0, glitch_rate=0.0), SIZES, random.Random(1))
+from tests.helpers.sweep_slurm import good_result
 
 
 def submitted(tmp_path) -> tuple[SweepStore, dict]:

@@ -11,8 +11,8 @@ import tempfile
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_sweep_bad_results import good_result
-from test_sweep_submit import FakeSlurm, section
+from tests.helpers.sweep_slurm import good_result
+from tests.helpers.sweep_slurm import FakeSlurm, section
 
 from gpuhc.sweep.analyze import analyze_sweep
 from gpuhc.sweep.results import BadResults, check_partial, check_result

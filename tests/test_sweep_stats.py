@@ -6,7 +6,7 @@ import math
 import os
 
 import pytest
-from realdata import ROOT as REALDATA_ROOT
+from tests.helpers.realdata import ROOT as REALDATA_ROOT
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -3,66 +3,17 @@ idempotency, dry runs, and draining through the policy (admin reasons, circuit b
 
 from __future__ import annotations
 
-import os
-import pwd
 import shlex
 
 import pytest
-import slurm_answers
+from tests.helpers import slurm_answers
 
-from gpuhc.schema import defaults
 from gpuhc.slurm.scontrol import Scontrol
 from gpuhc.sweep.analyze import apply_culprits, drain_reason
-from gpuhc.sweep.settings import SCHEMA
 from gpuhc.sweep.slurmcli import SlurmCli
 from gpuhc.sweep.store import SweepStore
 from gpuhc.sweep.submit import submit_sweep
-
-SINFO = "n1|idle|gpu*\nn2|idle|gpu*\nn3|allocated|gpu*\nn4|idle|gpu*\nn5|idle|gpu*\nn6|drained|gpu*\n"
-
-
-class FakeSlurm:
-    """Answers sinfo/squeue/scontrol show topology; records sbatch argv and scripts."""
-
-    def __init__(self, squeue="", topology=""):
-        self.squeue, self.topology = squeue, topology
-        self.sbatched: list[tuple[list[str], str]] = []
-
-    def run(self, argv, timeout):
-        if argv[0] == "sinfo":
-            return 0, SINFO, ""
-        if argv[0] == "squeue":
-            return 0, self._squeue(argv), ""
-        if argv[:3] == ["scontrol", "show", "topology"]:
-            return 0, self.topology, ""
-        raise AssertionError(f"unexpected {argv}")
-
-    def _squeue(self, argv):
-        """squeue -u USER -o %i|%T|%j from rows written ``id|name|state[|user]`` (the user
-        defaults to whoever runs the test), filtered by user the way slurmctld does."""
-        assert argv[argv.index("-o") + 1] == "%i|%T|%j", argv
-        want = argv[argv.index("-u") + 1]
-        me = pwd.getpwuid(os.getuid()).pw_name
-        out = []
-        for row in self.squeue.splitlines():
-            jid, name, state, *user = row.split("|")
-            if (user[0] if user else me) == want:
-                out.append(f"{jid}|{state}|{name}\n")
-        return "".join(out)
-
-    def run_stdin(self, argv, timeout, stdin):
-        self.sbatched.append((argv, stdin))
-        return 0, f"{100 + len(self.sbatched)}\n", ""
-
-    def cli(self):
-        return SlurmCli(run=self.run, run_stdin=self.run_stdin)
-
-
-def section(**over):
-    s = defaults(SCHEMA)
-    s["job"].update(account="ops", qos="probe", priority=1000, command="/opt/gpuhc/bin/gpuhc")
-    s.update(over)
-    return s
+from tests.helpers.sweep_slurm import FakeSlurm, section
 
 
 def test_submit_sends_one_exclusive_job_per_group_with_the_launch_line(tmp_path):

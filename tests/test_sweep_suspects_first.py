@@ -7,7 +7,7 @@ from gpuhc.sweep.plan import due_order, plan_probe
 from gpuhc.sweep.store import SweepStore
 from gpuhc.sweep.submit import submit_sweep
 
-from test_sweep_submit import FakeSlurm, section
+from tests.helpers.sweep_slurm import FakeSlurm, section
 
 
 def test_suspects_lead_and_never_wait():

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from realdata import ROOT as REALDATA_ROOT
+from tests.helpers.realdata import ROOT as REALDATA_ROOT
 
 from gpuhc.sources.sysfs import SysfsTree
 

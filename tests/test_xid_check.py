@@ -14,7 +14,7 @@ import pytest
 from gpuhc.checks import xid
 from gpuhc.model import Action, EventKind, KernelEvent, KernelLog, Status
 from gpuhc.xid_catalog import xid_table
-from snapshots import PCI_IDS, T0, context, healthy_node, no_nvml
+from tests.helpers.snapshots import PCI_IDS, T0, context, healthy_node, no_nvml
 
 CHECK = xid.CHECKS[0]
 BOOT_A, BOOT_B = "boot-a", "boot-b"

@@ -23,9 +23,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: tests.helpers
 
-from slurm_cluster import SlurmCluster  # noqa: E402
+from tests.helpers.slurm_cluster import SlurmCluster  # noqa: E402
 
 COMMANDS = {
     "scontrol_show_node.txt": ["scontrol", "show", "node"],

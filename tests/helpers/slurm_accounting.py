@@ -27,7 +27,7 @@ import subprocess
 import time
 from typing import Any
 
-from slurm_cluster import ClusterError, SlurmCluster, free_ports
+from tests.helpers.slurm_cluster import ClusterError, SlurmCluster, free_ports
 
 SLURMD_TIMEOUT = 10
 
@@ -152,14 +152,14 @@ class AccountingCluster(SlurmCluster):
 
 def accounting_cluster(tmp_path_factory, started: list, **kwargs: Any) -> AccountingCluster:
     """Start an :class:`AccountingCluster` (kwargs as SlurmCluster's) and record it in ``started``."""
-    from slurm_cluster import start_or_fail
+    from tests.helpers.slurm_cluster import start_or_fail
 
     cluster = AccountingCluster(kwargs.pop("workdir", None) or tmp_path_factory.mktemp("acct"), **kwargs)
     return start_or_fail(cluster, started, "Slurm accounting test cluster")
 
 
 def gpuhc_argv(*args: str) -> list[str]:
-    from slurm_cluster import gpuhc_bin
+    from tests.helpers.slurm_cluster import gpuhc_bin
 
     return [*gpuhc_bin().split(), *args]
 

@@ -63,7 +63,7 @@ def storm(cluster, code: str, cfg: Path, state_root: Path, targets: list[str], s
     """One storm: a `gpuhc healthcheck` per target node at once, with ``code`` on PYTHONPATH."""
     import hostlist
 
-    from slurm_bigcluster import lo_bytes, sdiag_rpc_stats
+    from tests.helpers.slurm_bigcluster import lo_bytes, sdiag_rpc_stats
 
     reset(cluster, targets)
     state_root.mkdir(parents=True, exist_ok=True)

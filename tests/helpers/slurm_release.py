@@ -33,8 +33,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.helpers.paths import TESTS
+
 CHROOT_CACHE = Path(os.environ.get("GPUHC_CHROOT_CACHE", "/var/cache/gpuhc-test/chroots"))
-BUILD = Path(__file__).resolve().parent / "matrix" / "build-chroot.sh"
+BUILD = TESTS / "matrix" / "build-chroot.sh"
 # Debian suites that carry each Slurm release (issue 9): bookworm 22.05.8, trixie 24.11.5,
 # sid 26.05.5.
 SUITES = {"22.05": "bookworm", "24.11": "trixie", "26.05": "sid"}

@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from fake_pynvml import FakeGpu, FakeNvml
+from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
 
 from gpuhc.sources.nvml import NvmlLive
 
@@ -191,3 +191,16 @@ class FakeNode:
              "dev_root": str(self.root / "dev"), "command_timeout_s": 10.0, "fabric_timeout_s": 5.0, **reset}
         return {"reset_command": [str(self.root / "nvidia-smi"), "-r", "-i", "{gpu}"], "reset_timeout_s": 10.0,
                 "reset": r}
+
+
+def fake_proc(root: Path, scenario: Path) -> Path:
+    """A /proc with the driver's per-GPU information files of the scenario's GPUs (the reset
+    procedure finds each GPU's /dev/nvidia<minor> there) and no process holding a GPU."""
+    from gpuhc.sources.scenario import load_scenario
+
+    for g in load_scenario(str(scenario), 0).nvml_source().read().gpus:
+        d = root / "driver" / "nvidia" / "gpus" / g.pci_bus_id
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "information").write_text(f"Model: \t\t {g.name}\nBus Location: \t {g.pci_bus_id}\n"
+                                       f"Device Minor: \t {g.index}\n")
+    return root

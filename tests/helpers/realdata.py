@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-_REPO = Path(__file__).resolve().parent.parent
+from tests.helpers.paths import REPO as _REPO
 
 
 def _find() -> Path:

@@ -24,7 +24,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from slurm_cluster import ClusterError, SlurmCluster
+from tests.helpers.slurm_cluster import ClusterError, SlurmCluster
 
 
 def defined_names(size: int, live: int) -> list[str]:
@@ -78,7 +78,7 @@ class BigSlurmCluster(SlurmCluster):
 
     def _defined_port(self) -> int:
         # A port nothing listens on: the controller's messages to these nodes fail fast.
-        from slurm_cluster_files import free_ports
+        from tests.helpers.slurm_cluster_files import free_ports
 
         return free_ports(1)[0]
 

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-if TYPE_CHECKING:
-    from slurm_cluster import SlurmCluster
+from tests.helpers.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
+if TYPE_CHECKING:
+    from tests.helpers.slurm_cluster import SlurmCluster
+
 SBIN = ("/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/sbin", "/usr/local/bin")
 
 

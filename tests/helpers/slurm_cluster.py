@@ -41,9 +41,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from slurm_cluster_files import (REPO, SBIN, free_ports, gpuhc_bin, slurm_conf, write_gpuhc_yaml, write_gres, write_reboot,
+from tests.helpers.slurm_cluster_files import (REPO, SBIN, free_ports, gpuhc_bin, slurm_conf, write_gpuhc_yaml, write_gres, write_reboot,
                                  write_wrappers)
-from slurm_release import ChrootRuntime, ReleaseError, SlurmRelease, host_version, release as find_release
+from tests.helpers.slurm_release import ChrootRuntime, ReleaseError, SlurmRelease, host_version, release as find_release
 
 __all__ = ["REPO", "ClusterError", "SlurmCluster", "cluster_processes", "daemons_alive", "free_ports", "gpuhc_bin",
            "process_identity"]
