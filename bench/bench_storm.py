@@ -5,7 +5,7 @@ minute, what does gpuhc's circuit breaker cost the controller, today's code agai
 the same run on the same controller?
 
 Setup: a real slurmctld with ``--nodes`` nodes in ``slurm.conf`` (two with a live slurmd, the
-rest defined and never registered; see tests/slurm_bigcluster.py), in partitions of
+rest defined and never registered; see tests/helpers/slurm_bigcluster.py), in partitions of
 ``--partition-size``. ``--runs`` concurrent ``gpuhc healthcheck`` processes, each judging a
 different node of the first partition on a scenario with an Xid 79 (a failure that drains),
 breaker cap ``--cap-percent`` of that partition. Per storm it records:

@@ -4,7 +4,7 @@ marker's skip rule.
 Every test that starts a cluster (``slurm_cluster``/``slurm_cluster_module``) runs once per
 selected Slurm release, and its id says which: ``test_x[slurm-24.11]``. ``--slurm`` (or
 ``GPUHC_SLURM``) selects: ``host`` (default: the host's packages), ``all`` (22.05, 24.11,
-26.05; the ones the host lacks run in Debian chroots, tests/slurm_release.py), or a comma list.
+26.05; the ones the host lacks run in Debian chroots, tests/helpers/slurm_release.py), or a comma list.
 Tests marked ``slurm_host`` run on the host's Slurm only, named the same way.
 
 ``tests`` is a package (tests/README.md): pytest puts the repository on ``sys.path``, test modules
@@ -59,7 +59,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="module")
 def slurm_release(request: pytest.FixtureRequest):
-    """The Slurm release this test's clusters run (tests/slurm_release.py)."""
+    """The Slurm release this test's clusters run (tests/helpers/slurm_release.py)."""
     return release(getattr(request, "param", None) or host_version() or "22.05")
 
 

@@ -1,7 +1,7 @@
 """The hardware boundary of the GPU reset procedure, faked for its tests: a ``/proc`` tree
 (processes with ``/dev/nvidia*`` open, their cgroups, the driver's per-GPU information file),
 ``systemctl`` and ``nvidia-smi`` as executables that record every argv, in order, into one file,
-and NVML read through gpuhc's real NVML source over tests/fake_pynvml.py.
+and NVML read through gpuhc's real NVML source over tests/helpers/fake_pynvml.py.
 
 One JSON file is the node's state that the fakes share: which units run, which processes each
 unit owns, the GPUs' persistence, UUIDs and fabric state. The fakes behave as the real tools do

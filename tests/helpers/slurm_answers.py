@@ -3,7 +3,7 @@
 For the unit tests that inject the Slurm runner (the flows, the sweep's apply): they keep a node
 table and must answer the argv gpuhc sends. The format is the one real sinfo prints for
 :data:`gpuhc.slurm.sinfo.FIELDS` (lower-case complete state, ``p1*`` for the default partition,
-``none``/``Unknown`` for a missing reason/time); tests/test_slurm_sinfo.py checks the reader
+``none``/``Unknown`` for a missing reason/time); tests/slurm_real/test_sinfo.py checks the reader
 against a real slurmctld, with the same reasons read back through scontrol.
 """
 

@@ -62,7 +62,7 @@ class BigSlurmCluster(SlurmCluster):
         lines = [ln for ln in base.splitlines() if not ln.startswith("PartitionName=gpu ")]
         if n != 1 or len(lines) == len(base.splitlines()):
             raise ClusterError("slurm_cluster_files.slurm_conf changed: no SlurmdTimeout or PartitionName line "
-                               "to replace (update tests/slurm_bigcluster.py)")
+                               "to replace (update tests/helpers/slurm_bigcluster.py)")
         # Same hardware as the live nodes, one line for all (hostlist syntax), never started.
         lines.append(f"NodeName={hostlist.collect_hostlist(self.defined)} NodeHostname=localhost "
                      f"NodeAddr=127.0.0.1 Port={self._defined_port()} CPUs={self.cpus} RealMemory=1000 State=UNKNOWN")

@@ -21,7 +21,7 @@ Usage in a test (all such tests are marked ``slurm``)::
         c.wait_for(lambda: c.node("n1").drained, 10, "n1 drained")
 
 The files the cluster is made of (slurm.conf, gres.conf, the wrappers, gpuhc.yaml) are written
-by ``slurm_cluster_files.py``; this module starts, watches and stops the daemons.
+by ``tests/helpers/slurm_cluster_files.py``; this module starts, watches and stops the daemons.
 
 Slurm CLI calls must go through :meth:`SlurmCluster.run` (or pass :meth:`SlurmCluster.env`):
 that sets ``SLURM_CONF`` so the commands talk to this cluster and nothing else.
@@ -114,14 +114,14 @@ class SlurmCluster:
         # default; a test of the harness itself points elsewhere to stay out of gpuhc's verdicts.
         self.shim_dir = Path(shim_dir) if shim_dir is not None else REPO / "slurm"
         # Which Slurm: the host's packages (None) or a release of the matrix in its Debian chroot
-        # (tests/slurm_release.py); a version string ("24.11") is looked up.
+        # (tests/helpers/slurm_release.py); a version string ("24.11") is looked up.
         if isinstance(release, str):
             release = find_release(release)
         self.release: SlurmRelease = release or SlurmRelease(host_version() or "host")
         self.runtime: ChrootRuntime | None = None
         # reboot=True: a RebootProgram that "reboots" only the node asking (its slurmd restarts in
         # a fresh time namespace, so Slurm sees a new boot time), then the node's boot units
-        # run (gpuhc-retest.service's command). See write_reboot in slurm_cluster_files.py.
+        # run (gpuhc-retest.service's command). See write_reboot in tests/helpers/slurm_cluster_files.py.
         self.reboot = reboot
         self.name = "gpuhct" + secrets.token_hex(3)
         self.conf_path = self.workdir / "slurm.conf"

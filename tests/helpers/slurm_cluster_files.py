@@ -1,5 +1,5 @@
 """The files a test Slurm cluster is made of: slurm.conf, gres.conf, the wrapper scripts Slurm
-runs, and gpuhc.yaml. Split from ``slurm_cluster.py`` (which starts and stops the daemons) so
+runs, and gpuhc.yaml. Split from ``tests/helpers/slurm_cluster.py`` (which starts and stops the daemons) so
 that each stays readable; these functions only read the cluster's settings and write files.
 """
 
@@ -145,11 +145,11 @@ def write_wrappers(c: "SlurmCluster") -> None:
     gpuhc = gpuhc_bin()
     if c.runtime is not None:
         # slurmd runs in the release's chroot, which has no Python: gpuhc runs on the host's
-        # file system (/.host, see tests/slurm_release.py), reaching Slurm through slurm-bin.
+        # file system (/.host, see tests/helpers/slurm_release.py), reaching Slurm through slurm-bin.
         host_path = ":".join([str(c.runtime.client_bin), path])
         hop = c.workdir / "bin" / "gpuhc-host"
         hop.write_text("#!/bin/sh\n"
-                       f"# written by tests/slurm_cluster.py: from the {c.release.id} chroot to the host's gpuhc\n"
+                       f"# written by tests/helpers/slurm_cluster.py: from the {c.release.id} chroot to the host's gpuhc\n"
                        # run by hand on the host (a test calling the wrapper), there is no /.host
                        f'[ -d /.host/proc ] || exec /usr/bin/env PATH="{host_path}" {gpuhc} "$@"\n'
                        f'exec /usr/sbin/chroot /.host /usr/bin/env PATH="{host_path}" {gpuhc} "$@"\n')
@@ -160,7 +160,7 @@ def write_wrappers(c: "SlurmCluster") -> None:
         target = f'exec /bin/sh "{shim}" "$@"' if shim.is_file() else "exit 0"
         script = (
             "#!/bin/sh\n"
-            f"# written by tests/slurm_cluster.py for cluster {c.name}\n"
+            f"# written by tests/helpers/slurm_cluster.py for cluster {c.name}\n"
             f'export PATH="{path}"\n'
             f'export SLURM_CONF="{c.conf_path}"\n'
             f'export GPUHC_CONFIG="{c.gpuhc_yaml}"\n'

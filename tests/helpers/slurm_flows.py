@@ -8,7 +8,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.helpers.slurm_cluster import REPO, gpuhc_bin
+from tests.helpers.paths import REPO
+
+from tests.helpers.slurm_cluster import gpuhc_bin
 
 
 HEALTHY = REPO / "examples" / "scenarios" / "healthy-8xh100.yaml"

@@ -1,6 +1,6 @@
-"""A storm of failing health checks against a big real controller (tests/slurm_bigcluster.py):
+"""A storm of failing health checks against a big real controller (tests/helpers/slurm_bigcluster.py):
 the machinery shared by bench/bench_storm.py (10,000 nodes, today's code against this one) and
-tests/test_slurm_storm.py (a scaled-down storm in the normal test run).
+tests/slurm_real/test_storm.py (a scaled-down storm in the normal test run).
 
 Every ``gpuhc healthcheck`` of a storm judges a different node on a failing scenario, all started
 at once at nice 10, while a probe times an unrelated ``scontrol ping``/``squeue`` every 0.25 s.
