@@ -3,7 +3,9 @@ and a real topology: hooks fired by real drains, resumes and retirements; releas
 fleet stats from ``sacctmgr show event``; suspects from ``sacct`` after jobs that really failed,
 one made NODE_FAIL by killing its slurmd; one suspect-switch incident from a topology.conf.
 
-The tests share one cluster and run in file order (each leaves the nodes as the next expects).
+The tests share one cluster and tell one story, step by step: each step leaves the nodes as the
+next expects. A test runs the steps before its own that have not run yet (``once``), so each
+passes alone (``-k``, tests/README.md) as well as in file order.
 """
 
 from __future__ import annotations
@@ -41,9 +43,19 @@ def acct(tmp_path_factory):
     cluster = accounting_cluster(tmp_path_factory, started, workdir=wd, nodes=NODES, gpuhc_config=cfg,
                                  extra_conf="TopologyPlugin=topology/tree")
     cluster.hook_events = events
+    cluster.story = set()  # the steps of this module's story that have run on it
     yield cluster
     for c in started:
         c.stop()
+
+
+def once(c, *steps) -> None:
+    """Run each step of the story on the shared cluster unless it already ran there (a failed step
+    counts as run: the test that ran it failed, and those after it fail on what it left)."""
+    for step in steps:
+        if step.__name__ not in c.story:
+            c.story.add(step.__name__)
+            step(c)
 
 
 def hook_events(c) -> list[dict]:
@@ -51,8 +63,7 @@ def hook_events(c) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_real_drain_resume_and_retire_each_reach_the_hook_once(acct):
-    c = acct
+def drain_resume_and_retire(c):
     hc = gpuhc(c, "healthcheck", "--nvml-scenario", str(XID79), node="n1")
     assert hc.returncode == 1, hc.stderr
     assert c.node("n1").reason.startswith("gpuhc: xid Xid 79 on gpu3")
@@ -80,10 +91,9 @@ def test_real_drain_resume_and_retire_each_reach_the_hook_once(acct):
     assert hook_events(c)[1]["retest"] == "pass"
 
 
-def test_release_retest_as_a_short_slurm_job(acct):
+def release_retest_as_a_job(c):
     """docs/repair.md's recipe: a maintenance reservation, the node resumed into it, the retest
     as a job there; a failing retest drains the node back, a passing one leaves it in service."""
-    c = acct
     from tests.helpers.slurm_accounting import gpuhc_argv
     from tests.helpers.paths import REPO
 
@@ -109,8 +119,7 @@ def test_release_retest_as_a_short_slurm_job(acct):
         c.scontrol("delete", "ReservationName=retest_n1", check=False)
 
 
-def test_suspects_and_stats_read_real_accounting(acct):
-    c = acct
+def suspects_and_stats(c):
     ok = [c.sbatch("-w", "n2", "-o", "/dev/null", "--wrap", "true") for _ in range(3)]
     failed = c.sbatch("-w", "n2", "-o", "/dev/null", "--wrap", "exit 3")
     doomed = c.sbatch("-w", "n6", "--no-requeue", "-o", "/dev/null", "--wrap", "sleep 600")
@@ -159,8 +168,7 @@ def test_suspects_and_stats_read_real_accounting(acct):
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_one_switch_incident_from_a_real_topology(acct):
-    c = acct
+def switch_incident(c):
     assert "leaf2" in c.scontrol("show", "topology").stdout
     # Three nodes under leaf2 lose their IB port together; each health check drains through
     # the breaker (cap 4: retired n3 plus these three).
@@ -193,10 +201,9 @@ def test_one_switch_incident_from_a_real_topology(acct):
     assert "suspect switch leaf2: 3 nodes" in plain and plain.index("leaf2") < plain.index("CAUSE")
 
 
-def test_retest_on_the_node_fires_resume_and_retire_once(acct):
+def retest_on_the_node(c):
     """`gpuhc quarantine retest` on the node: a verified resume and a verified retirement each
     reach the hook once; a re-quarantine (still drained) and a retest of a retired node, none."""
-    c = acct
     before = len(hook_events(c))
     # n2 (leaf1, drained alone for its IB port above), repaired: the retest passes, resumes it.
     ok = gpuhc(c, "quarantine", "retest", "--nvml-scenario", str(HEALTHY), node="n2")
@@ -212,3 +219,25 @@ def test_retest_on_the_node_fires_resume_and_retire_once(acct):
     assert [(e["event"], e["node"]) for e in new] == [("resume", "n2"), ("retire", "n4")], new
     assert new[0]["retest"] == "pass" and new[0]["was"].startswith("gpuhc: infiniband")
     assert new[1]["reason"] == c.node("n4").reason and new[1]["stage"] == "bootstrap"
+
+
+# The story, in file order: each test runs what its step stands on first, when it has not run.
+def test_real_drain_resume_and_retire_each_reach_the_hook_once(acct):
+    once(acct, drain_resume_and_retire)
+
+
+def test_release_retest_as_a_short_slurm_job(acct):
+    once(acct, drain_resume_and_retire, release_retest_as_a_job)
+
+
+def test_suspects_and_stats_read_real_accounting(acct):
+    # the stats count n1's two drains (the health check's, the failed retest job's) and n3's retirement
+    once(acct, drain_resume_and_retire, release_retest_as_a_job, suspects_and_stats)
+
+
+def test_one_switch_incident_from_a_real_topology(acct):
+    once(acct, drain_resume_and_retire, release_retest_as_a_job, switch_incident)
+
+
+def test_retest_on_the_node_fires_resume_and_retire_once(acct):
+    once(acct, drain_resume_and_retire, release_retest_as_a_job, switch_incident, retest_on_the_node)
