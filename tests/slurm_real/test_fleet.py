@@ -4,8 +4,8 @@ fleet stats from ``sacctmgr show event``; suspects from ``sacct`` after jobs tha
 one made NODE_FAIL by killing its slurmd; one suspect-switch incident from a topology.conf.
 
 The tests share one cluster and tell one story, step by step: each step leaves the nodes as the
-next expects. A test runs the steps before its own that have not run yet (``once``), so each
-passes alone (``-k``, tests/README.md) as well as in file order.
+next expects. A test runs the steps before its own that have not run yet
+(tests/helpers/story.py), so each passes alone (``-k``, tests/README.md) as well as in file order.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 
 from tests.helpers.slurm_accounting import accounting_cluster
 from tests.helpers.slurm_flows import HEALTHY, XID79, base_config, gpuhc
+from tests.helpers.story import once
 
 pytestmark = pytest.mark.slurm
 
@@ -43,19 +44,9 @@ def acct(tmp_path_factory):
     cluster = accounting_cluster(tmp_path_factory, started, workdir=wd, nodes=NODES, gpuhc_config=cfg,
                                  extra_conf="TopologyPlugin=topology/tree")
     cluster.hook_events = events
-    cluster.story = set()  # the steps of this module's story that have run on it
     yield cluster
     for c in started:
         c.stop()
-
-
-def once(c, *steps) -> None:
-    """Run each step of the story on the shared cluster unless it already ran there (a failed step
-    counts as run: the test that ran it failed, and those after it fail on what it left)."""
-    for step in steps:
-        if step.__name__ not in c.story:
-            c.story.add(step.__name__)
-            step(c)
 
 
 def hook_events(c) -> list[dict]:

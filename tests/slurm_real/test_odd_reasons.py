@@ -5,7 +5,8 @@ nor reach anyone's terminal raw (issue 18, items 2 and 5; docs/security.md, "Slu
 
 The reasons are set with real ``scontrol update`` (argv bytes, no shell) and read back by the
 real sinfo and scontrol; what each release prints for them is in docs/slurm.md, "Reading
-Slurm's output". The tests share one cluster per release and run in file order.
+Slurm's output". The tests share one cluster per release; the report tests stand on the two
+drains of the first two, run first where they have not (tests/helpers/story.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import subprocess
 import pytest
 
 from tests.helpers.slurm_flows import XID79, base_config, decisions, gpuhc
+from tests.helpers.story import once
 
 pytestmark = pytest.mark.slurm
 
@@ -55,7 +57,7 @@ def odd(slurm_cluster_module, tmp_path_factory):
     return c
 
 
-def test_health_check_drains_the_sick_node_whatever_the_other_reasons_hold(odd):
+def health_check_drains_n1(odd):
     hc = gpuhc(odd, "healthcheck", node="n1")
     assert hc.returncode == 1, hc.stdout + hc.stderr  # unhealthy and drained: not 3 (internal error)
     n1 = odd.node("n1")
@@ -67,7 +69,7 @@ def test_health_check_drains_the_sick_node_whatever_the_other_reasons_hold(odd):
     assert not any("circuit breaker open" in line for line in lines), lines
 
 
-def test_prolog_fails_and_drains_the_sick_node_whatever_the_other_reasons_hold(odd):
+def prolog_drains_n6(odd):
     from tests.helpers.paths import REPO
     from tests.helpers.slurm_cluster import gpuhc_bin
 
@@ -79,12 +81,21 @@ def test_prolog_fails_and_drains_the_sick_node_whatever_the_other_reasons_hold(o
     assert n6.drained and n6.reason.startswith("gpuhc: xid Xid 79 on gpu3"), n6
 
 
+def test_health_check_drains_the_sick_node_whatever_the_other_reasons_hold(odd):
+    once(odd, health_check_drains_n1)
+
+
+def test_prolog_fails_and_drains_the_sick_node_whatever_the_other_reasons_hold(odd):
+    once(odd, prolog_drains_n6)
+
+
 FORMS = [[], ["--csv"], ["-o", "node,state,owner,user,reason"], ["--parsable"], ["--parsable", "--noheader"],
          ["-o", "node,reason", "--noheader"]]
 
 
 @pytest.mark.parametrize("form", FORMS, ids=lambda f: " ".join(f) or "plain")
 def test_drain_report_lists_every_node_and_prints_no_raw_control_byte(odd, form):
+    once(odd, health_check_drains_n1, prolog_drains_n6)  # the sick nodes are drained
     cp = gpuhc(odd, "drain-report", *form)
     assert cp.returncode == 0, cp.stderr
     assert raw_control(cp.stdout) == [] and raw_control(cp.stderr) == []
@@ -98,6 +109,7 @@ def test_drain_report_lists_every_node_and_prints_no_raw_control_byte(odd, form)
 
 
 def test_drain_report_json_keeps_every_reason_exactly(odd):
+    once(odd, health_check_drains_n1, prolog_drains_n6)  # the sick nodes are drained
     cp = gpuhc(odd, "drain-report", "--json")
     assert cp.returncode == 0, cp.stderr
     assert raw_control(cp.stdout) == []
@@ -115,6 +127,7 @@ def test_drain_report_json_keeps_every_reason_exactly(odd):
 
 def test_drain_report_terminal_table_prints_no_raw_control_byte(odd, monkeypatch):
     """The rich table (a terminal's view), from the live listing, rendered in this process."""
+    once(odd, health_check_drains_n1, prolog_drains_n6)  # the sick nodes are drained
     import io
 
     from gpuhc.cli.report_cmd import read_live, render_rich
@@ -135,6 +148,7 @@ def test_drain_report_terminal_table_prints_no_raw_control_byte(odd, monkeypatch
 def test_drain_report_from_saved_dumps_of_this_release(odd, tmp_path):
     """What an admin pastes into a ticket: this release's own scontrol and sinfo output for
     these reasons, bytes as they came, read with --from-file in every form."""
+    once(odd, health_check_drains_n1, prolog_drains_n6)  # the sick nodes are drained
     dump = tmp_path / "ticket.txt"
     parts = []
     for argv in (["scontrol", "show", "node"], ["scontrol", "--oneliner", "show", "node"], ["sinfo", "-R"]):
