@@ -17,6 +17,7 @@ import yaml
 from gpuhc.export.prometheus import HELP
 from gpuhc.hooks import fire
 from tests.helpers.paths import REPO
+from tests.helpers.trusted import trusted_copy
 
 EXAMPLES = REPO / "examples"
 RULES = EXAMPLES / "alerting" / "gpuhc-rules.yml"
@@ -91,14 +92,21 @@ def webhook(tmp_path):
     server.shutdown()
 
 
+@pytest.fixture
+def hook(tmp_path):
+    """The shipped hook as root installs it: gpuhc refuses, as root, a hook others could write,
+    whatever the checkout's modes (tests/helpers/trusted.py)."""
+    return trusted_copy(HOOK, tmp_path / HOOK.name)
+
+
 class Lines(list):
     def __call__(self, text, loud=False):
         self.append(text)
 
 
-def test_webhook_hook_posts_the_event(webhook):
+def test_webhook_hook_posts_the_event(webhook, hook):
     log = Lines()
-    settings = {"commands": [[str(HOOK), "--url-file", str(webhook)]], "timeout_s": 20.0}
+    settings = {"commands": [[str(hook), "--url-file", str(webhook)]], "timeout_s": 20.0}
     fire("drain", {"node": "gpu017", "reason": "gpuhc: xid Xid 79 on gpu3",
                    "breaker": {"drained": 2, "total": 64, "cap": 7, "scope": "partition gpu"}}, settings, log)
     assert "ok" in log[0], log
@@ -108,8 +116,8 @@ def test_webhook_hook_posts_the_event(webhook):
                                          "circuit breaker: 2/64 held by gpuhc, cap 7 (partition gpu)"]
 
 
-def test_webhook_hook_failure_is_logged(webhook):
+def test_webhook_hook_failure_is_logged(webhook, hook):
     _Webhook.status = 500
     log = Lines()
-    fire("resume", {"node": "gpu017"}, {"commands": [[str(HOOK), "--url-file", str(webhook)]], "timeout_s": 20.0}, log)
+    fire("resume", {"node": "gpu017"}, {"commands": [[str(hook), "--url-file", str(webhook)]], "timeout_s": 20.0}, log)
     assert "exited 1" in log[0] and "HTTP Error 500" in log[0], log

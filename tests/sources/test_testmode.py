@@ -18,6 +18,7 @@ import pytest
 from gpuhc.errors import SourceError
 from gpuhc.sources import SourceSpec, build_sources, testmode
 from tests.helpers.paths import REPO
+from tests.helpers.trusted import trusted_copy
 
 SCENARIOS = REPO / "examples" / "scenarios"
 XID79 = SCENARIOS / "xid79-fallen-off-bus.yaml"
@@ -27,10 +28,11 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="ownership rules apply 
 
 
 def place(tmp_path: Path, target: Path, name: str = "scenario.yaml") -> Path:
-    """Copy the shipped scenarios into a root-owned directory and link ``name`` to one of them."""
+    """Copy the shipped scenarios into a root-owned directory, with root's modes whatever the
+    checkout's (tests/helpers/trusted.py), and link ``name`` to one of them."""
     lib = tmp_path / "scenarios"
     if not lib.exists():
-        shutil.copytree(SCENARIOS, lib)
+        trusted_copy(SCENARIOS, lib)
     link = tmp_path / name
     if link.is_symlink():
         link.unlink()
