@@ -13,6 +13,7 @@ from gpuhc.sweep.analyze import apply_culprits, drain_reason
 from gpuhc.sweep.slurmcli import SlurmCli
 from gpuhc.sweep.store import SweepStore
 from gpuhc.sweep.submit import submit_sweep
+from tests.helpers.sweep_apply import Config
 from tests.helpers.sweep_slurm import FakeSlurm, section
 from tests.helpers.paths import REPO
 
@@ -193,14 +194,6 @@ class FakeScontrol:
             self.nodes[name] = ("IDLE+DRAIN", reason)
             return 0, "", ""
         raise AssertionError(argv)
-
-
-class Config:
-    def __init__(self, slurm):
-        self.slurm = slurm
-
-    def section(self, name):
-        return self.slurm
 
 
 def record(*culprits):
