@@ -16,6 +16,7 @@ from gpuhc.sweep.submit import submit_sweep
 from tests.helpers.sweep_apply import Config
 from tests.helpers.sweep_slurm import FakeSlurm, section
 from tests.helpers.paths import REPO
+from tests.helpers.trusted import trusted_copy
 
 
 def test_submit_sends_one_exclusive_job_per_group_with_the_launch_line(tmp_path):
@@ -252,7 +253,7 @@ def test_a_bad_template_is_a_config_error(tmp_path, bad):
         submit_sweep(s, SweepStore(str(tmp_path / "st")), cli=FakeSlurm().cli(), now=1.0)
 
 
-def test_shipped_example_config_and_template_are_valid():
+def test_shipped_example_config_and_template_are_valid(tmp_path):
 
     from gpuhc.config import load_config
     from gpuhc.sweep.campaign import job_settings
@@ -260,7 +261,9 @@ def test_shipped_example_config_and_template_are_valid():
     from gpuhc.sweep.settings import sweep_section
     from gpuhc.sweep.submit import job_script, launch_argv
 
-    ex = REPO / "examples" / "sweep"
+    # as root gpuhc refuses files others could write: copies with root's modes, whatever the
+    # checkout's (tests/helpers/trusted.py)
+    ex = trusted_copy(REPO / "examples" / "sweep", tmp_path / "sweep")
     s = sweep_section(load_config(str(ex / "gpuhc-sweep.yaml")))
     assert s["thresholds"]["nccl"]["2x8-cross"]["large_busbw_gbs"] == 300
     s["job"]["template"] = str(ex / "sweep.sbatch.tmpl")
