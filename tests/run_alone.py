@@ -41,6 +41,10 @@ def main(argv: list[str]) -> int:
               flush=True)
         if cp.returncode not in PASSED:
             failed.append(str(rel))
+            # pyproject's -ra summary names each failed test: say which, not only that
+            for line in cp.stdout.splitlines():
+                if line.startswith(("FAILED ", "ERROR ")):
+                    print(f"     {line}", flush=True)
     if failed:
         print("failed alone:\n  " + "\n  ".join(failed))
     return 1 if failed else 0
