@@ -20,7 +20,7 @@ run() { local t=$1; shift; echo "=== $* (limit ${t}s)" | tee -a "$LOG"; local s=
 } > "$OUT/env.txt" 2>&1
 
 # Limits sum to under 10 minutes (one device call); a healthy run takes about 4.
-run 170 python3 -m pytest -q -m gpu tests/test_active_gpu.py -s -p no:cacheprovider
+run 170 python3 -m pytest -q -m gpu tests/active/test_gpu.py -s -p no:cacheprovider
 run 50 env CUDA_VISIBLE_DEVICES=0 python3 bench/bench_active.py suite --stage epilog --budget 30 --json "$OUT/suite.jsonl"
 if [ "$MODE" = full ]; then
   run 50 python3 bench/bench_active.py suite --stage epilog --budget 30 --json "$OUT/suite.jsonl"

@@ -5,7 +5,7 @@ minute, what does gpuhc's circuit breaker cost the controller, today's code agai
 the same run on the same controller?
 
 Setup: a real slurmctld with ``--nodes`` nodes in ``slurm.conf`` (two with a live slurmd, the
-rest defined and never registered; see tests/slurm_bigcluster.py), in partitions of
+rest defined and never registered; see tests/helpers/slurm_bigcluster.py), in partitions of
 ``--partition-size``. ``--runs`` concurrent ``gpuhc healthcheck`` processes, each judging a
 different node of the first partition on a scenario with an Xid 79 (a failure that drains),
 breaker cap ``--cap-percent`` of that partition. Per storm it records:
@@ -50,8 +50,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))  # gpuhc and tests.helpers
 
 BASELINE_REV = "8909f36"  # the tree before issue 13: scontrol show node for every read and count
 SCENARIO = REPO / "examples" / "scenarios" / "xid79-fallen-off-bus.yaml"
@@ -77,7 +76,7 @@ def main() -> int:
     ap.add_argument("--workdir", help="keep the cluster's files here (default: a temp dir, removed)")
     args = ap.parse_args()
 
-    from slurm_bigcluster import in_private_netns
+    from tests.helpers.slurm_bigcluster import in_private_netns
 
     if not in_private_netns():
         if os.environ.get("GPUHC_BENCH_NETNS"):
@@ -93,8 +92,8 @@ def main() -> int:
 
 
 def run(args) -> int:
-    from slurm_bigcluster import BigSlurmCluster, prepare_netns
-    from slurm_storm import storm, write_config
+    from tests.helpers.slurm_bigcluster import BigSlurmCluster, prepare_netns
+    from tests.helpers.slurm_storm import storm, write_config
 
     prepare_netns()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="gpuhc-storm-"))

@@ -11,7 +11,7 @@ document on stdout (or --json FILE); exit 2 for a bad argument or a policy this 
     sudo python bench/campaign.py --real --seed 11 --nodes 16 --seconds 90 --rate-scale 1500
 
 --real: the same seed's schedule on a real slurmctld with one slurmd per node on localhost
-(tests/slurm_cluster.py; root, Debian's Slurm packages), compressed --compression times, and the
+(tests/helpers/slurm_cluster.py; root, Debian's Slurm packages), compressed --compression times, and the
 model on the same compressed clock; the JSON compares them (docs/campaign.md, "Trusting the
 model"). Exit 1 when they disagree or the real run breaks its bounds.
 """
@@ -56,9 +56,8 @@ def parse(argv):
 
 def real(a) -> int:
     """--real: both sides on the same seed; the comparison as JSON."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from gpuhc.errors import ConfigError
-    from slurm_cluster import ClusterError, SlurmCluster
+    from tests.helpers.slurm_cluster import ClusterError, SlurmCluster
 
     from campaign_model.real_agree import bounds
     from campaign_model.real_run import campaign

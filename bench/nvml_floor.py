@@ -16,7 +16,7 @@ passive and prolog stages read them, on one slice of the links: every ``--dl-rot
 is read on every link.
 
 The field lists are written out here on purpose (a floor must not pay for gpuhc's imports);
-tests/test_bench_floor.py keeps them equal to gpuhc/sources/nvml_fields.py.
+tests/bench/test_nvml_floor.py keeps them equal to gpuhc/sources/nvml_fields.py.
 """
 
 import sys

@@ -22,7 +22,7 @@ print(MPI.Get_library_version().splitlines()[0])'
 } 2>&1 | tee "$OUT/env.txt"
 
 echo "== gpu tests"
-timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_sweep_gpu.py 2>&1 | tee "$OUT/pytest_gpu.txt"
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/sweep/test_backends_gpu.py 2>&1 | tee "$OUT/pytest_gpu.txt"
 
 echo "== gpuhc sweep run --backend nccl, $NGPU ranks, 8 B -> 2 GiB"
 t0=$(date +%s.%N)

@@ -82,4 +82,4 @@ step 150 mpirun --oversubscribe -np "$NGPU" python3 -m gpuhc sweep run --backend
 step 150 torchrun --standalone --nproc_per_node="$NGPU" bench/bench_sweep.py torch --out "$ST/torch_loop.json"
 step 60 python3 bench/bench_sweep.py compare --gpuhc "$OUT/sweep.json" --torch "$ST/torch_loop.json"
 
-step 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_active_gpu.py tests/test_sweep_gpu.py tests/test_nvml_live.py
+step 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/active/test_gpu.py tests/sweep/test_backends_gpu.py tests/sources/test_nvml.py

@@ -4,21 +4,18 @@ marker's skip rule.
 Every test that starts a cluster (``slurm_cluster``/``slurm_cluster_module``) runs once per
 selected Slurm release, and its id says which: ``test_x[slurm-24.11]``. ``--slurm`` (or
 ``GPUHC_SLURM``) selects: ``host`` (default: the host's packages), ``all`` (22.05, 24.11,
-26.05; the ones the host lacks run in Debian chroots, tests/slurm_release.py), or a comma list.
+26.05; the ones the host lacks run in Debian chroots, tests/helpers/slurm_release.py), or a comma list.
 Tests marked ``slurm_host`` run on the host's Slurm only, named the same way.
 
-``tests/`` is put on ``sys.path`` here (pyproject has no ``pythonpath``) so test modules can
-``from slurm_cluster import SlurmCluster`` and the fixtures below are registered for every test.
+``tests`` is a package (tests/README.md): pytest puts the repository on ``sys.path``, test modules
+import the shared pieces as ``tests.helpers.<name>``, and the fixtures below reach every folder.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # The parse memo (gpuhc/parsecache.py) of this session's runs, in-process and in subprocesses,
 # goes to a directory of its own rather than the machine's /var/cache/gpuhc.
@@ -30,8 +27,8 @@ if "GPUHC_CACHE_DIR" not in os.environ:
     os.environ["GPUHC_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpuhc-test-cache-")
     atexit.register(shutil.rmtree, os.environ["GPUHC_CACHE_DIR"], True)
 
-from slurm_cluster import slurm_cluster, slurm_cluster_module  # noqa: E402,F401  (fixtures)
-from slurm_release import host_version, release, selected  # noqa: E402
+from tests.helpers.slurm_cluster import slurm_cluster, slurm_cluster_module  # noqa: E402,F401  (fixtures)
+from tests.helpers.slurm_release import host_version, release, selected  # noqa: E402
 
 _CLUSTER_FIXTURES = {"slurm_cluster", "slurm_cluster_module", "slurm_release"}
 
@@ -62,7 +59,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="module")
 def slurm_release(request: pytest.FixtureRequest):
-    """The Slurm release this test's clusters run (tests/slurm_release.py)."""
+    """The Slurm release this test's clusters run (tests/helpers/slurm_release.py)."""
     return release(getattr(request, "param", None) or host_version() or "22.05")
 
 

@@ -17,8 +17,9 @@ from gpuhc.model import GpuReading, Snapshot, Status
 from gpuhc.runner import RunOptions, run_stage
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.scenario import load_scenario
+from tests.helpers.paths import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 SCENARIOS = os.path.join(ROOT, "examples", "scenarios")
 
 

@@ -10,6 +10,7 @@ import pytest
 from gpuhc.config import load_config
 from gpuhc.config_hosts import host_matches
 from gpuhc.errors import ConfigError
+from tests.helpers.paths import REPO
 
 
 def write(tmp_path, text: str) -> str:
@@ -143,7 +144,7 @@ def test_shipped_example_config_is_valid(tmp_path):
     """etc/gpuhc.yaml is what admins copy: it must load, and its host overrides must apply."""
     import shutil
 
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "etc", "gpuhc.yaml")
+    src = os.path.join(REPO, "etc", "gpuhc.yaml")
     path = tmp_path / "gpuhc.yaml"
     shutil.copy(src, path)
     os.chmod(path, 0o644)

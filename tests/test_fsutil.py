@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -18,8 +17,9 @@ from gpuhc.export.eventlog import append_event
 from gpuhc.fsutil import UnsafePath, check_dir_chain, open_append, write_atomic
 from gpuhc.logtext import escape
 from gpuhc.slurm.log import Log
+from tests.helpers.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 NOBODY = 65534
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the ownership rules are root's (CI runs as root)")
 

@@ -4,7 +4,6 @@ nothing. The hooks are real executables started by gpuhc.hooks, nothing is mocke
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys
@@ -17,31 +16,7 @@ import pytest
 from gpuhc.hooks import EVENTS, fire, fire_outcome, outcome_events
 from gpuhc.slurm.breaker import BreakerState
 from gpuhc.slurm.policy import Act, Decision, Memory
-
-
-def _script(path: Path, body: str) -> str:
-    path.write_text(f"#!{sys.executable}\n" + body)
-    path.chmod(0o755)
-    return str(path)
-
-
-@pytest.fixture
-def recorder(tmp_path):
-    """A hook that appends each event it receives (stdin JSON plus GPUHC_EVENT) to a file."""
-    out = tmp_path / "events.jsonl"
-    hook = _script(tmp_path / "record", f"""
-import json, os, sys
-doc = json.load(sys.stdin)
-doc["_env_event"] = os.environ.get("GPUHC_EVENT")
-doc["_argv"] = sys.argv[1:]
-with open({str(out)!r}, "a") as f:
-    f.write(json.dumps(doc) + "\\n")
-""")
-    return hook, out
-
-
-def _events(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+from tests.helpers.hooks import _events, _script, recorder  # noqa: F401 - recorder: a fixture
 
 
 class Lines:

@@ -8,7 +8,7 @@ import functools
 import pytest
 
 import gpuhc.sources.nvml as nvml_mod
-from fake_pynvml import FakeGpu, FakeNvml
+from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
 from gpuhc import nvml_early
 from gpuhc.sources import SourceSpec, build_sources
 from gpuhc.sources.nvml import NvmlLive

@@ -16,8 +16,9 @@ from gpuhc import parsecache
 from gpuhc.config import load_config
 from gpuhc.errors import ConfigError
 from gpuhc.yamlpos import load_file_text
+from tests.helpers.paths import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 
 
 @pytest.fixture

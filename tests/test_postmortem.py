@@ -13,34 +13,16 @@ import stat
 import tarfile
 
 import pytest
-from test_policy_entry import EPILOG_ENV, OK, XID, MiniSlurm, config, flow
+from tests.helpers.minislurm import EPILOG_ENV, OK, XID, MiniSlurm, config, flow
 
 from gpuhc.model import KernelLog, Snapshot
 from gpuhc import postmortem
 from gpuhc.slurm import entry
 from gpuhc.postmortem import UnsafeDirectory, check_root_dir, kernel_tail
 from gpuhc.sources import SourceSpec
+from tests.helpers.owners import owners
 
 NOW = 1_718_101_425.0
-
-
-@pytest.fixture
-def owners(monkeypatch):
-    """Run as "root": ``os.geteuid()`` is 0 and every path is owned by root unless listed here."""
-    real_stat = os.stat
-    table: dict[str, int] = {}
-
-    def fake_stat(path, *a, **k):
-        st = real_stat(path, *a, **k)
-        if isinstance(path, int):
-            return st
-        uid = table.get(os.path.abspath(os.fspath(path)), 0)
-        return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, uid, st.st_gid, st.st_size,
-                               int(st.st_atime), int(st.st_mtime), int(st.st_ctime)))
-
-    monkeypatch.setattr(os, "stat", fake_stat)
-    monkeypatch.setattr(os, "geteuid", lambda: 0)
-    return table
 
 
 def pm_dir(tmp_path, mode=0o700, parent_mode=0o755) -> str:

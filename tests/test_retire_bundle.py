@@ -10,14 +10,15 @@ import time
 from pathlib import Path
 
 import yaml
-from test_postmortem import owners  # noqa: F401  (the fixture: run as "root", whatever the suite runs as)
+from tests.helpers.owners import owners  # noqa: F401  (the fixture: run as "root", whatever the suite runs as)
 
 from gpuhc.export.eventlog import encode_line
 from gpuhc.retire_bundle import fault_history, rma_assessment, write_retire_bundle
 from gpuhc.runner import read_snapshot
 from gpuhc.sources import SourceSpec
+from tests.helpers.paths import REPO
 
-SCEN = Path(__file__).resolve().parent.parent / "examples" / "scenarios"
+SCEN = REPO / "examples" / "scenarios"
 NOW = 1_741_082_400.0
 
 

@@ -5,22 +5,22 @@ the real-Slurm test (tests/test_fleet_slurm.py) reads a live `scontrol show topo
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from gpuhc.topology_text import parse_topology
+from tests.helpers.paths import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "topology"
+TOPOLOGY = FIXTURES / "topology"
 
 
 def test_the_manual_tree_gives_each_node_its_leaf_and_skips_the_spine():
-    leaf_of = parse_topology((FIXTURES / "topology-tree.conf").read_text())
+    leaf_of = parse_topology((TOPOLOGY / "topology-tree.conf").read_text())
     assert len(leaf_of) == 18
     assert leaf_of["dev0"] == "s0" and leaf_of["dev6"] == "s1" and leaf_of["dev17"] == "s2"
     assert "s3" not in leaf_of.values()  # lists switches, no nodes
 
 
 def test_the_manual_blocks_are_leaves_and_block_sizes_are_no_block():
-    leaf_of = parse_topology((FIXTURES / "topology-block.conf").read_text())
+    leaf_of = parse_topology((TOPOLOGY / "topology-block.conf").read_text())
     assert len(leaf_of) == 128 and leaf_of["node1"] == "block1" and leaf_of["node128"] == "block4"
 
 

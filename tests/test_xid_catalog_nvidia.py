@@ -7,14 +7,14 @@ the entry says why not (``differs``)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import yaml
 
 from gpuhc import xid_catalog as cat
+from tests.helpers.paths import FIXTURES
 
-RECORD = Path(__file__).parent / "fixtures" / "xid_catalog" / "nvidia_xid_catalog.yaml"
+RECORD = FIXTURES / "xid_catalog" / "nvidia_xid_catalog.yaml"
 NVIDIA = yaml.safe_load(RECORD.read_text())
 
 # NVIDIA's immediate-action buckets (the catalog's "Guidance Class" table) that take the GPU or

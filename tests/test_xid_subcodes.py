@@ -11,7 +11,7 @@ from gpuhc.checks import xid
 from gpuhc.model import Action, Status
 from gpuhc.sources.kernel_log_parse import parse_lines
 from gpuhc.xid_subcodes import buckets, decode, table, units
-from snapshots import context, healthy_node
+from tests.helpers.snapshots import context, healthy_node
 
 # real: leptonai/gpud pull requests 1174 and 1160 (GB200 and B200 kmsg examples)
 REAL_V1_NETIR = "Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)"

@@ -4,7 +4,7 @@ jobs, played on a real slurmctld with one slurmd per node, gpuhc deployed as REA
 What is real: Slurm (drain, reason, resume, reboot through RebootProgram, the prolog and epilog
 slurmd runs before and after every job, job start, requeue on a failed prolog), `sbatch` jobs (a
 `sleep` of the job's compressed length, pinned ones with `-w`), `scancel` of a job its node's
-fault ends, and every gpuhc run (the installed shims and wrappers, tests/slurm_cluster.py, the
+fault ends, and every gpuhc run (the installed shims and wrappers, tests/helpers/slurm_cluster.py, the
 boot unit's retest). What stands in: each node's GPUs replay the model's scenario file for that
 node (per-host `sources: nvml_scenario`, written the same way, bench/campaign_model/node.py); the
 GPU reset command is a script that asks this harness, which waits the compressed reset time and
@@ -109,7 +109,7 @@ class RealCampaign:
         self.resets: dict[str, float] = {}  # request file -> when it came
         self.reset_log: list = []  # (node, start, end)
         self.fault_of: dict[int, F.Fault] = {}  # model fault id -> this side's fault
-        # Under the cluster's directory: a release in a chroot sees only that (tests/slurm_release.py).
+        # Under the cluster's directory: a release in a chroot sees only that (tests/helpers/slurm_release.py).
         self.started_log = cluster.workdir / "jobs-started.log"
 
     # ------------------------------------------------------------------ files the deployment needs

@@ -3,7 +3,7 @@
 Slurm's part is all real: gpuhc's ladder asks `scontrol reboot ASAP nextstate=DOWN`, slurmctld
 runs RebootProgram once the node is idle, the node's slurmd stops and registers again with a new
 boot time, the boot unit's `gpuhc quarantine retest` decides. What stands in is the machine
-(tests/slurm_cluster_files.py, SlurmCluster(reboot=True)): between slurmd's stop and its next
+(tests/helpers/slurm_cluster_files.py, SlurmCluster(reboot=True)): between slurmd's stop and its next
 start it runs bin/down, which asks this harness; the harness holds the machine off until the
 model's reboot would be over, then heals the node's scenario with the model's outcome for that
 reboot (the faults the model's k-th reboot of the node repaired, the application's faults, the
@@ -40,7 +40,7 @@ n=0
 while [ ! -e "$d/done.$node.$$" ] && [ $n -lt {polls} ]; do sleep 0.05; n=$((n+1)); done
 """
 UNIT_POLL = "sleep 5;"  # the retest unit's ExecStartPre, between two reads of the node's state
-AND = " && \\\n"  # how tests/slurm_cluster_files.py joins the unit's commands in bin/boot
+AND = " && \\\n"  # how tests/helpers/slurm_cluster_files.py joins the unit's commands in bin/boot
 
 
 def ask_script(path: Path, what: str, requests: Path, node: str, polls: int) -> None:

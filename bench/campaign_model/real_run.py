@@ -19,7 +19,7 @@ from .real_agree import deviations, disagreements, summary
 from .real_boot import install
 from .sim import Campaign
 
-TESTS = Path(__file__).resolve().parents[2] / "tests"
+REPO = Path(__file__).resolve().parents[2]  # on sys.path: tests.helpers
 RECOMMENDED = {"prolog_flags": "Alloc", "prolog_epilog_timeout": 90}  # slurm/slurm.conf.example
 # 10 % of a fault->drain of a fraction of a second is less than the real side resolves: the
 # harness's 0.05 s tick, a wrapper's start on a busy box, the reset stand-in's poll.
@@ -43,11 +43,11 @@ def model(policy: str, seed: int, nodes: int, seconds: float, rate_scale: float,
 
 def deployment(config_file: Path, wd: Path) -> dict:
     """The model's gpuhc config, deployed: a decision log, the reset stand-in, and the reset
-    procedure's other tools as tests/test_slurm_ladder.py sets them up."""
+    procedure's other tools as tests/slurm_real/test_ladder.py sets them up."""
     import shutil
 
-    sys.path.insert(0, str(TESTS))
-    from test_slurm_ladder import fake_proc
+    sys.path.insert(0, str(REPO))
+    from tests.helpers.reset_fakes import fake_proc
 
     from .node import HEALTHY
 
@@ -64,7 +64,7 @@ def deployment(config_file: Path, wd: Path) -> dict:
 def campaign(make_cluster, workdir: Path, policy: str = "shipped", seed: int = 11, nodes: int = 16,
              seconds: float = 90.0, rate_scale: float = 1500.0, compression: float = COMPRESSION) -> dict:
     """Both sides; the JSON document of the comparison."""
-    sys.path.insert(0, str(TESTS))
+    sys.path.insert(0, str(REPO))
     m, config_file = model(policy, seed, nodes, seconds, rate_scale, compression, workdir)
     wd = workdir / "real"
     wd.mkdir(parents=True, exist_ok=True)

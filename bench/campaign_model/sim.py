@@ -198,7 +198,7 @@ class Campaign:
 
     def _gpuhc(self, name: str, stage: str, env: dict | None = None):
         """gpuhc's flow for ``stage`` on the node. In observe mode gpuhc changes nothing (no
-        drain, resume, reset or reboot; the prolog exits 0: tests/test_campaign.py), so a run
+        drain, resume, reset or reboot; the prolog exits 0: tests/bench/test_campaign.py), so a run
         only costs Slurm reads: one whose inputs (the node's faults, its old kernel lines, its
         Slurm row) are those of its last run of the stage, less than 6 h ago, is not run
         again, and its reads are counted as that run's. Without this a month of observe did not

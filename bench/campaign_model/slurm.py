@@ -1,8 +1,8 @@
 """A modelled slurmctld: the node table gpuhc reads and updates, answering the argv gpuhc sends.
 
 It stands behind the same ``run=`` injection of :class:`gpuhc.slurm.command.SlurmCommand` that
-the unit tests use (tests/test_policy_entry.py's MiniSlurm), so gpuhc's flows run unchanged; the
-answers are rendered by tests/slurm_answers.py, the format tests/test_slurm_sinfo.py checks
+the unit tests use (tests/slurm/test_entry.py's MiniSlurm), so gpuhc's flows run unchanged; the
+answers are rendered by tests/helpers/slurm_answers.py, the format tests/slurm_real/test_sinfo.py checks
 against a real slurmctld. What Slurm does on its own (a reboot's notes and its DOWN state after
 the boot, docs/slurm.md "Slurm releases") is modelled as 22.05 does it with ReturnToService=1.
 Every argv counts as one RPC, per kind, for the campaign's "Slurm RPCs per hour".
@@ -16,8 +16,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-import slurm_answers  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: tests.helpers
+from tests.helpers import slurm_answers  # noqa: E402
 
 PARTITION = ("gpu",)
 

@@ -39,7 +39,7 @@ from gpuhc.slurm.reason import format_reason, parse_reason, retired_from
 
 RESET, REBOOT = "reset", "reboot"
 # The ladders a config may give an action (slurm.remediation.actions): the schema offers
-# exactly these (gpuhc/slurm/settings.py repeats them as lists, which tests/test_ladder.py keeps
+# exactly these (gpuhc/slurm/settings.py repeats them as lists, which tests/slurm/test_ladder.py keeps
 # equal), so a typo or a reboot before a reset is refused with file and line.
 LADDERS = ((RESET, REBOOT), (RESET,), (REBOOT,), ())
 # slurm.remediation.actions keys, one per catalog action that drains.

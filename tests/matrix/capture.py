@@ -3,7 +3,7 @@ tests/fixtures/slurm/slurm-<version>/ (drain-report and the node parsers read th
 
     python tests/matrix/capture.py 24.11 OUTDIR     # as root; builds the chroot when missing
 
-The cluster (tests/slurm_cluster.py, the release of tests/slurm_release.py) has eight nodes:
+The cluster (tests/helpers/slurm_cluster.py, the release of tests/helpers/slurm_release.py) has eight nodes:
 
     n1  idle, in service
     n2  drained by gpuhc (a real reason built by gpuhc.slurm.reason from an Xid 79 result)
@@ -23,9 +23,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: tests.helpers
 
-from slurm_cluster import SlurmCluster  # noqa: E402
+from tests.helpers.slurm_cluster import SlurmCluster  # noqa: E402
 
 COMMANDS = {
     "scontrol_show_node.txt": ["scontrol", "show", "node"],

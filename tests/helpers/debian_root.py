@@ -1,0 +1,72 @@
+"""A clean Debian 12 root with the checkout in it, and README.md's shell blocks verbatim: the
+install tests' ground (tests/install/)."""
+
+from __future__ import annotations
+
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.paths import REPO
+from tests.helpers.slurm_release import CHROOT_CACHE
+
+
+ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
+
+
+def readme_block(heading: str, index: int = 0) -> str:
+    """The ``index``-th ```sh block under a README heading, as written."""
+    text = (REPO / "README.md").read_text()
+    section = text.split(f"\n{heading}\n", 1)[1]
+    section = re.split(r"\n#{1,2} ", section, maxsplit=1)[0]
+    return re.findall(r"```sh\n(.*?)```", section, re.S)[index]
+
+
+def build_base(name: str = "bookworm-python", include: str = "python3,python3-pip") -> Path:
+    """The cached Debian 12 chroot ``name`` with only minbase and ``include``: built once."""
+    base = CHROOT_CACHE / name
+    if (base / "usr/bin/python3").exists():
+        return base
+    tmp = base.with_name(base.name + f".tmp.{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    cp = subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase", "--mode=root",
+                         "--aptopt=APT::Install-Recommends \"false\"", "--aptopt=Acquire::Check-Valid-Until \"false\"",
+                         f"--include={include}", "bookworm", str(tmp), "http://deb.debian.org/debian"],
+                        capture_output=True, text=True, timeout=1200)
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    tmp.rename(base)
+    return base
+
+
+def clean_root(base: Path, root: Path):
+    """A fresh copy of the chroot ``base`` at ``root`` with the checkout at /root/gpuhc; returns
+    a runner of shell text inside it (its own mount namespace: /proc, /dev, the host's
+    resolv.conf and CA certificates)."""
+    if os.geteuid() != 0:
+        pytest.fail("the install test builds a chroot and must run as root (CI does)", pytrace=False)
+    subprocess.run(["cp", "-a", str(base), str(root)], check=True)
+    files = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                           check=True).stdout.split(b"\0")
+    dest = root / "root" / "gpuhc"
+    for name in filter(None, files):
+        src = REPO / os.fsdecode(name)
+        if src.is_file():
+            (dest / os.fsdecode(name)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / os.fsdecode(name))
+
+    def run(script: str, timeout: float = 900) -> subprocess.CompletedProcess:
+        mounts = (f"mount -t proc proc {root}/proc && mount --rbind /dev {root}/dev && "
+                  f"touch {root}/etc/resolv.conf && mount --bind /etc/resolv.conf {root}/etc/resolv.conf && "
+                  # the host's CAs: a network whose proxy re-signs TLS has its CA there
+                  f"mkdir -p {root}/etc/ssl/certs && mount --bind /etc/ssl/certs {root}/etc/ssl/certs && "
+                  f"exec chroot {root} /bin/sh -ec 'cd /root/gpuhc\n'\"$1\"")
+        return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", mounts, "sh", script],
+                              env=ENV, capture_output=True, text=True, timeout=timeout)
+
+    return run

@@ -1,0 +1,206 @@
+"""The hardware boundary of the GPU reset procedure, faked for its tests: a ``/proc`` tree
+(processes with ``/dev/nvidia*`` open, their cgroups, the driver's per-GPU information file),
+``systemctl`` and ``nvidia-smi`` as executables that record every argv, in order, into one file,
+and NVML read through gpuhc's real NVML source over tests/helpers/fake_pynvml.py.
+
+One JSON file is the node's state that the fakes share: which units run, which processes each
+unit owns, the GPUs' persistence, UUIDs and fabric state. The fakes behave as the real tools do
+where the procedure depends on it: stopping a unit ends its processes (their /proc entries go);
+``nvidia-smi -r`` refuses a GPU still held open, with the driver's message (quoted from
+NVIDIA/NVSentinel#1690); a reset sends the GPUs' fabric registration back to "in progress"
+until Fabric Manager starts again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
+
+from gpuhc.sources.nvml import NvmlLive
+
+PCI = "0000:{:02x}:00.0"
+
+_TOOL = r'''#!{python}
+import json, os, shutil, sys
+root = {root!r}
+state_path = os.path.join(root, "state.json")
+st = json.load(open(state_path))
+argv = [os.path.basename(sys.argv[0])] + sys.argv[1:]
+with open(os.path.join(root, "calls.log"), "a") as f:
+    f.write(" ".join(argv) + "\n")
+key = " ".join(argv[1:])
+if key in st.get("fail", []):
+    print("fake failure of " + key, file=sys.stderr)
+    sys.exit(1)
+
+def save():
+    json.dump(st, open(state_path, "w"))
+
+def procs_of(unit):
+    return [p for p, u in st["procs"].items() if u["unit"] == unit + ".service"]
+
+if argv[0] == "systemctl":
+    if argv[1] == "show":
+        units = argv[argv.index("--") + 1:]
+        out = []
+        for u in units:
+            if u in st["units"]:
+                out.append(f"Id={{u}}.service\nLoadState=loaded\nActiveState={{st['units'][u]}}")
+            else:
+                out.append(f"Id={{u}}.service\nLoadState=not-found\nActiveState=inactive")
+        print("\n\n".join(out))
+    elif argv[1] == "stop":
+        st["units"][argv[2]] = "inactive"
+        for p in procs_of(argv[2]):
+            shutil.rmtree(os.path.join(root, "proc", p), ignore_errors=True)
+        if argv[2] == "nvidia-fabricmanager":
+            st["fm"] = False
+        save()
+    elif argv[1] == "start":
+        st["units"][argv[2]] = "active"
+        if argv[2] == "nvidia-fabricmanager" and not st.get("fabric_stuck"):
+            st["fm"] = True
+            for g in st["gpus"].values():
+                if g["fabric"] is not None:
+                    g["fabric"] = 3
+        save()
+elif argv[0] == "nvidia-smi":
+    if "-pm" in argv:
+        i = argv[argv.index("-i") + 1]
+        st["gpus"][i]["pm"] = int(argv[argv.index("-pm") + 1])
+        save()
+        # persistence off: nvidia-persistenced closes that GPU's device (NVIDIA/NVSentinel#1692)
+        dev = "/dev/nvidia%d" % st["gpus"][i]["minor"]
+        for p in procs_of("nvidia-persistenced"):
+            fd = os.path.join(root, "proc", p, "fd")
+            for x in (os.listdir(fd) if os.path.isdir(fd) else []):
+                if os.readlink(os.path.join(fd, x)) == dev and st["gpus"][i]["pm"] == 0:
+                    os.unlink(os.path.join(fd, x))
+        print("All done.")
+    elif "-r" in argv:
+        wanted = argv[argv.index("-i") + 1].split(",")
+        held = []
+        for i in wanted:
+            dev = "/dev/nvidia%d" % st["gpus"][i]["minor"]
+            for p in st["procs"]:
+                if st.get("fm_facilitates") and st["procs"][p]["unit"] == "nvidia-fabricmanager.service":
+                    continue  # Ampere NVSwitch: Fabric Manager takes part in the reset (nvidia-smi(1))
+                fd = os.path.join(root, "proc", p, "fd")
+                if os.path.isdir(fd) and any(os.readlink(os.path.join(fd, x)) == dev for x in os.listdir(fd)):
+                    held.append(i)
+        if held:
+            print("The following GPUs could not be reset:")
+            for i in held:
+                print("  GPU %s: In use by another client" % st["gpus"][i]["pci"])
+            sys.exit(255)
+        for i in wanted:
+            g = st["gpus"][i]
+            g["resets"] = g.get("resets", 0) + 1
+            if g["fabric"] is not None:
+                g["fabric"] = 3 if st.get("fm") and not st.get("fabric_stuck") else 2
+            g["uuid"] = st.get("uuid_after_reset", {{}}).get(i, g["uuid"])
+        save()
+        for i in wanted:
+            print("GPU %s was successfully reset." % st["gpus"][i]["pci"])
+'''
+
+
+class FakeNode:
+    """A node of ``n`` GPUs, named ``model``, whose units are ``units`` (name -> running) and
+    whose processes are ``procs`` (pid -> (comm, unit or None, devices held))."""
+
+    def __init__(self, root: Path, n: int = 4, model: str = "NVIDIA H100 80GB HBM3", nvlinks: int = 18,
+                 fabric: int | None = 3, units: dict[str, bool] | None = None,
+                 procs: dict[int, tuple[str, str | None, list[str]]] | None = None, nvswitch: bool = True,
+                 minors: list[int] | None = None):
+        self.root = root
+        self.model, self.nvlinks = model, nvlinks
+        (root / "proc").mkdir(parents=True)
+        (root / "dev").mkdir()
+        if nvswitch:
+            (root / "dev" / "nvidia-nvswitch0").write_text("")
+        minors = minors or list(range(n))
+        units = units if units is not None else {"nvidia-persistenced": True, "nvidia-fabricmanager": True,
+                                                  "nvidia-dcgm": True}
+        st = {"units": {u: "active" if on else "inactive" for u, on in units.items()},
+              "fm": bool(units.get("nvidia-fabricmanager")), "procs": {}, "fail": [],
+              "gpus": {str(i): {"uuid": f"GPU-{i:08x}-0000-0000-0000-000000000000", "pci": PCI.format(0x18 + i),
+                                "minor": minors[i], "pm": 1, "fabric": fabric} for i in range(n)}}
+        for i in range(n):
+            d = root / "proc" / "driver" / "nvidia" / "gpus" / PCI.format(0x18 + i)
+            d.mkdir(parents=True)
+            # the driver's own layout (open-gpu-kernel-modules, nv-procfs.c); only the minor is read
+            d.joinpath("information").write_text(
+                f"Model: \t\t {model}\nIRQ:   \t\t 0\nGPU UUID: \t {st['gpus'][str(i)]['uuid']}\n"
+                f"Video BIOS: \t 96.00.99.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
+                f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {PCI.format(0x18 + i)}\nDevice Minor: \t {minors[i]}\n"
+                f"GPU Firmware: \t 580.95.05\nGPU Excluded:\t No\n")
+        for pid, (comm, unit, devices) in (procs or {}).items():
+            self.add_proc(st, pid, comm, unit, devices)
+        self.save(st)
+        for tool in ("systemctl", "nvidia-smi"):
+            p = root / tool
+            p.write_text(_TOOL.format(python=sys.executable, root=str(root)))
+            p.chmod(0o755)
+
+    def add_proc(self, st: dict, pid: int, comm: str, unit: str | None, devices: list[str]) -> None:
+        d = self.root / "proc" / str(pid)
+        (d / "fd").mkdir(parents=True)
+        (d / "comm").write_text(comm + "\n")
+        (d / "cgroup").write_text(f"0::/system.slice/{unit}.service\n" if unit else "0::/user.slice/user-1000.slice\n")
+        for n, dev in enumerate(devices + ["/dev/null", "socket:[12345]"]):
+            os.symlink(dev, d / "fd" / str(n))
+        st["procs"][str(pid)] = {"comm": comm, "unit": f"{unit}.service" if unit else None}
+
+    def state(self) -> dict:
+        return json.loads((self.root / "state.json").read_text())
+
+    def save(self, st: dict) -> None:
+        (self.root / "state.json").write_text(json.dumps(st))
+
+    def change(self, **kw) -> None:
+        st = self.state()
+        st.update(kw)
+        self.save(st)
+
+    def calls(self) -> list[str]:
+        p = self.root / "calls.log"
+        return p.read_text().splitlines() if p.exists() else []
+
+    def read_nvml(self):
+        """The GPUs as gpuhc's real NVML source reads them, over the fake library."""
+        st = self.state()
+        gpus = []
+        for i, g in sorted(st["gpus"].items(), key=lambda kv: int(kv[0])):
+            fake = FakeGpu(name=self.model, uuid=g["uuid"], pci=g["pci"], persistence=g["pm"],
+                           fabric=None if g["fabric"] is None else (g["fabric"], 0))
+            fake.fields["NVML_FI_DEV_NVLINK_LINK_COUNT"] = self.nvlinks
+            gpus.append(fake)
+        return NvmlLive(clock_samples=1, module=FakeNvml(gpus)).read()
+
+    def section(self, **reset) -> dict:
+        """``slurm.remediation`` as the config gives it, pointed at this node's fakes."""
+        from gpuhc.slurm.settings import RESET_SERVICES
+
+        r = {"services": list(RESET_SERVICES), "systemctl": str(self.root / "systemctl"),
+             "nvidia_smi": str(self.root / "nvidia-smi"), "proc_root": str(self.root / "proc"),
+             "dev_root": str(self.root / "dev"), "command_timeout_s": 10.0, "fabric_timeout_s": 5.0, **reset}
+        return {"reset_command": [str(self.root / "nvidia-smi"), "-r", "-i", "{gpu}"], "reset_timeout_s": 10.0,
+                "reset": r}
+
+
+def fake_proc(root: Path, scenario: Path) -> Path:
+    """A /proc with the driver's per-GPU information files of the scenario's GPUs (the reset
+    procedure finds each GPU's /dev/nvidia<minor> there) and no process holding a GPU."""
+    from gpuhc.sources.scenario import load_scenario
+
+    for g in load_scenario(str(scenario), 0).nvml_source().read().gpus:
+        d = root / "driver" / "nvidia" / "gpus" / g.pci_bus_id
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "information").write_text(f"Model: \t\t {g.name}\nBus Location: \t {g.pci_bus_id}\n"
+                                       f"Device Minor: \t {g.index}\n")
+    return root

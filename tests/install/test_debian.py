@@ -1,0 +1,135 @@
+"""README.md's install lines, verbatim, on a fresh Debian 12 that has only Debian's python3 and
+pip (no python3-venv, nothing from PyPI, PEP 668's "externally managed" marker in place).
+
+The chroot is built once with mmdebstrap (tests/matrix/build-chroot.sh's cache directory, suite
+``bookworm-python``) and copied for every run, so each run starts from a clean system. The
+checkout goes in as a clone would (tracked and unignored files only). pip inside the chroot
+downloads from PyPI (the host's network, DNS settings and CA certificates; the host's pip
+settings stay outside).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+
+from tests.helpers.debian_root import build_base, clean_root, readme_block
+
+pytestmark = pytest.mark.install
+
+
+
+@pytest.fixture
+def debian12(tmp_path):
+    """A fresh copy of the Debian 12 chroot (python3 and pip only) with the checkout at /root/gpuhc."""
+    return clean_root(build_base(), tmp_path / "root")
+
+
+def test_readme_node_install_on_stock_debian12(debian12):
+    # The system python refuses pip, as on every stock Debian 12: what the README must avoid.
+    refused = debian12("python3 -m pip install --dry-run click")
+    assert refused.returncode != 0 and "externally-managed-environment" in refused.stderr, refused.stderr
+
+    install = readme_block("## Install on the GPU nodes")
+    cp = debian12(install)
+    assert cp.returncode == 0, f"README install lines failed in Debian 12:\n{install}\n{cp.stdout}\n{cp.stderr}"
+    # no python3-venv here: the path that works must not print Debian's ensurepip alarm first
+    assert "ensurepip" not in cp.stdout + cp.stderr, cp.stdout + cp.stderr
+    assert "extras: none" in cp.stdout  # no NVIDIA driver in the chroot: no CuPy
+
+    # What it left: gpuhc on PATH through the link, the shims, the config, the directories.
+    cp = debian12("readlink /usr/local/bin/gpuhc; ls /usr/local/share/gpuhc/slurm; stat -c '%a %U' /etc/gpuhc/gpuhc.yaml "
+                  "/var/lib/gpuhc /var/log/gpuhc; test -s /usr/share/bash-completion/completions/gpuhc")
+    assert cp.returncode == 0, cp.stderr
+    lines = cp.stdout.split()
+    assert lines[0] == "/opt/gpuhc/bin/gpuhc"
+    assert {"healthcheck.sh", "prolog.sh", "epilog.sh"} <= set(lines)
+    assert "644 root" in cp.stdout and cp.stdout.count("755 root") == 2
+
+    # The hook the config's example names is there, and runs (stdlib only).
+    hook = debian12("/usr/local/sbin/gpuhc-slack-webhook --help")
+    assert hook.returncode == 0 and "--url-file" in hook.stdout, hook.stdout + hook.stderr
+
+    demo = debian12("gpuhc check --demo")
+    assert demo.returncode == 0 and "PASS" in demo.stdout and "demo" in demo.stderr, demo.stdout + demo.stderr
+
+    # The health-check shim as slurmd starts it: no environment but the node's name. A healthy
+    # recording passes and sends nothing to Slurm (there is none here to send to).
+    shim = debian12("env -i SLURMD_NODENAME=gpu001 /usr/local/share/gpuhc/slurm/healthcheck.sh "
+                    "--nvml-scenario /root/gpuhc/examples/scenarios/healthy-8xh100.yaml")
+    assert shim.returncode == 0, shim.stdout + shim.stderr
+    # PASS, or WARN where the stock config's outputs need what a chroot lacks (node_exporter)
+    assert re.search(r"gpuhc healthcheck gpu001: passive: (PASS|WARN) \(\d+ results, 0 failing", shim.stderr), shim.stderr
+    sick = debian12("env -i SLURMD_NODENAME=gpu001 /usr/local/share/gpuhc/slurm/healthcheck.sh "
+                    "--nvml-scenario /root/gpuhc/examples/scenarios/xid79-fallen-off-bus.yaml")
+    assert sick.returncode == 1 and "FAIL" in sick.stderr, sick.stdout + sick.stderr
+
+
+def test_readme_try_it_on_stock_debian12(debian12):
+    """README's "see it work" line, as a user who just cloned the repository would run it."""
+    cp = debian12(readme_block("## Try it"))
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "PASS" in cp.stdout and "demo" in cp.stderr
+
+
+@pytest.mark.parametrize("layout,logdir", [("debian", "/var/log/gpuhc"), ("ubuntu", "/var/lib/gpuhc/log")])
+def test_shipped_config_runs_on_debian_and_ubuntu_log_layouts(debian12, layout, logdir):
+    """One shipped config; install.sh picks the log directory. Ubuntu's /var/log is root:syslog
+    0775 (group-writable), where gpuhc as root refuses to append: the Debian root is given that
+    mode (with group adm: minbase has no syslog group; the rule looks at the mode) and must get
+    /var/lib/gpuhc/log. The run is a CPU node's, as the shipped config names it (cpu001): live,
+    so the event log, the decision log and the textfile are all written."""
+    if layout == "ubuntu":
+        assert debian12("chgrp adm /var/log && chmod 0775 /var/log").returncode == 0
+    cp = debian12(readme_block("## Install on the GPU nodes"))
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert f"logs in {logdir}, metrics in /var/lib/prometheus/node-exporter" in cp.stdout
+    config = debian12("cat /etc/gpuhc/gpuhc.yaml").stdout
+    assert f"event_log: {logdir}/events.jsonl" in config and f"log_file: {logdir}/slurm.log" in config
+    assert debian12("gpuhc config validate").returncode == 0
+
+    # The host's /dev/kmsg, which the chroot shares, carries driver-like lines other tests plant
+    # on purpose (tests/sources/test_kernel_log_realkernel.py): this node reads an empty recorded log.
+    assert debian12("touch /root/kernel.log && printf '  - match: cpu001\\n    sources:\\n      kernel_log: "
+                    "/root/kernel.log\\n' >> /etc/gpuhc/gpuhc.yaml && gpuhc config validate").returncode == 0
+    shim = debian12("env -i SLURMD_NODENAME=cpu001 /usr/local/share/gpuhc/slurm/healthcheck.sh")
+    assert shim.returncode == 0, shim.stdout + shim.stderr
+    assert "gpuhc healthcheck cpu001: passive: PASS" in shim.stderr, shim.stderr
+    assert "not writing" not in shim.stderr and "refusing" not in shim.stderr, shim.stderr
+    files = debian12(f"stat -c '%U %a %n' {logdir} {logdir}/events.jsonl {logdir}/slurm.log "
+                     "/var/lib/prometheus/node-exporter/gpuhc-passive.prom && grep -c cpu001 "
+                     f"{logdir}/events.jsonl {logdir}/slurm.log")
+    assert files.returncode == 0, files.stdout + files.stderr
+    assert files.stdout.splitlines()[0] == f"root 755 {logdir}"
+    assert all(line.endswith(":1") for line in files.stdout.splitlines()[4:]), files.stdout
+
+
+def test_readme_offline_install_without_network(debian12):
+    """README's offline recipe: the download on a machine with the network, then install.sh
+    --wheels with no network at all (its own network namespace: loopback only)."""
+    download, install = readme_block("### Offline nodes", 0), readme_block("### Offline nodes", 1)
+    cp = debian12(download)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    wheels = debian12("ls wheels").stdout.split()
+    assert any(w.startswith("setuptools-84.2.1-") for w in wheels), wheels  # pinned by tests/constraints.txt
+    assert any(w.startswith("click-8.5.1-") for w in wheels) and any(w.startswith("wheel-0.48.0-") for w in wheels)
+    cp = debian12("unshare --net sh -ec " + shlex.quote(install))
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert debian12("unshare --net gpuhc check --demo").returncode == 0
+
+
+def test_install_from_a_read_only_checkout(debian12):
+    """A shared checkout mounted read-only: nothing is written into it (no gpuhc.egg-info).
+    The root also has Debian's node-exporter layout, /var/lib/prometheus owned by its prometheus
+    user (the package's postinst does that): install.sh says gpuhc will not write below it, and
+    how to fix it."""
+    script = ("mkdir -p /var/lib/prometheus/node-exporter && chown 65534:65534 /var/lib/prometheus && "
+              "mount --bind /root/gpuhc /root/gpuhc && mount -o remount,bind,ro /root/gpuhc && "
+              "! touch /root/gpuhc/x 2>/dev/null && sh install.sh && gpuhc check --demo >/dev/null && "
+              "! ls -d /root/gpuhc/*.egg-info 2>/dev/null")
+    cp = debian12(script)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert ("/var/lib/prometheus is not root's: gpuhc will not write metrics under it; dpkg-statoverride --update "
+            "--add root root 0755 /var/lib/prometheus (or --textfile-dir DIR)") in cp.stderr, cp.stderr

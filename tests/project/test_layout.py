@@ -1,0 +1,116 @@
+"""The suite's layout (tests/README.md): tests mirror the package, one naming scheme, shared pieces
+in tests/helpers/ only. A test module that imports another test module couples their fates (one
+cannot run, or move, without the other); a name outside the scheme hides what a test covers."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.paths import REPO, TESTS
+
+# Folders for tests that span modules (tests/README.md): any test_<topic>.py name.
+SPANNING = {"slurm_real", "install", "project"}
+# Folders that are no tests: shared code, recorded data, the Slurm matrix's tooling.
+NOT_TESTS = {"helpers", "fixtures", "matrix", "__pycache__"}
+
+
+def _test_modules() -> list[Path]:
+    return sorted(TESTS.rglob("test_*.py"))
+
+
+def _modules_of(folder: Path, suffix: str = ".py") -> set[str]:
+    return {p.stem for p in folder.glob(f"*{suffix}") if not p.name.startswith("__")}
+
+
+def _named_after(stem: str, names: set[str]) -> bool:
+    """``test_<name>`` or ``test_<name>_<aspect>`` for one of ``names``."""
+    rest = stem.removeprefix("test_")
+    return any(rest == n or rest.startswith(n + "_") for n in names)
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """Every module ``path`` imports, with its line (module level or inside a function)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.append((node.lineno, node.module))
+            out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+    return out
+
+
+def imports_a_test_module(path: Path) -> list[str]:
+    return [f"{path.relative_to(REPO)}:{line}: imports {name}" for line, name in imported_modules(path)
+            if any(part.startswith("test_") for part in name.split("."))]
+
+
+def test_no_test_module_imports_another():
+    offences = [o for p in [*_test_modules(), *(TESTS / "helpers").glob("*.py"), TESTS / "conftest.py"]
+                for o in imports_a_test_module(p)]
+    assert not offences, "shared pieces belong in tests/helpers/ (tests/README.md):\n" + "\n".join(offences)
+
+
+def test_the_check_catches_an_import_of_a_test_module(tmp_path):
+    planted = tmp_path / "test_planted.py"
+    planted.write_text("import os\n\n\ndef test_x():\n    from tests.slurm.test_entry import config\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("tests.project.test_layout.REPO", tmp_path)
+        assert imports_a_test_module(planted) == ["test_planted.py:5: imports tests.slurm.test_entry",
+                                                  "test_planted.py:5: imports tests.slurm.test_entry.config"]
+
+
+def misnamed(path: Path) -> str | None:
+    """Why ``path`` breaks the naming scheme of tests/README.md, or None."""
+    rel = path.relative_to(TESTS)
+    if len(rel.parts) == 1:  # tests/test_<module>.py: a module at the top of gpuhc/
+        ok = _named_after(path.stem, _modules_of(REPO / "gpuhc"))
+        return None if ok else "not named after a module gpuhc/<module>.py"
+    if len(rel.parts) > 2:
+        return "more than one folder deep"
+    folder = rel.parts[0]
+    if folder in NOT_TESTS:
+        return f"a test module in tests/{folder}/, which holds no tests"
+    if folder in SPANNING:
+        return None
+    if folder == "bench":  # tests/bench/test_<script>.py: a script bench/<script>.py
+        return None if _named_after(path.stem, _modules_of(REPO / "bench")) else "not named after bench/<script>.py"
+    package = REPO / "gpuhc" / folder
+    if not package.is_dir():  # gpuhc/sweep/ is a namespace package: no __init__.py
+        return f"tests/{folder}/ mirrors no package gpuhc/{folder}/"
+    if _named_after(path.stem, _modules_of(package) | {folder}):
+        return None
+    return f"not named after a module of gpuhc/{folder}/ (or test_{folder}_<aspect>.py for the package as a whole)"
+
+
+def test_every_test_module_mirrors_what_it_tests():
+    bad = [f"{p.relative_to(REPO)}: {why}" for p in _test_modules() if (why := misnamed(p))]
+    assert not bad, "tests/README.md names the scheme:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("rel, ok", [
+    ("test_state.py", True),
+    ("test_nothing_here.py", False),
+    ("checks/test_ecc.py", True),
+    ("checks/test_ecc_realdata.py", True),
+    ("checks/test_checks_realdata.py", True),
+    ("checks/test_scontrol.py", False),
+    ("nowhere/test_ecc.py", False),
+    ("helpers/test_x.py", False),
+    ("slurm_real/test_anything.py", True),
+    ("bench/test_campaign.py", True),
+    ("slurm/deeper/test_policy.py", False),
+])
+def test_the_naming_rule_itself(rel, ok):
+    assert (misnamed(TESTS / rel) is None) == ok, misnamed(TESTS / rel)
+
+
+def test_every_folder_of_tests_is_a_package():
+    # Same basenames in different folders (tests/slurm/test_ladder.py, tests/slurm_real/test_ladder.py)
+    # need packages under pytest's default import mode, or the second one is refused at collection.
+    folders = {p.parent for p in _test_modules()} | {TESTS / "helpers"}
+    missing = sorted(str(f.relative_to(REPO)) for f in folders if not (f / "__init__.py").exists())
+    assert not missing, f"no __init__.py in {missing}"

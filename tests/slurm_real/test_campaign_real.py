@@ -1,0 +1,150 @@
+"""The short real campaign (issue 23's Proof; docs/campaign.md, "Trusting the model"): 16 nodes
+on a real slurmctld with one slurmd each, the model's schedule of faults and `sbatch` jobs for
+90 wall seconds (an hour and a half of the month, compressed 60 times), and the model on the
+same seed and the same compression: both must make the same drains, reboots and resumes (the
+reboots on Slurm's RebootProgram, bench/campaign_model/real_boot.py), the same escapes,
+and the same timings within the tolerance real_agree.py holds. The comparison's own rules are
+tested first, on hand-made records, so that a disagreement is known to fail the test.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+sys.path.insert(0, str(REPO / "bench"))
+
+from campaign_model import faults as F  # noqa: E402
+from campaign_model.real import Record  # noqa: E402
+from campaign_model.real_agree import bounds, disagreements, races  # noqa: E402
+from campaign_model.real_run import campaign  # noqa: E402
+from tests.helpers.paths import REPO
+
+REMAP, APP = F.BY_NAME["row-remap-pending"], F.BY_NAME["app-xid13-43"]
+
+
+def record(drain_at: float, back_at: float, job_at: float = 50.0, app_drain: bool = False) -> Record:
+    """A row remap on n1 at 10 s drained at ``drain_at`` and resumed at ``back_at``; an
+    application's Xid on n2 at 20 s (drained too with ``app_drain``)."""
+    rec = Record(faults=[F.Fault(0, REMAP, "n1", 10.0, end=back_at - 1.0), F.Fault(1, APP, "n2", 20.0, end=30.0)])
+    rec.events = [(drain_at, "n1", "drain", "gpuhc: ecc gpu1"), (back_at, "n1", "resume", None)]
+    if app_drain:
+        rec.events.append((21.0, "n2", "drain", "gpuhc: xid Xid 13"))
+    rec.job_starts = [(job_at, ("n1",))]
+    return rec
+
+
+def test_timings_agree_within_ten_percent_or_the_floor():
+    model = record(drain_at=12.0, back_at=32.0)  # fault->drain 2 s, drain->back 20 s
+    assert disagreements(model, record(12.9, 32.9), 90.0, floor_s=1.0) == []  # 0.9 s: under the floor
+    off = disagreements(model, record(12.0, 34.5), 90.0, floor_s=1.0)  # back 22.5 s: 12.5 % off
+    assert len(off) == 1 and "fault 0 (row-remap-pending on n1) back: model 20.0s, real 22.5s" in off[0]
+    late = disagreements(model, record(14.0, 34.0), 90.0, floor_s=1.0)  # drained 2 s later
+    assert len(late) == 1 and "to_drain: model 2.0s, real 4.0s" in late[0]
+
+
+def test_a_fault_racing_a_job_start_must_drain_but_is_not_timed():
+    model = record(drain_at=10.0, back_at=32.0, job_at=9.0)
+    assert races(model) == {0}
+    assert disagreements(model, record(11.5, 38.0, job_at=9.0), 90.0, floor_s=1.0) == []
+    never = record(11.5, 38.0, job_at=9.0)
+    never.events = []
+    assert any("drained (node, class)" in x for x in disagreements(model, never, 90.0, floor_s=1.0))
+
+
+def test_bounds_catch_a_false_drain_and_an_escape():
+    assert bounds(record(12.0, 32.0)) == []
+    assert bounds(record(12.0, 32.0, app_drain=True)) == ["false drain: n2 at 21.0s: gpuhc: xid Xid 13"]
+    rec = record(12.0, 32.0)
+    rec.escapes = [(11.0, 3, "n1", "row-remap-pending", False), (40.0, 4, "n1", "row-remap-pending", True)]
+    assert bounds(rec) == ["escape: job 3 started on n1 with row-remap-pending at 11.0s"]
+
+
+def test_a_reboot_one_side_missed_is_a_disagreement():
+    model, real = record(12.0, 32.0), record(12.0, 32.0)
+    model.reboots = [(20.0, "n1")]  # the model rebooted n1 between the drain and the resume
+    assert any("acts per node" in x and "'reboot'" in x for x in disagreements(model, real, 90.0, floor_s=1.0))
+    real.reboots = [(20.5, "n1")]
+    assert disagreements(model, real, 90.0, floor_s=1.0) == []
+
+
+def test_the_real_kth_reboot_heals_what_the_models_kth_reboot_healed(tmp_path):
+    # The model rebooted n1 twice (20 s, 40 s): the NVLink fault survived the first and went with
+    # the second; the application's fault goes with any reboot. The harness's first and second
+    # reboots of n1 must do the same, and time the machine's return from the request.
+    from types import SimpleNamespace
+
+    from campaign_model.node import Node
+    from campaign_model.real_boot import Reboots
+    from campaign_model.sim import T0
+
+    down, app = F.BY_NAME["nvlink-down"], F.BY_NAME["app-xid31"]
+    mf = [F.Fault(0, down, "n1", T0 + 10.0, end=T0 + 40.0), F.Fault(1, app, "n1", T0 + 12.0, end=T0 + 20.0)]
+    mf[0].how, mf[1].how = "reboot", "reboot"
+    model = SimpleNamespace(faults=mf, ts=1 / 60, slurm=SimpleNamespace(events=[
+        (T0 + 20.0, "n1", "rebooted", None), (T0 + 40.0, "n1", "rebooted", None)]))
+    node = Node("n1", tmp_path)
+    node.faults = [F.Fault(0, down, "n1", 10.0), F.Fault(1, app, "n1", 12.0)]
+    repaired = []
+    camp = SimpleNamespace(model=model, nodes={"n1": node}, rec=Record(), rel=lambda: 15.0, write_all=lambda: None,
+                           repair=lambda f, how, keep_lines: (node.faults.remove(f), repaired.append((f.id, how))))
+    boots = Reboots(camp, tmp_path / "boots", reboot_s=10.0)
+    boots.seen("n1", frozenset({"REBOOT_REQUESTED"}), running=False, decided=9.5)
+    assert boots.due("n1") == pytest.approx(9.5 + 10.0 / 60 + 10.0)  # from the run that asked
+    boots._boot("n1")
+    assert repaired == [(1, "reboot")] and [f.id for f in node.faults] == [0]
+    boots._boot("n1")
+    assert repaired == [(1, "reboot"), (0, "reboot")] and node.faults == []
+    assert [n for _, n in camp.rec.reboots] == ["n1", "n1"]
+
+
+def test_the_boot_unit_is_compressed_and_its_retest_dated(tmp_path):
+    # The machines' boot unit as SlurmCluster(reboot=True) writes it, then the campaign's version:
+    # the unit's 5 s poll compressed 60x, the retest's start recorded for the timings.
+    from tests.helpers.slurm_cluster import SlurmCluster
+    from tests.helpers.slurm_cluster_files import write_reboot
+
+    from campaign_model.real_boot import install
+
+    c = SlurmCluster(tmp_path / "slurm", nodes=("n1",), reboot=True)
+    (c.workdir / "bin").mkdir(parents=True)
+    write_reboot(c)
+    requests = install(c, tmp_path, 60.0)
+    boot = (c.workdir / "bin" / "boot").read_text()
+    assert "sleep 5;" not in boot and "sleep 0.083;" in boot
+    assert boot.index("retest $node\" >>") < boot.index("quarantine retest")
+    assert (c.workdir / "bin" / "down").stat().st_mode & 0o111 and requests == tmp_path / "boots"
+    # A unit this campaign does not know is refused by name, not played wrong.
+    (c.workdir / "bin" / "boot").write_text("#!/bin/sh\nexec gpuhc quarantine retest\n")
+    with pytest.raises(RuntimeError, match="not the retest unit's two commands"):
+        install(c, tmp_path, 60.0)
+
+
+@pytest.mark.slurm
+def test_a_real_campaign_agrees_with_the_model_on_the_same_seed(slurm_cluster, tmp_path):
+    doc = campaign(slurm_cluster, tmp_path, seed=11)  # 16 nodes, 90 s, compressed 60x, rates x1500
+    model, real = doc.pop("_records")
+    print(doc)
+    assert bounds(real) == [] and bounds(model) == []
+    assert doc["disagreements"] == []
+    # What the seed puts to the test, on both sides: NVLinks trained down and an Xid 79 (a GPU
+    # fallen off the bus), each through the ladder's reboot rung and healed by the reboot, then
+    # resumed by the boot-time retest; a row remap a reset repairs; an application's Xid inside
+    # a running job that drains nothing; jobs that ran.
+    for side in (doc["model"], doc["real"]):
+        assert sorted(side["acts"].items()) == [("gpu003", ["drain", "reboot", "resume"]),
+                                                ("gpu015", ["drain", "reboot", "resume"]),
+                                                ("gpu016", ["drain", "resume"])]
+    classes = {v["node"]: v["class"] for v in doc["real"]["faults"].values()}
+    assert classes["gpu003"] == "nvlink-down" and classes["gpu015"] == "fallen-off-bus"
+    # The reboots were Slurm's: its RebootProgram ran for those two nodes, each machine booted
+    # again and its boot unit's retest resumed it (tests/slurm_cluster_files.py's calls.log).
+    calls = [ln.split() for ln in (tmp_path / "real" / "slurm" / "log" / "calls.log").read_text().splitlines()]
+    assert [c[2] for c in calls if c[1] == "reboot"] == ["gpu003", "gpu015"]
+    for node in ("gpu003", "gpu015"):
+        boots = (tmp_path / "real" / "slurm" / "log" / f"boot.{node}.log").read_text()
+        assert f"gpuhc quarantine retest {node}: retest passed (was drained): resuming" in boots
+    assert any(f.cls.app and f.in_job for f in real.faults)
+    assert doc["real"]["jobs"]["started"] >= 1 and doc["real"]["escapes"] == {}
+    assert doc["deviation"]["to_drain"]["n"] >= 3 and doc["deviation"]["back"]["n"] >= 3

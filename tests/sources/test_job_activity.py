@@ -1,0 +1,125 @@
+"""The job activity source (issue 24): NVML's buffered samples through the fake pynvml, and the
+job of each process from a /proc tree laid out as Slurm's cgroup plugins lay it out."""
+
+from __future__ import annotations
+
+import os
+
+import pynvml as real
+import pytest
+
+from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
+from gpuhc.sources.job_activity import ActivityLive, JobResolver, job_from_cgroup, job_from_environ
+
+NOW = 1_795_697_800.0
+US = 1_000_000
+
+# /proc/<pid>/cgroup as slurmstepd leaves it: cgroup v2 under slurmstepd.scope (Slurm's
+# cgroup_v2 documentation), the same with --enable-multiple-slurmd (<node>_slurmstepd.scope,
+# plazonic/cgroup_exporter issue 8), cgroup v1's slurm/uid_<uid>/job_<id>/step_<s>/task_<n>
+# (Slurm's cgroup documentation) and its multiple-slurmd slurm_<node>/ (cgroup_exporter PR 5).
+# Paths written from those documents' descriptions, not copied from a node.
+V2 = "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n"
+V2_MULTI = "0::/system.slice/gpu01_slurmstepd.scope/job_77/step_batch/user/task_0\n"
+V1 = ("12:freezer:/slurm/uid_1000/job_5150/step_0/task_1\n11:memory:/slurm/uid_1000/job_5150/step_0/task_1\n"
+      "1:name=systemd:/system.slice/slurmd.service\n")
+V1_MULTI = "4:devices:/slurm_gpu02/uid_0/job_31/step_extern/task_0\n"
+
+
+@pytest.mark.parametrize("text,job", [(V2, "4242"), (V2_MULTI, "77"), (V1, "5150"), (V1_MULTI, "31"),
+                                      ("0::/user.slice/user-1000.slice/session-3.scope\n", None),
+                                      ("0::/system.slice/job_x/step_0\n", None), ("", None),
+                                      ("0::/home/job_12345678901234/\n", None)])
+def test_job_from_cgroup(text, job):
+    assert job_from_cgroup(text) == job
+
+
+def test_job_from_environ():
+    assert job_from_environ(b"PATH=/bin\0SLURM_JOB_ID=88\0X=1\0") == "88"
+    assert job_from_environ(b"SLURM_JOB_ID=88;rm -rf /\0") is None
+    assert job_from_environ(b"SLURM_JOBID=88\0") is None
+
+
+def proc(tmp_path, pid: int, cgroup: str | None = None, environ: bytes | None = None) -> None:
+    d = tmp_path / str(pid)
+    d.mkdir()
+    if cgroup is not None:
+        (d / "cgroup").write_text(cgroup)
+    if environ is not None:
+        (d / "environ").write_bytes(environ)
+
+
+def series(value: int, seconds: int = 20, step_ms: int = 200) -> list[tuple[int, int]]:
+    return [(int(NOW * US) - i * step_ms * 1000, value) for i in range(seconds * 1000 // step_ms)]
+
+
+def held(pid: int, util: int, mem: int, mw: int, **kw) -> FakeGpu:
+    return FakeGpu(compute_procs=[(pid, 1 << 30)], samples={
+        real.NVML_GPU_UTILIZATION_SAMPLES: series(util), real.NVML_MEMORY_UTILIZATION_SAMPLES: series(mem),
+        real.NVML_TOTAL_POWER_SAMPLES: series(mw, 3, 20)}, **kw)
+
+
+def read(gpus, tmp_path, **kw):
+    return ActivityLive(module=FakeNvml(gpus), proc_root=str(tmp_path), clock=lambda: NOW, **kw).read()
+
+
+def test_reads_only_held_gpus_and_the_window(tmp_path):
+    proc(tmp_path, 100, V2)
+    nv_gpus = [held(100, 100, 0, 130000), FakeGpu()]
+    act = read(nv_gpus, tmp_path, window_s=15)
+    (g,) = act.gpus
+    assert g.index == 0 and g.jobs == ["4242"] and g.via == "cgroup"
+    assert len(g.gpu_util) == 75 and set(g.gpu_util) == {100.0} and set(g.mem_util) == {0.0}
+    assert g.power_w[0] == 130.0 and g.power_limit_w == 700.0 and 14.5 < g.span_s <= 15
+    assert g.sm_activity is None
+
+
+def test_environ_only_without_a_slurm_cgroup_and_only_when_allowed(tmp_path):
+    proc(tmp_path, 200, "0::/user.slice\n", b"SLURM_JOB_ID=99\0")
+    proc(tmp_path, 300, V1, b"SLURM_JOB_ID=1\0")  # the cgroup wins over what the user set
+    act = read([held(200, 0, 0, 70000), held(300, 50, 10, 300000)], tmp_path)
+    assert [(g.jobs, g.via) for g in act.gpus] == [(["99"], "environ"), (["5150"], "cgroup")]
+    act = read([held(200, 0, 0, 70000)], tmp_path, environ=False)
+    assert act.gpus == [] and act.unmapped_pids == 1
+
+
+def test_gone_and_foreign_processes_are_counted_not_guessed(tmp_path):
+    proc(tmp_path, 400, "0::/system.slice/sshd.service\n")
+    act = read([held(400, 10, 1, 90000), held(999, 10, 1, 90000)], tmp_path)
+    assert act.gpus == [] and act.unmapped_pids == 2
+
+
+def test_a_link_planted_for_cgroup_is_not_followed(tmp_path):
+    (tmp_path / "secret").write_text(V2)
+    (tmp_path / "500").mkdir()
+    os.symlink(tmp_path / "secret", tmp_path / "500" / "cgroup")
+    assert JobResolver(str(tmp_path), environ=False).job_of(500) == (None, "cgroup")
+
+
+def test_no_newer_sample_and_not_supported_are_empty_series(tmp_path):
+    proc(tmp_path, 100, V2)
+    g = held(100, 100, 0, 130000)
+    g.samples[real.NVML_TOTAL_POWER_SAMPLES] = [(int((NOW - 60) * US), 1)]  # only old: NOT_FOUND
+    del g.samples[real.NVML_MEMORY_UTILIZATION_SAMPLES]  # NOT_SUPPORTED
+    (a,) = read([g], tmp_path).gpus
+    assert a.power_w == [] and a.mem_util == [] and a.gpu_util
+
+
+def test_gpm_sm_activity_when_asked_and_supported(tmp_path):
+    proc(tmp_path, 100, V2)
+    proc(tmp_path, 101, V2)
+    nv = FakeNvml([held(100, 100, 0, 130000, gpm_sm=18.0), held(101, 100, 0, 130000)])
+    act = ActivityLive(module=nv, proc_root=str(tmp_path), clock=lambda: NOW, gpm_window_s=0.01).read()
+    assert [g.sm_activity for g in act.gpus] == [18.0, None]
+    assert nv.calls["nvmlGpmSampleAlloc"] == nv.calls["nvmlGpmSampleFree"] == 2
+    nv = FakeNvml([held(100, 100, 0, 130000, gpm_sm=18.0)])
+    ActivityLive(module=nv, proc_root=str(tmp_path), clock=lambda: NOW).read()
+    assert nv.calls["nvmlGpmSampleAlloc"] == 0
+
+
+def test_nvml_missing_or_a_gpu_failing(tmp_path):
+    act = ActivityLive(module=FakeNvml([], init_error=real.NVML_ERROR_DRIVER_NOT_LOADED)).read()
+    assert not act.available and "driver not loaded" in act.error.lower()
+    proc(tmp_path, 100, V2)
+    lost = held(100, 100, 0, 1, lost=True)
+    assert read([lost, held(100, 99, 30, 690000)], tmp_path).gpus[0].index == 1
