@@ -13,13 +13,14 @@ import sys
 
 import pytest
 
+from tests.helpers.paths import REPO
+
 sys.path.insert(0, str(REPO / "bench"))
 
 from campaign_model import faults as F  # noqa: E402
 from campaign_model.real import Record  # noqa: E402
 from campaign_model.real_agree import bounds, disagreements, races  # noqa: E402
 from campaign_model.real_run import campaign  # noqa: E402
-from tests.helpers.paths import REPO
 
 REMAP, APP = F.BY_NAME["row-remap-pending"], F.BY_NAME["app-xid13-43"]
 
