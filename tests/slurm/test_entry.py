@@ -15,12 +15,13 @@ import tarfile
 
 import pytest
 
-from gpuhc.model import Result, Status
+from gpuhc.model import Action, Result, Status
 from gpuhc.slurm import entry
 from gpuhc.slurm.policy import Act
 from gpuhc.slurm.sinfo import FIELDS
+from gpuhc.sources import SourceSpec
 from tests.helpers.minislurm import config, EPILOG_ENV, flow, memory, MiniSlurm, OK, OUR_REASON, run, XID
-from tests.helpers.paths import REPO
+from tests.helpers.paths import REPO, SCENARIOS
 
 
 # ------------------------------------------------------------------ health check
@@ -351,9 +352,7 @@ def test_a_reset_a_stray_blocks_goes_to_the_reboot_rung_unless_a_job_owns_it(tmp
     """A GPU to reset, held by a process: on a node where Slurm shows no job the process is no
     job's (a stray), a reset cannot happen while it holds the GPU and nothing else ends it, so
     the ladder reboots; with a job on the node it waits, as before."""
-    from pathlib import Path
-
-    scen = Path(__file__).resolve().parent.parent / "examples" / "scenarios"
+    scen = SCENARIOS
     stray = tmp_path / "stray.yaml"
     stray.write_text((scen / "stray-process.yaml").read_text().replace(
         "extends: healthy-8xh100.yaml", f"extends: {scen / 'healthy-8xh100.yaml'}"))
