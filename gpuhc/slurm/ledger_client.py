@@ -226,7 +226,10 @@ class LedgerClient:
                         burst, changed_at = seen, now
                         full_at = now  # the entry as it is now was first seen now
                     # A full entry: its closer's count is coming. Claims still growing: more drains are.
-                    hold = max(hold, full_at + PENDING_S if entry.open else changed_at + QUIET_S)
+                    # Never past the point where a count of our own would be short of time: under
+                    # a storm's load a count takes seconds, and a drain left unverified stands.
+                    burst_until = full_at + PENDING_S if entry.open else changed_at + QUIET_S
+                    hold = max(hold, min(burst_until, now + self._room() - RESERVE_S))
             if tick is not None and tick > stamp and pending_until is None:
                 pending_until = now + PENDING_S
             until = min(pending_until if pending_until is not None else hold, now + self._room())
