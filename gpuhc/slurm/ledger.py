@@ -18,17 +18,14 @@ what it saw there; the others decide from it:
   drains. An entry qualifies when some node in its scope carries a reason stamped in a later
   second than our drain (``newest > our stamp``): slurmctld stamped that reason, then the count
   saw it, so the count ran after our drain; and every drain the count missed came later still,
-  so it carries a later stamp and ranks after ours. A count that began a full second after its
-  clock tick (below) saw every reason of the tick's second too, and says so with ``newest`` one
-  second past the tick. Only slurmctld's clock is compared, never two nodes' clocks. The entry holds the key (stamp, name) of the held node at the cap; our drain is
+  so it carries a later stamp and ranks after ours. Only slurmctld's clock is compared, never two
+  nodes' clocks. The entry holds the key (stamp, name) of the held node at the cap; our drain is
   undone when our key sorts after it, which is exactly what our own recount would decide
   (:func:`gpuhc.slurm.breaker.must_yield`). Until such an entry appears the node polls the
   ledger; after ``ledger_wait_s`` (a share of it per node name) it counts itself and writes.
 - **a count** stamps the record first and reads it back: of the nodes that stamp at once only
   the last finds its own stamp (slurmctld keeps the last reason written) and counts; the others
-  wait for its entry (:mod:`gpuhc.slurm.ledger_client`). After a burst of drains one count
-  serves them all: the node whose claim filled the entry counts, the other claimers wait for it,
-  and while claims still come in nobody counts.
+  wait for its entry (:mod:`gpuhc.slurm.ledger_client`).
 - **stamps from the future** (slurmctld's clock stepped back, or a writer that lies): a reader
   knows slurmctld's time from a stamp it caused and read back, plus the time since on its own
   monotonic clock (:func:`horizon`). An entry whose ``newest`` lies beyond that covers nothing,
@@ -170,18 +167,14 @@ def merged(comment: str | None, entry: Entry) -> str:
 
 
 def snapshot(in_scope: list[Node], held: list[Node], scope: str, cap: int, now: float, id: str,
-             tick: float | None = None, horizon: int | None = None, tick_seen: bool = False) -> Entry | None:
+             tick: float | None = None, horizon: int | None = None) -> Entry | None:
     """What a count saw, as an entry (None when it cannot be written down: a cap of 0, where
     nothing may drain anyway, or a held node at the cap without a reason stamp).
     ``held``: the scope's nodes held by gpuhc, in rank order. ``tick``: slurmctld's stamp on the
     ledger's record, set and read back before the count (it counts as a reason the count saw).
     ``horizon``: slurmctld's time as the counter last saw it (:func:`horizon`); a reason stamped
     later than that is from the future (a clock stepped back, or a hostile writer) and is left
-    out of ``newest``, so it cannot make the entry cover drains it never saw. ``tick_seen``: the
-    count began after slurmctld's clock had passed the tick's second (the counter waited a full
-    second after reading the tick back), so it saw every reason stamped in that second as well:
-    ``newest`` is then the second after the tick, and the entry covers drains of the tick's own
-    second, which would otherwise need another count."""
+    out of ``newest``, so it cannot make the entry cover drains it never saw."""
     cut = None
     if cap <= 0:
         return None
@@ -192,7 +185,7 @@ def snapshot(in_scope: list[Node], held: list[Node], scope: str, cap: int, now: 
         cut = (int(at.reason_time), at.name)
     stamps = [int(n.reason_time) for n in in_scope if n.reason_time is not None]
     if tick is not None:
-        stamps.append(int(tick) + 1 if tick_seen else int(tick))
+        stamps.append(int(tick))
     if horizon is not None:
         stamps = [s for s in stamps if s <= horizon]
     return Entry(scope=scope, id=id, t=int(now), held=len(held), total=len(in_scope), cap=cap,

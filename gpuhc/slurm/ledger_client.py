@@ -21,10 +21,9 @@ if TYPE_CHECKING:
     from gpuhc.slurm.scontrol import Scontrol
 
 # Between two reads of the ledger while waiting: the first pause, growing to POLL_MAX_S (each
-# read is a one-node query, 17 KB at 10,000 nodes: cheap, but 200 nodes polling add up: in the
-# 10,000-node storm the one-node reads were a third of the bytes, docs/verification.md).
+# read is a one-node query, 17 KB at 10,000 nodes: cheap, but 200 nodes polling add up).
 POLL_S = 0.25
-POLL_MAX_S = 1.5
+POLL_MAX_S = 1.0
 # A count under way (the ledger's record was stamped for it) gets this long to write its entry
 # before a waiting node counts itself. A count reads and parses the whole node table: in a storm
 # of 200 processes on 2 cores it took several seconds, and a 2 s wait turned one count into many
@@ -35,14 +34,6 @@ PENDING_S = 8.0
 CLAIM_TRIES = 5
 # Ticks that lost to a later node's tick before this node counts anyway.
 ELECTIONS = 2
-# After a drain, a node waits for the claims on the scope's entry to stop growing for this long
-# before it counts: while they grow, more drains are coming, and one count after the last of them
-# covers them all (one count per burst rather than one per drain; issue 18).
-QUIET_S = 3.0
-# A count begins this long after its clock tick was read back, so that slurmctld's clock has
-# passed the tick's second: the count then saw every drain stamped in that second too
-# (:func:`gpuhc.slurm.ledger.snapshot`'s ``tick_seen``).
-TICK_SETTLE_S = 1.0
 # Kept free after waiting, for a count of our own (stamp, read back, table, publish), the drain
 # or the undo: seven Slurm calls, each slow under a storm's load.
 RESERVE_S = 10.0
@@ -55,8 +46,6 @@ class LedgerClient:
         self.error: str | None = None  # why the ledger is not used for the rest of this run
         self.checked = False  # the record was read this run and is out of service
         self.ticked: float | None = None  # the stamp of a tick this run won, for its count
-        self.ticked_at = 0.0  # monotonic time when that stamp was read back
-        self.closes = False  # this run's claim took the entry's last place: it counts after its drain
         self.seen: tuple[float, float] | None = None  # (slurmctld's stamp read back, monotonic then)
         self.future_said = False
 
@@ -100,7 +89,6 @@ class LedgerClient:
             entry = entries.get(key)
             if entry is not None and self.usable(entry) and ledger.fresh(entry, time.time(), self.settings.ledger_ttl_s):
                 if entry.within(name):
-                    self.closes = entry.held + entry.claimers.index(name) + 1 >= entry.cap
                     self.log(f"breaker: room in the ledger ({entry.held} held + {entry.claimers.index(name)} claimed "
                              f"< cap {entry.cap}, count {entry.id} of {int(time.time()) - entry.t}s ago): "
                              "claimed a place")
@@ -157,34 +145,25 @@ class LedgerClient:
         self.saw(rec.reason_time)
         if rec.reason != reason and ledger.is_tick(rec.reason):
             return False
-        self.ticked, self.ticked_at = rec.reason_time, time.monotonic()
+        self.ticked = rec.reason_time
         return True
 
-    def tick(self, name: str) -> tuple[float, bool] | None:
-        """The stamp this count stands on (the one this run's election won, else a new one), and
-        whether slurmctld's clock has passed its second (we waited :data:`TICK_SETTLE_S` since
-        reading it back, when the deadline leaves room): then the count that follows sees every
-        drain stamped in the tick's second, and covers those drains too."""
+    def tick(self, name: str) -> float | None:
+        """The stamp this count stands on: the one this run's election won, else a new one."""
         if self.ticked is None:
             if not self.checked:
                 self.read()
             self.elect(name)
         stamp, self.ticked = self.ticked, None
-        if stamp is None or not self.on:
-            return None
-        wait = TICK_SETTLE_S - (time.monotonic() - self.ticked_at)
-        if wait > 0 and wait <= self._room():
-            time.sleep(wait)
-        return stamp, time.monotonic() - self.ticked_at >= TICK_SETTLE_S
+        return stamp if self.on else None
 
-    def publish(self, found: Survey, node: Node, tick: tuple[float, bool]) -> None:
-        """Write what a count saw (``tick``: the stamp set before it, and whether its second had
-        passed when the count began) into the ledger; stamps past slurmctld's time as we just
-        saw it are left out (:func:`gpuhc.slurm.ledger.snapshot`)."""
+    def publish(self, found: Survey, node: Node, tick: float) -> None:
+        """Write what a count saw (``tick``: the stamp set before it) into the ledger; stamps past
+        slurmctld's time as we just saw it are left out (:func:`gpuhc.slurm.ledger.snapshot`)."""
         if found.cap is None:
             return
         entry = ledger.snapshot(found.in_scope, found.held, scope_of(node, self.settings)[0], found.cap,
-                                time.time(), os.urandom(4).hex(), tick[0], self.horizon(), tick_seen=tick[1])
+                                time.time(), os.urandom(4).hex(), tick, self.horizon())
         if entry is not None:
             self.write("Comment", ledger.merged(self.read()[0], entry))
 
@@ -192,47 +171,28 @@ class LedgerClient:
 
     def after_drain(self, name: str, node: Node, drained: Node | None) -> tuple[BreakerState, bool] | None:
         """(state, past the cap?) from a count that saw our drain (:func:`gpuhc.slurm.ledger.covers`);
-        None: count ourselves. One count after the last drain of a burst covers the whole burst,
-        so a node counts only once the burst is over: the node whose claim took the entry's last
-        place counts at once (every other claimer drained before or about when it did); the
-        others wait for that count while the entry is full, and while the claims still grow they
-        wait for them to stop (:data:`QUIET_S`). On top of that each node waits its share of
-        ``ledger_wait_s``; a count stamped after our drain and still running gets ``PENDING_S``
-        to write its entry, and so does the count of a node whose stamp landed after ours."""
+        None: count ourselves. We wait this node's share of ``ledger_wait_s`` for one; a count
+        stamped after our drain and still running gets ``PENDING_S`` more to write its entry, and
+        so does the count of a node whose stamp landed after ours."""
         if drained is None or drained.reason_time is None:
             return None
         stamp = drained.reason_time
         key = scope_of(node, self.settings)[0]
-        start = time.monotonic()
-        share = 0.0 if self.closes else ledger.wait_for(name, self.settings.ledger_wait_s)
+        own_count_at = time.monotonic() + min(ledger.wait_for(name, self.settings.ledger_wait_s), self._room())
         pending_until = None
-        burst = None  # (entry id, claims) as last read; changed_at, full_at: when that was first seen
-        changed_at = full_at = start
         elections = polls = 0
         while self.on:
             _, _, entries, tick = self.read()
             entry = entries.get(key)
+            if entry is not None and self.usable(entry) and ledger.covers(entry, stamp):
+                if ledger.covers(entry, stamp, self.horizon()):
+                    self.log(f"breaker: count {entry.id} in the ledger saw this drain: {entry.held} held, cap {entry.cap}")
+                    return (state_of(entry, node, self.settings, entry.held), ledger.past_cap(entry, stamp, name))
+                self._future(entry)
             now = time.monotonic()
-            hold = start + share
-            if entry is not None and self.usable(entry):
-                if ledger.covers(entry, stamp):
-                    if ledger.covers(entry, stamp, self.horizon()):
-                        self.log(f"breaker: count {entry.id} in the ledger saw this drain: {entry.held} held, cap {entry.cap}")
-                        return (state_of(entry, node, self.settings, entry.held), ledger.past_cap(entry, stamp, name))
-                    self._future(entry)
-                elif not self.closes and entry.claimers and ledger.fresh(entry, time.time(), self.settings.ledger_ttl_s):
-                    seen = (entry.id, len(entry.claimers))
-                    if seen != burst:
-                        burst, changed_at = seen, now
-                        full_at = now  # the entry as it is now was first seen now
-                    # A full entry: its closer's count is coming. Claims still growing: more drains are.
-                    # Never past the point where a count of our own would be short of time: under
-                    # a storm's load a count takes seconds, and a drain left unverified stands.
-                    burst_until = full_at + PENDING_S if entry.open else changed_at + QUIET_S
-                    hold = max(hold, min(burst_until, now + self._room() - RESERVE_S))
             if tick is not None and tick > stamp and pending_until is None:
-                pending_until = now + PENDING_S
-            until = min(pending_until if pending_until is not None else hold, now + self._room())
+                pending_until = now + min(PENDING_S, self._room())
+            until = pending_until if pending_until is not None else own_count_at
             if now + POLL_S <= until:
                 time.sleep(self._pause(name, polls))
                 polls += 1
@@ -240,7 +200,7 @@ class LedgerClient:
             if elections >= ELECTIONS or self.elect(name):
                 return None
             elections += 1
-            pending_until, polls = time.monotonic() + PENDING_S, 0
+            pending_until, polls = time.monotonic() + min(PENDING_S, self._room()), 0
         return None
 
     def _pause(self, name: str, i: int) -> float:

@@ -227,9 +227,7 @@ def test_a_stale_entry_means_a_count_with_a_tick_written_back(monkeypatch):
     assert state.source == "count" and state.drained == 2
     assert sc.asked.index("stamp") < sc.asked.index("scope") < sc.asked.index("write")
     e = ledger.parse(sc.comment)["p=gpu"]
-    # The tick was stamped at T0+99 and the count began a second after it was read back: it saw
-    # that whole second, so it covers drains stamped in it (newest one past the tick).
-    assert (e.held, e.total, e.newest, e.claimers) == (2, 10, T0 + 100, ())
+    assert (e.held, e.total, e.newest, e.claimers) == (2, 10, T0 + 99, ())
 
 
 def test_after_a_drain_a_covering_entry_decides_and_past_the_cap_undoes(monkeypatch):
