@@ -114,11 +114,11 @@ class Actuator:
         fresh = node is None
         node = self.sc.node(name) if fresh else node
         decision = decide(node, False)
-        if _takes_capacity(decision) and self.wait_jitter(name):
-            node = self.sc.node(name)  # time passed: read right before acting
-            decision = decide(node, False)
-        elif decision.act.touches_slurm and not fresh:
+        if decision.act.touches_slurm and not fresh:
             node = self.sc.node(name)  # read right before acting
+            decision = decide(node, False)
+        if _takes_capacity(decision) and self.wait_jitter(name):
+            node = self.sc.node(name)  # time passed: read again
             decision = decide(node, False)
         out = Applied(decision, node)
         if _takes_capacity(decision):

@@ -153,18 +153,3 @@ def test_claims_lost_every_time_end_in_a_drain_on_the_entrys_word(monkeypatch):
     from gpuhc.slurm.ledger_client import CLAIM_TRIES
 
     assert not state.open and "scope" not in sc.asked and sc.asked.count("write") == CLAIM_TRIES
-
-
-def test_a_node_that_waits_its_jitter_reads_itself_once_before_the_breaker(monkeypatch):
-    """The read before acting comes after the jitter, not before and after it (200 failing
-    nodes of a storm each saved a one-node query, 17 KB at 10,000 nodes)."""
-    from dataclasses import replace
-
-    monkeypatch.setattr("time.time", lambda: T0 + 10)
-    monkeypatch.setattr("gpuhc.slurm.actuator.time.sleep", lambda s: None)
-    sc = LedgerSlurm(table(), ledger.render([entry(total=10, cap=3, held=3)]))
-    act = Actuator(sc, replace(BS, jitter_s=5.0))
-    out = act.apply("g009", lambda node, open_: Decision(Act.BLOCKED if open_ else Act.DRAIN, "x", Memory(), REASON,
-                                                         uses_capacity=not open_),
-                    node=sc.nodes["g009"])
-    assert out.precount.open and sc.asked[:sc.asked.index("ledger")] == ["node"]
