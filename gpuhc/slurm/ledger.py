@@ -78,20 +78,30 @@ class Entry:
     newest: int  # slurmctld's latest reason stamp among the scope's nodes (epoch s), 0 if none
     claimers: tuple[str, ...] = ()  # nodes that took a place on this entry's word, in order (from Extra)
     cut: tuple[int, str] | None = None  # (stamp, name) of the held node at the cap, when held > cap
+    # Claims on the entry before this one whose drains the count did not see yet: places taken
+    # all the same (without them a new count reopened places its predecessor had given away).
+    pending: int = 0
+
+    @property
+    def taken(self) -> int:
+        """Places held or promised before this entry's own claims."""
+        return self.held + self.pending
 
     @property
     def open(self) -> bool:
-        return self.held + len(self.claimers) >= self.cap
+        return self.taken + len(self.claimers) >= self.cap
 
     def within(self, name: str) -> bool:
         """Did ``name`` claim a place under the cap? (Claims past the cap, from writers that
         raced, do not count.)"""
-        return name in self.claimers and self.held + self.claimers.index(name) < self.cap
+        return name in self.claimers and self.taken + self.claimers.index(name) < self.cap
 
     def render(self) -> str:
         fields = [f"id={self.id}"] + [f"{k}={getattr(self, k)}" for k in _INTS]
         if self.cut is not None:
             fields.append(f"cut={self.cut[0]}@{self.cut[1]}")
+        if self.pending:
+            fields.append(f"pending={self.pending}")
         return f"{self.scope}:{','.join(fields)}"
 
 
@@ -143,9 +153,12 @@ def _entry(item: str) -> Entry | None:
         if not at or not stamp.isdigit() or not _NAME.match(name):
             return None
         cut = (int(stamp), name)
-    if set(values) - set(_INTS) - {"cut", "id"} or (cut is not None) != (ints["held"] > ints["cap"]):
+    pending = values.get("pending", "0")
+    if not re.fullmatch(r"[0-9]{1,3}", pending) or int(pending) > min(MAX_CLAIMERS, ints["total"] - ints["held"]):
+        return None
+    if set(values) - set(_INTS) - {"cut", "id", "pending"} or (cut is not None) != (ints["held"] > ints["cap"]):
         return None  # unknown fields, or a cut that does not match the count (a count writes both)
-    return Entry(scope=scope, id=values["id"], cut=cut, **ints)
+    return Entry(scope=scope, id=values["id"], cut=cut, pending=int(pending), **ints)
 
 
 def render(entries: Iterable[Entry]) -> str:
@@ -167,14 +180,16 @@ def merged(comment: str | None, entry: Entry) -> str:
 
 
 def snapshot(in_scope: list[Node], held: list[Node], scope: str, cap: int, now: float, id: str,
-             tick: float | None = None, horizon: int | None = None) -> Entry | None:
+             tick: float | None = None, horizon: int | None = None, claimed: Iterable[str] = ()) -> Entry | None:
     """What a count saw, as an entry (None when it cannot be written down: a cap of 0, where
     nothing may drain anyway, or a held node at the cap without a reason stamp).
     ``held``: the scope's nodes held by gpuhc, in rank order. ``tick``: slurmctld's stamp on the
     ledger's record, set and read back before the count (it counts as a reason the count saw).
     ``horizon``: slurmctld's time as the counter last saw it (:func:`horizon`); a reason stamped
     later than that is from the future (a clock stepped back, or a hostile writer) and is left
-    out of ``newest``, so it cannot make the entry cover drains it never saw."""
+    out of ``newest``, so it cannot make the entry cover drains it never saw. ``claimed``: the
+    claimers of the entry this one replaces; those the count did not see held are still on their
+    way to a drain, and keep their places as ``pending``."""
     cut = None
     if cap <= 0:
         return None
@@ -188,8 +203,10 @@ def snapshot(in_scope: list[Node], held: list[Node], scope: str, cap: int, now: 
         stamps.append(int(tick))
     if horizon is not None:
         stamps = [s for s in stamps if s <= horizon]
+    seen = {n.name for n in held}
+    pending = min(len({c for c in claimed if c not in seen}), MAX_CLAIMERS, len(in_scope) - len(held))
     return Entry(scope=scope, id=id, t=int(now), held=len(held), total=len(in_scope), cap=cap,
-                 newest=max(stamps, default=0), cut=cut)
+                 newest=max(stamps, default=0), cut=cut, pending=pending)
 
 
 def out_of_service(state: str) -> bool:
@@ -290,6 +307,16 @@ def tick_reason(node_name: str, now: float) -> str:
 def is_tick(reason: str | None) -> bool:
     """Is this reason another count's clock tick (a count under way)?"""
     return (reason or "").startswith(TICK)
+
+
+def batch_end(stamp: float, period_s: float) -> float:
+    """The end of the batch a drain stamped ``stamp`` belongs to, on slurmctld's clock: the next
+    multiple of ``period_s`` after the stamp's second. A count made after it covers every drain
+    of the batch (its clock tick is stamped later than all of them), so the drains of one batch
+    share one count instead of each making its own (docs/slurm.md, "Breaker ledger")."""
+    if period_s <= 0:
+        return float(int(stamp))
+    return (math.floor(int(stamp) / period_s) + 1) * period_s
 
 
 def wait_for(node_name: str, wait_s: float) -> float:

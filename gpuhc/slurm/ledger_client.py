@@ -9,6 +9,7 @@ says so once and counts the whole table, as it would without a ledger.
 from __future__ import annotations
 
 import os
+import random
 import time
 from typing import TYPE_CHECKING, Callable
 
@@ -30,10 +31,16 @@ POLL_MAX_S = 1.0
 # (issue 18, docs/verification.md).
 PENDING_S = 8.0
 # A claim lost to a racing writer (no compare-and-set) is made again this often, then the node
-# drains on the entry's word as before the read-back.
-CLAIM_TRIES = 5
+# drains on the entry's word as before the read-back. In a storm dozens of nodes claim in the same
+# seconds and most claims are lost at first; a node that keeps trying usually finds the places
+# taken (no drain) where one that gave up early drained past the cap and then undid it (issue 18).
+CLAIM_TRIES = 10
 # Ticks that lost to a later node's tick before this node counts anyway.
 ELECTIONS = 2
+# The nodes of one batch of drains stamp the record for its count this far apart at most (a
+# share of it from a hash of the name): the first one counts, the others see its stamp and wait
+# for its entry (:meth:`LedgerClient.after_drain`).
+ELECT_SPREAD_S = 1.0
 # Kept free after waiting, for a count of our own (stamp, read back, table, publish), the drain
 # or the undo: seven Slurm calls, each slow under a storm's load.
 RESERVE_S = 10.0
@@ -46,6 +53,7 @@ class LedgerClient:
         self.error: str | None = None  # why the ledger is not used for the rest of this run
         self.checked = False  # the record was read this run and is out of service
         self.ticked: float | None = None  # the stamp of a tick this run won, for its count
+        self.last_tick: float | None = None  # the record's stamp as this run's latest election read it
         self.seen: tuple[float, float] | None = None  # (slurmctld's stamp read back, monotonic then)
         self.future_said = False
 
@@ -89,19 +97,21 @@ class LedgerClient:
             entry = entries.get(key)
             if entry is not None and self.usable(entry) and ledger.fresh(entry, time.time(), self.settings.ledger_ttl_s):
                 if entry.within(name):
-                    self.log(f"breaker: room in the ledger ({entry.held} held + {entry.claimers.index(name)} claimed "
-                             f"< cap {entry.cap}, count {entry.id} of {int(time.time()) - entry.t}s ago): "
+                    pending = f" + {entry.pending} on their way" if entry.pending else ""
+                    self.log(f"breaker: room in the ledger ({entry.held} held{pending} + {entry.claimers.index(name)} "
+                             f"claimed < cap {entry.cap}, count {entry.id} of {int(time.time()) - entry.t}s ago): "
                              "claimed a place")
-                    return state_of(entry, node, self.settings, entry.held + entry.claimers.index(name))
+                    return state_of(entry, node, self.settings, entry.taken + entry.claimers.index(name))
                 if entry.open:
-                    return state_of(entry, node, self.settings, entry.held + len(entry.claimers))
+                    return state_of(entry, node, self.settings, entry.taken + len(entry.claimers))
                 if wrote:  # our claim was overwritten by a racing writer: step aside, read again
                     wrote = False
                     if claims >= CLAIM_TRIES or self._room() <= 0:
                         # Drain on the entry's word: one node past the cap at worst, which the
                         # recount undoes; a count here would cost the whole table.
-                        return state_of(entry, node, self.settings, entry.held + len(entry.claimers))
-                    time.sleep(self._pause(name, claims))
+                        return state_of(entry, node, self.settings, entry.taken + len(entry.claimers))
+                    # Random, not by name: the writers that raced must not race again.
+                    time.sleep(self._pause(name, claims) * random.uniform(0.5, 1.5))
                     continue
                 text = ledger.claimed(extra, entry, name)
                 if text is None:
@@ -143,42 +153,53 @@ class LedgerClient:
             self.off("shows no reason stamp after a drain")
             return True
         self.saw(rec.reason_time)
+        self.last_tick = rec.reason_time
         if rec.reason != reason and ledger.is_tick(rec.reason):
             return False
         self.ticked = rec.reason_time
         return True
 
     def tick(self, name: str) -> float | None:
-        """The stamp this count stands on: the one this run's election won, else a new one."""
-        if self.ticked is None:
+        """The stamp this count stands on: the one this run's election won; else the record's
+        stamp that an election of this run lost to (slurmctld set it before our count began, so
+        it bounds what the count saw just as well, and the count is written down rather than
+        wasted); else a new one."""
+        if self.ticked is None and self.last_tick is None:
             if not self.checked:
                 self.read()
             self.elect(name)
-        stamp, self.ticked = self.ticked, None
+        stamp = self.ticked if self.ticked is not None else self.last_tick
+        self.ticked = self.last_tick = None
         return stamp if self.on else None
 
     def publish(self, found: Survey, node: Node, tick: float) -> None:
         """Write what a count saw (``tick``: the stamp set before it) into the ledger; stamps past
-        slurmctld's time as we just saw it are left out (:func:`gpuhc.slurm.ledger.snapshot`)."""
+        slurmctld's time as we just saw it are left out, and the claims on the entry it replaces
+        whose drains it did not see keep their places (:func:`gpuhc.slurm.ledger.snapshot`)."""
         if found.cap is None:
             return
-        entry = ledger.snapshot(found.in_scope, found.held, scope_of(node, self.settings)[0], found.cap,
-                                time.time(), os.urandom(4).hex(), tick, self.horizon())
+        key = scope_of(node, self.settings)[0]
+        comment, _, entries, _ = self.read()
+        before = entries.get(key)
+        entry = ledger.snapshot(found.in_scope, found.held, key, found.cap, time.time(), os.urandom(4).hex(), tick,
+                                self.horizon(), claimed=before.claimers if before is not None else ())
         if entry is not None:
-            self.write("Comment", ledger.merged(self.read()[0], entry))
+            self.write("Comment", ledger.merged(comment, entry))
 
     # ------------------------------------------------------------------ after a drain
 
     def after_drain(self, name: str, node: Node, drained: Node | None) -> tuple[BreakerState, bool] | None:
         """(state, past the cap?) from a count that saw our drain (:func:`gpuhc.slurm.ledger.covers`);
-        None: count ourselves. We wait this node's share of ``ledger_wait_s`` for one; a count
-        stamped after our drain and still running gets ``PENDING_S`` more to write its entry, and
-        so does the count of a node whose stamp landed after ours."""
+        None: count ourselves. Drains are counted in batches (:func:`gpuhc.slurm.ledger.batch_end`):
+        the node sleeps until its batch ends on slurmctld's clock, plus its share of a second, and
+        then counts unless another node's count stamped after our drain is under way (that one
+        gets ``PENDING_S`` to write its entry). Sleeping rather than polling: before the batch
+        ends no count can cover the drain, except one that was already under way."""
         if drained is None or drained.reason_time is None:
             return None
         stamp = drained.reason_time
         key = scope_of(node, self.settings)[0]
-        own_count_at = time.monotonic() + min(ledger.wait_for(name, self.settings.ledger_wait_s), self._room())
+        own_count_at = time.monotonic() + min(self._until_batch_end(name, stamp), self._room())
         pending_until = None
         elections = polls = 0
         while self.on:
@@ -191,17 +212,29 @@ class LedgerClient:
                 self._future(entry)
             now = time.monotonic()
             if tick is not None and tick > stamp and pending_until is None:
-                pending_until = now + min(PENDING_S, self._room())
-            until = pending_until if pending_until is not None else own_count_at
-            if now + POLL_S <= until:
-                time.sleep(self._pause(name, polls))
+                pending_until, polls = now + min(PENDING_S, self._room()), 0
+            if pending_until is not None and now + POLL_S <= pending_until:
+                time.sleep(self._pause(name, polls))  # a count under way: its entry comes soon
                 polls += 1
+                continue
+            if pending_until is None and now + POLL_S <= own_count_at:
+                time.sleep(own_count_at - now)  # one read when the batch ends, none before
                 continue
             if elections >= ELECTIONS or self.elect(name):
                 return None
             elections += 1
             pending_until, polls = time.monotonic() + min(PENDING_S, self._room()), 0
         return None
+
+    def _until_batch_end(self, name: str, stamp: float) -> float:
+        """Seconds on our monotonic clock until slurmctld's clock has passed the end of the batch
+        of a drain stamped ``stamp``, plus this node's share of ``ELECT_SPREAD_S`` (so that the
+        batch's nodes do not all stamp at once). slurmctld's time now is at least the latest
+        stamp it set for us plus the time since we read it back."""
+        period = self.settings.ledger_wait_s
+        target = ledger.batch_end(stamp, period) + ledger.wait_for(name, min(ELECT_SPREAD_S, period))
+        seen, at = self.seen if self.seen is not None else (stamp, time.monotonic())
+        return max(0.0, target - seen - (time.monotonic() - at))
 
     def _pause(self, name: str, i: int) -> float:
         """The i-th pause between two reads: growing, and spread by the node's name so that
