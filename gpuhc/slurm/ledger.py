@@ -12,8 +12,9 @@ what it saw there; the others decide from it:
   the breaker without a count. One that says there is room lets the node drain, after adding
   its name to the entry's claims so the next readers see the room shrink. The claims live in the
   record's ``Extra``, apart from the counts, tied to one entry by its ``id``: a claim write never
-  overwrites a count, and a new count (new id) starts with no claims, since it saw the drains
-  the claims stood for. No fresh entry: count.
+  overwrites a count. A new count (new id) starts with no claims: the drains it saw are held,
+  and the claimers it did not see drained yet keep their places as ``pending``. No fresh
+  entry: count.
 - **after a drain**: the node needs a count that saw its drain and cannot be changed by later
   drains. An entry qualifies when some node in its scope carries a reason stamped in a later
   second than our drain (``newest > our stamp``): slurmctld stamped that reason, then the count
@@ -21,8 +22,9 @@ what it saw there; the others decide from it:
   so it carries a later stamp and ranks after ours. Only slurmctld's clock is compared, never two
   nodes' clocks. The entry holds the key (stamp, name) of the held node at the cap; our drain is
   undone when our key sorts after it, which is exactly what our own recount would decide
-  (:func:`gpuhc.slurm.breaker.must_yield`). Until such an entry appears the node polls the
-  ledger; after ``ledger_wait_s`` (a share of it per node name) it counts itself and writes.
+  (:func:`gpuhc.slurm.breaker.must_yield`). Drains are counted in batches of ``ledger_wait_s``
+  on slurmctld's clock (:func:`batch_end`): the first node of a batch to wake after its end
+  counts, and its entry covers the whole batch.
 - **a count** stamps the record first and reads it back: of the nodes that stamp at once only
   the last finds its own stamp (slurmctld keeps the last reason written) and counts; the others
   wait for its entry (:mod:`gpuhc.slurm.ledger_client`).

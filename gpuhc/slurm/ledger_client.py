@@ -40,7 +40,11 @@ ELECTIONS = 2
 # The nodes of one batch of drains stamp the record for its count this far apart at most (a
 # share of it from a hash of the name): the first one counts, the others see its stamp and wait
 # for its entry (:meth:`LedgerClient.after_drain`).
-ELECT_SPREAD_S = 1.0
+ELECT_SPREAD_S = 2.0
+# A node that finds its own stamp on the record looks again after as long as stamping and reading
+# took it (within these bounds), so that stamps on their way meanwhile are seen.
+CONFIRM_MIN_S = 0.5
+CONFIRM_MAX_S = 3.0
 # Kept free after waiting, for a count of our own (stamp, read back, table, publish), the drain
 # or the undo: seven Slurm calls, each slow under a storm's load.
 RESERVE_S = 10.0
@@ -138,14 +142,23 @@ class LedgerClient:
     def elect(self, name: str) -> bool:
         """Stamp the record for our count and read it back. True: the stamp is ours (or the ledger
         is off), count now on it; False: another node stamped after us, its count is under way.
-        slurmctld keeps the last reason written, so of the nodes that stamp at once exactly the
-        last one counts (Slurm has no compare-and-set; last-writer-wins is what it offers)."""
+        slurmctld keeps the last reason written, so of the nodes that stamp at once the last one
+        counts (Slurm has no compare-and-set; last-writer-wins is what it offers): a node that
+        finds its own stamp looks again one round trip later, for stamps that were on their way."""
         if not (self.on and self.checked):  # the stamp is a drain: never of a record in service
             return True
         reason = ledger.tick_reason(name, time.time())
+        started = time.monotonic()
         try:
             self.sc.stamp(self.record, reason)
             rec = self.sc.node(self.record)
+            if self._last(rec, reason):
+                # Ours is the last stamp so far, but a node that stamped within one round trip of
+                # us may land after our read: wait that long and look again (measured: without
+                # this, 7 nodes of one batch each found their own stamp and each counted).
+                took = time.monotonic() - started
+                time.sleep(min(max(CONFIRM_MIN_S, took), CONFIRM_MAX_S, self._room()))
+                rec = self.sc.node(self.record)
         except SlurmError as e:
             self.off(f"not stamped ({e})")
             return True
@@ -154,10 +167,15 @@ class LedgerClient:
             return True
         self.saw(rec.reason_time)
         self.last_tick = rec.reason_time
-        if rec.reason != reason and ledger.is_tick(rec.reason):
+        if not self._last(rec, reason):
             return False
         self.ticked = rec.reason_time
         return True
+
+    @staticmethod
+    def _last(rec: Node, reason: str) -> bool:
+        """Is our tick the record's last reason (no other node's tick landed after it)?"""
+        return rec.reason == reason or not ledger.is_tick(rec.reason)
 
     def tick(self, name: str) -> float | None:
         """The stamp this count stands on: the one this run's election won; else the record's
