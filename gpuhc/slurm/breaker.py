@@ -50,7 +50,7 @@ class BreakerSettings:
     jitter_s: float = 10.0  # spread of the per-node wait before the first count
     ledger_node: str | None = None  # the node record whose Comment and Extra are the ledger (gpuhc.slurm.ledger)
     ledger_ttl_s: float = 30.0  # an entry this old no longer decides before a drain
-    ledger_wait_s: float = 4.0  # drains are counted in batches this long (docs/slurm.md "Breaker ledger")
+    ledger_wait_s: float = 2.0  # after a drain, poll the ledger up to this long before counting
 
     @classmethod
     def from_section(cls, section: dict[str, Any]) -> "BreakerSettings":
@@ -63,7 +63,7 @@ class BreakerSettings:
             jitter_s=float(section.get("jitter_s", 10.0)),
             ledger_node=section.get("ledger_node") or None,
             ledger_ttl_s=float(section.get("ledger_ttl_s", 30.0)),
-            ledger_wait_s=float(section.get("ledger_wait_s", 4.0)),
+            ledger_wait_s=float(section.get("ledger_wait_s", 2.0)),
         )
 
 

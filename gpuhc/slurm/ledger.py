@@ -22,9 +22,8 @@ what it saw there; the others decide from it:
   so it carries a later stamp and ranks after ours. Only slurmctld's clock is compared, never two
   nodes' clocks. The entry holds the key (stamp, name) of the held node at the cap; our drain is
   undone when our key sorts after it, which is exactly what our own recount would decide
-  (:func:`gpuhc.slurm.breaker.must_yield`). Drains are counted in batches of ``ledger_wait_s``
-  on slurmctld's clock (:func:`batch_end`): the first node of a batch to wake after its end
-  counts, and its entry covers the whole batch.
+  (:func:`gpuhc.slurm.breaker.must_yield`). The node waits its share of ``ledger_wait_s``
+  for such an entry (:func:`wait_for`), then counts itself and writes.
 - **a count** stamps the record first and reads it back: of the nodes that stamp at once only
   the last finds its own stamp (slurmctld keeps the last reason written) and counts; the others
   wait for its entry (:mod:`gpuhc.slurm.ledger_client`).
@@ -309,16 +308,6 @@ def tick_reason(node_name: str, now: float) -> str:
 def is_tick(reason: str | None) -> bool:
     """Is this reason another count's clock tick (a count under way)?"""
     return (reason or "").startswith(TICK)
-
-
-def batch_end(stamp: float, period_s: float) -> float:
-    """The end of the batch a drain stamped ``stamp`` belongs to, on slurmctld's clock: the next
-    multiple of ``period_s`` after the stamp's second. A count made after it covers every drain
-    of the batch (its clock tick is stamped later than all of them), so the drains of one batch
-    share one count instead of each making its own (docs/slurm.md, "Breaker ledger")."""
-    if period_s <= 0:
-        return float(int(stamp))
-    return (math.floor(int(stamp) / period_s) + 1) * period_s
 
 
 def wait_for(node_name: str, wait_s: float) -> float:

@@ -37,14 +37,6 @@ PENDING_S = 8.0
 CLAIM_TRIES = 10
 # Ticks that lost to a later node's tick before this node counts anyway.
 ELECTIONS = 2
-# The nodes of one batch of drains stamp the record for its count this far apart at most (a
-# share of it from a hash of the name): the first one counts, the others see its stamp and wait
-# for its entry (:meth:`LedgerClient.after_drain`).
-ELECT_SPREAD_S = 2.0
-# A node that finds its own stamp on the record looks again after as long as stamping and reading
-# took it (within these bounds), so that stamps on their way meanwhile are seen.
-CONFIRM_MIN_S = 0.5
-CONFIRM_MAX_S = 3.0
 # Kept free after waiting, for a count of our own (stamp, read back, table, publish), the drain
 # or the undo: seven Slurm calls, each slow under a storm's load.
 RESERVE_S = 10.0
@@ -143,22 +135,13 @@ class LedgerClient:
         """Stamp the record for our count and read it back. True: the stamp is ours (or the ledger
         is off), count now on it; False: another node stamped after us, its count is under way.
         slurmctld keeps the last reason written, so of the nodes that stamp at once the last one
-        counts (Slurm has no compare-and-set; last-writer-wins is what it offers): a node that
-        finds its own stamp looks again one round trip later, for stamps that were on their way."""
+        counts (Slurm has no compare-and-set; last-writer-wins is what it offers)."""
         if not (self.on and self.checked):  # the stamp is a drain: never of a record in service
             return True
         reason = ledger.tick_reason(name, time.time())
-        started = time.monotonic()
         try:
             self.sc.stamp(self.record, reason)
             rec = self.sc.node(self.record)
-            if self._last(rec, reason):
-                # Ours is the last stamp so far, but a node that stamped within one round trip of
-                # us may land after our read: wait that long and look again (measured: without
-                # this, 7 nodes of one batch each found their own stamp and each counted).
-                took = time.monotonic() - started
-                time.sleep(min(max(CONFIRM_MIN_S, took), CONFIRM_MAX_S, self._room()))
-                rec = self.sc.node(self.record)
         except SlurmError as e:
             self.off(f"not stamped ({e})")
             return True
@@ -167,15 +150,10 @@ class LedgerClient:
             return True
         self.saw(rec.reason_time)
         self.last_tick = rec.reason_time
-        if not self._last(rec, reason):
+        if rec.reason != reason and ledger.is_tick(rec.reason):
             return False
         self.ticked = rec.reason_time
         return True
-
-    @staticmethod
-    def _last(rec: Node, reason: str) -> bool:
-        """Is our tick the record's last reason (no other node's tick landed after it)?"""
-        return rec.reason == reason or not ledger.is_tick(rec.reason)
 
     def tick(self, name: str) -> float | None:
         """The stamp this count stands on: the one this run's election won; else the record's
@@ -208,16 +186,15 @@ class LedgerClient:
 
     def after_drain(self, name: str, node: Node, drained: Node | None) -> tuple[BreakerState, bool] | None:
         """(state, past the cap?) from a count that saw our drain (:func:`gpuhc.slurm.ledger.covers`);
-        None: count ourselves. Drains are counted in batches (:func:`gpuhc.slurm.ledger.batch_end`):
-        the node sleeps until its batch ends on slurmctld's clock, plus its share of a second, and
-        then counts unless another node's count stamped after our drain is under way (that one
-        gets ``PENDING_S`` to write its entry). Sleeping rather than polling: before the batch
-        ends no count can cover the drain, except one that was already under way."""
+        None: count ourselves. The node reads the ledger once, sleeps its share of
+        ``ledger_wait_s`` and reads it again; a count stamped after our drain and still running
+        gets ``PENDING_S`` more to write its entry (read every POLL_S to POLL_MAX_S), and so does
+        the count of a node whose stamp landed after ours. Then it counts itself."""
         if drained is None or drained.reason_time is None:
             return None
         stamp = drained.reason_time
         key = scope_of(node, self.settings)[0]
-        own_count_at = time.monotonic() + min(self._until_batch_end(name, stamp), self._room())
+        own_count_at = time.monotonic() + min(ledger.wait_for(name, self.settings.ledger_wait_s), self._room())
         pending_until = None
         elections = polls = 0
         while self.on:
@@ -236,23 +213,16 @@ class LedgerClient:
                 polls += 1
                 continue
             if pending_until is None and now + POLL_S <= own_count_at:
-                time.sleep(own_count_at - now)  # one read when the batch ends, none before
+                # Sleep, not poll: the reads of 200 waiting nodes were a third of a storm's bytes,
+                # and a count that could cover us shows first as a stamp, which the read at the
+                # end of the wait sees (issue 18, docs/verification.md).
+                time.sleep(own_count_at - now)
                 continue
             if elections >= ELECTIONS or self.elect(name):
                 return None
             elections += 1
             pending_until, polls = time.monotonic() + min(PENDING_S, self._room()), 0
         return None
-
-    def _until_batch_end(self, name: str, stamp: float) -> float:
-        """Seconds on our monotonic clock until slurmctld's clock has passed the end of the batch
-        of a drain stamped ``stamp``, plus this node's share of ``ELECT_SPREAD_S`` (so that the
-        batch's nodes do not all stamp at once). slurmctld's time now is at least the latest
-        stamp it set for us plus the time since we read it back."""
-        period = self.settings.ledger_wait_s
-        target = ledger.batch_end(stamp, period) + ledger.wait_for(name, min(ELECT_SPREAD_S, period))
-        seen, at = self.seen if self.seen is not None else (stamp, time.monotonic())
-        return max(0.0, target - seen - (time.monotonic() - at))
 
     def _pause(self, name: str, i: int) -> float:
         """The i-th pause between two reads: growing, and spread by the node's name so that

@@ -85,10 +85,8 @@ SCHEMA = {
                            nullable=True, pattern=r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"),
         "ledger_ttl_s": Key(float, 30.0, "a ledger entry older than this no longer decides before a drain",
                             min=1.0, max=600.0),
-        "ledger_wait_s": Key(float, 4.0, "drains are counted in batches this long on slurmctld's clock: after a "
-                             "drain, wait for the batch's end (up to this long, plus a share of a second per node "
-                             "name) for one count that sees every drain of the batch; 0: count at once",
-                             min=0.0, max=10.0),
+        "ledger_wait_s": Key(float, 2.0, "after a drain, wait up to this long (a fixed share per node name) for "
+                             "another node's count that saw it, before counting", min=0.0, max=10.0),
     },
     "quarantine": {
         "max_cycles": Key(int, 3, "failed retests before a node is marked RETIRED", min=1, max=99),
