@@ -122,7 +122,10 @@ def bookkeeping_failed(flow: Flow, out: Outcome, e: Exception) -> None:
 
 
 def _blocked(flow: Flow, out: Outcome, decision: Decision, reason: str | None) -> None:
-    flow.log(f"{out.breaker.message}; NOT draining {flow.node} ({reason})", loud=True)
+    # Blocked with the breaker closed: too late in the run to verify a drain (the actuator's why).
+    b = out.breaker
+    why = b.message if b is not None and b.open else f"{b.message if b else 'circuit breaker'}; {decision.why}"
+    flow.log(f"{why}; NOT draining {flow.node} ({reason})", loud=True)
     save_memory(flow, decision.memory, decision)
 
 

@@ -157,3 +157,37 @@ def test_claims_lost_every_time_end_in_a_drain_on_the_entrys_word(monkeypatch):
     from gpuhc.slurm.ledger_client import CLAIM_TRIES
 
     assert not state.open and "scope" not in sc.asked and sc.asked.count("write") == CLAIM_TRIES
+
+
+class Late(LedgerSlurm):
+    """A run with ``left`` seconds before its deadline."""
+
+    def __init__(self, *a, left=5.0, **k):
+        super().__init__(*a, **k)
+        self.left = left
+
+    def remaining(self):
+        return self.left
+
+
+def decide_drain(node, breaker_open):
+    if breaker_open:
+        return Decision(Act.BLOCKED, "circuit breaker open: not draining", Memory(), REASON, uses_capacity=True)
+    return Decision(Act.DRAIN, "failed checks", Memory(), REASON, uses_capacity=True)
+
+
+@pytest.mark.parametrize("left, drains", [(5.0, False), (9.9, False), (10.5, True), (50.0, True)])
+def test_a_drain_too_late_to_be_verified_is_not_sent(monkeypatch, left, drains):
+    """Issue 18: a drain sent with too little time left for its recount cannot be undone past the
+    cap; in a storm, such drains left 75 nodes held for a cap of 40. The run says so and leaves
+    the decision to the next run (settle_s 0 here: VERIFY_NEEDS_S is all it needs)."""
+    from gpuhc.slurm.actuator import VERIFY_NEEDS_S
+
+    assert VERIFY_NEEDS_S == 10.0
+    monkeypatch.setattr("time.time", lambda: T0 + 10)
+    sc = Late(table(), ledger.render([entry(total=10, cap=3, held=1)]), left=left)
+    out = Actuator(sc, BS).apply("g009", decide_drain, sc.nodes["g009"])
+    assert sc.nodes["g009"].drained is drains and out.verified is drains
+    assert out.precount is not None and not out.precount.open  # the breaker had room
+    if not drains:
+        assert out.decision.act is Act.BLOCKED and "too little to verify" in out.decision.why
