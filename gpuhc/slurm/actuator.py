@@ -57,8 +57,11 @@ JITTER_RESERVE_S = 8.0
 # recount (a wait for another node's count, or a count of the whole table, and an undo). A drain
 # that cannot be verified stands, past the cap if others raced it; in one 200-node storm on a
 # loaded box 53 drains came too late to be verified and 75 nodes ended held for a cap of 40
-# (issue 18, docs/verification.md). The next run (minutes later) decides again.
+# (issue 18, docs/verification.md). The next run (minutes later) decides again. A place claimed
+# in the ledger is drained whatever time is left (the claim was read back: it is ours, and an
+# unused one would hold a node back); so the count or claim is begun only with CLAIM_NEEDS_S more.
 VERIFY_NEEDS_S = 10.0
+CLAIM_NEEDS_S = 5.0
 
 
 def _quiet(*_a, **_k) -> None:
@@ -127,11 +130,14 @@ class Actuator:
             node = self.sc.node(name)  # time passed: read again
             decision = decide(node, False)
         out = Applied(decision, node)
+        if _takes_capacity(decision) and self._too_late(CLAIM_NEEDS_S):
+            # Not even a claim: a place taken in the ledger and never drained holds a node back.
+            out.decision = decision = replace(decide(node, True), why=too_late(self.sc.remaining()))
         if _takes_capacity(decision):
             out.precount = self.count(name, node)
             if out.precount.open:
                 out.decision = decision = decide(node, True)
-            elif self.breaker.enabled and self.sc.remaining() < self.breaker.settle_s + VERIFY_NEEDS_S:
+            elif out.precount.source == "count" and self._too_late():
                 out.decision = decision = replace(decide(node, True), why=too_late(self.sc.remaining()))
         if not decision.act.touches_slurm:
             return out
@@ -150,6 +156,11 @@ class Actuator:
                 out.error = str(e) if isinstance(e, SlurmError) else f"{type(e).__name__}: {e}"
                 self.log(f"recount after the drain failed ({e}): the drain stands", loud=True)
         return out
+
+    def _too_late(self, more_s: float = 0.0) -> bool:
+        """Too little time left to drain and verify the drain against the cap (``more_s``: and to
+        get a place first)?"""
+        return self.breaker.enabled and self.sc.remaining() < self.breaker.settle_s + VERIFY_NEEDS_S + more_s
 
     def wait_jitter(self, name: str) -> bool:
         """Sleep this node's share of ``jitter_s``, cut to what the deadline leaves after the

@@ -124,7 +124,7 @@ def bookkeeping_failed(flow: Flow, out: Outcome, e: Exception) -> None:
 def _blocked(flow: Flow, out: Outcome, decision: Decision, reason: str | None) -> None:
     # Blocked with the breaker closed: too late in the run to verify a drain (the actuator's why).
     b = out.breaker
-    why = b.message if b is not None and b.open else f"{b.message if b else 'circuit breaker'}; {decision.why}"
+    why = b.message if b is not None and b.open else "; ".join(([b.message] if b else []) + [decision.why])
     flow.log(f"{why}; NOT draining {flow.node} ({reason})", loud=True)
     save_memory(flow, decision.memory, decision)
 

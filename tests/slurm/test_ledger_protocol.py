@@ -176,18 +176,40 @@ def decide_drain(node, breaker_open):
     return Decision(Act.DRAIN, "failed checks", Memory(), REASON, uses_capacity=True)
 
 
-@pytest.mark.parametrize("left, drains", [(5.0, False), (9.9, False), (10.5, True), (50.0, True)])
-def test_a_drain_too_late_to_be_verified_is_not_sent(monkeypatch, left, drains):
+@pytest.mark.parametrize("left, claimed, drains", [
+    (14.9, False, False),  # too late to claim a place: neither a claim nor a count
+    (15.5, True, True),  # a place claimed is drained
+    (50.0, True, True),
+])
+def test_a_drain_too_late_to_be_verified_is_not_begun(monkeypatch, left, claimed, drains):
     """Issue 18: a drain sent with too little time left for its recount cannot be undone past the
     cap; in a storm, such drains left 75 nodes held for a cap of 40. The run says so and leaves
-    the decision to the next run (settle_s 0 here: VERIFY_NEEDS_S is all it needs)."""
-    from gpuhc.slurm.actuator import VERIFY_NEEDS_S
+    the decision to the next run (settle_s 0 here)."""
+    from gpuhc.slurm.actuator import CLAIM_NEEDS_S, VERIFY_NEEDS_S
 
-    assert VERIFY_NEEDS_S == 10.0
+    assert (VERIFY_NEEDS_S, CLAIM_NEEDS_S) == (10.0, 5.0)
     monkeypatch.setattr("time.time", lambda: T0 + 10)
     sc = Late(table(), ledger.render([entry(total=10, cap=3, held=1)]), left=left)
     out = Actuator(sc, BS).apply("g009", decide_drain, sc.nodes["g009"])
     assert sc.nodes["g009"].drained is drains and out.verified is drains
-    assert out.precount is not None and not out.precount.open  # the breaker had room
+    assert ("write" in sc.asked) is claimed  # a claim, never a count before the drain
+    assert "scope" not in sc.asked[:sc.asked.index("write") if claimed else None]
     if not drains:
         assert out.decision.act is Act.BLOCKED and "too little to verify" in out.decision.why
+
+
+@pytest.mark.parametrize("left, drains", [(9.0, False), (10.5, True)])
+def test_after_its_own_count_a_node_drains_only_with_time_to_verify(monkeypatch, left, drains):
+    """No ledger entry to claim on: the node counted, and with less than VERIFY_NEEDS_S left after
+    the count it does not drain."""
+    monkeypatch.setattr("time.time", lambda: T0 + 10)
+
+    class Slow(Late):
+        def scope(self, parts):  # the count takes 8 s of the run
+            self.left -= 8.0
+            return super().scope(parts)
+
+    sc = Slow(table(), left=left + 8.0)
+    out = Actuator(sc, BS).apply("g009", decide_drain, sc.nodes["g009"])
+    assert "scope" in sc.asked and out.precount.source == "count" and not out.precount.open
+    assert sc.nodes["g009"].drained is drains
