@@ -137,7 +137,7 @@ class Actuator:
             out.precount = self.count(name, node)
             if out.precount.open:
                 out.decision = decision = decide(node, True)
-            elif out.precount.source == "count" and self._too_late():
+            elif not (self.ledger is not None and self.ledger.placed) and self._too_late():
                 out.decision = decision = replace(decide(node, True), why=too_late(self.sc.remaining()))
         if not decision.act.touches_slurm:
             return out

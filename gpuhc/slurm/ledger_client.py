@@ -30,11 +30,13 @@ POLL_MAX_S = 1.0
 # of 200 processes on 2 cores it took several seconds, and a 2 s wait turned one count into many
 # (issue 18, docs/verification.md).
 PENDING_S = 8.0
-# A claim lost to a racing writer (no compare-and-set) is made again this often, then the node
-# drains on the entry's word as before the read-back. In a storm dozens of nodes claim in the same
-# seconds and most claims are lost at first; a node that keeps trying usually finds the places
-# taken (no drain) where one that gave up early drained past the cap and then undid it (issue 18).
-CLAIM_TRIES = 10
+# A claim lost to a racing writer (no compare-and-set) is made again after a random pause growing
+# to CLAIM_PAUSE_MAX_S, for as long as the deadline leaves room; after CLAIM_TRIES the node counts.
+# In a storm dozens of nodes claim in the same seconds and most first claims are lost: with 5
+# tries and then a drain on the entry's word, a third of one storm's drains went past the cap
+# and were undone, each costing a recount (issue 18, docs/verification.md).
+CLAIM_TRIES = 40
+CLAIM_PAUSE_MAX_S = 2.0
 # Ticks that lost to a later node's tick before this node counts anyway.
 ELECTIONS = 2
 # Kept free after waiting, for a count of our own (stamp, read back, table, publish), the drain
@@ -52,6 +54,7 @@ class LedgerClient:
         self.last_tick: float | None = None  # the record's stamp as this run's latest election read it
         self.seen: tuple[float, float] | None = None  # (slurmctld's stamp read back, monotonic then)
         self.future_said = False
+        self.placed = False  # this run's claim was read back under the cap: the place is ours
 
     @property
     def on(self) -> bool:
@@ -97,17 +100,21 @@ class LedgerClient:
                     self.log(f"breaker: room in the ledger ({entry.held} held{pending} + {entry.claimers.index(name)} "
                              f"claimed < cap {entry.cap}, count {entry.id} of {int(time.time()) - entry.t}s ago): "
                              "claimed a place")
+                    self.placed = True
                     return state_of(entry, node, self.settings, entry.taken + entry.claimers.index(name))
                 if entry.open:
                     return state_of(entry, node, self.settings, entry.taken + len(entry.claimers))
                 if wrote:  # our claim was overwritten by a racing writer: step aside, read again
                     wrote = False
-                    if claims >= CLAIM_TRIES or self._room() <= 0:
-                        # Drain on the entry's word: one node past the cap at worst, which the
-                        # recount undoes; a count here would cost the whole table.
+                    if self._room() <= 0:
+                        # No place and no time: the entry's word, without a place of our own,
+                        # which the actuator does not drain on this late (too little time left to
+                        # verify the drain, and draining on it overshot the cap: issue 18).
                         return state_of(entry, node, self.settings, entry.taken + len(entry.claimers))
+                    if claims >= CLAIM_TRIES:
+                        return None  # claims that never stick: a count decides
                     # Random, not by name: the writers that raced must not race again.
-                    time.sleep(self._pause(name, claims) * random.uniform(0.5, 1.5))
+                    time.sleep(min(CLAIM_PAUSE_MAX_S, POLL_S * 1.5 ** claims) * random.uniform(0.5, 1.5))
                     continue
                 text = ledger.claimed(extra, entry, name)
                 if text is None:

@@ -177,8 +177,7 @@ def test_a_fresh_entry_with_room_is_claimed_without_a_count(monkeypatch):
 
 
 def test_a_claim_is_one_write_and_never_a_count(monkeypatch):
-    """A claim a racing writer overwrites is lost for the others' arithmetic only: the node
-    drains on the entry's word, and the recount undoes a surplus."""
+    """A place is one write, read back: the node drains on it without counting the table."""
     monkeypatch.setattr("time.time", lambda: T0 + 10)
     e = entry(total=10, cap=3, held=1, claimers=("g007",))
     sc = LedgerSlurm(table(), ledger.render([e]), extra=claims(e))

@@ -22,6 +22,7 @@ def _fast(monkeypatch):
     monkeypatch.setattr("gpuhc.slurm.ledger_client.POLL_S", 0.01)
     monkeypatch.setattr("gpuhc.slurm.ledger_client.POLL_MAX_S", 0.02)
     monkeypatch.setattr("gpuhc.slurm.ledger_client.PENDING_S", 0.2)
+    monkeypatch.setattr("gpuhc.slurm.ledger_client.CLAIM_PAUSE_MAX_S", 0.02)
 
 
 def test_the_horizon_is_the_stamp_read_back_plus_the_time_since():
@@ -143,8 +144,9 @@ def test_a_lost_claim_that_finds_the_cap_taken_does_not_drain(monkeypatch):
     assert state.open and state.source == "ledger" and "scope" not in sc.asked
 
 
-def test_claims_lost_every_time_end_in_a_drain_on_the_entrys_word(monkeypatch):
-    """No count either way: the recount undoes a drain that raced past the cap."""
+def test_claims_lost_every_time_end_in_a_count(monkeypatch):
+    """Claims that never stick, with time left: after CLAIM_TRIES the node counts, and the count
+    decides (no drain on the entry's word alone)."""
     monkeypatch.setattr("time.time", lambda: T0 + 10)
     e = entry(total=10, cap=3, held=1)
 
@@ -156,7 +158,8 @@ def test_claims_lost_every_time_end_in_a_drain_on_the_entrys_word(monkeypatch):
     state = Actuator(sc, BS).count("g009", sc.nodes["g009"])
     from gpuhc.slurm.ledger_client import CLAIM_TRIES
 
-    assert not state.open and "scope" not in sc.asked and sc.asked.count("write") == CLAIM_TRIES
+    assert sc.asked.index("scope") > sc.asked.index("write") and sc.asked.count("write") >= CLAIM_TRIES
+    assert state.source == "count" and (state.drained, state.open) == (2, False)
 
 
 class Late(LedgerSlurm):
@@ -213,3 +216,20 @@ def test_after_its_own_count_a_node_drains_only_with_time_to_verify(monkeypatch,
     out = Actuator(sc, BS).apply("g009", decide_drain, sc.nodes["g009"])
     assert "scope" in sc.asked and out.precount.source == "count" and not out.precount.open
     assert sc.nodes["g009"].drained is drains
+
+
+def test_claims_lost_until_the_time_ran_out_end_without_a_drain(monkeypatch):
+    """The entry's word without a place of our own (every claim lost) is no claim: with the time
+    gone, the node does not drain on it."""
+    monkeypatch.setattr("time.time", lambda: T0 + 10)
+    e = entry(total=10, cap=3, held=1)
+
+    class AlwaysLost(Late):
+        def set_comment(self, name, text, field="Comment"):
+            self.asked.append("write")
+            self.left -= 1.0  # each lost claim costs a second
+
+    sc = AlwaysLost(table(), ledger.render([e]), extra=claims(e), left=15.5)
+    out = Actuator(sc, BS).apply("g009", decide_drain, sc.nodes["g009"])
+    assert sc.asked.count("write") >= 1 and not sc.nodes["g009"].drained
+    assert out.decision.act is Act.BLOCKED and "too little to verify" in out.decision.why
