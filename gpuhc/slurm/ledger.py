@@ -79,14 +79,15 @@ class Entry:
     newest: int  # slurmctld's latest reason stamp among the scope's nodes (epoch s), 0 if none
     claimers: tuple[str, ...] = ()  # nodes that took a place on this entry's word, in order (from Extra)
     cut: tuple[int, str] | None = None  # (stamp, name) of the held node at the cap, when held > cap
-    # Claims on the entry before this one whose drains the count did not see yet: places taken
-    # all the same (without them a new count reopened places its predecessor had given away).
-    pending: int = 0
+    # Claimers of the entry before this one whose drains the count did not see yet: their places
+    # stay theirs (without them a new count gave away again places its predecessor had promised,
+    # and the claimers themselves, finding no claim on the new entry, claimed twice).
+    pending: tuple[str, ...] = ()
 
     @property
     def taken(self) -> int:
         """Places held or promised before this entry's own claims."""
-        return self.held + self.pending
+        return self.held + len(self.pending)
 
     @property
     def open(self) -> bool:
@@ -95,6 +96,8 @@ class Entry:
     def within(self, name: str) -> bool:
         """Did ``name`` claim a place under the cap? (Claims past the cap, from writers that
         raced, do not count.)"""
+        if name in self.pending:
+            return True
         return name in self.claimers and self.taken + self.claimers.index(name) < self.cap
 
     def render(self) -> str:
@@ -102,7 +105,7 @@ class Entry:
         if self.cut is not None:
             fields.append(f"cut={self.cut[0]}@{self.cut[1]}")
         if self.pending:
-            fields.append(f"pending={self.pending}")
+            fields.append(f"pending={'+'.join(self.pending)}")
         return f"{self.scope}:{','.join(fields)}"
 
 
@@ -154,12 +157,13 @@ def _entry(item: str) -> Entry | None:
         if not at or not stamp.isdigit() or not _NAME.match(name):
             return None
         cut = (int(stamp), name)
-    pending = values.get("pending", "0")
-    if not re.fullmatch(r"[0-9]{1,3}", pending) or int(pending) > min(MAX_CLAIMERS, ints["total"] - ints["held"]):
+    pending = tuple(values["pending"].split("+")) if "pending" in values else ()
+    if (len(pending) > min(MAX_CLAIMERS, ints["total"] - ints["held"]) or len(set(pending)) != len(pending)
+            or not all(map(_NAME.match, pending))):
         return None
     if set(values) - set(_INTS) - {"cut", "id", "pending"} or (cut is not None) != (ints["held"] > ints["cap"]):
         return None  # unknown fields, or a cut that does not match the count (a count writes both)
-    return Entry(scope=scope, id=values["id"], cut=cut, pending=int(pending), **ints)
+    return Entry(scope=scope, id=values["id"], cut=cut, pending=pending, **ints)
 
 
 def render(entries: Iterable[Entry]) -> str:
@@ -205,7 +209,7 @@ def snapshot(in_scope: list[Node], held: list[Node], scope: str, cap: int, now: 
     if horizon is not None:
         stamps = [s for s in stamps if s <= horizon]
     seen = {n.name for n in held}
-    pending = min(len({c for c in claimed if c not in seen}), MAX_CLAIMERS, len(in_scope) - len(held))
+    pending = tuple(dict.fromkeys(c for c in claimed if c not in seen))[:min(MAX_CLAIMERS, len(in_scope) - len(held))]
     return Entry(scope=scope, id=id, t=int(now), held=len(held), total=len(in_scope), cap=cap,
                  newest=max(stamps, default=0), cut=cut, pending=pending)
 

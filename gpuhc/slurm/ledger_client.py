@@ -30,13 +30,14 @@ POLL_MAX_S = 1.0
 # of 200 processes on 2 cores it took several seconds, and a 2 s wait turned one count into many
 # (issue 18, docs/verification.md).
 PENDING_S = 8.0
-# A claim lost to a racing writer (no compare-and-set) is made again after a random pause growing
-# to CLAIM_PAUSE_MAX_S, for as long as the deadline leaves room; after CLAIM_TRIES the node counts.
+# A claim lost to a racing writer (no compare-and-set) is made again after a random pause (binary
+# exponential back-off, up to CLAIM_PAUSE_MAX_S), for as long as the deadline leaves room; after
+# CLAIM_TRIES the node counts.
 # In a storm dozens of nodes claim in the same seconds and most first claims are lost: with 5
 # tries and then a drain on the entry's word, a third of one storm's drains went past the cap
 # and were undone, each costing a recount (issue 18, docs/verification.md).
 CLAIM_TRIES = 40
-CLAIM_PAUSE_MAX_S = 2.0
+CLAIM_PAUSE_MAX_S = 4.0
 # Ticks that lost to a later node's tick before this node counts anyway.
 ELECTIONS = 2
 # Kept free after waiting, for a count of our own (stamp, read back, table, publish), the drain
@@ -90,18 +91,19 @@ class LedgerClient:
         key = scope_of(node, self.settings)[0]
         until = None  # the end of a wait for a count under way
         claims = elections = polls = 0
-        wrote = False
+        wrote, wrote_at = False, 0.0
         while self.on:
             _, extra, entries, tick = self.read()
             entry = entries.get(key)
             if entry is not None and self.usable(entry) and ledger.fresh(entry, time.time(), self.settings.ledger_ttl_s):
                 if entry.within(name):
-                    pending = f" + {entry.pending} on their way" if entry.pending else ""
-                    self.log(f"breaker: room in the ledger ({entry.held} held{pending} + {entry.claimers.index(name)} "
-                             f"claimed < cap {entry.cap}, count {entry.id} of {int(time.time()) - entry.t}s ago): "
+                    before = entry.pending.index(name) if name in entry.pending else \
+                        len(entry.pending) + entry.claimers.index(name)
+                    self.log(f"breaker: room in the ledger ({entry.held} held + {before} claimed before this node "
+                             f"< cap {entry.cap}, count {entry.id} of {int(time.time()) - entry.t}s ago): "
                              "claimed a place")
                     self.placed = True
-                    return state_of(entry, node, self.settings, entry.taken + entry.claimers.index(name))
+                    return state_of(entry, node, self.settings, entry.held + before)
                 if entry.open:
                     return state_of(entry, node, self.settings, entry.taken + len(entry.claimers))
                 if wrote:  # our claim was overwritten by a racing writer: step aside, read again
@@ -113,12 +115,17 @@ class LedgerClient:
                         return state_of(entry, node, self.settings, entry.taken + len(entry.claimers))
                     if claims >= CLAIM_TRIES:
                         return None  # claims that never stick: a count decides
-                    # Random, not by name: the writers that raced must not race again.
-                    time.sleep(min(CLAIM_PAUSE_MAX_S, POLL_S * 1.5 ** claims) * random.uniform(0.5, 1.5))
+                    # Exponential back-off, random and in units of what our claim took to write and
+                    # read back: the writers that raced must not race again, and the more often we
+                    # lost, the more writers there are (one storm lost 512 claims with pauses that
+                    # began at a quarter of a second).
+                    unit = max(POLL_S, time.monotonic() - wrote_at)
+                    time.sleep(min(CLAIM_PAUSE_MAX_S, unit * random.uniform(0, 2 ** min(claims, 4))))
                     continue
                 text = ledger.claimed(extra, entry, name)
                 if text is None:
                     return None  # the entry takes no more claims: a fresh count
+                wrote_at = time.monotonic()
                 self.write("Extra", text)
                 claims, wrote = claims + 1, True
                 continue  # read it back: kept, lost, or past the cap by a racing claim
