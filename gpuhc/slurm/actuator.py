@@ -117,17 +117,18 @@ class Actuator:
         """Read, decide, breaker, act, verify, recount, for one node.
 
         ``node`` is a reading taken earlier (the health check's handover read): a decision that
-        sends nothing uses it as is; one that sends re-reads first. ``on_verified`` runs once the
+        sends nothing uses it as is; one that sends re-reads first (after the jitter, for a drain
+        that waits one: one read of 17 KB per node in a storm, not two). ``on_verified`` runs once the
         act is verified, before the recount (a flow remembers its drain there, so that an undo
         finds the memory of the drain it undoes)."""
         fresh = node is None
         node = self.sc.node(name) if fresh else node
         decision = decide(node, False)
-        if decision.act.touches_slurm and not fresh:
-            node = self.sc.node(name)  # read right before acting
-            decision = decide(node, False)
         if _takes_capacity(decision) and self.wait_jitter(name):
-            node = self.sc.node(name)  # time passed: read again
+            node = self.sc.node(name)  # read right before acting, after the wait
+            decision = decide(node, False)
+        elif decision.act.touches_slurm and not fresh:
+            node = self.sc.node(name)  # read right before acting
             decision = decide(node, False)
         out = Applied(decision, node)
         if _takes_capacity(decision) and self._too_late(CLAIM_NEEDS_S):
