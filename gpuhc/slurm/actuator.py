@@ -7,11 +7,13 @@ policy, the breaker and the quarantine rules take readings and return decisions)
 runs the procedure around them, once, for everybody:
 
 1. **read** the node right before acting (Slurm has no compare-and-set: the window between our
-   read and our update is one round trip), asking slurmctld for this node alone;
+   read and our update is one round trip), asking slurmctld for this node alone; a drain that
+   takes capacity reads it after its jitter (next step) instead;
 2. **decide** (the caller's pure decision function);
 3. **breaker**: a drain that takes capacity first waits the node's jitter (a storm reaches the
-   controller spread out), reads the node again, then counts the nodes gpuhc holds in scope; at
-   the cap the caller decides again with the breaker open;
+   controller spread out), reads the node, then counts the nodes gpuhc holds in scope; at
+   the cap the caller decides again with the breaker open, and so it does when too little of
+   the deadline is left to verify the drain (docs/slurm.md, "Time to verify");
 4. **act** and **verify**: send the update and re-read the node; only a verified act counts
    (scontrol can fail after slurmctld applied part of an update, so a failure is re-read too);
 5. **recount** after a drain that took capacity: wait ``settle_s`` so that concurrent drains are
