@@ -30,6 +30,38 @@ def test_entries_survive_render_and_parse():
     assert ledger.parse(ledger.merged(text, a2)) == {"p=gpu": a2, "p=debug+gpu": b, "cluster": c}
 
 
+def test_places_on_their_way_survive_render_and_parse_and_count():
+    """A count that did not see a claimer drained keeps its place, by name (issue 18)."""
+    e = entry(held=2, cap=5, pending=("g7", "g3"), claimers=("g9",))
+    assert ledger.parse(ledger.render([e]))["p=gpu"] == entry(held=2, cap=5, pending=("g7", "g3"))
+    assert e.taken == 4 and e.open and e.within("g7") and e.within("g3") and e.within("g9")
+    assert not entry(held=2, cap=5, pending=("g7", "g3"), claimers=("g9", "g8")).within("g8")
+    assert "pending" not in entry().render()  # the format of a count with none is unchanged
+
+
+def test_a_count_carries_the_claimers_it_did_not_see_drained():
+    nodes = [held("g000", T0), held("g001", T0 + 1)] + [n(f"g{i:03d}") for i in range(2, 10)]
+    s = survey(nodes, "g000", BreakerSettings(max_drained=5, max_drained_percent=None))
+    e = ledger.snapshot(s.in_scope, s.held, "p=gpu", s.cap, T0 + 5, "0000abcd", claimed=("g001", "g004", "g006", "g004"))
+    assert (e.held, e.pending, e.claimers) == (2, ("g004", "g006"), ())
+
+
+def test_a_claimer_carried_into_a_new_count_drains_on_its_place(monkeypatch):
+    monkeypatch.setattr("time.time", lambda: T0 + 10)
+    sc = LedgerSlurm(table(), ledger.render([entry(total=10, cap=3, held=2, pending=("g009",))]))
+    state = Actuator(sc, BS).count("g009", sc.nodes["g009"])
+    assert not state.open and state.drained == 2 and "write" not in sc.asked and "scope" not in sc.asked
+
+
+def test_publish_carries_the_claims_of_the_entry_it_replaces(monkeypatch):
+    monkeypatch.setattr("time.time", lambda: T0 + 100)
+    old = entry(total=10, cap=5, held=1, claimers=("g001", "g007"))
+    sc = LedgerSlurm(table(k=2), ledger.render([old]), extra=claims(old), now=T0 + 99)
+    state = Actuator(sc, BS).count("g009", sc.nodes["g009"])  # the old entry is stale: a count
+    new = ledger.parse(sc.comment)["p=gpu"]
+    assert state.source == "count" and (new.held, new.pending) == (2, ("g007",))  # g001 is held
+
+
 def test_claims_belong_to_one_entry():
     a, b = entry(), entry(scope="cluster", id="12345678")
     extra = ledger.claimed(ledger.claimed("", a, "g1"), a, "g2")
@@ -71,6 +103,9 @@ def test_scope_keys():
     "p=gpu:id=0000abcd,t=1,held=3,total=10,cap=2,newest=1",  # over the cap without a cut
     "p=gp;u:t=1,held=1,total=10,cap=2,newest=1",
     "gpu:t=1,held=1,total=10,cap=2,newest=1",
+    "p=gpu:id=0000abcd,t=1,held=1,total=10,cap=2,newest=1,pending=g1+g1",  # one node twice
+    "p=gpu:id=0000abcd,t=1,held=1,total=10,cap=2,newest=1,pending=g1+bad/name",
+    "p=gpu:id=0000abcd,t=1,held=8,total=10,cap=9,newest=1,pending=g1+g2+g3",  # more than the nodes left
 ])
 def test_a_malformed_entry_is_skipped_and_the_rest_kept(item):
     good = entry()
