@@ -53,8 +53,6 @@ LogFn = Callable[..., None]
 
 # Kept free after the post-drain settle, for the recount and a possible undo.
 RECOUNT_RESERVE_S = 3.0
-# Kept free after the jitter: re-read, count, drain, verify, settle, recount, undo.
-JITTER_RESERVE_S = 8.0
 # A drain that takes capacity is sent only with this much time left after ``settle_s``: its
 # recount (a wait for another node's count, or a count of the whole table, and an undo). A drain
 # that cannot be verified stands, past the cap if others raced it; in one 200-node storm on a
@@ -62,8 +60,11 @@ JITTER_RESERVE_S = 8.0
 # (issue 18, docs/verification.md). The next run (minutes later) decides again. A place claimed
 # in the ledger is drained whatever time is left (the claim was read back: it is ours, and an
 # unused one would hold a node back); so the count or claim is begun only with CLAIM_NEEDS_S more.
+# A short stage gets a share of its deadline instead (the prolog's 20 s: 5 s and 2 s), and the
+# jitter leaves the sum free.
 VERIFY_NEEDS_S = 10.0
 CLAIM_NEEDS_S = 5.0
+VERIFY_SHARE, CLAIM_SHARE = 0.25, 0.1
 
 
 def _quiet(*_a, **_k) -> None:
@@ -98,13 +99,16 @@ class Actuator:
     processes, one node each); a single process draining a list (the sweep) has nothing to spread."""
 
     def __init__(self, sc: Scontrol, breaker: BreakerSettings | None = None, log: LogFn = _quiet,
-                 spread: bool = True, observe: bool = False):
+                 spread: bool = True, observe: bool = False, stage_s: float | None = None):
         if breaker is None:
             from gpuhc.slurm.breaker import BreakerSettings
 
             breaker = BreakerSettings()
         self.sc, self.breaker, self.log, self.spread = sc, breaker, log, spread
         self.observe = observe  # slurm.mode: observe
+        # (time to verify a drain, time to get a place first): see VERIFY_NEEDS_S
+        share = stage_s if stage_s is not None else float("inf")
+        self.needs = (min(VERIFY_NEEDS_S, VERIFY_SHARE * share), min(CLAIM_NEEDS_S, CLAIM_SHARE * share))
         self._drained: dict[str, Node] = {}  # our verified drains, as Slurm shows them (their stamp)
         self.ledger = None
         if breaker.ledger_node and breaker.enabled:
@@ -133,7 +137,7 @@ class Actuator:
             node = self.sc.node(name)  # read right before acting
             decision = decide(node, False)
         out = Applied(decision, node)
-        if _takes_capacity(decision) and self._too_late(CLAIM_NEEDS_S):
+        if _takes_capacity(decision) and self._too_late(self.needs[1]):
             # Not even a claim: a place taken in the ledger and never drained holds a node back.
             out.decision = decision = replace(decide(node, True), why=too_late(self.sc.remaining()))
         if _takes_capacity(decision):
@@ -163,7 +167,7 @@ class Actuator:
     def _too_late(self, more_s: float = 0.0) -> bool:
         """Too little time left to drain and verify the drain against the cap (``more_s``: and to
         get a place first)?"""
-        return self.breaker.enabled and self.sc.remaining() < self.breaker.settle_s + VERIFY_NEEDS_S + more_s
+        return self.breaker.enabled and self.sc.remaining() < self.breaker.settle_s + self.needs[0] + more_s
 
     def wait_jitter(self, name: str) -> bool:
         """Sleep this node's share of ``jitter_s``, cut to what the deadline leaves after the
@@ -172,7 +176,7 @@ class Actuator:
 
         if not self.spread:
             return False
-        room = self.sc.remaining() - self.breaker.settle_s - JITTER_RESERVE_S
+        room = self.sc.remaining() - self.breaker.settle_s - sum(self.needs)  # a place, a drain, its recount
         wait = min(jitter_for(name, self.breaker.jitter_s), max(0.0, room))
         if wait <= 0:
             return False

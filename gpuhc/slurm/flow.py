@@ -135,7 +135,7 @@ def actuator(flow: Flow) -> Actuator:
     from gpuhc.slurm.breaker import BreakerSettings
 
     return Actuator(flow.scontrol(), BreakerSettings.from_section(flow.slurm["breaker"]), flow.log,
-                    observe=flow.observe)
+                    observe=flow.observe, stage_s=float(flow.slurm["deadline_s"][flow.stage]))
 
 
 def take_turn(flow: Flow, out: Outcome | None = None):

@@ -239,8 +239,8 @@ class LedgerClient:
         return None
 
     def _pause(self, name: str, i: int) -> float:
-        """The i-th pause between two reads: growing, and spread by the node's name so that
-        nodes that lost a claim to each other do not write again at the same instant."""
+        """The i-th pause between two reads while a count is awaited: growing, and spread by the
+        node's name so that the waiting nodes do not read at the same instant."""
         return min(POLL_MAX_S, POLL_S * 1.5 ** i) * (0.75 + ledger.wait_for(name, 0.5))
 
     # ------------------------------------------------------------------ the record

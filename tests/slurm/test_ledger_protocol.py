@@ -233,3 +233,13 @@ def test_claims_lost_until_the_time_ran_out_end_without_a_drain(monkeypatch):
     out = Actuator(sc, BS).apply("g009", decide_drain, sc.nodes["g009"])
     assert sc.asked.count("write") >= 1 and not sc.nodes["g009"].drained
     assert out.decision.act is Act.BLOCKED and "too little to verify" in out.decision.why
+
+
+@pytest.mark.parametrize("left, drains", [(6.5, False), (7.5, True)])
+def test_a_short_stage_needs_a_share_of_its_deadline(monkeypatch, left, drains):
+    """The prolog's 20 s deadline: 5 s to verify and 2 s to get a place, not 10 and 5, or a
+    prolog would never drain."""
+    monkeypatch.setattr("time.time", lambda: T0 + 10)
+    sc = Late(table(), ledger.render([entry(total=10, cap=3, held=1)]), left=left)
+    Actuator(sc, BS, stage_s=20.0).apply("g009", decide_drain, sc.nodes["g009"])
+    assert sc.nodes["g009"].drained is drains
