@@ -60,11 +60,17 @@ RECOUNT_RESERVE_S = 3.0
 # (issue 18, docs/verification.md). The next run (minutes later) decides again. A place claimed
 # in the ledger is drained whatever time is left (the claim was read back: it is ours, and an
 # unused one would hold a node back); so the count or claim is begun only with CLAIM_NEEDS_S more.
-# A short stage gets a share of its deadline instead (the prolog's 20 s: 5 s and 2 s), and the
-# jitter leaves the sum free.
+# A short stage gets a share of its deadline instead (the prolog's 20 s: 5 s and 2 s).
 VERIFY_NEEDS_S = 10.0
 CLAIM_NEEDS_S = 5.0
 VERIFY_SHARE, CLAIM_SHARE = 0.25, 0.1
+# Kept free after the jitter. Less than a long stage's VERIFY_NEEDS_S + CLAIM_NEEDS_S on purpose:
+# a node whose wait the deadline cut (its checks took most of the run, as under a storm's load)
+# ends too late to take a place, and sheds its load from the storm. Leaving the whole 15 s made
+# those late nodes claim and drain, and a storm cost up to 114 MB where it had cost 77-89 MB
+# (issue 18, docs/verification.md). In the prolog (20 s) it is exactly what a place and a
+# drain need there.
+JITTER_RESERVE_S = 8.0
 
 
 def _quiet(*_a, **_k) -> None:
@@ -176,7 +182,7 @@ class Actuator:
 
         if not self.spread:
             return False
-        room = self.sc.remaining() - self.breaker.settle_s - sum(self.needs)  # a place, a drain, its recount
+        room = self.sc.remaining() - self.breaker.settle_s - JITTER_RESERVE_S
         wait = min(jitter_for(name, self.breaker.jitter_s), max(0.0, room))
         if wait <= 0:
             return False

@@ -107,11 +107,12 @@ def test_jitter_is_deterministic_bounded_and_spread():
 
 
 def test_actuator_cuts_the_jitter_to_the_deadline(monkeypatch):
-    """The jitter leaves free what a place, a drain and its recount need (docs/slurm.md, "Time to
-    verify"): 15 s in a long stage, a share of a short one's deadline."""
+    """The jitter leaves JITTER_RESERVE_S free after settle_s: in the prolog (20 s) what a place,
+    a drain and its recount need there; in a long stage less, so that a node the deadline cut
+    ends too late to claim (docs/slurm.md, "Time to verify")."""
     import time
 
-    from gpuhc.slurm.actuator import Actuator
+    from gpuhc.slurm.actuator import JITTER_RESERVE_S, Actuator
     from gpuhc.slurm.breaker import BreakerSettings, jitter_for
     from gpuhc.slurm.scontrol import Scontrol
 
@@ -121,11 +122,9 @@ def test_actuator_cuts_the_jitter_to_the_deadline(monkeypatch):
     name = next(n for n in (f"n{i}" for i in range(100)) if jitter_for(n, 30.0) > 20.0)
     assert Actuator(Scontrol(), bs).wait_jitter(name) and slept[-1] == jitter_for(name, 30.0)
     assert Actuator(Scontrol(), bs, stage_s=55.0).needs == (10.0, 5.0)
-    assert Actuator(Scontrol(), bs, stage_s=20.0).needs == (5.0, 2.0)  # the prolog's deadline
-    tight = Scontrol(deadline=time.monotonic() + 1.0 + 15.0 + 5.0)  # 5 s of room
-    assert Actuator(tight, bs, stage_s=55.0).wait_jitter(name) and 4.0 < slept[-1] <= 5.0
-    short = Scontrol(deadline=time.monotonic() + 1.0 + 7.0 + 5.0)  # the same 5 s in a prolog
-    assert Actuator(short, bs, stage_s=20.0).wait_jitter(name) and 4.0 < slept[-1] <= 5.0
-    none_left = Scontrol(deadline=time.monotonic() + 15.0)
-    assert not Actuator(none_left, bs, stage_s=55.0).wait_jitter(name) and len(slept) == 3
+    assert Actuator(Scontrol(), bs, stage_s=20.0).needs == (5.0, 2.0) and JITTER_RESERVE_S >= 7.0
+    tight = Scontrol(deadline=time.monotonic() + 1.0 + JITTER_RESERVE_S + 5.0)  # 5 s of room
+    assert Actuator(tight, bs).wait_jitter(name) and 4.0 < slept[-1] <= 5.0
+    none_left = Scontrol(deadline=time.monotonic() + JITTER_RESERVE_S)
+    assert not Actuator(none_left, bs).wait_jitter(name) and len(slept) == 2
     assert not Actuator(Scontrol(), bs, spread=False).wait_jitter(name)
