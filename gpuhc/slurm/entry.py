@@ -121,6 +121,15 @@ def bookkeeping_failed(flow: Flow, out: Outcome, e: Exception) -> None:
              "nothing remembered", loud=True)
 
 
+def breaker_open(out: Outcome) -> bool:
+    """Not drained because the breaker's cap is reached: the one FAIL that lets a job run and
+    leaves Slurm's own drain out. Not drained because too little of the deadline was left to
+    verify a drain (docs/slurm.md, "Time to verify") is a FAIL like any other: the prolog and
+    the epilog exit 1, and Slurm drains the node itself."""
+    b = out.breaker
+    return out.decision is not None and out.decision.act is Act.BLOCKED and b is not None and b.open
+
+
 def _blocked(flow: Flow, out: Outcome, decision: Decision, reason: str | None) -> None:
     # Blocked with the breaker closed: too late in the run to verify a drain (the actuator's why).
     b = out.breaker
@@ -148,7 +157,7 @@ def healthcheck(flow: Flow) -> Outcome:
         from gpuhc.slurm.remediate import climb
 
         climb(flow, report, verdict, out)  # the ladder: docs/slurm.md, "Remediation ladder"
-    if out.decision is not None and out.decision.act is Act.BLOCKED:
+    if breaker_open(out):
         out.exit_code = EXIT_BREAKER
     elif out.slurm_error and verdict is not Verdict.FAIL:
         out.exit_code = EXIT_INTERNAL
@@ -207,7 +216,7 @@ def prolog(flow: Flow) -> Outcome:
     if verdict is not Verdict.FAIL:
         return out  # the happy path: not a single Slurm call
     judge_and_act(flow, report, verdict, out, allow_resume=False)
-    if out.decision is not None and out.decision.act is Act.BLOCKED:
+    if breaker_open(out):
         flow.log(f"job {_job(flow.env)}: circuit breaker open: letting the job run rather than have Slurm "
                  "drain the node with 'Prolog error'", loud=True)
         return out
@@ -245,7 +254,7 @@ def epilog(flow: Flow) -> Outcome:
     if verdict is not Verdict.FAIL:
         return out
     judge_and_act(flow, report, verdict, out, allow_resume=False)
-    if out.decision is not None and out.decision.act is Act.BLOCKED:
+    if breaker_open(out):
         return out
     # Drained with our reason (Slurm keeps it: it drains with "Epilog error" only nodes not
     # already drained), or our drain failed and Slurm's own drain is the fallback.

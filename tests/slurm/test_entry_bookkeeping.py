@@ -100,3 +100,17 @@ def test_a_crash_after_a_fail_verdict_keeps_the_fail(verdict, fail_open, code):
     f = types.SimpleNamespace(verdict=verdict, stage="prolog", log=lambda m, **k: said.append(m))
     assert crash_exit(f, fail_open) == code
     assert bool(said) is (verdict is Verdict.FAIL)
+
+
+@pytest.mark.parametrize("stage", ["passive", "prolog", "epilog"])
+def test_too_late_to_verify_a_drain_is_a_fail_not_an_open_breaker(tmp_path, monkeypatch, stage):
+    """Too little of the deadline left to verify a drain (docs/slurm.md, "Time to verify"): no
+    drain, and exit 1 in every stage (the prolog holds the job back; Slurm drains the node with
+    its own reason), unlike the open breaker, which lets the job run."""
+    monkeypatch.setattr("gpuhc.slurm.actuator.Actuator._too_late", lambda self, more_s=0.0: True)
+    s = MiniSlurm(healthy_pair())
+    out = run(tmp_path, monkeypatch, stage, s, [XID], env=JOB)
+    assert out.exit_code == 1, out.lines
+    assert s.updates() == [] and not out.acted
+    assert any("too little to verify the drain" in line for line in out.lines)
+    assert not any("letting the job run" in line for line in out.lines)
