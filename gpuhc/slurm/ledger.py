@@ -97,7 +97,7 @@ class Entry:
         """Did ``name`` claim a place under the cap? (Claims past the cap, from writers that
         raced, do not count.)"""
         if name in self.pending:
-            return True
+            return self.held + self.pending.index(name) < self.cap
         return name in self.claimers and self.taken + self.claimers.index(name) < self.cap
 
     def render(self) -> str:

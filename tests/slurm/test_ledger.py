@@ -36,6 +36,7 @@ def test_places_on_their_way_survive_render_and_parse_and_count():
     assert ledger.parse(ledger.render([e]))["p=gpu"] == entry(held=2, cap=5, pending=("g7", "g3"))
     assert e.taken == 4 and e.open and e.within("g7") and e.within("g3") and e.within("g9")
     assert not entry(held=2, cap=5, pending=("g7", "g3"), claimers=("g9", "g8")).within("g8")
+    assert not entry(held=4, cap=5, pending=("g7", "g3")).within("g3")  # the count saw the cap taken
     assert "pending" not in entry().render()  # the format of a count with none is unchanged
 
 
