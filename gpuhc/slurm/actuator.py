@@ -145,13 +145,13 @@ class Actuator:
         out = Applied(decision, node)
         if _takes_capacity(decision) and self._too_late(self.needs[1]):
             # Not even a claim: a place taken in the ledger and never drained holds a node back.
-            out.decision = decision = replace(decide(node, True), why=too_late(self.sc.remaining()))
+            out.decision = decision = self._blocked_too_late(decide, node)
         if _takes_capacity(decision):
             out.precount = self.count(name, node)
             if out.precount.open:
                 out.decision = decision = decide(node, True)
             elif not (self.ledger is not None and self.ledger.placed) and self._too_late():
-                out.decision = decision = replace(decide(node, True), why=too_late(self.sc.remaining()))
+                out.decision = decision = self._blocked_too_late(decide, node)
         if not decision.act.touches_slurm:
             return out
         if self.observe:
@@ -174,6 +174,12 @@ class Actuator:
         """Too little time left to drain and verify the drain against the cap (``more_s``: and to
         get a place first)?"""
         return self.breaker.enabled and self.sc.remaining() < self.breaker.settle_s + self.needs[0] + more_s
+
+    def _blocked_too_late(self, decide: Decider, node: Node) -> Decision:
+        """The caller's blocked decision, saying why: too late, not the cap."""
+        left = max(0.0, self.sc.remaining())
+        return replace(decide(node, True), why=f"not draining this run: {left:.0f}s left before the deadline, too "
+                       "little to verify the drain against the breaker's cap (the next run decides)")
 
     def wait_jitter(self, name: str) -> bool:
         """Sleep this node's share of ``jitter_s``, cut to what the deadline leaves after the
@@ -323,11 +329,6 @@ def would_do(act: str, reason: str | None) -> str:
 
     mine = parse_reason(reason)
     return "retire" if act == "drain" and mine is not None and mine.retired else act
-
-
-def too_late(left: float) -> str:
-    return (f"not draining this run: {max(0.0, left):.0f}s left before the deadline, too little to verify the "
-            "drain against the breaker's cap (the next run decides)")
 
 
 def _takes_capacity(decision: Decision) -> bool:

@@ -93,12 +93,20 @@ class Entry:
     def open(self) -> bool:
         return self.taken + len(self.claimers) >= self.cap
 
-    def within(self, name: str) -> bool:
-        """Did ``name`` claim a place under the cap? (Claims past the cap, from writers that
-        raced, do not count.)"""
+    def place(self, name: str) -> int | None:
+        """The places before ``name``'s (held, then pending, then claims in order) when it has one
+        under the cap; else None. (Claims past the cap, from writers that raced, do not count.)"""
         if name in self.pending:
-            return self.held + self.pending.index(name) < self.cap
-        return name in self.claimers and self.taken + self.claimers.index(name) < self.cap
+            at = self.held + self.pending.index(name)
+        elif name in self.claimers:
+            at = self.taken + self.claimers.index(name)
+        else:
+            return None
+        return at if at < self.cap else None
+
+    def within(self, name: str) -> bool:
+        """Did ``name`` claim a place under the cap?"""
+        return self.place(name) is not None
 
     def render(self) -> str:
         fields = [f"id={self.id}"] + [f"{k}={getattr(self, k)}" for k in _INTS]

@@ -96,14 +96,13 @@ class LedgerClient:
             _, extra, entries, tick = self.read()
             entry = entries.get(key)
             if entry is not None and self.usable(entry) and ledger.fresh(entry, time.time(), self.settings.ledger_ttl_s):
-                if entry.within(name):
-                    before = entry.pending.index(name) if name in entry.pending else \
-                        len(entry.pending) + entry.claimers.index(name)
-                    self.log(f"breaker: room in the ledger ({entry.held} held + {before} claimed before this node "
-                             f"< cap {entry.cap}, count {entry.id} of {int(time.time()) - entry.t}s ago): "
+                at = entry.place(name)
+                if at is not None:
+                    self.log(f"breaker: room in the ledger ({entry.held} held + {at - entry.held} claimed before this "
+                             f"node < cap {entry.cap}, count {entry.id} of {int(time.time()) - entry.t}s ago): "
                              "claimed a place")
                     self.placed = True
-                    return state_of(entry, node, self.settings, entry.held + before)
+                    return state_of(entry, node, self.settings, at)
                 if entry.open:
                     return state_of(entry, node, self.settings, entry.taken + len(entry.claimers))
                 if wrote:  # our claim was overwritten by a racing writer: step aside, read again

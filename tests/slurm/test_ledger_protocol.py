@@ -243,3 +243,19 @@ def test_a_short_stage_needs_a_share_of_its_deadline(monkeypatch, left, drains):
     sc = Late(table(), ledger.render([entry(total=10, cap=3, held=1)]), left=left)
     Actuator(sc, BS, stage_s=20.0).apply("g009", decide_drain, sc.nodes["g009"])
     assert sc.nodes["g009"].drained is drains
+
+
+def test_a_node_that_waits_its_jitter_reads_itself_once_before_the_breaker(monkeypatch):
+    """The read before acting comes after the jitter, not before and after it (200 failing
+    nodes of a storm each saved a one-node query, 17 KB at 10,000 nodes)."""
+    from dataclasses import replace
+
+    monkeypatch.setattr("time.time", lambda: T0 + 10)
+    monkeypatch.setattr("gpuhc.slurm.actuator.time.sleep", lambda s: None)
+    sc = LedgerSlurm(table(), ledger.render([entry(total=10, cap=3, held=3)]))
+    act = Actuator(sc, replace(BS, jitter_s=5.0))
+    out = act.apply("g009", lambda node, open_: Decision(Act.BLOCKED if open_ else Act.DRAIN, "x", Memory(), REASON,
+                                                         uses_capacity=not open_),
+                    node=sc.nodes["g009"])
+    assert out.precount.open and sc.asked[:sc.asked.index("ledger")] == ["node"]
+
