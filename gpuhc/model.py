@@ -126,6 +126,24 @@ class NvLinkState(_Record):
 
 
 @dataclass(eq=False, repr=False)
+class MigInstance(_Record):
+    """One MIG device of a GPU in MIG mode: a compute instance (``ci``) inside a GPU instance
+    (``gi``), as NVML numbers them (docs/facts.md, "MIG and Slurm's GPU numbers"). Its memory is
+    its GPU instance's, shared by the compute instances in it."""
+
+    gi: int
+    ci: int
+    uuid: str = ""  # "MIG-<uuid>" (drivers from R470 on)
+    name: str | None = None  # "NVIDIA A100-SXM4-80GB MIG 1g.10gb"
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+
+    @property
+    def label(self) -> str:
+        return f"gi{self.gi}/ci{self.ci}"
+
+
+@dataclass(eq=False, repr=False)
 class GpuReading(_Record):
     """What NVML said about one GPU in this run."""
 
@@ -135,6 +153,10 @@ class GpuReading(_Record):
     pci_bus_id: str  # normalised, see norm_pci
     serial: str | None = None
     lost: bool = False  # NVML knows the GPU but cannot talk to it (GPU is lost / fallen off the bus)
+    # /dev/nvidia<minor>: how Slurm's gres.conf names this GPU (never NVML's index; gpuhc/gpumap.py)
+    minor: int | None = None
+    mig_mode: bool | None = None  # MIG mode now on; None: the GPU has no MIG
+    mig: list[MigInstance] = field(default_factory=list)  # its MIG devices, NVML's MIG index order
     vbios: str | None = None
     persistence_mode: bool | None = None
     # ECC
@@ -227,6 +249,9 @@ class GpuProcess(_Record):
     used_mib: float | None = None  # NVML's usedGpuMemory; None where NVML cannot tell (MIG, no permission)
     kinds: str = "compute"  # "compute", "graphics" or "compute+graphics"
     gone: bool = False  # NVML lists it but /proc has no such pid (exited, or another PID namespace)
+    # The MIG instance it runs in (NVML's per-instance process lists); None: not a MIG GPU
+    gi: int | None = None
+    ci: int | None = None
 
 
 @dataclass(eq=False, repr=False)
@@ -240,6 +265,7 @@ class GpuOccupancy(_Record):
     processes: list[GpuProcess] = field(default_factory=list)
     mig: bool | None = None  # MIG mode on: the parent's memory use is the instances', not judged
     error: str | None = None  # NVML could not list this GPU's processes: cannot judge it
+    instances: list[MigInstance] = field(default_factory=list)  # MIG on: each instance's memory use
 
     @property
     def subject(self) -> str:

@@ -10,6 +10,9 @@ job's leftover processes delays no other check.
 - A process's name is ``/proc/<pid>/comm``, read bounded (it is 16 bytes in the kernel). A pid
   NVML lists that ``/proc`` does not have is kept and marked ``gone``: the process exited since,
   or lives in another PID namespace (a container), which is exactly what an admin must be told.
+- MIG on: each MIG device's own process list, each process marked with its GPU and compute
+  instance, and each instance's memory (``instances``): the prolog of a job on one slice judges
+  that slice alone (gpuhc/checks/occupancy.py).
 - Memory "used" is NVML's v2 figure where the driver has it, which leaves out what the driver
   reserves for itself (several hundred MiB on Hopper), so an idle GPU reads near zero. With MIG
   on, the parent GPU's figure is its instances' and is not judged (``mig``).
@@ -28,7 +31,7 @@ import time
 from typing import Any
 
 from gpuhc.model import GpuOccupancy, GpuProcess, Occupancy
-from gpuhc.sources import nvml_util
+from gpuhc.sources import nvml_mig, nvml_util
 
 _MIB = 1024 * 1024
 _COMM_LIMIT = 64  # /proc/<pid>/comm is at most 16 bytes; anything longer is not procfs
@@ -75,17 +78,21 @@ class OccupancyLive:
         try:
             gpu.uuid = nvml_util.text(nv.nvmlDeviceGetUUID(h)) or ""
             gpu.memory_used_mib, gpu.memory_total_mib = _memory(nv, h)
-            gpu.mig = _mig(nv, h)
-            compute = _processes(nv, h, ("nvmlDeviceGetComputeRunningProcesses",
-                                         "nvmlDeviceGetComputeRunningProcesses_v2"))
-            graphics = _processes(nv, h, ("nvmlDeviceGetGraphicsRunningProcesses",
-                                          "nvmlDeviceGetGraphicsRunningProcesses_v2"))
+            gpu.mig = nvml_mig.mig_mode(nv, h)
+            # MIG on: each instance's own list (the parent's, read as root, holds every slice's
+            # processes), each process marked with its instance (docs/checks.md, "occupancy").
+            lists = [(None, h)]
+            if gpu.mig:
+                devices = nvml_mig.mig_devices(nv, h)
+                gpu.instances = [inst for _, inst in devices]
+                lists = [(inst, mh) for mh, inst in devices]
+            listed = [(inst, kind, procs) for inst, handle in lists for kind, procs in _both(nv, handle)]
         except nv.NVMLError as e:
             gpu.error = f"cannot list processes: {e}"
             return gpu
         me = os.getpid()
         merged: dict[int, GpuProcess] = {}
-        for kind, procs in (("compute", compute), ("graphics", graphics)):
+        for inst, kind, procs in listed:
             for p in procs:
                 pid = int(p.pid)
                 if pid == me:
@@ -98,7 +105,8 @@ class OccupancyLive:
                     cur.used_mib = cur.used_mib if cur.used_mib is not None else used_mib
                     continue
                 name, gone = self._name(pid)
-                merged[pid] = GpuProcess(pid=pid, name=name, used_mib=used_mib, kinds=kind, gone=gone)
+                merged[pid] = GpuProcess(pid=pid, name=name, used_mib=used_mib, kinds=kind, gone=gone,
+                                         gi=None if inst is None else inst.gi, ci=None if inst is None else inst.ci)
         gpu.processes = [merged[pid] for pid in sorted(merged)]
         return gpu
 
@@ -146,15 +154,12 @@ def _memory(nv: Any, h: Any) -> tuple[float | None, float | None]:
     return round(int(mem.used) / _MIB, 1), round(int(mem.total) / _MIB, 1)
 
 
-def _mig(nv: Any, h: Any) -> bool | None:
-    """MIG mode (current); None where the GPU has no MIG."""
-    fn = getattr(nv, "nvmlDeviceGetMigMode", None)
-    if fn is None:
-        return None
-    try:
-        return int(fn(h)[0]) == int(getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1))
-    except nv.NVMLError:
-        return None  # NOT_SUPPORTED (no MIG on this GPU), FUNCTION_NOT_FOUND (old driver)
+def _both(nv: Any, h: Any) -> list[tuple[str, list[Any]]]:
+    """The compute and the graphics processes of one device (a GPU or a MIG device)."""
+    return [("compute", _processes(nv, h, ("nvmlDeviceGetComputeRunningProcesses",
+                                           "nvmlDeviceGetComputeRunningProcesses_v2"))),
+            ("graphics", _processes(nv, h, ("nvmlDeviceGetGraphicsRunningProcesses",
+                                            "nvmlDeviceGetGraphicsRunningProcesses_v2")))]
 
 
 def _processes(nv: Any, h: Any, names: tuple[str, ...]) -> list[Any]:

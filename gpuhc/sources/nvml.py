@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from gpuhc.model import GpuReading, NvmlReading, norm_pci
 from gpuhc.phases import mark
-from gpuhc.sources import nvml_util
+from gpuhc.sources import nvml_mig, nvml_util
 from gpuhc.sources.nvml_fabric import c2c_errors, read_fabric
 from gpuhc.sources.nvml_fields import BOOL_FIELDS, DEVICE_FIELDS, SIMPLE_GETTERS
 from gpuhc.sources.nvml_links import LinkReads
@@ -170,6 +170,12 @@ class NvmlLive(LinkReads):
         if pci is not None:
             gpu.pci_bus_id = norm_pci(_text(pci.busId) or "")
         gpu.serial = _text(self._call(nv.nvmlDeviceGetSerial, h, gpu=i, what="serial"))
+        # How Slurm names it (/dev/nvidia<minor>) and its MIG layout: gpuhc/gpumap.py maps Slurm's
+        # GPUs with them, and gpu-count holds the layout to the baseline.
+        gpu.minor = nvml_mig.minor(nv, h)
+        gpu.mig_mode = nvml_mig.mig_mode(nv, h)
+        if gpu.mig_mode:
+            gpu.mig = [inst for _, inst in nvml_mig.mig_devices(nv, h, lambda t: self._note(f"gpu{i}: {t}"))]
 
     def _sibling(self, gpu: GpuReading, h: Any) -> None:
         """Not this stage's GPU: who it is (gpu-count, xid) and how hot and busy (thermal compares

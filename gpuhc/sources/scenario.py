@@ -38,6 +38,7 @@ _COMMON = ("hostname", "time", "driver_version", "cuda_driver_version", "nvml", 
            "kernel_log", "kernel", "ib_ports", "aer", "pci_gpus", "occupancy",
            "activity")  # job activity (issue 24): gpuhc/sources/activity_io.py
 _COMMON = (*_COMMON, "imex")  # the IMEX daemon (gpuhc/sources/imex.py); replaced whole by a step
+_COMMON = (*_COMMON, "gres")  # Slurm's view of the GPUs (gpuhc/sources/gres.py); replaced whole by a step
 TOP_KEYS = (*_COMMON, "format", "description", "ib_defaults", "extends", "steps")
 STEP_KEYS = (*_COMMON, "description", "ib_defaults")
 _MAX_EXTENDS = 8  # a chain longer than this is a loop
@@ -103,6 +104,7 @@ class Scenario:
     occupancy: Occupancy | None = None
     imex: ImexStatus | None = None
     activity: Activity | None = None  # job activity (issue 24)
+    gres: dict[str, str] | None = None  # {conf: gres.conf text, mig_minors: mig-minors text}
 
     def nvml_source(self) -> _Fixed:
         return _Fixed(self.nvml)
@@ -254,6 +256,20 @@ def _validate(doc: Any, path: tuple, allowed: tuple[str, ...], err: sio.ErrorFn)
             from gpuhc.sources.activity_io import check_activity
 
             check_activity(value, p, err)
+        elif key == "gres":
+            _check_gres(value, p, err)
+
+
+def _check_gres(value: Any, path: tuple, err: sio.ErrorFn) -> None:
+    """``gres: {conf: <gres.conf text>, mig_minors: <mig-minors text>}``: what Slurm's GPU numbers
+    are read with on the recorded node (gpuhc/gpumap.py); each part optional."""
+    if not isinstance(value, dict):
+        raise err(path, f"gres must be a mapping {{conf, mig_minors}}, got {sio._tname(value)}")
+    for key, text in value.items():
+        if key not in ("conf", "mig_minors"):
+            raise err(path + (key,), f"unknown gres key {key!r} (known: conf, mig_minors)")
+        if not isinstance(text, str):
+            raise err(path + (key,), f"must be the file's text, got {sio._tname(text)}")
 
 
 def _gpu_entries(value: Any, path: tuple, err: sio.ErrorFn) -> list[tuple[int, Any]]:
@@ -292,6 +308,7 @@ class _State:
         self.occupancy: dict[str, Any] | None = None
         self.imex: dict[str, Any] | None = None
         self.activity: dict[str, Any] | None = None  # job activity: the whole section, replaced by a step
+        self.gres: dict[str, str] | None = None
 
     def _resize(self, count: int) -> None:
         while len(self.gpus) > count:
@@ -353,6 +370,8 @@ class _State:
             self.imex = copy.deepcopy(part["imex"])
         if "activity" in part:
             self.activity = copy.deepcopy(part["activity"])
+        if "gres" in part:
+            self.gres = dict(part["gres"])
 
     @staticmethod
     def _override(gpu: dict[str, Any], fields: dict[str, Any], template: bool) -> None:
@@ -378,7 +397,8 @@ class _State:
             for i, g in enumerate(self.occupancy.get("gpus") or []):
                 if g["index"] >= len(gpus):
                     raise err(("occupancy", "gpus", i, "index"), f"GPU {g['index']} does not exist (count is {len(gpus)})")
-            occupancy = sio.occupancy_from_dict(self.occupancy, {g.index: g.uuid for g in gpus})
+            occupancy = sio.occupancy_from_dict(self.occupancy, {g.index: g.uuid for g in gpus},
+                                                {g.index: g.mig for g in gpus if g.mig_mode and g.mig})
         activity = None
         if self.activity is not None:
             from gpuhc.sources.activity_io import activity_from_dict
@@ -389,7 +409,7 @@ class _State:
             hostname=self.top.get("hostname"), time=None if t is None else float(t),
             description=self.top.get("description"), kernel_lines=self.kernel_lines, kernel=kernel,
             ib_ports=ib, aer=aer, pci_gpus=self.pci_gpus, occupancy=occupancy, activity=activity,
-            imex=None if self.imex is None else sio.imex_from_dict(self.imex),
+            imex=None if self.imex is None else sio.imex_from_dict(self.imex), gres=self.gres,
         )
 
 

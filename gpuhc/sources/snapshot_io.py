@@ -64,6 +64,7 @@ from gpuhc.model import (
     ImexStatus,
     KernelEvent,
     KernelLog,
+    MigInstance,
     NvLinkState,
     NvmlReading,
     Occupancy,
@@ -96,6 +97,7 @@ def _field_types(cls: type) -> dict[str, tuple[tuple[type, ...], bool]]:
 _TABLES = {"GPU_FIELDS": GpuReading, "IB_FIELDS": IbPort, "AER_FIELDS": AerCounters,
            "OCC_FIELDS": Occupancy, "OCC_GPU_FIELDS": GpuOccupancy, "PROC_FIELDS": GpuProcess}
 _TABLES["IMEX_FIELDS"] = ImexStatus
+_TABLES["MIG_FIELDS"] = MigInstance
 _TABLE_CACHE: dict[str, dict] = {}
 
 
@@ -162,7 +164,14 @@ def dump_snapshot(snapshot: Snapshot, compact: bool = True) -> dict[str, Any]:
     if snapshot.pci_gpus is not None:
         doc["pci_gpus"] = list(snapshot.pci_gpus)
     if snapshot.occupancy is not None:
-        doc["occupancy"] = _plain(snapshot.occupancy)
+        doc["occupancy"] = occ = _plain(snapshot.occupancy)
+        for g in occ["gpus"]:  # MIG facts only where there is MIG: a plain GPU's section stays as it was
+            if not g["instances"]:
+                del g["instances"]
+            for p in g["processes"]:
+                for key in ("gi", "ci"):
+                    if p[key] is None:
+                        del p[key]
     if snapshot.imex is not None:
         doc["imex"] = _plain(snapshot.imex)
     # job activity (issue 24; format in gpuhc/sources/activity_io.py)
@@ -249,7 +258,30 @@ _PCI_ADDR = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
 
 def check_gpu(mapping: Any, path: tuple, err: ErrorFn) -> None:
-    check_fields(mapping, __getattr__("GPU_FIELDS"), path, err, "GPU", {"nvlinks": lambda v, p: check_nvlinks(v, p, err)})
+    check_fields(mapping, __getattr__("GPU_FIELDS"), path, err, "GPU", {"nvlinks": lambda v, p: check_nvlinks(v, p, err),
+                                                                         "mig": lambda v, p: check_mig(v, p, err)})
+
+
+def check_mig(value: Any, path: tuple, err: ErrorFn) -> None:
+    """A GPU's MIG devices (``mig``), or an occupancy GPU's instances: ``[{gi, ci, uuid, ...}]``."""
+    if not isinstance(value, list):
+        raise err(path, f"must be a list of {{gi, ci, uuid, name, memory_used_mib, memory_total_mib}}, got {_tname(value)}")
+    seen = set()
+    for i, inst in enumerate(value):
+        check_fields(inst, __getattr__("MIG_FIELDS"), path + (i,), err, "MIG device")
+        if inst.get("gi") is None or inst.get("ci") is None:
+            raise err(path + (i,), "a MIG device needs its `gi` and `ci`")
+        if (inst["gi"], inst["ci"]) in seen:
+            raise err(path + (i,), f"MIG device gi{inst['gi']}/ci{inst['ci']} is listed twice")
+        seen.add((inst["gi"], inst["ci"]))
+
+
+def mig_from_list(value: list[dict[str, Any]] | None) -> list[MigInstance]:
+    def number(v: Any) -> float | None:
+        return None if v is None else float(v)
+
+    return [MigInstance(**dict(d, memory_used_mib=number(d.get("memory_used_mib")),
+                               memory_total_mib=number(d.get("memory_total_mib")))) for d in value or []]
 
 
 def check_nvlinks(value: Any, path: tuple, err: ErrorFn) -> None:
@@ -304,7 +336,10 @@ def gpu_from_dict(d: dict[str, Any], path: tuple, err: ErrorFn) -> GpuReading:
     for key in GPU_REQUIRED:
         if d.get(key) is None:
             raise err(path, f"GPU {d.get('index', '?')} has no {key} (set it per GPU or in defaults)")
-    kw = {k: v for k, v in d.items() if k != "nvlinks"}
+    kw = {k: v for k, v in d.items() if k not in ("nvlinks", "mig")}
+    kw["mig"] = mig_from_list(d.get("mig"))
+    # A recording from before gpuhc read minor numbers: /dev/nvidia<index>, as on most nodes.
+    kw.setdefault("minor", kw.get("index"))
     for k, (accepted, _) in __getattr__("GPU_FIELDS").items():
         if float in accepted and isinstance(kw.get(k), int):
             kw[k] = float(kw[k])
@@ -379,7 +414,8 @@ def check_occupancy(value: Any, path: tuple, err: ErrorFn) -> None:
         seen = set()
         for i, g in enumerate(v):
             check_fields(g, __getattr__("OCC_GPU_FIELDS"), p + (i,), err, "occupancy GPU",
-                         {"processes": lambda procs, q: check_processes(procs, q, err)})
+                         {"processes": lambda procs, q: check_processes(procs, q, err),
+                          "instances": lambda v, q: check_mig(v, q, err)})
             if g.get("index") is None:
                 raise err(p + (i,), "each occupancy GPU needs its `index`")
             if g["index"] in seen:
@@ -400,21 +436,29 @@ def check_processes(value: Any, path: tuple, err: ErrorFn) -> None:
             raise err(path + (i, "kinds"), f"must be one of {', '.join(_PROC_KINDS)}, got {proc['kinds']!r}")
 
 
-def occupancy_from_dict(d: dict[str, Any], uuids: dict[int, str]) -> Occupancy:
-    """A validated ``occupancy`` mapping -> Occupancy, with every GPU of the reading present."""
+def occupancy_from_dict(d: dict[str, Any], uuids: dict[int, str],
+                        mig: dict[int, list[MigInstance]] | None = None) -> Occupancy:
+    """A validated ``occupancy`` mapping -> Occupancy, with every GPU of the reading present. A
+    GPU in MIG mode (``mig``: its MIG devices from the GPU section) gets them as its instances
+    unless the section lists their memory use itself."""
+    mig = mig or {}
     def number(v: Any) -> float | None:
         return None if v is None else float(v)
 
     listed = {}
     for g in d.get("gpus") or []:
         procs = [GpuProcess(**dict(p, used_mib=number(p.get("used_mib")))) for p in g.get("processes") or []]
-        kw = {k: v for k, v in g.items() if k != "processes"}
+        kw = {k: v for k, v in g.items() if k not in ("processes", "instances")}
         for k in ("memory_used_mib", "memory_total_mib"):
             kw[k] = number(kw.get(k))
         kw.setdefault("uuid", uuids.get(g["index"], ""))
-        listed[g["index"]] = GpuOccupancy(processes=procs, **kw)
+        inst = mig_from_list(g["instances"]) if "instances" in g else list(mig.get(g["index"], []))
+        if inst:
+            kw.setdefault("mig", True)
+        listed[g["index"]] = GpuOccupancy(processes=procs, instances=inst, **kw)
     for index, uuid in uuids.items():
-        listed.setdefault(index, GpuOccupancy(index=index, uuid=uuid))
+        inst = list(mig.get(index, []))
+        listed.setdefault(index, GpuOccupancy(index=index, uuid=uuid, instances=inst, mig=True if inst else None))
     return Occupancy(available=d.get("available", True), error=d.get("error"),
                      gpus=[listed[i] for i in sorted(listed)], waited_s=float(d.get("waited_s") or 0.0))
 

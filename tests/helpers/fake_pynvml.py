@@ -19,6 +19,28 @@ NS = real.NVML_ERROR_NOT_SUPPORTED
 
 
 @dataclass
+class FakeMig:
+    """One MIG device of a fake GPU in MIG mode: its GPU and compute instance, and what NVML
+    answers on its own handle (UUID, name, memory of its GPU instance, its processes)."""
+
+    gi: int
+    ci: int = 0
+    uuid: str = "MIG-00000000-0000-0000-0000-000000000000"
+    name: str = "NVIDIA A100-SXM4-80GB MIG 1g.10gb"
+    memory: tuple[int, int] = (13 << 20, 9728 << 20)  # (used, total) bytes
+    compute_procs: list[tuple[int, int | None]] = field(default_factory=list)
+    graphics_procs: list[tuple[int, int | None]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class MigHandle:
+    """A MIG device handle: the parent GPU's position and the MIG slot."""
+
+    parent: int
+    slot: int
+
+
+@dataclass
 class FakeGpu:
     name: str = "NVIDIA H100 80GB HBM3"
     uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
@@ -66,6 +88,10 @@ class FakeGpu:
     memory_v1_extra: int = 500 << 20  # v1's "used" also counts the driver's reserve
     procs_exit_after: int | None = None  # the processes are gone after this many listings
     mig_mode: int | None = None  # current MIG mode; None: NOT_SUPPORTED (no MIG on this GPU)
+    # MIG devices by slot (nvmlDeviceGetMigDeviceHandleByIndex); None: an empty slot (NOT_FOUND)
+    mig_devices: list[FakeMig | None] = field(default_factory=list)
+    max_mig: int = 7  # nvmlDeviceGetMaxMigDeviceCount
+    minor: int | None = None  # /dev/nvidia<minor>; None: the GPU's position
     # Job activity (issue 24): the driver's sample buffer per NVML_*_SAMPLES type, as
     # (time stamp in microseconds, value) pairs; a type absent here answers NOT_SUPPORTED.
     # Power samples are milliwatts, as the driver keeps them. gpm_sm: GPM SM activity, None: no GPM.
@@ -115,6 +141,8 @@ class FakeNvml:
 
     def _gpu(self, fn: str, h: Any) -> FakeGpu:
         self.calls[fn] += 1
+        if isinstance(h, MigHandle):
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)  # a getter that takes no MIG handle
         gpu = self.gpus[h]
         if gpu.lost:
             raise real.NVMLError(real.NVML_ERROR_GPU_IS_LOST)
@@ -149,11 +177,49 @@ class FakeNvml:
         return i
 
     # ------------------------------------------------------------ inventory
-    def nvmlDeviceGetName(self, h: int) -> str:
+    def nvmlDeviceGetName(self, h: Any) -> str:
+        if isinstance(h, MigHandle):
+            return self._mig("nvmlDeviceGetName", h).name
         return self._gpu("nvmlDeviceGetName", h).name
 
-    def nvmlDeviceGetUUID(self, h: int) -> str:
+    def nvmlDeviceGetUUID(self, h: Any) -> str:
+        if isinstance(h, MigHandle):
+            return self._mig("nvmlDeviceGetUUID", h).uuid
         return self._gpu("nvmlDeviceGetUUID", h).uuid
+
+    # ------------------------------------------------------------ MIG
+    def _mig(self, fn: str, h: MigHandle) -> FakeMig:
+        self.calls[fn] += 1
+        gpu = self.gpus[h.parent]
+        if gpu.lost:
+            raise real.NVMLError(real.NVML_ERROR_GPU_IS_LOST)
+        mig = gpu.mig_devices[h.slot]
+        assert mig is not None
+        return mig
+
+    def nvmlDeviceGetMinorNumber(self, h: int) -> int:
+        g = self._gpu("nvmlDeviceGetMinorNumber", h)
+        return h if g.minor is None else g.minor
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: int) -> int:
+        g = self._gpu("nvmlDeviceGetMaxMigDeviceCount", h)
+        if g.mig_mode is None:
+            raise real.NVMLError(NS)
+        return g.max_mig
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: int, slot: int) -> MigHandle:
+        g = self._gpu("nvmlDeviceGetMigDeviceHandleByIndex", h)
+        if not g.mig_mode or slot >= g.max_mig:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        if slot >= len(g.mig_devices) or g.mig_devices[slot] is None:
+            raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+        return MigHandle(h, slot)
+
+    def nvmlDeviceGetGpuInstanceId(self, h: MigHandle) -> int:
+        return self._mig("nvmlDeviceGetGpuInstanceId", h).gi
+
+    def nvmlDeviceGetComputeInstanceId(self, h: MigHandle) -> int:
+        return self._mig("nvmlDeviceGetComputeInstanceId", h).ci
 
     def nvmlDeviceGetPciInfo_v3(self, h: int) -> Any:
         return SimpleNamespace(busId=self._gpu("nvmlDeviceGetPciInfo_v3", h).pci.encode())
@@ -259,7 +325,11 @@ class FakeNvml:
         return self._gpu("nvmlDeviceGetPowerManagementDefaultLimit", h).power_mw[2]
 
     # ------------------------------------------------------------ occupancy
-    def _procs(self, fn: str, h: int, which: str) -> list[Any]:
+    def _procs(self, fn: str, h: Any, which: str) -> list[Any]:
+        if isinstance(h, MigHandle):  # a MIG device's own list; as pynvml shapes it, ids included
+            m = self._mig(fn, h)
+            return [SimpleNamespace(pid=pid, usedGpuMemory=used, gpuInstanceId=m.gi, computeInstanceId=m.ci)
+                    for pid, used in getattr(m, which)]
         g = self._gpu(fn, h)
         self.listings[(fn, h)] += 1
         if g.procs_exit_after is not None and self.listings[(fn, h)] > g.procs_exit_after:
@@ -279,7 +349,10 @@ class FakeNvml:
             raise real.NVMLError(NS)
         return [g.mig_mode, g.mig_mode]
 
-    def nvmlDeviceGetMemoryInfo(self, h: int, version: int | None = None) -> Any:
+    def nvmlDeviceGetMemoryInfo(self, h: Any, version: int | None = None) -> Any:
+        if isinstance(h, MigHandle):
+            used, total = self._mig("nvmlDeviceGetMemoryInfo", h).memory
+            return SimpleNamespace(used=used, total=total, free=total - used)
         g = self._gpu("nvmlDeviceGetMemoryInfo", h)
         used, total = g.memory
         if version is None:

@@ -87,7 +87,7 @@ def test_compact_dump_moves_shared_values_to_defaults():
     doc = dump_snapshot(Snapshot("n", 1.0, s0.nvml))
     assert doc["defaults"]["name"] == "NVIDIA H100 80GB HBM3"
     assert doc["defaults"]["nvlinks"] == {"count": 18, "active": True, "errors": {"replay": 0, "recovery": 0, "crc": 0}}
-    assert set(doc["gpus"][0]) == {"index", "uuid", "pci_bus_id", "serial", "temp_gpu_c"}
+    assert set(doc["gpus"][0]) == {"index", "uuid", "pci_bus_id", "serial", "temp_gpu_c", "minor"}  # minor: /dev/nvidia<N>
 
 
 # ------------------------------------------------------------------ any reading, property-based

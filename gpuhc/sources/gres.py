@@ -1,0 +1,92 @@
+"""What Slurm's GPU numbers are read with on this node: gres.conf and the driver's MIG minors.
+
+The mapping itself is pure (gpuhc/gpumap.py); this module finds and reads its inputs:
+
+- gres.conf where slurmd reads it: ``node.gres_conf`` when configured, else beside the
+  slurm.conf Slurm hands the prolog and epilog (``SLURM_CONF``; slurmd looks for gres.conf in
+  slurm.conf's directory, configless mode's cache included), else ``/etc/slurm/gres.conf``.
+  As root it must be root's and written by no one else (the config's rule): a gres.conf others
+  can write could point gpuhc at any GPU. Read bounded, never through a link to a non-file.
+- ``/proc/driver/nvidia-caps/mig-minors`` (the driver's table of MIG capability minors).
+- A replay takes both from the scenario's ``gres`` section where it has them (a recording is
+  not this node), else from the live files (the test cluster's stand-in gres.conf).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+from gpuhc.gpumap import GpuMapError, GresConf, parse_gres_conf, parse_mig_minors
+
+DEFAULT_GRES_CONF = "/etc/slurm/gres.conf"
+MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"
+MAX_GRES_BYTES = 1024 * 1024
+MAX_MINORS_BYTES = 1024 * 1024  # 32 GPUs' table is about 100 KB
+
+
+@dataclass
+class GresInputs:
+    """gres.conf (None: the node has none) and the MIG minors, with where they came from."""
+
+    conf: GresConf | None
+    minors: dict[int, tuple]
+    stamp: list | None  # gres.conf's identity (path, inode, size, mtime): the cache's key
+    where: str
+
+
+def gres_conf_path(configured: str | None, env: Mapping[str, str]) -> str:
+    if configured:
+        return configured
+    slurm_conf = env.get("SLURM_CONF")
+    if slurm_conf:
+        return os.path.join(os.path.dirname(slurm_conf), "gres.conf")
+    return DEFAULT_GRES_CONF
+
+
+def read_inputs(node: str, configured: str | None, env: Mapping[str, str],
+                recorded: Mapping[str, str] | None = None, minors_path: str = MIG_MINORS) -> GresInputs:
+    """Read gres.conf and the MIG minors (the recorded ones first). Raises GpuMapError."""
+    recorded = recorded or {}
+    if "conf" in recorded:
+        conf = parse_gres_conf(recorded["conf"], "gres.conf (recorded)", node)
+        stamp, where = None, "gres.conf (recorded)"
+    else:
+        path = gres_conf_path(configured, env)
+        where = path
+        text, stamp = _read(path, MAX_GRES_BYTES, "gres.conf", trusted=True)
+        conf = None if text is None else parse_gres_conf(text, path, node)
+    if "mig_minors" in recorded:
+        minors_text: str | None = recorded["mig_minors"]
+    else:
+        minors_text, _ = _read(minors_path, MAX_MINORS_BYTES, "mig-minors", trusted=False)
+    return GresInputs(conf, parse_mig_minors(minors_text or ""), stamp, where)
+
+
+def stamp_of(path: str) -> list | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [path, st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _read(path: str, limit: int, what: str, trusted: bool) -> tuple[str | None, list | None]:
+    """(text, stamp); (None, None) when the file does not exist."""
+    from gpuhc.untrusted import UntrustedInputError, read_bounded
+
+    if not os.path.exists(path):
+        return None, None
+    if trusted:
+        from gpuhc.fsutil import UnsafePath, check_trusted_file
+
+        try:
+            check_trusted_file(path, what)
+        except UnsafePath as e:
+            raise GpuMapError(str(e)) from None
+    try:
+        data = read_bounded(path, limit, what)
+    except UntrustedInputError as e:
+        raise GpuMapError(str(e)) from None
+    return data.decode("utf-8", errors="replace"), stamp_of(path)
