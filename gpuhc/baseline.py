@@ -35,6 +35,7 @@ from collections import Counter
 from typing import Any
 
 from gpuhc.errors import ConfigError, SourceError
+from gpuhc.checks.mig_layout import layout_entry
 from gpuhc.model import Snapshot, norm_pci
 
 VERSION = 1
@@ -62,6 +63,9 @@ def capture(snapshot: Snapshot) -> dict[str, Any]:
             "pcie_width_max": g.pcie_width_max,
             "nvlink_active": sum(1 for link in g.nvlinks if link.active),
         }
+        if g.mig_mode is not None:  # the MIG layout the node should come back with (checks/mig_layout.py)
+            gpus[norm_pci(g.pci_bus_id) if g.pci_bus_id else f"unknown-gpu{g.index}"].update(
+                mig_mode=g.mig_mode, mig=sorted(layout_entry(i) for i in g.mig))
     names = Counter(g.name for g in nvml.gpus)
     doc: dict[str, Any] = {
         "version": VERSION,

@@ -75,6 +75,9 @@ class Action(str, enum.Enum):
     NONE = "none"
     RESTART_APP = "restart app"
     RESET_GPU = "reset GPU"
+    # MIG instances gone (a reboot or reset drops a layout nothing re-creates): an admin's step,
+    # no ladder step and no lemon (gpuhc/checks/mig_layout.py)
+    RECREATE_MIG = "drain + recreate MIG instances"
     DRAIN_REBOOT = "drain + reboot"
     DRAIN_TICKET = "drain + hardware ticket"
 
@@ -85,7 +88,7 @@ class Action(str, enum.Enum):
     @property
     def drains(self) -> bool:
         """Actions that take the node out of the schedule (a GPU reset needs it idle too)."""
-        return self in (Action.RESET_GPU, Action.DRAIN_REBOOT, Action.DRAIN_TICKET)
+        return self in (Action.RESET_GPU, Action.RECREATE_MIG, Action.DRAIN_REBOOT, Action.DRAIN_TICKET)
 
 
 @dataclass(frozen=True, eq=False, repr=False)

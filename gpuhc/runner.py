@@ -121,7 +121,7 @@ def run_stage(opts: RunOptions) -> RunReport:
     wait_s, settle_mib = _occupancy_wait(checks, opts)
     prev_checks = _mapping(prior.get("checks"))
     rotation, phases = _nvlink_slice(checks, opts.stage, prev_checks)
-    spec = replace(spec, gpus=opts.gpus, occupancy_wait_s=wait_s, occupancy_settle_mib=settle_mib,
+    spec = replace(spec, gpus=opts.gpus, job=opts.job, occupancy_wait_s=wait_s, occupancy_settle_mib=settle_mib,
                    dl_rotation=rotation, dl_phases=phases, activity=_activity_settings(checks))
     sources = build_sources(spec, step)
     readers = _start_readers(sources, {n for c, _ in checks for n in (*c.needs, *c.optional)})
@@ -182,6 +182,7 @@ def run_stage(opts: RunOptions) -> RunReport:
             baseline=baseline,
             config=eff.config,
             gpus=opts.gpus,
+            job=opts.job,
         )
         if prev is not None and not isinstance(prev, dict):
             report.notes.append(f"state of check {check.id} was not a mapping; rebuilt from empty")

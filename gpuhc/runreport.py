@@ -21,7 +21,8 @@ class RunOptions:
     config: Config
     sources: SourceSpec
     state_dir: str
-    gpus: list[int] | None = None  # prolog: the job's GPUs
+    gpus: list[int] | None = None  # prolog: the job's GPUs (NVML indices of the physical GPUs)
+    job: Any = None  # gpuhc.gpumap.JobScope: what Slurm gave the job, MIG slices and shared GPUs included
     now: float | None = None  # judge as if it were this time (replay)
     budget_s: float | None = None  # default: config budget_s.<stage>
     hostname: str | None = None

@@ -24,6 +24,7 @@ MODULES = (
     "infiniband",
     "nvswitch",
     "occupancy",
+    "mig_layout",
     "fabric",
     "jobs",
 )

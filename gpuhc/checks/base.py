@@ -37,6 +37,9 @@ class Context:
     baseline: dict[str, Any] | None = None  # `gpuhc baseline capture` output, when present
     config: dict[str, Any] = field(default_factory=dict)  # this check's own config section
     gpus: list[int] | None = None  # restrict to these GPU indices (prolog: the job's GPUs)
+    # The job's devices as Slurm gave them (gpuhc.gpumap.JobScope: MIG slices, shared GPUs);
+    # None: whole GPUs, or no job.
+    job: Any = None
 
     def t(self, key: str, default: Any = None) -> Any:
         return self.thresholds.get(key, default)

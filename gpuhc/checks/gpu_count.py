@@ -137,6 +137,9 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         # does not list have vanished since gres.conf was written: the job would start without
         # them, and no other check would judge them. With no expected count configured this is
         # the only thing that notices, so it fails (drain + reboot, like any GPU gone from NVML).
+        if ctx.job is not None:  # Slurm's devices, held to the GPU by bus id (gpuhc/gpumap.py)
+            out.results.extend(_allocated_gone(nvml, ctx.job))
+            return out
         listed = {g.index for g in nvml.gpus}
         absent = sorted(set(ctx.gpus) - listed)
         if absent:
@@ -146,6 +149,18 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
                 f"(it lists {have}): gone from the node?", value=absent, action=Action.DRAIN_REBOOT,
             ))
     return out
+
+
+def _allocated_gone(nvml, job) -> list:
+    """Slurm's devices of the job whose GPU NVML does not list (by bus id, or by minor where the
+    GPU was already gone when the mapping was made)."""
+    listed = {norm_pci(g.pci_bus_id) for g in nvml.gpus if g.pci_bus_id}  # a lost one fails above
+    gone = [m for m in job.devices if m.pci is None or m.pci not in listed]
+    if not gone:
+        return []
+    what = "; ".join(f"Slurm's GPU {m.index} (/dev/nvidia{m.minor}" + (f", {m.pci})" if m.pci else ")") for m in gone)
+    return [result(ID, Status.FAIL, f"allocated {what} not listed by NVML: gone from the node?",
+                   value=[m.index for m in gone], action=Action.DRAIN_REBOOT)]
 
 
 def _no_gpus_here(snapshot: Snapshot, ctx: Context, why: str):

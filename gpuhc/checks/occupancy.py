@@ -12,6 +12,14 @@ memory or at half speed, and nothing in the hardware counters says why. The rule
   or a process NVML cannot see from here (another PID namespace).
 - A graphics-only process (a display server) is not a finding by itself; its memory counts.
 
+- MIG: a job on a slice is judged on that slice alone: only processes in its GPU instance
+  (and compute instance, where Slurm gave one) count, and the memory in use is the instance's.
+  A process on a sibling slice is another job's.
+- Shared GPUs (gres.conf lends the GPU as ``shard`` or ``mps``, docs/checks.md "occupancy"):
+  other jobs' processes are expected there, so the prolog judges nothing of who holds such a
+  GPU; the epilog still waits for the GPU to be free of compute processes only when the GPU is
+  not shared. The report says so.
+
 Every failure drains (``drain + reboot``: killing the process may not free a wedged context)
 with a reason naming the GPU, the pids, their names and the GiB held. The health check runs
 this check only on a node gpuhc holds out of service for it (gpuhc/slurm/policy.py ``rejudge``):
@@ -73,6 +81,21 @@ def _judge_gpu(gpu: GpuOccupancy, max_used: float, waited: str) -> Result:
     return result(ID, Status.PASS, f"{s} free ({used or 0:.0f} MiB in use{extra})", s, value=used, threshold=max_used)
 
 
+def _slice(gpu: GpuOccupancy, want: list[tuple[int, int | None]]) -> GpuOccupancy | Result:
+    """The job's MIG slices of ``gpu`` as one GPU to judge: their processes and memory only."""
+    mine = [inst for inst in gpu.instances if any(inst.gi == gi and ci in (None, inst.ci) for gi, ci in want)]
+    names = ",".join(f"gi{gi}" + ("" if ci is None else f"/ci{ci}") for gi, ci in want)
+    if not mine and not gpu.error:
+        return result(ID, Status.ERROR, f"{gpu.subject} MIG {names}: not among the GPU's MIG devices now "
+                      "(gpu-count judges the layout)", gpu.subject)
+    procs = [p for p in gpu.processes if p.gi is not None
+             and any(p.gi == gi and ci in (None, p.ci) for gi, ci in want)]
+    by_gi = {inst.gi: inst for inst in mine}  # compute instances of one GPU instance share its memory
+    used = [i.memory_used_mib for i in by_gi.values()]
+    return GpuOccupancy(index=gpu.index, uuid=gpu.uuid, processes=procs, error=gpu.error, mig=False,
+                        memory_used_mib=None if None in used or not used else sum(used))
+
+
 def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     occ = snapshot.occupancy
     if occ is None:
@@ -84,7 +107,26 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         return CheckOutput([na(ID, "no GPU to check")])
     waited = f" after waiting {occ.waited_s:.0f} s" if occ.waited_s >= 0.5 else ""
     max_used = float(ctx.t("max_used_mib", 1024))
-    return CheckOutput([_judge_gpu(g, max_used, waited) for g in gpus])
+    job = ctx.job
+    out = []
+    for g in gpus:
+        if job is not None and g.index in job.shared:
+            out.append(result(ID, Status.PASS, f"{g.subject} is shared (gres.conf lends it as shard/mps): "
+                              "other jobs' processes are expected, not judged", g.subject))
+            continue
+        want = job.slices.get(g.index) if job is not None else None
+        if want:
+            picked = _slice(g, want)
+            if isinstance(picked, Result):
+                out.append(picked)
+                continue
+            r = _judge_gpu(picked, max_used, waited)
+            label = ",".join(f"gi{gi}" + ("" if ci is None else f"/ci{ci}") for gi, ci in want)
+            out.append(Result(r.check, r.status, r.message.replace(g.subject, f"{g.subject} MIG {label}", 1),
+                              r.subject, r.value, r.threshold, r.action))
+            continue
+        out.append(_judge_gpu(g, max_used, waited))
+    return CheckOutput(out)
 
 
 def _validate(t: dict) -> list[str]:

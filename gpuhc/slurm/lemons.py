@@ -27,7 +27,7 @@ MAX_TEXT = 256  # a node name, serial, UUID or check read back from a record is 
 # a daemon's leftover, and a node that keeps being handed such leftovers is not a lemon. The
 # month-long campaign (docs/campaign.md) retired healthy nodes for stray processes until these
 # were left out of the count.
-NOT_HARDWARE = frozenset({"occupancy"})
+NOT_HARDWARE = frozenset({"occupancy", "mig-layout"})  # mig-layout: a configuration gone, not a fault
 MAX_GPUS = 1024  # gpuhc.limits' bound on GPUs per node, for records read back
 _GPU_SUBJECT = re.compile(r"gpu(\d{1,4})\b")
 

@@ -28,6 +28,7 @@ class SourceSpec:
     clock_sample_interval_s: float = 0.02
     # The stage's GPUs (the prolog's and epilog's: the job's), read in full; None: every GPU.
     gpus: list[int] | None = None
+    job: Any = None  # gpuhc.gpumap.JobScope: the epilog waits only for the job's own slices
     # GPU occupancy: how long to wait for leftover processes to exit and for the memory in use
     # to drop to this many MiB (the epilog).
     occupancy_wait_s: float = 0.0
@@ -82,7 +83,8 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
         nvml = adopt(spec.clock_samples, spec.clock_sample_interval_s, spec.gpus, spec.dl_rotation, phases) or NvmlLive(
             clock_samples=spec.clock_samples, sample_interval_s=spec.clock_sample_interval_s, gpus=spec.gpus,
             dl_rotation=spec.dl_rotation, dl_phases=phases)
-        procs = OccupancyLive(gpus=spec.gpus, wait_s=spec.occupancy_wait_s, settle_mib=spec.occupancy_settle_mib)
+        procs = OccupancyLive(gpus=spec.gpus, wait_s=spec.occupancy_wait_s, settle_mib=spec.occupancy_settle_mib,
+                              job=spec.job)
         activity = _LazyActivity(spec.activity or {})
 
     from gpuhc.sources import kernel_log as kl

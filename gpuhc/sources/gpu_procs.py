@@ -39,8 +39,9 @@ _COMM_LIMIT = 64  # /proc/<pid>/comm is at most 16 bytes; anything longer is not
 
 class OccupancyLive:
     def __init__(self, gpus: list[int] | None = None, wait_s: float = 0.0, poll_s: float = 0.5,
-                 module: Any = None, proc_root: str = "/proc", settle_mib: float | None = None):
+                 module: Any = None, proc_root: str = "/proc", settle_mib: float | None = None, job: Any = None):
         self.gpus = None if gpus is None else sorted(set(gpus))
+        self.job = job  # gpuhc.gpumap.JobScope: wait for the job's slices only, never on a shared GPU
         self.wait_s = max(0.0, float(wait_s))
         self.settle_mib = settle_mib
         self.poll_s = max(0.01, float(poll_s))
@@ -112,8 +113,15 @@ class OccupancyLive:
 
     def _settled(self, gpus: list[GpuOccupancy]) -> bool:
         for g in gpus:
-            if any("compute" in p.kinds for p in g.processes):
+            want = self.job.slices.get(g.index) if self.job is not None else None
+            if self.job is not None and g.index in self.job.shared:
+                continue  # other jobs run there: nothing to wait for
+            procs = g.processes if not want else [
+                p for p in g.processes if any(p.gi == gi and ci in (None, p.ci) for gi, ci in want)]
+            if any("compute" in p.kinds for p in procs):
                 return False
+            if want:
+                continue  # the parent's memory is every slice's
             if self.settle_mib is not None and not g.mig and (g.memory_used_mib or 0) > self.settle_mib:
                 return False
         return True
