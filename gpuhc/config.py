@@ -38,6 +38,8 @@ CORE_SCHEMA: dict[str, Any] = {
         "expected_gpus": Key(int, None, "GPUs this node must have; default: the baseline's count", min=0, nullable=True),
         "profile": Key(str, None, _profile_help(), nullable=True),
         "baseline": Key(str, None, "path of a `gpuhc baseline capture` file", nullable=True),
+        "gres_conf": Key(str, None, "Slurm's gres.conf, to map Slurm's GPU numbers to GPUs (docs/checks.md, "
+                         "'Slurm's GPU numbers'); default: beside $SLURM_CONF, else /etc/slurm/gres.conf", nullable=True),
     },
     "sources": {
         "nvml_scenario": Key(str, None, "replay this scenario instead of reading NVML", nullable=True),

@@ -164,34 +164,28 @@ def healthcheck(flow: Flow) -> Outcome:
     return out
 
 
-def job_gpus(env: Mapping[str, str]) -> tuple[list[int] | None, str]:
-    """The job's GPU indices from SLURM_JOB_GPUS, else CUDA_VISIBLE_DEVICES. UUIDs or garbage
-    mean "check every GPU" (safe: more checking, never less), and say so."""
-    for var in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
-        text = env.get(var)
-        if text is None or text.strip() == "":
-            continue
-        try:
-            gpus = sorted({int(p) for p in text.split(",") if p.strip() != ""})
-        except ValueError:
-            return None, f"{var}={text!r} is not a list of indices: checking all GPUs"
-        if any(g < 0 for g in gpus):
-            return None, f"{var}={text!r} has negative indices: checking all GPUs"
-        return gpus, f"{var}={text}"
-    return None, "no SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES: checking all GPUs"
-
-
 def _job(env: Mapping[str, str]) -> str:
     return env.get("SLURM_JOB_ID") or "?"
 
 
 def _job_scope(flow: Flow) -> str:
-    """Point the run at the job's GPUs. Who holds a GPU is judged only when the job's GPUs are
-    known: on a shared node another job's process is no stray."""
-    gpus, where = job_gpus(flow.env)
-    flow.opts.gpus = gpus
-    flow.opts.occupancy = gpus is not None
-    return where if gpus is not None else f"{where}; GPU occupancy not judged"
+    """Point the run at the job's GPUs as Slurm gave them (gpuhc/slurm/job_gpus.py: Slurm's
+    indices and MIG slices mapped to the hardware). Who holds a GPU is judged only when the
+    job's devices are known: on a shared node another job's process is no stray."""
+    from gpuhc.gpumap import GpuMapError
+    from gpuhc.slurm.job_gpus import job_devices
+
+    try:
+        job, where = job_devices(flow.opts, flow.node, flow.env)
+    except GpuMapError as e:  # gpuhc cannot tell; never the node's fault, never a drain
+        flow.opts.gpus, flow.opts.job, flow.opts.occupancy = None, None, False
+        flow.log(f"job {_job(flow.env)}: cannot map Slurm's GPUs to this node's: {e}; judging every GPU's "
+                 "hardware, not who holds them", loud=True)
+        return "job's GPUs not mapped; GPU occupancy not judged"
+    flow.opts.job = job
+    flow.opts.gpus = None if job is None else job.gpus
+    flow.opts.occupancy = job is not None
+    return where if job is not None else f"{where}; GPU occupancy not judged"
 
 
 def prolog(flow: Flow) -> Outcome:

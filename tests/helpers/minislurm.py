@@ -14,8 +14,10 @@ from gpuhc.runner import RunOptions, RunReport
 from gpuhc.slurm import entry
 from gpuhc.slurm.scontrol import Scontrol
 from gpuhc.sources import SourceSpec
+from gpuhc.sources.scenario import load_scenario
 from gpuhc.state import StateStore
 from tests.helpers import slurm_answers
+from tests.helpers.paths import SCENARIOS
 
 
 XID = Result("xid", Status.FAIL, "Xid 79 on gpu3: GPU has fallen off the bus", "gpu3", action=Action.DRAIN_TICKET)
@@ -100,6 +102,10 @@ def flow(tmp_path, monkeypatch, stage, slurm: MiniSlurm | None, results, env=Non
 
     monkeypatch.setattr("gpuhc.runner.run_stage", fake_run_stage)
     cfg = cfg or config(tmp_path)
+    # The job's GPUs are mapped (gpuhc/slurm/job_gpus.py) against who the node's GPUs are: a
+    # healthy 8-GPU recording stands in for NVML there (the stage run itself is faked above).
+    healthy = load_scenario(str(SCENARIOS / "healthy-8xh100.yaml")).nvml
+    monkeypatch.setattr("gpuhc.slurm.job_gpus.who_the_gpus_are", lambda spec: healthy)
     opts = RunOptions(stage=stage, config=cfg, sources=SourceSpec(), state_dir=str(tmp_path / "state"), hostname=node)
 
     def make(deadline):

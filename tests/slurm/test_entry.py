@@ -199,19 +199,6 @@ def test_prolog_with_breaker_open_lets_the_job_run(tmp_path, monkeypatch):
     assert out.exit_code == 0 and s.updates() == [] and out.decision.act is Act.BLOCKED
 
 
-@pytest.mark.parametrize("env,want", [
-    ({"SLURM_JOB_GPUS": "0,1", "CUDA_VISIBLE_DEVICES": "0"}, [0, 1]),
-    ({"CUDA_VISIBLE_DEVICES": "3,1"}, [1, 3]),
-    ({"SLURM_JOB_GPUS": ""}, None),
-    ({"CUDA_VISIBLE_DEVICES": "GPU-4f1c2a7e-8b3d"}, None),
-    ({"SLURM_JOB_GPUS": "-1"}, None),
-    ({}, None),
-])
-def test_job_gpus(env, want):
-    gpus, why = entry.job_gpus(env)
-    assert gpus == want and why
-
-
 # ------------------------------------------------------------------ epilog
 
 
