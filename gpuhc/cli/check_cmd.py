@@ -31,7 +31,9 @@ from gpuhc.logtext import escape
 @click.command()
 @click.option("--stage", type=click.Choice(STAGES), default="passive", show_default=True, help="Which checks to run.")
 @click.option("--demo", is_flag=True, help="Judge the bundled demo node (8x H100) instead of this machine.")
-@click.option("--gpus", "gpu_list", help=f"Only these GPU indices, e.g. 0,1 or 0-3 (default: all; at most {MAX_GPU_INDEX}).")
+@click.option("--gpus", "gpu_list", help="Only these GPUs as Slurm numbers them (its SLURM_JOB_GPUS indices, MIG slices "
+              f"included, e.g. 0,1 or 0-3; or MIG/GPU UUIDs), mapped through gres.conf; -v says what they map to "
+              f"(default: all; at most {MAX_GPU_INDEX}).")
 @click.option("--only", multiple=True, help="Run only this check id (repeatable).")
 @click.option("-v", "--verbose", is_flag=True, help="Show passing and n/a results too.")
 @click.option("--publish", "publish_replay", is_flag=True,
@@ -55,7 +57,9 @@ def check(src: SourceArgs, stage: str, demo: bool, gpu_list: str | None, only: t
         src = replace(src, nvml_scenario=src.nvml_scenario or demo_scenario_path())
         click.echo(f"demo: judging the bundled demo node ({os.path.basename(src.nvml_scenario)}), not this machine", err=True)
     with replay_scope(src) as (src, replay):
-        opts = run_options_from(src, stage, gpus=parse_gpu_list(gpu_list))
+        opts = run_options_from(src, stage)
+        if gpu_list:
+            _slurm_gpus(opts, gpu_list, verbose)
         opts.only = tuple(only)
         if opts.only:
             _check_only(opts.only, stage)
@@ -77,6 +81,29 @@ def check(src: SourceArgs, stage: str, demo: bool, gpu_list: str | None, only: t
 
     mark("written")
     finish(report.exit_code, hard=bool(report.timed_out))
+
+
+def _slurm_gpus(opts, text: str, verbose: bool) -> None:
+    """Point the run at the GPUs Slurm would give by these names (gpuhc/slurm/job_gpus.py)."""
+    from gpuhc.gpumap import GpuMapError
+    from gpuhc.slurm.job_gpus import job_devices, node_devices
+
+    ids = [t.strip() for t in text.split(",") if t.strip()]
+    if ids and all(t.startswith(("MIG-", "GPU-")) for t in ids):
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(ids)}
+    else:
+        env = {"SLURM_JOB_GPUS": ",".join(map(str, parse_gpu_list(text) or []))}
+    env.update({k: v for k, v in os.environ.items() if k == "SLURM_CONF"})
+    try:
+        job, where = job_devices(opts, opts.hostname or "", env)
+        _, source = node_devices(opts, opts.hostname or "", env)
+    except GpuMapError as e:
+        raise click.BadParameter(escape(str(e)), param_hint="--gpus") from None
+    opts.job, opts.gpus = job, job.gpus if job is not None else None
+    if verbose and job is not None:
+        click.echo(f"--gpus {escape(text)}: mapped through {escape(source)}", err=True)
+        for m in job.devices:
+            click.echo(f"  {escape(m.describe())}", err=True)
 
 
 def _check_only(only: tuple[str, ...], stage: str) -> None:
