@@ -150,10 +150,11 @@ def test_baseline_show_of_a_minimal_file_prints_no_none(tmp_path):
 
 
 def test_a_job_gpu_that_nvml_does_not_list_fails_the_prolog_stage(tmp_path):
-    """SLURM_JOB_GPUS=6,7 where NVML lists 7 GPUs and nothing else tells (no PCI bus listing,
-    no expected count): before, WARN and exit 0."""
+    """SLURM_JOB_GPUS=6,7 where gres.conf declares 8 GPUs, NVML lists 7 and nothing else tells
+    (no PCI bus listing, no expected count): before, WARN and exit 0."""
     scenario = tmp_path / "seven.yaml"
-    scenario.write_text(f"extends: {HEALTHY}\ncount: 7\npci_gpus: null\n")
+    scenario.write_text(f"extends: {HEALTHY}\ncount: 7\npci_gpus: null\n"
+                        "gres: {conf: \"Name=gpu File=/dev/nvidia[0-7]\\n\"}\n")
     p = gpuhc("check", "--json", "--stage", "prolog", "--gpus", "6,7", "--nvml-scenario", str(scenario))
     assert p.returncode == 1, p.stderr
     failing = [(r["check"], r["value"]) for r in json.loads(p.stdout)["results"] if r["status"] == "fail"]
