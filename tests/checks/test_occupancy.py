@@ -323,14 +323,13 @@ def test_a_job_without_a_gpu_list_does_not_judge_occupancy(tmp_path):
     assert run("prolog", tmp_path, occupancy=False) == []
 
 
-def test_slurm_flows_scope_occupancy_to_the_jobs_gpus(tmp_path):
-    from types import SimpleNamespace
-
+def test_slurm_flows_scope_occupancy_to_the_jobs_gpus(tmp_path, monkeypatch):
     from gpuhc.slurm.entry import _job_scope
+    from tests.helpers.minislurm import OK, flow as make_flow
 
     for env, gpus, judged in (({"SLURM_JOB_GPUS": "1,3"}, [1, 3], True), ({"CUDA_VISIBLE_DEVICES": "2"}, [2], True),
                               ({}, None, False), ({"SLURM_JOB_GPUS": "GPU-4f1c"}, None, False)):
-        flow = SimpleNamespace(env=env, opts=SimpleNamespace(gpus="unset", occupancy=None))
+        _, flow = make_flow(tmp_path, monkeypatch, "prolog", None, [OK], env=env)
         where = _job_scope(flow)
         assert (flow.opts.gpus, flow.opts.occupancy) == (gpus, judged)
         assert ("occupancy not judged" in where) is not judged
