@@ -331,11 +331,16 @@ def identity(nvml: NvmlReading) -> list[Mapped]:
 
 
 def select(table: list[Mapped], env: Mapping[str, str], source: str) -> tuple[list[Mapped] | None, str]:
-    """The job's devices from the prolog's or epilog's environment: ``SLURM_JOB_GPUS`` (Slurm's
-    indices), else ``CUDA_VISIBLE_DEVICES`` (unique ids, or the same indices). (None, why): no
-    GPU named, every GPU is the stage's. Raises :class:`GpuMapError` when a name is not one of
-    the node's devices."""
-    for var in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+    """The job's devices from the prolog's or epilog's environment. Unique ids in
+    ``CUDA_VISIBLE_DEVICES`` (MIG or GPU UUIDs: AutoDetect=nvml) name the devices whatever
+    slurmd's sort did, so they come first; else ``SLURM_JOB_GPUS`` (Slurm's indices); else
+    ``CUDA_VISIBLE_DEVICES`` holding the same indices. (None, why): no GPU named, every GPU is
+    the stage's. Raises :class:`GpuMapError` when a name is not one of the node's devices."""
+    cvd = [t.strip() for t in (env.get("CUDA_VISIBLE_DEVICES") or "").split(",") if t.strip()]
+    order = ["SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"]
+    if cvd and all(t.startswith(("MIG-", "GPU-")) for t in cvd):
+        order.reverse()
+    for var in order:
         text = env.get(var)
         if text is None or text.strip() == "":
             continue

@@ -234,7 +234,7 @@ def test_a_key_with_a_newline_is_named_on_one_line(tmp_path):
     path = write(tmp_path, 'node:\n  "a\\nb": 1\n')
     with pytest.raises(ConfigError) as e:
         load_config(path)
-    assert str(e.value) == f"{path}:2: node.a\\x0ab: unknown key (known here: baseline, expected_gpus, profile)"
+    assert str(e.value) == f"{path}:2: node.a\\x0ab: unknown key (known here: baseline, expected_gpus, gres_conf, profile)"
 
 
 def test_a_default_that_clashes_with_a_value_set_is_named_only_when_that_value_is_fine(tmp_path):

@@ -188,3 +188,9 @@ def test_nvml_without_minors_cannot_be_mapped():
     g.minor = None
     with pytest.raises(GpuMapError, match="minor"):
         build(parse_gres_conf("Name=gpu File=/dev/nvidia0\n", "g", "n"), nvml(g), {})
+
+
+def test_unique_ids_win_over_indices_whatever_slurmd_sorted():
+    t = build(parse_gres_conf("AutoDetect=nvml\n", "g", "n"), nvml(gpu(0, mig=list(MIG7))), parse_mig_minors(table(1)))
+    devices, where = select(t, {"SLURM_JOB_GPUS": "0", "CUDA_VISIBLE_DEVICES": "MIG-13"}, "s")
+    assert devices[0].gi == 13 and where == "CUDA_VISIBLE_DEVICES=MIG-13"
