@@ -115,17 +115,18 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
                               "other jobs' processes are expected, not judged", g.subject))
             continue
         want = job.slices.get(g.index) if job is not None else None
-        if want:
-            picked = _slice(g, want)
+        if not want:
+            out.append(_judge_gpu(g, max_used, waited))
+            continue
+        for gi, ci in want:  # each slice on its own: the reason names the one that is held
+            picked = _slice(g, [(gi, ci)])
             if isinstance(picked, Result):
                 out.append(picked)
                 continue
             r = _judge_gpu(picked, max_used, waited)
-            label = ",".join(f"gi{gi}" + ("" if ci is None else f"/ci{ci}") for gi, ci in want)
+            label = f"gi{gi}" + ("" if ci is None else f"/ci{ci}")
             out.append(Result(r.check, r.status, r.message.replace(g.subject, f"{g.subject} MIG {label}", 1),
                               r.subject, r.value, r.threshold, r.action))
-            continue
-        out.append(_judge_gpu(g, max_used, waited))
     return CheckOutput(out)
 
 

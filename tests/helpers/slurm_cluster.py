@@ -88,6 +88,7 @@ class SlurmCluster:
         prolog_flags: str | None = None,
         release: SlurmRelease | str | None = None,
         reboot: bool = False,
+        gres_conf: str | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.nodes = tuple(nodes)
@@ -105,6 +106,9 @@ class SlurmCluster:
         self.healthcheck_interval = healthcheck_interval
         self.healthcheck_node_state = healthcheck_node_state
         self.gpus_per_node = gpus_per_node
+        # gres.conf text instead of one File= line ("{dev}": the stand-in device directory; every
+        # device file it names is made there, a link to /dev/null): MIG slices as MultipleFiles= records.
+        self.gres_conf = gres_conf
         self.cpus = cpus
         self.prolog_epilog_timeout = prolog_epilog_timeout
         self.prolog_flags = prolog_flags  # e.g. "Alloc", as slurm/slurm.conf.example recommends
