@@ -392,6 +392,7 @@ class GpuActivity(_Record):
     sm_clock_mhz: float | None = None
     sm_activity: float | None = None  # GPM SM activity, percent; None: not measured or not supported
     via: str = "cgroup"  # how the job ids were found: "cgroup", "environ" or "mixed"
+    instance: str | None = None  # a MIG slice ("gi13/ci0"): the jobs of that slice alone; samples are the GPU's
 
     @property
     def subject(self) -> str:

@@ -70,9 +70,10 @@ def check_activity(value: Any, path: tuple, err: typing.Callable[[tuple, str], E
             sio.check_fields(g, gpu_table, p + (i,), err, "activity GPU", extra)
             if g.get("index") is None:
                 raise err(p + (i,), "each activity GPU needs its `index`")
-            if g["index"] in seen:
+            key = (g["index"], g.get("instance"))  # a MIG GPU: once per slice
+            if key in seen:
                 raise err(p + (i, "index"), f"GPU {g['index']} is listed twice")
-            seen.add(g["index"])
+            seen.add(key)
 
     sio.check_fields(value, act_table, path, err, "activity", {"gpus": gpus})
 

@@ -106,21 +106,22 @@ class ActivityLive:
         for i in range(count):
             try:
                 h = nv.nvmlDeviceGetHandleByIndex(i)
-                procs = [int(p.pid) for p in nv.nvmlDeviceGetComputeRunningProcesses(h) or [] if int(p.pid) != me]
+                devices = [(instance, [int(p.pid) for p in nv.nvmlDeviceGetComputeRunningProcesses(dh) or []
+                                       if int(p.pid) != me]) for instance, dh in _devices(nv, h)]
             except nv.NVMLError:
                 continue  # a GPU NVML cannot talk to is the gpu-count and xid checks' business
-            if not procs:
-                continue
-            jobs: dict[str, str] = {}
-            for pid in procs:
-                job, via = self.resolver.job_of(pid)
-                if job is None:
-                    out.unmapped_pids += 1
-                elif len(jobs) < MAX_JOBS_PER_GPU:
-                    jobs.setdefault(job, via)
-            if jobs:
-                vias = set(jobs.values())
-                held.append((GpuActivity(index=i, jobs=sorted(jobs), via=vias.pop() if len(vias) == 1 else "mixed"), h))
+            for instance, procs in devices:  # a MIG GPU: each slice is its own device, its jobs its own
+                jobs: dict[str, str] = {}
+                for pid in procs:
+                    job, via = self.resolver.job_of(pid)
+                    if job is None:
+                        out.unmapped_pids += 1
+                    elif len(jobs) < MAX_JOBS_PER_GPU:
+                        jobs.setdefault(job, via)
+                if jobs:
+                    vias = set(jobs.values())
+                    held.append((GpuActivity(index=i, jobs=sorted(jobs), via=vias.pop() if len(vias) == 1 else "mixed",
+                                             instance=instance), h))
         if not held:
             return out
         gpm = self._gpm_start(nv, held)
@@ -190,6 +191,16 @@ class ActivityLive:
                             nv.nvmlGpmSampleFree(s)
                         except nv.NVMLError:
                             pass
+
+
+def _devices(nv: Any, h: Any) -> list[tuple[str | None, Any]]:
+    """The devices Slurm can give of one GPU (docs/checks.md, "Which GPUs a job's stages judge"):
+    the GPU itself, or in MIG mode each MIG device, whose own process list holds its jobs alone."""
+    from gpuhc.sources import nvml_mig
+
+    if not nvml_mig.mig_mode(nv, h):
+        return [(None, h)]
+    return [(inst.label, mh) for mh, inst in nvml_mig.mig_devices(nv, h)]
 
 
 def _gpm_sm(nv: Any, s1: Any, s2: Any) -> float | None:

@@ -123,3 +123,17 @@ def test_nvml_missing_or_a_gpu_failing(tmp_path):
     proc(tmp_path, 100, V2)
     lost = held(100, 100, 0, 1, lost=True)
     assert read([lost, held(100, 99, 30, 690000)], tmp_path).gpus[0].index == 1
+
+
+def test_two_jobs_on_two_mig_slices_of_one_gpu_are_two_jobs(tmp_path):
+    """Each MIG device's own process list maps its processes to its slice (issue 31): the job
+    check sees job 4242 on gpu0 gi7/ci0 and job 5150 on gpu0 gi8/ci0, not one GPU with both."""
+    from tests.helpers.fake_pynvml import FakeMig
+
+    proc(tmp_path, 100, V2)
+    proc(tmp_path, 300, V1)
+    gpu = held(100, 0, 0, 70000, mig_mode=real.NVML_DEVICE_MIG_ENABLE,
+               mig_devices=[FakeMig(7, compute_procs=[(100, 1 << 30)]), FakeMig(8, compute_procs=[(300, 1 << 30)]),
+                            FakeMig(9)])
+    act = read([gpu], tmp_path)
+    assert [(g.index, g.instance, g.jobs) for g in act.gpus] == [(0, "gi7/ci0", ["4242"]), (0, "gi8/ci0", ["5150"])]
