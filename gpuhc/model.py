@@ -431,6 +431,9 @@ class Snapshot(_Record):
     imex: ImexStatus | None = None
     # What the GPUs held by running jobs did (the health check's job checks). None: not read.
     activity: Activity | None = None
+    # Slurm's view of the GPUs, as `gpuhc snapshot` records it for a replay elsewhere:
+    # {"conf": gres.conf text, "mig_minors": the driver's MIG minors} (gpuhc/sources/gres.py).
+    gres: dict | None = None
 
 
 _PCI_RE = re.compile(

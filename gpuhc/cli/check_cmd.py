@@ -106,6 +106,24 @@ def _slurm_gpus(opts, text: str, verbose: bool) -> None:
             click.echo(f"  {escape(m.describe())}", err=True)
 
 
+def _record_gres(snap, config, src) -> None:
+    """Slurm's view of the GPUs into the recording (a replay is mapped as the node was); a
+    recording of a recording keeps the one it had."""
+    from gpuhc.gpumap import GpuMapError
+    from gpuhc.sources.gres import record
+
+    if src.nvml_scenario:
+        from gpuhc.sources.scenario import load_scenario
+
+        snap.gres = load_scenario(src.nvml_scenario, src.step).gres
+        return
+    minors = {g.minor for g in snap.nvml.gpus if g.minor is not None} if snap.nvml else set()
+    try:
+        snap.gres = record(config.section("node").get("gres_conf"), os.environ, minors)
+    except GpuMapError as e:
+        click.echo(f"gpuhc: warning: gres.conf not recorded: {escape(str(e))}", err=True)
+
+
 def _check_only(only: tuple[str, ...], stage: str) -> None:
     """A mistyped --only would run nothing and report a healthy node."""
     from gpuhc.checks import checks_for_stage
@@ -145,6 +163,7 @@ def snapshot(src: SourceArgs, output: str | None, timeout: float) -> None:
 
     config = load(src)
     snap = read_snapshot(source_spec(src, config), node_name(recorded_host(src)), timeout, src.step)
+    _record_gres(snap, config, src)
     if src.json_mode:
         import json
 

@@ -64,6 +64,23 @@ def read_inputs(node: str, configured: str | None, env: Mapping[str, str],
     return GresInputs(conf, parse_mig_minors(minors_text or ""), stamp, where)
 
 
+def record(configured: str | None, env: Mapping[str, str], minors_of: set[int],
+           minors_path: str = MIG_MINORS) -> dict[str, str] | None:
+    """The ``gres`` section `gpuhc snapshot` writes, so a recording replays with the node's own
+    gres.conf and the MIG minors of its GPUs (``minors_of``); None when there is neither.
+    Raises GpuMapError for a gres.conf that may not be trusted."""
+    out: dict[str, str] = {}
+    text, _ = _read(gres_conf_path(configured, env), MAX_GRES_BYTES, "gres.conf", trusted=True)
+    if text is not None:
+        out["conf"] = text
+    minors, _ = _read(minors_path, MAX_MINORS_BYTES, "mig-minors", trusted=False)
+    if minors:
+        keep = [line for line in minors.splitlines()
+                if not line.startswith("gpu") or line[3:].split("/", 1)[0] in {str(m) for m in minors_of}]
+        out["mig_minors"] = "\n".join(keep) + "\n"
+    return out or None
+
+
 def stamp_of(path: str) -> list | None:
     try:
         st = os.stat(path)

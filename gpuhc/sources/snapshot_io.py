@@ -177,6 +177,8 @@ def dump_snapshot(snapshot: Snapshot, compact: bool = True) -> dict[str, Any]:
     # job activity (issue 24; format in gpuhc/sources/activity_io.py)
     if snapshot.activity is not None:
         doc["activity"] = _plain(snapshot.activity)
+    if snapshot.gres is not None:  # gres.conf and MIG minors: Slurm's GPU numbers replay too
+        doc["gres"] = dict(snapshot.gres)
     return doc
 
 
