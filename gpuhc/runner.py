@@ -372,10 +372,18 @@ def _run_active(opts: RunOptions, report: RunReport, profile, baseline, deadline
     except ImportError as e:
         return [Result("active", Status.ERROR, f"active checks unavailable: {_one_line(e)}")]
     resolved = {c.id: resolve(c, opts.config) for c in ACTIVE}
+    gpus = opts.gpus
+    job = opts.job
+    if job is not None and (job.slices or job.shared):
+        # A MIG slice or a shard/MPS share is not a GPU to load: its parent runs other jobs.
+        gpus = [g for g in gpus or [] if g not in job.slices and g not in job.shared]
+        report.notes.append("active checks not run on GPUs the job shares with others (MIG slices, shard/mps)")
+        if not gpus:
+            return []
     ctx = ActiveContext(
         profile_name=profile.name if profile else "generic",
         config=opts.config.section("active"),
-        gpus=opts.gpus,
+        gpus=gpus,
         budget_s=remaining,
         progress=opts.progress,
         checks={cid: {**eff.config, "thresholds": eff.overrides} for cid, eff in resolved.items()},

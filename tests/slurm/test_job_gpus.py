@@ -146,3 +146,15 @@ def test_the_mapping_is_made_once_per_boot_and_gres_conf(tmp_path, monkeypatch):
     boot[0] = "b2"  # rebooted: made again
     job_gpus.node_devices(opts, "n1", {})
     assert len(reads) == 3
+
+
+def test_the_epilog_of_a_slice_loads_no_gpu_others_run_on(tmp_path, monkeypatch):
+    """The epilog's active checks would burn the whole parent GPU, under other jobs' slices
+    (and find them busy: a drain). A job on a slice or a share gets none."""
+    called = []
+    monkeypatch.setattr("gpuhc.active.run_active", lambda stage, ctx: called.append(ctx.gpus) or [])
+    out = entry.epilog(real_flow(tmp_path, "epilog", "healthy-8xa100-mig.yaml", {"SLURM_JOB_GPUS": "12"}))
+    assert out.exit_code == 0 and called == [], out.lines
+    assert any("not run on GPUs the job shares" in n for n in out.report.notes)
+    out = entry.epilog(real_flow(tmp_path, "epilog", "gres-order-8xh100.yaml", {"SLURM_JOB_GPUS": "2"}))
+    assert called == [[0]]  # a whole GPU (Slurm's 2 is NVML's gpu0) still gets them
