@@ -220,12 +220,14 @@ def natural_key(text: str) -> tuple:
     return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))
 
 
-def slurm_devices(conf: GresConf, nvml: NvmlReading | None, minors: Mapping[int, tuple]) -> list[SlurmDevice]:
-    """slurmd's GPU device list for this node, in its order (the module doc)."""
-    if conf.autodetect != "nvml":
+def slurm_devices(conf: GresConf, nvml: NvmlReading | None, minors: Mapping[int, tuple],
+                  name: str = "gpu") -> list[SlurmDevice]:
+    """slurmd's device list of one GRES (``gpu``; ``mps`` for an MPS job, whose indices count the
+    mps records' devices) for this node, in its order (the module doc)."""
+    if conf.autodetect != "nvml" or name != "gpu":
         files: list[tuple[str, ...]] = []
         for rec in conf.records:
-            if rec.name != "gpu" or not rec.files:
+            if rec.name != name or not rec.files:
                 continue
             files.extend([rec.files] if rec.multiple else [(f,) for f in rec.files])
         return [SlurmDevice(i, f) for i, f in enumerate(files)]
@@ -268,12 +270,12 @@ def _system_devices(nvml: NvmlReading, minors: Mapping[int, tuple]) -> list[tupl
 # ---------------------------------------------------------------------------- to the hardware
 
 
-def build(conf: GresConf, nvml: NvmlReading | None, minors: Mapping[int, tuple]) -> list[Mapped]:
-    """Every Slurm GPU device of the node on the hardware."""
+def build(conf: GresConf, nvml: NvmlReading | None, minors: Mapping[int, tuple], name: str = "gpu") -> list[Mapped]:
+    """Every Slurm device of one GRES (``gpu``, or ``mps``) of the node on the hardware."""
     shared = {m for rec in conf.records if rec.name in SHARED_NAMES for m in _minors_of(rec.files)}
     gpus = list(nvml.gpus) if nvml is not None and nvml.available else []
     out = []
-    for dev in slurm_devices(conf, nvml, minors):
+    for dev in slurm_devices(conf, nvml, minors, name):
         out.append(_resolve(dev, gpus, minors, shared, conf.where))
     return out
 

@@ -194,3 +194,9 @@ def test_unique_ids_win_over_indices_whatever_slurmd_sorted():
     t = build(parse_gres_conf("AutoDetect=nvml\n", "g", "n"), nvml(gpu(0, mig=list(MIG7))), parse_mig_minors(table(1)))
     devices, where = select(t, {"SLURM_JOB_GPUS": "0", "CUDA_VISIBLE_DEVICES": "MIG-13"}, "s")
     assert devices[0].gi == 13 and where == "CUDA_VISIBLE_DEVICES=MIG-13"
+
+
+def test_an_mps_job_counts_the_mps_records_devices():
+    conf = parse_gres_conf("Name=gpu File=/dev/nvidia[0-3]\nName=mps Count=200 File=/dev/nvidia[2-3]\n", "g", "n")
+    t = build(conf, nvml(gpu(0), gpu(1), gpu(2), gpu(3)), {}, "mps")
+    assert [(m.index, m.gpu, m.shared) for m in t] == [(0, 2, True), (1, 3, True)]

@@ -36,7 +36,11 @@ def node_devices(opts: Any, node: str, env: Mapping[str, str]) -> tuple[list[Map
     recorded = _recorded(spec)
     replay = recorded is not None
     path = gres_conf_path(configured, env)
-    stamp = None if replay else [_boot_id(), stamp_of(path)]
+    # An MPS job's indices count the mps records' devices (docs/facts.md): only its environment
+    # says it is one. A shard job's count the shard records', which name the same files in the
+    # same order where a site writes them as Slurm's examples do.
+    name = "mps" if env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") else "gpu"
+    stamp = None if replay else [_boot_id(), stamp_of(path), name]
     if stamp is not None:
         cached = _cached(opts.state_dir, stamp)
         if cached is not None:
@@ -48,9 +52,9 @@ def node_devices(opts: Any, node: str, env: Mapping[str, str]) -> tuple[list[Map
             raise GpuMapError(f"no gres.conf at {path}, and NVML cannot be read")
         table, source = identity(nvml), f"no gres.conf at {path}: indices taken as NVML's"
     else:
-        table = build(inputs.conf, nvml, inputs.minors)
-        auto = " (AutoDetect=nvml)" if inputs.conf.autodetect == "nvml" else ""
-        source = f"{inputs.where}{auto}"
+        table = build(inputs.conf, nvml, inputs.minors, name)
+        auto = " (AutoDetect=nvml)" if inputs.conf.autodetect == "nvml" and name == "gpu" else ""
+        source = f"{inputs.where}{auto}" + (" (mps devices)" if name == "mps" else "")
     if stamp is not None:
         _remember(opts.state_dir, stamp, table, source)
     return table, source

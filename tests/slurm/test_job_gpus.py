@@ -158,3 +158,15 @@ def test_the_epilog_of_a_slice_loads_no_gpu_others_run_on(tmp_path, monkeypatch)
     assert any("not run on GPUs the job shares" in n for n in out.report.notes)
     out = entry.epilog(real_flow(tmp_path, "epilog", "gres-order-8xh100.yaml", {"SLURM_JOB_GPUS": "2"}))
     assert called == [[0]]  # a whole GPU (Slurm's 2 is NVML's gpu0) still gets them
+
+
+def test_an_mps_jobs_index_counts_the_mps_devices_and_its_gpu_is_shared(tmp_path):
+    scen = tmp_path / "mps.yaml"
+    scen.write_text(f"extends: {SCENARIOS / 'stray-process.yaml'}\n"
+                    "gres: {conf: \"Name=gpu File=/dev/nvidia[0-7]\\nName=mps Count=100 File=/dev/nvidia[1-2]\\n\"}\n")
+    env = {"SLURM_JOB_GPUS": "0", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"}
+    f = real_flow(tmp_path, "prolog", "healthy-8xh100.yaml", env)
+    f.opts.sources = SourceSpec(nvml_scenario=str(scen))
+    out = entry.prolog(f)  # gpu1 holds pid 48213: another job sharing it through MPS
+    assert out.exit_code == 0 and results(out, "occupancy") == [
+        ("pass", "gpu1", "gpu1 is shared (gres.conf lends it as shard/mps): other jobs' processes are expected, not judged")]
