@@ -11,8 +11,9 @@ clusters"). A GPU node whose driver vanished still fails: its boards stay on the
 Expected count, in order: threshold ``expected`` (the runner passes config
 ``node.expected_gpus``), else the baseline's ``gpu_count``. With neither, any non-zero count
 passes. The count is node-wide even in the prolog: a missing GPU breaks the node, not only the
-job that asked for it. A GPU the job was allocated (``SLURM_JOB_GPUS``) that NVML does not list
-fails too, with or without an expected count.
+job that asked for it. A device the job was allocated (``SLURM_JOB_GPUS``, mapped through
+gres.conf by gpuhc/gpumap.py) whose GPU NVML does not list fails too, with or without an
+expected count; the GPU is held to its bus id, never to NVML's index.
 
 The PCI bus is the expectation that needs no configuration: a GPU that fell off the bus often
 drops out of NVML's list while sysfs still enumerates it (``Snapshot.pci_gpus``). Every NVIDIA
