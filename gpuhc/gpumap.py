@@ -348,7 +348,9 @@ def select(table: list[Mapped], env: Mapping[str, str], source: str) -> tuple[li
             continue
         picked = [pick(table, token.strip(), var, text, source) for token in text.split(",") if token.strip()]
         unique = list({m.index: m for m in picked}.values())
-        return sorted(unique, key=lambda m: m.index), f"{var}={text}"
+        other = next(v for v in order if v != var)  # both said: the log shows what Slurm put in each
+        also = f" {other}={env[other]}" if (env.get(other) or "").strip() else ""
+        return sorted(unique, key=lambda m: m.index), f"{var}={text}{also}"
     return None, "no SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES: checking all GPUs"
 
 

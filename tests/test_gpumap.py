@@ -175,7 +175,7 @@ def test_cuda_visible_devices_names_devices_by_unique_id_or_old_mig_form():
 def test_slurm_job_gpus_wins_and_an_index_slurm_lacks_is_refused():
     t = identity(nvml(gpu(0), gpu(1)))
     devices, where = select(t, {"SLURM_JOB_GPUS": "1", "CUDA_VISIBLE_DEVICES": "0"}, "s")
-    assert [m.gpu for m in devices] == [1] and where == "SLURM_JOB_GPUS=1"
+    assert [m.gpu for m in devices] == [1] and where == "SLURM_JOB_GPUS=1 CUDA_VISIBLE_DEVICES=0"
     with pytest.raises(GpuMapError, match="Slurm GPU 12 is not one of the 2 GPU devices"):
         select(t, {"SLURM_JOB_GPUS": "12"}, "s")
     with pytest.raises(GpuMapError, match="none of this node's GPU devices"):
@@ -193,7 +193,7 @@ def test_nvml_without_minors_cannot_be_mapped():
 def test_unique_ids_win_over_indices_whatever_slurmd_sorted():
     t = build(parse_gres_conf("AutoDetect=nvml\n", "g", "n"), nvml(gpu(0, mig=list(MIG7))), parse_mig_minors(table(1)))
     devices, where = select(t, {"SLURM_JOB_GPUS": "0", "CUDA_VISIBLE_DEVICES": "MIG-13"}, "s")
-    assert devices[0].gi == 13 and where == "CUDA_VISIBLE_DEVICES=MIG-13"
+    assert devices[0].gi == 13 and where == "CUDA_VISIBLE_DEVICES=MIG-13 SLURM_JOB_GPUS=0"
 
 
 def test_an_mps_job_counts_the_mps_records_devices():
