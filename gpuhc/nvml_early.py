@@ -150,7 +150,10 @@ def _guess(argv: list[str], env: dict[str, str]) -> tuple[int, list[int] | None]
     if argv[0] == "check":
         gpus = _indices(_option(argv, "--gpus"))
     elif stage in ("prolog", "epilog"):
-        for var in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):  # as gpuhc.slurm.entry.job_gpus reads them
+        # Slurm's indices taken as NVML's for the guess alone: where they are not (MIG slices, a
+        # gres.conf out of NVML's order: gpuhc/gpumap.py) the read covers other GPUs than the run
+        # asks for, and the run reads its own (adopt() checks).
+        for var in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
             if (env.get(var) or "").strip():
                 gpus = _indices(env[var])
                 break
