@@ -69,6 +69,8 @@ def who_the_gpus_are(spec: Any) -> Any:
 def job_devices(opts: Any, node: str, env: Mapping[str, str]) -> tuple[JobScope | None, str]:
     """The job's devices from the environment; (None, why) when it names none. Raises
     GpuMapError."""
+    if not any((env.get(v) or "").strip() for v in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")):
+        return select([], env, "")  # no GPU named (a CPU job, a CPU node): nothing to map
     table, source = node_devices(opts, node, env)
     devices, where = select(table, env, source)
     if devices is None:

@@ -170,3 +170,10 @@ def test_an_mps_jobs_index_counts_the_mps_devices_and_its_gpu_is_shared(tmp_path
     out = entry.prolog(f)  # gpu1 holds pid 48213: another job sharing it through MPS
     assert out.exit_code == 0 and results(out, "occupancy") == [
         ("pass", "gpu1", "gpu1 is shared (gres.conf lends it as shard/mps): other jobs' processes are expected, not judged")]
+
+
+def test_a_job_naming_no_gpu_maps_nothing_and_reads_nothing(tmp_path, monkeypatch):
+    """A CPU job (or a CPU node: no gres.conf, no NVML) is not a mapping failure."""
+    monkeypatch.setattr(job_gpus, "node_devices", lambda *a: (_ for _ in ()).throw(AssertionError("read")))
+    f = real_flow(tmp_path, "prolog", "healthy-8xh100.yaml", {})
+    assert job_gpus.job_devices(f.opts, "n1", f.env) == (None, "no SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES: checking all GPUs")
