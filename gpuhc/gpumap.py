@@ -32,6 +32,9 @@ from gpuhc.errors import GpuhcError
 from gpuhc.model import GpuReading, NvmlReading, norm_pci
 
 MAX_GRES_LINES = 10_000  # a gres.conf longer than this is not one a person wrote for a node
+MAX_FILES = 4096  # device files one record may expand to (32 GPUs' whole MIG tables are far fewer)
+MAX_NODES = 200_000  # node names one NodeName= may expand to
+_BRACKET = re.compile(r"\[([^\]]*)\]")
 SHARED_NAMES = ("shard", "mps")  # GRES that put several jobs on one GPU (docs/checks.md, "occupancy")
 _GPU_FILE = re.compile(r"nvidia(\d+)$")
 _CAP_FILE = re.compile(r"nvidia-cap(\d+)$")
@@ -140,9 +143,9 @@ def parse_gres_conf(text: str, where: str, node: str, expand: Any = None) -> Gre
             raise GpuMapError(f"{where}:{lineno}: Include is not followed by gpuhc; put the GPU records in gres.conf itself")
         if "nodename" in keys:
             try:
-                names = expand(keys["nodename"])
-            except Exception:
-                raise GpuMapError(f"{where}:{lineno}: NodeName={keys['nodename']!r} is not a hostlist") from None
+                names = _expand(expand, keys["nodename"], MAX_NODES)
+            except Exception as e:
+                raise GpuMapError(f"{where}:{lineno}: NodeName={keys['nodename']!r} is not a hostlist ({e})") from None
             if node not in names:
                 continue
         if "autodetect" in keys:
@@ -159,13 +162,28 @@ def parse_gres_conf(text: str, where: str, node: str, expand: Any = None) -> Gre
         files: tuple[str, ...] = ()
         if raw:
             try:
-                files = tuple(expand(raw))
-            except Exception:
-                raise GpuMapError(f"{where}:{lineno}: {raw!r} is not a list of device files") from None
+                files = tuple(_expand(expand, raw, MAX_FILES))
+            except Exception as e:
+                raise GpuMapError(f"{where}:{lineno}: {raw!r} is not a list of device files ({e})") from None
         conf.records.append(GresRecord(name, files, multiple, keys.get("type"), lineno))
     if node_auto is not None:
         conf.autodetect = node_auto
     return conf
+
+
+def _expand(expand: Any, text: str, limit: int) -> list[str]:
+    """A hostlist expanded, refused (ValueError) before it is when it could name more than
+    ``limit``: ``nvidia[0-99999999]`` must not cost the prolog its memory."""
+    size = 1
+    for group in _BRACKET.findall(text):
+        count = 0
+        for part in group.split(","):
+            lo, _, hi = part.partition("-")
+            count += int(hi) - int(lo) + 1 if hi.strip().isdigit() and lo.strip().isdigit() else 1
+        size *= max(count, 1)
+        if size > limit:
+            raise ValueError(f"more than {limit} names")
+    return expand(text)
 
 
 def _logical_lines(text: str, where: str) -> list[tuple[int, str]]:

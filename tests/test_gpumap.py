@@ -200,3 +200,9 @@ def test_an_mps_job_counts_the_mps_records_devices():
     conf = parse_gres_conf("Name=gpu File=/dev/nvidia[0-3]\nName=mps Count=200 File=/dev/nvidia[2-3]\n", "g", "n")
     t = build(conf, nvml(gpu(0), gpu(1), gpu(2), gpu(3)), {}, "mps")
     assert [(m.index, m.gpu, m.shared) for m in t] == [(0, 2, True), (1, 3, True)]
+
+
+@pytest.mark.parametrize("line", ["Name=gpu File=/dev/nvidia[0-99999999]", "NodeName=n[0-9999999] Name=gpu File=/dev/nvidia0"])
+def test_a_range_too_large_is_refused_before_it_is_expanded(line):
+    with pytest.raises(GpuMapError, match="gres.conf:1"):
+        parse_gres_conf(line, "gres.conf", "n1")
