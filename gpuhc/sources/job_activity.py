@@ -84,13 +84,24 @@ class JobResolver:
 
 
 class ActivityLive:
+    """One read of the held GPUs. The node watcher keeps one instance: it then measures the
+    processes' progress and GPM SM activity between its reads, without waiting."""
+
     def __init__(self, window_s: float = 15.0, gpm_window_s: float = 0.0, module: Any = None,
-                 proc_root: str = "/proc", environ: bool = True, clock=time.time):
+                 proc_root: str = "/proc", environ: bool = True, clock=time.time, progress_window_s: float = 0.5,
+                 idle_util_max: float = 5.0, spin_util_min: float = 90.0, gpm_between_reads: bool = False):
         self.window_s = max(0.5, float(window_s))
         self.gpm_window_s = max(0.0, float(gpm_window_s))
         self._module = module
         self.resolver = JobResolver(proc_root, environ)
         self._clock = clock
+        self.progress_window_s = max(0.0, float(progress_window_s))
+        self._idle, self._spin = float(idle_util_max), float(spin_util_min)
+        from gpuhc.sources.job_procs import HostSampler
+
+        self.host = HostSampler(proc_root)
+        self.gpm_between_reads = gpm_between_reads
+        self._gpm_prev: dict[int, Any] = {}  # GPU index -> its GPM sample of the last read
 
     def read(self) -> Activity:
         return nvml_util.session(self._module, self._read, lambda why: Activity(available=False, error=why))
@@ -102,6 +113,7 @@ class ActivityLive:
             return Activity(available=False, error=f"nvmlDeviceGetCount failed: {e}")
         out = Activity(available=True)
         held: list[tuple[GpuActivity, Any]] = []
+        ranks: dict[str, int] = {}  # job -> one of its processes, for the job's environment
         me = os.getpid()
         for i in range(count):
             try:
@@ -112,24 +124,63 @@ class ActivityLive:
             if not procs:
                 continue
             jobs: dict[str, str] = {}
+            pids: list[int] = []
             for pid in procs:
                 job, via = self.resolver.job_of(pid)
                 if job is None:
                     out.unmapped_pids += 1
-                elif len(jobs) < MAX_JOBS_PER_GPU:
+                elif len(jobs) < MAX_JOBS_PER_GPU or job in jobs:
                     jobs.setdefault(job, via)
+                    pids.append(pid)
+                    if job not in ranks:
+                        ranks[job] = pid
             if jobs:
                 vias = set(jobs.values())
-                held.append((GpuActivity(index=i, jobs=sorted(jobs), via=vias.pop() if len(vias) == 1 else "mixed"), h))
+                held.append((GpuActivity(index=i, jobs=sorted(jobs), via=vias.pop() if len(vias) == 1 else "mixed",
+                                         pids=sorted(set(pids))[:MAX_ACTIVITY_SAMPLES]), h))
         if not held:
+            self.host.keep({})
+            self._gpm_drop(nv, set())
             return out
+        for job, pid in ranks.items():
+            nodes, name = self.host.job_env(pid)
+            if nodes is not None:
+                out.job_nodes[job] = nodes
+            if name is not None:
+                out.job_names[job] = name
+        all_pids = sorted({p for g, _ in held for p in g.pids})
+        before = self.host.previous(all_pids)
+        first = self.host.take(all_pids)
         gpm = self._gpm_start(nv, held)
         since_us = int((self._clock() - self.window_s) * 1e6)
         for gpu, h in held:
             self._samples(nv, h, gpu, since_us)
         self._gpm_finish(nv, held, gpm)
+        if self.gpm_between_reads:
+            self._gpm_carry(nv, held)
+        now = first
+        if before is None and self.progress_window_s and self._looks_hung([g for g, _ in held]):
+            # A second look at the processes, a moment later: only when a hang is suspected.
+            wait = self.progress_window_s - (time.monotonic() - min((s.t for s in first.values()), default=time.monotonic()))
+            time.sleep(max(0.0, wait))
+            before, now = first, self.host.take(all_pids)
+        from gpuhc.sources.job_procs import summarise
+
+        for gpu, _ in held:
+            for key, value in summarise(gpu.pids, now, before).items():
+                setattr(gpu, key, value)
+        self.host.keep(now)
         out.gpus = [g for g, _ in held]
         return out
+
+    def _looks_hung(self, gpus: list[GpuActivity]) -> bool:
+        """Some job has a GPU whose last sample is idle and another whose last sample spins."""
+        last: dict[str, list[float]] = {}
+        for g in gpus:
+            if g.gpu_util:
+                for job in g.jobs:
+                    last.setdefault(job, []).append(g.gpu_util[-1])
+        return any(min(v) <= self._idle and max(v) >= self._spin for v in last.values())
 
     def _samples(self, nv: Any, h: Any, gpu: GpuActivity, since_us: int) -> None:
         stamps: list[int] = []
@@ -190,6 +241,44 @@ class ActivityLive:
                             nv.nvmlGpmSampleFree(s)
                         except nv.NVMLError:
                             pass
+
+
+    # GPM between reads (the watcher): this read's sample against the last one, no wait.
+    def _gpm_carry(self, nv: Any, held: list[tuple[GpuActivity, Any]]) -> None:
+        if not hasattr(nv, "nvmlGpmSampleAlloc"):
+            return
+        for gpu, h in held:
+            s2 = None
+            try:
+                if not nv.nvmlGpmQueryDeviceSupport(h).isSupportedDevice:
+                    continue
+                s2 = nv.nvmlGpmSampleAlloc()
+                nv.nvmlGpmSampleGet(h, s2)
+            except nv.NVMLError:
+                if s2 is not None:
+                    _gpm_free(nv, s2)
+                continue
+            s1 = self._gpm_prev.get(gpu.index)
+            if s1 is not None and gpu.sm_activity is None:
+                try:
+                    gpu.sm_activity = _gpm_sm(nv, s1, s2)
+                except nv.NVMLError:
+                    pass
+            if s1 is not None:
+                _gpm_free(nv, s1)
+            self._gpm_prev[gpu.index] = s2
+        self._gpm_drop(nv, {g.index for g, _ in held})
+
+    def _gpm_drop(self, nv: Any, keep: set[int]) -> None:
+        for index in [i for i in self._gpm_prev if i not in keep]:
+            _gpm_free(nv, self._gpm_prev.pop(index))
+
+
+def _gpm_free(nv: Any, sample: Any) -> None:
+    try:
+        nv.nvmlGpmSampleFree(sample)
+    except nv.NVMLError:
+        pass
 
 
 def _gpm_sm(nv: Any, s1: Any, s2: Any) -> float | None:

@@ -168,7 +168,7 @@ def test_damaged_state_is_survived():
 
 
 @pytest.mark.parametrize("key,value,words", [
-    ("window_s", -1, "window_s"), ("window_s", 0.1, "between 0.5 and 600"), ("straggler_power_ratio", 1.0, "over 1"),
+    ("window_s", -1, "window_s"), ("window_s", 0.1, "between 0.5 and 600"), ("straggler_wait_share", 1.0, "between 0 and 1"), ("straggler_skip_names", "pp*", "glob patterns"),
     ("environ_fallback", "yes", "true or false"), ("gpm_window_s", 5, "at most 1 second"), ("hang_min_s", float("nan"), "hang_min_s"),
 ])
 def test_thresholds_validated(key, value, words):
