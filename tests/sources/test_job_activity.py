@@ -123,3 +123,58 @@ def test_nvml_missing_or_a_gpu_failing(tmp_path):
     proc(tmp_path, 100, V2)
     lost = held(100, 100, 0, 1, lost=True)
     assert read([lost, held(100, 99, 30, 690000)], tmp_path).gpus[0].index == 1
+
+
+# Issue 32: the host side of the ranks, each job's node count and name.
+def ranked(tmp_path, pid: int, which: str, env: bytes = b"SLURM_JOB_NUM_NODES=1\0SLURM_JOB_NAME=llm\0") -> None:
+    import shutil
+
+    from tests.helpers.paths import FIXTURES
+
+    if not (tmp_path / str(pid)).exists():
+        proc(tmp_path, pid, V2, env)
+    for ext in ("stat", "io"):
+        shutil.copy(FIXTURES / "jobs" / "proc" / f"{which}.{ext}", tmp_path / str(pid) / ext)
+
+
+def test_a_suspected_hang_gets_a_second_look_at_the_processes_a_healthy_job_none(tmp_path):
+    import time
+
+    ranked(tmp_path, 100, "writer-2")
+    ranked(tmp_path, 101, "sleeper")
+    spin_and_idle = [held(100, 0, 0, 120000), held(101, 100, 0, 130000)]
+    t0 = time.monotonic()
+    act = read(spin_and_idle, tmp_path, progress_window_s=0.2)
+    assert time.monotonic() - t0 >= 0.2
+    assert act.job_nodes == {"4242": 1} and act.job_names == {"4242": "llm"}
+    g0, g1 = act.gpus
+    assert g0.pids == [100] and g0.host_state == "R" and g0.host_dt_s >= 0.19 and g0.host_cpu_s == 0.0
+    assert g1.host_state == "S" and g1.host_cpu_total_s == 0.0
+    t0 = time.monotonic()
+    healthy = read([held(100, 99, 30, 690000), held(101, 99, 30, 690000)], tmp_path, progress_window_s=2)
+    assert time.monotonic() - t0 < 1.5
+    assert [g.host_dt_s for g in healthy.gpus] == [None, None] and healthy.gpus[0].host_cpu_total_s == 0.34
+
+
+def test_a_kept_reader_measures_progress_between_reads_without_waiting(tmp_path):
+    ranked(tmp_path, 100, "writer-1")
+    ranked(tmp_path, 101, "sleeper")
+    reader = ActivityLive(module=FakeNvml([held(100, 0, 0, 120000), held(101, 100, 0, 130000)]), proc_root=str(tmp_path),
+                          clock=lambda: NOW, progress_window_s=0)
+    first = reader.read()
+    assert first.gpus[0].host_dt_s is None
+    ranked(tmp_path, 100, "writer-2")
+    g0, g1 = reader.read().gpus
+    assert g0.host_write_bytes == 1008730112 - 522190848 and g0.host_cpu_s == pytest.approx(0.13)
+    assert g1.host_cpu_s == 0.0 and g1.host_write_bytes == 0.0
+
+
+def test_gpm_between_reads_pairs_each_read_with_the_last_and_frees_what_it_let_go(tmp_path):
+    proc(tmp_path, 100, V2)
+    nv = FakeNvml([held(100, 100, 0, 130000, gpm_sm=97.0)])
+    reader = ActivityLive(module=nv, proc_root=str(tmp_path), clock=lambda: NOW, gpm_between_reads=True)
+    assert reader.read().gpus[0].sm_activity is None  # one sample: nothing to compare with yet
+    assert reader.read().gpus[0].sm_activity == 97.0
+    nv.gpus[0].compute_procs = []
+    assert reader.read().gpus == []
+    assert nv.calls["nvmlGpmSampleAlloc"] == nv.calls["nvmlGpmSampleFree"] == 2

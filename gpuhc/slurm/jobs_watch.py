@@ -1,0 +1,153 @@
+"""The node watcher (``gpuhc watch``): the jobs check every 10-15 s, faster than the health check.
+
+The health check runs every ``HealthCheckInterval`` (300 s in slurm/slurm.conf.example), so a
+hang inside a job is named on average 150 s after it starts. The watcher reads the same
+samples (gpuhc/sources/job_activity.py) only of the GPUs that hold a job, judges them with the
+same check (gpuhc/checks/jobs.py) and its state, and records what it calls the way the health
+check does: the check's state, the job's AdminComment, the log and the ``job_finding`` hook
+(gpuhc/slurm/jobs_act.py, called as it is). docs/checks.md, "jobs", "The node watcher".
+
+- **Optional.** ``examples/systemd/gpuhc-watch.service`` is installed, never enabled.
+- **Cheap.** One reader is kept, so a process's progress and GPM SM activity are measured
+  between two rounds, without waiting; NVML is initialised once for the watcher's life (it
+  holds no GPU context: NVML is not CUDA). A node whose GPUs hold no job costs one process
+  listing per GPU a round, and writes nothing.
+- **Never in the way.** It never drains, resumes or requeues on its own account (a FAIL the
+  check would return is left to the health check); it takes the node's run lock
+  (gpuhc/slurm/runlock.py) only around the Slurm write, and gives it up when that is done.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+INTERVAL_S = 12.0  # a hang is called 12 s after it starts; one more round names it: within 30 s
+
+
+@dataclass
+class Round:
+    """What one round did (for the caller's log and the tests)."""
+
+    results: list = field(default_factory=list)
+    jobs: int = 0
+    published: bool = False  # the Slurm side (jobs_act) ran, under the run lock
+    lock_busy: bool = False
+
+
+@dataclass
+class _Report:
+    """The part of a RunReport that jobs_act reads."""
+
+    results: list
+
+
+class Watcher:
+    """Rounds of the jobs check for one node. ``reader`` has ``read() -> Activity`` (the live
+    reader kept between rounds; a replay's in tests); ``flow`` is a passive-stage Flow."""
+
+    def __init__(self, flow: Any, reader: Any, clock: Callable[[], float] = time.time):
+        from gpuhc.checks.jobs import CHECKS
+        from gpuhc.runner import resolve
+
+        self.flow = flow
+        self.reader = reader
+        self.clock = clock
+        check = CHECKS[0]
+        eff = resolve(check, flow.opts.config)
+        self.enabled = eff.enabled
+        self.thresholds = {**check.defaults, **eff.overrides}
+        self._held_before = False
+
+    def round(self) -> Round:
+        from gpuhc.checks import jobs
+        from gpuhc.checks.base import Context
+        from gpuhc.model import Snapshot, Status
+        from gpuhc.state import StateStore
+
+        out = Round()
+        act = self.reader.read()
+        held = bool(act.available and act.gpus)
+        if not held and not self._held_before:
+            return out  # no job on the GPUs now nor in the last round: nothing to judge or write
+        self._held_before = held
+        now = self.clock() if self.flow.opts.now is None else self.flow.opts.now
+        store = StateStore(self.flow.opts.state_dir)
+        doc = store.read()
+        checks = doc.get("checks") if isinstance(doc.get("checks"), dict) else {}
+        prev = checks.get(jobs.ID) if isinstance(checks.get(jobs.ID), dict) else {}
+        judged = jobs.judge(Snapshot(self.flow.node, now, activity=act), Context(thresholds=self.thresholds, prev=prev))
+        out.results = [r for r in judged.results if r.status is not Status.FAIL]  # a drain is the health check's
+        out.jobs = len({r.subject for r in out.results if r.subject.startswith("job")})
+        with store.transaction() as d:
+            if not isinstance(d.get("checks"), dict):
+                d["checks"] = {}
+            d["checks"][jobs.ID] = judged.state or {}
+        if self._worth_publishing(out.results, doc):
+            self._publish(out)
+        return out
+
+    @staticmethod
+    def _worth_publishing(results: list, doc: dict) -> bool:
+        """A finding to write, a job whose GPUs here all stopped (another node may see its
+        hang), or a view written before that may have to come out again."""
+        from gpuhc.slurm.jobs_act import STATE_KEY
+
+        for r in results:
+            v = r.value if isinstance(r.value, dict) else {}
+            if getattr(r.status, "value", r.status) == "warn" or v.get("signature") == "idle":
+                return True
+        mine = doc.get(STATE_KEY) if isinstance(doc.get(STATE_KEY), dict) else {}
+        return bool(mine.get("published"))
+
+    def _publish(self, out: Round) -> None:
+        from gpuhc.slurm import runlock
+        from gpuhc.slurm.jobs_act import after_healthcheck
+
+        self.flow.started = time.monotonic()  # each round has the health check's whole deadline
+        turn = runlock.take(self.flow.opts.state_dir, self.flow.deadline, self.flow.log)
+        if not turn.ok:
+            out.lock_busy = True  # a health check or prolog is acting: its run records the same
+            return
+        try:
+            after_healthcheck(self.flow, _Report(out.results))
+            out.published = True
+        finally:
+            runlock.release()
+
+    def run(self, interval_s: float = INTERVAL_S, rounds: int | None = None,
+            sleep: Callable[[float], None] = time.sleep) -> None:
+        """Round after round every ``interval_s`` (``rounds``: stop after that many)."""
+        done = 0
+        while rounds is None or done < rounds:
+            t0 = time.monotonic()
+            try:
+                r = self.round()
+                for res in r.results:
+                    if getattr(res.status, "value", res.status) == "warn":
+                        self.flow.log(f"watch: {res.message}")
+            except Exception as e:  # a bug in one round must not stop the watching
+                self.flow.log(f"watch: internal error: {type(e).__name__}: {e}", loud=True)
+            done += 1
+            if rounds is not None and done >= rounds:
+                break
+            sleep(max(0.0, interval_s - (time.monotonic() - t0)))
+
+
+def live_reader(config: Any) -> Any:
+    """The live activity reader the watcher keeps, NVML initialised for its life."""
+    from gpuhc.checks.jobs import CHECKS, source_settings
+    from gpuhc.runner import resolve
+    from gpuhc.sources.job_activity import ActivityLive
+
+    eff = resolve(CHECKS[0], config)
+    settings = source_settings({**CHECKS[0].defaults, **eff.overrides})
+    settings["gpm_window_s"] = 0.0  # GPM between rounds instead: no wait
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()  # held for the watcher's life: each read's init and shutdown only count
+    except Exception:
+        pass  # each read says NVML is unavailable, as the health check would
+    return ActivityLive(**settings, gpm_between_reads=True)
