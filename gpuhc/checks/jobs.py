@@ -70,8 +70,8 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
                            "pids": sorted({p for g in gpus for p in g.pids}), "culprit_cpu_s": _culprit_cpu(view, gpus)}
         lasted = now - since
         if view.signature == jj.PAUSE and lasted >= float(t["pause_max_s"]):
-            view.signature = jj.HANG  # busy on the host for this long while the peers wait: a hang all the same
-            view.evidence = f"busy on the host for {lasted:.0f} s while its peers wait: {view.evidence}"
+            view.signature = jj.HANG  # a pause this long while the peers wait: a hang all the same
+            view.evidence = f"a pause of {lasted:.0f} s while its peers wait, past pause_max_s: {view.evidence}"
         results.append(_result(view, gpus, lasted, since, t))
         if view.signature == jj.HANG and view.culprits and lasted >= float(t["hang_min_s"]):
             culprits[job] = {"time": now, "gpus": view.culprits}

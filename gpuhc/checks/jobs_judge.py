@@ -22,7 +22,8 @@ Issue 32 added what the GPU samples alone cannot say (docs/checks.md, "jobs"):
   a pause that lasts past ``pause_max_s`` is called a hang all the same.
 - **Culprit on this node.** When every GPU of a one-node job spins, the culprit cannot be on
   another node: the GPU whose SM activity (GPM) stands out runs a kernel that does not end,
-  else every rank waits (a collective mismatch or a stuck kernel), said as such.
+  else every rank waits (a collective mismatch or a stuck kernel), said as such. One GPU that
+  computes while every peer waits is a pause too (one rank's evaluation) until ``pause_max_s``.
 - **Software stragglers.** Every rank does the same work per step, so a GPU's mean memory
   utilisation over the window is its share of time at work: a peer at 10 % next to one at 24 %
   waits 58 % of each step for it, however short the steps are against the ~0.2 s samples. A
@@ -59,7 +60,7 @@ DEFAULTS: dict[str, Any] = {
     "pause_io_min_bps": 1048576.0,  # ... or reading or writing this many bytes per second
     "pause_max_s": 900.0,  # a rank busy on the host this long while its peers wait is called a hang anyway
     "progress_window_s": 0.5,  # the health check's second look at a suspected culprit's process (0: none)
-    "stuck_sm_margin": 30.0,  # one spinning GPU's SM activity this many points over its peers': a stuck kernel
+    "stuck_sm_margin": 10.0,  # one spinning GPU's SM activity this many points off its peers' (which agree): a stuck kernel
     "drain_culprit_jobs": 0,  # opt-in: a node that is the culprit of this many jobs is drained (0: never)
     "culprit_memory_s": 7 * 86400.0,  # how long a culprit finding counts toward that
     "drain_culprit_with_hardware": False,  # opt-in: drain when the hang's culprit GPU also shows a hardware sign
@@ -123,6 +124,15 @@ def job_view(job: str, gpus: list[GpuActivity], t: dict[str, Any], nodes: int | 
         view.signature = ALL_IDLE  # data loading, a checkpoint, a paused stage: never a hang
     elif SPIN in kinds and kinds <= {SPIN, IDLE}:
         _hang(view, gpus, t, nodes)
+    elif SPIN in kinds and list(classes.values()).count(BUSY) == 1 and kinds <= {SPIN, BUSY}:
+        # One GPU computes the whole window while every peer waits in a collective: one rank's
+        # evaluation, or a kernel that has run far longer than the job's others. Said, and
+        # called a hang only once it has lasted pause_max_s (gpuhc/checks/jobs.py).
+        (alone,) = [i for i, c in classes.items() if c == BUSY]
+        view.signature = PAUSE
+        view.culprits = [alone]
+        view.evidence = (f"gpu{alone} computes alone for the whole window (one rank's evaluation, or a kernel "
+                         f"that does not end); {_hang_evidence(gpus, classes)}")
     elif kinds == {BUSY} and len(gpus) >= 2:
         slow = straggler(gpus, t)
         if slow is not None and skipped(name, t):
@@ -204,16 +214,19 @@ def _bytes(n: float) -> str:
 
 
 def stuck_kernel(gpus: list[GpuActivity], t: dict[str, Any]) -> tuple[int, str] | None:
-    """The one spinning GPU whose SM activity (GPM) stands above its peers': an NCCL kernel
-    waiting for a peer keeps a few SMs busy, a compute kernel that does not end keeps them all."""
+    """The one spinning GPU whose SM activity (GPM) differs from its peers', which agree: the
+    waiting NCCL kernels keep the same few SMs busy on every GPU (one block per channel), a
+    kernel that does not end keeps another number busy (all of them, or a single block)."""
     sm = {g.index: g.sm_activity for g in gpus if g.sm_activity is not None}
-    if len(sm) != len(gpus) or len(gpus) < 2:
-        return None
-    top = max(sm, key=lambda i: sm[i])
-    peers = _median(v for i, v in sm.items() if i != top)
-    if sm[top] - peers < float(t["stuck_sm_margin"]):
-        return None
-    return top, f"gpu{top} SM activity {sm[top]:.0f} % vs its peers' {peers:.0f} %: a kernel that does not end"
+    if len(sm) != len(gpus) or len(gpus) < 3:
+        return None  # two GPUs that differ do not say which one is odd
+    margin = float(t["stuck_sm_margin"])
+    for odd in sm:
+        peers = [v for i, v in sm.items() if i != odd]
+        mid = _median(peers)
+        if abs(sm[odd] - mid) >= margin and max(peers) - min(peers) < margin / 2:
+            return odd, f"gpu{odd} SM activity {sm[odd]:.0f} % vs its peers' {mid:.0f} %: a kernel that does not end"
+    return None
 
 
 def _hang_evidence(gpus: list[GpuActivity], classes: dict[int, str]) -> str:

@@ -81,7 +81,7 @@ def test_a_pause_that_goes_on_past_pause_max_s_is_called_a_hang():
     first = judge(busy, now=2000.0)
     later = only(judge(busy, now=2010.0, prev=first.state, pause_max_s=20))
     assert later.status is Status.WARN and later.value["signature"] == "hang" and later.value["culprits"] == ["gpu3"]
-    assert "busy on the host for 24 s" in later.message
+    assert "a pause of 24 s while its peers wait" in later.message
 
 
 # --------------------------------------------------------------- culprit of a one-node job: here
@@ -99,8 +99,21 @@ def test_a_one_node_job_whose_gpu_runs_a_kernel_that_does_not_end_names_it():
     r = only(judge(activity(HUNG, nodes=1, **sm)))
     assert r.status is Status.WARN and r.value["culprits"] == ["gpu2"]
     assert "gpu2 SM activity 99 % vs its peers' 14 %" in r.message
-    close = {k: {**v, "sm_activity": 30.0} if k == "gpu2" else v for k, v in sm.items()}
+    close = {k: {**v, "sm_activity": 20.0} if k == "gpu2" else v for k, v in sm.items()}
     assert only(judge(activity(HUNG, nodes=1, **close))).value["culprits"] == []
+    one_block = {k: {**v, "sm_activity": 0.8} if k == "gpu2" else {**v, "sm_activity": 21.0} for k, v in sm.items()}
+    r = only(judge(activity(HUNG, nodes=1, **one_block)))  # torch.cuda._sleep: one block spinning
+    assert r.value["culprits"] == ["gpu2"] and "SM activity 1 % vs its peers' 21 %" in r.message
+
+
+def test_one_gpu_computing_alone_while_its_peers_wait_is_a_pause_then_a_hang():
+    train = TICKS[1]["activity"]["gpus"][0]  # a real training GPU's samples
+    alone = {**ALL_SPIN, "gpu2": {k: train[k] for k in ("gpu_util", "mem_util", "power_w")}}
+    first = judge(activity(HUNG, **alone), now=2000.0)
+    r = only(first)
+    assert r.status is Status.PASS and r.value["signature"] == "pause" and "gpu2 computes alone" in r.message
+    later = only(judge(activity(HUNG, **alone), now=2010.0, prev=first.state, pause_max_s=20))
+    assert later.status is Status.WARN and later.value["culprits"] == ["gpu2"]
 
 
 @pytest.mark.parametrize("nodes,words", [(2, "spins: on another node)"), (None, "its node count is not known")])
