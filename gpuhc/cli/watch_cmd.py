@@ -55,6 +55,14 @@ def watch(src: SourceArgs, interval: float, rounds: int | None) -> None:
         sys.exit(e.exit_code)
     flow = Flow.for_command(opts, "gpuhc watch", "passive")
     replayed = src.nvml_scenario or opts.sources.nvml_scenario or opts.sources.test_scenario
+    if replayed:
+        from gpuhc.sources import build_sources
+
+        try:
+            build_sources(opts.sources, 0)  # a scenario that does not load is a usage error, said once
+        except GpuhcError as e:
+            click.echo(escape(f"gpuhc watch: error: {e}"), err=True)
+            sys.exit(e.exit_code)
     reader = _ReplayReader(opts.sources, src.step) if replayed else live_reader(opts.config)
     w = Watcher(flow, reader)
     if not w.enabled:

@@ -119,6 +119,8 @@ class Watcher:
     def run(self, interval_s: float = INTERVAL_S, rounds: int | None = None,
             sleep: Callable[[float], None] = time.sleep) -> None:
         """Round after round every ``interval_s`` (``rounds``: stop after that many)."""
+        from gpuhc.errors import GpuhcError
+
         done = 0
         while rounds is None or done < rounds:
             t0 = time.monotonic()
@@ -127,6 +129,8 @@ class Watcher:
                 for res in r.results:
                     if getattr(res.status, "value", res.status) == "warn":
                         self.flow.log(f"watch: {res.message}")
+            except GpuhcError as e:  # the node could not be read this round (state, NVML): said, and on
+                self.flow.log(f"watch: round not judged: {e}", loud=True)
             except Exception as e:  # a bug in one round must not stop the watching
                 self.flow.log(f"watch: internal error: {type(e).__name__}: {e}", loud=True)
             done += 1

@@ -93,3 +93,13 @@ def test_the_run_lock_is_taken_only_to_write_and_a_busy_lock_is_left_to_its_hold
     free = w.round()
     assert free.published and any("not recorded" in line for line in lines)
     os.close(lock)
+
+
+def test_a_scenario_that_does_not_load_is_a_usage_error_said_once(tmp_path):
+    from tests.helpers.cli import one_line_error
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("extends: /nonexistent/base.yaml\n")
+    p = gpuhc("watch", "--rounds", "1", "--config", config(tmp_path), "--state-dir", str(tmp_path / "s"),
+              "--nvml-scenario", str(bad))
+    assert "no such scenario" in one_line_error(p, 2)
