@@ -25,6 +25,8 @@ each job by its signature (gpuhc/checks/jobs_judge.py). The rules (docs/checks.m
   saw the job otherwise starts it again, and so does a culprit process that used CPU time since
   the last run (a rank that trained between two checkpoints) or a change of processes; runs
   closer together than the sample window (the node watcher's) overlap, which is proof enough.
+  A pause is carried only by such overlapping runs: a rank busy on the host uses CPU time
+  either way, and checkpoints five minutes apart must not add up to a long pause.
 """
 
 from __future__ import annotations
@@ -116,6 +118,8 @@ def _continued(mem: dict[str, Any], view: jj.JobView, gpus: list, now: float, t:
     seen = mem.get("seen")
     if not isinstance(seen, (int, float)) or now - seen <= float(t["window_s"]) + _OVERLAP_SLACK_S:
         return True  # an old state without "seen", or the samples of this run reach back to the last
+    if view.signature == jj.PAUSE:
+        return False  # a busy rank uses CPU time anyway: only overlapping runs (the watcher's) prove one long pause
     before, cpu = mem.get("culprit_cpu_s"), _culprit_cpu(view, gpus)
     if not isinstance(before, (int, float)) or cpu is None:
         return True  # nothing measured says otherwise

@@ -170,3 +170,14 @@ def test_runs_closer_than_the_window_carry_since_and_new_processes_do_not():
     other = stalled(100.0)
     other["gpus"][3]["pids"] = [5000]
     assert only(judge(other, now=2300.0, prev=first.state)).value["since"] > 2200
+
+
+def test_checkpoint_pauses_caught_by_health_checks_minutes_apart_never_add_up_to_pause_max_s():
+    busy = activity(HUNG, gpu3=host("writer-2", "writer-1"))
+    prev: dict = {}
+    for now in (2000.0, 2300.0, 2600.0, 2900.0, 3200.0):  # every health check lands in a checkpoint
+        out = judge(busy, now=now, prev=prev, pause_max_s=600)
+        prev = out.state
+        assert only(out).status is Status.PASS and only(out).value["lasted_s"] < 20
+    watcher = judge(busy, now=3212.0, prev=prev, pause_max_s=600)  # overlapping runs do carry it
+    assert only(watcher).value["lasted_s"] == 26.0
