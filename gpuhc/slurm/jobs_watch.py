@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 INTERVAL_S = 12.0  # a hang is called 12 s after it starts; one more round names it: within 30 s
+IDLE_EVERY_S = 60.0  # a job whose GPUs here are all idle: its record read at most this often
 
 
 @dataclass
@@ -59,6 +60,7 @@ class Watcher:
         self.enabled = eff.enabled
         self.thresholds = {**check.defaults, **eff.overrides}
         self._held_before = False
+        self._idle_asked = float("-inf")
 
     def round(self) -> Round:
         from gpuhc.checks import jobs
@@ -84,22 +86,33 @@ class Watcher:
             if not isinstance(d.get("checks"), dict):
                 d["checks"] = {}
             d["checks"][jobs.ID] = judged.state or {}
-        if self._worth_publishing(out.results, doc):
+        if self._worth_publishing(out.results, doc, now):
             self._publish(out)
         return out
 
-    @staticmethod
-    def _worth_publishing(results: list, doc: dict) -> bool:
-        """A finding to write, a job whose GPUs here all stopped (another node may see its
-        hang), or a view written before that may have to come out again."""
-        from gpuhc.slurm.jobs_act import STATE_KEY
+    def _worth_publishing(self, results: list, doc: dict, now: float) -> bool:
+        """Call the Slurm side only with something to say, as jobs_act itself decides what to
+        ask (gpuhc/slurm/jobs_act.py): a view that differs from the one written, a job that
+        ended, a hang the opt-in requeue may act on; a job whose GPUs here are all idle (only
+        the record says whether another node sees it hung) at most every ``IDLE_EVERY_S``,
+        so that a long data-loading pause costs no Slurm read every round."""
+        from gpuhc.slurm.jobs_act import STATE_KEY, views_of
 
-        for r in results:
-            v = r.value if isinstance(r.value, dict) else {}
-            if getattr(r.status, "value", r.status) == "warn" or v.get("signature") == "idle":
-                return True
+        want, idle = views_of(_Report(results), self.flow.node)
         mine = doc.get(STATE_KEY) if isinstance(doc.get(STATE_KEY), dict) else {}
-        return bool(mine.get("published"))
+        published = mine.get("published") if isinstance(mine.get("published"), dict) else {}
+        requeued = mine.get("requeued") if isinstance(mine.get("requeued"), dict) else {}
+        if any((v.token() if v else None) != published.get(j) and (v or j in published) for j, v in want.items()):
+            return True
+        if any(j not in want and j not in idle for j in published):
+            return True
+        if float(self.thresholds.get("requeue_after_s") or 0) > 0 and any(
+                v is not None and v.signature == "hang" and j not in requeued for j, v in want.items()):
+            return True
+        if idle and now - self._idle_asked >= IDLE_EVERY_S:
+            self._idle_asked = now
+            return True
+        return False
 
     def _publish(self, out: Round) -> None:
         from gpuhc.slurm import runlock

@@ -103,3 +103,25 @@ def test_a_scenario_that_does_not_load_is_a_usage_error_said_once(tmp_path):
     p = gpuhc("watch", "--rounds", "1", "--config", config(tmp_path), "--state-dir", str(tmp_path / "s"),
               "--nvml-scenario", str(bad))
     assert "no such scenario" in one_line_error(p, 2)
+
+
+def test_slurm_is_asked_only_with_something_to_say(tmp_path):
+    from gpuhc.cli.common import SourceArgs, run_options_from
+    from gpuhc.slurm.flow import Flow
+
+    hang = [t for t in TICKS if t["run"] == "hang"]
+    idle = json.loads(json.dumps(hang[3]))
+    for g in idle["activity"]["gpus"]:
+        g.update({k: hang[3]["activity"]["gpus"][3][k] for k in ("gpu_util", "mem_util", "power_w")})  # all like gpu3
+    clock = [1000.0]
+    opts = run_options_from(SourceArgs(config_path=config(tmp_path), state_dir=str(tmp_path / "s"), hostname="gpu01"), "passive")
+    flow = Flow.for_command(opts, "gpuhc watch", "passive")
+    flow.log = lambda text, loud=False: None
+    w = Watcher(flow, _Reader([idle, idle, idle, hang[1]]), clock=lambda: clock[0])
+    assert w.round().published  # all idle: the record is read once ...
+    clock[0] += 12
+    assert not w.round().published  # ... not every round
+    clock[0] += 60
+    assert w.round().published  # ... and again a minute later
+    clock[0] += 12
+    assert not w.round().published  # running, nothing written before: nothing to say
