@@ -19,11 +19,15 @@ import argparse
 import json
 import os
 import re
+import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # What each phase must be called (docs/checks.md, "jobs"); None: anything but a hang or a straggler.
 EXPECT = {
-    "train": None, "eval": None, "ckpt": None, "pipe": None,
+    "train": None, "eval": None, "ckpt": None,
+    "pipe": "no hang",  # its last stage may read as a straggler: the documented limit (straggler_skip_names)
     "work1.5": ("straggler", ["gpu2"]), "work2": ("straggler", ["gpu2"]), "load": ("straggler", ["gpu3"]),
     "kernel": ("hang", None),  # gpu2 where GPM measured (the watcher), else "every rank waits"
     "stall": ("hang", ["gpu2"]), "mismatch": ("hang", []),
@@ -83,8 +87,31 @@ def _meets(expect, said: list[tuple]) -> bool | None:
     warned = [(sig, cul) for status, sig, cul in said if status == "warn"]
     if expect is None:
         return not warned
+    if expect == "no hang":
+        return all(sig != "hang" for sig, _ in warned)
     sig, cul = expect
     return bool(warned) and all(s == sig and (cul is None or c == cul) for s, c in warned)
+
+
+def opted_out(out: str) -> list[dict]:
+    """The pipeline phase's recorded checks judged again as a site that opted its job out
+    (``straggler_skip_names`` matching the job's name): the same judge, offline."""
+    from gpuhc.checks import jobs, jobs_judge as jj
+    from gpuhc.checks.base import Context
+    from gpuhc.model import Snapshot
+    from gpuhc.sources.activity_io import activity_from_dict
+
+    said, prev = [], {}
+    for t in jsonl(os.path.join(out, "monitor-cases.jsonl")):
+        if t.get("run") != "pipe":
+            continue
+        act = activity_from_dict(t["activity"])
+        names = sorted(set(act.job_names.values()))
+        res = jobs.judge(Snapshot("dev", t["time"], activity=act),
+                         Context(thresholds={**jj.DEFAULTS, "straggler_skip_names": names}, prev=prev))
+        prev = res.state or {}
+        said += [{"status": r.status.value, "message": r.message[:240]} for r in res.results]
+    return said
 
 
 def stalls(out: str, watched: list[dict]) -> dict:
@@ -143,7 +170,7 @@ def main() -> None:
     device = next((ln for ln in env.splitlines() if ln.startswith("GPU 0:")), "unknown")
     watched = watcher_lines(args.out)
     summary = {"device": device, "cases": cases(args.out, watched), "stalls": stalls(args.out, watched), "watcher_cpu": cpu(args.out),
-               "recorded_ticks": recording(args.out, device)}
+               "recorded_ticks": recording(args.out, device), "pipe_opted_out": opted_out(args.out)}
     cost = os.path.join(args.out, "bench-cost.json")
     if os.path.exists(cost):
         summary["health_check_cost"] = json.load(open(cost))
@@ -157,6 +184,7 @@ def main() -> None:
             print(f"          +{h['after_s']}s {h['status']} {h['message'][:150]}")
     s = summary["stalls"]
     print(f"stalls: {s['named']}/{s['stalls']} named by the watcher, p50 {s['p50_s']} s, p90 {s['p90_s']} s, delays {s['delays_s']}")
+    print(f"pipe, opted out by name: {[x['status'] for x in summary['pipe_opted_out']]}")
     print(f"watcher CPU: {summary['watcher_cpu']}")
     print(f"health check cost: {summary.get('health_check_cost')}")
 
