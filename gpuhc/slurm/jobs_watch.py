@@ -161,10 +161,26 @@ def live_reader(config: Any) -> Any:
     eff = resolve(CHECKS[0], config)
     settings = source_settings({**CHECKS[0].defaults, **eff.overrides})
     settings["gpm_window_s"] = 0.0  # GPM between rounds instead: no wait
-    try:
-        import pynvml
+    return _HeldNvml(ActivityLive(**settings))
 
-        pynvml.nvmlInit()  # held for the watcher's life: each read's init and shutdown only count
-    except Exception:
-        pass  # each read says NVML is unavailable, as the health check would
-    return ActivityLive(**settings, gpm_between_reads=True)
+
+class _HeldNvml:
+    """NVML initialised once and held, so each read's own init and shutdown only count up and
+    down, and a GPM sample taken in one round is still good in the next. Until the driver
+    answers (a watcher started before it at boot), each round tries again, without GPM."""
+
+    def __init__(self, reader: Any):
+        self.reader = reader
+        self.held = False
+
+    def read(self) -> Any:
+        if not self.held:
+            try:
+                import pynvml
+
+                pynvml.nvmlInit()
+                self.held = True
+            except Exception:
+                pass  # the read below says NVML is unavailable, as the health check would
+        self.reader.gpm_between_reads = self.held
+        return self.reader.read()

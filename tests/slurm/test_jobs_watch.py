@@ -125,3 +125,26 @@ def test_slurm_is_asked_only_with_something_to_say(tmp_path):
     assert w.round().published  # ... and again a minute later
     clock[0] += 12
     assert not w.round().published  # running, nothing written before: nothing to say
+
+
+def test_the_live_reader_holds_nvml_and_pairs_gpm_only_once_it_does(monkeypatch):
+    import pynvml
+
+    from gpuhc.config import Config
+    from gpuhc.slurm import jobs_watch
+
+    calls = []
+
+    def init():  # the driver answers from the second try on
+        calls.append("init")
+        if len(calls) == 1:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    monkeypatch.setattr(pynvml, "nvmlInit", init)
+    reader = jobs_watch.live_reader(Config({}))
+    seen = []
+    reader.reader.read = lambda: seen.append(reader.reader.gpm_between_reads)
+    reader.read()  # the driver not up yet: no GPM pairing across a shutdown
+    reader.read()  # now held: paired from here on, NVML never initialised again
+    reader.read()
+    assert seen == [False, True, True] and calls == ["init", "init"]
+    assert reader.reader.gpm_window_s == 0.0  # never waits
