@@ -31,13 +31,17 @@ part="${1:-all}"
   python3 -c "import pynvml; print('pynvml', getattr(pynvml, '__version__', '?'))"; nproc; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
-cfg="$OUT/gpuhc.yaml"  # no Slurm on this machine: the watcher's Slurm writes fail, said in its log
+# gpuhc's own files (config, state, decision log) in a private directory of root's, as gpuhc
+# wants them (gpuhc/fsutil.py); the log is copied to $OUT at the end. No Slurm on this machine:
+# the watcher's Slurm writes fail, and its log says so.
+WS=$(mktemp -d /tmp/gpuhc-jobs32.XXXXXX)
+cfg="$WS/gpuhc.yaml"
 cat > "$cfg" <<EOF
-slurm: {log_file: $OUT/decisions.log, syslog: false, scontrol: /nonexistent/scontrol}
+slurm: {log_file: $WS/decisions.log, syslog: false, scontrol: /nonexistent/scontrol}
 EOF
 
 start_watcher() {
-    setsid python3 -m gpuhc watch --interval 10 --config "$cfg" --state-dir "$OUT/watch-state-$1" --node dev \
+    setsid python3 -m gpuhc watch --interval 10 --config "$cfg" --state-dir "$WS/state-$1" --node dev \
         > "$OUT/watch-$1.out" 2>&1 &
     WATCH=$!
     sleep 1
@@ -88,4 +92,5 @@ if [ "$part" = stalls ] || [ "$part" = all ]; then
     stop_watcher stalls
 fi
 
+cp "$WS/decisions.log" "$OUT/" 2>/dev/null
 python3 bench/jobs_analyze.py --out "$OUT" | tee "$OUT/summary.txt"

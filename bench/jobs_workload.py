@@ -185,12 +185,17 @@ def stalls(rank: int, world: int, args, a, x) -> None:
     import torch.distributed as dist
 
     plan = torch.zeros(2, device="cuda", dtype=torch.float64)  # (when, who), rank 0 draws, all agree
+    due = torch.zeros(1, device="cuda", dtype=torch.int32)
     for k in range(args.stalls):
         if rank == 0:
             plan[0], plan[1] = time.time() + random.uniform(3, 8), random.randrange(world)
         dist.broadcast(plan, src=0)
         when, who = float(plan[0].item()), int(plan[1].item())
-        while time.time() < when:
+        while True:  # the ranks leave the training loop together (MAX of "is it time"), never a step apart
+            due.fill_(int(time.time() >= when))
+            dist.all_reduce(due, op=dist.ReduceOp.MAX)
+            if int(due.item()):
+                break
             a = step(a, x)
             torch.cuda.synchronize()
         if rank == who:
