@@ -29,7 +29,7 @@ EXPECT = {
     "train": None, "eval": None, "ckpt": None,
     "pipe": "no hang",  # its last stage may read as a straggler: the documented limit (straggler_skip_names)
     "work1.5": ("straggler", ["gpu2"]), "work2": ("straggler", ["gpu2"]), "load": ("straggler", ["gpu3"]),
-    "kernel": ("hang", None),  # gpu2 where GPM measured (the watcher), else "every rank waits"
+    "kernel": ("hang", None),  # gpu2 where GPM tells it apart, else "every rank waits"
     "stall": ("hang", ["gpu2"]), "mismatch": ("hang", []),
 }
 _LOG = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d) gpuhc watch \S+: watch: job (\d+) (looks hung|slowed by a straggler)(.*)$")

@@ -187,7 +187,8 @@ def source_settings(thresholds: dict[str, Any]) -> dict[str, Any]:
     t = {**jj.DEFAULTS, **thresholds}
     return {"window_s": float(t["window_s"]), "gpm_window_s": float(t["gpm_window_s"]),
             "environ": bool(t["environ_fallback"]), "progress_window_s": float(t["progress_window_s"]),
-            "idle_util_max": float(t["idle_util_max"]), "spin_util_min": float(t["spin_util_min"])}
+            "idle_util_max": float(t["idle_util_max"]), "spin_util_min": float(t["spin_util_min"]),
+            "spin_mem_util_max": float(t["spin_mem_util_max"])}
 
 
 CHECKS = [

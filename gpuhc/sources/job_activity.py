@@ -89,14 +89,15 @@ class ActivityLive:
 
     def __init__(self, window_s: float = 15.0, gpm_window_s: float = 0.0, module: Any = None,
                  proc_root: str = "/proc", environ: bool = True, clock=time.time, progress_window_s: float = 0.5,
-                 idle_util_max: float = 5.0, spin_util_min: float = 90.0, gpm_between_reads: bool = False):
+                 idle_util_max: float = 5.0, spin_util_min: float = 90.0, spin_mem_util_max: float = 5.0,
+                 gpm_between_reads: bool = False):
         self.window_s = max(0.5, float(window_s))
         self.gpm_window_s = max(0.0, float(gpm_window_s))
         self._module = module
         self.resolver = JobResolver(proc_root, environ)
         self._clock = clock
         self.progress_window_s = max(0.0, float(progress_window_s))
-        self._idle, self._spin = float(idle_util_max), float(spin_util_min)
+        self._idle, self._spin, self._spin_mem = float(idle_util_max), float(spin_util_min), float(spin_mem_util_max)
         from gpuhc.sources.job_procs import HostSampler
 
         self.host = HostSampler(proc_root)
@@ -160,10 +161,14 @@ class ActivityLive:
             self._gpm_carry(nv, held)
         now = first
         if before is None and self.progress_window_s and self._looks_hung([g for g, _ in held]):
-            # A second look at the processes, a moment later: only when a hang is suspected.
+            # A second look at the processes a moment later, and GPM SM activity over the same
+            # moment where it was not measured: only when a hang is suspected.
+            unmeasured = not any(g.sm_activity is not None for g, _ in held)
+            gpm = self._gpm_start(nv, held, force=True) if unmeasured else {}
             wait = self.progress_window_s - (time.monotonic() - min((s.t for s in first.values()), default=time.monotonic()))
             time.sleep(max(0.0, wait))
             before, now = first, self.host.take(all_pids)
+            self._gpm_finish(nv, held, gpm, window_s=0.0)
         from gpuhc.sources.job_procs import summarise
 
         for gpu, _ in held:
@@ -174,13 +179,21 @@ class ActivityLive:
         return out
 
     def _looks_hung(self, gpus: list[GpuActivity]) -> bool:
-        """Some job has a GPU whose last sample is idle and another whose last sample spins."""
-        last: dict[str, list[float]] = {}
+        """Some job has, in its GPUs' latest samples, one idle and another spinning, or every
+        one spinning with no memory traffic (a hang's two shapes, as the jobs check classes them)."""
+        last: dict[str, list[tuple[float, float]]] = {}
         for g in gpus:
             if g.gpu_util:
+                mem = g.mem_util[-1] if g.mem_util else 0.0
                 for job in g.jobs:
-                    last.setdefault(job, []).append(g.gpu_util[-1])
-        return any(min(v) <= self._idle and max(v) >= self._spin for v in last.values())
+                    last.setdefault(job, []).append((g.gpu_util[-1], mem))
+        for v in last.values():
+            util = [u for u, _ in v]
+            if min(util) <= self._idle and max(util) >= self._spin:
+                return True
+            if min(util) >= self._spin and max(m for _, m in v) <= self._spin_mem:
+                return True
+        return False
 
     def _samples(self, nv: Any, h: Any, gpu: GpuActivity, since_us: int) -> None:
         stamps: list[int] = []
@@ -202,8 +215,8 @@ class ActivityLive:
             pass
 
     # GPM: two samples of every GPU some milliseconds apart, one wait for all of them.
-    def _gpm_start(self, nv: Any, held: list[tuple[GpuActivity, Any]]) -> dict[int, Any]:
-        if not self.gpm_window_s or not hasattr(nv, "nvmlGpmSampleAlloc"):
+    def _gpm_start(self, nv: Any, held: list[tuple[GpuActivity, Any]], force: bool = False) -> dict[int, Any]:
+        if not (self.gpm_window_s or force) or not hasattr(nv, "nvmlGpmSampleAlloc"):
             return {}
         first: dict[int, Any] = {}
         for gpu, h in held:
@@ -219,10 +232,11 @@ class ActivityLive:
             first["t"] = time.monotonic()
         return first
 
-    def _gpm_finish(self, nv: Any, held: list[tuple[GpuActivity, Any]], first: dict) -> None:
+    def _gpm_finish(self, nv: Any, held: list[tuple[GpuActivity, Any]], first: dict, window_s: float | None = None) -> None:
         if not first:
             return
-        time.sleep(max(0.0, self.gpm_window_s - (time.monotonic() - first.pop("t"))))
+        window = self.gpm_window_s if window_s is None else window_s
+        time.sleep(max(0.0, window - (time.monotonic() - first.pop("t"))))
         for gpu, h in held:
             s1 = first.get(gpu.index)
             if s1 is None:

@@ -112,7 +112,7 @@ def test_gpm_sm_activity_when_asked_and_supported(tmp_path):
     act = ActivityLive(module=nv, proc_root=str(tmp_path), clock=lambda: NOW, gpm_window_s=0.01).read()
     assert [g.sm_activity for g in act.gpus] == [18.0, None]
     assert nv.calls["nvmlGpmSampleAlloc"] == nv.calls["nvmlGpmSampleFree"] == 2
-    nv = FakeNvml([held(100, 100, 0, 130000, gpm_sm=18.0)])
+    nv = FakeNvml([held(100, 99, 30, 690000, gpm_sm=18.0)])  # training, GPM not asked for: not taken
     ActivityLive(module=nv, proc_root=str(tmp_path), clock=lambda: NOW).read()
     assert nv.calls["nvmlGpmSampleAlloc"] == 0
 
@@ -171,10 +171,24 @@ def test_a_kept_reader_measures_progress_between_reads_without_waiting(tmp_path)
 
 def test_gpm_between_reads_pairs_each_read_with_the_last_and_frees_what_it_let_go(tmp_path):
     proc(tmp_path, 100, V2)
-    nv = FakeNvml([held(100, 100, 0, 130000, gpm_sm=97.0)])
+    nv = FakeNvml([held(100, 99, 30, 690000, gpm_sm=97.0)])  # training: no second look of its own
     reader = ActivityLive(module=nv, proc_root=str(tmp_path), clock=lambda: NOW, gpm_between_reads=True)
     assert reader.read().gpus[0].sm_activity is None  # one sample: nothing to compare with yet
     assert reader.read().gpus[0].sm_activity == 97.0
     nv.gpus[0].compute_procs = []
     assert reader.read().gpus == []
     assert nv.calls["nvmlGpmSampleAlloc"] == nv.calls["nvmlGpmSampleFree"] == 2
+
+
+def test_a_suspected_all_spin_hang_gets_gpm_over_the_second_look_a_healthy_read_none(tmp_path):
+    for pid in (100, 101, 102):
+        ranked(tmp_path, pid, "sleeper")
+    spinning = [held(100, 100, 0, 130000, gpm_sm=21.0), held(101, 100, 0, 130000, gpm_sm=21.0),
+                held(102, 100, 0, 130000, gpm_sm=0.8)]
+    nv = FakeNvml(spinning)
+    act = ActivityLive(module=nv, proc_root=str(tmp_path), clock=lambda: NOW, progress_window_s=0.05).read()
+    assert [g.sm_activity for g in act.gpus] == [21.0, 21.0, 0.8] and act.gpus[0].host_dt_s is not None
+    assert nv.calls["nvmlGpmSampleAlloc"] == nv.calls["nvmlGpmSampleFree"] == 6
+    nv = FakeNvml([held(100, 99, 30, 690000, gpm_sm=80.0), held(101, 99, 30, 690000, gpm_sm=80.0)])
+    act = ActivityLive(module=nv, proc_root=str(tmp_path), clock=lambda: NOW, progress_window_s=0.05).read()
+    assert [g.sm_activity for g in act.gpus] == [None, None] and nv.calls["nvmlGpmSampleAlloc"] == 0
