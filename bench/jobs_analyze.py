@@ -152,13 +152,16 @@ def cpu(out: str) -> dict:
 
 
 def recording(out: str, device: str) -> int:
+    """Both parts' checks, oldest first: the cases under their phase's name, the stalls as
+    "stalls" (their jobs' start and finish included)."""
     n = 0
     with open(os.path.join(out, "recording.jsonl"), "w") as f:
-        for t in jsonl(os.path.join(out, "monitor-cases.jsonl")):
-            said = [f"{r['status']}: {r['message']}" for r in t["results"] if "status" in r]
-            f.write(json.dumps({"run": t.get("run", ""), "time": t["time"], "said": said, "activity": t["activity"],
-                                "device": device}, separators=(",", ":")) + "\n")
-            n += 1
+        for part in ("cases", "stalls"):
+            for t in jsonl(os.path.join(out, f"monitor-{part}.jsonl")):
+                said = [f"{r['status']}: {r['message']}" for r in t["results"] if "status" in r]
+                f.write(json.dumps({"run": t.get("run") or part, "time": t["time"], "said": said, "activity": t["activity"],
+                                    "device": device}, separators=(",", ":")) + "\n")
+                n += 1
     return n
 
 

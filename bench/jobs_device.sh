@@ -86,9 +86,12 @@ if [ "$part" = stalls ] || [ "$part" = all ]; then
             > "$OUT/stalls-$j.txt" 2>&1 &
         eval "S$j=\$!"
     done
+    # the health check every 8 s too: the stalls, and each job's start and finish, recorded
+    timeout 260 python3 $M --interval 8 --seconds 240 --log "$OUT/monitor-stalls.jsonl" > "$OUT/monitor-stalls.txt" 2>&1 &
+    MON=$!
     for _ in $(seq 240); do kill -0 "$S0" 2>/dev/null || kill -0 "$S1" 2>/dev/null || break; sleep 1; done
-    kill -- -"$S0" -"$S1" 2>/dev/null
-    sleep 2
+    sleep 8  # one more check after both jobs finished
+    kill -- -"$S0" -"$S1" 2>/dev/null; kill "$MON" 2>/dev/null; wait "$MON" 2>/dev/null
     stop_watcher stalls
 fi
 
