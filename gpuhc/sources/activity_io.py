@@ -27,7 +27,6 @@ from gpuhc.model import Activity, GpuActivity
 
 _SERIES = ("gpu_util", "mem_util", "power_w")
 _VIA = ("cgroup", "environ", "mixed")
-_STATES = ("R", "S", "D", "T", "t", "Z", "X", "I", "P", "W", "K")  # proc(5): a process's state letter
 _TABLES: dict[str, dict] = {}
 
 
@@ -74,8 +73,10 @@ def check_activity(value: Any, path: tuple, err: typing.Callable[[tuple, str], E
                 raise err(p + (i,), f"a process id is a positive integer, got {x!r}")
 
     def host_state(v: Any, p: tuple) -> None:
-        if v is not None and v not in _STATES:
-            raise err(p, f"must be one of {', '.join(_STATES)} (a /proc/<pid>/stat state), got {v!r}")
+        from gpuhc.sources.job_procs import STATES
+
+        if v is not None and v not in STATES:
+            raise err(p, f"must be one of {', '.join(STATES)} (a /proc/<pid>/stat state), got {v!r}")
 
     def job_map(kind: type, what: str) -> Callable[[Any, tuple], None]:
         def check(v: Any, p: tuple) -> None:

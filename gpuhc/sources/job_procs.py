@@ -29,8 +29,10 @@ _IO_LIMIT = 4096  # /proc/<pid>/io: seven short lines
 _ENVIRON_LIMIT = 256 * 1024  # the front of /proc/<pid>/environ, as job_activity reads it
 _IO_FIELD = LazyPattern(r"^(rchar|wchar):\s*(\d{1,20})$")
 _NODES = LazyPattern(r"\d{1,7}")
-# Which thread state wins when a GPU's processes differ: waiting on I/O says the most.
-_STATE_RANK = {"D": 5, "R": 4, "S": 3, "I": 2, "T": 1, "t": 1, "Z": 0, "X": 0}
+# The state letters proc(5) lists, and which wins when a GPU's processes differ: waiting on I/O
+# says the most. A letter not listed (a kernel of another age) is left out, not guessed.
+_STATE_RANK = {"D": 6, "R": 5, "S": 4, "I": 3, "W": 2, "P": 2, "K": 2, "T": 1, "t": 1, "Z": 0, "X": 0, "x": 0}
+STATES = tuple(_STATE_RANK)
 MAX_AGE_S = 60.0  # an older previous sample says nothing about now: measure again
 _TICK = 0.0
 
@@ -144,8 +146,8 @@ def summarise(pids: list[int], now: dict[int, ProcSample], before: dict[int, Pro
     have = [p for p in pids if p in now]
     if not have:
         return {}
-    states = [now[p].state for p in have]
-    out: dict = {"host_state": max(states, key=lambda s: _STATE_RANK.get(s, 0)),
+    states = [now[p].state for p in have if now[p].state in _STATE_RANK]
+    out: dict = {"host_state": max(states, key=lambda s: _STATE_RANK[s]) if states else None,
                  "host_cpu_total_s": round(sum(now[p].cpu_s for p in have), 2)}
     if before is None or not all(p in before for p in have):
         return out

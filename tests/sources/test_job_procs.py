@@ -83,3 +83,11 @@ def test_gone_process_and_a_link_are_not_read(tmp_path):
     (tmp_path / "6" / "stat").symlink_to(tmp_path / "5" / "stat")
     assert set(s.take([5, 6])) == {5}
     assert jp.summarise([6], {}, None) == {}
+
+
+def test_a_state_letter_proc5_does_not_list_is_left_out_not_guessed(tmp_path):
+    put(tmp_path, 7, "sleeper")
+    (tmp_path / "7" / "stat").write_text((PROC / "sleeper.stat").read_text().replace(") S ", ") Q ", 1))
+    s = jp.HostSampler(str(tmp_path))
+    got = jp.summarise([7], s.take([7]), None)
+    assert got["host_state"] is None and got["host_cpu_total_s"] == 0.0
