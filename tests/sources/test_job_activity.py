@@ -192,3 +192,10 @@ def test_a_suspected_all_spin_hang_gets_gpm_over_the_second_look_a_healthy_read_
     nv = FakeNvml([held(100, 99, 30, 690000, gpm_sm=80.0), held(101, 99, 30, 690000, gpm_sm=80.0)])
     act = ActivityLive(module=nv, proc_root=str(tmp_path), clock=lambda: NOW, progress_window_s=0.05).read()
     assert [g.sm_activity for g in act.gpus] == [None, None] and nv.calls["nvmlGpmSampleAlloc"] == 0
+
+
+def test_the_checks_thresholds_reach_the_reader():
+    from gpuhc.checks.jobs import source_settings
+
+    r = ActivityLive(**source_settings({"progress_window_s": 0.2, "spin_mem_util_max": 3}))
+    assert r.progress_window_s == 0.2 and r._spin_mem == 3.0 and r.window_s == 15.0 and r.gpm_window_s == 0.0
