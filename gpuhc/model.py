@@ -366,6 +366,7 @@ class GpuActivity(_Record):
     # The host side of the job's processes on this GPU (/proc/<pid>/stat and io), so that a rank
     # that is busy on the host (writing a checkpoint) is told from one that is stuck:
     pids: list[int] = field(default_factory=list)  # the job processes on this GPU
+    rank: int | None = None  # the rank of the first of them in its job (SLURM_PROCID or RANK in its environment)
     host_state: str | None = None  # the busiest thread state of those processes: D, R, S (or T, Z)
     host_cpu_total_s: float | None = None  # their CPU time so far (user + system), summed
     host_dt_s: float | None = None  # the interval the deltas below were measured over (None: not measured)

@@ -158,14 +158,15 @@ def _hang(view: JobView, gpus: list[GpuActivity], t: dict[str, Any], nodes: int 
     view.signature = HANG
     if idle:
         busy = {g.index: host_busy(g, t) for g in idle}
+        who = {g.index: f"rank {g.rank} (gpu{g.index})" if g.rank is not None else f"gpu{g.index}'s rank" for g in idle}
         stuck = [g.index for g in idle if busy[g.index] is None]
         if not stuck:
             view.signature = PAUSE
             view.culprits = sorted(busy)
-            view.evidence = "; ".join(f"gpu{i}'s rank busy on the host ({busy[i]})" for i in sorted(busy))
+            view.evidence = "; ".join(f"{who[i]} busy on the host ({busy[i]})" for i in sorted(busy))
         else:
             view.culprits = sorted(stuck)
-            paused = [f"gpu{i}'s rank busy on the host ({b})" for i, b in sorted(busy.items()) if b is not None]
+            paused = [f"{who[i]} busy on the host ({b})" for i, b in sorted(busy.items()) if b is not None]
             if paused:
                 view.evidence += "; " + "; ".join(paused)
         return

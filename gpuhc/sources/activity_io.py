@@ -7,7 +7,7 @@ A block of its own beside gpuhc/sources/snapshot_io.py, which calls it; the shap
       gpus:
         - {index: 0, jobs: ["4242"], span_s: 19.8, gpu_util: [100, 100, 100], mem_util: [0, 0, 0],
            power_w: [131.2, 129.8], power_limit_w: 700, sm_clock_mhz: 1980, sm_activity: 18, via: cgroup,
-           pids: [5120], host_state: S, host_cpu_total_s: 812.4, host_dt_s: 0.5, host_cpu_s: 0.0,
+           pids: [5120], rank: 3, host_state: S, host_cpu_total_s: 812.4, host_dt_s: 0.5, host_cpu_s: 0.0,
            host_read_bytes: 0, host_write_bytes: 0}
       job_nodes: {"4242": 1}                # optional: each job's node count, and its name
       job_names: {"4242": train-llm}

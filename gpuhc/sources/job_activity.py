@@ -114,7 +114,6 @@ class ActivityLive:
             return Activity(available=False, error=f"nvmlDeviceGetCount failed: {e}")
         out = Activity(available=True)
         held: list[tuple[GpuActivity, Any]] = []
-        ranks: dict[str, int] = {}  # job -> one of its processes, for the job's environment
         me = os.getpid()
         for i in range(count):
             try:
@@ -133,8 +132,6 @@ class ActivityLive:
                 elif len(jobs) < MAX_JOBS_PER_GPU or job in jobs:
                     jobs.setdefault(job, via)
                     pids.append(pid)
-                    if job not in ranks:
-                        ranks[job] = pid
             if jobs:
                 vias = set(jobs.values())
                 held.append((GpuActivity(index=i, jobs=sorted(jobs), via=vias.pop() if len(vias) == 1 else "mixed",
@@ -143,12 +140,16 @@ class ActivityLive:
             self.host.keep({})
             self._gpm_drop(nv, set())
             return out
-        for job, pid in ranks.items():
-            nodes, name = self.host.job_env(pid)
-            if nodes is not None:
-                out.job_nodes[job] = nodes
-            if name is not None:
-                out.job_names[job] = name
+        for gpu, _ in held:  # one rank's environment per GPU: its rank number, its job's node count and name
+            env = self.host.job_env(gpu.pids[0]) if gpu.pids else None
+            if env is None:
+                continue
+            gpu.rank = env.rank
+            for job in gpu.jobs[:1]:
+                if env.nodes is not None:
+                    out.job_nodes.setdefault(job, env.nodes)
+                if env.name is not None:
+                    out.job_names.setdefault(job, env.name)
         all_pids = sorted({p for g, _ in held for p in g.pids})
         before = self.host.previous(all_pids)
         first = self.host.take(all_pids)

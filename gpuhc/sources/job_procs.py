@@ -67,19 +67,32 @@ def parse_io(text: str) -> tuple[int | None, int | None]:
     return found.get("rchar"), found.get("wchar")
 
 
-def job_env(data: bytes) -> tuple[int | None, str | None]:
-    """(node count, job name) from a rank's ``/proc/<pid>/environ``: ``SLURM_JOB_NUM_NODES``
+@dataclass(frozen=True)
+class JobEnv:
+    nodes: int | None  # the job's node count
+    name: str | None  # the job's name
+    rank: int | None  # this process's rank in the job
+
+
+def job_env(data: bytes) -> JobEnv:
+    """What a rank's ``/proc/<pid>/environ`` says of its job: ``SLURM_JOB_NUM_NODES``
     (``SLURM_NNODES`` in older releases) and ``SLURM_JOB_NAME``, which srun and sbatch set in
-    every task. The job's owner could change them; they only word a finding about that job."""
-    nodes = name = None
+    every task, and its rank: ``SLURM_PROCID`` (srun), else ``RANK`` (torchrun). The job's owner
+    could change any of them; they only word a finding about that job."""
+    found: dict[bytes, str] = {}
     for entry in data.split(b"\0"):
         key, _, value = entry.partition(b"=")
-        if key in (b"SLURM_JOB_NUM_NODES", b"SLURM_NNODES") and nodes is None:
-            text = value.decode("ascii", "replace")
-            nodes = int(text) if _NODES.fullmatch(text) and int(text) > 0 else None
-        elif key == b"SLURM_JOB_NAME":
-            name = "".join(c for c in value.decode("utf-8", "replace")[:256] if c.isprintable()) or None
-    return nodes, name
+        if key in (b"SLURM_JOB_NUM_NODES", b"SLURM_NNODES", b"SLURM_JOB_NAME", b"SLURM_PROCID", b"RANK"):
+            found.setdefault(key, value.decode("utf-8", "replace"))
+
+    def count(*keys: bytes, least: int) -> int | None:
+        for k in keys:
+            if k in found:
+                text = found[k]
+                return int(text) if _NODES.fullmatch(text) and int(text) >= least else None
+        return None
+    name = "".join(c for c in found.get(b"SLURM_JOB_NAME", "")[:256] if c.isprintable()) or None
+    return JobEnv(count(b"SLURM_JOB_NUM_NODES", b"SLURM_NNODES", least=1), name, count(b"SLURM_PROCID", b"RANK", least=0))
 
 
 class HostSampler:
@@ -128,7 +141,7 @@ class HostSampler:
     def keep(self, samples: dict[int, ProcSample]) -> None:
         self._last = dict(samples)
 
-    def job_env(self, pid: int) -> tuple[int | None, str | None]:
+    def job_env(self, pid: int) -> JobEnv | None:
         from gpuhc.untrusted import UntrustedInputError, open_regular, read_upto
 
         try:
@@ -138,7 +151,7 @@ class HostSampler:
             finally:
                 os.close(fd)
         except (UntrustedInputError, OSError):
-            return None, None
+            return None
 
 
 def summarise(pids: list[int], now: dict[int, ProcSample], before: dict[int, ProcSample] | None) -> dict:

@@ -62,6 +62,8 @@ def test_an_idle_rank_writing_a_checkpoint_is_a_pause_not_a_hang():
     r = only(judge(activity(HUNG, gpu3=host("writer-2", "writer-1"))))
     assert r.status is Status.PASS and r.value["signature"] == "pause" and r.value["culprits"] == ["gpu3"]
     assert "a pause, not a hang" in r.message and "gpu3's rank busy on the host (writing 973.1 MB/s" in r.message
+    ranked = only(judge(activity(HUNG, gpu3={**host("writer-2", "writer-1"), "rank": 3})))
+    assert "rank 3 (gpu3) busy on the host (writing 973.1 MB/s, 0.3 CPU cores)" in ranked.message
 
 
 def test_an_idle_rank_making_no_progress_is_the_culprit():

@@ -126,7 +126,8 @@ def test_nvml_missing_or_a_gpu_failing(tmp_path):
 
 
 # Issue 32: the host side of the ranks, each job's node count and name.
-def ranked(tmp_path, pid: int, which: str, env: bytes = b"SLURM_JOB_NUM_NODES=1\0SLURM_JOB_NAME=llm\0") -> None:
+def ranked(tmp_path, pid: int, which: str, env: bytes | None = None) -> None:
+    env = env if env is not None else b"SLURM_JOB_NUM_NODES=1\0SLURM_JOB_NAME=llm\0SLURM_PROCID=%d\0" % (pid - 100)
     import shutil
 
     from tests.helpers.paths import FIXTURES
@@ -147,6 +148,7 @@ def test_a_suspected_hang_gets_a_second_look_at_the_processes_a_healthy_job_none
     act = read(spin_and_idle, tmp_path, progress_window_s=0.2)
     assert time.monotonic() - t0 >= 0.2
     assert act.job_nodes == {"4242": 1} and act.job_names == {"4242": "llm"}
+    assert [g.rank for g in act.gpus] == [0, 1]
     g0, g1 = act.gpus
     assert g0.pids == [100] and g0.host_state == "R" and g0.host_dt_s >= 0.19 and g0.host_cpu_s == 0.0
     assert g1.host_state == "S" and g1.host_cpu_total_s == 0.0

@@ -41,10 +41,10 @@ def test_parse_io_real():
 
 
 def test_job_env():
-    env = b"PATH=/bin\0SLURM_JOB_NUM_NODES=1\0SLURM_JOB_NAME=pp-stage\x1b[31m\0"
-    assert jp.job_env(env) == (1, "pp-stage[31m")
-    assert jp.job_env(b"SLURM_NNODES=4\0") == (4, None)
-    assert jp.job_env(b"SLURM_JOB_NUM_NODES=0\0SLURM_JOB_NUM_NODES=x\0") == (None, None)
+    env = b"PATH=/bin\0SLURM_JOB_NUM_NODES=1\0SLURM_JOB_NAME=pp-stage\x1b[31m\0SLURM_PROCID=2\0RANK=7\0"
+    assert jp.job_env(env) == jp.JobEnv(1, "pp-stage[31m", 2)
+    assert jp.job_env(b"SLURM_NNODES=4\0RANK=0\0") == jp.JobEnv(4, None, 0)
+    assert jp.job_env(b"SLURM_JOB_NUM_NODES=0\0SLURM_JOB_NUM_NODES=x\0RANK=-1\0") == jp.JobEnv(None, None, None)
 
 
 def test_writer_read_twice_makes_progress_sleeper_none(tmp_path):
