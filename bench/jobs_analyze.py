@@ -174,6 +174,11 @@ def main() -> None:
     watched = watcher_lines(args.out)
     summary = {"device": device, "cases": cases(args.out, watched), "stalls": stalls(args.out, watched), "watcher_cpu": cpu(args.out),
                "recorded_ticks": recording(args.out, device), "pipe_opted_out": opted_out(args.out)}
+    apps = os.path.join(args.out, "compute-apps.txt")
+    if os.path.exists(apps):
+        lines = open(apps).read().splitlines()
+        pid = lines[0].split()[-1] if lines and lines[0].startswith("watcher pid") else None
+        summary["watcher_on_a_gpu"] = any(ln.split(",")[0].strip() == pid for ln in lines[1:]) if pid else None
     cost = os.path.join(args.out, "bench-cost.json")
     if os.path.exists(cost):
         summary["health_check_cost"] = json.load(open(cost))
@@ -188,7 +193,7 @@ def main() -> None:
     s = summary["stalls"]
     print(f"stalls: {s['named']}/{s['stalls']} named by the watcher, p50 {s['p50_s']} s, p90 {s['p90_s']} s, delays {s['delays_s']}")
     print(f"pipe, opted out by name: {[x['status'] for x in summary['pipe_opted_out']]}")
-    print(f"watcher CPU: {summary['watcher_cpu']}")
+    print(f"watcher CPU: {summary['watcher_cpu']}; among the GPUs' compute processes: {summary.get('watcher_on_a_gpu')}")
     print(f"health check cost: {summary.get('health_check_cost')}")
 
 

@@ -69,6 +69,10 @@ if [ "$part" = cases ] || [ "$part" = all ]; then
     sleep 3
     timeout 60 python3 bench/bench_jobs.py --runs 4 --json "$OUT/bench-cost.json" > "$OUT/bench-cost.txt" 2>&1
     echo "bench rc=$?"; cat "$OUT/bench-cost.txt"
+    wait_phase ckpt 200
+    # the watcher holds no GPU context: it must not be among the GPUs' compute processes
+    { echo "watcher pid $WATCH"; nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader; } \
+        > "$OUT/compute-apps.txt" 2>&1
     wait_phase mismatch 300; sleep 18
     kill -- -"$JOB" 2>/dev/null; kill "$MON" 2>/dev/null; wait "$MON" 2>/dev/null
     stop_watcher cases
