@@ -1,56 +1,103 @@
 #!/usr/bin/env bash
-# The job checks' device proof (issue 24), first call: cost, then a hang and a straggler on a real
-# 4-rank NCCL job, then a 10-minute run with data-loading pauses left running in the background
-# (collect it with `bash bench/jobs_device.sh collect` in a later call). Never touches clocks,
-# power limits, persistence or compute mode; never resets a GPU; NVLS off.
+# The job checks' device proof, issue 32 (issue 24's first version is in git history). For a
+# machine with 4 GPUs. Two parts, each its own call or both in one:
+#
+#   bash bench/jobs_device.sh cases    # ~4.5 min: one 4-rank job through every case, in phases
+#   bash bench/jobs_device.sh stalls   # ~3 min: two 2-rank jobs, 5 random stalls each
+#   bash bench/jobs_device.sh          # both (~7.5 min)
+#
+# cases: bench/jobs_workload.py's `phases` job (4 ranks, bf16 8192^2 matmuls + a 64 MiB
+# all-reduce a step) goes through: training (the health check's cost is measured here,
+# bench/bench_jobs.py, jobs check off vs on), rank 2 doing 1.5x then 2x the work, a second
+# process on GPU 3, rank 0 writing a real 60 s checkpoint, evaluation pauses, a 4-stage
+# pipeline, rank 2 stuck in a GPU kernel, rank 2 stalled, mismatched collectives.
+# `gpuhc check --only jobs` (bench/jobs_monitor.py) runs 16 s after each phase starts (then
+# every 12 s while it lasts), and the node watcher
+# (`gpuhc watch --interval 10`) runs throughout; bench/jobs_analyze.py gives each phase's
+# verdicts, the watcher's time to the culprit and its CPU cost, and the recording in the test
+# fixtures' format (tests/fixtures/jobs/). Everything lands under $OUT.
+#
+# Never touches clocks, power limits, persistence, compute mode or MIG; never resets a GPU;
+# NVLS off. No Slurm here: the ranks carry SLURM_JOB_ID, SLURM_JOB_NUM_NODES=1 and
+# SLURM_JOB_NAME as srun would set them, and gpuhc finds their job through that environment.
 set -u
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 SLURM_JOB_ID=4242
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT="${OUT:-/tmp/gpuhc-out}"; mkdir -p "$OUT"
-LONG=/tmp/jobs-long
-if [ "${1:-}" = collect ]; then cp -r $LONG "$OUT/" 2>/dev/null; ls -la $LONG; tail -30 $LONG/monitor.txt; exit 0; fi
-{ nvidia-smi -L; nvidia-smi --query-gpu=index,name,driver_version,power.limit --format=csv
-  for m in yaml click torch pynvml; do python3 -c "import $m" 2>/dev/null && echo "have $m" || echo "MISSING $m"; done; } > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
 W=bench/jobs_workload.py; M=bench/jobs_monitor.py
-echo "=== probe + bench: training on 4 GPUs"
-setsid python3 $W train --seconds 120 > "$OUT/train.txt" 2>&1 & WP=$!
-sleep 25
-python3 - > "$OUT/probe.txt" 2>&1 <<'PY'
-import pynvml as nv, time
-nv.nvmlInit()
-for i in range(nv.nvmlDeviceGetCount()):
-    h = nv.nvmlDeviceGetHandleByIndex(i)
-    for name, k in (("gpu", nv.NVML_GPU_UTILIZATION_SAMPLES), ("mem", nv.NVML_MEMORY_UTILIZATION_SAMPLES), ("power", nv.NVML_TOTAL_POWER_SAMPLES)):
-        try:
-            t, s = nv.nvmlDeviceGetSamples(h, k, 0)
-            ts = [x.timeStamp for x in s]
-            print(i, name, "n", len(s), "span_s", (max(ts) - min(ts)) / 1e6, "age_s", time.time() - max(ts) / 1e6)
-        except nv.NVMLError as e:
-            print(i, name, "error", e)
-    try:
-        print(i, "gpm", nv.nvmlGpmQueryDeviceSupport(h).isSupportedDevice)
-    except nv.NVMLError as e:
-        print(i, "gpm error", e)
-PY
-cat "$OUT/probe.txt"
-timeout 150 python3 bench/bench_jobs.py --runs 9 --json "$OUT/bench.json"; echo "bench rc=$?"
-timeout 40 python3 $M --interval 10 --seconds 20 --log "$OUT/train.jsonl" | tee "$OUT/train-monitor.txt"
-kill -- -$WP; sleep 3
-echo "=== hang: rank 3 stalls at 30 s; health check every 30 s"
-rm -f /tmp/jobs-stall-mark
-setsid python3 $W hang --seconds 200 --stall-at 30 --port 29513 > "$OUT/hang.txt" 2>&1 & WP=$!
-date +%s.%N > "$OUT/hang-start.txt"
-timeout 150 python3 $M --interval 30 --seconds 95 --first 5 --log "$OUT/hang.jsonl" | tee "$OUT/hang-monitor.txt"
-cat /tmp/jobs-stall-mark > "$OUT/hang-stall.txt"
-kill -- -$WP; sleep 3
-echo "=== straggler: a second process loads GPU 2 from the 15th second"
-setsid python3 $W train --seconds 130 --port 29514 > "$OUT/straggler.txt" 2>&1 & WP=$!
-(sleep 15; SLURM_JOB_ID= exec setsid python3 $W load --gpu 2 --seconds 110) & LP=$!
-timeout 140 python3 $M --interval 30 --seconds 95 --first 20 --log "$OUT/straggler.jsonl" | tee "$OUT/straggler-monitor.txt"
-kill -- -$WP; kill $LP; sleep 3
-echo "=== long run (10 min, a 30 s data-loading pause every 90 s) started in the background"
-rm -rf $LONG; mkdir -p $LONG; cp -r gpuhc bench $LONG/
-(cd $LONG && PYTHONPATH=$LONG setsid nohup python3 bench/jobs_workload.py pause --seconds 600 --port 29515 > $LONG/workload.txt 2>&1 &)
-(cd $LONG && PYTHONPATH=$LONG setsid nohup python3 bench/jobs_monitor.py --interval 30 --seconds 600 --first 20 --log $LONG/monitor.jsonl > $LONG/monitor.txt 2>&1 &)
-sleep 2; ls $LONG
+part="${1:-all}"
+{ date -u +%FT%TZ; nvidia-smi -L; nvidia-smi --query-gpu=index,name,driver_version,power.limit --format=csv
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"
+  python3 -c "import pynvml; print('pynvml', getattr(pynvml, '__version__', '?'))"; nproc; } > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+# gpuhc's own files (config, state, decision log) in a private directory of root's, as gpuhc
+# wants them (gpuhc/fsutil.py); the log is copied to $OUT at the end. No Slurm on this machine:
+# the watcher's Slurm writes fail, and its log says so.
+WS=$(mktemp -d /tmp/gpuhc-jobs32.XXXXXX)
+cfg="$WS/gpuhc.yaml"
+cat > "$cfg" <<EOF
+slurm: {log_file: $WS/decisions.log, syslog: false, scontrol: /nonexistent/scontrol}
+EOF
+
+start_watcher() {
+    setsid python3 -m gpuhc watch --interval 10 --config "$cfg" --state-dir "$WS/state-$1" --node dev \
+        > "$OUT/watch-$1.out" 2>&1 &
+    WATCH=$!
+    sleep 1
+    echo "{\"part\": \"$1\", \"pid\": $WATCH, \"t\": $(date +%s.%N), \"stat\": \"$(cat /proc/$WATCH/stat)\"}" >> "$OUT/watch-cpu.jsonl"
+}
+stop_watcher() {
+    echo "{\"part\": \"$1\", \"pid\": $WATCH, \"t\": $(date +%s.%N), \"stat\": \"$(cat /proc/$WATCH/stat)\"}" >> "$OUT/watch-cpu.jsonl"
+    kill "$WATCH"; wait "$WATCH" 2>/dev/null
+}
+wait_phase() {  # wait until the phases job has printed phase $1 (at most $2 s)
+    for _ in $(seq "$2"); do grep -q "\"phase\": \"$1\"" "$OUT/phases.txt" 2>/dev/null && return 0; sleep 1; done; return 1
+}
+
+if [ "$part" = cases ] || [ "$part" = all ]; then
+    echo "=== cases: one 4-rank job, phase after phase"
+    start_watcher cases
+    SCHED="train:20,work1.5:18,work2:18,load:18,ckpt:60,train:8,eval:6,train:8,eval:6,pipe:18,kernel:28,stall:18,mismatch:18"
+    SLURM_JOB_ID=3201 SLURM_JOB_NUM_NODES=1 SLURM_JOB_NAME=llm-phases setsid python3 $W phases --schedule "$SCHED" \
+        --odd-rank 2 --gpu 3 --port 29521 --ckpt-dir "${TMPDIR:-/tmp}/gpuhc-ckpt" > "$OUT/phases.txt" 2> "$OUT/phases.err" &
+    JOB=$!
+    wait_phase train 90 || { echo "the job did not start"; tail -20 "$OUT/phases.err"; }
+    timeout 300 python3 $M --phases "$OUT/phases.txt" --seconds 270 --log "$OUT/monitor-cases.jsonl" \
+        > "$OUT/monitor-cases.txt" 2>&1 &
+    MON=$!
+    sleep 3
+    timeout 60 python3 bench/bench_jobs.py --runs 4 --json "$OUT/bench-cost.json" > "$OUT/bench-cost.txt" 2>&1
+    echo "bench rc=$?"; cat "$OUT/bench-cost.txt"
+    wait_phase ckpt 200
+    # the watcher holds no GPU context: it must not be among the GPUs' compute processes
+    { echo "watcher pid $WATCH"; nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader; } \
+        > "$OUT/compute-apps.txt" 2>&1
+    wait_phase mismatch 300; sleep 18
+    kill -- -"$JOB" 2>/dev/null; kill "$MON" 2>/dev/null; wait "$MON" 2>/dev/null
+    stop_watcher cases
+    rm -rf "${TMPDIR:-/tmp}/gpuhc-ckpt"
+    tail -3 "$OUT/monitor-cases.txt"
+fi
+
+if [ "$part" = stalls ] || [ "$part" = all ]; then
+    echo "=== stalls: two 2-rank jobs (GPUs 0-1, 2-3), 5 stalls of 28 s each at random moments (3-8 s apart)"
+    start_watcher stalls
+    rm -f "$OUT/stalls.jsonl"
+    for j in 0 1; do
+        SLURM_JOB_ID=$((3300 + j)) SLURM_JOB_NUM_NODES=1 SLURM_JOB_NAME=llm-stalls setsid python3 $W stalls --gpus 2 \
+            --gpu-base $((2 * j)) --stalls 5 --stall-s 28 --marks "$OUT/stalls.jsonl" --port $((29530 + j)) \
+            > "$OUT/stalls-$j.txt" 2>&1 &
+        eval "S$j=\$!"
+    done
+    # the health check every 8 s too: the stalls, and each job's start and finish, recorded
+    timeout 260 python3 $M --interval 8 --seconds 240 --log "$OUT/monitor-stalls.jsonl" > "$OUT/monitor-stalls.txt" 2>&1 &
+    MON=$!
+    for _ in $(seq 240); do kill -0 "$S0" 2>/dev/null || kill -0 "$S1" 2>/dev/null || break; sleep 1; done
+    sleep 8  # one more check after both jobs finished
+    kill -- -"$S0" -"$S1" 2>/dev/null; kill "$MON" 2>/dev/null; wait "$MON" 2>/dev/null
+    stop_watcher stalls
+fi
+
+cp "$WS/decisions.log" "$OUT/" 2>/dev/null
+python3 bench/jobs_analyze.py --out "$OUT" | tee "$OUT/summary.txt"

@@ -393,6 +393,16 @@ class GpuActivity(_Record):
     sm_activity: float | None = None  # GPM SM activity, percent; None: not measured or not supported
     via: str = "cgroup"  # how the job ids were found: "cgroup", "environ" or "mixed"
     instance: str | None = None  # a MIG slice ("gi13/ci0"): the jobs of that slice alone; samples are the GPU's
+    # The host side of the job's processes on this GPU (/proc/<pid>/stat and io), so that a rank
+    # that is busy on the host (writing a checkpoint) is told from one that is stuck:
+    pids: list[int] = field(default_factory=list)  # the job processes on this GPU
+    rank: int | None = None  # the rank of the first of them in its job (SLURM_PROCID or RANK in its environment)
+    host_state: str | None = None  # the busiest thread state of those processes: D, R, S (or T, Z)
+    host_cpu_total_s: float | None = None  # their CPU time so far (user + system), summed
+    host_dt_s: float | None = None  # the interval the deltas below were measured over (None: not measured)
+    host_cpu_s: float | None = None  # CPU seconds they used in that interval
+    host_read_bytes: float | None = None  # bytes they read in it (read syscalls: files, pipes)
+    host_write_bytes: float | None = None  # bytes they wrote in it (write syscalls)
 
     @property
     def subject(self) -> str:
@@ -407,6 +417,8 @@ class Activity(_Record):
     error: str | None = None
     gpus: list[GpuActivity] = field(default_factory=list)
     unmapped_pids: int = 0  # processes on a GPU no job could be found for (not Slurm's, or gone)
+    job_nodes: dict[str, int] = field(default_factory=dict)  # job -> its node count (SLURM_JOB_NUM_NODES of a rank)
+    job_names: dict[str, str] = field(default_factory=dict)  # job -> its name (SLURM_JOB_NAME of a rank)
 
 
 # --------------------------------------------------------------------------- the snapshot

@@ -19,6 +19,14 @@ each job by its signature (gpuhc/checks/jobs_judge.py). The rules (docs/checks.m
   a culprit GPU whose own counters show a hardware sign in the same run (lost, uncorrectable
   ECC, row remapping, a hardware clock slowdown, fabric not up) fails the node.
 - A job whose GPUs are all idle (data loading, a checkpoint everyone writes) is never hung.
+- A pause is not a hang (issue 32): an idle GPU's rank busy on the host (gpuhc/checks/jobs_judge.py,
+  ``host_busy``) is said and passes, until it has lasted ``pause_max_s``. ``since`` is carried
+  from an earlier run only while nothing says the signature was broken in between: a run that
+  saw the job otherwise starts it again, and so does a culprit process that used CPU time since
+  the last run (a rank that trained between two checkpoints) or a change of processes; runs
+  closer together than the sample window (the node watcher's) overlap, which is proof enough.
+  A pause is carried only by such overlapping runs: a rank busy on the host uses CPU time
+  either way, and checkpoints five minutes apart must not add up to a long pause.
 """
 
 from __future__ import annotations
@@ -31,6 +39,9 @@ from gpuhc.model import Action, Result, Snapshot, Status
 
 ID = "jobs"
 _KEEP_CULPRITS = 100  # culprit findings remembered (a drain needs a handful)
+_OVERLAP_SLACK_S = 5.0  # runs this much further apart than the window still overlap (the buffer keeps ~14 s)
+_STUCK_CPU_SHARE = 0.05  # a stuck rank's process uses at most this share of a core (its background threads)
+_CPU_NOISE_S = 1.0
 
 
 def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
@@ -51,14 +62,18 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     results: list[Result] = []
     for job in sorted(by_job, key=_job_order):
         gpus = sorted(by_job[job], key=lambda g: g.index)
-        view = jj.job_view(job, gpus, t)
+        view = jj.job_view(job, gpus, t, act.job_nodes.get(job), act.job_names.get(job))
         mem = prev_jobs.get(job) if isinstance(prev_jobs.get(job), dict) else {}
         since = now - view.span_s
-        if mem.get("signature") == view.signature and isinstance(mem.get("since"), (int, float)):
+        if _continued(mem, view, gpus, now, t):
             since = min(since, float(mem["since"]))
         jobs_state[job] = {"signature": view.signature, "since": since, "culprits": view.culprits,
-                           "gpus": [g.index for g in gpus], "via": sorted({g.via for g in gpus})}
+                           "gpus": [g.index for g in gpus], "via": sorted({g.via for g in gpus}), "seen": now,
+                           "pids": sorted({p for g in gpus for p in g.pids}), "culprit_cpu_s": _culprit_cpu(view, gpus)}
         lasted = now - since
+        if view.signature == jj.PAUSE and lasted >= float(t["pause_max_s"]):
+            view.signature = jj.HANG  # a pause this long while the peers wait: a hang all the same
+            view.evidence = f"a pause of {lasted:.0f} s while its peers wait, past pause_max_s: {view.evidence}"
         results.append(_result(view, gpus, lasted, since, t))
         if view.signature == jj.HANG and view.culprits and lasted >= float(t["hang_min_s"]):
             culprits[job] = {"time": now, "gpus": view.culprits}
@@ -91,6 +106,32 @@ def _hardware_drains(snapshot: Snapshot, results: list[Result]) -> list[Result]:
     return out
 
 
+def _continued(mem: dict[str, Any], view: jj.JobView, gpus: list, now: float, t: dict[str, Any]) -> bool:
+    """Did the previous run's signature go on without a break until now? The same signature
+    and culprits, the same processes, and either runs close enough for their samples to
+    overlap or culprit processes that used no CPU time in between (a stuck rank does not; a
+    rank that trained between two checkpoints did)."""
+    if mem.get("signature") != view.signature or not isinstance(mem.get("since"), (int, float)):
+        return False
+    if mem.get("culprits") != view.culprits or mem.get("pids", []) != sorted({p for g in gpus for p in g.pids}):
+        return False
+    seen = mem.get("seen")
+    if not isinstance(seen, (int, float)) or now - seen <= float(t["window_s"]) + _OVERLAP_SLACK_S:
+        return True  # an old state without "seen", or the samples of this run reach back to the last
+    if view.signature == jj.PAUSE:
+        return False  # a busy rank uses CPU time anyway: only overlapping runs (the watcher's) prove one long pause
+    before, cpu = mem.get("culprit_cpu_s"), _culprit_cpu(view, gpus)
+    if not isinstance(before, (int, float)) or cpu is None:
+        return True  # nothing measured says otherwise
+    return cpu - before <= _STUCK_CPU_SHARE * (now - seen) + _CPU_NOISE_S
+
+
+def _culprit_cpu(view: jj.JobView, gpus: list) -> float | None:
+    """The culprit GPUs' processes' CPU time so far (None when not measured)."""
+    cpu = [g.host_cpu_total_s for g in gpus if g.index in view.culprits]
+    return round(sum(cpu), 2) if cpu and all(c is not None for c in cpu) else None
+
+
 def _job_order(job: str) -> tuple[int, str]:
     return (int(job), job) if job.isdigit() else (1 << 62, job)
 
@@ -103,7 +144,7 @@ def _result(view: jj.JobView, gpus: list, lasted: float, since: float, t: dict[s
              "via": sorted({g.via for g in gpus})}
     environ = " (job found through its environment only)" if "cgroup" not in value["via"] else ""
     if view.signature == jj.HANG:
-        named = ", ".join(value["culprits"]) if view.culprits else "none here (every GPU of the job on this node spins: the culprit is on another node)"
+        named = ", ".join(value["culprits"]) if view.culprits else f"none named (every GPU of the job on this node spins: {view.place})"
         if lasted >= float(t["hang_min_s"]):
             return result(ID, Status.WARN, f"job {view.job} looks hung for {lasted:.0f} s: GPUs spin in a collective with no "
                           f"memory traffic; culprit: {named}; {view.evidence}{environ}", subject, value=value,
@@ -113,11 +154,16 @@ def _result(view: jj.JobView, gpus: list, lasted: float, since: float, t: dict[s
     if view.signature == jj.STRAGGLER:
         if lasted >= float(t["straggler_min_s"]):
             return result(ID, Status.WARN, f"job {view.job} slowed by a straggler for {lasted:.0f} s: {view.evidence}{environ}",
-                          subject, value=value, threshold=t["straggler_power_ratio"])
+                          subject, value=value, threshold=t["straggler_wait_share"])
         return result(ID, Status.PASS, f"job {view.job} ({where}): straggler suspected for {lasted:.0f} s: {view.evidence}",
                       subject, value=value, threshold=t["straggler_min_s"])
+    if view.signature == jj.PAUSE:
+        return result(ID, Status.PASS, f"job {view.job} ({where}): a pause, not a hang, for {lasted:.0f} s: {view.evidence} "
+                      f"while its peers wait (called a hang after {float(t['pause_max_s']):.0f} s)", subject, value=value,
+                      threshold=t["pause_max_s"])
     words = {jj.ALL_IDLE: "all GPUs idle (not a hang)", jj.RUNNING: "running", jj.UNKNOWN: "too few samples to judge"}
-    return result(ID, Status.PASS, f"job {view.job} ({where}): {words[view.signature]}", subject, value=value)
+    more = f"; {view.evidence}" if view.signature == jj.RUNNING and view.evidence else ""
+    return result(ID, Status.PASS, f"job {view.job} ({where}): {words[view.signature]}{more}", subject, value=value)
 
 
 def _culprit_memory(prev: dict[str, Any], now: float, keep_s: float) -> dict[str, Any]:
@@ -140,7 +186,9 @@ def source_settings(thresholds: dict[str, Any]) -> dict[str, Any]:
     """What the activity reader needs from the check's thresholds (the runner passes them on)."""
     t = {**jj.DEFAULTS, **thresholds}
     return {"window_s": float(t["window_s"]), "gpm_window_s": float(t["gpm_window_s"]),
-            "environ": bool(t["environ_fallback"])}
+            "environ": bool(t["environ_fallback"]), "progress_window_s": float(t["progress_window_s"]),
+            "idle_util_max": float(t["idle_util_max"]), "spin_util_min": float(t["spin_util_min"]),
+            "spin_mem_util_max": float(t["spin_mem_util_max"])}
 
 
 CHECKS = [

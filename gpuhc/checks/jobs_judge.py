@@ -13,17 +13,35 @@ Measured on 4x H100 SXM (issue 24; docs/checks.md, "jobs"), with NVML sampled ev
 So each GPU is classed over the window by its samples, and a job by its GPUs' classes. A GPU is
 classed only when every sample agrees (``min``/``max``, not the mean): a brief wait inside a
 healthy step must not read as a hang.
+
+Issue 32 added what the GPU samples alone cannot say (docs/checks.md, "jobs"):
+
+- **A pause is not a hang.** An idle GPU's rank whose process makes progress on the host (CPU
+  time, bytes read or written, I/O wait: gpuhc/sources/job_procs.py) is pausing: rank 0 writing
+  a checkpoint reads so. Only a rank that makes no progress while its peers spin is a culprit;
+  a pause that lasts past ``pause_max_s`` is called a hang all the same.
+- **Culprit on this node.** When every GPU of a one-node job spins, the culprit cannot be on
+  another node: the GPU whose SM activity (GPM) stands out runs a kernel that does not end,
+  else every rank waits (a collective mismatch or a stuck kernel), said as such. One GPU that
+  computes while every peer waits is a pause too (one rank's evaluation) until ``pause_max_s``.
+- **Software stragglers.** Every rank does the same work per step, so a GPU's mean memory
+  utilisation over the window is its share of time at work: a peer at 10 % next to one at 24 %
+  waits 58 % of each step for it, however short the steps are against the ~0.2 s samples. A
+  pipeline's last stage does more work by design and reads the same: a job opts out through
+  ``straggler_skip_names``.
 """
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuhc.model import GpuActivity, GpuReading
 
 IDLE, SPIN, BUSY, OTHER, UNKNOWN = "idle", "spin", "busy", "other", "unknown"
-HANG, STRAGGLER, RUNNING, ALL_IDLE = "hang", "straggler", "running", "idle"
+HANG, STRAGGLER, RUNNING, ALL_IDLE, PAUSE = "hang", "straggler", "running", "idle", "pause"
+EVERY_RANK_WAITS = "every rank waits: a collective mismatch or a stuck kernel"
 
 DEFAULTS: dict[str, Any] = {
     "window_s": 15.0,  # the driver's buffered samples of the last this many seconds (H100: it keeps ~14 s)
@@ -35,9 +53,14 @@ DEFAULTS: dict[str, Any] = {
     "spin_power_frac_max": 0.35,  # ... and mean power under this share of the limit (130 of 700 W): spin
     "busy_util_min": 90.0,  # mean utilization at or over this with memory traffic: busy
     "hang_min_s": 12.0,  # a hang is called once it has lasted this long (within the buffer: one run can call it)
-    "straggler_power_ratio": 1.25,  # the busiest GPU's power over its peers' median (690 vs 400-470 W)
-    "straggler_mem_ratio": 1.5,  # and its memory utilization over theirs (30 vs 12-16 %)
+    "straggler_wait_share": 0.25,  # the peers wait at least this share of each step for one GPU (1.5x its work: 0.33)
     "straggler_min_s": 12.0,  # a straggler is called once it has lasted this long
+    "straggler_skip_names": [],  # jobs whose name matches one of these globs are never called slowed (pipelines)
+    "pause_cpu_min": 0.5,  # an idle GPU's rank using this many CPU cores is busy on the host, not stuck
+    "pause_io_min_bps": 1048576.0,  # ... or reading or writing this many bytes per second
+    "pause_max_s": 900.0,  # a rank busy on the host this long while its peers wait is called a hang anyway
+    "progress_window_s": 0.5,  # the health check's second look at a suspected culprit's process (0: none)
+    "stuck_sm_margin": 10.0,  # one spinning GPU's SM activity this many points off its peers' (which agree): a stuck kernel
     "drain_culprit_jobs": 0,  # opt-in: a node that is the culprit of this many jobs is drained (0: never)
     "culprit_memory_s": 7 * 86400.0,  # how long a culprit finding counts toward that
     "drain_culprit_with_hardware": False,  # opt-in: drain when the hang's culprit GPU also shows a hardware sign
@@ -84,9 +107,13 @@ class JobView:
     culprits: list[int] = field(default_factory=list)  # GPU indices (a hang's idle GPUs, the straggler)
     span_s: float = 0.0  # the shortest sample span of the job's GPUs
     evidence: str = ""
+    place: str = ""  # a hang with no culprit GPU named here: where the culprit is, in words
 
 
-def job_view(job: str, gpus: list[GpuActivity], t: dict[str, Any]) -> JobView:
+def job_view(job: str, gpus: list[GpuActivity], t: dict[str, Any], nodes: int | None = None,
+             name: str | None = None) -> JobView:
+    """``nodes``: the job's node count where known (1: the culprit of a hang must be here);
+    ``name``: the job's name, for ``straggler_skip_names``."""
     classes = {g.index: gpu_class(g, t) for g in gpus}
     spans = [g.span_s for g in gpus if classes[g.index] != UNKNOWN]
     view = JobView(job, RUNNING, classes, span_s=min(spans) if spans else 0.0)
@@ -96,16 +123,111 @@ def job_view(job: str, gpus: list[GpuActivity], t: dict[str, Any]) -> JobView:
     elif kinds == {IDLE}:
         view.signature = ALL_IDLE  # data loading, a checkpoint, a paused stage: never a hang
     elif SPIN in kinds and kinds <= {SPIN, IDLE}:
-        view.signature = HANG
-        view.culprits = sorted(i for i, c in classes.items() if c == IDLE)
-        view.evidence = _hang_evidence(gpus, classes)
+        _hang(view, gpus, t, nodes)
+    elif SPIN in kinds and list(classes.values()).count(BUSY) == 1 and kinds <= {SPIN, BUSY}:
+        # One GPU computes the whole window while every peer waits in a collective: one rank's
+        # evaluation, or a kernel that has run far longer than the job's others. Said, and
+        # called a hang only once it has lasted pause_max_s (gpuhc/checks/jobs.py).
+        (alone,) = [i for i, c in classes.items() if c == BUSY]
+        view.signature = PAUSE
+        view.culprits = [alone]
+        view.evidence = (f"gpu{alone} computes alone for the whole window (one rank's evaluation, or a kernel "
+                         f"that does not end); {_hang_evidence(gpus, classes)}")
     elif kinds == {BUSY} and len(gpus) >= 2:
         slow = straggler(gpus, t)
-        if slow is not None:
+        if slow is not None and skipped(name, t):
+            view.evidence = f"a straggler's pattern ({slow[1]}) not judged: job name {name!r} is in straggler_skip_names"
+        elif slow is not None:
             view.signature = STRAGGLER
             view.culprits = [slow[0]]
             view.evidence = slow[1]
     return view
+
+
+def skipped(name: str | None, t: dict[str, Any]) -> bool:
+    return name is not None and any(fnmatch.fnmatchcase(name, pat) for pat in t["straggler_skip_names"])
+
+
+def _hang(view: JobView, gpus: list[GpuActivity], t: dict[str, Any], nodes: int | None) -> None:
+    """Some GPUs spin, the others are idle: whose rank is it? An idle GPU whose process makes
+    progress on the host is pausing; one that makes none is the culprit; with every GPU
+    spinning, the culprit is here only when the job has no other node."""
+    classes = view.classes
+    idle = [g for g in gpus if classes[g.index] == IDLE]
+    view.evidence = _hang_evidence(gpus, classes)
+    view.signature = HANG
+    if idle:
+        busy = {g.index: host_busy(g, t) for g in idle}
+        who = {g.index: f"rank {g.rank} (gpu{g.index})" if g.rank is not None else f"gpu{g.index}'s rank" for g in idle}
+        stuck = [g.index for g in idle if busy[g.index] is None]
+        if not stuck:
+            view.signature = PAUSE
+            view.culprits = sorted(busy)
+            view.evidence = "; ".join(f"{who[i]} busy on the host ({busy[i]})" for i in sorted(busy))
+        else:
+            view.culprits = sorted(stuck)
+            paused = [f"{who[i]} busy on the host ({b})" for i, b in sorted(busy.items()) if b is not None]
+            if paused:
+                view.evidence += "; " + "; ".join(paused)
+        return
+    if nodes != 1:
+        view.place = ("on another node" if nodes else
+                      f"on another node, or here if the job has one node ({EVERY_RANK_WAITS}): its node count is not known")
+        return
+    odd = stuck_kernel(gpus, t)
+    if odd is not None:
+        view.culprits = [odd[0]]
+        view.evidence = f"{odd[1]}; {view.evidence}"
+    else:
+        view.place = EVERY_RANK_WAITS + " (the job has no other node)"
+
+
+def host_busy(g: GpuActivity, t: dict[str, Any]) -> str | None:
+    """What the GPU's rank is doing on the host when it makes progress there, else None
+    (stuck, or not measured: the GPU samples alone then decide, as before issue 32)."""
+    if g.host_state == "D":
+        return "in I/O wait" + _host_rates(g)
+    if not g.host_dt_s:
+        return None
+    cpu = (g.host_cpu_s or 0.0) / g.host_dt_s
+    io = max(g.host_write_bytes or 0.0, g.host_read_bytes or 0.0) / g.host_dt_s
+    if cpu >= float(t["pause_cpu_min"]) or io >= float(t["pause_io_min_bps"]):
+        return _host_rates(g).removeprefix(", ")
+    return None
+
+
+def _host_rates(g: GpuActivity) -> str:
+    if not g.host_dt_s:
+        return ""
+    parts = []
+    for verb, n in (("writing", g.host_write_bytes), ("reading", g.host_read_bytes)):
+        if n:
+            parts.append(f"{verb} {_bytes(n / g.host_dt_s)}/s")
+    parts.append(f"{(g.host_cpu_s or 0.0) / g.host_dt_s:.1f} CPU cores")
+    return ", " + ", ".join(parts)
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def stuck_kernel(gpus: list[GpuActivity], t: dict[str, Any]) -> tuple[int, str] | None:
+    """The one spinning GPU whose SM activity (GPM) differs from its peers', which agree: the
+    waiting NCCL kernels keep the same few SMs busy on every GPU (one block per channel), a
+    kernel that does not end keeps another number busy (all of them, or a single block)."""
+    sm = {g.index: g.sm_activity for g in gpus if g.sm_activity is not None}
+    if len(sm) != len(gpus) or len(gpus) < 3:
+        return None  # two GPUs that differ do not say which one is odd
+    margin = float(t["stuck_sm_margin"])
+    for odd in sm:
+        peers = [v for i, v in sm.items() if i != odd]
+        mid = _median(peers)
+        if abs(sm[odd] - mid) >= margin and max(peers) - min(peers) < margin / 2:
+            return odd, f"gpu{odd} SM activity {sm[odd]:.0f} % vs its peers' {mid:.0f} %: a kernel that does not end"
+    return None
 
 
 def _hang_evidence(gpus: list[GpuActivity], classes: dict[int, str]) -> str:
@@ -119,23 +241,25 @@ def _hang_evidence(gpus: list[GpuActivity], classes: dict[int, str]) -> str:
 
 
 def straggler(gpus: list[GpuActivity], t: dict[str, Any]) -> tuple[int, str] | None:
-    """(GPU index, evidence) of the one GPU markedly busier than its peers, which wait for it:
-    more power and more memory traffic (and SM activity where GPM measured it) than the peers'
-    median by the configured ratios. None when no GPU stands out."""
-    power = {g.index: _mean(g.power_w) for g in gpus}
-    if any(p is None for p in power.values()):
+    """(GPU index, evidence) of the GPU its peers wait for: the ranks do the same work per step,
+    so each GPU's mean memory utilisation is its share of time at work, and a peer's wait is
+    one less its share over the busiest GPU's. Called when the peers' median wait is at least
+    ``straggler_wait_share`` and the busiest GPU itself never waits (no sample spinning with
+    no memory traffic). None when no GPU stands out."""
+    mem = {g.index: _mean(g.mem_util) or 0.0 for g in gpus}
+    top = max(gpus, key=lambda g: mem[g.index])
+    if mem[top.index] <= 0:
         return None
-    top = max(gpus, key=lambda g: power[g.index])
     peers = [g for g in gpus if g is not top]
-    peer_power = _median(power[g.index] for g in peers)
-    if peer_power <= 0 or power[top.index] < float(t["straggler_power_ratio"]) * peer_power:
+    waits = {g.index: 1.0 - mem[g.index] / mem[top.index] for g in peers}
+    wait = _median(waits.values())
+    if wait < float(t["straggler_wait_share"]) or _spin_share(top, t) >= wait / 2:
         return None
-    mem = _mean(top.mem_util) or 0.0
-    peer_mem = _median(_mean(g.mem_util) or 0.0 for g in peers)
-    if mem < float(t["straggler_mem_ratio"]) * max(peer_mem, 1.0):
-        return None
-    text = (f"gpu{top.index} {power[top.index]:.0f} W, memory {mem:.0f} % while its {len(peers)} peers wait "
-            f"at {peer_power:.0f} W, {peer_mem:.0f} %")
+    text = (f"peers wait {wait * 100:.0f} % of each step for gpu{top.index} (memory busy {mem[top.index]:.0f} % "
+            f"vs their {_median(mem[g.index] for g in peers):.0f} %)")
+    power = {g.index: _mean(g.power_w) for g in gpus}
+    if all(p is not None for p in power.values()):
+        text += f"; {power[top.index]:.0f} W vs {_median(power[g.index] for g in peers):.0f} W"
     sm = [g.sm_activity for g in peers if g.sm_activity is not None]
     if top.sm_activity is not None and sm:
         text += f"; SM activity {top.sm_activity:.0f} % vs {_median(sm):.0f} %"
@@ -143,6 +267,15 @@ def straggler(gpus: list[GpuActivity], t: dict[str, Any]) -> tuple[int, str] | N
     if top.sm_clock_mhz and clocks:
         text += f"; SM clock {top.sm_clock_mhz:.0f} vs {_median(clocks):.0f} MHz"
     return top.index, text
+
+
+def _spin_share(g: GpuActivity, t: dict[str, Any]) -> float:
+    """The share of a GPU's samples in the waiting pattern (spinning with no memory traffic)."""
+    pairs = list(zip(g.gpu_util, g.mem_util))
+    if not pairs:
+        return 0.0
+    spin = sum(1 for u, m in pairs if u >= float(t["spin_util_min"]) and m <= float(t["spin_mem_util_max"]))
+    return spin / len(pairs)
 
 
 def hardware_signs(g: GpuReading) -> list[str]:
@@ -172,15 +305,20 @@ def validate(t: dict[str, Any]) -> list[str]:
     problems = []
     for key, default in DEFAULTS.items():
         v = t.get(key)
-        if isinstance(default, bool):
+        if isinstance(default, list):
+            if not isinstance(v, list) or len(v) > 256 or not all(isinstance(x, str) and 0 < len(x) <= 256 for x in v):
+                problems.append(f"{key}: must be a list of at most 256 glob patterns (strings), got {v!r}")
+        elif isinstance(default, bool):
             if not isinstance(v, bool):
                 problems.append(f"{key}: must be true or false, got {v!r}")
         elif not isinstance(v, (int, float)) or isinstance(v, bool) or v != v or v < 0:
             problems.append(f"{key}: must be a number >= 0, got {v!r}")
-    for key in ("straggler_power_ratio", "straggler_mem_ratio"):
-        v = t.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 1:
-            problems.append(f"{key}: must be over 1 (a ratio to the peers), got {v!r}")
+    v = t.get("straggler_wait_share")
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and not 0 < v < 1:
+        problems.append(f"straggler_wait_share: must be a share between 0 and 1 (exclusive), got {v!r}")
+    v = t.get("progress_window_s")
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 5:
+        problems.append(f"progress_window_s: at most 5 seconds (the health check waits that long on a suspected hang), got {v!r}")
     w = t.get("window_s")
     if isinstance(w, (int, float)) and not isinstance(w, bool) and not 0.5 <= w <= 600:
         problems.append(f"window_s: must be between 0.5 and 600 seconds, got {w!r}")

@@ -84,13 +84,25 @@ class JobResolver:
 
 
 class ActivityLive:
+    """One read of the held GPUs. The node watcher keeps one instance: it then measures the
+    processes' progress and GPM SM activity between its reads, without waiting."""
+
     def __init__(self, window_s: float = 15.0, gpm_window_s: float = 0.0, module: Any = None,
-                 proc_root: str = "/proc", environ: bool = True, clock=time.time):
+                 proc_root: str = "/proc", environ: bool = True, clock=time.time, progress_window_s: float = 0.5,
+                 idle_util_max: float = 5.0, spin_util_min: float = 90.0, spin_mem_util_max: float = 5.0,
+                 gpm_between_reads: bool = False):
         self.window_s = max(0.5, float(window_s))
         self.gpm_window_s = max(0.0, float(gpm_window_s))
         self._module = module
         self.resolver = JobResolver(proc_root, environ)
         self._clock = clock
+        self.progress_window_s = max(0.0, float(progress_window_s))
+        self._idle, self._spin, self._spin_mem = float(idle_util_max), float(spin_util_min), float(spin_mem_util_max)
+        from gpuhc.sources.job_procs import HostSampler
+
+        self.host = HostSampler(proc_root)
+        self.gpm_between_reads = gpm_between_reads
+        self._gpm_prev: dict[int, Any] = {}  # GPU index -> its GPM sample of the last read
 
     def read(self) -> Activity:
         return nvml_util.session(self._module, self._read, lambda why: Activity(available=False, error=why))
@@ -112,25 +124,77 @@ class ActivityLive:
                 continue  # a GPU NVML cannot talk to is the gpu-count and xid checks' business
             for instance, procs in devices:  # a MIG GPU: each slice is its own device, its jobs its own
                 jobs: dict[str, str] = {}
+                pids: list[int] = []
                 for pid in procs:
                     job, via = self.resolver.job_of(pid)
                     if job is None:
                         out.unmapped_pids += 1
-                    elif len(jobs) < MAX_JOBS_PER_GPU:
+                    elif len(jobs) < MAX_JOBS_PER_GPU or job in jobs:
                         jobs.setdefault(job, via)
+                        pids.append(pid)
                 if jobs:
                     vias = set(jobs.values())
                     held.append((GpuActivity(index=i, jobs=sorted(jobs), via=vias.pop() if len(vias) == 1 else "mixed",
-                                             instance=instance), h))
+                                             instance=instance, pids=sorted(set(pids))[:MAX_ACTIVITY_SAMPLES]), h))
         if not held:
+            self.host.keep({})
+            self._gpm_drop(nv, set())
             return out
+        for gpu, _ in held:  # one rank's environment per GPU: its rank number, its job's node count and name
+            env = self.host.job_env(gpu.pids[0]) if gpu.pids else None
+            if env is None:
+                continue
+            gpu.rank = env.rank
+            for job in gpu.jobs[:1]:
+                if env.nodes is not None:
+                    out.job_nodes.setdefault(job, env.nodes)
+                if env.name is not None:
+                    out.job_names.setdefault(job, env.name)
+        all_pids = sorted({p for g, _ in held for p in g.pids})
+        before = self.host.previous(all_pids)
+        first = self.host.take(all_pids)
         gpm = self._gpm_start(nv, held)
         since_us = int((self._clock() - self.window_s) * 1e6)
         for gpu, h in held:
             self._samples(nv, h, gpu, since_us)
         self._gpm_finish(nv, held, gpm)
+        if self.gpm_between_reads:
+            self._gpm_carry(nv, held)
+        now = first
+        if before is None and self.progress_window_s and self._looks_hung([g for g, _ in held]):
+            # A second look at the processes a moment later, and GPM SM activity over the same
+            # moment where it was not measured: only when a hang is suspected.
+            unmeasured = not any(g.sm_activity is not None for g, _ in held)
+            gpm = self._gpm_start(nv, held, force=True) if unmeasured else {}
+            wait = self.progress_window_s - (time.monotonic() - min((s.t for s in first.values()), default=time.monotonic()))
+            time.sleep(max(0.0, wait))
+            before, now = first, self.host.take(all_pids)
+            self._gpm_finish(nv, held, gpm, window_s=0.0)
+        from gpuhc.sources.job_procs import summarise
+
+        for gpu, _ in held:
+            for key, value in summarise(gpu.pids, now, before).items():
+                setattr(gpu, key, value)
+        self.host.keep(now)
         out.gpus = [g for g, _ in held]
         return out
+
+    def _looks_hung(self, gpus: list[GpuActivity]) -> bool:
+        """Some job has, in its GPUs' latest samples, one idle and another spinning, or every
+        one spinning with no memory traffic (a hang's two shapes, as the jobs check classes them)."""
+        last: dict[str, list[tuple[float, float]]] = {}
+        for g in gpus:
+            if g.gpu_util:
+                mem = g.mem_util[-1] if g.mem_util else 0.0
+                for job in g.jobs:
+                    last.setdefault(job, []).append((g.gpu_util[-1], mem))
+        for v in last.values():
+            util = [u for u, _ in v]
+            if min(util) <= self._idle and max(util) >= self._spin:
+                return True
+            if min(util) >= self._spin and max(m for _, m in v) <= self._spin_mem:
+                return True
+        return False
 
     def _samples(self, nv: Any, h: Any, gpu: GpuActivity, since_us: int) -> None:
         stamps: list[int] = []
@@ -152,8 +216,8 @@ class ActivityLive:
             pass
 
     # GPM: two samples of every GPU some milliseconds apart, one wait for all of them.
-    def _gpm_start(self, nv: Any, held: list[tuple[GpuActivity, Any]]) -> dict[int, Any]:
-        if not self.gpm_window_s or not hasattr(nv, "nvmlGpmSampleAlloc"):
+    def _gpm_start(self, nv: Any, held: list[tuple[GpuActivity, Any]], force: bool = False) -> dict[int, Any]:
+        if not (self.gpm_window_s or force) or not hasattr(nv, "nvmlGpmSampleAlloc"):
             return {}
         first: dict[int, Any] = {}
         for gpu, h in held:
@@ -169,10 +233,11 @@ class ActivityLive:
             first["t"] = time.monotonic()
         return first
 
-    def _gpm_finish(self, nv: Any, held: list[tuple[GpuActivity, Any]], first: dict) -> None:
+    def _gpm_finish(self, nv: Any, held: list[tuple[GpuActivity, Any]], first: dict, window_s: float | None = None) -> None:
         if not first:
             return
-        time.sleep(max(0.0, self.gpm_window_s - (time.monotonic() - first.pop("t"))))
+        window = self.gpm_window_s if window_s is None else window_s
+        time.sleep(max(0.0, window - (time.monotonic() - first.pop("t"))))
         for gpu, h in held:
             s1 = first.get(gpu.index)
             if s1 is None:
@@ -191,6 +256,43 @@ class ActivityLive:
                             nv.nvmlGpmSampleFree(s)
                         except nv.NVMLError:
                             pass
+
+    # GPM between reads (the watcher): this read's sample against the last one, no wait.
+    def _gpm_carry(self, nv: Any, held: list[tuple[GpuActivity, Any]]) -> None:
+        if not hasattr(nv, "nvmlGpmSampleAlloc"):
+            return
+        for gpu, h in held:
+            s2 = None
+            try:
+                if not nv.nvmlGpmQueryDeviceSupport(h).isSupportedDevice:
+                    continue
+                s2 = nv.nvmlGpmSampleAlloc()
+                nv.nvmlGpmSampleGet(h, s2)
+            except nv.NVMLError:
+                if s2 is not None:
+                    _gpm_free(nv, s2)
+                continue
+            s1 = self._gpm_prev.get(gpu.index)
+            if s1 is not None and gpu.sm_activity is None:
+                try:
+                    gpu.sm_activity = _gpm_sm(nv, s1, s2)
+                except nv.NVMLError:
+                    pass
+            if s1 is not None:
+                _gpm_free(nv, s1)
+            self._gpm_prev[gpu.index] = s2
+        self._gpm_drop(nv, {g.index for g, _ in held})
+
+    def _gpm_drop(self, nv: Any, keep: set[int]) -> None:
+        for index in [i for i in self._gpm_prev if i not in keep]:
+            _gpm_free(nv, self._gpm_prev.pop(index))
+
+
+def _gpm_free(nv: Any, sample: Any) -> None:
+    try:
+        nv.nvmlGpmSampleFree(sample)
+    except nv.NVMLError:
+        pass
 
 
 def _devices(nv: Any, h: Any) -> list[tuple[str | None, Any]]:

@@ -168,7 +168,7 @@ def test_damaged_state_is_survived():
 
 
 @pytest.mark.parametrize("key,value,words", [
-    ("window_s", -1, "window_s"), ("window_s", 0.1, "between 0.5 and 600"), ("straggler_power_ratio", 1.0, "over 1"),
+    ("window_s", -1, "window_s"), ("window_s", 0.1, "between 0.5 and 600"), ("straggler_wait_share", 1.0, "between 0 and 1"), ("straggler_skip_names", "pp*", "glob patterns"),
     ("environ_fallback", "yes", "true or false"), ("gpm_window_s", 5, "at most 1 second"), ("hang_min_s", float("nan"), "hang_min_s"),
 ])
 def test_thresholds_validated(key, value, words):
@@ -204,3 +204,35 @@ def test_culprit_with_a_hardware_sign_drains_only_when_asked():
     nvml.gpus[1] = GpuReading(index=1, name="H100", uuid="GPU-1", pci_bus_id="0000:2a:00.0", clock_event_samples=[0x4])
     assert not [r for r in jobs.judge(snap, Context(thresholds={**jj.DEFAULTS, "drain_culprit_with_hardware": True})).results
                 if r.status is Status.FAIL]
+
+
+# Issue 32: the benign set and the fault set (tests/fixtures/jobs/sets.yaml), side by side.
+def _sets() -> list:
+    import yaml
+
+    doc = yaml.safe_load((FIXTURES / "jobs" / "sets.yaml").read_text())
+    return [pytest.param(kind, e, id=f"{kind}:{e['what'][:40]}") for kind in ("benign", "fault") for e in doc[kind]]
+
+
+def _slice(entry: dict) -> list[dict]:
+    lines = [json.loads(line) for line in (FIXTURES / "jobs" / entry["file"]).read_text().splitlines()]
+    return [t for t in lines if t["run"] == entry["run"] and entry.get("from", 0) <= t["time"] <= entry.get("to", 1e12)]
+
+
+@pytest.mark.parametrize("kind,entry", _sets())
+def test_benign_set_never_called_fault_set_called_with_its_culprit(kind, entry):
+    ticks = _slice(entry)
+    assert len(ticks) >= 2, f"{entry['what']}: too few ticks in its slice"
+    prev: dict = {}
+    called = []
+    for t in ticks:
+        out = jobs.judge(Snapshot("gpu01", t["time"], activity=activity_from_dict(t["activity"])),
+                         Context(thresholds=dict(jj.DEFAULTS), prev=prev))
+        prev = out.state or {}
+        assert not [r for r in out.results if r.status is Status.FAIL]
+        called += warnings(out.results)
+    if kind == "benign":
+        assert [r.message for r in called] == []
+    else:
+        assert called, f"{entry['what']}: never called"
+        assert {(r.value["signature"], tuple(r.value["culprits"])) for r in called} == {(entry["signature"], tuple(entry["culprits"]))}

@@ -67,6 +67,17 @@ def test_retest_unit_runs_quarantine_retest():
     assert "slurmd.service" in svc["Unit"]["After"]
 
 
+def test_watch_unit_runs_the_node_watcher_and_install_does_not_enable_it():
+    svc = unit("gpuhc-watch.service")
+    argv = shlex.split(svc["Service"]["ExecStart"])
+    assert argv[:2] == ["/usr/local/bin/gpuhc", "watch"] and 10 <= float(argv[argv.index("--interval") + 1]) <= 15
+    cp = subprocess.run([*gpuhc_bin(), *argv[1:], "--help"], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0 and "--interval" in cp.stdout, cp.stderr
+    installer = (REPO / "install.sh").read_text()
+    assert "examples/systemd/*.service" in installer  # copied with the other units ...
+    assert "gpuhc-watch" not in installer  # ... and enabled by nobody but the admin
+
+
 @pytest.mark.parametrize("words,cword,want", [
     ("gpuhc quar", 1, {"quarantine"}),
     ("gpuhc quarantine re", 2, {"release", "reset", "retest", "retire"}),

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers.slurm_flows import HEALTHY, base_config, gpuhc
+from tests.helpers.slurm_flows import HEALTHY, base_config, decisions, gpuhc
 from tests.helpers.paths import FIXTURES
 
 pytestmark = pytest.mark.slurm
@@ -150,3 +150,35 @@ def test_the_node_whose_gpus_all_stopped_is_named_by_the_others_hang(slurm_clust
     assert gpuhc(c, "healthcheck", node="n1").returncode == 0
     assert "gpuhc-jobs" not in c.scontrol("show", "job", "-o", str(job)).stdout
     assert json.loads(gpuhc(c, "jobs", "--json", check=True).stdout)["jobs"] == []
+
+
+def test_the_watcher_names_the_culprit_of_a_one_node_job_between_health_checks(slurm_cluster, tmp_path):
+    """Issue 32: `gpuhc watch` on the node (its own state directory, so its record is its own
+    and not the health check's) writes the hang into the AdminComment, says it in the decision
+    log and fires the hook; it drains nothing, and takes its view back out once the job runs."""
+    hook_log = tmp_path / "hook.jsonl"
+    hook = tmp_path / "hook.sh"
+    hook.write_text(f"#!/bin/sh\ncat >> {hook_log}\necho >> {hook_log}\n")
+    hook.chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+    c, wd, scen = cluster_for(slurm_cluster, tmp_path, {"hooks": {"commands": [[str(hook)]]}})
+    job = c.sbatch("-N1", "-w", "n1", "--wrap", "sleep 600")
+    c.wait_for(lambda: c.job_state(job) == "RUNNING", 60, f"job {job} running")
+    write_scenario(scen["n1"], job, "recorded")
+    watch_state = tmp_path / "watch-state"
+    args = ("watch", "--rounds", "2", "--interval", "1", "--state-dir", str(watch_state))
+    cp = gpuhc(c, *args, node="n1")
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "n1/hang/" in c.scontrol("show", "job", "-o", str(job)).stdout
+    said = [ln for ln in decisions(wd, "n1", "watch") if ln.startswith(f"jobs: job {job} hung")]
+    assert said and "n1:gpu3" in said[0]
+    hooks = [json.loads(line) for line in hook_log.read_text().splitlines() if line.strip()]
+    assert any(h["event"] == "job_finding" and h["job"] == str(job) and h["culprits"] == ["gpu3"] for h in hooks)
+    assert not any(c.node(n).drained for n in ("n1", "n2", "n3")) and c.job_state(job) == "RUNNING"
+
+    doc = yaml.safe_load(scen["n1"].read_text())  # the job runs again
+    for g in doc["activity"]["gpus"]:
+        g.update(gpu_util=[99.0] * 70, mem_util=[31.0] * 70, power_w=[690.0] * 100)
+    scen["n1"].write_text(yaml.safe_dump(doc))
+    assert gpuhc(c, "healthcheck", node="n1").returncode == 0
+    assert gpuhc(c, *args, node="n1").returncode == 0
+    assert "gpuhc-jobs" not in c.scontrol("show", "job", "-o", str(job)).stdout

@@ -112,7 +112,7 @@ def test_gpm_sm_activity_when_asked_and_supported(tmp_path):
     act = ActivityLive(module=nv, proc_root=str(tmp_path), clock=lambda: NOW, gpm_window_s=0.01).read()
     assert [g.sm_activity for g in act.gpus] == [18.0, None]
     assert nv.calls["nvmlGpmSampleAlloc"] == nv.calls["nvmlGpmSampleFree"] == 2
-    nv = FakeNvml([held(100, 100, 0, 130000, gpm_sm=18.0)])
+    nv = FakeNvml([held(100, 99, 30, 690000, gpm_sm=18.0)])  # training, GPM not asked for: not taken
     ActivityLive(module=nv, proc_root=str(tmp_path), clock=lambda: NOW).read()
     assert nv.calls["nvmlGpmSampleAlloc"] == 0
 
@@ -137,3 +137,79 @@ def test_two_jobs_on_two_mig_slices_of_one_gpu_are_two_jobs(tmp_path):
                             FakeMig(9)])
     act = read([gpu], tmp_path)
     assert [(g.index, g.instance, g.jobs) for g in act.gpus] == [(0, "gi7/ci0", ["4242"]), (0, "gi8/ci0", ["5150"])]
+# Issue 32: the host side of the ranks, each job's node count and name.
+def ranked(tmp_path, pid: int, which: str, env: bytes | None = None) -> None:
+    env = env if env is not None else b"SLURM_JOB_NUM_NODES=1\0SLURM_JOB_NAME=llm\0SLURM_PROCID=%d\0" % (pid - 100)
+    import shutil
+
+    from tests.helpers.paths import FIXTURES
+
+    if not (tmp_path / str(pid)).exists():
+        proc(tmp_path, pid, V2, env)
+    for ext in ("stat", "io"):
+        shutil.copy(FIXTURES / "jobs" / "proc" / f"{which}.{ext}", tmp_path / str(pid) / ext)
+
+
+def test_a_suspected_hang_gets_a_second_look_at_the_processes_a_healthy_job_none(tmp_path):
+    import time
+
+    ranked(tmp_path, 100, "writer-2")
+    ranked(tmp_path, 101, "sleeper")
+    spin_and_idle = [held(100, 0, 0, 120000), held(101, 100, 0, 130000)]
+    t0 = time.monotonic()
+    act = read(spin_and_idle, tmp_path, progress_window_s=0.2)
+    assert time.monotonic() - t0 >= 0.2
+    assert act.job_nodes == {"4242": 1} and act.job_names == {"4242": "llm"}
+    assert [g.rank for g in act.gpus] == [0, 1]
+    g0, g1 = act.gpus
+    assert g0.pids == [100] and g0.host_state == "R" and g0.host_dt_s >= 0.19 and g0.host_cpu_s == 0.0
+    assert g1.host_state == "S" and g1.host_cpu_total_s == 0.0
+    t0 = time.monotonic()
+    healthy = read([held(100, 99, 30, 690000), held(101, 99, 30, 690000)], tmp_path, progress_window_s=2)
+    assert time.monotonic() - t0 < 1.5
+    assert [g.host_dt_s for g in healthy.gpus] == [None, None] and healthy.gpus[0].host_cpu_total_s == 0.34
+
+
+def test_a_kept_reader_measures_progress_between_reads_without_waiting(tmp_path):
+    ranked(tmp_path, 100, "writer-1")
+    ranked(tmp_path, 101, "sleeper")
+    reader = ActivityLive(module=FakeNvml([held(100, 0, 0, 120000), held(101, 100, 0, 130000)]), proc_root=str(tmp_path),
+                          clock=lambda: NOW, progress_window_s=0)
+    first = reader.read()
+    assert first.gpus[0].host_dt_s is None
+    ranked(tmp_path, 100, "writer-2")
+    g0, g1 = reader.read().gpus
+    assert g0.host_write_bytes == 1008730112 - 522190848 and g0.host_cpu_s == pytest.approx(0.13)
+    assert g1.host_cpu_s == 0.0 and g1.host_write_bytes == 0.0
+
+
+def test_gpm_between_reads_pairs_each_read_with_the_last_and_frees_what_it_let_go(tmp_path):
+    proc(tmp_path, 100, V2)
+    nv = FakeNvml([held(100, 99, 30, 690000, gpm_sm=97.0)])  # training: no second look of its own
+    reader = ActivityLive(module=nv, proc_root=str(tmp_path), clock=lambda: NOW, gpm_between_reads=True)
+    assert reader.read().gpus[0].sm_activity is None  # one sample: nothing to compare with yet
+    assert reader.read().gpus[0].sm_activity == 97.0
+    nv.gpus[0].compute_procs = []
+    assert reader.read().gpus == []
+    assert nv.calls["nvmlGpmSampleAlloc"] == nv.calls["nvmlGpmSampleFree"] == 2
+
+
+def test_a_suspected_all_spin_hang_gets_gpm_over_the_second_look_a_healthy_read_none(tmp_path):
+    for pid in (100, 101, 102):
+        ranked(tmp_path, pid, "sleeper")
+    spinning = [held(100, 100, 0, 130000, gpm_sm=21.0), held(101, 100, 0, 130000, gpm_sm=21.0),
+                held(102, 100, 0, 130000, gpm_sm=0.8)]
+    nv = FakeNvml(spinning)
+    act = ActivityLive(module=nv, proc_root=str(tmp_path), clock=lambda: NOW, progress_window_s=0.05).read()
+    assert [g.sm_activity for g in act.gpus] == [21.0, 21.0, 0.8] and act.gpus[0].host_dt_s is not None
+    assert nv.calls["nvmlGpmSampleAlloc"] == nv.calls["nvmlGpmSampleFree"] == 6
+    nv = FakeNvml([held(100, 99, 30, 690000, gpm_sm=80.0), held(101, 99, 30, 690000, gpm_sm=80.0)])
+    act = ActivityLive(module=nv, proc_root=str(tmp_path), clock=lambda: NOW, progress_window_s=0.05).read()
+    assert [g.sm_activity for g in act.gpus] == [None, None] and nv.calls["nvmlGpmSampleAlloc"] == 0
+
+
+def test_the_checks_thresholds_reach_the_reader():
+    from gpuhc.checks.jobs import source_settings
+
+    r = ActivityLive(**source_settings({"progress_window_s": 0.2, "spin_mem_util_max": 3}))
+    assert r.progress_window_s == 0.2 and r._spin_mem == 3.0 and r.window_s == 15.0 and r.gpm_window_s == 0.0
