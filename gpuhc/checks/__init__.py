@@ -26,6 +26,10 @@ MODULES = (
     "occupancy",
     "fabric",
     "jobs",
+    "pcie_aer",  # the node around the GPUs (docs/checks.md): AER, machine checks, host, services
+    "machine_check",
+    "host",
+    "services",
 )
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from gpuhc.errors import ConfigError, SourceError
 from gpuhc.logtext import escape
-from gpuhc.model import Activity, AerCounters, IbPort, ImexStatus, KernelLog, NvmlReading, Occupancy, norm_pci
+from gpuhc.model import Activity, AerCounters, HostReading, IbPort, ImexStatus, KernelLog, NvmlReading, Occupancy, norm_pci
 from gpuhc.sources import snapshot_io as sio
 from gpuhc.yamlpos import line_of, load_file_text, read_text
 
@@ -38,6 +38,7 @@ _COMMON = ("hostname", "time", "driver_version", "cuda_driver_version", "nvml", 
            "kernel_log", "kernel", "ib_ports", "aer", "pci_gpus", "occupancy",
            "activity")  # job activity (issue 24): gpuhc/sources/activity_io.py
 _COMMON = (*_COMMON, "imex")  # the IMEX daemon (gpuhc/sources/imex.py); replaced whole by a step
+_COMMON = (*_COMMON, "host")  # the node around the GPUs (gpuhc/sources/host.py); replaced whole by a step
 TOP_KEYS = (*_COMMON, "format", "description", "ib_defaults", "extends", "steps")
 STEP_KEYS = (*_COMMON, "description", "ib_defaults")
 _MAX_EXTENDS = 8  # a chain longer than this is a loop
@@ -103,6 +104,7 @@ class Scenario:
     occupancy: Occupancy | None = None
     imex: ImexStatus | None = None
     activity: Activity | None = None  # job activity (issue 24)
+    host: HostReading | None = None  # the node around the GPUs (gpuhc/sources/host.py)
 
     def nvml_source(self) -> _Fixed:
         return _Fixed(self.nvml)
@@ -114,6 +116,10 @@ class Scenario:
     def imex_source(self) -> _Fixed:
         """The recorded IMEX status; None (not read) when the scenario has none."""
         return _Fixed(self.imex)
+    def host_source(self) -> _Fixed:
+        """The recorded host; None (not read) when the scenario has none."""
+        return _Fixed(self.host)
+
     def activity_source(self) -> _Fixed:
         """The recorded job activity; None (the jobs check says "not read") when there is none."""
         return _Fixed(self.activity)
@@ -250,6 +256,10 @@ def _validate(doc: Any, path: tuple, allowed: tuple[str, ...], err: sio.ErrorFn)
             sio.check_occupancy(value, p, err)
         elif key == "imex":
             sio.check_imex(value, p, err)
+        elif key == "host":
+            from gpuhc.sources.host import check_host
+
+            check_host(value, p, err)
         elif key == "activity":
             from gpuhc.sources.activity_io import check_activity
 
@@ -292,6 +302,7 @@ class _State:
         self.occupancy: dict[str, Any] | None = None
         self.imex: dict[str, Any] | None = None
         self.activity: dict[str, Any] | None = None  # job activity: the whole section, replaced by a step
+        self.host: dict[str, Any] | None = None  # the node around the GPUs: replaced whole by a step
 
     def _resize(self, count: int) -> None:
         while len(self.gpus) > count:
@@ -353,6 +364,8 @@ class _State:
             self.imex = copy.deepcopy(part["imex"])
         if "activity" in part:
             self.activity = copy.deepcopy(part["activity"])
+        if "host" in part:
+            self.host = copy.deepcopy(part["host"])
 
     @staticmethod
     def _override(gpu: dict[str, Any], fields: dict[str, Any], template: bool) -> None:
@@ -390,6 +403,7 @@ class _State:
             description=self.top.get("description"), kernel_lines=self.kernel_lines, kernel=kernel,
             ib_ports=ib, aer=aer, pci_gpus=self.pci_gpus, occupancy=occupancy, activity=activity,
             imex=None if self.imex is None else sio.imex_from_dict(self.imex),
+            host=None if self.host is None else HostReading(**copy.deepcopy(self.host)),
         )
 
 
