@@ -31,13 +31,16 @@ from gpuhc.model import Action, EventKind, Snapshot, Status, norm_pci
 
 ID = "pcie-aer"
 UNCORRECTED = ("fatal", "nonfatal", "recovery_failed")
-_DRIVER_ROLE = {"nvidia": "gpu", "nvidia-nvswitch": "nvswitch", "mlx5_core": "nic"}
+_DRIVER_ROLE = {"nvidia": "GPU", "nvidia-nvswitch": "NVSwitch", "mlx5_core": "NIC"}
+_ROLE = {"gpu": "GPU", "nvswitch": "NVSwitch", "nic": "NIC"}
+PORT_FOLLOWS_S = 5.0  # a port's "device recovery failed" this soon after a watched device's is the port above it
 _WORDS = {"fatal": "uncorrected (fatal) error", "nonfatal": "uncorrected (non-fatal) error",
           "recovery_failed": "failed error recovery"}
 
 
 def watched(snapshot: Snapshot) -> dict[str, str]:
-    """PCI id -> what it is to a job ("gpu0", "NIC", "bridge above gpu0"), see the module doc."""
+    """PCI id -> what it is to a job ("gpu0", "NIC", "bridge above gpu0"), see the module doc.
+    A watched device's other PCI functions (a GPU's audio function) are the same card."""
     out: dict[str, str] = {}
     gpus = {}
     if snapshot.nvml is not None and snapshot.nvml.available:
@@ -45,17 +48,44 @@ def watched(snapshot: Snapshot) -> dict[str, str]:
     out.update(gpus)
     host = snapshot.host
     for pci, info in ((host.pci_watch or {}) if host else {}).items():
-        role = info.get("role") if isinstance(info, dict) else None
-        name = gpus.get(norm_pci(pci)) or f"{role or 'device'} {norm_pci(pci)}"
-        out.setdefault(norm_pci(pci), name)
-        for bridge in (info.get("upstream") or []) if isinstance(info, dict) else []:
-            out.setdefault(norm_pci(str(bridge)), f"bridge above {name}")
-    for ev in (snapshot.kernel.events if snapshot.kernel else []):
-        if ev.kind is EventKind.AER and ev.device and ev.pci:
-            role = _DRIVER_ROLE.get(ev.device.split(" ", 1)[0])
-            if role:
-                out.setdefault(norm_pci(ev.pci), f"{role} {norm_pci(ev.pci)}")
+        info = info if isinstance(info, dict) else {}
+        out.setdefault(norm_pci(pci), gpus.get(norm_pci(pci)) or _ROLE.get(str(info.get("role")), "device"))
+        for bridge in info.get("upstream") or []:
+            out.setdefault(norm_pci(str(bridge)), f"bridge above {_name(norm_pci(pci), out)}")
+    events = [e for e in (snapshot.kernel.events if snapshot.kernel else []) if e.kind is EventKind.AER and e.pci]
+    for ev in events:
+        role = _DRIVER_ROLE.get((ev.device or "").split(" ", 1)[0])
+        if role:
+            out.setdefault(norm_pci(ev.pci), role)
+    cards = {p[:-2]: p for p in out if not out[p].startswith("bridge")}
+    for ev in events:
+        pci = norm_pci(ev.pci)
+        if pci not in out and pci[:-2] in cards:
+            out[pci] = f"function of {_name(cards[pci[:-2]], out)}"
+    _ports_above(events, out)
     return out
+
+
+def _name(pci: str, watch: dict[str, str]) -> str:
+    what = watch.get(pci, "device")
+    return what if what.startswith("gpu") else f"{what} {pci}"
+
+
+def _ports_above(events: list, out: dict[str, str]) -> None:
+    """A port whose recovery failed right after a watched device's own: the kernel recovers a
+    port with everything under it, so it is the port above that device (no sysfs needed)."""
+    last: tuple[float | None, str] | None = None
+    for ev in events:
+        pci = norm_pci(ev.pci)
+        if ev.state != "recovery_failed":
+            continue
+        if pci in out and not out[pci].startswith(("bridge", "function")):
+            last = (ev.time, pci)
+        elif pci in out:
+            continue
+        elif last and (ev.device or "").startswith("pcieport ") and pci not in out and (
+                ev.time is None or last[0] is None or 0 <= ev.time - last[0] <= PORT_FOLLOWS_S):
+            out[pci] = f"bridge above {_name(last[1], out)}"
 
 
 def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
@@ -81,7 +111,7 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
                 w = warned.setdefault(pci, {"count": 0, "last_message": ev.message})
                 w["count"] += 1
             continue
-        subject = watch[pci] if watch[pci].startswith("gpu") and " " not in watch[pci] else pci
+        subject = watch[pci] if watch[pci].startswith("gpu") else pci
         inc = {"subject": subject, "code": None, "signal": ev.state, "pci": pci, "what": watch[pci]}
         key = held_key(inc)
         f = fresh.setdefault(key, {**inc, "count": 0, "first": None, "last": None, "action": Action.DRAIN_REBOOT.value})
@@ -127,7 +157,7 @@ def _selected(inc: dict, ctx: Context) -> bool:
 
 def _fail(inc: dict) -> Any:
     what = inc.get("what") or inc["subject"]
-    where = inc["pci"] if what == inc["subject"] else f"{inc['pci']} ({what})"
+    where = f"{what} ({inc['pci']})" if what == inc["subject"] else f"{inc['pci']} ({what})"
     n = f" x{inc['count']}" if int(inc.get("count") or 1) > 1 else ""
     msg = f"PCIe AER {_WORDS.get(inc['signal'], inc['signal'])} on {where}{n}"
     value = {k: inc.get(k) for k in ("count", "first", "last", "pci", "last_message")}
