@@ -179,7 +179,7 @@ CHECKS = [
         needs=(KERNEL_LOG,),
         optional=(NVML, HOST),  # GPU names and the bridges above each device; judged without them
         judge=judge,
-        stages=("passive", "prolog", "epilog", "bootstrap"),
+        stages=("passive", "epilog", "bootstrap"),  # not the prolog: the sysfs walk is the health check's
         timeout_s=10.0,
         defaults={
             "window_s": DEFAULT_WINDOW_S,  # as the xid check: a held failure ends at a reboot or resume

@@ -67,6 +67,7 @@ class HostLive:
         self.s = settings if settings is not None else {"cpus": True, "memory": True, "edac": True, "pci_watch": True,
                                                          "mounts": [], "services": {n: "auto" for n in DAEMONS}}
         self.root, self.owner = root, owner
+        self.stat_search, self.dcgmi_search = STAT_SEARCH, DCGMI_SEARCH  # where the probes' tools may be
 
     def _p(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
@@ -187,7 +188,7 @@ class HostLive:
     def _dcgm_answers(self, timeout_s: float) -> tuple[bool | None, str | None]:
         from gpuhc.sources.imex import _run, find_ctl  # the one way gpuhc runs a node's tool
 
-        dcgmi = find_ctl(DCGMI_SEARCH, self.owner)
+        dcgmi = find_ctl(self.dcgmi_search, self.owner)
         if dcgmi is None:
             return None, "dcgmi not installed in a root-owned system directory"
         _text, error = _run([dcgmi, "discovery", "-l"], timeout_s)
@@ -196,7 +197,7 @@ class HostLive:
     def _stat_argv(self) -> str | None:
         from gpuhc.sources.imex import find_ctl
 
-        return find_ctl(STAT_SEARCH, self.owner)
+        return find_ctl(self.stat_search, self.owner)
 
     def mount_points(self) -> set[str] | None:
         text = _read(self._p("proc/self/mountinfo"), 4 << 20)
