@@ -73,6 +73,10 @@ EXPECTED: dict[str, tuple[list[Status], set[tuple[str, str, str]]]] = {
     "c2c-errors-growing.yaml": ([PASS, WARN, FAIL], {("fabric", "gpu0", "drain + hardware ticket")}),
     # A job trains, then hangs with its rank on gpu3 stopped: a warning naming gpu3, never a drain.
     "job-hang.yaml": ([PASS, WARN], set()),
+    # The node around the GPUs (issue 33): the root port above gpu0 failed, and the GPU with it;
+    # Fabric Manager down on an NVSwitch node.
+    "aer-gpu-root-port.yaml": ([FAIL], {("pcie-aer", "gpu0", "drain + reboot"), ("pcie-aer", "0000:00:03.0", "drain + reboot")}),
+    "fabric-manager-down.yaml": ([FAIL], {("services", "fabricmanager", "drain + reboot")}),
 }
 
 
