@@ -22,6 +22,7 @@ import subprocess
 import time
 from typing import Any
 
+from gpuhc.logtext import escape
 from gpuhc.model import HostReading, norm_pci
 
 STAT_SEARCH = ("/usr/bin/stat", "/bin/stat")
@@ -153,7 +154,7 @@ class HostLive:
             text = _read(os.path.join(base, pid, "stat"), 1024)
             if not text or ")" not in text:
                 continue
-            comm = text[text.find("(") + 1:text.rfind(")")]
+            comm = escape(text[text.find("(") + 1:text.rfind(")")])  # a user names a process: shown, never run
             rest = text[text.rfind(")") + 2:].split()
             if rest:
                 out.append({"pid": int(pid), "comm": comm[:15], "state": rest[0], "start": _int(rest[19]) if len(rest) > 19 else None})
@@ -166,7 +167,7 @@ class HostLive:
 
     def services(self, want: dict[str, Any], procs: list[dict[str, Any]], watch: dict | None,
                  timeout_s: float) -> dict[str, dict[str, Any]]:
-        running = {p["comm"] for p in procs}
+        running = {p["comm"] for p in procs if p["comm"] in DAEMONS.values() and self._owned(p["pid"])}
         nvswitch = any(v.get("role") == "nvswitch" for v in (watch or {}).values())
         out = {}
         for name, mode in want.items():
@@ -181,6 +182,14 @@ class HostLive:
                 info["answering"], info["error"] = self._dcgm_answers(timeout_s)
             out[name] = info
         return out
+
+    def _owned(self, pid: int) -> bool:
+        """A daemon counts only when it runs as root (``owner``): any user may name a process
+        nv-fabricmanager, and that must not stand in for the service."""
+        try:
+            return os.stat(self._p("proc", str(pid))).st_uid == self.owner
+        except OSError:
+            return False
 
     def _enabled(self, name: str) -> bool:
         return any(os.path.exists(self._p(d, u)) for d in UNIT_DIRS for u in UNITS[name])

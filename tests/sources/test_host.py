@@ -73,7 +73,7 @@ def test_a_mount_that_answers_and_one_that_hangs(tmp_path):
     os.chmod(tmp_path / "bin", 0o755)
     t0 = time.monotonic()
     r = hung.read()
-    assert time.monotonic() - t0 < 3.0
+    assert time.monotonic() - t0 < 15.0  # ended at its deadline, long before the child's 30 s
     assert r.mounts["/"]["ok"] is False and r.mounts["/"]["error"] == "no answer within 0.5s"
 
 
@@ -98,11 +98,43 @@ def test_a_stand_in_fabric_manager_is_seen_running(tmp_path):
     proc = subprocess.Popen([str(fm), "30"])
     try:
         time.sleep(0.2)
-        after = HostLive(settings, str(tmp_path)).read().services
+        after = HostLive(settings, str(tmp_path), owner=os.getuid()).read().services
+        # the same process under another user's uid is a user's program named like the daemon
+        impostor = HostLive(settings, str(tmp_path), owner=os.getuid() + 1).read().services
     finally:
         proc.kill()
         proc.wait()
     assert after["fabricmanager"]["running"] is True
+    assert impostor["fabricmanager"]["running"] is False
+
+
+def test_a_hung_host_engine_probe_ends_at_its_deadline(tmp_path):
+    """dcgmi runs only from a directory of the owner's, as an argv list, killed at its deadline."""
+    os.symlink("/proc", tmp_path / "proc")
+    engine = tmp_path / "nv-hostengine"
+    shutil.copy("/bin/sleep", engine)
+    tools = tmp_path / "bin"
+    tools.mkdir(mode=0o755)
+    dcgmi = tools / "dcgmi"
+    dcgmi.write_text("#!/bin/sh\nexec sleep 30\n")
+    dcgmi.chmod(0o755)
+    live = HostLive({"services": {"dcgm": "on"}, "probe_timeout_s": 0.5}, str(tmp_path), owner=os.getuid())
+    live.dcgmi_search = (str(dcgmi),)
+    proc = subprocess.Popen([str(engine), "30"])
+    try:
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        got = live.read().services["dcgm"]
+        took = time.monotonic() - t0
+        dcgmi.chmod(0o777)  # a tool others could rewrite is never run
+        refused = live.read().services["dcgm"]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert got == {"expected": True, "running": True, "answering": False,
+                   "error": "dcgmi discovery -l: no answer within 0.5s"}
+    assert took < 15.0  # ended at its deadline, long before the child's 30 s
+    assert refused["answering"] is None and refused["error"] == "dcgmi not installed in a root-owned system directory"
 
 
 def test_settings_read_only_what_the_checks_judge():
