@@ -8,13 +8,13 @@
   must be mounted and answer ``stat -f`` within ``mount_timeout_s`` (the probe runs in a child
   process, gpuhc/sources/host.py). Not mounted or not answering FAILs with drain + reboot: a hung
   NFS mount hangs every job that touches it, and a reboot is what clears most.
-- free space on ``scratch`` (local scratch): WARN below ``scratch_warn_pct`` free, FAIL (drain +
+- free space on ``scratch`` (local scratch; empty: off): WARN below ``scratch_warn_pct`` free, FAIL (drain +
   ticket: a person must clean it) below ``scratch_fail_pct``.
 - processes in uninterruptible sleep (state D) whose kernel wait channel is one of
   ``dstate_wchan`` (the GPU driver, NFS, Lustre, FUSE...), seen on consecutive runs: WARN after
   ``dstate_warn_s``, FAIL (drain + reboot) after ``dstate_fail_s``. Such a process cannot be
   killed, so Slurm cannot end its job either.
-Each part is off when its setting is null or empty (mounts, scratch, dstate).
+Each part is off when its setting is empty or null (mounts, scratch, the dstate bounds).
 """
 
 from __future__ import annotations
@@ -130,8 +130,8 @@ def _validate(t: dict[str, Any]) -> list[str]:
                                                                       for m in mounts)):
         out.append(f"mounts: want a list of absolute paths, got {mounts!r}")
     scratch = t.get("scratch")
-    if scratch is not None and not (isinstance(scratch, str) and scratch.startswith("/")):
-        out.append(f"scratch: want an absolute path or null, got {scratch!r}")
+    if scratch and not (isinstance(scratch, str) and scratch.startswith("/")):
+        out.append(f"scratch: want an absolute path, or empty (off), got {scratch!r}")
     wchan = t.get("dstate_wchan")
     if not isinstance(wchan, list) or not all(isinstance(w, str) and w for w in wchan):
         out.append(f"dstate_wchan: want a list of kernel function name parts, got {wchan!r}")
@@ -156,7 +156,7 @@ CHECKS = [
             "memory_loss_pct": 2.0,  # chosen here: a DIMM is 1/8 to 1/32 of a node's memory; firmware reservations move by less
             "mounts": [],  # the site's to name: e.g. ["/home", "/datasets"]
             "mount_timeout_s": 5.0,  # chosen here: a healthy NFS answers stat -f in milliseconds
-            "scratch": None,  # e.g. "/tmp" or "/local/scratch"
+            "scratch": "",  # off; e.g. "/tmp" or "/local/scratch"
             "scratch_warn_pct": 10.0,
             "scratch_fail_pct": 2.0,
             # kernel wait channels of the GPU driver and of shared file systems (NFS/RPC, Lustre, GPFS, FUSE)

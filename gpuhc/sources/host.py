@@ -31,6 +31,11 @@ PERSISTENCED_SOCKET = "/var/run/nvidia-persistenced/socket"
 # Process names (/proc/<pid>/stat's comm, at most 15 characters) of each service's daemon
 # (the kernel cuts comm at 15 characters: "nvidia-persistenced" is "nvidia-persiste")
 DAEMONS = {"fabricmanager": "nv-fabricmanage", "persistenced": "nvidia-persiste", "dcgm": "nv-hostengine"}
+# Where each daemon writes its pid (the packages' defaults): read first, so that a node pays two
+# small reads per needed service instead of a walk of /proc
+PIDFILES = {"fabricmanager": "var/run/nvidia-fabricmanager/nv-fabricmanager.pid",
+            "persistenced": "var/run/nvidia-persistenced/nvidia-persistenced.pid",
+            "dcgm": "var/run/nvhostengine.pid"}
 # systemd units whose enablement says a site expects the service ("auto")
 UNITS = {"fabricmanager": ("nvidia-fabricmanager.service",), "persistenced": ("nvidia-persistenced.service",),
          "dcgm": ("nvidia-dcgm.service", "dcgm.service")}
@@ -85,14 +90,14 @@ class HostLive:
             r.edac = self.edac()
         if s.get("pci_watch"):
             r.pci_watch = self.pci_watch()
-        procs = self.procs() if (s.get("dstate") or s.get("services")) else None
+        procs = self.procs() if s.get("dstate") else None  # the services look for their own first
         if s.get("dstate") and procs is not None:
             wanted = tuple(s.get("dstate_wchan") or ())
             r.dstate = [p for p in procs if p["state"] == "D" and self._wchan_hit(p, wanted)][:_MAX_DSTATE]
             for p in r.dstate:
                 p.pop("state", None)
         if s.get("services"):
-            r.services = self.services(s["services"], procs or [], r.pci_watch, float(s.get("probe_timeout_s", 3.0)))
+            r.services = self.services(s["services"], procs, r.pci_watch, float(s.get("probe_timeout_s", 3.0)))
         results = _finish_probes(probes, float(s.get("mount_timeout_s", 5.0)))
         if s.get("mounts"):
             mounted = self.mount_points()
@@ -165,23 +170,36 @@ class HostLive:
         p["wchan"] = wchan[:64]
         return not wanted or any(w in wchan for w in wanted)
 
-    def services(self, want: dict[str, Any], procs: list[dict[str, Any]], watch: dict | None,
+    def services(self, want: dict[str, Any], procs: list[dict[str, Any]] | None, watch: dict | None,
                  timeout_s: float) -> dict[str, dict[str, Any]]:
-        running = {p["comm"] for p in procs if p["comm"] in DAEMONS.values() and self._owned(p["pid"])}
         nvswitch = any(v.get("role") == "nvswitch" for v in (watch or {}).values())
         out = {}
         for name, mode in want.items():
             if mode is False or mode == "off":
                 continue
             expected = mode is True or mode == "on" or self._enabled(name) or (name == "fabricmanager" and nvswitch)
-            info: dict[str, Any] = {"expected": bool(expected), "running": DAEMONS[name] in running,
-                                    "answering": None, "error": None}
+            if not expected:  # a service nobody needs here costs nothing
+                out[name] = {"expected": False, "running": None, "answering": None, "error": None}
+                continue
+            if procs is None and not self._pidfile_runs(name):
+                procs = self.procs() or []  # no pid file (another packaging): look at every process once
+            running = self._pidfile_runs(name) or any(
+                p["comm"] == DAEMONS[name] and self._owned(p["pid"]) for p in procs or [])
+            info: dict[str, Any] = {"expected": True, "running": running, "answering": None, "error": None}
             if info["running"] and name == "persistenced":
                 info["answering"], info["error"] = _socket_answers(self._p(PERSISTENCED_SOCKET.lstrip("/")), timeout_s)
             elif info["running"] and name == "dcgm":
                 info["answering"], info["error"] = self._dcgm_answers(timeout_s)
             out[name] = info
         return out
+
+    def _pidfile_runs(self, name: str) -> bool:
+        """The daemon's pid file names a live process of that name, run by root (``owner``)."""
+        pid = _int(_read(self._p(PIDFILES[name]), 32))
+        if pid is None:
+            return False
+        text = _read(self._p("proc", str(pid), "stat"), 1024) or ""
+        return text[text.find("(") + 1:text.rfind(")")] == DAEMONS[name] and self._owned(pid)
 
     def _owned(self, pid: int) -> bool:
         """A daemon counts only when it runs as root (``owner``): any user may name a process

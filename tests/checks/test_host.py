@@ -76,5 +76,5 @@ def test_a_recording_without_the_host_is_not_applicable():
 def test_bad_settings_are_named():
     errors = CHECK.validate({**CHECK.defaults, "mounts": ["home"], "scratch": 5, "dstate_warn_s": -1})
     assert errors == ["mounts: want a list of absolute paths, got ['home']",
-                      "scratch: want an absolute path or null, got 5",
+                      "scratch: want an absolute path, or empty (off), got 5",
                       "dstate_warn_s: want a number >= 0 or null (off), got -1"]

@@ -142,3 +142,27 @@ def test_settings_read_only_what_the_checks_judge():
     assert settings_for({"pcie-aer": {}}) == {"pci_watch": True}
     s = settings_for({"host": {"mounts": ["/home"], "scratch": None, "dstate_warn_s": None, "dstate_fail_s": None}})
     assert s["mounts"] == ["/home"] and s["dstate"] is False and s["scratch"] is None
+
+
+def test_a_pid_file_names_the_daemon_without_a_walk_of_proc(tmp_path, monkeypatch):
+    """nvidia-persistenced's own pid file, a live process of that name: running, and no /proc walk."""
+    os.symlink("/proc", tmp_path / "proc")
+    unit = tmp_path / "etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text("")
+    daemon = tmp_path / "nvidia-persistenced"
+    shutil.copy("/bin/sleep", daemon)
+    proc = subprocess.Popen([str(daemon), "30"])
+    pidfile = tmp_path / "var/run/nvidia-persistenced/nvidia-persistenced.pid"
+    pidfile.parent.mkdir(parents=True)
+    pidfile.write_text(f"{proc.pid}\n")
+    live = HostLive({"services": {"persistenced": "auto"}, "probe_timeout_s": 0.5}, str(tmp_path), owner=os.getuid())
+    monkeypatch.setattr(HostLive, "procs", lambda self: pytest.fail("walked /proc though the pid file answered"))
+    try:
+        time.sleep(0.2)
+        got = live.read().services["persistenced"]
+    finally:
+        proc.kill()
+        proc.wait()
+    # running; its socket is not there, so it does not answer
+    assert got["running"] is True and got["answering"] is False and "socket" in got["error"]
