@@ -90,8 +90,13 @@ class HostLive:
             r.edac = self.edac()
         if s.get("pci_watch"):
             r.pci_watch = self.pci_watch()
-        procs = self.procs() if s.get("dstate") else None  # the services look for their own first
-        if s.get("dstate") and procs is not None:
+        # /proc/stat's procs_blocked counts the processes in uninterruptible sleep right now: on a
+        # healthy node it is 0 and the walk of every process is skipped
+        blocked = s.get("dstate") and self.blocked() != 0
+        procs = self.procs() if blocked else None  # the services look for their own first
+        if s.get("dstate") and not blocked:
+            r.dstate = []
+        elif s.get("dstate") and procs is not None:
             wanted = tuple(s.get("dstate_wchan") or ())
             r.dstate = [p for p in procs if p["state"] == "D" and self._wchan_hit(p, wanted)][:_MAX_DSTATE]
             for p in r.dstate:
@@ -148,7 +153,8 @@ class HostLive:
         return out
 
     def procs(self) -> list[dict[str, Any]] | None:
-        """Every process's pid, comm and state, from one pass over /proc/<pid>/stat."""
+        """Every process's pid, comm and state, from one pass over /proc/<pid>/stat (raw reads:
+        a GPU node runs a thousand processes, and this is on the health check's path)."""
         base = self._p("proc")
         try:
             pids = [n for n in os.listdir(base) if n.isdigit()][:_MAX_PROCS]
@@ -156,14 +162,30 @@ class HostLive:
             return None
         out = []
         for pid in pids:
-            text = _read(os.path.join(base, pid, "stat"), 1024)
-            if not text or ")" not in text:
+            try:
+                fd = os.open(f"{base}/{pid}/stat", os.O_RDONLY)
+            except OSError:
+                continue  # gone meanwhile
+            try:
+                text = os.read(fd, 1024).decode("ascii", "replace")
+            except OSError:
                 continue
-            comm = escape(text[text.find("(") + 1:text.rfind(")")])  # a user names a process: shown, never run
-            rest = text[text.rfind(")") + 2:].split()
-            if rest:
-                out.append({"pid": int(pid), "comm": comm[:15], "state": rest[0], "start": _int(rest[19]) if len(rest) > 19 else None})
+            finally:
+                os.close(fd)
+            end = text.rfind(")")
+            rest = text[end + 2:].split(None, 20)
+            if end < 0 or not rest:
+                continue
+            out.append({"pid": int(pid), "comm": escape(text[text.find("(") + 1:end])[:15], "state": rest[0],
+                        "start": _int(rest[19]) if len(rest) > 19 else None})
         return out
+
+    def blocked(self) -> int | None:
+        """``procs_blocked`` of /proc/stat; None when it cannot be read (then every process is looked at)."""
+        for line in (_read(self._p("proc/stat"), 1 << 20) or "").splitlines():
+            if line.startswith("procs_blocked "):
+                return _int(line.split()[1])
+        return None
 
     def _wchan_hit(self, p: dict[str, Any], wanted: tuple[str, ...]) -> bool:
         wchan = (_read(self._p("proc", str(p["pid"]), "wchan"), 128) or "").strip()
