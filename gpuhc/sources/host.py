@@ -143,8 +143,10 @@ class HostLive:
         out: dict[str, dict[str, Any]] = {}
         for name in names:
             d = os.path.join(base, name)
-            vendor, cls = _hex(_read(os.path.join(d, "vendor"))), _hex(_read(os.path.join(d, "class")))
-            role = _role(vendor, cls)
+            vendor = _hex(_read(os.path.join(d, "vendor")))
+            if vendor not in (_NVIDIA, _MELLANOX):
+                continue  # the other ~200 devices cost one read each
+            role = _role(vendor, _hex(_read(os.path.join(d, "class"))))
             if role is None:
                 continue
             path = os.path.realpath(d).split(os.sep)
