@@ -1,9 +1,10 @@
 """machine-check: the host's CPUs and memory, from machine checks and EDAC (docs/checks.md,
 "machine-check").
 
-Two sources, either enough: the kernel log's own lines (``mce:``, ``EDAC MC<n>: ... CE|UE``,
+Two sources: the kernel log's own lines (needed, as for every kernel-log check) (``mce:``, ``EDAC MC<n>: ... CE|UE``,
 ``Memory failure:``, firmware-first ``[Hardware Error]`` reports; gpuhc/sources/kernel_log_host.py)
-and the EDAC counters in /sys/devices/system/edac/mc/mc*/{ce,ue}_count (gpuhc/sources/host.py).
+and, where an EDAC driver is loaded, the counters in /sys/devices/system/edac/mc/mc*/{ce,ue}_count
+(gpuhc/sources/host.py).
 
 - an uncorrected error (an EDAC UE, a bank whose status has UC set, a poisoned page, a fatal or
   recoverable firmware report) FAILs with drain + hardware ticket: host memory lost data and the
@@ -133,8 +134,8 @@ def _validate(t: dict[str, Any]) -> list[str]:
 CHECKS = [
     Check(
         id=ID,
-        needs=(),
-        optional=(KERNEL_LOG, HOST),  # either is enough; judged on what answered
+        needs=(KERNEL_LOG,),  # a log that cannot be read is said as for every kernel-log check
+        optional=(HOST,),  # the EDAC counters; judged without them
         judge=judge,
         stages=("passive", "epilog", "bootstrap"),
         timeout_s=10.0,
