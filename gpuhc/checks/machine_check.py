@@ -1,10 +1,10 @@
 """machine-check: the host's CPUs and memory, from machine checks and EDAC (docs/checks.md,
 "machine-check").
 
-Two sources: the kernel log's own lines (needed, as for every kernel-log check) (``mce:``, ``EDAC MC<n>: ... CE|UE``,
-``Memory failure:``, firmware-first ``[Hardware Error]`` reports; gpuhc/sources/kernel_log_host.py)
-and, where an EDAC driver is loaded, the counters in /sys/devices/system/edac/mc/mc*/{ce,ue}_count
-(gpuhc/sources/host.py).
+Two sources: the kernel log's own lines, needed as by every kernel-log check (``mce:``, ``EDAC
+MC<n>: ... CE|UE``, ``Memory failure:``, firmware-first ``[Hardware Error]`` reports;
+gpuhc/sources/kernel_log_host.py), and, where an EDAC driver is loaded, the counters in
+/sys/devices/system/edac/mc/mc*/{ce,ue}_count (gpuhc/sources/host.py).
 
 - an uncorrected error (an EDAC UE, a bank whose status has UC set, a poisoned page, a fatal or
   recoverable firmware report) FAILs with drain + hardware ticket: host memory lost data and the
