@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from gpuhc.checks import host
 from gpuhc.model import Action, HostReading, Status
 from tests.helpers.snapshots import T0, context, healthy_node
@@ -78,3 +80,15 @@ def test_bad_settings_are_named():
     assert errors == ["mounts: want a list of absolute paths, got ['home']",
                       "scratch: want an absolute path, or empty (off), got 5",
                       "dstate_warn_s: want a number >= 0 or null (off), got -1"]
+
+
+def test_a_bad_host_setting_in_the_config_names_file_line_and_key(tmp_path):
+    from gpuhc.config import load_config
+    from gpuhc.errors import ConfigError
+
+    cfg = tmp_path / "gpuhc.yaml"
+    cfg.write_text("checks:\n  host:\n    thresholds:\n      mounts: [home]\n")
+    cfg.chmod(0o600)
+    with pytest.raises(ConfigError) as e:
+        load_config(str(cfg))
+    assert "gpuhc.yaml:4" in str(e.value) and "checks.host.thresholds.mounts: want a list of absolute paths" in str(e.value)
