@@ -278,12 +278,16 @@ def _activity_settings(checks: list[tuple[Check, Effective]]) -> dict[str, Any] 
     return source_settings({**check.defaults, **eff.overrides})
 
 
-def _host_settings(checks: list[tuple[Check, Effective]]) -> dict[str, Any]:
+def _host_settings(checks: list[tuple[Check, Effective]]) -> dict[str, Any] | None:
     """What the host reader reads in this run: only what the selected checks judge, with their
-    thresholds (mounts, scratch, services; gpuhc/sources/host.py, ``HostSettings``)."""
+    thresholds (mounts, scratch, services; gpuhc/sources/host.py, ``settings_for``). None, and
+    nothing imported, in a stage with no such check (the prolog)."""
+    wanted = {c.id: {**c.defaults, **eff.overrides} for c, eff in checks if HOST in (*c.needs, *c.optional)}
+    if not wanted:
+        return None
     from gpuhc.sources.host import settings_for
 
-    return settings_for({c.id: {**c.defaults, **eff.overrides} for c, eff in checks})
+    return settings_for(wanted)
 
 
 def _nvlink_slice(checks: list[tuple[Check, Effective]], stage: str,
