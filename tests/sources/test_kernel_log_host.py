@@ -75,3 +75,12 @@ def test_a_corrected_bank_status_is_corrected():
 ])
 def test_only_kernel_records_count(line):
     assert parse_lines([line]).events == []
+
+
+def test_cables_plugged_in_then_the_links_up():
+    got = [(e.kind, e.state, e.pci, e.port) for e in
+           parse_lines((HOST / "mlx5_cable_plugged_link_up_jishuzhan.log").read_text().splitlines()).events]
+    assert got == [(EventKind.IB_MODULE, "Cable plugged", "0000:01:00.0", 0),
+                   (EventKind.IB_MODULE, "Cable plugged", "0000:01:00.1", 1),
+                   (EventKind.IB_LINK, "ACTIVE", "0000:01:00.0", 1),  # the netdev lines: port 1 of each function
+                   (EventKind.IB_LINK, "ACTIVE", "0000:01:00.1", 1)]
