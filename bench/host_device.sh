@@ -11,7 +11,7 @@
 #      with mounts and scratch probed (not a target);
 #   3. bench/bench_check.py --live with the same number of runs (the issue-10 targets, for the
 #      same machine's record).
-#   OUT=/tmp/out RUNS=7 bash bench/host_device.sh
+#   OUT=/tmp/out RUNS=7 bash bench/host_device.sh   (every step has its own timeout: at most ~4 min in all)
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD NCCL_NVLS_ENABLE=0
@@ -38,13 +38,13 @@ checks:
 EOF
 
 # 1. what is here, and the verdicts
-timeout -k 5 60 $PY -m gpuhc snapshot --node benchnode >"$OUT/host-snapshot.yaml" 2>"$OUT/host-snapshot.err"
-timeout -k 5 60 $PY -m gpuhc check --node benchnode --config "$CFG/probes.yaml" --state-dir "$STATE" \
+timeout -k 5 30 $PY -m gpuhc snapshot --node benchnode >"$OUT/host-snapshot.yaml" 2>"$OUT/host-snapshot.err"
+timeout -k 5 30 $PY -m gpuhc check --node benchnode --config "$CFG/probes.yaml" --state-dir "$STATE" \
   --only pcie-aer --only machine-check --only host --only services -v --json >"$OUT/host-checks.json" 2>"$OUT/host-checks.err"
 echo "host checks exit $?" >>"$OUT/host-env.txt"
 
 # 2. cost, alternating fresh processes, medians
-timeout -k 5 150 $PY - "$RUNS" "$CFG" "$STATE" <<'EOF' | tee "$OUT/host-cost.json"
+timeout -k 5 80 $PY - "$RUNS" "$CFG" "$STATE" <<'EOF' | tee "$OUT/host-cost.json"
 import json, os, shutil, statistics, subprocess, sys, time
 runs, cfg, state = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 py = sys.executable
@@ -76,6 +76,6 @@ print(json.dumps(out))
 EOF
 
 # 3. the issue-10 bench on the same machine, same runs
-timeout -k 5 150 $PY bench/bench_check.py --live --runs "$RUNS" --json >"$OUT/host-bench-check.json" 2>&1
+timeout -k 5 90 $PY bench/bench_check.py --live --runs "$RUNS" --json >"$OUT/host-bench-check.json" 2>&1
 echo "bench_check exit $?" >>"$OUT/host-env.txt"
 rm -rf "$STATE" "$CFG"
