@@ -20,6 +20,7 @@ Format (YAML or JSON)::
                        pcie_width_max: 16, nvlink_active: 18}
     ib:
       mlx5_0/1: {rate_gbps: 400.0, state: ACTIVE, link_layer: InfiniBand}
+    host: {cpus_online: 224, mem_total_kib: 2113470000}   # the host check's (CPUs, memory)
     topology: {...}            # optional, written by the active checks (gpuhc.active)
     forced: {problems: [...]}  # only with `capture --force`: what the node failed when captured
 
@@ -41,6 +42,7 @@ from gpuhc.model import Snapshot, norm_pci
 VERSION = 1
 _GPU_KEYS = {"index": int, "name": str, "uuid": str, "serial": str, "pcie_gen_max": int, "pcie_width_max": int,
              "nvlink_active": int}
+_HOST_KEYS = {"cpus_online": int, "mem_total_kib": int}
 _IB_KEYS = {"rate_gbps": (int, float), "state": str, "link_layer": str}
 _TOP_STRINGS = ("captured_at", "hostname", "driver_version", "gpu_model")
 
@@ -80,6 +82,9 @@ def capture(snapshot: Snapshot) -> dict[str, Any]:
         from gpuhc.checks.infiniband import ib_baseline  # the shape that check reads back
 
         doc["ib"] = ib_baseline(snapshot.ib_ports)
+    host = snapshot.host
+    if host is not None and (host.cpus_online is not None or host.mem_total_kib is not None):
+        doc["host"] = {"cpus_online": host.cpus_online, "mem_total_kib": host.mem_total_kib}  # the host check's
     return doc
 
 
@@ -150,6 +155,8 @@ def load(path: str) -> dict[str, Any]:
         if not isinstance(ib, dict):
             raise bad(("ib",), "must be a mapping of port (mlx5_0/1) -> port facts")
         doc["ib"] = {str(port): _checked(info, _IB_KEYS, ("ib", port), bad) for port, info in ib.items()}
+    if doc.get("host") is not None:
+        doc["host"] = _checked(doc["host"], _HOST_KEYS, ("host",), bad)
     if doc.get("topology") is not None and not isinstance(doc["topology"], dict):
         raise bad(("topology",), "must be a mapping")
     forced = doc.get("forced")

@@ -295,6 +295,11 @@ class EventKind(str, enum.Enum):
     FALLEN_OFF_BUS = "fallen_off_bus"  # multi-line "has fallen off the bus" without an Xid
     IB_LINK = "ib_link"  # mlx5 port state change
     DRIVER = "driver"  # a driver message asking for action without an Xid; ``state`` says which
+    # The node around the GPUs (gpuhc/sources/kernel_log_host.py): a PCIe AER report, a machine
+    # check or EDAC memory error, an mlx5 cable/module event; ``state`` says which.
+    AER = "aer"
+    MCE = "mce"
+    IB_MODULE = "ib_module"
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -374,6 +379,32 @@ class ImexStatus(_Record):
     domain: str | None = None  # `-N`'s "Domain State": UP, DOWN, DEGRADED; None: not read
     nodes: dict[str, str] = field(default_factory=dict)  # `-N`'s node table: address -> state
     error: str | None = None  # why the daemon or the domain could not be read, in words
+# --------------------------------------------------------------------------- the host around the GPUs
+
+
+@dataclass(eq=False, repr=False)
+class HostReading(_Record):
+    """The node around the GPUs (gpuhc/sources/host.py), judged by the host, services, aer and
+    mce checks. Every field None: not read (off by config, or no such thing on this node)."""
+
+    cpus_online: int | None = None  # /sys/devices/system/cpu/online, counted
+    mem_total_kib: int | None = None  # /proc/meminfo MemTotal
+    # EDAC memory controllers: "mc0" -> {"ce": n, "ue": n} (/sys/devices/system/edac/mc)
+    edac: dict[str, dict[str, int]] | None = None
+    # The devices a job needs and the bridges above them: PCI id -> {"role": "gpu" | "nvswitch" |
+    # "nic", "upstream": [bridge PCI ids, nearest first]} (sysfs, walked up from each device)
+    pci_watch: dict[str, dict[str, Any]] | None = None
+    # Site-named mounts: path -> {"ok": bool, "seconds": float, "error": str | None}
+    mounts: dict[str, dict[str, Any]] | None = None
+    # Local scratch: {"path": str, "free_bytes": int, "total_bytes": int} or {"path", "error"}
+    scratch: dict[str, Any] | None = None
+    # Processes in uninterruptible sleep on the GPU or a file system: [{"pid", "comm", "wchan"}]
+    dstate: list[dict[str, Any]] | None = None
+    # GPU services: name -> {"expected": bool, "running": bool, "answering": bool | None,
+    # "error": str | None} (fabricmanager, persistenced, dcgm)
+    services: dict[str, dict[str, Any]] | None = None
+
+
 # --------------------------------------------------------------------------- job activity (issue 24)
 
 
@@ -446,6 +477,8 @@ class Snapshot(_Record):
     # Slurm's view of the GPUs, as `gpuhc snapshot` records it for a replay elsewhere:
     # {"conf": gres.conf text, "mig_minors": the driver's MIG minors} (gpuhc/sources/gres.py).
     gres: dict | None = None
+    # The node around the GPUs (gpuhc/sources/host.py). None: not read.
+    host: HostReading | None = None
 
 
 _PCI_RE = re.compile(

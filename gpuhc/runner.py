@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from gpuhc.checks.base import ACTIVITY, AER, IB, IMEX, KERNEL_LOG, NVML, PCI, PROCS, Check, CheckOutput, Context, Declared
+from gpuhc.checks.base import ACTIVITY, AER, HOST, IB, IMEX, KERNEL_LOG, NVML, PCI, PROCS, Check, CheckOutput, Context, Declared
 from gpuhc.config import Config
 from gpuhc.model import Result, Snapshot, Status
 from gpuhc.phases import mark
@@ -122,7 +122,8 @@ def run_stage(opts: RunOptions) -> RunReport:
     prev_checks = _mapping(prior.get("checks"))
     rotation, phases = _nvlink_slice(checks, opts.stage, prev_checks)
     spec = replace(spec, gpus=opts.gpus, job=opts.job, occupancy_wait_s=wait_s, occupancy_settle_mib=settle_mib,
-                   dl_rotation=rotation, dl_phases=phases, activity=_activity_settings(checks))
+                   dl_rotation=rotation, dl_phases=phases, activity=_activity_settings(checks),
+                   host=_host_settings(checks))
     sources = build_sources(spec, step)
     readers = _start_readers(sources, {n for c, _ in checks for n in (*c.needs, *c.optional)})
     snapshot = Snapshot(hostname=report.node, time=opts.now if opts.now is not None else time.time())
@@ -216,7 +217,7 @@ def run_stage(opts: RunOptions) -> RunReport:
 def read_snapshot(spec: SourceSpec, hostname: str, timeout_s: float = 30.0, step: int | None = None) -> Snapshot:
     """Read every source once (for `gpuhc snapshot` and `gpuhc baseline capture`)."""
     sources = build_sources(spec, step)
-    readers = _start_readers(sources, {NVML, KERNEL_LOG, IB, AER, PCI, PROCS, IMEX, ACTIVITY})
+    readers = _start_readers(sources, {NVML, KERNEL_LOG, IB, AER, PCI, PROCS, IMEX, ACTIVITY, HOST})
     deadline = time.monotonic() + timeout_s
     late = [name for name, r in readers.items() if not r.wait(deadline)]
     if late:
@@ -250,6 +251,7 @@ def _start_readers(sources: Sources, needs: set[str]) -> dict[str, _Reader]:
         PROCS: sources.procs.read if sources.procs is not None else (lambda: None),
         IMEX: sources.imex.read if sources.imex is not None else (lambda: None),
         ACTIVITY: sources.activity.read if sources.activity is not None else (lambda: None),
+        HOST: sources.host.read if sources.host is not None else (lambda: None),
     }
     return {name: _Reader(name, fns[name]) for name in fns if name in needs}
 
@@ -275,6 +277,18 @@ def _activity_settings(checks: list[tuple[Check, Effective]]) -> dict[str, Any] 
 
     check, eff = found
     return source_settings({**check.defaults, **eff.overrides})
+
+
+def _host_settings(checks: list[tuple[Check, Effective]]) -> dict[str, Any] | None:
+    """What the host reader reads in this run: only what the selected checks judge, with their
+    thresholds (mounts, scratch, services; gpuhc/sources/host.py, ``settings_for``). None, and
+    nothing imported, in a stage with no such check (the prolog)."""
+    wanted = {c.id: {**c.defaults, **eff.overrides} for c, eff in checks if HOST in (*c.needs, *c.optional)}
+    if not wanted:
+        return None
+    from gpuhc.sources.host import settings_for
+
+    return settings_for(wanted)
 
 
 def _nvlink_slice(checks: list[tuple[Check, Effective]], stage: str,
@@ -331,7 +345,7 @@ def _recording_time(snapshot: Snapshot, klog: _Reader) -> bool:
 def _fill(snapshot: Snapshot, readers: dict[str, _Reader]) -> None:
     for name, attr in ((NVML, "nvml"), (KERNEL_LOG, "kernel"), (IB, "ib_ports"), (AER, "aer"),
                        (PCI, "pci_gpus"), (PROCS, "occupancy"), (IMEX, "imex"),
-                       (ACTIVITY, "activity")):
+                       (ACTIVITY, "activity"), (HOST, "host")):
         r = readers.get(name)
         if r is not None and r._done.is_set() and r.error is None and getattr(snapshot, attr) is None:
             setattr(snapshot, attr, r.value)

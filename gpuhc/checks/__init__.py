@@ -27,6 +27,10 @@ MODULES = (
     "mig_layout",
     "fabric",
     "jobs",
+    "pcie_aer",  # the node around the GPUs (docs/checks.md): AER, machine checks, host, services
+    "machine_check",
+    "host",
+    "services",
 )
 
 

@@ -24,6 +24,7 @@ PCI = "pci"  # the NVIDIA GPUs on the PCI bus (sysfs), whether NVML sees them or
 PROCS = "gpu_procs"  # processes and memory on the GPUs (prolog, epilog, bootstrap)
 IMEX = "imex"  # the IMEX daemon and its domain (nvidia-imex-ctl), where installed
 ACTIVITY = "activity"  # what the GPUs running jobs hold are doing (the health check's job checks)
+HOST = "host"  # the node around the GPUs: CPUs, memory, EDAC, PCI tree, mounts, services (sources/host.py)
 
 STAGES = ("passive", "prolog", "epilog", "bootstrap")
 

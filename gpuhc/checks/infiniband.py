@@ -125,9 +125,15 @@ def down_seconds(obs: list[tuple[float, bool]], now: float, window: float, first
     return total
 
 
+_MODULE_DOWN = ("Cable unplugged", "Cable error")  # mlx5 module events (kernel_log_host); module numbers are not ports
+
 def _events_for(port: IbPort, pci: str | None, events: list[KernelEvent]) -> list[tuple[float, bool]]:
     out = []
     for ev in events:
+        if ev.kind is EventKind.IB_MODULE:  # a cable pulled or failed: an outage starts (no Port: line needed)
+            if ev.state in _MODULE_DOWN and ev.time is not None and ev.pci and ev.pci == pci:
+                out.append((float(ev.time), False))
+            continue
         if ev.kind is not EventKind.IB_LINK or ev.time is None or not ev.state:
             continue
         if ev.port is not None and ev.port != port.port:

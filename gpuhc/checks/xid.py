@@ -159,7 +159,7 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     win = EventWindow(klog, now, window_s, ctx.prev)
     gpus = _gpus_by_pci(snapshot)
 
-    events = win.events(KINDS)
+    events = _join_watchdog(win.events(KINDS))
     recovered = _recovered(events, gpus)
     driver = klog.driver_version or (snapshot.nvml.driver_version if snapshot.nvml else None)
     groups: dict[tuple, _Group] = {}
@@ -246,6 +246,29 @@ def _gpus_by_pci(snapshot: Snapshot) -> dict[str, GpuReading]:
     return {norm_pci(g.pci_bus_id): g for g in nvml.gpus}
 
 
+WATCHDOG_XID_S = 10.0  # the Xid 8 the RC watchdog's recovery logs comes within seconds
+
+
+def _join_watchdog(events: list[tuple[KernelEvent, bool]]) -> list[tuple[KernelEvent, bool]]:
+    """An RC watchdog lock-up and the Xid 8 its recovery logs are one incident: the Xid names
+    the GPU the watchdog line does not, and the stronger verdict (the lock-up's) is the one
+    reported; the Xid's "restart app" warning would only blur it (docs/checks.md, "xid")."""
+    from dataclasses import replace
+
+    out = list(events)
+    for i, (ev, new) in enumerate(out):
+        if ev.kind is not EventKind.DRIVER or ev.state != "rc_watchdog":
+            continue
+        for j in range(i + 1, min(len(out), i + 6)):
+            x = out[j][0]
+            if x.kind is EventKind.XID and x.code == 8 and (ev.pci is None or x.pci == ev.pci) and (
+                    ev.time is None or x.time is None or 0 <= x.time - ev.time <= WATCHDOG_XID_S):
+                out[i] = (replace(ev, pci=ev.pci or x.pci, message=f"{ev.message} (then Xid 8)"), new)
+                del out[j]
+                break
+    return out
+
+
 def _recovered(events: list[tuple[KernelEvent, bool]], gpus: dict[str, GpuReading]) -> dict[str, float]:
     """GPUs whose latest Xid 154 says "recovery action: None": the driver declares them healed."""
     last154: dict[str, KernelEvent] = {}
@@ -301,7 +324,8 @@ def _fail(inc: dict, held_for_s: float | None = None) -> Result:
     where, n = _where(inc["subject"], inc.get("pci")), _count(int(inc["count"]))
     if inc.get("signal"):
         dev = f" (the driver's {inc['device']})" if inc.get("device") and inc["subject"] == "node" else ""
-        msg = f"{where}{dev}: {signal_info(inc['signal']).name}{n} (driver message, no Xid)"
+        joined = "then Xid 8" if "(then Xid 8)" in str(inc.get("last_message")) else "no Xid"
+        msg = f"{where}{dev}: {signal_info(inc['signal']).name}{n} (driver message, {joined})"
     elif inc.get("xid", True):
         code = int(inc["code"])
         msg = f"Xid {code} on {where}{n}: {inc.get('name') or xid_info(code).name}"

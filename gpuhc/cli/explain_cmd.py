@@ -1,4 +1,4 @@
-"""`gpuhc explain xid|sxid|signal [CODE]`: what gpuhc knows about an Xid, an SXid or a driver
+"""`gpuhc explain xid|sxid|signal|check [CODE]`: what gpuhc knows about an Xid, an SXid or a driver
 message without an Xid ("signal"), and what it will do.
 
 Answers the on-call question "the node was drained for Xid 119, what does that mean?" from the
@@ -123,16 +123,40 @@ def _code(kind: str, code: str | None) -> int | str | None:
     return int(code)
 
 
+def _check_lines(code: str | None) -> list[str]:
+    """``explain check [ID]``: a check's one line, stages, sources and default thresholds, from
+    the registry the runner uses (so it cannot disagree with a run)."""
+    from gpuhc.checks import all_checks
+
+    checks = {c.id: c for c in all_checks()}
+    if code is None:
+        return [f"{c.id:<16} {getattr(c, 'doc', '') or ''}" for c in checks.values()]
+    if code not in checks:
+        raise click.BadParameter(f"{code!r} is no check (known: {', '.join(checks)})", param_hint="CODE")
+    c = checks[code]
+    lines = [f"check {c.id}: {getattr(c, 'doc', '') or ''}",
+             f"  stages:     {', '.join(c.stages)}",
+             f"  reads:      {', '.join((*c.needs, *getattr(c, 'optional', ()))) or 'nothing'}",
+             "  thresholds (defaults; a profile and checks.<id>.thresholds override them):"]
+    lines += [f"    {k}: {json.dumps(v)}" for k, v in c.defaults.items()]
+    lines.append("  details: docs/checks.md")
+    return lines
+
+
 @click.command()
-@click.argument("kind", type=click.Choice(["xid", "sxid", "signal"], case_sensitive=False))
+@click.argument("kind", type=click.Choice(["xid", "sxid", "signal", "check"], case_sensitive=False))
 @click.argument("code", required=False)
 @click.option("--json", "json_mode", is_flag=True, help="Print JSON instead of text.")
 def explain(kind: str, code: str | None, json_mode: bool) -> None:
-    """Explain an Xid, an NVSwitch SXid, or a driver message without an Xid (signal: e.g.
-    reset_required): its meaning and what gpuhc does about it.
+    """Explain an Xid, an NVSwitch SXid, a driver message without an Xid (signal: e.g.
+    reset_required), or a check (check: e.g. pcie-aer): its meaning and what gpuhc does about it.
 
     Without CODE, print the whole catalog. Unknown Xid codes show the default verdict."""
     kind = kind.lower()
+    if kind == "check":  # a check of the node around the GPUs (or any other) by its id
+        for line in _check_lines(code):
+            click.echo(line)
+        return
     code = _code(kind, code)
     entries = _entries(kind, code)
     if json_mode:

@@ -76,6 +76,11 @@ class Flow:
 
     @property
     def deadline(self) -> float:
+        if self.stage == "passive":  # follows slurm.conf's HealthCheckTimeout where the site says it
+            from gpuhc.slurm.releases import passive_deadline_s
+
+            return self.started + passive_deadline_s(float(self.slurm["deadline_s"]["passive"]),
+                                                     self.slurm.get("health_check_timeout_s"))
         return self.started + float(self.slurm["deadline_s"][self.stage])
 
     @property

@@ -52,3 +52,31 @@ SINFO_JSON_NEW = "sinfo --json (23.02+)"  # {"sinfo": [...]}, one record per (pa
 # Where a grouped sinfo record keeps the reason's user: 23.02-25.11 under ``reason.user``,
 # 26.05 beside it as ``reason_set_by_user``.
 SINFO_REASON_USER_KEYS = ("user", "reason_set_by_user")
+
+
+# --- the health check's own settings (slurm.conf(5) and the CHANGELOG of SchedMD/slurm) --------
+
+# slurmd kills HealthCheckProgram at 60 s on every release; 26.05 makes that HealthCheckTimeout
+# (default 60, at most 65535; slurmd.c's run_script_health_check waits that long).
+HEALTH_CHECK_KILL_S = 60.0
+HEALTH_CHECK_TIMEOUT_SINCE = "26.05"
+HEALTH_CHECK_START_ONLY_SINCE = "25.11"  # HealthCheckNodeState=START_ONLY: only at slurmd start
+HEALTH_CHECK_REBOOT_ONLY_SINCE = "26.05"  # REBOOT_ONLY: only when slurmd reports back after a reboot
+# SLURM_NODE_IS_HEALTHY in the health check's environment: the controller's view, "yes" or "no"
+# (down, drained, draining, failing, in maintenance), unset when unknown (slurmd's start-up run);
+# 26.05.2 and later (slurmd.c, run_script_health_check).
+# gpuhc needs no such hint: a healthy run of a node it does not hold asks Slurm nothing already
+# (policy.needs_slurm), and every other run needs the node's reason, which "yes"/"no" does not
+# carry (docs/slurm.md, "Slurm's own words about the health check").
+NODE_IS_HEALTHY_SINCE = "26.05.2"
+HEALTH_CHECK_MARGIN_S = 5.0  # gpuhc ends this long before slurmd would kill it
+
+
+def passive_deadline_s(deadline_s: float, health_check_timeout_s: float | None) -> float:
+    """The health check's hard end: ``slurm.deadline_s.passive`` (55 s, for Slurm's fixed 60 s),
+    or, where the site set ``slurm.health_check_timeout_s`` to its slurm.conf HealthCheckTimeout,
+    that less the margin (never below 1 s)."""
+    if health_check_timeout_s is None:
+        return deadline_s
+    return max(1.0, float(health_check_timeout_s) - HEALTH_CHECK_MARGIN_S)
+

@@ -41,6 +41,11 @@ SCHEMA = {
         "epilog": Key(float, 60.0, "hard end of `gpuhc epilog`", min=2.0, max=3600.0),
         "bootstrap": Key(float, 900.0, "hard end of `gpuhc quarantine retest`", min=10.0, max=14400.0),
     },
+    # Slurm 26.05's HealthCheckTimeout, as set in slurm.conf (gpuhc/slurm/releases.py): the health
+    # check then ends 5 s before it instead of at deadline_s.passive.
+    "health_check_timeout_s": Key(float, None, "your slurm.conf HealthCheckTimeout (Slurm 26.05+); the health "
+                                  "check ends 5 s before it instead of at deadline_s.passive", min=6.0, max=65535.0,
+                                  nullable=True),
     "log_file": Key(str, None, "append gpuhc's Slurm decisions here too (slurmd discards the health check's output)",
                     nullable=True),
     "syslog": Key(bool, True, "log decisions to syslog (facility daemon, ident gpuhc)"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpuhc.sources.base import ActivitySource, ImexSource, KernelLogSource, NvmlSource, PciSource, ProcsSource, SysfsSource
+from gpuhc.sources.base import ActivitySource, HostSource, ImexSource, KernelLogSource, NvmlSource, PciSource, ProcsSource, SysfsSource
 
 
 @dataclass
@@ -41,6 +41,8 @@ class SourceSpec:
     # The job checks' activity reader (gpuhc/checks/jobs.py, source_settings): window_s,
     # gpm_window_s, environ.
     activity: dict[str, Any] | None = None
+    # What the host reader reads (gpuhc/sources/host.py, settings_for); None: everything, defaults.
+    host: dict[str, Any] | None = None
 
 
 @dataclass
@@ -55,6 +57,7 @@ class Sources:
     procs: ProcsSource | None = None  # who holds the GPUs; None: unknown (a recording without it)
     imex: ImexSource | None = None  # the IMEX daemon; None: unknown (a recording without it)
     activity: ActivitySource | None = None  # what the jobs' GPUs do; None: not read
+    host: HostSource | None = None  # the node around the GPUs; None: unknown (a recording without it)
 
 
 def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
@@ -119,14 +122,15 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
         if scenario is not None:
             pci = scenario.sysfs_source()  # its pci_gpus, or None: unknown
     imex: ImexSource | None
-    if scenario is not None:  # a replay never asks the live node's IMEX daemon
-        imex = scenario.imex_source()
+    host: HostSource | None
+    if scenario is not None:  # a replay never asks the live node's IMEX daemon, nor its host
+        imex, host = scenario.imex_source(), scenario.host_source()
     else:
         from gpuhc.sources.imex import ImexLive
 
-        imex = ImexLive()
+        imex, host = ImexLive(), _LazyHost(spec.host, spec.sysfs_root or "/")
     return Sources(nvml=nvml, kernel_log=klog, sysfs=sysfs, replay=replay, pci=pci, procs=procs, imex=imex,
-                   activity=activity)
+                   activity=activity, host=host)
 
 
 @dataclass
@@ -154,3 +158,16 @@ class _LazyActivity:
         from gpuhc.sources.job_activity import ActivityLive
 
         return ActivityLive(**self.settings).read()
+
+
+@dataclass
+class _LazyHost:
+    """The live host reader, imported only by a run whose checks read it."""
+
+    settings: dict[str, Any] | None
+    root: str
+
+    def read(self):
+        from gpuhc.sources.host import HostLive
+
+        return HostLive(self.settings, self.root).read()

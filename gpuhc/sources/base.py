@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpuhc.model import Activity, AerCounters, IbPort, ImexStatus, KernelLog, NvmlReading, Occupancy
+from gpuhc.model import Activity, AerCounters, HostReading, IbPort, ImexStatus, KernelLog, NvmlReading, Occupancy
 
 
 class NvmlSource(Protocol):
@@ -48,3 +48,9 @@ class ActivitySource(Protocol):
     def read(self) -> Activity | None:
         """What the GPUs running jobs hold did over the last seconds; None when a recording
         does not say."""
+
+
+class HostSource(Protocol):
+    def read(self) -> HostReading | None:
+        """The node around the GPUs (CPUs, memory, EDAC, PCI tree, mounts, services); None when
+        a recording does not say."""

@@ -63,6 +63,9 @@ SIGNALS: tuple[tuple[str, re.Pattern], ...] = (
     ("gsp_heartbeat", lazy(_FN + r"(?:Heartbeat timed out, currentTimeMs \d{1,12} |(?:GSP RM|LibOS) heartbeat timed out\s*$)")),
     # crashcat_report_v1_libos3.c prints the watchdog line with no "NVRM:" in front; newer
     # drivers put their own banner over it
+    # kernel_rc_watchdog_callback.c (open-gpu-kernel-modules 595.45.04): the channel watchdog's
+    # notifier did not come back; the driver then runs its recovery, which logs the Xid 8
+    ("rc_watchdog", lazy(_FN + r"RC watchdog: GPU is probably locked!")),
     ("gsp_watchdog", lazy(r"(?:NVRM: (?:GPU\d{1,3} )?)?GSP task watchdog timeout @ pc:0x[0-9a-fA-F]{1,16}, partition:\d{1,3}#\d{1,3}, task:\d{1,3}")),
 )
 

@@ -67,6 +67,7 @@ from gpuhc.lazyre import lazy  # patterns compile on first use: most runs need f
 from gpuhc.logtext import escape
 from gpuhc.model import EventKind, KernelEvent, KernelLog, norm_pci
 from gpuhc.sources import kernel_log_grammar as G
+from gpuhc.sources.kernel_log_host import HostLines
 from gpuhc.sources.kernel_log_incidents import Found, incidents
 from gpuhc.sources.kernel_log_prefix import (
     KMSG,
@@ -128,6 +129,7 @@ class _Parser:
         self.driver_version: str | None = None
         self.gpu_ctx: tuple[str, int] | None = None  # (pci, line index) of the last GPU named
         self.export = JournalExport(self.stamps)
+        self.host = HostLines()  # AER, machine checks, mlx5 cable events (kernel_log_host)
 
     # ------------------------------------------------------------------ lines and prefixes
 
@@ -219,10 +221,17 @@ class _Parser:
     def _message(self, text: str, t: float | None, seq: int | None) -> None:
         self.idx += 1
         msg = text.strip()
-        if not msg.startswith(_STARTS) and "SXid" not in msg:
-            return  # cheap first: most kernel lines are nothing of the driver's
+        driver = msg.startswith(_STARTS) or "SXid" in msg
+        host = self.host.wants(msg)  # AER, machine check, mlx5 cable words (kernel_log_host)
+        if not driver and not host:
+            return  # cheap first: most kernel lines are nothing of the driver's nor the host's
         if G.is_process_line(msg):
             return  # a line that starts with a process's name is never driver evidence
+        if host:
+            found = self.host.feed(msg, t, seq, self.idx)
+            if found is not None or not driver:
+                self.found.extend([found] if found else [])
+                return
         if "SXid" in msg and G.SXID_WORD.search(msg):
             self._sxid(msg, t, seq)
         elif msg.startswith("NVRM"):

@@ -29,7 +29,7 @@ from typing import Any
 
 from gpuhc.errors import ConfigError, SourceError
 from gpuhc.logtext import escape
-from gpuhc.model import Activity, AerCounters, IbPort, ImexStatus, KernelLog, NvmlReading, Occupancy, norm_pci
+from gpuhc.model import Activity, AerCounters, HostReading, IbPort, ImexStatus, KernelLog, NvmlReading, Occupancy, norm_pci
 from gpuhc.sources import snapshot_io as sio
 from gpuhc.yamlpos import line_of, load_file_text, read_text
 
@@ -38,7 +38,7 @@ _COMMON = ("hostname", "time", "driver_version", "cuda_driver_version", "nvml", 
            "kernel_log", "kernel", "ib_ports", "aer", "pci_gpus", "occupancy",
            "activity")  # job activity (issue 24): gpuhc/sources/activity_io.py
 _COMMON = (*_COMMON, "imex")  # the IMEX daemon (gpuhc/sources/imex.py); replaced whole by a step
-_COMMON = (*_COMMON, "gres")  # Slurm's view of the GPUs (gpuhc/sources/gres.py); replaced whole by a step
+_COMMON = (*_COMMON, "gres", "host")  # Slurm's view of the GPUs (gpuhc/sources/gres.py), the node around them (gpuhc/sources/host.py); each replaced whole by a step
 TOP_KEYS = (*_COMMON, "format", "description", "ib_defaults", "extends", "steps")
 STEP_KEYS = (*_COMMON, "description", "ib_defaults")
 _MAX_EXTENDS = 8  # a chain longer than this is a loop
@@ -105,6 +105,7 @@ class Scenario:
     imex: ImexStatus | None = None
     activity: Activity | None = None  # job activity (issue 24)
     gres: dict[str, str] | None = None  # {conf: gres.conf text, mig_minors: mig-minors text}
+    host: HostReading | None = None  # the node around the GPUs (gpuhc/sources/host.py)
 
     def nvml_source(self) -> _Fixed:
         return _Fixed(self.nvml)
@@ -116,6 +117,10 @@ class Scenario:
     def imex_source(self) -> _Fixed:
         """The recorded IMEX status; None (not read) when the scenario has none."""
         return _Fixed(self.imex)
+    def host_source(self) -> _Fixed:
+        """The recorded host; None (not read) when the scenario has none."""
+        return _Fixed(self.host)
+
     def activity_source(self) -> _Fixed:
         """The recorded job activity; None (the jobs check says "not read") when there is none."""
         return _Fixed(self.activity)
@@ -252,6 +257,10 @@ def _validate(doc: Any, path: tuple, allowed: tuple[str, ...], err: sio.ErrorFn)
             sio.check_occupancy(value, p, err)
         elif key == "imex":
             sio.check_imex(value, p, err)
+        elif key == "host":
+            from gpuhc.sources.host import check_host
+
+            check_host(value, p, err)
         elif key == "activity":
             from gpuhc.sources.activity_io import check_activity
 
@@ -309,6 +318,7 @@ class _State:
         self.imex: dict[str, Any] | None = None
         self.activity: dict[str, Any] | None = None  # job activity: the whole section, replaced by a step
         self.gres: dict[str, str] | None = None
+        self.host: dict[str, Any] | None = None  # the node around the GPUs: replaced whole by a step
 
     def _resize(self, count: int) -> None:
         while len(self.gpus) > count:
@@ -372,6 +382,8 @@ class _State:
             self.activity = copy.deepcopy(part["activity"])
         if "gres" in part:
             self.gres = dict(part["gres"])
+        if "host" in part:
+            self.host = copy.deepcopy(part["host"])
 
     @staticmethod
     def _override(gpu: dict[str, Any], fields: dict[str, Any], template: bool) -> None:
@@ -410,6 +422,7 @@ class _State:
             description=self.top.get("description"), kernel_lines=self.kernel_lines, kernel=kernel,
             ib_ports=ib, aer=aer, pci_gpus=self.pci_gpus, occupancy=occupancy, activity=activity,
             imex=None if self.imex is None else sio.imex_from_dict(self.imex), gres=self.gres,
+            host=None if self.host is None else HostReading(**copy.deepcopy(self.host)),
         )
 
 

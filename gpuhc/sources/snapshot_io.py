@@ -28,6 +28,8 @@ Document shape (all keys optional except where a GPU needs them)::
     imex: {installed: true, daemon: READY, domain: UP,   # the IMEX daemon (gpuhc/sources/imex.py)
            nodes: {"10.0.0.1": READY}, error: null}
     activity: {gpus: [{index: 0, jobs: ["4242"], gpu_util: [100], ...}]}   # gpuhc.sources.activity_io
+    host: {cpus_online: 128, mem_total_kib: 2113470000, edac: {mc0: {ce: 0, ue: 0}},   # gpuhc.sources.host
+           pci_watch: {"0000:18:00.0": {role: gpu, upstream: ["0000:17:00.0"]}}, mounts: {...}, ...}
     steps: [{<partial document>}, ...]       # see gpuhc.sources.scenario
     extends: healthy-8xh100.yaml             # start from another scenario (gpuhc.sources.scenario)
 
@@ -179,6 +181,8 @@ def dump_snapshot(snapshot: Snapshot, compact: bool = True) -> dict[str, Any]:
         doc["activity"] = _plain(snapshot.activity)
     if snapshot.gres is not None:  # gres.conf and MIG minors: Slurm's GPU numbers replay too
         doc["gres"] = dict(snapshot.gres)
+    if snapshot.host is not None:  # the node around the GPUs (gpuhc/sources/host.py)
+        doc["host"] = {k: v for k, v in _plain(snapshot.host).items() if v is not None}
     return doc
 
 

@@ -78,6 +78,10 @@ EXPECTED: dict[str, tuple[list[Status], set[tuple[str, str, str]]]] = {
     "healthy-8xa100-mig.yaml": ([PASS], set()),
     "mig-leftover-own-slice.yaml": ([PASS], set()),
     "gres-order-8xh100.yaml": ([FAIL], {("ecc", "gpu2", "reset GPU")}),
+    # The node around the GPUs (issue 33): the root port above gpu0 failed, and the GPU with it;
+    # Fabric Manager down on an NVSwitch node.
+    "aer-gpu-root-port.yaml": ([FAIL], {("pcie-aer", "gpu0", "drain + reboot"), ("pcie-aer", "0000:00:03.0", "drain + reboot")}),
+    "fabric-manager-down.yaml": ([FAIL], {("services", "fabricmanager", "drain + reboot")}),
 }
 
 

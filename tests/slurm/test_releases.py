@@ -59,3 +59,26 @@ def test_the_config_offers_the_reboot_states_every_release_accepts():
     from gpuhc.slurm.settings import SCHEMA
 
     assert tuple(SCHEMA["quarantine"]["reboot_nextstate"].choices) == REBOOT_NEXTSTATES
+
+
+# --- the health check's own settings (issue 33) ----------------------------------------------
+
+
+def test_the_passive_deadline_follows_health_check_timeout_when_the_site_sets_it():
+    from gpuhc.slurm.releases import passive_deadline_s
+
+    assert passive_deadline_s(55.0, None) == 55.0  # Slurm's fixed 60 s: deadline_s.passive
+    assert passive_deadline_s(55.0, 300.0) == 295.0  # HealthCheckTimeout=300: five seconds before it
+    assert passive_deadline_s(55.0, 6.0) == 1.0
+
+
+def test_a_flows_deadline_uses_it(tmp_path, monkeypatch):
+    from tests.helpers.minislurm import MiniSlurm, config, flow
+
+    cfg = config(tmp_path)
+    cfg.data["slurm"]["health_check_timeout_s"] = 120.0
+    _, f = flow(tmp_path, monkeypatch, "passive", MiniSlurm({"n1": ("IDLE", None)}), [], cfg=cfg)
+    assert f.deadline - f.started == 115.0
+    _, p = flow(tmp_path, monkeypatch, "prolog", MiniSlurm({"n1": ("IDLE", None)}), [], cfg=cfg)
+    assert p.deadline - p.started == float(cfg.data["slurm"]["deadline_s"]["prolog"])  # the prolog's own
+

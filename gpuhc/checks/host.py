@@ -1,0 +1,171 @@
+"""host: what a job needs of the node besides its GPUs (docs/checks.md, "host").
+
+- CPUs online and memory size against the baseline (``gpuhc baseline capture`` records both):
+  fewer CPUs than captured (one taken offline, a socket lost) FAILs, drain + ticket; memory more
+  than ``memory_loss_pct`` below the captured size (a DIMM that dropped out at boot) FAILs the
+  same way. Without a baseline these are n/a: no node's own numbers to hold it to.
+- mounts the site names (``mounts``, e.g. the shared file system and the dataset mount): each
+  must be mounted and answer ``stat -f`` within ``mount_timeout_s`` (the probe runs in a child
+  process, gpuhc/sources/host.py). Not mounted or not answering FAILs with drain + reboot: a hung
+  NFS mount hangs every job that touches it, and a reboot is what clears most.
+- free space on ``scratch`` (local scratch; empty: off): WARN below ``scratch_warn_pct`` free, FAIL (drain +
+  ticket: a person must clean it) below ``scratch_fail_pct``.
+- processes in uninterruptible sleep (state D) whose kernel wait channel is one of
+  ``dstate_wchan`` (the GPU driver, NFS, Lustre, FUSE...), seen on consecutive runs: WARN after
+  ``dstate_warn_s``, FAIL (drain + reboot) after ``dstate_fail_s``. Such a process cannot be
+  killed, so Slurm cannot end its job either.
+Each part is off when its setting is empty or null (mounts, scratch, the dstate bounds).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuhc.checks.base import HOST, Check, CheckOutput, Context, na, result
+from gpuhc.model import Action, Snapshot, Status
+
+ID = "host"
+
+
+def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
+    h = snapshot.host
+    if h is None:
+        return CheckOutput([na(ID, "the host was not read (a recording without its host section)")])
+    out = _baseline(h, ctx) + _mounts(h, ctx) + _scratch(h, ctx)
+    found, state = _dstate(h, snapshot.time, ctx)
+    out += found
+    if not out:
+        out.append(result(ID, Status.PASS, _summary(h)))
+    out.sort(key=lambda r: -r.status.rank)
+    return CheckOutput(out, state=state)
+
+
+def _summary(h) -> str:
+    parts = []
+    if h.cpus_online is not None:
+        parts.append(f"{h.cpus_online} CPUs online")
+    if h.mem_total_kib is not None:
+        parts.append(f"{h.mem_total_kib / 1048576:.0f} GiB memory")
+    if h.mounts:
+        parts.append(f"{len(h.mounts)} mount(s) answering")
+    return "host as expected" + (f": {', '.join(parts)}" if parts else "")
+
+
+def _baseline(h, ctx: Context) -> list:
+    base = (ctx.baseline or {}).get("host")
+    if not isinstance(base, dict):
+        return []
+    out = []
+    want = base.get("cpus_online")
+    if isinstance(want, int) and h.cpus_online is not None and h.cpus_online < want:
+        out.append(result(ID, Status.FAIL, f"{h.cpus_online} CPUs online < {want} in the baseline",
+                          value=h.cpus_online, threshold=want, action=Action.DRAIN_TICKET))
+    mem = base.get("mem_total_kib")
+    pct = float(ctx.t("memory_loss_pct", 2.0))
+    if isinstance(mem, int) and mem > 0 and h.mem_total_kib is not None and h.mem_total_kib < mem * (1 - pct / 100):
+        out.append(result(ID, Status.FAIL, f"memory {h.mem_total_kib / 1048576:.1f} GiB < {mem / 1048576:.1f} GiB in the "
+                          f"baseline (more than {pct:g}% gone: a DIMM lost?)", value=h.mem_total_kib, threshold=mem,
+                          action=Action.DRAIN_TICKET))
+    return out
+
+
+def _mounts(h, ctx: Context) -> list:
+    out = []
+    for path, m in sorted((h.mounts or {}).items()):
+        if not isinstance(m, dict) or m.get("ok"):
+            continue
+        out.append(result(ID, Status.FAIL, f"mount {path}: {m.get('error') or 'not answering'}", path,
+                          value=m, threshold=ctx.t("mount_timeout_s"), action=Action.DRAIN_REBOOT))
+    return out
+
+
+def _scratch(h, ctx: Context) -> list:
+    s = h.scratch
+    if not isinstance(s, dict):
+        return []
+    path = s.get("path") or "scratch"
+    if s.get("error"):
+        return [result(ID, Status.WARN, f"scratch {path}: {s['error']}", path)]
+    free, total = s.get("free_bytes"), s.get("total_bytes")
+    if not isinstance(free, int) or not isinstance(total, int) or total <= 0:
+        return []
+    pct = 100.0 * free / total
+    text = f"scratch {path}: {pct:.1f}% free ({free / 2**30:.1f} GiB)"
+    fail, warn = ctx.t("scratch_fail_pct"), ctx.t("scratch_warn_pct")
+    if fail is not None and pct < float(fail):
+        return [result(ID, Status.FAIL, f"{text} < {fail}%", path, value=pct, threshold=fail, action=Action.DRAIN_TICKET)]
+    if warn is not None and pct < float(warn):
+        return [result(ID, Status.WARN, f"{text} < {warn}%", path, value=pct, threshold=warn)]
+    return []
+
+
+def _dstate(h, now: float, ctx: Context) -> tuple[list, dict[str, Any]]:
+    """Stuck processes, by (pid, start) so a reused pid starts afresh; first sight in state."""
+    if h.dstate is None:
+        return [], dict(ctx.prev or {})
+    before = (ctx.prev or {}).get("dstate") or {}
+    seen: dict[str, float] = {}
+    out = []
+    warn, fail = ctx.t("dstate_warn_s"), ctx.t("dstate_fail_s")
+    for p in h.dstate:
+        key = f"{p.get('pid')}/{p.get('start')}"
+        first = before.get(key)
+        first = float(first) if isinstance(first, (int, float)) and not isinstance(first, bool) else now
+        seen[key] = first
+        stuck = now - first
+        what = f"process {p.get('pid')} ({p.get('comm')}) stuck in uninterruptible sleep in {p.get('wchan') or '?'} " \
+               f"for {stuck:.0f}s"
+        if fail is not None and stuck >= float(fail):
+            out.append(result(ID, Status.FAIL, what, f"pid{p.get('pid')}", value=stuck, threshold=fail,
+                              action=Action.DRAIN_REBOOT))
+        elif warn is not None and stuck >= float(warn):
+            out.append(result(ID, Status.WARN, what, f"pid{p.get('pid')}", value=stuck, threshold=warn))
+    return out, {"dstate": seen}
+
+
+def _validate(t: dict[str, Any]) -> list[str]:
+    out = []
+    mounts = t.get("mounts")
+    if mounts is not None and (not isinstance(mounts, list) or not all(isinstance(m, str) and m.startswith("/")
+                                                                      for m in mounts)):
+        out.append(f"mounts: want a list of absolute paths, got {mounts!r}")
+    scratch = t.get("scratch")
+    if scratch and not (isinstance(scratch, str) and scratch.startswith("/")):
+        out.append(f"scratch: want an absolute path, or empty (off), got {scratch!r}")
+    wchan = t.get("dstate_wchan")
+    if not isinstance(wchan, list) or not all(isinstance(w, str) and w for w in wchan):
+        out.append(f"dstate_wchan: want a list of kernel function name parts, got {wchan!r}")
+    for key in ("scratch_warn_pct", "scratch_fail_pct", "dstate_warn_s", "dstate_fail_s", "memory_loss_pct",
+                "mount_timeout_s"):
+        v = t.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
+            out.append(f"{key}: want a number >= 0 or null (off), got {v!r}")
+    return out
+
+
+CHECKS = [
+    Check(
+        id=ID,
+        needs=(HOST,),
+        judge=judge,
+        stages=("passive", "epilog", "bootstrap"),
+        timeout_s=10.0,
+        defaults={
+            "cpus": True,
+            "memory": True,
+            "memory_loss_pct": 2.0,  # chosen here: a DIMM is 1/8 to 1/32 of a node's memory; firmware reservations move by less
+            "mounts": [],  # the site's to name: e.g. ["/home", "/datasets"]
+            "mount_timeout_s": 5.0,  # chosen here: a healthy NFS answers stat -f in milliseconds
+            "scratch": "",  # off; e.g. "/tmp" or "/local/scratch"
+            "scratch_warn_pct": 10.0,
+            "scratch_fail_pct": 2.0,
+            # kernel wait channels of the GPU driver and of shared file systems (NFS/RPC, Lustre, GPFS, FUSE)
+            "dstate_wchan": ["nv", "uvm", "nfs", "rpc", "lustre", "ll_", "ptlrpc", "gpfs", "mmfs", "fuse"],
+            "dstate_warn_s": 120.0,  # chosen here: I/O waits of a healthy file system end in seconds
+            "dstate_fail_s": 600.0,  # ten minutes stuck: Slurm's own UnkillableStepTimeout is 60 s by default
+        },
+        doc="CPUs online and memory against the baseline, site-named mounts answering, local scratch free space, "
+            "processes stuck in uninterruptible sleep on the GPU or a file system.",
+        validate=_validate,
+    )
+]
