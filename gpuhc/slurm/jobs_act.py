@@ -81,7 +81,8 @@ def _run(flow: Any, report: Any) -> None:
     from gpuhc.slurm.jobs_slurm import JobControl
 
     sl = flow.slurm
-    ctl = JobControl.from_section(sl, deadline=flow.deadline)
+    ctl = JobControl.from_section(sl, deadline=flow.deadline,
+                                  warn=lambda line: flow.log(f"jobs: {line}", loud=True))
     for job in todo[:MAX_READS]:
         try:
             info = ctl.show_job(job)
