@@ -24,6 +24,7 @@ from gpuhc.checks import xid
 from gpuhc.model import Status
 from gpuhc.sources.kernel_log import DmesgSource, KmsgSource
 from gpuhc.sources.kernel_log_parse import parse_lines
+from gpuhc.sources.kernel_log_prefix import export_entries
 from tests.helpers.snapshots import context, healthy_node
 
 KMSG = "/dev/kmsg"
@@ -114,6 +115,8 @@ def test_a_file_name_with_a_newline_and_a_driver_line_forges_nothing_in_any_form
     as_json = json.dumps({"__REALTIME_TIMESTAMP": str(usec), "_TRANSPORT": "kernel", "MESSAGE": text})
     assert parse_lines([as_json]).events == []
     body = text.encode()
-    export = (f"__REALTIME_TIMESTAMP={usec}\n_TRANSPORT=kernel\n").encode() + b"MESSAGE\n" + \
+    export = (f"__CURSOR=s=1;i=1\n__REALTIME_TIMESTAMP={usec}\n_TRANSPORT=kernel\n").encode() + b"MESSAGE\n" + \
         len(body).to_bytes(8, "little") + body + b"\n\n"
-    assert parse_lines(export.decode("utf-8", "replace").split("\n")).events == []
+    entries = export_entries(export)
+    assert len(entries) == 1 and json.loads(entries[0])["MESSAGE"] == text
+    assert parse_lines(entries).events == []
