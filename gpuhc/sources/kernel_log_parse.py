@@ -117,6 +117,8 @@ _PROCESS_RECORD = lazy(r"\[\d{1,10}\]: (?:segfault|general protection|trap)| err
                        r"|potentially unexpected fatal signal|invoked oom-killer|Killed process \d")
 # A driver line that quotes a process by name (an Xid's "pid=..., name=..."): its next lines may be the name's.
 _NAMES_PROCESS = lazy(r"\bname=")
+# Driver words outside the driver's place at the start of the line: an Xid, or the fall-off phrase.
+_REFUSED = lazy(r"NVRM: Xid\b|NVRM:.{0,200}fallen off the bus")
 
 
 class _Parser:
@@ -241,7 +243,11 @@ class _Parser:
         self.idx += 1
         msg = text.strip()
         if not msg.startswith(_STARTS) and "SXid" not in msg:
-            return  # cheap first: most kernel lines are nothing of the driver's
+            # cheap first: most kernel lines are nothing of the driver's. The driver's words
+            # behind another prefix or in quotes are named for a person, never read.
+            if ("NVRM" in msg or "fallen off the bus" in msg) and _REFUSED.search(msg) and not G.is_process_line(msg):
+                self._unreadable(msg)
+            return
         if G.is_process_line(msg):
             return  # a line that starts with a process's name is never driver evidence
         if "SXid" in msg and G.SXID_WORD.search(msg):

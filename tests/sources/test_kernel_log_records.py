@@ -75,3 +75,11 @@ def test_a_recorded_export_file_is_read_by_its_bytes(tmp_path):
     assert read_file(str(path)).events == []
     cut = export_entry("kernel", XID79.encode())[:-30]  # a stream cut inside an entry: what it completed
     assert export_entries(cut) == [] and export_entries(b"not an export") is None
+
+
+def test_driver_text_behind_another_prefix_or_in_quotes_is_named_never_read():
+    lines = ['[  800.1] nvidia-dbg: "' + XID79 + '"', "[  800.2] wrapper: " + FORGED, "[  800.3] ok line",
+             "[  800.4] a.out[77]: segfault at 0 ip 1 sp 2 error 6 in " + XID79]  # a process's: silent
+    log = parse_lines(lines)
+    assert log.events == [] and log.unparsed_lines == 2
+    assert log.unparsed_example.startswith('nvidia-dbg: "NVRM: Xid (PCI:0000:5d:00): 79')
