@@ -95,22 +95,31 @@ def test_the_config_sets_the_gate_for_every_command_object():
 # ---------------------------------------------------------------------------- the features, intercepted
 
 
+class Sent(list):
+    said: dict
+
+
 @pytest.fixture
 def intercepted(monkeypatch):
     """subprocess.run, where every Slurm command of gpuhc ends: a stand-in that logs the argv and
     answers a running job on n1 that n2 already recorded as hung (so a requeue is due)."""
-    sent: list[list[str]] = []
+    sent: Sent = Sent()
+    said = {"comment": "gpuhc-jobs{n2/hang/1000/-}"}
 
     def fake_run(argv, **kw):
         sent.append(list(argv))
         out = ""
-        if argv[1:3] == ["show", "job"]:
-            out = ("JobId=5 JobName=train UserId=alice(1000) GroupId=alice(1000) JobState=RUNNING Requeue=1 "
-                   "ExcNodeList=(null) NodeList=n[1-2] BatchHost=n1 NumNodes=2 Command=(null) WorkDir=/home/alice "
-                   "AdminComment=gpuhc-jobs{n2/hang/1000/-} StdErr=/dev/null StdIn=/dev/null StdOut=/dev/null\n")
+        if argv[0] == "squeue":
+            sep = argv[-1][2:argv[-1].index("%U")]
+            out = sep.join(["RUNNING", "1000", "n[1-2]", "", "/w/run.sh", "/w", "\n"])
+        elif argv[1:3] == ["show", "job"]:
+            out = ("JobId=5 JobName=train\n   UserId=alice(1000) GroupId=alice(1000)\n   JobState=RUNNING\n"
+                   "   NodeList=n[1-2]\n   Command=/w/run.sh\n   WorkDir=/w\n   AdminComment=" + said["comment"] + " \n"
+                   "   StdErr=/dev/null\n")
         return subprocess.CompletedProcess(argv, 0, out.encode(), b"")
 
     monkeypatch.setattr(subprocess, "run", fake_run)
+    sent.said = said  # type: ignore[attr-defined]
     return sent
 
 
@@ -133,6 +142,11 @@ def test_the_in_job_record_and_requeue_send_nothing_in_observe_mode(tmp_path, mo
     assert any(a[1:3] == ["show", "job"] for a in intercepted)  # it read: the path was taken
     _no_change(intercepted)
     assert any("observe mode" in line and "not sent" in line for line in f.log.lines), f.log.lines
+    # a record that already holds this node's view: nothing to write, the requeue is due
+    intercepted.said["comment"] = "gpuhc-jobs{n1/hang/1000/gpu3,n2/hang/1000/-}"
+    after_healthcheck(f, report)
+    _no_change(intercepted)
+    assert any("requeue without n1" in line and "observe mode" in line for line in f.log.lines), f.log.lines
 
 
 def test_the_ledger_and_the_drain_send_nothing_in_observe_mode(tmp_path, monkeypatch):
