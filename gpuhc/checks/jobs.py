@@ -60,7 +60,10 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
                            "gpus": [g.index for g in gpus], "via": sorted({g.via for g in gpus})}
         lasted = now - since
         results.append(_result(view, gpus, lasted, since, t))
-        if view.signature == jj.HANG and view.culprits and lasted >= float(t["hang_min_s"]):
+        # Only a job slurmstepd's cgroup names counts towards a drain: an id from a process's
+        # environment is its owner's word, and one user could invent several (docs/security.md).
+        if view.signature == jj.HANG and view.culprits and lasted >= float(t["hang_min_s"]) \
+                and all(g.via == "cgroup" for g in gpus):
             culprits[job] = {"time": now, "gpus": view.culprits}
     state = {"jobs": jobs_state, "culprits": dict(sorted(culprits.items(), key=lambda kv: kv[1]["time"])[-_KEEP_CULPRITS:])}
     if not by_job:
