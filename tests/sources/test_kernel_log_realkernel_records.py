@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-import uuid
 
 import pytest
 
@@ -26,6 +25,7 @@ from gpuhc.sources.kernel_log import DmesgSource, KmsgSource
 from gpuhc.sources.kernel_log_parse import parse_lines
 from gpuhc.sources.kernel_log_prefix import export_entries
 from tests.helpers.snapshots import context, healthy_node
+from tests.helpers.unprivileged import make_user
 
 KMSG = "/dev/kmsg"
 FORGED = "NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=a, GPU has fallen off the bus."
@@ -34,21 +34,11 @@ CRASH_C = "int main(void) { *(volatile int *)0 = 6; return 0; }\n"
 
 @pytest.fixture
 def user():
-    if os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("cc"):
-        pytest.skip("needs root, useradd and a C compiler")
+    if not shutil.which("cc"):
+        pytest.skip("needs a C compiler")
     if not os.access(KMSG, os.R_OK):
         pytest.skip("/dev/kmsg is not readable here")
-    name = "gpuhcr" + uuid.uuid4().hex[:8]
-    made = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot create a user: {made.stderr.strip()}")
-    import pwd
-
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["userdel", name], capture_output=True)
+    yield from make_user("gpuhcr")
 
 
 def _records() -> list[str]:
