@@ -186,3 +186,29 @@ def test_errors_on_the_command_line_are_escaped(tmp_path):
     assert p.returncode == 2
     (line,) = p.stderr.splitlines()
     assert line.startswith(f"gpuhc: error: {tmp_path}/a\\x0agpuhc: error: forged.yaml:1: bogus: unknown key")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="ownership rules apply as root (CI runs as root)")
+def test_a_config_link_a_user_placed_in_sticky_tmp_is_refused(tmp_path):
+    """Issue 29: the same rule as the test scenario's for the config itself: a user's link in a
+    sticky shared directory is refused, even to a root-owned file in a root-owned directory."""
+    from gpuhc.config import check_file_safety
+    from gpuhc.errors import ConfigError
+
+    safe = tmp_path / "etc"
+    safe.mkdir(mode=0o755)
+    real = safe / "gpuhc.yaml"
+    real.write_text("slurm: {}\n")
+    real.chmod(0o644)
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    link = sticky / "gpuhc.yaml"
+    link.symlink_to(real)
+    os.lchown(link, 1000, 1000)
+    with pytest.raises(ConfigError, match="is a link owned by uid 1000, not root"):
+        check_file_safety(str(link), "config")
+    os.lchown(link, 0, 0)  # the same link, root's: followed, and the real path returned
+    from gpuhc.fsutil import check_trusted_file
+
+    assert check_trusted_file(str(link), "config") == str(real)
