@@ -110,6 +110,19 @@ def check_trusted_program(path: str, what: str) -> str:
     return real
 
 
+def trusted_which(name: str, what: str, dirs: tuple[str, ...] = ()) -> str | None:
+    """A program root may run, found as the tool would be (``name`` itself when it holds a
+    ``/``, else PATH, else ``dirs``) and put under :func:`check_trusted_program`: the real path
+    to run, None when there is none, UnsafePath when what was found must not run as root."""
+    import shutil
+
+    found = name if "/" in name else shutil.which(name) or next(
+        (p for p in (os.path.join(d, name) for d in dirs) if os.access(p, os.X_OK)), None)
+    if found is None or not os.path.lexists(found):
+        return None
+    return check_trusted_program(found, what) if os.geteuid() == 0 else found
+
+
 def _resolve_trusted(path: str, what: str, depth: int) -> str:
     """``path`` resolved link by link; each link must be root's, in a directory only root can
     change (sticky allowed). UnsafePath otherwise."""

@@ -212,3 +212,31 @@ def test_a_config_link_a_user_placed_in_sticky_tmp_is_refused(tmp_path):
     from gpuhc.fsutil import check_trusted_file
 
     assert check_trusted_file(str(link), "config") == str(real)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="ownership rules apply as root (CI runs as root)")
+def test_a_program_found_on_path_or_configured_runs_only_under_the_program_rule(tmp_path, monkeypatch):
+    """Issue 29: the Slurm clients, dmesg, dcgmi, nvidia-bug-report.sh found on PATH (or
+    configured) are run as root only when root's, in root's directories: a copy in a directory
+    others can write is refused, said, and never run."""
+    from gpuhc.errors import SlurmError
+    from gpuhc.fsutil import trusted_which
+    from gpuhc.slurm.command import SlurmCommand
+
+    ran = tmp_path / "ran"
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    drop.chmod(0o777)
+    prog = drop / "sinfo"
+    prog.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    prog.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{drop}:/usr/bin:/bin")
+    with pytest.raises(UnsafePath, match="writable by group or others"):
+        trusted_which("sinfo", "sinfo")
+    with pytest.raises(SlurmError, match="cannot run .*writable by group or others"):
+        SlurmCommand().call(["sinfo", "-h"])
+    with pytest.raises(SlurmError, match="cannot run"):
+        SlurmCommand(paths={"sinfo": str(prog)}).call(["sinfo", "-h"])
+    assert not ran.exists()
+    drop.chmod(0o755)  # root's alone now: found, and its real path returned
+    assert trusted_which("sinfo", "sinfo") == str(prog)

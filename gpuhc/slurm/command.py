@@ -28,6 +28,7 @@ would be sent, and so that the prolog's happy path can be proven to send nothing
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import time
@@ -91,14 +92,27 @@ def decode(data: bytes | str | None) -> str:
 
 
 def subprocess_runner(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
-    p = subprocess.run(argv, capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL, check=False)
+    p = subprocess.run(_trusted(argv), capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL, check=False)
     return p.returncode, decode(p.stdout), decode(p.stderr)
 
 
 def stdin_runner(argv: list[str], timeout_s: float, stdin: str) -> tuple[int, str, str]:
-    p = subprocess.run(argv, input=stdin.encode(ENCODING, ERRORS), capture_output=True,
+    p = subprocess.run(_trusted(argv), input=stdin.encode(ENCODING, ERRORS), capture_output=True,
                        timeout=timeout_s, check=False)
     return p.returncode, decode(p.stdout), decode(p.stderr)
+
+
+def _trusted(argv: list[str]) -> list[str]:
+    """The argv with its program as root may run it: found once (PATH or the configured path),
+    under the program rule, its real path (gpuhc/fsutil.py, docs/security.md "Acting safely").
+    A program that must not run is an OSError naming why; one not found stays as written."""
+    from gpuhc.fsutil import UnsafePath, trusted_which
+
+    try:
+        real = trusted_which(argv[0], os.path.basename(argv[0]))
+    except UnsafePath as e:
+        raise OSError(errno.EPERM, str(e)) from None
+    return [real or argv[0], *argv[1:]]
 
 
 def one_line(text: str, limit: int = 300) -> str:

@@ -130,17 +130,16 @@ class DmesgSource:
         self.boot_id_path = boot_id_path
 
     def _find(self) -> str:
-        if self.binary:
-            return self.binary
-        import shutil  # lazy: the live path reads /dev/kmsg and never needs it
+        from gpuhc.fsutil import UnsafePath, trusted_which
 
-        found = shutil.which("dmesg")
+        try:  # Slurm's prolog/health check environments carry no PATH: the usual places then
+            found = trusted_which(self.binary or "dmesg", "dmesg", _DMESG_DIRS)
+        except UnsafePath as e:
+            raise SourceError(str(e)) from None
         if found:
             return found
-        for d in _DMESG_DIRS:  # Slurm's prolog/health check environments carry no PATH
-            cand = os.path.join(d, "dmesg")
-            if os.access(cand, os.X_OK):
-                return cand
+        if self.binary:
+            return self.binary
         raise SourceError("dmesg not found in PATH or " + ", ".join(_DMESG_DIRS))
 
     def _run(self, argv: list[str]):
