@@ -237,6 +237,10 @@ def test_a_program_found_on_path_or_configured_runs_only_under_the_program_rule(
         SlurmCommand().call(["sinfo", "-h"])
     with pytest.raises(SlurmError, match="cannot run"):
         SlurmCommand(paths={"sinfo": str(prog)}).call(["sinfo", "-h"])
+    from gpuhc.slurm.gpureset import run_argv  # systemctl, nvidia-smi, the reset command
+
+    got = run_argv([str(prog), "stop", "x"], 5.0)
+    assert not got.ok and "not run" in got.detail and "writable by group or others" in got.detail
     assert not ran.exists()
     drop.chmod(0o755)  # root's alone now: found, and its real path returned
     assert trusted_which("sinfo", "sinfo") == str(prog)
