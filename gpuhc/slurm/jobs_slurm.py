@@ -3,7 +3,9 @@ away from a node. Through the one command wrapper (gpuhc/slurm/command.py): argv
 call inside the caller's deadline, and observe mode's gate.
 
 **A job as Slurm describes it, not as its user does** (docs/security.md, "Acting safely").
-``scontrol show job`` prints the user's own text (job name, command, working directory, output
+Where the release has it (23.02 and later), ``scontrol --json show job`` gives every field as a
+field, the AdminComment exactly. Slurm 22.05's scontrol has no ``--json`` (and its squeue no
+AdminComment), and its ``scontrol show job`` prints the user's own text (job name, command, working directory, output
 paths, comment) next to the fields gpuhc acts on, and any of it may hold ``AdminComment=`` or a
 newline and a whole forged line. So :meth:`JobControl.show_job` takes the fields it acts on
 (state, owner uid, nodes, excluded nodes) from ``squeue -o`` with a separator drawn at random
@@ -77,7 +79,11 @@ def admin_comment(text: str, command: str, workdir: str) -> str:
     """The AdminComment in a ``scontrol show job`` (one field per line) answer, found right after
     the job's own Command and WorkDir lines; SlurmError when those lines are not there exactly once."""
     anchor = f"\n   Command={command}\n   WorkDir={workdir}\n"
-    if text.count(anchor) != 1:
+    seen = text.count(anchor)
+    if seen == 0:
+        raise SlurmError("scontrol show job prints no Command/WorkDir lines as Slurm 22.05 does: AdminComment "
+                         "not read, not written")
+    if seen > 1:
         raise SlurmError("its AdminComment cannot be told from its user's text (a name or path repeats its "
                          "Command/WorkDir lines): not read, not written")
     rest = text[text.index(anchor) + len(anchor):]
@@ -97,6 +103,9 @@ class JobControl(SlurmCommand):
         from gpuhc.slurm.sinfo_text import expand
 
         job = normal_job_id(job)
+        found = self._from_json(job)
+        if found is not None:
+            return found
         sep = "#" + secrets.token_hex(12) + "#"
         out = self.call(["squeue", "-h", "--states=all", "-j", job, "-o", sep.join(_SQUEUE_FORMAT) + sep])
         parts = out.split(sep)
@@ -113,6 +122,28 @@ class JobControl(SlurmCommand):
         uid = got["uid"].strip()
         return Job(job, got["state"].strip(), int(uid) if uid.isdigit() else None, expand(got["nodes"].strip()),
                    got["excluded"].strip(), "" if comment == "(null)" else comment)
+
+    def _from_json(self, job: str) -> Job | None:
+        """The job from ``scontrol --json show job``; None where the release has no --json."""
+        import json
+
+        from gpuhc.slurm.sinfo_text import expand
+
+        try:
+            text = self.call([self.binary, "--json", "show", "job", job])
+        except SlurmError as e:
+            if "unrecognized option" in str(e) or "invalid option" in str(e):
+                return None  # Slurm 22.05: read the text instead
+            raise
+        try:
+            rec = next(j for j in json.loads(text)["jobs"] if str(j.get("job_id")) == job)
+        except (ValueError, KeyError, TypeError, StopIteration):
+            raise SlurmError(f"scontrol --json show job {job}: no record for the job") from None
+        state = rec.get("job_state")
+        state = state[0] if isinstance(state, list) and state else state
+        uid = rec.get("user_id")
+        return Job(job, str(state or ""), uid if isinstance(uid, int) else None, expand(str(rec.get("nodes") or "")),
+                   str(rec.get("excluded_nodes") or ""), str(rec.get("admin_comment") or ""))
 
     def running_jobs(self) -> list[dict[str, str]]:
         """Every running job, for ``gpuhc jobs``. A line that holds a gpuhc record is read again

@@ -109,7 +109,9 @@ def intercepted(monkeypatch):
     def fake_run(argv, **kw):
         sent.append(list(argv))
         out = ""
-        if argv[0] == "squeue":
+        if "--json" in argv:
+            return subprocess.CompletedProcess(argv, 1, b"", b"scontrol: unrecognized option '--json'\n")
+        if argv[0].endswith("/squeue") or argv[0] == "squeue":  # run by its real path (gpuhc/fsutil.py)
             sep = argv[-1][2:argv[-1].index("%U")]
             out = sep.join(["RUNNING", "1000", "n[1-2]", "", "/w/run.sh", "/w", "\n"])
         elif argv[1:3] == ["show", "job"]:
@@ -139,7 +141,7 @@ def test_the_in_job_record_and_requeue_send_nothing_in_observe_mode(tmp_path, mo
                   value={"job": "5", "signature": "hang", "since": 1000, "culprits": ["gpu3"]})
     report = RunReport(node="n1", stage="passive", started=0.0, duration_s=0.0, results=[hang])
     after_healthcheck(f, report)
-    assert any(a[1:3] == ["show", "job"] for a in intercepted)  # it read: the path was taken
+    assert any(a[1:3] == ["show", "job"] for a in intercepted), (intercepted, f.log.lines)  # it read
     _no_change(intercepted)
     assert any("observe mode" in line and "not sent" in line for line in f.log.lines), f.log.lines
     # a record that already holds this node's view: nothing to write, the requeue is due

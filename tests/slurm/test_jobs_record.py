@@ -96,7 +96,8 @@ def test_gpuhc_jobs_runs_the_configured_scontrol(tmp_path):
                      "   AdminComment=note with spaces gpuhc-jobs{n2/hang/1795697760/-,n1/hang/1795697758/gpu3} \n"
                      "   StdErr=/w/out\n")
     fake = tmp_path / "site-scontrol"
-    fake.write_text(f'#!/bin/sh\nif [ "$3" = "-o" ]; then cat {listing}; else cat {shown}; fi\n')
+    fake.write_text(f'#!/bin/sh\n[ "$1" = --json ] && {{ echo "scontrol: unrecognized option --json" >&2; exit 1; }}\n'
+                    f'if [ "$3" = "-o" ]; then cat {listing}; else cat {shown}; fi\n')
     fake.chmod(0o755)
     squeue = tmp_path / "site-squeue"
     squeue.write_text('#!/bin/sh\nfor a; do fmt="$a"; done; sep="${fmt#%T}"; sep="${sep%%%U*}"\n'
@@ -233,6 +234,7 @@ def fake_slurm(tmp_path, nodes: str = "n[1-2]", state: str = "RUNNING"):
     fake.write_text(f"""#!/bin/sh
 echo "$@" >> {log}
 case "$1" in
+  --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1;;
   -h) for a; do fmt="$a"; done; sep="${{fmt#%T}}"; sep="${{sep%%%U*}}"
       printf "{state}%s1000%s{nodes}%s%s/w/run.sh%s/w%s\\n" "$sep" "$sep" "$sep" "$sep" "$sep" "$sep";;
   show) printf 'JobId=8 JobName=x\\n   JobState={state}\\n   Command=/w/run.sh\\n   WorkDir=/w\\n'
@@ -256,8 +258,9 @@ def test_a_recorded_view_is_not_sent_again(tmp_path):
     after_healthcheck(flow, report_of(hang))
     after_healthcheck(flow, report_of(hang))
     calls = ["squeue" if c.startswith("-h ") else c for c in log.read_text().splitlines()]
-    assert calls == ["squeue", "show job 8", "update JobId=8 AdminComment=ticket INC123 owner=ops gpuhc-jobs{n1/hang/1980/gpu1}",
-                     "squeue", "show job 8"]  # read, write, read back; the second run: nothing
+    assert calls == ["--json show job 8", "squeue", "show job 8",
+                     "update JobId=8 AdminComment=ticket INC123 owner=ops gpuhc-jobs{n1/hang/1980/gpu1}",
+                     "--json show job 8", "squeue", "show job 8"]  # read, write, read back; the second run: nothing
     assert comment.read_text() == "ticket INC123 owner=ops gpuhc-jobs{n1/hang/1980/gpu1}"  # the admin's note kept
     assert sum("job 8 hung: culprit n1:gpu1" in x for x in lines) == 1
 

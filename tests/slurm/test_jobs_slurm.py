@@ -26,6 +26,8 @@ class Recorded:
 
     def __call__(self, argv, timeout):
         self.calls.append(argv)
+        if "--json" in argv:  # Slurm 22.05's scontrol, word for word
+            return 1, "", "scontrol: unrecognized option '--json'\nTry \"scontrol --help\" for more information\n"
         if argv[0] == "squeue":
             fmt = argv[-1]
             sep = fmt[2:fmt.index("%U")]
@@ -62,4 +64,15 @@ def test_job_ids_are_normalised_and_odd_ones_refused():
             normal_job_id(bad)
     rec = Recorded()
     JobControl(run=rec).show_job("0001")
-    assert rec.calls[0][4] == "1" and rec.calls[1][-1] == "1"
+    assert [c[-1] for c in rec.calls][:1] == ["1"] and rec.calls[1][4] == "1" and rec.calls[2][-1] == "1"
+
+
+def test_where_the_release_has_json_the_fields_are_fields():
+    """Slurm 26.05's ``scontrol --json show job`` of the same forged job (real answer)."""
+    text = (FIX / "show-job-26.05.json").read_text()
+    calls = []
+    job = JobControl(run=lambda argv, t: (calls.append(argv), (0, text, ""))[1]).show_job("1")
+    assert calls == [["scontrol", "--json", "show", "job", "1"]]  # one read, no squeue
+    assert job.admin_comment == ADMIN_NOTE and (job.state, job.uid, job.nodes, job.excluded) == ("RUNNING", 0, ["n1"], "n2")
+    with pytest.raises(SlurmError, match="no record for the job"):
+        JobControl(run=lambda argv, t: (0, text, "")).show_job("2")
