@@ -54,7 +54,7 @@ def job_from_environ(data: bytes) -> str | None:
     for entry in data.split(b"\0"):
         if entry.startswith(b"SLURM_JOB_ID="):
             value = entry[len(b"SLURM_JOB_ID="):].decode("ascii", "replace")
-            return value if _JOB_ID.fullmatch(value) else None
+            return str(int(value)) if _JOB_ID.fullmatch(value) else None  # 0000778 is job 778
     return None
 
 

@@ -43,6 +43,7 @@ def test_job_from_environ():
     assert job_from_environ(b"PATH=/bin\0SLURM_JOB_ID=88\0X=1\0") == "88"
     assert job_from_environ(b"SLURM_JOB_ID=88;rm -rf /\0") is None
     assert job_from_environ(b"SLURM_JOBID=88\0") is None
+    assert job_from_environ(b"SLURM_JOB_ID=0000778\0") == "778"  # one job, one spelling (issue 29)
 
 
 def proc(tmp_path, pid: int, cgroup: str | None = None, environ: bytes | None = None) -> None:
