@@ -10,21 +10,14 @@ import errno
 from gpuhc.checks import xid
 from gpuhc.model import Status
 from gpuhc.sources import kernel_log as kl
+from tests.helpers.kmsg_reads import script_reads
 from tests.helpers.snapshots import context, healthy_node
 
 BOOT = "1c0ffee0-aaaa-bbbb-cccc-000000000001"
 
 
 def read(tmp_path, monkeypatch, records: list) -> object:
-    script = list(records) + [BlockingIOError(errno.EAGAIN, "again")]
-
-    def fake_read(fd, n):
-        item = script.pop(0)
-        if isinstance(item, Exception):
-            raise item
-        return item
-
-    monkeypatch.setattr(kl.os, "read", fake_read)
+    script_reads(monkeypatch, kl, list(records) + [BlockingIOError(errno.EAGAIN, "again")])
     monkeypatch.setattr(kl, "boot_time", lambda: 1_700_000_000.0)
     dev, bid = tmp_path / "kmsg", tmp_path / "boot_id"
     dev.write_text("")
