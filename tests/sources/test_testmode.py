@@ -164,13 +164,13 @@ def test_a_users_plain_file_in_a_world_writable_directory_is_refused(tmp_path):
     shared.chmod(0o1777)
     path = shared / "scenario.yaml"
     shutil.copy(XID79, path)
-    os.chown(path, 1000, 1000)
-    with pytest.raises(SourceError, match=r"sources\.test_scenario: .*owned by uid 1000, not root"):
-        testmode.resolve(str(path))
-    os.chown(path, 0, 0)
-    path.chmod(0o666)
-    with pytest.raises(SourceError, match="writable by group or others"):
-        testmode.resolve(str(path))
+    # the user's own file, then root's file that others may write: both refused, each said
+    for owner, mode, why in ((1000, 0o644, r"sources\.test_scenario: .*owned by uid 1000, not root"),
+                             (0, 0o666, "writable by group or others")):
+        os.chown(path, owner, owner)
+        path.chmod(mode)
+        with pytest.raises(SourceError, match=why):
+            testmode.resolve(str(path))
 
 
 @root_only
