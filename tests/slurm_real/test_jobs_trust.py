@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.helpers.jobs_scenario import recorded_hang, write_scenario
-from tests.helpers.slurm_cluster_files import gpuhc_bin
+from tests.helpers.slurm_cluster_files import free_ports, gpuhc_bin
 from tests.helpers.slurm_flows import HEALTHY, base_config
 from tests.helpers.paths import REPO
 
@@ -31,15 +31,21 @@ def cluster(slurm_cluster_module, tmp_path_factory):
     scen = {n: wd / f"{n}.yaml" for n in ("n1", "n2", "n3")}
     for p in scen.values():
         p.write_text(f"extends: {HEALTHY}\n")
+    # the breaker ledger's record, as slurm/slurm.conf.example declares it (a port nothing
+    # listens on, so no slurmd of this host answers for it)
+    ledger = [ln.lstrip("#").strip() for ln in (REPO / "slurm" / "slurm.conf.example").read_text().splitlines()
+              if ln.startswith(("#NodeName=gpuhc-ledger", "#PartitionName=gpuhc "))]
+    ledger = [ln + f" NodeAddr=127.0.0.1 Port={free_ports(1)[0]}" if ln.startswith("NodeName") else ln for ln in ledger]
     c = slurm_cluster_module(workdir=wd, nodes=("n1", "n2", "n3"), gpuhc_config=base_config(wd),
-                             node_scenarios={n: str(p) for n, p in scen.items()})
+                             node_scenarios={n: str(p) for n, p in scen.items()}, extra_conf=ledger)
     c.scen, c.wd = scen, wd
     return c
 
 
-def configure(c, mode: str = "enforce", **thresholds) -> None:
+def configure(c, mode: str = "enforce", ledger: bool = False, **thresholds) -> None:
     doc = yaml.safe_load(c.gpuhc_yaml.read_text())
     doc["slurm"]["mode"] = mode
+    doc["slurm"]["breaker"]["ledger_node"] = "gpuhc-ledger" if ledger else None
     doc.setdefault("checks", {}).setdefault("jobs", {})["thresholds"] = thresholds
     c.gpuhc_yaml.write_text(yaml.safe_dump(doc))
 
@@ -161,3 +167,24 @@ def test_observe_mode_sends_nothing_for_a_hang_due_for_requeue(cluster):
     c.scen["n1"].write_text(f"extends: {HEALTHY}\n")
     configure(c)
     c.run(["scancel", str(job)])
+
+
+def test_observe_mode_a_failing_node_with_a_ledger_changes_nothing(cluster):
+    """The breaker ledger is written as it is read (ticks, claims, counts): in observe mode a
+    failing node's run neither drains it nor touches the ledger's record."""
+    c = cluster
+    configure(c, mode="observe", ledger=True)
+    xid79 = REPO / "examples" / "scenarios" / "xid79-fallen-off-bus.yaml"
+    c.scen["n3"].write_text(f"extends: {xid79}\n")
+
+    def record():
+        return c.run(["sinfo", "-h", "-a", "-N", "-n", "gpuhc-ledger", "-O", "StateLong:|,Extra:|,Comment:0,Reason:0"]).stdout
+
+    before = record()
+    rc, out = run(c, "healthcheck", node="n3")
+    assert rc == 1, out  # the node is sick, and says so
+    assert record() == before and not c.node("n3").drained
+    log = (c.wd / "gpuhc-decisions.log").read_text()
+    assert "observe mode: would drain n3" in log and "not sent: scontrol update NodeName=gpuhc-ledger" not in log
+    c.scen["n3"].write_text(f"extends: {HEALTHY}\n")
+    configure(c)
