@@ -1,6 +1,7 @@
 """The job attacks of issue 29 on a real Slurm (real slurmctld, slurmd, scontrol and squeue): a
 job named to forge gpuhc's record, processes claiming other jobs (another node's, a pending one,
-made-up ids), two nodes writing one job's record at once, and observe mode with a requeue due.
+made-up ids), two nodes writing one job's record at once, and observe mode with a requeue due
+and with a breaker ledger.
 No AdminComment of another job changes, nothing is requeued or drained, an admin's note with
 spaces and ``=`` survives byte for byte, both nodes' views stay, and observe mode sends nothing.
 One cluster for the module (tests/helpers/story.py); each test sets the config it needs."""
