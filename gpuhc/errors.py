@@ -59,6 +59,11 @@ class SlurmUnreachable(SlurmError):
     """Slurm did not answer at all (timeout, command missing): retrying another way won't help."""
 
 
+class ObserveNotSent(SlurmError):
+    """A call that would change Slurm, not sent because ``slurm.mode`` is observe
+    (gpuhc/slurm/command.py, the one gate)."""
+
+
 def run_cli(cli) -> None:
     """Run the click group; map our errors to messages and exit codes."""
     import click

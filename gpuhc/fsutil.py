@@ -74,12 +74,75 @@ def check_dir_chain(directory: str, what: str, leaf: str = "private") -> None:
             parent = os.path.dirname(parent)
 
 
-def check_trusted_file(path: str, what: str) -> None:
-    """As root, refuse a file root will trust (a config, a baseline) if someone else could have
-    written or swapped it: the file, its directory and every directory above it must be root's.
-    A sticky directory (/tmp) may hold it: nobody else can rename a root-owned file there."""
-    check_root_owned(path, what)
+def check_trusted_file(path: str, what: str) -> str:
+    """The one rule for a file root treats as evidence or config (a config, a baseline, a test
+    scenario, an event log a lemon count reads, a hook; docs/security.md "Acting safely"). As
+    root, refuse it if someone else could have written or swapped it: the file (a regular one),
+    its directory and every directory above it must be root's and writable by nobody else, and
+    every link on the way is root's, in such a directory, and leads only through such places
+    (a link a user placed in sticky /tmp is refused, whatever it points to). A sticky directory
+    (/tmp) may hold the file or a link: nobody else can rename a root-owned entry there.
+    Returns the real path to open (the given path when not root)."""
+    if os.geteuid() != 0:
+        return path
+    real = _resolve_trusted(path, what, 0)
+    check_root_owned(real, what)
+    try:
+        regular = stat.S_ISREG(os.stat(real).st_mode)
+    except OSError as e:
+        raise UnsafePath(f"refusing {what}: cannot stat {real}: {e.strerror}") from None
+    if not regular:
+        raise UnsafePath(f"refusing {what}: {real} is not a regular file")
+    check_dir_chain(os.path.dirname(real), what, leaf="sticky")
     check_dir_chain(os.path.dirname(os.path.abspath(path)), what, leaf="sticky")
+    return real
+
+
+def check_trusted_program(path: str, what: str) -> str:
+    """The one rule for a program root runs (the IMEX tool, a configured program, a hook): the
+    file rule above, and executable. Returns the real path, resolved once: run that, not the
+    name or a link, so a later swap of a link cannot change what runs, and nothing in the real
+    path's directories can be renamed or exchanged by anyone but root (the rename-exchange race
+    of docs/security.md needs a directory someone else can write)."""
+    real = check_trusted_file(path, what)
+    if not os.access(real, os.X_OK):
+        raise UnsafePath(f"refusing {what}: {real} is not executable")
+    return real
+
+
+def trusted_which(name: str, what: str, dirs: tuple[str, ...] = ()) -> str | None:
+    """A program root may run, found as the tool would be (``name`` itself when it holds a
+    ``/``, else PATH, else ``dirs``) and put under :func:`check_trusted_program`: the real path
+    to run, None when there is none, UnsafePath when what was found must not run as root."""
+    import shutil
+
+    found = name if "/" in name else shutil.which(name) or next(
+        (p for p in (os.path.join(d, name) for d in dirs) if os.access(p, os.X_OK)), None)
+    if found is None or not os.path.lexists(found):
+        return None
+    return check_trusted_program(found, what) if os.geteuid() == 0 else found
+
+
+def _resolve_trusted(path: str, what: str, depth: int) -> str:
+    """``path`` resolved link by link; each link must be root's, in a directory only root can
+    change (sticky allowed). UnsafePath otherwise."""
+    if depth > 40:
+        raise UnsafePath(f"refusing {what}: too many links on the way to {path}")
+    cur = "/"
+    for comp in [c for c in os.path.abspath(path).split("/") if c]:
+        nxt = os.path.join(cur, comp)
+        try:
+            st = os.lstat(nxt)
+        except OSError as e:
+            raise UnsafePath(f"refusing {what}: cannot stat {nxt}: {e.strerror}") from None
+        if not stat.S_ISLNK(st.st_mode):
+            cur = nxt
+            continue
+        if st.st_uid != 0:
+            raise UnsafePath(f"refusing {what}: {nxt} is a link owned by uid {st.st_uid}, not root")
+        check_root_owned(cur, f"{what} (the link {nxt} is in {cur})", sticky_ok=True)
+        cur = _resolve_trusted(os.path.join(cur, os.readlink(nxt)), what, depth + 1)
+    return cur
 
 
 def make_dirs(path: str, mode: int = 0o755, what: str | None = None) -> None:

@@ -333,6 +333,10 @@ class KernelLog(_Record):
     # reached (None: nothing with a time was left out) and what was left out, in words.
     covered_from: float | None = None
     partial: str = ""
+    # /dev/kmsg only: the oldest record's sequence number still in the ring buffer, and how many
+    # records were overwritten while this read went on (gaps between the numbers it read).
+    first_seq: int | None = None
+    seq_lost: int = 0
 
 
 # --------------------------------------------------------------------------- sysfs side

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from typing import Any
@@ -103,7 +102,12 @@ def fault_history(event_log: str | None, node: str) -> tuple[list[str], str]:
 
 def bug_report(staging: str, binary: str, timeout_s: float) -> str:
     """Run nvidia-bug-report.sh into the bundle within ``timeout_s``; a note on how it ended."""
-    exe = shutil.which(binary)
+    from gpuhc.fsutil import UnsafePath, trusted_which
+
+    try:  # run as root: only a program under the program rule, its real path (gpuhc/fsutil.py)
+        exe = trusted_which(binary, binary)
+    except UnsafePath as e:
+        return f"{binary} not run: {e}"
     if exe is None:
         return f"{binary} not installed"
     if timeout_s < 1.0:

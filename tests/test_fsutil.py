@@ -186,3 +186,61 @@ def test_errors_on_the_command_line_are_escaped(tmp_path):
     assert p.returncode == 2
     (line,) = p.stderr.splitlines()
     assert line.startswith(f"gpuhc: error: {tmp_path}/a\\x0agpuhc: error: forged.yaml:1: bogus: unknown key")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="ownership rules apply as root (CI runs as root)")
+def test_a_config_link_a_user_placed_in_sticky_tmp_is_refused(tmp_path):
+    """Issue 29: the same rule as the test scenario's for the config itself: a user's link in a
+    sticky shared directory is refused, even to a root-owned file in a root-owned directory."""
+    from gpuhc.config import check_file_safety
+    from gpuhc.errors import ConfigError
+
+    safe = tmp_path / "etc"
+    safe.mkdir(mode=0o755)
+    real = safe / "gpuhc.yaml"
+    real.write_text("slurm: {}\n")
+    real.chmod(0o644)
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    link = sticky / "gpuhc.yaml"
+    link.symlink_to(real)
+    os.lchown(link, 1000, 1000)
+    with pytest.raises(ConfigError, match="is a link owned by uid 1000, not root"):
+        check_file_safety(str(link), "config")
+    os.lchown(link, 0, 0)  # the same link, root's: followed, and the real path returned
+    from gpuhc.fsutil import check_trusted_file
+
+    assert check_trusted_file(str(link), "config") == str(real)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="ownership rules apply as root (CI runs as root)")
+def test_a_program_found_on_path_or_configured_runs_only_under_the_program_rule(tmp_path, monkeypatch):
+    """Issue 29: the Slurm clients, dmesg, dcgmi, nvidia-bug-report.sh found on PATH (or
+    configured) are run as root only when root's, in root's directories: a copy in a directory
+    others can write is refused, said, and never run."""
+    from gpuhc.errors import SlurmError
+    from gpuhc.fsutil import trusted_which
+    from gpuhc.slurm.command import SlurmCommand
+
+    ran = tmp_path / "ran"
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    drop.chmod(0o777)
+    prog = drop / "sinfo"
+    prog.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    prog.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{drop}:/usr/bin:/bin")
+    with pytest.raises(UnsafePath, match="writable by group or others"):
+        trusted_which("sinfo", "sinfo")
+    with pytest.raises(SlurmError, match="cannot run .*writable by group or others"):
+        SlurmCommand().call(["sinfo", "-h"])
+    with pytest.raises(SlurmError, match="cannot run"):
+        SlurmCommand(paths={"sinfo": str(prog)}).call(["sinfo", "-h"])
+    from gpuhc.slurm.gpureset import run_argv  # systemctl, nvidia-smi, the reset command
+
+    got = run_argv([str(prog), "stop", "x"], 5.0)
+    assert not got.ok and "not run" in got.detail and "writable by group or others" in got.detail
+    assert not ran.exists()
+    drop.chmod(0o755)  # root's alone now: found, and its real path returned
+    assert trusted_which("sinfo", "sinfo") == str(prog)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from typing import Any
 
@@ -39,12 +38,14 @@ class DcgmParseError(ValueError):
 def find_dcgmi(configured: str | None = None) -> str | None:
     """The dcgmi executable: configured path, PATH, then the usual places (Slurm's prolog and
     health check run with no PATH at all)."""
-    if configured:
-        return configured if os.access(configured, os.X_OK) else None
-    found = shutil.which("dcgmi")
-    if found:
-        return found
-    return next((p for p in SEARCH if os.access(p, os.X_OK)), None)
+    from gpuhc.fsutil import UnsafePath, trusted_which
+
+    if configured and not os.access(configured, os.X_OK):
+        return None
+    try:  # run as root: only a program under the program rule, its real path (gpuhc/fsutil.py)
+        return trusted_which(configured or "dcgmi", "dcgmi", tuple(os.path.dirname(p) for p in SEARCH))
+    except UnsafePath:
+        return None
 
 
 def run(level: int, timeout_s: float, configured: str | None, thr: dict[str, Any]) -> list[Result]:

@@ -215,6 +215,8 @@ def judge_imex(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     imex = snapshot.imex
     if imex is None:
         return CheckOutput([na(IMEX_ID, "IMEX status not read")])
+    if not imex.installed and imex.error:  # a tool gpuhc must not run as root: said, never run
+        return CheckOutput([result(IMEX_ID, Status.WARN, f"IMEX tool not run: {imex.error}")])
     if not imex.installed:
         return CheckOutput([na(IMEX_ID, "IMEX not installed (no nvidia-imex-ctl in a system directory)")])
     return CheckOutput(_imex(imex, bool(ctx.t("imex_required", False))))

@@ -75,7 +75,10 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
             view.signature = jj.HANG  # a pause this long while the peers wait: a hang all the same
             view.evidence = f"a pause of {lasted:.0f} s while its peers wait, past pause_max_s: {view.evidence}"
         results.append(_result(view, gpus, lasted, since, t))
-        if view.signature == jj.HANG and view.culprits and lasted >= float(t["hang_min_s"]):
+        # Only a job slurmstepd's cgroup names counts towards a drain: an id from a process's
+        # environment is its owner's word, and one user could invent several (docs/security.md).
+        if view.signature == jj.HANG and view.culprits and lasted >= float(t["hang_min_s"]) \
+                and all(g.via == "cgroup" for g in gpus):
             culprits[job] = {"time": now, "gpus": view.culprits}
     state = {"jobs": jobs_state, "culprits": dict(sorted(culprits.items(), key=lambda kv: kv[1]["time"])[-_KEEP_CULPRITS:])}
     if not by_job:

@@ -65,7 +65,9 @@ DEFAULTS: dict[str, Any] = {
     "culprit_memory_s": 7 * 86400.0,  # how long a culprit finding counts toward that
     "drain_culprit_with_hardware": False,  # opt-in: drain when the hang's culprit GPU also shows a hardware sign
     "requeue_after_s": 0.0,  # opt-in: a job hung this long, culprit node named, is requeued without it (0: never)
-    "environ_fallback": True,  # a process with no Slurm cgroup: its SLURM_JOB_ID names its job
+    # off: a process with no slurmstepd cgroup names its job only through SLURM_JOB_ID, which its
+    # owner can set to any job id (docs/security.md); on, only for a site without cgroups
+    "environ_fallback": False,
 }
 
 

@@ -123,6 +123,17 @@ class EventWindow:
         before = 0 if (self.first_run or self.rebooted) else int(self.cursor.get("unparsed") or 0)
         return max(0, self.klog.unparsed_lines - before)
 
+    def lost(self) -> int:
+        """/dev/kmsg records lost before gpuhc read them: overwritten in the ring buffer between
+        the previous run's last record and the oldest one still there (same boot), or while this
+        read went on. Users can print unthrottled kernel lines and push a real Xid out of the
+        buffer before the next run: that must be said, not passed over (docs/security.md)."""
+        lost = self.klog.seq_lost
+        last, first = self.cursor.get("last_seq"), self.klog.first_seq
+        if not (self.first_run or self.rebooted) and isinstance(last, int) and first is not None and first > last + 1:
+            lost += first - last - 1
+        return lost
+
     def state(self, held: list[dict], **extra: Any) -> dict[str, Any]:
         untimed = sum(1 for e in self.klog.events if e.time is None and e.seq is None)
         cursor = {"boot_id": self.klog.boot_id, "last_seq": self.klog.last_seq, "last_time": self.klog.last_time,

@@ -209,6 +209,12 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
                               f"mlx5 port) but are not the driver's exact grammar, so they never drain (a new "
                               f"driver format, or text edited by hand: check by hand){first}",
                               value=klog.unparsed_lines))
+    lost = win.lost()
+    if lost:
+        results.append(result(ID, Status.WARN, f"{lost} kernel log record(s) were lost before gpuhc read them "
+                              f"({klog.source}: a gap in the record sequence numbers; a flood of kernel lines "
+                              "overwrote them in the ring buffer), so an Xid among them was not seen: check the "
+                              "node's other logs by hand", value=lost))
     unseen = _unseen(klog, win, window_s)
     if unseen:
         results.append(result(ID, Status.WARN, unseen, value=klog.covered_from))

@@ -19,7 +19,7 @@ def gather(config, paths: list[str], now: float | None = None,
     settings = LemonSettings.from_section(config.section("slurm")["lemon"])
     now = time.time() if now is None else now
     notes: list[str] = []
-    found = standings(read_faults(paths, now - settings.window_s, notes), now, settings)
+    found = standings(read_faults(paths, now - settings.window_s, notes, per_node=False), now, settings)
     return [s for s in found if show_all or s.lemon or s.near], settings, notes
 
 

@@ -117,7 +117,9 @@ class Actuator:
         self.needs = (min(VERIFY_NEEDS_S, VERIFY_SHARE * share), min(CLAIM_NEEDS_S, CLAIM_SHARE * share))
         self._drained: dict[str, Node] = {}  # our verified drains, as Slurm shows them (their stamp)
         self.ledger = None
-        if breaker.ledger_node and breaker.enabled:
+        # Observe mode counts from its own read of the scope: the ledger is written as it is read
+        # (ticks, claims, counts), and observe mode writes nothing (gpuhc/slurm/command.py's gate).
+        if breaker.ledger_node and breaker.enabled and not observe:
             from gpuhc.slurm.ledger_client import LedgerClient
 
             self.ledger = LedgerClient(sc, breaker, log)

@@ -14,19 +14,28 @@ or a full path; docs/slurm.md, "Slurm's programs"). Callers write the bare progr
 their argv, and :meth:`SlurmCommand.call` puts the configured path in its place, so no caller can
 forget the setting and the argv a test or a dry run shows stays readable.
 
+**Observe mode** (``slurm.mode: observe``, docs/repair.md "Observe mode") is enforced here, once,
+for every caller: a command object built from the config carries ``observe``, and :meth:`call`
+refuses every argv that :func:`changes` calls a change (a drain, a resume, a reboot, an
+AdminComment, a requeue, a release, a ledger stamp, an ``sbatch``, a ``scancel``) with
+:class:`~gpuhc.errors.ObserveNotSent`, a SlurmError its callers already handle, and says once what
+was not sent. The rule is a list of what reads, so a new verb is a change until it is listed
+(docs/security.md, "Observe mode"). Callers that know better say "would ..." themselves first.
+
 The runner is injectable (``run=``, ``run_stdin=``) so that unit tests see exactly which argv
 would be sent, and so that the prolog's happy path can be proven to send nothing.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from gpuhc.errors import SlurmError, SlurmUnreachable
+from gpuhc.errors import ObserveNotSent, SlurmError, SlurmUnreachable
 from gpuhc.logtext import escape
 
 # (argv, timeout_s) -> (returncode, stdout, stderr); raises subprocess.TimeoutExpired / OSError
@@ -36,6 +45,32 @@ StdinRunner = Callable[[list[str], float, str], tuple[int, str, str]]
 # The Slurm client programs gpuhc runs, each configurable as ``slurm.<name>`` (the config keys of
 # the same names in gpuhc/slurm/settings.py).
 PROGRAMS = ("scontrol", "sinfo", "squeue", "sbatch", "sacct", "sacctmgr")
+
+# What only reads, per program: the first argument that is not an option names the verb. A
+# program or verb not listed here changes something (default deny): a new feature that sends a
+# new verb is refused in observe mode until someone lists it as a reader.
+READERS: dict[str, frozenset[str] | None] = {
+    "scontrol": frozenset({"show", "ping", "version", "listpids", "-V", "--version"}),
+    "sacctmgr": frozenset({"show", "list", "-V", "--version"}),
+    "sinfo": None, "squeue": None, "sacct": None, "sdiag": None, "sprio": None, "sshare": None,  # None: every call reads
+}
+
+
+def changes(argv: list[str]) -> bool:
+    """Does this Slurm client argv change anything in Slurm? True unless it is a known reader."""
+    if not argv:
+        return True
+    prog = os.path.basename(argv[0])
+    if prog not in READERS:
+        return True
+    verbs = READERS[prog]
+    if verbs is None:
+        return False
+    first = next((a for a in argv[1:] if not a.startswith("-")), None)
+    if first is None:  # options alone: only a version query reads
+        return not any(a in verbs for a in argv[1:])
+    return first.lower() not in verbs
+
 
 # Keep a little time after a timed-out call to log and exit before the caller's hard deadline.
 MARGIN_S = 0.5
@@ -57,14 +92,27 @@ def decode(data: bytes | str | None) -> str:
 
 
 def subprocess_runner(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
-    p = subprocess.run(argv, capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL, check=False)
+    p = subprocess.run(_trusted(argv), capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL, check=False)
     return p.returncode, decode(p.stdout), decode(p.stderr)
 
 
 def stdin_runner(argv: list[str], timeout_s: float, stdin: str) -> tuple[int, str, str]:
-    p = subprocess.run(argv, input=stdin.encode(ENCODING, ERRORS), capture_output=True,
+    p = subprocess.run(_trusted(argv), input=stdin.encode(ENCODING, ERRORS), capture_output=True,
                        timeout=timeout_s, check=False)
     return p.returncode, decode(p.stdout), decode(p.stderr)
+
+
+def _trusted(argv: list[str]) -> list[str]:
+    """The argv with its program as root may run it: found once (PATH or the configured path),
+    under the program rule, its real path (gpuhc/fsutil.py, docs/security.md "Acting safely").
+    A program that must not run is an OSError naming why; one not found stays as written."""
+    from gpuhc.fsutil import UnsafePath, trusted_which
+
+    try:
+        real = trusted_which(argv[0], os.path.basename(argv[0]))
+    except UnsafePath as e:
+        raise OSError(errno.EPERM, str(e)) from None
+    return [real or argv[0], *argv[1:]]
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -90,12 +138,14 @@ class SlurmCommand:
     warn: Callable[[str], None] | None = None
     warned: list[str] = field(default_factory=list)
     paths: dict[str, str] = field(default_factory=dict)  # program name -> the configured path to run
+    observe: bool = False  # slurm.mode: observe: no call that changes Slurm is sent (see changes())
 
     @classmethod
     def from_section(cls, section: dict, **overrides):
         """A command object as the ``slurm`` config section says: the configured programs and
         ``timeout_s``; ``overrides`` (a deadline, a warn sink, another timeout) win."""
-        kwargs: dict = {"paths": {p: str(section[p]) for p in PROGRAMS if section.get(p)}}
+        kwargs: dict = {"paths": {p: str(section[p]) for p in PROGRAMS if section.get(p)},
+                        "observe": section.get("mode") == "observe"}
         if section.get("timeout_s") is not None:
             kwargs["timeout_s"] = float(section["timeout_s"])
         kwargs.update(overrides)
@@ -122,6 +172,10 @@ class SlurmCommand:
     def call(self, argv: list[str], stdin: str | None = None) -> str:
         """Run one Slurm command; its stdout, or a SlurmError that names it. A bare program name
         first in ``argv`` runs the configured path of that program."""
+        if self.observe and changes(argv):  # judged on the name the caller wrote, before the path
+            cmd = describe(argv)
+            self.note(f"observe mode (slurm.mode: observe): not sent: {cmd}")
+            raise ObserveNotSent(f"observe mode: not sent: {cmd}")
         if argv and argv[0] in self.paths:
             argv = [self.paths[argv[0]], *argv[1:]]
         cmd = describe(argv)

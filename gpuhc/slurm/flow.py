@@ -89,7 +89,9 @@ class Flow:
 
     def scontrol(self) -> Scontrol:
         if self.make_scontrol is not None:
-            return self.make_scontrol(self.deadline)
+            sc = self.make_scontrol(self.deadline)
+            sc.observe = sc.observe or self.observe  # the gate (gpuhc/slurm/command.py) whoever built it
+            return sc
         from gpuhc.slurm.scontrol import Scontrol
 
         # warn: a node record that does not read goes to the flow's log (slurmd drops stderr)

@@ -26,9 +26,15 @@ class ResetResult:
 
 def run_argv(argv: list[str] | tuple[str, ...], timeout_s: float) -> ResetResult:
     """Run ``argv``; ok when it exits 0 within ``timeout_s``. Never raises for the command's sake."""
+    from gpuhc.fsutil import UnsafePath, trusted_which
+
     argv = list(argv)
+    try:  # systemctl, nvidia-smi, the reset command: run as root only under the program rule
+        real = (trusted_which(argv[0], argv[0]) or argv[0]) if argv else None
+    except UnsafePath as e:
+        return ResetResult(False, escape(f"{_show(argv)}: not run: {e}"))
     try:
-        cp = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
+        cp = subprocess.run([real, *argv[1:]] if real else argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
                             check=False, shell=False)
     except subprocess.TimeoutExpired:
         return ResetResult(False, f"{_show(argv)}: timed out after {timeout_s:.0f}s")

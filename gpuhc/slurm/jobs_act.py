@@ -16,6 +16,14 @@ The jobs check (gpuhc/checks/jobs.py) only judges; this is its Slurm side (docs/
   with a culprit node named, is requeued with that node excluded (gpuhc/slurm/jobs_slurm.py);
   once per job, fires ``job_requeue``.
 
+**Only a job Slurm says runs here** (docs/security.md, "Acting safely"): each job is read as
+Slurm describes it (gpuhc/slurm/jobs_slurm.py) and left alone, said once, unless it is RUNNING
+with this node in its node list; a job found only through a process's environment (which its
+owner can set to any job id) is never written or requeued. Job ids are normalised (``0000778``
+is 778). **Concurrent writers** (every node of a job, in the same second): read, merge this
+node's view, write, read back; when the view did not survive (another node wrote over it), again,
+up to :data:`WRITE_TRIES` times. What is remembered as published is what Slurm kept.
+
 Every Slurm failure is a log line; nothing here changes the run's verdict or exit code.
 """
 
@@ -29,6 +37,7 @@ from gpuhc.slurm import jobs_record as rec
 
 MAX_READS = 16  # jobs asked about per run: a node holds a handful of jobs, never more reads than that
 STATE_KEY = "jobs_slurm"
+WRITE_TRIES = 4  # read-merge-write-read back rounds per job and run
 
 
 def views_of(report: Any, node: str) -> tuple[dict[str, rec.NodeView | None], set[str]]:
@@ -38,9 +47,11 @@ def views_of(report: Any, node: str) -> tuple[dict[str, rec.NodeView | None], se
     idle: set[str] = set()
     for r in report.results:
         v = r.value if r.check == "jobs" and isinstance(r.value, dict) else None
-        if v is None or not isinstance(v.get("job"), str):
+        if v is None or not isinstance(v.get("job"), str) or not v["job"].isdigit() or len(v["job"]) > 12:
             continue
-        job, sig = v["job"], v.get("signature")
+        if v.get("via") and "cgroup" not in v["via"]:
+            continue  # found only through its environment: the user's word, never acted on
+        job, sig = str(int(v["job"])), v.get("signature")
         called = getattr(r.status, "value", r.status) == "warn"
         if called and sig in ("hang", "straggler"):
             want[job] = rec.NodeView(node, sig, int(v.get("since") or 0), tuple(v.get("culprits") or ()))
@@ -81,29 +92,29 @@ def _run(flow: Any, report: Any) -> None:
     from gpuhc.slurm.jobs_slurm import JobControl
 
     sl = flow.slurm
-    ctl = JobControl.from_section(sl, deadline=flow.deadline)
+    ctl = JobControl.from_section(sl, deadline=flow.deadline,
+                                  warn=lambda line: flow.log(f"jobs: {line}", loud=True))
     for job in todo[:MAX_READS]:
+        view = want.get(job)
         try:
             info = ctl.show_job(job)
+            if not info.runs_on(node):
+                flow.log(f"jobs: job {job}: Slurm does not show it running on {node} ({info.state or 'no state'}): "
+                         "left alone", loud=True)
+                published.pop(job, None)
+                continue
+            if view is None and job in idle and rec.combine([v for v in rec.parse(info.admin_comment)
+                                                             if v.node != node]).verdict == "hung":
+                said = rec.parse("gpuhc-jobs{" + published.get(job, "") + "}")
+                view = rec.NodeView(node, "idle", said[0].since if said else int(flow.now()))
+            info = _write(ctl, job, view, node, info)
         except SlurmError as e:
             flow.log(f"jobs: job {job}: not recorded: {e}", loud=True)
-            continue
-        comment = info.get("AdminComment", "")
-        view = want.get(job)
-        if view is None and job in idle and rec.combine([v for v in rec.parse(comment) if v.node != node]).verdict == "hung":
-            said = rec.parse("gpuhc-jobs{" + published.get(job, "") + "}")
-            view = rec.NodeView(node, "idle", said[0].since if said else int(flow.now()))
-        new = rec.update(comment, view, node)
-        try:
-            if new is not None:
-                ctl.set_admin_comment(job, new)
-        except SlurmError as e:
-            flow.log(f"jobs: job {job}: AdminComment not written: {e}", loud=True)
             continue
         if view is None:
             published.pop(job, None)
             continue
-        finding = rec.combine(rec.parse(new if new is not None else comment))
+        finding = rec.combine(rec.parse(info.admin_comment))
         if requeue_after > 0 and job not in requeued and view.signature == "hang":
             _maybe_requeue(flow, ctl, job, info, finding, requeue_after, requeued)
         if published.get(job) == view.token():
@@ -121,13 +132,36 @@ def _run(flow: Any, report: Any) -> None:
                           "requeued": {j: t for j, t in requeued.items() if flow.now() - t < 7 * 86400}}
 
 
-def _maybe_requeue(flow: Any, ctl: Any, job: str, info: dict, finding: rec.JobFinding, after_s: float,
+def _write(ctl: Any, job: str, view: rec.NodeView | None, node: str, info: Any) -> Any:
+    """Set this node's view in the job's AdminComment, safe against the job's other nodes doing
+    the same: read, merge, write, read back; again while the view is not what Slurm kept. The
+    job as read last (what Slurm kept); SlurmError when the view never stuck."""
+    import random
+
+    for attempt in range(WRITE_TRIES):
+        new = rec.update(info.admin_comment, view, node)
+        if new is None:
+            return info  # Slurm already holds exactly this node's view (or none, as wanted)
+        if attempt:
+            time.sleep(random.uniform(0.05, 0.3) * attempt)  # writers that raced must not race again
+            info = ctl.show_job(job)
+            new = rec.update(info.admin_comment, view, node)
+            if new is None:
+                return info
+        ctl.set_admin_comment(job, new)
+        info = ctl.show_job(job)
+        if rec.update(info.admin_comment, view, node) is None:
+            return info
+    raise SlurmError(f"AdminComment of job {job}: this node's view was overwritten {WRITE_TRIES} times")
+
+
+def _maybe_requeue(flow: Any, ctl: Any, job: str, info: Any, finding: rec.JobFinding, after_s: float,
                    requeued: dict[str, float]) -> None:
     nodes = rec.culprit_nodes(finding)
     if finding.verdict != "hung" or not nodes or finding.since is None or flow.now() - finding.since < after_s:
         return
     try:
-        ctl.requeue_excluding(job, nodes, info.get("ExcNodeList", ""))
+        ctl.requeue_excluding(job, nodes, info.excluded)
     except SlurmError as e:
         flow.log(f"jobs: job {job}: requeue without {','.join(nodes)} failed: {e}", loud=True)
         return

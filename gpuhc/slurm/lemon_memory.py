@@ -23,14 +23,41 @@ STATE_KEY = "lemons"
 MAX_FAULTS = 512  # kept in the state, newest; far more than any K
 
 
-def read_faults(paths: Iterable[str], since: float, problems: list[str]) -> list[Fault]:
+def read_faults(paths: Iterable[str], since: float, problems: list[str], per_node: bool = True) -> list[Fault]:
     """The faults recorded in event logs since ``since``: verified drains only (a withheld or
-    observed drain is no fault)."""
-    from gpuhc.export.eventlog import read_events
+    observed drain is no fault).
 
-    found = (Fault.from_dict(doc["slurm"].get("fault")) for doc in read_events(paths, b'"fault":{', problems)
-             if doc["slurm"].get("acted"))
-    return [f for f in found if f is not None and f.time >= since]
+    A lemon count retires nodes, so its evidence is read under the rule for files root trusts
+    (:func:`gpuhc.fsutil.check_trusted_file`: a log users can write, or reach through their
+    link, is refused and said), and (``per_node``, what a node's retirement reads) a log speaks
+    for one node only: the node its first event names. A fault line that names another node, or
+    whose run was another node's, is skipped and said once per file (docs/security.md, "Acting
+    safely"). ``gpuhc fleet lemons`` (``per_node`` False) only lists, from a fleet's merged log."""
+    from gpuhc.export.eventlog import expand_paths, read_events
+    from gpuhc.fsutil import UnsafePath, check_trusted_file
+
+    out: list[Fault] = []
+    for path in expand_paths(paths):
+        try:
+            if os.path.islink(path) or os.path.isfile(path):  # a missing one or a FIFO: the reader says it
+                check_trusted_file(path, "lemon event log")
+        except UnsafePath as e:
+            problems.append(str(e))
+            continue
+        owner, foreign = None, 0
+        for doc in read_events([path], b'"fault":{', problems):  # opened without following a link
+            owner = owner if owner is not None else doc.get("node")
+            fault = Fault.from_dict(doc["slurm"].get("fault")) if doc["slurm"].get("acted") else None
+            if fault is None:
+                continue
+            if fault.node != doc.get("node") or (per_node and doc.get("node") != owner):
+                foreign += 1
+                continue
+            if fault.time >= since:
+                out.append(fault)
+        if foreign:
+            problems.append(f"{path}: {foreign} fault line(s) for another node than the log's own ({owner}) skipped")
+    return out
 
 
 def merge(*groups: Iterable[Fault]) -> list[Fault]:

@@ -102,6 +102,8 @@ def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
     settings = LadderSettings.from_section(flow.slurm)
     if not settings.enabled:
         return
+    if flow.observe:  # a GPU reset changes the node as a drain changes Slurm: observe mode does neither
+        return
     memory = load_ladder(flow)
     kept = out.decision is not None and out.decision.act is Act.KEEP
     if not kept and memory.step is None:

@@ -9,9 +9,12 @@ What is asked, and why (docs/facts.md "IMEX"):
   ``Domain State: UP|DOWN|DEGRADED``. Its text form is read (not ``-j``): that is what real
   captures in public threads show (tests/data/imex/README.md).
 
-The tool is looked for only in system directories and run only when root owns it and nobody
-else can write it or its directory (this runs as root on every node): a node without IMEX pays
-four ``stat`` calls. Each call is an argv list with a deadline; its output is read up to a bound
+The tool is looked for only in system directories and run only under the one rule for programs
+root runs (:func:`gpuhc.fsutil.check_trusted_program`): root owns it, every link on the way and
+every directory up to ``/`` of the file it resolves to, nobody else can write any of them, and
+the real path is run, resolved once (a root-owned link into a user-writable directory, whose
+file a user could swap between the check and the exec, is refused, and the refusal is said in
+the reading's ``error``). A node without IMEX pays four ``lstat`` calls. Each call is an argv list with a deadline; its output is read up to a bound
 and parsed by a strict grammar -- a line that does not match is ignored, never guessed at -- and
 every text kept is escaped (gpuhc/logtext.py). Nothing here raises: a failure is the reading's
 ``error``, in words.
@@ -44,17 +47,33 @@ _DOMAIN = re.compile(r"Domain State:\s+([A-Z_]+)\s*")
 
 
 def find_ctl(candidates: tuple[str, ...] = SEARCH, owner: int = 0) -> str | None:
-    """The first candidate that is a regular file root (``owner``: tests) owns, in a directory
-    root owns, neither writable by anyone else; None."""
+    """The real path of the first candidate that may run (:func:`locate`); None."""
+    return locate(candidates, owner)[0]
+
+
+def locate(candidates: tuple[str, ...] = SEARCH, owner: int = 0) -> tuple[str | None, str | None]:
+    """(the real path to run, None) for the first candidate present that is a regular file
+    ``owner`` (root; tests: their own uid) owns in a directory ``owner`` owns, neither writable
+    by anyone else, and that passes the program rule as root; (None, why) when the first one
+    present is refused; (None, None) when none is there."""
+    from gpuhc.fsutil import UnsafePath, check_trusted_program
+
     for path in candidates:
+        if not os.path.lexists(path):
+            continue
         try:
-            st = os.stat(path)
-            parent = os.stat(os.path.dirname(path))
+            real = check_trusted_program(path, "nvidia-imex-ctl")
+            real = os.path.realpath(real)
+            st = os.stat(real)
+            parent = os.stat(os.path.dirname(real))
+        except UnsafePath as e:
+            return None, str(e)
         except OSError:
             continue
         if _trusted(st, owner) and _trusted(parent, owner) and stat.S_ISREG(st.st_mode):
-            return path
-    return None
+            return real, None
+        return None, f"refusing nvidia-imex-ctl: {path} is not a regular file only its owner can write"
+    return None, None
 
 
 def _trusted(st: os.stat_result, owner: int) -> bool:
@@ -68,9 +87,9 @@ class ImexLive:
         self.candidates, self.timeout_s, self.owner = candidates, timeout_s, owner
 
     def read(self) -> ImexStatus:
-        ctl = find_ctl(self.candidates, self.owner)
+        ctl, refused = locate(self.candidates, self.owner)
         if ctl is None:
-            return ImexStatus(installed=False)
+            return ImexStatus(installed=False, error=refused)
         text, error = _run([ctl, "-q"], self.timeout_s)
         if error is not None:
             return ImexStatus(installed=True, error=f"nvidia-imex-ctl -q: {error}")

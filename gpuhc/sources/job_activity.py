@@ -31,7 +31,11 @@ from gpuhc.sources import nvml_util
 
 _CGROUP_LIMIT = 64 * 1024  # /proc/<pid>/cgroup: one line per hierarchy (a dozen in cgroup v1)
 _ENVIRON_LIMIT = 256 * 1024  # the front of /proc/<pid>/environ; a longer one is cut, not refused
-_JOB_IN_PATH = LazyPattern(r"/job_(\d{1,12})(?=/|$)")
+# Only slurmstepd's own hierarchy names a job: cgroup v2's <slices>/[<node>_]slurmstepd.scope/job_N
+# and cgroup v1's /slurm[_<node>]/uid_U/job_N, both made by root. A user's delegated cgroups (under
+# user@UID.service) may be named anything, job_1 included, and count for nothing (docs/security.md).
+_JOB_IN_PATH = LazyPattern(r"^(?:/[^/]+\.slice)*/(?:[A-Za-z0-9._-]+_)?slurmstepd\.scope/job_(\d{1,12})(?=/|$)"
+                           r"|^/slurm(?:_[A-Za-z0-9._-]+)?/uid_\d{1,10}/job_(\d{1,12})(?=/|$)")
 _JOB_ID = LazyPattern(r"\d{1,12}")
 
 
@@ -39,9 +43,9 @@ def job_from_cgroup(text: str) -> str | None:
     """The Slurm job id in a ``/proc/<pid>/cgroup`` text, or None (not in a Slurm job)."""
     for line in text.splitlines():
         path = line.split(":", 2)[-1]
-        m = _JOB_IN_PATH.search(path)
+        m = _JOB_IN_PATH.match(path)
         if m:
-            return m.group(1)
+            return str(int(m.group(1) or m.group(2)))
     return None
 
 
@@ -50,7 +54,7 @@ def job_from_environ(data: bytes) -> str | None:
     for entry in data.split(b"\0"):
         if entry.startswith(b"SLURM_JOB_ID="):
             value = entry[len(b"SLURM_JOB_ID="):].decode("ascii", "replace")
-            return value if _JOB_ID.fullmatch(value) else None
+            return str(int(value)) if _JOB_ID.fullmatch(value) else None  # 0000778 is job 778
     return None
 
 

@@ -57,6 +57,23 @@ def boot_id(path: str = BOOT_ID_PATH) -> str | None:
         return None
 
 
+def _sequence(records: list[bytes]) -> tuple[int | None, int]:
+    """(the first record's sequence number, records missing between those read): each read of
+    /dev/kmsg is one record, ``prefix,seq,usec,flags;text``; a plain file's chunks are not, and
+    say nothing."""
+    seqs = []
+    for rec in records:
+        head, _, dictionary = rec.partition(b"\n")
+        parts = head.split(b",", 2)
+        # one record: its header line, then only " KEY=value" dictionary lines
+        if len(parts) < 3 or not parts[1].isdigit() or any(ln and not ln.startswith(b" ") for ln in dictionary.split(b"\n")):
+            return None, 0
+        seqs.append(int(parts[1]))
+    if not seqs:
+        return None, 0
+    return seqs[0], sum(b - a - 1 for a, b in zip(seqs, seqs[1:]) if b > a + 1)
+
+
 class KmsgSource:
     """Every record still in the ring buffer, read from ``/dev/kmsg`` without blocking.
 
@@ -94,6 +111,7 @@ class KmsgSource:
         # arbitrary chunks: join before splitting so that no line is cut in two.
         text = b"".join(records).decode("utf-8", "replace")
         log = parse_lines(text.split("\n"), boot_time=boot_time())
+        log.first_seq, log.seq_lost = _sequence(records)
         log.source = self.path
         log.boot_id = boot_id(self.boot_id_path)
         return log
@@ -112,17 +130,16 @@ class DmesgSource:
         self.boot_id_path = boot_id_path
 
     def _find(self) -> str:
-        if self.binary:
-            return self.binary
-        import shutil  # lazy: the live path reads /dev/kmsg and never needs it
+        from gpuhc.fsutil import UnsafePath, trusted_which
 
-        found = shutil.which("dmesg")
+        try:  # Slurm's prolog/health check environments carry no PATH: the usual places then
+            found = trusted_which(self.binary or "dmesg", "dmesg", _DMESG_DIRS)
+        except UnsafePath as e:
+            raise SourceError(str(e)) from None
         if found:
             return found
-        for d in _DMESG_DIRS:  # Slurm's prolog/health check environments carry no PATH
-            cand = os.path.join(d, "dmesg")
-            if os.access(cand, os.X_OK):
-                return cand
+        if self.binary:
+            return self.binary
         raise SourceError("dmesg not found in PATH or " + ", ".join(_DMESG_DIRS))
 
     def _run(self, argv: list[str]):

@@ -23,7 +23,7 @@ import re
 
 from gpuhc.limits import RELATIVE_LIMIT
 from gpuhc.sources.kernel_log_parse import parse_lines
-from gpuhc.sources.kernel_log_prefix import Stamps
+from gpuhc.sources.kernel_log_prefix import Stamps, export_entries
 from gpuhc.untrusted import open_regular
 
 MiB = 1 << 20
@@ -61,7 +61,9 @@ def _read(fd: int, year: int | None) -> tuple[list[str], float | None, str]:
     """(lines, covered_from, partial): see the module doc."""
     size = os.fstat(fd).st_size
     if size <= TAIL_BYTES:
-        return _decode(_pread_all(fd, 0, size)).split("\n"), None, ""
+        data = _pread_all(fd, 0, size)
+        entries = export_entries(data)  # journalctl -o export: read by its length-prefixed fields
+        return (entries if entries is not None else _decode(data).split("\n")), None, ""
     start = size - TAIL_BYTES
     tail = _pread_all(fd, start, TAIL_BYTES)
     cut = tail.find(b"\n")

@@ -110,6 +110,18 @@ def _pci(field: str) -> str | None:
     return norm_pci(m.group(1)) if m else None
 
 
+# Marks of a kernel record that quotes a process or a file (arch/x86/mm/fault.c's segfault line
+# with print_vma_addr's "error N in FILE[...]" and "likely on CPU", traps, print-fatal-signals,
+# the OOM killer), anywhere in the record: a name may carry a newline, so the mark may be on
+# any of its lines.
+_PROCESS_RECORD = lazy(r"\[\d{1,10}\]: (?:segfault|general protection|trap)| error -?[0-9a-f]{1,8} in |likely on CPU \d"
+                       r"|potentially unexpected fatal signal|invoked oom-killer|Killed process \d")
+# A driver line that quotes a process by name (an Xid's "pid=..., name=..."): its next lines may be the name's.
+_NAMES_PROCESS = lazy(r"\bname=")
+# Driver words outside the driver's place at the start of the line: an Xid, or the fall-off phrase.
+_REFUSED = lazy(r"NVRM: Xid\b|NVRM:.{0,200}fallen off the bus")
+
+
 class _Parser:
     def __init__(self, boot_time: float | None, year: int | None):
         self.stamps = Stamps(boot_time, year)
@@ -130,6 +142,9 @@ class _Parser:
         self.gpu_ctx: tuple[str, int] | None = None  # (pci, line index) of the last GPU named
         self.export = JournalExport(self.stamps)
         self.host = HostLines()  # AER, machine checks, mlx5 cable events (kernel_log_host)
+        # A text record (a stamped line and its indented continuation lines, as dmesg prints a
+        # multi-line record) is judged whole once it ends: (time, seq, its lines).
+        self.pending: tuple[float | None, int | None, list[str]] | None = None
 
     # ------------------------------------------------------------------ lines and prefixes
 
@@ -160,10 +175,11 @@ class _Parser:
             return
         # asked only here, for the rare unstamped line: most logs stamp every line
         prev_process = self.prev_kernel and G.is_process_line(self.prev_msg.strip())
-        if line[0].isspace():  # continuation of the previous line's message, trusted as it was
-            if self.prev_kernel and not prev_process:
-                self._message(line.strip(), self.prev_time, self.prev_seq)
+        if line[0].isspace():  # continuation of the previous line's record: judged with it
+            if self.pending is not None:
+                self.pending[2].append(line.strip())
             return
+        self._flush()
         if prev_process:
             return  # the rest of a line that began with a process name: a newline it quoted
 
@@ -172,18 +188,24 @@ class _Parser:
         self.prev_time, self.prev_seq = None, None
         self.prev_kernel, self.prev_msg = kernel, msg
         if kernel:
-            self._message(msg, None, None)
+            self.pending = (None, None, [msg])
+
+    def _flush(self) -> None:
+        """Read the text record that just ended, as one record."""
+        if self.pending is not None:
+            t, seq, lines = self.pending
+            self.pending = None
+            for part in _record_lines("\n".join(lines)):
+                self._message(part, t, seq)
 
     def _stamped(self, stamped: tuple[float | None, bool, str]) -> None:
+        self._flush()
         t, kernel, msg = stamped
         self.prev_time, self.prev_seq = t, None
         self.prev_kernel, self.prev_msg = kernel, msg
         self._saw_time(t)
-        if kernel and "\n" in msg:  # a journal entry may hold several lines, as a kmsg record
-            for part in _record_lines(msg):
-                self._message(part, t, None)
-        elif kernel:
-            self._message(msg, t, None)
+        if kernel:  # a journal entry may hold several lines, as a kmsg record; syslog writes them #012
+            self.pending = (t, None, [msg.replace("#012", "\n")])
 
     def _embedded(self, line: str) -> tuple[float | None, bool, str] | None:
         """A driver message with unrelated text, and its stamp, before it (a ticket's paste)."""
@@ -202,6 +224,7 @@ class _Parser:
             self.last_time = t
 
     def _kmsg(self, m: re.Match) -> None:
+        self._flush()
         seq, usec = int(m.group(2)), int(m.group(3))
         t = usec / 1e6 + (self.stamps.boot_time or 0.0)
         self.prev_time, self.prev_seq, self.prev_kmsg = t, seq, True
@@ -224,7 +247,11 @@ class _Parser:
         driver = msg.startswith(_STARTS) or "SXid" in msg
         host = self.host.wants(msg)  # AER, machine check, mlx5 cable words (kernel_log_host)
         if not driver and not host:
-            return  # cheap first: most kernel lines are nothing of the driver's nor the host's
+            # cheap first: most kernel lines are nothing of the driver's nor the host's. The
+            # driver's words behind another prefix or in quotes are named for a person, never read.
+            if ("NVRM" in msg or "fallen off the bus" in msg) and _REFUSED.search(msg) and not G.is_process_line(msg):
+                self._unreadable(msg)
+            return
         if G.is_process_line(msg):
             return  # a line that starts with a process's name is never driver evidence
         if host:
@@ -333,6 +360,7 @@ class _Parser:
             entry = self.export.end()
             if entry is not None:
                 self._stamped(entry)
+        self._flush()
         found = incidents(self.found)
         return KernelLog(events=[f.event() for f in found], last_time=self.last_time, last_seq=self.last_seq,
                          unparsed_lines=self.unparsed, unparsed_example=self.unparsed_example,
@@ -340,13 +368,26 @@ class _Parser:
 
 
 def _record_lines(text: str) -> list[str]:
-    """The lines of one kernel record. Those after the first are read only when the first is
-    the driver's: a newline in a file name that a segfault line quotes must not start a
-    "driver" line of its own."""
+    """The lines of one kernel record that may be read as the driver's (docs/security.md,
+    "Kernel log"). A record is the unit, not a line: a record that quotes a process or a file
+    (a segfault's ``comm[pid]:`` and ``error N in FILE``, a trap, the OOM killer) is never driver
+    evidence, whichever of its lines the driver's words sit on, since a file or process name may
+    hold a newline and then any text. In a driver record, what follows a process name the driver
+    quotes (an Xid's ``name=``) is the name's, not the driver's. A record whose first line is not
+    the driver's is read for that first line only."""
     parts = [p for p in text.split("\n") if p.strip()]
-    if len(parts) > 1 and (not parts[0].lstrip().startswith("NVRM:") or G.is_process_line(parts[0].strip())):
+    if len(parts) < 2:
+        return parts
+    if _PROCESS_RECORD.search(text) or any(G.is_process_line(p.strip()) for p in parts):
+        return []
+    if not parts[0].lstrip().startswith("NVRM:"):
         return parts[:1]
-    return parts
+    out = []
+    for part in parts:
+        out.append(part)
+        if _NAMES_PROCESS.search(part):
+            break
+    return out
 
 
 def parse_lines(lines: Iterable[str], boot_time: float | None = None, year: int | None = None) -> KernelLog:

@@ -12,9 +12,11 @@ two ways, both because the node is then judged under real Slurm for hours or day
   as a real node's log would: a drain is held for the window, an acknowledgement or reboot ends
   it, and placing the scenario again makes its events happen again. (Moving them to each run's
   "now" would make every run a new incident.)
-- Links. An admin swaps scenarios with a symbolic link. Root follows it only when the link is
-  root's in a directory chain only root can change (:func:`gpuhc.fsutil.check_dir_chain`), and
-  then reads the file it resolves to under the same rule, never through a link again.
+- Trust. The scenario decides whether root drains the node, so it is read only under the one
+  rule for files root treats as evidence (:func:`gpuhc.fsutil.check_trusted_file`): root's,
+  writable by nobody else, in directories only root can change, every link on the way root's
+  too. A user's file in a world-writable directory is refused, link or not (issue 29). An admin
+  swaps scenarios with a root-owned link; the file it resolves to is read, never the link again.
 
 A scenario named on the command line (``--nvml-scenario``) replaces the test scenario, and a
 kernel log named there or in ``sources.kernel_log`` replaces its log.
@@ -27,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuhc.errors import SourceError
-from gpuhc.fsutil import UnsafePath, check_dir_chain, check_trusted_file
+from gpuhc.fsutil import UnsafePath, check_trusted_file
 from gpuhc.limits import RELATIVE_LIMIT
 
 
@@ -39,14 +41,8 @@ def resolve(path: str) -> tuple[str, float]:
     except OSError as e:
         raise SourceError(f"sources.test_scenario: {path}: {e.strerror or e}") from None
     placed = max(st.st_mtime, st.st_ctime)
-    if not os.path.islink(path):
-        return path, placed
-    real = os.path.realpath(path)
     try:
-        if os.geteuid() == 0 and st.st_uid != 0:
-            raise UnsafePath(f"refusing the test scenario: the link {path} is owned by uid {st.st_uid}, not root")
-        check_dir_chain(os.path.dirname(os.path.abspath(path)), "the test scenario's link", leaf="sticky")
-        check_trusted_file(real, f"the test scenario {real} (linked from {path})")
+        real = check_trusted_file(path, f"the test scenario {path}")
     except UnsafePath as e:
         raise SourceError(f"sources.test_scenario: {e}") from None
     return real, placed

@@ -236,3 +236,21 @@ def test_benign_set_never_called_fault_set_called_with_its_culprit(kind, entry):
     else:
         assert called, f"{entry['what']}: never called"
         assert {(r.value["signature"], tuple(r.value["culprits"])) for r in called} == {(entry["signature"], tuple(entry["culprits"]))}
+
+
+def test_made_up_job_ids_from_the_environment_never_drain():
+    """Issue 29: one user, three processes whose SLURM_JOB_ID names three made-up jobs, each
+    "hung" on gpu1: no drain, however many (only a slurmstepd cgroup names a job that counts)."""
+    state = None
+    for n, job in enumerate(("901", "902", "903", "904")):
+        gpus = [gpu(0, 100, 0, 130, job=job), gpu(1, 0, 0, 125, job=job)]
+        for g in gpus:
+            g.via = "environ"
+        out = judge(gpus, state, now=1000.0 + 300 * n, drain_culprit_jobs=3, environ_fallback=True)
+        state = out.state
+        assert not [r for r in out.results if r.status is Status.FAIL], out.results
+    assert state["culprits"] == {}
+
+
+def test_the_environment_fallback_is_off_by_default():
+    assert jj.DEFAULTS["environ_fallback"] is False

@@ -89,11 +89,22 @@ def test_gpuhc_jobs_runs_the_configured_scontrol(tmp_path):
     still wins over it."""
     listing = tmp_path / "listing.txt"
     listing.write_text(LISTING)
+    # job 7's record is read again exactly (gpuhc/slurm/jobs_slurm.py): its fields one per line,
+    # and squeue's view of it, both from the site's configured programs
+    shown = tmp_path / "job7.txt"
+    shown.write_text("JobId=7 JobName=train\n   JobState=RUNNING\n   Command=/w/run.sh\n   WorkDir=/w\n"
+                     "   AdminComment=note with spaces gpuhc-jobs{n2/hang/1795697760/-,n1/hang/1795697758/gpu3} \n"
+                     "   StdErr=/w/out\n")
     fake = tmp_path / "site-scontrol"
-    fake.write_text(f"#!/bin/sh\ncat {listing}\n")
+    fake.write_text(f'#!/bin/sh\n[ "$1" = --json ] && {{ echo "scontrol: unrecognized option --json" >&2; exit 1; }}\n'
+                    f'if [ "$3" = "-o" ]; then cat {listing}; else cat {shown}; fi\n')
     fake.chmod(0o755)
+    squeue = tmp_path / "site-squeue"
+    squeue.write_text('#!/bin/sh\nfor a; do fmt="$a"; done; sep="${fmt#%T}"; sep="${sep%%%U*}"\n'
+                      'printf "RUNNING%s1000%sn[1-2]%s%s/w/run.sh%s/w%s\\n" "$sep" "$sep" "$sep" "$sep" "$sep" "$sep"\n')
+    squeue.chmod(0o755)
     cfg = tmp_path / "gpuhc.yaml"
-    cfg.write_text(f"slurm:\n  scontrol: {fake}\n")
+    cfg.write_text(f"slurm:\n  scontrol: {fake}\n  squeue: {squeue}\n")
     cfg.chmod(0o600)
     cp = jobs_cli("--config", str(cfg), "-o", "job,verdict", "-h")
     assert cp.returncode == 0 and cp.stdout.split() == ["7", "hung"], cp.stderr
@@ -191,7 +202,7 @@ def flow_for(tmp_path, scontrol: str):
     lines = []
     cfg = SimpleNamespace(check_settings=lambda cid: {"thresholds": {}}, section=lambda name: {"commands": []})
     opts = SimpleNamespace(state_dir=str(tmp_path / "state"), config=cfg)
-    return SimpleNamespace(node="n1", opts=opts, slurm={"scontrol": scontrol, "timeout_s": 5.0},
+    return SimpleNamespace(node="n1", opts=opts, slurm={"scontrol": scontrol, "squeue": scontrol, "timeout_s": 5.0},
                            deadline=time.monotonic() + 30, now=lambda: 2000.0,
                            log=lambda text, loud=False: lines.append(text)), lines
 
@@ -215,17 +226,88 @@ def test_nothing_to_say_asks_slurm_nothing(tmp_path):
     assert len(lines) == 1 and "job 8: not recorded" in lines[0] and "not found" in lines[0]
 
 
+def fake_slurm(tmp_path, nodes: str = "n[1-2]", state: str = "RUNNING"):
+    """One script playing scontrol (show job, update) and squeue for job 8, keeping the
+    AdminComment written (so a read-back sees it); every argv logged."""
+    log, comment = tmp_path / "calls", tmp_path / "comment"
+    fake = tmp_path / "slurm"
+    fake.write_text(f"""#!/bin/sh
+echo "$@" >> {log}
+case "$1" in
+  --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1;;
+  -h) for a; do fmt="$a"; done; sep="${{fmt#%T}}"; sep="${{sep%%%U*}}"
+      printf "{state}%s1000%s{nodes}%s%s/w/run.sh%s/w%s\\n" "$sep" "$sep" "$sep" "$sep" "$sep" "$sep";;
+  show) printf 'JobId=8 JobName=x\\n   JobState={state}\\n   Command=/w/run.sh\\n   WorkDir=/w\\n'
+      [ -s {comment} ] && printf '   AdminComment=%s \\n' "$(cat {comment})"
+      printf '   StdErr=/w/o\\n';;
+  update) printf '%s' "${{3#AdminComment=}}" > {comment};;
+esac
+exit 0
+""")
+    fake.chmod(0o755)
+    return fake, log, comment
+
+
 def test_a_recorded_view_is_not_sent_again(tmp_path):
     from gpuhc.slurm.jobs_act import after_healthcheck
 
-    log = tmp_path / "calls"
-    fake = tmp_path / "scontrol"
-    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n"
-                    "[ \"$1\" = show ] && echo 'JobId=8 JobState=RUNNING NodeList=n[1-2] AdminComment=(null)'\nexit 0\n")
-    fake.chmod(0o755)
+    fake, log, comment = fake_slurm(tmp_path)
+    comment.write_text("ticket INC123 owner=ops")
     flow, lines = flow_for(tmp_path, str(fake))
     hang = ("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"]})
     after_healthcheck(flow, report_of(hang))
     after_healthcheck(flow, report_of(hang))
-    assert log.read_text().splitlines() == ["show job -o 8", "update JobId=8 AdminComment=gpuhc-jobs{n1/hang/1980/gpu1}"]
+    calls = ["squeue" if c.startswith("-h ") else c for c in log.read_text().splitlines()]
+    assert calls == ["--json show job 8", "squeue", "show job 8",
+                     "update JobId=8 AdminComment=ticket INC123 owner=ops gpuhc-jobs{n1/hang/1980/gpu1}",
+                     "--json show job 8", "squeue", "show job 8"]  # read, write, read back; the second run: nothing
+    assert comment.read_text() == "ticket INC123 owner=ops gpuhc-jobs{n1/hang/1980/gpu1}"  # the admin's note kept
     assert sum("job 8 hung: culprit n1:gpu1" in x for x in lines) == 1
+
+
+def test_a_job_slurm_does_not_show_running_here_is_left_alone(tmp_path):
+    from gpuhc.slurm.jobs_act import after_healthcheck
+
+    hang = ("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"]})
+    for where, (nodes, state) in {"elsewhere": ("n[5-6]", "RUNNING"), "pending": ("", "PENDING")}.items():
+        d = tmp_path / where
+        d.mkdir()
+        fake, log, comment = fake_slurm(d, nodes, state)
+        flow, lines = flow_for(d, str(fake))
+        after_healthcheck(flow, report_of(hang))
+        assert not comment.exists() and not [c for c in log.read_text().splitlines() if c.startswith("update")]
+        assert any("does not show it running on n1" in x for x in lines), lines
+
+
+def test_a_job_found_only_through_its_environment_is_never_written(tmp_path):
+    from gpuhc.slurm.jobs_act import after_healthcheck
+
+    fake, log, comment = fake_slurm(tmp_path)
+    flow, lines = flow_for(tmp_path, str(fake))
+    after_healthcheck(flow, report_of(("warn", {"job": "0008", "signature": "hang", "since": 1980, "culprits": ["gpu1"],
+                                                "via": ["environ"]})))
+    assert not log.exists() and lines == []
+
+
+def test_a_view_another_node_overwrote_is_written_again_until_it_stays(tmp_path, monkeypatch):
+    """Two nodes of one job write in the same second: the read-back shows the other node's write
+    without this node's view, so it merges again and writes again (issue 29)."""
+    from gpuhc.slurm import jobs_act
+    from gpuhc.slurm.jobs_slurm import JobControl
+
+    monkeypatch.setattr(jobs_act.time, "sleep", lambda s: None)
+    fake, log, comment = fake_slurm(tmp_path)
+    real_set = JobControl.set_admin_comment
+    raced = []
+
+    def racing_set(self, job, text):
+        real_set(self, job, text)
+        if not raced:  # n2 writes its own view over ours, from what it read before our write
+            raced.append(1)
+            comment.write_text("gpuhc-jobs{n2/hang/1985/-}")
+
+    monkeypatch.setattr(JobControl, "set_admin_comment", racing_set)
+    flow, lines = flow_for(tmp_path, str(fake))
+    jobs_act.after_healthcheck(flow, report_of(("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"]})))
+    assert comment.read_text() == "gpuhc-jobs{n1/hang/1980/gpu1,n2/hang/1985/-}"
+    assert sum(c.startswith("update") for c in log.read_text().splitlines()) == 2

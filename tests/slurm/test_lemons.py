@@ -196,3 +196,30 @@ def test_stray_processes_never_make_a_lemon():
     assert judge(fault(2), strays, S) is None  # one hardware drain: no lemon
     assert judge(fault(3), [*strays, fault(2), fault(2.5)], S) is not None  # three hardware drains
     assert [s.key for s in standings(strays, 2 * DAY, S)] == []
+
+
+def test_forged_lemon_lines_are_refused_or_count_for_their_own_node_only(tmp_path):
+    """Issue 29: slurm.lemon.event_logs naming a glob users can write: two forged lines naming
+    any node made that node's first real drain a retirement. A log users can write is refused
+    and said; a root's log speaks only for the node its first event names."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    rec = {"time": 100.0, "node": "n5", "check": "xid", "gpus": []}
+    forged = shared / "mine.jsonl"
+    for t in (100.0, 200.0):
+        append_event(str(forged), {"node": "n5", "started": t, "slurm": {"acted": True, "fault": dict(rec, time=t)}})
+    problems: list[str] = []
+    if os.geteuid() == 0:
+        os.chown(forged, 1000, 1000)
+        assert read_faults([str(shared / "*.jsonl")], 0.0, problems) == []
+        assert len(problems) == 1 and "owned by uid 1000, not root" in problems[0]
+        os.chown(forged, 0, 0)
+    # a root-owned log of n1 that carries lines naming n5: they count for nobody
+    n1 = shared / "n1.jsonl"
+    append_event(str(n1), {"node": "n1", "started": 50.0, "slurm": {"acted": True, "fault": dict(rec, node="n1", time=50.0)}})
+    append_event(str(n1), {"node": "n5", "started": 60.0, "slurm": {"acted": True, "fault": dict(rec, time=60.0)}})
+    append_event(str(n1), {"node": "n1", "started": 70.0, "slurm": {"acted": True, "fault": dict(rec, time=70.0)}})
+    problems = []
+    got = read_faults([str(n1)], 0.0, problems)
+    assert [(f.node, f.time) for f in got] == [("n1", 50.0)]
+    assert problems == [f"{n1}: 2 fault line(s) for another node than the log's own (n1) skipped"]

@@ -91,3 +91,16 @@ def test_fleet_tables_print_no_raw_control_character(names):
         outs.append(buf.getvalue())
     for out in outs:
         assert raw_control(out) == [], out[:500]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(odd_text, min_size=1, max_size=5), st.lists(odd_text, min_size=1, max_size=3), st.sampled_from(["|", ",", ";;"]))
+def test_parsable_fields_never_shift_whatever_a_reason_holds(names, reasons, delimiter):
+    """Issue 29: a ``|`` inside a reason (or a node or user name) shifted drain-report
+    --parsable's fields; the delimiter inside a value is written \\xNN."""
+    report = build_report(nodes_of(names, reasons), 1.8e9)
+    out = render_fields(report, tuple(FIELDS), delimiter, header=True)
+    for line in out.splitlines():
+        assert len(line.split(delimiter)) == len(FIELDS), line
+    (n,) = nodes_of(["n1"], ["admin: swap PSU | ticket 4711"])
+    assert "admin: swap PSU \\x7c ticket 4711" in render_fields(build_report([n], 1.8e9), ("node", "reason"), "|")

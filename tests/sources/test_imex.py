@@ -165,3 +165,42 @@ def test_a_directory_is_not_a_tool(tmp_path):
     d.mkdir(mode=0o755)
     assert imex.find_ctl((str(d),), owner=os.geteuid()) is None
     assert stat.S_ISDIR(os.stat(d).st_mode)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the program rule applies as root (CI runs as root)")
+def test_a_root_link_into_a_directory_users_can_write_is_refused_and_said(tmp_path):
+    """Issue 29: the swap race. A root-owned link at a search path, to a root-owned file in a
+    directory users can write: a user could exchange the file (renameat2 RENAME_EXCHANGE) between
+    the check and the exec. The file's whole directory chain must be root's: refused, said, never run."""
+    ran = tmp_path / "ran"
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    os.chmod(drop, 0o777)
+    target = drop / "nvidia-imex-ctl"
+    target.write_text(f"#!/bin/sh\ntouch {ran}\necho READY\n")
+    os.chmod(target, 0o755)
+    sysdir = tmp_path / "usr-bin"
+    sysdir.mkdir(mode=0o755)
+    link = sysdir / "nvidia-imex-ctl"
+    link.symlink_to(target)
+    st = imex.ImexLive(candidates=(str(link),)).read()
+    assert st.installed is False and "writable by group or others" in (st.error or "") and not ran.exists()
+    from gpuhc.checks import fabric
+    from gpuhc.checks.base import Context
+    from gpuhc.model import Snapshot, Status
+
+    out = fabric.judge_imex(Snapshot("n1", 1.0, imex=st), Context(thresholds={"imex_required": False}))
+    assert [(r.status, r.message.split(":")[0]) for r in out.results] == [(Status.WARN, "IMEX tool not run")]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the program rule applies as root (CI runs as root)")
+def test_the_real_path_is_run_resolved_once(tmp_path, monkeypatch):
+    real = answering(tmp_path, "q-ready.txt", "N-one-node-up.txt")
+    sysdir = tmp_path / "sbin"
+    sysdir.mkdir(mode=0o755)
+    link = sysdir / "nvidia-imex-ctl"
+    link.symlink_to(real)
+    argvs = []
+    monkeypatch.setattr(imex, "_run", lambda argv, t: (argvs.append(argv), ("READY\n", None))[1])
+    imex.ImexLive(candidates=(str(link),)).read()
+    assert argvs and all(a[0] == real for a in argvs)  # the file, not the link a later swap could repoint

@@ -29,7 +29,12 @@ V1_MULTI = "4:devices:/slurm_gpu02/uid_0/job_31/step_extern/task_0\n"
 @pytest.mark.parametrize("text,job", [(V2, "4242"), (V2_MULTI, "77"), (V1, "5150"), (V1_MULTI, "31"),
                                       ("0::/user.slice/user-1000.slice/session-3.scope\n", None),
                                       ("0::/system.slice/job_x/step_0\n", None), ("", None),
-                                      ("0::/home/job_12345678901234/\n", None)])
+                                      ("0::/home/job_12345678901234/\n", None),
+                                      # a user's own delegated cgroups, named like slurmstepd's (issue 29)
+                                      ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/job_1/x\n", None),
+                                      ("0::/user.slice/user-1000.slice/user@1000.service/slurmstepd.scope/job_1\n", None),
+                                      ("0::/system.slice/slurmstepd.scope/job_0042/step_0\n", "42"),
+                                      ("4:devices:/user.slice/slurm/uid_0/job_1\n", None)])
 def test_job_from_cgroup(text, job):
     assert job_from_cgroup(text) == job
 
@@ -38,6 +43,7 @@ def test_job_from_environ():
     assert job_from_environ(b"PATH=/bin\0SLURM_JOB_ID=88\0X=1\0") == "88"
     assert job_from_environ(b"SLURM_JOB_ID=88;rm -rf /\0") is None
     assert job_from_environ(b"SLURM_JOBID=88\0") is None
+    assert job_from_environ(b"SLURM_JOB_ID=0000778\0") == "778"  # one job, one spelling (issue 29)
 
 
 def proc(tmp_path, pid: int, cgroup: str | None = None, environ: bytes | None = None) -> None:

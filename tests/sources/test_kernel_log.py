@@ -18,6 +18,7 @@ import pytest
 from gpuhc.errors import SourceError
 from gpuhc.model import EventKind
 from gpuhc.sources import kernel_log as kl
+from tests.helpers.kmsg_reads import script_reads
 from tests.helpers.paths import FIXTURES
 
 FIX = FIXTURES / "kernel_log"
@@ -42,14 +43,7 @@ def test_kmsg_eagain_and_epipe(tmp_path, monkeypatch):
     script = [b"4,1,1000,-;NVRM: Xid (PCI:0000:01:00): 13, a\n", OSError(errno.EPIPE, "Broken pipe"),
               b"4,3,2000,-;NVRM: Xid (PCI:0000:02:00): 31, b\n", BlockingIOError(errno.EAGAIN, "again"),
               b"4,4,3000,-;never read\n"]
-
-    def fake_read(fd, n):
-        item = script.pop(0)
-        if isinstance(item, Exception):
-            raise item
-        return item
-
-    monkeypatch.setattr(kl.os, "read", fake_read)
+    script_reads(monkeypatch, kl, script)
     dev = tmp_path / "kmsg"
     dev.write_text("")
     log = kl.KmsgSource(str(dev), boot_id_path=_boot_id(tmp_path)).read()

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
@@ -26,6 +24,7 @@ from gpuhc.model import Status
 from gpuhc.sources.kernel_log import KmsgSource
 from tests.helpers.snapshots import context, healthy_node
 from tests.helpers.paths import REPO
+from tests.helpers.unprivileged import make_user
 
 KMSG = "/dev/kmsg"
 # comm holds 15 characters: each name is a driver line's first words, as far as they fit
@@ -38,19 +37,7 @@ FORGED = ("<4>NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off 
 
 @pytest.fixture
 def user():
-    if os.geteuid() != 0 or not shutil.which("useradd"):
-        pytest.skip("needs root and useradd to create an unprivileged user")
-    name = "gpuhck" + uuid.uuid4().hex[:8]
-    made = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot create a user: {made.stderr.strip()}")
-    import pwd
-
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["userdel", name], capture_output=True)
+    yield from make_user("gpuhck")
 
 
 def _last_seq() -> int:

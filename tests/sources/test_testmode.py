@@ -87,7 +87,7 @@ def test_command_line_scenario_wins_over_the_test_scenario(tmp_path):
 def test_a_link_someone_else_owns_is_not_followed(tmp_path):
     link = place(tmp_path, XID79)
     os.lchown(link, 1000, 1000)
-    with pytest.raises(SourceError, match=r"the link .*scenario.yaml is owned by uid 1000, not root"):
+    with pytest.raises(SourceError, match=r"scenario.yaml is a link owned by uid 1000, not root"):
         testmode.resolve(str(link))
 
 
@@ -153,3 +153,34 @@ def test_a_missing_test_scenario_is_a_config_error_naming_the_key(tmp_path):
     cp = subprocess.run([sys.executable, "-m", "gpuhc", "check"], capture_output=True, text=True, env=env, timeout=120)
     assert cp.returncode == 2 and "sources.test_scenario" in cp.stderr and "no such file" in cp.stderr, cp.stderr
     assert "Traceback" not in cp.stderr
+
+
+@root_only
+def test_a_users_plain_file_in_a_world_writable_directory_is_refused(tmp_path):
+    """Issue 29: not only links: a user-owned regular file put where the config points (a
+    world-writable directory) would be replayed as the node's own hardware and drain it."""
+    shared = tmp_path / "drop"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    path = shared / "scenario.yaml"
+    shutil.copy(XID79, path)
+    # the user's own file, then root's file that others may write: both refused, each said
+    for owner, mode, why in ((1000, 0o644, r"sources\.test_scenario: .*owned by uid 1000, not root"),
+                             (0, 0o666, "writable by group or others")):
+        os.chown(path, owner, owner)
+        path.chmod(mode)
+        with pytest.raises(SourceError, match=why):
+            testmode.resolve(str(path))
+
+
+@root_only
+def test_a_root_link_through_a_users_link_is_refused(tmp_path):
+    """Every link on the way counts: a root-owned link to a user's link to a root-owned file."""
+    link = place(tmp_path, XID79)
+    hop = tmp_path / "hop.yaml"
+    hop.symlink_to(tmp_path / "scenarios" / XID79.name)
+    os.lchown(hop, 1000, 1000)
+    link.unlink()
+    link.symlink_to(hop)
+    with pytest.raises(SourceError, match=r"hop\.yaml is a link owned by uid 1000, not root"):
+        testmode.resolve(str(link))
