@@ -70,6 +70,9 @@ SCHEMA = {
         "max_drained": Key(int, None, "absolute cap of nodes drained by gpuhc", min=0, nullable=True),
         "max_drained_percent": Key(float, 10.0, "cap as a percentage of the nodes in scope (rounded up)",
                                    min=0.0, max=100.0, nullable=True),
+        "max_retired_percent": Key(float, 10.0, "retired nodes do not count toward the drain cap; at this share "
+                                   "of the scope (rounded up) every count says ALERT (docs/slurm.md, Circuit breaker)",
+                                   min=0.0, max=100.0),
         "scope": Key(str, "partition", "count within the node's partitions or the whole cluster",
                      choices=("partition", "cluster")),
         "settle_s": Key(float, 1.0, "after a drain, wait this long and re-count: concurrent drains past the "

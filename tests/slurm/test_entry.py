@@ -20,7 +20,8 @@ from gpuhc.slurm import entry
 from gpuhc.slurm.policy import Act
 from gpuhc.slurm.sinfo import FIELDS
 from gpuhc.sources import SourceSpec
-from tests.helpers.minislurm import config, EPILOG_ENV, flow, memory, MiniSlurm, OK, OUR_REASON, run, XID
+from tests.helpers.minislurm import (config, EPILOG_ENV, flow, last_count, memory, MiniSlurm, OK, OUR_REASON, run,
+                                     XID)
 from tests.helpers.paths import REPO, SCENARIOS
 
 
@@ -76,7 +77,7 @@ def test_admin_reason_is_never_overwritten(tmp_path, monkeypatch):
 
 
 def test_breaker_open_blocks_the_drain_and_exits_4(tmp_path, monkeypatch):
-    nodes = {"n1": ("IDLE", None), "n2": ("IDLE+DRAIN", "gpuhc: x"), "n3": ("DOWN+DRAIN", "gpuhc: RETIRED y")}
+    nodes = {"n1": ("IDLE", None), "n2": ("IDLE+DRAIN", "gpuhc: x"), "n3": ("DOWN+DRAIN", "gpuhc: y [q1]")}
     s = MiniSlurm(nodes)
     out = run(tmp_path, monkeypatch, "passive", s, [XID], cfg=config(tmp_path, breaker={"max_drained": 2}))
     assert out.exit_code == 4 and out.decision.act is Act.BLOCKED and s.updates() == []
@@ -174,10 +175,46 @@ def test_prolog_failure_drains_first_then_fails_the_job(tmp_path, monkeypatch):
     assert any("requeues the job" in line for line in out.lines)
 
 
-def test_prolog_failure_with_slurm_down_still_fails_the_job(tmp_path, monkeypatch):
+@pytest.mark.parametrize("known,code", [("closed", 1), (None, 0), ("stale", 0), ("open", 0)])
+def test_prolog_failure_with_slurm_down_fails_the_job_only_with_the_breaker_known_closed(
+        tmp_path, monkeypatch, known, code):
+    # Slurm silent: exit 1 makes Slurm drain with "Prolog error" once it answers, a reason the
+    # breaker never counts. Only a breaker known closed (this node's recent count) allows that.
+    if known is not None:
+        last_count(tmp_path, open_=known == "open", age_s=5000 if known == "stale" else 60)
     s = MiniSlurm({"n1": ("IDLE", None)}, fail={"show": subprocess.TimeoutExpired(["scontrol"], 10)})
     out = run(tmp_path, monkeypatch, "prolog", s, [XID], env={"SLURM_JOB_ID": "7"})
-    assert out.exit_code == 1  # fail closed: Slurm drains with "Prolog error" and requeues
+    assert out.exit_code == code
+    said = [line for line in out.lines if "letting the job run" in line]
+    assert bool(said) == (code == 0), out.lines
+    if known in (None, "stale"):
+        assert "unknown" in said[0]
+
+
+@pytest.mark.parametrize("stage", ["prolog", "epilog"])
+@pytest.mark.parametrize("known,code", [("closed", 1), (None, 0), ("open", 0)])
+def test_run_lock_held_by_another_run_fails_the_job_only_with_the_breaker_known_closed(
+        tmp_path, monkeypatch, stage, known, code):
+    # Issue 30: with the lock held (another gpuhc run on the node), the prolog used to give up
+    # and exit 1 without having read the breaker, and Slurm drained the node past the cap.
+    import fcntl
+
+    from gpuhc.slurm import runlock
+
+    if known is not None:
+        last_count(tmp_path, open_=known == "open")
+    (tmp_path / "state").mkdir(exist_ok=True, mode=0o700)
+    holder = os.open(str(tmp_path / "state" / runlock.LOCK_FILE), os.O_RDONLY | os.O_CREAT, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another open file: this process's own lock cannot take it
+    monkeypatch.setattr(runlock, "RESERVE_S", 1000.0)  # give up at once rather than wait the stage out
+    try:
+        env = {**EPILOG_ENV, "SLURM_JOB_EXIT_CODE": "0"} if stage == "epilog" else {"SLURM_JOB_ID": "7"}
+        out = run(tmp_path, monkeypatch, stage, MiniSlurm({"n1": ("IDLE", None)}), [XID], env=env)
+    finally:
+        os.close(holder)
+        runlock.release()
+    assert out.exit_code == code and out.extra.get("run_lock"), out.lines
+    assert any("letting the job run" in line for line in out.lines) == (code == 0)
 
 
 @pytest.mark.parametrize("fail_open,code", [(True, 0), (False, 1)])
