@@ -106,6 +106,8 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
         from gpuhc.slurm.memory import save_breaker
 
         save_breaker(flow, done.breaker)
+        if done.breaker.retired_alert:  # retirements have their own cap: said, draining goes on (breaker.py)
+            flow.log(done.breaker.message, loud=True)
     out.acted = done.acted
     out.slurm_error = done.error
     if decision.act is Act.BLOCKED:
