@@ -280,6 +280,56 @@ def test_a_service_that_will_not_start_again_is_said_and_the_rest_is_still_resto
     plan, out, lines = run(n)
     assert not out.ok and out.fallthrough and "NOT everything could be put back" in out.detail, lines
     calls = n.calls()
-    assert calls.count("systemctl start nvidia-dcgm") == 2  # in order, then once more before giving up
+    assert calls.count("systemctl start nvidia-dcgm") == 3  # in order, once more at once, once more restoring
     assert n.state()["gpus"]["1"]["pm"] == 1 and n.state()["gpus"]["1"]["resets"] == 1
     assert not any(r["step"] == "verify" for r in out.log)  # no verdict on a node left half-restored
+
+
+def test_a_service_start_that_fails_once_then_runs_does_not_send_the_node_to_a_reboot(tmp_path):
+    # Issue 30: a start that failed and then succeeded on the retry still fell through to a reboot.
+    n = node(tmp_path)
+    n.change(fail_once=["start nvidia-dcgm"])
+    plan, out, lines = run(n)
+    assert out.ok and not out.fallthrough, lines
+    assert n.calls().count("systemctl start nvidia-dcgm") == 2 and n.state()["units"]["nvidia-dcgm"] == "active"
+
+
+def test_a_reset_that_never_returns_ends_in_budget_restores_and_says_wedged(tmp_path, monkeypatch):
+    # Issue 30: subprocess.run(timeout=) killed the child and then waited for it without limit.
+    n = node(tmp_path)
+    n.change(hang=["-r -i 1"])
+    monkeypatch.setattr("gpuhc.slurm.gpureset.REAP_S", 0.5)
+    started = time.monotonic()
+    try:
+        plan, out, lines = run(n, targets=(1,))
+    finally:
+        n.end_left_behind()
+    took = time.monotonic() - started
+    assert took < 10.0 + 4 * 0.5 + 8.0, took  # reset_timeout_s, the reaps, the fakes' own calls
+    assert not out.ok and out.fallthrough and out.wedged, lines
+    assert any("did not end when killed" in x for x in lines), lines
+    st = n.state()
+    assert st["units"]["nvidia-dcgm"] == "active" and st["gpus"]["1"]["pm"] == 1, n.calls()
+
+
+def test_an_nvml_read_that_hangs_ends_in_budget_restores_and_says_wedged(tmp_path):
+    n = node(tmp_path)
+    real = n.read_nvml
+    reads = []
+
+    def hangs_after_the_reset():
+        reads.append(1)
+        if len(reads) > 1:  # the plan's read answers; the fabric wait's, after the reset, hangs
+            n.nvml_hangs = True
+        return real()
+
+    lines: list[str] = []
+    section = n.section(command_timeout_s=2.0)
+    started = time.monotonic()
+    plan, out = procedure(section, (1,), hangs_after_the_reset, lines.append, time.monotonic() + 60)
+    assert time.monotonic() - started < 2.0 * 3 + 8.0, lines
+    assert not out.ok and out.fallthrough and out.wedged, lines
+    assert any("NVML hangs" in x for x in lines), lines
+    st = n.state()
+    assert st["units"]["nvidia-dcgm"] == "active" and st["gpus"]["1"]["resets"] == 1
+
