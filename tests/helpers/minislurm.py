@@ -136,3 +136,14 @@ def last_count(tmp_path, open_: bool, age_s: float = 60.0, node="n1") -> None:
     with StateStore(str(tmp_path / "state")).transaction() as doc:
         doc.setdefault("slurm", {}).setdefault("breaker", {})[node] = {**state.to_dict(), "time": time.time() - age_s}
 
+
+class RebootingSlurm(MiniSlurm):
+    """MiniSlurm that also takes ``scontrol reboot``: Slurm sets REBOOT_REQUESTED and the reason."""
+
+    def __call__(self, argv, timeout):
+        if argv[1] == "reboot":
+            self.calls.append(argv)
+            name, reason = argv[-1], next(a for a in argv if a.startswith("reason="))[len("reason="):]
+            self.nodes[name] = [self.nodes[name][0] + "+REBOOT_REQUESTED", reason]
+            return 0, "", ""
+        return super().__call__(argv, timeout)

@@ -20,8 +20,8 @@ from gpuhc.slurm import entry
 from gpuhc.slurm.policy import Act
 from gpuhc.slurm.sinfo import FIELDS
 from gpuhc.sources import SourceSpec
-from tests.helpers.minislurm import (config, EPILOG_ENV, flow, last_count, memory, MiniSlurm, OK, OUR_REASON, run,
-                                     XID)
+from tests.helpers.minislurm import (config, EPILOG_ENV, flow, last_count, memory, MiniSlurm, OK, OUR_REASON,
+                                     RebootingSlurm, run, XID)
 from tests.helpers.paths import REPO, SCENARIOS
 
 
@@ -370,18 +370,6 @@ def test_a_failed_recount_leaves_the_verified_drain_standing_and_said(tmp_path, 
 
 
 # ------------------------------------------------------------------ the ladder and a stray
-
-
-class RebootingSlurm(MiniSlurm):
-    """MiniSlurm that also takes ``scontrol reboot``: Slurm sets REBOOT_REQUESTED and the reason."""
-
-    def __call__(self, argv, timeout):
-        if argv[1] == "reboot":
-            self.calls.append(argv)
-            name, reason = argv[-1], next(a for a in argv if a.startswith("reason="))[len("reason="):]
-            self.nodes[name] = [self.nodes[name][0] + "+REBOOT_REQUESTED", reason]
-            return 0, "", ""
-        return super().__call__(argv, timeout)
 
 
 @pytest.mark.parametrize("state, rebooted", [("IDLE+DRAIN", True), ("MIXED+DRAIN", False)])
