@@ -217,9 +217,10 @@ def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
     """The GPU reset procedure on this node, NVIDIA's way (docs/repair.md "The GPU reset procedure").
 
     Lists what holds the GPUs (processes with /dev/nvidia* open, the configured services), the
-    GPUs that must reset together by NVIDIA's rule, and every step in order. Reads only: no
-    service is stopped, no setting changed, no GPU reset. Exit 0 when the reset could go ahead,
-    1 when something blocks it.
+    GPUs that must reset together by NVIDIA's rule, every step in order, and the path the
+    ladder takes here (reset, or reboot first and why: slurmd holding the GPUs, MIG mode).
+    Reads only: no service is stopped, no setting changed, no GPU reset. Exit 0 when the reset
+    could go ahead, 1 when something blocks it (Slurm showing a job on the node included).
     """
     import time
 
@@ -237,7 +238,15 @@ def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
         wanted = tuple(int(x) for x in gpus.split(",")) if gpus else tuple(g.index for g in reading.gpus)
     except ValueError:
         raise click.BadParameter(f"{gpus!r}: comma-separated GPU indices, e.g. 1,3", param_hint="--gpus") from None
-    plan = plan_now(remediation, wanted, reading, time.monotonic() + float(remediation["reset"]["command_timeout_s"]))
+    from gpuhc.slurm.remediate import jobs_of, mig_gpus
+
+    sources = build_sources(run_options_from(src, "passive", config=config).sources)
+    try:  # what Slurm shows on this node: a reset with a job there kills it
+        jobs = jobs_of(_scontrol(config).node(node_name(src.hostname)))
+    except Exception as e:  # unknown is not idle
+        jobs = f"Slurm could not be asked about this node ({escape(str(e))[:200]})"
+    plan = plan_now(remediation, wanted, reading, time.monotonic() + float(remediation["reset"]["command_timeout_s"]),
+                    mig_gpus(sources), jobs)
     if src.json_mode:
         click.echo(json.dumps(plan.to_dict(), indent=2))
     else:

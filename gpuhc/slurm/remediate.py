@@ -99,6 +99,13 @@ def busy_of(node: Node, flow: Flow) -> str | None:
     return None
 
 
+def mig_gpus(sources) -> tuple[int, ...]:
+    """The GPUs in MIG mode, from the occupancy reading (NVML's MIG mode per GPU); a reset of
+    one is refused (gpuhc/slurm/reset_plan.py)."""
+    occ = sources.procs.read() if sources.procs is not None else None
+    return tuple(g.index for g in (occ.gpus if occ is not None else ()) if g.mig)
+
+
 # ---------------------------------------------------------------------------- the climb
 
 
@@ -223,8 +230,10 @@ def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
         return False  # not started: not counted
     before = flow.now()  # acknowledged up to here, not after: what the reset raises must count
     # NVIDIA's way (docs/repair.md "The GPU reset procedure"): quiesce, reset, restore, verify.
+    # Sources built per read: a replayed scenario is read anew, as live NVML is.
     _, result = procedure(flow.slurm["remediation"], finding.gpus, lambda: build_sources(flow.opts.sources).nvml.read(),
-                          lambda line: flow.log(line, loud=True), time.monotonic() + room)
+                          lambda line: flow.log(line, loud=True), time.monotonic() + room,
+                          lambda: mig_gpus(build_sources(flow.opts.sources)))
     flow.log(f"remediation: {step.label}: {'done' if result.ok else 'FAILED'}: {result.detail}", loud=True)
     if result.wedged:
         return WEDGED

@@ -177,8 +177,10 @@ def execute(plan: Plan, t: Timeouts, read_nvml: Callable[[], NvmlReading], resca
 
 
 def procedure(remediation: dict, targets: tuple[int, ...], read_nvml: Callable[[], NvmlReading],
-              log: Callable[[str], None], deadline: float) -> tuple[Plan | None, Outcome]:
-    """Read the node, plan and carry out the reset of ``targets`` (the ladder's reset rung)."""
+              log: Callable[[str], None], deadline: float,
+              read_mig: Callable[[], tuple[int, ...]] | None = None) -> tuple[Plan | None, Outcome]:
+    """Read the node, plan and carry out the reset of ``targets`` (the ladder's reset rung);
+    ``read_mig``: the GPUs in MIG mode (an NVML read, bounded like the others)."""
     from gpuhc.slurm.reset_probe import ProbeSettings, holders, plan_now
 
     reset = remediation["reset"]
@@ -189,10 +191,12 @@ def procedure(remediation: dict, targets: tuple[int, ...], read_nvml: Callable[[
 
     try:
         before = bounded_nvml()
+        mig = call_bounded(read_mig, max(0.5, min(s.timeout_s, deadline - time.monotonic())),
+                           "NVML MIG mode") if read_mig is not None else ()
     except NvmlHung as e:
         log(f"reset procedure: not attempted: NVML hangs ({e})")
         return None, Outcome(False, True, f"not attempted: NVML hangs ({e}); the driver is wedged", wedged=True)
-    plan = plan_now(remediation, targets, before, deadline)
+    plan = plan_now(remediation, targets, before, deadline, mig)
     log("reset procedure: plan: " + " | ".join(plan.lines()))
     t = Timeouts(s.timeout_s, float(remediation["reset_timeout_s"]), float(reset["fabric_timeout_s"]))
     return plan, execute(plan, t, bounded_nvml, lambda: holders(s.proc_root, deadline)[0], log, deadline)
