@@ -183,6 +183,9 @@ def healthcheck(flow: Flow) -> Outcome:
     report = run_checks(flow)
     if report is None:
         return Outcome(EXIT_INTERNAL, flow.log.lines)
+    from gpuhc.slurm.wedged import update
+
+    update(flow, report)  # NVML hanging run after run is a FAIL (gpuhc/slurm/wedged.py)
     verdict = verdict_of(report.results)
     out = Outcome(report.exit_code, flow.log.lines, report, hard_exit=bool(report.timed_out))
     flow.log(summary_line(report, verdict), loud=verdict is Verdict.FAIL)
