@@ -8,6 +8,8 @@ acknowledgement, wherever gpuhc sees it first: before judging, a health check, p
 that remembers holding the node asks Slurm (one query, only in that case) and, if the node is
 back in service, clears the held incidents of the kernel-log checks up to now and forgets the
 hold (so the next run asks nothing and acknowledges nothing again). New events still count.
+The same resume restarts the node's lemon history (gpuhc/slurm/lemon_memory.py, ``forgive``):
+a person said the node is mended, and its next unrelated drain must not retire it.
 The prolog matters most: with a job queued for the node, its prolog runs seconds after the
 resume, before any health check (issue 20: it re-drained the node and requeued the job).
 
@@ -70,3 +72,6 @@ def acknowledge_kernel_log(state_dir: str, now: float, node: str | None = None) 
             checks[c.id] = c.acknowledge(checks.get(c.id), now)
         if node is not None:
             forget_hold(doc, node)
+            from gpuhc.slurm.lemon_memory import forgive
+
+            forgive(doc, now)  # a person's resume says the node is mended: its lemon history restarts
