@@ -77,6 +77,22 @@ def jobs_of(node: Node) -> str | None:
     return None
 
 
+def owner_of(pid: int, name: str | None, remediation: dict) -> str:
+    """Whose is a GPU process on a node Slurm shows no job on: ``admin`` (root's, or a configured
+    admin tool: ``dcgmi diag``, ``nvidia-bug-report.sh``, a retest over clush), ``unknown`` (its
+    /proc entry cannot be read: gone, or another PID namespace), or ``stray`` (a user's, with no
+    job: a job's leftover). Only a stray is a reason to reboot (issue 30)."""
+    import os
+
+    if name and name in set(remediation["admin_tools"]):
+        return "admin"
+    try:
+        uid = os.stat(os.path.join(remediation["reset"]["proc_root"], str(int(pid)))).st_uid
+    except (OSError, ValueError):
+        return "unknown"
+    return "admin" if uid == 0 else "stray"
+
+
 def busy_of(node: Node, flow: Flow) -> str | None:
     """What runs on the node, or None: Slurm's view (a job allocated) first, then NVML's (a
     process on a GPU). A GPU whose processes cannot be listed counts as busy."""
@@ -95,7 +111,10 @@ def busy_of(node: Node, flow: Flow) -> str | None:
         if g.error:
             return f"gpu{g.index}: processes unreadable ({g.error})"
         if g.processes:
-            return f"gpu{g.index}: process {g.processes[0].pid} ({g.processes[0].name or '?'})"
+            p = g.processes[0]
+            who = owner_of(p.pid, p.name, flow.slurm["remediation"])
+            whose = "" if who == "stray" else f", {who}"
+            return f"gpu{g.index}: process {p.pid} ({p.name or '?'}{whose})"
     return None
 
 
@@ -127,8 +146,11 @@ def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
     kept = out.decision is not None and out.decision.act is Act.KEEP
     if not kept and memory == LadderMemory():  # a count left from a past episode is cleared below
         return
-    from gpuhc.slurm.flow import actuator
+    from gpuhc.slurm.flow import actuator, take_turn
 
+    if not take_turn(flow, out).ok:  # another run acts on the node (a retest over clush): not now
+        flow.log("remediation: another gpuhc run holds the node: no step this run", loud=True)
+        return
     act = actuator(flow)
     finding = finding_of(report.results)
     try:
@@ -138,7 +160,11 @@ def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
             # No job on the node, yet something holds a GPU: no job's (a stray process, which
             # nothing else ends: docs/campaign.md). A reboot ends it; a reset cannot while it
             # holds the GPU, so the reboot rung, where the ladder has one. A job's: wait for it.
-            rung = None if jobs_of(node) else next_step(
+            stray = not jobs_of(node) and not busy.endswith((", admin)", ", unknown)"))
+            if not stray and not jobs_of(node):
+                flow.log(f"remediation: {busy}: not a stray (root's, an admin tool's, or unknown): waiting, "
+                         "no reboot for it", loud=True)
+            rung = None if not stray else next_step(
                 node, verdict, finding, None, replace(memory, resets=max(memory.resets, settings.reset_attempts)),
                 flow.now(), settings)
             step = rung if rung is not None and rung.do is Do.REBOOT else next_step(

@@ -135,6 +135,9 @@ SCHEMA = {
                                     "fabric registration to complete (cut to the run's deadline)",
                                     min=0.0, max=1800.0),
         },
+        "admin_tools": Key(list, ["dcgmi", "nv-hostengine", "nvidia-smi", "nvidia-bug-report.sh", "gpuhc"],
+                           "names of processes (comm) that are an admin's on a drained node: a GPU process by one of "
+                           "these, or by root, never makes the ladder reboot (it waits and says so)", item=str),
         "reset_attempts": Key(int, 2, "GPU resets per episode before the ladder moves on to a reboot",
                               min=0, max=10),
         "reboot_timeout_s": Key(float, 1800.0, "a reboot and its boot-time retest must answer within this, "

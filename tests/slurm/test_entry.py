@@ -372,19 +372,32 @@ def test_a_failed_recount_leaves_the_verified_drain_standing_and_said(tmp_path, 
 # ------------------------------------------------------------------ the ladder and a stray
 
 
-@pytest.mark.parametrize("state, rebooted", [("IDLE+DRAIN", True), ("MIXED+DRAIN", False)])
-def test_a_reset_a_stray_blocks_goes_to_the_reboot_rung_unless_a_job_owns_it(tmp_path, monkeypatch, state, rebooted):
-    """A GPU to reset, held by a process: on a node where Slurm shows no job the process is no
-    job's (a stray), a reset cannot happen while it holds the GPU and nothing else ends it, so
-    the ladder reboots; with a job on the node it waits, as before."""
+@pytest.mark.parametrize("state, owner, rebooted", [
+    ("IDLE+DRAIN", 1000, True), ("MIXED+DRAIN", 1000, False),
+    ("IDLE+DRAIN", 0, False), ("IDLE+DRAIN", "dcgmi", False), ("IDLE+DRAIN", None, False),
+])
+def test_a_reset_a_stray_blocks_goes_to_the_reboot_rung_unless_a_job_owns_it(tmp_path, monkeypatch, state, owner,
+                                                                              rebooted):
+    """A GPU to reset, held by a process: on a node where Slurm shows no job a user's process is
+    no job's (a stray), a reset cannot happen while it holds the GPU and nothing else ends it, so
+    the ladder reboots; with a job on the node it waits, as before. Root's process, an admin
+    tool's (`dcgmi diag`, a retest over clush) or one whose owner cannot be read is no stray:
+    the ladder waits and says so (issue 30)."""
     scen = SCENARIOS
     stray = tmp_path / "stray.yaml"
-    stray.write_text((scen / "stray-process.yaml").read_text().replace(
-        "extends: healthy-8xh100.yaml", f"extends: {scen / 'healthy-8xh100.yaml'}"))
+    text = (scen / "stray-process.yaml").read_text().replace(
+        "extends: healthy-8xh100.yaml", f"extends: {scen / 'healthy-8xh100.yaml'}")
+    stray.write_text(text.replace("name: python3", "name: dcgmi") if owner == "dcgmi" else text)
+    proc = tmp_path / "proc"
+    if isinstance(owner, int):  # the process's /proc entry, owned as the process is
+        (proc / "48213").mkdir(parents=True)
+        os.chown(proc / "48213", owner, owner)
     remap = Result("ecc", Status.FAIL, "gpu1 row remap pending (reset needed)", "gpu1", action=Action.RESET_GPU)
     held = "gpuhc: ecc gpu1 row remap pending (reset needed)"
     s = RebootingSlurm({"n1": (state, held)})
-    name, f = flow(tmp_path, monkeypatch, "passive", s, [remap], cfg=config(tmp_path, remediation={"enabled": True}))
+    cfg = config(tmp_path, remediation={"enabled": True})
+    cfg.data["slurm"]["remediation"]["reset"]["proc_root"] = str(proc)
+    name, f = flow(tmp_path, monkeypatch, "passive", s, [remap], cfg=cfg)
     f.opts.sources = SourceSpec(nvml_scenario=str(stray))
     out = entry.healthcheck(f)
     assert out.decision.act is Act.KEEP
@@ -393,5 +406,9 @@ def test_a_reset_a_stray_blocks_goes_to_the_reboot_rung_unless_a_job_owns_it(tmp
         assert out.extra["remediation"]["step"] == "reboot", out.extra
         assert reboots == [["scontrol", "reboot", "ASAP", "nextstate=DOWN", f"reason={held} [reboot]", "n1"]]
     else:
-        assert out.extra["remediation"]["step"] == "wait" and "jobs on the node" in out.extra["remediation"]["why"]
-        assert reboots == []
+        why = out.extra["remediation"]["why"]
+        assert out.extra["remediation"]["step"] == "wait" and reboots == [], out.extra
+        assert ("jobs on the node" in why) if state.startswith("MIXED") else (
+            f"({'dcgmi' if owner == 'dcgmi' else 'python3'}, {'unknown' if owner is None else 'admin'})" in why), why
+        if not state.startswith("MIXED"):
+            assert any("not a stray" in line for line in out.lines), out.lines
