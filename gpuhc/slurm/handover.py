@@ -49,11 +49,31 @@ def adopt_external_resume(flow, memory, log: Callable[..., None]):
     except SlurmError as e:
         log(f"could not ask Slurm whether {flow.node} was resumed ({e}); judging as usual")
         return None
-    if released_by_someone_else(node):
+    if released_by_someone_else(node) and not cold_start(flow, node, memory, log):
         acknowledge_kernel_log(flow.opts.state_dir, flow.now(), flow.node)
         log(f"{flow.node} was resumed outside gpuhc since gpuhc drained it ({memory.reason}); "
             "acknowledging the kernel-log incidents before now", loud=True)
     return node
+
+
+def cold_start(flow, node, memory, log: Callable[..., None]) -> bool:
+    """Did slurmctld start without its saved state (``slurmctld -c``) since gpuhc drained the
+    node? Its node table then comes from slurm.conf alone: the drain and its reason are gone, no
+    person resumed anything, and the held evidence must stand (issue 30). Told by the controller's
+    BOOT_TIME after gpuhc's drain with no reason left on the node (a warm restart keeps both the
+    drain and the reason). One more query, only on a held node found in service."""
+    if node.reason or memory.drained_at is None:
+        return False
+    try:
+        boot = flow.scontrol().controller_boot_time()
+    except SlurmError as e:
+        log(f"could not ask when slurmctld started ({e}): taking the resume as an admin's")
+        return False
+    if boot is None or boot <= memory.drained_at:
+        return False
+    log(f"{flow.node} is in service with no reason, and slurmctld started after gpuhc drained it: a cold "
+        "start lost the drain, not an admin's resume; the held evidence stands", loud=True)
+    return True
 
 
 def acknowledge_kernel_log(state_dir: str, now: float, node: str | None = None) -> None:
