@@ -9,6 +9,7 @@ reboot it (``--reboot``): the bootstrap checks need the node's GPUs.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -254,3 +255,32 @@ def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
             click.echo(escape(line))
     sys.exit(0 if plan.ok else 1)
 
+
+
+@quarantine.command("forget")
+@click.argument("node")
+@source_options
+def forget_cmd(src: SourceArgs, node: str) -> None:
+    """Forget NODE's lemon history on purpose: its drains so far no longer count toward the lemon
+    rule (docs/repair.md "Lemon memory"). Logged in the decision log. Runs on the node itself
+    (the history is in its state): `clush -w NODE gpuhc quarantine forget NODE`. A release or an
+    admin's resume does the same by itself.
+    """
+    import getpass
+
+    from gpuhc.cli.common import run_options_from
+    from gpuhc.slurm.flow import Flow
+    from gpuhc.slurm.lemon_memory import forget
+
+    me = node_name(src.hostname)
+    if node != me:
+        raise click.UsageError(f"{node} is not this node ({me}): the lemon history is in the node's own state. "
+                               f"Run it there: clush -w {node} gpuhc quarantine forget {node}")
+    config = load(src)
+    flow = Flow.for_command(run_options_from(src, "bootstrap", config=config), "gpuhc quarantine forget")
+    try:
+        who = getpass.getuser()
+    except Exception:  # no passwd entry for the uid: the number says it
+        who = f"uid {os.getuid()}"
+    forget(flow, who)
+    click.echo(escape(f"{node}: lemon history forgotten (drains before now no longer count)"))

@@ -51,6 +51,8 @@ def update(flow: Flow, report: Any) -> None:
 
     trouble = nvml_trouble(report.results)
     try:
+        if not trouble and not StateStore(flow.opts.state_dir).read().get("slurm", {}).get("wedged", {}).get(flow.node):
+            return  # the healthy run's case: read, nothing written
         with StateStore(flow.opts.state_dir).transaction() as doc:
             mine = doc.setdefault("slurm", {}).setdefault("wedged", {})
             before = mine.get(flow.node) if isinstance(mine.get(flow.node), int) else 0
