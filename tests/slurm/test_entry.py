@@ -153,13 +153,14 @@ def test_prolog_happy_path_sends_nothing_to_slurm(tmp_path, monkeypatch):
 
 def test_prolog_on_a_node_gpuhc_held_asks_once_then_never_again(tmp_path, monkeypatch):
     # A prolog runs on a node gpuhc remembers holding only when someone resumed it (issue 20):
-    # one read, the acknowledgement, the hold forgotten; the next prolog asks nothing.
+    # one read (and, the reason gone, when slurmctld started: a cold start is no resume, issue
+    # 30), the acknowledgement, the hold forgotten; the next prolog asks nothing.
     s = MiniSlurm({"n1": ("IDLE", None)})
     run(tmp_path, monkeypatch, "passive", s, [XID])
     s.nodes["n1"] = ["ALLOCATED", None]  # the admin's resume, and a job on the node
     asked = len(s.calls)
     out = run(tmp_path, monkeypatch, "prolog", s, [OK], env={"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "0,1"})
-    assert out.exit_code == 0 and len(s.calls) == asked + 1
+    assert out.exit_code == 0 and len(s.calls) == asked + 2 and s.calls[-1][1:3] == ["show", "config"]
     assert any("resumed outside gpuhc" in line for line in out.lines)
     assert memory(tmp_path)["drained_at"] is None
     again = run(tmp_path, monkeypatch, "prolog", None, [OK], env={"SLURM_JOB_ID": "43", "SLURM_JOB_GPUS": "0,1"})
