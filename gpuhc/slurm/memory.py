@@ -5,6 +5,7 @@ owns three keys, and every read and write of them goes through it:
   clean runs, flaps, gpuhc's last resume);
 - ``slurm.ladder.<node>``: the remediation ladder's :class:`~gpuhc.slurm.ladder.LadderMemory`;
 - ``slurm.last.<node>``: the last decision a flow stored (stage, time, act, why), for a person;
+- ``slurm.wedged.<node>``: health checks in a row whose NVML hung or failed (gpuhc/slurm/wedged.py);
 - ``slurm.breaker.<node>``: the breaker's last count any run of this node saw (with its time),
   so that a run that cannot get its turn with Slurm still knows the breaker's state
   (docs/slurm.md, "No exit 1 without the breaker").
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from gpuhc.slurm.flow import Flow
     from gpuhc.slurm.ladder import LadderMemory  # loaded by the ladder's own calls: not on the prolog's path
 
-SLURM, NODES, LADDER, LAST, BREAKER = "slurm", "nodes", "ladder", "last", "breaker"
+SLURM, NODES, LADDER, LAST, BREAKER, WEDGED = "slurm", "nodes", "ladder", "last", "breaker", "wedged"
 # An earlier run's count of the breaker speaks for it this long (a few health-check intervals);
 # older, the breaker's state is unknown.
 BREAKER_KNOWN_S = 900.0
@@ -136,3 +137,18 @@ def save_breaker(flow: Flow, state: BreakerState) -> None:
             _mine(doc, BREAKER)[flow.node] = {**state.to_dict(), "time": flow.now()}
     except Exception as e:
         flow.log(f"breaker count not saved ({e})", loud=True)
+
+
+def count_wedged(flow: Flow, trouble: bool) -> int:
+    """The health checks in a row whose NVML hung or failed, this one counted (``trouble``) or
+    the count set back to 0. A run without trouble and nothing counted only reads."""
+    from gpuhc.state import StateStore
+
+    store = StateStore(flow.opts.state_dir)
+    before = store.read().get(SLURM, {}).get(WEDGED, {}).get(flow.node)
+    before = before if isinstance(before, int) and not isinstance(before, bool) else 0
+    runs = before + 1 if trouble else 0
+    if runs != before:
+        with store.transaction() as doc:
+            _mine(doc, WEDGED)[flow.node] = runs
+    return runs

@@ -11,8 +11,8 @@ a row in which the NVML source timed out or failed (:func:`nvml_trouble`); at
 drained like any other failure: through the policy and the circuit breaker, with a reason that
 says what happened. One clean read sets the count back to 0.
 
-The count is the node's state (``slurm.wedged.<node>``), kept by this module alone; a run without
-NVML trouble and a count of 0 writes nothing.
+The count is the node's state (``slurm.wedged.<node>``, through :mod:`gpuhc.slurm.memory`); a run
+without NVML trouble and a count of 0 writes nothing.
 """
 
 from __future__ import annotations
@@ -47,18 +47,11 @@ def wedged_result(runs: int, detail: str) -> Result:
 def update(flow: Flow, report: Any) -> None:
     """Count this run and, at :data:`WEDGED_RUNS`, add the FAIL to ``report.results``. State that
     cannot be read or written is said and changes nothing."""
-    from gpuhc.state import StateStore
+    from gpuhc.slurm.memory import count_wedged
 
     trouble = nvml_trouble(report.results)
     try:
-        if not trouble and not StateStore(flow.opts.state_dir).read().get("slurm", {}).get("wedged", {}).get(flow.node):
-            return  # the healthy run's case: read, nothing written
-        with StateStore(flow.opts.state_dir).transaction() as doc:
-            mine = doc.setdefault("slurm", {}).setdefault("wedged", {})
-            before = mine.get(flow.node) if isinstance(mine.get(flow.node), int) else 0
-            runs = before + 1 if trouble else 0
-            if runs != before:
-                mine[flow.node] = runs
+        runs = count_wedged(flow, trouble is not None)
     except Exception as e:
         flow.log(f"wedged-driver count not kept ({e})", loud=True)
         return
