@@ -248,10 +248,16 @@ def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
         jobs = f"Slurm could not be asked about this node ({escape(str(e))[:200]})"
     plan = plan_now(remediation, wanted, reading, time.monotonic() + float(remediation["reset"]["command_timeout_s"]),
                     mig_gpus(sources), jobs)
+    from gpuhc.slurm.gpureset import run_argv
+    from gpuhc.slurm.reset_plan import slurm_note
+
+    slurm = config.section("slurm")  # which release, from the configured scontrol: `slurm 24.11.1`
+    got = run_argv([slurm.get("scontrol") or "scontrol", "--version"], float(slurm.get("timeout_s") or 10.0))
+    note = slurm_note(got.output.strip() if got.ok else None)
     if src.json_mode:
-        click.echo(json.dumps(plan.to_dict(), indent=2))
+        click.echo(json.dumps({**plan.to_dict(), "slurm": note}, indent=2))
     else:
-        for line in plan.lines():
+        for line in [note, *plan.lines()]:
             click.echo(escape(line))
     sys.exit(0 if plan.ok else 1)
 

@@ -53,6 +53,19 @@ SLURMD_WHY = ("with AutoDetect=nvml, slurmd of Slurm 23.02 and later keeps NVML,
               "whole life; gpuhc does not stop the daemon it runs under: reboot first (docs/repair.md)")
 
 
+def slurm_note(version: str | None) -> str:
+    """What the installed Slurm release means for the reset (docs/repair.md, "Where slurmd holds
+    the GPUs"): from 23.02 on, slurmd with AutoDetect=nvml holds the GPUs; 22.05 lets go."""
+    import re
+
+    m = re.search(r"(\d+)\.(\d+)", version or "")
+    if m is None:
+        return f"slurm {version or 'unknown'}: with AutoDetect=nvml, 23.02 and later keep the GPUs open in slurmd"
+    held = (int(m.group(1)), int(m.group(2))) >= (23, 2)
+    return (f"slurm {m.group(0)}: " + ("with AutoDetect=nvml slurmd holds the GPUs for its life: reboot first there"
+                                       if held else "slurmd closes NVML after detecting the GPUs: reset"))
+
+
 def arch_of(name: str) -> str | None:
     upper = name.upper()
     return next((arch for key, arch in _ARCH_BY_NAME if key in upper), None)

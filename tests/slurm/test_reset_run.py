@@ -390,3 +390,15 @@ def test_a_gpu_in_mig_mode_is_not_reset(tmp_path):
     assert plan.path.startswith("reboot first: gpu1 in MIG mode")
     assert n.calls() == [n.calls()[0]]  # only `systemctl show`: nothing stopped or reset
 
+
+@pytest.mark.parametrize("version, says", [
+    ("slurm 22.05.8", "slurm 22.05: slurmd closes NVML after detecting the GPUs: reset"),
+    ("slurm 24.11.1", "slurm 24.11: with AutoDetect=nvml slurmd holds the GPUs for its life: reboot first there"),
+    ("slurm 26.05.3", "slurm 26.05: with AutoDetect=nvml"),
+    (None, "slurm unknown: with AutoDetect=nvml, 23.02 and later"),
+])
+def test_the_plan_says_what_the_slurm_release_means_for_the_reset(version, says):
+    from gpuhc.slurm.reset_plan import slurm_note
+
+    assert slurm_note(version).startswith(says)
+
