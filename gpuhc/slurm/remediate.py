@@ -45,7 +45,7 @@ from gpuhc.errors import SlurmError
 from gpuhc.model import Result, Status
 from gpuhc.slurm.ladder import REBOOT_REFUSED, Do, Finding, LadderMemory, LadderSettings, Step, next_step
 from gpuhc.slurm.memory import load_ladder, note_resumed, save_ladder
-from gpuhc.slurm.policy import Act, Verdict, out_of_service, verdict_of
+from gpuhc.slurm.policy import Act, Verdict, out_of_service, reboot_pending, verdict_of
 from gpuhc.slurm.reason import _severity_key, owned
 
 if TYPE_CHECKING:
@@ -176,8 +176,8 @@ def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
             step = replace(step, why=f"{step.why}; no reset: {','.join(report.timed_out)} timed out in this run")
         if step.do is Do.NONE and memory == LadderMemory():
             return
-        if step.do is Do.NONE and not kept:  # back in service: the episode, and its reset count, are over
-            save_ladder(flow, LadderMemory())
+        if step.do is Do.NONE and not kept and not out_of_service(node) and not reboot_pending(node):
+            save_ladder(flow, LadderMemory())  # back in service: the episode, and its reset count, are over
             return
         record = {"step": step.label, "why": step.why, "attempt": step.attempt, "of": step.of,
                   "finding": finding.action.value if finding else None,

@@ -179,3 +179,13 @@ def test_a_reset_is_not_started_when_slurm_shows_a_job_right_before_it(tmp_path,
     _, out = healthcheck(tmp_path, monkeypatch, s, [REMAP])
     assert ladder(tmp_path).resets == 0
     assert out.decision.act is Act.KEEP
+
+
+def test_a_held_node_passing_in_its_hysteresis_keeps_its_reset_count(tmp_path, monkeypatch):
+    # Still the same episode: only a node back in service forgets the count.
+    with StateStore(str(tmp_path / "state")).transaction() as doc:
+        doc.setdefault("slurm", {}).setdefault("ladder", {})["n1"] = LadderMemory(resets=1).to_dict()
+        doc["slurm"].setdefault("nodes", {})["n1"] = {"drained_at": 999_000.0, "reason": HELD}
+    s = RebootingSlurm({"n1": ("IDLE+DRAIN", HELD)})
+    _, out = healthcheck(tmp_path, monkeypatch, s, [PASS])
+    assert out.decision.act is Act.WAIT and ladder(tmp_path).resets == 1, (out.decision, ladder(tmp_path))
