@@ -110,10 +110,14 @@ class Campaign:
     def run(self) -> "Campaign":
         import gpuhc.slurm.actuator as actuator_mod
         import gpuhc.runner as runner_mod
+        import gpuhc.slurm.remediate as remediate_mod
         import gpuhc.slurm.reset_run as reset_mod
 
         real_run_stage = runner_mod.run_stage
-        saved = (actuator_mod.time, reset_mod.procedure, runner_mod.run_stage)
+        saved = (actuator_mod.time, reset_mod.procedure, runner_mod.run_stage, remediate_mod.owner_of)
+        # A recorded process's pid is not a process of this host: the model's GPU processes are
+        # its strays, a user's (gpuhc/slurm/remediate.py reads the owner from /proc).
+        remediate_mod.owner_of = lambda pid, name, remediation: "stray"
         # The breaker's jitter and settle sleeps pass on the virtual clock; the reset procedure
         # (quiesce, reset, restore, verify: gpuhc/slurm/reset_run.py) is the stand-in; the
         # runner's runs are counted.
@@ -140,7 +144,7 @@ class Campaign:
                 getattr(self, "_on_" + kind.replace("-", "_"))(*args)
             self.t = horizon
         finally:
-            actuator_mod.time, reset_mod.procedure, runner_mod.run_stage = saved
+            actuator_mod.time, reset_mod.procedure, runner_mod.run_stage, remediate_mod.owner_of = saved
         return self
 
     def _sleep(self, s: float) -> None:
@@ -266,7 +270,7 @@ class Campaign:
 
     # ------------------------------------------------------------------ stand-ins: reset, reboot, a person
 
-    def _reset(self, remediation, gpus, read_nvml, log, deadline):
+    def _reset(self, remediation, gpus, read_nvml, log, deadline, read_mig=None):
         """The reset procedure's stand-in: takes reset_s on the virtual clock, repairs a fault a
         reset can repair with its class's odds (a lemon never)."""
         from gpuhc.slurm.reset_run import Outcome

@@ -9,6 +9,7 @@ reboot it (``--reboot``): the bootstrap checks need the node's GPUs.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -217,9 +218,10 @@ def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
     """The GPU reset procedure on this node, NVIDIA's way (docs/repair.md "The GPU reset procedure").
 
     Lists what holds the GPUs (processes with /dev/nvidia* open, the configured services), the
-    GPUs that must reset together by NVIDIA's rule, and every step in order. Reads only: no
-    service is stopped, no setting changed, no GPU reset. Exit 0 when the reset could go ahead,
-    1 when something blocks it.
+    GPUs that must reset together by NVIDIA's rule, every step in order, and the path the
+    ladder takes here (reset, or reboot first and why: slurmd holding the GPUs, MIG mode).
+    Reads only: no service is stopped, no setting changed, no GPU reset. Exit 0 when the reset
+    could go ahead, 1 when something blocks it (Slurm showing a job on the node included).
     """
     import time
 
@@ -237,11 +239,54 @@ def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
         wanted = tuple(int(x) for x in gpus.split(",")) if gpus else tuple(g.index for g in reading.gpus)
     except ValueError:
         raise click.BadParameter(f"{gpus!r}: comma-separated GPU indices, e.g. 1,3", param_hint="--gpus") from None
-    plan = plan_now(remediation, wanted, reading, time.monotonic() + float(remediation["reset"]["command_timeout_s"]))
+    from gpuhc.slurm.remediate import jobs_of, mig_gpus
+
+    sources = build_sources(run_options_from(src, "passive", config=config).sources)
+    try:  # what Slurm shows on this node: a reset with a job there kills it
+        jobs = jobs_of(_scontrol(config).node(node_name(src.hostname)))
+    except Exception as e:  # unknown is not idle
+        jobs = f"Slurm could not be asked about this node ({escape(str(e))[:200]})"
+    plan = plan_now(remediation, wanted, reading, time.monotonic() + float(remediation["reset"]["command_timeout_s"]),
+                    mig_gpus(sources), jobs)
+    from gpuhc.slurm.gpureset import run_argv
+    from gpuhc.slurm.reset_plan import slurm_note
+
+    slurm = config.section("slurm")  # which release, from the configured scontrol: `slurm 24.11.1`
+    got = run_argv([slurm.get("scontrol") or "scontrol", "--version"], float(slurm.get("timeout_s") or 10.0))
+    note = slurm_note(got.output.strip() if got.ok else None)
     if src.json_mode:
-        click.echo(json.dumps(plan.to_dict(), indent=2))
+        click.echo(json.dumps({**plan.to_dict(), "slurm": note}, indent=2))
     else:
-        for line in plan.lines():
+        for line in [note, *plan.lines()]:
             click.echo(escape(line))
     sys.exit(0 if plan.ok else 1)
 
+
+
+@quarantine.command("forget")
+@click.argument("node")
+@source_options
+def forget_cmd(src: SourceArgs, node: str) -> None:
+    """Forget NODE's lemon history on purpose: its drains so far no longer count toward the lemon
+    rule (docs/repair.md "Lemon memory"). Logged in the decision log. Runs on the node itself
+    (the history is in its state): `clush -w NODE gpuhc quarantine forget NODE`. A release or an
+    admin's resume does the same by itself.
+    """
+    import getpass
+
+    from gpuhc.cli.common import run_options_from
+    from gpuhc.slurm.flow import Flow
+    from gpuhc.slurm.lemon_memory import forget
+
+    me = node_name(src.hostname)
+    if node != me:
+        raise click.UsageError(f"{node} is not this node ({me}): the lemon history is in the node's own state. "
+                               f"Run it there: clush -w {node} gpuhc quarantine forget {node}")
+    config = load(src)
+    flow = Flow.for_command(run_options_from(src, "bootstrap", config=config), "gpuhc quarantine forget")
+    try:
+        who = getpass.getuser()
+    except Exception:  # no passwd entry for the uid: the number says it
+        who = f"uid {os.getuid()}"
+    forget(flow, who)
+    click.echo(escape(f"{node}: lemon history forgotten (drains before now no longer count)"))

@@ -38,11 +38,14 @@ def _run(src: SourceArgs, stage: str, flow_name: str) -> None:
         _syslog(line)
         _exit(EXIT_OK if fail_open else e.exit_code)
         return
-    out, code = run(Flow.for_command(opts, f"gpuhc {flow_name}", stage), getattr(entry, flow_name), fail_open)
-    if src.json_mode and out is not None and out.report is not None:
-        from gpuhc.output import render_report
+    def render(out) -> None:  # inside the flow's guard (gpuhc.slurm.flow.run)
+        if src.json_mode and out.report is not None:
+            from gpuhc.output import render_report
 
-        render_report(out.report, json_mode=True)
+            render_report(out.report, json_mode=True)
+
+    out, code = run(Flow.for_command(opts, f"gpuhc {flow_name}", stage), getattr(entry, flow_name), fail_open,
+                    render)
     _exit(code, hard=out is not None and out.hard_exit)
 
 

@@ -6,14 +6,27 @@ HealthCheckInterval. Past the cap, a systemic problem is far likelier than that 
 hardware failures, and a person should look before more capacity goes.
 
 What counts: nodes that are out of service (drained, down, failed) *with a gpuhc reason*,
-including quarantined and retired ones (they are capacity gpuhc took; an admin who accepts that
-raises the cap or releases them). Admin drains do not count: they are not gpuhc's doing.
+including quarantined ones (a quarantine ends within ``quarantine.max_cycles`` reboots, in a
+release or a retirement). Admin drains do not count: they are not gpuhc's doing. Retired nodes
+do not count toward the drain cap: they never come back by themselves, so in a partition of 10
+nodes or fewer (a cap of 1) one retirement would switch draining off there for good, and every
+later sick node would keep taking jobs (issue 30). They have a small cap of their own
+(``max_retired_percent``): at it, the breaker says so loudly in every count (an alert for a
+person: retirements at that rate are a pattern, not hardware), and draining goes on.
 
 Counting first and draining after is a race: a systemic false positive strikes every node in the
 same minute, all of them count 0 and all of them drain. So a node that drained re-counts after a
-short settle time; when the count is over the cap, the held nodes are ranked by drain time (then
-name), which every node sees identically, and those ranked past the cap undo their own drain.
-The overshoot is transient and the end state is the cap, whatever the interleaving of the reads.
+short settle time; when the count is over the cap, the held nodes are ranked by when gpuhc first
+held them (:func:`rank_key`), which every node sees identically, and those ranked past the cap
+undo their own drain. The overshoot is transient and the end state is the cap, whatever the
+interleaving of the reads.
+
+The rank is gpuhc's own record, not Slurm's reason time alone: gpuhc re-tags nodes it already
+holds (``[reset n/N]``, ``[qN]``, ``[reboot]``, and Slurm appends to a reboot's reason), and each
+re-tag re-stamps the reason. Ranked by that stamp, a node held for days would rank after a
+fresh storm's drains, past the cap, and never recount, so the cap+1 end state stayed. A reason
+with a ladder or quarantine tag is gpuhc's mark that the node was held before any untagged
+drain (only a held node is ever tagged), so tagged nodes rank first.
 
 Spreading the storm: before its first count, a node waits a jitter derived from its name
 (:func:`jitter_for`: the same node always waits the same, different nodes spread evenly over
@@ -37,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from gpuhc.slurm.nodes import Node
-from gpuhc.slurm.reason import owned
+from gpuhc.slurm.reason import owned, parse_reason
 
 
 @dataclass(frozen=True)
@@ -45,6 +58,7 @@ class BreakerSettings:
     enabled: bool = True
     max_drained: int | None = None
     max_drained_percent: float | None = 10.0
+    max_retired_percent: float = 10.0  # the retirements' own cap (an alert, never a stop to draining)
     scope: str = "partition"  # "partition" or "cluster"
     settle_s: float = 1.0  # wait before the post-drain recount, so concurrent drains are seen
     jitter_s: float = 10.0  # spread of the per-node wait before the first count
@@ -58,6 +72,7 @@ class BreakerSettings:
             enabled=bool(section.get("enabled", True)),
             max_drained=section.get("max_drained"),
             max_drained_percent=section.get("max_drained_percent", 10.0),
+            max_retired_percent=float(section.get("max_retired_percent", 10.0)),
             scope=section.get("scope", "partition"),
             settle_s=float(section.get("settle_s", 1.0)),
             jitter_s=float(section.get("jitter_s", 10.0)),
@@ -74,7 +89,13 @@ class BreakerState:
     total: int  # nodes in scope
     cap: int | None  # None: no cap configured (or breaker disabled)
     scope: str  # "partition gpu,debug" or "cluster"
-    source: str = "count"  # "count": this run counted; "ledger": another node's count (gpuhc.slurm.ledger)
+    source: str = "count"  # "count": this run counted; "ledger": another node's count; "last": an earlier run's
+    retired: int = 0  # retired nodes in scope: not in ``drained``, they have their own cap
+    retired_cap: int | None = None
+
+    @property
+    def retired_alert(self) -> bool:
+        return self.retired_cap is not None and self.retired >= self.retired_cap > 0
 
     @property
     def message(self) -> str:
@@ -82,13 +103,26 @@ class BreakerState:
             return f"circuit breaker disabled: {self.drained}/{self.total} nodes drained by gpuhc ({self.scope})"
         word = "open" if self.open else "closed"
         cmp = ">=" if self.open else "<"
-        via = "; from the ledger" if self.source == "ledger" else ""
+        via = {"ledger": "; from the ledger", "last": "; this node's last count"}.get(self.source, "")
+        alert = (f"; ALERT: {self.retired} retired nodes >= their cap {self.retired_cap}, a person should look"
+                 if self.retired_alert else "")
         return (f"circuit breaker {word}: {self.drained}/{self.total} nodes drained by gpuhc "
-                f"{cmp} cap {self.cap} ({self.scope}{via})")
+                f"{cmp} cap {self.cap} ({self.scope}{via}){alert}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"open": self.open, "drained": self.drained, "total": self.total, "cap": self.cap,
-                "scope": self.scope, "source": self.source}
+                "scope": self.scope, "source": self.source, "retired": self.retired,
+                "retired_cap": self.retired_cap}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "BreakerState | None":
+        """A stored count (this node's last, gpuhc/slurm/memory.py); None when it does not read."""
+        try:
+            cap = d["cap"]
+            return cls(bool(d["open"]), int(d["drained"]), int(d["total"]), None if cap is None else int(cap),
+                       str(d["scope"]), "last", int(d.get("retired") or 0))
+        except (TypeError, KeyError, ValueError):
+            return None
 
 
 def jitter_for(node_name: str, jitter_s: float) -> float:
@@ -102,7 +136,26 @@ def jitter_for(node_name: str, jitter_s: float) -> float:
 
 
 def held_by_gpuhc(node: Node) -> bool:
+    """Out of service with gpuhc's reason, retired or not."""
     return owned(node.reason) and (node.drained or node.down or node.failing)
+
+
+def retired(node: Node) -> bool:
+    mine = parse_reason(node.reason)
+    return mine is not None and mine.retired
+
+
+def tagged(node: Node) -> bool:
+    """Does the reason carry a ladder or quarantine tag (only a node gpuhc already held gets one)?"""
+    mine = parse_reason(node.reason)
+    return mine is not None and (mine.cycle > 0 or mine.step is not None)
+
+
+def rank_key(node: Node) -> tuple:
+    """The held nodes' order, alike on every node: tagged first (held before any fresh drain),
+    then Slurm's reason stamp, then the name (module docstring)."""
+    t = node.reason_time if node.reason_time is not None else float("inf")
+    return (0 if tagged(node) else 1, t, node.name)
 
 
 def scope_nodes(nodes: list[Node], node_name: str, scope: str) -> tuple[list[Node], str]:
@@ -126,19 +179,22 @@ def cap_for(total: int, settings: BreakerSettings) -> int | None:
 
 @dataclass(frozen=True)
 class Survey:
-    """One count of a scope: its nodes, the nodes gpuhc holds there in rank order (drain time,
-    then name: the order every node sees alike), and the cap."""
+    """One count of a scope: its nodes, the nodes gpuhc holds there (retired ones apart) in rank
+    order (:func:`rank_key`: the order every node sees alike), the cap, and the retired nodes."""
 
     in_scope: list[Node]
     held: list[Node]
     cap: int | None
     scope: str
+    retired: int = 0
+    retired_cap: int | None = None
 
     @property
     def state(self) -> BreakerState:
         cap = self.cap
         return BreakerState(open=cap is not None and len(self.held) >= cap, drained=len(self.held),
-                            total=len(self.in_scope), cap=cap, scope=self.scope)
+                            total=len(self.in_scope), cap=cap, scope=self.scope, retired=self.retired,
+                            retired_cap=self.retired_cap)
 
     def past_cap(self, node_name: str) -> bool:
         """Is ``node_name`` held and ranked past the cap?"""
@@ -150,10 +206,12 @@ class Survey:
 
 def survey(nodes: Iterable[Node], node_name: str, settings: BreakerSettings) -> Survey:
     in_scope, desc = scope_nodes(list(nodes), node_name, settings.scope)
-    held = sorted((n for n in in_scope if held_by_gpuhc(n)),
-                  key=lambda n: (n.reason_time if n.reason_time is not None else float("inf"), n.name))
+    ours = [n for n in in_scope if held_by_gpuhc(n)]
+    gone = sum(1 for n in ours if retired(n))
+    held = sorted((n for n in ours if not retired(n)), key=rank_key)
     cap = cap_for(len(in_scope), settings) if settings.enabled else None
-    return Survey(in_scope, held, cap, desc)
+    retired_cap = math.ceil(len(in_scope) * settings.max_retired_percent / 100.0 - 1e-9) if settings.enabled else None
+    return Survey(in_scope, held, cap, desc, gone, retired_cap)
 
 
 def evaluate(nodes: Iterable[Node], node_name: str, settings: BreakerSettings) -> BreakerState:

@@ -18,7 +18,12 @@ remember. The rules that make it safe to run on every node every few minutes:
   the prolog exit 1 after draining with our own reason, so Slurm requeues the job (and, if our
   drain did not go through, drains the node itself).
 - **The circuit breaker wins over exit codes.** With the breaker open, the prolog and the epilog
-  exit 0: a non-zero exit would make Slurm drain the node anyway, around the breaker.
+  exit 0: a non-zero exit would make Slurm drain the node anyway, around the breaker. So no path
+  ends a prolog or an epilog with exit 1 without knowing the breaker's state: this run's count,
+  else the last count this node saw (read before waiting for the run lock). A run that could not
+  take its turn (another run held the lock), came too late to verify a drain, or found Slurm
+  silent, fails the job only when the breaker is known closed; open or unknown, the job runs and
+  the log says why (:func:`may_fail_job`; docs/slurm.md, "No exit 1 without the breaker").
 """
 
 from __future__ import annotations
@@ -54,6 +59,10 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
     ``node`` is a reading taken before the checks (the health check's handover read); the
     actuator uses it for decisions that send nothing and re-reads before a drain or a resume."""
     flow.verdict = verdict
+    if verdict is Verdict.FAIL:  # known before the lock's wait: a run that gets no turn still knows it
+        from gpuhc.slurm.memory import last_breaker
+
+        flow.breaker_known = last_breaker(flow)
     memory = load_memory(flow)
     if not needs_slurm(verdict, memory) or (verdict is not Verdict.FAIL and not allow_resume):
         return
@@ -93,6 +102,12 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
         return
     decision = out.decision = done.decision
     out.breaker = done.breaker
+    if done.breaker is not None:
+        from gpuhc.slurm.memory import save_breaker
+
+        save_breaker(flow, done.breaker)
+        if done.breaker.retired_alert:  # retirements have their own cap: said, draining goes on (breaker.py)
+            flow.log(done.breaker.message, loud=True)
     out.acted = done.acted
     out.slurm_error = done.error
     if decision.act is Act.BLOCKED:
@@ -130,6 +145,25 @@ def breaker_open(out: Outcome) -> bool:
     return out.decision is not None and out.decision.act is Act.BLOCKED and b is not None and b.open
 
 
+def may_fail_job(flow: Flow, out: Outcome) -> bool:
+    """May this failing prolog or epilog exit 1 (Slurm then drains the node with "Prolog error",
+    a reason the breaker does not count)? Only when that takes no capacity around the breaker:
+    gpuhc holds the node already (its reason stays: Slurm drains only nodes not drained), or the
+    breaker is known closed (this run's count, else this node's last). Open or unknown: the job
+    runs, said (docs/slurm.md, "No exit 1 without the breaker")."""
+    d = out.decision
+    if d is not None and (d.act is Act.KEEP or (d.act is Act.DRAIN and out.acted)):
+        return True
+    state = out.breaker if out.breaker is not None else flow.breaker_known
+    if state is not None and (state.cap is None or not state.open):  # disabled, or known closed
+        return True
+    why = state.message if state is not None else "the breaker's state is unknown (no count in this run nor a recent one)"
+    job = _job(flow.env)
+    flow.log(f"job {job}: not drained ({out.extra.get('run_lock') or out.slurm_error or (d.why if d else 'no decision')}); "
+             f"{why}: letting the job run rather than have Slurm drain the node around the breaker", loud=True)
+    return False
+
+
 def _blocked(flow: Flow, out: Outcome, decision: Decision, reason: str | None) -> None:
     # Blocked with the breaker closed: too late in the run to verify a drain (the actuator's why).
     b = out.breaker
@@ -149,6 +183,9 @@ def healthcheck(flow: Flow) -> Outcome:
     report = run_checks(flow)
     if report is None:
         return Outcome(EXIT_INTERNAL, flow.log.lines)
+    from gpuhc.slurm.wedged import update
+
+    update(flow, report)  # NVML hanging run after run is a FAIL (gpuhc/slurm/wedged.py)
     verdict = verdict_of(report.results)
     out = Outcome(report.exit_code, flow.log.lines, report, hard_exit=bool(report.timed_out))
     flow.log(summary_line(report, verdict), loud=verdict is Verdict.FAIL)
@@ -214,6 +251,8 @@ def prolog(flow: Flow) -> Outcome:
         flow.log(f"job {_job(flow.env)}: circuit breaker open: letting the job run rather than have Slurm "
                  "drain the node with 'Prolog error'", loud=True)
         return out
+    if not may_fail_job(flow, out):
+        return out
     out.exit_code = EXIT_UNHEALTHY  # Slurm requeues the job; the node is drained (ours, or "Prolog error")
     if flow.slurm["mode"] != "observe":  # observe mode: the CLI exits 0 and says so (docs/repair.md)
         flow.log(f"job {_job(flow.env)}: failing the prolog so that Slurm requeues the job", loud=True)
@@ -248,7 +287,7 @@ def epilog(flow: Flow) -> Outcome:
     if verdict is not Verdict.FAIL:
         return out
     judge_and_act(flow, report, verdict, out, allow_resume=False)
-    if breaker_open(out):
+    if breaker_open(out) or not may_fail_job(flow, out):
         return out
     # Drained with our reason (Slurm keeps it: it drains with "Epilog error" only nodes not
     # already drained), or our drain failed and Slurm's own drain is the fallback.

@@ -58,6 +58,7 @@ class Flow:
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     started: float = field(default_factory=time.monotonic)
     verdict: Verdict | None = None  # the stage's, once judged: a crash after it keeps a FAIL a FAIL
+    breaker_known: Any = None  # BreakerState: this node's last count, read before the run lock (entry.py)
 
     @classmethod
     def for_command(cls, opts: Any, title: str, stage: str | None = None, **kw: Any) -> Flow:
@@ -159,10 +160,14 @@ def take_turn(flow: Flow, out: Outcome | None = None):
 # ---------------------------------------------------------------------------- after the decision
 
 
-def run(flow: Flow, body: Callable[[Flow], Outcome], fail_open: bool) -> tuple[Outcome | None, int]:
-    """Run a Slurm-run flow (``entry.healthcheck``/``prolog``/``epilog``), then :func:`finish`;
-    the outcome (None when the flow broke) and the exit code. A bug in the flow is never a
-    drain, and blocks a job only on a node that had already failed (:func:`crash_exit`)."""
+def run(flow: Flow, body: Callable[[Flow], Outcome], fail_open: bool,
+        render: Callable[[Outcome], None] | None = None) -> tuple[Outcome | None, int]:
+    """Run a Slurm-run flow (``entry.healthcheck``/``prolog``/``epilog``), then :func:`finish`
+    and ``render`` (the CLI's printing of the report); the outcome (None when the flow broke)
+    and the exit code. A bug in the flow is never a drain, and blocks a job only on a node that
+    had already failed (:func:`crash_exit`); a bug after the decision (the event log, a
+    report that does not render) is said and changes nothing: the decision's exit code stands,
+    so a healthy node never gets "Prolog error" from gpuhc's bookkeeping (issue 30)."""
     from gpuhc.errors import EXIT_OK
     from gpuhc.slurm import runlock
 
@@ -173,7 +178,11 @@ def run(flow: Flow, body: Callable[[Flow], Outcome], fail_open: bool) -> tuple[O
         return None, crash_exit(flow, fail_open)
     finally:
         runlock.release()  # the next run's turn with Slurm (gpuhc.slurm.runlock)
-    finish(flow, out)
+    for step in (finish, lambda _f, o: render(o) if render is not None else None):
+        try:
+            step(flow, out)
+        except Exception as e:
+            flow.log(f"internal error after the decision ({type(e).__name__}: {e}): the decision stands", loud=True)
     # Observe mode never fails a job, so Slurm never drains on its own account (docs/repair.md).
     if fail_open and flow.observe and out.exit_code != EXIT_OK:
         flow.log(f"observe mode: exit 0 instead of {out.exit_code}")
@@ -188,6 +197,12 @@ def crash_exit(flow: Flow, fail_open: bool) -> int:
     from gpuhc.errors import EXIT_INTERNAL, EXIT_OK, EXIT_UNHEALTHY
 
     if flow.verdict is Verdict.FAIL:
+        state = flow.breaker_known
+        if fail_open and (state is None or (state.cap is not None and state.open)):
+            # exit 1 would let Slurm drain around the breaker (gpuhc/slurm/entry.py, may_fail_job)
+            flow.log(f"the node failed its {flow.stage} checks before gpuhc broke, but the breaker is "
+                     f"{'open' if state else 'unknown'}: letting the job run", loud=True)
+            return EXIT_OK
         flow.log(f"the node failed its {flow.stage} checks before gpuhc broke: exiting {EXIT_UNHEALTHY}", loud=True)
         return EXIT_UNHEALTHY
     return EXIT_OK if fail_open else EXIT_INTERNAL

@@ -8,6 +8,8 @@ acknowledgement, wherever gpuhc sees it first: before judging, a health check, p
 that remembers holding the node asks Slurm (one query, only in that case) and, if the node is
 back in service, clears the held incidents of the kernel-log checks up to now and forgets the
 hold (so the next run asks nothing and acknowledges nothing again). New events still count.
+The same resume restarts the node's lemon history (gpuhc/slurm/lemon_memory.py, ``forgive``):
+a person said the node is mended, and its next unrelated drain must not retire it.
 The prolog matters most: with a job queued for the node, its prolog runs seconds after the
 resume, before any health check (issue 20: it re-drained the node and requeued the job).
 
@@ -47,11 +49,31 @@ def adopt_external_resume(flow, memory, log: Callable[..., None]):
     except SlurmError as e:
         log(f"could not ask Slurm whether {flow.node} was resumed ({e}); judging as usual")
         return None
-    if released_by_someone_else(node):
+    if released_by_someone_else(node) and not cold_start(flow, node, memory, log):
         acknowledge_kernel_log(flow.opts.state_dir, flow.now(), flow.node)
         log(f"{flow.node} was resumed outside gpuhc since gpuhc drained it ({memory.reason}); "
             "acknowledging the kernel-log incidents before now", loud=True)
     return node
+
+
+def cold_start(flow, node, memory, log: Callable[..., None]) -> bool:
+    """Did slurmctld start without its saved state (``slurmctld -c``) since gpuhc drained the
+    node? Its node table then comes from slurm.conf alone: the drain and its reason are gone, no
+    person resumed anything, and the held evidence must stand (issue 30). Told by the controller's
+    BOOT_TIME after gpuhc's drain with no reason left on the node (a warm restart keeps both the
+    drain and the reason). One more query, only on a held node found in service."""
+    if node.reason or memory.drained_at is None:
+        return False
+    try:
+        boot = flow.scontrol().controller_boot_time()
+    except SlurmError as e:
+        log(f"could not ask when slurmctld started ({e}): taking the resume as an admin's")
+        return False
+    if boot is None or boot <= memory.drained_at:
+        return False
+    log(f"{flow.node} is in service with no reason, and slurmctld started after gpuhc drained it: a cold "
+        "start lost the drain, not an admin's resume; the held evidence stands", loud=True)
+    return True
 
 
 def acknowledge_kernel_log(state_dir: str, now: float, node: str | None = None) -> None:
@@ -70,3 +92,6 @@ def acknowledge_kernel_log(state_dir: str, now: float, node: str | None = None) 
             checks[c.id] = c.acknowledge(checks.get(c.id), now)
         if node is not None:
             forget_hold(doc, node)
+            from gpuhc.slurm.lemon_memory import forgive
+
+            forgive(doc, now)  # a person's resume says the node is mended: its lemon history restarts

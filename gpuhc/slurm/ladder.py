@@ -24,6 +24,9 @@ Rules an admin relies on:
 - Only a FAIL keeps a node climbing; a healthy node is the policy's to resume (hysteresis).
 - Every step has a deadline: a reboot that has not happened, or whose boot-time retest has not
   answered, by ``reboot_timeout_s`` counts as a failed cycle, so the ladder always ends.
+- A reset is counted before it is tried (gpuhc/slurm/remediate.py writes the memory and the
+  ``[reset n/N]`` tag ahead): a run killed in the middle of a reset still moves the ladder on.
+- The reset count belongs to one episode (a hold): a node back in service forgets it.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ from gpuhc.slurm.policy import Verdict, out_of_service, reboot_pending
 from gpuhc.slurm.reason import format_reason, parse_reason, retired_from
 
 RESET, REBOOT = "reset", "reboot"
+# Memory's step after ``scontrol reboot`` was refused (no RebootProgram, a controller error): the
+# ladder waits ``reboot_timeout_s`` before asking again, rather than asking every interval.
+REBOOT_REFUSED = "reboot-refused"
 # The ladders a config may give an action (slurm.remediation.actions): the schema offers
 # exactly these (gpuhc/slurm/settings.py repeats them as lists, which tests/slurm/test_ladder.py keeps
 # equal), so a typo or a reboot before a reset is refused with file and line.
@@ -142,6 +148,9 @@ def next_step(node: Node, verdict: Verdict, finding: Finding | None, busy: str |
         return _after_reboot(node, mine, memory, now, s)
     if memory.step == REBOOT:  # the boot-time retest answered (a new [qN]): that cycle is over
         memory = LadderMemory(resets=memory.resets)
+    if memory.step == REBOOT_REFUSED and memory.deadline is not None and now < memory.deadline:
+        return Step(Do.WAIT, "scontrol reboot was refused: an admin must reboot the node (asked again "
+                             f"after {s.reboot_timeout_s:.0f}s)", memory)
     if verdict is not Verdict.FAIL:
         return Step(Do.NONE, "not failing: the policy decides", memory)
     steps = s.ladders.get(finding.action, ()) if finding else ()

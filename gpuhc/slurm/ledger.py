@@ -49,6 +49,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Iterable
 
+from gpuhc.slurm.breaker import tagged
 from gpuhc.slurm.nodes import Node
 
 PREFIX = "gpuhc-ledger/1"  # the record's Comment: the counts
@@ -208,9 +209,12 @@ def snapshot(in_scope: list[Node], held: list[Node], scope: str, cap: int, now: 
         return None
     if len(held) > cap:
         at = held[cap - 1]
-        if at.reason_time is None:
+        if tagged(at):  # tagged nodes rank before every fresh drain (breaker.rank_key): all of those are past
+            cut = (0, at.name)
+        elif at.reason_time is None:
             return None
-        cut = (int(at.reason_time), at.name)
+        else:
+            cut = (int(at.reason_time), at.name)
     stamps = [int(n.reason_time) for n in in_scope if n.reason_time is not None]
     if tick is not None:
         stamps.append(int(tick))

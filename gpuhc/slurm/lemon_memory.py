@@ -8,6 +8,13 @@ gets its history back from the event log at the next drain; ``slurm.lemon.event_
 other logs too (a shared glob of every node's shipped log), so a GPU moved from another node
 brings its record. Only drains read any of this, never a healthy run: the hot path pays nothing.
 The rule itself is pure (:mod:`gpuhc.slurm.lemons`).
+
+What never counts, and what wipes the slate (issue 30): a run in the site's test mode (a
+replayed fault, ``sources.test_scenario``) records no fault; a person's word that the node is
+mended (:func:`forgive`: the resume of a node gpuhc held that someone else did, seen by
+:mod:`gpuhc.slurm.handover`, which ``gpuhc quarantine release`` is; ``gpuhc quarantine forget``
+on the node) stamps ``lemons.cleared_at``, and drains before it no longer count. The stamp is in
+the node's state: a state rebuilt from the event log has no stamp (docs/repair.md says so).
 """
 
 from __future__ import annotations
@@ -68,6 +75,28 @@ def merge(*groups: Iterable[Fault]) -> list[Fault]:
     return sorted(seen.values(), key=lambda f: f.time)
 
 
+def cleared_at(doc: dict[str, Any]) -> float | None:
+    rec = doc.get(STATE_KEY)
+    t = rec.get("cleared_at") if isinstance(rec, dict) else None
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
+
+
+def forgive(doc: dict[str, Any], now: float) -> None:
+    """A person said the node is mended: its drains up to ``now`` stop counting (inside the
+    caller's state transaction)."""
+    rec = doc.get(STATE_KEY) if isinstance(doc.get(STATE_KEY), dict) else {}
+    doc[STATE_KEY] = {**rec, "cleared_at": now}
+
+
+def forget(flow, who: str) -> None:
+    """``gpuhc quarantine forget``: wipe this node's lemon history on purpose, logged."""
+    from gpuhc.state import StateStore
+
+    with StateStore(flow.opts.state_dir).transaction() as doc:
+        forgive(doc, flow.now())
+    flow.log(f"lemon memory: history of {flow.node} forgotten by {who}: drains before now no longer count", loud=True)
+
+
 def stored(doc: dict[str, Any]) -> list[Fault] | None:
     """The history in a state document; None when the document has none (rebuild it)."""
     rec = doc.get(STATE_KEY)
@@ -84,14 +113,20 @@ class LemonCheck:
     def __init__(self, fault: Fault, settings: LemonSettings, flow):
         self.fault, self.settings, self.flow = fault, settings, flow
         self._history: list[Fault] | None = None
+        self.cleared_at: float | None = None  # lemons.cleared_at, read with the history
+        self.present: frozenset[str] | None = None  # the node's GPU serials now
 
     @classmethod
     def for_flow(cls, flow, report, reason: str, now: float) -> LemonCheck | None:
         """None when the rule is off."""
         settings = LemonSettings.from_section(flow.slurm["lemon"])
-        if not settings.enabled:
-            return None
-        return cls(fault_of(report.results, report.snapshot, flow.node, reason, now), settings, flow)
+        if not settings.enabled or getattr(flow.opts.sources, "test_scenario", None):
+            return None  # a test-mode run replays a fault the site chose: never a lemon's drain
+        check = cls(fault_of(report.results, report.snapshot, flow.node, reason, now), settings, flow)
+        nvml = getattr(report.snapshot, "nvml", None)
+        serials = frozenset(g.serial for g in (getattr(nvml, "gpus", None) or []) if g.serial)
+        check.present = serials or None  # no serials read: nothing known to be replaced
+        return check
 
     @property
     def history(self) -> list[Fault]:
@@ -104,7 +139,8 @@ class LemonCheck:
 
         flow, problems = self.flow, []
         try:
-            history = stored(StateStore(flow.opts.state_dir).read())
+            doc = StateStore(flow.opts.state_dir).read()
+            history, self.cleared_at = stored(doc), cleared_at(doc)
         except Exception as e:  # a damaged state: the event log still has the history
             problems.append(f"state: {e}")
             history = None
@@ -125,7 +161,7 @@ class LemonCheck:
         """A drain of a lemon becomes its retirement, with the lemon reason."""
         if decision.act is not Act.DRAIN:
             return decision
-        st = judge(self.fault, self.history, self.settings)
+        st = judge(self.fault, self.history, self.settings, self.cleared_at, self.present)
         if st is None:
             return decision
         why = f"{decision.why}; lemon: {st.kind} {st.key} drained {len(st.faults)} times in {self.settings.window_text}"
@@ -142,6 +178,7 @@ class LemonCheck:
                 if f.node == self.fault.node and f.time > self.fault.time - self.settings.window_s]
         try:
             with StateStore(self.flow.opts.state_dir).transaction() as doc:
-                doc[STATE_KEY] = {"faults": [f.to_dict() for f in keep[-MAX_FAULTS:]]}
+                doc[STATE_KEY] = {**({"cleared_at": cleared_at(doc)} if cleared_at(doc) is not None else {}),
+                                  "faults": [f.to_dict() for f in keep[-MAX_FAULTS:]]}
         except Exception as e:  # the event log still carries the fault
             self.flow.log(f"lemon memory not saved ({e})", loud=True)

@@ -27,7 +27,7 @@ MAX_TEXT = 256  # a node name, serial, UUID or check read back from a record is 
 # a daemon's leftover, and a node that keeps being handed such leftovers is not a lemon. The
 # month-long campaign (docs/campaign.md) retired healthy nodes for stray processes until these
 # were left out of the count.
-NOT_HARDWARE = frozenset({"occupancy", "mig-layout"})  # mig-layout: a configuration gone, not a fault
+NOT_HARDWARE = frozenset({"occupancy", "mig-layout", "jobs"})  # mig-layout: a configuration gone, not a fault; jobs: an in-job finding (hung, slow) is the job's
 MAX_GPUS = 1024  # gpuhc.limits' bound on GPUs per node, for records read back
 _GPU_SUBJECT = re.compile(r"gpu(\d{1,4})\b")
 
@@ -148,11 +148,32 @@ def standings(faults: Iterable[Fault], now: float, s: LemonSettings) -> list[Sta
     return sorted(out, key=lambda st: (not st.lemon, -len(st.faults), st.kind != "node", st.key))
 
 
-def judge(new: Fault, history: Iterable[Fault], s: LemonSettings) -> Standing | None:
+def counted(new: Fault, history: Iterable[Fault], cleared_at: float | None = None,
+            present: frozenset[str] | None = None) -> list[Fault]:
+    """The history that still counts against ``new``'s node: a person's word that the node is
+    mended (a release, an acknowledged resume, ``quarantine forget``: ``cleared_at``) drops its
+    drains up to then, and a drain that named only GPUs no longer in the node (``present``:
+    the serials it has now; the GPU was replaced) stops counting there (issue 30)."""
+    out = []
+    for f in history:
+        if f.node == new.node:
+            if cleared_at is not None and f.time <= cleared_at:
+                continue
+            serials = [g.serial for g in f.gpus]
+            if present is not None and serials and all(serials) and not set(serials) & present:
+                continue
+        out.append(f)
+    return out
+
+
+def judge(new: Fault, history: Iterable[Fault], s: LemonSettings, cleared_at: float | None = None,
+          present: frozenset[str] | None = None) -> Standing | None:
     """Is the node of this new drain, or one of its GPUs, a lemon once the drain is counted?
-    The node's own count first, then the GPUs'; None when neither reaches K."""
+    The node's own count first, then the GPUs'; None when neither reaches K. Only what
+    :func:`counted` keeps is counted."""
     if not s.enabled or new.check in NOT_HARDWARE:
         return None
+    history = counted(new, history, cleared_at, present)
     found = standings([*history, new], new.time, s)
     mine = {("node", new.node)}
     serial_of = {g.uuid: g.serial for f in [*history, new] for g in f.gpus if g.uuid and g.serial}

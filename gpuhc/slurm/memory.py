@@ -4,7 +4,11 @@ owns three keys, and every read and write of them goes through it:
 - ``slurm.nodes.<node>``: the drain policy's :class:`~gpuhc.slurm.policy.Memory` (the hold,
   clean runs, flaps, gpuhc's last resume);
 - ``slurm.ladder.<node>``: the remediation ladder's :class:`~gpuhc.slurm.ladder.LadderMemory`;
-- ``slurm.last.<node>``: the last decision a flow stored (stage, time, act, why), for a person.
+- ``slurm.last.<node>``: the last decision a flow stored (stage, time, act, why), for a person;
+- ``slurm.wedged.<node>``: health checks in a row whose NVML hung or failed (gpuhc/slurm/wedged.py);
+- ``slurm.breaker.<node>``: the breaker's last count any run of this node saw (with its time),
+  so that a run that cannot get its turn with Slurm still knows the breaker's state
+  (docs/slurm.md, "No exit 1 without the breaker").
 
 The document functions (``doc`` in, nothing read from disk) serve callers already inside a
 transaction (:mod:`gpuhc.slurm.handover`); the flow functions open one. A state that cannot be
@@ -18,10 +22,14 @@ from typing import TYPE_CHECKING, Any
 from gpuhc.slurm.policy import Decision, Memory
 
 if TYPE_CHECKING:
+    from gpuhc.slurm.breaker import BreakerState
     from gpuhc.slurm.flow import Flow
     from gpuhc.slurm.ladder import LadderMemory  # loaded by the ladder's own calls: not on the prolog's path
 
-SLURM, NODES, LADDER, LAST = "slurm", "nodes", "ladder", "last"
+SLURM, NODES, LADDER, LAST, BREAKER, WEDGED = "slurm", "nodes", "ladder", "last", "breaker", "wedged"
+# An earlier run's count of the breaker speaks for it this long (a few health-check intervals);
+# older, the breaker's state is unknown.
+BREAKER_KNOWN_S = 900.0
 
 
 # ---------------------------------------------------------------------------- in a document
@@ -102,3 +110,45 @@ def save_ladder(flow: Flow, memory: LadderMemory) -> None:
             _mine(doc, LADDER)[flow.node] = memory.to_dict()
     except Exception as e:
         flow.log(f"remediation state not saved ({e})", loud=True)
+
+
+def last_breaker(flow: Flow) -> BreakerState | None:
+    """The breaker's last count this node saw, if recent enough to speak for it; None: unknown."""
+    from gpuhc.slurm.breaker import BreakerState
+    from gpuhc.state import StateStore
+
+    try:
+        d = StateStore(flow.opts.state_dir).read().get(SLURM, {}).get(BREAKER, {}).get(flow.node)
+    except Exception:
+        return None
+    if not isinstance(d, dict) or not isinstance(d.get("time"), (int, float)):
+        return None
+    if not 0 <= flow.now() - d["time"] <= BREAKER_KNOWN_S:
+        return None
+    return BreakerState.from_dict(d)
+
+
+def save_breaker(flow: Flow, state: BreakerState) -> None:
+    """Keep a count this run saw (its own, the ledger's) for the runs that cannot count."""
+    from gpuhc.state import StateStore
+
+    try:
+        with StateStore(flow.opts.state_dir).transaction() as doc:
+            _mine(doc, BREAKER)[flow.node] = {**state.to_dict(), "time": flow.now()}
+    except Exception as e:
+        flow.log(f"breaker count not saved ({e})", loud=True)
+
+
+def count_wedged(flow: Flow, trouble: bool) -> int:
+    """The health checks in a row whose NVML hung or failed, this one counted (``trouble``) or
+    the count set back to 0. A run without trouble and nothing counted only reads."""
+    from gpuhc.state import StateStore
+
+    store = StateStore(flow.opts.state_dir)
+    before = store.read().get(SLURM, {}).get(WEDGED, {}).get(flow.node)
+    before = before if isinstance(before, int) and not isinstance(before, bool) else 0
+    runs = before + 1 if trouble else 0
+    if runs != before:
+        with store.transaction() as doc:
+            _mine(doc, WEDGED)[flow.node] = runs
+    return runs

@@ -16,6 +16,19 @@ Why each part is there (docs/facts.md "GPU reset", docs/repair.md "The GPU reset
   (NVIDIA/ai-cloud-validation#603).
 - a process that holds a GPU of the reset and belongs to no service gpuhc may stop is a
   blocker: gpuhc never kills a process it does not know, so the reset is not attempted.
+- slurmd is such a process on most sites today. With ``AutoDetect=nvml`` in gres.conf, Slurm
+  22.05 closes NVML again once it has detected the GPUs; from 23.02 on (SchedMD/slurm commit
+  49b4c8f059, "Fix reconfiguration of gpu/nvml plugin") the gpu/nvml plugin initialises NVML at
+  detection and shuts it down only in the plugin's ``fini()``, so slurmd holds ``/dev/nvidiactl``
+  and every ``/dev/nvidia<N>`` for its whole life (src/plugins/gpu/nvml/gpu_nvml.c, 23.02, 24.11
+  and 26.05 alike). gpuhc runs as slurmd's child and does not stop it: on such a node the plan
+  says "reboot first" (:data:`SLURMD_WHY`), and the ladder takes its reboot rung at once. The
+  decision and its numbers are in docs/repair.md, "Where slurmd holds the GPUs".
+- a GPU in MIG mode is not reset: a reset drops its GPU and compute instances, which the site
+  (or its MIG manager) created and Slurm's gres.conf names; nothing here would put them back
+  as they were, so the plan refuses and the reboot rung (whose boot sequence recreates them)
+  comes first.
+- Slurm showing a job on the node blocks the plan: a reset kills whatever runs there.
 """
 
 from __future__ import annotations
@@ -34,6 +47,23 @@ _ARCH_BY_NAME = (("GB300", "blackwell"), ("GB200", "blackwell"), ("B300", "black
                  ("H800", "hopper"), ("H20", "hopper"), ("A100", "ampere"), ("A800", "ampere"), ("A30", "ampere"),
                  ("A40", "ampere"), ("A10", "ampere"), ("V100", "volta"), ("P100", "pascal"))
 _ORDER = ("pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
+
+
+SLURMD_WHY = ("with AutoDetect=nvml, slurmd of Slurm 23.02 and later keeps NVML, and these device files, open for its "
+              "whole life; gpuhc does not stop the daemon it runs under: reboot first (docs/repair.md)")
+
+
+def slurm_note(version: str | None) -> str:
+    """What the installed Slurm release means for the reset (docs/repair.md, "Where slurmd holds
+    the GPUs"): from 23.02 on, slurmd with AutoDetect=nvml holds the GPUs; 22.05 lets go."""
+    import re
+
+    m = re.search(r"(\d+)\.(\d+)", version or "")
+    if m is None:
+        return f"slurm {version or 'unknown'}: with AutoDetect=nvml, 23.02 and later keep the GPUs open in slurmd"
+    held = (int(m.group(1)), int(m.group(2))) >= (23, 2)
+    return (f"slurm {m.group(0)}: " + ("with AutoDetect=nvml slurmd holds the GPUs for its life: reboot first there"
+                                       if held else "slurmd closes NVML after detecting the GPUs: reset"))
 
 
 def arch_of(name: str) -> str | None:
@@ -73,6 +103,8 @@ class NodeFacts:
     nvswitch: bool = False  # NVSwitch device files on the node
     self_pid: int = 0
     problems: tuple[str, ...] = ()  # what could not be read (each makes the plan refuse)
+    mig: tuple[int, ...] = ()  # GPUs in MIG mode
+    jobs: str | None = None  # Slurm shows a job on the node (what it shows), read right before
 
 
 @dataclass(frozen=True)
@@ -105,11 +137,19 @@ class Plan:
     def ok(self) -> bool:
         return not self.blockers
 
+    @property
+    def path(self) -> str:
+        """What the ladder does on this node: ``reset``, or ``reboot first`` and why."""
+        if self.ok:
+            return "reset"
+        return "reboot first: " + self.blockers[0]
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["steps"] = [{"kind": s.kind, "target": s.target, "argv": list(s.argv), "undo": list(s.undo)}
                       for s in self.steps]
         d["ok"] = self.ok
+        d["path"] = self.path
         return d
 
     def lines(self) -> list[str]:
@@ -119,6 +159,7 @@ class Plan:
         out += [f"holder {h}" for h in self.holders]
         out += [f"  {i + 1:2}. {s.show()}" for i, s in enumerate(self.steps)]
         out += [f"BLOCKED: {b}" for b in self.blockers]
+        out.append(f"path: {self.path}")
         return out
 
 
@@ -153,12 +194,17 @@ def scope_of(facts: NodeFacts, targets: tuple[int, ...]) -> tuple[tuple[int, ...
 def make_plan(facts: NodeFacts, targets: tuple[int, ...], services: list[str], reset_command: list[str],
               systemctl: str, nvidia_smi: str) -> Plan:
     blockers = list(facts.problems)
+    if facts.jobs:
+        blockers.append(facts.jobs + ": a reset kills whatever runs there")
     known = {g.index for g in facts.gpus}
     missing = [i for i in targets if i not in known]
     if missing:
         blockers.append(f"gpu{','.join(map(str, missing))} not listed by NVML")
     scope, together, why = scope_of(facts, targets)
     in_scope = [g for g in facts.gpus if g.index in scope]
+    if mig := sorted(set(facts.mig) & set(scope)):
+        blockers.append(f"gpu{','.join(map(str, mig))} in MIG mode: a reset drops the site's GPU and compute "
+                        "instances, which gpuhc does not recreate: reboot first")
     devices = {d for g in in_scope if (d := _minor_device(g.minor))}
     if any(g.minor is None for g in in_scope):
         blockers.append("device minor number unknown: cannot tell what holds the GPUs")
@@ -177,6 +223,8 @@ def make_plan(facts: NodeFacts, targets: tuple[int, ...], services: list[str], r
             continue
         if h.pid == facts.self_pid:
             blockers.append(f"gpuhc itself (pid {h.pid}) holds {', '.join(h.devices)}")
+        elif h.comm == "slurmd" or h.unit == "slurmd.service":
+            blockers.insert(0, f"slurmd (pid {h.pid}) holds {', '.join(h.devices)}: {SLURMD_WHY}")
         elif h.unit not in stopped and h.unit not in kept and not (h.unit == _unit_key(PERSISTENCED) and not together):
             owner = f"unit {h.unit}" if h.unit else "no service gpuhc may stop"
             blockers.append(f"pid {h.pid} ({h.comm}, {owner}) holds {', '.join(h.devices)}")

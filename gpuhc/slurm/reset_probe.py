@@ -152,11 +152,16 @@ def probe(reading: NvmlReading, s: ProbeSettings, deadline: float) -> NodeFacts:
                      tuple(problems))
 
 
-def plan_now(remediation: dict, targets: tuple[int, ...], reading: NvmlReading, deadline: float):
-    """Probe the node and plan the reset of ``targets`` (``slurm.remediation`` and its ``reset``)."""
+def plan_now(remediation: dict, targets: tuple[int, ...], reading: NvmlReading, deadline: float,
+             mig: tuple[int, ...] = (), jobs: str | None = None):
+    """Probe the node and plan the reset of ``targets`` (``slurm.remediation`` and its ``reset``);
+    ``mig``: the GPUs in MIG mode; ``jobs``: what Slurm shows running on the node, if anything."""
+    from dataclasses import replace
+
     from gpuhc.slurm.reset_plan import make_plan
 
     reset = remediation["reset"]
     s = ProbeSettings.from_section(reset)
-    return make_plan(probe(reading, s, deadline), targets, list(s.services), list(remediation["reset_command"]),
-                     s.systemctl, reset["nvidia_smi"])
+    facts = replace(probe(reading, s, deadline), mig=tuple(mig), jobs=jobs)
+    return make_plan(facts, targets, list(s.services), list(remediation["reset_command"]), s.systemctl,
+                     reset["nvidia_smi"])

@@ -5,8 +5,12 @@ Every step is logged with its outcome. What was stopped is always brought back: 
 fails (or a deadline that runs out) starts the services again and turns persistence back on,
 in reverse order, before the outcome says "fall through", which the ladder takes to its reboot
 rung (docs/repair.md "The GPU reset procedure"). Each command has a timeout inside the run's
-deadline; putting things back gets a few seconds even past it, because a node left with its
-services stopped is worse than a late health check.
+deadline and runs under :func:`gpuhc.slurm.gpureset.run_argv`'s watchdog; putting things back gets
+a few seconds even past it, because a node left with its services stopped is worse than a late
+health check. Every NVML read runs bounded (:func:`gpuhc.slurm.gpureset.call_bounded`): one that
+does not answer, or a command that does not end when killed, marks the outcome ``wedged`` (the
+driver is stuck: no further reset, the reboot rung). A service whose start fails is started once
+more at once; one that then runs does not send the node to a reboot.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuhc.model import NvmlReading
-from gpuhc.slurm.gpureset import run_argv
+from gpuhc.slurm.gpureset import NvmlHung, call_bounded, run_argv
 from gpuhc.slurm.reset_plan import NO_FABRIC, Plan, Step
 
 RESTORE_MIN_S = 5.0  # each restoring command gets at least this, deadline or not
@@ -36,6 +40,7 @@ class Outcome:
     fallthrough: bool  # the procedure failed: the ladder goes to its reboot rung
     detail: str
     log: list[dict] = field(default_factory=list)  # {"step", "target", "ok", "detail"}
+    wedged: bool = False  # NVML did not answer, or a command was left behind: the driver is stuck
 
 
 class _Run:
@@ -45,6 +50,7 @@ class _Run:
         self.deadline = deadline
         self.undo: list[Step] = []  # quiesce steps done, to put back in reverse
         self.record: list[dict] = []
+        self.wedged = False
 
     def note(self, step: Step, ok: bool, detail: str) -> None:
         self.record.append({"step": step.kind, "target": step.target, "ok": ok, "detail": detail})
@@ -61,8 +67,18 @@ class _Run:
             self.note(step, False, "no time left in this run")
             return False
         r = run_argv(argv, timeout)
+        self.wedged = self.wedged or r.stuck
         self.note(step, r.ok, r.detail)
         return r.ok
+
+    def nvml(self, step: Step):
+        """One bounded NVML read; None (noted, wedged) when it does not answer."""
+        try:
+            return self.read_nvml()
+        except NvmlHung as e:
+            self.wedged = True
+            self.note(step, False, f"NVML hangs ({e})")
+            return None
 
     def restore(self) -> bool:
         """Undo the quiesce steps done so far, newest first; True when all came back."""
@@ -83,7 +99,9 @@ class _Run:
     def wait_fabric(self, step: Step) -> bool:
         end = time.monotonic() + min(self.t.fabric_s, max(0.0, self.left()))
         while True:
-            reading = self.read_nvml()
+            reading = self.nvml(step)
+            if reading is None:
+                return False
             pending = [f"gpu{g.index} {g.fabric_state}" for g in reading.gpus
                        if g.fabric_state not in NO_FABRIC and g.fabric_state != "completed"]
             if reading.available and not pending:
@@ -96,7 +114,9 @@ class _Run:
             time.sleep(POLL_S)
 
     def verify(self, step: Step) -> bool:
-        reading = self.read_nvml()
+        reading = self.nvml(step)
+        if reading is None:
+            return False
         seen = {g.index: g.uuid for g in reading.gpus if not g.lost}
         ok = reading.available and seen == self.plan.expected_uuids
         if ok:
@@ -123,9 +143,13 @@ class _Run:
                     return self.fail(step)
             elif step.kind in ("start", "persistence-on"):
                 done = next((u for u in self.undo if u.undo == step.argv), None)
-                if self.command(step, step.argv, self.t.command_s, restoring=True) and done is not None:
+                ok = self.command(step, step.argv, self.t.command_s, restoring=True)
+                if not ok and not self.wedged:  # once more at once: a unit's start can fail on a race
+                    ok = self.command(Step(step.kind, step.target, step.argv), step.argv, self.t.command_s,
+                                      restoring=True)
+                if ok and done is not None:
                     self.undo.remove(done)
-            elif self.undo:  # a start or persistence-on failed above: try once more, then give up
+            elif self.undo:  # a start or persistence-on failed twice above: restore tries again, then the reboot rung
                 return self.fail(Step("restore", "services"))
             elif step.kind == "wait-fabric":
                 if not self.wait_fabric(step):
@@ -137,7 +161,9 @@ class _Run:
     def fail(self, step: Step) -> Outcome:
         restored = self.restore()
         what = f"{step.kind} {step.target} failed" + ("" if restored else "; NOT everything could be put back")
-        return Outcome(False, True, what, self.record)
+        if self.wedged:
+            what += "; the driver does not answer (wedged): no further reset, reboot"
+        return Outcome(False, True, what, self.record, self.wedged)
 
 
 def execute(plan: Plan, t: Timeouts, read_nvml: Callable[[], NvmlReading], rescan: Callable[[], list],
@@ -151,13 +177,26 @@ def execute(plan: Plan, t: Timeouts, read_nvml: Callable[[], NvmlReading], resca
 
 
 def procedure(remediation: dict, targets: tuple[int, ...], read_nvml: Callable[[], NvmlReading],
-              log: Callable[[str], None], deadline: float) -> tuple[Plan, Outcome]:
-    """Read the node, plan and carry out the reset of ``targets`` (the ladder's reset rung)."""
+              log: Callable[[str], None], deadline: float,
+              read_mig: Callable[[], tuple[int, ...]] | None = None) -> tuple[Plan | None, Outcome]:
+    """Read the node, plan and carry out the reset of ``targets`` (the ladder's reset rung);
+    ``read_mig``: the GPUs in MIG mode (an NVML read, bounded like the others)."""
     from gpuhc.slurm.reset_probe import ProbeSettings, holders, plan_now
 
     reset = remediation["reset"]
     s = ProbeSettings.from_section(reset)
-    plan = plan_now(remediation, targets, read_nvml(), deadline)
+
+    def bounded_nvml() -> NvmlReading:  # never past the run's deadline, never past a command's timeout
+        return call_bounded(read_nvml, max(0.5, min(s.timeout_s, deadline - time.monotonic())), "NVML read")
+
+    try:
+        before = bounded_nvml()
+        mig = call_bounded(read_mig, max(0.5, min(s.timeout_s, deadline - time.monotonic())),
+                           "NVML MIG mode") if read_mig is not None else ()
+    except NvmlHung as e:
+        log(f"reset procedure: not attempted: NVML hangs ({e})")
+        return None, Outcome(False, True, f"not attempted: NVML hangs ({e}); the driver is wedged", wedged=True)
+    plan = plan_now(remediation, targets, before, deadline, mig)
     log("reset procedure: plan: " + " | ".join(plan.lines()))
     t = Timeouts(s.timeout_s, float(remediation["reset_timeout_s"]), float(reset["fabric_timeout_s"]))
-    return plan, execute(plan, t, read_nvml, lambda: holders(s.proc_root, deadline)[0], log, deadline)
+    return plan, execute(plan, t, bounded_nvml, lambda: holders(s.proc_root, deadline)[0], log, deadline)

@@ -9,8 +9,10 @@
 
 A retest or a release is the admin's word that the cause was dealt with: kernel-log incidents
 held from before it no longer count; new ones do (docs/repair.md, "Quarantine"). Every change
-to the node goes through the actuator; the checks run before this node's turn with Slurm is
-taken (:mod:`gpuhc.slurm.runlock`), so minutes of bootstrap checks block no other run.
+to the node goes through the actuator; the boot-time retest's checks run before this node's
+turn with Slurm is taken (:mod:`gpuhc.slurm.runlock`), so minutes of bootstrap checks block no
+other run; ``release --retest`` takes it first, because its checks' processes on the GPUs must
+not look like a stray to the health check's ladder.
 """
 
 from __future__ import annotations
@@ -91,6 +93,10 @@ def release_after_retest(flow: Flow, force: bool) -> tuple[list[AdminResult], in
     if not in_job and not resumable(node):
         return [AdminResult(me, True, f"nothing to release: state {node.raw_state}")], 0
     acknowledge_kernel_log(flow.opts.state_dir, flow.now())  # the release is the admin's word: old Xids are dealt with
+    # The run lock for the whole retest: its checks put processes on the GPUs, and a health check
+    # meanwhile must not take them for a stray and reboot the node (issue 30).
+    if not take_turn(flow).ok:
+        return [AdminResult(me, False, "another gpuhc run is acting on this node: not retested")], 0
     report = run_checks(flow)
     verdict = verdict_of(report.results) if report is not None else Verdict.ERROR
     if report is not None:

@@ -55,6 +55,17 @@ class Scontrol(SlurmCommand):
         argv = sinfo.scope_argv(self.sinfo, partitions)
         return self._parse_sinfo(self._call(argv), argv)
 
+    def controller_boot_time(self) -> float | None:
+        """When slurmctld last started (``BOOT_TIME`` of ``scontrol show config``: the same key on
+        22.05, 24.11 and 26.05, src/api/config_info.c); None when the answer does not say."""
+        from gpuhc.slurm.nodes import parse_slurm_time
+
+        for line in self._call([self.binary, "show", "config"]).splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() == "BOOT_TIME":
+                return parse_slurm_time(value.strip())
+        return None
+
     def ledger(self, name: str) -> tuple[str, str, float | None, str]:
         """The breaker ledger's record, asked of it alone: (its Comment, its Extra, its reason
         stamp, its state as sinfo prints it)."""

@@ -75,6 +75,9 @@ SCHEMA = {
         "max_drained": Key(int, None, "absolute cap of nodes drained by gpuhc", min=0, nullable=True),
         "max_drained_percent": Key(float, 10.0, "cap as a percentage of the nodes in scope (rounded up)",
                                    min=0.0, max=100.0, nullable=True),
+        "max_retired_percent": Key(float, 10.0, "retired nodes do not count toward the drain cap; at this share "
+                                   "of the scope (rounded up) every count says ALERT (docs/slurm.md, Circuit breaker)",
+                                   min=0.0, max=100.0),
         "scope": Key(str, "partition", "count within the node's partitions or the whole cluster",
                      choices=("partition", "cluster")),
         "settle_s": Key(float, 1.0, "after a drain, wait this long and re-count: concurrent drains past the "
@@ -137,6 +140,9 @@ SCHEMA = {
                                     "fabric registration to complete (cut to the run's deadline)",
                                     min=0.0, max=1800.0),
         },
+        "admin_tools": Key(list, ["dcgmi", "nv-hostengine", "nvidia-smi", "nvidia-bug-report.sh", "gpuhc"],
+                           "names of processes (comm) that are an admin's on a drained node: a GPU process by one of "
+                           "these, or by root, never makes the ladder reboot (it waits and says so)", item=str),
         "reset_attempts": Key(int, 2, "GPU resets per episode before the ladder moves on to a reboot",
                               min=0, max=10),
         "reboot_timeout_s": Key(float, 1800.0, "a reboot and its boot-time retest must answer within this, "

@@ -131,3 +131,25 @@ def memory(tmp_path, node="n1"):
 
 EPILOG_ENV = {"SLURM_JOB_ID": "1234", "SLURM_JOB_USER": "alice", "SLURM_JOB_EXIT_CODE": "256",
               "SLURM_JOB_EXIT_CODE2": "1:0", "SLURM_JOB_GPUS": "0,1"}
+
+
+def last_count(tmp_path, open_: bool, age_s: float = 60.0, node="n1") -> None:
+    """This node's last count of the breaker, as a run that counted stores it (gpuhc/slurm/memory.py):
+    1 of 10 held, cap 1 (open) or 0 held (closed), ``age_s`` ago."""
+    from gpuhc.slurm.breaker import BreakerState
+
+    state = BreakerState(open_, 1 if open_ else 0, 10, 1, "partition gpu")
+    with StateStore(str(tmp_path / "state")).transaction() as doc:
+        doc.setdefault("slurm", {}).setdefault("breaker", {})[node] = {**state.to_dict(), "time": time.time() - age_s}
+
+
+class RebootingSlurm(MiniSlurm):
+    """MiniSlurm that also takes ``scontrol reboot``: Slurm sets REBOOT_REQUESTED and the reason."""
+
+    def __call__(self, argv, timeout):
+        if argv[1] == "reboot":
+            self.calls.append(argv)
+            name, reason = argv[-1], next(a for a in argv if a.startswith("reason="))[len("reason="):]
+            self.nodes[name] = [self.nodes[name][0] + "+REBOOT_REQUESTED", reason]
+            return 0, "", ""
+        return super().__call__(argv, timeout)

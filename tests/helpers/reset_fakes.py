@@ -43,6 +43,22 @@ def save():
 def procs_of(unit):
     return [p for p, u in st["procs"].items() if u["unit"] == unit + ".service"]
 
+if key in st.get("fail_once", []):  # a unit whose first start loses a race, as systemd's can
+    st["fail_once"].remove(key)
+    save()
+    print("fake failure (once) of " + key, file=sys.stderr)
+    sys.exit(1)
+if key in st.get("hang", []):
+    # Never returns: deaf to SIGTERM, and a helper in a session of its own keeps the output pipe
+    # open, so killing this process group ends neither the wait for the exit nor for the pipe,
+    # as with an nvidia-smi stuck in the driver (uninterruptible sleep) that SIGKILL cannot reap.
+    import signal, subprocess, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    helper = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    with open(os.path.join(root, "left-behind.pids"), "a") as f:
+        f.write("%d\n" % helper.pid)
+    time.sleep(120)
+
 if argv[0] == "systemctl":
     if argv[1] == "show":
         units = argv[argv.index("--") + 1:]
@@ -171,8 +187,14 @@ class FakeNode:
         p = self.root / "calls.log"
         return p.read_text().splitlines() if p.exists() else []
 
+    nvml_hangs = False  # True: every read blocks, as NVML on a GPU throwing errors can (NVIDIA/DCGM#313)
+
     def read_nvml(self):
         """The GPUs as gpuhc's real NVML source reads them, over the fake library."""
+        if self.nvml_hangs:
+            import threading
+
+            threading.Event().wait(120)  # never set: the caller must leave this thread behind
         st = self.state()
         gpus = []
         for i, g in sorted(st["gpus"].items(), key=lambda kv: int(kv[0])):
@@ -181,6 +203,17 @@ class FakeNode:
             fake.fields["NVML_FI_DEV_NVLINK_LINK_COUNT"] = self.nvlinks
             gpus.append(fake)
         return NvmlLive(clock_samples=1, module=FakeNvml(gpus)).read()
+
+    def end_left_behind(self) -> None:
+        """Kill the helpers a hanging fake tool left behind (a test's clean-up)."""
+        import signal
+
+        p = self.root / "left-behind.pids"
+        for pid in (p.read_text().split() if p.exists() else []):
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
 
     def section(self, **reset) -> dict:
         """``slurm.remediation`` as the config gives it, pointed at this node's fakes."""

@@ -20,7 +20,8 @@ from gpuhc.slurm import entry
 from gpuhc.slurm.policy import Act
 from gpuhc.slurm.sinfo import FIELDS
 from gpuhc.sources import SourceSpec
-from tests.helpers.minislurm import config, EPILOG_ENV, flow, memory, MiniSlurm, OK, OUR_REASON, run, XID
+from tests.helpers.minislurm import (config, EPILOG_ENV, flow, last_count, memory, MiniSlurm, OK, OUR_REASON,
+                                     RebootingSlurm, run, XID)
 from tests.helpers.paths import REPO, SCENARIOS
 
 
@@ -76,7 +77,7 @@ def test_admin_reason_is_never_overwritten(tmp_path, monkeypatch):
 
 
 def test_breaker_open_blocks_the_drain_and_exits_4(tmp_path, monkeypatch):
-    nodes = {"n1": ("IDLE", None), "n2": ("IDLE+DRAIN", "gpuhc: x"), "n3": ("DOWN+DRAIN", "gpuhc: RETIRED y")}
+    nodes = {"n1": ("IDLE", None), "n2": ("IDLE+DRAIN", "gpuhc: x"), "n3": ("DOWN+DRAIN", "gpuhc: y [q1]")}
     s = MiniSlurm(nodes)
     out = run(tmp_path, monkeypatch, "passive", s, [XID], cfg=config(tmp_path, breaker={"max_drained": 2}))
     assert out.exit_code == 4 and out.decision.act is Act.BLOCKED and s.updates() == []
@@ -152,13 +153,14 @@ def test_prolog_happy_path_sends_nothing_to_slurm(tmp_path, monkeypatch):
 
 def test_prolog_on_a_node_gpuhc_held_asks_once_then_never_again(tmp_path, monkeypatch):
     # A prolog runs on a node gpuhc remembers holding only when someone resumed it (issue 20):
-    # one read, the acknowledgement, the hold forgotten; the next prolog asks nothing.
+    # one read (and, the reason gone, when slurmctld started: a cold start is no resume, issue
+    # 30), the acknowledgement, the hold forgotten; the next prolog asks nothing.
     s = MiniSlurm({"n1": ("IDLE", None)})
     run(tmp_path, monkeypatch, "passive", s, [XID])
     s.nodes["n1"] = ["ALLOCATED", None]  # the admin's resume, and a job on the node
     asked = len(s.calls)
     out = run(tmp_path, monkeypatch, "prolog", s, [OK], env={"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "0,1"})
-    assert out.exit_code == 0 and len(s.calls) == asked + 1
+    assert out.exit_code == 0 and len(s.calls) == asked + 2 and s.calls[-1][1:3] == ["show", "config"]
     assert any("resumed outside gpuhc" in line for line in out.lines)
     assert memory(tmp_path)["drained_at"] is None
     again = run(tmp_path, monkeypatch, "prolog", None, [OK], env={"SLURM_JOB_ID": "43", "SLURM_JOB_GPUS": "0,1"})
@@ -174,10 +176,46 @@ def test_prolog_failure_drains_first_then_fails_the_job(tmp_path, monkeypatch):
     assert any("requeues the job" in line for line in out.lines)
 
 
-def test_prolog_failure_with_slurm_down_still_fails_the_job(tmp_path, monkeypatch):
+@pytest.mark.parametrize("known,code", [("closed", 1), (None, 0), ("stale", 0), ("open", 0)])
+def test_prolog_failure_with_slurm_down_fails_the_job_only_with_the_breaker_known_closed(
+        tmp_path, monkeypatch, known, code):
+    # Slurm silent: exit 1 makes Slurm drain with "Prolog error" once it answers, a reason the
+    # breaker never counts. Only a breaker known closed (this node's recent count) allows that.
+    if known is not None:
+        last_count(tmp_path, open_=known == "open", age_s=5000 if known == "stale" else 60)
     s = MiniSlurm({"n1": ("IDLE", None)}, fail={"show": subprocess.TimeoutExpired(["scontrol"], 10)})
     out = run(tmp_path, monkeypatch, "prolog", s, [XID], env={"SLURM_JOB_ID": "7"})
-    assert out.exit_code == 1  # fail closed: Slurm drains with "Prolog error" and requeues
+    assert out.exit_code == code
+    said = [line for line in out.lines if "letting the job run" in line]
+    assert bool(said) == (code == 0), out.lines
+    if known in (None, "stale"):
+        assert "unknown" in said[0]
+
+
+@pytest.mark.parametrize("stage", ["prolog", "epilog"])
+@pytest.mark.parametrize("known,code", [("closed", 1), (None, 0), ("open", 0)])
+def test_run_lock_held_by_another_run_fails_the_job_only_with_the_breaker_known_closed(
+        tmp_path, monkeypatch, stage, known, code):
+    # Issue 30: with the lock held (another gpuhc run on the node), the prolog used to give up
+    # and exit 1 without having read the breaker, and Slurm drained the node past the cap.
+    import fcntl
+
+    from gpuhc.slurm import runlock
+
+    if known is not None:
+        last_count(tmp_path, open_=known == "open")
+    (tmp_path / "state").mkdir(exist_ok=True, mode=0o700)
+    holder = os.open(str(tmp_path / "state" / runlock.LOCK_FILE), os.O_RDONLY | os.O_CREAT, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another open file: this process's own lock cannot take it
+    monkeypatch.setattr(runlock, "RESERVE_S", 1000.0)  # give up at once rather than wait the stage out
+    try:
+        env = {**EPILOG_ENV, "SLURM_JOB_EXIT_CODE": "0"} if stage == "epilog" else {"SLURM_JOB_ID": "7"}
+        out = run(tmp_path, monkeypatch, stage, MiniSlurm({"n1": ("IDLE", None)}), [XID], env=env)
+    finally:
+        os.close(holder)
+        runlock.release()
+    assert out.exit_code == code and out.extra.get("run_lock"), out.lines
+    assert any("letting the job run" in line for line in out.lines) == (code == 0)
 
 
 @pytest.mark.parametrize("fail_open,code", [(True, 0), (False, 1)])
@@ -322,31 +360,32 @@ def test_a_failed_recount_leaves_the_verified_drain_standing_and_said(tmp_path, 
 # ------------------------------------------------------------------ the ladder and a stray
 
 
-class RebootingSlurm(MiniSlurm):
-    """MiniSlurm that also takes ``scontrol reboot``: Slurm sets REBOOT_REQUESTED and the reason."""
-
-    def __call__(self, argv, timeout):
-        if argv[1] == "reboot":
-            self.calls.append(argv)
-            name, reason = argv[-1], next(a for a in argv if a.startswith("reason="))[len("reason="):]
-            self.nodes[name] = [self.nodes[name][0] + "+REBOOT_REQUESTED", reason]
-            return 0, "", ""
-        return super().__call__(argv, timeout)
-
-
-@pytest.mark.parametrize("state, rebooted", [("IDLE+DRAIN", True), ("MIXED+DRAIN", False)])
-def test_a_reset_a_stray_blocks_goes_to_the_reboot_rung_unless_a_job_owns_it(tmp_path, monkeypatch, state, rebooted):
-    """A GPU to reset, held by a process: on a node where Slurm shows no job the process is no
-    job's (a stray), a reset cannot happen while it holds the GPU and nothing else ends it, so
-    the ladder reboots; with a job on the node it waits, as before."""
+@pytest.mark.parametrize("state, owner, rebooted", [
+    ("IDLE+DRAIN", 1000, True), ("MIXED+DRAIN", 1000, False),
+    ("IDLE+DRAIN", 0, False), ("IDLE+DRAIN", "dcgmi", False), ("IDLE+DRAIN", None, False),
+])
+def test_a_reset_a_stray_blocks_goes_to_the_reboot_rung_unless_a_job_owns_it(tmp_path, monkeypatch, state, owner,
+                                                                              rebooted):
+    """A GPU to reset, held by a process: on a node where Slurm shows no job a user's process is
+    no job's (a stray), a reset cannot happen while it holds the GPU and nothing else ends it, so
+    the ladder reboots; with a job on the node it waits, as before. Root's process, an admin
+    tool's (`dcgmi diag`, a retest over clush) or one whose owner cannot be read is no stray:
+    the ladder waits and says so (issue 30)."""
     scen = SCENARIOS
     stray = tmp_path / "stray.yaml"
-    stray.write_text((scen / "stray-process.yaml").read_text().replace(
-        "extends: healthy-8xh100.yaml", f"extends: {scen / 'healthy-8xh100.yaml'}"))
+    text = (scen / "stray-process.yaml").read_text().replace(
+        "extends: healthy-8xh100.yaml", f"extends: {scen / 'healthy-8xh100.yaml'}")
+    stray.write_text(text.replace("name: python3", "name: dcgmi") if owner == "dcgmi" else text)
+    proc = tmp_path / "proc"
+    if isinstance(owner, int):  # the process's /proc entry, owned as the process is
+        (proc / "48213").mkdir(parents=True)
+        os.chown(proc / "48213", owner, owner)
     remap = Result("ecc", Status.FAIL, "gpu1 row remap pending (reset needed)", "gpu1", action=Action.RESET_GPU)
     held = "gpuhc: ecc gpu1 row remap pending (reset needed)"
     s = RebootingSlurm({"n1": (state, held)})
-    name, f = flow(tmp_path, monkeypatch, "passive", s, [remap], cfg=config(tmp_path, remediation={"enabled": True}))
+    cfg = config(tmp_path, remediation={"enabled": True})
+    cfg.data["slurm"]["remediation"]["reset"]["proc_root"] = str(proc)
+    name, f = flow(tmp_path, monkeypatch, "passive", s, [remap], cfg=cfg)
     f.opts.sources = SourceSpec(nvml_scenario=str(stray))
     out = entry.healthcheck(f)
     assert out.decision.act is Act.KEEP
@@ -355,5 +394,9 @@ def test_a_reset_a_stray_blocks_goes_to_the_reboot_rung_unless_a_job_owns_it(tmp
         assert out.extra["remediation"]["step"] == "reboot", out.extra
         assert reboots == [["scontrol", "reboot", "ASAP", "nextstate=DOWN", f"reason={held} [reboot]", "n1"]]
     else:
-        assert out.extra["remediation"]["step"] == "wait" and "jobs on the node" in out.extra["remediation"]["why"]
-        assert reboots == []
+        why = out.extra["remediation"]["why"]
+        assert out.extra["remediation"]["step"] == "wait" and reboots == [], out.extra
+        assert ("jobs on the node" in why) if state.startswith("MIXED") else (
+            f"({'dcgmi' if owner == 'dcgmi' else 'python3'}, {'unknown' if owner is None else 'admin'})" in why), why
+        if not state.startswith("MIXED"):
+            assert any("not a stray" in line for line in out.lines), out.lines

@@ -1,7 +1,10 @@
 """A certain local fault is never turned into "let the job run" by a failure of gpuhc's own
 bookkeeping (issue 18; docs/slurm.md, "Bookkeeping failures"): the breaker's count, the ledger,
 the log, or gpuhc raising while it acts. The FAIL keeps exit 1 (the prolog holds the job back),
-the drain the breaker allows is still tried, and the run says what failed."""
+the drain the breaker allows is still tried, and the run says what failed. Exit 1 in a prolog or
+an epilog needs the breaker known closed, though (issue 30; docs/slurm.md, "No exit 1 without
+the breaker"): where this run could not count, the node's last count decides, and with none the
+job runs, said."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import pytest
 from gpuhc.slurm import entry
 from gpuhc.slurm.policy import Verdict
 from gpuhc.slurm.scontrol import Scontrol
-from tests.helpers.minislurm import OUR_REASON, XID, MiniSlurm, config, flow, memory, run
+from tests.helpers.minislurm import OUR_REASON, XID, MiniSlurm, config, flow, last_count, memory, run
 
 JOB = {"SLURM_JOB_ID": "7"}
 DECODE = UnicodeDecodeError("utf-8", b"bad \xfc fan", 4, 5, "invalid start byte")
@@ -25,6 +28,7 @@ def healthy_pair():
 @pytest.mark.parametrize("stage", ["passive", "prolog", "epilog"])
 @pytest.mark.parametrize("broken", ["slurm", "gpuhc"])
 def test_a_failed_breaker_count_keeps_the_fail_and_says_so(tmp_path, monkeypatch, stage, broken):
+    last_count(tmp_path, open_=False)  # the breaker known closed from this node's last count
     s = MiniSlurm(healthy_pair())
     if broken == "slurm":
         s.fail = {"show-all": (1, "", "slurm_load_partitions: Unable to contact slurm controller")}
@@ -37,6 +41,17 @@ def test_a_failed_breaker_count_keeps_the_fail_and_says_so(tmp_path, monkeypatch
     assert ("Unable to contact" if broken == "slurm" else "UnicodeDecodeError") in out.slurm_error
     assert any("not draining without it" in line for line in out.lines)
     assert not memory(tmp_path).get("drained_at")
+
+
+@pytest.mark.parametrize("stage", ["passive", "prolog", "epilog"])
+def test_a_failed_breaker_count_with_no_last_count_lets_the_job_run(tmp_path, monkeypatch, stage):
+    s = MiniSlurm(healthy_pair())
+    s.fail = {"show-all": (1, "", "slurm_load_partitions: Unable to contact slurm controller")}
+    out = run(tmp_path, monkeypatch, stage, s, [XID], env=JOB)
+    assert out.exit_code == (1 if stage == "passive" else 0), out.lines  # slurmd ignores the health check's
+    assert s.updates() == []
+    said = [line for line in out.lines if "letting the job run" in line]
+    assert (len(said) == 1 and "breaker's state is unknown" in said[0]) == (stage != "passive"), out.lines
 
 
 class WithLedger(MiniSlurm):
@@ -82,22 +97,28 @@ def test_gpuhc_raising_while_acting_keeps_the_fail(tmp_path, monkeypatch, stage)
         raise DECODE
 
     monkeypatch.setattr("gpuhc.slurm.actuator.Actuator.apply", broken)
+    last_count(tmp_path, open_=False)
     out = run(tmp_path, monkeypatch, stage, MiniSlurm(healthy_pair()), [XID], env=JOB)
     assert out.exit_code == 1 and "internal error: UnicodeDecodeError" in out.slurm_error
     assert any("gpuhc broke while acting on the node" in line for line in out.lines)
     assert not memory(tmp_path).get("drained_at")
 
 
-@pytest.mark.parametrize("verdict, fail_open, code", [
-    (Verdict.FAIL, True, 1), (Verdict.FAIL, False, 1), (None, True, 0), (None, False, 3), (Verdict.PASS, True, 0),
+@pytest.mark.parametrize("verdict, fail_open, known, code", [
+    (Verdict.FAIL, True, "closed", 1), (Verdict.FAIL, False, None, 1), (None, True, None, 0),
+    (None, False, None, 3), (Verdict.PASS, True, None, 0),
+    (Verdict.FAIL, True, None, 0), (Verdict.FAIL, True, "open", 0),  # exit 1 would go around the breaker
 ])
-def test_a_crash_after_a_fail_verdict_keeps_the_fail(verdict, fail_open, code):
+def test_a_crash_after_a_fail_verdict_keeps_the_fail(verdict, fail_open, known, code):
     """The CLI's last resort, for a crash anywhere in the flow: a bug alone lets the job run
-    (fail open), a bug after the node failed its checks does not."""
+    (fail open), a bug after the node failed its checks does not, while the breaker is known closed."""
+    from gpuhc.slurm.breaker import BreakerState
     from gpuhc.slurm.flow import crash_exit
 
     said = []
-    f = types.SimpleNamespace(verdict=verdict, stage="prolog", log=lambda m, **k: said.append(m))
+    state = None if known is None else BreakerState(known == "open", 1 if known == "open" else 0, 10, 1, "gpu")
+    f = types.SimpleNamespace(verdict=verdict, stage="prolog", log=lambda m, **k: said.append(m),
+                              breaker_known=state)
     assert crash_exit(f, fail_open) == code
     assert bool(said) is (verdict is Verdict.FAIL)
 
@@ -108,9 +129,26 @@ def test_too_late_to_verify_a_drain_is_a_fail_not_an_open_breaker(tmp_path, monk
     drain, and exit 1 in every stage (the prolog holds the job back; Slurm drains the node with
     its own reason), unlike the open breaker, which lets the job run."""
     monkeypatch.setattr("gpuhc.slurm.actuator.Actuator._too_late", lambda self, more_s=0.0: True)
+    last_count(tmp_path, open_=False)  # known closed: else the job runs (the test below)
     s = MiniSlurm(healthy_pair())
     out = run(tmp_path, monkeypatch, stage, s, [XID], env=JOB)
     assert out.exit_code == 1, out.lines
     assert s.updates() == [] and not out.acted
     assert any("too little to verify the drain" in line for line in out.lines)
     assert not any("letting the job run" in line for line in out.lines)
+
+
+@pytest.mark.parametrize("stage", ["prolog", "epilog"])
+@pytest.mark.parametrize("known", [None, "open"])
+def test_too_late_to_verify_with_the_breaker_open_or_unknown_lets_the_job_run(tmp_path, monkeypatch, stage, known):
+    """Issue 30: the too-late path exited 1 without having read the breaker; at the cap Slurm then
+    drained the node with "Prolog error", around the breaker."""
+    monkeypatch.setattr("gpuhc.slurm.actuator.Actuator._too_late", lambda self, more_s=0.0: True)
+    if known:
+        last_count(tmp_path, open_=True)
+    s = MiniSlurm(healthy_pair())
+    out = run(tmp_path, monkeypatch, stage, s, [XID], env=JOB)
+    assert out.exit_code == 0 and s.updates() == [], out.lines
+    said = [line for line in out.lines if "letting the job run" in line]
+    assert len(said) == 1 and ("unknown" if known is None else "this node's last count") in said[0], said
+

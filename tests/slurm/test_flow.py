@@ -108,3 +108,20 @@ def test_no_module_of_slurm_imports_itself_round_a_circle():
 
     assert sorted(m for m in graph if reaches(m, m)) == []
     assert "gpuhc.slurm.entry" not in graph["gpuhc.slurm.remediate"]
+
+
+def test_a_bug_after_the_decision_keeps_the_decisions_exit_code(tmp_path, monkeypatch):
+    """Issue 30: finish() and the report's rendering ran outside the guard, so a bug there was a
+    traceback and exit 1: "Prolog error" on a healthy node. Now it is said and the exit stays."""
+    from tests.helpers.minislurm import OK
+
+    def broken(*a, **k):
+        raise KeyError("a field the event log did not expect")
+
+    monkeypatch.setattr("gpuhc.slurm.flow.finish", broken)
+    _, f = flow(tmp_path, monkeypatch, "prolog", None, [OK], env={"SLURM_JOB_ID": "5"})
+    rendered = []
+    out, code = run(f, entry.prolog, fail_open=True, render=lambda o: rendered.append(1) or broken())
+    assert code == 0 and out is not None and rendered == [1]
+    said = [line for line in out.lines if "internal error after the decision" in line]
+    assert len(said) == 2 and all("the decision stands" in x for x in said), out.lines

@@ -163,7 +163,8 @@ def test_the_epilog_honours_the_resume_and_forgets_the_hold_once(tmp_path):
         slurm.calls.clear()
         out = entry.epilog(flow)
         assert out.exit_code == 0 and slurm.nodes["n1"] == ["ALLOCATED", None], out.lines
-        assert len(slurm.calls) == (1 if n == 1 else 0), slurm.calls
+        # the node, then when slurmctld started (a cold start is no resume: test below); then nothing
+        assert len(slurm.calls) == (2 if n == 1 else 0), slurm.calls
         assert any("resumed outside gpuhc" in line for line in out.lines) is (n == 1)
 
 
@@ -198,3 +199,42 @@ def test_every_check_that_declares_it_is_acknowledged(tmp_path, monkeypatch):
     checks = StateStore(state).read()["checks"]
     assert checks["new-kernel-log"] == {"kept": 1, "acked_at": 5.0} and checks["ecc"] == {"untouched": True}
     assert checks["xid"]["cleared_at"] == 5.0 and checks["nvswitch"]["cleared_at"] == 5.0
+
+
+class RestartedSlurm(MiniSlurm):
+    """slurmctld answering ``scontrol show config`` with its BOOT_TIME (as 22.05-26.05 print it)."""
+
+    boot = None
+
+    def __call__(self, argv, timeout):
+        if argv[1:3] == ["show", "config"]:
+            self.calls.append(argv)
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.boot))
+            return 0, f"Configuration data as of {stamp}\nAccountingStorageBackupHost = (null)\n" \
+                      f"BOOT_TIME               = {stamp}\nBurstBufferType         = (null)\n", ""
+        return super().__call__(argv, timeout)
+
+
+def test_a_slurmctld_cold_start_is_not_an_admins_resume(tmp_path):
+    """Issue 30: ``slurmctld -c`` starts from slurm.conf alone, the drain and its reason gone;
+    that is no acknowledgement, so the held Xid stands and the node is drained again."""
+    slurm = RestartedSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None)})
+    entry.healthcheck(real_flow(tmp_path, slurm))
+    assert slurm.nodes["n1"][0] == "IDLE+DRAIN"
+    slurm.boot = time.time() + 5  # slurmctld started after the drain, without its state
+    slurm.nodes["n1"] = ["IDLE", None]
+    after = entry.healthcheck(real_flow(tmp_path, slurm))
+    assert any("cold start" in line for line in after.lines), after.lines
+    assert not any("resumed outside gpuhc" in line for line in after.lines)
+    assert StateStore(str(tmp_path / "state")).read()["checks"]["xid"].get("cleared_at") is None
+    assert after.decision.act is Act.DRAIN and slurm.nodes["n1"][0] == "IDLE+DRAIN", after.lines
+
+
+def test_a_controller_that_started_before_the_drain_leaves_the_resume_an_acknowledgement(tmp_path):
+    slurm = RestartedSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None)})
+    slurm.boot = time.time() - 3600
+    entry.healthcheck(real_flow(tmp_path, slurm))
+    slurm.nodes["n1"] = ["IDLE", None]
+    after = entry.healthcheck(real_flow(tmp_path, slurm))
+    assert any("resumed outside gpuhc" in line for line in after.lines) and after.exit_code == 0
+

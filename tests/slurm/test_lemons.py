@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 
-from tests.helpers.minislurm import OK, XID, MiniSlurm, config, run
+from tests.helpers.minislurm import OK, XID, MiniSlurm, config, flow, run
 
 from gpuhc.export.eventlog import append_event
 from gpuhc.model import GpuReading, NvmlReading, Result, Snapshot, Status
@@ -223,3 +223,66 @@ def test_forged_lemon_lines_are_refused_or_count_for_their_own_node_only(tmp_pat
     got = read_faults([str(n1)], 0.0, problems)
     assert [(f.node, f.time) for f in got] == [("n1", 50.0)]
     assert problems == [f"{n1}: 2 fault line(s) for another node than the log's own (n1) skipped"]
+
+
+# ---------------------------------------------------------------- a person's word, test mode (issue 30)
+
+
+def test_an_admins_resume_restarts_the_history(tmp_path, monkeypatch):
+    """Drained, resumed by an admin (``quarantine release`` is one), drained again: not a lemon.
+    gpuhc's own resume (the hysteresis above) leaves the history standing."""
+    cfg = lemon_config(tmp_path)
+    s = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None)})
+    assert run(tmp_path, monkeypatch, "passive", s, [XID], cfg=cfg).decision.act is Act.DRAIN
+    s.nodes["n1"] = ["IDLE", None]  # the admin mended it and resumed it
+    seen = run(tmp_path, monkeypatch, "passive", s, [OK], cfg=cfg)
+    assert any("resumed outside gpuhc" in line for line in seen.lines)
+    again = run(tmp_path, monkeypatch, "passive", s, [XID], cfg=cfg)
+    assert again.acted and s.nodes["n1"][1].startswith("gpuhc: xid"), s.nodes  # drained, not retired
+
+
+def test_quarantine_forget_restarts_the_history_and_says_who(tmp_path, monkeypatch):
+    import yaml
+    from click.testing import CliRunner
+
+    from gpuhc.cli.quarantine_cmd import quarantine
+
+    cfg_path = tmp_path / "gpuhc.yaml"
+    cfg_path.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "state"), "slurm": {
+        "syslog": False, "log_file": str(tmp_path / "decisions.log")}}))
+    with StateStore(str(tmp_path / "state")).transaction() as doc:
+        doc[STATE_KEY] = {"faults": [fault(1.0).to_dict(), fault(2.0).to_dict()]}
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    r = CliRunner().invoke(quarantine, ["forget", "n1", "--config", str(cfg_path)])
+    assert r.exit_code == 0, r.output
+    rec = StateStore(str(tmp_path / "state")).read()[STATE_KEY]
+    assert rec["cleared_at"] > 2 * DAY and len(rec["faults"]) == 2  # kept for the record, no longer counted
+    assert "history of n1 forgotten by " in (tmp_path / "decisions.log").read_text()
+    r = CliRunner().invoke(quarantine, ["forget", "n7", "--config", str(cfg_path)])
+    assert r.exit_code == 2 and "clush -w n7" in r.output
+
+
+def test_cleared_and_replaced_history_does_not_count():
+    old = [fault(1.0, "n1", G7), fault(2.0, "n1", G7)]
+    new = fault(3.0, "n1", GpuId("1652320010099", "GPU-bbbb-9"))
+    assert judge(new, old, S) is not None  # three drains of n1 in 30 days
+    assert judge(new, old, S, cleared_at=2.5 * DAY) is None  # a person's word at day 2.5
+    assert judge(new, old, S, present=frozenset({"1652320010099"})) is None  # G7 was replaced
+    assert judge(new, old, S, present=frozenset({G7.serial, "1652320010099"})) is not None
+
+
+def test_test_mode_runs_and_in_job_findings_never_make_a_lemon(tmp_path, monkeypatch):
+    from gpuhc.slurm import entry
+    from gpuhc.sources import SourceSpec
+
+    cfg = lemon_config(tmp_path)
+    s = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None)})
+    for _ in range(3):  # three test-mode replays (gpuhc/sources/testmode.py), each drained
+        _, f = flow(tmp_path, monkeypatch, "passive", s, [XID], cfg=cfg)
+        f.opts.sources = SourceSpec(test_scenario=str(tmp_path / "replay.yaml"))
+        out = entry.healthcheck(f)
+        assert out.acted and "fault" not in out.extra and s.nodes["n1"][1].startswith("gpuhc: xid"), s.nodes
+        s.nodes["n1"] = ["IDLE", None]
+    assert not StateStore(str(tmp_path / "state")).read().get(STATE_KEY, {}).get("faults")
+    # An in-job finding (the jobs check: a hung or slowed job) is the job's, never the node's.
+    assert judge(fault(3.0, check="jobs"), [fault(1.0), fault(2.0)], S) is None

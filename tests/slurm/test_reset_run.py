@@ -217,9 +217,20 @@ def test_the_minor_number_is_read_from_the_drivers_own_information_file(tmp_path
     assert minor_of(str(tmp_path), "0000:00:07.0") is None
 
 
-def test_quarantine_reset_plan_prints_the_steps_and_changes_nothing(tmp_path):
+def slurm_shows(monkeypatch, state: str) -> None:
+    """The node as Slurm shows it to `quarantine reset --plan` (tests/helpers/minislurm.py)."""
+    from gpuhc.slurm.scontrol import Scontrol
+    from tests.helpers.minislurm import MiniSlurm
+
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu001")
+    table = MiniSlurm({"gpu001": (state, "gpuhc: ecc gpu1 row remap pending" if "DRAIN" in state else None)})
+    monkeypatch.setattr("gpuhc.cli.quarantine_cmd._scontrol", lambda config, stage="bootstrap": Scontrol(run=table))
+
+
+def test_quarantine_reset_plan_prints_the_steps_and_changes_nothing(tmp_path, monkeypatch):
     from gpuhc.sources.snapshot_io import dump_snapshot
 
+    slurm_shows(monkeypatch, "IDLE+DRAIN")
     n = node(tmp_path / "node")
     scen = tmp_path / "scenario.yaml"
     # the node's NVML as a scenario: same GPUs (UUIDs, PCI addresses) as the fake tools know
@@ -234,6 +245,7 @@ def test_quarantine_reset_plan_prints_the_steps_and_changes_nothing(tmp_path):
     assert "reset scope: gpu1 (Hopper or later" in r.output
     assert "holder pid 4242 (nv-hostengine, nvidia-dcgm.service): /dev/nvidia0" in r.output
     assert "stop            " + str(n.root / "systemctl") + " stop nvidia-dcgm" in r.output
+    assert r.output.rstrip().endswith("path: reset")
     assert n.state() == before and n.calls() == [n.calls()[0]]  # only `systemctl show`
     r = CliRunner().invoke(quarantine, ["reset", "--plan", "--json", "--config", str(cfg), "--nvml-scenario", str(scen)])
     doc = json.loads(r.output)
@@ -280,6 +292,113 @@ def test_a_service_that_will_not_start_again_is_said_and_the_rest_is_still_resto
     plan, out, lines = run(n)
     assert not out.ok and out.fallthrough and "NOT everything could be put back" in out.detail, lines
     calls = n.calls()
-    assert calls.count("systemctl start nvidia-dcgm") == 2  # in order, then once more before giving up
+    assert calls.count("systemctl start nvidia-dcgm") == 3  # in order, once more at once, once more restoring
     assert n.state()["gpus"]["1"]["pm"] == 1 and n.state()["gpus"]["1"]["resets"] == 1
     assert not any(r["step"] == "verify" for r in out.log)  # no verdict on a node left half-restored
+
+
+def test_a_service_start_that_fails_once_then_runs_does_not_send_the_node_to_a_reboot(tmp_path):
+    # Issue 30: a start that failed and then succeeded on the retry still fell through to a reboot.
+    n = node(tmp_path)
+    n.change(fail_once=["start nvidia-dcgm"])
+    plan, out, lines = run(n)
+    assert out.ok and not out.fallthrough, lines
+    assert n.calls().count("systemctl start nvidia-dcgm") == 2 and n.state()["units"]["nvidia-dcgm"] == "active"
+
+
+def test_a_reset_that_never_returns_ends_in_budget_restores_and_says_wedged(tmp_path, monkeypatch):
+    # Issue 30: subprocess.run(timeout=) killed the child and then waited for it without limit.
+    n = node(tmp_path)
+    n.change(hang=["-r -i 1"])
+    monkeypatch.setattr("gpuhc.slurm.gpureset.REAP_S", 0.5)
+    started = time.monotonic()
+    try:
+        plan, out, lines = run(n, targets=(1,))
+    finally:
+        n.end_left_behind()
+    took = time.monotonic() - started
+    assert took < 10.0 + 4 * 0.5 + 8.0, took  # reset_timeout_s, the reaps, the fakes' own calls
+    assert not out.ok and out.fallthrough and out.wedged, lines
+    assert any("did not end when killed" in x for x in lines), lines
+    st = n.state()
+    assert st["units"]["nvidia-dcgm"] == "active" and st["gpus"]["1"]["pm"] == 1, n.calls()
+
+
+def test_an_nvml_read_that_hangs_ends_in_budget_restores_and_says_wedged(tmp_path):
+    n = node(tmp_path)
+    real = n.read_nvml
+    reads = []
+
+    def hangs_after_the_reset():
+        reads.append(1)
+        if len(reads) > 1:  # the plan's read answers; the fabric wait's, after the reset, hangs
+            n.nvml_hangs = True
+        return real()
+
+    lines: list[str] = []
+    section = n.section(command_timeout_s=2.0)
+    started = time.monotonic()
+    plan, out = procedure(section, (1,), hangs_after_the_reset, lines.append, time.monotonic() + 60)
+    assert time.monotonic() - started < 2.0 * 3 + 8.0, lines
+    assert not out.ok and out.fallthrough and out.wedged, lines
+    assert any("NVML hangs" in x for x in lines), lines
+    st = n.state()
+    assert st["units"]["nvidia-dcgm"] == "active" and st["gpus"]["1"]["resets"] == 1
+
+
+def _plan_cli(tmp_path, n):
+    from gpuhc.sources.snapshot_io import dump_snapshot
+
+    scen = tmp_path / "scenario.yaml"
+    scen.write_text(yaml.safe_dump(dump_snapshot(Snapshot(hostname="gpu001", time=1.7e9, nvml=n.read_nvml()))))
+    cfg = tmp_path / "gpuhc.yaml"
+    cfg.write_text(yaml.safe_dump({"slurm": {"remediation": n.section()}}))
+    return CliRunner().invoke(quarantine, ["reset", "--plan", "--gpus", "1", "--config", str(cfg),
+                                           "--nvml-scenario", str(scen)])
+
+
+@pytest.mark.parametrize("state", ["MIXED+DRAIN", "ALLOCATED"])
+def test_quarantine_reset_plan_exits_1_while_slurm_shows_jobs_on_the_node(tmp_path, monkeypatch, state):
+    # Issue 30: the plan said "go" (exit 0) while Slurm showed jobs on the node.
+    slurm_shows(monkeypatch, state)
+    r = _plan_cli(tmp_path, node(tmp_path / "node"))
+    assert r.exit_code == 1, r.output
+    assert f"BLOCKED: Slurm shows jobs on the node (state {state}): a reset kills whatever runs there" in r.output
+
+
+# slurmd with AutoDetect=nvml on Slurm 23.02 and later: NVML's files, open for the daemon's life
+# (what `ls -l /proc/$(pidof slurmd)/fd` shows there: the control device and every GPU's).
+SLURMD = (1500, "slurmd", "slurmd", ["/dev/nvidiactl"] + [f"/dev/nvidia{i}" for i in range(4)])
+
+
+def test_slurmd_holding_the_gpus_makes_the_plan_say_reboot_first_and_the_ladder_takes_it(tmp_path, monkeypatch):
+    slurm_shows(monkeypatch, "IDLE+DRAIN")
+    n = node(tmp_path / "node", procs={p[0]: p[1:] for p in (DCGM, PERSISTENCED, FM, SLURMD)})
+    r = _plan_cli(tmp_path, n)
+    assert r.exit_code == 1, r.output
+    last = r.output.rstrip().splitlines()[-1]
+    assert last.startswith("path: reboot first: slurmd (pid 1500) holds /dev/nvidia0") and "23.02" in last, last
+    plan, out, lines = run(n)  # the ladder's procedure: changes nothing, falls through to the reboot rung
+    assert not out.ok and out.fallthrough and all(c.startswith("systemctl show") for c in n.calls()), n.calls()
+
+
+def test_a_gpu_in_mig_mode_is_not_reset(tmp_path):
+    n = node(tmp_path)
+    lines: list[str] = []
+    plan, out = procedure(n.section(), (1,), n.read_nvml, lines.append, time.monotonic() + 60, lambda: (1,))
+    assert not out.ok and out.fallthrough and "in MIG mode" in out.detail
+    assert plan.path.startswith("reboot first: gpu1 in MIG mode")
+    assert n.calls() == [n.calls()[0]]  # only `systemctl show`: nothing stopped or reset
+
+
+@pytest.mark.parametrize("version, says", [
+    ("slurm 22.05.8", "slurm 22.05: slurmd closes NVML after detecting the GPUs: reset"),
+    ("slurm 24.11.1", "slurm 24.11: with AutoDetect=nvml slurmd holds the GPUs for its life: reboot first there"),
+    ("slurm 26.05.3", "slurm 26.05: with AutoDetect=nvml"),
+    (None, "slurm unknown: with AutoDetect=nvml, 23.02 and later"),
+])
+def test_the_plan_says_what_the_slurm_release_means_for_the_reset(version, says):
+    from gpuhc.slurm.reset_plan import slurm_note
+
+    assert slurm_note(version).startswith(says)
+

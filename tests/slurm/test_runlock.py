@@ -14,7 +14,7 @@ import pytest
 
 from gpuhc.slurm import entry, runlock
 from gpuhc.slurm.policy import Act
-from tests.helpers.minislurm import OUR_REASON, XID, MiniSlurm, flow
+from tests.helpers.minislurm import OUR_REASON, XID, MiniSlurm, flow, last_count
 
 HOLD = """
 import fcntl, os, sys, time
@@ -89,8 +89,11 @@ def test_a_planted_lock_file_is_refused_and_the_run_goes_on(tmp_path, plant):
     assert not (tmp_path / "elsewhere").exists()
 
 
-@pytest.mark.parametrize("stage, code", [("passive", 1), ("prolog", 1)])
-def test_a_run_that_never_gets_its_turn_keeps_its_fail_and_sends_nothing(tmp_path, monkeypatch, stage, code):
+@pytest.mark.parametrize("stage, known, code", [("passive", None, 1), ("prolog", "closed", 1), ("prolog", None, 0)])
+def test_a_run_that_never_gets_its_turn_keeps_its_fail_and_sends_nothing(tmp_path, monkeypatch, stage, known, code):
+    # The prolog fails the job only with the breaker known closed (issue 30, entry.may_fail_job).
+    if known:
+        last_count(tmp_path, open_=False)
     s = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None)})
     name, f = flow(tmp_path, monkeypatch, stage, s, [XID], env={"SLURM_JOB_ID": "7"})
     f.started = time.monotonic() - float(f.slurm["deadline_s"][stage]) + runlock.RESERVE_S + 0.5
