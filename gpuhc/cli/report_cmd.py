@@ -375,7 +375,7 @@ def render_rich(report: DrainReport, source: str, all_rows: bool, stream: IO[str
     table.add_column("BY", overflow="fold", max_width=14)
     table.add_column("REASON", overflow="fold", ratio=1, min_width=12)
     owner_style = {"gpuhc": "cyan", "slurm": "yellow", "admin": "magenta"}
-    kind_style = {"down": "red", "fail": "red", "draining": "yellow", "drained": "white"}
+    kind_style = {"down": "red", "fail": "red", "draining": "yellow", "drained": "white", "out": "white"}  # every word kind_of says
     for i, inc in enumerate(report.incidents):  # before the causes: one switch, not N node failures
         table.add_row(f"[bold red]suspect switch[/] {_escape(inc.switch)}", str(len(inc.nodes)),
                       _escape(compress(inc.nodes)), "", humanize_age(max(0.0, report.now - inc.first)), "[cyan]gpuhc[/]",

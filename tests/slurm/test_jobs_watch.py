@@ -18,12 +18,24 @@ TICKS = [json.loads(line) for line in (FIXTURES / "jobs" / "h100x4-device.jsonl"
 
 
 def scenario(tmp_path, *ticks: dict) -> str:
-    """A scenario whose step k is the recording's tick k (its activity, job id kept)."""
-    doc = {"extends": str(SCENARIOS / "healthy-8xh100.yaml"), "activity": ticks[0]["activity"],
-           "steps": [{"activity": t["activity"]} for t in ticks[1:]]}
+    """A scenario whose step k is the recording's tick k (its activity, job id kept). The device
+    had no Slurm, so its ranks were found through their environment; here they are found as on a
+    Slurm node, through slurmstepd's cgroup: a job found only through the environment is never
+    acted on (issue 29, docs/security.md)."""
+    acts = [_on_slurm(t) for t in ticks]
+    doc = {"extends": str(SCENARIOS / "healthy-8xh100.yaml"), "activity": acts[0],
+           "steps": [{"activity": a} for a in acts[1:]]}
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(doc))
     return str(path)
+
+
+def _on_slurm(tick: dict) -> dict:
+    """A recorded tick's activity with its ranks found through slurmstepd's cgroup."""
+    act = json.loads(json.dumps(tick["activity"]))
+    for g in act.get("gpus", []):
+        g["via"] = "cgroup"
+    return act
 
 
 def config(tmp_path) -> str:
@@ -62,7 +74,7 @@ class _Reader:
     def __init__(self, ticks):
         from gpuhc.sources.activity_io import activity_from_dict
 
-        self.acts = [activity_from_dict(t["activity"]) for t in ticks]
+        self.acts = [activity_from_dict(_on_slurm(t)) for t in ticks]
 
     def read(self):
         return self.acts.pop(0)
