@@ -53,6 +53,7 @@ bad = 0
 for path in sys.argv[2:]:
     rows = re.findall(r"Slurm GPU (\d+) \(([^)]*)\) -> gpu(\d+) \(minor (\d+), ([0-9a-f:.]+)\)", open(path).read())
     print(f"{path.rsplit('/', 1)[-1]}: {len(rows)} devices mapped, nvidia-smi lists {len(truth)} GPUs")
+    bad += len(rows) != len(truth)  # a GPU left unmapped (or a run that mapped none) is a failure too
     for idx, files, gpu, minor, pci in rows:
         named = re.search(r"/dev/nvidia(\d+)", files)
         ok = truth.get(pci[-12:]) == int(minor) and named and int(named.group(1)) == int(minor)
