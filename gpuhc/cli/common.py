@@ -192,10 +192,16 @@ def replay_scope(src: SourceArgs) -> Iterator[tuple[SourceArgs, str | None]]:
 def run_options_from(src: SourceArgs, stage: str, gpus: list[int] | None = None,
                      config: Config | None = None) -> RunOptions:
     config = config or load(src)
+    sources = source_spec(src, config)
+    if not (sources.nvml_scenario or sources.test_scenario):
+        # This node's own GPUs: Slurm's count for it comes first (docs/slurm.md, "Expected GPUs").
+        from gpuhc.slurm.slurmconf import with_slurm_gpus
+
+        config = with_slurm_gpus(config, node_name(src.hostname))
     return RunOptions(
         stage=stage,
         config=config,
-        sources=source_spec(src, config),
+        sources=sources,
         state_dir=src.state_dir or default_state_dir(config.data.get("state_dir")),
         gpus=gpus,
         now=parse_now(src.now),
