@@ -187,14 +187,12 @@ def _logical_lines(text: str):
         yield start, buf.strip()
 
 
-def _split_top(value: str) -> list[str]:
-    """Split on commas outside parentheses (``gpu:h100:8(S:0-1),mps:100``)."""
+def _split_top(value: str, brackets: str = "()") -> list[str]:
+    """Split on commas outside ``brackets`` (``gpu:h100:8(S:0-1),mps:100``; ``gpu[1,3],dgx1``)."""
     out, depth, cur = [], 0, ""
     for ch in value:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth = max(0, depth - 1)
+        depth += ch == brackets[0]
+        depth = max(0, depth - (ch == brackets[1]))
         if ch == "," and depth == 0:
             out.append(cur)
             cur = ""
@@ -208,21 +206,7 @@ def _may_name(hostlist: str, name: str) -> bool:
     """A cheap first test: a hostlist can name ``name`` only if one of its comma-separated parts
     starts with the name's alphabetic prefix (spares the expansion of every other line)."""
     prefix = re.match(r"[^\d\[]*", name).group(0)
-    return any(part.strip().startswith(prefix) for part in _split_brackets(hostlist)) if prefix else True
-
-
-def _split_brackets(hostlist: str) -> list[str]:
-    out, depth, cur = [], 0, ""
-    for ch in hostlist:
-        depth += ch == "["
-        depth -= ch == "]"
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    out.append(cur)
-    return out
+    return any(part.strip().startswith(prefix) for part in _split_top(hostlist, "[]")) if prefix else True
 
 
 def _expand_all(names: str, expand) -> list[str]:
