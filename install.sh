@@ -27,7 +27,7 @@
 #   --latest         ignore tests/constraints.txt (the pinned versions) and take the newest
 # Environment: PYTHON, the interpreter to use (default python3; RHEL 9: python3.11). pip's own
 #   variables pass through: HTTPS_PROXY (a proxy), PIP_INDEX_URL (a mirror of PyPI), PIP_CERT (the
-#   CA of a proxy that re-signs TLS); README, "Proxies and mirrors".
+#   CA of a proxy that re-signs TLS; default: the system's CA bundle); README, "Proxies and mirrors".
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -122,6 +122,11 @@ except Exception as e:
 PY
 }
 pip_failed() {
+    if grep -q 'CERTIFICATE_VERIFY_FAILED' "$pip_log"; then
+        die "pip failed: TLS to the package index failed (a certificate not trusted by ${PIP_CERT:-pip's own CA list}):" \
+            "a proxy that re-signs TLS needs its CA in PIP_CERT=/path/to/ca.pem, or use a mirror, PIP_INDEX_URL=...;" \
+            "README, \"Proxies and mirrors\""
+    fi
     why=$(index_problem)
     [ -z "$why" ] || die "pip failed: $why; README, \"Proxies and mirrors\""
     die "pip failed (its output is above)"
@@ -134,6 +139,15 @@ build_stamp() {
     printf '"""Written by install.sh: the build this installation came from."""\nBUILD = "%s"\n' \
         "${commit:-$(basename "$here")} $(date -u +%Y-%m-%d)" > "$1"
 }
+
+# pip in a venv trusts only its own CA list (certifi's), where Debian's and RHEL's own pip trust
+# the system's: behind a proxy that re-signs TLS with a CA the system was given, the venv's pip
+# would refuse what the system's accepts. So, unless PIP_CERT says otherwise, the system's bundle.
+if [ -z "${PIP_CERT:-}" ]; then
+    for ca in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt; do
+        if [ -s "$ca" ]; then PIP_CERT=$ca; export PIP_CERT; break; fi
+    done
+fi
 
 # PYTHON names another interpreter (RHEL 9: PYTHON=python3.11, README "Offline nodes").
 python=$(command -v "${PYTHON:-python3}") || die "${PYTHON:-python3} not found (apt-get install python3)"

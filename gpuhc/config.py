@@ -89,6 +89,10 @@ class Config:
     path: str | None = None  # None: built-in defaults only
     hostname: str | None = None
     lines: dict = field(default_factory=dict)
+    # The hosts: entries as (pattern, settings), and the node section before any of them applied:
+    # what `gpuhc doctor` needs to say which entry and count every other node gets.
+    overrides: list = field(default_factory=list)
+    top_node: dict = field(default_factory=dict)
 
     def section(self, name: str) -> dict[str, Any]:
         return self.data.get(name) or {}
@@ -143,8 +147,9 @@ def load_config(path: str | None = None, hostname: str | None = None) -> Config:
     _validate_all(raw, sch, (), errs)
     overrides = config_hosts.validate(hosts, errs, lambda settings, here: _validate_all(settings, sch, here, errs))
     errs.raise_any()
-    data = config_hosts.apply(deep_merge(defaults(sch), raw), overrides, hostname)
-    return Config(data, path, hostname, lines)
+    top = deep_merge(defaults(sch), raw)
+    data = config_hosts.apply(top, overrides, hostname)
+    return Config(data, path, hostname, lines, overrides, dict(top.get("node") or {}))
 
 
 class _Errors:

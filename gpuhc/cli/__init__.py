@@ -27,6 +27,7 @@ COMMANDS = {
     "sweep": "gpuhc.cli.sweep_cmd:sweep",
     "fleet": "gpuhc.cli.fleet_cmd:fleet",
     "jobs": "gpuhc.cli.jobs_cmd:jobs",
+    "doctor": "gpuhc.cli.doctor_cmd:doctor",
 }
 
 

@@ -52,3 +52,22 @@ SINFO_JSON_NEW = "sinfo --json (23.02+)"  # {"sinfo": [...]}, one record per (pa
 # Where a grouped sinfo record keeps the reason's user: 23.02-25.11 under ``reason.user``,
 # 26.05 beside it as ``reason_set_by_user``.
 SINFO_REASON_USER_KEYS = ("user", "reason_set_by_user")
+
+# --- slurm.conf settings that only some releases take (gpuhc doctor, gpuhc/slurm/wiring.py) ------
+
+# HealthCheckNodeState values by the release that brought them (the slurm.conf(5) of 26.05 has
+# both, 24.11's neither); each is "mutually exclusive with any other state": the program then runs
+# only at slurmd's start or after a reboot, never every HealthCheckInterval.
+HEALTHCHECK_NODE_STATE_SINCE = {"START_ONLY": "25.11", "REBOOT_ONLY": "26.05"}
+# PrologTimeout and EpilogTimeout (26.05's slurm.conf(5); not in 24.11's) override
+# PrologEpilogTimeout for the one they name.
+
+
+def at_least(release: str | None, since: str) -> bool | None:
+    """Whether ``release`` ("24.11.5", "26.05") is ``since`` or later; None when unknown."""
+    def key(text: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in re.findall(r"\d+", text)[:2])
+
+    if not release or not re.match(r"\d+\.\d+", release):
+        return None
+    return key(release) >= key(since)

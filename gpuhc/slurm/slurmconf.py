@@ -52,22 +52,18 @@ class SlurmConf:
 
     def node(self, name: str) -> NodeLine | None:
         """The node line that names ``name`` (the last, as Slurm keeps the last definition)."""
-        from gpuhc.config_hosts import expand
-
         short = name.split(".")[0]
         found = None
         for line in self.nodes:
-            if _may_name(line.names, short) and short in _expand_all(line.names, expand):
+            if _may_name(line.names, short) and short in _expand_all(line.names):
                 found = line
         return found
 
     def node_names(self) -> list[str]:
         """Every node slurm.conf defines, in file order (duplicates once)."""
-        from gpuhc.config_hosts import expand
-
         seen: dict[str, None] = {}
         for line in self.nodes:
-            for n in _expand_all(line.names, expand):
+            for n in _expand_all(line.names):
                 seen.setdefault(n, None)
         return list(seen)
 
@@ -209,10 +205,12 @@ def _may_name(hostlist: str, name: str) -> bool:
     return any(part.strip().startswith(prefix) for part in _split_top(hostlist, "[]")) if prefix else True
 
 
-def _expand_all(names: str, expand) -> list[str]:
+def _expand_all(names: str) -> list[str]:
+    import hostlist
+
     try:
-        return expand(names)
-    except ValueError:
+        return hostlist.expand_hostlist(names)
+    except hostlist.BadHostlist:
         return []  # a hostlist Slurm itself would refuse names no node gpuhc can look up
 
 

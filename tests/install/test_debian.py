@@ -133,3 +133,29 @@ def test_install_from_a_read_only_checkout(debian12):
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert ("/var/lib/prometheus is not root's: gpuhc will not write metrics under it; dpkg-statoverride --update "
             "--add root root 0755 /var/lib/prometheus (or --textfile-dir DIR)") in cp.stderr, cp.stderr
+
+
+def test_readme_lines_on_debian12_without_python3_venv_then_with_it(tmp_path):
+    """A Debian 12 with only python3 (no python3-venv, no pip): README's Try-it line and the node
+    install stop with the package to install and leave no venv behind; after `apt-get install
+    python3-venv` the same lines work. Then /opt/gpuhc as an older install.sh left it (a venv
+    without pip) is rebuilt, saying so."""
+    run = clean_root(build_base("bookworm-stock", "python3"), tmp_path / "root")
+    try_it, node = readme_block("## Try it"), readme_block("## Install on the GPU nodes")
+    for lines, venv in ((try_it, "/root/gpuhc/.venv"), (node, "/opt/gpuhc")):
+        cp = run(lines)
+        assert cp.returncode == 2, cp.stdout + cp.stderr
+        assert "apt-get install python3-venv" in cp.stderr, cp.stderr
+        assert run(f"test ! -e {venv}").returncode == 0, f"{venv} left behind"
+
+    apt = run("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null")
+    assert apt.returncode == 0, apt.stdout + apt.stderr
+    cp = run(try_it)
+    assert cp.returncode == 0 and "PASS" in cp.stdout, cp.stdout + cp.stderr
+    assert "rebuilding" not in cp.stderr
+
+    assert run("python3 -m venv --without-pip /opt/gpuhc").returncode == 0  # what the old install.sh left
+    cp = run(node)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "install.sh: /opt/gpuhc is a broken virtual environment (" in cp.stderr, cp.stderr
+    assert run("gpuhc check --demo >/dev/null && gpuhc --version").stdout.startswith("gpuhc 0.1.0 (")

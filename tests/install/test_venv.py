@@ -110,5 +110,5 @@ def tls_index(tmp_path):
 def test_a_tls_failure_is_named_as_one(tmp_path, tls_index):
     cp = install(tmp_path / "v", tls_index)
     assert cp.returncode == 2, cp.stdout + cp.stderr
-    assert f"pip failed: TLS to {tls_index} failed (certificate not trusted: self-signed certificate)" in cp.stderr and "PIP_CERT=" in cp.stderr, cp.stderr
+    assert "pip failed: TLS to the package index failed (a certificate not trusted by" in cp.stderr and "PIP_CERT=" in cp.stderr, cp.stderr
     assert not (tmp_path / "v").exists()
