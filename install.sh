@@ -19,6 +19,9 @@
 #   --extras LIST    more extras, comma-separated (e.g. test)
 #   --editable       install the checkout in development mode (pip -e)
 #   --wheels DIR     install from wheels in DIR only (offline nodes: README, "Offline nodes")
+#   --download DIR   only download gpuhc's dependencies and build tools into DIR, for --wheels
+#                    on offline nodes of this machine's distribution (through a temporary venv:
+#                    no system pip needed, nothing written into the checkout)
 #   --admin-host     also set up the fabric sweep (README, "systemd timer or cron"): the system
 #                    user gpuhc, its state directory and log, and the systemd timer (the cron
 #                    file where systemd is not running)
@@ -37,6 +40,7 @@ gpu=auto
 extras=
 editable=
 wheels=
+download=
 admin=
 textfile_dir=/var/lib/prometheus/node-exporter
 constraints="-c $here/tests/constraints.txt"
@@ -51,6 +55,7 @@ while [ $# -gt 0 ]; do
         --extras) extras=${2:?--extras needs a list}; shift 2 ;;
         --editable) editable=-e; shift ;;
         --wheels) wheels=${2:?--wheels needs a directory}; shift 2 ;;
+        --download) download=${2:?--download needs a directory}; shift 2 ;;
         --latest) constraints="--upgrade --upgrade-strategy eager"; shift ;;
         --admin-host) admin=1; shift ;;
         --textfile-dir) textfile_dir=${2:?--textfile-dir needs a directory}; shift 2 ;;
@@ -127,6 +132,9 @@ pip_failed() {
             "a proxy that re-signs TLS needs its CA in PIP_CERT=/path/to/ca.pem, or use a mirror, PIP_INDEX_URL=...;" \
             "README, \"Proxies and mirrors\""
     fi
+    # Only where pip found nothing at all: a conflict or a build error is pip's own to tell.
+    grep -q 'No matching distribution\|from versions: none\|Retrying\|NewConnectionError' "$pip_log" ||
+        die "pip failed (its output is above)"
     why=$(index_problem)
     [ -z "$why" ] || die "pip failed: $why; README, \"Proxies and mirrors\""
     die "pip failed (its output is above)"
@@ -204,7 +212,11 @@ make_venv() {
 }
 
 target=${venv:-$prefix}
-if [ -z "$venv" ] && [ "$(id -u)" -ne 0 ]; then
+if [ -n "$download" ]; then
+    mkdir -p "$download"
+    download=$(cd "$download" && pwd)
+    target=$(mktemp -d "${TMPDIR:-/tmp}/gpuhc-download.XXXXXX")/venv
+elif [ -z "$venv" ] && [ "$(id -u)" -ne 0 ]; then
     die "a node install writes $prefix, /usr/local and /etc: run it as root (or use --venv DIR)"
 fi
 src_dir=
@@ -214,6 +226,7 @@ finish() {
     rc=$?
     rm -f "$pip_log"
     [ -z "$src_dir" ] || [ "$src_dir" = "$here" ] || rm -rf "$src_dir"
+    [ -z "$download" ] || rm -rf "$(dirname "$target")"
     if [ "$rc" -ne 0 ] && [ -n "$made_venv" ] && [ -e "$target/$marker" ]; then
         rm -rf "$target"
         echo "install.sh: removed the unfinished virtual environment $target" >&2
@@ -232,6 +245,18 @@ if [ -z "$editable" ]; then
     build_stamp "$src_dir/gpuhc/_build.py"
 fi
 spec=$src_dir${extras:+[$extras]}
+if [ -n "$download" ]; then
+    # What builds gpuhc and python-hostlist (published as source only) on the node comes too.
+    # shellcheck disable=SC2086
+    if ! $pip download -q --disable-pip-version-check -d "$download" $constraints 'setuptools>=68' wheel "$spec" \
+            2>"$pip_log"; then
+        cat "$pip_log" >&2
+        pip_failed
+    fi
+    rm -f "$download"/gpuhc-*  # gpuhc itself is built on the node, from the checkout
+    echo "install.sh: $(ls "$download" | wc -l) files in $download (extras: ${extras:-none}); on the node: sh install.sh --wheels DIR"
+    exit 0
+fi
 src=${wheels:+--no-index --find-links $wheels}
 # shellcheck disable=SC2086  # word splitting of the option lists is intended
 if ! $pip install -q --disable-pip-version-check $src $constraints $editable "$spec" 2>"$pip_log"; then

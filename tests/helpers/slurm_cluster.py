@@ -88,6 +88,7 @@ class SlurmCluster:
         prolog_flags: str | None = None,
         release: SlurmRelease | str | None = None,
         reboot: bool = False,
+        gpu_nodes: Iterable[str] | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.nodes = tuple(nodes)
@@ -105,6 +106,9 @@ class SlurmCluster:
         self.healthcheck_interval = healthcheck_interval
         self.healthcheck_node_state = healthcheck_node_state
         self.gpus_per_node = gpus_per_node
+        # Which nodes slurm.conf gives gpus_per_node GPUs (Gres=); None: every node. The others
+        # are CPU nodes to Slurm, as in a mixed cluster (tests/slurm_real/test_doctor.py).
+        self.gpu_nodes = None if gpu_nodes is None else tuple(gpu_nodes)
         self.cpus = cpus
         self.prolog_epilog_timeout = prolog_epilog_timeout
         self.prolog_flags = prolog_flags  # e.g. "Alloc", as slurm/slurm.conf.example recommends
