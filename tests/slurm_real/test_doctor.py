@@ -30,21 +30,24 @@ pytestmark = pytest.mark.slurm
 GPU, CPUS = "gpu01", ("n2", "login1")
 
 
-def shipped_config(wd) -> dict:
-    """etc/gpuhc.yaml with this cluster's paths (base_config's) laid over it."""
-    cfg = yaml.safe_load((REPO / "etc" / "gpuhc.yaml").read_text())
+def shipped_text(wd) -> str:
+    """etc/gpuhc.yaml as install.sh installs it (comments kept: README's observe lines edit one),
+    with this cluster's paths, no active checks (no CuPy here), README's test-mode entry for the
+    GPU node and a recorded empty kernel log for the CPU nodes."""
+    text = (REPO / "etc" / "gpuhc.yaml").read_text()
+    cfg = yaml.safe_load(text)
     assert "expected_gpus" not in (cfg.get("node") or {}) and not cfg.get("hosts")  # nothing fleet-wide
-    local = base_config(wd)
-    cfg["slurm"].update(local["slurm"])
-    cfg["output"] = {**local["output"], "prometheus_textfile": str(wd / "textfile" / "gpuhc.prom")}
-    cfg["state_dir"] = str(wd / "state-shipped")
-    cfg["active"] = {"enabled": False}  # no CuPy here
-    readme = REPO / "README.md"
-    section = readme.read_text().split("\n### Try it under Slurm without GPUs\n", 1)[1]
-    entry = yaml.safe_load(re.findall(r"```yaml\n(.*?)```", section, re.S)[0])[0]
-    entry = yaml.safe_load(yaml.safe_dump(entry).replace("cpu017", GPU).replace("/etc/gpuhc/", f"{wd}/etc/"))
-    cfg["hosts"] = [entry, {"match": ",".join(CPUS), "sources": {"kernel_log": str(wd / "kernel.log")}}]
-    return cfg
+    for old, new in (("log_file: /var/log/gpuhc/slurm.log", f"log_file: {wd}/gpuhc-decisions.log\n  syslog: false"),
+                     ("/var/log/gpuhc/events.jsonl", f"{wd}/events.jsonl"), ("/var/lib/gpuhc", f"{wd}/lib"),
+                     ("/var/lib/prometheus/node-exporter", f"{wd}/textfile"), ("cooldown_s: 600", "cooldown_s: 0"),
+                     ("  enabled: true               # epilog", "  enabled: false              # epilog")):
+        assert old in text, old
+        text = text.replace(old, new)
+    section = (REPO / "README.md").read_text().split("\n### Try it under Slurm without GPUs\n", 1)[1]
+    entry = re.findall(r"```yaml\n(.*?)```", section, re.S)[0]
+    text += entry.replace("cpu017", GPU).replace("/etc/gpuhc/", f"{wd}/etc/")
+    text += f'  - match: "{",".join(CPUS)}"\n    sources:\n      kernel_log: {wd}/kernel.log\n'
+    return text
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +62,9 @@ def cluster(slurm_cluster_module, tmp_path_factory):
     c = slurm_cluster_module(workdir=wd, nodes=(GPU, *CPUS), healthcheck=True, prolog=True, epilog=True,
                              healthcheck_interval=3, healthcheck_node_state="ANY,CYCLE", gpus_per_node=8,
                              gpu_nodes=(GPU,), prolog_flags="Alloc", prolog_epilog_timeout=90,
-                             extra_conf=["SchedulerParameters=nohold_on_prolog_fail"], gpuhc_config=shipped_config(wd))
+                             extra_conf=["SchedulerParameters=nohold_on_prolog_fail"],
+                             gpuhc_config=yaml.safe_load(shipped_text(wd)))
+    c.gpuhc_yaml.write_text(shipped_text(wd))  # the same settings, with the file's comments
     c.wd = wd
     return c
 
@@ -122,3 +127,40 @@ def test_doctor_names_a_wrong_setting_of_this_cluster(cluster, tmp_path):
     out = json.loads(doctor(cluster, "--slurm-conf", str(wrong), "--no-sinfo", "--json").stdout)
     bad = [f for f in out["findings"] if f["status"] == "blocker"]
     assert [f["setting"] for f in bad] == ["PrologEpilogTimeout (Epilog)"], bad  # the prolog (20 s + 10) still fits
+
+
+def readme_blocks(heading: str) -> list[str]:
+    section = (REPO / "README.md").read_text().split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+    return re.findall(r"```sh\n(.*?)```", section, re.S)
+
+
+def test_readme_observe_first_then_enforce(cluster):
+    """README's "Observe first" lines as written (the config's path moved into this cluster):
+    a sick node in observe mode stays in service and `fleet observed` / `drain-report
+    --observed` name it; after the enforce lines it is drained."""
+    once(cluster, cpu_nodes_checked)
+    observe, read, enforce = readme_blocks("### Observe first (the recommended rollout)")
+    env = {"GPUHC_CONFIG": str(cluster.gpuhc_yaml)}
+
+    def sh(text: str) -> subprocess.CompletedProcess:
+        return cluster.run(["sh", "-ec", text.replace("/etc/gpuhc/gpuhc.yaml", str(cluster.gpuhc_yaml))], env=env,
+                           check=False, timeout=120)
+
+    cp = sh(observe)
+    assert cp.returncode == 0 and "valid" in cp.stdout, cp.stdout + cp.stderr
+    assert re.search(r"^  mode: observe ", cluster.gpuhc_yaml.read_text(), re.M)
+    sick = readme_blocks("### Try it under Slurm without GPUs")[0]
+    cluster.run(["sh", "-ec", sick.replace("/usr/local/share/gpuhc/scenarios/", f"{cluster.wd}/scenarios/")
+                 .replace("/etc/gpuhc/", f"{cluster.wd}/etc/")])
+    before = runs(cluster.wd, GPU)
+    cluster.wait_for(lambda: runs(cluster.wd, GPU) >= before + 3, 90, "three health checks of the sick node")
+    assert not cluster.node(GPU).drained
+    cp = sh(read)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert GPU in cp.stdout and "xid" in cp.stdout.lower(), cp.stdout
+
+    cp = sh(enforce)
+    assert cp.returncode == 0 and "valid" in cp.stdout, cp.stdout + cp.stderr
+    assert not re.search(r"^  mode: observe", cluster.gpuhc_yaml.read_text(), re.M)
+    cluster.wait_for(lambda: cluster.node(GPU).drained, 90, "the sick node drained once enforced")
+    assert cluster.node(GPU).reason.startswith("gpuhc: xid Xid 79"), cluster.node(GPU).reason
