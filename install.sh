@@ -330,12 +330,26 @@ install -d -m 0755 "$logdir"
 if [ -d /run/systemd/system ]; then
     layout "$here/examples/systemd/gpuhc-sweep.service" > /etc/systemd/system/gpuhc-sweep.service
     install -m 0644 "$here/examples/systemd/gpuhc-sweep.timer" /etc/systemd/system/
-    systemctl daemon-reload && systemctl enable --now gpuhc-sweep.timer
-    echo "install.sh: gpuhc-sweep.timer enabled (every 30 minutes, as user gpuhc)"
+    systemctl daemon-reload
+    # Not enabled here: before sweep.results_dir, sweep.partitions and the operator rights are
+    # set, every run would fail or probe the wrong nodes (README, "systemd timer or cron").
+    if systemctl is-enabled --quiet gpuhc-sweep.timer 2>/dev/null; then
+        echo "install.sh: gpuhc-sweep.timer updated (enabled; every 30 minutes, as user gpuhc)"
+    else
+        echo "install.sh: gpuhc-sweep.timer installed, not enabled: set sweep.results_dir and sweep.partitions," \
+             "give gpuhc operator rights, check with gpuhc doctor --admin-host, then systemctl enable --now gpuhc-sweep.timer"
+    fi
 else
     layout "$here/examples/sweep/cron" > /etc/cron.d/gpuhc-sweep
     install -m 0644 "$here/examples/tmpfiles.d/gpuhc-sweep.conf" /etc/tmpfiles.d/
     systemd-tmpfiles --create /etc/tmpfiles.d/gpuhc-sweep.conf 2>/dev/null || install -d -m 0755 -o gpuhc -g gpuhc /run/gpuhc
-    echo "install.sh: /etc/cron.d/gpuhc-sweep installed (every 30 minutes, as user gpuhc)"
+    if command -v cron >/dev/null 2>&1 || command -v crond >/dev/null 2>&1; then
+        echo "install.sh: /etc/cron.d/gpuhc-sweep installed (every 30 minutes, as user gpuhc)"
+    else
+        echo "install.sh: /etc/cron.d/gpuhc-sweep installed, but this host has no cron daemon: nothing runs it" \
+             "until one does (apt-get install cron; dnf install cronie)" >&2
+    fi
+    echo "install.sh: until sweep.results_dir and sweep.partitions are set, each run says what is missing" \
+         "(check with gpuhc doctor --admin-host)"
 fi
 echo "install.sh: give gpuhc Slurm operator rights: sacctmgr modify user gpuhc set adminlevel=operator"
