@@ -174,11 +174,18 @@ def job_gpus(env: Mapping[str, str]) -> tuple[list[int] | None, str]:
         try:
             gpus = sorted({int(p) for p in text.split(",") if p.strip() != ""})
         except ValueError:
-            return None, f"{var}={text!r} is not a list of indices: checking all GPUs"
+            return None, f"{var}={text!r} is not a list of indices: checking every GPU of the node"
         if any(g < 0 for g in gpus):
-            return None, f"{var}={text!r} has negative indices: checking all GPUs"
+            return None, f"{var}={text!r} has negative indices: checking every GPU of the node"
         return gpus, f"{var}={text}"
-    return None, "no SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES: checking all GPUs"
+    return None, "no SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES: checking every GPU of the node"
+
+
+def _no_gpus(report) -> bool:
+    """Did gpu-count find a node with no GPUs, as expected (a CPU node: docs/slurm.md, "Mixed
+    clusters")?"""
+    return bool(report) and any(r.check == "gpu-count" and r.status.value == "pass" and r.value == 0
+                                for r in report.results)
 
 
 def _job(env: Mapping[str, str]) -> str:
@@ -234,7 +241,10 @@ def epilog(flow: Flow) -> Outcome:
     report = run_checks(flow)
     job_failed, how = job_exit(flow.env)
     out = Outcome(EXIT_OK, flow.log.lines, report, hard_exit=bool(report and report.timed_out))
-    if job_failed:
+    if job_failed and _no_gpus(report):
+        # A bundle is the GPUs' evidence (NVML, Xids, clocks): a node without GPUs has none to keep.
+        flow.log(f"job {_job(flow.env)} {how}: no post-mortem bundle (a node without GPUs)")
+    elif job_failed:
         from gpuhc.postmortem import write_bundle
 
         # Raw kernel lines get a bounded share of what the scontrol calls do not need.

@@ -87,7 +87,8 @@ class LemonCheck:
         if paths:
             found = read_faults(paths, self.fault.time - self.settings.window_s, problems)
             if rebuild and found:
-                flow.log(f"lemon memory: no history in the state: rebuilt {len(found)} drains from the event log")
+                flow.log(f"lemon memory: no history in the state: rebuilt {len(found)} drain{'s' * (len(found) != 1)} "
+                         "from the event log")
             history = merge(history or [], found)
         for p in problems:
             flow.log(f"lemon memory: {p}", loud=True)

@@ -119,7 +119,7 @@ def test_the_history_is_rebuilt_from_the_event_log_when_the_state_is_lost(tmp_pa
 
     s, again = drain_resume_drain(tmp_path, monkeypatch, cfg, lose_state)
     assert s.nodes["n1"][1].startswith("gpuhc: RETIRED lemon node n1: 2 drains")
-    assert any("rebuilt 1 drains from the event log" in line for line in again.lines)
+    assert any("rebuilt 1 drain from the event log" in line for line in again.lines)
 
 
 def test_without_history_one_drain_is_no_lemon_and_off_means_off(tmp_path, monkeypatch):
