@@ -143,7 +143,15 @@ def _replay_path(given: str | None, config: Config, key: str, option: str) -> st
         raise GpuhcError(f"{option}: {path}: {problem}")
     from gpuhc.yamlpos import line_of
 
-    raise ConfigError(f"{path}: {problem}", config.path, line_of(config.lines, ("sources", key)), f"sources.{key}")
+    where: tuple = ()
+    if config.hostname:  # the hosts: entry that set it, the last matching one, as the merge applied them
+        from gpuhc.config_hosts import host_matches
+
+        for i, (pattern, settings) in enumerate(config.overrides):
+            if (settings.get("sources") or {}).get(key) and host_matches(config.hostname, pattern):
+                where = ("hosts", i)
+    dotted = ".".join(str(p) for p in (*where, "sources", key))
+    raise ConfigError(f"{path}: {problem}", config.path, line_of(config.lines, (*where, "sources", key)), dotted)
 
 
 def replay_of(src: SourceArgs) -> str | None:

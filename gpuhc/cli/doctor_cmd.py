@@ -156,7 +156,7 @@ def gather(config, conf, conf_error: str | None, admin: bool, ask_slurm: bool, n
                                            "run doctor where the Slurm clients reach slurmctld"))
         else:
             names = list(dict.fromkeys(n.strip() for n in out.split() if n.strip()))
-            rows = expected_rows(names, conf, config.overrides, config.top_node.get("expected_gpus"))
+            rows = expected_rows(names, conf, config.overrides, (config.top.get("node") or {}).get("expected_gpus"))
             for r in rows:
                 if r["status"] == "warn":
                     findings.append(wiring.Finding(f"expected GPUs of {r['node']}", wiring.WARN,
