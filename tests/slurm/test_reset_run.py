@@ -283,3 +283,13 @@ def test_a_service_that_will_not_start_again_is_said_and_the_rest_is_still_resto
     assert calls.count("systemctl start nvidia-dcgm") == 2  # in order, then once more before giving up
     assert n.state()["gpus"]["1"]["pm"] == 1 and n.state()["gpus"]["1"]["resets"] == 1
     assert not any(r["step"] == "verify" for r in out.log)  # no verdict on a node left half-restored
+
+
+def test_a_plan_with_no_gpu_in_scope_says_so():
+    """Without NVML (`quarantine reset --plan` on a node whose driver is gone) nothing is in scope:
+    the plan says "no GPU", not a bare "gpu"."""
+    from gpuhc.slurm.reset_plan import Plan
+
+    plan = Plan(targets=(), scope=(), together=False, scope_why="NVML unavailable", steps=(), blockers=("no NVML",),
+                expected_uuids={})
+    assert plan.lines()[0] == "reset scope: no GPU (NVML unavailable)"
