@@ -103,7 +103,10 @@ class LemonCheck:
         if st is None:
             return decision
         why = f"{decision.why}; lemon: {st.kind} {st.key} drained {len(st.faults)} times in {self.settings.window_text}"
-        return replace(decision, why=why, reason=lemon_reason(st, self.settings, decision.reason))
+        reason = lemon_reason(st, self.settings, decision.reason)
+        # The memory keeps the reason the node carries (RETIRED ...): an admin's later resume is
+        # reported with it, not with the drain's reason it replaced.
+        return replace(decision, why=why, reason=reason, memory=replace(decision.memory, reason=reason))
 
     def remember(self, decision: Decision, extra: dict[str, Any]) -> None:
         """After a verified drain: the fault goes into the state and (``extra``) the event log."""

@@ -196,3 +196,14 @@ def test_stray_processes_never_make_a_lemon():
     assert judge(fault(2), strays, S) is None  # one hardware drain: no lemon
     assert judge(fault(3), [*strays, fault(2), fault(2.5)], S) is not None  # three hardware drains
     assert [s.key for s in standings(strays, 2 * DAY, S)] == []
+
+
+def test_an_admins_resume_of_a_retired_lemon_quotes_the_retired_reason(tmp_path, monkeypatch):
+    """The message after a resume names the reason the node carried (RETIRED lemon ...), not
+    the drain reason that the retirement replaced."""
+    s, again = drain_resume_drain(tmp_path, monkeypatch, lemon_config(tmp_path))
+    assert again.decision.memory.reason.startswith("gpuhc: RETIRED lemon node n1")
+    s.nodes["n1"] = ["IDLE", None]  # an admin's resume (22.05 and 26.05 clear the reason)
+    after = run(tmp_path, monkeypatch, "passive", s, [OK], cfg=lemon_config(tmp_path))
+    said = [line for line in after.lines if "was resumed outside gpuhc" in line]
+    assert said and "(gpuhc: RETIRED lemon node n1" in said[0], after.lines
