@@ -6,6 +6,7 @@ for (``--json`` never loads it); matplotlib only when a plot is drawn (:mod:`gpu
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import IO
@@ -21,17 +22,24 @@ from gpuhc.slurm.report import compress
 
 
 def _console(stream: IO[str] | None):
-    """A terminal gets its own width; a pipe or a cron mail gets 120 columns rather than rich's
-    80, so that the tables keep one row per line."""
+    """A terminal gets its own width; a pipe or a cron mail gets $COLUMNS when set, else 120
+    columns rather than rich's 80, so that the tables keep one row per line."""
     out = stream or sys.stdout
     tty = hasattr(out, "isatty") and out.isatty()
-    return Console(file=stream, highlight=False, width=None if tty else 120)
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and 40 <= int(columns) <= 10000 else 120
+    return Console(file=stream, highlight=False, width=None if tty else width)
 
 
-def _table(title: str, *columns: str, caption: str | None = None):
+def _table(title: str, *columns: str, caption: str | None = None, wrap_last: bool = False):
+    """Columns never wrap (a node name or a time cut in two is misread), except, with
+    ``wrap_last``, the last one (free text: evidence), which then folds first when the table is
+    wider than the screen, instead of the node and time columns being cut."""
     t = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False, padding=(0, 1))
     for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i == 0 else "right", no_wrap=True)
+        last = wrap_last and i == len(columns) - 1
+        t.add_column(c, justify="left" if i == 0 or last else "right", no_wrap=not last,
+                     overflow="fold" if last else "ellipsis", ratio=1 if last else None)
     return t
 
 
@@ -121,7 +129,7 @@ def render_incidents(incidents, rest, stream: IO[str] | None = None) -> None:
     else:
         console.print("no switch-level incident")
     if rest:
-        t = _table("node failures in no incident", "node", "check", "since", "evidence")
+        t = _table("node failures in no incident", "node", "check", "since", "evidence", wrap_last=True)
         for f in rest:
             t.add_row(_esc(f.node), _esc(f.check), _day(f.time), _esc(f.detail))
         console.print(t)
