@@ -63,6 +63,14 @@ def _day(t: float) -> str:
 
 def render_stats(stats, stream: IO[str] | None = None, top_nodes: int = 20) -> None:
     console = _console(stream)
+    # The notes first: without Slurm's accounting the numbers below are gpuhc's own view (an
+    # admin's resume or another tool's drain is not in its event logs), and a reader must know
+    # that before reading them, not after.
+    for note in stats.notes:
+        console.print(f"[yellow]note:[/] {_esc(note)}")
+    if any("node events unavailable" in n for n in stats.notes):
+        console.print("[yellow]note:[/] from gpuhc's event logs only: a node an admin resumed still counts as "
+                      "open, and drains gpuhc did not make are missing (docs/repair.md, \"Fleet statistics\")")
     cols = ("", "nodes", "drains", "MTBF", "MTTR", "open", "retired", "trend", "halves", "p")
     for kind, title in (("fleet", "fleet"), ("partition", "per partition"), ("cause", "per cause"),
                         ("node", f"per node (the {top_nodes} with most drains)")):
@@ -77,8 +85,6 @@ def render_stats(stats, stream: IO[str] | None = None, top_nodes: int = 20) -> N
             t.add_row(_esc(r.key), str(r.nodes), str(r.drains), _h(r.mtbf_h), _h(r.mttr_h), str(r.open),
                       str(r.retired), r.trend, f"{r.first_half}/{r.second_half}", f"{r.trend_p:.2g}")
         console.print(t)
-    for note in stats.notes:
-        console.print(f"[yellow]note:[/] {_esc(note)}")
 
 
 def render_risk(risk, scaling: list[tuple[int, float]], stream: IO[str] | None = None) -> None:

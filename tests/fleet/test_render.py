@@ -30,3 +30,18 @@ def test_node_and_time_stay_whole_when_the_evidence_is_long(monkeypatch, columns
     assert width <= (int(columns) if columns else 120), text
     if columns == "250":
         assert EVIDENCE[:150] in text  # the wide pipe keeps it on one line
+
+
+def test_stats_without_accounting_say_so_before_the_numbers():
+    from gpuhc.fleet.history import Outage
+    from gpuhc.fleet.stats import compute
+    from gpuhc.fleet.render import render_stats
+
+    t0 = time.mktime((2026, 11, 1, 0, 0, 0, 0, 0, -1))
+    stats = compute([Outage("n1", t0 + 3600, None, "gpuhc: xid Xid 79 on gpu3", "xid", "gpuhc", source="eventlog")], {},
+                    t0, t0 + 86400)
+    stats.notes = ["Slurm's node events unavailable (sacctmgr: error): is slurmdbd configured?"]
+    out = io.StringIO()
+    render_stats(stats, stream=out)
+    text = out.getvalue()
+    assert text.index("from gpuhc's event logs only") < text.index("gpuhc fleet stats: fleet"), text
