@@ -17,6 +17,8 @@ import pytest
 
 from tests.helpers.debian_root import build_base, clean_root, readme_block
 
+HEADING_ADMIN = "### systemd timer or cron: fabric probes (one admin host)"
+
 pytestmark = pytest.mark.install
 
 
@@ -79,7 +81,7 @@ def test_shipped_config_runs_on_debian_and_ubuntu_log_layouts(debian12, layout, 
     """One shipped config; install.sh picks the log directory. Ubuntu's /var/log is root:syslog
     0775 (group-writable), where gpuhc as root refuses to append: the Debian root is given that
     mode (with group adm: minbase has no syslog group; the rule looks at the mode) and must get
-    /var/lib/gpuhc/log. The run is a CPU node's, as the shipped config names it (cpu001): live,
+    /var/lib/gpuhc/log. The run is a CPU node's, as slurm.conf gives cpu001 no GPU: live,
     so the event log, the decision log and the textfile are all written."""
     if layout == "ubuntu":
         assert debian12("chgrp adm /var/log && chmod 0775 /var/log").returncode == 0
@@ -94,6 +96,9 @@ def test_shipped_config_runs_on_debian_and_ubuntu_log_layouts(debian12, layout, 
     # on purpose (tests/sources/test_kernel_log_realkernel.py): this node reads an empty recorded log.
     assert debian12("touch /root/kernel.log && printf '  - match: cpu001\\n    sources:\\n      kernel_log: "
                     "/root/kernel.log\\n' >> /etc/gpuhc/gpuhc.yaml && gpuhc config validate").returncode == 0
+    # A CPU node to Slurm: its NodeName line gives it no GPU (docs/slurm.md, "Expected GPUs").
+    assert debian12("mkdir -p /etc/slurm && echo 'NodeName=cpu001 CPUs=8 State=UNKNOWN' > /etc/slurm/slurm.conf"
+                    ).returncode == 0
     shim = debian12("env -i SLURMD_NODENAME=cpu001 /usr/local/share/gpuhc/slurm/healthcheck.sh")
     assert shim.returncode == 0, shim.stdout + shim.stderr
     assert "gpuhc healthcheck cpu001: passive: PASS" in shim.stderr, shim.stderr
@@ -159,3 +164,44 @@ def test_readme_lines_on_debian12_without_python3_venv_then_with_it(tmp_path):
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "install.sh: /opt/gpuhc is a broken virtual environment (" in cp.stderr, cp.stderr
     assert run("gpuhc check --demo >/dev/null && gpuhc --version").stdout.startswith("gpuhc 0.1.0 (")
+
+
+# What a root holds that is not install.sh's doing: the kernel's and the chroot's own, apt's,
+# the checkout, Python's byte-code caches of the system's modules, shadow's backup files.
+NOT_OURS = r"^/(proc|dev|sys|tmp|run/(?!gpuhc)|root/gpuhc|var/cache/apt|var/lib/apt|var/log/apt)|/__pycache__(/|$)|^/etc/[a-z]+-$"
+
+
+def files(run) -> set[str]:
+    cp = run("find / -xdev \\( -path /proc -o -path /dev -o -path /sys \\) -prune -o -print")
+    assert cp.returncode == 0, cp.stderr
+    return {p for p in cp.stdout.splitlines() if not re.search(NOT_OURS, p)}
+
+
+def test_readme_upgrade_then_uninstall_leaves_nothing_behind(debian12):
+    """README's node and admin-host install, a health check that leaves state, logs and metrics,
+    the Upgrade lines (doctor against slurm/slurm.conf.example's lines), then the Uninstall lines:
+    the root holds exactly what it held before."""
+    before = files(debian12)
+    node, admin = readme_block("## Install on the GPU nodes"), readme_block(HEADING_ADMIN)
+    for lines in (node, admin):
+        cp = debian12(lines)
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+    # A live run (this root's own node, whatever it concludes) leaves state, logs and the parse cache.
+    shim = debian12("env -i SLURMD_NODENAME=cpu001 /usr/local/share/gpuhc/slurm/healthcheck.sh; "
+                    "ls /var/log/gpuhc /var/cache/gpuhc")
+    assert "events.jsonl" in shim.stdout, shim.stdout + shim.stderr
+
+    keep, upgrade = readme_block("## Upgrade", 0), readme_block("## Upgrade", 1)
+    assert debian12("printf '## edited by the site\\n' >> /etc/gpuhc/gpuhc.yaml && " + keep).returncode == 0
+    conf = "mkdir -p /etc/slurm && grep -v '^#' slurm/slurm.conf.example > /etc/slurm/slurm.conf && "
+    cp = debian12(conf + "echo 'NodeName=gpu001 Gres=gpu:h100:8 CPUs=8' >> /etc/slurm/slurm.conf && " + upgrade)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "gpuhc 0.1.0 (" in cp.stdout and "worst:" in cp.stdout, cp.stdout
+    assert "## edited by the site" in debian12("cat /etc/gpuhc/gpuhc.yaml").stdout  # never overwritten
+
+    assert debian12("rm -rf /etc/slurm").returncode == 0  # the test's own slurm.conf, not gpuhc's
+    cp = debian12(readme_block("## Uninstall"))
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    after = files(debian12)
+    assert (sorted(after - before), sorted(before - after)) == ([], [])
+    assert debian12("getent passwd gpuhc || getent group gpuhc").returncode != 0
