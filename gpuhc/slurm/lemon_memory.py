@@ -90,6 +90,10 @@ class LemonCheck:
                 flow.log(f"lemon memory: no history in the state: rebuilt {len(found)} drain{'s' * (len(found) != 1)} "
                          "from the event log")
             history = merge(history or [], found)
+            if rebuild:
+                # Kept, so that the next run reads it from the state instead of rebuilding (and
+                # saying so) again: in observe mode no verified drain ever stores it otherwise.
+                self._save(history)
         for p in problems:
             flow.log(f"lemon memory: {p}", loud=True)
         self._history = history or []
@@ -113,10 +117,13 @@ class LemonCheck:
         if decision.act is not Act.DRAIN:
             return
         extra["fault"] = self.fault.to_dict()
+        self._save(merge(self.history, [self.fault]))
+
+    def _save(self, faults: list[Fault]) -> None:
+        """This node's own faults inside the window, into the state."""
         from gpuhc.state import StateStore
 
-        keep = [f for f in merge(self.history, [self.fault])  # this node's own, inside the window
-                if f.node == self.fault.node and f.time > self.fault.time - self.settings.window_s]
+        keep = [f for f in faults if f.node == self.fault.node and f.time > self.fault.time - self.settings.window_s]
         try:
             with StateStore(self.flow.opts.state_dir).transaction() as doc:
                 doc[STATE_KEY] = {"faults": [f.to_dict() for f in keep[-MAX_FAULTS:]]}

@@ -207,3 +207,25 @@ def test_an_admins_resume_of_a_retired_lemon_quotes_the_retired_reason(tmp_path,
     after = run(tmp_path, monkeypatch, "passive", s, [OK], cfg=lemon_config(tmp_path))
     said = [line for line in after.lines if "was resumed outside gpuhc" in line]
     assert said and "(gpuhc: RETIRED lemon node n1" in said[0], after.lines
+
+
+def test_observe_mode_rebuilds_the_history_once_not_at_every_run(tmp_path, monkeypatch):
+    """In observe mode no drain is ever verified, so nothing stored the history: it was rebuilt
+    (and said) at every failing run, 15 times in 7 minutes on one node. Rebuilt once, it is kept."""
+    from gpuhc.slurm.flow import RunRecord
+
+    log = tmp_path / "events.jsonl"
+    cfg = lemon_config(tmp_path)
+    cfg.data["output"]["event_log"] = str(log)
+    s = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None)})
+    first = run(tmp_path, monkeypatch, "passive", s, [XID], cfg=cfg)
+    assert append_event(str(log), RunRecord(first).to_dict()) is None
+    assert run(tmp_path, monkeypatch, "passive", s, [OK], cfg=cfg).decision.act is Act.RESUME
+    os.unlink(tmp_path / "state" / "state.json")  # the state lost, and the site switched to observing
+    cfg.data["slurm"]["mode"] = "observe"
+    said = []
+    for _ in range(3):
+        out = run(tmp_path, monkeypatch, "passive", s, [XID], cfg=cfg)
+        assert out.extra["observed"] == "retire" or out.decision.act is Act.DRAIN
+        said += [line for line in out.lines if "rebuilt 1 drain from the event log" in line]
+    assert len(said) == 1, said
