@@ -55,7 +55,7 @@ class SlurmConf:
         short = name.split(".")[0]
         found = None
         for line in self.nodes:
-            if _may_name(line.names, short) and short in _expand_all(line.names):
+            if names_node(line.names, short):
                 found = line
         return found
 
@@ -185,24 +185,39 @@ def _logical_lines(text: str):
 
 def _split_top(value: str, brackets: str = "()") -> list[str]:
     """Split on commas outside ``brackets`` (``gpu:h100:8(S:0-1),mps:100``; ``gpu[1,3],dgx1``)."""
-    out, depth, cur = [], 0, ""
-    for ch in value:
-        depth += ch == brackets[0]
-        depth = max(0, depth - (ch == brackets[1]))
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    out.append(cur)
-    return out
+    if brackets[0] not in value:
+        return value.split(",")
+    o, c = map(re.escape, brackets)
+    return re.findall(rf"(?:[^,{o}]|{o}[^{c}]*{c})+", value) or [""]
 
 
-def _may_name(hostlist: str, name: str) -> bool:
-    """A cheap first test: a hostlist can name ``name`` only if one of its comma-separated parts
-    starts with the name's alphabetic prefix (spares the expansion of every other line)."""
-    prefix = re.match(r"[^\d\[]*", name).group(0)
-    return any(part.strip().startswith(prefix) for part in _split_top(hostlist, "[]")) if prefix else True
+def names_node(hostlist: str, name: str) -> bool:
+    """Does the hostlist (``gpu[001-064]``, ``r[1-2]n[01-32],login1``) name ``name``? Matched
+    part by part without expanding it: the health check of a node in a cluster of thousands
+    looks itself up on every run, and expanding every node line costs tens of milliseconds."""
+    for part in _split_top(hostlist, "[]"):
+        part = part.strip()
+        ranges = re.findall(r"\[([^\]]*)\]", part)
+        pattern = r"(\d+)".join(re.escape(piece) for piece in re.split(r"\[[^\]]*\]", part))
+        if i_am := re.fullmatch(pattern, name) if ranges else (part == name):
+            if not ranges or all(_in_range(num, spec) for num, spec in zip(i_am.groups(), ranges)):
+                return True
+    return False
+
+
+def _in_range(number: str, spec: str) -> bool:
+    """``number`` (as written in the name, zero-padding included) in a bracket's ``1-4,07,10-12``."""
+    for item in spec.split(","):
+        lo, _, hi = item.strip().partition("-")
+        hi = hi or lo
+        if not (lo.isdigit() and hi.isdigit()):
+            continue
+        if len(lo) > 1 and lo.startswith("0") and len(number) != len(lo):
+            continue  # zero-padded ranges name only names of their width (gpu[001-064] is not gpu1)
+        if int(lo) <= int(number) <= int(hi) and (len(lo) > 1 and lo.startswith("0") or not number.startswith("0")
+                                                  or number == "0"):
+            return True
+    return False
 
 
 def _expand_all(names: str) -> list[str]:

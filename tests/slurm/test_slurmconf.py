@@ -77,3 +77,17 @@ def test_slurm_conf_env_names_the_file(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "s.conf"))
     assert slurm_gpus("g1") == (2, f"{tmp_path}/s.conf:1")
     assert parse_text("NodeName=x Gres=gpu:3\n").node("x").settings["gres"] == "gpu:3"
+
+
+@pytest.mark.parametrize("hostlist", ["gpu[001-064]", "r[1-2]n[01-32],login1", "dev[0-25]", "gpu[1,3,5-7]",
+                                      "node[008-010]", "a1", "x[0-3]y[00-02]", "gpu-r[00-63]-n[001-064]"])
+def test_a_node_is_looked_up_without_expanding_as_python_hostlist_expands(hostlist):
+    """names_node answers as the expansion would, for names in and out of it (zero-padding too)."""
+    import hostlist as hl
+
+    from gpuhc.slurm.slurmconf import names_node
+
+    names = set(hl.expand_hostlist(hostlist))
+    probes = names | {"gpu1", "gpu64", "r3n01", "login", "dev26", "dev07", "node9", "x3y2", "x03y02", "gpu-r7-n010",
+                      "gpu4", "gpu065", "a10"}
+    assert {n for n in probes if names_node(hostlist, n)} == names
