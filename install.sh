@@ -306,6 +306,10 @@ else
 fi
 # Shell completion (click's own): bash picks it up from this directory.
 _GPUHC_COMPLETE=bash_source "$prefix/bin/gpuhc" > /usr/share/bash-completion/completions/gpuhc
+# The Prometheus rules and the Grafana dashboard on gpuhc's metrics (README, "After the drain").
+install -d -m 0755 /usr/local/share/gpuhc/alerting
+install -m 0644 "$here/examples/alerting/gpuhc-rules.yml" "$here/examples/alerting/grafana-dashboard.json" \
+    /usr/local/share/gpuhc/alerting/
 install -d -m 0755 /usr/local/share/gpuhc/systemd
 install -m 0644 "$here"/examples/systemd/*.service "$here"/examples/systemd/*.timer /usr/local/share/gpuhc/systemd/
 echo "install.sh: /usr/local/bin/gpuhc -> $prefix/bin/gpuhc; shims in /usr/local/share/gpuhc/slurm;"
