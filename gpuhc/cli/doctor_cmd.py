@@ -47,13 +47,12 @@ def expected_rows(names: list[str], conf, overrides: list, top_count) -> list[di
     count gpu-count holds it to (docs/slurm.md, "Expected GPUs"; a baseline, being the node's
     own file, is not seen from here)."""
     from gpuhc.config_hosts import host_matches
+    from gpuhc.slurm.slurmconf import gpus_in
 
     rows = []
     for name in names:
         line = conf.node(name) if conf is not None else None
         try:
-            from gpuhc.slurm.slurmconf import gpus_in
-
             slurm = gpus_in(line.settings.get("gres")) if line is not None else None
         except ValueError:
             slurm = None
