@@ -55,12 +55,14 @@ def clean_root(base: Path, root: Path):
     # bind-mounted: a package the test installs in the root (python3-venv brings
     # ca-certificates) runs update-ca-certificates, which rewrites the bundle it finds, and
     # must rewrite the root's copy, not the host's. The local CAs go along so that it keeps them.
-    (root / "etc/ssl/certs").mkdir(parents=True, exist_ok=True)
-    subprocess.run(["cp", "-rL", "/etc/ssl/certs/.", str(root / "etc/ssl/certs")], check=True)
-    if Path("/usr/local/share/ca-certificates").is_dir():
-        (root / "usr/local/share/ca-certificates").mkdir(parents=True, exist_ok=True)
-        subprocess.run(["cp", "-rL", "/usr/local/share/ca-certificates/.", str(root / "usr/local/share/ca-certificates")],
-                       check=True)
+    # (The root's own entries go first: its links name absolute paths, which outside the
+    # chroot are the host's files, and a copy onto them would write there.)
+    for host, mine in (("/etc/ssl/certs", "etc/ssl/certs"), ("/usr/local/share/ca-certificates",
+                                                             "usr/local/share/ca-certificates")):
+        if Path(host).is_dir():
+            shutil.rmtree(root / mine, ignore_errors=True)
+            (root / mine).parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["cp", "-rL", host, str(root / mine)], check=True)
     files = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
                            check=True).stdout.split(b"\0")
     dest = root / "root" / "gpuhc"
