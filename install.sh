@@ -145,7 +145,7 @@ pip_failed() {
 build_stamp() {
     commit=$(git -C "$here" describe --always --dirty --abbrev=12 2>/dev/null) || commit=
     printf '"""Written by install.sh: the build this installation came from."""\nBUILD = "%s"\n' \
-        "${commit:-$(basename "$here")} $(date -u +%Y-%m-%d)" > "$1"
+        "${commit:+commit $commit, }built $(date -u +%Y-%m-%d) from $here" > "$1"
 }
 
 # pip in a venv trusts only its own CA list (certifi's), where Debian's and RHEL's own pip trust
