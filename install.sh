@@ -259,7 +259,10 @@ if [ -n "$download" ]; then
 fi
 src=${wheels:+--no-index --find-links $wheels}
 # shellcheck disable=SC2086  # word splitting of the option lists is intended
-if ! $pip install -q --disable-pip-version-check $src $constraints $editable "$spec" 2>"$pip_log"; then
+# A node install keeps no pip cache in root's home: nothing outside what "Uninstall" removes.
+nocache=
+[ -n "$venv" ] || nocache=--no-cache-dir
+if ! $pip install -q --disable-pip-version-check $nocache $src $constraints $editable "$spec" 2>"$pip_log"; then
     cat "$pip_log" >&2
     pip_failed
 fi
