@@ -209,7 +209,8 @@ def test_readme_upgrade_then_uninstall_leaves_nothing_behind(debian12):
     after = files(debian12)
     # Standard directories every Debian with systemd, logrotate and bash-completion has, which
     # this minimal root lacked and install.sh made: shared, so left (empty) as a package leaves them.
+    # The same for node_exporter's textfile directory, which gpuhc made to write its metrics into.
     shared = {"/etc/tmpfiles.d", "/etc/logrotate.d", "/usr/share/bash-completion",
-              "/usr/share/bash-completion/completions"}
+              "/usr/share/bash-completion/completions", "/var/lib/prometheus", "/var/lib/prometheus/node-exporter"}
     assert (sorted(after - before - shared), sorted(before - after)) == ([], [])
     assert debian12("getent passwd gpuhc || getent group gpuhc").returncode != 0
