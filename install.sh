@@ -19,13 +19,18 @@
 #   --extras LIST    more extras, comma-separated (e.g. test)
 #   --editable       install the checkout in development mode (pip -e)
 #   --wheels DIR     install from wheels in DIR only (offline nodes: README, "Offline nodes")
+#   --download DIR   only download gpuhc's dependencies and build tools into DIR, for --wheels
+#                    on offline nodes of this machine's distribution (through a temporary venv:
+#                    no system pip needed, nothing written into the checkout)
 #   --admin-host     also set up the fabric sweep (README, "systemd timer or cron"): the system
 #                    user gpuhc, its state directory and log, and the systemd timer (the cron
 #                    file where systemd is not running)
 #   --textfile-dir DIR  node_exporter's textfile directory for the new config (default: Debian's
 #                    /var/lib/prometheus/node-exporter)
 #   --latest         ignore tests/constraints.txt (the pinned versions) and take the newest
-# Environment: PYTHON, the interpreter to use (default python3; RHEL 9: python3.11).
+# Environment: PYTHON, the interpreter to use (default python3; RHEL 9: python3.11). pip's own
+#   variables pass through: HTTPS_PROXY (a proxy), PIP_INDEX_URL (a mirror of PyPI), PIP_CERT (the
+#   CA of a proxy that re-signs TLS; default: the system's CA bundle); README, "Proxies and mirrors".
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -35,6 +40,7 @@ gpu=auto
 extras=
 editable=
 wheels=
+download=
 admin=
 textfile_dir=/var/lib/prometheus/node-exporter
 constraints="-c $here/tests/constraints.txt"
@@ -49,6 +55,7 @@ while [ $# -gt 0 ]; do
         --extras) extras=${2:?--extras needs a list}; shift 2 ;;
         --editable) editable=-e; shift ;;
         --wheels) wheels=${2:?--wheels needs a directory}; shift 2 ;;
+        --download) download=${2:?--download needs a directory}; shift 2 ;;
         --latest) constraints="--upgrade --upgrade-strategy eager"; shift ;;
         --admin-host) admin=1; shift ;;
         --textfile-dir) textfile_dir=${2:?--textfile-dir needs a directory}; shift 2 ;;
@@ -92,6 +99,64 @@ case $gpu in
     *) die "--gpu must be auto, none, cuda12 or cuda13, not $gpu" ;;
 esac
 
+# Why pip failed, in words, where its own output buries it: behind a proxy that re-signs TLS,
+# pip's build of gpuhc reads as "Could not find a version that satisfies the requirement
+# setuptools" (the TLS error stays inside pip's build subprocess, unprinted), while the cause
+# is a certificate it does not trust. So the index is asked once more, directly, the way pip
+# asks it (its URL, the proxy variables, PIP_CERT), and the answer named (README, "Proxies and mirrors").
+index_problem() {
+    [ -z "$wheels" ] || return 0
+    "$python" - <<'PY' 2>/dev/null
+import os, ssl, urllib.error, urllib.request
+url = os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple/"
+ctx = ssl.create_default_context(cafile=os.environ.get("PIP_CERT") or None)
+try:
+    urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=15, context=ctx).close()
+except urllib.error.HTTPError:
+    pass  # an answer: the index is reachable
+except Exception as e:
+    why = getattr(e, "reason", e)
+    if isinstance(why, ssl.SSLError):
+        print(f"TLS to {url} failed (certificate not trusted: {getattr(why, 'verify_message', None) or why}): a proxy that re-signs TLS "
+              "needs its CA in PIP_CERT=/path/to/ca.pem, or use a mirror, PIP_INDEX_URL=...")
+    elif "proxy" in str(why).lower() or "Tunnel" in str(why):
+        print(f"the proxy for {url} failed ({why}; HTTPS_PROXY={os.environ.get('HTTPS_PROXY') or os.environ.get('https_proxy')})")
+    else:
+        print(f"the package index {url} cannot be reached ({why}): no network? set HTTPS_PROXY or "
+              "PIP_INDEX_URL, or install offline with --wheels (README, \"Offline nodes\")")
+PY
+}
+pip_failed() {
+    if grep -q 'CERTIFICATE_VERIFY_FAILED' "$pip_log"; then
+        die "pip failed: TLS to the package index failed (a certificate not trusted by ${PIP_CERT:-pip's own CA list}):" \
+            "a proxy that re-signs TLS needs its CA in PIP_CERT=/path/to/ca.pem, or use a mirror, PIP_INDEX_URL=...;" \
+            "README, \"Proxies and mirrors\""
+    fi
+    # Only where pip found nothing at all: a conflict or a build error is pip's own to tell.
+    grep -q 'No matching distribution\|from versions: none\|Retrying\|NewConnectionError' "$pip_log" ||
+        die "pip failed (its output is above)"
+    why=$(index_problem)
+    [ -z "$why" ] || die "pip failed: $why; README, \"Proxies and mirrors\""
+    die "pip failed (its output is above)"
+}
+
+# The build's name for --version: the checkout's commit where git knows it, else the tarball's
+# name; written into the copy that is built, never into the checkout.
+build_stamp() {
+    commit=$(git -C "$here" describe --always --dirty --abbrev=12 2>/dev/null) || commit=
+    printf '"""Written by install.sh: the build this installation came from."""\nBUILD = "%s"\n' \
+        "${commit:+commit $commit, }built $(date -u +%Y-%m-%d) from $here" > "$1"
+}
+
+# pip in a venv trusts only its own CA list (certifi's), where Debian's and RHEL's own pip trust
+# the system's: behind a proxy that re-signs TLS with a CA the system was given, the venv's pip
+# would refuse what the system's accepts. So, unless PIP_CERT says otherwise, the system's bundle.
+if [ -z "${PIP_CERT:-}" ]; then
+    for ca in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt; do
+        if [ -s "$ca" ]; then PIP_CERT=$ca; export PIP_CERT; break; fi
+    done
+fi
+
 # PYTHON names another interpreter (RHEL 9: PYTHON=python3.11, README "Offline nodes").
 python=$(command -v "${PYTHON:-python3}") || die "${PYTHON:-python3} not found (apt-get install python3)"
 "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
@@ -101,39 +166,109 @@ python=$(command -v "${PYTHON:-python3}") || die "${PYTHON:-python3} not found (
 # pip, filled by the system's pip through --python (Debian's python3-pip without python3-venv).
 # ensurepip is asked first: without it Debian's venv prints a long "ensurepip is not available"
 # error before failing, which on this path that then succeeds would only alarm.
+#
+# A venv already there is reused only when it is whole: its python runs and is the same Python
+# as the one chosen here, pip can fill it, and no earlier run of this script stopped half-way
+# (the marker file below is made before any change and removed at the end). Anything else is
+# rebuilt, saying why. A venv this run made is removed again when the run fails; one that was
+# there keeps its marker, so that the next run rebuilds it.
+marker=.gpuhc-install-incomplete
+made_venv=
+has_pip() { "$1" -m pip --version >/dev/null 2>&1; }
+venv_problem() {
+    [ -e "$1/$marker" ] && { echo "an earlier install.sh run stopped before it finished"; return; }
+    [ -x "$1/bin/python" ] && "$1/bin/python" -c '' 2>/dev/null || { echo "its python does not run"; return; }
+    want=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    have=$("$1/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    [ "$want" = "$have" ] || { echo "it runs Python $have, not $python's $want"; return; }
+    has_pip "$1/bin/python" || has_pip "$python" || echo "it has no pip, and $python has none to lend it"
+}
 make_venv() {
-    if [ -x "$1/bin/python" ]; then
-        pip="$1/bin/python -m pip"
-        "$1/bin/python" -m pip --version >/dev/null 2>&1 || pip="$python -m pip --python $1/bin/python"
-        return
+    if [ -e "$1" ] || [ -L "$1" ]; then
+        if [ ! -e "$1/pyvenv.cfg" ]; then
+            [ -d "$1" ] && [ -z "$(ls -A "$1")" ] || die "$1 exists and is not a virtual environment: move it away or choose another directory"
+        else
+            why=$(venv_problem "$1")
+            if [ -z "$why" ]; then
+                touch "$1/$marker"
+                pip="$1/bin/python -m pip"
+                has_pip "$1/bin/python" || pip="$python -m pip --python $1/bin/python"
+                return
+            fi
+            echo "install.sh: $1 is a broken virtual environment ($why): rebuilding it" >&2
+        fi
+        rm -rf "$1"
     fi
+    made_venv=1
     if "$python" -c 'import ensurepip' >/dev/null 2>&1 && "$python" -m venv "$1"; then
         pip="$1/bin/python -m pip"
-    elif rm -rf "$1" && "$python" -m venv --without-pip "$1" && "$python" -m pip --version >/dev/null 2>&1; then
+    elif has_pip "$python" && rm -rf "$1" && "$python" -m venv --without-pip "$1"; then
         pip="$python -m pip --python $1/bin/python"
     else
-        die "cannot make a virtual environment: apt-get install python3-venv (or python3-pip)"
+        die "cannot make a virtual environment with pip in $1: $python has neither ensurepip nor pip" \
+            "(Debian, Ubuntu: apt-get install python3-venv; RHEL: dnf install python3.11-pip)"
     fi
+    touch "$1/$marker"
 }
 
 target=${venv:-$prefix}
-if [ -z "$venv" ] && [ "$(id -u)" -ne 0 ]; then
+if [ -n "$download" ]; then
+    mkdir -p "$download"
+    download=$(cd "$download" && pwd)
+    target=$(mktemp -d "${TMPDIR:-/tmp}/gpuhc-download.XXXXXX")/venv
+elif [ -z "$venv" ] && [ "$(id -u)" -ne 0 ]; then
     die "a node install writes $prefix, /usr/local and /etc: run it as root (or use --venv DIR)"
 fi
+src_dir=
+pip_log=$(mktemp "${TMPDIR:-/tmp}/gpuhc-pip.XXXXXX")
+# On any exit: the temporary files go; a venv this run made goes too unless the run finished.
+finish() {
+    rc=$?
+    rm -f "$pip_log"
+    [ -z "$src_dir" ] || [ "$src_dir" = "$here" ] || rm -rf "$src_dir"
+    [ -z "$download" ] || rm -rf "$(dirname "$target")"
+    if [ "$rc" -ne 0 ] && [ -n "$made_venv" ] && [ -e "$target/$marker" ]; then
+        rm -rf "$target"
+        echo "install.sh: removed the unfinished virtual environment $target" >&2
+    fi
+    exit "$rc"
+}
+trap finish EXIT
+trap 'exit 130' INT TERM HUP
 make_venv "$target"
 # Built from a copy: pip's build writes gpuhc.egg-info next to pyproject.toml, which fails in a
 # read-only checkout (a shared or mounted one) and would leave files behind in a writable one.
 src_dir=$here
 if [ -z "$editable" ]; then
     src_dir=$(mktemp -d "${TMPDIR:-/tmp}/gpuhc-build.XXXXXX")
-    trap 'rm -rf "$src_dir"' EXIT
     cp -R "$here/pyproject.toml" "$here/README.md" "$here/gpuhc" "$src_dir/"
+    build_stamp "$src_dir/gpuhc/_build.py"
 fi
 spec=$src_dir${extras:+[$extras]}
+if [ -n "$download" ]; then
+    # What builds gpuhc and python-hostlist (published as source only) on the node comes too.
+    # shellcheck disable=SC2086
+    if ! $pip download -q --disable-pip-version-check -d "$download" $constraints 'setuptools>=68' wheel "$spec" \
+            2>"$pip_log"; then
+        cat "$pip_log" >&2
+        pip_failed
+    fi
+    rm -f "$download"/gpuhc-*  # gpuhc itself is built on the node, from the checkout
+    echo "install.sh: $(ls "$download" | wc -l) files in $download (extras: ${extras:-none}); on the node: sh install.sh --wheels DIR"
+    exit 0
+fi
 src=${wheels:+--no-index --find-links $wheels}
 # shellcheck disable=SC2086  # word splitting of the option lists is intended
-$pip install -q --disable-pip-version-check $src $constraints $editable "$spec"
-echo "install.sh: gpuhc in $target (extras: ${extras:-none})"
+# A node install keeps no pip cache in root's home: nothing outside what "Uninstall" removes.
+nocache=
+[ -n "$venv" ] || nocache=--no-cache-dir
+if ! $pip install -q --disable-pip-version-check $nocache $src $constraints $editable "$spec" 2>"$pip_log"; then
+    cat "$pip_log" >&2
+    pip_failed
+fi
+cat "$pip_log" >&2
+rm -f "$target/$marker"
+echo "install.sh: gpuhc in $target (extras: ${extras:-none}; $("$target/bin/gpuhc" --version 2>/dev/null))"
 [ -n "$venv" ] && exit 0
 
 # ------------------------------------------------------------------ node install (root)
@@ -174,6 +309,10 @@ else
 fi
 # Shell completion (click's own): bash picks it up from this directory.
 _GPUHC_COMPLETE=bash_source "$prefix/bin/gpuhc" > /usr/share/bash-completion/completions/gpuhc
+# The Prometheus rules and the Grafana dashboard on gpuhc's metrics (README, "After the drain").
+install -d -m 0755 /usr/local/share/gpuhc/alerting
+install -m 0644 "$here/examples/alerting/gpuhc-rules.yml" "$here/examples/alerting/grafana-dashboard.json" \
+    /usr/local/share/gpuhc/alerting/
 install -d -m 0755 /usr/local/share/gpuhc/systemd
 install -m 0644 "$here"/examples/systemd/*.service "$here"/examples/systemd/*.timer /usr/local/share/gpuhc/systemd/
 echo "install.sh: /usr/local/bin/gpuhc -> $prefix/bin/gpuhc; shims in /usr/local/share/gpuhc/slurm;"
@@ -198,12 +337,26 @@ install -d -m 0755 "$logdir"
 if [ -d /run/systemd/system ]; then
     layout "$here/examples/systemd/gpuhc-sweep.service" > /etc/systemd/system/gpuhc-sweep.service
     install -m 0644 "$here/examples/systemd/gpuhc-sweep.timer" /etc/systemd/system/
-    systemctl daemon-reload && systemctl enable --now gpuhc-sweep.timer
-    echo "install.sh: gpuhc-sweep.timer enabled (every 30 minutes, as user gpuhc)"
+    systemctl daemon-reload
+    # Not enabled here: before sweep.results_dir, sweep.partitions and the operator rights are
+    # set, every run would fail or probe the wrong nodes (README, "systemd timer or cron").
+    if systemctl is-enabled --quiet gpuhc-sweep.timer 2>/dev/null; then
+        echo "install.sh: gpuhc-sweep.timer updated (enabled; every 30 minutes, as user gpuhc)"
+    else
+        echo "install.sh: gpuhc-sweep.timer installed, not enabled: set sweep.results_dir and sweep.partitions," \
+             "give gpuhc operator rights, check with gpuhc doctor --admin-host, then systemctl enable --now gpuhc-sweep.timer"
+    fi
 else
     layout "$here/examples/sweep/cron" > /etc/cron.d/gpuhc-sweep
     install -m 0644 "$here/examples/tmpfiles.d/gpuhc-sweep.conf" /etc/tmpfiles.d/
     systemd-tmpfiles --create /etc/tmpfiles.d/gpuhc-sweep.conf 2>/dev/null || install -d -m 0755 -o gpuhc -g gpuhc /run/gpuhc
-    echo "install.sh: /etc/cron.d/gpuhc-sweep installed (every 30 minutes, as user gpuhc)"
+    if command -v cron >/dev/null 2>&1 || command -v crond >/dev/null 2>&1; then
+        echo "install.sh: /etc/cron.d/gpuhc-sweep installed (every 30 minutes, as user gpuhc)"
+    else
+        echo "install.sh: /etc/cron.d/gpuhc-sweep installed, but this host has no cron daemon: nothing runs it" \
+             "until one does (apt-get install cron; dnf install cronie)" >&2
+    fi
+    echo "install.sh: until sweep.results_dir and sweep.partitions are set, each run says what is missing" \
+         "(check with gpuhc doctor --admin-host)"
 fi
 echo "install.sh: give gpuhc Slurm operator rights: sacctmgr modify user gpuhc set adminlevel=operator"

@@ -91,6 +91,11 @@ class Config:
     path: str | None = None  # None: built-in defaults only
     hostname: str | None = None
     lines: dict = field(default_factory=dict)
+    # The hosts: entries as (pattern, settings), and the settings before any of them applied:
+    # what `gpuhc doctor` needs to say which entry and count every other node gets, and what
+    # `config validate` checks the files of (every entry's, not only this host's).
+    overrides: list = field(default_factory=list)
+    top: dict = field(default_factory=dict)
 
     def section(self, name: str) -> dict[str, Any]:
         return self.data.get(name) or {}
@@ -145,8 +150,9 @@ def load_config(path: str | None = None, hostname: str | None = None) -> Config:
     _validate_all(raw, sch, (), errs)
     overrides = config_hosts.validate(hosts, errs, lambda settings, here: _validate_all(settings, sch, here, errs))
     errs.raise_any()
-    data = config_hosts.apply(deep_merge(defaults(sch), raw), overrides, hostname)
-    return Config(data, path, hostname, lines)
+    top = deep_merge(defaults(sch), raw)
+    data = config_hosts.apply(top, overrides, hostname)
+    return Config(data, path, hostname, lines, overrides, top)
 
 
 class _Errors:

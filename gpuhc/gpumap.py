@@ -369,7 +369,7 @@ def select(table: list[Mapped], env: Mapping[str, str], source: str) -> tuple[li
         other = next(v for v in order if v != var)  # both said: the log shows what Slurm put in each
         also = f" {other}={env[other]}" if (env.get(other) or "").strip() else ""
         return sorted(unique, key=lambda m: m.index), f"{var}={text}{also}"
-    return None, "no SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES: checking all GPUs"
+    return None, "no SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES: checking every GPU of the node"
 
 
 def pick(table: list[Mapped], token: str, var: str, text: str, source: str) -> Mapped:

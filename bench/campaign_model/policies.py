@@ -45,6 +45,9 @@ def config_for(policy: str, workdir: Path, extra: dict | None = None):
         raise ConfigError(f"--policy {policy!r}: one of {', '.join(OVERLAYS)}")
     doc = yaml.safe_load(ETC.read_text())
     doc.pop("hosts", None)
+    # The modelled nodes' count, as slurm.conf's Gres=gpu:8 gives it on a real cluster (the
+    # shipped config carries no fleet-wide count: docs/slurm.md, "Expected GPUs").
+    _merge(doc, {"node": {"expected_gpus": 8}})
     _merge(doc, {"active": {"enabled": False}, "hooks": {"commands": []},
                  "slurm": {"log_file": None, "syslog": False, "postmortem_dir": str(workdir / "postmortem")}})
     _merge(doc, OVERLAYS[policy])

@@ -8,8 +8,10 @@ A node with no GPUs expected (``expected: 0``, or no expected count and no NVIDI
 PCI bus) and no NVIDIA driver passes: a CPU node of a mixed cluster (docs/slurm.md, "Mixed
 clusters"). A GPU node whose driver vanished still fails: its boards stay on the bus.
 
-Expected count, in order: threshold ``expected`` (the runner passes config
-``node.expected_gpus``), else the baseline's ``gpu_count``. With neither, any non-zero count
+Expected count, in order (docs/slurm.md, "Expected GPUs"): what Slurm gives the node (the GPUs
+in its ``Gres=`` in slurm.conf; the CLI puts it in ``node.expected_gpus`` and says so in
+``node.expected_gpus_from``, gpuhc/slurm/slurmconf.py), else the baseline's ``gpu_count``, else
+the config's ``node.expected_gpus`` (threshold ``expected``). With none, any non-zero count
 passes. The count is node-wide even in the prolog: a missing GPU breaks the node, not only the
 job that asked for it. A device the job was allocated (``SLURM_JOB_GPUS``, mapped through
 gres.conf by gpuhc/gpumap.py) whose GPU NVML does not list fails too, with or without an
@@ -164,6 +166,18 @@ def _allocated_gone(nvml, job) -> list:
                    value=[m.index for m in gone], action=Action.DRAIN_REBOOT)]
 
 
+def expected_count(ctx: Context) -> tuple[int | None, str]:
+    """(count, where it comes from): Slurm's, else the baseline's, else the config's. A baseline
+    is this node's own inventory, measured on it when it was known good; the config's count is a
+    fallback written for many nodes at once."""
+    expected = ctx.t("expected")
+    if expected is not None and str(ctx.t("expected_from") or "").startswith("slurm.conf"):
+        return expected, "slurm.conf"
+    if ctx.baseline and isinstance(ctx.baseline.get("gpu_count"), int):
+        return ctx.baseline["gpu_count"], "baseline"
+    return expected, "configured"
+
+
 def _no_gpus_here(snapshot: Snapshot, ctx: Context, why: str):
     """The verdict on a node without NVML that is not meant to have GPUs, or None when it is.
 
@@ -173,16 +187,18 @@ def _no_gpus_here(snapshot: Snapshot, ctx: Context, why: str):
     a PCI bus read that lists no NVIDIA GPU says the same. A GPU node whose driver vanished
     still has its boards on the bus (or an expected count), so it still fails below.
     """
-    expected = ctx.t("expected")
+    expected, source = expected_count(ctx)
     bus = snapshot.pci_gpus
     if expected == 0:
+        said = {"slurm.conf": "Slurm gives this node no GPUs", "baseline": "the baseline's count is 0"}.get(
+            source, "node.expected_gpus is 0")
         if bus:
-            return result(ID, Status.WARN, f"node.expected_gpus is 0, but the PCI bus lists {len(bus)} NVIDIA "
+            return result(ID, Status.WARN, f"{said}, but the PCI bus lists {len(bus)} NVIDIA "
                           f"GPU(s) and NVML is unavailable ({why}): a GPU node configured as a CPU node?",
                           value=len(bus), threshold=0)
-        return result(ID, Status.PASS, "no GPUs expected (node.expected_gpus: 0), no NVIDIA driver", value=0, threshold=0)
-    baseline_count = ctx.baseline.get("gpu_count") if ctx.baseline else None
-    if expected is None and baseline_count is None and bus == []:
+        label = "node.expected_gpus: 0" if source == "configured" else said
+        return result(ID, Status.PASS, f"no GPUs expected ({label}), no NVIDIA driver", value=0, threshold=0)
+    if expected is None and bus == []:
         return result(ID, Status.PASS, "a CPU node: no NVIDIA GPU on the PCI bus and no NVIDIA driver "
                       "(no expected GPU count configured)", value=0)
     return None
@@ -212,10 +228,7 @@ def _judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
             ))
 
     count = len(nvml.gpus)
-    expected = ctx.t("expected")
-    source = "configured"
-    if expected is None and ctx.baseline and isinstance(ctx.baseline.get("gpu_count"), int):
-        expected, source = ctx.baseline["gpu_count"], "baseline"
+    expected, source = expected_count(ctx)
     missing = _missing_from_baseline(snapshot, ctx.baseline)
     # Node-wide, also in the prolog: a GPU gone from NVML is the node's problem, whoever's it is.
     on_bus = _invisible_on_bus(snapshot) if ctx.t("pci_bus", True) is not False else []
@@ -268,7 +281,7 @@ CHECKS = [
         # pci_bus: false where NVML sees a subset of the bus on purpose (a container given some of
         # the host's GPUs still sees the whole bus in sysfs).
         defaults={"expected": None, "pci_bus": True},
-        from_config={"expected": ("node", "expected_gpus")},
+        from_config={"expected": ("node", "expected_gpus"), "expected_from": ("node", "expected_gpus_from")},
         doc="NVML reachable, every expected GPU (and every GPU on the PCI bus) enumerated, none lost",
     )
 ]

@@ -28,6 +28,7 @@ COMMANDS = {
     "fleet": "gpuhc.cli.fleet_cmd:fleet",
     "jobs": "gpuhc.cli.jobs_cmd:jobs",
     "watch": "gpuhc.cli.watch_cmd:watch",
+    "doctor": "gpuhc.cli.doctor_cmd:doctor",
 }
 
 
@@ -44,7 +45,8 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="gpuhc")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, help="Show the version and build, then exit.",
+              callback=lambda ctx, _p, v: v and (click.echo(version_text()), ctx.exit()))
 def cli() -> None:
     """GPU node health checks for Slurm clusters.
 
@@ -52,6 +54,13 @@ def cli() -> None:
     (a source timed out, or gpuhc itself broke: never a reason to drain), 4 circuit breaker
     open (a drain was withheld).
     """
+
+
+def version_text() -> str:
+    """``gpuhc --version``: the release and the build (the commit it was built from)."""
+    from gpuhc import build
+
+    return f"gpuhc {__version__} ({build()})"
 
 
 # Commands that run every few minutes or before every job, and leave nothing for the

@@ -143,7 +143,15 @@ def _replay_path(given: str | None, config: Config, key: str, option: str) -> st
         raise GpuhcError(f"{option}: {path}: {problem}")
     from gpuhc.yamlpos import line_of
 
-    raise ConfigError(f"{path}: {problem}", config.path, line_of(config.lines, ("sources", key)), f"sources.{key}")
+    where: tuple = ()
+    if config.hostname:  # the hosts: entry that set it, the last matching one, as the merge applied them
+        from gpuhc.config_hosts import host_matches
+
+        for i, (pattern, settings) in enumerate(config.overrides):
+            if (settings.get("sources") or {}).get(key) and host_matches(config.hostname, pattern):
+                where = ("hosts", i)
+    dotted = ".".join(str(p) for p in (*where, "sources", key))
+    raise ConfigError(f"{path}: {problem}", config.path, line_of(config.lines, (*where, "sources", key)), dotted)
 
 
 def replay_of(src: SourceArgs) -> str | None:
@@ -192,10 +200,16 @@ def replay_scope(src: SourceArgs) -> Iterator[tuple[SourceArgs, str | None]]:
 def run_options_from(src: SourceArgs, stage: str, gpus: list[int] | None = None,
                      config: Config | None = None) -> RunOptions:
     config = config or load(src)
+    sources = source_spec(src, config)
+    if not (sources.nvml_scenario or sources.test_scenario):
+        # This node's own GPUs: Slurm's count for it comes first (docs/slurm.md, "Expected GPUs").
+        from gpuhc.slurm.slurmconf import with_slurm_gpus
+
+        config = with_slurm_gpus(config, node_name(src.hostname))
     return RunOptions(
         stage=stage,
         config=config,
-        sources=source_spec(src, config),
+        sources=sources,
         state_dir=src.state_dir or default_state_dir(config.data.get("state_dir")),
         gpus=gpus,
         now=parse_now(src.now),

@@ -35,7 +35,35 @@ def validate(config_path: str | None) -> None:
             load(baseline)
         except ConfigError as e:
             raise ConfigError(str(e), cfg.path, line_of(cfg.lines, ("node", "baseline")), "node.baseline") from None
+    missing = missing_sources(cfg)
+    if missing:
+        raise ConfigErrors([*missing, ConfigError(f"{len(missing)} errors", cfg.path)] if len(missing) > 1 else missing)
     click.echo(f"{cfg.path or 'built-in defaults (no config file)'}: valid")
+
+
+def missing_sources(cfg) -> list:
+    """The recorded files and trees the config's ``sources`` name (top level and every
+    ``hosts:`` entry, whichever node this is) that do not exist: a run on the node that uses
+    one would stop there, so validate says it first, at the entry's own line."""
+    import os
+
+    from gpuhc.errors import ConfigError
+    from gpuhc.yamlpos import line_of
+
+    places = [((), cfg.top.get("sources") or {})]
+    places += [(("hosts", i), settings.get("sources") or {}) for i, (_p, settings) in enumerate(cfg.overrides)]
+    out = []
+    for where, sources in places:
+        for key in ("nvml_scenario", "test_scenario", "kernel_log", "sysfs_root"):
+            path = sources.get(key)
+            if not path or (key == "kernel_log" and path in ("kmsg", "dmesg")):
+                continue
+            # (os.path.lexists: a test scenario is a link an admin re-points, and may dangle a moment)
+            if not os.path.lexists(path):
+                dotted = ".".join(str(p) for p in (*where, "sources", key))
+                out.append(ConfigError(f"{path}: no such {'directory' if key == 'sysfs_root' else 'file'}", cfg.path,
+                                       line_of(cfg.lines, (*where, "sources", key)), dotted))
+    return out
 
 
 @config.command()

@@ -48,11 +48,11 @@ def _cell(row: dict, field: str) -> str:
     return str(row[field])
 
 
-@click.command("jobs", context_settings={"help_option_names": ["--help"]})
+@click.command("jobs", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--from-file", metavar="FILE", help="Read a saved `scontrol show job -o` dump instead of asking Slurm.")
 @click.option("--json", "json_mode", is_flag=True, help="JSON: one record per job.")
 @click.option("-o", "--format", "fields", metavar="FIELDS", help=f"Columns, comma-separated: {', '.join(FIELDS)}.")
-@click.option("-h", "--noheader", is_flag=True, help="No header line.")
+@click.option("--noheader", is_flag=True, help="No header line (no short form: -h is the help, as in every gpuhc command).")
 @click.option("--all", "everything", is_flag=True, help="Every running job, also those with nothing found.")
 @click.option("--scontrol", metavar="PATH", help="The scontrol to run (default: slurm.scontrol of the config).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),

@@ -112,15 +112,22 @@ def submit_cmd(config_path, state_dir, dry_run, test_fault, json_mode) -> None:
     """Plan groups among idle nodes and submit one probe job per group (for cron; returns fast).
 
     Does nothing while the previous sweep still has jobs queued or running, or still needs
-    analyzing. Needs Slurm operator rights when sweep.job.priority is set. Exit code 3, with
-    a warning on stderr, when the previous sweep's finished jobs still wait for `analyze` at a
-    second submit: analyze is failing or not running, and no sweep can start.
+    analyzing. Needs Slurm operator rights when sweep.job.priority is set. Exit code 3 when
+    sbatch refused a job (each refusal is printed), and, with a warning on stderr, when the
+    previous sweep's finished jobs still wait for `analyze` at a second submit: analyze is
+    failing or not running, and no sweep can start.
     """
     from gpuhc.fleet.gather import suspects_for_sweep
     from gpuhc.sweep.slurmcli import SlurmCli
     from gpuhc.sweep.submit import submit_sweep
 
     config, section, store = _context(config_path, state_dir)
+    if not section.get("results_dir") and not dry_run:
+        # Not an error (one host running its own probes works), but never silent: the jobs on
+        # other nodes write where analyze cannot read (README, "systemd timer or cron").
+        click.echo(f"gpuhc sweep submit: sweep.results_dir is not set: results go to {store.results_dir}, on this "
+                   "host; probe jobs on other nodes write to their own disks unless it is shared storage "
+                   "(`gpuhc doctor` on the admin host)", err=True)
     notes: list[str] = []
     out = submit_sweep(section, store, dry_run=dry_run, cli=SlurmCli.from_config(config), test_fault=test_fault,
                        suspects=suspects_for_sweep(config, notes.append))
@@ -129,7 +136,8 @@ def submit_cmd(config_path, state_dir, dry_run, test_fault, json_mode) -> None:
                      + ", ".join(out["suspects_first"][:10]))
     out.setdefault("lines", []).extend(notes)
     _emit(out, json_mode)
-    if out.get("stalled"):
+    # A job sbatch refused is a sweep that did not happen: cron (or the timer) must see it fail.
+    if out.get("stalled") or any(g.get("submit_error") for g in out.get("groups") or ()):
         sys.exit(EXIT_INTERNAL)
 
 

@@ -6,6 +6,7 @@ for (``--json`` never loads it); matplotlib only when a plot is drawn (:mod:`gpu
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import IO
@@ -21,17 +22,24 @@ from gpuhc.slurm.report import compress
 
 
 def _console(stream: IO[str] | None):
-    """A terminal gets its own width; a pipe or a cron mail gets 120 columns rather than rich's
-    80, so that the tables keep one row per line."""
+    """A terminal gets its own width; a pipe or a cron mail gets $COLUMNS when set, else 120
+    columns rather than rich's 80, so that the tables keep one row per line."""
     out = stream or sys.stdout
     tty = hasattr(out, "isatty") and out.isatty()
-    return Console(file=stream, highlight=False, width=None if tty else 120)
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and 40 <= int(columns) <= 10000 else 120
+    return Console(file=stream, highlight=False, width=None if tty else width)
 
 
-def _table(title: str, *columns: str, caption: str | None = None):
+def _table(title: str, *columns: str, caption: str | None = None, wrap_last: bool = False):
+    """Columns never wrap (a node name or a time cut in two is misread), except, with
+    ``wrap_last``, the last one (free text: evidence), which then folds first when the table is
+    wider than the screen, instead of the node and time columns being cut."""
     t = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False, padding=(0, 1))
     for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i == 0 else "right", no_wrap=True)
+        last = wrap_last and i == len(columns) - 1
+        t.add_column(c, justify="left" if i == 0 or last else "right", no_wrap=not last,
+                     overflow="fold" if last else "ellipsis", ratio=1 if last else None)
     return t
 
 
@@ -55,6 +63,14 @@ def _day(t: float) -> str:
 
 def render_stats(stats, stream: IO[str] | None = None, top_nodes: int = 20) -> None:
     console = _console(stream)
+    # The notes first: without Slurm's accounting the numbers below are gpuhc's own view (an
+    # admin's resume or another tool's drain is not in its event logs), and a reader must know
+    # that before reading them, not after.
+    for note in stats.notes:
+        console.print(f"[yellow]note:[/] {_esc(note)}")
+    if any("node events unavailable" in n for n in stats.notes):
+        console.print("[yellow]note:[/] from gpuhc's event logs only: a node an admin resumed still counts as "
+                      "open, and drains gpuhc did not make are missing (docs/repair.md, \"Fleet statistics\")")
     cols = ("", "nodes", "drains", "MTBF", "MTTR", "open", "retired", "trend", "halves", "p")
     for kind, title in (("fleet", "fleet"), ("partition", "per partition"), ("cause", "per cause"),
                         ("node", f"per node (the {top_nodes} with most drains)")):
@@ -69,8 +85,6 @@ def render_stats(stats, stream: IO[str] | None = None, top_nodes: int = 20) -> N
             t.add_row(_esc(r.key), str(r.nodes), str(r.drains), _h(r.mtbf_h), _h(r.mttr_h), str(r.open),
                       str(r.retired), r.trend, f"{r.first_half}/{r.second_half}", f"{r.trend_p:.2g}")
         console.print(t)
-    for note in stats.notes:
-        console.print(f"[yellow]note:[/] {_esc(note)}")
 
 
 def render_risk(risk, scaling: list[tuple[int, float]], stream: IO[str] | None = None) -> None:
@@ -121,7 +135,7 @@ def render_incidents(incidents, rest, stream: IO[str] | None = None) -> None:
     else:
         console.print("no switch-level incident")
     if rest:
-        t = _table("node failures in no incident", "node", "check", "since", "evidence")
+        t = _table("node failures in no incident", "node", "check", "since", "evidence", wrap_last=True)
         for f in rest:
             t.add_row(_esc(f.node), _esc(f.check), _day(f.time), _esc(f.detail))
         console.print(t)

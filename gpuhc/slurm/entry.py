@@ -201,6 +201,13 @@ def healthcheck(flow: Flow) -> Outcome:
     return out
 
 
+def _no_gpus(report) -> bool:
+    """Did gpu-count find a node with no GPUs, as expected (a CPU node: docs/slurm.md, "Mixed
+    clusters")?"""
+    return bool(report) and any(r.check == "gpu-count" and r.status.value == "pass" and r.value == 0
+                                for r in report.results)
+
+
 def _job(env: Mapping[str, str]) -> str:
     return env.get("SLURM_JOB_ID") or "?"
 
@@ -267,7 +274,10 @@ def epilog(flow: Flow) -> Outcome:
     report = run_checks(flow)
     job_failed, how = job_exit(flow.env)
     out = Outcome(EXIT_OK, flow.log.lines, report, hard_exit=bool(report and report.timed_out))
-    if job_failed:
+    if job_failed and _no_gpus(report):
+        # A bundle is the GPUs' evidence (NVML, Xids, clocks): a node without GPUs has none to keep.
+        flow.log(f"job {_job(flow.env)} {how}: no post-mortem bundle (a node without GPUs)")
+    elif job_failed:
         from gpuhc.postmortem import write_bundle
 
         # Raw kernel lines get a bounded share of what the scontrol calls do not need.

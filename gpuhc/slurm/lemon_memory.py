@@ -150,8 +150,13 @@ class LemonCheck:
         if paths:
             found = read_faults(paths, self.fault.time - self.settings.window_s, problems)
             if rebuild and found:
-                flow.log(f"lemon memory: no history in the state: rebuilt {len(found)} drains from the event log")
+                flow.log(f"lemon memory: no history in the state: rebuilt {len(found)} drain{'s' * (len(found) != 1)} "
+                         "from the event log")
             history = merge(history or [], found)
+            if rebuild:
+                # Kept, so that the next run reads it from the state instead of rebuilding (and
+                # saying so) again: in observe mode no verified drain ever stores it otherwise.
+                self._save(history)
         for p in problems:
             flow.log(f"lemon memory: {p}", loud=True)
         self._history = history or []
@@ -165,17 +170,23 @@ class LemonCheck:
         if st is None:
             return decision
         why = f"{decision.why}; lemon: {st.kind} {st.key} drained {len(st.faults)} times in {self.settings.window_text}"
-        return replace(decision, why=why, reason=lemon_reason(st, self.settings, decision.reason))
+        reason = lemon_reason(st, self.settings, decision.reason)
+        # The memory keeps the reason the node carries (RETIRED ...): an admin's later resume is
+        # reported with it, not with the drain's reason it replaced.
+        return replace(decision, why=why, reason=reason, memory=replace(decision.memory, reason=reason))
 
     def remember(self, decision: Decision, extra: dict[str, Any]) -> None:
         """After a verified drain: the fault goes into the state and (``extra``) the event log."""
         if decision.act is not Act.DRAIN:
             return
         extra["fault"] = self.fault.to_dict()
+        self._save(merge(self.history, [self.fault]))
+
+    def _save(self, faults: list[Fault]) -> None:
+        """This node's own faults inside the window, into the state."""
         from gpuhc.state import StateStore
 
-        keep = [f for f in merge(self.history, [self.fault])  # this node's own, inside the window
-                if f.node == self.fault.node and f.time > self.fault.time - self.settings.window_s]
+        keep = [f for f in faults if f.node == self.fault.node and f.time > self.fault.time - self.settings.window_s]
         try:
             with StateStore(self.flow.opts.state_dir).transaction() as doc:
                 doc[STATE_KEY] = {**({"cleared_at": cleared_at(doc)} if cleared_at(doc) is not None else {}),

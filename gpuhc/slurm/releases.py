@@ -60,8 +60,6 @@ SINFO_REASON_USER_KEYS = ("user", "reason_set_by_user")
 # (default 60, at most 65535; slurmd.c's run_script_health_check waits that long).
 HEALTH_CHECK_KILL_S = 60.0
 HEALTH_CHECK_TIMEOUT_SINCE = "26.05"
-HEALTH_CHECK_START_ONLY_SINCE = "25.11"  # HealthCheckNodeState=START_ONLY: only at slurmd start
-HEALTH_CHECK_REBOOT_ONLY_SINCE = "26.05"  # REBOOT_ONLY: only when slurmd reports back after a reboot
 # SLURM_NODE_IS_HEALTHY in the health check's environment: the controller's view, "yes" or "no"
 # (down, drained, draining, failing, in maintenance), unset when unknown (slurmd's start-up run);
 # 26.05.2 and later (slurmd.c, run_script_health_check).
@@ -80,3 +78,21 @@ def passive_deadline_s(deadline_s: float, health_check_timeout_s: float | None) 
         return deadline_s
     return max(1.0, float(health_check_timeout_s) - HEALTH_CHECK_MARGIN_S)
 
+# --- slurm.conf settings that only some releases take (gpuhc doctor, gpuhc/slurm/wiring.py) ------
+
+# HealthCheckNodeState values by the release that brought them (the slurm.conf(5) of 26.05 has
+# both, 24.11's neither); each is "mutually exclusive with any other state": the program then runs
+# only at slurmd's start or after a reboot, never every HealthCheckInterval.
+HEALTHCHECK_NODE_STATE_SINCE = {"START_ONLY": "25.11", "REBOOT_ONLY": "26.05"}
+# PrologTimeout and EpilogTimeout (26.05's slurm.conf(5); not in 24.11's) override
+# PrologEpilogTimeout for the one they name.
+
+
+def at_least(release: str | None, since: str) -> bool | None:
+    """Whether ``release`` ("24.11.5", "26.05") is ``since`` or later; None when unknown."""
+    def key(text: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in re.findall(r"\d+", text)[:2])
+
+    if not release or not re.match(r"\d+\.\d+", release):
+        return None
+    return key(release) >= key(since)

@@ -154,7 +154,8 @@ class Plan:
 
     def lines(self) -> list[str]:
         gpus = ",".join(map(str, self.scope))
-        out = [f"reset scope: gpu{gpus} ({self.scope_why})"]
+        # (No GPU in scope, as without NVML: say so, not a bare "gpu".)
+        out = [f"reset scope: {'gpu' + gpus if gpus else 'no GPU'} ({self.scope_why})"]
         out += [f"service {u}: {'running' if on else 'stopped'}" for u, on in self.services.items()]
         out += [f"holder {h}" for h in self.holders]
         out += [f"  {i + 1:2}. {s.show()}" for i, s in enumerate(self.steps)]

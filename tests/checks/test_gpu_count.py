@@ -50,12 +50,25 @@ def test_missing_gpu_named_by_pci_from_the_baseline():
     assert r.message == "7 of 8 GPUs visible; missing gpu3 (0000:5d:00.0)"
 
 
-def test_configured_count_wins_over_the_baseline():
+def test_slurm_count_then_baseline_then_config():
+    """docs/slurm.md, "Expected GPUs": slurm.conf's Gres= first, then the node's own baseline,
+    then the config's count (a fallback written for many nodes at once)."""
     base = baseline_for(healthy_node(4))
-    (r,) = judge(healthy_node(8), expected=8, baseline=base)
+    (r,) = judge(healthy_node(8), expected=8, expected_from="slurm.conf (/etc/slurm/slurm.conf:12)", baseline=base)
     assert r.status is Status.PASS and r.message == "8 of 8 GPUs visible"
-    (r,) = judge(healthy_node(8), baseline=base)  # no configured count: the baseline's 4
+    (r,) = judge(healthy_node(8), expected=8, baseline=base)  # a configured count: the baseline's 4 first
     assert r.status is Status.WARN and r.message == "8 GPUs visible, baseline count is 4"
+    (r,) = judge(healthy_node(8), expected=4)
+    assert r.status is Status.WARN and r.message == "8 GPUs visible, configured count is 4"
+
+
+def test_a_node_slurm_gives_no_gpus_is_a_cpu_node():
+    """slurm.conf's NodeName line has no gpu in Gres=: no NVML is what the node should look like,
+    whatever the config's fleet-wide count says."""
+    (r,) = judge(no_nvml("NVML Shared Library Not Found"), expected=0, expected_from="slurm.conf (s.conf:3)")
+    assert r.status is Status.PASS and r.message == "no GPUs expected (Slurm gives this node no GPUs), no NVIDIA driver"
+    (r,) = judge(no_nvml("Driver Not Loaded"), expected=8, expected_from="slurm.conf (s.conf:4)")
+    assert r.status is Status.FAIL and r.action is Action.DRAIN_REBOOT
 
 
 def test_more_gpus_than_expected_only_warns():

@@ -117,3 +117,27 @@ def test_per_host_overrides_apply_with_node(tmp_path):
 def test_the_header_says_which_profile_and_whether_a_run_would_pick_another(tmp_path, forced, says):
     cfg = {"node": {"profile": forced}} if forced else {}
     assert says in config_checks(tmp_path, cfg).split("\n\n", 1)[0] + "\n"
+
+
+def test_validate_names_a_missing_source_file_of_any_hosts_entry(tmp_path):
+    """A `hosts:` entry's test_scenario that is not there: validate says so at that entry's line
+    (it once said "valid", and the run then pointed at the top-level sources line)."""
+    from tests.helpers.cli import gpuhc, one_line_error
+
+    path = tmp_path / "gpuhc.yaml"
+    path.write_text("node:\n  expected_gpus: 4\nhosts:\n  - match: cpu017\n    node:\n      expected_gpus: 8\n"
+                    f"    sources:\n      test_scenario: {tmp_path}/test-scenario.yaml\n")
+    err = one_line_error(gpuhc("config", "validate", "--config", str(path)))
+    assert f"{path}:8: hosts.0.sources.test_scenario: {tmp_path}/test-scenario.yaml: no such file" in err, err
+    (tmp_path / "test-scenario.yaml").symlink_to(tmp_path / "elsewhere.yaml")  # a link, placed: valid
+    assert gpuhc("config", "validate", "--config", str(path)).returncode == 0
+
+
+def test_check_names_the_hosts_entry_line_of_a_missing_source(tmp_path):
+    from tests.helpers.cli import gpuhc, one_line_error
+
+    path = tmp_path / "gpuhc.yaml"
+    path.write_text("sources:\n  clock_samples: 3\nhosts:\n  - match: cpu017\n    sources:\n"
+                    f"      test_scenario: {tmp_path}/t.yaml\n")
+    err = one_line_error(gpuhc("check", "--config", str(path), "--node", "cpu017"))
+    assert f"{path}:6: hosts.0.sources.test_scenario: {tmp_path}/t.yaml: no such file" in err, err

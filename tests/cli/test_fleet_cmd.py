@@ -57,3 +57,16 @@ def test_stats_from_event_logs_only(tmp_path):
     assert (fleet["drains"], fleet["nodes"], round(fleet["mttr_hours"], 3)) == (2, 2, 2.0)
     table = CliRunner().invoke(cli, ["fleet", "stats", "--no-slurm", "--since", "7d", "--config", cfg])
     assert table.exit_code == 0 and "per cause" in table.output and "ecc" in table.output
+
+
+def test_the_readmes_fleet_risk_line_runs_as_written():
+    """README's example (it once lacked the rate and exited 2)."""
+    import re
+    import shlex
+
+    from tests.helpers.paths import REPO
+
+    (line,) = re.findall(r"`(gpuhc fleet risk --gpus \d+[^`]*)`", (REPO / "README.md").read_text())
+    res = CliRunner().invoke(cli, shlex.split(line)[1:])
+    assert res.exit_code == 0, res.output
+    assert "P(interrupted)" in res.output and "77.1%" in res.output

@@ -45,12 +45,24 @@ def build_base(name: str = "bookworm-python", include: str = "python3,python3-pi
 
 
 def clean_root(base: Path, root: Path):
-    """A fresh copy of the chroot ``base`` at ``root`` with the checkout at /root/gpuhc; returns
-    a runner of shell text inside it (its own mount namespace: /proc, /dev, the host's
-    resolv.conf and CA certificates)."""
+    """A fresh copy of the chroot ``base`` at ``root`` with the checkout at /root/gpuhc and a
+    copy of the host's CA certificates; returns a runner of shell text inside it (its own mount
+    namespace: /proc, /dev, the host's resolv.conf, read only)."""
     if os.geteuid() != 0:
         pytest.fail("the install test builds a chroot and must run as root (CI does)", pytrace=False)
     subprocess.run(["cp", "-a", str(base), str(root)], check=True)
+    # The host's CAs (a network whose proxy re-signs TLS has its CA there), copied, never
+    # bind-mounted: a package the test installs in the root (python3-venv brings
+    # ca-certificates) runs update-ca-certificates, which rewrites the bundle it finds, and
+    # must rewrite the root's copy, not the host's. The local CAs go along so that it keeps them.
+    # (The root's own entries go first: its links name absolute paths, which outside the
+    # chroot are the host's files, and a copy onto them would write there.)
+    for host, mine in (("/etc/ssl/certs", "etc/ssl/certs"), ("/usr/local/share/ca-certificates",
+                                                             "usr/local/share/ca-certificates")):
+        if Path(host).is_dir():
+            shutil.rmtree(root / mine, ignore_errors=True)
+            (root / mine).parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["cp", "-rL", host, str(root / mine)], check=True)
     files = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
                            check=True).stdout.split(b"\0")
     dest = root / "root" / "gpuhc"
@@ -63,8 +75,7 @@ def clean_root(base: Path, root: Path):
     def run(script: str, timeout: float = 900) -> subprocess.CompletedProcess:
         mounts = (f"mount -t proc proc {root}/proc && mount --rbind /dev {root}/dev && "
                   f"touch {root}/etc/resolv.conf && mount --bind /etc/resolv.conf {root}/etc/resolv.conf && "
-                  # the host's CAs: a network whose proxy re-signs TLS has its CA there
-                  f"mkdir -p {root}/etc/ssl/certs && mount --bind /etc/ssl/certs {root}/etc/ssl/certs && "
+                  f"mount -o remount,bind,ro {root}/etc/resolv.conf && "
                   f"exec chroot {root} /bin/sh -ec 'cd /root/gpuhc\n'\"$1\"")
         return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", mounts, "sh", script],
                               env=ENV, capture_output=True, text=True, timeout=timeout)

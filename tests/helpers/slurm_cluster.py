@@ -89,6 +89,7 @@ class SlurmCluster:
         release: SlurmRelease | str | None = None,
         reboot: bool = False,
         gres_conf: str | None = None,
+        gpu_nodes: Iterable[str] | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.nodes = tuple(nodes)
@@ -109,6 +110,9 @@ class SlurmCluster:
         # gres.conf text instead of one File= line ("{dev}": the stand-in device directory; every
         # device file it names is made there, a link to /dev/null): MIG slices as MultipleFiles= records.
         self.gres_conf = gres_conf
+        # Which nodes slurm.conf gives gpus_per_node GPUs (Gres=); None: every node. The others
+        # are CPU nodes to Slurm, as in a mixed cluster (tests/slurm_real/test_doctor.py).
+        self.gpu_nodes = None if gpu_nodes is None else tuple(gpu_nodes)
         self.cpus = cpus
         self.prolog_epilog_timeout = prolog_epilog_timeout
         self.prolog_flags = prolog_flags  # e.g. "Alloc", as slurm/slurm.conf.example recommends

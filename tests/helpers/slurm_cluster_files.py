@@ -110,9 +110,10 @@ def slurm_conf(c: "SlurmCluster") -> str:
         lines.append("GresTypes=gpu")
         gres = f" Gres=gpu:fake:{c.gpus_per_node}"
     for node, port in c.node_ports.items():
+        mine = gres if c.gpu_nodes is None or node in c.gpu_nodes else ""
         lines.append(
             f"NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} "
-            f"CPUs={c.cpus} RealMemory=1000{gres} State=UNKNOWN"
+            f"CPUs={c.cpus} RealMemory=1000{mine} State=UNKNOWN"
         )
     lines.append("PartitionName=gpu Default=YES MaxTime=INFINITE State=UP Nodes=ALL")
     return "\n".join(merge_conf(lines, c.extra_conf)) + "\n"
@@ -210,7 +211,8 @@ def write_gres(c: "SlurmCluster") -> None:
         return
     last = c.gpus_per_node - 1
     files = f"{dev}/nvidia[0-{last}]" if last else f"{dev}/nvidia0"
-    (c.workdir / "gres.conf").write_text(f"Name=gpu Type=fake File={files}\n")
+    only = f"NodeName={','.join(c.gpu_nodes)} " if c.gpu_nodes is not None else ""
+    (c.workdir / "gres.conf").write_text(f"{only}Name=gpu Type=fake File={files}\n")
 
 
 REBOOT = """#!/bin/sh

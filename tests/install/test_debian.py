@@ -17,6 +17,8 @@ import pytest
 
 from tests.helpers.debian_root import build_base, clean_root, readme_block
 
+HEADING_ADMIN = "### systemd timer or cron: fabric probes (one admin host)"
+
 pytestmark = pytest.mark.install
 
 
@@ -79,7 +81,7 @@ def test_shipped_config_runs_on_debian_and_ubuntu_log_layouts(debian12, layout, 
     """One shipped config; install.sh picks the log directory. Ubuntu's /var/log is root:syslog
     0775 (group-writable), where gpuhc as root refuses to append: the Debian root is given that
     mode (with group adm: minbase has no syslog group; the rule looks at the mode) and must get
-    /var/lib/gpuhc/log. The run is a CPU node's, as the shipped config names it (cpu001): live,
+    /var/lib/gpuhc/log. The run is a CPU node's, as slurm.conf gives cpu001 no GPU: live,
     so the event log, the decision log and the textfile are all written."""
     if layout == "ubuntu":
         assert debian12("chgrp adm /var/log && chmod 0775 /var/log").returncode == 0
@@ -94,6 +96,9 @@ def test_shipped_config_runs_on_debian_and_ubuntu_log_layouts(debian12, layout, 
     # on purpose (tests/sources/test_kernel_log_realkernel.py): this node reads an empty recorded log.
     assert debian12("touch /root/kernel.log && printf '  - match: cpu001\\n    sources:\\n      kernel_log: "
                     "/root/kernel.log\\n' >> /etc/gpuhc/gpuhc.yaml && gpuhc config validate").returncode == 0
+    # A CPU node to Slurm: its NodeName line gives it no GPU (docs/slurm.md, "Expected GPUs").
+    assert debian12("mkdir -p /etc/slurm && echo 'NodeName=cpu001 CPUs=8 State=UNKNOWN' > /etc/slurm/slurm.conf"
+                    ).returncode == 0
     shim = debian12("env -i SLURMD_NODENAME=cpu001 /usr/local/share/gpuhc/slurm/healthcheck.sh")
     assert shim.returncode == 0, shim.stdout + shim.stderr
     assert "gpuhc healthcheck cpu001: passive: PASS" in shim.stderr, shim.stderr
@@ -133,3 +138,79 @@ def test_install_from_a_read_only_checkout(debian12):
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert ("/var/lib/prometheus is not root's: gpuhc will not write metrics under it; dpkg-statoverride --update "
             "--add root root 0755 /var/lib/prometheus (or --textfile-dir DIR)") in cp.stderr, cp.stderr
+
+
+def test_readme_lines_on_debian12_without_python3_venv_then_with_it(tmp_path):
+    """A Debian 12 with only python3 (no python3-venv, no pip): README's Try-it line and the node
+    install stop with the package to install and leave no venv behind; after `apt-get install
+    python3-venv` the same lines work. Then /opt/gpuhc as an older install.sh left it (a venv
+    without pip) is rebuilt, saying so."""
+    run = clean_root(build_base("bookworm-stock", "python3"), tmp_path / "root")
+    try_it, node = readme_block("## Try it"), readme_block("## Install on the GPU nodes")
+    for lines, venv in ((try_it, "/root/gpuhc/.venv"), (node, "/opt/gpuhc")):
+        cp = run(lines)
+        assert cp.returncode == 2, cp.stdout + cp.stderr
+        assert "apt-get install python3-venv" in cp.stderr, cp.stderr
+        assert run(f"test ! -e {venv}").returncode == 0, f"{venv} left behind"
+
+    apt = run("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null")
+    assert apt.returncode == 0, apt.stdout + apt.stderr
+    cp = run(try_it)
+    assert cp.returncode == 0 and "PASS" in cp.stdout, cp.stdout + cp.stderr
+    assert "rebuilding" not in cp.stderr
+
+    assert run("python3 -m venv --without-pip /opt/gpuhc").returncode == 0  # what the old install.sh left
+    cp = run(node)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "install.sh: /opt/gpuhc is a broken virtual environment (" in cp.stderr, cp.stderr
+    assert run("gpuhc check --demo >/dev/null && gpuhc --version").stdout.startswith("gpuhc 0.1.0 (")
+
+
+# What a root holds that is not install.sh's doing: the kernel's and the chroot's own, apt's,
+# the checkout, Python's byte-code caches of the system's modules, shadow's backup files.
+NOT_OURS = r"^/(proc|dev|sys|tmp|run/(?!gpuhc)|root/gpuhc|var/cache/apt|var/lib/apt|var/log/apt)|/__pycache__(/|$)|^/etc/[a-z]+-$"
+
+
+def files(run) -> set[str]:
+    cp = run("find / -xdev \\( -path /proc -o -path /dev -o -path /sys \\) -prune -o -print")
+    assert cp.returncode == 0, cp.stderr
+    return {p for p in cp.stdout.splitlines() if not re.search(NOT_OURS, p)}
+
+
+def test_readme_upgrade_then_uninstall_leaves_nothing_behind(debian12):
+    """README's node and admin-host install, a health check that leaves state, logs and metrics,
+    the Upgrade lines (doctor against slurm/slurm.conf.example's lines), then the Uninstall lines:
+    the root holds exactly what it held before."""
+    before = files(debian12)
+    node, admin = readme_block("## Install on the GPU nodes"), readme_block(HEADING_ADMIN)
+    for lines in (node, admin):
+        cp = debian12(lines)
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+    # A live run (this root's own node, whatever it concludes) leaves state, logs and the parse cache.
+    shim = debian12("env -i SLURMD_NODENAME=cpu001 /usr/local/share/gpuhc/slurm/healthcheck.sh || true; "
+                    "ls /var/log/gpuhc /var/cache/gpuhc")
+    assert "events.jsonl" in shim.stdout, shim.stdout + shim.stderr
+
+    # The admin host's own set-up (README: results_dir), so that doctor has nothing blocking there.
+    assert debian12("install -d -o gpuhc -m 0755 /var/lib/gpuhc/results && sed -i "
+                    "'s|^sweep:$|sweep:\\n  results_dir: /var/lib/gpuhc/results|' /etc/gpuhc/gpuhc.yaml && "
+                    "gpuhc config validate").returncode == 0
+    keep, upgrade = readme_block("## Upgrade", 0), readme_block("## Upgrade", 1)
+    assert debian12("printf '## edited by the site\\n' >> /etc/gpuhc/gpuhc.yaml && " + keep).returncode == 0
+    conf = "mkdir -p /etc/slurm && grep -v '^#' slurm/slurm.conf.example > /etc/slurm/slurm.conf && "
+    cp = debian12(conf + "echo 'NodeName=gpu001 Gres=gpu:h100:8 CPUs=8' >> /etc/slurm/slurm.conf && " + upgrade)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "gpuhc 0.1.0 (" in cp.stdout and "worst:" in cp.stdout, cp.stdout
+    assert "## edited by the site" in debian12("cat /etc/gpuhc/gpuhc.yaml").stdout  # never overwritten
+
+    assert debian12("rm -rf /etc/slurm").returncode == 0  # the test's own slurm.conf, not gpuhc's
+    cp = debian12(readme_block("## Uninstall"))
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    after = files(debian12)
+    # Standard directories every Debian with systemd, logrotate and bash-completion has, which
+    # this minimal root lacked and install.sh made: shared, so left (empty) as a package leaves them.
+    # The same for node_exporter's textfile directory, which gpuhc made to write its metrics into.
+    shared = {"/etc/tmpfiles.d", "/etc/logrotate.d", "/usr/share/bash-completion",
+              "/usr/share/bash-completion/completions", "/var/lib/prometheus", "/var/lib/prometheus/node-exporter"}
+    assert (sorted(after - before - shared), sorted(before - after)) == ([], [])
+    assert debian12("getent passwd gpuhc || getent group gpuhc").returncode != 0

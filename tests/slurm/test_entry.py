@@ -268,6 +268,16 @@ def test_epilog_of_a_failed_job_writes_a_private_bundle(tmp_path, monkeypatch):
     assert any("post-mortem bundle" in line and path in line for line in out.lines)
 
 
+def test_epilog_of_a_failed_job_on_a_cpu_node_writes_no_bundle(tmp_path, monkeypatch):
+    """A bundle is GPU evidence: on a node gpu-count found without GPUs, as expected, there is none."""
+    cpu = Result("gpu-count", Status.PASS, "no GPUs expected (Slurm gives this node no GPUs), no NVIDIA driver",
+                 value=0, threshold=0)
+    out = run(tmp_path, monkeypatch, "epilog", None, [cpu], env=EPILOG_ENV)
+    assert out.exit_code == 0 and "postmortem" not in out.extra
+    assert any("no post-mortem bundle (a node without GPUs)" in line for line in out.lines), out.lines
+    assert not os.path.exists(tmp_path / "postmortem") or not os.listdir(tmp_path / "postmortem")
+
+
 def test_epilog_bundle_as_tar_gz(tmp_path, monkeypatch):
     out = run(tmp_path, monkeypatch, "epilog", None, [OK], env=EPILOG_ENV,
               cfg=config(tmp_path, postmortem_format="tar.gz"))

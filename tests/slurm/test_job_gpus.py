@@ -176,4 +176,4 @@ def test_a_job_naming_no_gpu_maps_nothing_and_reads_nothing(tmp_path, monkeypatc
     """A CPU job (or a CPU node: no gres.conf, no NVML) is not a mapping failure."""
     monkeypatch.setattr(job_gpus, "node_devices", lambda *a: (_ for _ in ()).throw(AssertionError("read")))
     f = real_flow(tmp_path, "prolog", "healthy-8xh100.yaml", {})
-    assert job_gpus.job_devices(f.opts, "n1", f.env) == (None, "no SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES: checking all GPUs")
+    assert job_gpus.job_devices(f.opts, "n1", f.env) == (None, "no SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES: checking every GPU of the node")

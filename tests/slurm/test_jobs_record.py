@@ -81,7 +81,7 @@ def test_gpuhc_jobs_from_a_listing(tmp_path):
     assert "\x1b" not in cp.stdout and "\x07" not in cp.stdout and "train\\x1b]0;pwned\\x07" in cp.stdout
     doc = json.loads(jobs_cli("--from-file", str(dump), "--json", "--all").stdout)
     assert [(j["job"], j["verdict"]) for j in doc["jobs"]] == [("7", "hung"), ("8", "-")]
-    assert jobs_cli("--from-file", str(dump), "-o", "job,culprits,reported", "-h").stdout.split() == ["7", "n1:gpu3", "2"]
+    assert jobs_cli("--from-file", str(dump), "-o", "job,culprits,reported", "--noheader").stdout.split() == ["7", "n1:gpu3", "2"]
 
 
 def test_gpuhc_jobs_runs_the_configured_scontrol(tmp_path):
@@ -106,7 +106,7 @@ def test_gpuhc_jobs_runs_the_configured_scontrol(tmp_path):
     cfg = tmp_path / "gpuhc.yaml"
     cfg.write_text(f"slurm:\n  scontrol: {fake}\n  squeue: {squeue}\n")
     cfg.chmod(0o600)
-    cp = jobs_cli("--config", str(cfg), "-o", "job,verdict", "-h")
+    cp = jobs_cli("--config", str(cfg), "-o", "job,verdict", "--noheader")
     assert cp.returncode == 0 and cp.stdout.split() == ["7", "hung"], cp.stderr
     cp = jobs_cli("--config", str(cfg), "--scontrol", str(tmp_path / "no-scontrol"))
     assert cp.returncode == 3 and "not found" in cp.stderr

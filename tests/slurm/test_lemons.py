@@ -119,7 +119,7 @@ def test_the_history_is_rebuilt_from_the_event_log_when_the_state_is_lost(tmp_pa
 
     s, again = drain_resume_drain(tmp_path, monkeypatch, cfg, lose_state)
     assert s.nodes["n1"][1].startswith("gpuhc: RETIRED lemon node n1: 2 drains")
-    assert any("rebuilt 1 drains from the event log" in line for line in again.lines)
+    assert any("rebuilt 1 drain from the event log" in line for line in again.lines)
 
 
 def test_without_history_one_drain_is_no_lemon_and_off_means_off(tmp_path, monkeypatch):
@@ -286,3 +286,36 @@ def test_test_mode_runs_and_in_job_findings_never_make_a_lemon(tmp_path, monkeyp
     assert not StateStore(str(tmp_path / "state")).read().get(STATE_KEY, {}).get("faults")
     # An in-job finding (the jobs check: a hung or slowed job) is the job's, never the node's.
     assert judge(fault(3.0, check="jobs"), [fault(1.0), fault(2.0)], S) is None
+
+
+def test_an_admins_resume_of_a_retired_lemon_quotes_the_retired_reason(tmp_path, monkeypatch):
+    """The message after a resume names the reason the node carried (RETIRED lemon ...), not
+    the drain reason that the retirement replaced."""
+    s, again = drain_resume_drain(tmp_path, monkeypatch, lemon_config(tmp_path))
+    assert again.decision.memory.reason.startswith("gpuhc: RETIRED lemon node n1")
+    s.nodes["n1"] = ["IDLE", None]  # an admin's resume (22.05 and 26.05 clear the reason)
+    after = run(tmp_path, monkeypatch, "passive", s, [OK], cfg=lemon_config(tmp_path))
+    said = [line for line in after.lines if "was resumed outside gpuhc" in line]
+    assert said and "(gpuhc: RETIRED lemon node n1" in said[0], after.lines
+
+
+def test_observe_mode_rebuilds_the_history_once_not_at_every_run(tmp_path, monkeypatch):
+    """In observe mode no drain is ever verified, so nothing stored the history: it was rebuilt
+    (and said) at every failing run, 15 times in 7 minutes on one node. Rebuilt once, it is kept."""
+    from gpuhc.slurm.flow import RunRecord
+
+    log = tmp_path / "events.jsonl"
+    cfg = lemon_config(tmp_path)
+    cfg.data["output"]["event_log"] = str(log)
+    s = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None), "n3": ("IDLE", None)})
+    first = run(tmp_path, monkeypatch, "passive", s, [XID], cfg=cfg)
+    assert append_event(str(log), RunRecord(first).to_dict()) is None
+    assert run(tmp_path, monkeypatch, "passive", s, [OK], cfg=cfg).decision.act is Act.RESUME
+    os.unlink(tmp_path / "state" / "state.json")  # the state lost, and the site switched to observing
+    cfg.data["slurm"]["mode"] = "observe"
+    said = []
+    for _ in range(3):
+        out = run(tmp_path, monkeypatch, "passive", s, [XID], cfg=cfg)
+        assert out.extra["observed"] == "retire" or out.decision.act is Act.DRAIN
+        said += [line for line in out.lines if "rebuilt 1 drain from the event log" in line]
+    assert len(said) == 1, said

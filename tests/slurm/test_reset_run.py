@@ -402,3 +402,12 @@ def test_the_plan_says_what_the_slurm_release_means_for_the_reset(version, says)
 
     assert slurm_note(version).startswith(says)
 
+
+def test_a_plan_with_no_gpu_in_scope_says_so():
+    """Without NVML (`quarantine reset --plan` on a node whose driver is gone) nothing is in scope:
+    the plan says "no GPU", not a bare "gpu"."""
+    from gpuhc.slurm.reset_plan import Plan
+
+    plan = Plan(targets=(), scope=(), together=False, scope_why="NVML unavailable", steps=(), blockers=("no NVML",),
+                expected_uuids={})
+    assert plan.lines()[0] == "reset scope: no GPU (NVML unavailable)"

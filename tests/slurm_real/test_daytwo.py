@@ -30,13 +30,13 @@ def calls(wd: Path, kind: str, node: str) -> int:
 
 
 def test_cpu_node_runs_the_shims_and_stays_in_service(slurm_cluster, tmp_path):
-    """c1 is declared a CPU node the way the shipped config does it (a `hosts:` entry with
-    `expected_gpus: 0`) under a top-level `expected_gpus: 8`; g1 gets no such entry, so it is
-    a GPU node whose driver vanished (NVML absent here) and must still be drained."""
+    """c1 is a CPU node to Slurm (no Gres=) and also declared one in the config (a `hosts:` entry
+    with `expected_gpus: 0`, as the shipped config's commented example shows) under a top-level
+    `expected_gpus: 8`; g1 has Gres=gpu:8 in slurm.conf, so it is a GPU node whose driver vanished
+    (NVML absent here) and must still be drained."""
     wd = tmp_path / "mixed"
     cfg = base_config(wd)
-    shipped = yaml.safe_load((REPO / "etc" / "gpuhc.yaml").read_text())
-    cpu_entry = next(h for h in shipped["hosts"] if h.get("node", {}).get("expected_gpus") == 0)
+    cpu_entry = {"match": "cpu[001-999]", "node": {"expected_gpus": 0}}
     cfg["node"] = {"expected_gpus": 8}
     # The host's /dev/kmsg carries driver-like lines other tests plant on purpose
     # (tests/sources/test_kernel_log_realkernel.py); both nodes read an empty recorded log instead.
@@ -44,7 +44,8 @@ def test_cpu_node_runs_the_shims_and_stays_in_service(slurm_cluster, tmp_path):
     cfg["sources"] = {"kernel_log": str(tmp_path / "kernel.log")}
     cfg["hosts"] = [{**cpu_entry, "match": "c1"}]
     c = slurm_cluster(workdir=wd, nodes=("c1", "g1"), healthcheck=True, prolog=True, epilog=True,
-                      healthcheck_interval=INTERVAL, gpuhc_config=cfg, prolog_flags="Alloc")
+                      healthcheck_interval=INTERVAL, gpuhc_config=cfg, prolog_flags="Alloc", gpus_per_node=8,
+                      gpu_nodes=("g1",))
 
     c.wait_for(lambda: c.node("g1").drained, 90, "g1 (a GPU node without its driver) drained")
     g1 = c.node("g1")

@@ -56,7 +56,7 @@ def test_hung_job_culprit_named_nothing_drained_then_requeued_without_it(slurm_c
     (rec,) = json.loads(gpuhc(c, "jobs", "--json", check=True).stdout)["jobs"]
     assert rec["job"] == str(job) and rec["verdict"] == "hung" and rec["culprits"] == ["n1:gpu3"]
     assert rec["reported"] == 2 and rec["since"] > 0 and rec["age_s"] >= 0
-    cols = gpuhc(c, "jobs", "-o", "job,culprits", "-h", check=True).stdout.split()
+    cols = gpuhc(c, "jobs", "-o", "job,culprits", "--noheader", check=True).stdout.split()
     assert cols == [str(job), "n1:gpu3"]
 
     # Nothing drained by default, and the job still runs where it ran.

@@ -1,0 +1,245 @@
+"""``gpuhc doctor``: is gpuhc wired into Slurm as it should be, on this node and on the admin host?
+
+It reads slurm.conf locally (gpuhc/slurm/slurmconf.py) and judges each setting gpuhc depends on
+(gpuhc/slurm/wiring.py), then what only this machine can say: its own name, Slurm's GPU count for
+it, the ``hosts:`` entry it gets, the textfile directory. With the Slurm clients it also asks
+``sinfo`` for every node, to show which ``hosts:`` entry and which expected GPU count each one
+gets; on the admin host (``--admin-host``, or where install.sh made the sweep's user) the sweep
+account's rights (``sacctmgr``) and ``sweep.results_dir``. Read only: it changes nothing.
+
+Exit 0 when nothing blocks, 1 on a blocker, 2 on a usage or config error (docs/slurm.md,
+"gpuhc doctor").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+
+import click
+
+from gpuhc.cli.common import node_name
+
+SWEEP_USER = "gpuhc"  # the system user install.sh --admin-host makes
+
+
+def _sh(argv: list[str], slurm: dict, timeout: float = 20.0) -> tuple[str | None, str | None]:
+    """(output, None) or (None, why): a Slurm client through the one wrapper."""
+    from gpuhc.errors import SlurmError, SlurmUnreachable
+    from gpuhc.slurm.command import SlurmCommand
+
+    try:
+        return SlurmCommand.from_section(slurm, timeout_s=timeout).call(argv), None
+    except (SlurmError, SlurmUnreachable) as e:
+        return None, str(e)
+
+
+def release(slurm: dict) -> str | None:
+    """The Slurm release of this machine's clients (``sinfo --version``: no controller call)."""
+    out, _ = _sh(["sinfo", "--version"], slurm, 10.0)
+    parts = (out or "").split()
+    return parts[1] if len(parts) >= 2 else None
+
+
+def expected_rows(names: list[str], conf, overrides: list, top_count) -> list[dict]:
+    """Per node: the ``hosts:`` entries that match it, Slurm's GPU count, the config's, and the
+    count gpu-count holds it to (docs/slurm.md, "Expected GPUs"; a baseline, being the node's
+    own file, is not seen from here)."""
+    from gpuhc.config_hosts import host_matches
+    from gpuhc.slurm.slurmconf import gpus_in
+
+    rows = []
+    for name in names:
+        line = conf.node(name) if conf is not None else None
+        try:
+            slurm = gpus_in(line.settings.get("gres")) if line is not None else None
+        except ValueError:
+            slurm = None
+        entries, count = [], top_count
+        for i, (pattern, settings) in enumerate(overrides):
+            if host_matches(name, pattern):
+                entries.append(f"hosts[{i}] {pattern}")
+                count = (settings.get("node") or {}).get("expected_gpus", count)
+        if slurm is not None:
+            expected, source = slurm, "slurm.conf"
+        elif count is not None:
+            expected, source = count, "config"
+        else:
+            expected, source = None, "none: a node with NVIDIA GPUs on its PCI bus must have them all in NVML"
+        status = "ok"
+        if slurm is not None and count is not None and count != slurm:
+            status = "warn"  # the config says otherwise; Slurm's count wins
+        rows.append({"node": name, "hosts_entries": entries, "slurm_gpus": slurm, "config_gpus": count,
+                     "expected": expected, "from": source, "status": status})
+    return rows
+
+
+def _fstype(path: str) -> str | None:
+    """The file system type ``path`` is on (/proc/self/mounts, longest mount point), None when
+    ``path`` is not a directory."""
+    if not os.path.isdir(path):
+        return None
+    real, best, kind = os.path.realpath(path), "", "unknown"
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 3:
+                    mnt = fields[1].replace("\\040", " ")
+                    if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                        best, kind = mnt, fields[2]
+    except OSError:
+        pass
+    return kind
+
+
+def _owner(path: str) -> str | None:
+    try:
+        return pwd.getpwuid(os.stat(path).st_uid).pw_name
+    except (OSError, KeyError):
+        return None
+
+
+def _textfile_problem(path: str | None) -> str | None:
+    if not path:
+        return None
+    from gpuhc.errors import GpuhcError
+    from gpuhc.fsutil import check_dir_chain
+
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        return "its directory does not exist (node_exporter's textfile collector reads it)"
+    try:
+        check_dir_chain(directory, "textfile directory", leaf="any")
+    except (GpuhcError, OSError) as e:
+        return str(e)
+    return None
+
+
+def is_admin_host() -> bool:
+    try:
+        pwd.getpwnam(SWEEP_USER)
+    except KeyError:
+        return False
+    return True
+
+
+def gather(config, conf, conf_error: str | None, admin: bool, ask_slurm: bool, node: str) -> dict:
+    from gpuhc.slurm import wiring
+    from gpuhc.slurm.slurmconf import slurm_gpus
+
+    slurm = config.section("slurm")
+    rel = release(slurm) if ask_slurm else None
+    findings = []
+    if conf is None:
+        findings.append(wiring.Finding("slurm.conf", wiring.BLOCKER, conf_error or "not found",
+                                       "run doctor where slurm.conf is, or name it: --slurm-conf FILE"))
+    else:
+        findings += wiring.judge(conf, config.data, rel)
+    mine = slurm_gpus(node, conf.path) if conf is not None else None
+    own = config.section("node").get("expected_gpus")
+    if mine is not None:
+        findings.append(wiring.Finding(f"this node ({node})", wiring.OK, f"Slurm gives it {mine[0]} GPU(s) "
+                                       f"({mine[1]}): gpu-count holds it to that"))
+    elif conf is not None:
+        findings.append(wiring.Finding(f"this node ({node})", wiring.INFO, "slurm.conf does not define it: "
+                                       f"expected GPUs from the baseline or the config ({own})"))
+    textfile = config.section("output").get("prometheus_textfile")
+    findings.append(wiring.textfile(textfile, _textfile_problem(textfile)))
+    rows: list[dict] = []
+    if ask_slurm:
+        out, err = _sh(["sinfo", "-N", "-h", "-o", "%N"], slurm)
+        if err is not None:
+            findings.append(wiring.Finding("sinfo", wiring.WARN, f"could not list the nodes ({err})",
+                                           "run doctor where the Slurm clients reach slurmctld"))
+        else:
+            names = list(dict.fromkeys(n.strip() for n in out.split() if n.strip()))
+            rows = expected_rows(names, conf, config.overrides, (config.top.get("node") or {}).get("expected_gpus"))
+            for r in rows:
+                if r["status"] == "warn":
+                    findings.append(wiring.Finding(f"expected GPUs of {r['node']}", wiring.WARN,
+                                                   f"slurm.conf gives {r['slurm_gpus']}, the config {r['config_gpus']} "
+                                                   f"({', '.join(r['hosts_entries']) or 'node.expected_gpus'}): "
+                                                   "Slurm's count is used", "drop the config's count for it"))
+    if admin:
+        sweep = config.section("sweep")
+        answer, err = _sh(["sacctmgr", "-n", "-P", "show", "user", SWEEP_USER, "format=user,adminlevel"], slurm)
+        findings.append(wiring.sweep_rights(SWEEP_USER, answer, err))
+        path = sweep.get("results_dir")
+        findings.append(wiring.results_dir(path, _fstype(path) if path else None, _owner(path) if path else None,
+                                           SWEEP_USER))
+    return {"node": node, "slurm_conf": conf.path if conf is not None else None, "release": rel,
+            "admin_host": admin, "worst": wiring.worst(findings), "findings": [f.as_dict() for f in findings],
+            "nodes": rows}
+
+
+def render(result: dict) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(soft_wrap=False)
+    style = {"ok": "green", "info": "cyan", "warn": "yellow", "blocker": "bold red"}
+    where = f"slurm.conf {result['slurm_conf'] or '(none)'}, Slurm {result['release'] or 'release unknown'}"
+    table = Table(title=f"gpuhc doctor on {escape(result['node'])}: {escape(where)}", title_justify="left")
+    for col in ("setting", "status", "found", "fix"):
+        table.add_column(col, overflow="fold")
+    for f in result["findings"]:
+        table.add_row(escape(f["setting"]), f"[{style[f['status']]}]{f['status']}[/]", escape(f["found"]),
+                      escape(f["fix"]))
+    console.print(table)
+    if result["nodes"]:
+        nodes = Table(title="expected GPUs of each node sinfo lists", title_justify="left")
+        for col in ("nodes", "hosts: entries", "slurm.conf", "config", "expected", "from"):
+            nodes.add_column(col, overflow="fold")
+        for group in _grouped(result["nodes"]):
+            nodes.add_row(*(escape(str(v)) for v in group))
+        console.print(nodes)
+    console.print(f"worst: [{style[result['worst']]}]{result['worst']}[/]")
+
+
+def _grouped(rows: list[dict]) -> list[tuple]:
+    """Nodes with the same answer on one line, as a hostlist (a thousand nodes in a few lines)."""
+    import hostlist
+
+    groups: dict[tuple, list[str]] = {}
+    for r in rows:
+        key = (", ".join(r["hosts_entries"]) or "-", "-" if r["slurm_gpus"] is None else r["slurm_gpus"],
+               "-" if r["config_gpus"] is None else r["config_gpus"],
+               "-" if r["expected"] is None else r["expected"], r["from"])
+        groups.setdefault(key, []).append(r["node"])
+    return [(hostlist.collect_hostlist(names), *key) for key, names in groups.items()]
+
+
+@click.command("doctor")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="gpuhc.yaml (default $GPUHC_CONFIG or /etc/gpuhc/gpuhc.yaml).")
+@click.option("--slurm-conf", type=click.Path(dir_okay=False), help="slurm.conf (default $SLURM_CONF, "
+              "/etc/slurm/slurm.conf, then a configless slurmd's copy).")
+@click.option("--node", "hostname", help="This node's Slurm name (default $SLURMD_NODENAME, then the host name).")
+@click.option("--admin-host/--no-admin-host", default=None, help="Also check the sweep's account and results_dir "
+              "(default: where the user gpuhc exists, as install.sh --admin-host makes it).")
+@click.option("--no-sinfo", is_flag=True, help="Ask Slurm nothing: slurm.conf and this machine only.")
+@click.option("--json", "json_mode", is_flag=True, help="JSON instead of tables.")
+def doctor(config_path, slurm_conf, hostname, admin_host, no_sinfo, json_mode) -> None:
+    """Check how gpuhc is wired into Slurm: each setting, what it is, and the fix.
+
+    Exit 0: nothing blocks; 1: a blocker; 2: a usage or config error.
+    """
+    from gpuhc.config import load_config
+    from gpuhc.slurm.slurmconf import SlurmConfError, read
+
+    node = node_name(hostname)
+    config = load_config(config_path, node)
+    try:
+        conf, conf_error = read(slurm_conf), None
+    except SlurmConfError as e:
+        conf, conf_error = None, str(e)
+    admin = is_admin_host() if admin_host is None else admin_host
+    result = gather(config, conf, conf_error, admin, not no_sinfo, node)
+    if json_mode:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        render(result)
+    raise SystemExit(1 if result["worst"] == "blocker" else 0)
