@@ -138,7 +138,7 @@ def stalls(out: str, watched: list[dict]) -> dict:
             return None
         k = min(len(delays) - 1, max(0, int(round(q * (len(delays) - 1)))))
         return delays[k]
-    wrong = [x for x in watched if x["job"] in ("3300", "3301") and x["kind"] == "hang"
+    wrong = [x for x in watched if x["job"] in {m["job"] for m in marks} and x["kind"] == "hang"
              and not any(m["job"] == x["job"] and m["start"] - 1 <= x["t"] <= m["start"] + m["seconds"] + 15 for m in marks)]
     return {"stalls": len(marks), "named": len(delays), "delays_s": delays, "p50_s": pct(0.5), "p90_s": pct(0.9),
             "missed": missed, "findings_outside_a_stall": [w["text"] for w in wrong]}
