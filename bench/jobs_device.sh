@@ -2,7 +2,7 @@
 # The job checks' device proof, issue 32 (issue 24's first version is in git history). For a
 # machine with 4 GPUs. Two parts, each its own call or both in one:
 #
-#   bash bench/jobs_device.sh cases    # ~4.5 min: one 4-rank job through every case, in phases
+#   bash bench/jobs_device.sh cases    # ~4.7 min: one 4-rank job through every case, in phases
 #   bash bench/jobs_device.sh stalls   # ~4 min: two 2-rank jobs, 5 random stalls each
 #   STALL_JOBS=1 STALLS=10 MON_S=480 bash bench/jobs_device.sh stalls   # one job, 10 stalls (~8.5 min)
 #
@@ -63,7 +63,10 @@ wait_phase() {  # wait until the phases job has printed phase $1 (at most $2 s)
 if [ "$part" = cases ] || [ "$part" = all ]; then
     echo "=== cases: one 4-rank job, phase after phase"
     start_watcher cases
-    SCHED="train:20,work1.5:18,work2:18,load:18,ckpt:60,train:8,eval:6,train:8,eval:6,pipe:18,kernel:28,stall:18,mismatch:18"
+    # stall lasts 28 s like kernel: a hang is called 12 s in and the watcher looks every 10 s, so
+    # only a phase of 12 + 10 s or more is sure to meet a watcher round while it lasts (the
+    # 2026-11-28 run's 18 s stall met none: docs/verification.md, "Job checks, round two")
+    SCHED="train:20,work1.5:18,work2:18,load:18,ckpt:60,train:8,eval:6,train:8,eval:6,pipe:18,kernel:28,stall:28,mismatch:18"
     SLURM_JOB_ID=3201 SLURM_JOB_NUM_NODES=1 SLURM_JOB_NAME=llm-phases setsid python3 $W phases --schedule "$SCHED" \
         --odd-rank 2 --gpu 3 --port 29521 --ckpt-dir "${TMPDIR:-/tmp}/gpuhc-ckpt" > "$OUT/phases.txt" 2> "$OUT/phases.err" &
     JOB=$!

@@ -126,7 +126,11 @@ def test_a_watcher_round_counts_for_the_phase_that_holds_most_of_its_window(tmp_
     run = FIXTURES / "jobs" / "h200x4-issue32-run"
     for name in ("decisions.log", "phases.txt"):
         (tmp_path / name).write_text((run / name).read_text())
-    rows = {r["phase"]: r for r in a.cases(str(tmp_path), a.watcher_lines(str(tmp_path)))}
+    try:
+        rows = {r["phase"]: r for r in a.cases(str(tmp_path), a.watcher_lines(str(tmp_path)))}
+    finally:
+        monkeypatch.undo()
+        time.tzset()
     assert rows["work2"]["watcher_first"] == {"after_s": 9, "kind": "straggler", "culprits": ["gpu2"]}
     assert rows["load"]["watcher_first"] == {"after_s": 11, "kind": "straggler", "culprits": ["gpu3"]}
     assert rows["ckpt"]["watcher_first"] is None
