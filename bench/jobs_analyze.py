@@ -24,6 +24,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from gpuhc.checks.jobs_judge import DEFAULTS  # noqa: E402 (the repository on the path first)
+
 # What each phase must be called (docs/checks.md, "jobs"); None: anything but a hang or a straggler.
 EXPECT = {
     "train": None, "eval": None, "ckpt": None,
@@ -32,6 +34,7 @@ EXPECT = {
     "kernel": ("hang", None),  # gpu2 where GPM tells it apart, else "every rank waits"
     "stall": ("hang", ["gpu2"]), "mismatch": ("hang", []),
 }
+WINDOW_S = float(DEFAULTS["window_s"])  # the seconds of samples one check (or watcher round) judges
 _LOG = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d) gpuhc watch \S+: watch: job (\d+) (looks hung|slowed by a straggler)(.*)$")
 _CULPRIT = re.compile(r"culprit: (gpu\d+(?:, gpu\d+)*)|each step for (gpu\d+)")
 
@@ -72,7 +75,11 @@ def cases(out: str, watched: list[dict]) -> list[dict]:
         hc = [{"after_s": round(t["time"] - start, 1), "status": r["status"], "signature": (r.get("value") or {}).get("signature"),
                "culprits": (r.get("value") or {}).get("culprits"), "message": r["message"][:240]}
               for t in ticks if start <= t["time"] < end for r in t["results"] if "status" in r]
-        w = [x for x in watched if x["job"] == "3201" and start <= x["t"] < end + 1]
+        # A watcher round judges the last WINDOW_S of samples: it belongs to the phase that holds
+        # most of that window, not to the phase it happened to be written in (a round 1 s into
+        # a phase still judges the phase before it). The log's time has second resolution.
+        w = [x for x in watched if x["job"] == "3201"
+             and min(x["t"] + 1, end) - max(x["t"] + 1 - WINDOW_S, start) > WINDOW_S / 2]
         expect = EXPECT.get(p["phase"])
         ok = _meets(expect, [(h["status"], h["signature"], h["culprits"]) for h in hc])
         rows.append({"n": i, "phase": p["phase"], "seconds": p["seconds"], "expect": expect, "health_check": hc,
@@ -131,7 +138,7 @@ def stalls(out: str, watched: list[dict]) -> dict:
             return None
         k = min(len(delays) - 1, max(0, int(round(q * (len(delays) - 1)))))
         return delays[k]
-    wrong = [x for x in watched if x["job"] in ("3300", "3301") and x["kind"] == "hang"
+    wrong = [x for x in watched if x["job"] in {m["job"] for m in marks} and x["kind"] == "hang"
              and not any(m["job"] == x["job"] and m["start"] - 1 <= x["t"] <= m["start"] + m["seconds"] + 15 for m in marks)]
     return {"stalls": len(marks), "named": len(delays), "delays_s": delays, "p50_s": pct(0.5), "p90_s": pct(0.9),
             "missed": missed, "findings_outside_a_stall": [w["text"] for w in wrong]}

@@ -115,3 +115,22 @@ def test_the_analysis_reads_the_device_runs_files(tmp_path, monkeypatch):
     # 72 clock ticks of CPU (the spinner's utime + stime) over 100 s of wall time
     assert a.cpu(out)["stalls"]["percent_of_one_core"] == pytest.approx(72 / os.sysconf("SC_CLK_TCK"), abs=0.001)
     assert a.recording(out, "GPU 0: test") == len([t for t in TICKS if t["run"] == "hang"])
+
+
+def test_a_watcher_round_counts_for_the_phase_that_holds_most_of_its_window(tmp_path, monkeypatch):
+    # The 4x H200 run's own decision log and phases (tests/fixtures/jobs/README.md): the
+    # watcher's round 1 s into `load` still judged `work2` (gpu2); its next, 11 s in, named gpu3.
+    monkeypatch.setenv("TZ", "UTC")  # the log's local time was UTC on the device
+    time.tzset()
+    a = analyze()
+    run = FIXTURES / "jobs" / "h200x4-issue32-run"
+    for name in ("decisions.log", "phases.txt"):
+        (tmp_path / name).write_text((run / name).read_text())
+    try:
+        rows = {r["phase"]: r for r in a.cases(str(tmp_path), a.watcher_lines(str(tmp_path)))}
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert rows["work2"]["watcher_first"] == {"after_s": 9, "kind": "straggler", "culprits": ["gpu2"]}
+    assert rows["load"]["watcher_first"] == {"after_s": 11, "kind": "straggler", "culprits": ["gpu3"]}
+    assert rows["ckpt"]["watcher_first"] is None

@@ -216,13 +216,15 @@ def _sets() -> list:
 
 def _slice(entry: dict) -> list[dict]:
     lines = [json.loads(line) for line in (FIXTURES / "jobs" / entry["file"]).read_text().splitlines()]
-    return [t for t in lines if t["run"] == entry["run"] and entry.get("from", 0) <= t["time"] <= entry.get("to", 1e12)]
+    runs = entry["run"] if isinstance(entry["run"], list) else [entry["run"]]
+    return [t for t in lines if t["run"] in runs and entry.get("from", 0) <= t["time"] <= entry.get("to", 1e12)]
 
 
 @pytest.mark.parametrize("kind,entry", _sets())
 def test_benign_set_never_called_fault_set_called_with_its_culprit(kind, entry):
     ticks = _slice(entry)
-    assert len(ticks) >= 2, f"{entry['what']}: too few ticks in its slice"
+    # a benign slice is judged over time; a fault may be one fresh health check in its phase (as on the device)
+    assert len(ticks) >= (2 if kind == "benign" else 1), f"{entry['what']}: too few ticks in its slice"
     prev: dict = {}
     called = []
     for t in ticks:
