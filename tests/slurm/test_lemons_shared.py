@@ -4,7 +4,10 @@ its GPUs. The topologies are Slurm's own topology.conf(5) examples (tests/fixtur
 
 from __future__ import annotations
 
+import os
 import time
+
+import pytest
 
 from tests.helpers.minislurm import OK, XID, MiniSlurm, config, run
 from tests.helpers.paths import REPO
@@ -113,3 +116,19 @@ def test_the_flow_leaves_out_a_switch_incident_seen_in_the_shared_logs(tmp_path,
     s, again = _drain_resume_drain(tmp_path / "c", monkeypatch, cfg(tmp_path / "c", str(tmp_path / "missing.conf")))
     assert s.nodes["n1"][1].startswith("gpuhc: RETIRED lemon")
     assert any("lemon memory: topology not read" in line for line in again.lines), again.lines
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the trusted-file rule applies to root (tests/run.sh runs as root)")
+def test_a_topology_file_users_can_write_is_refused_and_said(tmp_path, monkeypatch):
+    """The topology decides what counts toward a retirement: a file a user could write (to hide
+    a lemon behind a made-up switch) is read under the rule for files root trusts."""
+    topo = tmp_path / "topology.conf"
+    topo.write_text((TOPOLOGY / "topology-tree.conf").read_text().replace("dev[0-5]", "n[1-3]"))
+    os.chown(topo, 1000, 1000)
+    c = config(tmp_path, lemon={"faults": 2, "event_logs": [_neighbours_log(tmp_path, ["n2", "n3"], time.time())]},
+               cooldown_s=0, resume_after=1)
+    c.data["fleet"]["switch"]["topology_file"] = str(topo)
+    s, again = _drain_resume_drain(tmp_path, monkeypatch, c)
+    assert s.nodes["n1"][1].startswith("gpuhc: RETIRED lemon")
+    said = [line for line in again.lines if "lemon memory: topology not read" in line]
+    assert said and "owned by uid 1000, not root" in said[0], again.lines
