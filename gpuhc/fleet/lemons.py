@@ -14,7 +14,7 @@ apart; a node judging its own drain sees them only through shared logs (docs/rep
 from __future__ import annotations
 
 import time
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from gpuhc.fleet.switches import Failure, Incident, group_by_switch
 from gpuhc.logtext import escape
@@ -39,7 +39,7 @@ def gather(config, paths: list[str], now: float | None = None, show_all: bool = 
     return [s for s in found if show_all or s.lemon or s.near], settings, notes, incidents
 
 
-def table(rows: list[Standing], settings: LemonSettings, incidents: list[Incident] = ()) -> list[str]:
+def table(rows: list[Standing], settings: LemonSettings, incidents: Iterable[Incident] = ()) -> list[str]:
     """The plain table, node names, serials and checks escaped (an event log is anyone's file);
     then the switch incidents whose drains counted for the switch."""
     if not rows:

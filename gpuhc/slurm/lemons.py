@@ -11,6 +11,9 @@ failing results named (a GPU moved to another node takes its record along). The 
 ``slurm.lemon.window_days`` (D) retire it with a ``gpuhc: RETIRED lemon ...`` reason, whatever
 later retests say. The defaults and their arithmetic are in docs/facts.md ("Lemon nodes").
 
+A fault that was one of a switch incident (the same check on K nodes under one leaf within a
+window, :mod:`gpuhc.slurm.shared_cause`) counts for the switch, not the node (:func:`without_shared`).
+
 Where the history lives and how it is rebuilt: :mod:`gpuhc.slurm.lemon_memory`.
 """
 
