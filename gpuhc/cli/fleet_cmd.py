@@ -13,7 +13,7 @@ import click
 
 from gpuhc.cli.common import SourceArgs, load
 from gpuhc.cli.params import Number
-from gpuhc.errors import GpuhcError
+from gpuhc.errors import GpuhcError, SlurmError
 from gpuhc.fleet import lemons as lemon_standings
 from gpuhc.fleet import observed as observed_acts
 from gpuhc.fleet.gather import event_log_paths, find_suspects, gather_stats
@@ -179,21 +179,35 @@ def incidents(window: str | None, min_nodes: int | None, topology_file: str | No
               "Default: fleet.event_logs, then output.event_log.")
 @click.option("--all", "show_all", is_flag=True, help="Every node and GPU drained in the window, not only "
               "lemons and near-lemons.")
+@click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
+              help="topology.conf to read (default fleet.switch.topology_file, else `scontrol show topology`): "
+              "drains that were one switch incident count for the switch, not the nodes.")
 @click.option("--json", "json_mode", is_flag=True)
 @_config_option
-def lemons(event_logs: tuple[str, ...], show_all: bool, json_mode: bool, config_path: str | None) -> None:
+def lemons(event_logs: tuple[str, ...], show_all: bool, topology_file: str | None, json_mode: bool,
+           config_path: str | None) -> None:
     """Lemons: nodes, and GPUs by serial wherever they sat, drained slurm.lemon.faults times within
-    slurm.lemon.window_days (near-lemons: one short), with their drains. Exit 1 when any."""
+    slurm.lemon.window_days (near-lemons: one short), with their drains; drains of a switch
+    incident count for the switch, which is named. Exit 1 when any lemon."""
     config = _load(config_path)
     paths = event_log_paths(config, event_logs)
     if not paths:
         raise GpuhcError("no event log to read: set fleet.event_logs or output.event_log, or pass --event-log")
-    rows, settings, notes = lemon_standings.gather(config, paths, show_all=show_all)
+    path = topology_file or config.section("fleet")["switch"]["topology_file"]
+    topo_note = []
+    try:
+        leaf_of = read_topology_conf(path) if path else parse_topology(
+            Scontrol.from_section(config.section("slurm")).show_topology())
+    except SlurmError as e:  # no Slurm here: the lemons are still listed, the switches not told apart
+        leaf_of, topo_note = {}, [f"no topology ({e}): drains of a switch incident count for their nodes"]
+    rows, settings, notes, found = lemon_standings.gather(config, paths, show_all=show_all, leaf_of=leaf_of)
+    notes = topo_note + notes
     if json_mode:
         click.echo(json.dumps({"faults": settings.faults, "window_s": settings.window_s, "notes": notes,
-                               "standings": [r.to_dict() for r in rows]}, indent=2))
+                               "standings": [r.to_dict() for r in rows],
+                               "switch_incidents": [i.to_dict() for i in found]}, indent=2))
     else:
-        for line in lemon_standings.table(rows, settings) + [f"note: {n}" for n in notes]:
+        for line in lemon_standings.table(rows, settings, found) + [f"note: {n}" for n in notes]:
             click.echo(line)
     raise SystemExit(1 if any(r.lemon for r in rows) else 0)
 

@@ -55,6 +55,9 @@ HELP: dict[str, str] = {
     "gpuhc_breaker_drained_nodes": "Nodes drained by gpuhc when the circuit breaker was last evaluated",
     "gpuhc_breaker_cap": "Most nodes gpuhc may hold drained before the circuit breaker opens",
     "gpuhc_breaker_timestamp_seconds": "When the circuit breaker was last evaluated, seconds since the epoch",
+    "gpuhc_breaker_retired_nodes": "Retired nodes in the circuit breaker's scope (not counted toward the drain cap)",
+    "gpuhc_breaker_retired_cap": "The retirements' own cap: slurm.breaker.max_retired_percent of the scope, rounded up",
+    "gpuhc_breaker_retired_alert": "1 while retired nodes reach their cap (the breaker's ALERT: a person should look)",
 }
 
 FILE_MODE = 0o644
@@ -118,16 +121,24 @@ def write_textfile(path: str, report: dict[str, Any]) -> str:
     return target
 
 
-def write_breaker_metric(path: str, open: bool, drained: int, cap: int, now: float | None = None) -> None:
-    """The drain circuit breaker's state, in a file of its own (not a stage's file)."""
+def write_breaker_metric(path: str, open: bool, drained: int, cap: int, now: float | None = None,
+                         retired: int | None = None, retired_cap: int | None = None) -> None:
+    """The drain circuit breaker's state, in a file of its own (not a stage's file); with
+    ``retired_cap`` also the retirements' count, cap and alert (the breaker's ALERT line as a
+    gauge an alert rule can fire on: examples/alerting/gpuhc-rules.yml)."""
     import time
 
-    write_metrics(path, [
+    samples = [
         Sample("gpuhc_breaker_open", 1 if open else 0),
         Sample("gpuhc_breaker_drained_nodes", drained),
         Sample("gpuhc_breaker_cap", cap),
         Sample("gpuhc_breaker_timestamp_seconds", time.time() if now is None else now),
-    ])
+    ]
+    if retired_cap is not None:
+        n = retired or 0
+        samples += [Sample("gpuhc_breaker_retired_nodes", n), Sample("gpuhc_breaker_retired_cap", retired_cap),
+                    Sample("gpuhc_breaker_retired_alert", 1 if n >= retired_cap > 0 else 0)]
+    write_metrics(path, samples)
 
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")

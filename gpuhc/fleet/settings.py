@@ -24,7 +24,9 @@ SCHEMA = {
         "min_nodes": Key(int, 3, "K: this many nodes under one leaf switch failing the same check inside the "
                          "window make one suspect-switch incident", min=2),
         "window_s": Key(float, 1800.0, "how close together the failures must be", min=1.0),
-        "topology_file": Key(str, None, "a topology.conf to read instead of asking `scontrol show topology`",
+        "topology_file": Key(str, None, "a topology.conf to read instead of asking `scontrol show topology`; "
+                             "on a node, the lemon rule's only topology (drains of a switch incident count for "
+                             "the switch: docs/repair.md, Lemon memory)",
                              nullable=True),
     },
 }

@@ -9,25 +9,19 @@ failures that belong to none. It does not decide drains: each node was (or was n
 the usual policy and its circuit breaker, which is what stops a switch outage from draining a
 whole rack blindly.
 
-Grouping rule: failures of one check under one leaf, sorted by time; a run of failures whose
-first and last are at most ``window_s`` apart and that covers at least ``min_nodes`` (K)
-distinct nodes opens an incident, and later failures of that check under that leaf within
-``window_s`` of the incident's last one join it (a switch that keeps flapping is still one
-incident).
+Grouping rule: :mod:`gpuhc.slurm.shared_cause` (the lemon rule uses the same one, so a switch
+incident listed here is one whose faults count for no node's lemon record).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from gpuhc.slurm.reason import parse_reason
 from gpuhc.slurm.report import compress
-from gpuhc.topology_text import parse_topology
-from gpuhc.untrusted import read_bounded
-
-TOPOLOGY_LIMIT = 16 * 1024 * 1024
+from gpuhc.slurm.shared_cause import group_runs
+from gpuhc.topology_text import parse_topology_conf, read_topology_conf  # noqa: F401 (the fleet's readers)
 
 
 @dataclass(frozen=True)
@@ -67,53 +61,13 @@ class Incident:
                 "failures": [{"node": f.node, "time": f.time, "detail": f.detail} for f in self.failures]}
 
 
-def parse_topology_conf(text: str) -> dict[str, str]:
-    """topology.conf -> {node: leaf switch}: switches (or blocks) that list ``Nodes=``. Comments
-    and ``\\`` line continuations are handled as Slurm does."""
-    lines = []
-    for raw in re.sub(r"\\\n", " ", text).splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if line:
-            lines.append(line)
-    return parse_topology("\n".join(lines))
-
-
-def read_topology_conf(path: str) -> dict[str, str]:
-    return parse_topology_conf(read_bounded(path, TOPOLOGY_LIMIT, "topology file").decode("utf-8", "replace"))
-
-
 def group_by_switch(failures: Iterable[Failure], leaf_of: dict[str, str], min_nodes: int = 3,
                     window_s: float = 1800.0) -> tuple[list[Incident], list[Failure]]:
-    """(incidents, failures in no incident). Nodes the topology does not place are never grouped."""
-    if min_nodes < 2:
-        raise ValueError("min_nodes must be at least 2: one node is a node failure, not a switch's")
-    by_key: dict[tuple[str, str], list[Failure]] = {}
-    rest: list[Failure] = []
-    for f in failures:
-        leaf = leaf_of.get(f.node)
-        if leaf is None:
-            rest.append(f)
-        else:
-            by_key.setdefault((leaf, f.check), []).append(f)
-    incidents: list[Incident] = []
-    for (leaf, check), group in sorted(by_key.items()):
-        group.sort(key=lambda f: (f.time, f.node))
-        i = 0
-        while i < len(group):
-            j = i
-            while j + 1 < len(group) and group[j + 1].time - group[i].time <= window_s:
-                j += 1
-            if len({f.node for f in group[i:j + 1]}) >= min_nodes:
-                inc = Incident(leaf, check, list(group[i:j + 1]))
-                j += 1
-                while j < len(group) and group[j].time - inc.last <= window_s:
-                    inc.failures.append(group[j])
-                    j += 1
-                incidents.append(inc)
-                i = j
-            else:
-                rest.append(group[i])
-                i += 1
+    """(incidents, failures in no incident), by the shared-cause rule
+    (:func:`gpuhc.slurm.shared_cause.group_runs`). Nodes the topology does not place are never grouped."""
+    runs, rest = group_runs(failures, leaf_of, lambda f: f.node, lambda f: f.check, lambda f: f.time,
+                            min_nodes, window_s)
+    incidents = [Incident(leaf, check, members) for leaf, check, members in runs]
     return sorted(incidents, key=lambda x: (x.first, x.switch)), sorted(rest, key=lambda f: (f.time, f.node))
 
 

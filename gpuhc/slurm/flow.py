@@ -275,7 +275,7 @@ def breaker_metric(out: Outcome, config) -> str | None:
     try:
         from gpuhc.export.prometheus import write_breaker_metric
 
-        write_breaker_metric(path, b.open, b.drained, b.cap)
+        write_breaker_metric(path, b.open, b.drained, b.cap, retired=b.retired, retired_cap=b.retired_cap)
     except Exception as e:  # metrics are best effort: never change the verdict
         return f"breaker metric {path}: {e}"
     return None

@@ -15,6 +15,13 @@ mended (:func:`forgive`: the resume of a node gpuhc held that someone else did, 
 :mod:`gpuhc.slurm.handover`, which ``gpuhc quarantine release`` is; ``gpuhc quarantine forget``
 on the node) stamps ``lemons.cleared_at``, and drains before it no longer count. The stamp is in
 the node's state: a state rebuilt from the event log has no stamp (docs/repair.md says so).
+
+Shared causes (issue 30): with ``fleet.switch.topology_file`` set (Slurm's topology.conf, local
+config: no Slurm call), a drain judged here leaves out every fault of a switch incident (the
+same check on K nodes under one leaf within the window, :mod:`gpuhc.slurm.shared_cause`). A
+node sees its neighbours' faults only through ``slurm.lemon.event_logs`` naming their shipped
+logs; with its own log alone it sees no group, and ``gpuhc fleet lemons`` is where a switch
+incident is told apart (docs/repair.md "Lemon memory").
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import os
 from dataclasses import replace
 from typing import Any, Iterable
 
-from gpuhc.slurm.lemons import Fault, LemonSettings, fault_of, judge, lemon_reason
+from gpuhc.slurm.lemons import Fault, LemonSettings, SharedCauses, fault_of, judge, lemon_reason
 from gpuhc.slurm.policy import Act, Decision
 
 STATE_KEY = "lemons"
@@ -162,11 +169,30 @@ class LemonCheck:
         self._history = history or []
         return self._history
 
+    def causes(self) -> SharedCauses | None:
+        """The topology that groups faults into switch incidents, from ``fleet.switch`` when it
+        names a topology file; None (every fault the node's own) when it names none. The file
+        decides retirements, so it is read under the rule for files root trusts; one that cannot
+        be read is said and the rule runs without it."""
+        from gpuhc.fsutil import check_trusted_file
+        from gpuhc.topology_text import read_topology_conf
+
+        switch = self.flow.opts.config.section("fleet")["switch"]
+        path = switch.get("topology_file")
+        if not path:
+            return None
+        try:
+            check_trusted_file(path, "lemon topology file")
+            return SharedCauses.from_section(read_topology_conf(path), switch)
+        except Exception as e:  # a missing or unsafe file: judge as before, and say it
+            self.flow.log(f"lemon memory: topology not read, switch incidents not told apart ({e})", loud=True)
+            return None
+
     def apply(self, decision: Decision) -> Decision:
         """A drain of a lemon becomes its retirement, with the lemon reason."""
         if decision.act is not Act.DRAIN:
             return decision
-        st = judge(self.fault, self.history, self.settings, self.cleared_at, self.present)
+        st = judge(self.fault, self.history, self.settings, self.cleared_at, self.present, self.causes())
         if st is None:
             return decision
         why = f"{decision.why}; lemon: {st.kind} {st.key} drained {len(st.faults)} times in {self.settings.window_text}"

@@ -11,6 +11,9 @@ failing results named (a GPU moved to another node takes its record along). The 
 ``slurm.lemon.window_days`` (D) retire it with a ``gpuhc: RETIRED lemon ...`` reason, whatever
 later retests say. The defaults and their arithmetic are in docs/facts.md ("Lemon nodes").
 
+A fault that was one of a switch incident (the same check on K nodes under one leaf within a
+window, :mod:`gpuhc.slurm.shared_cause`) counts for the switch, not the node (:func:`without_shared`).
+
 Where the history lives and how it is rebuilt: :mod:`gpuhc.slurm.lemon_memory`.
 """
 
@@ -18,9 +21,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from gpuhc.slurm.reason import format_reason, parse_reason
+from gpuhc.slurm.shared_cause import group_runs
 
 MAX_TEXT = 256  # a node name, serial, UUID or check read back from a record is cut to this
 # Drains that say nothing about the hardware: a process left on a GPU (occupancy) is a job's or
@@ -148,6 +152,38 @@ def standings(faults: Iterable[Fault], now: float, s: LemonSettings) -> list[Sta
     return sorted(out, key=lambda st: (not st.lemon, -len(st.faults), st.kind != "node", st.key))
 
 
+@dataclass(frozen=True)
+class SharedCauses:
+    """What groups faults into one shared cause: the leaf switch of each node (Slurm's topology)
+    and the shared-cause rule's K and window (``fleet.switch``; :mod:`gpuhc.slurm.shared_cause`)."""
+
+    leaf_of: Mapping[str, str]
+    min_nodes: int = 3
+    window_s: float = 1800.0
+
+    @classmethod
+    def from_section(cls, leaf_of: Mapping[str, str], switch: dict[str, Any]) -> SharedCauses:
+        return cls(leaf_of, int(switch["min_nodes"]), float(switch["window_s"]))
+
+
+def shared(faults: Iterable[Fault], causes: SharedCauses) -> dict[tuple[str, float], str]:
+    """(node, time) -> the switch, for every fault that is one of a switch incident: the same
+    check failed on K nodes under one leaf within the window. Such a fault counts for the switch,
+    not for the node or its GPUs (issue 30)."""
+    runs, _ = group_runs(faults, causes.leaf_of, lambda f: f.node, lambda f: f.check, lambda f: f.time,
+                         causes.min_nodes, causes.window_s)
+    return {(f.node, round(f.time, 3)): leaf for leaf, _, members in runs for f in members}
+
+
+def without_shared(faults: Iterable[Fault], causes: SharedCauses | None) -> list[Fault]:
+    """The faults that are the node's own: those of a switch incident left out."""
+    faults = list(faults)
+    if causes is None or not causes.leaf_of:
+        return faults
+    gone = shared(faults, causes)
+    return [f for f in faults if (f.node, round(f.time, 3)) not in gone]
+
+
 def counted(new: Fault, history: Iterable[Fault], cleared_at: float | None = None,
             present: frozenset[str] | None = None) -> list[Fault]:
     """The history that still counts against ``new``'s node: a person's word that the node is
@@ -167,13 +203,19 @@ def counted(new: Fault, history: Iterable[Fault], cleared_at: float | None = Non
 
 
 def judge(new: Fault, history: Iterable[Fault], s: LemonSettings, cleared_at: float | None = None,
-          present: frozenset[str] | None = None) -> Standing | None:
+          present: frozenset[str] | None = None, causes: SharedCauses | None = None) -> Standing | None:
     """Is the node of this new drain, or one of its GPUs, a lemon once the drain is counted?
     The node's own count first, then the GPUs'; None when neither reaches K. Only what
-    :func:`counted` keeps is counted."""
+    :func:`counted` keeps is counted, and (``causes``) no fault of a switch incident: the
+    history must then hold the neighbours' faults too (shared event logs), or no group is seen."""
     if not s.enabled or new.check in NOT_HARDWARE:
         return None
     history = counted(new, history, cleared_at, present)
+    if causes is not None and causes.leaf_of:
+        own = without_shared([*history, new], causes)
+        if new not in own:
+            return None  # this drain is one of a switch incident: it counts for the switch
+        history = [f for f in own if f is not new]
     found = standings([*history, new], new.time, s)
     mine = {("node", new.node)}
     serial_of = {g.uuid: g.serial for f in [*history, new] for g in f.gpus if g.uuid and g.serial}

@@ -181,3 +181,19 @@ def test_names_prometheus_would_refuse_are_refused():
         render([Sample("gpuhc-bad", 1)], {"gpuhc-bad": "x"})
     with pytest.raises(ValueError, match="label name"):
         render([Sample("gpuhc_x", 1, {"0bad": "v"})], {"gpuhc_x": "x"})
+
+
+def test_breaker_metric_carries_the_retirements_alert(tmp_path):
+    """Issue 30: the breaker's retirement cap said ALERT only in a log line; the gauge lets the
+    shipped rule (GpuhcRetirementsAtCap) fire on it."""
+    path = str(tmp_path / "gpuhc-breaker.prom")
+    write_breaker_metric(path, False, 1, 5, now=1.0, retired=2, retired_cap=2)
+    m = parse(path)
+    assert (val(m, "gpuhc_breaker_retired_nodes"), val(m, "gpuhc_breaker_retired_cap"),
+            val(m, "gpuhc_breaker_retired_alert")) == (2, 2, 1)
+    write_breaker_metric(path, False, 1, 5, now=1.0, retired=1, retired_cap=2)
+    assert val(parse(path), "gpuhc_breaker_retired_alert") == 0
+    write_breaker_metric(path, False, 1, 5, now=1.0, retired=0, retired_cap=0)  # a cap of 0: no alert
+    assert val(parse(path), "gpuhc_breaker_retired_alert") == 0
+    write_breaker_metric(path, False, 1, 5, now=1.0)  # no retirement count known: no such series
+    assert not any(k[0].startswith("gpuhc_breaker_retired") for k in parse(path))

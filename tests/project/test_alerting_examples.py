@@ -35,7 +35,7 @@ def _promtool() -> str:
 def test_promtool_accepts_the_rules():
     cp = subprocess.run([_promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0, cp.stdout + cp.stderr
-    assert "SUCCESS: 8 rules found" in cp.stdout + cp.stderr
+    assert "SUCCESS: 9 rules found" in cp.stdout + cp.stderr
 
 
 def test_promtool_unit_tests_of_the_rules_pass():
@@ -54,7 +54,7 @@ def test_rules_and_dashboard_name_only_metrics_gpuhc_writes():
     used = {m for e in _exprs() for m in METRIC.findall(e)}
     assert used and used <= set(HELP), used - set(HELP)
     # and they cover the node, check and breaker families
-    assert {"gpuhc_node_healthy", "gpuhc_check_status", "gpuhc_breaker_open"} <= used
+    assert {"gpuhc_node_healthy", "gpuhc_check_status", "gpuhc_breaker_open", "gpuhc_breaker_retired_alert"} <= used
 
 
 def test_dashboard_is_importable_json():

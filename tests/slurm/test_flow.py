@@ -125,3 +125,16 @@ def test_a_bug_after_the_decision_keeps_the_decisions_exit_code(tmp_path, monkey
     assert code == 0 and out is not None and rendered == [1]
     said = [line for line in out.lines if "internal error after the decision" in line]
     assert len(said) == 2 and all("the decision stands" in x for x in said), out.lines
+
+
+def test_breaker_metric_exports_the_retirements_alert(tmp_path):
+    """The breaker count a run made writes its retirements and their ALERT next to the drain cap."""
+    from gpuhc.slurm.breaker import BreakerState
+    from gpuhc.slurm.flow import breaker_metric
+
+    cfg = config(tmp_path)
+    cfg.section("output")["prometheus_textfile"] = str(tmp_path / "prom" / "gpuhc.prom")
+    state = BreakerState(False, 1, 10, 2, "cluster", retired=1, retired_cap=1)
+    assert state.retired_alert and breaker_metric(Outcome(0, breaker=state), cfg) is None
+    text = (tmp_path / "prom" / "gpuhc-breaker.prom").read_text()
+    assert "gpuhc_breaker_retired_alert 1.0" in text and "gpuhc_breaker_retired_cap 1.0" in text

@@ -178,7 +178,7 @@ def test_fleet_lemons_lists_lemons_and_near_lemons_with_their_drains(tmp_path):
     for node, gpu, age_days in (("n1\x1b[2J", G7, 3), ("n2", G7, 2), ("n2", None, 1), ("n3", None, 40)):
         rec = Fault(now - age_days * DAY, node, "xid", (gpu,) if gpu else ()).to_dict()
         append_event(str(log), {"node": node, "started": rec["time"], "slurm": {"acted": True, "fault": rec}})
-    rows, settings, notes = gather(Config(defaults(schema())), [str(log)], now)
+    rows, settings, notes, _ = gather(Config(defaults(schema())), [str(log)], now)
     got = [(s.kind, s.key, len(s.faults), s.lemon, s.near) for s in rows]
     assert got == [("node", "n2", 2, False, True), ("gpu", G7.serial, 2, False, True)] and notes == []
     text = "\n".join(table(rows, settings))

@@ -177,6 +177,12 @@ def switch_incident(c):
     table = gpuhc(c, "fleet", "incidents")
     assert "leaf2" in table.stdout and "n[4-6]" in table.stdout
     assert [e["event"] for e in hook_events(c)].count("drain") == 5  # n1 twice before, n4-n6 now
+    # fleet lemons, live topology too (issue 30): the three drains are leaf2's, no node's
+    lm = gpuhc(c, "fleet", "lemons", "--all", "--json")
+    assert lm.returncode == 0, lm.stderr
+    doc = json.loads(lm.stdout)
+    assert [(i["switch"], i["nodes"]) for i in doc["switch_incidents"]] == [("leaf2", ["n4", "n5", "n6"])], doc
+    assert not {"n4", "n5", "n6"} & {s["key"] for s in doc["standings"]}, doc["standings"]
 
     # drain-report, live, reads `scontrol show topology` itself: one leaf2 group before the
     # causes, and those three nodes are not repeated as infiniband failures
