@@ -86,14 +86,17 @@ CLASSES: tuple[FaultClass, ...] = (
     FaultClass("power", EXAMPLES / "power-capped.yaml", _llama(3), "power supply", "health check",
                reboot_fix=0.5, clears_after_s=(3600, 14400), kills_job=False),
     # Network switch/cable (35) + NIC (7): flaps 14, flaps that build over days 7, long
-    # port-downs 14, a leaf switch's event under several nodes at once 7 (our split).
+    # port-downs that come back by themselves 7 (a switch-side reset) or need a person's cable or
+    # transceiver 7, a leaf switch's event under several nodes at once 7 (our split).
     FaultClass("ib-flap", EXAMPLES / "ib-flapping.yaml", _llama(14), "switch/cable + NIC", "health check",
                clears_after_s=(300, 1800), kills_job=False, person="cable"),
     FaultClass("ib-flap-building", EXAMPLES / "ib-flapping.yaml", _llama(7), "switch/cable + NIC",
                "health check (single flaps first: WARN)", kills_job=False, person="cable",
                builds_s=(1 * DAY, 4 * DAY)),
-    FaultClass("ib-port-down", EXAMPLES / "ib-port-down.yaml", _llama(14), "switch/cable + NIC", "health check",
-               reboot_fix=0.2, person="cable"),
+    FaultClass("ib-port-down", EXAMPLES / "ib-port-down.yaml", _llama(7), "switch/cable + NIC", "health check",
+               reboot_fix=0.2, clears_after_s=(4 * 3600, 12 * 3600), person="cable"),
+    FaultClass("ib-cable", EXAMPLES / "ib-port-down.yaml", _llama(7), "switch/cable + NIC", "health check",
+               person="cable"),
     FaultClass("switch-event", EXAMPLES / "ib-port-down.yaml", _llama(7), "switch/cable + NIC",
                "health check, on every node of the leaf", clears_after_s=(1200, 5400), person="cable", switch=True),
     FaultClass("host-maintenance", EXAMPLES / "healthy-8xh100.yaml", _llama(32), "host maintenance",

@@ -34,7 +34,7 @@ from . import faults as F
 from . import noise as N
 from .active_gpu import stand_in
 from .jobs import Jobs
-from .node import Node, _epoch, retest, restamp
+from .node import ONE_FLAP, Node, _epoch, retest, restamp
 from .people import People
 from .slurm import ModelSlurm
 
@@ -69,7 +69,7 @@ class Campaign(Jobs, People):
                  rate_scale: float = 1.0, reset_s: float = 60.0, reboot_s: float = 600.0, load: float = 0.8,
                  inject: list | None = None, jobs: list | None = None, time_scale: float = 1.0,
                  noise: bool = True, classes: tuple[str, ...] | None = None, odds: float = 1.0,
-                 busy_share: float = N.BUSY_SHARE, pinned_share: float = 0.1):
+                 busy_share: float = N.BUSY_SHARE, pinned_share: float = 0.1, noise_inject: list | None = None):
         self.config, self.days, self.seed = config, days, seed
         # Every duration of the model times this: a real campaign's compression (docs/campaign.md,
         # "Trusting the model"); reset_s and reboot_s are given already scaled.
@@ -77,7 +77,9 @@ class Campaign(Jobs, People):
         self.gpus, self.reset_s, self.reboot_s, self.load = gpus, reset_s, reboot_s, load
         self.rate_scale, self.noise_on, self.classes, self.odds_factor = rate_scale, noise, classes, odds
         self.busy_share, self.pinned_share = busy_share, pinned_share
-        self.inject = inject  # [(seconds from the start, class name, node, permanent)]: instead of the draw
+        # [(seconds from the start, class name, node, permanent: True, False or "lemon")]: instead of the draw
+        self.inject = inject
+        self.noise_inject = noise_inject  # [(seconds from the start, noise kind, node)]: instead of the noise draw
         self.given_jobs = jobs  # [(seconds from the start, nodes, duration s, pinned)]: instead of the stream
         self.rng = random.Random(seed)
         self.noise_rng = random.Random(seed * 7919 + 1)  # noise apart, so the fault draw is the seed's
@@ -90,6 +92,7 @@ class Campaign(Jobs, People):
         self.faults: list[F.Fault] = []
         self.stats = Stats()
         self.lines_cache: dict = {}
+        self.spans: dict = {}  # scenario -> seconds from its first kernel line to its last
         self.current: Node | None = None
         self.hc_due: set[str] = set()
         self.samples: list = []
@@ -137,7 +140,10 @@ class Campaign(Jobs, People):
                 drawn = [(t, F.BY_NAME[cls], name, permanent) for t, cls, name, permanent in self.inject]
             for t, cls, name, permanent in drawn:
                 self.at(T0 + t * self.ts, "fault", cls.name, name, permanent)
-            if self.noise_on:
+            if self.noise_inject is not None:
+                for t, kind, name in self.noise_inject:
+                    self.at(T0 + t * self.ts, "noise", kind, name)
+            elif self.noise_on:
                 self._draw_noise(horizon)
             if self.given_jobs is None:
                 self.arrivals(horizon)
@@ -325,11 +331,12 @@ class Campaign(Jobs, People):
             node.off = True  # before the job's end: no epilog runs on a dead host
             self.host_down(self._arise(cls, name, permanent))
             return
-        f = self._arise(cls, name, permanent, recurrence=recurrence)
-        if cls.lemon_share and not permanent and recurrence == 0:
-            f.lemon = self.rng.random() < cls.lemon_share
-        elif recurrence:
+        lemon = permanent == "lemon"
+        f = self._arise(cls, name, permanent is True, recurrence=recurrence)
+        if lemon or recurrence:
             f.lemon = True
+        elif cls.lemon_share and not permanent:
+            f.lemon = self.rng.random() < cls.lemon_share
 
     def _arise(self, cls: F.FaultClass, name: str, permanent: bool, clears_at: float | None = None,
                recurrence: int = 0) -> F.Fault:
@@ -345,6 +352,7 @@ class Campaign(Jobs, People):
             f.building = True
             self.at(self.now() + self.rng.uniform(*cls.builds_s) * self.ts, "built", f.id)
         f.runs_left = cls.grows_for_runs  # a growing recording: over after these runs of the node
+        self._stamp(f, self.now())
         self.faults.append(f)
         node.faults.append(f)
         if not cls.app:
@@ -360,10 +368,29 @@ class Campaign(Jobs, People):
         self._watch(name)
         return f
 
+    def _stamp(self, f: F.Fault, t: float) -> None:
+        """The fault's kernel lines start at ``t``; a recording whose lines span time (an IB
+        flap's outages) keeps growing after the fault arose: the node's inputs change again
+        once the last line is in the past."""
+        f.stamp = t
+        path = ONE_FLAP if f.building else f.cls.scenario
+        if path not in self.spans:
+            from .node import kernel_lines
+
+            stamps = [_epoch(ln[:19]) for ln in kernel_lines(path)]
+            self.spans[path] = max(stamps) - min(stamps) if stamps else 0.0
+        if self.spans[path] > 0:
+            self.at(t + self.spans[path] + 1.0, "log_grew", f.node)
+
+    def _on_log_grew(self, name: str) -> None:
+        self.nodes[name].version += 1
+        self._watch(name)
+
     def _on_built(self, fid: int) -> None:
         f = self.faults[fid]
         if f.active and f.building:
-            f.building, f.stamp = False, self.now()  # the cable now flaps in earnest
+            f.building = False
+            self._stamp(f, self.now())  # the cable now flaps in earnest
             self._watch(f.node)
 
     def _on_clear(self, fid: int) -> None:
@@ -457,7 +484,7 @@ class Campaign(Jobs, People):
             if self.rng.random() < self.odds(node, f, f.cls.reset_fix):
                 self._repair(node, f, "reset")
             else:
-                f.stamp = self.now()  # it shows again after the reset
+                self._stamp(f, self.now())  # it shows again after the reset
         node.version += 1
         node.write(self.now(), self.lines_cache, self._patch(node.name))
         return None, Outcome(True, False, f"campaign stand-in reset of gpu{','.join(map(str, gpus))}")
@@ -485,7 +512,7 @@ class Campaign(Jobs, People):
         self.slurm.reboot_done(name)
         self.offset += 60.0 * self.ts  # the retest unit runs once the node is up
         for f in survivors:  # the driver logs it again when the retest touches the GPU, after its acknowledgement
-            f.stamp = self.now() + 1.0
+            self._stamp(f, self.now() + 1.0)
         self.stats.retests.append((self.now(), name, retest(self._flow(name, "bootstrap"))))
         node.settled.clear()
         self._watch(name)
