@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    p.add_argument("--policy", default="shipped", help="shipped|ladder|strict|loose|ticket-reboot|observe")
+    p.add_argument("--policy", help="shipped (the default; --real: ladder)|ladder|strict|loose|ticket-reboot|observe")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--seeds", metavar="A-B", help="a sweep: every seed from A to B, and their distributions")
     p.add_argument("--records", metavar="FILE", help="--seeds: each seed's numbers, one JSON line each")
@@ -54,6 +54,7 @@ def parse(argv):
     p.add_argument("--json", metavar="FILE", help="write the JSON document here instead of stdout")
     p.add_argument("--png", metavar="FILE", help="write the timeline here")
     a = p.parse_args(argv)
+    a.policy = a.policy or ("ladder" if a.real else "shipped")  # the real campaign's deployment has the ladder
     if a.seeds is not None:
         lo, _, hi = a.seeds.partition("-")
         if not (lo.isdigit() and (hi or lo).isdigit() and int(lo) <= int(hi or lo)):

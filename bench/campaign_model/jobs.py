@@ -78,7 +78,7 @@ class Jobs:
                     continue
                 chosen = list(j.pinned)
             elif len(free) >= j.size:
-                chosen = self.rng.sample(free, j.size)
+                chosen = free[:j.size] if self.placement == "lowest" else self.rng.sample(free, j.size)
             else:
                 continue
             self.queue.remove(j)

@@ -48,6 +48,7 @@ OBSERVE_RERUN_S = 6 * 3600.0
 # rate rules' 1 h, the xid and nvswitch windows' 24 h): a held node's verdict can change only
 # when one of its lines crosses one of them (Campaign._held_quiet).
 HOLD_WINDOWS_S = (600.0, 3600.0, 86400.0)
+LADDER_RECHECK_S = 1800.0  # the ladder's reboot_timeout_s (gpuhc/slurm/ladder.py)
 
 
 @dataclass
@@ -69,7 +70,8 @@ class Campaign(Jobs, People):
                  rate_scale: float = 1.0, reset_s: float = 60.0, reboot_s: float = 600.0, load: float = 0.8,
                  inject: list | None = None, jobs: list | None = None, time_scale: float = 1.0,
                  noise: bool = True, classes: tuple[str, ...] | None = None, odds: float = 1.0,
-                 busy_share: float = N.BUSY_SHARE, pinned_share: float = 0.1, noise_inject: list | None = None):
+                 busy_share: float = N.BUSY_SHARE, pinned_share: float = 0.1, noise_inject: list | None = None,
+                 placement: str = "random"):
         self.config, self.days, self.seed = config, days, seed
         # Every duration of the model times this: a real campaign's compression (docs/campaign.md,
         # "Trusting the model"); reset_s and reboot_s are given already scaled.
@@ -77,6 +79,9 @@ class Campaign(Jobs, People):
         self.gpus, self.reset_s, self.reboot_s, self.load = gpus, reset_s, reboot_s, load
         self.rate_scale, self.noise_on, self.classes, self.odds_factor = rate_scale, noise, classes, odds
         self.busy_share, self.pinned_share = busy_share, pinned_share
+        # "random": any free nodes; "lowest": the lowest-named free ones, as slurmctld picks whole
+        # nodes of one partition (the real campaign, where Slurm places the jobs)
+        self.placement = placement
         # [(seconds from the start, class name, node, permanent: True, False or "lemon")]: instead of the draw
         self.inject = inject
         self.noise_inject = noise_inject  # [(seconds from the start, noise kind, node)]: instead of the noise draw
@@ -218,9 +223,9 @@ class Campaign(Jobs, People):
 
     def _held_quiet(self, name: str) -> bool:
         """A held node whose last health check failed and sent nothing, with the same inputs and
-        Slurm row since: the same run again gives the same answer until one of its kernel lines
-        leaves one of the checks' windows (HOLD_WINDOWS_S). Only without the ladder, whose waits
-        are its own."""
+        Slurm row since (no reboot under way): the same run again gives the same answer until
+        one of its kernel lines leaves one of the checks' windows (HOLD_WINDOWS_S); with the
+        ladder, at least every LADDER_RECHECK_S, its shortest own deadline."""
         memo = self.nodes[name].hold_memo
         return memo is not None and memo[0] == self._hold_key(name) and self.now() < memo[1]
 
@@ -261,7 +266,7 @@ class Campaign(Jobs, People):
         patch = dict(node.sticky)
         for ep in node.noise:
             patch = N.merge(patch, ep[1].patch)
-        if name in self.running:
+        if name in self.running and self.noise_on:
             patch = N.merge(N.BUSY, patch)
         return patch
 
@@ -293,9 +298,12 @@ class Campaign(Jobs, People):
             node.settled[stage] = key
         else:
             node.settled.pop(stage, None)
-        if (stage == "passive" and not sent and not self.ladder and not row.in_service
+        if (stage == "passive" and not sent and not row.in_service and not row.reboot_pending
                 and self.last_verdict == "fail" and not any(f.runs_left for f in node.faults)):
-            node.hold_memo = (self._hold_key(name), self._hold_until(name))
+            until = self._hold_until(name)
+            if self.ladder:  # the ladder's own deadlines (reboot_timeout_s) are re-read at least this often
+                until = min(until, self.now() + LADDER_RECHECK_S * self.ts)
+            node.hold_memo = (self._hold_key(name), until)
         return out
 
     def _flow(self, name: str, stage: str, env: dict | None = None):

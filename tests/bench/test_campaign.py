@@ -230,3 +230,22 @@ def test_a_reboot_for_every_ticket_would_retire_a_node_whose_ib_port_comes_back(
     (tmp_path / "s").mkdir()
     s = campaign(tmp_path / "s", inject, days=0.6, seed=4)  # the ladder, without a reboot for tickets
     assert s.slurm.nodes["gpu002"].in_service and not [e for e in s.slurm.events if e[2] == "reboot-asked"]
+
+
+def test_the_cli_sweeps_a_few_seeds_and_reports_each(tmp_path, capsys):
+    # CI's size of the campaign (docs/campaign.md): three seeds of 8 nodes for half a day, each
+    # seed's record kept, the distributions and the goals in one document.
+    import json
+
+    import campaign
+
+    out = tmp_path / "shipped.json"
+    assert campaign.main(["--seeds", "1-3", "--nodes", "8", "--days", "0.5", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert [s["seed"] for s in doc["seeds"]] == [1, 2, 3] and doc["seeds_run"] == 3
+    assert doc["policy"] == "shipped" and doc["gpuhc_commit"] and set(doc["goals"]) >= {"no job starts on a sick node"}
+    assert all(s["job_starts"] > 0 and s["real_runs"] > 0 for s in doc["seeds"])
+    assert len((tmp_path / "shipped.jsonl").read_text().splitlines()) == 3
+    with pytest.raises(SystemExit) as e:
+        campaign.main(["--seeds", "5-2", "--json", str(out)])
+    assert e.value.code == 2 and "--seeds 5-2: expected A-B with A <= B" in capsys.readouterr().err

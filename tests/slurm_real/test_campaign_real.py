@@ -123,29 +123,40 @@ def test_the_boot_unit_is_compressed_and_its_retest_dated(tmp_path):
 
 
 @pytest.mark.slurm
+@pytest.mark.parametrize("seed", [1, 10])
+def test_other_seeds_agree_with_the_model(slurm_cluster, tmp_path, seed):
+    # Seed 10 crashed (a Fault had no `how` until it was repaired, real_boot.py); both seeds
+    # take reboots that do not all heal. Jobs are not pinned: Slurm places them and its prolog
+    # stops them on a sick node.
+    doc = campaign(slurm_cluster, tmp_path, seed=seed)
+    model, real = doc.pop("_records")
+    print(doc)
+    assert bounds(real) == [] and bounds(model) == []
+    assert doc["disagreements"] == []
+    assert doc["real"]["jobs"]["started"] >= 1 and doc["deviation"]["to_drain"]["n"] >= 1
+    assert doc["real_slurm_rpcs"].get("REQUEST_UPDATE_NODE", 0) >= 1  # sdiag saw gpuhc's drains
+
+
+@pytest.mark.slurm
 def test_a_real_campaign_agrees_with_the_model_on_the_same_seed(slurm_cluster, tmp_path):
     doc = campaign(slurm_cluster, tmp_path, seed=11)  # 16 nodes, 90 s, compressed 60x, rates x1500
     model, real = doc.pop("_records")
     print(doc)
     assert bounds(real) == [] and bounds(model) == []
     assert doc["disagreements"] == []
-    # What the seed puts to the test, on both sides: NVLinks trained down and an Xid 79 (a GPU
-    # fallen off the bus), each through the ladder's reboot rung and healed by the reboot, then
-    # resumed by the boot-time retest; a row remap a reset repairs; an application's Xid inside
-    # a running job that drains nothing; jobs that ran.
+    # What the seed puts to the test, on both sides (the draw of the Llama 3 table's classes a
+    # localhost Slurm can play, faults.REAL_CLASSES): a row remap a reset repairs, an NVLink
+    # error burst drained and resumed once it stops, an Xid 79 (a GPU fallen off the bus) sent
+    # through the ladder's reboot rung by Slurm's RebootProgram; jobs placed by Slurm that ran.
     for side in (doc["model"], doc["real"]):
-        assert sorted(side["acts"].items()) == [("gpu003", ["drain", "reboot", "resume"]),
-                                                ("gpu015", ["drain", "reboot", "resume"]),
+        assert sorted(side["acts"].items()) == [("gpu003", ["drain", "resume"]), ("gpu015", ["drain", "reboot"]),
                                                 ("gpu016", ["drain", "resume"])]
     classes = {v["node"]: v["class"] for v in doc["real"]["faults"].values()}
-    assert classes["gpu003"] == "nvlink-down" and classes["gpu015"] == "fallen-off-bus"
-    # The reboots were Slurm's: its RebootProgram ran for those two nodes, each machine booted
-    # again and its boot unit's retest resumed it (tests/slurm_cluster_files.py's calls.log).
+    assert classes == {"gpu003": "row-remap-pending", "gpu015": "fallen-off-bus", "gpu016": "nvlink-errors"}
+    # The reboot was Slurm's: its RebootProgram ran for that node (tests/slurm_cluster_files.py's calls.log).
     calls = [ln.split() for ln in (tmp_path / "real" / "slurm" / "log" / "calls.log").read_text().splitlines()]
-    assert [c[2] for c in calls if c[1] == "reboot"] == ["gpu003", "gpu015"]
-    for node in ("gpu003", "gpu015"):
-        boots = (tmp_path / "real" / "slurm" / "log" / f"boot.{node}.log").read_text()
-        assert f"gpuhc quarantine retest {node}: retest passed (was drained): resuming" in boots
-    assert any(f.cls.app and f.in_job for f in real.faults)
+    assert [c[2] for c in calls if c[1] == "reboot"] == ["gpu015"]
     assert doc["real"]["jobs"]["started"] >= 1 and doc["real"]["escapes"] == {}
-    assert doc["deviation"]["to_drain"]["n"] >= 3 and doc["deviation"]["back"]["n"] >= 3
+    # slurmctld's own count (sdiag) of the node updates and reboots gpuhc asked for
+    assert doc["real_slurm_rpcs"]["REQUEST_UPDATE_NODE"] >= 3 and doc["real_slurm_rpcs"]["REQUEST_REBOOT_NODES"] >= 1
+    assert doc["deviation"]["to_drain"]["n"] >= 3 and doc["deviation"]["back"]["n"] >= 2
