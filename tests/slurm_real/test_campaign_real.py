@@ -147,15 +147,20 @@ def test_a_real_campaign_agrees_with_the_model_on_the_same_seed(slurm_cluster, t
     # What the seed puts to the test, on both sides (the draw of the Llama 3 table's classes a
     # localhost Slurm can play, faults.REAL_CLASSES): a row remap a reset repairs, an NVLink
     # error burst drained and resumed once it stops, an Xid 79 (a GPU fallen off the bus) sent
-    # through the ladder's reboot rung by Slurm's RebootProgram; jobs placed by Slurm that ran.
+    # through the ladder's reboot rung by Slurm's RebootProgram and resumed by the boot-time
+    # retest; jobs placed by Slurm that ran.
     for side in (doc["model"], doc["real"]):
-        assert sorted(side["acts"].items()) == [("gpu003", ["drain", "resume"]), ("gpu015", ["drain", "reboot"]),
+        assert sorted(side["acts"].items()) == [("gpu003", ["drain", "resume"]),
+                                                ("gpu015", ["drain", "reboot", "resume"]),
                                                 ("gpu016", ["drain", "resume"])]
     classes = {v["node"]: v["class"] for v in doc["real"]["faults"].values()}
     assert classes == {"gpu003": "row-remap-pending", "gpu015": "fallen-off-bus", "gpu016": "nvlink-errors"}
-    # The reboot was Slurm's: its RebootProgram ran for that node (tests/slurm_cluster_files.py's calls.log).
+    # The reboot was Slurm's: its RebootProgram ran for that node, the machine booted again and
+    # its boot unit's retest resumed it (tests/slurm_cluster_files.py's calls.log).
     calls = [ln.split() for ln in (tmp_path / "real" / "slurm" / "log" / "calls.log").read_text().splitlines()]
     assert [c[2] for c in calls if c[1] == "reboot"] == ["gpu015"]
+    boots = (tmp_path / "real" / "slurm" / "log" / "boot.gpu015.log").read_text()
+    assert "gpuhc quarantine retest gpu015: retest passed (was drained): resuming" in boots
     assert doc["real"]["jobs"]["started"] >= 1 and doc["real"]["escapes"] == {}
     # slurmctld's own count (sdiag) of the node updates and reboots gpuhc asked for
     assert doc["real_slurm_rpcs"]["REQUEST_UPDATE_NODE"] >= 3 and doc["real_slurm_rpcs"]["REQUEST_REBOOT_NODES"] >= 1
