@@ -94,6 +94,13 @@ def compute(c) -> dict:
         if what in ("drain", "reason") and (m := parse_reason(r)) is not None and m.retired:
             retired_at.setdefault(n, t)
     lemons = {f.node for f in hw if f.permanent or f.lemon}
+
+    def needs_a_part(name, t):
+        """At retirement: a fault on the node that only a new part ends (not one that clears by
+        itself or lies outside the node, an IB cable or switch)."""
+        return any(not f.cls.clears_after_s and f.cls.person == "rma" for f in active_hw(name, t))
+
+    false_retired = sorted(n for n, t in retired_at.items() if not needs_a_part(n, t))
     to_retire = [retired_at[n] - min(f.start for f in by_node[n] if f.permanent or f.lemon)
                  for n in retired_at if n in lemons]
     # node-hours of jobs on a node with a fault that makes it fail, hang, run slow or wrong
@@ -133,8 +140,8 @@ def compute(c) -> dict:
         "drain_to_back_repairable": _minutes(back),
         "drain_to_back_by_class": {cls: _minutes(v) for cls, v in sorted(back_by.items())},
         "retirement": {"retired": sorted(retired_at), "lemon_nodes": sorted(lemons),
-                       "false_retirements": len(set(retired_at) - lemons),
-                       "precision": round(len(set(retired_at) & lemons) / len(retired_at), 3) if retired_at else None,
+                       "false_retirements": len(false_retired), "falsely_retired": false_retired,
+                       "precision": round(1 - len(false_retired) / len(retired_at), 3) if retired_at else None,
                        "recall": round(len(set(retired_at) & lemons) / len(lemons), 3) if lemons else None,
                        "time_to_retire_h": [round(v / 3600.0 / c.ts, 1) for v in sorted(to_retire)]},
         "node_hours_out": round(out_s / 3600.0 / c.ts, 1),
