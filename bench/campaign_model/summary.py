@@ -13,9 +13,9 @@ ROWS = (("escapes", "escapes (jobs started on a sick node)"),
         ("gpu_hours_lost", "GPU-hours lost (killed jobs' work since checkpoint, hangs)"),
         ("undetected", "hardware faults never drained"),
         ("false_drains", "false drains"),
-        ("false_retirements", "retirements of a good node"),
+        ("false_retirements", "false retirements (no fault that a new part ends)"),
         ("human_actions", "human actions (all kinds)"),
-        ("rmas", "RMAs of retired nodes"),
+        ("rmas", "RMAs (a GPU part after triage, or a retired node)"),
         ("node_hours_out", "node-hours out after gpuhc's drains"),
         ("slurm_rpcs_per_hour", "gpuhc's Slurm RPCs per hour"),
         ("admin_drains_undone_by_gpuhc", "admin drains gpuhc resumed"))
@@ -30,7 +30,8 @@ def _d(x: dict) -> str:
 
 def table(doc: dict) -> str:
     head = (f"**{doc['policy']}** ({doc['seeds_run']} seeds, {doc['nodes']} nodes x {doc['gpus']} GPUs, "
-            f"{doc['days']:g} days, odds x{doc.get('odds', 1.0):g}; gpuhc {str(doc.get('gpuhc_commit'))[:10]})\n\n"
+            f"{doc['days']:g} days, odds x{doc.get('odds', 1.0):g}; gpuhc "
+            f"{str(doc.get('gpuhc_main_commit') or doc.get('gpuhc_commit'))[:7]})\n\n"
             "| per seed | mean [95 % CI] | p50 / p95 / max | seeds > 0 |\n|---|---|---|---|\n")
     rows = [f"| {label} | {_d(doc['distributions'][k])} |" for k, label in ROWS if k in doc["distributions"]]
     s = doc["sick_spells_back_or_retired_within_60_min"]

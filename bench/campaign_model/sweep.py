@@ -73,8 +73,9 @@ def dist(values: list[float]) -> dict:
     mean = sum(v) / n
     sd = math.sqrt(sum((x - mean) ** 2 for x in v) / (n - 1)) if n > 1 else 0.0
     half = 1.96 * sd / math.sqrt(n)
+    floor = 0.0 if v[0] >= 0 else -math.inf  # a count's interval stops at 0
     q = lambda p: v[min(n - 1, max(0, math.ceil(p / 100.0 * n) - 1))]  # noqa: E731
-    return {"n": n, "mean": round(mean, 3), "ci95": [round(mean - half, 3), round(mean + half, 3)],
+    return {"n": n, "mean": round(mean, 3), "ci95": [round(max(floor, mean - half), 3), round(mean + half, 3)],
             "p5": q(5), "p50": q(50), "p95": q(95), "max": v[-1], "seeds_above_zero": sum(1 for x in v if x > 0)}
 
 
