@@ -116,6 +116,7 @@ class RealCampaign:
         self.hc_log: list = []  # (launched, node)
         self.resets_dir = workdir / "resets"
         self.resets: dict[str, float] = {}  # request file -> when it came
+        self.reset_count: dict[str, int] = {}  # node -> resets answered (the k-th plays the model's k-th)
         self.reset_log: list = []  # (node, start, end)
         self.fault_of: dict[int, F.Fault] = {}  # model fault id -> this side's fault
         # Under the cluster's directory: a release in a chroot sees only that (tests/helpers/slurm_release.py).
@@ -227,15 +228,19 @@ class RealCampaign:
         self.write_all()
 
     def _resets(self) -> None:
-        """Answer the reset stand-in: after reset_s, the model's dice (a fault the model's reset
-        repaired is repaired by this node's first reset while it is active)."""
+        """Answer the reset stand-in: after reset_s, the model's dice (the faults the model's
+        k-th reset of this node repaired are repaired by its k-th reset here)."""
         for req in self.resets_dir.glob("req.*"):
             came = self.resets.setdefault(req.name, time.time())
             if time.time() - came < self.reset_s:
                 continue
             node = req.name.split(".")[1]
+            k = self.reset_count.get(node, 0)
+            self.reset_count[node] = k + 1
+            outcomes = self.model.reset_outcomes.get(node, [])
+            healed = set(outcomes[k]) if k < len(outcomes) else set()
             for f in list(self.nodes[node].hardware()):
-                if self.model.faults[f.id].how == "reset":
+                if f.id in healed:
                     self.repair(f, "reset")
                 else:
                     f.stamp = time.time()  # it shows again after the reset, as in the model

@@ -98,6 +98,7 @@ class Campaign(Jobs, People):
         self.stats = Stats()
         self.lines_cache: dict = {}
         self.spans: dict = {}  # scenario -> seconds from its first kernel line to its last
+        self.reset_outcomes: dict[str, list[list[int]]] = {}  # node -> fault ids each of its resets repaired
         self.current: Node | None = None
         self.hc_due: set[str] = set()
         self.samples: list = []
@@ -488,8 +489,11 @@ class Campaign(Jobs, People):
 
         node = self.current
         self.offset += self.reset_s
+        healed = self.reset_outcomes.setdefault(node.name, [])
+        healed.append([])  # the faults this node's k-th reset repaired (the real campaign plays them)
         for f in list(node.hardware()):
             if self.rng.random() < self.odds(node, f, f.cls.reset_fix):
+                healed[-1].append(f.id)
                 self._repair(node, f, "reset")
             else:
                 self._stamp(f, self.now())  # it shows again after the reset
