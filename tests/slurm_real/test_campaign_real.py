@@ -100,6 +100,31 @@ def test_the_real_kth_reboot_heals_what_the_models_kth_reboot_healed(tmp_path):
     assert [n for _, n in camp.rec.reboots] == ["n1", "n1"]
 
 
+def test_the_real_kth_reset_heals_what_the_models_kth_reset_healed(tmp_path):
+    # The model reset n1 twice: the first reset repaired nothing, the second the ECC fault. The
+    # harness used to heal a fault the model's reset repaired at the node's first reset (seed 10
+    # came back 5 s early); its k-th reset must play the model's k-th.
+    from types import SimpleNamespace
+
+    from campaign_model.node import Node
+    from campaign_model.real import RealCampaign
+
+    ecc = F.BY_NAME["ecc-uncorrectable"]
+    node = Node("n1", tmp_path)
+    node.faults = [F.Fault(3, ecc, "n1", 10.0)]
+    repaired = []
+    (tmp_path / "resets").mkdir()
+    h = SimpleNamespace(resets_dir=tmp_path / "resets", resets={}, reset_count={}, reset_s=0.0, nodes={"n1": node},
+                        model=SimpleNamespace(reset_outcomes={"n1": [[], [3]]}), reset_log=[], t0=0.0,
+                        rel=lambda: 1.0, write_all=lambda: None,
+                        repair=lambda f, how: (node.faults.remove(f), repaired.append((f.id, how))))
+    for k in (1, 2):
+        (tmp_path / "resets" / f"req.n1.{k}").touch()
+        RealCampaign._resets(h)
+        assert repaired == ([] if k == 1 else [(3, "reset")])
+    assert node.faults == [] and len(h.reset_log) == 2
+
+
 def test_the_boot_unit_is_compressed_and_its_retest_dated(tmp_path):
     # The machines' boot unit as SlurmCluster(reboot=True) writes it, then the campaign's version:
     # the unit's 5 s poll compressed 60x, the retest's start recorded for the timings.
