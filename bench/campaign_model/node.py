@@ -22,6 +22,8 @@ from gpuhc.sources import SourceSpec
 
 from .faults import EXAMPLES, OWN, Fault
 
+T0 = 1741082400.0  # 2025-03-04T10:00:00Z, the example scenarios' time: the campaign's clock starts here
+HC_INTERVAL_S = 300.0  # slurm/slurm.conf.example HealthCheckInterval
 HEALTHY = EXAMPLES / "healthy-8xh100.yaml"
 ONE_FLAP = OWN / "ib-flap-once.yaml"  # a flap that builds, before it flaps in earnest
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d),(\d{6})\+00:00 ")

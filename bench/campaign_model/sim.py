@@ -34,12 +34,12 @@ from . import faults as F
 from . import noise as N
 from .active_gpu import stand_in
 from .jobs import Jobs
-from .node import ONE_FLAP, Node, _epoch, retest, restamp
+from .node import HC_INTERVAL_S, ONE_FLAP, T0, Node, _epoch, restamp  # noqa: F401 (T0: tests import it here)
+from .noise_events import NoiseEvents
 from .people import People
+from .repairs import Repairs
 from .slurm import ModelSlurm
 
-T0 = 1741082400.0  # 2025-03-04T10:00:00Z, the example scenarios' time
-HC_INTERVAL_S = 300.0  # slurm/slurm.conf.example HealthCheckInterval
 LEAF_NODES = 8  # nodes under one leaf switch (a rack): a switch event takes them all
 # Observe mode: a run with the inputs of the node's last run of its stage is re-run this often,
 # so that what changes with time alone (the xid check's 24 h window) still shows, within 6 h.
@@ -65,7 +65,7 @@ class Stats:
     admin_undone: list = field(default_factory=list)  # (time, node): gpuhc resumed an admin's hold
 
 
-class Campaign(Jobs, People):
+class Campaign(Jobs, People, NoiseEvents, Repairs):
     def __init__(self, config, workdir: Path, nodes: int = 64, gpus: int = 8, days: float = 30.0, seed: int = 1,
                  rate_scale: float = 1.0, reset_s: float = 60.0, reboot_s: float = 600.0, load: float = 0.8,
                  inject: list | None = None, jobs: list | None = None, time_scale: float = 1.0,
@@ -429,106 +429,6 @@ class Campaign(Jobs, People):
             return 0.0
         k = sum(1 for t in node.history if f.start - F.HISTORY_S * self.ts <= t < f.start)
         return min(1.0, base * self.odds_factor * F.HISTORY_FACTOR ** k)
-
-    # ------------------------------------------------------------------ events: noise
-
-    def _draw_noise(self, horizon: float) -> None:
-        rng = self.noise_rng
-        for kind in N.KINDS:
-            if kind.trigger != "random" or not kind.per_node_day:
-                continue
-            rate = kind.per_node_day * len(self.names) / 86400.0
-            t = T0 + rng.expovariate(rate) * self.ts
-            while t < horizon:
-                self.at(t, "noise", kind.name, rng.choice(self.names))
-                t += rng.expovariate(rate) * self.ts
-        if self.busy_share > 0:  # sampled health checks of busy nodes
-            rate = self.busy_share * len(self.names) / (HC_INTERVAL_S * self.ts)
-            t = T0 + rng.expovariate(rate)
-            while t < horizon:
-                self.at(t, "busy_sample", rng.choice(self.names))
-                t += rng.expovariate(rate)
-
-    def _on_noise(self, kind_name: str, name: str) -> None:
-        kind, node = N.BY_NAME[kind_name], self.nodes[name]
-        if node.off:
-            return
-        self.stats.noise[kind.name] += 1
-        node.version += 1
-        if kind.lines:
-            node.old_lines += restamp(list(kind.lines), self.now())
-        if kind.sticky:
-            node.sticky = N.merge(node.sticky, kind.sticky)
-        if kind.patch:
-            ep = (next(self.seq), kind)
-            node.noise.append(ep)
-            self.at(self.now() + self.noise_rng.uniform(*kind.lasts_s) * self.ts, "noise_end", name, ep[0])
-        self._watch(name)
-
-    def _on_noise_end(self, name: str, ep_id: int) -> None:
-        node = self.nodes[name]
-        node.noise = [ep for ep in node.noise if ep[0] != ep_id]
-        node.version += 1
-        self._watch(name)
-
-    def _on_busy_sample(self, name: str) -> None:
-        if name not in self.running or self._attention(name) or name in self.hc_due:
-            return
-        self.stats.runs["busy sampled"] += 1
-        mark = len(self.slurm.events)
-        self._gpuhc(name, "passive")
-        self._after(mark)
-        self._watch(name)
-
-    # ------------------------------------------------------------------ stand-ins: reset, reboot
-
-    def _reset(self, remediation, gpus, read_nvml, log, deadline):
-        """The reset procedure's stand-in: takes reset_s on the virtual clock, repairs a fault a
-        reset can repair with its odds (a permanent lemon never)."""
-        from gpuhc.slurm.reset_run import Outcome
-
-        node = self.current
-        self.offset += self.reset_s
-        healed = self.reset_outcomes.setdefault(node.name, [])
-        healed.append([])  # the faults this node's k-th reset repaired (the real campaign plays them)
-        for f in list(node.hardware()):
-            if self.rng.random() < self.odds(node, f, f.cls.reset_fix):
-                healed[-1].append(f.id)
-                self._repair(node, f, "reset")
-            else:
-                self._stamp(f, self.now())  # it shows again after the reset
-        node.version += 1
-        node.write(self.now(), self.lines_cache, self._patch(node.name))
-        return None, Outcome(True, False, f"campaign stand-in reset of gpu{','.join(map(str, gpus))}")
-
-    def _on_reboot_start(self, name: str) -> None:
-        if name in self.running:
-            return  # ASAP: after the running job ends (end_job asks again)
-        row = self.slurm.nodes[name]
-        if "REBOOT_REQUESTED" not in row.flags:
-            return
-        self.slurm.reboot_starts(name)
-        self.at(self.now() + self.reboot_s, "reboot_done", name)
-
-    def _on_reboot_done(self, name: str) -> None:
-        node = self.nodes[name]
-        survivors = []
-        for f in list(node.hardware()):
-            if self.rng.random() < self.odds(node, f, f.cls.reboot_fix):
-                self._repair(node, f, "reboot", keep_lines=False)
-            else:
-                survivors.append(f)
-        for f in [f for f in node.faults if f.cls.app]:
-            self._repair(node, f, "reboot", keep_lines=False)
-        node.rebooted(self.now())
-        self.slurm.reboot_done(name)
-        self.offset += 60.0 * self.ts  # the retest unit runs once the node is up
-        for f in survivors:  # the driver logs it again when the retest touches the GPU, after its acknowledgement
-            self._stamp(f, self.now() + 1.0)
-        self.stats.retests.append((self.now(), name, retest(self._flow(name, "bootstrap"))))
-        node.settled.clear()
-        self._watch(name)
-        self.schedule()
 
     # ------------------------------------------------------------------ events: gpuhc's flows
 
