@@ -8,6 +8,12 @@ modelled Slurm on a virtual clock, each node replaying a scenario of examples/sc
 fault injector (bench/campaign_model/faults.py) draws faults at the published rates. One JSON
 document on stdout (or --json FILE); exit 2 for a bad argument or a policy this build lacks.
 
+    python bench/campaign.py --policy shipped --seeds 1-100 --json docs/campaign/shipped.json
+
+--seeds: every seed of the range, one after the other, each seed's numbers appended to
+--records (default: the --json file with .jsonl; a sweep cut short resumes from it), and one
+document of the distributions and every seed (bench/campaign_model/sweep.py).
+
     sudo python bench/campaign.py --real --seed 11 --nodes 16 --seconds 90 --rate-scale 1500
 
 --real: the same seed's schedule on a real slurmctld with one slurmd per node on localhost
@@ -31,8 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    p.add_argument("--policy", default="shipped", help="shipped|ladder-off|strict|loose|observe")
+    p.add_argument("--policy", help="shipped (the default; --real: ladder)|ladder|strict|loose|ticket-reboot|observe")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seeds", metavar="A-B", help="a sweep: every seed from A to B, and their distributions")
+    p.add_argument("--records", metavar="FILE", help="--seeds: each seed's numbers, one JSON line each")
+    p.add_argument("--odds", type=float, default=1.0, help="multiply every reset and reboot repair odds (sensitivity)")
     p.add_argument("--days", type=float, default=30.0)
     p.add_argument("--nodes", type=int, default=64)
     p.add_argument("--gpus", type=int, default=8, help="GPUs per node (the scenarios are 8x H100)")
@@ -45,10 +54,18 @@ def parse(argv):
     p.add_argument("--json", metavar="FILE", help="write the JSON document here instead of stdout")
     p.add_argument("--png", metavar="FILE", help="write the timeline here")
     a = p.parse_args(argv)
+    a.policy = a.policy or ("ladder" if a.real else "shipped")  # the real campaign's deployment has the ladder
+    if a.seeds is not None:
+        lo, _, hi = a.seeds.partition("-")
+        if not (lo.isdigit() and (hi or lo).isdigit() and int(lo) <= int(hi or lo)):
+            p.error(f"--seeds {a.seeds}: expected A-B with A <= B, e.g. 1-100")
+        a.seed_list = list(range(int(lo), int(hi or lo) + 1))
+        if not a.json:
+            p.error("--seeds needs --json FILE (the sweep's document)")
     for what, v, lo, hi in (("--days", a.days, 0.01, 366), ("--nodes", a.nodes, 1, 1024), ("--gpus", a.gpus, 8, 8),
                             ("--rate-scale", a.rate_scale, 0.0, 10000), ("--reset-s", a.reset_s, 0, 3600),
                             ("--reboot-s", a.reboot_s, 0, 86400), ("--seconds", a.seconds, 10, 3600),
-                            ("--compression", a.compression, 1, 3600)):
+                            ("--compression", a.compression, 1, 3600), ("--odds", a.odds, 0.0, 10.0)):
         if not lo <= v <= hi:
             p.error(f"{what} {v}: must be within {lo}..{hi}")
     return a
@@ -85,10 +102,38 @@ def real(a) -> int:
     return 1 if doc["disagreements"] or doc["real_bounds_broken"] else 0
 
 
+def sweep(a) -> int:
+    """--seeds: the sweep, then its document."""
+    from gpuhc.errors import ConfigError
+
+    from campaign_model import sweep as S
+    from campaign_model.policies import config_for
+
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            config_for(a.policy, Path(tmp))
+    except ConfigError as e:
+        print(f"campaign: {e}", file=sys.stderr)
+        return 2
+    records = Path(a.records or str(Path(a.json).with_suffix(".jsonl")))
+    started = time.monotonic()
+    S.run_seeds(a.policy, a.seed_list, records, a.days, a.nodes, a.odds)
+    rs = [r for r in S.load(records) if r["seed"] in set(a.seed_list)]
+    from campaign_model.provenance import provenance
+
+    doc = S.aggregate(rs, {"policy": a.policy, "days": a.days, "nodes": a.nodes, "gpus": a.gpus, "odds": a.odds,
+                           "seeds": f"{a.seed_list[0]}-{a.seed_list[-1]}", **provenance(),
+                           "this_call_wall_s": round(time.monotonic() - started, 1)})
+    Path(a.json).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
 def main(argv=None) -> int:
     a = parse(argv)
     if a.real:
         return real(a)
+    if a.seeds is not None:
+        return sweep(a)
     from gpuhc.errors import ConfigError
 
     from campaign_model.metrics import compute
@@ -104,7 +149,7 @@ def main(argv=None) -> int:
             return 2
         started = time.monotonic()
         c = Campaign(config, work, nodes=a.nodes, gpus=a.gpus, days=a.days, seed=a.seed, rate_scale=a.rate_scale,
-                     reset_s=a.reset_s, reboot_s=a.reboot_s).run()
+                     reset_s=a.reset_s, reboot_s=a.reboot_s, odds=a.odds).run()
         doc = {"policy": a.policy, "seed": a.seed, "days": a.days, "nodes": a.nodes, "gpus": a.gpus,
                "rate_scale": a.rate_scale, "reset_s": a.reset_s, "reboot_s": a.reboot_s, **compute(c),
                "wall_s": round(time.monotonic() - started, 1)}

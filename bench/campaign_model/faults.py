@@ -1,12 +1,13 @@
-"""The fault injector: which faults arise, how often, and what repairs them.
+"""The fault injector: which faults arise, how often, what gpuhc can see of them, what repairs them.
 
-Rates (docs/facts.md, "Fault rates"; docs/campaign.md says how each class was derived): the
-Llama 3 paper's 54-day table counts 419 unexpected interruptions on 16,384 H100 GPUs (2,048
-nodes of 8), so one row of n interruptions is n / (2048 x 54) per node-day. Where the table
-lumps several of the injector's classes together (148 "faulty GPU", 72 "HBM3"), the split is
-ours and docs/campaign.md says so. The repair odds and durations are this model's assumptions,
-named as such in the same document; ``--rate-scale`` multiplies every rate (a stress test, not
-the published result).
+Rates: every row of the Llama 3 paper's Table 5 (arXiv 2407.21783, section 3.3.4: 419
+unexpected interruptions in a 54-day snapshot on 16,384 H100 GPUs, 2,048 nodes of 8), one row
+of n interruptions being n / (2048 x 54) per node-day. Every row is kept, the ones gpuhc cannot
+see included (silent data corruption, NCCL watchdog timeouts, host parts, host maintenance);
+where a row is shared out to several classes (148 "faulty GPU", 42 switch/cable + NIC) the split
+is ours and docs/campaign.md's assumptions table says so. Repair odds, lemon shares, recurrence
+and human delays are this model's assumptions, named there too; ``odds`` (the sensitivity
+sweep) multiplies every reset and reboot odds, ``--rate-scale`` every rate.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent.parent / "examples" / "scenarios"
 OWN = HERE / "scenarios"
 LLAMA3_NODE_DAYS = 2048 * 54  # 16,384 H100 GPUs, 8 per node, 54 days
+DAY = 86400.0
 
 
 @dataclass(frozen=True)
@@ -26,57 +28,108 @@ class FaultClass:
     name: str
     scenario: Path  # what the node's GPUs, kernel log and IB ports look like while it lasts
     per_node_day: float
+    row: str = ""  # the Llama 3 Table 5 row(s) it is drawn from
+    sees: str = "health check, prolog"  # what of gpuhc can see it (docs/campaign.md's table)
     reset_fix: float = 0.0  # chance that a GPU reset repairs it
     reboot_fix: float = 0.0  # chance that a reboot repairs it
     clears_after_s: tuple[float, float] | None = None  # goes away by itself (uniform range)
     kills_job: bool = True  # a job running on the node ends when it arises
     app: bool = False  # the application's fault: must never drain
-    human_fix_s: float = 24 * 3600.0  # a ticket: a person repairs it after this long
+    # A person's repair, counted from the person's triage (a working day after the drain):
+    # "rma" swaps a part (days), "cable" reseats or replaces a cable or port (hours to days).
+    person: str = "rma"
     # A recording that grows and then stops (its last state repeats): the fault lasts this many
     # runs of the node's checks, one state each, and ends with its growth.
     grows_for_runs: int = 0
+    hidden: bool = False  # its node looks healthy to the passive checks and the prolog
+    active: str | None = None  # what the active checks' worker measures on it: "sdc" or "slow"
+    hang: bool = False  # the job on it hangs with no signal until NCCL's watchdog ends it
+    host_down: bool = False  # slurmd stops answering: Slurm marks the node DOWN, gpuhc never runs
+    maintenance: bool = False  # an admin drains and reboots the node (not a fault of gpuhc's to find)
+    switch: bool = False  # a leaf switch: every node under it at once
+    lemon_share: float = 0.0  # recurs days after every repair that passed its retest (a true lemon)
+    permanent_share: float = 0.0  # no repair ever works (fails every retest)
+    builds_s: tuple[float, float] | None = None  # a flap that builds: single flaps first, this long
 
 
 def _llama(n: float) -> float:
     return n / LLAMA3_NODE_DAYS
 
 
-# Llama 3 table rows -> classes (counts out of 419): faulty GPU 148 split into fallen off the bus
-# 74, NVLink errors 37, link down 37; HBM3 72 split into uncorrectable ECC 36 and row remap 36,
-# plus SRAM 19 to uncorrectable ECC; GPU system processor 17 -> GSP timeout; network switch and
-# cable 35 + NIC 7 -> IB (flaps 21, long port-downs 21); thermal interface and sensor 6 ->
-# thermal; power supply 3 -> power throttling; software bug 54 -> application Xids. A stray
-# process is not in the table: 1 per 1,000 node-days is an assumption.
+GPU_ODDS = dict(lemon_share=0.08, permanent_share=0.04)
 CLASSES: tuple[FaultClass, ...] = (
-    FaultClass("fallen-off-bus", EXAMPLES / "xid79-fallen-off-bus.yaml", _llama(74), reboot_fix=0.7),
-    FaultClass("ecc-uncorrectable", EXAMPLES / "ecc-uncorrectable.yaml", _llama(36 + 19), reset_fix=0.8,
-               reboot_fix=0.8),
-    FaultClass("row-remap-pending", EXAMPLES / "row-remap-pending.yaml", _llama(36), reset_fix=0.95, reboot_fix=0.95),
-    # The recording's counters grow over its first three states and then stop (the fourth repeats
-    # the third): the fault is a burst that lasts the four runs in which its counters can be
-    # seen to grow, no longer; no lemon of this class. Replays and CRC errors are retransmitted
-    # by the link layer, so the burst slows a job rather than ending it (a link that goes down
-    # is nvlink-down's, Xid 74); docs/campaign.md, "The NVLink escape".
-    FaultClass("nvlink-errors", EXAMPLES / "nvlink-errors-growing.yaml", _llama(37), reset_fix=0.5, reboot_fix=0.6,
-               grows_for_runs=4, kills_job=False),
-    FaultClass("nvlink-down", EXAMPLES / "nvlink-down.yaml", _llama(37), reboot_fix=0.6),
-    FaultClass("gsp-timeout", OWN / "gsp-timeout.yaml", _llama(17), reset_fix=0.7, reboot_fix=0.9),
-    FaultClass("thermal", EXAMPLES / "thermal-hot-gpu.yaml", _llama(6), clears_after_s=(1800, 7200), kills_job=False),
-    FaultClass("power", EXAMPLES / "power-capped.yaml", _llama(3), reboot_fix=0.5, clears_after_s=(3600, 14400),
-               kills_job=False),
-    FaultClass("ib-flap", EXAMPLES / "ib-flapping.yaml", _llama(21), clears_after_s=(300, 1800), kills_job=False),
-    FaultClass("ib-port-down", EXAMPLES / "ib-port-down.yaml", _llama(21), reboot_fix=0.2,
-               clears_after_s=(4 * 3600, 12 * 3600)),
-    FaultClass("stray-process", EXAMPLES / "stray-process.yaml", 1e-3, reset_fix=0.0, reboot_fix=1.0,
-               kills_job=False),
-    FaultClass("app-xid13-43", OWN / "app-xid13-43.yaml", _llama(54) * 0.7, app=True),
-    FaultClass("app-xid31", OWN / "app-xid31.yaml", _llama(54) * 0.3, app=True),
+    # Faulty GPU (148): fallen off the bus 60, NVLink down 30, NVLink error bursts 30, NVLink
+    # errors below gpuhc's FAIL threshold 14, a slow GPU 14 (our split).
+    FaultClass("fallen-off-bus", EXAMPLES / "xid79-fallen-off-bus.yaml", _llama(60), "faulty GPU",
+               reboot_fix=0.7, **GPU_ODDS),
+    FaultClass("nvlink-down", EXAMPLES / "nvlink-down.yaml", _llama(30), "faulty GPU", reboot_fix=0.6, **GPU_ODDS),
+    # Replays and CRC errors are retransmitted by the link layer: a burst slows a job rather than
+    # ending it; it lasts the four runs in which its counters grow (docs/campaign.md).
+    FaultClass("nvlink-errors", EXAMPLES / "nvlink-errors-growing.yaml", _llama(30), "faulty GPU",
+               reset_fix=0.5, reboot_fix=0.6, grows_for_runs=4, kills_job=False, lemon_share=0.08),
+    FaultClass("nvlink-below-fail", OWN / "nvlink-below-fail.yaml", _llama(14), "faulty GPU",
+               "health check (WARN only)", reboot_fix=0.6, clears_after_s=(1 * DAY, 7 * DAY), kills_job=False,
+               person="cable"),
+    FaultClass("slow-gpu", EXAMPLES / "healthy-8xh100.yaml", _llama(14), "faulty GPU", "epilog active checks",
+               reboot_fix=0.3, kills_job=False, hidden=True, active="slow"),
+    # GPU HBM3 memory (72) and GPU SRAM memory (19).
+    FaultClass("ecc-uncorrectable", EXAMPLES / "ecc-uncorrectable.yaml", _llama(36 + 19), "HBM3 half + SRAM",
+               reset_fix=0.8, reboot_fix=0.8, **GPU_ODDS),
+    FaultClass("row-remap-pending", EXAMPLES / "row-remap-pending.yaml", _llama(36), "HBM3 half",
+               reset_fix=0.95, reboot_fix=0.95),
+    FaultClass("gsp-timeout", OWN / "gsp-timeout.yaml", _llama(17), "GPU system processor", reset_fix=0.7,
+               reboot_fix=0.9, **GPU_ODDS),
+    FaultClass("sdc", EXAMPLES / "healthy-8xh100.yaml", _llama(6), "silent data corruption",
+               "epilog active checks (burn-in hashes)", kills_job=False, hidden=True, active="sdc"),
+    FaultClass("thermal", EXAMPLES / "thermal-hot-gpu.yaml", _llama(6), "GPU thermal interface + sensor",
+               "health check", clears_after_s=(1800, 7200), kills_job=False),
+    FaultClass("power", EXAMPLES / "power-capped.yaml", _llama(3), "power supply", "health check",
+               reboot_fix=0.5, clears_after_s=(3600, 14400), kills_job=False),
+    # Network switch/cable (35) + NIC (7): flaps 14, flaps that build over days 7, long
+    # port-downs that come back by themselves 7 (a switch-side reset) or need a person's cable or
+    # transceiver 7, a leaf switch's event under several nodes at once 7 (our split).
+    FaultClass("ib-flap", EXAMPLES / "ib-flapping.yaml", _llama(14), "switch/cable + NIC", "health check",
+               clears_after_s=(300, 1800), kills_job=False, person="cable"),
+    FaultClass("ib-flap-building", EXAMPLES / "ib-flapping.yaml", _llama(7), "switch/cable + NIC",
+               "health check (single flaps first: WARN)", kills_job=False, person="cable",
+               builds_s=(1 * DAY, 4 * DAY)),
+    FaultClass("ib-port-down", EXAMPLES / "ib-port-down.yaml", _llama(7), "switch/cable + NIC", "health check",
+               reboot_fix=0.2, clears_after_s=(4 * 3600, 12 * 3600), person="cable"),
+    FaultClass("ib-cable", EXAMPLES / "ib-port-down.yaml", _llama(7), "switch/cable + NIC", "health check",
+               person="cable"),
+    FaultClass("switch-event", EXAMPLES / "ib-port-down.yaml", _llama(7), "switch/cable + NIC",
+               "health check, on every node of the leaf", clears_after_s=(1200, 5400), person="cable", switch=True),
+    FaultClass("host-maintenance", EXAMPLES / "healthy-8xh100.yaml", _llama(32), "host maintenance",
+               "nothing (an admin's drain)", maintenance=True, person="admin"),
+    FaultClass("nccl-hang", EXAMPLES / "healthy-8xh100.yaml", _llama(7), "NCCL watchdog timeouts", "nothing",
+               hidden=True, hang=True, kills_job=False, clears_after_s=(0, 0)),
+    FaultClass("host-down", EXAMPLES / "healthy-8xh100.yaml", _llama(3 + 2 + 2 + 2 + 2),
+               "SSD, server chassis, IO expansion board, CPU, system memory", "nothing (Slurm: DOWN, not responding)",
+               host_down=True),
+    # Not in the table and not drawn (rate 0): a job's leftover process, for tests that place one
+    # (the noise's teardown lag is the drawn kind of it).
+    FaultClass("stray-process", EXAMPLES / "stray-process.yaml", 0.0, "not in the table", "prolog, epilog",
+               reboot_fix=1.0, kills_job=False),
+    FaultClass("app-xid13-43", OWN / "app-xid13-43.yaml", _llama(54 + 2) * 0.7, "software bug + dependency",
+               "health check, epilog (must not drain)", app=True),
+    FaultClass("app-xid31", OWN / "app-xid31.yaml", _llama(54 + 2) * 0.3, "software bug + dependency",
+               "health check, epilog (must not drain)", app=True),
 )
 BY_NAME = {c.name: c for c in CLASSES}
-# A hardware fault is a lemon (only retirement ends it) with this chance: an assumption, sized
-# so that a 64-node month sees about one (Meta's lemon nodes, arXiv 2410.21680).
-LEMON_SHARE = 0.12
-LEMON_CLASSES = ("fallen-off-bus", "ecc-uncorrectable", "nvlink-down", "gsp-timeout")
+# The classes the real campaign (bench/campaign_model/real*.py) can play on a localhost Slurm.
+REAL_CLASSES = ("fallen-off-bus", "ecc-uncorrectable", "row-remap-pending", "nvlink-errors", "nvlink-down",
+                "gsp-timeout", "thermal", "power", "ib-flap", "ib-port-down", "app-xid13-43", "app-xid31")
+# A repaired GPU fault of a lemon comes back after this many days (exponential mean).
+LEMON_RECUR_DAYS = 3.0
+# A repair's odds fall with the node's earlier hardware faults within 30 days: times this per fault.
+HISTORY_FACTOR = 0.7
+HISTORY_S = 30 * DAY
+# A person's repair, from the triage: uniform ranges, seconds.
+PERSON_S = {"rma": (3 * DAY, 10 * DAY), "cable": (0.5 * DAY, 2 * DAY), "admin": (1800.0, 4 * 3600.0)}
+HOST_DOWN_S = (1 * DAY, 5 * DAY)  # a host part's repair (spare SSD, DIMM, CPU, chassis), from the fault
+# NCCL's watchdog ends a hung collective after PyTorch's default ProcessGroupNCCL timeout, 10 min.
+NCCL_TIMEOUT_S = 600.0
+SDC_DETECT = 0.5  # chance that one burn-in's hashes differ on a GPU that corrupts data (ours)
 
 
 @dataclass
@@ -91,22 +144,29 @@ class Fault:
     in_job: str | None = None  # the job it arose in
     runs_left: int = 0  # a growing recording's runs still to come (FaultClass.grows_for_runs)
     stamp: float = 0.0  # when its kernel-log lines say it happened (moves on each recurrence)
+    how: str | None = None  # what ended it: "reset", "reboot", "cleared by itself", "a person"...
+    lemon: bool = False  # recurs days after a repair that passed
+    building: bool = False  # a flap still in its single-flap phase
+    recurrence: int = 0  # 0: the first occurrence; k: the k-th return of a lemon
 
     @property
     def active(self) -> bool:
         return self.end is None
 
 
-def draw(rng: random.Random, nodes: list[str], days: float, rate_scale: float = 1.0) -> list[tuple[float, FaultClass, str, bool]]:
+def draw(rng: random.Random, nodes: list[str], days: float, rate_scale: float = 1.0,
+         classes: tuple[str, ...] | None = None) -> list[tuple[float, FaultClass, str, bool]]:
     """Every fault of the campaign, in time order: (time s, class, node, permanent). Poisson
-    arrivals per class over the whole cluster."""
+    arrivals per class over the whole cluster; ``classes`` limits the draw (the real campaign)."""
     out = []
-    horizon = days * 86400.0
+    horizon = days * DAY
     for cls in CLASSES:
-        rate = cls.per_node_day * len(nodes) * rate_scale / 86400.0  # per second, cluster-wide
+        if classes is not None and cls.name not in classes:
+            continue
+        rate = cls.per_node_day * len(nodes) * rate_scale / DAY  # per second, cluster-wide
         t = rng.expovariate(rate) if rate > 0 else horizon
         while t < horizon:
-            permanent = cls.name in LEMON_CLASSES and rng.random() < LEMON_SHARE
+            permanent = rng.random() < cls.permanent_share
             out.append((t, cls, rng.choice(nodes), permanent))
             t += rng.expovariate(rate)
     return sorted(out, key=lambda f: f[0])

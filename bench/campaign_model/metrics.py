@@ -1,19 +1,20 @@
 """The campaign's numbers (docs/campaign.md, "Metrics"), from what happened: the faults, the
-modelled Slurm's event list, the jobs' escapes, the persons' repairs."""
+modelled Slurm's event list, the jobs, the persons' actions."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 
 from gpuhc.slurm.reason import parse_reason
+
+GOAL_BACK_S = 3600.0  # "every repairable node back within the hour"
 
 
 def pct(values: list[float], q: float) -> float | None:
     """Nearest-rank percentile; None for no values."""
     if not values:
         return None
-    import math
-
     v = sorted(values)
     return v[min(len(v) - 1, max(0, math.ceil(q / 100.0 * len(v)) - 1))]
 
@@ -27,19 +28,26 @@ def _r(v: float | None) -> float | None:
 
 
 def episodes(events, name: str, horizon: float) -> list[tuple[float, float | None, str | None]]:
-    """The node's spells out of service that gpuhc began: (drained at, back at or None, reason)."""
+    """The node's spells out of service that gpuhc began: (drained at, back at or None, reason).
+    A spell ends with a resume (gpuhc's or a person's) or with the node's retirement."""
     out, start, why = [], None, None
     for t, n, what, reason in events:
         if n != name:
             continue
         if what == "drain" and start is None:
             start, why = t, reason
-        elif what in ("resume", "admin-resume") and start is not None:
-            out.append((start, t, why))
+        elif start is not None and (what in ("resume", "admin-resume") or (
+                what == "reason" and (m := parse_reason(reason)) is not None and m.retired)):
+            out.append((start, t, why if what != "reason" else "retired"))
             start = None
     if start is not None:
         out.append((start, None, why))
     return out
+
+
+def _sick(f) -> bool:
+    """A fault that makes a job on its node fail, hang or run slow or wrong."""
+    return not (f.cls.app or f.cls.maintenance or f.cls.host_down or f.cls.hang)
 
 
 def compute(c) -> dict:
@@ -51,54 +59,103 @@ def compute(c) -> dict:
         by_node[f.node].append(f)
 
     def active_hw(name, t):
-        return [f for f in by_node[name] if not f.cls.app and f.start <= t and (f.end is None or f.end >= t)]
+        return [f for f in by_node[name] if _sick(f) and f.start <= t and (f.end is None or f.end >= t)]
 
     false_drains = [(t, n, r) for t, n, r in drains if not active_hw(n, t)]
     to_drain = defaultdict(list)
     undrained, already = Counter(), Counter()
-    out_at = {n: [(s, e) for s, e, _ in episodes(c.slurm.events, n, horizon)] for n in c.names}
+    spells = {n: episodes(c.slurm.events, n, horizon) for n in c.names}
     for f in hw:
+        if not _sick(f):
+            continue
         first = next((t for t, n, _ in drains if n == f.node and t >= f.start and (f.end is None or t <= f.end)), None)
-        if any(s <= f.start and (e is None or e > f.start) for s, e in out_at[f.node]):
+        if any(s <= f.start and (e is None or e > f.start) for s, e, _ in spells[f.node]):
             already[f.cls.name] += 1  # arose on a node gpuhc already held: nothing to drain
         elif first is None:
             undrained[f.cls.name] += 1
         else:
             to_drain[f.cls.name].append(first - f.start)
-    back, back_by = [], defaultdict(list)
+    back, back_by, sick_spells, within = [], defaultdict(list), 0, 0
     out_s = 0.0
     for name in c.names:
-        for start, end, _ in episodes(c.slurm.events, name, horizon):
+        for start, end, why in spells[name]:
             out_s += (end or horizon) - start
             faults = active_hw(name, start)
-            if end is not None and faults and not any(f.permanent for f in faults):
+            if not faults:
+                continue
+            sick_spells += 1
+            if end is not None and end - start <= GOAL_BACK_S * c.ts:
+                within += 1
+            if end is not None and why != "retired" and not any(f.permanent for f in faults):
                 back.append(end - start)
                 back_by[faults[0].cls.name].append(end - start)  # the oldest fault: the one drained for
-    retired = {n for n, row in c.slurm.nodes.items() if (m := parse_reason(row.reason)) and m.retired}
-    lemons = {f.node for f in hw if f.permanent}
-    rpcs = sum(c.slurm.rpcs.values())
+    retired_at = {}
+    for t, n, what, r in c.slurm.events:
+        if what in ("drain", "reason") and (m := parse_reason(r)) is not None and m.retired:
+            retired_at.setdefault(n, t)
+    lemons = {f.node for f in hw if f.permanent or f.lemon}
+
+    def needs_a_part(name, t):
+        """At retirement: a fault on the node that only a new part ends (not one that clears by
+        itself or lies outside the node, an IB cable or switch)."""
+        return any(not f.cls.clears_after_s and f.cls.person == "rma" for f in active_hw(name, t))
+
+    false_retired = sorted(n for n, t in retired_at.items() if not needs_a_part(n, t))
+    to_retire = [retired_at[n] - min(f.start for f in by_node[n] if f.permanent or f.lemon)
+                 for n in retired_at if n in lemons]
+    # node-hours of jobs on a node with a fault that makes it fail, hang, run slow or wrong
+    sick_hours = Counter()
+    for j in c.jobs.values():
+        if j.start is None:
+            continue
+        end = j.end if j.end is not None else horizon
+        for name in j.nodes:
+            for f in by_node[name]:
+                if _sick(f):
+                    overlap = min(end, f.end if f.end is not None else horizon) - max(j.start, f.start)
+                    if overlap > 0:
+                        sick_hours[f.cls.name] += overlap / 3600.0 / c.ts
+    rpcs = sum(v for k, v in c.slurm.rpcs.items() if k != "timed out")
     hours = (horizon - c.samples[0][0]) / 3600.0 if c.samples else 1.0
     esc = Counter(cls for *_, cls, _ in c.stats.escapes)
+    starts = c.stats.jobs["started"]
+    human = Counter(kind for _, _, kind, _ in c.stats.human)
+    switch = [f for f in hw if f.cls.switch]
     return {
         "escapes": {"total": sum(esc.values()), "by_class": dict(esc),
+                    "per_1000_job_starts": round(1000.0 * sum(esc.values()) / starts, 3) if starts else None,
                     "after_in_job_fault": sum(1 for *_, injob in c.stats.escapes if injob)},
+        "sick_job_node_hours": {"total": round(sum(sick_hours.values()), 1),
+                                "by_class": {k: round(v, 1) for k, v in sorted(sick_hours.items())}},
+        "gpu_hours_lost": {"total": round(sum(c.stats.lost_gpu_s.values()) / 3600.0 / c.ts, 1),
+                           "by_why": {k: round(v / 3600.0 / c.ts, 1) for k, v in sorted(c.stats.lost_gpu_s.items())}},
         "in_job_faults": {"total": len(c.stats.in_job),
                           "outcome": dict(Counter(o or "no next job yet" for _, _, o in c.stats.in_job))},
         "false_drains": {"total": len(false_drains), "nodes": [f"{n}: {r}" for _, n, r in false_drains][:20]},
         "fault_to_drain": {cls: _minutes(v) for cls, v in sorted(to_drain.items())},
         "faults_never_drained": dict(undrained),
         "faults_on_nodes_already_out": dict(already),
+        "sick_spells": {"total": sick_spells, "back_or_retired_within_60_min": within,
+                        "share": round(within / sick_spells, 3) if sick_spells else None},
         "drain_to_back_repairable": _minutes(back),
         "drain_to_back_by_class": {cls: _minutes(v) for cls, v in sorted(back_by.items())},
-        "retirement": {"retired": sorted(retired), "lemon_nodes": sorted(lemons),
-                       "precision": round(len(retired & lemons) / len(retired), 3) if retired else None,
-                       "recall": round(len(retired & lemons) / len(lemons), 3) if lemons else None},
-        "node_hours_out": round(out_s / 3600.0, 1),
-        "human_actions": {"total": len(c.stats.human), "why": [f"{n}: {r}" for _, n, r in c.stats.human][:20]},
-        "slurm_rpcs_per_hour": round(rpcs / hours, 2),
+        "retirement": {"retired": sorted(retired_at), "lemon_nodes": sorted(lemons),
+                       "false_retirements": len(false_retired), "falsely_retired": false_retired,
+                       "precision": round(1 - len(false_retired) / len(retired_at), 3) if retired_at else None,
+                       "recall": round(len(set(retired_at) & lemons) / len(lemons), 3) if lemons else None,
+                       "time_to_retire_h": [round(v / 3600.0 / c.ts, 1) for v in sorted(to_retire)]},
+        "node_hours_out": round(out_s / 3600.0 / c.ts, 1),
+        "human_actions": {"total": len(c.stats.human), "by_kind": dict(human),
+                          "why": [f"{n}: {k}: {r}" for _, n, k, r in c.stats.human][:20]},
+        "admin_drains_undone_by_gpuhc": len(c.stats.admin_undone),
+        "switch_events": {"node_faults": len(switch),
+                          "drained": sum(1 for f in switch if any(n == f.node and f.start <= t <= (f.end or horizon)
+                                                                 for t, n, _ in drains))},
+        "slurm_rpcs_per_hour": round(rpcs / hours * c.ts, 2),
         "slurm_rpcs": dict(c.slurm.rpcs),
         "faults": dict(Counter(f.cls.name for f in c.faults)),
-        "lemons": sum(1 for f in hw if f.permanent),
+        "lemons": len(lemons),
+        "noise": dict(c.stats.noise),
         "jobs": c.stats.jobs,
-        "runs": c.stats.runs,
+        "runs": dict(c.stats.runs),
     }

@@ -20,14 +20,15 @@ from gpuhc.slurm import entry
 from gpuhc.slurm.scontrol import Scontrol
 from gpuhc.sources import SourceSpec
 
-from .faults import EXAMPLES, Fault
+from .faults import EXAMPLES, OWN, Fault
 
+T0 = 1741082400.0  # 2025-03-04T10:00:00Z, the example scenarios' time: the campaign's clock starts here
+HC_INTERVAL_S = 300.0  # slurm/slurm.conf.example HealthCheckInterval
 HEALTHY = EXAMPLES / "healthy-8xh100.yaml"
+ONE_FLAP = OWN / "ib-flap-once.yaml"  # a flap that builds, before it flaps in earnest
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d),(\d{6})\+00:00 ")
 # Every GPU idle: without an occupancy section the ladder counts a GPU as busy (remediate.busy_of).
 IDLE = {"occupancy": {"gpus": [{"index": i, "memory_used_mib": 0, "memory_total_mib": 81559} for i in range(8)]}}
-IDLE_TEXT = "occupancy:\n  gpus:\n" + "".join(
-    f"  - {{index: {i}, memory_used_mib: 0, memory_total_mib: 81559}}\n" for i in range(8))
 
 
 def iso(t: float) -> str:
@@ -49,19 +50,37 @@ def kernel_lines(path: Path) -> list[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _body(path: Path) -> tuple[str, bool]:
-    """The fault's scenario as YAML text without its kernel log (``extends`` appends lists: the
-    node's own, restamped lines replace them), host and time, its ``extends`` made absolute;
-    and whether it lists the GPUs' processes. Dumped once per scenario: dumping it per run
-    was most of a campaign's time."""
+def _stripped(path: Path, workdir: Path) -> tuple[Path, str, bool]:
+    """The fault's scenario without its kernel log (``extends`` appends lists: the node's own,
+    restamped lines replace them), host, time and steps, written once per campaign for the
+    node's scenario to extend; its steps as YAML (they stay the node's own, since a parent's
+    steps are not inherited); and whether it lists the GPUs' processes."""
     import yaml
 
     doc = yaml.safe_load(path.read_text()) or {}
+    steps = doc.pop("steps", None)
     for key in ("kernel_log", "hostname", "time"):
         doc.pop(key, None)
     if doc.get("extends"):
         doc["extends"] = str((path.parent / doc["extends"]).resolve())
-    return yaml.safe_dump(doc, sort_keys=False, width=1 << 16), "occupancy" in doc
+    out = workdir / "_scenarios" / path.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(doc, sort_keys=False, width=1 << 16))
+    text = yaml.safe_dump({"steps": steps}, sort_keys=False, width=1 << 16) if steps else ""
+    return out, text, "occupancy" in doc
+
+
+_DUMPS: dict[str, str] = {}
+
+
+def _dump(patch: dict) -> str:
+    """The patch as YAML, dumped once per distinct patch (dumping per run was a third of a run)."""
+    import yaml
+
+    k = json.dumps(patch, sort_keys=True)
+    if k not in _DUMPS:
+        _DUMPS[k] = yaml.safe_dump(patch, sort_keys=False, width=1 << 16)
+    return _DUMPS[k]
 
 
 def restamp(lines: list[str], at: float) -> list[str]:
@@ -85,28 +104,59 @@ class Node:
         self.state_dir = str(self.dir / "state")
         self.scenario = self.dir / "node.yaml"
         self.faults: list[Fault] = []  # active ones, hardware and application
-        self.old_lines: list[str] = []  # repaired faults' lines, still in the kernel log until a reboot
+        self.old_lines: list[str] = []  # repaired faults' and noise's lines, in the kernel log until a reboot
         self.boot = 0.0
+        self.noise: list = []  # (id, noise.NoiseClass) episodes laid over the scenario now
+        self.sticky: dict = {}  # counters noise raised, until the next reboot; a new driver for good
+        self.driver: str | None = None
+        self.version = 0  # bumped by every change of the kernel log, counters or driver
+        self.settled: dict[str, tuple] = {}  # stage -> key of its last run that changed nothing
+        self.history: list[float] = []  # when its hardware faults arose (repair odds fall with them)
+        self.off = False  # a person has it (RMA, cable, maintenance) or its host is down: gpuhc cannot run
+        self.admin_hold = False  # drained by an admin, not by gpuhc
+        self.hold_memo: tuple | None = None  # (inputs, until): a held node's failing run, unchanged
+        self.parts_epoch = 0  # bumped when a person swaps its faulty part (a lemon's returns stop)
+
+    def key(self) -> tuple:
+        """What the node's next run reads, less the clock: equal keys, equal verdicts."""
+        return (tuple((f.id, f.stamp, f.building) for f in self.faults), tuple(ep[0] for ep in self.noise),
+                self.version)
+
+    def rebooted(self, now: float) -> None:
+        """A boot: the kernel log and the volatile counters start again."""
+        self.old_lines, self.boot, self.sticky = [], now, ({"driver_version": self.driver} if self.driver else {})
+        self.version += 1
 
     def hardware(self) -> list[Fault]:
         return [f for f in self.faults if not f.cls.app]
 
-    def write(self, now: float, lines_cache: dict) -> str:
-        """The scenario for a run at ``now``; returns it without its time and "now" line."""
+    def base(self) -> Path:
         hw = self.hardware()
-        base = hw[0].cls.scenario if hw else HEALTHY
+        if not hw:
+            return HEALTHY
+        return ONE_FLAP if hw[0].building else hw[0].cls.scenario
+
+    def write(self, now: float, lines_cache: dict, patch: dict | None = None) -> None:
+        """The scenario for a run at ``now``: the first hardware fault's (or the healthy one),
+        the noise laid over it (``patch``), the node's kernel-log lines, and a line stamped now."""
+        import yaml
+
+        stripped, steps, has_occupancy = _stripped(self.base(), self.dir.parent)
         lines = list(self.old_lines)
         for f in self.faults:
-            if f.cls.scenario not in lines_cache:
-                lines_cache[f.cls.scenario] = kernel_lines(f.cls.scenario)
-            lines += restamp(lines_cache[f.cls.scenario], f.stamp)
+            path = ONE_FLAP if f.building else f.cls.scenario
+            if path not in lines_cache:
+                lines_cache[path] = kernel_lines(path)
+            lines += restamp(lines_cache[path], f.stamp)
         lines = sorted(ln for ln in lines if _epoch(ln[:19]) >= self.boot)
-        body, has_occupancy = _body(base)
-        text = body + f"hostname: {self.name}\n" + ("" if has_occupancy else IDLE_TEXT) + "kernel_log:\n" + "".join(
-            f"  - {json.dumps(ln)}\n" for ln in lines)
+        patch = dict(patch or {})
+        if not has_occupancy and "occupancy" not in patch:
+            patch.update(IDLE)
+        text = (f"extends: {json.dumps(str(stripped))}\n" + steps
+                + (_dump(patch) if patch else "")
+                + f"hostname: {self.name}\nkernel_log:\n" + "".join(f"  - {json.dumps(ln)}\n" for ln in lines))
         now_line = f"  - {json.dumps(iso(now) + ' systemd[1]: Started gpuhc check (campaign clock).')}\n"
         self.scenario.write_text(text + now_line + f"time: {now}\n")
-        return text
 
     def flow(self, stage: str, config, slurm, now: float, env: dict | None = None) -> entry.Flow:
         from gpuhc.runreport import RunOptions

@@ -1,10 +1,11 @@
 """The policies a campaign compares (``--policy``), each a small overlay on the shipped config.
 
-shipped: etc/gpuhc.yaml as installed, with the remediation ladder on (README: the deployment the
-issue measures), active checks off (the model has no GPU to burn in); ladder-off: the same
-without the ladder (the schema's default); strict/loose: the hysteresis and the ladder made
-slower or quicker to hand a node back; observe: ``slurm.mode: observe`` (gpuhc decides and logs
-but never changes a node), where this build has it.
+shipped: etc/gpuhc.yaml exactly as installed (the ladder off, its default; the epilog's active
+checks on, their worker campaign_model/active_gpu.py's); ladder: the same with the remediation
+ladder on (README's deployment with repair); strict/loose: the ladder made slower or quicker to
+hand a node back; observe: ``slurm.mode: observe`` (gpuhc decides and logs but never changes a
+node). Only what a bench cannot have is changed: no log file, syslog or hooks, a postmortem
+directory in the campaign's work directory.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from gpuhc.errors import ConfigError
 
 ETC = Path(__file__).resolve().parents[2] / "etc" / "gpuhc.yaml"
 OVERLAYS = {
-    "shipped": {"slurm": {"remediation": {"enabled": True}}},
-    "ladder-off": {},
+    "shipped": {},
+    "ladder": {"slurm": {"remediation": {"enabled": True}}},
     "strict": {"slurm": {"remediation": {"enabled": True, "reset_attempts": 1}, "resume_after": 6,
                          "cooldown_s": 3600, "quarantine": {"max_cycles": 2}}},
     "loose": {"slurm": {"remediation": {"enabled": True, "reset_attempts": 3}, "resume_after": 1,
@@ -48,7 +49,7 @@ def config_for(policy: str, workdir: Path, extra: dict | None = None):
     # The modelled nodes' count, as slurm.conf's Gres=gpu:8 gives it on a real cluster (the
     # shipped config carries no fleet-wide count: docs/slurm.md, "Expected GPUs").
     _merge(doc, {"node": {"expected_gpus": 8}})
-    _merge(doc, {"active": {"enabled": False}, "hooks": {"commands": []},
+    _merge(doc, {"hooks": {"commands": []},
                  "slurm": {"log_file": None, "syslog": False, "postmortem_dir": str(workdir / "postmortem")}})
     _merge(doc, OVERLAYS[policy])
     _merge(doc, extra or {})

@@ -38,9 +38,16 @@ from gpuhc.slurm.reason import parse_reason
 from . import faults as F
 from .node import Node, _epoch
 from .real_boot import Reboots, ask_script
-from .sim import OLD_LINES_WATCH_S, T0, Campaign
+from .sim import T0, Campaign
 
 COMPRESSION = 60.0  # one wall second stands for a minute of the month
+# The harness runs a node's health check while it has a fault, gpuhc's reason, or a repaired
+# fault's lines less than an hour old (compressed): the model runs every check whose inputs
+# changed, which tests/bench/test_campaign_faults.py holds equal to running every check; a
+# node with none of these has nothing gpuhc could act on.
+OLD_LINES_WATCH_S = 3600.0
+# slurmctld's RPCs by message type (sdiag), counted over the campaign: the ones gpuhc sends.
+GPUHC_RPCS = ("REQUEST_UPDATE_NODE", "REQUEST_REBOOT_NODES", "REQUEST_NODE_INFO", "REQUEST_NODE_INFO_SINGLE")
 POLL_S = 0.25  # how often Slurm's node table and queue are read
 
 
@@ -51,7 +58,8 @@ def compressed(ts: float) -> dict:
     sides equal) and its cap is the whole cluster (16 nodes under the shipped 10 % would cap at
     one drained node; the breaker has its own real-Slurm tests). reboot_timeout_s has a floor of
     60 s in the schema, longer than a compressed reboot and its retest take on both sides."""
-    return {"slurm": {"cooldown_s": 600.0 * ts, "max_cooldown_s": 21600.0 * ts, "flap_window_s": 21600.0 * ts,
+    return {"active": {"enabled": False},  # the real side's nodes have no GPU for the worker
+            "slurm": {"cooldown_s": 600.0 * ts, "max_cooldown_s": 21600.0 * ts, "flap_window_s": 21600.0 * ts,
                       "breaker": {"jitter_s": 0.0, "settle_s": 0.0, "max_drained": 1 << 20,
                                   "max_drained_percent": None},
                       "remediation": {"reboot_timeout_s": max(60.0, 1800.0 * ts)}}}
@@ -69,6 +77,7 @@ class Record:
     job_starts: list = field(default_factory=list)  # model: (t, nodes) of every job start
     reboots: list = field(default_factory=list)  # (t, node) of every reboot done (the machine up again)
     runs: int = 0
+    rpcs: dict = field(default_factory=dict)  # real: sdiag's count per message type over the campaign
 
 
 def model_record(c: Campaign) -> Record:
@@ -107,6 +116,7 @@ class RealCampaign:
         self.hc_log: list = []  # (launched, node)
         self.resets_dir = workdir / "resets"
         self.resets: dict[str, float] = {}  # request file -> when it came
+        self.reset_count: dict[str, int] = {}  # node -> resets answered (the k-th plays the model's k-th)
         self.reset_log: list = []  # (node, start, end)
         self.fault_of: dict[int, F.Fault] = {}  # model fault id -> this side's fault
         # Under the cluster's directory: a release in a chroot sees only that (tests/helpers/slurm_release.py).
@@ -152,6 +162,7 @@ class RealCampaign:
             heapq.heappush(self.events, (f.start - T0, 0, "fault", f.id))
         for j in sorted(m.jobs.values(), key=lambda j: j.submit):
             heapq.heappush(self.events, (j.submit - T0, 1, "arrive", j.id))
+        rpcs0 = self._sdiag()
         self.t0 = time.time()
         last_poll = -POLL_S
         while self.rel() < self.seconds:
@@ -177,6 +188,8 @@ class RealCampaign:
         self.rec.notes += [f"reboot of {n}: asked at {a}s, machine off at {o}s, up at {u}s"
                            for n, a, o, u in self.boots.log]
         self.rec.runs = len(self._calls())
+        rpcs1 = self._sdiag()
+        self.rec.rpcs = {k: rpcs1.get(k, 0) - rpcs0.get(k, 0) for k in GPUHC_RPCS if rpcs1.get(k, 0) - rpcs0.get(k, 0)}
         self.rec.jobs = {"submitted": len(self.jobs), "started": sum(1 for j in self.jobs.values() if j["started"]),
                          "killed": sum(1 for j in self.jobs.values() if j["killed"])}
         return self.rec
@@ -215,15 +228,19 @@ class RealCampaign:
         self.write_all()
 
     def _resets(self) -> None:
-        """Answer the reset stand-in: after reset_s, the model's dice (a fault the model's reset
-        repaired is repaired by this node's first reset while it is active)."""
+        """Answer the reset stand-in: after reset_s, the model's dice (the faults the model's
+        k-th reset of this node repaired are repaired by its k-th reset here)."""
         for req in self.resets_dir.glob("req.*"):
             came = self.resets.setdefault(req.name, time.time())
             if time.time() - came < self.reset_s:
                 continue
             node = req.name.split(".")[1]
+            k = self.reset_count.get(node, 0)
+            self.reset_count[node] = k + 1
+            outcomes = self.model.reset_outcomes.get(node, [])
+            healed = set(outcomes[k]) if k < len(outcomes) else set()
             for f in list(self.nodes[node].hardware()):
-                if self.model.faults[f.id].how == "reset":
+                if f.id in healed:
                     self.repair(f, "reset")
                 else:
                     f.stamp = time.time()  # it shows again after the reset, as in the model
@@ -244,9 +261,26 @@ class RealCampaign:
                   f"'echo $(date +%s.%N) $SLURM_JOB_ID $SLURMD_NODENAME >> {self.started_log}'; ")
         argv = ["--exclusive", "-N", str(j.size), "-o", "/dev/null", "-J", f"campaign-{jid}",
                 "--wrap", record + f"exec sleep {max(1, round(j.duration))}"]
-        if j.nodes or j.pinned:  # where the model ran it (or the user pinned it): the same faults hit the same jobs
-            argv = ["-w", ",".join(j.nodes or j.pinned), *argv]
+        if j.pinned:  # only what its user pinned: Slurm places the others, and their prologs stop them in Slurm
+            argv = ["-w", ",".join(j.pinned), *argv]
         self.jobs[jid] = {"real": self.c.sbatch(*argv), "started": False, "killed": False, "nodes": ()}
+
+    def _sdiag(self) -> dict[str, int]:
+        """slurmctld's RPC counts by message type (`sdiag`'s "Remote Procedure Call statistics by
+        message type": `REQUEST_UPDATE_NODE ( 3002) count:5 ave_time:...`). They include the
+        harness's own reads (squeue, sinfo), so node reads are an upper bound of gpuhc's."""
+        import re
+
+        cp = self.c.run(["sdiag"], check=False)
+        out, by_type = {}, False
+        for line in cp.stdout.splitlines():
+            if "by message type" in line:
+                by_type = True
+            elif "by user" in line:
+                by_type = False
+            elif by_type and (m := re.match(r"\s*(\w+)\s*\(\s*\d+\)\s*count:(\d+)", line)):
+                out[m.group(1)] = int(m.group(2))
+        return out
 
     def _kill(self, jid: int) -> None:
         self.c.run(["scancel", str(self.jobs[jid]["real"])], check=False)

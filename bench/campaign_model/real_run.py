@@ -17,6 +17,7 @@ from .policies import config_for
 from .real import COMPRESSION, RealCampaign, compressed, model_record
 from .real_agree import deviations, disagreements, summary
 from .real_boot import install
+from .faults import REAL_CLASSES
 from .sim import Campaign
 
 REPO = Path(__file__).resolve().parents[2]  # on sys.path: tests.helpers
@@ -37,7 +38,8 @@ def model(policy: str, seed: int, nodes: int, seconds: float, rate_scale: float,
     (workdir / "model").mkdir(parents=True, exist_ok=True)
     config = config_for(policy, workdir / "model", compressed(ts))
     c = Campaign(config, workdir / "model", nodes=nodes, days=seconds * compression / 86400.0, seed=seed,
-                 rate_scale=rate_scale, reset_s=60.0 * ts, reboot_s=600.0 * ts, time_scale=ts).run()
+                 rate_scale=rate_scale, reset_s=60.0 * ts, reboot_s=600.0 * ts, time_scale=ts,
+                 classes=REAL_CLASSES, noise=False, placement="lowest").run()
     return c, workdir / "model" / f"gpuhc-{policy}.yaml"
 
 
@@ -61,7 +63,7 @@ def deployment(config_file: Path, wd: Path) -> dict:
     return doc
 
 
-def campaign(make_cluster, workdir: Path, policy: str = "shipped", seed: int = 11, nodes: int = 16,
+def campaign(make_cluster, workdir: Path, policy: str = "ladder", seed: int = 11, nodes: int = 16,
              seconds: float = 90.0, rate_scale: float = 1500.0, compression: float = COMPRESSION) -> dict:
     """Both sides; the JSON document of the comparison."""
     sys.path.insert(0, str(REPO))
@@ -80,6 +82,6 @@ def campaign(make_cluster, workdir: Path, policy: str = "shipped", seed: int = 1
     mrec = model_record(m)
     return {"policy": policy, "seed": seed, "nodes": nodes, "seconds": seconds, "rate_scale": rate_scale,
             "compression": compression, "slurm": cluster.release.id, "floor_s": FLOOR_S,
-            "model": summary(mrec, seconds), "real": summary(real, seconds),
+            "model": summary(mrec, seconds), "real": summary(real, seconds), "real_slurm_rpcs": real.rpcs,
             "deviation": deviations(mrec, real, seconds),
             "disagreements": disagreements(mrec, real, seconds, FLOOR_S), "_records": (mrec, real)}

@@ -47,15 +47,22 @@ class NodeRow:
 class ModelSlurm:
     """The node table and the argv it answers. ``clock()`` is the campaign's virtual time."""
 
-    def __init__(self, names: list[str], clock):
+    def __init__(self, names: list[str], clock, timeouts=None):
         self.nodes = {n: NodeRow() for n in names}
         self.clock = clock
+        # noise: slurmctld too busy to answer one RPC in noise.SLURM_TIMEOUT_SHARE (a Random, or None)
+        self.timeouts = timeouts
         self.rpcs: Counter = Counter()
         self.events: list[tuple[float, str, str, str | None]] = []  # (time, node, what, reason)
 
     # ------------------------------------------------------------------ the wire
 
     def __call__(self, argv: list[str], timeout: float) -> tuple[int, str, str]:
+        from .noise import SLURM_TIMEOUT, SLURM_TIMEOUT_SHARE
+
+        if self.timeouts is not None and self.timeouts.random() < SLURM_TIMEOUT_SHARE:
+            self.rpcs["timed out"] += 1
+            return 1, "", SLURM_TIMEOUT
         if slurm_answers.is_sinfo(argv):
             self.rpcs["sinfo-node" if slurm_answers.one_node(argv) else "sinfo-scope"] += 1
             return 0, slurm_answers.render(self._rows(), argv), ""
@@ -119,6 +126,21 @@ class ModelSlurm:
         r.base = "DOWN"
         r.reason = (r.reason or "") + " : reboot complete"
         self.events.append((self.clock(), name, "rebooted", r.reason))
+
+    def admin_drain(self, name: str, reason: str) -> None:
+        """An admin's `scontrol update State=DRAIN` (not counted as gpuhc's RPC)."""
+        r = self.nodes[name]
+        was = r.in_service
+        r.flags.add("DRAIN")
+        r.reason, r.reason_time = reason, self.clock()
+        self.events.append((self.clock(), name, "admin-drain" if was else "admin-reason", reason))
+
+    def set_down(self, name: str, reason: str) -> None:
+        """slurmctld's own: a node that stopped answering is DOWN with Slurm's reason."""
+        r = self.nodes[name]
+        r.base = "DOWN"
+        r.reason, r.reason_time = reason, self.clock()
+        self.events.append((self.clock(), name, "down", reason))
 
     def admin_resume(self, name: str) -> None:
         """A person's `scontrol update State=RESUME` (not counted as gpuhc's RPC)."""

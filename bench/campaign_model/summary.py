@@ -1,55 +1,60 @@
-"""A markdown table of campaign JSON documents: ``python -m campaign_model.summary docs/campaign/*.json``
-(from bench/). docs/campaign.md and README quote its output."""
+"""Markdown tables of sweep documents (``bench/campaign.py --seeds``):
+``python -m campaign_model.summary docs/campaign/*.json`` (from bench/). docs/campaign.md and
+README quote its output."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-
-def _p(d: dict) -> str:
-    return "-" if not d or d.get("n", 0) == 0 else f"{d['p50_min']:g} / {d['p95_min']:g} (n={d['n']})"
-
-
-def row(doc: dict) -> str:
-    r = doc["retirement"]
-    inj = doc["in_job_faults"]
-    hw = sum(v for k, v in doc["faults"].items() if not k.startswith("app-"))
-    app = sum(v for k, v in doc["faults"].items() if k.startswith("app-"))
-    drain = [v for v in doc["fault_to_drain"].values() if v["n"]]
-    allp50 = "; ".join(f"{k} {v['p50_min']:g}" for k, v in sorted(doc["fault_to_drain"].items()))
-    return (f"| {doc['policy']} | {doc['seed']} | {hw} (+{app} app, {doc['lemons']} lemons) | {doc['escapes']['total']} "
-            f"{dict(doc['escapes']['by_class']) or ''} | {inj['total']}: {inj['outcome']} | "
-            f"{doc['false_drains']['total']} | {allp50 if drain else '-'} | {_p(doc['drain_to_back_repairable'])} | "
-            f"{r['precision']} / {r['recall']} | {doc['node_hours_out']} | {doc['human_actions']['total']} | "
-            f"{doc['slurm_rpcs_per_hour']} |")
+ROWS = (("escapes", "escapes (jobs started on a sick node)"),
+        ("escapes_per_1000_job_starts", "escapes per 1,000 job starts"),
+        ("sick_job_node_hours", "node-hours of jobs on sick or degraded nodes"),
+        ("gpu_hours_lost", "GPU-hours lost (killed jobs' work since checkpoint, hangs)"),
+        ("undetected", "hardware faults never drained"),
+        ("false_drains", "false drains"),
+        ("false_retirements", "false retirements (no fault that a new part ends)"),
+        ("human_actions", "human actions (all kinds)"),
+        ("rmas", "RMAs (a GPU part after triage, or a retired node)"),
+        ("node_hours_out", "node-hours out after gpuhc's drains"),
+        ("slurm_rpcs_per_hour", "gpuhc's Slurm RPCs per hour"),
+        ("admin_drains_undone_by_gpuhc", "admin drains gpuhc resumed"))
 
 
-HEAD = ("| policy | seed | hardware faults | escapes | in-job faults: next job | false drains | fault→drain p50 min "
-        "by class | drain→back p50 / p95 min | retire precision / recall | node-hours out | human actions | "
-        "Slurm RPCs/h |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+def _d(x: dict) -> str:
+    if not x.get("n"):
+        return "-"
+    return (f"{x['mean']:g} [{x['ci95'][0]:g}, {x['ci95'][1]:g}] | {x['p50']:g} / {x['p95']:g} / {x['max']:g} | "
+            f"{x['seeds_above_zero']}")
 
 
-BACK_HEAD = "| policy | seed | drain→back p50 / p95 min (n) by class, repairable faults |\n|---|---|---|"
+def table(doc: dict) -> str:
+    head = (f"**{doc['policy']}** ({doc['seeds_run']} seeds, {doc['nodes']} nodes x {doc['gpus']} GPUs, "
+            f"{doc['days']:g} days, odds x{doc.get('odds', 1.0):g}; gpuhc "
+            f"{str(doc.get('gpuhc_main_commit') or doc.get('gpuhc_commit'))[:7]})\n\n"
+            "| per seed | mean [95 % CI] | p50 / p95 / max | seeds > 0 |\n|---|---|---|---|\n")
+    rows = [f"| {label} | {_d(doc['distributions'][k])} |" for k, label in ROWS if k in doc["distributions"]]
+    s = doc["sick_spells_back_or_retired_within_60_min"]
+    share = "-" if s.get("share") is None else f"{s['share']:g} [{s['ci95'][0]:g}, {s['ci95'][1]:g}] of {s['of']}"
+    rows.append(f"| sick-node spells back or retired within 60 min (pooled) | {share} | | |")
+    t = doc["time_to_retire_h"]
+    rows.append(f"| time to retire a lemon, h (pooled) | n={t['n']} | p50 {t['p50']} / max {t['max']} | |")
+    return head + "\n".join(rows)
 
 
-def back_row(doc: dict) -> str:
-    """Time from drain to back in service per class (the issue's "by class"); a document
-    written before that metric existed shows a dash."""
-    by = doc.get("drain_to_back_by_class")
-    text = "; ".join(f"{k} {_p(v)}" for k, v in sorted(by.items())) if by else "-"
-    return f"| {doc['policy']} | {doc['seed']} | {text} |"
+def goals(doc: dict) -> str:
+    return "\n".join(f"- {k}: **{v}**" for k, v in doc["goals"].items())
+
+
+def totals(doc: dict) -> str:
+    t = doc["totals"]
+    return "\n".join(f"- {k.replace('_', ' ')}: {json.dumps(v)}" for k, v in t.items())
 
 
 def main(paths: list[str]) -> None:
-    docs = sorted((json.load(open(p)) for p in paths), key=lambda d: (d["policy"] != "shipped", d["policy"], d["seed"]))
-    print(HEAD)
-    for d in docs:
-        print(row(d))
-    print()
-    print(BACK_HEAD)
-    for d in docs:
-        print(back_row(d))
+    for p in paths:
+        doc = json.load(open(p))
+        print(table(doc), "\n", goals(doc), "\n", totals(doc), "\n", sep="\n")
 
 
 if __name__ == "__main__":

@@ -44,13 +44,14 @@ EXTRA = {"slurm": {"cooldown_s": 0, "breaker": {"max_drained": 4, "max_drained_p
 
 def model_acts(tmp_path) -> dict[str, list[tuple[str, str | None]]]:
     (tmp_path / "model").mkdir()
-    config = config_for("shipped", tmp_path / "model", EXTRA)
+    config = config_for("ladder", tmp_path / "model", {**EXTRA, "active": {"enabled": False}})
     # Faults at t=1 s, before every node's first health check; app faults land on a job's node,
     # so n2's is placed by hand below through a job pinned to it.
     model_name = {n: f"gpu{i:03d}" for i, n in enumerate(NODES, 1)}
     inject = [(1.0, cls, model_name[n], False) for n, cls in SCHEDULE.items() if not BY_NAME[cls].app]
     c = Campaign(config, tmp_path / "model", nodes=len(NODES), days=ROUNDS * HC_INTERVAL_S / 86400.0, seed=7,
-                 inject=inject + [(30.0, "app-xid13-43", "any", False)], jobs=[(10.0, 1, 3600.0, (model_name["n2"],))])
+                 inject=inject + [(30.0, "app-xid13-43", "any", False)], jobs=[(10.0, 1, 3600.0, (model_name["n2"],))],
+                 noise=False)
     c.run()
     assert [f.how for f in c.faults if f.cls.name == "row-remap-pending"] == ["reset"]
     names = dict(zip(c.names, NODES))

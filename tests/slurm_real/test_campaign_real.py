@@ -100,6 +100,31 @@ def test_the_real_kth_reboot_heals_what_the_models_kth_reboot_healed(tmp_path):
     assert [n for _, n in camp.rec.reboots] == ["n1", "n1"]
 
 
+def test_the_real_kth_reset_heals_what_the_models_kth_reset_healed(tmp_path):
+    # The model reset n1 twice: the first reset repaired nothing, the second the ECC fault. The
+    # harness used to heal a fault the model's reset repaired at the node's first reset (seed 10
+    # came back 5 s early); its k-th reset must play the model's k-th.
+    from types import SimpleNamespace
+
+    from campaign_model.node import Node
+    from campaign_model.real import RealCampaign
+
+    ecc = F.BY_NAME["ecc-uncorrectable"]
+    node = Node("n1", tmp_path)
+    node.faults = [F.Fault(3, ecc, "n1", 10.0)]
+    repaired = []
+    (tmp_path / "resets").mkdir()
+    h = SimpleNamespace(resets_dir=tmp_path / "resets", resets={}, reset_count={}, reset_s=0.0, nodes={"n1": node},
+                        model=SimpleNamespace(reset_outcomes={"n1": [[], [3]]}), reset_log=[], t0=0.0,
+                        rel=lambda: 1.0, write_all=lambda: None,
+                        repair=lambda f, how: (node.faults.remove(f), repaired.append((f.id, how))))
+    for k in (1, 2):
+        (tmp_path / "resets" / f"req.n1.{k}").touch()
+        RealCampaign._resets(h)
+        assert repaired == ([] if k == 1 else [(3, "reset")])
+    assert node.faults == [] and len(h.reset_log) == 2
+
+
 def test_the_boot_unit_is_compressed_and_its_retest_dated(tmp_path):
     # The machines' boot unit as SlurmCluster(reboot=True) writes it, then the campaign's version:
     # the unit's 5 s poll compressed 60x, the retest's start recorded for the timings.
@@ -123,29 +148,48 @@ def test_the_boot_unit_is_compressed_and_its_retest_dated(tmp_path):
 
 
 @pytest.mark.slurm
+@pytest.mark.parametrize("seed", [1, 10])
+def test_other_seeds_run_through_and_drain_the_same_nodes(slurm_cluster, tmp_path, seed):
+    # Seed 10 crashed (a Fault had no `how` until it was repaired: real_boot.py); both seeds take
+    # resets and reboots that do not all heal, with jobs Slurm places. What holds on both sides:
+    # no escape and no false drain, the same nodes drained, gpuhc's node updates counted by
+    # slurmctld. What does not yet (docs/campaign.md, "Not done"): the same acts in order; a node's
+    # second spell late in the 90 s ends on the model's side and not yet on the real one.
+    doc = campaign(slurm_cluster, tmp_path, seed=seed)
+    model, real = doc.pop("_records")
+    print(doc)
+    assert bounds(real) == [] and bounds(model) == []
+    assert set(doc["real"]["acts"]) == set(doc["model"]["acts"]) and doc["real"]["acts"]
+    assert all(acts[0] == "drain" for acts in doc["real"]["acts"].values())
+    assert doc["real"]["jobs"]["started"] >= 1
+    assert doc["real_slurm_rpcs"].get("REQUEST_UPDATE_NODE", 0) >= len(doc["real"]["acts"])  # sdiag saw the drains
+
+
+@pytest.mark.slurm
 def test_a_real_campaign_agrees_with_the_model_on_the_same_seed(slurm_cluster, tmp_path):
     doc = campaign(slurm_cluster, tmp_path, seed=11)  # 16 nodes, 90 s, compressed 60x, rates x1500
     model, real = doc.pop("_records")
     print(doc)
     assert bounds(real) == [] and bounds(model) == []
     assert doc["disagreements"] == []
-    # What the seed puts to the test, on both sides: NVLinks trained down and an Xid 79 (a GPU
-    # fallen off the bus), each through the ladder's reboot rung and healed by the reboot, then
-    # resumed by the boot-time retest; a row remap a reset repairs; an application's Xid inside
-    # a running job that drains nothing; jobs that ran.
+    # What the seed puts to the test, on both sides (the draw of the Llama 3 table's classes a
+    # localhost Slurm can play, faults.REAL_CLASSES): a row remap a reset repairs, an NVLink
+    # error burst drained and resumed once it stops, an Xid 79 (a GPU fallen off the bus) sent
+    # through the ladder's reboot rung by Slurm's RebootProgram and resumed by the boot-time
+    # retest; jobs placed by Slurm that ran.
     for side in (doc["model"], doc["real"]):
-        assert sorted(side["acts"].items()) == [("gpu003", ["drain", "reboot", "resume"]),
+        assert sorted(side["acts"].items()) == [("gpu003", ["drain", "resume"]),
                                                 ("gpu015", ["drain", "reboot", "resume"]),
                                                 ("gpu016", ["drain", "resume"])]
     classes = {v["node"]: v["class"] for v in doc["real"]["faults"].values()}
-    assert classes["gpu003"] == "nvlink-down" and classes["gpu015"] == "fallen-off-bus"
-    # The reboots were Slurm's: its RebootProgram ran for those two nodes, each machine booted
-    # again and its boot unit's retest resumed it (tests/slurm_cluster_files.py's calls.log).
+    assert classes == {"gpu003": "row-remap-pending", "gpu015": "fallen-off-bus", "gpu016": "nvlink-errors"}
+    # The reboot was Slurm's: its RebootProgram ran for that node, the machine booted again and
+    # its boot unit's retest resumed it (tests/slurm_cluster_files.py's calls.log).
     calls = [ln.split() for ln in (tmp_path / "real" / "slurm" / "log" / "calls.log").read_text().splitlines()]
-    assert [c[2] for c in calls if c[1] == "reboot"] == ["gpu003", "gpu015"]
-    for node in ("gpu003", "gpu015"):
-        boots = (tmp_path / "real" / "slurm" / "log" / f"boot.{node}.log").read_text()
-        assert f"gpuhc quarantine retest {node}: retest passed (was drained): resuming" in boots
-    assert any(f.cls.app and f.in_job for f in real.faults)
+    assert [c[2] for c in calls if c[1] == "reboot"] == ["gpu015"]
+    boots = (tmp_path / "real" / "slurm" / "log" / "boot.gpu015.log").read_text()
+    assert "gpuhc quarantine retest gpu015: retest passed (was drained): resuming" in boots
     assert doc["real"]["jobs"]["started"] >= 1 and doc["real"]["escapes"] == {}
-    assert doc["deviation"]["to_drain"]["n"] >= 3 and doc["deviation"]["back"]["n"] >= 3
+    # slurmctld's own count (sdiag) of the node updates and reboots gpuhc asked for
+    assert doc["real_slurm_rpcs"]["REQUEST_UPDATE_NODE"] >= 3 and doc["real_slurm_rpcs"]["REQUEST_REBOOT_NODES"] >= 1
+    assert doc["deviation"]["to_drain"]["n"] >= 3 and doc["deviation"]["back"]["n"] >= 2

@@ -1,0 +1,63 @@
+"""The GPU under gpuhc's active checks, for the campaign: the worker's answers (the hardware
+boundary of gpuhc/active/orchestrate.py, whose ``run_tasks`` this stands in for), so that the
+shipped epilog's burn-in, speed, HBM, memtest, host-link, P2P and NCCL judges run for real.
+
+A healthy node answers what healthy H100s measured (tests/helpers/active_results.py, from
+docs/verification.md runs 7 and 8); a node with silent data corruption gives a different
+burn-in hash on one GPU in a share of runs (faults.SDC_DETECT: corruption that a few seconds of
+GEMM does not always trigger); a slow GPU computes at 70 % of its siblings' rate.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+from gpuhc.active.supervise import Outcome, Session
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: tests.helpers
+from tests.helpers import active_results as R  # noqa: E402
+
+from .faults import SDC_DETECT  # noqa: E402
+
+PCI = ("0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0", "0000:9a:00.0", "0000:ab:00.0",
+       "0000:ba:00.0", "0000:db:00.0")  # examples/scenarios/healthy-8xh100.yaml
+DEVICES = [{"cuda": i, "index": i, "pci": p, "name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "subject": f"gpu{i}",
+            "procs": []} for i, p in enumerate(PCI)]
+SICK_GPU = "gpu5"
+
+
+def healthy(task: str, n: int = 8) -> dict:
+    return {"topology": lambda: R.healthy_topology(n), "burnin": lambda: R.healthy_burnin(n),
+            "hbm": lambda: R.healthy_hbm(n), "memtest": lambda: R.healthy_memtest(n),
+            "hostlink": lambda: R.healthy_hostlink(n), "p2p": lambda: R.healthy_p2p(n),
+            "nccl": lambda: R.healthy_nccl(n)}[task]()
+
+
+def measure(task: str, kinds: set[str], rng: random.Random) -> dict:
+    """What the worker would report for ``task`` on a node whose GPU faults are ``kinds``."""
+    data = healthy(task)
+    if task == "burnin":
+        for dd in data["dtypes"].values():
+            g = dd["gpus"][SICK_GPU]
+            if "sdc" in kinds and rng.random() < SDC_DETECT:
+                g["hash"] = g["hash"][:-4] + "d00d"
+            if "slow" in kinds:
+                g["tflops"] = round(g["tflops"] * 0.7, 1)
+                g["tflops_chunk_min"] = round(g["tflops_chunk_min"] * 0.7, 1)
+    return data
+
+
+def stand_in(kinds_of, rng: random.Random):
+    """A ``run_tasks`` for gpuhc.active.orchestrate: ``kinds_of()`` names the current node's
+    active-visible faults."""
+
+    def run_tasks(tasks, spawn, deadline, startup_timeout, choose, timeout_of, progress=None) -> Session:
+        hello = {"ev": "hello", "devices": [dict(d) for d in DEVICES], "nvml_count": 8, "cupy": True}
+        choose(hello)
+        kinds = kinds_of()
+        return Session(hello=hello, outcomes={t.name: Outcome(t.name, "done", measure(t.name, kinds, rng))
+                                              for t in tasks})
+
+    return run_tasks

@@ -1,0 +1,117 @@
+"""Benign noise on every node: what a healthy fleet shows that is not a fault (docs/campaign.md,
+"Noise"). Each kind is a scenario fragment laid over the node's scenario while it lasts (the
+format of gpuhc/sources/scenario.py's steps) and, where the driver logs it, real kernel-log
+lines (sources in bench/campaign_model/scenarios/README.md), moved to the episode's time.
+
+Rates are this model's assumptions, sized from what the issue and public reports describe as
+common; every one is listed in docs/campaign.md's assumptions table. A counter that grows
+(correctable ECC, IB symbol errors, corrected AER) keeps its new value until the node's next
+reboot, as the driver's volatile counters and sysfs counters do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class NoiseClass:
+    name: str
+    per_node_day: float = 0.0  # episodes per node-day (trigger "random")
+    lasts_s: tuple[float, float] = (0.0, 0.0)
+    patch: dict = field(default_factory=dict)  # laid over the scenario while it lasts
+    lines: tuple[str, ...] = ()  # logged when it starts
+    trigger: str = "random"  # random | job-end (share of a node's job ends) | job-kill
+    share: float = 0.0
+    sticky: dict = field(default_factory=dict)  # counters added for good (until a reboot)
+    source: str = ""
+
+
+def _occ(name: str, used_mib: int, pid: int, gpus=range(8)) -> dict:
+    return {"occupancy": {"gpus": [
+        {"index": i, "memory_used_mib": used_mib if i in gpus else 0, "memory_total_mib": 81559,
+         **({"processes": [{"pid": pid, "name": name, "used_mib": used_mib - 3, "kinds": "compute"}]}
+            if i in gpus else {})} for i in range(8)]}}
+
+
+# Real driver lines (sources: scenarios/README.md), on this model's PCI addresses (gpu3: 5d).
+XID119 = ("2025-03-04T10:03:12,000000+00:00 NVRM: Xid (PCI:0000:5d:00): 119, pid=2024380, name=nvidia-smi, "
+          "Timeout after 6s of waiting for RPC response from GPU3 GSP! Expected function 103 (GSP_RM_ALLOC) "
+          "(0x2081 0x4).",)
+XID109 = ("2025-03-04T10:03:12,000000+00:00 NVRM: Xid (PCI:0000:5d:00): 109, pid=1797828, name=pt_main_thread, "
+          "Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005",)
+XID45 = ("2025-03-04T10:03:12,000000+00:00 NVRM: Xid (PCI:0000:5d:00): 45, pid=12542, name=VLLM::Worker, "
+         "channel 0x00000002",)
+XID94 = tuple(f"2025-03-04T10:03:12,{us:06d}+00:00 NVRM: Xid (PCI:0000:5d:00): 94, pid=1248209, name=python3.10, "
+              f"Ch 0000000{c}" for us, c in ((521616, 8), (552642, 9), (561522, "a"), (570101, "b"),
+                                             (578496, "c"), (587265, "d"), (630019, "e")))
+
+BUSY = {"defaults": {"utilization_gpu": 100, "temp_gpu_c": 62, "temp_mem_c": 70, "power_w": 655.0,
+                     "sm_clock_mhz": 1755, "clock_event_samples": [0x4, 0x4, 0x4]}}  # SW power cap
+KINDS: tuple[NoiseClass, ...] = (
+    NoiseClass("monitor-context", 0.05, (120, 1200), _occ("nv-hostengine", 512, 3311),
+               source="a DCGM host engine or profiler holding a context on every GPU (ours: one per 20 node-days)"),
+    NoiseClass("teardown-lag", trigger="job-end", share=0.01, lasts_s=(6, 60), patch=_occ("python3", 1638, 48211, {2}),
+               source="the previous job's context still freeing 1.6 GiB past the epilog's wait (1 % of job ends)"),
+    NoiseClass("xid119-single", 0.01, (0, 0), lines=XID119, source="one GSP timeout that does not repeat"),
+    NoiseClass("xid109", 0.02, (0, 0), lines=XID109, source="context-switch timeout of an application"),
+    NoiseClass("xid45-after-kill", trigger="job-kill", share=0.3, lines=XID45,
+               source="preemptive channel teardown when a job is killed"),
+    NoiseClass("xid94-storm", 0.005, (0, 0), lines=XID94, source="contained ECC error, the application restarts"),
+    NoiseClass("ecc-corrected", 0.05, sticky={"gpus": {1: {"ecc_volatile_corrected": 12}}},
+               source="correctable ECC single-bit errors"),
+    NoiseClass("ib-symbol-errors", 0.05,
+               sticky={"ib_ports": [{"device": "mlx5_4", "port": 1, "counters": {"symbol_error": 7}}]},
+               source="IB symbol errors below the link's error budget"),
+    NoiseClass("aer-corrected", 0.05, sticky={"aer": [{"pci": "0000:9a:00.0", "correctable": 3}]},
+               source="PCIe AER corrected errors on a GPU's link"),
+    NoiseClass("nvml-timeout", 0.01, (1, 300),
+               {"nvml": {"available": False, "error": "Timeout"}},
+               source="NVML busy for one run (a GPU in a long RM call)"),
+    NoiseClass("busy", patch=BUSY, source="a running job: GPUs hot and power-capped (health checks sampled)"),
+)
+BY_NAME = {k.name: k for k in KINDS}
+# Health checks of a busy node that has nothing else to look at: this share of them is run
+# (the rest would replay the same busy scenario); stated with the results.
+BUSY_SHARE = 0.0002
+# slurmctld too slow to answer one of gpuhc's RPCs: real Slurm's message for it.
+SLURM_TIMEOUT_SHARE = 0.005
+SLURM_TIMEOUT = "slurm_load_node error: Socket timed out on send/recv operation"
+# Driver upgrades ride on host maintenance: this share of maintenance reboots installs a new driver.
+DRIVER_UPGRADE_SHARE = 0.5
+NEW_DRIVER = "580.105.08"
+
+
+def merge(base: dict, over: dict) -> dict:
+    """Lay ``over`` on ``base`` as the scenario format does within one step: GPU fields by index,
+    IB ports by (device, port), AER by PCI address, anything else replaced. Counters add up
+    (two episodes of correctable errors are the sum)."""
+    out = dict(base)
+    for k, v in over.items():
+        if k == "gpus":
+            g = {i: dict(f) for i, f in (out.get("gpus") or {}).items()}
+            for i, f in v.items():
+                cur = g.setdefault(i, {})
+                for fk, fv in f.items():
+                    cur[fk] = cur.get(fk, 0) + fv if isinstance(fv, int) and fk.startswith("ecc") else fv
+            out["gpus"] = g
+        elif k in ("ib_ports", "aer"):
+            key = (lambda e: (e["device"], e["port"])) if k == "ib_ports" else (lambda e: e["pci"])
+            rows = {key(e): e for e in out.get(k) or []}
+            for e in v:
+                cur = rows.get(key(e))
+                if cur is None:
+                    rows[key(e)] = e
+                elif k == "aer":
+                    rows[key(e)] = {**cur, "correctable": cur.get("correctable", 0) + e.get("correctable", 0)}
+                else:
+                    c = dict(cur.get("counters") or {})
+                    for ck, cv in (e.get("counters") or {}).items():
+                        c[ck] = c.get(ck, 0) + cv
+                    rows[key(e)] = {**cur, "counters": c}
+            out[k] = list(rows.values())
+        else:
+            out[k] = v
+    return out

@@ -1,0 +1,162 @@
+"""The campaign's fault model (bench/campaign_model, docs/campaign.md "The model"): the hard
+rows of the Llama 3 table, the noise of healthy nodes, persons and their delays, the repair odds,
+and the sweep's report. Each test places its faults by hand and holds one rule; each can fail."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from tests.helpers.paths import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+
+from campaign_model import faults as F  # noqa: E402
+from campaign_model import sweep as S  # noqa: E402
+from campaign_model.metrics import compute  # noqa: E402
+from campaign_model.policies import config_for  # noqa: E402
+from campaign_model.sim import Campaign  # noqa: E402
+
+
+def campaign(tmp_path, inject, policy="shipped", nodes=2, days=0.3, seed=3, jobs=None, **kw):
+    kw.setdefault("noise", False)
+    return Campaign(config_for(policy, tmp_path), tmp_path, nodes=nodes, days=days, seed=seed, inject=inject,
+                    load=0.0, jobs=jobs, **kw).run()
+
+
+def drains(c, name=None):
+    return [r for _, n, w, r in c.slurm.events if w == "drain" and (name is None or n == name)]
+
+
+def test_silent_data_corruption_is_seen_only_by_the_epilogs_burn_in(tmp_path):
+    # The node looks healthy to every health check and prolog: jobs start on it (escapes) until
+    # an epilog's burn-in gives a different hash on the corrupting GPU and drains it.
+    jobs = [(600 + 1800 * k, 1, 1200.0, ("gpu001",)) for k in range(12)]
+    c = campaign(tmp_path, [(300, "sdc", "gpu001", False)], nodes=1, days=0.3, jobs=jobs)
+    m = compute(c)
+    assert drains(c) and drains(c)[0].startswith("gpuhc: burn-in gpu5")
+    assert m["escapes"]["by_class"].get("sdc", 0) >= 1 and m["sick_job_node_hours"]["by_class"]["sdc"] > 0
+    assert c.stats.runs["real"] >= 2  # the epilogs ran: health checks of a healthy-looking node are skipped
+
+
+def test_a_slow_gpu_is_drained_by_the_speed_check(tmp_path):
+    c = campaign(tmp_path, [(300, "slow-gpu", "gpu001", False)], nodes=1, days=0.1,
+                 jobs=[(600, 1, 1200.0, ("gpu001",))])
+    assert [r.split(":")[1].strip().split()[0] for r in drains(c)] == ["gpu-speed"]
+
+
+def test_a_hang_with_no_xid_costs_the_nccl_timeout_and_drains_nothing(tmp_path):
+    c = campaign(tmp_path, [(1800, "nccl-hang", "any", False)], nodes=2, days=0.2,
+                 jobs=[(600, 2, 7200.0, ())])
+    m = compute(c)
+    assert c.stats.jobs["hung"] == 1 and c.stats.jobs["killed"] == 1 and not drains(c)
+    assert m["gpu_hours_lost"]["by_why"]["hang (NCCL timeout)"] == pytest.approx(600 / 3600 * 16, abs=0.1)
+    assert m["faults_never_drained"] == {}  # a hang is no node's fault to drain
+
+
+def test_a_host_part_leaves_the_node_down_until_a_person_repairs_it(tmp_path):
+    c = campaign(tmp_path, [(600, "host-down", "gpu002", False)], nodes=2, days=6,
+                 jobs=[(300, 2, 7200.0, ())])
+    m = compute(c)
+    acts = [(n, w) for _, n, w, _ in c.slurm.events]
+    assert acts == [("gpu002", "down"), ("gpu002", "admin-resume")]
+    assert c.stats.jobs["killed"] == 1 and m["human_actions"]["by_kind"] == {"host repair": 1}
+    assert not drains(c)  # gpuhc never ran on it
+
+
+def test_maintenance_is_an_admins_drain_that_gpuhc_leaves_alone(tmp_path):
+    c = campaign(tmp_path, [(600, "host-maintenance", "gpu001", False)], nodes=1, days=0.3, noise=True,
+                 noise_inject=[])
+    m = compute(c)
+    acts = [w for _, n, w, _ in c.slurm.events]
+    assert acts == ["admin-drain", "admin-resume"] and m["admin_drains_undone_by_gpuhc"] == 0
+    assert c.stats.runs["real"] >= 2  # gpuhc's health checks ran on the admin's node, and kept out
+    assert m["human_actions"]["by_kind"] == {"maintenance": 1}
+
+
+def test_a_lemon_passes_its_retest_and_returns_days_later_until_retired(tmp_path):
+    # A true lemon: every reboot heals it and the retest passes, then it comes back days later
+    # (faults.LEMON_RECUR_DAYS); gpuhc's memory across those returns is what can retire it.
+    c = campaign(tmp_path, [(600, "fallen-off-bus", "gpu001", "lemon")], policy="ladder", nodes=1, days=20,
+                 odds=100.0)
+    returns = [f for f in c.faults if f.cls.name == "fallen-off-bus"]
+    assert len(returns) >= 2 and all(f.lemon for f in returns)
+    assert returns[1].start - returns[0].end > 3600  # it passed in between
+    m = compute(c)
+    assert m["retirement"]["lemon_nodes"] == ["gpu001"]
+
+
+def test_repair_odds_fall_with_the_nodes_earlier_faults(tmp_path):
+    c = Campaign(config_for("ladder", tmp_path), tmp_path, nodes=1, days=0.01, seed=1, noise=False)
+    node = c.nodes["gpu001"]
+    f = F.Fault(0, F.BY_NAME["fallen-off-bus"], "gpu001", 40 * 86400.0)
+    assert c.odds(node, f, 0.7) == pytest.approx(0.7)
+    node.history = [39 * 86400.0, 38 * 86400.0, 1.0]  # two within 30 days, one long before
+    assert c.odds(node, f, 0.7) == pytest.approx(0.7 * F.HISTORY_FACTOR ** 2)
+    f.permanent = True
+    assert c.odds(node, f, 0.7) == 0.0
+    c.odds_factor = 0.5  # the sensitivity sweep
+    f.permanent = False
+    assert c.odds(node, f, 0.7) == pytest.approx(0.35 * F.HISTORY_FACTOR ** 2)
+
+
+def test_a_switch_event_hits_a_whole_leaf_and_the_breaker_holds_the_drains(tmp_path):
+    c = campaign(tmp_path, [(600, "switch-event", "gpu003", False)], policy="ladder", nodes=16, days=0.1)
+    m = compute(c)
+    assert m["switch_events"]["node_faults"] == 8  # gpu001-gpu008, one leaf
+    assert 0 < m["switch_events"]["drained"] < 8  # the breaker's cap (10 % of 16) stops the rest
+
+
+def test_a_cable_fault_waits_for_a_person_for_days(tmp_path):
+    c = campaign(tmp_path, [(600, "ib-cable", "gpu001", False)], nodes=1, days=4)
+    m = compute(c)
+    assert m["human_actions"]["by_kind"] == {"cable": 1} and c.faults[0].how == "a person: cable"
+    assert m["sick_spells"]["share"] == 0.0  # not back within the hour: a goal this fault misses
+
+
+def test_noise_on_healthy_nodes_meets_gpuhcs_real_judges(tmp_path):
+    # A monitoring context at the prolog and a leftover context at the epilog: gpuhc's occupancy
+    # check drains on both (counted as false drains); a single Xid 45 after a kill and
+    # correctable errors do not.
+    noise = [(300, "ecc-corrected", "gpu001"), (400, "aer-corrected", "gpu001"), (500, "ib-symbol-errors", "gpu001"),
+             (600, "xid45-after-kill", "gpu001"), (1000, "monitor-context", "gpu002")]
+    c = campaign(tmp_path, [], nodes=2, days=0.2, noise=True, noise_inject=noise,
+                 jobs=[(700, 1, 600.0, ("gpu001",)), (1100, 1, 600.0, ("gpu002",))])
+    m = compute(c)
+    assert drains(c, "gpu001") == []
+    assert [r.split()[1] for r in drains(c, "gpu002")] == ["occupancy"]
+    assert m["false_drains"]["total"] == 1
+
+
+def test_the_settled_shortcut_gives_the_same_acts_as_running_every_check(tmp_path, monkeypatch):
+    # The model skips a run whose inputs are those of the node's last run of the stage that
+    # changed nothing (sim.py's docstring): with every health check, prolog and epilog run, the
+    # same campaign makes the same acts.
+    from campaign_model import sim
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    inject = [(900, "row-remap-pending", "gpu001", False), (2000, "ib-flap", "gpu002", False)]
+    noise = [(300, "xid119-single", "gpu003"), (1500, "teardown-lag", "gpu002"), (2500, "ecc-corrected", "gpu001")]
+    kw = dict(nodes=3, days=0.25, policy="ladder", noise=True, noise_inject=noise,
+              jobs=[(137 + 600 * k, 1, 500.0, ()) for k in range(30)])  # no tie with a health-check slot
+    a = campaign(tmp_path / "a", inject, **kw)
+    monkeypatch.setattr(sim.Campaign, "_attention",
+                        lambda self, name, stage="passive": not self.nodes[name].off)
+    b = campaign(tmp_path / "b", inject, **kw)
+    assert b.stats.runs["real"] > 2 * a.stats.runs["real"]
+    assert [e[1:] for e in a.slurm.events] == [e[1:] for e in b.slurm.events]
+
+
+def test_the_sweep_reports_every_seed_and_writes_a_missed_goal_as_missed(tmp_path):
+    out = tmp_path / "r.jsonl"
+    S.run_seeds("shipped", [1, 2], out, days=0.05, nodes=2)
+    S.run_seeds("shipped", [1, 2], out, days=0.05, nodes=2)  # resumed: nothing run twice
+    rs = S.load(out)
+    assert [r["seed"] for r in rs] == [1, 2]
+    doc = S.aggregate(rs, {"policy": "shipped"})
+    assert doc["seeds_run"] == 2 and [r["seed"] for r in doc["seeds"]] == [1, 2]
+    bad = dict(rs[0], seed=3, escapes=2, escapes_by_class={"sdc": 2})
+    doc = S.aggregate(rs + [bad], {"policy": "shipped"})
+    assert doc["goals"]["no job starts on a sick node"] == "missed: 2 escapes in 1 of 3 seeds"
+    assert doc["distributions"]["escapes"]["ci95"][1] > 0 and doc["totals"]["escapes_by_class"] == {"sdc": 2}
