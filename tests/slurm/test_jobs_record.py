@@ -220,9 +220,9 @@ def test_nothing_to_say_asks_slurm_nothing(tmp_path):
 
     flow, lines = flow_for(tmp_path, str(tmp_path / "no-scontrol"))
     after_healthcheck(flow, report_of(("pass", {"job": "7", "signature": "running"}),
-                                      ("pass", {"job": "8", "signature": "hang", "since": 1990, "culprits": ["gpu1"]})))
+                                      ("pass", {"job": "8", "signature": "hang", "since": 1990, "culprits": ["gpu1"], "owners": [1000]})))
     assert lines == []  # a running job, a hang not yet called: no scontrol started
-    after_healthcheck(flow, report_of(("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"]})))
+    after_healthcheck(flow, report_of(("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"], "owners": [1000]})))
     assert len(lines) == 1 and "job 8: not recorded" in lines[0] and "not found" in lines[0]
 
 
@@ -254,7 +254,7 @@ def test_a_recorded_view_is_not_sent_again(tmp_path):
     fake, log, comment = fake_slurm(tmp_path)
     comment.write_text("ticket INC123 owner=ops")
     flow, lines = flow_for(tmp_path, str(fake))
-    hang = ("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"]})
+    hang = ("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"], "owners": [1000]})
     after_healthcheck(flow, report_of(hang))
     after_healthcheck(flow, report_of(hang))
     calls = ["squeue" if c.startswith("-h ") else c for c in log.read_text().splitlines()]
@@ -268,7 +268,7 @@ def test_a_recorded_view_is_not_sent_again(tmp_path):
 def test_a_job_slurm_does_not_show_running_here_is_left_alone(tmp_path):
     from gpuhc.slurm.jobs_act import after_healthcheck
 
-    hang = ("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"]})
+    hang = ("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"], "owners": [1000]})
     for where, (nodes, state) in {"elsewhere": ("n[5-6]", "RUNNING"), "pending": ("", "PENDING")}.items():
         d = tmp_path / where
         d.mkdir()
@@ -308,6 +308,6 @@ def test_a_view_another_node_overwrote_is_written_again_until_it_stays(tmp_path,
 
     monkeypatch.setattr(JobControl, "set_admin_comment", racing_set)
     flow, lines = flow_for(tmp_path, str(fake))
-    jobs_act.after_healthcheck(flow, report_of(("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"]})))
+    jobs_act.after_healthcheck(flow, report_of(("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"], "owners": [1000]})))
     assert comment.read_text() == "gpuhc-jobs{n1/hang/1980/gpu1,n2/hang/1985/-}"
     assert sum(c.startswith("update") for c in log.read_text().splitlines()) == 2

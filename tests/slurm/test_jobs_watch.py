@@ -31,10 +31,12 @@ def scenario(tmp_path, *ticks: dict) -> str:
 
 
 def _on_slurm(tick: dict) -> dict:
-    """A recorded tick's activity with its ranks found through slurmstepd's cgroup."""
+    """A recorded tick's activity with its ranks found through slurmstepd's cgroup, owned by one
+    user (the recording predates owners; without them the Slurm side refuses the job: issue 29)."""
     act = json.loads(json.dumps(tick["activity"]))
     for g in act.get("gpus", []):
         g["via"] = "cgroup"
+        g["owners"] = {j: [1000] for j in g.get("jobs", [])}
     return act
 
 
