@@ -25,7 +25,8 @@ source) must be the job's user as Slurm reports it (``user_id``, or squeue's ``%
 root's processes in a job are slurmstepd's and neither claim nor refute it (gpuhc/checks/jobs.py,
 ``job_user``). A job whose processes another user owns, or several users, or nobody known, is
 neither written nor requeued; said once in the log and remembered, so it costs no Slurm call
-in later runs. Job ids are normalised (``0000778``
+in later runs. A job Slurm confirms (running here, for its processes' owner) is marked so in the
+jobs check's culprit memory: only such jobs count towards the repeat-culprit drain. Job ids are normalised (``0000778``
 is 778). **Concurrent writers** (every node of a job, in the same second): read, merge this
 node's view, write, read back; when the view did not survive (another node wrote over it), again,
 up to :data:`WRITE_TRIES` times. What is remembered as published is what Slurm kept.
@@ -126,7 +127,9 @@ def _run(flow: Any, report: Any) -> None:
     sl = flow.slurm
     ctl = JobControl.from_section(sl, deadline=flow.deadline,
                                   warn=lambda line: flow.log(f"jobs: {line}", loud=True))
-    from gpuhc.checks.jobs import job_user
+    from gpuhc.checks.jobs import confirm_culprit, job_user
+
+    confirmed: dict[str, int] = {}
 
     for job in todo[:MAX_READS]:
         view = want.get(job)
@@ -150,6 +153,7 @@ def _run(flow: Any, report: Any) -> None:
                 refused[job] = who
                 published.pop(job, None)
                 continue
+            confirmed[job] = user  # Slurm runs it here for the owner of its processes: it may count
             if view is None and job in idle and rec.combine([v for v in rec.parse(info.admin_comment)
                                                              if v.node != node]).verdict == "hung":
                 said = rec.parse("gpuhc-jobs{" + published.get(job, "") + "}")
@@ -175,6 +179,8 @@ def _run(flow: Any, report: Any) -> None:
     for job in [j for j in published if j not in want and j not in idle]:
         published.pop(job)  # the job ended: its record went with it
     with store.transaction() as doc:
+        for job, uid in confirmed.items():  # the repeat-culprit count takes only jobs Slurm confirmed
+            confirm_culprit((doc.get("checks") or {}).get("jobs"), job, uid)
         doc[STATE_KEY] = {"published": published, "refused": refused,
                           "requeued": {j: t for j, t in requeued.items() if flow.now() - t < 7 * 86400}}
 

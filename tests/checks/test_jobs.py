@@ -144,7 +144,11 @@ def test_repeat_culprit_drains_only_when_asked():
     b = judge(other, a.state, now=2000.0)
     assert not [r for r in b.results if r.status is Status.FAIL]
     a = judge(hung, drain_culprit_jobs=2)
+    jobs.confirm_culprit(a.state, "11", 1001)  # the Slurm side's word (gpuhc/slurm/jobs_act.py)
     b = judge(other, a.state, now=2000.0, drain_culprit_jobs=2)
+    assert not [r for r in b.results if r.status is Status.FAIL]  # job 12 not confirmed yet
+    jobs.confirm_culprit(b.state, "12", 1002)
+    b = judge(other, b.state, now=2100.0, drain_culprit_jobs=2)
     (fail,) = [r for r in b.results if r.status is Status.FAIL]
     assert fail.action is Action.DRAIN_REBOOT and "gpu1" in fail.message and "11, 12" in fail.message
     old = judge(other, a.state, now=1000.0 + 8 * 86400, drain_culprit_jobs=2)
@@ -256,16 +260,20 @@ def test_the_environment_fallback_is_off_by_default():
     assert jj.DEFAULTS["environ_fallback"] is False
 
 
-def hangs(jobs: list[tuple[str, int, int]], needed: int, owners: dict | None = None) -> tuple[list, dict]:
-    """Each (job, uid, culprit GPU) hangs in turn, 300 s apart, judged with the state carried;
-    the last run's FAIL results and state."""
+def hangs(seq: list[tuple[str, int, int]], needed: int, owners: dict | None = None,
+          slurm_says: dict | None = None) -> tuple[list, dict]:
+    """Each (job, uid, culprit GPU) hangs in turn, 300 s apart, judged with the state carried
+    and each job confirmed after its run by the Slurm side for ``slurm_says`` (job -> uid; by
+    default the job's uid) as gpuhc/slurm/jobs_act.py does; then one more run of the last job.
+    That run's FAIL results and state."""
     state, out = None, None
-    for n, (job, uid, culprit) in enumerate(jobs):
+    for n, (job, uid, culprit) in enumerate([*seq, seq[-1]]):
         gpus = [gpu(i, 0 if i == culprit else 100, 0, 125 if i == culprit else 130, job=job, uid=uid) for i in (0, 1, 2)]
         for g in gpus:
             g.owners = (owners or {}).get(job, g.owners)
         out = judge(gpus, state, now=1000.0 + 300 * n, drain_culprit_jobs=needed)
         state = out.state
+        jobs.confirm_culprit(state, job, (slurm_says or {}).get(job, uid))
     return [r for r in out.results if r.status is Status.FAIL], state
 
 
@@ -290,8 +298,18 @@ def test_the_repeat_culprit_count_is_per_gpu():
 def test_a_job_of_several_users_or_of_no_known_owner_never_counts():
     """Processes of two users in one job (or none read) say nothing about a user: not counted;
     root's processes in a job are slurmstepd's and leave the job its user's."""
-    jobs = [("41", 1001, 1), ("42", 1002, 1), ("43", 1003, 1)]
-    fails, state = hangs(jobs, needed=2, owners={"41": {"41": [1001, 1002]}, "42": {}})
+    seq = [("41", 1001, 1), ("42", 1002, 1), ("43", 1003, 1)]
+    fails, state = hangs(seq, needed=2, owners={"41": {"41": [1001, 1002]}, "42": {}})
     assert fails == [] and list(state["culprits"]) == ["43"]
-    fails, state = hangs(jobs, needed=2, owners={"41": {"41": [0, 1001]}})
+    fails, state = hangs(seq, needed=2, owners={"41": {"41": [0, 1001]}})
     assert len(fails) == 1 and state["culprits"]["41"]["user"] == 1001
+
+
+def test_a_job_slurm_did_not_confirm_for_its_owner_never_counts():
+    """The processes' owner is 1002 but Slurm runs job 52 for 1003 (or not here at all): the
+    Slurm side confirms nothing, and one user's confirmed job is not two users."""
+    seq = [("51", 1001, 1), ("52", 1002, 1)]
+    fails, state = hangs(seq, needed=2, slurm_says={"52": 1003})
+    assert fails == [] and "confirmed" not in state["culprits"]["52"]
+    fails, state = hangs(seq, needed=1, slurm_says={"51": 1003, "52": 1003})
+    assert fails == []  # nothing confirmed: not even a threshold of one is reached

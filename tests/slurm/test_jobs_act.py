@@ -92,3 +92,20 @@ def test_on_the_recorded_json_answer_the_user_id_decides(tmp_path, monkeypatch):
         updates = [c for c in calls if "update" in c]  # the recording never changes: the write is tried again
         assert bool(updates) is written and all(c[:3] == ["scontrol", "update", "JobId=1"] for c in updates), calls
         assert any("not its user's" in x and "Slurm: uid 0" in x for x in lines) is not written, lines
+
+
+def test_only_a_job_slurm_runs_here_for_its_owner_is_confirmed_for_the_culprit_count(tmp_path):
+    """The jobs check's culprit memory (gpuhc/checks/jobs.py) counts a job only once the Slurm
+    side confirmed it: Slurm says uid 1000 runs job 8 here."""
+    from gpuhc.state import StateStore
+
+    for owner, confirmed in ((1000, True), (1001, False)):
+        d = tmp_path / str(owner)
+        d.mkdir()
+        fake, log, comment = fake_slurm(d)
+        flow, lines = flow_for(d, str(fake))
+        with StateStore(flow.opts.state_dir).transaction() as doc:
+            doc["checks"] = {"jobs": {"culprits": {"8": {"time": 1990.0, "gpus": [1], "user": owner}}}}
+        jobs_act.after_healthcheck(flow, report_of(hang([owner])))
+        entry = StateStore(flow.opts.state_dir).read()["checks"]["jobs"]["culprits"]["8"]
+        assert (entry.get("confirmed") == owner) is confirmed, entry
