@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from gpuhc.slurm import jobs_act
 from gpuhc.slurm.jobs_slurm import JobControl
 from tests.helpers.paths import FIXTURES
-from tests.slurm.test_jobs_record import fake_slurm, flow_for, report_of
+from tests.helpers.jobs_act_fakes import fake_slurm, flow_for, report_of
 
 OTHER_NODES_HANG = "ticket INC123 owner=ops gpuhc-jobs{n2/hang/1000/-}"  # hung since 1000; now is 2000
 
