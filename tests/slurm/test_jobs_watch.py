@@ -141,6 +141,28 @@ def test_slurm_is_asked_only_with_something_to_say(tmp_path):
     assert not w.round().published  # running, nothing written before: nothing to say
 
 
+def test_a_hang_of_processes_not_one_users_is_refused_once_and_not_asked_about_again(tmp_path):
+    """Issue 29: the job's processes are two users' (a second user's process in it): the Slurm
+    side refuses it once (said, no Slurm call); later rounds take neither the lock nor Slurm."""
+    from gpuhc.cli.common import SourceArgs, run_options_from
+    from gpuhc.slurm.flow import Flow
+
+    hang = [t for t in TICKS if t["run"] == "hang"]
+    opts = run_options_from(SourceArgs(config_path=config(tmp_path), state_dir=str(tmp_path / "s"), hostname="gpu01",
+                                       now=str(hang[3]["time"])), "passive")
+    flow = Flow.for_command(opts, "gpuhc watch", "passive")
+    lines: list[str] = []
+    flow.log = lambda text, loud=False: lines.append(text)
+    reader = _Reader([hang[3], hang[3], hang[3]])
+    for act in reader.acts:
+        act.gpus[3].owners = {"4242": [1000, 1001]}
+    w = Watcher(flow, reader)
+    assert w.round().published
+    assert not w.round().published and not w.round().published
+    refused = [x for x in lines if "are not its user's" in x]
+    assert len(refused) == 1 and "uid 1000,1001" in refused[0] and not any("not recorded" in x for x in lines), lines
+
+
 def test_the_live_reader_holds_nvml_and_pairs_gpm_only_once_it_does(monkeypatch):
     import pynvml
 
