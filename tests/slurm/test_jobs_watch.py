@@ -82,9 +82,8 @@ class _Reader:
         return self.acts.pop(0)
 
 
-def test_the_run_lock_is_taken_only_to_write_and_a_busy_lock_is_left_to_its_holder(tmp_path):
-    import fcntl
-
+def hang_flow(tmp_path):
+    """The hang run's ticks, and a passive flow for gpu01 at the hang's time whose log lines are kept."""
     from gpuhc.cli.common import SourceArgs, run_options_from
     from gpuhc.slurm.flow import Flow
 
@@ -94,6 +93,13 @@ def test_the_run_lock_is_taken_only_to_write_and_a_busy_lock_is_left_to_its_hold
     flow = Flow.for_command(opts, "gpuhc watch", "passive")
     lines: list[str] = []
     flow.log = lambda text, loud=False: lines.append(text)
+    return hang, flow, lines
+
+
+def test_the_run_lock_is_taken_only_to_write_and_a_busy_lock_is_left_to_its_holder(tmp_path):
+    import fcntl
+
+    hang, flow, lines = hang_flow(tmp_path)
     w = Watcher(flow, _Reader([hang[1], hang[3], hang[3]]))
     first = w.round()
     assert isinstance(first, Round) and not first.published and first.jobs == 1  # running: nothing to write
@@ -144,15 +150,7 @@ def test_slurm_is_asked_only_with_something_to_say(tmp_path):
 def test_a_hang_of_processes_not_one_users_is_refused_once_and_not_asked_about_again(tmp_path):
     """Issue 29: the job's processes are two users' (a second user's process in it): the Slurm
     side refuses it once (said, no Slurm call); later rounds take neither the lock nor Slurm."""
-    from gpuhc.cli.common import SourceArgs, run_options_from
-    from gpuhc.slurm.flow import Flow
-
-    hang = [t for t in TICKS if t["run"] == "hang"]
-    opts = run_options_from(SourceArgs(config_path=config(tmp_path), state_dir=str(tmp_path / "s"), hostname="gpu01",
-                                       now=str(hang[3]["time"])), "passive")
-    flow = Flow.for_command(opts, "gpuhc watch", "passive")
-    lines: list[str] = []
-    flow.log = lambda text, loud=False: lines.append(text)
+    hang, flow, lines = hang_flow(tmp_path)
     reader = _Reader([hang[3], hang[3], hang[3]])
     for act in reader.acts:
         act.gpus[3].owners = {"4242": [1000, 1001]}
