@@ -26,8 +26,8 @@ root's processes in a job are slurmstepd's and neither claim nor refute it (gpuh
 ``job_user``). A job whose processes another user owns, or several users, or nobody known, is
 neither written nor requeued; said once in the log and remembered, so it costs no Slurm call
 in later runs. A job Slurm confirms (running here, for its processes' owner) is marked so in the
-jobs check's culprit memory: only such jobs count towards the repeat-culprit drain. Job ids are normalised (``0000778``
-is 778). **Concurrent writers** (every node of a job, in the same second): read, merge this
+jobs check's culprit memory: only such jobs count towards the repeat-culprit drain.
+Job ids are normalised (``0000778`` is 778). **Concurrent writers** (every node of a job, in the same second): read, merge this
 node's view, write, read back; when the view did not survive (another node wrote over it), again,
 up to :data:`WRITE_TRIES` times. What is remembered as published is what Slurm kept.
 
