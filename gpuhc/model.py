@@ -428,6 +428,9 @@ class GpuActivity(_Record):
     sm_activity: float | None = None  # GPM SM activity, percent; None: not measured or not supported
     via: str = "cgroup"  # how the job ids were found: "cgroup", "environ" or "mixed"
     instance: str | None = None  # a MIG slice ("gi13/ci0"): the jobs of that slice alone; samples are the GPU's
+    # job -> the real uids that own its processes on this GPU (/proc/<pid>/status, the kernel's
+    # word): the Slurm side acts on a job only when they are the job's user (docs/security.md)
+    owners: dict[str, list[int]] = field(default_factory=dict)
     # The host side of the job's processes on this GPU (/proc/<pid>/stat and io), so that a rank
     # that is busy on the host (writing a checkpoint) is told from one that is stuck:
     pids: list[int] = field(default_factory=list)  # the job processes on this GPU

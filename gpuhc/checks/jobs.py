@@ -14,6 +14,12 @@ each job by its signature (gpuhc/checks/jobs_judge.py). The rules (docs/checks.m
 - Opt-in (``drain_culprit_jobs`` > 0): a node whose GPU is the culprit of that many different
   jobs' hangs within ``culprit_memory_s`` fails, with a drain, in the runs that see one of those
   hangs go on: one job's hang may be its own doing, the same GPU stalling job after job is not.
+  Counted per GPU, per job Slurm confirms and per user (issue 29): the jobs of one user count
+  once on a GPU, so no user alone can drain a node by hanging their own jobs. A job counts only
+  when slurmstepd's cgroup names it, its processes have one owner (root's processes in it are
+  slurmstepd's and neutral), and the Slurm side has confirmed that Slurm runs it here for that
+  user (:func:`confirm_culprit`, called by gpuhc/slurm/jobs_act.py after its read of the job): a
+  check judges without Slurm, so a hang counts from the run after the one that called it.
   (Once the hung job is gone the node judges healthy again, as after any finding gpuhc does not
   hold in its state: docs/slurm.md's hysteresis decides when it goes back.) Opt-in too (``drain_culprit_with_hardware``):
   a culprit GPU whose own counters show a hardware sign in the same run (lost, uncorrectable
@@ -69,7 +75,8 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
             since = min(since, float(mem["since"]))
         jobs_state[job] = {"signature": view.signature, "since": since, "culprits": view.culprits,
                            "gpus": [g.index for g in gpus], "via": sorted({g.via for g in gpus}), "seen": now,
-                           "pids": sorted({p for g in gpus for p in g.pids}), "culprit_cpu_s": _culprit_cpu(view, gpus)}
+                           "pids": sorted({p for g in gpus for p in g.pids}), "culprit_cpu_s": _culprit_cpu(view, gpus),
+                           "owners": sorted({u for g in gpus for u in g.owners.get(job, ())})}
         lasted = now - since
         if view.signature == jj.PAUSE and lasted >= float(t["pause_max_s"]):
             view.signature = jj.HANG  # a pause this long while the peers wait: a hang all the same
@@ -77,20 +84,51 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         results.append(_result(view, gpus, lasted, since, t))
         # Only a job slurmstepd's cgroup names counts towards a drain: an id from a process's
         # environment is its owner's word, and one user could invent several (docs/security.md).
+        user = job_user(jobs_state[job]["owners"])
         if view.signature == jj.HANG and view.culprits and lasted >= float(t["hang_min_s"]) \
-                and all(g.via == "cgroup" for g in gpus):
-            culprits[job] = {"time": now, "gpus": view.culprits}
+                and all(g.via == "cgroup" for g in gpus) and user is not None:
+            was = culprits.get(job) or {}
+            culprits[job] = {"time": now, "gpus": view.culprits, "user": user}
+            if was.get(CONFIRMED) == user:
+                culprits[job][CONFIRMED] = user  # Slurm's word stays while the user does
     state = {"jobs": jobs_state, "culprits": dict(sorted(culprits.items(), key=lambda kv: kv[1]["time"])[-_KEEP_CULPRITS:])}
     if not by_job:
         results.append(result(ID, Status.PASS, "no GPU held by a running job"
                               + (f" ({act.unmapped_pids} GPU processes outside any Slurm job)" if act.unmapped_pids else "")))
-    hung_here = any(c["time"] == now for c in culprits.values())  # a hang with its culprit here, this run
+    # a counted hang seen going on in this run (by this run's jobs: a replayed recording's runs share one time)
+    hung_here = any(job in by_job and c["time"] == now and _counted(c) for job, c in culprits.items())
     drain = _repeat_drain(culprits, int(t["drain_culprit_jobs"])) if hung_here else None
     if drain is not None:
         results.append(drain)
     if t["drain_culprit_with_hardware"]:
         results.extend(_hardware_drains(snapshot, results))
     return CheckOutput(results, state=state)
+
+
+CONFIRMED = "confirmed"  # a culprit entry's key: the uid Slurm confirmed runs the job here
+
+
+def confirm_culprit(state: Any, job: str, uid: int) -> None:
+    """The Slurm side's word (gpuhc/slurm/jobs_act.py) on this check's saved state: Slurm runs
+    ``job`` on this node for ``uid``. Only an entry of that same user is marked."""
+    entry = state.get("culprits", {}).get(job) if isinstance(state, dict) and isinstance(state.get("culprits"), dict) else None
+    if isinstance(entry, dict) and entry.get("user") == uid:
+        entry[CONFIRMED] = uid
+
+
+def _counted(c: dict[str, Any]) -> bool:
+    user = c.get("user")
+    return isinstance(user, int) and not isinstance(user, bool) and c.get(CONFIRMED) == user
+
+
+def job_user(owners: list[int]) -> int | None:
+    """The one user whose job this is, from its processes' owners: the one uid other than root's
+    (root's processes in a job are slurmstepd's or root's own: they neither claim nor refute a
+    job), root when root owns them all; None when nobody or several users own them."""
+    users = {u for u in owners if u != 0}
+    if len(users) > 1 or not owners:
+        return None
+    return users.pop() if users else 0
 
 
 def _hardware_drains(snapshot: Snapshot, results: list[Result]) -> list[Result]:
@@ -144,7 +182,7 @@ def _result(view: jj.JobView, gpus: list, lasted: float, since: float, t: dict[s
     where = ",".join(f"gpu{g.index}" for g in gpus)
     value = {"job": view.job, "signature": view.signature, "culprits": [f"gpu{i}" for i in view.culprits],
              "since": round(since, 1), "lasted_s": round(lasted, 1), "gpus": {f"gpu{i}": c for i, c in view.classes.items()},
-             "via": sorted({g.via for g in gpus})}
+             "via": sorted({g.via for g in gpus}), "owners": sorted({u for g in gpus for u in g.owners.get(view.job, ())})}
     environ = " (job found through its environment only)" if "cgroup" not in value["via"] else ""
     if view.signature == jj.HANG:
         named = ", ".join(value["culprits"]) if view.culprits else f"none named (every GPU of the job on this node spins: {view.place})"
@@ -176,13 +214,26 @@ def _culprit_memory(prev: dict[str, Any], now: float, keep_s: float) -> dict[str
 
 
 def _repeat_drain(culprits: dict[str, Any], needed: int) -> Result | None:
-    if needed <= 0 or len(culprits) < needed:
+    """A GPU named culprit of hung jobs of ``needed`` different users, each job confirmed by
+    Slurm (a job of an unknown user, as in a state written before issue 29, counts for none)."""
+    if needed <= 0:
         return None
-    gpus = sorted({g for c in culprits.values() for g in c.get("gpus", []) if isinstance(g, int)})
-    jobs = sorted(culprits, key=_job_order)
-    named = ", ".join(jobs[-5:])
-    return result(ID, Status.FAIL, f"culprit of {len(jobs)} jobs' hangs (gpu{',gpu'.join(map(str, gpus))}; jobs {named})",
-                  "node", value=len(jobs), threshold=needed, action=Action.DRAIN_REBOOT)
+    users: dict[int, set[int]] = {}
+    jobs: dict[int, list[str]] = {}
+    for job, c in culprits.items():
+        if not _counted(c):
+            continue
+        for g in c.get("gpus", []):
+            if isinstance(g, int) and not isinstance(g, bool):
+                users.setdefault(g, set()).add(c["user"])
+                jobs.setdefault(g, []).append(job)
+    hit = sorted(g for g, u in users.items() if len(u) >= needed)
+    if not hit:
+        return None
+    named = sorted({j for g in hit for j in jobs[g]}, key=_job_order)
+    most = max(len(users[g]) for g in hit)
+    return result(ID, Status.FAIL, f"culprit of {len(named)} jobs' hangs of {most} users (gpu{',gpu'.join(map(str, hit))}; "
+                  f"jobs {', '.join(named[-5:])})", "node", value=most, threshold=needed, action=Action.DRAIN_REBOOT)
 
 
 def source_settings(thresholds: dict[str, Any]) -> dict[str, Any]:

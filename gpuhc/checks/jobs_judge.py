@@ -61,7 +61,7 @@ DEFAULTS: dict[str, Any] = {
     "pause_max_s": 900.0,  # a rank busy on the host this long while its peers wait is called a hang anyway
     "progress_window_s": 0.5,  # the health check's second look at a suspected culprit's process (0: none)
     "stuck_sm_margin": 10.0,  # one spinning GPU's SM activity this many points off its peers' (which agree): a stuck kernel
-    "drain_culprit_jobs": 0,  # opt-in: a node that is the culprit of this many jobs is drained (0: never)
+    "drain_culprit_jobs": 0,  # opt-in: a GPU the culprit of hung jobs of this many users drains the node (0: never)
     "culprit_memory_s": 7 * 86400.0,  # how long a culprit finding counts toward that
     "drain_culprit_with_hardware": False,  # opt-in: drain when the hang's culprit GPU also shows a hardware sign
     "requeue_after_s": 0.0,  # opt-in: a job hung this long, culprit node named, is requeued without it (0: never)

@@ -19,8 +19,15 @@ The jobs check (gpuhc/checks/jobs.py) only judges; this is its Slurm side (docs/
 **Only a job Slurm says runs here** (docs/security.md, "Acting safely"): each job is read as
 Slurm describes it (gpuhc/slurm/jobs_slurm.py) and left alone, said once, unless it is RUNNING
 with this node in its node list; a job found only through a process's environment (which its
-owner can set to any job id) is never written or requeued. Job ids are normalised (``0000778``
-is 778). **Concurrent writers** (every node of a job, in the same second): read, merge this
+owner can set to any job id) is never written or requeued. **And only for the job's user**: the
+owners of the job's processes on this node's GPUs (the kernel's real uids, read by the activity
+source) must be the job's user as Slurm reports it (``user_id``, or squeue's ``%U`` on 22.05);
+root's processes in a job are slurmstepd's and neither claim nor refute it (gpuhc/checks/jobs.py,
+``job_user``). A job whose processes another user owns, or several users, or nobody known, is
+neither written nor requeued; said once in the log and remembered, so it costs no Slurm call
+in later runs. A job Slurm confirms (running here, for its processes' owner) is marked so in the
+jobs check's culprit memory: only such jobs count towards the repeat-culprit drain.
+Job ids are normalised (``0000778`` is 778). **Concurrent writers** (every node of a job, in the same second): read, merge this
 node's view, write, read back; when the view did not survive (another node wrote over it), again,
 up to :data:`WRITE_TRIES` times. What is remembered as published is what Slurm kept.
 
@@ -62,6 +69,29 @@ def views_of(report: Any, node: str) -> tuple[dict[str, rec.NodeView | None], se
     return want, idle
 
 
+def owners_of(report: Any) -> dict[str, list[int]]:
+    """{job: the uids owning its processes on this node's GPUs} from the run's jobs results."""
+    out: dict[str, list[int]] = {}
+    for r in report.results:
+        v = r.value if r.check == "jobs" and isinstance(r.value, dict) else None
+        if v is None or not isinstance(v.get("job"), str) or not v["job"].isdigit() or len(v["job"]) > 12:
+            continue
+        uids = v.get("owners") if isinstance(v.get("owners"), list) else []
+        out[str(int(v["job"]))] = sorted({u for u in uids if isinstance(u, int) and not isinstance(u, bool)})
+    return out
+
+
+def owners_token(uids: list[int]) -> str:
+    return ",".join(map(str, uids)) or "-"
+
+
+def refused_before(report: Any, mine: dict[str, Any]) -> set[str]:
+    """The jobs refused in an earlier run for the same owners (see the module doc): nothing to
+    ask Slurm about them again."""
+    old = mine.get("refused") if isinstance(mine.get("refused"), dict) else {}
+    return {j for j, uids in owners_of(report).items() if old.get(j) == owners_token(uids)}
+
+
 def after_healthcheck(flow: Any, report: Any) -> None:
     """Never raises."""
     try:
@@ -79,8 +109,11 @@ def _run(flow: Any, report: Any) -> None:
         return  # no job on the GPUs (or the check off): not even the state is read
     store = StateStore(flow.opts.state_dir)
     mine = store.read().get(STATE_KEY) or {}
+    skip = refused_before(report, mine)
     published: dict[str, str] = dict(mine.get("published") or {})
     requeued: dict[str, float] = dict(mine.get("requeued") or {})
+    owners = owners_of(report)
+    refused = {j: owners_token(owners[j]) for j in skip}
     todo = [j for j, v in want.items() if (v.token() if v else None) != published.get(j) and (v or j in published)]
     todo += sorted(idle)  # one read each: only the record says whether another node sees a hang
     thresholds = flow.opts.config.check_settings("jobs").get("thresholds") or {}
@@ -94,15 +127,33 @@ def _run(flow: Any, report: Any) -> None:
     sl = flow.slurm
     ctl = JobControl.from_section(sl, deadline=flow.deadline,
                                   warn=lambda line: flow.log(f"jobs: {line}", loud=True))
+    from gpuhc.checks.jobs import confirm_culprit, job_user
+
+    confirmed: dict[str, int] = {}
+
     for job in todo[:MAX_READS]:
         view = want.get(job)
+        uids = owners.get(job) or []
+        who = owners_token(uids)
+        if job in skip:
+            continue  # these processes were refused before: said once, no Slurm call
+        user = job_user(uids)
         try:
-            info = ctl.show_job(job)
-            if not info.runs_on(node):
+            info = None if user is None else ctl.show_job(job)
+            if info is not None and not info.runs_on(node):
                 flow.log(f"jobs: job {job}: Slurm does not show it running on {node} ({info.state or 'no state'}): "
                          "left alone", loud=True)
                 published.pop(job, None)
                 continue
+            if info is None or info.uid != user:
+                whose = f"uid {who}" if uids else "no owner known"
+                flow.log(f"jobs: job {job}: its processes on {node}'s GPUs ({whose}) are not its user's"
+                         + (f" (Slurm: uid {info.uid})" if info is not None else "")
+                         + ": left alone, not written, not requeued", loud=True)
+                refused[job] = who
+                published.pop(job, None)
+                continue
+            confirmed[job] = user  # Slurm runs it here for the owner of its processes: it may count
             if view is None and job in idle and rec.combine([v for v in rec.parse(info.admin_comment)
                                                              if v.node != node]).verdict == "hung":
                 said = rec.parse("gpuhc-jobs{" + published.get(job, "") + "}")
@@ -128,7 +179,9 @@ def _run(flow: Any, report: Any) -> None:
     for job in [j for j in published if j not in want and j not in idle]:
         published.pop(job)  # the job ended: its record went with it
     with store.transaction() as doc:
-        doc[STATE_KEY] = {"published": published,
+        for job, uid in confirmed.items():  # the repeat-culprit count takes only jobs Slurm confirmed
+            confirm_culprit((doc.get("checks") or {}).get("jobs"), job, uid)
+        doc[STATE_KEY] = {"published": published, "refused": refused,
                           "requeued": {j: t for j, t in requeued.items() if flow.now() - t < 7 * 86400}}
 
 

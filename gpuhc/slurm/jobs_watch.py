@@ -96,10 +96,12 @@ class Watcher:
         ended, a hang the opt-in requeue may act on; a job whose GPUs here are all idle (only
         the record says whether another node sees it hung) at most every ``IDLE_EVERY_S``,
         so that a long data-loading pause costs no Slurm read every round."""
-        from gpuhc.slurm.jobs_act import STATE_KEY, views_of
+        from gpuhc.slurm.jobs_act import STATE_KEY, refused_before, views_of
 
         want, idle = views_of(_Report(results), self.flow.node)
         mine = doc.get(STATE_KEY) if isinstance(doc.get(STATE_KEY), dict) else {}
+        skip = refused_before(_Report(results), mine)  # another user's processes: said once, never asked again
+        want, idle = {j: v for j, v in want.items() if j not in skip}, idle - skip
         published = mine.get("published") if isinstance(mine.get("published"), dict) else {}
         requeued = mine.get("requeued") if isinstance(mine.get("requeued"), dict) else {}
         if any((v.token() if v else None) != published.get(j) and (v or j in published) for j, v in want.items()):

@@ -8,13 +8,15 @@ A block of its own beside gpuhc/sources/snapshot_io.py, which calls it; the shap
         - {index: 0, jobs: ["4242"], span_s: 19.8, gpu_util: [100, 100, 100], mem_util: [0, 0, 0],
            power_w: [131.2, 129.8], power_limit_w: 700, sm_clock_mhz: 1980, sm_activity: 18, via: cgroup,
            pids: [5120], rank: 3, host_state: S, host_cpu_total_s: 812.4, host_dt_s: 0.5, host_cpu_s: 0.0,
-           host_read_bytes: 0, host_write_bytes: 0}
+           host_read_bytes: 0, host_write_bytes: 0, owners: {"4242": [1000]}}
       job_nodes: {"4242": 1}                # optional: each job's node count, and its name
       job_names: {"4242": train-llm}
 
 Fields are exactly :class:`gpuhc.model.GpuActivity`'s. Sample lists are bounded
 (``MAX_ACTIVITY_SAMPLES``), every number finite and >= 0, job ids digits: a scenario may come
-from anyone, and a NaN would compare false with every threshold.
+from anyone, and a NaN would compare false with every threshold. ``owners`` (job -> the uids
+owning its processes on the GPU) is optional: without it the Slurm side does not act on the job
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -72,6 +74,20 @@ def check_activity(value: Any, path: tuple, err: typing.Callable[[tuple, str], E
             if not isinstance(x, int) or isinstance(x, bool) or not 0 < x < 1 << 32:
                 raise err(p + (i,), f"a process id is a positive integer, got {x!r}")
 
+    def owners(v: Any, p: tuple) -> None:
+        from gpuhc.sources.job_activity import MAX_OWNERS
+
+        if not isinstance(v, dict) or len(v) > MAX_JOBS_PER_GPU:
+            raise err(p, f"must be a mapping of job id to the uids owning its processes, at most {MAX_JOBS_PER_GPU} jobs")
+        for j, uids in v.items():
+            if not isinstance(j, str) or not j.isdigit() or len(j) > 12:
+                raise err(p + (j,), f"a job id is a string of digits, e.g. \"4242\", got {j!r}")
+            if not isinstance(uids, list) or not 0 < len(uids) <= MAX_OWNERS:
+                raise err(p + (j,), f"must be a list of 1 to {MAX_OWNERS} uids, got {uids!r}")
+            for i, u in enumerate(uids):
+                if not isinstance(u, int) or isinstance(u, bool) or not 0 <= u < 1 << 32:
+                    raise err(p + (j, i), f"a uid is an integer from 0, got {u!r}")
+
     def host_state(v: Any, p: tuple) -> None:
         from gpuhc.sources.job_procs import STATES
 
@@ -95,7 +111,7 @@ def check_activity(value: Any, path: tuple, err: typing.Callable[[tuple, str], E
             raise err(p, f"activity gpus must be a list of at most {MAX_GPUS} {{index, jobs, ...}}")
         seen = set()
         for i, g in enumerate(v):
-            extra = {"jobs": jobs, "via": via, "pids": pids, "host_state": host_state, **{k: series for k in _SERIES}}
+            extra = {"jobs": jobs, "via": via, "pids": pids, "host_state": host_state, "owners": owners, **{k: series for k in _SERIES}}
             sio.check_fields(g, gpu_table, p + (i,), err, "activity GPU", extra)
             if g.get("index") is None:
                 raise err(p + (i,), "each activity GPU needs its `index`")
@@ -123,6 +139,7 @@ def activity_from_dict(d: dict[str, Any]) -> Activity:
             kw[k] = None if kw.get(k) is None else float(kw[k])
         kw["jobs"] = list(kw.get("jobs") or [])
         kw["pids"] = list(kw.get("pids") or [])
+        kw["owners"] = {str(j): sorted(set(u)) for j, u in (kw.get("owners") or {}).items()}
         out.append(GpuActivity(**kw))
     return Activity(available=d.get("available", True), error=d.get("error"),
                     gpus=sorted(out, key=lambda g: g.index), unmapped_pids=int(d.get("unmapped_pids") or 0),

@@ -14,6 +14,11 @@ Only GPUs with a compute process are read, so an idle node pays one process list
   health check gets the last ``window_s`` seconds without sleeping. GPM (Hopper and later) SM
   activity needs two samples some time apart; it is taken only when ``gpm_window_s`` > 0, once
   for all GPUs.
+- **Whose process.** The real uid of each process (the ``Uid:`` line of ``/proc/<pid>/status``,
+  written by the kernel) is kept per job and GPU (``owners``): the Slurm side acts on a job only
+  when that owner is the job's user as Slurm reports it (gpuhc/slurm/jobs_act.py), and the
+  repeat-culprit drain counts users, not jobs (gpuhc/checks/jobs.py). A process whose owner
+  cannot be read (it ended) is counted as unmapped, never guessed.
 - Every file is read bounded and without following links (gpuhc/untrusted.py): the processes
   are the users'.
 """
@@ -31,6 +36,9 @@ from gpuhc.sources import nvml_util
 
 _CGROUP_LIMIT = 64 * 1024  # /proc/<pid>/cgroup: one line per hierarchy (a dozen in cgroup v1)
 _ENVIRON_LIMIT = 256 * 1024  # the front of /proc/<pid>/environ; a longer one is cut, not refused
+_STATUS_LIMIT = 64 * 1024  # /proc/<pid>/status: ~60 short lines (its Name is escaped by the kernel)
+_UID_LINE = LazyPattern(r"(?m)^Uid:\t(\d{1,10})\t")
+MAX_OWNERS = 16  # owners kept per job and GPU: one is the rule, more is already a refusal
 # Only slurmstepd's own hierarchy names a job: cgroup v2's <slices>/[<node>_]slurmstepd.scope/job_N
 # and cgroup v1's /slurm[_<node>]/uid_U/job_N, both made by root. A user's delegated cgroups (under
 # user@UID.service) may be named anything, job_1 included, and count for nothing (docs/security.md).
@@ -56,6 +64,13 @@ def job_from_environ(data: bytes) -> str | None:
             value = entry[len(b"SLURM_JOB_ID="):].decode("ascii", "replace")
             return str(int(value)) if _JOB_ID.fullmatch(value) else None  # 0000778 is job 778
     return None
+
+
+def owner_from_status(text: str) -> int | None:
+    """The real uid in a ``/proc/<pid>/status`` text (``Uid:\treal\teffective\tsaved\tfs``), or None
+    when there is not exactly one such line."""
+    found = _UID_LINE.findall(text)
+    return int(found[0]) if len(found) == 1 and int(found[0]) < 1 << 32 else None
 
 
 class JobResolver:
@@ -85,6 +100,17 @@ class JobResolver:
         except (UntrustedInputError, OSError):
             return None, "environ"
         return job_from_environ(data), "environ"
+
+    def owner_of(self, pid: int) -> int | None:
+        """The real uid of the process, or None (gone, or not readable as the kernel writes it)."""
+        from gpuhc.untrusted import UntrustedInputError, read_bounded
+
+        path = os.path.join(self.proc_root, str(int(pid)), "status")
+        try:
+            text = read_bounded(path, _STATUS_LIMIT, "process status").decode("utf-8", "replace")
+        except (UntrustedInputError, OSError):
+            return None
+        return owner_from_status(text)
 
 
 class ActivityLive:
@@ -128,18 +154,22 @@ class ActivityLive:
                 continue  # a GPU NVML cannot talk to is the gpu-count and xid checks' business
             for instance, procs in devices:  # a MIG GPU: each slice is its own device, its jobs its own
                 jobs: dict[str, str] = {}
+                owners: dict[str, set[int]] = {}
                 pids: list[int] = []
                 for pid in procs:
                     job, via = self.resolver.job_of(pid)
-                    if job is None:
+                    owner = self.resolver.owner_of(pid) if job is not None else None
+                    if job is None or owner is None:
                         out.unmapped_pids += 1
                     elif len(jobs) < MAX_JOBS_PER_GPU or job in jobs:
                         jobs.setdefault(job, via)
+                        owners.setdefault(job, set()).add(owner)
                         pids.append(pid)
                 if jobs:
                     vias = set(jobs.values())
                     held.append((GpuActivity(index=i, jobs=sorted(jobs), via=vias.pop() if len(vias) == 1 else "mixed",
-                                             instance=instance, pids=sorted(set(pids))[:MAX_ACTIVITY_SAMPLES]), h))
+                                             instance=instance, pids=sorted(set(pids))[:MAX_ACTIVITY_SAMPLES],
+                                             owners={j: sorted(u)[:MAX_OWNERS] for j, u in sorted(owners.items())}), h))
         if not held:
             self.host.keep({})
             self._gpm_drop(nv, set())

@@ -78,9 +78,9 @@ def test_the_straggler_it_overlapped_is_seen_in_it_too():
     assert any(w.value["culprits"] == ["gpu2"] for res in seen for w in warnings(res))
 
 
-def gpu(i: int, util: float, mem: float, watts: float, job: str = "7", span: float = 14.0) -> GpuActivity:
+def gpu(i: int, util: float, mem: float, watts: float, job: str = "7", span: float = 14.0, uid: int = 1000) -> GpuActivity:
     return GpuActivity(index=i, jobs=[job], span_s=span, gpu_util=[util] * 70, mem_util=[mem] * 70,
-                       power_w=[watts] * 100, power_limit_w=700.0, sm_clock_mhz=1980.0)
+                       power_w=[watts] * 100, power_limit_w=700.0, sm_clock_mhz=1980.0, owners={job: [uid]})
 
 
 def judge(gpus: list[GpuActivity], prev: dict | None = None, now: float = 1000.0, **t):
@@ -138,13 +138,17 @@ def test_straggler_needs_both_power_and_memory_traffic_above_the_peers():
 
 
 def test_repeat_culprit_drains_only_when_asked():
-    hung = [gpu(0, 100, 0, 130, job="11"), gpu(1, 0, 0, 125, job="11")]
-    other = [gpu(0, 100, 0, 130, job="12"), gpu(1, 0, 0, 125, job="12")]
+    hung = [gpu(0, 100, 0, 130, job="11", uid=1001), gpu(1, 0, 0, 125, job="11", uid=1001)]
+    other = [gpu(0, 100, 0, 130, job="12", uid=1002), gpu(1, 0, 0, 125, job="12", uid=1002)]
     a = judge(hung)
     b = judge(other, a.state, now=2000.0)
     assert not [r for r in b.results if r.status is Status.FAIL]
     a = judge(hung, drain_culprit_jobs=2)
+    jobs.confirm_culprit(a.state, "11", 1001)  # the Slurm side's word (gpuhc/slurm/jobs_act.py)
     b = judge(other, a.state, now=2000.0, drain_culprit_jobs=2)
+    assert not [r for r in b.results if r.status is Status.FAIL]  # job 12 not confirmed yet
+    jobs.confirm_culprit(b.state, "12", 1002)
+    b = judge(other, b.state, now=2100.0, drain_culprit_jobs=2)
     (fail,) = [r for r in b.results if r.status is Status.FAIL]
     assert fail.action is Action.DRAIN_REBOOT and "gpu1" in fail.message and "11, 12" in fail.message
     old = judge(other, a.state, now=1000.0 + 8 * 86400, drain_culprit_jobs=2)
@@ -256,3 +260,58 @@ def test_made_up_job_ids_from_the_environment_never_drain():
 
 def test_the_environment_fallback_is_off_by_default():
     assert jj.DEFAULTS["environ_fallback"] is False
+
+
+def hangs(seq: list[tuple[str, int, int]], needed: int, owners: dict | None = None,
+          slurm_says: dict | None = None) -> tuple[list, dict]:
+    """Each (job, uid, culprit GPU) hangs in turn, 300 s apart, judged with the state carried
+    and each job confirmed after its run by the Slurm side for ``slurm_says`` (job -> uid; by
+    default the job's uid) as gpuhc/slurm/jobs_act.py does; then one more run of the last job.
+    That run's FAIL results and state."""
+    state, out = None, None
+    for n, (job, uid, culprit) in enumerate([*seq, seq[-1]]):
+        gpus = [gpu(i, 0 if i == culprit else 100, 0, 125 if i == culprit else 130, job=job, uid=uid) for i in (0, 1, 2)]
+        for g in gpus:
+            g.owners = (owners or {}).get(job, g.owners)
+        out = judge(gpus, state, now=1000.0 + 300 * n, drain_culprit_jobs=needed)
+        state = out.state
+        jobs.confirm_culprit(state, job, (slurm_says or {}).get(job, uid))
+    return [r for r in out.results if r.status is Status.FAIL], state
+
+
+def test_one_users_jobs_count_once_towards_the_repeat_culprit_drain():
+    """Issue 29: one user's three jobs hung on gpu1 are one user's word, not three: no drain
+    with drain_culprit_jobs: 2; a second user's job on the same GPU makes two."""
+    fails, state = hangs([("21", 1001, 1), ("22", 1001, 1), ("23", 1001, 1)], needed=2)
+    assert fails == [] and {c["user"] for c in state["culprits"].values()} == {1001}
+    fails, _ = hangs([("21", 1001, 1), ("22", 1001, 1), ("24", 1002, 1)], needed=2)
+    (fail,) = fails
+    assert fail.value == 2 and "gpu1" in fail.message and "of 2 users" in fail.message and "21, 22, 24" in fail.message
+
+
+def test_the_repeat_culprit_count_is_per_gpu():
+    """Three users' jobs each stalled by a different GPU: no GPU stalls job after job."""
+    fails, _ = hangs([("31", 1001, 0), ("32", 1002, 1), ("33", 1003, 2)], needed=2)
+    assert fails == []
+    fails, _ = hangs([("31", 1001, 0), ("32", 1002, 1), ("33", 1003, 1)], needed=2)
+    assert [f.message.split(" (")[1].split(";")[0] for f in fails] == ["gpu1"]
+
+
+def test_a_job_of_several_users_or_of_no_known_owner_never_counts():
+    """Processes of two users in one job (or none read) say nothing about a user: not counted;
+    root's processes in a job are slurmstepd's and leave the job its user's."""
+    seq = [("41", 1001, 1), ("42", 1002, 1), ("43", 1003, 1)]
+    fails, state = hangs(seq, needed=2, owners={"41": {"41": [1001, 1002]}, "42": {}})
+    assert fails == [] and list(state["culprits"]) == ["43"]
+    fails, state = hangs(seq, needed=2, owners={"41": {"41": [0, 1001]}})
+    assert len(fails) == 1 and state["culprits"]["41"]["user"] == 1001
+
+
+def test_a_job_slurm_did_not_confirm_for_its_owner_never_counts():
+    """The processes' owner is 1002 but Slurm runs job 52 for 1003 (or not here at all): the
+    Slurm side confirms nothing, and one user's confirmed job is not two users."""
+    seq = [("51", 1001, 1), ("52", 1002, 1)]
+    fails, state = hangs(seq, needed=2, slurm_says={"52": 1003})
+    assert fails == [] and "confirmed" not in state["culprits"]["52"]
+    fails, state = hangs(seq, needed=1, slurm_says={"51": 1003, "52": 1003})
+    assert fails == []  # nothing confirmed: not even a threshold of one is reached

@@ -138,7 +138,7 @@ def test_the_in_job_record_and_requeue_send_nothing_in_observe_mode(tmp_path, mo
     _, f = flow(tmp_path, monkeypatch, "passive", MiniSlurm({"n1": ("IDLE", None)}), [])
     f.opts.config = cfg
     hang = Result("jobs", Status.WARN, "job 5 hung", "job5",
-                  value={"job": "5", "signature": "hang", "since": 1000, "culprits": ["gpu3"]})
+                  value={"job": "5", "signature": "hang", "since": 1000, "culprits": ["gpu3"], "owners": [1000]})  # alice's
     report = RunReport(node="n1", stage="passive", started=0.0, duration_s=0.0, results=[hang])
     after_healthcheck(f, report)
     assert any(a[1:3] == ["show", "job"] for a in intercepted), (intercepted, f.log.lines)  # it read

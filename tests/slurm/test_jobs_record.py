@@ -13,6 +13,7 @@ from gpuhc.errors import SourceError
 from gpuhc.slurm import jobs_record as rec
 from gpuhc.slurm.jobs_slurm import JobControl, parse_job_line
 from gpuhc.errors import SlurmError
+from tests.helpers.jobs_act_fakes import fake_slurm, flow_for, report_of
 
 
 def test_views_round_trip_and_an_admins_note_stays():
@@ -195,57 +196,15 @@ def test_snapshot_dump_carries_activity_and_replays_the_same_verdict(tmp_path):
 # ------------------------------------------------------------------ after the health check
 
 
-def flow_for(tmp_path, scontrol: str):
-    import time
-    from types import SimpleNamespace
-
-    lines = []
-    cfg = SimpleNamespace(check_settings=lambda cid: {"thresholds": {}}, section=lambda name: {"commands": []})
-    opts = SimpleNamespace(state_dir=str(tmp_path / "state"), config=cfg)
-    return SimpleNamespace(node="n1", opts=opts, slurm={"scontrol": scontrol, "squeue": scontrol, "timeout_s": 5.0},
-                           deadline=time.monotonic() + 30, now=lambda: 2000.0,
-                           log=lambda text, loud=False: lines.append(text)), lines
-
-
-def report_of(*values):
-    from types import SimpleNamespace
-
-    from gpuhc.model import Result, Status
-
-    return SimpleNamespace(results=[Result("jobs", Status(status), "m", f"job{v['job']}", value=v) for status, v in values])
-
-
 def test_nothing_to_say_asks_slurm_nothing(tmp_path):
     from gpuhc.slurm.jobs_act import after_healthcheck
 
     flow, lines = flow_for(tmp_path, str(tmp_path / "no-scontrol"))
     after_healthcheck(flow, report_of(("pass", {"job": "7", "signature": "running"}),
-                                      ("pass", {"job": "8", "signature": "hang", "since": 1990, "culprits": ["gpu1"]})))
+                                      ("pass", {"job": "8", "signature": "hang", "since": 1990, "culprits": ["gpu1"], "owners": [1000]})))
     assert lines == []  # a running job, a hang not yet called: no scontrol started
-    after_healthcheck(flow, report_of(("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"]})))
+    after_healthcheck(flow, report_of(("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"], "owners": [1000]})))
     assert len(lines) == 1 and "job 8: not recorded" in lines[0] and "not found" in lines[0]
-
-
-def fake_slurm(tmp_path, nodes: str = "n[1-2]", state: str = "RUNNING"):
-    """One script playing scontrol (show job, update) and squeue for job 8, keeping the
-    AdminComment written (so a read-back sees it); every argv logged."""
-    log, comment = tmp_path / "calls", tmp_path / "comment"
-    fake = tmp_path / "slurm"
-    fake.write_text(f"""#!/bin/sh
-echo "$@" >> {log}
-case "$1" in
-  --json) echo "scontrol: unrecognized option '--json'" >&2; exit 1;;
-  -h) for a; do fmt="$a"; done; sep="${{fmt#%T}}"; sep="${{sep%%%U*}}"
-      printf "{state}%s1000%s{nodes}%s%s/w/run.sh%s/w%s\\n" "$sep" "$sep" "$sep" "$sep" "$sep" "$sep";;
-  show) printf 'JobId=8 JobName=x\\n   JobState={state}\\n   Command=/w/run.sh\\n   WorkDir=/w\\n'
-      [ -s {comment} ] && printf '   AdminComment=%s \\n' "$(cat {comment})"
-      printf '   StdErr=/w/o\\n';;
-  update) printf '%s' "${{3#AdminComment=}}" > {comment};;
-esac
-exit 0
-""")
-    fake.chmod(0o755)
-    return fake, log, comment
 
 
 def test_a_recorded_view_is_not_sent_again(tmp_path):
@@ -254,7 +213,7 @@ def test_a_recorded_view_is_not_sent_again(tmp_path):
     fake, log, comment = fake_slurm(tmp_path)
     comment.write_text("ticket INC123 owner=ops")
     flow, lines = flow_for(tmp_path, str(fake))
-    hang = ("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"]})
+    hang = ("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"], "owners": [1000]})
     after_healthcheck(flow, report_of(hang))
     after_healthcheck(flow, report_of(hang))
     calls = ["squeue" if c.startswith("-h ") else c for c in log.read_text().splitlines()]
@@ -268,7 +227,7 @@ def test_a_recorded_view_is_not_sent_again(tmp_path):
 def test_a_job_slurm_does_not_show_running_here_is_left_alone(tmp_path):
     from gpuhc.slurm.jobs_act import after_healthcheck
 
-    hang = ("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"]})
+    hang = ("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"], "owners": [1000]})
     for where, (nodes, state) in {"elsewhere": ("n[5-6]", "RUNNING"), "pending": ("", "PENDING")}.items():
         d = tmp_path / where
         d.mkdir()
@@ -308,6 +267,6 @@ def test_a_view_another_node_overwrote_is_written_again_until_it_stays(tmp_path,
 
     monkeypatch.setattr(JobControl, "set_admin_comment", racing_set)
     flow, lines = flow_for(tmp_path, str(fake))
-    jobs_act.after_healthcheck(flow, report_of(("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"]})))
+    jobs_act.after_healthcheck(flow, report_of(("warn", {"job": "8", "signature": "hang", "since": 1980, "culprits": ["gpu1"], "owners": [1000]})))
     assert comment.read_text() == "gpuhc-jobs{n1/hang/1980/gpu1,n2/hang/1985/-}"
     assert sum(c.startswith("update") for c in log.read_text().splitlines()) == 2

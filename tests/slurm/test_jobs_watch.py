@@ -31,10 +31,12 @@ def scenario(tmp_path, *ticks: dict) -> str:
 
 
 def _on_slurm(tick: dict) -> dict:
-    """A recorded tick's activity with its ranks found through slurmstepd's cgroup."""
+    """A recorded tick's activity with its ranks found through slurmstepd's cgroup, owned by one
+    user (the recording predates owners; without them the Slurm side refuses the job: issue 29)."""
     act = json.loads(json.dumps(tick["activity"]))
     for g in act.get("gpus", []):
         g["via"] = "cgroup"
+        g["owners"] = {j: [1000] for j in g.get("jobs", [])}
     return act
 
 
@@ -80,9 +82,8 @@ class _Reader:
         return self.acts.pop(0)
 
 
-def test_the_run_lock_is_taken_only_to_write_and_a_busy_lock_is_left_to_its_holder(tmp_path):
-    import fcntl
-
+def hang_flow(tmp_path):
+    """The hang run's ticks, and a passive flow for gpu01 at the hang's time whose log lines are kept."""
     from gpuhc.cli.common import SourceArgs, run_options_from
     from gpuhc.slurm.flow import Flow
 
@@ -92,6 +93,13 @@ def test_the_run_lock_is_taken_only_to_write_and_a_busy_lock_is_left_to_its_hold
     flow = Flow.for_command(opts, "gpuhc watch", "passive")
     lines: list[str] = []
     flow.log = lambda text, loud=False: lines.append(text)
+    return hang, flow, lines
+
+
+def test_the_run_lock_is_taken_only_to_write_and_a_busy_lock_is_left_to_its_holder(tmp_path):
+    import fcntl
+
+    hang, flow, lines = hang_flow(tmp_path)
     w = Watcher(flow, _Reader([hang[1], hang[3], hang[3]]))
     first = w.round()
     assert isinstance(first, Round) and not first.published and first.jobs == 1  # running: nothing to write
@@ -137,6 +145,20 @@ def test_slurm_is_asked_only_with_something_to_say(tmp_path):
     assert w.round().published  # ... and again a minute later
     clock[0] += 12
     assert not w.round().published  # running, nothing written before: nothing to say
+
+
+def test_a_hang_of_processes_not_one_users_is_refused_once_and_not_asked_about_again(tmp_path):
+    """Issue 29: the job's processes are two users' (a second user's process in it): the Slurm
+    side refuses it once (said, no Slurm call); later rounds take neither the lock nor Slurm."""
+    hang, flow, lines = hang_flow(tmp_path)
+    reader = _Reader([hang[3], hang[3], hang[3]])
+    for act in reader.acts:
+        act.gpus[3].owners = {"4242": [1000, 1001]}
+    w = Watcher(flow, reader)
+    assert w.round().published
+    assert not w.round().published and not w.round().published
+    refused = [x for x in lines if "are not its user's" in x]
+    assert len(refused) == 1 and "uid 1000,1001" in refused[0] and not any("not recorded" in x for x in lines), lines
 
 
 def test_the_live_reader_holds_nvml_and_pairs_gpm_only_once_it_does(monkeypatch):

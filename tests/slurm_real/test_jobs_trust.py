@@ -9,6 +9,7 @@ One cluster for the module (tests/helpers/story.py); each test sets the config i
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 
@@ -74,12 +75,13 @@ def fields(c, job: int) -> dict[str, str]:
 
 
 def scenario(path, jobs: dict[str, str]) -> None:
-    """One GPU per claimed job, each hung like the recording's stalled rank next to spinning peers."""
+    """One GPU per claimed job, each hung like the recording's stalled rank next to spinning peers
+    (their processes owned by the uid the jobs are submitted as: the claims here are of jobs)."""
     act = recorded_hang()
     gpus = []
     for i, (job, via) in enumerate(jobs.items()):
         for k, g in enumerate(act["gpus"]):
-            gpus.append(dict(g, index=4 * i + k, jobs=[job], via=via))
+            gpus.append(dict(g, index=4 * i + k, jobs=[job], via=via, owners={job: [os.getuid()]}))
     act["gpus"] = gpus
     path.write_text(yaml.safe_dump({"extends": str(HEALTHY), "activity": act}))
 
@@ -127,6 +129,33 @@ def test_claimed_jobs_of_another_node_pending_or_made_up_are_left_alone(cluster)
     assert f"job {victim}: Slurm does not show it running on n3" in log
     c.scen["n3"].write_text(f"extends: {HEALTHY}\n")
     c.run(["scancel", str(victim), str(pending)])
+
+
+def test_a_process_of_another_uid_claiming_the_job_writes_nothing(cluster):
+    """Issue 29: the job runs on n1 as the submitting user; the processes on n1's GPUs that its
+    cgroup names are another uid's. Nothing is written, nothing requeued although due, nothing
+    drained, and the refusal is said once over two runs."""
+    c = cluster
+    configure(c, requeue_after_s=1, drain_culprit_jobs=1)
+    job = c.sbatch("-N1", "-w", "n1", "--requeue", "-J", "victim", "--wrap", "sleep 600")
+    c.wait_for(lambda: c.job_state(job) == "RUNNING", 60, f"job {job} running")
+    c.scontrol("update", f"JobId={job}", f"AdminComment={NOTE}")
+    other = 65534 if os.getuid() != 65534 else 1000
+    write_scenario(c.scen["n1"], job, "recorded", owner=other)
+    for _ in range(2):
+        rc, out = run(c, "healthcheck", node="n1")
+        assert rc == 0, out
+        time.sleep(1.1)
+    assert admin_comment(c, job) == NOTE
+    f = fields(c, job)
+    assert f["JobState"] == "RUNNING" and f["Restarts"] == "0" and f["ExcNodeList"] == "(null)", f
+    assert not c.node("n1").drained
+    log = (c.wd / "gpuhc-decisions.log").read_text()
+    said = f"job {job}: its processes on n1's GPUs (uid {other}) are not its user's (Slurm: uid {os.getuid()})"
+    assert log.count(said) == 1, log[-2000:]
+    c.scen["n1"].write_text(f"extends: {HEALTHY}\n")
+    configure(c)
+    c.run(["scancel", str(job)])
 
 
 def test_two_nodes_writing_at_once_both_keep_their_views(cluster):

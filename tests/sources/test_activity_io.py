@@ -42,6 +42,13 @@ def test_the_host_fields_and_job_facts_read_back():
     assert act.gpus[0].pids == [] and act.gpus[0].host_state is None
 
 
+def test_owners_read_back_and_are_empty_where_not_given(tmp_path):
+    act = with_host()
+    act["gpus"][3]["owners"] = {"4242": [1000, 0, 1000]}
+    read = write(tmp_path, act).activity
+    assert read.gpus[3].owners == {"4242": [0, 1000]} and read.gpus[0].owners == {}
+
+
 @pytest.mark.parametrize("where,value,words", [
     (("gpus", 3, "host_state"), "Q", "must be one of"),
     (("gpus", 3, "pids"), [0], "positive integer"),
@@ -50,6 +57,12 @@ def test_the_host_fields_and_job_facts_read_back():
     (("job_nodes",), {"4242": 0}, "node count"),
     (("job_nodes",), {"x": 1}, "string of digits"),
     (("job_names",), {"4242": 7}, "job name"),
+    # whose processes (issue 29): job ids and uids as the kernel gives them, a list per job
+    (("gpus", 3, "owners"), {"4242": [-1]}, "a uid is an integer"),
+    (("gpus", 3, "owners"), {"4242": 1000}, "list of 1 to"),
+    (("gpus", 3, "owners"), {"4242": []}, "list of 1 to"),
+    (("gpus", 3, "owners"), {"x": [1000]}, "string of digits"),
+    (("gpus", 3, "owners"), [1000], "mapping of job id"),
 ])
 def test_bad_values_are_refused_with_their_place(tmp_path, where, value, words):
     act = with_host()

@@ -46,13 +46,18 @@ def test_job_from_environ():
     assert job_from_environ(b"SLURM_JOB_ID=0000778\0") == "778"  # one job, one spelling (issue 29)
 
 
-def proc(tmp_path, pid: int, cgroup: str | None = None, environ: bytes | None = None) -> None:
+def proc(tmp_path, pid: int, cgroup: str | None = None, environ: bytes | None = None, status: str | None = "user") -> None:
+    """A fake /proc/<pid>: its cgroup, environ and a real status (tests/fixtures/jobs/proc/<status>.status)."""
+    from tests.helpers.paths import FIXTURES
+
     d = tmp_path / str(pid)
     d.mkdir()
     if cgroup is not None:
         (d / "cgroup").write_text(cgroup)
     if environ is not None:
         (d / "environ").write_bytes(environ)
+    if status is not None:
+        (d / "status").write_bytes((FIXTURES / "jobs" / "proc" / f"{status}.status").read_bytes())
 
 
 def series(value: int, seconds: int = 20, step_ms: int = 200) -> list[tuple[int, int]]:
@@ -219,3 +224,29 @@ def test_the_checks_thresholds_reach_the_reader():
 
     r = ActivityLive(**source_settings({"progress_window_s": 0.2, "spin_mem_util_max": 3}))
     assert r.progress_window_s == 0.2 and r._spin_mem == 3.0 and r.window_s == 15.0 and r.gpm_window_s == 0.0
+
+
+# ------------------------------------------------------------------ whose process (issue 29)
+
+
+@pytest.mark.parametrize("status,uid", [("user", 1000), ("nobody", 65534), ("root", 0),
+                                        ("setuid", 1000),  # the real uid, not the effective one
+                                        ("forged-name", 1000)])  # a name can't add a Uid line
+def test_the_owner_is_the_real_uid_of_the_kernels_status(tmp_path, status, uid):
+    proc(tmp_path, 600, V2, status=status)
+    assert JobResolver(str(tmp_path)).owner_of(600) == uid
+
+
+def test_each_jobs_owners_are_recorded_per_gpu_and_an_unreadable_owner_is_no_ones(tmp_path):
+    proc(tmp_path, 700, V2, status="user")
+    proc(tmp_path, 701, V2, status="nobody")  # another user's process in the job's cgroup
+    proc(tmp_path, 702, V1, status="root")
+    proc(tmp_path, 703, V1, status=None)  # gone before its status was read
+    (tmp_path / "704").mkdir()
+    (tmp_path / "704" / "cgroup").write_text(V2)
+    os.symlink(tmp_path / "700" / "status", tmp_path / "704" / "status")  # a planted link: not followed
+    two = FakeGpu(compute_procs=[(700, 1 << 30), (701, 1 << 30)], samples=held(700, 100, 0, 130000).samples)
+    act = read([two, held(702, 100, 0, 130000), held(703, 100, 0, 130000), held(704, 100, 0, 130000)], tmp_path)
+    assert [(g.index, g.jobs, g.owners) for g in act.gpus] == [(0, ["4242"], {"4242": [1000, 65534]}),
+                                                              (1, ["5150"], {"5150": [0]})]
+    assert act.unmapped_pids == 2
