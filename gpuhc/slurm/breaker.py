@@ -25,8 +25,8 @@ The rank is gpuhc's own record, not Slurm's reason time alone: gpuhc re-tags nod
 holds (``[reset n/N]``, ``[qN]``, ``[reboot]``, and Slurm appends to a reboot's reason), and each
 re-tag re-stamps the reason. Ranked by that stamp, a node held for days would rank after a
 fresh storm's drains, past the cap, and never recount, so the cap+1 end state stayed. A reason
-with a ladder or quarantine tag is gpuhc's mark that the node was held before any untagged
-drain (only a held node is ever tagged), so tagged nodes rank first.
+with a ladder tag or a quarantine cycle past the first is gpuhc's mark that the node was held
+before any untagged drain (only a held node is ever so tagged), so such nodes rank first.
 
 Spreading the storm: before its first count, a node waits a jitter derived from its name
 (:func:`jitter_for`: the same node always waits the same, different nodes spread evenly over
@@ -146,9 +146,11 @@ def retired(node: Node) -> bool:
 
 
 def tagged(node: Node) -> bool:
-    """Does the reason carry a ladder or quarantine tag (only a node gpuhc already held gets one)?"""
+    """Does the reason carry a tag that only a node gpuhc already held gets: a ladder step, or a
+    quarantine cycle past the first? A ``[q1]`` is no such mark: the sweep's and a retest's drain
+    carry it on the node's first hold (gpuhc/sweep/analyze.py), a fresh drain like any other."""
     mine = parse_reason(node.reason)
-    return mine is not None and (mine.cycle > 0 or mine.step is not None)
+    return mine is not None and (mine.cycle > 1 or mine.step is not None)
 
 
 def rank_key(node: Node) -> tuple:
