@@ -197,3 +197,12 @@ def latest(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else max(a, b)
 
 
+def validate_corrected(t: dict[str, Any]) -> list[str]:
+    """The corrected-error rate thresholds of the host's kernel-log checks (pcie-aer,
+    machine-check): each a whole number of errors, or null for off."""
+    out = []
+    for key in ("corrected_warn", "corrected_fail"):
+        v = t.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            out.append(f"{key}: want a whole number of errors >= 1, or null (off), got {v!r}")
+    return out

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.checks.base import HOST, KERNEL_LOG, Check, CheckOutput, Context, result
-from gpuhc.checks.kernel_window import DEFAULT_WINDOW_S, EventWindow, acknowledge, earliest, held_key, judge_now, latest, merge_held
+from gpuhc.checks.kernel_window import DEFAULT_WINDOW_S, EventWindow, acknowledge, earliest, held_key, judge_now, latest, merge_held, validate_corrected
 from gpuhc.model import Action, EventKind, Snapshot, Status
 
 ID = "machine-check"
@@ -122,15 +122,6 @@ def _fail(inc: dict) -> Any:
     return result(ID, Status.FAIL, msg, value=value, action=Action(inc["action"]))
 
 
-def _validate(t: dict[str, Any]) -> list[str]:
-    out = []
-    for key in ("corrected_warn", "corrected_fail"):
-        v = t.get(key)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            out.append(f"{key}: want a whole number of errors >= 1, or null (off), got {v!r}")
-    return out
-
-
 CHECKS = [
     Check(
         id=ID,
@@ -147,7 +138,7 @@ CHECKS = [
         },
         doc="Machine checks and EDAC memory errors (kernel log and EDAC counters): uncorrected fail (drain + "
             "hardware ticket); corrected judged as a rate.",
-        validate=_validate,
+        validate=validate_corrected,
         acknowledge=acknowledge,
     )
 ]

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.checks.base import HOST, KERNEL_LOG, NVML, Check, CheckOutput, Context, result
-from gpuhc.checks.kernel_window import DEFAULT_WINDOW_S, EventWindow, acknowledge, earliest, held_key, judge_now, latest, merge_held
+from gpuhc.checks.kernel_window import DEFAULT_WINDOW_S, EventWindow, acknowledge, earliest, held_key, judge_now, latest, merge_held, validate_corrected
 from gpuhc.model import Action, EventKind, Snapshot, Status, norm_pci
 
 ID = "pcie-aer"
@@ -164,15 +164,6 @@ def _fail(inc: dict) -> Any:
     return result(ID, Status.FAIL, msg, inc["subject"], value=value, action=Action(inc["action"]))
 
 
-def _validate(t: dict[str, Any]) -> list[str]:
-    out = []
-    for key in ("corrected_warn", "corrected_fail"):
-        v = t.get(key)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            out.append(f"{key}: want a whole number of errors >= 1, or null (off), got {v!r}")
-    return out
-
-
 CHECKS = [
     Check(
         id=ID,
@@ -192,7 +183,7 @@ CHECKS = [
         },
         doc="PCIe AER from the kernel log on GPUs, NVSwitches, NICs and the bridges above them: uncorrected "
             "errors and failed recovery fail (drain + reboot); corrected errors judged as a rate.",
-        validate=_validate,
+        validate=validate_corrected,
         acknowledge=acknowledge,
     )
 ]
