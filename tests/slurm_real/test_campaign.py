@@ -108,4 +108,15 @@ def test_model_and_real_slurm_make_the_same_acts(slurm_cluster, tmp_path):
     assert model["n2"] == [] and model["n4"] == []
     assert [w for w, _ in model["n3"]] == ["drain"]
     real = real_acts(slurm_cluster, tmp_path)
-    assert real == model
+    assert comparable(real) == comparable(model)
+
+
+def comparable(acts: dict[str, list[tuple[str, str | None]]]) -> dict[str, list[tuple[str, str | None]]]:
+    """The acts both sides can see. The model logs every Slurm update; the real side reads Slurm
+    after each health check, so a re-tag that the same run ends with a resume (the reset's
+    write-ahead ``[reset n/N]``, docs/repair.md, when the retest passes) never shows there."""
+    out = {}
+    for node, seq in acts.items():
+        out[node] = [a for i, a in enumerate(seq)
+                     if not (a[0] == "reason" and i + 1 < len(seq) and seq[i + 1] == ("resume", None))]
+    return out
