@@ -170,7 +170,13 @@ class Node:
 def retest(flow: entry.Flow) -> str:
     """The boot-time retest (`gpuhc quarantine retest` from examples/systemd/gpuhc-retest.service)
     with the modelled Slurm: gpuhc's own flow (gpuhc/slurm/retest.py), handed this node's Flow.
-    Returns the plan carried out."""
+    Returns the plan carried out, or "error" where Slurm did not answer: the CLI turns that
+    SlurmError into its exit code (gpuhc/errors.py), the unit runs again at the next boot, and the
+    node stays as it was (the model's slurmctld timeouts reach the retest too)."""
+    from gpuhc.errors import SlurmError
     from gpuhc.slurm.retest import retest as retest_flow
 
-    return retest_flow(flow).act
+    try:
+        return retest_flow(flow).act
+    except SlurmError:
+        return "error"
