@@ -45,6 +45,7 @@ from gpuhc.slurm import jobs_record as rec
 MAX_READS = 16  # jobs asked about per run: a node holds a handful of jobs, never more reads than that
 STATE_KEY = "jobs_slurm"
 WRITE_TRIES = 4  # read-merge-write-read back rounds per job and run
+SETTLE_S = (0.3, 0.8)  # the second read-back's wait: longer than another node's read, merge and write
 
 
 def views_of(report: Any, node: str) -> tuple[dict[str, rec.NodeView | None], set[str]]:
@@ -204,7 +205,12 @@ def _write(ctl: Any, job: str, view: rec.NodeView | None, node: str, info: Any) 
         ctl.set_admin_comment(job, new)
         info = ctl.show_job(job)
         if rec.update(info.admin_comment, view, node) is None:
-            return info
+            # Kept, for now: a node that read before our write may still write after it, without
+            # our view. Look once more after that writer's read-write time has passed.
+            time.sleep(random.uniform(*SETTLE_S))
+            info = ctl.show_job(job)
+            if rec.update(info.admin_comment, view, node) is None:
+                return info
     raise SlurmError(f"AdminComment of job {job}: this node's view was overwritten {WRITE_TRIES} times")
 
 

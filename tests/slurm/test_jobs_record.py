@@ -219,7 +219,8 @@ def test_a_recorded_view_is_not_sent_again(tmp_path):
     calls = ["squeue" if c.startswith("-h ") else c for c in log.read_text().splitlines()]
     assert calls == ["--json show job 8", "squeue", "show job 8",
                      "update JobId=8 AdminComment=ticket INC123 owner=ops gpuhc-jobs{n1/hang/1980/gpu1}",
-                     "--json show job 8", "squeue", "show job 8"]  # read, write, read back; the second run: nothing
+                     "--json show job 8", "squeue", "show job 8",  # read, write, read back, and again after
+                     "--json show job 8", "squeue", "show job 8"]  # another writer's time; the second run: nothing
     assert comment.read_text() == "ticket INC123 owner=ops gpuhc-jobs{n1/hang/1980/gpu1}"  # the admin's note kept
     assert sum("job 8 hung: culprit n1:gpu1" in x for x in lines) == 1
 
