@@ -25,7 +25,8 @@ need=()
 # slurmdbd + MariaDB: real accounting for the fleet tests; prometheus: promtool checks the alert rules;
 # iproute2: `ip` for the storm test's private network namespace (not on every minimal image);
 # python3-venv: install.sh's .venv (stock Debian's python3 comes without ensurepip)
-for pkg in slurmctld slurmd slurm-client munge slurmdbd mariadb-server prometheus iproute2 python3-venv; do
+# gcc: the real-kernel test compiles the crashing program whose file name forges a driver line
+for pkg in slurmctld slurmd slurm-client munge slurmdbd mariadb-server prometheus iproute2 python3-venv gcc; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#slurm[@]} -gt 0 ]; then
