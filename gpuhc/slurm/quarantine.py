@@ -47,12 +47,19 @@ def _own(mine: GpuhcReason) -> GpuhcReason:
     return replace(mine, body=_SLURM_REBOOT_NOTES.sub("", mine.body))
 
 
-def returned_before_retest(node: Node) -> bool:
+def returned_before_retest(node: Node, asked: str | None = None) -> bool:
     """Did Slurm put a node gpuhc had rebooted back in service before its boot-time retest ran?
     In service, a gpuhc reason that is not RETIRED, ending in Slurm's " : reboot complete". Seen
     on 24.11 with ReturnToService=1 once in CI (docs/slurm.md, "Slurm releases"); with
-    ReturnToService=2 it is what Slurm does. The retest then still decides: a failure puts the
-    hold back, which is not new capacity taken (gpuhc held the node before the reboot)."""
+    ReturnToService=2 it is what Slurm does. 26.05 (ReturnToService=2, once in CI) cleared the
+    reason altogether: then only the node's own memory tells, ``asked`` (the gpuhc reason it
+    held the node with when its ladder asked for this reboot:
+    :func:`gpuhc.slurm.retest.asked_reboot`). The
+    retest then still decides: a failure puts the hold back, which is not new capacity taken
+    (gpuhc held the node before the reboot)."""
+    if node.reason is None and asked is not None and not out_of_service(node):
+        held = parse_reason(asked)
+        return held is not None and not held.retired
     mine = parse_reason(node.reason)
     notes = _SLURM_REBOOT_NOTES.search(node.reason or "")
     return (mine is not None and not mine.retired and not out_of_service(node) and notes is not None
@@ -100,11 +107,12 @@ class RetestPlan:
     why: str
 
 
-def plan_retest(node: Node, verdict: Verdict, evidence_reason: str | None, max_cycles: int) -> RetestPlan:
+def plan_retest(node: Node, verdict: Verdict, evidence_reason: str | None, max_cycles: int,
+                asked: str | None = None) -> RetestPlan:
     """Pure: what a finished bootstrap retest means for a node. ``evidence_reason`` is the
-    reason this run's failures would give (FAIL only)."""
-    mine = parse_reason(node.reason)
-    early = returned_before_retest(node)
+    reason this run's failures would give (FAIL only); ``asked`` as in :func:`returned_before_retest`."""
+    early = returned_before_retest(node, asked)
+    mine = parse_reason(node.reason if node.reason is not None or not early else asked)
     if mine is None or not (out_of_service(node) or early):
         return RetestPlan("none", None, "not held by gpuhc: nothing to release or quarantine "
                                         "(the health check handles nodes in service)")

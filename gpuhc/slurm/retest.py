@@ -23,7 +23,7 @@ from typing import Any
 from gpuhc.slurm.admin import AdminResult, apply_plan, retire_evidence
 from gpuhc.slurm.admin import release as do_release
 from gpuhc.slurm.flow import Flow, actuator, announce, run_checks, summary_line, take_turn
-from gpuhc.slurm.memory import note_resumed
+from gpuhc.slurm.memory import load_memory, note_resumed
 from gpuhc.slurm.policy import Act, Decision, Memory, Verdict, resumable, verdict_of
 from gpuhc.slurm.reason import build_reason, owned
 
@@ -36,6 +36,19 @@ class RetestOutcome:
     act: str  # the plan carried out (resume, requarantine, retire), or none, error, busy, unverified
 
 
+def asked_reboot(flow: Flow) -> str | None:
+    """The gpuhc reason this node held itself with when its ladder asked for the reboot it is
+    now coming back from (the node's own state, gpuhc/slurm/memory.py), or None: no such
+    request, or its deadline has passed."""
+    from gpuhc.slurm.ladder import REBOOT
+    from gpuhc.slurm.memory import load_ladder
+
+    step = load_ladder(flow)
+    if step.step != REBOOT or step.deadline is None or flow.now() >= step.deadline:
+        return None
+    return load_memory(flow).reason
+
+
 def retest(flow: Flow) -> RetestOutcome:
     """Retest this node if gpuhc holds it (or Slurm returned it before its retest)."""
     from gpuhc.slurm.handover import acknowledge_kernel_log
@@ -43,7 +56,8 @@ def retest(flow: Flow) -> RetestOutcome:
 
     act = actuator(flow)
     node = act.sc.node(flow.node)  # before minutes of checks: is there anything to retest?
-    if phase(node) is None and not returned_before_retest(node):
+    asked = asked_reboot(flow)
+    if phase(node) is None and not returned_before_retest(node, asked):
         flow.log(f"not held by gpuhc (state {node.raw_state}, reason {node.reason!r}): nothing to retest")
         return RetestOutcome(0, "none")
     acknowledge_kernel_log(flow.opts.state_dir, flow.now())
@@ -56,9 +70,15 @@ def retest(flow: Flow) -> RetestOutcome:
         return RetestOutcome(1, "busy")
     node = act.sc.node(flow.node)  # re-read: an admin may have acted during the checks
     evidence = build_reason(report.results) if verdict is Verdict.FAIL else None
-    plan = plan_retest(node, verdict, evidence, int(flow.slurm["quarantine"]["max_cycles"]))
+    plan = plan_retest(node, verdict, evidence, int(flow.slurm["quarantine"]["max_cycles"]), asked)
     flow.log(plan.why + (f": {plan.reason}" if plan.reason else ""), loud=plan.act != "resume")
     if plan.act == "none":
+        if returned_before_retest(node, asked) and verdict in (Verdict.PASS, Verdict.WARN) and not act.observe:
+            # The episode ends here all the same: a hook that opened a ticket at the drain
+            # hears that the node is back (Slurm returned it; the retest agrees).
+            announce(flow, "resume", {"node": flow.node, "stage": "bootstrap", "why": plan.why, "reason": None,
+                                      "was": node.reason or asked, "retest": verdict.value})
+            note_resumed(flow)
         return RetestOutcome(report.exit_code, "none")
     ok = apply_plan(act, node, plan)
     if act.observe:  # the actuator logged what it would have done; nothing took, nothing to remember

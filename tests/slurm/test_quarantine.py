@@ -74,6 +74,22 @@ def test_a_node_slurm_returned_to_service_after_its_reboot_is_still_retested():
     assert plan_retest(node("IDLE", EVID), Verdict.FAIL, "gpuhc: pcie gpu1 x8", 3).act == "none"
 
 
+def test_a_node_slurm_returned_with_no_reason_is_retested_when_it_asked_for_its_reboot():
+    """Slurm 26.05 (ReturnToService=2, once in CI) returned a node the ladder rebooted with no
+    reason at all: the node's memory of the reboot it asked for (``asked``) still holds it."""
+    bare = node("IDLE", None)
+    assert returned_before_retest(bare, EVID + " [reboot]") and not returned_before_retest(bare)
+    fail = plan_retest(bare, Verdict.FAIL, "gpuhc: pcie gpu1 x8", 3, asked=EVID + " [reboot]")
+    assert (fail.act, fail.reason) == ("requarantine", EVID + " [q1]"), fail.why
+    ok = plan_retest(bare, Verdict.PASS, None, 3, asked=EVID + " [reboot]")
+    assert ok.act == "none" and "already returned the node to service" in ok.why
+    # Not that: no memory, a retired memory, someone else's reason, a node still out of service.
+    assert plan_retest(bare, Verdict.FAIL, "gpuhc: pcie gpu1 x8", 3).act == "none"
+    assert not returned_before_retest(bare, "gpuhc: RETIRED xid gpu3 Xid 79")
+    assert not returned_before_retest(node("IDLE", "bad fan"), EVID + " [reboot]")
+    assert not returned_before_retest(node("DOWN", None), EVID + " [reboot]")
+
+
 def test_retest_of_an_unregistered_node_does_not_resume():
     assert plan_retest(node("UNKNOWN+DRAIN"), Verdict.PASS, None, 3).act == "none"
 

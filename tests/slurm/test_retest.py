@@ -45,6 +45,36 @@ def test_a_failing_retest_requarantines_and_a_node_not_held_is_left_alone(tmp_pa
     assert retest(_bootstrap(tmp_path, monkeypatch, free, [XID])).act == "none" and free.updates() == []
 
 
+def _asked_reboot(f, deadline):
+    from gpuhc.slurm.ladder import REBOOT, LadderMemory
+    from gpuhc.slurm.memory import save_ladder
+
+    save_memory(f, Memory(drained_at=1.0, reason=OUR_REASON + " [reboot]"), None)
+    save_ladder(f, LadderMemory(step=REBOOT, since=0.0, deadline=deadline))
+
+
+def test_a_node_slurm_returned_bare_is_retested_from_its_own_memory(tmp_path, monkeypatch, recorder):  # noqa: F811
+    """Slurm cleared the reason of a node its ladder rebooted (26.05, ReturnToService=2): the
+    boot-time retest still runs; a failure holds the node again, a pass ends the episode."""
+    hook, got = recorder
+    slurm = MiniSlurm({"n1": ("IDLE", None)})
+    f = _bootstrap(tmp_path, monkeypatch, slurm, [XID], hook)
+    _asked_reboot(f, f.now() + 600)
+    out = retest(f)
+    assert (out.code, out.act) == (1, "requarantine") and slurm.nodes["n1"] == ["IDLE+DRAIN", OUR_REASON + " [q1]"]
+    slurm = MiniSlurm({"n1": ("IDLE", None)})
+    f = _bootstrap(tmp_path, monkeypatch, slurm, [OK], hook)
+    _asked_reboot(f, f.now() + 600)
+    out = retest(f)
+    assert out.act == "none" and slurm.updates() == [] and not load_memory(f).holding
+    assert [e["event"] for e in _events(got)] == ["resume"]
+    # The ladder's deadline passed (or it never asked): nothing to retest, as before.
+    slurm = MiniSlurm({"n1": ("IDLE", None)})
+    f = _bootstrap(tmp_path, monkeypatch, slurm, [XID])
+    _asked_reboot(f, f.now() - 1)
+    assert retest(f).act == "none" and slurm.updates() == []
+
+
 def test_release_after_retest_resumes_only_on_a_pass(tmp_path, monkeypatch):
     slurm = MiniSlurm({"n1": ("IDLE+DRAIN", OUR_REASON)})
     results, least = release_after_retest(_bootstrap(tmp_path, monkeypatch, slurm, [XID]), force=False)

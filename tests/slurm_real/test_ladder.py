@@ -150,14 +150,17 @@ def test_reset_fails_then_reboot_retest_resume(slurm_cluster, tmp_path):
         assert c.node("n1").reason.endswith("[reboot]") or "[reboot] :" in c.node("n1").reason
         # The reboot heals it (a pending row remap takes effect); the boot-time retest resumes.
         lines = reboot_and_retest(c, tmp_path / "healed.yaml", scenario, lambda n: not (n.drained or n.down))
-        assert "retest passed (was drained): resuming" in lines, lines
+        # The retest resumes it, or finds Slurm already returned it (26.05 with ReturnToService=2
+        # once cleared the reason: the node's memory of its reboot holds it; docs/slurm.md).
+        assert any(x.startswith("retest passed (was drained)") for x in lines), lines
         # its event line and its hook come after Slurm shows the resume: wait for the hook's record
         hooks = tmp_path / "hook-calls.jsonl"
         c.wait_for(lambda: hooks.exists() and hooks.read_text().count("\n") >= 3, 30, "the retest's resume hook")
         lines = decisions(c.workdir, "n1", "quarantine retest")
         assert events_logged(c) == ["event remediation: GPU reset 1 of 1 (gpu1)",
                                     "event remediation: reboot for retest (cycle 1 of 2)"]
-        assert [x for x in lines if x.startswith("event ")] == ["event resume: retest passed (was drained): resuming"]
+        said = [x for x in lines if x.startswith("event ")]
+        assert len(said) == 1 and said[0].startswith("event resume: retest passed (was drained)"), said
         assert [(h["event"], h.get("step")) for h in hook_events(tmp_path)] == [
             ("remediation", "reset 1/1"), ("remediation", "reboot"), ("resume", None)]
     finally:
