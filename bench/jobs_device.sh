@@ -41,8 +41,11 @@ cat "$OUT/env.txt"
 # the watcher's Slurm writes fail, and its log says so.
 WS=$(mktemp -d /tmp/gpuhc-jobs32.XXXXXX)
 cfg="$WS/gpuhc.yaml"
+# No Slurm cgroups here either: the ranks' SLURM_JOB_ID is the only thing that names their job,
+# so the environment fallback (off by default since issue 29, docs/security.md) is turned on.
 cat > "$cfg" <<EOF
 slurm: {log_file: $WS/decisions.log, syslog: false, scontrol: /nonexistent/scontrol}
+checks: {jobs: {thresholds: {environ_fallback: true}}}
 EOF
 
 start_watcher() {
@@ -71,7 +74,7 @@ if [ "$part" = cases ] || [ "$part" = all ]; then
         --odd-rank 2 --gpu 3 --port 29521 --ckpt-dir "${TMPDIR:-/tmp}/gpuhc-ckpt" > "$OUT/phases.txt" 2> "$OUT/phases.err" &
     JOB=$!
     wait_phase train 90 || { echo "the job did not start"; tail -20 "$OUT/phases.err"; }
-    timeout 300 python3 $M --phases "$OUT/phases.txt" --seconds 270 --log "$OUT/monitor-cases.jsonl" \
+    timeout 300 python3 $M --config "$cfg" --phases "$OUT/phases.txt" --seconds 270 --log "$OUT/monitor-cases.jsonl" \
         > "$OUT/monitor-cases.txt" 2>&1 &
     MON=$!
     sleep 3
@@ -104,7 +107,7 @@ if [ "$part" = stalls ] || [ "$part" = all ]; then
         PIDS+=("$!")
     done
     # the health check every 8 s too: the stalls, and each job's start and finish, recorded
-    timeout $((MON_S + 20)) python3 $M --interval 8 --seconds "$MON_S" --log "$OUT/monitor-stalls.jsonl" > "$OUT/monitor-stalls.txt" 2>&1 &
+    timeout $((MON_S + 20)) python3 $M --config "$cfg" --interval 8 --seconds "$MON_S" --log "$OUT/monitor-stalls.jsonl" > "$OUT/monitor-stalls.txt" 2>&1 &
     MON=$!
     for _ in $(seq "$MON_S"); do
         alive=0; for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
