@@ -77,7 +77,23 @@ def _gpu_present() -> bool:
         return False
 
 
+def _shared_scope(item: pytest.Item) -> str | None:
+    """The group of a test that shares a module- or class-scoped fixture with its neighbours
+    (a cluster a module's tests share, tests/helpers/slurm_cluster.py): its module and Slurm
+    release. pytest-xdist's ``--dist loadgroup`` (tests/run.sh) then keeps the group on one
+    worker, so the shared cluster starts once there; every other test goes wherever a worker
+    is free."""
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    if not any(d.scope in ("module", "class") for name, ds in defs.items() if name != "slurm_release" for d in ds):
+        return None
+    release = getattr(item, "callspec", None) and item.callspec.params.get("slurm_release")
+    return f"{item.nodeid.split('::')[0]}@{release or ''}"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if (group := _shared_scope(item)) is not None and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group))
     # `gpu` tests are the only ones allowed to skip, and only where no GPU is present.
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if gpu_items and not _gpu_present():

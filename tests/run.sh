@@ -53,4 +53,9 @@ if [ ${#slurm[@]} -gt 0 ]; then
     echo "tests/run.sh: chroot $suite ready in $(( $(date +%s) - start )) s"
   done
 fi
-exec .venv/bin/python -m pytest -q "${slurm[@]}" "$@"
+# Several workers (pytest-xdist): most of the time goes to real-Slurm tests that wait on daemons,
+# not to the CPU, so 4 workers on CI's 2 cores take about half the time of one. Tests that share a
+# module's cluster stay together on one worker (tests/conftest.py). GPUHC_TEST_WORKERS=0: serial.
+workers=(-n "${GPUHC_TEST_WORKERS:-4}" --dist loadgroup)
+[ "${GPUHC_TEST_WORKERS:-4}" != 0 ] || workers=()
+exec .venv/bin/python -m pytest -q "${workers[@]}" "${slurm[@]}" "$@"

@@ -6,9 +6,9 @@ multiple-slurmd support, so ``NodeName=nX NodeHostname=localhost NodeAddr=127.0.
 and one ``slurmd -N nX`` each gives a cluster of N "nodes" on one host, each running its own
 HealthCheckProgram/Prolog/Epilog with its own ``SLURMD_NODENAME``.
 
-Everything lives under the test's work directory (config, state, spool, logs, pid files) plus a
-short private directory for the munge socket (UNIX socket paths are limited to 108 bytes and
-pytest's tmp paths are long). munged runs as root with ``--force`` on a private copy of the
+Everything lives under the test's work directory (config, state, logs, pid files) plus a
+short private directory for the sockets: munge's and slurmd's spool, where slurmstepd makes its
+own (UNIX socket paths are limited to 108 bytes and pytest's tmp paths are long). munged runs as root with ``--force`` on a private copy of the
 key and a private socket: that way a system munged, a leftover one, or another test session's
 cluster never clashes with ours, and there are no ownership rules on pytest's root-owned tmp
 directories to satisfy. Slurm is pointed at the socket with ``AuthInfo=socket=...``.
@@ -237,13 +237,16 @@ class SlurmCluster:
     # ------------------------------------------------------------------ setup
 
     def _prepare(self) -> None:
-        for d in (self.workdir, self.log_dir, self.workdir / "ctld_state", self.workdir / "spool", self.state_root, self.workdir / "bin"):
+        for d in (self.workdir, self.log_dir, self.workdir / "ctld_state", self.state_root, self.workdir / "bin"):
             d.mkdir(parents=True, exist_ok=True)
         for node in self.nodes:
             (self.state_root / node).mkdir(exist_ok=True)
         self.sock_dir = Path(tempfile.mkdtemp(prefix="gpuhc-munge-", dir="/tmp"))
         self.sock_dir.chmod(0o755)  # clients running as a job's (non-root) user need the socket
         self.munge_socket = self.sock_dir / "munge.sock"
+        # slurmd's spool holds slurmstepd's sockets (``<node>_<job>.<step>``): under pytest-xdist's
+        # longer tmp paths they passed 108 bytes and every job step failed, so they live here too.
+        (self.sock_dir / "spool").mkdir()
         if self.release.chroot:
             self.runtime = ChrootRuntime(self.release, self.workdir, [self.workdir, self.sock_dir, REPO],
                                          self.env())

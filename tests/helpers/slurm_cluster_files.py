@@ -61,7 +61,7 @@ def slurm_conf(c: "SlurmCluster") -> str:
         "CredType=cred/munge",
         f"AuthInfo=socket={c.munge_socket}",
         f"StateSaveLocation={wd}/ctld_state",
-        f"SlurmdSpoolDir={wd}/spool/%n",
+        f"SlurmdSpoolDir={c.sock_dir}/spool/%n",  # slurmstepd's sockets: a short path (see _prepare)
         f"SlurmctldPidFile={wd}/slurmctld.pid",
         f"SlurmdPidFile={wd}/slurmd.%n.pid",
         f"SlurmctldLogFile={c.log_dir}/slurmctld.log",

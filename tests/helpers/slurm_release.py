@@ -126,6 +126,7 @@ class ChrootRuntime:
         self.client_bin = workdir / "slurm-bin"
         self.holder: subprocess.Popen | None = None
         self.ns_id: str | None = None  # "mnt:[4026532...]": marks every process of the cluster
+        self.stopped_at: int | None = None  # clock ticks since boot when stop() began
 
     @property
     def ns(self) -> str:
@@ -167,8 +168,13 @@ class ChrootRuntime:
         (which newer Slurm starts with an environment of its own, detached from slurmd) and
         every job and script under them."""
         try:
-            return self.ns_id is not None and os.readlink(f"/proc/{pid}/ns/mnt") == self.ns_id
-        except OSError:
+            if self.ns_id is None or os.readlink(f"/proc/{pid}/ns/mnt") != self.ns_id:
+                return False
+            # Once the namespace is empty the kernel may give its id to a new one: another
+            # cluster's (pytest-xdist runs several at once). A process that started after this
+            # runtime stopped is not ours, whatever its namespace's id.
+            return self.stopped_at is None or _start_ticks(pid) <= self.stopped_at
+        except (OSError, ValueError):
             return False
 
     def wrap(self, argv: list[str]) -> list[str]:
@@ -185,6 +191,17 @@ class ChrootRuntime:
             p.chmod(0o755)
 
     def stop(self) -> None:
+        self.stopped_at = _now_ticks()
         if self.holder is not None and self.holder.poll() is None:
             os.killpg(self.holder.pid, signal.SIGKILL)
             self.holder.wait(timeout=10)
+
+
+def _now_ticks() -> int:
+    """Now, in the clock ticks since boot that /proc/<pid>/stat's start time counts."""
+    return int(float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK"))
+
+
+def _start_ticks(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rfind(")") + 2:].split()[19])
