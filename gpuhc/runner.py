@@ -294,8 +294,8 @@ def _run_active(opts: RunOptions, report: RunReport, profile, baseline, deadline
 
 
 def _holders_judged(config: Config) -> bool:
-    """Whether the config has a check that judges who holds the GPUs on (``Check.judges_holders``):
-    then a busy GPU is that check's finding, and the active checks say so rather than wait."""
+    """Whether the config has a check on that judges who holds the GPUs (``Check.judges_holders``):
+    then a GPU the active checks find busy is a finding that drains, not only an error."""
     from gpuhc.checks import passive_checks
 
     return any(bool(config.check_settings(c.id)["enabled"]) for c in passive_checks() if c.judges_holders)
