@@ -1,55 +1,37 @@
-"""Run one stage: read the sources the selected checks need, judge, remember.
+"""Run one stage: select the checks, read the sources they need, judge, remember.
 
 Time is the runner's main job. Slurm kills the health check at 60 s, and a wedged NVML call or
 a stuck ``dmesg`` must not take the whole run with it. So every source is read in its own
-daemon thread, started at once, and every check waits for the sources it needs only until its
+daemon thread (gpuhc/runread.py), and every check waits for the sources it needs only until its
 own timeout (within the stage budget). A check whose source did not answer in time is reported
-by name as ``error: timed out``; the other checks still judge, and the run ends in budget. A
-thread stuck in C code cannot be killed, which is why the CLI ends the process with
-``os._exit`` when anything timed out.
+by name as ``error: timed out``; the other checks still judge, and the run ends in budget.
+
+The runner knows no check by name: how the sources are read comes from what the selected
+checks declare (``Check.source_needs``, merged in gpuhc/runplan.py), and a run that cannot
+tell whose processes hold the GPUs leaves out the checks that declare they judge that
+(``Check.judges_holders``). ``tests/test_runner_names_no_check.py`` holds it to that.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
-from gpuhc.checks.base import ACTIVITY, AER, HOST, IB, IMEX, KERNEL_LOG, NVML, PCI, PROCS, Check, CheckOutput, Context, Declared
+from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, Context, Declared
 from gpuhc.config import Config
 from gpuhc.model import Result, Snapshot, Status
 from gpuhc.phases import mark
-from gpuhc.runreport import RunOptions, RunReport  # noqa: F401 - re-exported: callers import them from here
-from gpuhc.sources import SourceSpec, Sources, build_sources
+from gpuhc.runplan import plan_sources
+from gpuhc.runread import ALL, Reader, fill, recording_time, start_readers
+from gpuhc.runreport import RunOptions, RunReport, one_line  # noqa: F401 - re-exported: callers import them from here
+from gpuhc.runstate import mapping, save_state, scenario_step
+from gpuhc.sources import SourceSpec, build_sources
 from gpuhc.state import StateError, StateStore
 
 # Time kept back from the budget for writing state and output after the last check.
 RESERVE_S = 0.3
-
-
-class _Reader:
-    """A source read running in a daemon thread, which callers wait on with a deadline."""
-
-    def __init__(self, name: str, fn: Callable[[], Any]):
-        self.name = name
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(fn,), name=f"gpuhc-read-{name}", daemon=True)
-        self._thread.start()
-
-    def _run(self, fn: Callable[[], Any]) -> None:
-        try:
-            self.value = fn()
-        except BaseException as e:  # reported by the checks that need it
-            self.error = e
-        finally:
-            self._done.set()
-
-    def wait(self, deadline: float) -> bool:
-        return self._done.wait(max(0.0, deadline - time.monotonic()))
 
 
 def hostname_of(opts: RunOptions) -> str:
@@ -101,7 +83,7 @@ def run_stage(opts: RunOptions) -> RunReport:
     report = RunReport(node=hostname_of(opts), stage=opts.stage, started=time.time())
     checks = select_checks(opts.stage, opts.config, opts.only, opts.also)
     if not opts.occupancy:
-        checks = [(c, eff) for c, eff in checks if c.id != "occupancy"]
+        checks = [(c, eff) for c, eff in checks if not c.judges_holders]
     store = StateStore(opts.state_dir)
     try:
         prior, state_error = store.read(), None
@@ -112,20 +94,10 @@ def run_stage(opts: RunOptions) -> RunReport:
     if store.problem:
         report.notes.append(store.problem)
 
-    step = _scenario_step(prior, opts.sources, report)
-    spec = opts.sources
-    if not any(c.id == "clocks" for c, _ in checks):
-        # Only the clocks check judges persistence across samples; the prolog skips it and
-        # should not spend 40 ms sampling throttle reasons nobody reads.
-        spec = replace(spec, clock_samples=1)
-    wait_s, settle_mib = _occupancy_wait(checks, opts)
-    prev_checks = _mapping(prior.get("checks"))
-    rotation, phases = _nvlink_slice(checks, opts.stage, prev_checks)
-    spec = replace(spec, gpus=opts.gpus, job=opts.job, occupancy_wait_s=wait_s, occupancy_settle_mib=settle_mib,
-                   dl_rotation=rotation, dl_phases=phases, activity=_activity_settings(checks),
-                   host=_host_settings(checks))
-    sources = build_sources(spec, step)
-    readers = _start_readers(sources, {n for c, _ in checks for n in (*c.needs, *c.optional)})
+    step = scenario_step(prior, opts.sources, report)
+    prev_checks = mapping(prior.get("checks"))
+    sources = build_sources(plan_sources(opts.sources, checks, opts.stage, prev_checks, opts.gpus, opts.job), step)
+    readers = start_readers(sources, {n for c, _ in checks for n in (*c.needs, *c.optional)})
     snapshot = Snapshot(hostname=report.node, time=opts.now if opts.now is not None else time.time())
     report.snapshot = snapshot
 
@@ -139,7 +111,7 @@ def run_stage(opts: RunOptions) -> RunReport:
     if replay_clock:
         klog_wait = max((eff.timeout_s for c, eff in checks if KERNEL_LOG in (*c.needs, *c.optional)), default=0.0)
         readers[KERNEL_LOG].wait(min(deadline, t0 + klog_wait))
-        replay_clock = not _recording_time(snapshot, readers[KERNEL_LOG])
+        replay_clock = not recording_time(snapshot, readers[KERNEL_LOG])
 
     profile = None
     baseline = _baseline(opts.config, report)
@@ -160,20 +132,20 @@ def run_stage(opts: RunOptions) -> RunReport:
         broken = [(n, readers[n].error) for n in check.needs if readers[n].error is not None]
         if broken:
             name, err = broken[0]
-            report.results.append(Result(check.id, Status.ERROR, f"could not read {name}: {_one_line(err)}"))
+            report.results.append(Result(check.id, Status.ERROR, f"could not read {name}: {one_line(err)}"))
             continue
         late = [n for n in check.optional if not readers[n].wait(check_deadline)]
         if late:
             report.notes.append(f"{check.id}: judged without {', '.join(late)} (no answer within {timeout:.1f}s)")
-        _fill(snapshot, readers)
+        fill(snapshot, readers)
         if replay_clock:
-            replay_clock = not _recording_time(snapshot, readers[KERNEL_LOG])
+            replay_clock = not recording_time(snapshot, readers[KERNEL_LOG])
         if profile is None:
             # Thresholds depend on the GPU model: choose once NVML answered (or gave up), so a
             # run of only kernel-log checks does not fall back to the generic profile.
             if NVML in readers:
                 readers[NVML].wait(check_deadline)
-                _fill(snapshot, readers)
+                fill(snapshot, readers)
             profile = _profile(snapshot, opts.config)
             report.profile = profile.name if profile else None
         prev = prev_checks.get(check.id)
@@ -192,7 +164,7 @@ def run_stage(opts: RunOptions) -> RunReport:
         except Exception as e:  # a bug in a check must not look like a sick node
             out = _judge_without_memory(check, snapshot, ctx, e, report)
             if out is None:
-                report.results.append(Result(check.id, Status.ERROR, f"internal error in check: {_one_line(e)}"))
+                report.results.append(Result(check.id, Status.ERROR, f"internal error in check: {one_line(e)}"))
                 continue
         report.results.extend(out.results)
         if out.state is not None:
@@ -205,10 +177,10 @@ def run_stage(opts: RunOptions) -> RunReport:
     if snapshot.nvml is not None and snapshot.nvml.notes:
         report.notes.extend(f"nvml: {n}" for n in snapshot.nvml.notes[:10])
     if state_error is None:
-        _save_state(store, new_state, step, opts.sources, report)
+        save_state(store, new_state, step, opts.sources, report)
     else:
-        report.notes.append(f"state not read nor saved: {_one_line(state_error)}")
-        report.results.append(Result("state", Status.ERROR, f"state not read nor saved: {_one_line(state_error)}"))
+        report.notes.append(f"state not read nor saved: {one_line(state_error)}")
+        report.results.append(Result("state", Status.ERROR, f"state not read nor saved: {one_line(state_error)}"))
     report.duration_s = time.monotonic() - t0
     mark("state")
     return report
@@ -217,7 +189,7 @@ def run_stage(opts: RunOptions) -> RunReport:
 def read_snapshot(spec: SourceSpec, hostname: str, timeout_s: float = 30.0, step: int | None = None) -> Snapshot:
     """Read every source once (for `gpuhc snapshot` and `gpuhc baseline capture`)."""
     sources = build_sources(spec, step)
-    readers = _start_readers(sources, {NVML, KERNEL_LOG, IB, AER, PCI, PROCS, IMEX, ACTIVITY, HOST})
+    readers = start_readers(sources, ALL)
     deadline = time.monotonic() + timeout_s
     late = [name for name, r in readers.items() if not r.wait(deadline)]
     if late:
@@ -228,86 +200,15 @@ def read_snapshot(spec: SourceSpec, hostname: str, timeout_s: float = 30.0, step
         if r.error is not None:
             from gpuhc.errors import SourceError
 
-            raise SourceError(f"could not read {r.name}: {_one_line(r.error)}")
+            raise SourceError(f"could not read {r.name}: {one_line(r.error)}")
     snap = Snapshot(hostname=hostname, time=time.time())
-    _fill(snap, readers)
+    fill(snap, readers)
     if sources.replay and snap.kernel and snap.kernel.last_time:
         snap.time = snap.kernel.last_time
     return snap
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def _start_readers(sources: Sources, needs: set[str]) -> dict[str, _Reader]:
-    # The GPUs on the PCI bus; a sysfs source that cannot list them reads as unknown (None).
-    pci = sources.pci if sources.pci is not None else sources.sysfs
-    fns = {
-        NVML: sources.nvml.read,
-        KERNEL_LOG: sources.kernel_log.read,
-        IB: sources.sysfs.ib_ports,
-        AER: sources.sysfs.aer,
-        PCI: getattr(pci, "nvidia_gpus", None) or (lambda: None),
-        PROCS: sources.procs.read if sources.procs is not None else (lambda: None),
-        IMEX: sources.imex.read if sources.imex is not None else (lambda: None),
-        ACTIVITY: sources.activity.read if sources.activity is not None else (lambda: None),
-        HOST: sources.host.read if sources.host is not None else (lambda: None),
-    }
-    return {name: _Reader(name, fns[name]) for name in fns if name in needs}
-
-
-def _occupancy_wait(checks: list[tuple[Check, Effective]], opts: RunOptions) -> tuple[float, float | None]:
-    """How long the occupancy reader waits for the job's leftovers, and for their memory to
-    drop to how many MiB (the epilog's; gpuhc/checks/occupancy.py says)."""
-    found = next(((c, eff) for c, eff in checks if c.id == "occupancy"), None)
-    if found is None:
-        return 0.0, None
-    from gpuhc.checks.occupancy import wait_for_stage
-
-    check, eff = found
-    return wait_for_stage(opts.stage, {**check.defaults, **eff.overrides}, eff.timeout_s)
-
-
-def _activity_settings(checks: list[tuple[Check, Effective]]) -> dict[str, Any] | None:
-    """The job checks' reader settings from their thresholds (gpuhc/checks/jobs.py)."""
-    found = next(((c, eff) for c, eff in checks if c.id == "jobs"), None)
-    if found is None:
-        return None
-    from gpuhc.checks.jobs import source_settings
-
-    check, eff = found
-    return source_settings({**check.defaults, **eff.overrides})
-
-
-def _host_settings(checks: list[tuple[Check, Effective]]) -> dict[str, Any] | None:
-    """What the host reader reads in this run: only what the selected checks judge, with their
-    thresholds (mounts, scratch, services; gpuhc/sources/host.py, ``settings_for``). None, and
-    nothing imported, in a stage with no such check (the prolog)."""
-    wanted = {c.id: {**c.defaults, **eff.overrides} for c, eff in checks if HOST in (*c.needs, *c.optional)}
-    if not wanted:
-        return None
-    from gpuhc.sources.host import settings_for
-
-    return settings_for(wanted)
-
-
-def _nvlink_slice(checks: list[tuple[Check, Effective]], stage: str,
-                  prev_checks: dict[str, Any]) -> tuple[int, dict[int, int]]:
-    """Which slice of the links the NVLink DL counters are read on in this run: the nvlink check
-    decides (its dl_plan) from its thresholds and its state; without the check, every link.
-    The profile is not consulted: it is chosen from the GPU names this very read brings."""
-    found = next(((c, eff) for c, eff in checks if c.id == "nvlink"), None)
-    if found is None:
-        return 1, {}
-    from gpuhc.checks.nvlink import dl_plan
-
-    check, eff = found
-    return dl_plan(stage, {**check.defaults, **eff.overrides}, prev_checks.get(check.id))
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    """A section of the state document, or {} when a damaged document holds something else there."""
-    return value if isinstance(value, dict) else {}
 
 
 def _judge_without_memory(check: Check, snapshot: Snapshot, ctx: Context, error: Exception,
@@ -325,30 +226,12 @@ def _judge_without_memory(check: Check, snapshot: Snapshot, ctx: Context, error:
         return None
     if out.state is None:
         out.state = {}  # forget the damaged slice rather than keep it for the next run
-    report.notes.append(f"state of check {check.id} was unusable ({_one_line(error)}); rebuilt from empty")
+    report.notes.append(f"state of check {check.id} was unusable ({one_line(error)}); rebuilt from empty")
     return out
 
 
-def _wait_for(check: Check, readers: dict[str, _Reader], deadline: float) -> list[str]:
+def _wait_for(check: Check, readers: dict[str, Reader], deadline: float) -> list[str]:
     return [n for n in check.needs if not readers[n].wait(deadline)]
-
-
-def _recording_time(snapshot: Snapshot, klog: _Reader) -> bool:
-    """Set a replay's time from its kernel log once the log is read; False while it is not."""
-    if not klog._done.is_set():
-        return False
-    if klog.value is not None and klog.value.last_time is not None:
-        snapshot.time = klog.value.last_time
-    return True
-
-
-def _fill(snapshot: Snapshot, readers: dict[str, _Reader]) -> None:
-    for name, attr in ((NVML, "nvml"), (KERNEL_LOG, "kernel"), (IB, "ib_ports"), (AER, "aer"),
-                       (PCI, "pci_gpus"), (PROCS, "occupancy"), (IMEX, "imex"),
-                       (ACTIVITY, "activity"), (HOST, "host")):
-        r = readers.get(name)
-        if r is not None and r._done.is_set() and r.error is None and getattr(snapshot, attr) is None:
-            setattr(snapshot, attr, r.value)
 
 
 def _profile(snapshot: Snapshot, config: Config):
@@ -371,7 +254,7 @@ def _baseline(config: Config, report: RunReport) -> dict[str, Any] | None:
         # The checks fall back to the profile, but a baseline is what catches a node that lost a
         # GPU from the bus: without it gpuhc cannot fully judge, so say so loudly (an error
         # result, which never drains) rather than in a note.
-        report.results.append(Result("baseline", Status.ERROR, f"baseline {path} unusable: {_one_line(e)}"))
+        report.results.append(Result("baseline", Status.ERROR, f"baseline {path} unusable: {one_line(e)}"))
         return None
 
 
@@ -384,7 +267,7 @@ def _run_active(opts: RunOptions, report: RunReport, profile, baseline, deadline
         from gpuhc.active.context import ActiveContext
         from gpuhc.active.registry import CHECKS as ACTIVE
     except ImportError as e:
-        return [Result("active", Status.ERROR, f"active checks unavailable: {_one_line(e)}")]
+        return [Result("active", Status.ERROR, f"active checks unavailable: {one_line(e)}")]
     resolved = {c.id: resolve(c, opts.config) for c in ACTIVE}
     gpus = opts.gpus
     job = opts.job
@@ -402,51 +285,17 @@ def _run_active(opts: RunOptions, report: RunReport, profile, baseline, deadline
         progress=opts.progress,
         checks={cid: {**eff.config, "thresholds": eff.overrides} for cid, eff in resolved.items()},
         baseline=baseline,
-        busy_is_finding=opts.occupancy and bool(opts.config.check_settings("occupancy")["enabled"]),
+        busy_is_finding=opts.occupancy and _holders_judged(opts.config),
     )
     try:
         return run_active(opts.stage, ctx)
     except Exception as e:
-        return [Result("active", Status.ERROR, f"internal error in active checks: {_one_line(e)}")]
+        return [Result("active", Status.ERROR, f"internal error in active checks: {one_line(e)}")]
 
 
-def _scenario_step(prior: dict[str, Any], spec: SourceSpec, report: RunReport | None = None) -> int | None:
-    """Replay scenarios with time steps advance one step per run unless a step is pinned."""
-    if not spec.nvml_scenario or spec.step is not None:
-        return spec.step
-    step = _mapping(_mapping(prior.get("runner")).get("scenario_steps")).get(spec.nvml_scenario, 0)
-    if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
-        return step
-    if report is not None:
-        report.notes.append(f"remembered scenario step {step!r} is not a step number; starting from 0")
-    return 0
+def _holders_judged(config: Config) -> bool:
+    """Whether the config has a check on that judges who holds the GPUs (``Check.judges_holders``):
+    then a GPU the active checks find busy is a finding that drains, not only an error."""
+    from gpuhc.checks import passive_checks
 
-
-def _save_state(store: StateStore, new_state: dict, step: int | None, spec: SourceSpec, report: RunReport) -> None:
-    try:
-        with store.transaction() as doc:
-            # Sections a damaged document holds as something else are rebuilt, not crashed on.
-            for key in ("checks", "runner"):
-                doc[key] = _mapping(doc.get(key))
-            # Each check's slice was computed from what this run read at its start; a concurrent
-            # run (an epilog overlapping a health check) may have written since, and the later
-            # write wins: growth checks then re-baseline once, nothing is corrupted. Counters
-            # owned by the runner are advanced from what is stored now, so no step is lost.
-            doc["checks"].update(new_state)
-            if spec.nvml_scenario and spec.step is None:
-                steps = doc["runner"]["scenario_steps"] = _mapping(doc["runner"].get("scenario_steps"))
-                stored = steps.get(spec.nvml_scenario)
-                steps[spec.nvml_scenario] = max(step or 0, stored if isinstance(stored, int) else 0) + 1
-            doc["runner"]["last_run"] = {
-                "stage": report.stage,
-                "time": report.started,
-                "status": report.status.value,
-            }
-    except Exception as e:  # state is best effort: a failed write must not turn into a drain
-        report.notes.append(f"state not saved: {_one_line(e)}")
-        report.results.append(Result("state", Status.ERROR, f"state not saved: {_one_line(e)}"))
-
-
-def _one_line(e: BaseException) -> str:
-    text = f"{type(e).__name__}: {e}" if not str(e) else str(e)
-    return " ".join(text.split())[:200]
+    return any(bool(config.check_settings(c.id)["enabled"]) for c in passive_checks() if c.judges_holders)

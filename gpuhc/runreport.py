@@ -83,3 +83,9 @@ class RunReport:
             "notes": list(self.notes),
             "results": [r.to_dict() for r in self.results],
         }
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as a report says it: one line, at most 200 characters, its type when it has no words."""
+    text = f"{type(e).__name__}: {e}" if not str(e) else str(e)
+    return " ".join(text.split())[:200]

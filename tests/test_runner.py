@@ -140,9 +140,9 @@ def test_a_recording_read_after_the_wait_gave_up_is_still_judged_at_its_time(set
     """On a loaded box the kernel log of a replay came a moment after the runner's first wait
     for it gave up: the check then judged the recording at today's date, and a recorded Xid 79
     fell out of its 24 h window (PASS). The first wait is made to give up here."""
-    from gpuhc.runner import _Reader
+    from gpuhc.runread import Reader
 
-    real_wait, late = _Reader.wait, []
+    real_wait, late = Reader.wait, []
 
     def wait(self, deadline):
         if self.name == KERNEL_LOG and not late:
@@ -150,7 +150,7 @@ def test_a_recording_read_after_the_wait_gave_up_is_still_judged_at_its_time(set
             return False
         return real_wait(self, deadline)
 
-    monkeypatch.setattr(_Reader, "wait", wait)
+    monkeypatch.setattr(Reader, "wait", wait)
     report = run_stage(setup(replay=True))
     assert late and [r.message for r in report.results if r.check == "fake-klog"] == ["now=1000000"]
 

@@ -29,6 +29,52 @@ HOST = "host"  # the node around the GPUs: CPUs, memory, EDAC, PCI tree, mounts,
 STAGES = ("passive", "prolog", "epilog", "bootstrap")
 
 
+@dataclass(frozen=True)
+class ReadContext:
+    """What a check may know before the node is read, to say how it wants it read.
+
+    Its thresholds are the check's defaults under the config's layer only: the GPU profile is
+    chosen from the GPU names this very read brings, so it cannot shape the read."""
+
+    stage: str
+    thresholds: dict[str, Any]
+    timeout_s: float  # the check's own, resolved from the config
+    prev: Any = None  # the check's state from the last run, as stored (perhaps damaged)
+
+
+@dataclass(frozen=True)
+class SourceNeeds:
+    """How one check wants its sources read in one run (``Check.source_needs`` returns it).
+
+    ``Check.needs`` says which sources a check reads; this says how. The runner merges the
+    selected checks' answers into the run's ``SourceSpec`` without knowing which check asked
+    (gpuhc/runplan.py); each field's default is "nothing asked", and the merge rule is in the
+    field's comment. A stage whose checks ask nothing reads the least (the prolog)."""
+
+    # Sample the clock-event reasons several times (``clock_samples`` of the config), to judge
+    # persistence across samples; nobody asking: one sample. Merge: any check.
+    clock_samples: bool = False
+    # How long the occupancy reader waits for a job's processes to exit, and for the memory in
+    # use to drop to how many MiB. Merge: the longest wait, the lowest allowance.
+    occupancy_wait_s: float = 0.0
+    occupancy_settle_mib: float | None = None
+    # The slice of each GPU's links the NVLink DL counters are read on: (rotation, GPU index ->
+    # phase), gpuhc/sources/nvml_fields.py ``in_dl_slice``; None: every link. Merge: the
+    # first check that asks (one read has one slice).
+    dl_slice: tuple[int, dict[int, int]] | None = None
+    # The activity reader's settings (gpuhc/sources/job_activity.py ``ActivityLive``).
+    # Merge: key by key.
+    activity: dict[str, Any] | None = None
+    # The thresholds the host reader reads by, for this check (gpuhc/sources/host.py
+    # ``settings_for`` turns them, by check id, into what to read). Merge: one entry per check.
+    host: dict[str, Any] | None = None
+
+
+def reads_host(r: ReadContext) -> SourceNeeds:
+    """``source_needs`` of a check that reads the host: the host reader reads by its thresholds."""
+    return SourceNeeds(host=r.thresholds)
+
+
 @dataclass
 class Context:
     """What a check may know besides the snapshot."""
@@ -76,6 +122,14 @@ class Check:
     # once an admin's resume or retest acknowledged them (gpuhc/slurm/handover.py asks every
     # check that sets it; docs/slurm.md, "An admin's resume is an acknowledgement").
     acknowledge: Callable[[dict[str, Any] | None, float], dict[str, Any]] | None = None
+    # How the check wants its sources read in this run (waits, link slices, reader settings),
+    # from its stage, thresholds and last state; None: the sources' least. The runner merges
+    # every selected check's answer (``SourceNeeds``) and never asks for a check by id.
+    source_needs: Callable[[ReadContext], SourceNeeds] | None = None
+    # True: the check judges who holds the GPUs (a process on them is its finding). A run that
+    # cannot tell the job's processes from other jobs' (``RunOptions.occupancy`` False) leaves
+    # it out, and the active checks then take a busy GPU for a job's, not for a finding.
+    judges_holders: bool = False
 
 
 class Declared(Protocol):

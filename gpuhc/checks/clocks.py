@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhc.checks.base import Context, GpuJudge, per_gpu_check, result
+from gpuhc.checks.base import Context, GpuJudge, SourceNeeds, per_gpu_check, result
 from gpuhc.model import Action, GpuReading, Result, Snapshot, Status
 
 ID = "clocks"
@@ -129,5 +129,7 @@ CHECKS = [
         defaults={"fail_on": ["hw_thermal", "hw_power_brake", "hw_slowdown", "sw_thermal"]},
         doc="HW/SW thermal slowdown, power brake and HW slowdown clock-event reasons",
         validate=_setting_errors,
+        # persistence is judged across samples; a stage without this check takes one
+        source_needs=lambda r: SourceNeeds(clock_samples=True),
     )
 ]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhc.checks.base import HOST, Check, CheckOutput, Context, na, result
+from gpuhc.checks.base import HOST, Check, CheckOutput, Context, na, reads_host, result
 from gpuhc.model import Action, Snapshot, Status
 
 ID = "host"
@@ -147,6 +147,7 @@ CHECKS = [
     Check(
         id=ID,
         needs=(HOST,),
+        source_needs=reads_host,  # mounts, scratch, stuck processes: only those asked for
         judge=judge,
         stages=("passive", "epilog", "bootstrap"),
         timeout_s=10.0,

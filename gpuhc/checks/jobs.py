@@ -40,7 +40,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.checks import jobs_judge as jj
-from gpuhc.checks.base import ACTIVITY, NVML, Check, CheckOutput, Context, na, result
+from gpuhc.checks.base import ACTIVITY, NVML, Check, CheckOutput, Context, SourceNeeds, na, result
 from gpuhc.model import Action, Result, Snapshot, Status
 
 ID = "jobs"
@@ -256,5 +256,6 @@ CHECKS = [
         defaults=dict(jj.DEFAULTS),
         doc="a running job's GPUs: collective hang and its culprit GPU, straggler (never drains unless asked)",
         validate=jj.validate,
+        source_needs=lambda r: SourceNeeds(activity=source_settings(r.thresholds)),
     )
 ]

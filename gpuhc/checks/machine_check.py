@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhc.checks.base import HOST, KERNEL_LOG, Check, CheckOutput, Context, result
+from gpuhc.checks.base import HOST, KERNEL_LOG, Check, CheckOutput, Context, reads_host, result
 from gpuhc.checks.kernel_window import DEFAULT_WINDOW_S, EventWindow, acknowledge, earliest, held_key, judge_now, latest, merge_held, validate_corrected
 from gpuhc.model import Action, EventKind, Snapshot, Status
 
@@ -127,6 +127,7 @@ CHECKS = [
         id=ID,
         needs=(KERNEL_LOG,),  # a log that cannot be read is said as for every kernel-log check
         optional=(HOST,),  # the EDAC counters; judged without them
+        source_needs=reads_host,
         judge=judge,
         stages=("passive", "epilog", "bootstrap"),
         timeout_s=10.0,

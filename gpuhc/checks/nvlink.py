@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhc.checks.base import Context, GpuJudge, na, per_gpu_check, result
+from gpuhc.checks.base import Context, GpuJudge, SourceNeeds, na, per_gpu_check, result
 from gpuhc.limits import MAX_DL_ROTATION
 from gpuhc.model import Action, GpuReading, NvmlReading, Result, Snapshot, Status, norm_pci
 
@@ -63,8 +63,8 @@ _KIND_OF = {
 
 
 # The stages that read a slice of the links per run (see the module docstring for why not the
-# epilog and the bootstrap). The rule lives here, beside the reason for it; the runner asks
-# dl_plan before the read, as it asks occupancy how long to wait.
+# epilog and the bootstrap). The rule lives here, beside the reason for it; the check's
+# source_needs (dl_plan) gives the runner the slice before the read.
 ROTATING_STAGES = ("passive", "prolog")
 POINTER = "dl_next"  # state key: GPU index -> the slice its next rotating read takes
 
@@ -245,5 +245,6 @@ CHECKS = [
         doc="active NVLink count vs profile/baseline; per-link error counter growth between readings"
             " (DL counters: a 1/dl_rotation slice of the links per passive or prolog run)",
         validate=_validate,
+        source_needs=lambda r: SourceNeeds(dl_slice=dl_plan(r.stage, r.thresholds, r.prev)),
     )
 ]

@@ -28,7 +28,7 @@ on a node in service a process on a GPU is a running job.
 
 from __future__ import annotations
 
-from gpuhc.checks.base import PROCS, Check, CheckOutput, Context, na, result
+from gpuhc.checks.base import PROCS, Check, CheckOutput, Context, ReadContext, SourceNeeds, na, result
 from gpuhc.model import Action, GpuOccupancy, GpuProcess, Result, Snapshot, Status
 
 ID = "occupancy"
@@ -44,6 +44,11 @@ def wait_for_stage(stage: str, thresholds: dict, timeout_s: float) -> tuple[floa
         return 0.0, mib
     wait = float(thresholds.get("epilog_wait_s") or 0.0)
     return max(0.0, min(wait, timeout_s - 1.0)), mib
+
+
+def _source_needs(r: ReadContext) -> SourceNeeds:
+    wait, mib = wait_for_stage(r.stage, r.thresholds, r.timeout_s)
+    return SourceNeeds(occupancy_wait_s=wait, occupancy_settle_mib=mib)
 
 
 def describe(p: GpuProcess) -> str:
@@ -152,5 +157,7 @@ CHECKS = [
         },
         doc="no leftover process or memory on the GPUs a job gets (prolog) or left (epilog)",
         validate=_validate,
+        source_needs=_source_needs,
+        judges_holders=True,  # a run that cannot tell whose processes they are leaves it out
     )
 ]

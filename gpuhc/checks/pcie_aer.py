@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhc.checks.base import HOST, KERNEL_LOG, NVML, Check, CheckOutput, Context, result
+from gpuhc.checks.base import HOST, KERNEL_LOG, NVML, Check, CheckOutput, Context, reads_host, result
 from gpuhc.checks.kernel_window import DEFAULT_WINDOW_S, EventWindow, acknowledge, earliest, held_key, judge_now, latest, merge_held, validate_corrected
 from gpuhc.model import Action, EventKind, Snapshot, Status, norm_pci
 
@@ -169,6 +169,7 @@ CHECKS = [
         id=ID,
         needs=(KERNEL_LOG,),
         optional=(NVML, HOST),  # GPU names and the bridges above each device; judged without them
+        source_needs=reads_host,  # the devices a job needs and the bridges above them
         judge=judge,
         stages=("passive", "epilog", "bootstrap"),  # not the prolog: the sysfs walk is the health check's
         timeout_s=10.0,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhc.checks.base import HOST, Check, CheckOutput, Context, na, result
+from gpuhc.checks.base import HOST, Check, CheckOutput, Context, na, reads_host, result
 from gpuhc.model import Action, Snapshot, Status
 
 ID = "services"
@@ -68,6 +68,7 @@ CHECKS = [
     Check(
         id=ID,
         needs=(HOST,),
+        source_needs=reads_host,  # the services and their probes' timeout
         judge=judge,
         stages=("passive", "bootstrap"),
         timeout_s=10.0,

@@ -35,7 +35,8 @@ class SourceSpec:
     occupancy_settle_mib: float | None = None
     # The NVLink DL error counters are read on one slice of each GPU's links: of GPU i, the links
     # with link % dl_rotation == dl_phases.get(i, 0) (gpuhc/sources/nvml_fields.py,
-    # in_dl_slice); 1: every link. The runner fills these in from the nvlink check's state.
+    # in_dl_slice); 1: every link. The runner fills these in, and the fields below, from what
+    # the selected checks declare (gpuhc/runplan.py).
     dl_rotation: int = 1
     dl_phases: dict[int, int] | None = None
     # The job checks' activity reader (gpuhc/checks/jobs.py, source_settings): window_s,

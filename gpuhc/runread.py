@@ -1,0 +1,94 @@
+"""Read the sources in threads, and wait for them only until a deadline.
+
+Slurm kills the health check at 60 s, and a wedged NVML call or a stuck ``dmesg`` must not take
+the whole run with it: every source a run needs is read in its own daemon thread, started at
+once, and each caller waits on it with its own deadline (gpuhc/runner.py gives each check its
+timeout inside the stage budget). A thread stuck in C code cannot be killed, which is why the
+CLI ends the process with ``os._exit`` when anything timed out.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+from gpuhc.checks.base import ACTIVITY, AER, HOST, IB, IMEX, KERNEL_LOG, NVML, PCI, PROCS
+from gpuhc.model import Snapshot
+from gpuhc.sources import Sources
+
+ALL = frozenset((NVML, KERNEL_LOG, IB, AER, PCI, PROCS, IMEX, ACTIVITY, HOST))  # every source a run can read
+
+
+class Reader:
+    """A source read running in a daemon thread, which callers wait on with a deadline."""
+
+    def __init__(self, name: str, fn: Callable[[], Any]):
+        self.name = name
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(fn,), name=f"gpuhc-read-{name}", daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self.value = fn()
+        except BaseException as e:  # reported by the checks that need it
+            self.error = e
+        finally:
+            self._done.set()
+
+    def wait(self, deadline: float) -> bool:
+        return self._done.wait(max(0.0, deadline - time.monotonic()))
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+
+def start_readers(sources: Sources, needs: set[str] | frozenset[str]) -> dict[str, Reader]:
+    """A reader for each source named in ``needs``, all started now."""
+    # The GPUs on the PCI bus; a sysfs source that cannot list them reads as unknown (None).
+    pci = sources.pci if sources.pci is not None else sources.sysfs
+    fns = {
+        NVML: sources.nvml.read,
+        KERNEL_LOG: sources.kernel_log.read,
+        IB: sources.sysfs.ib_ports,
+        AER: sources.sysfs.aer,
+        PCI: getattr(pci, "nvidia_gpus", None) or (lambda: None),
+        PROCS: sources.procs.read if sources.procs is not None else (lambda: None),
+        IMEX: sources.imex.read if sources.imex is not None else (lambda: None),
+        ACTIVITY: sources.activity.read if sources.activity is not None else (lambda: None),
+        HOST: sources.host.read if sources.host is not None else (lambda: None),
+    }
+    return {name: Reader(name, fns[name]) for name in fns if name in needs}
+
+
+def fill(snapshot: Snapshot, readers: dict[str, Reader]) -> None:
+    """Put every reading that has come in (and not failed) into the snapshot; a field once
+    filled is kept, so the checks of one run judge one reading."""
+    got = {name: r.value for name, r in readers.items() if r.done and r.error is None}
+    s = snapshot
+    s.nvml = _kept(s.nvml, got.get(NVML))
+    s.kernel = _kept(s.kernel, got.get(KERNEL_LOG))
+    s.ib_ports = _kept(s.ib_ports, got.get(IB))
+    s.aer = _kept(s.aer, got.get(AER))
+    s.pci_gpus = _kept(s.pci_gpus, got.get(PCI))
+    s.occupancy = _kept(s.occupancy, got.get(PROCS))
+    s.imex = _kept(s.imex, got.get(IMEX))
+    s.activity = _kept(s.activity, got.get(ACTIVITY))
+    s.host = _kept(s.host, got.get(HOST))
+
+
+def _kept(filled: Any, reading: Any) -> Any:
+    return filled if filled is not None else reading
+
+
+def recording_time(snapshot: Snapshot, klog: Reader) -> bool:
+    """Set a replay's time from its kernel log once the log is read; False while it is not."""
+    if not klog.done:
+        return False
+    if klog.value is not None and klog.value.last_time is not None:
+        snapshot.time = klog.value.last_time
+    return True
