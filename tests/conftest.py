@@ -41,6 +41,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "install: installs gpuhc as README.md says inside a fresh Debian chroot "
                                        "(root, mmdebstrap, network to PyPI; fails, never skips)")
+    config.addinivalue_line("markers", "serial: compares timings, so it runs alone, after the parallel part "
+                                       "(tests/run.sh), never beside other tests")
     config.addinivalue_line("markers", "slurm_host: a slurm test that runs on the host's Slurm only (its jobs run "
                                        "the host's Python, which a release's chroot does not have)")
 

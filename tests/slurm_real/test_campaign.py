@@ -31,7 +31,7 @@ from campaign_model.sim import HC_INTERVAL_S, Campaign  # noqa: E402
 from tests.helpers.slurm_flows import HEALTHY, base_config, gpuhc  # noqa: E402
 from tests.helpers.reset_fakes import fake_proc  # noqa: E402
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.serial]  # compares timings: runs alone (tests/run.sh)
 
 ROUNDS = 6
 # node -> fault class; n4 stays healthy. A reset heals n1 (the model's draw for seed 7 says so,

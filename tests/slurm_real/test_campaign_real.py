@@ -166,6 +166,7 @@ def test_other_seeds_run_through_and_drain_the_same_nodes(slurm_cluster, tmp_pat
 
 
 @pytest.mark.slurm
+@pytest.mark.serial  # its timings must agree within 10 % or 1 s: runs alone (tests/run.sh)
 def test_a_real_campaign_agrees_with_the_model_on_the_same_seed(slurm_cluster, tmp_path):
     doc = campaign(slurm_cluster, tmp_path, seed=11)  # 16 nodes, 90 s, compressed 60x, rates x1500
     model, real = doc.pop("_records")

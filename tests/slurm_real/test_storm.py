@@ -15,7 +15,7 @@ from tests.helpers.slurm_bigcluster import BigSlurmCluster
 from tests.helpers.paths import REPO
 from tests.helpers.slurm_storm import storm, write_config
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.serial]  # times its probes: runs alone (tests/run.sh)
 
 SCENARIO = REPO / "examples" / "scenarios" / "xid79-fallen-off-bus.yaml"
 RUNS = 40
