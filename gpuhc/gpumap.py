@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
 from gpuhc.errors import GpuhcError
-from gpuhc.model import GpuReading, NvmlReading, norm_pci
+from gpuhc.model.nvml import GpuReading, NvmlReading
+from gpuhc.model.pci import norm_pci
 
 MAX_GRES_LINES = 10_000  # a gres.conf longer than this is not one a person wrote for a node
 MAX_FILES = 4096  # device files one record may expand to (32 GPUs' whole MIG tables are far fewer)

@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 from gpuhc.checks.base import ACTIVITY, AER, HOST, IB, IMEX, KERNEL_LOG, NVML, PCI, PROCS, Check, CheckOutput, Context, Declared
 from gpuhc.config import Config
-from gpuhc.model import Result, Snapshot, Status
+from gpuhc.model.result import Result, Status
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.phases import mark
 from gpuhc.runreport import RunOptions, RunReport  # noqa: F401 - re-exported: callers import them from here
 from gpuhc.sources import SourceSpec, Sources, build_sources

@@ -7,7 +7,7 @@ import pytest
 
 from gpuhc.gpumap import (GpuMapError, build, identity, natural_key, parse_gres_conf, parse_mig_minors, scope, select,
                           slurm_devices)
-from gpuhc.model import GpuReading, MigInstance, NvmlReading
+from gpuhc.model.nvml import GpuReading, MigInstance, NvmlReading
 from gpuhc.sources.scenario import load_scenario
 from tests.helpers.paths import SCENARIOS
 

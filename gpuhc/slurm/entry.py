@@ -322,7 +322,7 @@ def job_exit(env: Mapping[str, str]) -> tuple[bool, str]:
 
 
 def _errors(report) -> str:
-    from gpuhc.model import Status
+    from gpuhc.model.result import Status
 
     errs = [f"{r.check}: {r.message}" for r in report.results if r.status is Status.ERROR]
     return "; ".join(errs)[:200] or "no detail"

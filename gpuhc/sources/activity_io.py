@@ -12,7 +12,7 @@ A block of its own beside gpuhc/sources/snapshot_io.py, which calls it; the shap
       job_nodes: {"4242": 1}                # optional: each job's node count, and its name
       job_names: {"4242": train-llm}
 
-Fields are exactly :class:`gpuhc.model.GpuActivity`'s. Sample lists are bounded
+Fields are exactly :class:`gpuhc.model.activity.GpuActivity`'s. Sample lists are bounded
 (``MAX_ACTIVITY_SAMPLES``), every number finite and >= 0, job ids digits: a scenario may come
 from anyone, and a NaN would compare false with every threshold. ``owners`` (job -> the uids
 owning its processes on the GPU) is optional: without it the Slurm side does not act on the job
@@ -25,7 +25,7 @@ import typing
 from typing import Any, Callable
 
 from gpuhc.limits import MAX_ACTIVITY_SAMPLES, MAX_GPUS, MAX_JOBS_PER_GPU
-from gpuhc.model import Activity, GpuActivity
+from gpuhc.model.activity import Activity, GpuActivity
 
 _SERIES = ("gpu_util", "mem_util", "power_w")
 _VIA = ("cgroup", "environ", "mixed")

@@ -29,7 +29,12 @@ from typing import Any
 
 from gpuhc.errors import ConfigError, SourceError
 from gpuhc.logtext import escape
-from gpuhc.model import Activity, AerCounters, HostReading, IbPort, ImexStatus, KernelLog, NvmlReading, Occupancy, norm_pci
+from gpuhc.model.activity import Activity
+from gpuhc.model.host import AerCounters, HostReading, IbPort, ImexStatus
+from gpuhc.model.kernel import KernelLog
+from gpuhc.model.nvml import NvmlReading
+from gpuhc.model.occupancy import Occupancy
+from gpuhc.model.pci import norm_pci
 from gpuhc.sources import snapshot_io as sio
 from gpuhc.yamlpos import line_of, load_file_text, read_text
 

@@ -33,8 +33,8 @@ Document shape (all keys optional except where a GPU needs them)::
     steps: [{<partial document>}, ...]       # see gpuhc.sources.scenario
     extends: healthy-8xh100.yaml             # start from another scenario (gpuhc.sources.scenario)
 
-GPU fields are exactly :class:`gpuhc.model.GpuReading`'s; occupancy fields those of
-:class:`gpuhc.model.GpuOccupancy` and :class:`gpuhc.model.GpuProcess` (a GPU the section does not
+GPU fields are exactly :class:`gpuhc.model.nvml.GpuReading`'s; occupancy fields those of
+:class:`gpuhc.model.occupancy.GpuOccupancy` and :class:`gpuhc.model.occupancy.GpuProcess` (a GPU the section does not
 list holds no process, its memory use unknown). ``nvlinks`` is a list of
 ``{link, active, errors: {counter: n}}`` or the shorthand ``{count: 18, active: true,
 errors: {...}}`` for identical links.
@@ -56,22 +56,11 @@ from typing import Any, Callable
 # A count past these is a usage error naming the key, not a MemoryError building a hundred
 # million NVLinks.
 from gpuhc.limits import MAX_GPUS, MAX_NVLINKS  # noqa: F401 - MAX_GPUS: for the scenario loader
-from gpuhc.model import (
-    AerCounters,
-    EventKind,
-    GpuOccupancy,
-    GpuProcess,
-    GpuReading,
-    IbPort,
-    ImexStatus,
-    KernelEvent,
-    KernelLog,
-    MigInstance,
-    NvLinkState,
-    NvmlReading,
-    Occupancy,
-    Snapshot,
-)
+from gpuhc.model.host import AerCounters, IbPort, ImexStatus
+from gpuhc.model.kernel import EventKind, KernelEvent, KernelLog
+from gpuhc.model.nvml import GpuReading, MigInstance, NvLinkState, NvmlReading
+from gpuhc.model.occupancy import GpuOccupancy, GpuProcess, Occupancy
+from gpuhc.model.snapshot import Snapshot
 
 FORMAT_VERSION = 1
 
@@ -253,7 +242,7 @@ def check_pci_list(value: Any, path: tuple, err: ErrorFn) -> None:
         return
     if not isinstance(value, list):
         raise err(path, f"pci_gpus must be a list of PCI addresses, got {_tname(value)}")
-    from gpuhc.model import norm_pci
+    from gpuhc.model.pci import norm_pci
 
     for i, v in enumerate(value):
         if not isinstance(v, str) or not _PCI_ADDR.fullmatch(norm_pci(v)):
@@ -383,7 +372,7 @@ def ib_port_from_dict(d: dict[str, Any], path: tuple, err: ErrorFn) -> IbPort:
 def aer_from_dict(d: dict[str, Any], path: tuple, err: ErrorFn) -> AerCounters:
     if d.get("pci") is None:
         raise err(path, "an AER entry needs `pci`")
-    from gpuhc.model import norm_pci
+    from gpuhc.model.pci import norm_pci
 
     return AerCounters(**dict(d, pci=norm_pci(d["pci"])))
 

@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from gpuhc.cli.quarantine_cmd import quarantine
-from gpuhc.model import Snapshot
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.slurm import reset_run
 from gpuhc.slurm.reset_probe import ProbeSettings, holders, minor_of, plan_now, probe, unit_of
 from gpuhc.slurm.reset_run import procedure

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from gpuhc.errors import SourceError
-from gpuhc.model import EventKind
+from gpuhc.model.kernel import EventKind
 from gpuhc.sources import SourceSpec, build_sources
 from gpuhc.sources.scenario import load_scenario
 from tests.helpers.paths import REPO

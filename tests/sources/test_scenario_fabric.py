@@ -12,7 +12,9 @@ import pytest
 from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
 from gpuhc.config import Config, defaults, schema
 from gpuhc.errors import SourceError
-from gpuhc.model import ImexStatus, Snapshot, Status
+from gpuhc.model.host import ImexStatus
+from gpuhc.model.result import Status
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.runner import RunOptions, read_snapshot, run_stage
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.nvml import NvmlLive

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from gpuhc.config import Config, defaults, schema
 from gpuhc.errors import SourceError
-from gpuhc.model import Status
+from gpuhc.model.result import Status
 from gpuhc.runner import RunOptions, run_stage
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.scenario import TOP_KEYS, load_scenario

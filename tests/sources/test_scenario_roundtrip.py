@@ -11,17 +11,10 @@ from hypothesis import strategies as st
 
 from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
 from gpuhc.config import Config, defaults, schema
-from gpuhc.model import (
-    AerCounters,
-    EventKind,
-    GpuReading,
-    IbPort,
-    KernelEvent,
-    KernelLog,
-    NvLinkState,
-    NvmlReading,
-    Snapshot,
-)
+from gpuhc.model.host import AerCounters, IbPort
+from gpuhc.model.kernel import EventKind, KernelEvent, KernelLog
+from gpuhc.model.nvml import GpuReading, NvLinkState, NvmlReading
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.runner import RunOptions, run_stage
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.nvml import NvmlLive
