@@ -40,7 +40,7 @@ def main() -> None:
     from gpuhc.model.snapshot import Snapshot
     from gpuhc.sources.nvml import NvmlLive
     from gpuhc.sources.nvml_fields import LEGACY_LINK_FIELDS, LINK_FIELDS
-    from gpuhc.sources.snapshot_io import dump_yaml
+    from gpuhc.sources.snapshot_format import dump_yaml
 
     src = NvmlLive(clock_samples=3, sample_interval_s=0.02)
     t = time.perf_counter()

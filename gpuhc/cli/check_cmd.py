@@ -159,7 +159,7 @@ def finish(code: int, hard: bool = False) -> None:
 def snapshot(src: SourceArgs, output: str | None, timeout: float) -> None:
     """Record this node's readings in the scenario format (replay it with --nvml-scenario)."""
     from gpuhc.runner import read_snapshot
-    from gpuhc.sources.snapshot_io import dump_snapshot, dump_yaml
+    from gpuhc.sources.snapshot_format import dump_snapshot, dump_yaml
 
     config = load(src)
     snap = read_snapshot(source_spec(src, config), node_name(recorded_host(src)), timeout, src.step)

@@ -13,7 +13,7 @@ nothing and re-exports nothing: an importer names the module a thing lives in
 Every class carries a docstring: a dataclass without one has its signature computed (through
 ``inspect``) at import, on every health check. No module here has ``from __future__ import
 annotations``: the annotations are evaluated once, at class creation, so dataclasses and the
-scenario loader's type tables (gpuhc.sources.snapshot_fields) need not compile every one of them
+scenario loader's type tables (gpuhc.sources.snapshot_validate) need not compile every one of them
 from a string on each run.
 
 Conventions:

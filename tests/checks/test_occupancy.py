@@ -18,7 +18,7 @@ from gpuhc.model.result import Status
 from gpuhc.model.snapshot import Snapshot
 from gpuhc.sources.gpu_procs import OccupancyLive
 from gpuhc.sources.scenario import load_scenario
-from gpuhc.sources.snapshot_io import dump_snapshot, dump_yaml
+from gpuhc.sources.snapshot_format import dump_snapshot, dump_yaml
 from tests.helpers.paths import REPO
 
 GiB = 1 << 30

@@ -26,7 +26,7 @@ from gpuhc.runner import RunOptions, run_stage
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.scenario import TOP_KEYS, load_scenario
 from gpuhc.limits import MAX_GPUS, MAX_NVLINKS
-from gpuhc.sources.snapshot_io import GPU_FIELDS, IB_FIELDS
+from gpuhc.sources.snapshot_validate import GPU_FIELDS, IB_FIELDS
 from tests.helpers.paths import REPO
 
 ROOT = REPO

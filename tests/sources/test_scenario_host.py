@@ -8,7 +8,7 @@ import pytest
 from gpuhc.errors import SourceError
 from gpuhc.model.host import HostReading
 from gpuhc.sources.scenario import load_scenario
-from gpuhc.sources.snapshot_io import dump_snapshot
+from gpuhc.sources.snapshot_format import dump_snapshot
 from tests.helpers.paths import SCENARIOS
 
 

@@ -19,7 +19,7 @@ from gpuhc.runner import RunOptions, run_stage
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.nvml import NvmlLive
 from gpuhc.sources.scenario import load_scenario
-from gpuhc.sources.snapshot_io import dump_snapshot, dump_yaml
+from gpuhc.sources.snapshot_format import dump_snapshot, dump_yaml
 
 import pynvml as real
 from tests.helpers.paths import REPO
