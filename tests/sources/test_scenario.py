@@ -1,4 +1,9 @@
-"""Scenario replay: the format (defaults, templates, steps, extends), its sources, and its errors."""
+"""Scenario replay: the format (defaults, templates, steps, extends), its sources, and its errors.
+
+Through ``load_scenario``, the one way in: it also covers the document checks behind it
+(gpuhc/sources/scenario_validate.py, snapshot_validate.py) and the records built from them
+(snapshot_build.py), which a file can only reach through the loader and whose errors are worded
+for the file it names."""
 
 from __future__ import annotations
 

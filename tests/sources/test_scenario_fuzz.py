@@ -24,7 +24,8 @@ from gpuhc.errors import SourceError
 from gpuhc.model.result import Status
 from gpuhc.runner import RunOptions, run_stage
 from gpuhc.sources import SourceSpec
-from gpuhc.sources.scenario import TOP_KEYS, load_scenario
+from gpuhc.sources.scenario import load_scenario
+from gpuhc.sources.scenario_validate import TOP_KEYS
 from gpuhc.limits import MAX_GPUS, MAX_NVLINKS
 from gpuhc.sources.snapshot_validate import GPU_FIELDS, IB_FIELDS
 from tests.helpers.paths import REPO

@@ -1,4 +1,5 @@
-"""`gpuhc snapshot` output replays to the same readings and the same verdict."""
+"""`gpuhc snapshot` output replays to the same readings and the same verdict: the writer
+(gpuhc/sources/snapshot_format.py) against the loader (scenario.py), which only a round trip proves."""
 
 from __future__ import annotations
 
