@@ -85,7 +85,7 @@ def check(src: SourceArgs, stage: str, demo: bool, gpu_list: str | None, only: t
 
 def _slurm_gpus(opts, text: str, verbose: bool) -> None:
     """Point the run at the GPUs Slurm would give by these names (gpuhc/slurm/job_gpus.py)."""
-    from gpuhc.gpumap import GpuMapError
+    from gpuhc.gres_conf import GpuMapError
     from gpuhc.slurm.job_gpus import job_devices, node_devices
 
     ids = [t.strip() for t in text.split(",") if t.strip()]
@@ -109,7 +109,7 @@ def _slurm_gpus(opts, text: str, verbose: bool) -> None:
 def _record_gres(snap, config, src) -> None:
     """Slurm's view of the GPUs into the recording (a replay is mapped as the node was); a
     recording of a recording keeps the one it had."""
-    from gpuhc.gpumap import GpuMapError
+    from gpuhc.gres_conf import GpuMapError
     from gpuhc.sources.gres import record
 
     if src.nvml_scenario:

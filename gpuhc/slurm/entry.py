@@ -216,7 +216,7 @@ def _job_scope(flow: Flow) -> str:
     """Point the run at the job's GPUs as Slurm gave them (gpuhc/slurm/job_gpus.py: Slurm's
     indices and MIG slices mapped to the hardware). Who holds a GPU is judged only when the
     job's devices are known: on a shared node another job's process is no stray."""
-    from gpuhc.gpumap import GpuMapError
+    from gpuhc.gres_conf import GpuMapError
     from gpuhc.slurm.job_gpus import job_devices
 
     try:
