@@ -105,7 +105,7 @@ def opted_out(out: str) -> list[dict]:
     (``straggler_skip_names`` matching the job's name): the same judge, offline."""
     from gpuhc.checks import jobs, jobs_judge as jj
     from gpuhc.checks.base import Context
-    from gpuhc.model import Snapshot
+    from gpuhc.model.snapshot import Snapshot
     from gpuhc.sources.activity_io import activity_from_dict
 
     said, prev = [], {}

@@ -13,7 +13,7 @@ import time
 
 import pynvml as nv
 
-from gpuhc.model import GpuReading
+from gpuhc.model.nvml import GpuReading
 from gpuhc.sources import nvml_fabric
 from gpuhc.sources.nvml import NvmlLive
 

@@ -37,10 +37,10 @@ def main() -> None:
     print(f"python -c pass: {base * 1e3:.1f} ms; python -c 'import pynvml': {imp * 1e3:.1f} ms "
           f"(import alone ~{(imp - base) * 1e3:.1f} ms)")
 
-    from gpuhc.model import Snapshot
+    from gpuhc.model.snapshot import Snapshot
     from gpuhc.sources.nvml import NvmlLive
     from gpuhc.sources.nvml_fields import LEGACY_LINK_FIELDS, LINK_FIELDS
-    from gpuhc.sources.snapshot_io import dump_yaml
+    from gpuhc.sources.snapshot_format import dump_yaml
 
     src = NvmlLive(clock_samples=3, sample_interval_s=0.02)
     t = time.perf_counter()

@@ -24,7 +24,7 @@ Format (YAML or JSON)::
     topology: {...}            # optional, written by the active checks (gpuhc.active)
     forced: {problems: [...]}  # only with `capture --force`: what the node failed when captured
 
-PCI ids are normalised (:func:`gpuhc.model.norm_pci`) so a lookup never misses on case or domain
+PCI ids are normalised (:func:`gpuhc.model.pci.norm_pci`) so a lookup never misses on case or domain
 width.
 """
 
@@ -37,7 +37,8 @@ from typing import Any
 
 from gpuhc.errors import ConfigError, SourceError
 from gpuhc.checks.mig_layout import layout_entry
-from gpuhc.model import Snapshot, norm_pci
+from gpuhc.model.pci import norm_pci
+from gpuhc.model.snapshot import Snapshot
 
 VERSION = 1
 _GPU_KEYS = {"index": int, "name": str, "uuid": str, "serial": str, "pcie_gen_max": int, "pcie_width_max": int,

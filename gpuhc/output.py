@@ -11,7 +11,7 @@ import json
 import sys
 from typing import IO
 
-from gpuhc.model import Status
+from gpuhc.model.result import Status
 
 _STYLE = {"pass": "green", "n/a": "dim", "warn": "yellow", "error": "magenta", "fail": "bold red"}
 

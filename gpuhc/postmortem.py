@@ -250,7 +250,7 @@ def collect(staging: str, flow, report, tail_s: float = 2.0) -> list[str]:
         def snap() -> str:
             import yaml
 
-            from gpuhc.sources.snapshot_io import dump_snapshot
+            from gpuhc.sources.snapshot_format import dump_snapshot
 
             return yaml.safe_dump(dump_snapshot(snapshot), sort_keys=False, default_flow_style=None)
 

@@ -149,7 +149,7 @@ def collect(staging: str, node: str, why: str, reason: str | None, snapshot, spe
         def snap() -> str:
             import yaml
 
-            from gpuhc.sources.snapshot_io import dump_snapshot
+            from gpuhc.sources.snapshot_format import dump_snapshot
 
             return yaml.safe_dump(dump_snapshot(snapshot), sort_keys=False, default_flow_style=None)
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, Context, Declared
 from gpuhc.config import Config
-from gpuhc.model import Result, Snapshot, Status
+from gpuhc.model.result import Result, Status
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.phases import mark
 from gpuhc.runplan import plan_sources
 from gpuhc.runread import ALL, Reader, fill, recording_time, start_readers

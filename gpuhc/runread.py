@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable
 
 from gpuhc.checks.base import ACTIVITY, AER, HOST, IB, IMEX, KERNEL_LOG, NVML, PCI, PROCS
-from gpuhc.model import Snapshot
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.sources import Sources
 
 ALL = frozenset((NVML, KERNEL_LOG, IB, AER, PCI, PROCS, IMEX, ACTIVITY, HOST))  # every source a run can read

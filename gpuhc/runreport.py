@@ -11,7 +11,8 @@ from typing import Any
 
 from gpuhc.config import Config
 from gpuhc.errors import EXIT_INTERNAL, EXIT_OK, EXIT_UNHEALTHY
-from gpuhc.model import Result, Snapshot, Status
+from gpuhc.model.result import Result, Status
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.sources import SourceSpec
 
 

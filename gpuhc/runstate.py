@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhc.model import Result, Status
+from gpuhc.model.result import Result, Status
 from gpuhc.runreport import RunReport, one_line
 from gpuhc.sources import SourceSpec
 from gpuhc.state import StateStore

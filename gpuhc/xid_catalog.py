@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuhc.errors import ConfigError
-from gpuhc.model import Action
+from gpuhc.model.result import Action
 
 DATA = Path(__file__).with_name("data")
 XID_FILE = DATA / "xid_catalog.yaml"

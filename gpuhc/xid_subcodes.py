@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuhc.errors import ConfigError
-from gpuhc.model import Action
+from gpuhc.model.result import Action
 
 FILE = Path(__file__).with_name("data") / "xid_subcodes.yaml"
 CODES = range(144, 151)

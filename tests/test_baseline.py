@@ -13,7 +13,9 @@ import yaml
 from gpuhc.baseline import capture, doubts, load, render
 from gpuhc.config import Config, defaults, schema
 from gpuhc.errors import ConfigError, SourceError
-from gpuhc.model import GpuReading, Snapshot, Status
+from gpuhc.model.nvml import GpuReading
+from gpuhc.model.result import Status
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.runner import RunOptions, run_stage
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.scenario import load_scenario

@@ -11,7 +11,8 @@ import yaml
 from gpuhc.baseline import capture, load
 from gpuhc.checks import host
 from gpuhc.errors import ConfigError
-from gpuhc.model import HostReading, Status
+from gpuhc.model.host import HostReading
+from gpuhc.model.result import Status
 from tests.helpers.snapshots import context, healthy_node
 
 

@@ -1,13 +1,17 @@
 """gpuhc/gpumap.py: Slurm's GPU numbers to the hardware, as slurmd numbers them (docs/facts.md,
-"Slurm's GPU numbers, MIG and shared GPUs")."""
+"Slurm's GPU numbers, MIG and shared GPUs").
+
+Also covers gpuhc/gres_conf.py, the parser of its inputs: most cases are a gres.conf text and a
+MIG-minors table taken all the way to the hardware, and the few that stop at the parser (a bad
+line, a range too large) build on the same fixture tables."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpuhc.gpumap import (GpuMapError, build, identity, natural_key, parse_gres_conf, parse_mig_minors, scope, select,
-                          slurm_devices)
-from gpuhc.model import GpuReading, MigInstance, NvmlReading
+from gpuhc.gpumap import build, identity, natural_key, scope, select, slurm_devices
+from gpuhc.gres_conf import GpuMapError, parse_gres_conf, parse_mig_minors
+from gpuhc.model.nvml import GpuReading, MigInstance, NvmlReading
 from gpuhc.sources.scenario import load_scenario
 from tests.helpers.paths import SCENARIOS
 

@@ -15,7 +15,8 @@ import tarfile
 import pytest
 from tests.helpers.minislurm import EPILOG_ENV, OK, XID, MiniSlurm, config, flow
 
-from gpuhc.model import KernelLog, Snapshot
+from gpuhc.model.kernel import KernelLog
+from gpuhc.model.snapshot import Snapshot
 from gpuhc import postmortem
 from gpuhc.slurm import entry
 from gpuhc.postmortem import UnsafeDirectory, check_root_dir, kernel_tail

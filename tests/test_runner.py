@@ -9,7 +9,9 @@ import pytest
 
 from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, result
 from gpuhc.config import Config, defaults, schema
-from gpuhc.model import Action, KernelLog, NvmlReading, Status
+from gpuhc.model.kernel import KernelLog
+from gpuhc.model.nvml import NvmlReading
+from gpuhc.model.result import Action, Status
 from gpuhc.runner import RunOptions, run_stage
 from gpuhc.sources import SourceSpec, Sources
 
@@ -213,7 +215,7 @@ def test_hung_nvml_does_not_hide_an_xid_in_the_kernel_log(monkeypatch, tmp_path)
 
 class DownPortSysfs(FakeSysfs):
     def ib_ports(self):
-        from gpuhc.model import IbPort
+        from gpuhc.model.host import IbPort
 
         return [IbPort("mlx5_1", 1, "DOWN", "Polling", 400.0, "InfiniBand")]
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from gpuhc import xid_catalog as cat
 from gpuhc.cli.explain_cmd import explain
 from gpuhc.errors import ConfigError
-from gpuhc.model import Action
+from gpuhc.model.result import Action
 
 # The XIDs the field cares about (brief + NVIDIA's catalog); each must have a deliberate entry.
 FIELD_XIDS = (13, 31, 32, 38, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120, 121,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from gpuhc.checks import xid
-from gpuhc.model import Action, Status
+from gpuhc.model.result import Action, Status
 from gpuhc.sources.kernel_log_parse import parse_lines
 from gpuhc.xid_subcodes import buckets, decode, table, units
 from tests.helpers.snapshots import context, healthy_node

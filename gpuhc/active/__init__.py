@@ -3,7 +3,7 @@
 Entry point for the runner: :func:`run_active` (stage ``epilog`` or ``bootstrap``). The GPU work
 runs in a child process (``python -m gpuhc.active.worker``) that the parent kills at its
 deadline, because a hung kernel cannot be interrupted from a Python thread; the parent turns
-the worker's raw measurements into :class:`gpuhc.model.Result` with pure judge functions.
+the worker's raw measurements into :class:`gpuhc.model.result.Result` with pure judge functions.
 
 This package imports nothing heavy at load: the config validator imports it for
 ``ACTIVE_CHECK_IDS`` on every node, every few minutes. Each active check is declared once, in
@@ -28,7 +28,7 @@ from gpuhc.active.registry import IDS as ACTIVE_CHECK_IDS  # light: declarations
 
 if TYPE_CHECKING:
     from gpuhc.active.context import ActiveContext
-    from gpuhc.model import Result
+    from gpuhc.model.result import Result
 
 INSTALL_HINT = "active checks need `pip install gpuhc[gpu]`"
 

@@ -34,7 +34,7 @@ from collections import Counter
 from typing import Any
 
 from gpuhc.active.rates import gpu_order
-from gpuhc.model import Action, Result, Status
+from gpuhc.model.result import Action, Result, Status
 
 CHECK = "burn-in"
 

@@ -23,7 +23,7 @@ import os
 import subprocess
 from typing import Any
 
-from gpuhc.model import Action, Result, Status
+from gpuhc.model.result import Action, Result, Status
 
 CHECK = "dcgm"
 SEARCH = ("/usr/bin/dcgmi", "/usr/local/bin/dcgmi", "/usr/sbin/dcgmi")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.active.rates import Finding, judge_rates, rate_results
-from gpuhc.model import Action, Result, Status
+from gpuhc.model.result import Action, Result, Status
 
 CHECK = "hbm"
 MEMCPY_D2D = 3  # cudaMemcpyDeviceToDevice

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.active.rates import judge_rates, rate_results
-from gpuhc.model import Action, Result
+from gpuhc.model.result import Action, Result
 
 CHECK = "host-link"
 H2D, D2H = 1, 2  # cudaMemcpyKind

@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuhc.active.kernels import PATTERNS
 from gpuhc.active.rates import gpu_order
-from gpuhc.model import Action, Result, Status
+from gpuhc.model.result import Action, Result, Status
 
 CHECK = "memtest"
 MIN_BYTES = 64 << 20

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhc.model import Action, Result, Status
+from gpuhc.model.result import Action, Result, Status
 
 CHECK = "nccl-local"
 

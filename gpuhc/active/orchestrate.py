@@ -18,7 +18,7 @@ from gpuhc.active.registry import CHECK
 from gpuhc.active.supervise import Outcome, Worker, default_argv, run_tasks, worker_env
 from gpuhc.active.thresholds import thresholds_for
 from gpuhc.errors import ConfigError, GpuhcError
-from gpuhc.model import Action, Result, Status
+from gpuhc.model.result import Action, Result, Status
 
 RESERVE_S = 0.5  # kept back from the budget for judging and for the runner's own output
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.active.rates import Finding, judge_rates, gpu_order
-from gpuhc.model import Action, Result, Status
+from gpuhc.model.result import Action, Result, Status
 
 CHECK = "p2p"
 RANDOM_PATTERN = 4  # kernels.PATTERNS.index("random")

@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuhc.model import Action, Status
+from gpuhc.model.result import Action, Status
 
 
 @dataclass
@@ -71,7 +71,7 @@ def rate_results(check: str, findings: dict[str, Finding], values: dict[str, Any
                  thr: dict, fail_action: Action) -> list:
     """One Result per subject from its findings (PASS text when nothing was found). A failing
     subject gets its own findings' action, or ``fail_action`` when they named none."""
-    from gpuhc.model import Result
+    from gpuhc.model.result import Result
 
     out = []
     for subj in sorted(findings, key=gpu_order):

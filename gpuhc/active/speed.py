@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.active.rates import Finding, gpu_order, judge_rates
-from gpuhc.model import Action, Result, Status
+from gpuhc.model.result import Action, Result, Status
 
 CHECK = "gpu-speed"
 HW_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")

@@ -17,7 +17,8 @@ import os
 from typing import Any
 
 from gpuhc.active.rates import gpu_order
-from gpuhc.model import Action, Result, Status, norm_pci
+from gpuhc.model.pci import norm_pci
+from gpuhc.model.result import Action, Result, Status
 
 CHECK = "topology"
 # nvmlGpuTopologyLevel_t -> nvidia-smi's letters

@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from gpuhc.model import Action, GpuReading, Result, Snapshot, Status
+from gpuhc.model.nvml import GpuReading
+from gpuhc.model.result import Action, Result, Status
+from gpuhc.model.snapshot import Snapshot
 
 # Sources a check can need. The runner reads only the sources the selected checks need.
 NVML = "nvml"

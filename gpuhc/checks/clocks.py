@@ -26,7 +26,9 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.checks.base import Context, GpuJudge, SourceNeeds, per_gpu_check, result
-from gpuhc.model import Action, GpuReading, Result, Snapshot, Status
+from gpuhc.model.nvml import GpuReading
+from gpuhc.model.result import Action, Result, Status
+from gpuhc.model.snapshot import Snapshot
 
 ID = "clocks"
 

@@ -23,7 +23,9 @@ Corrected (single-bit) errors are not judged: they are the mechanism working.
 from __future__ import annotations
 
 from gpuhc.checks.base import Context, GpuJudge, per_gpu_check, result
-from gpuhc.model import Action, GpuReading, Result, Snapshot, Status
+from gpuhc.model.nvml import GpuReading
+from gpuhc.model.result import Action, Result, Status
+from gpuhc.model.snapshot import Snapshot
 
 ID = "ecc"
 

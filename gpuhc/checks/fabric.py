@@ -49,7 +49,10 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.checks.base import IMEX, NVML, Check, CheckOutput, Context, na, result, selected_gpus
-from gpuhc.model import Action, GpuReading, ImexStatus, Result, Snapshot, Status
+from gpuhc.model.host import ImexStatus
+from gpuhc.model.nvml import GpuReading
+from gpuhc.model.result import Action, Result, Status
+from gpuhc.model.snapshot import Snapshot
 
 ID = "fabric"
 

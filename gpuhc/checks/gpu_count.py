@@ -34,7 +34,10 @@ Against a baseline it also checks what the boards are, node-wide like the count:
 from __future__ import annotations
 
 from gpuhc.checks.base import NVML, PCI, STAGES, Check, CheckOutput, Context, result
-from gpuhc.model import Action, GpuReading, Snapshot, Status, norm_pci
+from gpuhc.model.nvml import GpuReading
+from gpuhc.model.pci import norm_pci
+from gpuhc.model.result import Action, Status
+from gpuhc.model.snapshot import Snapshot
 
 ID = "gpu-count"
 

@@ -43,7 +43,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuhc.checks.base import IB, KERNEL_LOG, STAGES, Check, CheckOutput, Context, na, result
-from gpuhc.model import Action, EventKind, IbPort, KernelEvent, Result, Snapshot, Status, norm_pci
+from gpuhc.model.host import IbPort
+from gpuhc.model.kernel import EventKind, KernelEvent
+from gpuhc.model.pci import norm_pci
+from gpuhc.model.result import Action, Result, Status
+from gpuhc.model.snapshot import Snapshot
 
 ID = "infiniband"
 

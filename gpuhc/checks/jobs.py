@@ -41,7 +41,8 @@ from typing import Any
 
 from gpuhc.checks import jobs_judge as jj
 from gpuhc.checks.base import ACTIVITY, NVML, Check, CheckOutput, Context, SourceNeeds, na, result
-from gpuhc.model import Action, Result, Snapshot, Status
+from gpuhc.model.result import Action, Result, Status
+from gpuhc.model.snapshot import Snapshot
 
 ID = "jobs"
 _KEEP_CULPRITS = 100  # culprit findings remembered (a drain needs a handful)

@@ -37,7 +37,8 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuhc.model import GpuActivity, GpuReading
+from gpuhc.model.activity import GpuActivity
+from gpuhc.model.nvml import GpuReading
 
 IDLE, SPIN, BUSY, OTHER, UNKNOWN = "idle", "spin", "busy", "other", "unknown"
 HANG, STRAGGLER, RUNNING, ALL_IDLE, PAUSE = "hang", "straggler", "running", "idle", "pause"

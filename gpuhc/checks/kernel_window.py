@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from gpuhc.limits import RELATIVE_LIMIT
-from gpuhc.model import EventKind, KernelEvent, KernelLog, Snapshot
+from gpuhc.model.kernel import EventKind, KernelEvent, KernelLog
+from gpuhc.model.snapshot import Snapshot
 
 DEFAULT_WINDOW_S = 86400.0
 

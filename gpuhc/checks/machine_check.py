@@ -21,7 +21,9 @@ from typing import Any
 
 from gpuhc.checks.base import HOST, KERNEL_LOG, Check, CheckOutput, Context, reads_host, result
 from gpuhc.checks.kernel_window import DEFAULT_WINDOW_S, EventWindow, acknowledge, earliest, held_key, judge_now, latest, merge_held, validate_corrected
-from gpuhc.model import Action, EventKind, Snapshot, Status
+from gpuhc.model.kernel import EventKind
+from gpuhc.model.result import Action, Status
+from gpuhc.model.snapshot import Snapshot
 
 ID = "machine-check"
 _MAX_SAMPLES = 64

@@ -21,7 +21,10 @@ the parent, as for any GPU.
 from __future__ import annotations
 
 from gpuhc.checks.base import NVML, STAGES, Check, CheckOutput, Context, na, result
-from gpuhc.model import Action, MigInstance, Snapshot, Status, norm_pci
+from gpuhc.model.nvml import MigInstance
+from gpuhc.model.pci import norm_pci
+from gpuhc.model.result import Action, Status
+from gpuhc.model.snapshot import Snapshot
 
 ID = "mig-layout"
 

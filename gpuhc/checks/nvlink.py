@@ -47,7 +47,10 @@ from typing import Any
 
 from gpuhc.checks.base import Context, GpuJudge, SourceNeeds, na, per_gpu_check, result
 from gpuhc.limits import MAX_DL_ROTATION
-from gpuhc.model import Action, GpuReading, NvmlReading, Result, Snapshot, Status, norm_pci
+from gpuhc.model.nvml import GpuReading, NvmlReading
+from gpuhc.model.pci import norm_pci
+from gpuhc.model.result import Action, Result, Status
+from gpuhc.model.snapshot import Snapshot
 
 ID = "nvlink"
 KINDS = ("crc", "replay", "recovery", "recovery_failed", "other")

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, Context, na, result, selected_gpus
 from gpuhc.checks.xid import DEFAULT_WINDOW_S, EventWindow, acknowledge, earliest, judge_now, latest, merge_held
-from gpuhc.model import Action, EventKind, GpuReading, KernelEvent, Result, Snapshot, Status
+from gpuhc.model.kernel import EventKind, KernelEvent
+from gpuhc.model.nvml import GpuReading
+from gpuhc.model.result import Action, Result, Status
+from gpuhc.model.snapshot import Snapshot
 
 ID = "nvswitch"
 DEFAULT_GRACE_S = 300.0

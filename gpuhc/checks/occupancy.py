@@ -29,7 +29,9 @@ on a node in service a process on a GPU is a running job.
 from __future__ import annotations
 
 from gpuhc.checks.base import PROCS, Check, CheckOutput, Context, ReadContext, SourceNeeds, na, result
-from gpuhc.model import Action, GpuOccupancy, GpuProcess, Result, Snapshot, Status
+from gpuhc.model.occupancy import GpuOccupancy, GpuProcess
+from gpuhc.model.result import Action, Result, Status
+from gpuhc.model.snapshot import Snapshot
 
 ID = "occupancy"
 _NAMED = 3  # processes named in one message; the rest are counted (a reason holds 255 bytes)

@@ -25,7 +25,11 @@ from typing import Any
 
 from gpuhc.checks.base import AER, NVML, Context, GpuJudge, per_gpu_check, result
 from gpuhc.checks.clocks import is_busy
-from gpuhc.model import Action, AerCounters, GpuReading, Result, Snapshot, Status, norm_pci
+from gpuhc.model.host import AerCounters
+from gpuhc.model.nvml import GpuReading
+from gpuhc.model.pci import norm_pci
+from gpuhc.model.result import Action, Result, Status
+from gpuhc.model.snapshot import Snapshot
 
 ID = "pcie"
 

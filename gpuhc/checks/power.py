@@ -15,7 +15,9 @@ GPU instead of ~10 ms (docs/facts.md, "NVML").
 from __future__ import annotations
 
 from gpuhc.checks.base import Context, GpuJudge, per_gpu_check, result
-from gpuhc.model import Action, GpuReading, Result, Snapshot, Status
+from gpuhc.model.nvml import GpuReading
+from gpuhc.model.result import Action, Result, Status
+from gpuhc.model.snapshot import Snapshot
 
 ID = "power"
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.checks.base import HOST, Check, CheckOutput, Context, na, reads_host, result
-from gpuhc.model import Action, Snapshot, Status
+from gpuhc.model.result import Action, Status
+from gpuhc.model.snapshot import Snapshot
 
 ID = "services"
 NAMES = {"fabricmanager": "Fabric Manager", "persistenced": "nvidia-persistenced", "dcgm": "DCGM host engine"}

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from gpuhc.checks.base import Context, GpuJudge, per_gpu_check, result
 from gpuhc.checks.clocks import is_busy
-from gpuhc.model import Action, GpuReading, Result, Snapshot, Status
+from gpuhc.model.nvml import GpuReading
+from gpuhc.model.result import Action, Result, Status
+from gpuhc.model.snapshot import Snapshot
 
 ID = "thermal"
 

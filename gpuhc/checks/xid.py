@@ -51,7 +51,11 @@ from gpuhc.checks.kernel_window import (
     held_key,
     merge_held,
 )
-from gpuhc.model import Action, EventKind, GpuReading, KernelEvent, Result, Snapshot, Status, norm_pci
+from gpuhc.model.kernel import EventKind, KernelEvent
+from gpuhc.model.nvml import GpuReading
+from gpuhc.model.pci import norm_pci
+from gpuhc.model.result import Action, Result, Status
+from gpuhc.model.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from gpuhc.xid_catalog import XidInfo  # the catalog is imported when an Xid is judged

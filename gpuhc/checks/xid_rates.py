@@ -20,7 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.checks.base import result
-from gpuhc.model import Action, EventKind, GpuReading, KernelEvent, Result, Status, norm_pci
+from gpuhc.model.kernel import EventKind, KernelEvent
+from gpuhc.model.nvml import GpuReading
+from gpuhc.model.pci import norm_pci
+from gpuhc.model.result import Action, Result, Status
 
 # The default keeps application Xids harmless alone and makes a storm visible, without draining:
 # a single buggy job can print a few hundred Xid 13 lines in minutes.

@@ -85,7 +85,7 @@ def check(src: SourceArgs, stage: str, demo: bool, gpu_list: str | None, only: t
 
 def _slurm_gpus(opts, text: str, verbose: bool) -> None:
     """Point the run at the GPUs Slurm would give by these names (gpuhc/slurm/job_gpus.py)."""
-    from gpuhc.gpumap import GpuMapError
+    from gpuhc.gres_conf import GpuMapError
     from gpuhc.slurm.job_gpus import job_devices, node_devices
 
     ids = [t.strip() for t in text.split(",") if t.strip()]
@@ -109,7 +109,7 @@ def _slurm_gpus(opts, text: str, verbose: bool) -> None:
 def _record_gres(snap, config, src) -> None:
     """Slurm's view of the GPUs into the recording (a replay is mapped as the node was); a
     recording of a recording keeps the one it had."""
-    from gpuhc.gpumap import GpuMapError
+    from gpuhc.gres_conf import GpuMapError
     from gpuhc.sources.gres import record
 
     if src.nvml_scenario:
@@ -159,7 +159,7 @@ def finish(code: int, hard: bool = False) -> None:
 def snapshot(src: SourceArgs, output: str | None, timeout: float) -> None:
     """Record this node's readings in the scenario format (replay it with --nvml-scenario)."""
     from gpuhc.runner import read_snapshot
-    from gpuhc.sources.snapshot_io import dump_snapshot, dump_yaml
+    from gpuhc.sources.snapshot_format import dump_snapshot, dump_yaml
 
     config = load(src)
     snap = read_snapshot(source_spec(src, config), node_name(recorded_host(src)), timeout, src.step)

@@ -23,7 +23,7 @@ class _ReplayReader:
         self.spec, self.pinned, self.step = spec, pinned, 0
 
     def read(self):
-        from gpuhc.model import Activity
+        from gpuhc.model.activity import Activity
         from gpuhc.sources import build_sources
 
         sources = build_sources(self.spec, self.pinned if self.pinned is not None else self.step)

@@ -216,7 +216,7 @@ def _job_scope(flow: Flow) -> str:
     """Point the run at the job's GPUs as Slurm gave them (gpuhc/slurm/job_gpus.py: Slurm's
     indices and MIG slices mapped to the hardware). Who holds a GPU is judged only when the
     job's devices are known: on a shared node another job's process is no stray."""
-    from gpuhc.gpumap import GpuMapError
+    from gpuhc.gres_conf import GpuMapError
     from gpuhc.slurm.job_gpus import job_devices
 
     try:
@@ -322,7 +322,7 @@ def job_exit(env: Mapping[str, str]) -> tuple[bool, str]:
 
 
 def _errors(report) -> str:
-    from gpuhc.model import Status
+    from gpuhc.model.result import Status
 
     errs = [f"{r.check}: {r.message}" for r in report.results if r.status is Status.ERROR]
     return "; ".join(errs)[:200] or "no detail"

@@ -21,7 +21,8 @@ import os
 from dataclasses import replace
 from typing import Any, Mapping
 
-from gpuhc.gpumap import GpuMapError, JobScope, Mapped, build, identity, scope, select
+from gpuhc.gpumap import JobScope, Mapped, build, identity, scope, select
+from gpuhc.gres_conf import GpuMapError
 from gpuhc.sources import build_sources
 from gpuhc.sources.gres import gres_conf_path, read_inputs, stamp_of
 

@@ -65,7 +65,8 @@ class Watcher:
     def round(self) -> Round:
         from gpuhc.checks import jobs
         from gpuhc.checks.base import Context
-        from gpuhc.model import Snapshot, Status
+        from gpuhc.model.result import Status
+        from gpuhc.model.snapshot import Snapshot
         from gpuhc.state import StateStore
 
         out = Round()

@@ -1,6 +1,6 @@
 """The remediation ladder: what to try next on a node gpuhc drained. Pure: no I/O, no clock.
 
-A finding's catalog action (:class:`gpuhc.model.Action`) names the steps a site lets gpuhc try
+A finding's catalog action (:class:`gpuhc.model.result.Action`) names the steps a site lets gpuhc try
 by itself (``slurm.remediation.actions``), mildest first:
 
 1. **reset**: reset the failing GPUs, then retest at once; resume only on a pass. At most
@@ -35,7 +35,7 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpuhc.model import Action
+from gpuhc.model.result import Action
 from gpuhc.slurm.nodes import Node
 from gpuhc.slurm.policy import Verdict, out_of_service, reboot_pending
 from gpuhc.slurm.reason import format_reason, parse_reason, retired_from

@@ -38,7 +38,7 @@ import enum
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable
 
-from gpuhc.model import Result, Status
+from gpuhc.model.result import Result, Status
 from gpuhc.slurm.nodes import Node
 from gpuhc.slurm.reason import owned, parse_reason
 

@@ -36,7 +36,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Iterable
 
-from gpuhc.model import Result, Status
+from gpuhc.model.result import Result, Status
 
 PREFIX = "gpuhc:"
 RETIRED = "RETIRED"

@@ -42,7 +42,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpuhc.errors import SlurmError
-from gpuhc.model import Result, Status
+from gpuhc.model.result import Result, Status
 from gpuhc.slurm.ladder import REBOOT_REFUSED, Do, Finding, LadderMemory, LadderSettings, Step, next_step
 from gpuhc.slurm.memory import load_ladder, note_resumed, save_ladder
 from gpuhc.slurm.policy import Act, Verdict, out_of_service, reboot_pending, verdict_of

@@ -1,6 +1,6 @@
 """Who took which nodes out of the schedule, why, and since when: the logic of ``gpuhc drain-report``.
 
-Pure: nodes in, a :class:`DrainReport` out; rendering lives in ``gpuhc/cli/report_cmd.py``.
+Pure: nodes in, a :class:`DrainReport` out; rendering lives in ``gpuhc/cli/report_render.py``.
 
 Ownership (``owner``) is decided from the reason *text*, never from the user Slurm recorded:
 Slurm stamps its own reasons with SlurmUser, but admins run ``scontrol`` as root or as that

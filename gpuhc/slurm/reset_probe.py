@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass
 
 from gpuhc.logtext import escape
-from gpuhc.model import NvmlReading, norm_pci
+from gpuhc.model.nvml import NvmlReading
+from gpuhc.model.pci import norm_pci
 from gpuhc.slurm.reset_plan import NO_FABRIC, GpuFacts, Holder, NodeFacts, arch_of
 
 MAX_PIDS = 65536  # processes looked at, at most (a node has a few thousand)

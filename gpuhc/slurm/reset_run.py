@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpuhc.model import NvmlReading
+from gpuhc.model.nvml import NvmlReading
 from gpuhc.slurm.gpureset import NvmlHung, call_bounded, run_argv
 from gpuhc.slurm.reset_plan import NO_FABRIC, Plan, Step
 

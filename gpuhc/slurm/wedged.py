@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from gpuhc.model import Action, Result, Status
+from gpuhc.model.result import Action, Result, Status
 
 if TYPE_CHECKING:
     from gpuhc.slurm.flow import Flow

@@ -1,6 +1,7 @@
 """The scenario format's ``activity`` section: what the GPUs running jobs hold did (issue 24).
 
-A block of its own beside gpuhc/sources/snapshot_io.py, which calls it; the shape::
+A block of its own beside gpuhc/sources/snapshot_validate.py (its checks stand on that module's)
+and snapshot_build.py; the scenario loader calls it. The shape::
 
     activity:
       unmapped_pids: 0                     # optional; also `available`, `error`
@@ -12,7 +13,7 @@ A block of its own beside gpuhc/sources/snapshot_io.py, which calls it; the shap
       job_nodes: {"4242": 1}                # optional: each job's node count, and its name
       job_names: {"4242": train-llm}
 
-Fields are exactly :class:`gpuhc.model.GpuActivity`'s. Sample lists are bounded
+Fields are exactly :class:`gpuhc.model.activity.GpuActivity`'s. Sample lists are bounded
 (``MAX_ACTIVITY_SAMPLES``), every number finite and >= 0, job ids digits: a scenario may come
 from anyone, and a NaN would compare false with every threshold. ``owners`` (job -> the uids
 owning its processes on the GPU) is optional: without it the Slurm side does not act on the job
@@ -25,7 +26,7 @@ import typing
 from typing import Any, Callable
 
 from gpuhc.limits import MAX_ACTIVITY_SAMPLES, MAX_GPUS, MAX_JOBS_PER_GPU
-from gpuhc.model import Activity, GpuActivity
+from gpuhc.model.activity import Activity, GpuActivity
 
 _SERIES = ("gpu_util", "mem_util", "power_w")
 _VIA = ("cgroup", "environ", "mixed")
@@ -33,28 +34,28 @@ _TABLES: dict[str, dict] = {}
 
 
 def _tables() -> tuple[dict, dict]:
-    from gpuhc.sources.snapshot_io import _field_types
+    from gpuhc.sources.snapshot_validate import field_types
 
     if not _TABLES:
-        _TABLES["act"] = _field_types(Activity)
-        _TABLES["gpu"] = _field_types(GpuActivity)
+        _TABLES["act"] = field_types(Activity)
+        _TABLES["gpu"] = field_types(GpuActivity)
     return _TABLES["act"], _TABLES["gpu"]
 
 
 def check_activity(value: Any, path: tuple, err: typing.Callable[[tuple, str], Exception]) -> None:
-    from gpuhc.sources import snapshot_io as sio
+    from gpuhc.sources.snapshot_validate import check_fields, check_number, type_name
 
     act_table, gpu_table = _tables()
 
     def series(v: Any, p: tuple) -> None:
         if not isinstance(v, list):
-            raise err(p, f"must be a list of numbers (samples, oldest first), got {sio._tname(v)}")
+            raise err(p, f"must be a list of numbers (samples, oldest first), got {type_name(v)}")
         if len(v) > MAX_ACTIVITY_SAMPLES:
             raise err(p, f"at most {MAX_ACTIVITY_SAMPLES} samples, got {len(v)}")
         for i, x in enumerate(v):
             if not isinstance(x, (int, float)) or isinstance(x, bool):
                 raise err(p + (i,), f"must be a number, got {x!r}")
-            sio._check_number(x, p + (i,), err)
+            check_number(x, p + (i,), err)
 
     def jobs(v: Any, p: tuple) -> None:
         if not isinstance(v, list) or len(v) > MAX_JOBS_PER_GPU:
@@ -112,7 +113,7 @@ def check_activity(value: Any, path: tuple, err: typing.Callable[[tuple, str], E
         seen = set()
         for i, g in enumerate(v):
             extra = {"jobs": jobs, "via": via, "pids": pids, "host_state": host_state, "owners": owners, **{k: series for k in _SERIES}}
-            sio.check_fields(g, gpu_table, p + (i,), err, "activity GPU", extra)
+            check_fields(g, gpu_table, p + (i,), err, "activity GPU", extra)
             if g.get("index") is None:
                 raise err(p + (i,), "each activity GPU needs its `index`")
             key = (g["index"], g.get("instance"))  # a MIG GPU: once per slice
@@ -120,7 +121,7 @@ def check_activity(value: Any, path: tuple, err: typing.Callable[[tuple, str], E
                 raise err(p + (i, "index"), f"GPU {g['index']} is listed twice")
             seen.add(key)
 
-    sio.check_fields(value, act_table, path, err, "activity", {
+    check_fields(value, act_table, path, err, "activity", {
         "gpus": gpus, "job_nodes": job_map(int, "a node count (1 or more)"),
         "job_names": job_map(str, "a job name of at most 256 characters")})
 

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpuhc.model import Activity, AerCounters, HostReading, IbPort, ImexStatus, KernelLog, NvmlReading, Occupancy
+from gpuhc.model.activity import Activity
+from gpuhc.model.host import AerCounters, HostReading, IbPort, ImexStatus
+from gpuhc.model.kernel import KernelLog
+from gpuhc.model.nvml import NvmlReading
+from gpuhc.model.occupancy import Occupancy
 
 
 class NvmlSource(Protocol):

@@ -30,7 +30,7 @@ import os
 import time
 from typing import Any
 
-from gpuhc.model import GpuOccupancy, GpuProcess, Occupancy
+from gpuhc.model.occupancy import GpuOccupancy, GpuProcess, Occupancy
 from gpuhc.sources import nvml_mig, nvml_util
 
 _MIB = 1024 * 1024

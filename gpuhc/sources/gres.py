@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from gpuhc.gpumap import GpuMapError, GresConf, parse_gres_conf, parse_mig_minors
+from gpuhc.gres_conf import GpuMapError, GresConf, parse_gres_conf, parse_mig_minors
 
 DEFAULT_GRES_CONF = "/etc/slurm/gres.conf"
 MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"

@@ -23,7 +23,8 @@ import time
 from typing import Any
 
 from gpuhc.logtext import escape
-from gpuhc.model import HostReading, norm_pci
+from gpuhc.model.host import HostReading
+from gpuhc.model.pci import norm_pci
 
 STAT_SEARCH = ("/usr/bin/stat", "/bin/stat")
 DCGMI_SEARCH = ("/usr/bin/dcgmi", "/usr/local/bin/dcgmi", "/usr/sbin/dcgmi")
@@ -378,7 +379,7 @@ _FIELDS = {"cpus_online": int, "mem_total_kib": int, "edac": dict, "pci_watch": 
 
 
 def check_host(value: Any, path: tuple, err) -> None:
-    """The scenario's ``host`` section: :class:`~gpuhc.model.HostReading`'s fields, each null or
+    """The scenario's ``host`` section: :class:`~gpuhc.model.host.HostReading`'s fields, each null or
     of its type (the check reading it judges the inside)."""
     if not isinstance(value, dict):
         raise err(path, "host must be a mapping of HostReading fields")

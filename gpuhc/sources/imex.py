@@ -30,7 +30,7 @@ import subprocess
 import time
 
 from gpuhc.logtext import escape
-from gpuhc.model import ImexStatus
+from gpuhc.model.host import ImexStatus
 
 # Where the packages install it (NVIDIA's nvidia-imex package: /usr/bin), and the other places
 # NVIDIA's DCGM looks. Never PATH: the health check must not run what a PATH entry offers.

@@ -31,7 +31,7 @@ from typing import Any
 
 from gpuhc.lazyre import LazyPattern
 from gpuhc.limits import MAX_ACTIVITY_SAMPLES, MAX_JOBS_PER_GPU
-from gpuhc.model import Activity, GpuActivity
+from gpuhc.model.activity import Activity, GpuActivity
 from gpuhc.sources import nvml_util
 
 _CGROUP_LIMIT = 64 * 1024  # /proc/<pid>/cgroup: one line per hierarchy (a dozen in cgroup v1)

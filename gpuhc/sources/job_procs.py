@@ -155,7 +155,7 @@ class HostSampler:
 
 
 def summarise(pids: list[int], now: dict[int, ProcSample], before: dict[int, ProcSample] | None) -> dict:
-    """A GPU's host fields (gpuhc.model.GpuActivity ``host_*``) from its processes' samples."""
+    """A GPU's host fields (gpuhc.model.activity.GpuActivity ``host_*``) from its processes' samples."""
     have = [p for p in pids if p in now]
     if not have:
         return {}

@@ -17,7 +17,7 @@ import os
 import time
 
 from gpuhc.errors import SourceError
-from gpuhc.model import KernelLog
+from gpuhc.model.kernel import KernelLog
 from gpuhc.sources.kernel_log_parse import parse_lines
 
 __all__ = ["KmsgSource", "DmesgSource", "LiveKernelLog", "FileKernelLog", "recorded_tail", "parse_lines", "boot_time",

@@ -11,7 +11,7 @@ a month of syslog, a symlink to ``/dev/zero`` or a FIFO. It is opened through
    flood of other messages, or one 33 MB line, between an Xid and the end of the file no
    longer hides the Xid. A line longer than :data:`MAX_LINE` is skipped, not buffered.
 
-What could not be read is said, never silent: the :class:`~gpuhc.model.KernelLog` carries
+What could not be read is said, never silent: the :class:`~gpuhc.model.kernel.KernelLog` carries
 ``covered_from`` (the oldest time the read reached, None when it read the whole file) and
 ``partial`` (what was left out); the xid check warns when that leaves part of its window unseen.
 """

@@ -46,7 +46,8 @@ HCA function, ``port`` the module number, the error words in the message.
 from __future__ import annotations
 
 from gpuhc.lazyre import lazy
-from gpuhc.model import EventKind, norm_pci
+from gpuhc.model.kernel import EventKind
+from gpuhc.model.pci import norm_pci
 from gpuhc.sources.kernel_log_grammar import PCI
 from gpuhc.sources.kernel_log_incidents import Found
 

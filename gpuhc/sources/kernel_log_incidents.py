@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuhc.model import EventKind, KernelEvent
+from gpuhc.model.kernel import EventKind, KernelEvent
 
 SXID_DETAIL_S = 5.0  # an SXid detail line this close to its header belongs to it
 FALLEN_SAME_INCIDENT_S = 60.0  # fallen-off-bus messages for one GPU this close are one incident

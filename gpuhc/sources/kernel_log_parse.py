@@ -1,4 +1,4 @@
-"""Turn kernel log text into :class:`gpuhc.model.KernelEvent` s: pure, no I/O, never raises.
+"""Turn kernel log text into :class:`gpuhc.model.kernel.KernelEvent` s: pure, no I/O, never raises.
 
 The same parser reads every shape a kernel log reaches us in, line by line, so a file may even
 mix them (a log someone pasted together from two tools). Stamps, and the shapes they come in
@@ -65,7 +65,8 @@ from typing import Iterable
 
 from gpuhc.lazyre import lazy  # patterns compile on first use: most runs need few
 from gpuhc.logtext import escape
-from gpuhc.model import EventKind, KernelEvent, KernelLog, norm_pci
+from gpuhc.model.kernel import EventKind, KernelEvent, KernelLog
+from gpuhc.model.pci import norm_pci
 from gpuhc.sources import kernel_log_grammar as G
 from gpuhc.sources.kernel_log_host import HostLines
 from gpuhc.sources.kernel_log_incidents import Found, incidents

@@ -29,7 +29,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from gpuhc.model import GpuReading, NvmlReading, norm_pci
+from gpuhc.model.nvml import GpuReading, NvmlReading
+from gpuhc.model.pci import norm_pci
 from gpuhc.phases import mark
 from gpuhc.sources import nvml_mig, nvml_util
 from gpuhc.sources.nvml_fabric import c2c_errors, read_fabric

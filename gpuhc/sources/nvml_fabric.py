@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from gpuhc.model import GpuReading
+from gpuhc.model.nvml import GpuReading
 from gpuhc.sources.nvml_fields import FABRIC_STATES
 from gpuhc.sources.nvml_util import Field, byref, error_name, is_error
 

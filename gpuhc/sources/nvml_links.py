@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhc.model import NvLinkState, NvmlReading
+from gpuhc.model.nvml import NvLinkState, NvmlReading
 from gpuhc.phases import mark
 from gpuhc.sources import nvml_util
 from gpuhc.sources.nvml_fields import DL_COUNTERS, LEGACY_LINK_FIELDS, LEGACY_MAX_LINKS, LINK_FIELDS, LINK_UP_STATES, in_dl_slice

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from gpuhc.model import MigInstance
+from gpuhc.model.nvml import MigInstance
 from gpuhc.sources.nvml_util import is_error, text
 
 _MIB = 1024 * 1024

@@ -1,6 +1,6 @@
 """Replay a scenario (or a `gpuhc snapshot` recording) as if it were the node.
 
-The document format is described in :mod:`gpuhc.sources.snapshot_io`. This module adds time:
+The document format is described in :mod:`gpuhc.sources.snapshot_format`. This module adds time:
 
 - ``steps:`` is a list of partial documents. Step 0 is the base document; step k is the base with
   ``steps[0] .. steps[k-1]`` applied in order, so a counter can grow from one run to the next.
@@ -29,22 +29,21 @@ from typing import Any
 
 from gpuhc.errors import ConfigError, SourceError
 from gpuhc.logtext import escape
-from gpuhc.model import Activity, AerCounters, HostReading, IbPort, ImexStatus, KernelLog, NvmlReading, Occupancy, norm_pci
-from gpuhc.sources import snapshot_io as sio
+from gpuhc.model.activity import Activity
+from gpuhc.model.host import AerCounters, HostReading, IbPort, ImexStatus
+from gpuhc.model.kernel import KernelLog
+from gpuhc.model.nvml import NvmlReading
+from gpuhc.model.occupancy import Occupancy
+from gpuhc.model.pci import norm_pci
+from gpuhc.sources.scenario_validate import STEP_KEYS, TOP_KEYS, gpu_entries, validate_document
+from gpuhc.sources.snapshot_build import (
+    aer_from_dict, gpu_from_dict, ib_port_from_dict, imex_from_dict, kernel_from_dict, merge_nvlinks, nvml_from_doc,
+    occupancy_from_dict,
+)
+from gpuhc.sources.snapshot_validate import ErrorFn
 from gpuhc.yamlpos import line_of, load_file_text, read_text
 
-_GPU_SECTION = ("count", "defaults", "gpus")
-_COMMON = ("hostname", "time", "driver_version", "cuda_driver_version", "nvml", *_GPU_SECTION,
-           "kernel_log", "kernel", "ib_ports", "aer", "pci_gpus", "occupancy",
-           "activity")  # job activity (issue 24): gpuhc/sources/activity_io.py
-_COMMON = (*_COMMON, "imex")  # the IMEX daemon (gpuhc/sources/imex.py); replaced whole by a step
-_COMMON = (*_COMMON, "gres", "host")  # Slurm's view of the GPUs (gpuhc/sources/gres.py), the node around them (gpuhc/sources/host.py); each replaced whole by a step
-TOP_KEYS = (*_COMMON, "format", "description", "ib_defaults", "extends", "steps")
-STEP_KEYS = (*_COMMON, "description", "ib_defaults")
 _MAX_EXTENDS = 8  # a chain longer than this is a loop
-_SCALARS = {"hostname": (str,), "time": (int, float), "driver_version": (str,), "cuda_driver_version": (str,),
-            "description": (str,), "format": (int,), "count": (int,), "extends": (str,)}
-_NVML_TABLE = {"available": ((bool,), False), "error": ((str,), True)}
 
 
 @dataclass
@@ -151,7 +150,7 @@ def load_scenario(path: str, step: int | None = None) -> Scenario:
     return state.build(path, used, len(steps) + 1, err)
 
 
-def _load_base(path: str, depth: int) -> tuple["_State", list[dict], sio.ErrorFn]:
+def _load_base(path: str, depth: int) -> tuple["_State", list[dict], ErrorFn]:
     """The base state of ``path`` (its parent's base with this file applied) and its steps.
 
     ``extends: other.yaml`` (relative to this file) starts from that scenario's base state; the
@@ -182,12 +181,12 @@ def _load_base(path: str, depth: int) -> tuple["_State", list[dict], sio.ErrorFn
         # An empty file is a failed copy or a truncated download far more often than a node
         # with no GPUs; judging it would report a healthy (GPU-less) node.
         raise err((), "the scenario is empty (a node without GPUs says `count: 0`)")
-    _validate(doc, (), TOP_KEYS, err)
+    validate_document(doc, (), TOP_KEYS, err)
     steps = doc.get("steps") or []
     if not isinstance(steps, list):
         raise err(("steps",), "steps must be a list of partial scenarios")
     for i, s in enumerate(steps):
-        _validate(s, ("steps", i), STEP_KEYS, err)
+        validate_document(s, ("steps", i), STEP_KEYS, err)
     if doc.get("kernel_log") is not None and doc.get("kernel") is not None:
         raise err(("kernel",), "give either kernel_log lines or kernel events, not both")
 
@@ -202,99 +201,10 @@ def _load_base(path: str, depth: int) -> tuple["_State", list[dict], sio.ErrorFn
     else:
         state = _State()
         if "count" not in body:  # a fresh document: as many GPUs as `gpus` names
-            entries = _gpu_entries(body.get("gpus") or [], ("gpus",), err)
+            entries = gpu_entries(body.get("gpus") or [], ("gpus",), err)
             body["count"] = max((i + 1 for i, _ in entries), default=0)
     state.apply(body, (), err)
     return state, steps, err
-
-
-# ---------------------------------------------------------------------------- validation
-
-
-def _validate(doc: Any, path: tuple, allowed: tuple[str, ...], err: sio.ErrorFn) -> None:
-    if not isinstance(doc, dict):
-        raise err(path, f"a scenario must be a mapping, got {sio._tname(doc)}")
-    for key, value in doc.items():
-        p = path + (key,)
-        if key not in allowed:
-            raise err(p, f"unknown key {key!r} (known: {', '.join(allowed)})")
-        if key in _SCALARS:
-            if value is None and key not in ("count", "format", "extends"):
-                continue  # "unknown", as a snapshot of a node without that fact writes it
-            if not isinstance(value, _SCALARS[key]) or isinstance(value, bool):
-                hint = " (quote it)" if key.endswith("version") and isinstance(value, (int, float)) else ""
-                raise err(p, f"must be {sio._want(_SCALARS[key])}{hint}, got {value!r}")
-            if key == "count" and not 0 <= value <= sio.MAX_GPUS:
-                raise err(p, f"must be between 0 and {sio.MAX_GPUS}, got {value}")
-            if key == "time":
-                sio._check_number(value, p, err)
-        elif key == "nvml":
-            sio.check_fields(value, _NVML_TABLE, p, err, "nvml")
-        elif key == "defaults":
-            sio.check_gpu(value, p, err)
-            if "index" in value:
-                raise err(p + ("index",), "defaults apply to every GPU; set index per GPU")
-        elif key == "gpus":
-            for idx, entry in _gpu_entries(value, p, err):
-                if entry is not None:
-                    sio.check_gpu(entry, p + (idx,), err)
-        elif key == "kernel_log":
-            if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-                raise err(p, "kernel_log must be a list of log lines (strings)")
-        elif key == "kernel":
-            sio.kernel_from_dict(value, p, err)  # validates; the result is rebuilt later
-        elif key in ("ib_ports", "aer"):
-            if not isinstance(value, list):
-                raise err(p, f"{key} must be a list")
-            table = sio.IB_FIELDS if key == "ib_ports" else sio.AER_FIELDS
-            for i, entry in enumerate(value):
-                sio.check_fields(entry, table, p + (i,), err, "IB port" if key == "ib_ports" else "AER")
-        elif key == "ib_defaults":
-            sio.check_fields(value, sio.IB_FIELDS, p, err, "IB port")
-        elif key == "pci_gpus":
-            sio.check_pci_list(value, p, err)
-        elif key == "occupancy":
-            sio.check_occupancy(value, p, err)
-        elif key == "imex":
-            sio.check_imex(value, p, err)
-        elif key == "host":
-            from gpuhc.sources.host import check_host
-
-            check_host(value, p, err)
-        elif key == "activity":
-            from gpuhc.sources.activity_io import check_activity
-
-            check_activity(value, p, err)
-        elif key == "gres":
-            _check_gres(value, p, err)
-
-
-def _check_gres(value: Any, path: tuple, err: sio.ErrorFn) -> None:
-    """``gres: {conf: <gres.conf text>, mig_minors: <mig-minors text>}``: what Slurm's GPU numbers
-    are read with on the recorded node (gpuhc/gpumap.py); each part optional."""
-    if not isinstance(value, dict):
-        raise err(path, f"gres must be a mapping {{conf, mig_minors}}, got {sio._tname(value)}")
-    for key, text in value.items():
-        if key not in ("conf", "mig_minors"):
-            raise err(path + (key,), f"unknown gres key {key!r} (known: conf, mig_minors)")
-        if not isinstance(text, str):
-            raise err(path + (key,), f"must be the file's text, got {sio._tname(text)}")
-
-
-def _gpu_entries(value: Any, path: tuple, err: sio.ErrorFn) -> list[tuple[int, Any]]:
-    """`gpus:` as (index, mapping-or-None) pairs, from a list or a {index: mapping} mapping."""
-    if isinstance(value, list):
-        if len(value) > sio.MAX_GPUS:
-            raise err(path, f"at most {sio.MAX_GPUS} GPUs, got {len(value)}")
-        return list(enumerate(value))
-    if isinstance(value, dict):
-        out = []
-        for k, v in value.items():
-            if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < sio.MAX_GPUS:
-                raise err(path + (k,), f"GPU keys must be GPU indices (0 to {sio.MAX_GPUS - 1}), got {k!r}")
-            out.append((k, v))
-        return out
-    raise err(path, f"gpus must be a list or a mapping of index -> fields, got {sio._tname(value)}")
 
 
 # ---------------------------------------------------------------------------- resolution
@@ -331,7 +241,7 @@ class _State:
             self.gpus.append(gpu)
             self.gpu_paths.append(("defaults",))
 
-    def apply(self, part: dict[str, Any], path: tuple, err: sio.ErrorFn) -> None:
+    def apply(self, part: dict[str, Any], path: tuple, err: ErrorFn) -> None:
         """Apply one partial document: the base itself, an extending file, or a step."""
         if "ib_defaults" in part:
             self.ib_defaults.update(copy.deepcopy(part["ib_defaults"]))
@@ -343,7 +253,7 @@ class _State:
                 self._override(gpu, part["defaults"], template=True)
         if "count" in part:
             self._resize(part["count"])
-        for idx, entry in _gpu_entries(part.get("gpus") or [], path + ("gpus",), err):
+        for idx, entry in gpu_entries(part.get("gpus") or [], path + ("gpus",), err):
             if idx >= len(self.gpus):
                 raise err(path + ("gpus", idx), f"GPU {idx} does not exist (count is {len(self.gpus)})")
             if entry is None:
@@ -389,27 +299,27 @@ class _State:
     def _override(gpu: dict[str, Any], fields: dict[str, Any], template: bool) -> None:
         for key, value in fields.items():
             if key == "nvlinks":
-                gpu["nvlinks"] = sio.merge_nvlinks(gpu.get("nvlinks", []), value)
+                gpu["nvlinks"] = merge_nvlinks(gpu.get("nvlinks", []), value)
             elif template and isinstance(value, str):
                 gpu[key] = value.replace("{index}", str(gpu["index"]))
             else:
                 gpu[key] = copy.deepcopy(value)
 
-    def build(self, path: str, step: int, steps: int, err: sio.ErrorFn) -> Scenario:
-        gpus = [sio.gpu_from_dict(g, p, err) for g, p in zip(self.gpus, self.gpu_paths)]
+    def build(self, path: str, step: int, steps: int, err: ErrorFn) -> Scenario:
+        gpus = [gpu_from_dict(g, p, err) for g, p in zip(self.gpus, self.gpu_paths)]
         kernel = None
         if self.kernel is not None:
-            kernel = sio.kernel_from_dict(self.kernel, ("kernel",), err)
+            kernel = kernel_from_dict(self.kernel, ("kernel",), err)
             kernel.source = kernel.source or f"{path} (scenario kernel events)"
-        ib = None if self.ib is None else [sio.ib_port_from_dict(d, ("ib_ports", i), err) for i, d in enumerate(self.ib)]
-        aer = None if self.aer is None else [sio.aer_from_dict(d, ("aer", i), err) for i, d in enumerate(self.aer)]
+        ib = None if self.ib is None else [ib_port_from_dict(d, ("ib_ports", i), err) for i, d in enumerate(self.ib)]
+        aer = None if self.aer is None else [aer_from_dict(d, ("aer", i), err) for i, d in enumerate(self.aer)]
         t = self.top.get("time")
         occupancy = None
         if self.occupancy is not None:
             for i, g in enumerate(self.occupancy.get("gpus") or []):
                 if g["index"] >= len(gpus):
                     raise err(("occupancy", "gpus", i, "index"), f"GPU {g['index']} does not exist (count is {len(gpus)})")
-            occupancy = sio.occupancy_from_dict(self.occupancy, {g.index: g.uuid for g in gpus},
+            occupancy = occupancy_from_dict(self.occupancy, {g.index: g.uuid for g in gpus},
                                                 {g.index: g.mig for g in gpus if g.mig_mode and g.mig})
         activity = None
         if self.activity is not None:
@@ -417,11 +327,11 @@ class _State:
 
             activity = activity_from_dict(self.activity)
         return Scenario(
-            path=path, step=step, steps=steps, nvml=sio.nvml_from_doc(self.top, gpus),
+            path=path, step=step, steps=steps, nvml=nvml_from_doc(self.top, gpus),
             hostname=self.top.get("hostname"), time=None if t is None else float(t),
             description=self.top.get("description"), kernel_lines=self.kernel_lines, kernel=kernel,
             ib_ports=ib, aer=aer, pci_gpus=self.pci_gpus, occupancy=occupancy, activity=activity,
-            imex=None if self.imex is None else sio.imex_from_dict(self.imex), gres=self.gres,
+            imex=None if self.imex is None else imex_from_dict(self.imex), gres=self.gres,
             host=None if self.host is None else HostReading(**copy.deepcopy(self.host)),
         )
 

@@ -3,7 +3,7 @@
 
 ``SysfsTree(root)`` treats ``root`` as "/": the live node is ``SysfsTree("/")``, a test or an
 offline re-judge points it at a directory holding ``sys/class/infiniband/...``. Both give the
-same :class:`~gpuhc.model.IbPort` / :class:`~gpuhc.model.AerCounters`.
+same :class:`~gpuhc.model.host.IbPort` / :class:`~gpuhc.model.host.AerCounters`.
 
 Why so defensive: sysfs files can vanish between ``listdir`` and ``open`` (an HCA resetting),
 return EIO (a device that fell off the bus), or — in a copied tree — hold anything. The health
@@ -22,7 +22,8 @@ import os
 import re
 from collections.abc import Iterable
 
-from gpuhc.model import AerCounters, IbPort, norm_pci
+from gpuhc.model.host import AerCounters, IbPort
+from gpuhc.model.pci import norm_pci
 
 # Counters the infiniband check judges or reports. Names are the kernel's file names.
 IB_COUNTERS: tuple[str, ...] = (

@@ -20,7 +20,7 @@ from gpuhc.active import burnin, hbm, hostlink, memtest, nccl_local, p2p, speed,
 from gpuhc.active.orchestrate import outcome_result
 from gpuhc.active.supervise import Outcome
 from gpuhc.active.thresholds import thresholds_for
-from gpuhc.model import Action, Status
+from gpuhc.model.result import Action, Status
 from tests.helpers.active_results import healthy_burnin, healthy_hbm, healthy_hostlink, healthy_memtest, healthy_nccl, healthy_p2p, healthy_topology
 from tests.helpers.active_results import H100_RUN8
 

@@ -13,7 +13,7 @@ from tests.helpers.paths import FIXTURES
 from tests.helpers.realdata import ROOT as REALDATA_ROOT
 
 from gpuhc.active import dcgm
-from gpuhc.model import Action, Status
+from gpuhc.model.result import Action, Status
 
 DCGM = os.path.join(FIXTURES, "dcgm")
 REALDATA = str(REALDATA_ROOT / "dcgm")

@@ -48,7 +48,7 @@ def _profile() -> str:
 def test_epilog_suite_passes_on_healthy_gpus():
     from gpuhc.active import run_active
     from gpuhc.active.context import ActiveContext
-    from gpuhc.model import Status
+    from gpuhc.model.result import Status
 
     t0 = time.monotonic()
     res = run_active("epilog", ActiveContext(profile_name=_profile(), budget_s=30.0))
@@ -72,7 +72,7 @@ def test_bootstrap_suite_passes_on_healthy_gpus():
     from gpuhc.active import dcgm, run_active
     from gpuhc.active.context import ActiveContext
     from gpuhc.active.settings import ALL_CHECKS
-    from gpuhc.model import Status
+    from gpuhc.model.result import Status
 
     t0 = time.monotonic()
     res = run_active("bootstrap", ActiveContext(profile_name=_profile(), config=BOOTSTRAP_SHORT, budget_s=300.0))

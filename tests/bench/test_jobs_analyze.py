@@ -14,7 +14,7 @@ import pytest
 
 from gpuhc.checks import jobs, jobs_judge as jj
 from gpuhc.checks.base import Context
-from gpuhc.model import Snapshot
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.slurm.jobs_watch import Watcher
 from gpuhc.sources.activity_io import activity_from_dict
 from tests.helpers.paths import FIXTURES, REPO

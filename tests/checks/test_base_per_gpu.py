@@ -6,7 +6,9 @@ from __future__ import annotations
 from tests.helpers.snapshots import healthy_node, no_nvml, with_gpu
 
 from gpuhc.checks.base import AER, NVML, Context, GpuJudge, per_gpu_check, result
-from gpuhc.model import Action, GpuReading, Snapshot, Status
+from gpuhc.model.nvml import GpuReading
+from gpuhc.model.result import Action, Status
+from gpuhc.model.snapshot import Snapshot
 
 HOT = 80
 

@@ -18,7 +18,10 @@ from tests.helpers.realdata import ROOT as REALDATA_ROOT
 from tests.helpers.snapshots import context
 
 from gpuhc.checks import clocks, ecc, pcie, power, thermal
-from gpuhc.model import GpuReading, NvmlReading, Snapshot, Status, norm_pci
+from gpuhc.model.nvml import GpuReading, NvmlReading
+from gpuhc.model.pci import norm_pci
+from gpuhc.model.result import Status
+from gpuhc.model.snapshot import Snapshot
 
 SMI_DIR = str(REALDATA_ROOT / "nvidia-smi")
 pytestmark = pytest.mark.skipif(not os.path.isdir(SMI_DIR), reason="realdata folder absent")

@@ -15,7 +15,7 @@ from gpuhc.checks.clocks import (
     SW_THERMAL,
     is_busy,
 )
-from gpuhc.model import Action, Status
+from gpuhc.model.result import Action, Status
 
 CHECK = CHECKS[0]
 APP_CLOCKS, SYNC_BOOST = 0x2, 0x10

@@ -6,7 +6,7 @@ import pytest
 from tests.helpers.snapshots import healthy_node, no_nvml, problems, results_of, with_gpu
 
 from gpuhc.checks.ecc import CHECKS
-from gpuhc.model import Action, Status
+from gpuhc.model.result import Action, Status
 
 CHECK = CHECKS[0]
 

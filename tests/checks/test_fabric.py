@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gpuhc.checks import fabric
-from gpuhc.model import Action, ImexStatus, Status
+from gpuhc.model.host import ImexStatus
+from gpuhc.model.result import Action, Status
 from tests.helpers.snapshots import context, healthy_node, idle_node, later, no_nvml, with_gpu
 
 CHECK, IMEX = fabric.CHECKS

@@ -7,7 +7,8 @@ from tests.helpers.snapshots import PCI_IDS, baseline_for, healthy_node, no_nvml
 
 from gpuhc.checks.base import NVML, PCI, STAGES
 from gpuhc.checks.gpu_count import CHECKS
-from gpuhc.model import Action, Snapshot, Status
+from gpuhc.model.result import Action, Status
+from gpuhc.model.snapshot import Snapshot
 from tests.helpers.paths import REPO
 
 CHECK = CHECKS[0]

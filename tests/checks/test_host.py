@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from gpuhc.checks import host
-from gpuhc.model import Action, HostReading, Status
+from gpuhc.model.host import HostReading
+from gpuhc.model.result import Action, Status
 from tests.helpers.snapshots import T0, context, healthy_node
 
 CHECK = host.CHECKS[0]

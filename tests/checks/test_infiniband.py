@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gpuhc.checks.infiniband import CHECKS, ID, judge
-from gpuhc.model import Action, Snapshot, Status
+from gpuhc.model.result import Action, Status
+from gpuhc.model.snapshot import Snapshot
 
 
 def test_registered_for_every_stage_with_its_sources():

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuhc.checks.infiniband import down_seconds, judge
-from gpuhc.model import Action, Status
+from gpuhc.model.result import Action, Status
 
 from tests.helpers.infiniband import NOW, ctx, link, one, port, snap
 

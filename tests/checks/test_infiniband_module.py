@@ -4,7 +4,8 @@ a cable pulled or failed starts an outage even where the log has no Port: line f
 from __future__ import annotations
 
 from gpuhc.checks.infiniband import judge
-from gpuhc.model import EventKind, KernelEvent, Status
+from gpuhc.model.kernel import EventKind, KernelEvent
+from gpuhc.model.result import Status
 from gpuhc.sources.kernel_log_parse import parse_lines
 from tests.helpers.infiniband import NOW, ctx, link, one, port, snap
 

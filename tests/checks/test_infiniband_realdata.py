@@ -12,7 +12,9 @@ from tests.helpers.realdata import ROOT as REALDATA_ROOT
 
 from gpuhc.checks.base import Context
 from gpuhc.checks.infiniband import DEFAULTS, judge
-from gpuhc.model import IbPort, Snapshot, Status
+from gpuhc.model.host import IbPort
+from gpuhc.model.result import Status
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.sources.kernel_log import FileKernelLog
 
 REAL = REALDATA_ROOT / "kernel-log"

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuhc.config import load_config
 from gpuhc.export.eventlog import append_event
 from gpuhc.export.prometheus import write_textfile
-from gpuhc.model import Status
+from gpuhc.model.result import Status
 from gpuhc.runner import RunOptions, run_stage
 from gpuhc.sources import SourceSpec
 

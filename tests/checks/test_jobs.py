@@ -8,7 +8,9 @@ import pytest
 
 from gpuhc.checks import jobs, jobs_judge as jj
 from gpuhc.checks.base import Context
-from gpuhc.model import Action, Activity, GpuActivity, Snapshot, Status
+from gpuhc.model.activity import Activity, GpuActivity
+from gpuhc.model.result import Action, Status
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.sources.activity_io import activity_from_dict
 from tests.helpers.paths import FIXTURES
 
@@ -192,7 +194,7 @@ def test_a_typo_in_the_config_is_refused_with_file_and_line(tmp_path):
 
 
 def test_culprit_with_a_hardware_sign_drains_only_when_asked():
-    from gpuhc.model import GpuReading, NvmlReading
+    from gpuhc.model.nvml import GpuReading, NvmlReading
 
     nvml = NvmlReading(available=True, gpus=[
         GpuReading(index=0, name="H100", uuid="GPU-0", pci_bus_id="0000:18:00.0"),

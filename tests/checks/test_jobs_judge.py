@@ -14,7 +14,8 @@ import pytest
 
 from gpuhc.checks import jobs, jobs_judge as jj
 from gpuhc.checks.base import Context
-from gpuhc.model import Action, Snapshot, Status
+from gpuhc.model.result import Action, Status
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.sources.activity_io import activity_from_dict
 from gpuhc.sources.job_procs import parse_io, parse_stat
 from tests.helpers.paths import FIXTURES

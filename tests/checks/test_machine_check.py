@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from gpuhc.checks import machine_check
-from gpuhc.model import Action, HostReading, Status
+from gpuhc.model.host import HostReading
+from gpuhc.model.result import Action, Status
 from gpuhc.sources.kernel_log_parse import parse_lines
 from tests.helpers.paths import FIXTURES
 from tests.helpers.snapshots import T0, context, healthy_node

@@ -8,7 +8,10 @@ from gpuhc.checks.base import Context
 from gpuhc.checks.mig_layout import judge, layout_entry
 from gpuhc.checks.occupancy import judge as occupancy
 from gpuhc.gpumap import JobScope, Mapped
-from gpuhc.model import Action, GpuOccupancy, GpuProcess, MigInstance, Occupancy, Snapshot, Status
+from gpuhc.model.nvml import MigInstance
+from gpuhc.model.occupancy import GpuOccupancy, GpuProcess, Occupancy
+from gpuhc.model.result import Action, Status
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.sources.scenario import load_scenario
 from tests.helpers.paths import SCENARIOS
 

@@ -8,7 +8,8 @@ from tests.helpers.snapshots import baseline_for, context, healthy_node, later, 
 
 from gpuhc.checks.base import Context
 from gpuhc.checks.nvlink import CHECKS, counter_kind
-from gpuhc.model import Action, NvLinkState, Status
+from gpuhc.model.nvml import NvLinkState
+from gpuhc.model.result import Action, Status
 
 CHECK = CHECKS[0]
 

@@ -16,7 +16,7 @@ from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
 from gpuhc import nvml_early
 from gpuhc.checks.nvlink import CHECKS, dl_plan
 from gpuhc.config import Config, defaults, schema
-from gpuhc.model import Status
+from gpuhc.model.result import Status
 from gpuhc.runner import RunOptions, run_stage
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.nvml import NvmlLive

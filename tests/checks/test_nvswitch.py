@@ -7,7 +7,8 @@ import json
 import pytest
 
 from gpuhc.checks import nvswitch
-from gpuhc.model import Action, EventKind, KernelEvent, KernelLog, Status
+from gpuhc.model.kernel import EventKind, KernelEvent, KernelLog
+from gpuhc.model.result import Action, Status
 from tests.helpers.snapshots import T0, context, healthy_node, no_nvml, with_gpu
 
 CHECK = nvswitch.CHECKS[0]

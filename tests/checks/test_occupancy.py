@@ -13,10 +13,12 @@ from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
 from gpuhc.checks.base import Context
 from gpuhc.checks.occupancy import CHECKS, judge, wait_for_stage
 from gpuhc.errors import SourceError
-from gpuhc.model import GpuOccupancy, GpuProcess, Occupancy, Snapshot, Status
+from gpuhc.model.occupancy import GpuOccupancy, GpuProcess, Occupancy
+from gpuhc.model.result import Status
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.sources.gpu_procs import OccupancyLive
 from gpuhc.sources.scenario import load_scenario
-from gpuhc.sources.snapshot_io import dump_snapshot, dump_yaml
+from gpuhc.sources.snapshot_format import dump_snapshot, dump_yaml
 from tests.helpers.paths import REPO
 
 GiB = 1 << 30

@@ -6,7 +6,8 @@ from tests.helpers.snapshots import IDLE, baseline_for, context, healthy_node, i
 
 from gpuhc.checks.base import AER, NVML
 from gpuhc.checks.pcie import CHECKS
-from gpuhc.model import Action, AerCounters, Status
+from gpuhc.model.host import AerCounters
+from gpuhc.model.result import Action, Status
 
 CHECK = CHECKS[0]
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpuhc.checks import pcie_aer
-from gpuhc.model import Action, HostReading, Status
+from gpuhc.model.host import HostReading
+from gpuhc.model.result import Action, Status
 from gpuhc.sources.kernel_log_parse import parse_lines
 from tests.helpers.paths import FIXTURES
 from tests.helpers.snapshots import PCI_IDS, context, healthy_node

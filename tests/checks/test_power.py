@@ -5,7 +5,7 @@ from __future__ import annotations
 from tests.helpers.snapshots import healthy_node, no_nvml, problems, results_of, with_gpu
 
 from gpuhc.checks.power import CHECKS
-from gpuhc.model import Action, Status
+from gpuhc.model.result import Action, Status
 
 CHECK = CHECKS[0]
 

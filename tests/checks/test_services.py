@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpuhc.checks import services
-from gpuhc.model import Action, HostReading, Status
+from gpuhc.model.host import HostReading
+from gpuhc.model.result import Action, Status
 from tests.helpers.snapshots import context, healthy_node
 
 CHECK = services.CHECKS[0]

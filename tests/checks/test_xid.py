@@ -12,7 +12,8 @@ import json
 import pytest
 
 from gpuhc.checks import xid
-from gpuhc.model import Action, EventKind, KernelEvent, KernelLog, Status
+from gpuhc.model.kernel import EventKind, KernelEvent, KernelLog
+from gpuhc.model.result import Action, Status
 from gpuhc.xid_catalog import xid_table
 from tests.helpers.snapshots import PCI_IDS, T0, context, healthy_node, no_nvml
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpuhc.checks import xid
-from gpuhc.model import Action, Status
+from gpuhc.model.result import Action, Status
 from gpuhc.sources.kernel_log_parse import parse_lines
 from tests.helpers.paths import FIXTURES
 from tests.helpers.snapshots import context, healthy_node

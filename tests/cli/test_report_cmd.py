@@ -1,5 +1,7 @@
 """`gpuhc drain-report` end to end: reading files, every output format, filters, errors, and the
-live path with a scripted scontrol (the real one is exercised in tests/slurm_real/test_drain_report.py)."""
+live path with a scripted scontrol (the real one is exercised in tests/slurm_real/test_drain_report.py).
+End to end means both halves of the command: its options and input (gpuhc/cli/report_cmd.py) and
+its output formats (gpuhc/cli/report_render.py), which one invocation always runs together."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from gpuhc.cli import cli
-from gpuhc.cli.report_cmd import read_live, render_rich
+from gpuhc.cli.report_cmd import read_live
+from gpuhc.cli.report_render import render_rich
 from gpuhc.errors import SlurmError
 from gpuhc.slurm.dumps import parse_nodes
 from gpuhc.slurm.report import build_report

@@ -19,7 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from gpuhc.cli import cli
-from gpuhc.cli.report_cmd import read_topology, render_rich
+from gpuhc.cli.report_cmd import read_topology
+from gpuhc.cli.report_render import render_rich
 from gpuhc.fleet.switches import read_topology_conf
 from gpuhc.slurm.dumps import parse_nodes
 from gpuhc.fleet.switches import failures_from_nodes, group_by_switch

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from gpuhc.checks.base import Context
 from gpuhc.checks.infiniband import DEFAULTS
-from gpuhc.model import EventKind, IbPort, KernelEvent, KernelLog, Snapshot
+from gpuhc.model.host import IbPort
+from gpuhc.model.kernel import EventKind, KernelEvent, KernelLog
+from gpuhc.model.snapshot import Snapshot
 
 
 NOW = 1_700_000_000.0

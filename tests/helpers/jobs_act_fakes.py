@@ -20,7 +20,7 @@ def flow_for(tmp_path, scontrol: str):
 def report_of(*values):
     from types import SimpleNamespace
 
-    from gpuhc.model import Result, Status
+    from gpuhc.model.result import Result, Status
 
     return SimpleNamespace(results=[Result("jobs", Status(status), "m", f"job{v['job']}", value=v) for status, v in values])
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 
 from gpuhc.config import Config, defaults, schema
-from gpuhc.model import Action, Result, Snapshot, Status
+from gpuhc.model.result import Action, Result, Status
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.runner import RunOptions, RunReport
 from gpuhc.slurm import entry
 from gpuhc.slurm.scontrol import Scontrol

@@ -11,7 +11,9 @@ import copy
 from typing import Any
 
 from gpuhc.checks.base import Check, Context
-from gpuhc.model import GpuReading, NvLinkState, NvmlReading, Snapshot, Status
+from gpuhc.model.nvml import GpuReading, NvLinkState, NvmlReading
+from gpuhc.model.result import Status
+from gpuhc.model.snapshot import Snapshot
 
 H100_NAME = "NVIDIA H100 80GB HBM3"
 DRIVER = "550.90.07"

@@ -39,7 +39,7 @@ COMMANDS = {
 
 
 def reasons() -> dict[str, str]:
-    from gpuhc.model import Action, Result, Status
+    from gpuhc.model.result import Action, Result, Status
     from gpuhc.slurm.reason import build_reason
 
     xid = Result("xid", Status.FAIL, "Xid 79 on gpu3 (0000:5d:00.0): GPU has fallen off the bus", "gpu3",

@@ -16,7 +16,7 @@ import os
 import pytest
 
 from gpuhc.config import Config, defaults, schema
-from gpuhc.model import Status
+from gpuhc.model.result import Status
 from gpuhc.runner import RunOptions, run_stage
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.scenario import load_scenario

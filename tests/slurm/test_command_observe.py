@@ -17,7 +17,7 @@ from tests.helpers.minislurm import XID, MiniSlurm, config, flow
 from tests.helpers.paths import REPO
 
 from gpuhc.errors import ObserveNotSent, SlurmError
-from gpuhc.model import Result, Status
+from gpuhc.model.result import Result, Status
 from gpuhc.runner import RunReport
 from gpuhc.slurm.command import PROGRAMS, READERS, SlurmCommand, changes
 from gpuhc.slurm.jobs_slurm import JobControl

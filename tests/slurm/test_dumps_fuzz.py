@@ -11,7 +11,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuhc.cli.report_cmd import render_csv, render_plain, render_rich
+from gpuhc.cli.report_render import render_csv, render_plain, render_rich
 from gpuhc.slurm.dumps import read_dump
 from gpuhc.slurm.nodes import NodeParseError
 from gpuhc.slurm.report import build_report

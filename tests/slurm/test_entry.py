@@ -15,7 +15,7 @@ import tarfile
 
 import pytest
 
-from gpuhc.model import Action, Result, Status
+from gpuhc.model.result import Action, Result, Status
 from gpuhc.slurm import entry
 from gpuhc.slurm.policy import Act
 from gpuhc.slurm.sinfo import FIELDS

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from gpuhc.gpumap import GpuMapError
+from gpuhc.gres_conf import GpuMapError
 from gpuhc.runner import RunOptions
 from gpuhc.slurm import entry, job_gpus
 from gpuhc.slurm.policy import Act

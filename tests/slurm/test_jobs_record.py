@@ -180,10 +180,10 @@ def test_bad_activity_is_refused_with_its_place(tmp_path, section, words):
 def test_snapshot_dump_carries_activity_and_replays_the_same_verdict(tmp_path):
     import yaml
 
-    from gpuhc.sources.snapshot_io import dump_snapshot
+    from gpuhc.sources.snapshot_format import dump_snapshot
 
     s = load(tmp_path, "activity: {gpus: [{index: 0, jobs: ['42'], span_s: 14, gpu_util: [100], mem_util: [0], power_w: [130]}]}\n")
-    from gpuhc.model import Snapshot
+    from gpuhc.model.snapshot import Snapshot
 
     doc = dump_snapshot(Snapshot("n", 1.0, nvml=s.nvml, activity=s.activity))
     again = tmp_path / "again.yaml"

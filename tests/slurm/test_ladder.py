@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuhc.model import Action
+from gpuhc.model.result import Action
 from gpuhc.slurm.ladder import Do, Finding, LadderMemory, LadderSettings, next_step
 from gpuhc.slurm.nodes import Node
 from gpuhc.slurm.policy import Verdict

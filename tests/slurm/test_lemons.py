@@ -12,7 +12,9 @@ import os
 from tests.helpers.minislurm import OK, XID, MiniSlurm, config, flow, run
 
 from gpuhc.export.eventlog import append_event
-from gpuhc.model import GpuReading, NvmlReading, Result, Snapshot, Status
+from gpuhc.model.nvml import GpuReading, NvmlReading
+from gpuhc.model.result import Result, Status
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.slurm.lemon_memory import STATE_KEY, read_faults
 from gpuhc.slurm.lemons import Fault, GpuId, LemonSettings, fault_of, judge, lemon_reason, standings
 from gpuhc.slurm.policy import Act

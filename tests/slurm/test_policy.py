@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from gpuhc.model import Result, Status
+from gpuhc.model.result import Result, Status
 from gpuhc.slurm.nodes import Node, parse_state
 from gpuhc.slurm.policy import (
     Act,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuhc.model import Action, Result, Status
+from gpuhc.model.result import Action, Result, Status
 from gpuhc.slurm import reason as R
 from gpuhc.slurm.nodes import split_reason
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 
-from gpuhc.model import Action, Result, Status
+from gpuhc.model.result import Action, Result, Status
 from gpuhc.slurm.gpureset import run_argv
 from gpuhc.slurm.remediate import finding_of
 from tests.helpers.paths import REPO

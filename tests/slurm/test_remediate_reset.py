@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuhc.model import Action, Result, Status
+from gpuhc.model.result import Action, Result, Status
 from gpuhc.slurm import entry
 from gpuhc.slurm.ladder import LadderMemory
 from gpuhc.slurm.policy import Act

@@ -11,7 +11,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuhc.cli.report_cmd import render_csv, render_plain, render_rich
+from gpuhc.cli.report_render import render_csv, render_plain, render_rich
 from gpuhc.logtext import json_text
 from gpuhc.slurm.nodes import Node
 from gpuhc.slurm.report import build_report

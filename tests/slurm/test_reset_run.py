@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from gpuhc.cli.quarantine_cmd import quarantine
-from gpuhc.model import Snapshot
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.slurm import reset_run
 from gpuhc.slurm.reset_probe import ProbeSettings, holders, minor_of, plan_now, probe, unit_of
 from gpuhc.slurm.reset_run import procedure
@@ -228,7 +228,7 @@ def slurm_shows(monkeypatch, state: str) -> None:
 
 
 def test_quarantine_reset_plan_prints_the_steps_and_changes_nothing(tmp_path, monkeypatch):
-    from gpuhc.sources.snapshot_io import dump_snapshot
+    from gpuhc.sources.snapshot_format import dump_snapshot
 
     slurm_shows(monkeypatch, "IDLE+DRAIN")
     n = node(tmp_path / "node")
@@ -347,7 +347,7 @@ def test_an_nvml_read_that_hangs_ends_in_budget_restores_and_says_wedged(tmp_pat
 
 
 def _plan_cli(tmp_path, n):
-    from gpuhc.sources.snapshot_io import dump_snapshot
+    from gpuhc.sources.snapshot_format import dump_snapshot
 
     scen = tmp_path / "scenario.yaml"
     scen.write_text(yaml.safe_dump(dump_snapshot(Snapshot(hostname="gpu001", time=1.7e9, nvml=n.read_nvml()))))

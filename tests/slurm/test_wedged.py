@@ -5,7 +5,7 @@ the runner's own words for a source that hung (gpuhc/runner.py)."""
 
 from __future__ import annotations
 
-from gpuhc.model import Result, Status
+from gpuhc.model.result import Result, Status
 from gpuhc.slurm import entry
 from gpuhc.slurm.policy import Act
 from gpuhc.slurm.wedged import nvml_trouble

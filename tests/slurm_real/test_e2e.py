@@ -362,7 +362,7 @@ def test_slurm_conf_example_is_accepted_by_slurm(slurm_cluster, tmp_path):
 def test_reasons_round_trip_through_real_scontrol(slurm_cluster, tmp_path, monkeypatch):
     """What gpuhc sends is exactly what Slurm shows back: argv text that looks like other
     scontrol keys, shell syntax, non-ASCII, and a reason cut to 255 bytes."""
-    from gpuhc.model import Action, Result, Status
+    from gpuhc.model.result import Action, Result, Status
     from gpuhc.slurm.reason import build_reason
     from gpuhc.slurm.scontrol import Scontrol
 

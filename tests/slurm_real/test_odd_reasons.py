@@ -130,7 +130,8 @@ def test_drain_report_terminal_table_prints_no_raw_control_byte(odd, monkeypatch
     once(odd, health_check_drains_n1, prolog_drains_n6)  # the sick nodes are drained
     import io
 
-    from gpuhc.cli.report_cmd import read_live, render_rich
+    from gpuhc.cli.report_cmd import read_live
+    from gpuhc.cli.report_render import render_rich
     from gpuhc.slurm.report import build_report
     from gpuhc.slurm.scontrol import Scontrol
 

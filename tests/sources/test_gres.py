@@ -6,8 +6,8 @@ import os
 
 from gpuhc.sources.gres import gres_conf_path, read_inputs, record
 from gpuhc.sources.scenario import load_scenario
-from gpuhc.sources.snapshot_io import dump_yaml
-from gpuhc.model import Snapshot
+from gpuhc.sources.snapshot_format import dump_yaml
+from gpuhc.model.snapshot import Snapshot
 from tests.helpers.paths import SCENARIOS
 
 

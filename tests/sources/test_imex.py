@@ -187,7 +187,8 @@ def test_a_root_link_into_a_directory_users_can_write_is_refused_and_said(tmp_pa
     assert st.installed is False and "writable by group or others" in (st.error or "") and not ran.exists()
     from gpuhc.checks import fabric
     from gpuhc.checks.base import Context
-    from gpuhc.model import Snapshot, Status
+    from gpuhc.model.result import Status
+    from gpuhc.model.snapshot import Snapshot
 
     out = fabric.judge_imex(Snapshot("n1", 1.0, imex=st), Context(thresholds={"imex_required": False}))
     assert [(r.status, r.message.split(":")[0]) for r in out.results] == [(Status.WARN, "IMEX tool not run")]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuhc.errors import SourceError
-from gpuhc.model import EventKind
+from gpuhc.model.kernel import EventKind
 from gpuhc.sources import kernel_log as kl
 from tests.helpers.kmsg_reads import script_reads
 from tests.helpers.paths import FIXTURES

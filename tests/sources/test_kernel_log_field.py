@@ -13,7 +13,8 @@ from collections import Counter
 import pytest
 
 from gpuhc.checks import xid
-from gpuhc.model import Action, EventKind, Status
+from gpuhc.model.kernel import EventKind
+from gpuhc.model.result import Action, Status
 from gpuhc.sources.kernel_log import FileKernelLog
 from gpuhc.sources.kernel_log_parse import SIGNALS
 from gpuhc.xid_catalog import signal_table

@@ -18,7 +18,7 @@ import pytest
 
 from gpuhc.checks import xid
 from gpuhc.errors import SourceError
-from gpuhc.model import Action, Status
+from gpuhc.model.result import Action, Status
 from gpuhc.sources import kernel_log_file
 from gpuhc.sources.kernel_log import FileKernelLog
 from tests.helpers.snapshots import context, healthy_node

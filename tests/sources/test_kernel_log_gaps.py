@@ -8,7 +8,7 @@ from __future__ import annotations
 import errno
 
 from gpuhc.checks import xid
-from gpuhc.model import Status
+from gpuhc.model.result import Status
 from gpuhc.sources import kernel_log as kl
 from tests.helpers.kmsg_reads import script_reads
 from tests.helpers.snapshots import context, healthy_node

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuhc.model import EventKind
+from gpuhc.model.kernel import EventKind
 from gpuhc.sources.kernel_log_parse import parse_lines
 from tests.helpers.paths import FIXTURES
 

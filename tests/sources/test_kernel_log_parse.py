@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuhc.model import EventKind, KernelLog
+from gpuhc.model.kernel import EventKind, KernelLog
 from gpuhc.sources.kernel_log_parse import MAX_MESSAGE, parse_lines, sanitize
 from tests.helpers.paths import FIXTURES
 

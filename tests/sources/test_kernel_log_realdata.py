@@ -13,7 +13,8 @@ from collections import Counter
 import pytest
 
 from gpuhc.checks import nvswitch, xid
-from gpuhc.model import Action, EventKind, Status
+from gpuhc.model.kernel import EventKind
+from gpuhc.model.result import Action, Status
 from gpuhc.sources.kernel_log import FileKernelLog
 from tests.helpers.snapshots import context, healthy_node
 from tests.helpers.paths import FIXTURES

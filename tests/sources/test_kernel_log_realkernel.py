@@ -20,7 +20,7 @@ import time
 import pytest
 
 from gpuhc.checks import xid
-from gpuhc.model import Status
+from gpuhc.model.result import Status
 from gpuhc.sources.kernel_log import KmsgSource
 from tests.helpers.snapshots import context, healthy_node
 from tests.helpers.paths import REPO

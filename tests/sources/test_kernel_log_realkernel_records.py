@@ -20,7 +20,7 @@ import time
 import pytest
 
 from gpuhc.checks import xid
-from gpuhc.model import Status
+from gpuhc.model.result import Status
 from gpuhc.sources.kernel_log import DmesgSource, KmsgSource
 from gpuhc.sources.kernel_log_parse import parse_lines
 from gpuhc.sources.kernel_log_prefix import export_entries

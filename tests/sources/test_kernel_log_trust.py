@@ -13,7 +13,7 @@ import json
 import pytest
 
 from gpuhc.checks import xid
-from gpuhc.model import Status
+from gpuhc.model.result import Status
 from gpuhc.sources.kernel_log_parse import parse_lines
 from tests.helpers.snapshots import context, healthy_node
 

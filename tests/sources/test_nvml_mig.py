@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pynvml as real
 
-from gpuhc.model import MigInstance
+from gpuhc.model.nvml import MigInstance
 from gpuhc.sources.gpu_procs import OccupancyLive
 from gpuhc.sources.nvml import NvmlLive
 from tests.helpers.fake_pynvml import FakeGpu, FakeMig, FakeNvml

@@ -1,4 +1,9 @@
-"""Scenario replay: the format (defaults, templates, steps, extends), its sources, and its errors."""
+"""Scenario replay: the format (defaults, templates, steps, extends), its sources, and its errors.
+
+Through ``load_scenario``, the one way in: it also covers the document checks behind it
+(gpuhc/sources/scenario_validate.py, snapshot_validate.py) and the records built from them
+(snapshot_build.py), which a file can only reach through the loader and whose errors are worded
+for the file it names."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import textwrap
 import pytest
 
 from gpuhc.errors import SourceError
-from gpuhc.model import EventKind
+from gpuhc.model.kernel import EventKind
 from gpuhc.sources import SourceSpec, build_sources
 from gpuhc.sources.scenario import load_scenario
 from tests.helpers.paths import REPO

@@ -12,12 +12,14 @@ import pytest
 from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
 from gpuhc.config import Config, defaults, schema
 from gpuhc.errors import SourceError
-from gpuhc.model import ImexStatus, Snapshot, Status
+from gpuhc.model.host import ImexStatus
+from gpuhc.model.result import Status
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.runner import RunOptions, read_snapshot, run_stage
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.nvml import NvmlLive
 from gpuhc.sources.scenario import load_scenario
-from gpuhc.sources.snapshot_io import dump_snapshot, dump_yaml
+from gpuhc.sources.snapshot_format import dump_snapshot, dump_yaml
 from tests.helpers.paths import REPO
 
 ROOT = str(REPO)

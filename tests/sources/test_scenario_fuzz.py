@@ -21,12 +21,13 @@ from hypothesis import strategies as st
 
 from gpuhc.config import Config, defaults, schema
 from gpuhc.errors import SourceError
-from gpuhc.model import Status
+from gpuhc.model.result import Status
 from gpuhc.runner import RunOptions, run_stage
 from gpuhc.sources import SourceSpec
-from gpuhc.sources.scenario import TOP_KEYS, load_scenario
+from gpuhc.sources.scenario import load_scenario
+from gpuhc.sources.scenario_validate import TOP_KEYS
 from gpuhc.limits import MAX_GPUS, MAX_NVLINKS
-from gpuhc.sources.snapshot_io import GPU_FIELDS, IB_FIELDS
+from gpuhc.sources.snapshot_validate import GPU_FIELDS, IB_FIELDS
 from tests.helpers.paths import REPO
 
 ROOT = REPO

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from gpuhc.errors import SourceError
-from gpuhc.model import HostReading
+from gpuhc.model.host import HostReading
 from gpuhc.sources.scenario import load_scenario
-from gpuhc.sources.snapshot_io import dump_snapshot
+from gpuhc.sources.snapshot_format import dump_snapshot
 from tests.helpers.paths import SCENARIOS
 
 
@@ -33,7 +33,7 @@ def test_a_scenario_without_one_has_no_host():
 
 def test_a_snapshot_writes_it_back_as_it_reads(tmp_path):
     scen = load_scenario(str(SCENARIOS / "fabric-manager-down.yaml"))
-    from gpuhc.model import Snapshot
+    from gpuhc.model.snapshot import Snapshot
 
     doc = dump_snapshot(Snapshot(hostname="n", time=1.0, nvml=scen.nvml, host=scen.host))
     assert doc["host"] == {"services": scen.host.services}

@@ -1,4 +1,5 @@
-"""`gpuhc snapshot` output replays to the same readings and the same verdict."""
+"""`gpuhc snapshot` output replays to the same readings and the same verdict: the writer
+(gpuhc/sources/snapshot_format.py) against the loader (scenario.py), which only a round trip proves."""
 
 from __future__ import annotations
 
@@ -11,22 +12,15 @@ from hypothesis import strategies as st
 
 from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
 from gpuhc.config import Config, defaults, schema
-from gpuhc.model import (
-    AerCounters,
-    EventKind,
-    GpuReading,
-    IbPort,
-    KernelEvent,
-    KernelLog,
-    NvLinkState,
-    NvmlReading,
-    Snapshot,
-)
+from gpuhc.model.host import AerCounters, IbPort
+from gpuhc.model.kernel import EventKind, KernelEvent, KernelLog
+from gpuhc.model.nvml import GpuReading, NvLinkState, NvmlReading
+from gpuhc.model.snapshot import Snapshot
 from gpuhc.runner import RunOptions, run_stage
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.nvml import NvmlLive
 from gpuhc.sources.scenario import load_scenario
-from gpuhc.sources.snapshot_io import dump_snapshot, dump_yaml
+from gpuhc.sources.snapshot_format import dump_snapshot, dump_yaml
 
 import pynvml as real
 from tests.helpers.paths import REPO

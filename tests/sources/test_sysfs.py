@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuhc.model import AerCounters
+from gpuhc.model.host import AerCounters
 from gpuhc.sources.sysfs import SysfsTree, parse_aer, parse_hex, parse_int, parse_rate, parse_state
 from tests.helpers.sysfs_tree import write_port
 

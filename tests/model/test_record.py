@@ -1,19 +1,26 @@
-"""gpuhc.model writes ``==``, ``repr`` and ``hash`` once (``_Record``) instead of letting
+"""gpuhc.model.record writes ``==``, ``repr`` and ``hash`` once (``Record``) instead of letting
 ``@dataclass`` generate them per class at every import: they must behave exactly as the
-generated ones would, for every class there."""
+generated ones would, for every class of every module of gpuhc/model/ (this file covers them
+all because what it proves is the shared base they stand on)."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import math
+import pkgutil
 
 import pytest
 
-from gpuhc import model
+import gpuhc.model
+from gpuhc.model.nvml import NvmlReading
+from gpuhc.model.record import FrozenRecord, Record
+from gpuhc.model.result import Result, Status
 
-CLASSES = [c for _, c in inspect.getmembers(model, inspect.isclass)
-           if dataclasses.is_dataclass(c) and c.__module__ == model.__name__]
+MODULES = [importlib.import_module(f"gpuhc.model.{m.name}") for m in pkgutil.iter_modules(gpuhc.model.__path__)]
+CLASSES = [c for module in MODULES for _, c in inspect.getmembers(module, inspect.isclass)
+           if dataclasses.is_dataclass(c) and c.__module__ == module.__name__]
 
 
 def twin(cls):
@@ -40,8 +47,8 @@ def sample(cls, seed: int):
 def test_every_model_dataclass_uses_the_shared_methods():
     assert len(CLASSES) >= 12
     for cls in CLASSES:
-        assert issubclass(cls, model._Record), cls
-        assert issubclass(cls, model._FrozenRecord) == cls.__dataclass_params__.frozen, cls
+        assert issubclass(cls, Record), cls
+        assert issubclass(cls, FrozenRecord) == cls.__dataclass_params__.frozen, cls
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
@@ -64,10 +71,10 @@ def test_eq_repr_and_hash_are_the_dataclass_ones(cls):
 
 
 def test_fields_left_out_of_comparison_stay_out():
-    a = model.NvmlReading(available=True, notes=["one"])
-    b = model.NvmlReading(available=True, notes=["two"])
+    a = NvmlReading(available=True, notes=["one"])
+    b = NvmlReading(available=True, notes=["two"])
     assert a == b and "notes=['one']" in repr(a)
-    r = model.Result("xid", model.Status.FAIL, "m")
-    assert {r, model.Result("xid", model.Status.FAIL, "m")} == {r}
+    r = Result("xid", Status.FAIL, "m")
+    assert {r, Result("xid", Status.FAIL, "m")} == {r}
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.message = "changed"
