@@ -43,9 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuhc.checks.base import IB, KERNEL_LOG, STAGES, Check, CheckOutput, Context, na, result
+from gpuhc.checks.infiniband_downtime import UP_STATES, timeline
 from gpuhc.model.host import IbPort
-from gpuhc.model.kernel import EventKind, KernelEvent
-from gpuhc.model.pci import norm_pci
 from gpuhc.model.result import Action, Result, Status
 from gpuhc.model.snapshot import Snapshot
 
@@ -68,8 +67,6 @@ _COUNTER_BITS = {
     "port_rcv_remote_physical_errors": 16, "local_link_integrity_errors": 4,
     "excessive_buffer_overrun_errors": 4, "port_xmit_discards": 16,
 }
-_UP_STATES = ("ACTIVE", "ACTIVE_DEFER")
-_MAX_SAMPLES = 512  # keeps the state file small if something runs the check in a tight loop
 
 DEFAULTS: dict[str, Any] = {
     "expected_rate_gbps": None,  # floor for InfiniBand ports; the baseline's per-port rate also applies
@@ -104,65 +101,12 @@ class _Verdict:
 # ----------------------------------------------------------------------------- downtime
 
 
-def down_seconds(obs: list[tuple[float, bool]], now: float, window: float, first_up: float | None) -> float:
-    """Seconds a port spent not ACTIVE within ``[now - window, now]``.
-
-    ``obs`` are (time, up) observations in any order; the state holds until the next one and
-    the last one holds until ``now``. A down stretch counts only if the port had been up
-    before it started (``first_up``): the link training after boot is not an outage.
-    """
-    start = now - window
-
-    def inside(a: float, b: float) -> float:
-        return max(0.0, min(b, now) - max(a, start))
-
-    total, cur, counts, last = 0.0, None, False, 0.0
-    for t, up in sorted(obs):
-        t = min(t, now)  # a timestamp a little ahead of "now" is clock skew, not the future
-        if cur is False and counts:
-            total += inside(last, t)
-        if not up and cur is not False:  # a down stretch starts here
-            counts = first_up is not None and t > first_up
-        cur, last = up, t
-    if cur is False and counts:
-        total += inside(last, now)
-    return total
-
-
-_MODULE_DOWN = ("Cable unplugged", "Cable error")  # mlx5 module events (kernel_log_host); module numbers are not ports
-
-def _events_for(port: IbPort, pci: str | None, events: list[KernelEvent]) -> list[tuple[float, bool]]:
-    out = []
-    for ev in events:
-        if ev.kind is EventKind.IB_MODULE:  # a cable pulled or failed: an outage starts (no Port: line needed)
-            if ev.state in _MODULE_DOWN and ev.time is not None and ev.pci and ev.pci == pci:
-                out.append((float(ev.time), False))
-            continue
-        if ev.kind is not EventKind.IB_LINK or ev.time is None or not ev.state:
-            continue
-        if ev.port is not None and ev.port != port.port:
-            continue
-        if ev.device == port.device or (pci and (ev.device and norm_pci(ev.device) == pci or
-                                                 (ev.device is None and ev.pci == pci))):
-            out.append((float(ev.time), ev.state.upper() in _UP_STATES))
-    return out
-
-
 def _downtime(port: IbPort, snapshot: Snapshot, ctx: Context, prev: dict, boot_changed: bool,
               v: _Verdict) -> dict[str, Any]:
-    """Judge seconds down; return the port's new sample history for the state."""
-    now = snapshot.time
+    """Judge seconds down (gpuhc/checks/infiniband_downtime.py); return the port's new sample
+    history for the state."""
     window = float(ctx.t("down_window_s", 600.0))
-    samples = [] if boot_changed else _prev_samples(prev, now)
-    first_up = None if boot_changed else _number(prev.get("first_up"))
-    if port.state is not None:
-        samples.append((now, port.state in _UP_STATES))
-    events = snapshot.kernel.events if snapshot.kernel else []
-    obs = samples + _events_for(port, getattr(port, "pci", None), events)
-    ups = [t for t, up in obs if up]
-    if ups:
-        first_up = min(ups + ([first_up] if first_up is not None else []))
-    down = down_seconds(obs, now, window, first_up)
+    down, kept = timeline(port, snapshot, window, prev, boot_changed)
     fail, warn = ctx.t("down_fail_s", 7.0), ctx.t("down_warn_s", 1.0)
     v.value["down_s"] = round(down, 3)
     v.threshold["down_fail_s"] = fail
@@ -171,28 +115,7 @@ def _downtime(port: IbPort, snapshot: Snapshot, ctx: Context, prev: dict, boot_c
         v.add(Status.FAIL, text, Action.DRAIN_TICKET)
     elif warn is not None and down > 0 and down >= float(warn):
         v.add(Status.WARN, text)
-    # keep the window, plus the last sample before it: it tells the state at the window's start
-    samples = sorted(dict(samples).items())  # one sample per time: a replay may run twice at one "now"
-    start = now - window
-    keep = [s for s in samples if s[0] >= start]
-    older = [s for s in samples if s[0] < start]
-    keep = (older[-1:] + keep)[-_MAX_SAMPLES:]
-    return {"samples": [[round(t, 3), int(u)] for t, u in keep], "first_up": first_up}
-
-
-def _number(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _prev_samples(prev: dict, now: float) -> list[tuple[float, bool]]:
-    """The stored samples, skipping anything malformed (a hand-edited state file) and anything
-    after ``now`` (the clock went back, or a replay judged an earlier time)."""
-    out = []
-    for item in prev.get("samples") or []:
-        if isinstance(item, (list, tuple)) and len(item) == 2 and _number(item[0]) is not None:
-            if item[0] <= now:
-                out.append((float(item[0]), bool(item[1])))
-    return out
+    return kept
 
 
 # ----------------------------------------------------------------------------- counters
@@ -250,7 +173,7 @@ def _link(port: IbPort, v: _Verdict) -> bool:
     if phys is not None and phys != "LinkUp":
         v.add(Status.FAIL, f"{state}, physical link {phys} (cable, transceiver or switch port)", Action.DRAIN_TICKET)
         return False
-    if state in _UP_STATES:
+    if state in UP_STATES:
         return True
     if state in ("INIT", "ARMED"):
         v.add(Status.FAIL, f"{state}: link up but not activated by the subnet manager", Action.DRAIN_TICKET)
@@ -351,8 +274,8 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         if is_eth and eth_mode == "ignore":
             results.append(na(ID, f"{s} Ethernet port not judged", s))
             continue
-        base_down = base is not None and base.get("state") not in (None, *_UP_STATES)
-        if port.state not in _UP_STATES and (
+        base_down = base is not None and base.get("state") not in (None, *UP_STATES)
+        if port.state not in UP_STATES and (
                 base_down or (is_eth and port.phys_state == "Disabled" and base is None)):
             why = "not ACTIVE in the baseline either" if base_down else "Ethernet port disabled (unused)"
             results.append(na(ID, f"{s} {port.state or 'unknown'}: {why}", s))
@@ -369,7 +292,7 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         results.append(_fold(s, v, is_eth and eth_mode == "warn", f"{port.state} {port.phys_state or ''}{rate}".rstrip()))
 
     for s, entry in sorted(base_ib.items()):
-        if s in seen or _ignored(s, s.split("/")[0], ignore) or (entry or {}).get("state") not in _UP_STATES:
+        if s in seen or _ignored(s, s.split("/")[0], ignore) or (entry or {}).get("state") not in UP_STATES:
             continue
         if (entry or {}).get("link_layer") == "Ethernet" and eth_mode != "judge":
             continue

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuhc.checks.infiniband import down_seconds, judge
+from gpuhc.checks.infiniband import judge
+from gpuhc.checks.infiniband_downtime import down_seconds
 from gpuhc.model.result import Action, Status
 
 from tests.helpers.infiniband import NOW, ctx, link, one, port, snap
