@@ -39,8 +39,8 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 import gen_nodes  # noqa: E402  (after the path set-up above)
 
 from gpuhc.cli.report_render import render_plain, render_rich  # noqa: E402
-from gpuhc.slurm.dumps import read_dump  # noqa: E402  (what --from-file reads with)
-from gpuhc.slurm.report import build_report  # noqa: E402
+from gpuhc.slurm.read.dumps import read_dump  # noqa: E402  (what --from-file reads with)
+from gpuhc.slurm.report.build import build_report  # noqa: E402
 
 NOW = float(gen_nodes.NOW)
 

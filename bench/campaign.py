@@ -3,7 +3,7 @@
 
     python bench/campaign.py --policy shipped --seed 1 --days 30 --nodes 64 --json out.json --png out.png
 
-gpuhc's flows (gpuhc/slurm/entry.py, the ladder, the boot-time retest) run unchanged against a
+gpuhc's flows (gpuhc/slurm/flows/entry.py, the ladder, the boot-time retest) run unchanged against a
 modelled Slurm on a virtual clock, each node replaying a scenario of examples/scenarios; the
 fault injector (bench/campaign_model/faults.py) draws faults at the published rates. One JSON
 document on stdout (or --json FILE); exit 2 for a bad argument or a policy this build lacks.

@@ -8,8 +8,8 @@ import json
 import sys
 import time
 
-from gpuhc.slurm.reset_plan import make_plan
-from gpuhc.slurm.reset_probe import ProbeSettings, probe
+from gpuhc.slurm.repair.reset_plan import make_plan
+from gpuhc.slurm.repair.reset_probe import ProbeSettings, probe
 from gpuhc.slurm.settings import RESET_SERVICES
 from gpuhc.sources.nvml import NvmlLive
 

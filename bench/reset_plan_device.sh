@@ -5,7 +5,7 @@
 #   2. the plan while a process named "slurmd" holds NVML open, as slurmd with AutoDetect=nvml
 #      does from Slurm 23.02 on (it calls nvmlInit and takes every GPU's handle, then keeps them):
 #      the plan must name it and say "path: reboot first";
-#   3. the bounded runner (gpuhc/slurm/gpureset.py) on a real nvidia-smi call and a bounded NVML
+#   3. the bounded runner (gpuhc/slurm/repair/gpureset.py) on a real nvidia-smi call and a bounded NVML
 #      read, with their wall times;
 #   4. that nothing changed: persistence mode and compute mode before and after, compared.
 # Never resets a GPU, never changes persistence, clocks, power, compute mode or MIG: the plan only
@@ -53,7 +53,7 @@ kill "$HP"; wait "$HP" 2>/dev/null
 # The bounded runner and the bounded NVML read, on the real tools (read-only calls).
 timed python3 - <<'PY'
 import time
-from gpuhc.slurm.gpureset import call_bounded, run_argv
+from gpuhc.slurm.repair.gpureset import call_bounded, run_argv
 from gpuhc.sources.nvml import NvmlLive
 t = time.monotonic(); r = run_argv(["nvidia-smi", "-L"], 10.0)
 print("run_argv nvidia-smi -L:", r.ok, round(time.monotonic() - t, 3), "s")

@@ -61,7 +61,7 @@ class SlurmUnreachable(SlurmError):
 
 class ObserveNotSent(SlurmError):
     """A call that would change Slurm, not sent because ``slurm.mode`` is observe
-    (gpuhc/slurm/command.py, the one gate)."""
+    (gpuhc/slurm/act/command.py, the one gate)."""
 
 
 def run_cli(cli) -> None:

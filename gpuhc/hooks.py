@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # subprocess and friends load only when a hook runs: config v
 
 # The events gpuhc fires; ``hooks.events`` picks which of them run the hooks.
 EVENTS = ("drain", "resume", "retire", "breaker_trip", "remediation",
-          "job_finding", "job_requeue")  # the job checks' (gpuhc/slurm/jobs_act.py)
+          "job_finding", "job_requeue")  # the job checks' (gpuhc/slurm/jobs/act.py)
 
 OUTPUT_TAIL = 2000  # bytes of a hook's output kept for the log line
 KILL_GRACE_S = 1.0

@@ -14,7 +14,7 @@ character that is not printable as a ``\\uXXXX`` escape (json.dumps leaves C1 co
 U+009B, a one-character CSI, and U+2028 raw when it keeps non-ASCII), so a JSON document on a
 terminal is as inert as a line, and a reader gets back every byte Slurm gave.
 
-The drain reason has stricter rules of its own on top (``gpuhc.slurm.reason.sanitize``: Slurm
+The drain reason has stricter rules of its own on top (``gpuhc.slurm.policy.reason.sanitize``: Slurm
 quotes and brackets), and kernel-log messages are already one line when parsed
 (``gpuhc.sources.kernel_log_parse.sanitize``); this is what every log line goes through last.
 """

@@ -2,7 +2,7 @@
 
 What lives here: kernel-log cursors, counter baselines for growth checks, IB downtime samples,
 consecutive pass/fail counts for the drain policy (its ``slurm`` part through
-:mod:`gpuhc.slurm.memory`). Losing it is survivable (growth checks re-baseline) but corrupting
+:mod:`gpuhc.slurm.flows.memory`). Losing it is survivable (growth checks re-baseline) but corrupting
 it must never crash a health check, and two gpuhc processes at once (a health check overlapping
 an epilog) must not lose each other's writes: the locked, atomic, bounded document of
 :mod:`gpuhc.jsonstore`, whose rules it follows.

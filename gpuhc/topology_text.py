@@ -2,7 +2,7 @@
 
 Read by the sweep's planner (groups that stay under one leaf) and by the fleet's suspect-switch
 incidents (``gpuhc/fleet/switches.py``, which strips a topology.conf down to these records
-first), and by the lemon rule's shared causes (``gpuhc/slurm/lemon_memory.py``), so it sits below
+first), and by the lemon rule's shared causes (``gpuhc/slurm/repair/lemon_memory.py``), so it sits below
 all three. The record shapes are those of ``scontrol show topology`` and
 topology.conf(5): ``SwitchName=... Level=... Nodes=<hostlist>`` for topology/tree, and
 ``BlockName=... Nodes=<hostlist>`` for topology/block (docs/slurm.md).

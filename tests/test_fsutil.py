@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from gpuhc.export.eventlog import append_event
 from gpuhc.fsutil import UnsafePath, check_dir_chain, open_append, write_atomic
 from gpuhc.logtext import escape
-from gpuhc.slurm.log import Log
+from gpuhc.slurm.flows.log import Log
 from tests.helpers.paths import REPO
 
 ROOT = REPO
@@ -221,7 +221,7 @@ def test_a_program_found_on_path_or_configured_runs_only_under_the_program_rule(
     others can write is refused, said, and never run."""
     from gpuhc.errors import SlurmError
     from gpuhc.fsutil import trusted_which
-    from gpuhc.slurm.command import SlurmCommand
+    from gpuhc.slurm.act.command import SlurmCommand
 
     ran = tmp_path / "ran"
     drop = tmp_path / "drop"
@@ -237,7 +237,7 @@ def test_a_program_found_on_path_or_configured_runs_only_under_the_program_rule(
         SlurmCommand().call(["sinfo", "-h"])
     with pytest.raises(SlurmError, match="cannot run"):
         SlurmCommand(paths={"sinfo": str(prog)}).call(["sinfo", "-h"])
-    from gpuhc.slurm.gpureset import run_argv  # systemctl, nvidia-smi, the reset command
+    from gpuhc.slurm.repair.gpureset import run_argv  # systemctl, nvidia-smi, the reset command
 
     got = run_argv([str(prog), "stop", "x"], 5.0)
     assert not got.ok and "not run" in got.detail and "writable by group or others" in got.detail

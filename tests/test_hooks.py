@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from gpuhc.hooks import EVENTS, fire, fire_outcome, outcome_events
-from gpuhc.slurm.breaker import BreakerState
-from gpuhc.slurm.policy import Act, Decision, Memory
+from gpuhc.slurm.policy.breaker import BreakerState
+from gpuhc.slurm.policy.drain import Act, Decision, Memory
 from tests.helpers.hooks import _events, _script, recorder  # noqa: F401 - recorder: a fixture
 
 

@@ -18,7 +18,7 @@ from tests.helpers.minislurm import EPILOG_ENV, OK, XID, MiniSlurm, config, flow
 from gpuhc.model.kernel import KernelLog
 from gpuhc.model.snapshot import Snapshot
 from gpuhc import postmortem
-from gpuhc.slurm import entry
+from gpuhc.slurm.flows import entry
 from gpuhc.postmortem import UnsafeDirectory, check_root_dir, kernel_tail
 from gpuhc.sources import SourceSpec
 from tests.helpers.owners import owners

@@ -117,13 +117,13 @@ def test_the_fault_history_reads_the_event_log_as_untrusted_input(tmp_path):
 
 
 def test_an_admins_retire_on_the_node_reads_it_and_writes_the_bundle(tmp_path, owners):
-    """slurm/admin.py's retire_evidence, as `gpuhc quarantine retire` on the node and the ladder
+    """slurm/repair/admin.py's retire_evidence, as `gpuhc quarantine retire` on the node and the ladder
     call it: no snapshot at hand, so the node is read (here: its scenario) and the bundle written;
     a bundle that cannot be written is logged and never raised."""
     from gpuhc.config import Config, defaults, schema
     from gpuhc.runreport import RunOptions
-    from gpuhc.slurm import entry
-    from gpuhc.slurm.admin import retire_evidence
+    from gpuhc.slurm.flows import entry
+    from gpuhc.slurm.repair.admin import retire_evidence
 
     data = defaults(schema())
     data["slurm"].update({"syslog": False, "log_file": str(tmp_path / "decisions.log")})

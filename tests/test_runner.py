@@ -241,7 +241,7 @@ def test_hung_kernel_log_does_not_hide_a_down_ib_port(monkeypatch, tmp_path):
 
 def test_also_runs_a_check_the_stage_does_not(tmp_path):
     """The health check of a node held for occupancy judges occupancy too (RunOptions.also,
-    set by gpuhc/slurm/entry.py from policy.rejudge); without it the passive stage never does."""
+    set by gpuhc/slurm/flows/entry.py from policy.rejudge); without it the passive stage never does."""
     from tests.helpers.paths import SCENARIOS as scen
 
     stray = tmp_path / "stray.yaml"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 
-from gpuhc.slurm.reason import parse_reason
+from gpuhc.slurm.policy.reason import parse_reason
 
 GOAL_BACK_S = 3600.0  # "every repairable node back within the hour"
 

@@ -1,7 +1,7 @@
 """One modelled node: the scenario its GPUs replay right now, and gpuhc's flows run on it.
 
-The flows are gpuhc's own (:mod:`gpuhc.slurm.entry`, the ladder in :mod:`gpuhc.slurm.remediate`,
-the boot-time retest's rules in :mod:`gpuhc.slurm.quarantine`), judged by the real runner on
+The flows are gpuhc's own (:mod:`gpuhc.slurm.flows.entry`, the ladder in :mod:`gpuhc.slurm.repair.remediate`,
+the boot-time retest's rules in :mod:`gpuhc.slurm.repair.quarantine`), judged by the real runner on
 the node's scenario, with the modelled Slurm behind ``make_scontrol``. The scenario is written
 for each run: the fault's own scenario (examples/scenarios) with its kernel-log lines moved to
 the fault's virtual time, and one line stamped "now" (a replay's "now" is its latest line,
@@ -16,8 +16,8 @@ import re
 import time
 from pathlib import Path
 
-from gpuhc.slurm import entry
-from gpuhc.slurm.scontrol import Scontrol
+from gpuhc.slurm.flows import entry
+from gpuhc.slurm.act.scontrol import Scontrol
 from gpuhc.sources import SourceSpec
 
 from .faults import EXAMPLES, OWN, Fault
@@ -169,12 +169,12 @@ class Node:
 
 def retest(flow: entry.Flow) -> str:
     """The boot-time retest (`gpuhc quarantine retest` from examples/systemd/gpuhc-retest.service)
-    with the modelled Slurm: gpuhc's own flow (gpuhc/slurm/retest.py), handed this node's Flow.
+    with the modelled Slurm: gpuhc's own flow (gpuhc/slurm/repair/retest.py), handed this node's Flow.
     Returns the plan carried out, or "error" where Slurm did not answer: the CLI turns that
     SlurmError into its exit code (gpuhc/errors.py), the unit runs again at the next boot, and the
     node stays as it was (the model's slurmctld timeouts reach the retest too)."""
     from gpuhc.errors import SlurmError
-    from gpuhc.slurm.retest import retest as retest_flow
+    from gpuhc.slurm.repair.retest import retest as retest_flow
 
     try:
         return retest_flow(flow).act

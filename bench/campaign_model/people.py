@@ -6,7 +6,7 @@ sim.Campaign."""
 
 from __future__ import annotations
 
-from gpuhc.slurm.reason import parse_reason
+from gpuhc.slurm.policy.reason import parse_reason
 
 from . import faults as F
 from . import noise as N

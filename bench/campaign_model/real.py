@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuhc.slurm.reason import parse_reason
+from gpuhc.slurm.policy.reason import parse_reason
 
 from . import faults as F
 from .node import Node, _epoch

@@ -12,7 +12,7 @@ class Repairs:
     def _reset(self, remediation, gpus, read_nvml, log, deadline, read_mig=None):
         """The reset procedure's stand-in: takes reset_s on the virtual clock, repairs a fault a
         reset can repair with its odds (a permanent lemon never)."""
-        from gpuhc.slurm.reset_run import Outcome
+        from gpuhc.slurm.repair.reset_run import Outcome
 
         node = self.current
         self.offset += self.reset_s

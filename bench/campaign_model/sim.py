@@ -2,7 +2,7 @@
 (docs/campaign.md, "Method"); jobs are jobs.py's, persons people.py's.
 
 What runs for real: every health check, prolog, epilog and boot-time retest of a node whose
-inputs changed since its last run of that stage changed nothing, through gpuhc.slurm.entry with
+inputs changed since its last run of that stage changed nothing, through gpuhc.slurm.flows.entry with
 the real runner judging the node's scenario (noise laid over it) and the real active-check
 judges reading active_gpu.py's worker answers. What is skipped, and why: a node in service that
 gpuhc does not hold, whose scenario, kernel log and Slurm row are those of its last run of the
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from gpuhc.slurm import entry
-from gpuhc.slurm.reason import parse_reason
+from gpuhc.slurm.flows import entry
+from gpuhc.slurm.policy.reason import parse_reason
 
 from . import faults as F
 from . import noise as N
@@ -48,7 +48,7 @@ OBSERVE_RERUN_S = 6 * 3600.0
 # rate rules' 1 h, the xid and nvswitch windows' 24 h): a held node's verdict can change only
 # when one of its lines crosses one of them (Campaign._held_quiet).
 HOLD_WINDOWS_S = (600.0, 3600.0, 86400.0)
-LADDER_RECHECK_S = 1800.0  # the ladder's reboot_timeout_s (gpuhc/slurm/ladder.py)
+LADDER_RECHECK_S = 1800.0  # the ladder's reboot_timeout_s (gpuhc/slurm/repair/ladder.py)
 
 
 @dataclass
@@ -124,18 +124,18 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
     def run(self) -> "Campaign":
         import gpuhc.active.orchestrate as orchestrate_mod
         import gpuhc.runner as runner_mod
-        import gpuhc.slurm.actuator as actuator_mod
-        import gpuhc.slurm.remediate as remediate_mod
-        import gpuhc.slurm.reset_run as reset_mod
+        import gpuhc.slurm.act.actuator as actuator_mod
+        import gpuhc.slurm.repair.remediate as remediate_mod
+        import gpuhc.slurm.repair.reset_run as reset_mod
 
         real_run_stage = runner_mod.run_stage
         saved = (actuator_mod.time, reset_mod.procedure, runner_mod.run_stage, orchestrate_mod.run_tasks,
                  remediate_mod.owner_of)
         # A recorded process's pid is not a process of this host: the model's GPU processes are
-        # its strays, a user's (gpuhc/slurm/remediate.py reads the owner from /proc).
+        # its strays, a user's (gpuhc/slurm/repair/remediate.py reads the owner from /proc).
         remediate_mod.owner_of = lambda pid, name, remediation: "stray"
         # The breaker's jitter and settle sleeps pass on the virtual clock; the reset procedure
-        # (gpuhc/slurm/reset_run.py) is the stand-in; the active checks' worker is active_gpu's;
+        # (gpuhc/slurm/repair/reset_run.py) is the stand-in; the active checks' worker is active_gpu's;
         # the runner's runs are counted.
         actuator_mod.time = SimpleNamespace(sleep=self._sleep, monotonic=time.monotonic, time=self.now)
         reset_mod.procedure = self._reset
@@ -179,7 +179,7 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
     # ------------------------------------------------------------------ the runner
 
     def _run_stage(self, real, opts):
-        from gpuhc.slurm.policy import verdict_of
+        from gpuhc.slurm.policy.drain import verdict_of
 
         self.stats.runs["real"] += 1
         report = real(opts)
@@ -200,7 +200,7 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
     def _check_healthy(self) -> None:
         """The healthy scenario passes every stage: the ground for skipping its runs."""
         from gpuhc.runner import run_stage
-        from gpuhc.slurm.policy import Verdict, verdict_of
+        from gpuhc.slurm.policy.drain import Verdict, verdict_of
 
         probe = self.current = Node("probe", self.nodes[self.names[0]].dir.parent)
         for stage in ("passive", "prolog", "epilog"):

@@ -1,7 +1,7 @@
 """A modelled slurmctld: the node table gpuhc reads and updates, answering the argv gpuhc sends.
 
-It stands behind the same ``run=`` injection of :class:`gpuhc.slurm.command.SlurmCommand` that
-the unit tests use (tests/slurm/test_entry.py's MiniSlurm), so gpuhc's flows run unchanged; the
+It stands behind the same ``run=`` injection of :class:`gpuhc.slurm.act.command.SlurmCommand` that
+the unit tests use (tests/slurm/flows/test_entry.py's MiniSlurm), so gpuhc's flows run unchanged; the
 answers are rendered by tests/helpers/slurm_answers.py, the format tests/slurm_real/test_sinfo.py checks
 against a real slurmctld. What Slurm does on its own (a reboot's notes and its DOWN state after
 the boot, docs/slurm.md "Slurm releases") is modelled as 22.05 does it with ReturnToService=1.

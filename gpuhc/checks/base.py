@@ -121,7 +121,7 @@ class Check:
     from_config: dict[str, tuple[str, str]] = field(default_factory=dict)
     nested_thresholds: bool = False  # True: mapping thresholds merge key by key across layers
     # A check that holds kernel-log incidents across runs: given its state and "now", its state
-    # once an admin's resume or retest acknowledged them (gpuhc/slurm/handover.py asks every
+    # once an admin's resume or retest acknowledged them (gpuhc/slurm/flows/handover.py asks every
     # check that sets it; docs/slurm.md, "An admin's resume is an acknowledgement").
     acknowledge: Callable[[dict[str, Any] | None, float], dict[str, Any]] | None = None
     # How the check wants its sources read in this run (waits, link slices, reader settings),

@@ -10,7 +10,7 @@ clusters"). A GPU node whose driver vanished still fails: its boards stay on the
 
 Expected count, in order (docs/slurm.md, "Expected GPUs"): what Slurm gives the node (the GPUs
 in its ``Gres=`` in slurm.conf; the CLI puts it in ``node.expected_gpus`` and says so in
-``node.expected_gpus_from``, gpuhc/slurm/slurmconf.py), else the baseline's ``gpu_count``, else
+``node.expected_gpus_from``, gpuhc/slurm/read/slurmconf.py), else the baseline's ``gpu_count``, else
 the config's ``node.expected_gpus`` (threshold ``expected``). With none, any non-zero count
 passes. The count is node-wide even in the prolog: a missing GPU breaks the node, not only the
 job that asked for it. A device the job was allocated (``SLURM_JOB_GPUS``, mapped through

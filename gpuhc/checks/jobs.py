@@ -10,7 +10,7 @@ each job by its signature (gpuhc/checks/jobs_judge.py). The rules (docs/checks.m
 - A hang or a straggler is a warning, never a drain: a hang can be the application (a rank
   writing a checkpoint alone looks the same). It names the culprit GPU; the health check's
   Slurm side writes it into the job's AdminComment, the event log and the hooks
-  (gpuhc/slurm/jobs_act.py), and ``gpuhc jobs`` shows every node's view together.
+  (gpuhc/slurm/jobs/act.py), and ``gpuhc jobs`` shows every node's view together.
 - Opt-in (``drain_culprit_jobs`` > 0): a node whose GPU is the culprit of that many different
   jobs' hangs within ``culprit_memory_s`` fails, with a drain, in the runs that see one of those
   hangs go on: one job's hang may be its own doing, the same GPU stalling job after job is not.
@@ -18,7 +18,7 @@ each job by its signature (gpuhc/checks/jobs_judge.py). The rules (docs/checks.m
   once on a GPU, so no user alone can drain a node by hanging their own jobs. A job counts only
   when slurmstepd's cgroup names it, its processes have one owner (root's processes in it are
   slurmstepd's and neutral), and the Slurm side has confirmed that Slurm runs it here for that
-  user (:func:`confirm_culprit`, called by gpuhc/slurm/jobs_act.py after its read of the job): a
+  user (:func:`confirm_culprit`, called by gpuhc/slurm/jobs/act.py after its read of the job): a
   check judges without Slurm, so a hang counts from the run after the one that called it.
   (Once the hung job is gone the node judges healthy again, as after any finding gpuhc does not
   hold in its state: docs/slurm.md's hysteresis decides when it goes back.) Opt-in too (``drain_culprit_with_hardware``):
@@ -110,7 +110,7 @@ CONFIRMED = "confirmed"  # a culprit entry's key: the uid Slurm confirmed runs t
 
 
 def confirm_culprit(state: Any, job: str, uid: int) -> None:
-    """The Slurm side's word (gpuhc/slurm/jobs_act.py) on this check's saved state: Slurm runs
+    """The Slurm side's word (gpuhc/slurm/jobs/act.py) on this check's saved state: Slurm runs
     ``job`` on this node for ``uid``. Only an entry of that same user is marked."""
     entry = state.get("culprits", {}).get(job) if isinstance(state, dict) and isinstance(state.get("culprits"), dict) else None
     if isinstance(entry, dict) and entry.get("user") == uid:

@@ -22,7 +22,7 @@ memory or at half speed, and nothing in the hardware counters says why. The rule
 
 Every failure drains (``drain + reboot``: killing the process may not free a wedged context)
 with a reason naming the GPU, the pids, their names and the GiB held. The health check runs
-this check only on a node gpuhc holds out of service for it (gpuhc/slurm/policy.py ``rejudge``):
+this check only on a node gpuhc holds out of service for it (gpuhc/slurm/policy/drain.py ``rejudge``):
 on a node in service a process on a GPU is a running job.
 """
 

@@ -84,9 +84,9 @@ def check(src: SourceArgs, stage: str, demo: bool, gpu_list: str | None, only: t
 
 
 def _slurm_gpus(opts, text: str, verbose: bool) -> None:
-    """Point the run at the GPUs Slurm would give by these names (gpuhc/slurm/job_gpus.py)."""
+    """Point the run at the GPUs Slurm would give by these names (gpuhc/slurm/jobs/gpus.py)."""
     from gpuhc.gres_conf import GpuMapError
-    from gpuhc.slurm.job_gpus import job_devices, node_devices
+    from gpuhc.slurm.jobs.gpus import job_devices, node_devices
 
     ids = [t.strip() for t in text.split(",") if t.strip()]
     if ids and all(t.startswith(("MIG-", "GPU-")) for t in ids):

@@ -203,7 +203,7 @@ def run_options_from(src: SourceArgs, stage: str, gpus: list[int] | None = None,
     sources = source_spec(src, config)
     if not (sources.nvml_scenario or sources.test_scenario):
         # This node's own GPUs: Slurm's count for it comes first (docs/slurm.md, "Expected GPUs").
-        from gpuhc.slurm.slurmconf import with_slurm_gpus
+        from gpuhc.slurm.read.slurmconf import with_slurm_gpus
 
         config = with_slurm_gpus(config, node_name(src.hostname))
     return RunOptions(

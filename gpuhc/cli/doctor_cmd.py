@@ -1,7 +1,7 @@
 """``gpuhc doctor``: is gpuhc wired into Slurm as it should be, on this node and on the admin host?
 
-It reads slurm.conf locally (gpuhc/slurm/slurmconf.py) and judges each setting gpuhc depends on
-(gpuhc/slurm/wiring.py), then what only this machine can say: its own name, Slurm's GPU count for
+It reads slurm.conf locally (gpuhc/slurm/read/slurmconf.py) and judges each setting gpuhc depends on
+(gpuhc/slurm/policy/wiring.py), then what only this machine can say: its own name, Slurm's GPU count for
 it, the ``hosts:`` entry it gets, the textfile directory. With the Slurm clients it also asks
 ``sinfo`` for every node, to show which ``hosts:`` entry and which expected GPU count each one
 gets; on the admin host (``--admin-host``, or where install.sh made the sweep's user) the sweep
@@ -27,7 +27,7 @@ SWEEP_USER = "gpuhc"  # the system user install.sh --admin-host makes
 def _sh(argv: list[str], slurm: dict, timeout: float = 20.0) -> tuple[str | None, str | None]:
     """(output, None) or (None, why): a Slurm client through the one wrapper."""
     from gpuhc.errors import SlurmError, SlurmUnreachable
-    from gpuhc.slurm.command import SlurmCommand
+    from gpuhc.slurm.act.command import SlurmCommand
 
     try:
         return SlurmCommand.from_section(slurm, timeout_s=timeout).call(argv), None
@@ -47,7 +47,7 @@ def expected_rows(names: list[str], conf, overrides: list, top_count) -> list[di
     count gpu-count holds it to (docs/slurm.md, "Expected GPUs"; a baseline, being the node's
     own file, is not seen from here)."""
     from gpuhc.config_hosts import host_matches
-    from gpuhc.slurm.slurmconf import gpus_in
+    from gpuhc.slurm.read.slurmconf import gpus_in
 
     rows = []
     for name in names:
@@ -126,8 +126,8 @@ def is_admin_host() -> bool:
 
 
 def gather(config, conf, conf_error: str | None, admin: bool, ask_slurm: bool, node: str) -> dict:
-    from gpuhc.slurm import wiring
-    from gpuhc.slurm.slurmconf import slurm_gpus
+    from gpuhc.slurm.policy import wiring
+    from gpuhc.slurm.read.slurmconf import slurm_gpus
 
     slurm = config.section("slurm")
     rel = release(slurm) if ask_slurm else None
@@ -228,7 +228,7 @@ def doctor(config_path, slurm_conf, hostname, admin_host, no_sinfo, json_mode) -
     Exit 0: nothing blocks; 1: a blocker; 2: a usage or config error.
     """
     from gpuhc.config import load_config
-    from gpuhc.slurm.slurmconf import SlurmConfError, read
+    from gpuhc.slurm.read.slurmconf import SlurmConfError, read
 
     node = node_name(hostname)
     config = load_config(config_path, node)

@@ -22,8 +22,8 @@ from gpuhc.fleet.render import render_incidents, render_risk, render_stats, rend
 from gpuhc.fleet.risk import Risk, scaling_table
 from gpuhc.fleet.stats import per_gpu_hour_rate
 from gpuhc.fleet.switches import Failure, failures_from_nodes, group_by_switch, merge_failures, read_topology_conf
-from gpuhc.slurm.report import ReportError, parse_duration
-from gpuhc.slurm.scontrol import Scontrol
+from gpuhc.slurm.report.build import ReportError, parse_duration
+from gpuhc.slurm.act.scontrol import Scontrol
 from gpuhc.topology_text import parse_topology
 
 

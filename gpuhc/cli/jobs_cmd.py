@@ -1,7 +1,7 @@
 """``gpuhc jobs``: running jobs that look hung or slowed, with the culprit node and GPU and since when.
 
 Read only. It asks ``scontrol show job -o`` once (or reads such a dump with ``--from-file``) and
-combines the nodes' views each job's AdminComment holds (gpuhc/slurm/jobs_record.py; the health
+combines the nodes' views each job's AdminComment holds (gpuhc/slurm/jobs/record.py; the health
 check writes them, docs/checks.md "jobs"). Every text Slurm hands back is escaped before it is
 printed (gpuhc/logtext.py): job names and comments are the users' and operators' words.
 """
@@ -21,7 +21,7 @@ DEFAULT_FIELDS = ("job", "verdict", "culprits", "since", "age", "nodes", "user",
 
 
 def rows(jobs: list[dict[str, str]], now: float, everything: bool = False) -> list[dict]:
-    from gpuhc.slurm import jobs_record as rec
+    from gpuhc.slurm.jobs import record as rec
 
     out = []
     for j in jobs:
@@ -92,7 +92,7 @@ def jobs(from_file, json_mode, fields, noheader, everything, scontrol, config_pa
 
 
 def _read(from_file: str | None, scontrol: str | None, config_path: str | None, timeout: float) -> list[dict[str, str]]:
-    from gpuhc.slurm.jobs_slurm import JobControl, parse_job_line
+    from gpuhc.slurm.jobs.control import JobControl, parse_job_line
 
     if from_file:
         from gpuhc.errors import ConfigError

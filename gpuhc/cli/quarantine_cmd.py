@@ -1,7 +1,7 @@
 """`gpuhc quarantine list|retest|release|retire`: the admin's handle on nodes gpuhc holds.
 
 NODES is a Slurm hostlist (``gpu[001-004,010]``). The quarantine state lives in the drain
-reason (see :mod:`gpuhc.slurm.quarantine`), so these commands work from any machine that can
+reason (see :mod:`gpuhc.slurm.repair.quarantine`), so these commands work from any machine that can
 run scontrol — except ``retest`` of a node other than this one, which can only ask Slurm to
 reboot it (``--reboot``): the bootstrap checks need the node's GPUs.
 """
@@ -33,7 +33,7 @@ def _expand(text: str | None) -> list[str]:
 def _scontrol(config, stage: str = "bootstrap"):
     import time
 
-    from gpuhc.slurm.scontrol import Scontrol
+    from gpuhc.slurm.act.scontrol import Scontrol
 
     s = config.section("slurm")
     return Scontrol.from_section(s, deadline=time.monotonic() + float(s["deadline_s"][stage]))
@@ -41,8 +41,8 @@ def _scontrol(config, stage: str = "bootstrap"):
 
 def _actuator(config):
     """Every drain and resume goes through the actuator (read, act, verify)."""
-    from gpuhc.slurm.actuator import Actuator
-    from gpuhc.slurm.breaker import BreakerSettings
+    from gpuhc.slurm.act.actuator import Actuator
+    from gpuhc.slurm.policy.breaker import BreakerSettings
 
     s = config.section("slurm")
     return Actuator(_scontrol(config), BreakerSettings.from_section(s["breaker"]), observe=s["mode"] == "observe")
@@ -73,7 +73,7 @@ def quarantine() -> None:
 @click.option("--json", "json_mode", is_flag=True, help="JSON instead of a table.")
 def list_cmd(nodes: str | None, config_path: str | None, json_mode: bool) -> None:
     """Nodes held by gpuhc (all, or those in NODES): drained, quarantine cycle, retired."""
-    from gpuhc.slurm.quarantine import listing
+    from gpuhc.slurm.repair.quarantine import listing
 
     config = load(SourceArgs(config_path=config_path))
     held = _scontrol(config).show_nodes()
@@ -120,7 +120,7 @@ def retest(src: SourceArgs, nodes: str | None, reboot: bool) -> None:
                 f"{','.join(others)} is not this node ({me}): a retest needs the node's GPUs. Run "
                 "`gpuhc quarantine retest` on it (clush/pdsh), or pass --reboot to have Slurm reboot it "
                 "and let its boot-time retest decide.")
-        from gpuhc.slurm.admin import reboot_for_retest
+        from gpuhc.slurm.repair.admin import reboot_for_retest
 
         s = config.section("slurm")
         code = _report(reboot_for_retest(_actuator(config), others, s["quarantine"]["reboot_nextstate"]),
@@ -132,8 +132,8 @@ def retest(src: SourceArgs, nodes: str | None, reboot: bool) -> None:
 
 def _retest_here(src: SourceArgs, config) -> int:
     from gpuhc.cli.common import run_options_from
-    from gpuhc.slurm.flow import Flow
-    from gpuhc.slurm.retest import retest as do_retest
+    from gpuhc.slurm.flows.frame import Flow
+    from gpuhc.slurm.repair.retest import retest as do_retest
 
     opts = run_options_from(src, "bootstrap", config=config)
     return do_retest(Flow.for_command(opts, "gpuhc quarantine retest")).code
@@ -153,7 +153,7 @@ def release(src: SourceArgs, nodes: str, force: bool, retest: bool) -> None:
     could not judge leaves it too (exit 3). Inside a Slurm job on a node an admin put back in
     service behind a maintenance reservation, a failure drains it again with gpuhc's reason.
     """
-    from gpuhc.slurm.admin import release as do_release
+    from gpuhc.slurm.repair.admin import release as do_release
 
     config = load(src)
     names = _expand(nodes)
@@ -161,7 +161,7 @@ def release(src: SourceArgs, nodes: str, force: bool, retest: bool) -> None:
         sys.exit(_release_after_retest(src, config, names, force))
     results = do_release(_actuator(config), names, force)
     code = _report(results, src.json_mode)
-    from gpuhc.slurm.retest import after_release
+    from gpuhc.slurm.repair.retest import after_release
 
     after_release(results, config, names, node_name(None))
     sys.exit(code)
@@ -169,8 +169,8 @@ def release(src: SourceArgs, nodes: str, force: bool, retest: bool) -> None:
 
 def _release_after_retest(src: SourceArgs, config, names: list[str], force: bool) -> int:
     from gpuhc.cli.common import run_options_from
-    from gpuhc.slurm.flow import Flow
-    from gpuhc.slurm.retest import release_after_retest
+    from gpuhc.slurm.flows.frame import Flow
+    from gpuhc.slurm.repair.retest import release_after_retest
 
     me = node_name(src.hostname)
     if names != [me]:
@@ -190,8 +190,8 @@ def _release_after_retest(src: SourceArgs, config, names: list[str], force: bool
 @click.option("--json", "json_mode", is_flag=True)
 def retire(nodes: str, note: str, force: bool, config_path: str | None, json_mode: bool) -> None:
     """Mark NODES RETIRED (`gpuhc: RETIRED ...`): drained, never resumed automatically."""
-    from gpuhc.slurm.admin import after_retire
-    from gpuhc.slurm.admin import retire as do_retire
+    from gpuhc.slurm.repair.admin import after_retire
+    from gpuhc.slurm.repair.admin import retire as do_retire
 
     config = load(SourceArgs(config_path=config_path))
     results = do_retire(_actuator(config), _expand(nodes), note, force)
@@ -199,7 +199,7 @@ def retire(nodes: str, note: str, force: bool, config_path: str | None, json_mod
 
     def flow_here():
         from gpuhc.cli.common import run_options_from
-        from gpuhc.slurm.flow import Flow
+        from gpuhc.slurm.flows.frame import Flow
 
         opts = run_options_from(SourceArgs(config_path=config_path), "bootstrap", config=config)
         return Flow.for_command(opts, "gpuhc quarantine retire")
@@ -226,7 +226,7 @@ def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
     import time
 
     from gpuhc.cli.common import run_options_from
-    from gpuhc.slurm.reset_probe import plan_now
+    from gpuhc.slurm.repair.reset_probe import plan_now
     from gpuhc.sources import build_sources
 
     if not plan_only:
@@ -239,7 +239,7 @@ def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
         wanted = tuple(int(x) for x in gpus.split(",")) if gpus else tuple(g.index for g in reading.gpus)
     except ValueError:
         raise click.BadParameter(f"{gpus!r}: comma-separated GPU indices, e.g. 1,3", param_hint="--gpus") from None
-    from gpuhc.slurm.remediate import jobs_of, mig_gpus
+    from gpuhc.slurm.repair.remediate import jobs_of, mig_gpus
 
     sources = build_sources(run_options_from(src, "passive", config=config).sources)
     try:  # what Slurm shows on this node: a reset with a job there kills it
@@ -248,8 +248,8 @@ def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
         jobs = f"Slurm could not be asked about this node ({escape(str(e))[:200]})"
     plan = plan_now(remediation, wanted, reading, time.monotonic() + float(remediation["reset"]["command_timeout_s"]),
                     mig_gpus(sources), jobs)
-    from gpuhc.slurm.gpureset import run_argv
-    from gpuhc.slurm.reset_plan import slurm_note
+    from gpuhc.slurm.repair.gpureset import run_argv
+    from gpuhc.slurm.repair.reset_plan import slurm_note
 
     slurm = config.section("slurm")  # which release, from the configured scontrol: `slurm 24.11.1`
     got = run_argv([slurm.get("scontrol") or "scontrol", "--version"], float(slurm.get("timeout_s") or 10.0))
@@ -275,8 +275,8 @@ def forget_cmd(src: SourceArgs, node: str) -> None:
     import getpass
 
     from gpuhc.cli.common import run_options_from
-    from gpuhc.slurm.flow import Flow
-    from gpuhc.slurm.lemon_memory import forget
+    from gpuhc.slurm.flows.frame import Flow
+    from gpuhc.slurm.repair.lemon_memory import forget
 
     me = node_name(src.hostname)
     if node != me:

@@ -2,7 +2,7 @@
 
 Read only: the one thing it does to Slurm is ask ``scontrol --all --oneliner show node`` for
 the node list (JSON only if that answer cannot be read), or it reads a saved dump in any
-format with ``--from-file``. Grouping and ownership rules live in :mod:`gpuhc.slurm.report`; this module
+format with ``--from-file``. Grouping and ownership rules live in :mod:`gpuhc.slurm.report.build`; this module
 holds the command's options and reads its input; :mod:`gpuhc.cli.report_render` draws the output.
 """
 
@@ -18,9 +18,9 @@ from gpuhc.cli.params import Seconds
 from gpuhc.cli.report_render import TABLE_ROWS_PER_CAUSE, render_csv, render_plain, render_rich
 from gpuhc.errors import GpuhcError, SlurmError
 from gpuhc.logtext import escape, json_text
-from gpuhc.slurm.dumps import parse_nodes
-from gpuhc.slurm.nodes import Node, NodeParseError
-from gpuhc.slurm.report import (
+from gpuhc.slurm.read.dumps import parse_nodes
+from gpuhc.slurm.read.nodes import Node, NodeParseError
+from gpuhc.slurm.report.build import (
     OWNERS,
     STATE_FILTERS,
     Filters,
@@ -29,7 +29,7 @@ from gpuhc.slurm.report import (
     parse_duration,
     with_incidents,
 )
-from gpuhc.slurm.report_fields import FIELDS, parse_fields, render_fields
+from gpuhc.slurm.report.fields import FIELDS, parse_fields, render_fields
 
 
 def _split_multi(values: tuple[str, ...], lower: bool = True) -> frozenset[str]:
@@ -125,7 +125,7 @@ def drain_report(from_file, partitions, states, owners, older_than, newer_than, 
             config = load_config(config_path)
     else:
         from gpuhc.config import load_config
-        from gpuhc.slurm.scontrol import Scontrol
+        from gpuhc.slurm.act.scontrol import Scontrol
 
         config = load_config(config_path)
         sc = Scontrol.from_section(config.section("slurm"), timeout_s=timeout_s)
@@ -167,7 +167,7 @@ def read_from_file(path: str) -> tuple[list[Node], str, list[str], list[str]]:
     """Every node in a saved listing (any format, any mix), where it came from, what was
     skipped, and the formats read. The file may come from anyone (a ticket, a user's paste):
     it is read without following a link, up to a stated size, and never blocks on a FIFO."""
-    from gpuhc.slurm.dumps import read_dump
+    from gpuhc.slurm.read.dumps import read_dump
     from gpuhc.untrusted import UntrustedInputError, read_bounded
 
     where = "stdin" if path == "-" else path
@@ -243,7 +243,7 @@ def read_live(timeout_s: float, scontrol=None, warnings: list[str] | None = None
     not answering, and asking again would only double the admin's wait. A node record that does
     not read is left out and said in ``warnings``: the report still lists every other node.
     """
-    from gpuhc.slurm.scontrol import Scontrol
+    from gpuhc.slurm.act.scontrol import Scontrol
 
     sc = scontrol or Scontrol(timeout_s=timeout_s)
     out = sc.show_all_raw("oneliner")
@@ -254,7 +254,7 @@ def read_live(timeout_s: float, scontrol=None, warnings: list[str] | None = None
     try:
         out = sc.show_all_raw("json")
     except SlurmError as e:
-        from gpuhc.slurm.releases import json_hint
+        from gpuhc.slurm.read.releases import json_hint
 
         raise SlurmError(f"scontrol --oneliner show node: unreadable answer: {text_error} "
                          f"(and the --json try failed: {e}{json_hint(str(e))})") from None

@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import IO
 
 from gpuhc.logtext import escape
-from gpuhc.slurm.report import DrainReport, compress, humanize_age
-from gpuhc.slurm.report_fields import CSV_FIELDS, field_value
+from gpuhc.slurm.report.build import DrainReport, compress, humanize_age
+from gpuhc.slurm.report.fields import CSV_FIELDS, field_value
 
 # The table on a terminal shows this many rows per cause unless --all-rows: a thousand
 # distinct reasons would bury the summary the admin came for. JSON, CSV and plain text

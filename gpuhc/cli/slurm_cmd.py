@@ -18,8 +18,8 @@ from gpuhc.cli.common import SourceArgs, source_options
 
 def _run(src: SourceArgs, stage: str, flow_name: str) -> None:
     from gpuhc.errors import EXIT_OK, GpuhcError
-    from gpuhc.slurm import entry
-    from gpuhc.slurm.flow import Flow, run
+    from gpuhc.slurm.flows import entry
+    from gpuhc.slurm.flows.frame import Flow, run
 
     node = src.hostname or os.environ.get("SLURMD_NODENAME") or None
     fail_open = flow_name in ("prolog", "epilog")
@@ -38,7 +38,7 @@ def _run(src: SourceArgs, stage: str, flow_name: str) -> None:
         _syslog(line)
         _exit(EXIT_OK if fail_open else e.exit_code)
         return
-    def render(out) -> None:  # inside the flow's guard (gpuhc.slurm.flow.run)
+    def render(out) -> None:  # inside the flow's guard (gpuhc.slurm.flows.frame.run)
         if src.json_mode and out.report is not None:
             from gpuhc.output import render_report
 

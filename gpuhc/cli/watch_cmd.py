@@ -1,4 +1,4 @@
-"""``gpuhc watch``: the node watcher, the jobs check every few seconds (gpuhc/slurm/jobs_watch.py).
+"""``gpuhc watch``: the node watcher, the jobs check every few seconds (gpuhc/slurm/jobs/watch.py).
 
 Run by ``examples/systemd/gpuhc-watch.service`` (installed, not enabled). Takes the same
 replay options as ``gpuhc check``, so a test or an admin can run it against a scenario: each
@@ -45,8 +45,8 @@ def watch(src: SourceArgs, interval: float, rounds: int | None) -> None:
     from gpuhc.cli.common import run_options_from
     from gpuhc.errors import GpuhcError
     from gpuhc.logtext import escape
-    from gpuhc.slurm.flow import Flow
-    from gpuhc.slurm.jobs_watch import Watcher, live_reader
+    from gpuhc.slurm.flows.frame import Flow
+    from gpuhc.slurm.jobs.watch import Watcher, live_reader
 
     try:
         opts = run_options_from(src, "passive")

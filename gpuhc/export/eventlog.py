@@ -47,7 +47,7 @@ class SlurmPart:
     postmortem: str | None = None  # the epilog's bundle
     remediation: dict[str, Any] | None = None  # the ladder's step, if one was taken
     observed: str | None = None  # observe mode: the act that was not sent
-    fault: dict[str, Any] | None = None  # a drain's lemon record (gpuhc/slurm/lemons.py)
+    fault: dict[str, Any] | None = None  # a drain's lemon record (gpuhc/slurm/repair/lemons.py)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

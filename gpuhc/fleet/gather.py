@@ -2,7 +2,7 @@
 
 The pure modules (history, stats, suspects, switches) take text and records; this one runs the
 commands and hands their output over. Every command goes through the one Slurm command wrapper
-(:class:`gpuhc.slurm.command.SlurmCommand`): the program configured in ``slurm.<program>``, argv
+(:class:`gpuhc.slurm.act.command.SlurmCommand`): the program configured in ``slurm.<program>``, argv
 only, killed at ``fleet.sacct_timeout_s``, any failure a SlurmError naming the command.
 ``gpuhc sweep submit`` asks :func:`suspects_for_sweep` too.
 """
@@ -15,7 +15,7 @@ from gpuhc.errors import GpuhcError, SlurmError
 from gpuhc.fleet.history import combine, parse_sacctmgr_events, read_event_logs, sacctmgr_argv
 from gpuhc.fleet.stats import compute
 from gpuhc.fleet.suspects import Settings, judge, parse_sacct, sacct_argv, suspects
-from gpuhc.slurm.command import SlurmCommand
+from gpuhc.slurm.act.command import SlurmCommand
 
 
 def slurm_command(config) -> SlurmCommand:

@@ -24,9 +24,9 @@ from dataclasses import dataclass, replace
 from typing import Iterable
 
 from gpuhc.export.eventlog import read_records
-from gpuhc.slurm.nodes import Node, parse_slurm_time, parse_state
-from gpuhc.slurm.reason import parse_reason
-from gpuhc.slurm.report import classify
+from gpuhc.slurm.read.nodes import Node, parse_slurm_time, parse_state
+from gpuhc.slurm.policy.reason import parse_reason
+from gpuhc.slurm.report.build import classify
 
 SAME_DRAIN_S = 300.0  # gpuhc logs its drain a moment after Slurm records it
 MERGE_GAP_S = 1.0  # a reason change ends one Slurm event and starts the next in the same second

@@ -1,11 +1,11 @@
 """`gpuhc fleet lemons`: nodes and GPUs drained again and again, from the event logs.
 
-The same rule the flows apply before a drain (:mod:`gpuhc.slurm.lemons`), over every node's
+The same rule the flows apply before a drain (:mod:`gpuhc.slurm.repair.lemons`), over every node's
 event log (``fleet.event_logs``, shipped copies included), so a GPU that moved between nodes is
 one record: lemons (K drains within D days) and near-lemons (one short), each with its drains.
 
 Drains that were one switch incident (the same check on K nodes under one leaf switch within
-``fleet.switch.window_s``: :mod:`gpuhc.slurm.shared_cause`) count for the switch, not for the
+``fleet.switch.window_s``: :mod:`gpuhc.slurm.policy.shared_cause`) count for the switch, not for the
 nodes: they are left out of every node's and GPU's count and the switch is named instead
 (issue 30). The fleet sees every node's log, so this is where such incidents are always told
 apart; a node judging its own drain sees them only through shared logs (docs/repair.md).
@@ -18,8 +18,8 @@ from typing import Iterable, Mapping
 
 from gpuhc.fleet.switches import Failure, Incident, group_by_switch
 from gpuhc.logtext import escape
-from gpuhc.slurm.lemons import NOT_HARDWARE, LemonSettings, SharedCauses, Standing, standings, without_shared
-from gpuhc.slurm.lemon_memory import read_faults
+from gpuhc.slurm.repair.lemons import NOT_HARDWARE, LemonSettings, SharedCauses, Standing, standings, without_shared
+from gpuhc.slurm.repair.lemon_memory import read_faults
 
 
 def gather(config, paths: list[str], now: float | None = None, show_all: bool = False,

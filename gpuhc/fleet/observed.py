@@ -1,7 +1,7 @@
 """What observe mode would have done (``slurm.mode: observe``), read back from the event logs.
 
 Every run that decided to drain, resume or retire and sent nothing logs the act it did not send
-(``slurm.observed`` in its event-log line, gpuhc/slurm/actuator.py). A site trying gpuhc for a
+(``slurm.observed`` in its event-log line, gpuhc/slurm/act/actuator.py). A site trying gpuhc for a
 week reads them here, per node and act: how many runs decided it, when first and last, the
 reason it would have written, so thresholds can be tuned before going live (docs/repair.md,
 "Observe mode").
@@ -17,7 +17,7 @@ from gpuhc.errors import GpuhcError
 from gpuhc.export.eventlog import read_events
 from gpuhc.fleet.gather import event_log_paths
 from gpuhc.logtext import escape
-from gpuhc.slurm.actuator import would_do
+from gpuhc.slurm.act.actuator import would_do
 
 
 @dataclass(frozen=True)

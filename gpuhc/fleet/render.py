@@ -18,7 +18,7 @@ from rich.table import Table
 
 from gpuhc.logtext import escape
 from gpuhc.plot import new_figure, save_figure
-from gpuhc.slurm.report import compress
+from gpuhc.slurm.report.build import compress
 
 
 def _console(stream: IO[str] | None):

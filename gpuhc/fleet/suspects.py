@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from gpuhc.config import expand
-from gpuhc.slurm.nodes import parse_slurm_time
+from gpuhc.slurm.read.nodes import parse_slurm_time
 
 # End states that say nothing about a node: the user or the scheduler ended the job.
 NEUTRAL = ("CANCELLED", "PREEMPTED", "REQUEUED", "RESIZING", "REVOKED", "DEADLINE")

@@ -9,7 +9,7 @@ failures that belong to none. It does not decide drains: each node was (or was n
 the usual policy and its circuit breaker, which is what stops a switch outage from draining a
 whole rack blindly.
 
-Grouping rule: :mod:`gpuhc.slurm.shared_cause` (the lemon rule uses the same one, so a switch
+Grouping rule: :mod:`gpuhc.slurm.policy.shared_cause` (the lemon rule uses the same one, so a switch
 incident listed here is one whose faults count for no node's lemon record).
 """
 
@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from gpuhc.slurm.reason import parse_reason
-from gpuhc.slurm.report import compress
-from gpuhc.slurm.shared_cause import group_runs
+from gpuhc.slurm.policy.reason import parse_reason
+from gpuhc.slurm.report.build import compress
+from gpuhc.slurm.policy.shared_cause import group_runs
 from gpuhc.topology_text import parse_topology_conf, read_topology_conf  # noqa: F401 (the fleet's readers)
 
 
@@ -64,7 +64,7 @@ class Incident:
 def group_by_switch(failures: Iterable[Failure], leaf_of: dict[str, str], min_nodes: int = 3,
                     window_s: float = 1800.0) -> tuple[list[Incident], list[Failure]]:
     """(incidents, failures in no incident), by the shared-cause rule
-    (:func:`gpuhc.slurm.shared_cause.group_runs`). Nodes the topology does not place are never grouped."""
+    (:func:`gpuhc.slurm.policy.shared_cause.group_runs`). Nodes the topology does not place are never grouped."""
     runs, rest = group_runs(failures, leaf_of, lambda f: f.node, lambda f: f.check, lambda f: f.time,
                             min_nodes, window_s)
     incidents = [Incident(leaf, check, members) for leaf, check, members in runs]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gpuhc.schema import Key
 
-# The ladders an action may be given (gpuhc/slurm/ladder.py declares them; repeated here as
+# The ladders an action may be given (gpuhc/slurm/repair/ladder.py declares them; repeated here as
 # lists because the schema compares a value with its choices, and importing the ladder would
 # load the policy on every config load).
 _LADDERS = (["reset", "reboot"], ["reset"], ["reboot"], [])
@@ -41,7 +41,7 @@ SCHEMA = {
         "epilog": Key(float, 60.0, "hard end of `gpuhc epilog`", min=2.0, max=3600.0),
         "bootstrap": Key(float, 900.0, "hard end of `gpuhc quarantine retest`", min=10.0, max=14400.0),
     },
-    # Slurm 26.05's HealthCheckTimeout, as set in slurm.conf (gpuhc/slurm/releases.py): the health
+    # Slurm 26.05's HealthCheckTimeout, as set in slurm.conf (gpuhc/slurm/read/releases.py): the health
     # check then ends 5 s before it instead of at deadline_s.passive.
     "health_check_timeout_s": Key(float, None, "your slurm.conf HealthCheckTimeout (Slurm 26.05+); the health "
                                   "check ends 5 s before it instead of at deadline_s.passive", min=6.0, max=65535.0,
@@ -149,7 +149,7 @@ SCHEMA = {
                                 "else the cycle counts as failed", min=60.0, max=86400.0),
     },
     # The other Slurm programs gpuhc runs, like scontrol and sinfo above: every one goes through
-    # gpuhc/slurm/command.py, which runs the path named here (docs/slurm.md "Slurm's programs").
+    # gpuhc/slurm/act/command.py, which runs the path named here (docs/slurm.md "Slurm's programs").
     "squeue": Key(str, "squeue", "squeue binary (`sweep submit`: are the sweep's jobs still queued?)"),
     "sbatch": Key(str, "sbatch", "sbatch binary (`sweep submit` and `sweep analyze`: the probe jobs)"),
     "sacct": Key(str, "sacct", "sacct binary (`fleet suspects`, `sweep submit`'s suspects first)"),

@@ -16,7 +16,7 @@ Only GPUs with a compute process are read, so an idle node pays one process list
   for all GPUs.
 - **Whose process.** The real uid of each process (the ``Uid:`` line of ``/proc/<pid>/status``,
   written by the kernel) is kept per job and GPU (``owners``): the Slurm side acts on a job only
-  when that owner is the job's user as Slurm reports it (gpuhc/slurm/jobs_act.py), and the
+  when that owner is the job's user as Slurm reports it (gpuhc/slurm/jobs/act.py), and the
   repeat-culprit drain counts users, not jobs (gpuhc/checks/jobs.py). A process whose owner
   cannot be read (it ended) is counted as unmapped, never guessed.
 - Every file is read bounded and without following links (gpuhc/untrusted.py): the processes

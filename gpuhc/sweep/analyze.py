@@ -8,7 +8,7 @@ Runs from cron before ``submit``. Each call does at most one step of the current
    (``sweep.localize.auto_submit``), choosing known-good helpers among the nodes idle now;
 3. remember every node culprit as a pending drain in the sweep index;
 4. with ``--apply``, drain the pending culprits (this sweep's and earlier ones') through the
-   drain policy (:mod:`gpuhc.slurm.policy`): reason ``gpuhc: nccl-sweep <node> <evidence>
+   drain policy (:mod:`gpuhc.slurm.policy.drain`): reason ``gpuhc: nccl-sweep <node> <evidence>
    [qN]``, never over a reason gpuhc did not write, not past the circuit breaker, and with the
    same post-drain recount as the health check. The ``[qN]`` quarantine tag matters: a node's
    own health check cannot see the fabric, so it must not resume the node after a few clean
@@ -137,7 +137,7 @@ def drain_reason(node: str, evidence: str, sweep_id: str, cycle: int = 1, retire
     """The first piece of evidence (wrong sums and hangs come first) and the sweep id: a 255-byte reason
     has no room for all of them; ``gpuhc sweep report`` has the rest. Tagged with the node's
     quarantine cycle, or RETIRED (the same formats as the health check's quarantine)."""
-    from gpuhc.slurm.reason import format_reason
+    from gpuhc.slurm.policy.reason import format_reason
 
     first = evidence.split("; ")[0] or "failed its probes"
     body = f"{CHECK_ID} {node} {first} (sweep {sweep_id})"
@@ -187,9 +187,9 @@ def apply_pending(index: dict, record: dict, store: SweepStore | None, config: A
     Drained or left alone (an admin's reason, already held): settled. Withheld by the circuit
     breaker, refused by Slurm, or not verified: stays pending, retried next time. Results made
     with the test-only fault hook never drain without ``allow_fault_hook``."""
-    from gpuhc.slurm.breaker import BreakerSettings
-    from gpuhc.slurm.policy import PolicySettings
-    from gpuhc.slurm.scontrol import Scontrol
+    from gpuhc.slurm.policy.breaker import BreakerSettings
+    from gpuhc.slurm.policy.drain import PolicySettings
+    from gpuhc.slurm.act.scontrol import Scontrol
 
     pending = index.setdefault("pending_drains", {})
     if not pending:
@@ -247,8 +247,8 @@ class _DrainContext:
         self.observe = observe  # slurm.mode: observe (docs/repair.md): decide and log, send nothing
 
     def apply(self, name: str, entry: dict, cycle: int, lines: list[str]) -> dict:
-        from gpuhc.slurm.actuator import Actuator
-        from gpuhc.slurm.policy import Act, Memory, Verdict, decide
+        from gpuhc.slurm.act.actuator import Actuator
+        from gpuhc.slurm.policy.drain import Act, Memory, Verdict, decide
 
         retire = cycle >= self.max_cycles
         reason = drain_reason(name, entry["evidence"], entry["sweep"], cycle, retire)

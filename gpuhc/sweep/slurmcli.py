@@ -1,6 +1,6 @@
 """The Slurm commands the sweep needs besides scontrol updates: sinfo, squeue, sbatch, topology.
 
-They run through :class:`gpuhc.slurm.command.SlurmCommand`, like every Slurm call of gpuhc: the
+They run through :class:`gpuhc.slurm.act.command.SlurmCommand`, like every Slurm call of gpuhc: the
 program configured as ``slurm.<program>`` (the argv below name it, the wrapper puts the path in),
 argv lists only, each call killed at its timeout, any failure a :class:`~gpuhc.errors.SlurmError`
 naming the command; tests inject the runner and see exactly what would be sent.
@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 
 from gpuhc.errors import SlurmError
-from gpuhc.slurm.command import SlurmCommand
+from gpuhc.slurm.act.command import SlurmCommand
 
 # Base states of a node that takes jobs; a flag suffix (``*`` not responding, ``~`` powered
 # off, ``#``/``%``/``!`` powering up or down) or any other state (drained, draining, down,

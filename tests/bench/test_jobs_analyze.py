@@ -1,5 +1,5 @@
 """bench/jobs_analyze.py on a device run's files made from the issue-24 recording: the watcher's
-decision-log lines as gpuhc writes them (gpuhc/slurm/log.py, the watcher's own messages), the
+decision-log lines as gpuhc writes them (gpuhc/slurm/flows/log.py, the watcher's own messages), the
 phases as the workload prints them, and the monitor's lines; so the analysis that fills
 docs/verification.md reads what the device run will leave."""
 
@@ -15,7 +15,7 @@ import pytest
 from gpuhc.checks import jobs, jobs_judge as jj
 from gpuhc.checks.base import Context
 from gpuhc.model.snapshot import Snapshot
-from gpuhc.slurm.jobs_watch import Watcher
+from gpuhc.slurm.jobs.watch import Watcher
 from gpuhc.sources.activity_io import activity_from_dict
 from tests.helpers.paths import FIXTURES, REPO
 
@@ -58,7 +58,7 @@ class _Flow:
 
 def device_run(tmp_path, monkeypatch) -> str:
     """The hang run as the device script would leave it: job 3300, gpu3 stalled at STALL."""
-    from gpuhc.slurm import log as logmod
+    from gpuhc.slurm.flows import log as logmod
 
     out = tmp_path / "out"
     out.mkdir()

@@ -146,7 +146,7 @@ def test_repeat_culprit_drains_only_when_asked():
     b = judge(other, a.state, now=2000.0)
     assert not [r for r in b.results if r.status is Status.FAIL]
     a = judge(hung, drain_culprit_jobs=2)
-    jobs.confirm_culprit(a.state, "11", 1001)  # the Slurm side's word (gpuhc/slurm/jobs_act.py)
+    jobs.confirm_culprit(a.state, "11", 1001)  # the Slurm side's word (gpuhc/slurm/jobs/act.py)
     b = judge(other, a.state, now=2000.0, drain_culprit_jobs=2)
     assert not [r for r in b.results if r.status is Status.FAIL]  # job 12 not confirmed yet
     jobs.confirm_culprit(b.state, "12", 1002)
@@ -268,7 +268,7 @@ def hangs(seq: list[tuple[str, int, int]], needed: int, owners: dict | None = No
           slurm_says: dict | None = None) -> tuple[list, dict]:
     """Each (job, uid, culprit GPU) hangs in turn, 300 s apart, judged with the state carried
     and each job confirmed after its run by the Slurm side for ``slurm_says`` (job -> uid; by
-    default the job's uid) as gpuhc/slurm/jobs_act.py does; then one more run of the last job.
+    default the job's uid) as gpuhc/slurm/jobs/act.py does; then one more run of the last job.
     That run's FAIL results and state."""
     state, out = None, None
     for n, (job, uid, culprit) in enumerate([*seq, seq[-1]]):

@@ -326,7 +326,7 @@ def test_a_job_without_a_gpu_list_does_not_judge_occupancy(tmp_path):
 
 
 def test_slurm_flows_scope_occupancy_to_the_jobs_gpus(tmp_path, monkeypatch):
-    from gpuhc.slurm.entry import _job_scope
+    from gpuhc.slurm.flows.entry import _job_scope
     from tests.helpers.minislurm import OK, flow as make_flow
 
     for env, gpus, judged in (({"SLURM_JOB_GPUS": "1,3"}, [1, 3], True), ({"CUDA_VISIBLE_DEVICES": "2"}, [2], True),

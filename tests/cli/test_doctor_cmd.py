@@ -7,7 +7,7 @@ import json
 
 from gpuhc.cli.doctor_cmd import expected_rows
 from gpuhc.config import load_config
-from gpuhc.slurm.slurmconf import parse_text
+from gpuhc.slurm.read.slurmconf import parse_text
 from tests.helpers.cli import gpuhc
 from tests.helpers.paths import REPO
 

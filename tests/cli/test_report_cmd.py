@@ -18,9 +18,9 @@ from gpuhc.cli import cli
 from gpuhc.cli.report_cmd import read_live
 from gpuhc.cli.report_render import render_rich
 from gpuhc.errors import SlurmError
-from gpuhc.slurm.dumps import parse_nodes
-from gpuhc.slurm.report import build_report
-from gpuhc.slurm.scontrol import Scontrol
+from gpuhc.slurm.read.dumps import parse_nodes
+from gpuhc.slurm.report.build import build_report
+from gpuhc.slurm.act.scontrol import Scontrol
 from tests.helpers.paths import FIXTURES
 
 FIX = FIXTURES / "slurm"
@@ -108,7 +108,7 @@ def test_rich_table_on_a_terminal():
 
 
 def test_rich_table_caps_rows_per_cause():
-    from gpuhc.slurm.nodes import Node
+    from gpuhc.slurm.read.nodes import Node
 
     nodes = [Node(f"n{i}", "IDLE", frozenset({"DRAIN"}), f"gpuhc: xid Xid 79 on gpu{i}", "root", 1.0) for i in range(40)]
     buf = io.StringIO()

@@ -22,10 +22,10 @@ from gpuhc.cli import cli
 from gpuhc.cli.report_cmd import read_topology
 from gpuhc.cli.report_render import render_rich
 from gpuhc.fleet.switches import read_topology_conf
-from gpuhc.slurm.dumps import parse_nodes
+from gpuhc.slurm.read.dumps import parse_nodes
 from gpuhc.fleet.switches import failures_from_nodes, group_by_switch
-from gpuhc.slurm.report import build_report, with_incidents
-from gpuhc.slurm.scontrol import Scontrol
+from gpuhc.slurm.report.build import build_report, with_incidents
+from gpuhc.slurm.act.scontrol import Scontrol
 from tests.helpers.paths import FIXTURES
 
 FIX = FIXTURES

@@ -13,7 +13,7 @@ from gpuhc.cli import cli
 from gpuhc.config import Config, defaults, schema
 from gpuhc.export.eventlog import append_event
 from gpuhc.fleet.lemons import gather, table
-from gpuhc.slurm.lemons import Fault
+from gpuhc.slurm.repair.lemons import Fault
 from gpuhc.topology_text import read_topology_conf
 from tests.helpers.paths import REPO
 

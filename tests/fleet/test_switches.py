@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gpuhc.fleet.switches import Failure, failures_from_nodes, group_by_switch, parse_topology_conf, read_topology_conf
-from gpuhc.slurm.nodes import Node
+from gpuhc.slurm.read.nodes import Node
 from tests.helpers.paths import FIXTURES
 
 FIXTURES = FIXTURES / "topology"

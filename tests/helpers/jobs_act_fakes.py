@@ -1,4 +1,4 @@
-"""The health check's Slurm side for jobs (gpuhc/slurm/jobs_act.py) without a cluster: a flow
+"""The health check's Slurm side for jobs (gpuhc/slurm/jobs/act.py) without a cluster: a flow
 stand-in, a run report of jobs results, and one script playing scontrol and squeue for job 8 as
 Slurm 22.05 answers (no --json; squeue's fields with the separator of the call), the job's user uid 1000."""
 

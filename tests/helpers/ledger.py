@@ -1,13 +1,13 @@
 """The breaker ledger's test table: nodes, ledger entries and a duck-typed Scontrol holding one
-ledger record (tests/slurm/test_ledger.py, tests/slurm/test_ledger_protocol.py)."""
+ledger record (tests/slurm/policy/test_ledger.py, tests/slurm/policy/test_ledger_protocol.py)."""
 
 from __future__ import annotations
 
 
 from gpuhc.errors import SlurmError
-from gpuhc.slurm import ledger
-from gpuhc.slurm.breaker import BreakerSettings
-from gpuhc.slurm.nodes import Node, parse_state
+from gpuhc.slurm.policy import ledger
+from gpuhc.slurm.policy.breaker import BreakerSettings
+from gpuhc.slurm.read.nodes import Node, parse_state
 
 
 

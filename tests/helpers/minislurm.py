@@ -12,8 +12,8 @@ from gpuhc.config import Config, defaults, schema
 from gpuhc.model.result import Action, Result, Status
 from gpuhc.model.snapshot import Snapshot
 from gpuhc.runner import RunOptions, RunReport
-from gpuhc.slurm import entry
-from gpuhc.slurm.scontrol import Scontrol
+from gpuhc.slurm.flows import entry
+from gpuhc.slurm.act.scontrol import Scontrol
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.scenario import load_scenario
 from gpuhc.state import StateStore
@@ -103,10 +103,10 @@ def flow(tmp_path, monkeypatch, stage, slurm: MiniSlurm | None, results, env=Non
 
     monkeypatch.setattr("gpuhc.runner.run_stage", fake_run_stage)
     cfg = cfg or config(tmp_path)
-    # The job's GPUs are mapped (gpuhc/slurm/job_gpus.py) against who the node's GPUs are: a
+    # The job's GPUs are mapped (gpuhc/slurm/jobs/gpus.py) against who the node's GPUs are: a
     # healthy 8-GPU recording stands in for NVML there (the stage run itself is faked above).
     healthy = load_scenario(str(SCENARIOS / "healthy-8xh100.yaml")).nvml
-    monkeypatch.setattr("gpuhc.slurm.job_gpus.who_the_gpus_are", lambda spec: healthy)
+    monkeypatch.setattr("gpuhc.slurm.jobs.gpus.who_the_gpus_are", lambda spec: healthy)
     opts = RunOptions(stage=stage, config=cfg, sources=SourceSpec(), state_dir=str(tmp_path / "state"), hostname=node)
 
     def make(deadline):
@@ -135,9 +135,9 @@ EPILOG_ENV = {"SLURM_JOB_ID": "1234", "SLURM_JOB_USER": "alice", "SLURM_JOB_EXIT
 
 
 def last_count(tmp_path, open_: bool, age_s: float = 60.0, node="n1") -> None:
-    """This node's last count of the breaker, as a run that counted stores it (gpuhc/slurm/memory.py):
+    """This node's last count of the breaker, as a run that counted stores it (gpuhc/slurm/flows/memory.py):
     1 of 10 held, cap 1 (open) or 0 held (closed), ``age_s`` ago."""
-    from gpuhc.slurm.breaker import BreakerState
+    from gpuhc.slurm.policy.breaker import BreakerState
 
     state = BreakerState(open_, 1 if open_ else 0, 10, 1, "partition gpu")
     with StateStore(str(tmp_path / "state")).transaction() as doc:

@@ -2,7 +2,7 @@
 
 For the unit tests that inject the Slurm runner (the flows, the sweep's apply): they keep a node
 table and must answer the argv gpuhc sends. The format is the one real sinfo prints for
-:data:`gpuhc.slurm.sinfo.FIELDS` (lower-case complete state, ``p1*`` for the default partition,
+:data:`gpuhc.slurm.read.sinfo.FIELDS` (lower-case complete state, ``p1*`` for the default partition,
 ``none``/``Unknown`` for a missing reason/time); tests/slurm_real/test_sinfo.py checks the reader
 against a real slurmctld, with the same reasons read back through scontrol.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from gpuhc.slurm.sinfo import END
+from gpuhc.slurm.read.sinfo import END
 
 # {name: (state as scontrol prints it, reason or None, reason time "YYYY-MM-DDTHH:MM:SS", partitions)}
 

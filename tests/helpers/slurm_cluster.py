@@ -361,14 +361,14 @@ class SlurmCluster:
         return self.run(["scontrol", *args], check=check, timeout=timeout)
 
     def nodes_now(self) -> list:
-        from gpuhc.slurm.nodes import parse_show_node_oneline
+        from gpuhc.slurm.read.nodes import parse_show_node_oneline
 
         cp = self.scontrol("show", "node", "-o")
         return parse_show_node_oneline(cp.stdout)
 
     def node(self, name: str):
-        """The node as Slurm reports it now (a :class:`gpuhc.slurm.nodes.Node`)."""
-        from gpuhc.slurm.nodes import parse_show_node_oneline
+        """The node as Slurm reports it now (a :class:`gpuhc.slurm.read.nodes.Node`)."""
+        from gpuhc.slurm.read.nodes import parse_show_node_oneline
 
         found = parse_show_node_oneline(self.scontrol("show", "node", "-o", name).stdout)
         if len(found) != 1:

@@ -115,7 +115,7 @@ def yaml_cap(cfg: Path) -> float:
 
 
 def cluster_nodes(cluster):
-    from gpuhc.slurm.nodes import parse_show_node_oneline
+    from gpuhc.slurm.read.nodes import parse_show_node_oneline
 
     return parse_show_node_oneline(cluster.run(["scontrol", "show", "node", "-o"], timeout=120).stdout)
 
@@ -131,7 +131,7 @@ def reset(cluster, targets: list[str]) -> None:
                          check=False, timeout=120)
     left = [n.name for n in cluster_nodes(cluster) if n.drained]
     if getattr(cluster, "ledger", None):  # a fresh ledger: the last storm's entries would open the breaker
-        from gpuhc.slurm.ledger import CLAIMS_PREFIX, PREFIX
+        from gpuhc.slurm.policy.ledger import CLAIMS_PREFIX, PREFIX
 
         cluster.scontrol("update", f"NodeName={cluster.ledger}", f"Comment={PREFIX}", f"Extra={CLAIMS_PREFIX}",
                          timeout=60)

@@ -1,5 +1,5 @@
 """A scontrol with a few nodes and a sweep record, for `sweep analyze --apply` (tests/sweep/test_analyze_apply.py,
-and the actuator's sweep path in tests/slurm/test_actuator.py)."""
+and the actuator's sweep path in tests/slurm/act/test_actuator.py)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ tests/fixtures/slurm/slurm-<version>/ (drain-report and the node parsers read th
 The cluster (tests/helpers/slurm_cluster.py, the release of tests/helpers/slurm_release.py) has eight nodes:
 
     n1  idle, in service
-    n2  drained by gpuhc (a real reason built by gpuhc.slurm.reason from an Xid 79 result)
+    n2  drained by gpuhc (a real reason built by gpuhc.slurm.policy.reason from an Xid 79 result)
     n3  drained by gpuhc, quarantine cycle 2, UTF-8 in the evidence
     n4  drained by an admin, UTF-8 reason (umlaut, dash, emoji)
     n5  draining: an admin drain while a job runs on it
@@ -40,7 +40,7 @@ COMMANDS = {
 
 def reasons() -> dict[str, str]:
     from gpuhc.model.result import Action, Result, Status
-    from gpuhc.slurm.reason import build_reason
+    from gpuhc.slurm.policy.reason import build_reason
 
     xid = Result("xid", Status.FAIL, "Xid 79 on gpu3 (0000:5d:00.0): GPU has fallen off the bus", "gpu3",
                  action=Action.DRAIN_REBOOT)

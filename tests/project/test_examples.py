@@ -73,7 +73,7 @@ EXPECTED: dict[str, tuple[list[Status], set[tuple[str, str, str]]]] = {
     "c2c-errors-growing.yaml": ([PASS, WARN, FAIL], {("fabric", "gpu0", "drain + hardware ticket")}),
     # A job trains, then hangs with its rank on gpu3 stopped: a warning naming gpu3, never a drain.
     "job-hang.yaml": ([PASS, WARN], set()),
-    # Slurm's GPU numbers (issue 31; tests/slurm/test_job_gpus.py replays the prologs): the health
+    # Slurm's GPU numbers (issue 31; tests/slurm/jobs/test_gpus.py replays the prologs): the health
     # check judges every GPU and no job's slice, so these pass; the ECC error does not.
     "healthy-8xa100-mig.yaml": ([PASS], set()),
     "mig-leftover-own-slice.yaml": ([PASS], set()),

@@ -76,7 +76,7 @@ def real_acts(slurm_cluster, tmp_path) -> dict[str, list[tuple[str, str | None]]
     reset.write_text(f"#!/bin/sh\ncp {healed} {files['n1']}\n")
     reset.chmod(0o755)
     cfg = base_config(wd)
-    # The reset procedure around the command (gpuhc/slurm/reset_run.py), as tests/slurm_real/test_ladder.py
+    # The reset procedure around the command (gpuhc/slurm/repair/reset_run.py), as tests/slurm_real/test_ladder.py
     # sets it up: no service to stop, persistence toggled by `true`, the driver's GPU files in a /proc.
     proc = fake_proc(tmp_path / "proc", files["n1"])
     cfg["slurm"]["remediation"] = {"enabled": True, "reset_command": [str(reset), "-r", "-i", "{gpu}"],

@@ -1,7 +1,7 @@
 """Runs that overlap on one node, on a real Slurm (every release): twenty health checks at once
 on one failing node send exactly one DRAIN to slurmctld, and none of them reports the breaker
 open (issue 18: before the node's run lock, 10 DRAINs and ten exit-4 "breaker open" reports,
-taken from a read before another run's drain). gpuhc/slurm/runlock.py has the lock."""
+taken from a read before another run's drain). gpuhc/slurm/flows/runlock.py has the lock."""
 
 from __future__ import annotations
 

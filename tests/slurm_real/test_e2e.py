@@ -363,8 +363,8 @@ def test_reasons_round_trip_through_real_scontrol(slurm_cluster, tmp_path, monke
     """What gpuhc sends is exactly what Slurm shows back: argv text that looks like other
     scontrol keys, shell syntax, non-ASCII, and a reason cut to 255 bytes."""
     from gpuhc.model.result import Action, Result, Status
-    from gpuhc.slurm.reason import build_reason
-    from gpuhc.slurm.scontrol import Scontrol
+    from gpuhc.slurm.policy.reason import build_reason
+    from gpuhc.slurm.act.scontrol import Scontrol
 
     c = slurm_cluster(workdir=tmp_path / "rt", nodes=("n1",))
     monkeypatch.setenv("SLURM_CONF", str(c.conf_path))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuhc.slurm.reason import parse_reason
+from gpuhc.slurm.policy.reason import parse_reason
 from tests.helpers.paths import REPO
 from tests.helpers.slurm_flows import HEALTHY, back_in_service, base_config, decisions, gpuhc, reboot_and_retest, registered
 from tests.helpers.reset_fakes import fake_proc

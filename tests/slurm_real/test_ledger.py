@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from gpuhc.slurm import ledger
+from gpuhc.slurm.policy import ledger
 from tests.helpers.paths import REPO
 from tests.helpers.slurm_cluster_files import free_ports
 from tests.helpers.slurm_flows import XID79, base_config, decisions

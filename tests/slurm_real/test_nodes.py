@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuhc.slurm.dumps import parse_nodes
-from gpuhc.slurm.nodes import parse_show_node, parse_show_node_oneline
+from gpuhc.slurm.read.dumps import parse_nodes
+from gpuhc.slurm.read.nodes import parse_show_node, parse_show_node_oneline
 
 pytestmark = pytest.mark.slurm
 

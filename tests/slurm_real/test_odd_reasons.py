@@ -132,8 +132,8 @@ def test_drain_report_terminal_table_prints_no_raw_control_byte(odd, monkeypatch
 
     from gpuhc.cli.report_cmd import read_live
     from gpuhc.cli.report_render import render_rich
-    from gpuhc.slurm.report import build_report
-    from gpuhc.slurm.scontrol import Scontrol
+    from gpuhc.slurm.report.build import build_report
+    from gpuhc.slurm.act.scontrol import Scontrol
 
     for key, value in odd.env().items():  # this cluster's SLURM_CONF and clients
         monkeypatch.setenv(key, value)

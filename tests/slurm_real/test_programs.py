@@ -19,8 +19,8 @@ from gpuhc.cli import cli
 from gpuhc.config import load_config
 from gpuhc.errors import SlurmUnreachable
 from gpuhc.fleet import gather
-from gpuhc.slurm.command import PROGRAMS
-from gpuhc.slurm.scontrol import Scontrol
+from gpuhc.slurm.act.command import PROGRAMS
+from gpuhc.slurm.act.scontrol import Scontrol
 from gpuhc.sweep.slurmcli import SlurmCli
 from tests.helpers.paths import REPO
 

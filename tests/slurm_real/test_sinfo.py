@@ -33,7 +33,7 @@ def big(tmp_path_factory, slurm_release):
 
 def scontrol(big, monkeypatch):
     """gpuhc's Slurm wrapper talking to ``big`` with its release's client commands."""
-    from gpuhc.slurm.scontrol import Scontrol
+    from gpuhc.slurm.act.scontrol import Scontrol
 
     env = big.env()
     monkeypatch.setenv("SLURM_CONF", env["SLURM_CONF"])

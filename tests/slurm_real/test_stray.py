@@ -1,9 +1,9 @@
 """A stray process on a real Slurm (slurmctld + slurmd on localhost): the prolog drains for it,
 and the health check, which does not judge occupancy on a node in service, judges it while gpuhc
-holds the node for it (gpuhc/slurm/policy.py ``rejudge``). So the node is not resumed onto the
+holds the node for it (gpuhc/slurm/policy/drain.py ``rejudge``). So the node is not resumed onto the
 stray (the flapping docs/campaign.md measured), is resumed once the stray is gone, and, with the
 ladder on, is rebooted: Slurm shows no job there, so the process is no job's
-(gpuhc/slurm/remediate.py). The GPUs are the one fake (a replayed scenario, the hardware
+(gpuhc/slurm/repair/remediate.py). The GPUs are the one fake (a replayed scenario, the hardware
 boundary); drain, requeue, resume and the reboot are Slurm's own.
 """
 

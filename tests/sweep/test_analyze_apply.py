@@ -8,7 +8,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from gpuhc.schema import defaults
-from gpuhc.slurm.scontrol import Scontrol
+from gpuhc.slurm.act.scontrol import Scontrol
 from gpuhc.sweep.analyze import analyze_sweep, apply_culprits, apply_pending, drain_reason, remember_culprits
 from gpuhc.sweep.settings import SCHEMA
 from gpuhc.sweep.store import SweepStore
@@ -52,7 +52,7 @@ def test_every_sweep_drain_moves_the_node_up_a_quarantine_cycle_until_retired():
     assert reasons[0].endswith("(sweep s0) [q1]") and reasons[1].endswith("(sweep s1) [q2]")
     # slurm.quarantine.max_cycles 3: the third sweep drain retires it, like a third failed retest.
     assert reasons[2].startswith("gpuhc: RETIRED nccl-sweep n3 ") and "[q" not in reasons[2]
-    from gpuhc.slurm.reason import parse_reason
+    from gpuhc.slurm.policy.reason import parse_reason
 
     assert [parse_reason(r).cycle for r in reasons[:2]] == [1, 2] and parse_reason(reasons[2]).retired
 

@@ -8,7 +8,7 @@ import shlex
 import pytest
 from tests.helpers import slurm_answers
 
-from gpuhc.slurm.scontrol import Scontrol
+from gpuhc.slurm.act.scontrol import Scontrol
 from gpuhc.sweep.analyze import apply_culprits, drain_reason
 from gpuhc.sweep.slurmcli import SlurmCli
 from gpuhc.sweep.store import SweepStore

@@ -1,0 +1,176 @@
+"""The drain reasons gpuhc writes into Slurm, and how it recognises its own.
+
+The reason string is gpuhc's only durable mark on a node that every machine can see: it tells an
+admin why a node is out, it is how gpuhc knows a drain is *its* drain (and so may be resumed), and
+it carries the quarantine cycle across reboots. Its shape::
+
+    gpuhc: <check> [<subject>] <evidence>[; +N more (<checks>)][ [q<cycle>]]
+    gpuhc: RETIRED <check> [<subject>] <evidence> ...
+
+(the subject, e.g. ``gpu3``, is left out when the evidence already names it).
+
+Rules, and why:
+
+- **Ownership by prefix.** A reason starting with ``gpuhc:`` is ours; anything else (an admin's
+  note, Slurm's "Not responding", "Prolog error", NHC's "NHC: ...") is never overwritten and
+  never resumed. Matching is exact and case-sensitive so that an admin's "GPUHC check later" is
+  not mistaken for ours.
+- **Deterministic.** The same failing results give byte-identical text (sorted by severity,
+  then check and subject), so a re-run sends nothing: gpuhc compares before acting, and Slurm
+  treats an identical reason as a no-op anyway.
+- **One printable line, at most 255 bytes of UTF-8** (the accounting database column). Kernel log
+  text can carry control characters, quotes and backslashes; they are replaced, and truncation
+  never cuts a multi-byte character or the ``[qN]`` tag.
+- **Brackets are gpuhc's.** ``scontrol show node`` prints ``Reason=<text> [user@time]``, and the
+  cycle tag is ``[qN]``; evidence therefore has its square brackets turned into round ones, so
+  kernel text can neither forge a tag nor confuse the user/time suffix.
+- Slurm itself appends text to a reason in a few cases (``scontrol reboot`` adds
+  ``reboot issued``/``reboot complete``), so :func:`parse_reason` finds the tag anywhere after
+  the prefix rather than insisting that it ends the string.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Iterable
+
+from gpuhc.model.result import Result, Status
+
+PREFIX = "gpuhc:"
+RETIRED = "RETIRED"
+MAX_BYTES = 255
+_ELLIPSIS = "..."
+
+# Characters removed from evidence: quotes and backslashes survive argv but confuse anyone who
+# later pastes the reason into a shell or a scontrol interactive line.
+_DROP = str.maketrans({'"': None, "'": None, "`": None, "\\": "/", "[": "(", "]": ")"})
+_CYCLE_TAG = re.compile(r"\s\[q(\d{1,3})\](?=\s|$)")
+# The remediation ladder's step (gpuhc/slurm/repair/ladder.py): ``[reset 1/2]`` or ``[reboot]``.
+_STEP_TAG = re.compile(r"\s\[(reset \d{1,2}/\d{1,2}|reboot)\](?=\s|$)")
+
+
+def sanitize(text: str) -> str:
+    """One printable line: control and format characters become spaces, runs of whitespace
+    collapse, quotes/backslashes/brackets are neutralised."""
+    out = []
+    for ch in text:
+        cat = unicodedata.category(ch)
+        if cat[0] == "C" or cat in ("Zl", "Zp") or (cat == "Zs" and ch != " "):
+            out.append(" ")
+        else:
+            out.append(ch)
+    return " ".join("".join(out).translate(_DROP).split())
+
+
+def truncate_utf8(text: str, max_bytes: int) -> str:
+    """Cut ``text`` to at most ``max_bytes`` of UTF-8 without splitting a character."""
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    return data[:max_bytes].decode("utf-8", errors="ignore")
+
+
+def _fit(head: str, evidence: str, tail: str) -> str:
+    """``head + evidence + tail`` within MAX_BYTES, shortening only the evidence."""
+    room = MAX_BYTES - len(head.encode()) - len(tail.encode())
+    if len(evidence.encode()) > room:
+        evidence = truncate_utf8(evidence, max(0, room - len(_ELLIPSIS))).rstrip() + _ELLIPSIS
+    return (head + evidence).rstrip() + tail
+
+
+def owned(reason: str | None) -> bool:
+    """Was this reason written by gpuhc?"""
+    return bool(reason) and reason.lstrip().startswith(PREFIX)
+
+
+@dataclass(frozen=True)
+class GpuhcReason:
+    """A parsed gpuhc reason."""
+
+    text: str  # the whole reason as Slurm holds it
+    body: str  # after the prefix, without RETIRED and the cycle tag
+    check: str  # first word of the body: the check id that drained the node
+    cycle: int = 0  # quarantine cycle; 0: not in quarantine
+    retired: bool = False
+    step: str | None = None  # the remediation step in progress: "reset 1/2", "reboot"
+
+    @property
+    def quarantined(self) -> bool:
+        return self.cycle > 0 and not self.retired
+
+
+def parse_reason(reason: str | None) -> GpuhcReason | None:
+    """Parse a gpuhc reason; ``None`` when the reason is not gpuhc's."""
+    if not owned(reason):
+        return None
+    text = reason.strip()
+    body = text[len(PREFIX):].strip()
+    retired = body.startswith(RETIRED + " ") or body == RETIRED
+    if retired:
+        body = body[len(RETIRED):].strip()
+    cycle, step, cut = 0, None, len(body) + 1
+    m = _CYCLE_TAG.search(" " + body)
+    if m:
+        cycle, cut = int(m.group(1)), m.start()
+    s = _STEP_TAG.search(" " + body)
+    if s:
+        step, cut = s.group(1), min(cut, s.start())
+    body = (" " + body)[:cut].strip()  # tags end the body; Slurm's own notes after them go too
+    check = body.split(" ", 1)[0] if body else ""
+    return GpuhcReason(text=text, body=body, check=check, cycle=cycle, retired=retired, step=step)
+
+
+def format_reason(body: str, cycle: int = 0, retired: bool = False, step: str | None = None) -> str:
+    """Build a reason from an already chosen body (check + evidence); ``step`` is the
+    remediation ladder's tag (``reset 1/2``, ``reboot``), never on a retired node."""
+    head = f"{PREFIX} {RETIRED} " if retired else f"{PREFIX} "
+    tail = f" [q{cycle}]" if cycle > 0 and not retired else ""
+    if step and not retired:
+        if not _STEP_TAG.fullmatch(f" [{step}]"):
+            raise ValueError(f"not a remediation step: {step!r}")
+        tail += f" [{step}]"
+    return _fit(head, sanitize(body) or "unspecified", tail)
+
+
+def _severity_key(r: Result) -> tuple:
+    # Worst action first; then stable text order so that the choice never depends on the order
+    # in which checks happened to run.
+    return (-r.action.rank, r.check, r.subject, r.message)
+
+
+def failure_body(results: Iterable[Result]) -> str:
+    """``<check> [<subject>] <message>`` of the worst failing result, plus a count of the rest."""
+    failing = sorted((r for r in results if r.status is Status.FAIL), key=_severity_key)
+    if not failing:
+        return ""
+    worst = failing[0]
+    message = sanitize(worst.message)
+    # Name the subject unless the message already does ("gpu3 PCIe link x8 < x16").
+    named = worst.subject in ("", "node") or re.search(rf"(?<![\w/.:-]){re.escape(worst.subject)}(?![\w/-])", message)
+    body = f"{worst.check} {message}" if named else f"{worst.check} {worst.subject} {message}"
+    others = failing[1:]
+    if others:
+        checks = sorted({r.check for r in others})
+        body += f"; +{len(others)} more ({','.join(checks)})"
+    return body
+
+
+def build_reason(results: Iterable[Result], cycle: int = 0, retired: bool = False) -> str:
+    """The reason for draining on these results; deterministic for the same failure."""
+    body = failure_body(results)
+    if not body:
+        raise ValueError("build_reason needs at least one failing result")
+    return format_reason(body, cycle=cycle, retired=retired)
+
+
+def with_cycle(reason: GpuhcReason, cycle: int) -> str:
+    """The same evidence, tagged with a new quarantine cycle."""
+    return format_reason(reason.body, cycle=cycle)
+
+
+def retired_from(reason: GpuhcReason | None, note: str = "") -> str:
+    """The RETIRED reason: keep the evidence that got the node here, or an admin's note."""
+    body = reason.body if reason and reason.body else (note or "retired by admin")
+    return format_reason(body, retired=True)

@@ -1,0 +1,305 @@
+"""The remediation ladder on the node: the health check climbs it for its own node.
+
+Who runs it, and why the health check: it already runs on every node every few minutes as
+root, it has just judged the node (so it knows the finding and its catalog action), and it
+finds out by itself when gpuhc holds its node. No other daemon, timer or shared directory is
+needed, and a node whose slurmd is down is left alone (nothing runs the health check). After
+a failing health check that kept its own node drained (policy decision ``keep``), it asks the
+pure ladder (:mod:`gpuhc.slurm.repair.ladder`) for the next step and carries it out:
+
+- **reset**: reset the finding's GPUs the way NVIDIA documents it (:mod:`gpuhc.slurm.repair.reset_run`:
+  quiesce what holds them, reset, restore, verify; a failed procedure goes straight on to the
+  reboot rung in the same run), acknowledge the kernel
+  log incidents held so far (the reset is what they asked for), run the health check's stage
+  again inside what is left of its deadline, and resume through the actuator only on a pass;
+  otherwise tag the reason ``[reset n/N]``;
+- **reboot**: ``scontrol reboot ASAP nextstate=DOWN`` with the reason tagged ``[reboot]``; the
+  boot-time ``gpuhc quarantine retest`` resumes the node or tags the next cycle ``[qN]``;
+- **retire** / **failed cycle**: a verified drain with the new reason.
+
+Every step goes to the decision log and to the event log (``slurm.remediation`` of the run),
+and fires the ``remediation`` hook (``retire`` for a retirement). Nothing here drains a node
+that is in service, so the breaker is not asked; the node stays counted by it throughout,
+because its reason stays gpuhc's.
+
+A reset is bounded and honest (issue 30; docs/repair.md "The GPU reset procedure"):
+
+- Slurm is read again right before it (an admin's resume, a job that landed: no reset), and
+  the attempt is written ahead, in the node's memory and as the ``[reset n/N]`` tag, so a run
+  killed mid-reset still moves the ladder on;
+- a run whose NVML reads already timed out, and a reset whose NVML or commands hung, go to the
+  reboot rung: a reset needs a driver that answers;
+- the kernel log is acknowledged up to the time taken *before* the reset, so an Xid the reset
+  itself raises fails the retest and the node stays drained;
+- a refused ``scontrol reboot`` (no RebootProgram) is said, fires the hook with the error, and
+  is asked again only after ``reboot_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from gpuhc.errors import SlurmError
+from gpuhc.model.result import Result, Status
+from gpuhc.slurm.repair.ladder import REBOOT_REFUSED, Do, Finding, LadderMemory, LadderSettings, Step, next_step
+from gpuhc.slurm.flows.memory import load_ladder, note_resumed, save_ladder
+from gpuhc.slurm.policy.drain import Act, Verdict, out_of_service, reboot_pending, verdict_of
+from gpuhc.slurm.policy.reason import _severity_key, owned
+
+if TYPE_CHECKING:
+    from gpuhc.slurm.flows.frame import Flow, Outcome
+    from gpuhc.slurm.read.nodes import Node
+
+_GPU = "gpu"
+FALLTHROUGH = "fallthrough"  # the reset procedure failed: on to the reboot rung in the same run
+WEDGED = "wedged"  # ... because NVML or a command hung: the same, and the run ends with os._exit
+REFUSED = "refused"  # scontrol reboot was refused
+
+
+def finding_of(results: list[Result]) -> Finding | None:
+    """The worst failing result's action (the one the reason names), and the GPUs of the failing
+    results with that action."""
+    failing = sorted((r for r in results if r.status is Status.FAIL), key=_severity_key)
+    if not failing:
+        return None
+    action = failing[0].action
+    gpus = sorted({int(r.subject[len(_GPU):]) for r in failing
+                   if r.action is action and r.subject.startswith(_GPU) and r.subject[len(_GPU):].isdigit()})
+    return Finding(action, tuple(gpus))
+
+
+def jobs_of(node: Node) -> str | None:
+    """Slurm's view: a job allocated or completing on the node, or None."""
+    if node.draining or node.state in ("ALLOCATED", "MIXED", "COMPLETING") or "COMPLETING" in node.flags:
+        return f"Slurm shows jobs on the node (state {node.raw_state})"
+    return None
+
+
+def owner_of(pid: int, name: str | None, remediation: dict) -> str:
+    """Whose is a GPU process on a node Slurm shows no job on: ``admin`` (root's, or a configured
+    admin tool: ``dcgmi diag``, ``nvidia-bug-report.sh``, a retest over clush), ``unknown`` (its
+    /proc entry cannot be read: gone, or another PID namespace), or ``stray`` (a user's, with no
+    job: a job's leftover). Only a stray is a reason to reboot (issue 30)."""
+    import os
+
+    if name and name in set(remediation["admin_tools"]):
+        return "admin"
+    try:
+        uid = os.stat(os.path.join(remediation["reset"]["proc_root"], str(int(pid)))).st_uid
+    except (OSError, ValueError):
+        return "unknown"
+    return "admin" if uid == 0 else "stray"
+
+
+def busy_of(node: Node, flow: Flow) -> str | None:
+    """What runs on the node, or None: Slurm's view (a job allocated) first, then NVML's (a
+    process on a GPU). A GPU whose processes cannot be listed counts as busy."""
+    if jobs := jobs_of(node):
+        return jobs
+    from gpuhc.sources import build_sources
+
+    try:
+        procs = build_sources(flow.opts.sources).procs
+        occ = procs.read() if procs is not None else None
+    except Exception as e:  # unreadable is not idle
+        return f"GPU processes unreadable ({type(e).__name__}: {e})"
+    if occ is None or not occ.available:
+        return "GPU processes unknown" + (f" ({occ.error})" if occ is not None and occ.error else "")
+    for g in occ.gpus:
+        if g.error:
+            return f"gpu{g.index}: processes unreadable ({g.error})"
+        if g.processes:
+            p = g.processes[0]
+            who = owner_of(p.pid, p.name, flow.slurm["remediation"])
+            whose = "" if who == "stray" else f", {who}"
+            return f"gpu{g.index}: process {p.pid} ({p.name or '?'}{whose})"
+    return None
+
+
+def mig_gpus(sources) -> tuple[int, ...]:
+    """The GPUs in MIG mode, from the occupancy reading (NVML's MIG mode per GPU); a reset of
+    one is refused (gpuhc/slurm/repair/reset_plan.py)."""
+    occ = sources.procs.read() if sources.procs is not None else None
+    return tuple(g.index for g in (occ.gpus if occ is not None else ()) if g.mig)
+
+
+# ---------------------------------------------------------------------------- the climb
+
+
+def climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
+    """After the health check's decision: the ladder's next step for this node, if any. A bug
+    here costs the step, never the health check's verdict or its decision."""
+    try:
+        _climb(flow, report, verdict, out)
+    except Exception as e:
+        out.extra.setdefault("remediation", {})["error"] = f"{type(e).__name__}: {e}"
+        flow.log(f"remediation: internal error, step not taken: {type(e).__name__}: {e}", loud=True)
+
+
+def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
+    settings = LadderSettings.from_section(flow.slurm)
+    if not settings.enabled:
+        return
+    if flow.observe:  # a GPU reset changes the node as a drain changes Slurm: observe mode does neither
+        return
+    memory = load_ladder(flow)
+    kept = out.decision is not None and out.decision.act is Act.KEEP
+    if not kept and memory == LadderMemory():  # a count left from a past episode is cleared below
+        return
+    from gpuhc.slurm.flows.frame import actuator, take_turn
+
+    if not take_turn(flow, out).ok:  # another run acts on the node (a retest over clush): not now
+        flow.log("remediation: another gpuhc run holds the node: no step this run", loud=True)
+        return
+    act = actuator(flow)
+    finding = finding_of(report.results)
+    try:
+        node = act.sc.node(flow.node)
+        step = next_step(node, verdict, finding, None, memory, flow.now(), settings)
+        if step.do in (Do.RESET, Do.REBOOT) and (busy := busy_of(node, flow)):
+            # No job on the node, yet something holds a GPU: no job's (a stray process, which
+            # nothing else ends: docs/campaign.md). A reboot ends it; a reset cannot while it
+            # holds the GPU, so the reboot rung, where the ladder has one. A job's: wait for it.
+            stray = not jobs_of(node) and not busy.endswith((", admin)", ", unknown)"))
+            if not stray and not jobs_of(node):
+                flow.log(f"remediation: {busy}: not a stray (root's, an admin tool's, or unknown): waiting, "
+                         "no reboot for it", loud=True)
+            rung = None if not stray else next_step(
+                node, verdict, finding, None, replace(memory, resets=max(memory.resets, settings.reset_attempts)),
+                flow.now(), settings)
+            step = rung if rung is not None and rung.do is Do.REBOOT else next_step(
+                node, verdict, finding, busy, memory, flow.now(), settings)
+        if step.do is Do.RESET and getattr(report, "timed_out", None):
+            # NVML (or another reader) already hung in this run: a reset needs a driver that answers.
+            step = next_step(node, verdict, finding, None, replace(memory, resets=settings.reset_attempts),
+                             flow.now(), settings)
+            step = replace(step, why=f"{step.why}; no reset: {','.join(report.timed_out)} timed out in this run")
+        if step.do is Do.NONE and memory == LadderMemory():
+            return
+        if step.do is Do.NONE and not kept and not out_of_service(node) and not reboot_pending(node):
+            save_ladder(flow, LadderMemory())  # back in service: the episode, and its reset count, are over
+            return
+        record = {"step": step.label, "why": step.why, "attempt": step.attempt, "of": step.of,
+                  "finding": finding.action.value if finding else None,
+                  "gpus": list(finding.gpus) if finding else [], "reason": step.reason}
+        out.extra["remediation"] = record
+        done = _carry_out(flow, act, node, step, finding, record)
+        if done == WEDGED:
+            out.hard_exit = True  # a thread may still sit in NVML: leave without waiting for it
+            record["wedged"] = True
+        if done in (FALLTHROUGH, WEDGED):  # the reset procedure itself failed: its GPUs need the reboot rung
+            step = next_step(node, verdict, finding, None, LadderMemory(resets=settings.reset_attempts),
+                             flow.now(), settings)
+            record.update(fallthrough=step.label, reason=step.reason)
+            done = _carry_out(flow, act, node, step, finding, record) if step.do is Do.REBOOT else True
+        if done == REFUSED:
+            step = replace(step, memory=LadderMemory(resets=memory.resets, step=REBOOT_REFUSED, since=flow.now(),
+                                                     deadline=flow.now() + settings.reboot_timeout_s))
+        record["ok"] = done in (True, "resumed")
+    except SlurmError as e:
+        out.extra.setdefault("remediation", {})["error"] = str(e)
+        flow.log(f"remediation: Slurm did not answer as needed, nothing remembered: {e}", loud=True)
+        return
+    if done == "resumed":  # the episode is over
+        record["resumed"] = True
+        save_ladder(flow, LadderMemory())
+    elif step.do is not Do.NONE or memory != step.memory:
+        save_ladder(flow, step.memory if done or step.do in (Do.WAIT, Do.NONE) else memory)
+    if step.do not in (Do.NONE, Do.WAIT):  # the hooks fire after the run (gpuhc.slurm.flows.frame.finish)
+        out.events.append(("retire" if step.do is Do.RETIRE else "remediation", {"node": flow.node, **record}))
+    if done == "resumed":
+        out.events.append(("resume", {"node": flow.node, "why": f"{step.label} passed its retest", "step": step.label}))
+    if step.do is Do.RETIRE and done is True:  # the evidence for the vendor, while it is on the node
+        from gpuhc.slurm.repair.admin import retire_evidence
+
+        retire_evidence(flow, getattr(report, "snapshot", None), step.why, step.reason)
+
+
+def _carry_out(flow: Flow, act, node: Node, step: Step, finding: Finding | None, record: dict) -> bool | str:
+    loud = step.do not in (Do.NONE, Do.WAIT)
+    flow.log(f"remediation: {step.label}: {step.why}", loud=loud)
+    if step.do is Do.RESET:
+        return _reset(flow, act, step, finding)
+    if step.do is Do.REBOOT:
+        # DOWN, not the quarantine setting: with RESUME the node would be back in service
+        # before its boot-time retest, and the reason carrying the cycle count gone.
+        try:
+            act.reboot(flow.node, step.reason, "DOWN")
+        except SlurmError as e:  # said and remembered: not asked again every interval
+            flow.log(f"remediation: scontrol reboot refused ({e}): an admin must reboot {flow.node}; "
+                     f"asked again after slurm.remediation.reboot_timeout_s", loud=True)
+            record["error"] = f"scontrol reboot refused: {e}"
+            return REFUSED
+        flow.log(f"remediation: reboot requested: {step.reason}", loud=True)
+        return True
+    if step.do in (Do.RETIRE, Do.FAIL_CYCLE):
+        ok = act.drain(flow.node, step.reason, step.do.value)
+        if not ok:
+            flow.log(f"remediation: {step.do.value} not verified", loud=True)
+        return ok
+    return True
+
+
+def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
+    """Reset, retest, resume on a pass; else tag the reason with the attempt. "resumed", True
+    when the attempt was carried out and failed, False when there was no time for it."""
+    from gpuhc.slurm.flows.frame import SLURM_RESERVE_S, run_checks, summary_line
+    from gpuhc.slurm.flows.handover import acknowledge_kernel_log
+    from gpuhc.slurm.repair.reset_run import procedure
+    from gpuhc.sources import build_sources
+
+    room = flow.deadline - time.monotonic() - SLURM_RESERVE_S - 2.0
+    if room < 1.0:
+        flow.log("remediation: no time left in this run for a reset; the next run tries", loud=True)
+        return False
+    if not _still_ours(flow, act, step):
+        return False  # not started: not counted
+    before = flow.now()  # acknowledged up to here, not after: what the reset raises must count
+    # NVIDIA's way (docs/repair.md "The GPU reset procedure"): quiesce, reset, restore, verify.
+    # Sources built per read: a replayed scenario is read anew, as live NVML is.
+    _, result = procedure(flow.slurm["remediation"], finding.gpus, lambda: build_sources(flow.opts.sources).nvml.read(),
+                          lambda line: flow.log(line, loud=True), time.monotonic() + room,
+                          lambda: mig_gpus(build_sources(flow.opts.sources)))
+    flow.log(f"remediation: {step.label}: {'done' if result.ok else 'FAILED'}: {result.detail}", loud=True)
+    if result.wedged:
+        return WEDGED
+    if result.ok:
+        acknowledge_kernel_log(flow.opts.state_dir, before)
+        report = run_checks(flow)
+        verdict = verdict_of(report.results) if report is not None else Verdict.ERROR
+        if report is not None:
+            flow.log("remediation: retest " + summary_line(report, verdict), loud=True)
+        if verdict in (Verdict.PASS, Verdict.WARN):
+            if act.resume(flow.node, f"remediation: {step.label} passed its retest"):
+                note_resumed(flow)
+                flow.log(f"resumed: {step.label} passed its retest")
+                return "resumed"
+    # Failed reset or failed retest: the attempt counts; the reason shows it, if the node is
+    # still gpuhc's (seconds went by: an admin may have taken it over meanwhile).
+    now = act.sc.node(flow.node)
+    if owned(now.reason) and out_of_service(now) and now.reason != step.reason:
+        act.drain(flow.node, step.reason, f"remediation {step.label}")
+    elif not owned(now.reason):
+        flow.log(f"remediation: the node's reason changed meanwhile ({now.reason!r}): leaving it", loud=True)
+        return True
+    return FALLTHROUGH if result.fallthrough else True
+
+
+def _still_ours(flow: Flow, act, step: Step) -> bool:
+    """Right before the reset: Slurm read again (an admin may have resumed the node, a job may
+    have landed since the ladder's read), then the attempt written ahead (memory and tag), so a
+    run killed mid-reset has counted it. False: no reset, said."""
+    now = act.sc.node(flow.node)
+    changed = jobs_of(now) or (None if owned(now.reason) and out_of_service(now) else
+                               f"the node is no longer gpuhc's to reset (state {now.raw_state}, reason {now.reason!r})")
+    if changed:
+        flow.log(f"remediation: {step.label} not started: {changed}", loud=True)
+        return False
+    save_ladder(flow, step.memory)  # "reset n started"
+    if now.reason != step.reason and not act.drain(flow.node, step.reason, f"remediation {step.label} started"):
+        flow.log(f"remediation: {step.label} not started: the tag did not take", loud=True)
+        return False
+    return True
+

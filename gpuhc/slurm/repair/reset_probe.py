@@ -1,0 +1,168 @@
+"""Read what the GPU reset procedure needs to know about the node: the GPUs (from the same NVML
+source the checks read), their device minor numbers, the processes holding ``/dev/nvidia*``
+open and the systemd units they run in, which configured services are present and running,
+and whether the node has NVSwitches. Read only.
+
+The process scan is what ``fuser /dev/nvidia*`` does (NVIDIA/ai-cloud-validation#603 runs it
+before a reset), done by reading ``/proc/<pid>/fd`` under a configurable root so a test can
+hand it a tree of its own. Names there are set by the processes themselves (``comm``, cgroup
+paths under a delegated subtree), so they are read bounded and escaped (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+from dataclasses import dataclass
+
+from gpuhc.logtext import escape
+from gpuhc.model.nvml import NvmlReading
+from gpuhc.model.pci import norm_pci
+from gpuhc.slurm.repair.reset_plan import NO_FABRIC, GpuFacts, Holder, NodeFacts, arch_of
+
+MAX_PIDS = 65536  # processes looked at, at most (a node has a few thousand)
+MAX_FDS = 1 << 20  # descriptors looked at, all processes together
+SMALL = 4096  # bytes read of comm, cgroup and the driver's information file
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    services: tuple[str, ...]
+    systemctl: str
+    proc_root: str
+    dev_root: str
+    timeout_s: float
+
+    @classmethod
+    def from_section(cls, reset: dict) -> "ProbeSettings":
+        return cls(tuple(reset["services"]), reset["systemctl"], reset["proc_root"], reset["dev_root"],
+                   float(reset["command_timeout_s"]))
+
+
+def _small(path: str) -> str | None:
+    from gpuhc.untrusted import UntrustedInputError, read_bounded
+
+    try:
+        return read_bounded(path, SMALL, "proc file").decode("utf-8", "replace")
+    except (UntrustedInputError, OSError):
+        return None
+
+
+def minor_of(proc_root: str, pci: str) -> int | None:
+    """``Device Minor`` from the driver's per-GPU information file (``/proc/driver/nvidia/gpus``)."""
+    text = _small(os.path.join(proc_root, "driver", "nvidia", "gpus", norm_pci(pci), "information"))
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "Device Minor" and value.strip().isdigit():
+            return int(value.strip())
+    return None
+
+
+def unit_of(cgroup_text: str | None) -> str | None:
+    """The system service a process runs in, from ``/proc/<pid>/cgroup``, or None. Only
+    ``/system.slice/<unit>.service`` counts: below a user's own slice a user may make cgroups of
+    any name (delegation), and such a name must not pass their process off as a service's."""
+    for line in (cgroup_text or "").splitlines():
+        parts = line.split(":", 2)[-1].split("/")
+        if len(parts) >= 3 and parts[0] == "" and parts[1] == "system.slice" and parts[2].endswith(".service"):
+            return escape(parts[2])
+    return None
+
+
+def holders(proc_root: str, deadline: float) -> tuple[list[Holder], list[str]]:
+    """Every process with a ``/dev/nvidia*`` file open, and what could not be read."""
+    found, problems, fds_seen, denied = [], [], 0, 0
+    try:
+        pids = sorted(int(p) for p in os.listdir(proc_root) if p.isdigit())[:MAX_PIDS]
+    except OSError as e:
+        return [], [f"{proc_root}: {e.strerror}"]
+    for pid in pids:
+        if time.monotonic() > deadline or fds_seen > MAX_FDS:
+            problems.append(f"process scan stopped at pid {pid} (time or size bound): holders may be missing")
+            break
+        fd_dir = os.path.join(proc_root, str(pid), "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except PermissionError:
+            denied += 1  # another user's process, and we are not root
+            continue
+        except OSError:
+            continue  # gone meanwhile
+        fds_seen += len(fds)
+        devices = set()
+        for fd in fds:
+            try:
+                target = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            if target.startswith("/dev/nvidia"):
+                devices.add(escape(target))
+        if devices:
+            comm = escape((_small(os.path.join(proc_root, str(pid), "comm")) or "?").strip()[:64])
+            unit = unit_of(_small(os.path.join(proc_root, str(pid), "cgroup")))
+            found.append(Holder(pid, comm, unit, tuple(sorted(devices))))
+    if denied:
+        problems.append(f"the open files of {denied} processes could not be read (not root?): holders may be missing")
+    return found, problems
+
+
+def services(units: tuple[str, ...], systemctl: str, timeout_s: float) -> tuple[dict[str, bool], list[str]]:
+    """Configured units present on the node -> running; absent ones are left out. One call."""
+    import shutil
+
+    from gpuhc.slurm.repair.gpureset import run_argv
+
+    if not units:
+        return {}, []
+    if shutil.which(systemctl) is None:  # no systemd (a container): no unit to stop; holders still count
+        return {}, []
+    r = run_argv([systemctl, "show", "--property=Id,LoadState,ActiveState", "--", *units], timeout_s)
+    if not r.ok:
+        return {}, [f"services unknown: {r.detail}"]
+    blocks = [dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+              for block in r.output.strip().split("\n\n")]
+    if len(blocks) != len(units):
+        return {}, [f"services unknown: {systemctl} show answered {len(blocks)} units for {len(units)}"]
+    return {u: b.get("ActiveState") in ("active", "activating", "reloading")
+            for u, b in zip(units, blocks) if b.get("LoadState") not in ("not-found", None)}, []
+
+
+def gpu_facts(reading: NvmlReading, proc_root: str) -> list[GpuFacts]:
+    return [GpuFacts(g.index, g.uuid, g.name, minor_of(proc_root, g.pci_bus_id), arch_of(g.name),
+                     g.persistence_mode, sum(1 for link in g.nvlinks if link.active), g.fabric_state)
+            for g in reading.gpus]
+
+
+def probe(reading: NvmlReading, s: ProbeSettings, deadline: float) -> NodeFacts:
+    """Everything the plan needs, read now. A part that cannot be read is a problem the plan
+    refuses on, never a guess."""
+    problems = [] if reading.available else [f"NVML not available ({reading.error or 'no reason given'})"]
+    lost = [g.index for g in reading.gpus if g.lost]
+    if lost:
+        problems.append(f"gpu{','.join(map(str, lost))} lost to NVML: a reset cannot reach it")
+    found, p = holders(s.proc_root, deadline)
+    problems += p
+    active, p = services(s.services, s.systemctl, max(0.5, min(s.timeout_s, deadline - time.monotonic())))
+    problems += p
+    # NVSwitch: its device files on the node, or (in a VM whose switches the host manages, as on
+    # the H100 machine of docs/verification.md) GPUs registered with an NVSwitch fabric.
+    nvswitch = bool(glob.glob(os.path.join(glob.escape(s.dev_root), "nvidia-nvswitch[0-9]*"))) or any(
+        g.fabric_state not in NO_FABRIC for g in reading.gpus)
+    return NodeFacts(tuple(gpu_facts(reading, s.proc_root)), tuple(found), active, nvswitch, os.getpid(),
+                     tuple(problems))
+
+
+def plan_now(remediation: dict, targets: tuple[int, ...], reading: NvmlReading, deadline: float,
+             mig: tuple[int, ...] = (), jobs: str | None = None):
+    """Probe the node and plan the reset of ``targets`` (``slurm.remediation`` and its ``reset``);
+    ``mig``: the GPUs in MIG mode; ``jobs``: what Slurm shows running on the node, if anything."""
+    from dataclasses import replace
+
+    from gpuhc.slurm.repair.reset_plan import make_plan
+
+    reset = remediation["reset"]
+    s = ProbeSettings.from_section(reset)
+    facts = replace(probe(reading, s, deadline), mig=tuple(mig), jobs=jobs)
+    return make_plan(facts, targets, list(s.services), list(remediation["reset_command"]), s.systemctl,
+                     reset["nvidia_smi"])
