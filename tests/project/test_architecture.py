@@ -170,22 +170,92 @@ def test_each_layer_imports_only_layers_above_it():
     assert late == []
 
 
-def test_policy_is_pure_a_planted_import_into_act_fails(tmp_path):
-    """The real tree and the real table, with one import planted in a pure policy module: the
-    act layer (here the actuator, inside a function, as a lazy import would hide it) is refused,
-    and so is every other way a policy module could reach I/O."""
+@pytest.fixture(scope="module")
+def real_copy(tmp_path_factory):
+    """A copy of the real package, which the real table passes, to plant imports in."""
     import shutil
 
-    shutil.copytree(ROOT / "gpuhc", tmp_path / "gpuhc", ignore=shutil.ignore_patterns("__pycache__"))
-    doc = DOC.read_text(encoding="utf-8")
-    assert violations(tmp_path, doc) == []
-    policy = tmp_path / "gpuhc" / "slurm" / "policy.py"
-    clean = policy.read_text(encoding="utf-8")
-    lines = len(clean.splitlines())
-    for planted, layer in (("from gpuhc.slurm.actuator import Actuator", "slurm-act"),
-                           ("from . import entry", "slurm-flows"),
-                           ("import gpuhc.state", "state")):
-        policy.write_text(clean + f"\n\ndef _planted():\n    {planted}\n", encoding="utf-8")
-        [found] = violations(tmp_path, doc)
-        assert found.startswith(f"gpuhc/slurm/policy.py:{lines + 4}: slurm-policy imports ") and found.endswith(
-            f"({layer})"), found
+    tree = tmp_path_factory.mktemp("real")
+    shutil.copytree(ROOT / "gpuhc", tree / "gpuhc", ignore=shutil.ignore_patterns("__pycache__"))
+    assert violations(tree, DOC.read_text(encoding="utf-8")) == []
+    return tree
+
+
+@pytest.fixture
+def plant(real_copy):
+    """``plant(rel, import_line)``: the import inside a new function at the end of ``rel`` (a new
+    file if missing), returning its line; every planted file is put back after the test."""
+    before: dict[Path, str | None] = {}
+
+    def _plant(rel: str, planted: str) -> int:
+        path = real_copy / rel
+        clean = path.read_text(encoding="utf-8") if path.exists() else ""
+        before.setdefault(path, clean if path.exists() else None)
+        path.write_text(clean + f"\n\ndef _planted():\n    {planted}\n", encoding="utf-8")
+        return len(clean.splitlines()) + 4
+
+    yield _plant
+    for path, text in before.items():
+        if text is None:
+            path.unlink()
+        else:
+            path.write_text(text, encoding="utf-8")
+
+
+def test_policy_is_pure_a_planted_import_into_act_fails(real_copy, plant):
+    """The real tree and the real table, with imports planted in a pure policy module: the act
+    layer (here the actuator, inside a function, as a lazy import would hide it) is refused, and
+    so is every other way a policy module could reach I/O."""
+    expected = []
+    for planted, target, layer in (("from gpuhc.slurm.act.actuator import Actuator", "gpuhc/slurm/act/actuator.py", "slurm-act"),
+                                   ("from ..flows import entry", "gpuhc/slurm/flows/entry.py", "slurm-flows"),
+                                   ("import gpuhc.state", "gpuhc/state.py", "state")):
+        line = plant("gpuhc/slurm/policy/drain.py", planted)
+        expected.append(f"gpuhc/slurm/policy/drain.py:{line}: slurm-policy imports {target} ({layer})")
+    assert violations(real_copy, DOC.read_text(encoding="utf-8")) == expected
+
+
+def test_a_new_file_inherits_the_row_of_its_folder(real_copy, plant):
+    """A file nobody named in the table takes the row of the folder it is put in: dropped into
+    policy/ or read/ it is held to their imports; dropped into act/ it may use act."""
+    newrule = plant("gpuhc/slurm/policy/newrule.py", "from gpuhc.slurm.act import scontrol")
+    plant("gpuhc/slurm/act/newcommand.py", "from gpuhc.slurm.act import scontrol")
+    newreader = plant("gpuhc/slurm/read/newreader.py", "from gpuhc.slurm.policy import drain")
+    assert violations(real_copy, DOC.read_text(encoding="utf-8")) == [
+        f"gpuhc/slurm/policy/newrule.py:{newrule}: slurm-policy imports gpuhc/slurm/act/scontrol.py (slurm-act)",
+        f"gpuhc/slurm/read/newreader.py:{newreader}: slurm-read imports gpuhc/slurm/policy/drain.py (slurm-policy)",
+    ]
+
+
+def test_a_concern_folder_keeps_its_pure_plans_pure(real_copy, plant):
+    """repair/ and jobs/ are flows by folder, but the files the table names keep their own row: a
+    pure plan there that reaches for the actuator or a flow is refused, and so is a reset command
+    that reaches for a flow, while a new file in the same folders, a flow, may use both."""
+    plant("gpuhc/slurm/repair/newstep.py", "from gpuhc.slurm.act.actuator import Actuator")
+    plant("gpuhc/slurm/jobs/newwatch.py", "from gpuhc.slurm.flows import frame")
+    ladder = plant("gpuhc/slurm/repair/ladder.py", "from gpuhc.slurm.act.actuator import Actuator")
+    record = plant("gpuhc/slurm/jobs/record.py", "from gpuhc.slurm.jobs import act")
+    reset = plant("gpuhc/slurm/repair/reset_run.py", "from gpuhc.slurm.flows import frame")
+    assert violations(real_copy, DOC.read_text(encoding="utf-8")) == [
+        f"gpuhc/slurm/jobs/record.py:{record}: slurm-policy imports gpuhc/slurm/jobs/act.py (slurm-flows)",
+        f"gpuhc/slurm/repair/ladder.py:{ladder}: slurm-policy imports gpuhc/slurm/act/actuator.py (slurm-act)",
+        f"gpuhc/slurm/repair/reset_run.py:{reset}: slurm-act imports gpuhc/slurm/flows/frame.py (slurm-flows)",
+    ]
+
+
+def test_every_folder_of_slurm_says_its_row_and_imports_nothing():
+    """Each folder of gpuhc/slurm/ names, in its docstring, the row or rows of the import table its
+    files are in, and its __init__ imports nothing: importing one reader or the prolog's flow
+    loads no sibling it does not use."""
+    rows = {layer.name for layer in read_table(DOC.read_text(encoding="utf-8")) if layer.name.startswith("slurm-")}
+    bad = []
+    for init in sorted(ROOT.joinpath("gpuhc", "slurm").glob("*/__init__.py")):
+        rel = init.relative_to(ROOT).as_posix()
+        tree = ast.parse(init.read_text(encoding="utf-8"))
+        doc = ast.get_docstring(tree) or ""
+        if not any(row in doc for row in rows):
+            bad.append(f"{rel}: its docstring names no row of the import table")
+        if any(isinstance(n, (ast.Import, ast.ImportFrom)) and getattr(n, "module", None) != "__future__"
+               for n in ast.walk(tree)):
+            bad.append(f"{rel}: imports something")
+    assert bad == []

@@ -69,21 +69,24 @@ def misnamed(path: Path) -> str | None:
     if len(rel.parts) == 1:  # tests/test_<module>.py: a module at the top of gpuhc/
         ok = _named_after(path.stem, _modules_of(REPO / "gpuhc"))
         return None if ok else "not named after a module gpuhc/<module>.py"
-    if len(rel.parts) > 2:
-        return "more than one folder deep"
     folder = rel.parts[0]
     if folder in NOT_TESTS:
         return f"a test module in tests/{folder}/, which holds no tests"
-    if folder in SPANNING:
+    if folder in SPANNING or folder == "bench":
+        if len(rel.parts) > 2:
+            return "more than one folder deep"
+        if folder == "bench":  # tests/bench/test_<script>.py: a script bench/<script>.py
+            return None if _named_after(path.stem, _modules_of(REPO / "bench")) else "not named after bench/<script>.py"
         return None
-    if folder == "bench":  # tests/bench/test_<script>.py: a script bench/<script>.py
-        return None if _named_after(path.stem, _modules_of(REPO / "bench")) else "not named after bench/<script>.py"
-    package = REPO / "gpuhc" / folder
+    # tests/<pkg>[/<sub>]/test_<module>.py: a module gpuhc/<pkg>[/<sub>]/<module>.py
+    folders = "/".join(rel.parts[:-1])
+    package = REPO.joinpath("gpuhc", *rel.parts[:-1])
     if not package.is_dir():  # gpuhc/sweep/ is a namespace package: no __init__.py
-        return f"tests/{folder}/ mirrors no package gpuhc/{folder}/"
-    if _named_after(path.stem, _modules_of(package) | {folder}):
+        return f"tests/{folders}/ mirrors no package gpuhc/{folders}/"
+    if _named_after(path.stem, _modules_of(package) | {rel.parts[-2]}):
         return None
-    return f"not named after a module of gpuhc/{folder}/ (or test_{folder}_<aspect>.py for the package as a whole)"
+    return (f"not named after a module of gpuhc/{folders}/ "
+            f"(or test_{rel.parts[-2]}_<aspect>.py for the package as a whole)")
 
 
 def test_every_test_module_mirrors_what_it_tests():
@@ -103,13 +106,20 @@ def test_every_test_module_mirrors_what_it_tests():
     ("slurm_real/test_anything.py", True),
     ("bench/test_campaign.py", True),
     ("slurm/deeper/test_policy.py", False),
+    ("slurm/repair/test_ladder.py", True),
+    ("slurm/repair/test_ladder_reboot.py", True),
+    ("slurm/repair/test_scontrol.py", False),
+    ("slurm/test_ladder.py", False),
+    ("slurm/test_settings.py", True),
+    ("checks/deeper/test_ecc.py", False),
+    ("slurm_real/deeper/test_anything.py", False),
 ])
 def test_the_naming_rule_itself(rel, ok):
     assert (misnamed(TESTS / rel) is None) == ok, misnamed(TESTS / rel)
 
 
 def test_every_folder_of_tests_is_a_package():
-    # Same basenames in different folders (tests/slurm/test_ladder.py, tests/slurm_real/test_ladder.py)
+    # Same basenames in different folders (tests/slurm/repair/test_ladder.py, tests/slurm_real/test_ladder.py)
     # need packages under pytest's default import mode, or the second one is refused at collection.
     folders = {p.parent for p in _test_modules()} | {TESTS / "helpers"}
     missing = sorted(str(f.relative_to(REPO)) for f in folders if not (f / "__init__.py").exists())

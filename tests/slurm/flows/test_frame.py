@@ -89,10 +89,12 @@ def _imports(path: Path, known: set[str]) -> set[str]:
 
 
 def test_no_module_of_slurm_imports_itself_round_a_circle():
-    """entry.py and remediate.py imported each other (issue 22); the flows' frame is flow.py now.
-    Any circle among gpuhc/slurm's modules, at any depth, fails here with its members."""
+    """entry.py and remediate.py imported each other (issue 22); the flows' frame is frame.py now.
+    Any circle among gpuhc/slurm's modules, in every folder, at any depth, fails here with its members."""
     root = REPO / "gpuhc" / "slurm"
-    paths = {f"gpuhc.slurm.{p.stem}": p for p in root.glob("*.py") if p.stem != "__init__"}
+    paths = {"gpuhc.slurm." + ".".join(p.relative_to(root).with_suffix("").parts): p
+             for p in root.rglob("*.py") if p.stem != "__init__"}
+    assert "gpuhc.slurm.repair.remediate" in paths and "gpuhc.slurm.settings" in paths
     graph = {m: _imports(p, set(paths)) - {m} for m, p in paths.items()}
 
     def reaches(start: str, goal: str) -> bool:
