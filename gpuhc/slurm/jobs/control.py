@@ -4,10 +4,10 @@ call inside the caller's deadline, and observe mode's gate.
 
 **A job as Slurm describes it, not as its user does** (docs/security.md, "Acting safely").
 Where the release has it (23.02 and later), ``scontrol --json show job`` gives every field as a
-field, the AdminComment exactly. Slurm 22.05's scontrol has no ``--json`` (and its squeue no
-AdminComment), and its ``scontrol show job`` prints the user's own text (job name, command, working directory, output
-paths, comment) next to the fields gpuhc acts on, and any of it may hold ``AdminComment=`` or a
-newline and a whole forged line. So :meth:`JobControl.show_job` takes the fields it acts on
+field, the AdminComment exactly. Where it has not (22.05: gpuhc/slurm/read/releases.py says what
+its text and its squeue print), ``scontrol show job`` prints the user's own text next to the
+fields gpuhc acts on, and any of it may hold ``AdminComment=`` or a newline and a whole forged
+line. So :meth:`JobControl.show_job` takes the fields it acts on
 (state, owner uid, nodes, excluded nodes) from ``squeue -o`` with a separator drawn at random
 for this call, which no user can have put in their text; and it reads the AdminComment, which
 squeue does not print, from ``scontrol show job`` (one field per line) at the one place it can
@@ -127,13 +127,14 @@ class JobControl(SlurmCommand):
         """The job from ``scontrol --json show job``; None where the release has no --json."""
         import json
 
+        from gpuhc.slurm.read.releases import lacks_json
         from gpuhc.slurm.read.sinfo_text import expand
 
         try:
             text = self.call([self.binary, "--json", "show", "job", job])
         except SlurmError as e:
-            if "unrecognized option" in str(e) or "invalid option" in str(e):
-                return None  # Slurm 22.05: read the text instead
+            if lacks_json(str(e)):
+                return None  # read the text instead
             raise
         try:
             rec = next(j for j in json.loads(text)["jobs"] if str(j.get("job_id")) == job)

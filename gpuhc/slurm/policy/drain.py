@@ -81,8 +81,8 @@ def out_of_service(node: Node) -> bool:
 
 def registered(node: Node) -> bool:
     """slurmd runs the health check once at start, before the node registers: Slurm then shows
-    base state UNKNOWN. A RESUME in that state is refused ("Invalid node state specified") after
-    Slurm has already cleared the DRAIN flag (seen on 22.05), so gpuhc does not resume then."""
+    base state UNKNOWN. A RESUME in that state is refused after Slurm has already cleared the
+    DRAIN flag (a release fact: gpuhc/slurm/read/releases.py), so gpuhc does not resume then."""
     return node.state != "UNKNOWN"
 
 

@@ -26,11 +26,26 @@ REBOOT_NEXTSTATES = ("DOWN", "RESUME")
 SCONTROL_JSON_SINCE = "23.02"
 
 
+def lacks_json(error: str) -> bool:
+    """Whether a ``--json`` try failed because the release has no ``--json`` (22.05)."""
+    return "unrecognized option" in error or "invalid option" in error
+
+
 def json_hint(error: str) -> str:
     """Why a ``--json`` try failed, when the answer says it is the release's lack of it."""
-    if "unrecognized option" in error or "invalid option" in error:
+    if lacks_json(error):
         return f" (scontrol --json needs Slurm {SCONTROL_JSON_SINCE} or later)"
     return ""
+
+# ``scontrol show job`` without ``--json`` (all 22.05 has): the user's own text (job name,
+# command, working directory, output paths, comment) printed next to the fields gpuhc acts on,
+# one field per line, the AdminComment on the line right after the job's ``Command=`` and
+# ``WorkDir=`` lines; 22.05's squeue prints no AdminComment. How gpuhc still reads a job as Slurm
+# describes it is gpuhc/slurm/jobs/control.py's docstring.
+
+# ``scontrol reboot ASAP``: 22.05 clears the ASAP drain at the reboot, and no release takes
+# ``nextstate=DRAIN`` (REBOOT_NEXTSTATES), so a reboot for a retest asks ``nextstate=DOWN``
+# (gpuhc/slurm/repair/quarantine.py).
 
 
 # --- what Slurm writes into a node's reason ------------------------------------------------
@@ -44,6 +59,27 @@ REBOOT_NOTES_TAIL = lazy(r"(?:\s+:\s+reboot (?:issued|complete|timed out))+\s*$"
 # it. So whether a resume took, or an admin resumed a node, is read from the state (in service),
 # never from the reason being gone (gpuhc/slurm/act/actuator.py, gpuhc/slurm/flows/handover.py): a rule
 # with no branch, so no constant here.
+
+# Slurm's return of a node gpuhc had it reboot, before the boot-time retest ran: 24.11 with
+# ReturnToService=1 did once in CI (docs/slurm.md, "Slurm releases"), and with ReturnToService=2
+# it is what every release does; 24.11 keeps gpuhc's reason with " : reboot complete" appended,
+# 26.05 (ReturnToService=2, once in CI) cleared the reason altogether, so then only the node's
+# own memory of the reboot it asked for tells (gpuhc/slurm/repair/quarantine.py,
+# ``returned_before_retest``). A rule with no branch, so no constant here.
+
+# A RESUME of a node whose base state is still UNKNOWN (slurmd's start-up health check, before
+# the node registers) is refused ("Invalid node state specified") after Slurm has already
+# cleared the DRAIN flag (seen on 22.05), so gpuhc never resumes a node in that state
+# (gpuhc/slurm/policy/drain.py, ``registered``).
+
+# --- slurmd and the GPUs (the GPU reset: gpuhc/slurm/repair/reset_plan.py) ---------------------
+
+# With ``AutoDetect=nvml`` in gres.conf, 22.05's slurmd closes NVML again once it has detected
+# the GPUs; from 23.02 on (SchedMD/slurm commit 49b4c8f059, "Fix reconfiguration of gpu/nvml
+# plugin") the gpu/nvml plugin initialises NVML at detection and shuts it down only in its
+# ``fini()``, so slurmd holds ``/dev/nvidiactl`` and every ``/dev/nvidia<N>`` for its whole life
+# (src/plugins/gpu/nvml/gpu_nvml.c, 23.02, 24.11 and 26.05 alike).
+SLURMD_HOLDS_GPUS_SINCE = "23.02"
 
 # --- JSON layouts (read by feature in gpuhc/slurm/read/nodes_json.py) -------------------------------
 

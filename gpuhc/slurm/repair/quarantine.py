@@ -18,9 +18,8 @@ no second copy to disagree with it. No shared directory is needed.
 A retest is the ``bootstrap`` stage (passive plus active checks, minutes long), so it runs on
 the node itself: ``gpuhc quarantine retest`` there (by hand, by clush/pdsh, or by a boot-time
 unit after the reboot gpuhc requested). From another machine, ``retest --reboot NODES`` only
-asks Slurm to reboot them (``scontrol reboot ASAP nextstate=DOWN``; DOWN because Slurm 22.05
-clears an ASAP drain at reboot and knows no ``nextstate=DRAIN``), and the boot-time retest does
-the rest. The health check never resumes a quarantined or retired node.
+asks Slurm to reboot them (``scontrol reboot ASAP nextstate=DOWN``; DOWN for the release facts
+in gpuhc/slurm/read/releases.py), and the boot-time retest does the rest. The health check never resumes a quarantined or retired node.
 
 Pure: these functions take a node as Slurm shows it and say what to do; the admin commands
 (:mod:`gpuhc.slurm.repair.admin`) read the nodes and have the actuator carry the plans out.
@@ -49,10 +48,9 @@ def _own(mine: GpuhcReason) -> GpuhcReason:
 
 def returned_before_retest(node: Node, asked: str | None = None) -> bool:
     """Did Slurm put a node gpuhc had rebooted back in service before its boot-time retest ran?
-    In service, a gpuhc reason that is not RETIRED, ending in Slurm's " : reboot complete". Seen
-    on 24.11 with ReturnToService=1 once in CI (docs/slurm.md, "Slurm releases"); with
-    ReturnToService=2 it is what Slurm does. 26.05 (ReturnToService=2, once in CI) cleared the
-    reason altogether: then only the node's own memory tells, ``asked`` (the gpuhc reason it
+    In service, a gpuhc reason that is not RETIRED, ending in Slurm's " : reboot complete"; or,
+    where the release cleared the reason altogether (which releases do which:
+    gpuhc/slurm/read/releases.py), the node's own memory, ``asked`` (the gpuhc reason it
     held the node with when its ladder asked for this reboot:
     :func:`gpuhc.slurm.repair.retest.asked_reboot`). The
     retest then still decides: a failure puts the hold back, which is not new capacity taken

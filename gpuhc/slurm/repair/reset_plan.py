@@ -16,12 +16,10 @@ Why each part is there (docs/facts.md "GPU reset", docs/repair.md "The GPU reset
   (NVIDIA/ai-cloud-validation#603).
 - a process that holds a GPU of the reset and belongs to no service gpuhc may stop is a
   blocker: gpuhc never kills a process it does not know, so the reset is not attempted.
-- slurmd is such a process on most sites today. With ``AutoDetect=nvml`` in gres.conf, Slurm
-  22.05 closes NVML again once it has detected the GPUs; from 23.02 on (SchedMD/slurm commit
-  49b4c8f059, "Fix reconfiguration of gpu/nvml plugin") the gpu/nvml plugin initialises NVML at
-  detection and shuts it down only in the plugin's ``fini()``, so slurmd holds ``/dev/nvidiactl``
-  and every ``/dev/nvidia<N>`` for its whole life (src/plugins/gpu/nvml/gpu_nvml.c, 23.02, 24.11
-  and 26.05 alike). gpuhc runs as slurmd's child and does not stop it: on such a node the plan
+- slurmd is such a process on most sites today: with ``AutoDetect=nvml`` in gres.conf, every
+  release since 23.02 holds ``/dev/nvidiactl`` and every ``/dev/nvidia<N>`` for slurmd's whole
+  life (the release fact and its source: gpuhc/slurm/read/releases.py,
+  ``SLURMD_HOLDS_GPUS_SINCE``). gpuhc runs as slurmd's child and does not stop it: on such a node the plan
   says "reboot first" (:data:`SLURMD_WHY`), and the ladder takes its reboot rung at once. The
   decision and its numbers are in docs/repair.md, "Where slurmd holds the GPUs".
 - a GPU in MIG mode is not reset: a reset drops its GPU and compute instances, which the site
@@ -36,6 +34,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpuhc.slurm.read import releases
+
 FABRIC_MANAGER = "nvidia-fabricmanager"
 PERSISTENCED = "nvidia-persistenced"
 NO_FABRIC = (None, "not supported")  # NVML's fabric state of a GPU that has none
@@ -49,19 +49,21 @@ _ARCH_BY_NAME = (("GB300", "blackwell"), ("GB200", "blackwell"), ("B300", "black
 _ORDER = ("pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
 
 
-SLURMD_WHY = ("with AutoDetect=nvml, slurmd of Slurm 23.02 and later keeps NVML, and these device files, open for its "
-              "whole life; gpuhc does not stop the daemon it runs under: reboot first (docs/repair.md)")
+SLURMD_WHY = (f"with AutoDetect=nvml, slurmd of Slurm {releases.SLURMD_HOLDS_GPUS_SINCE} and later keeps NVML, and "
+              "these device files, open for its whole life; gpuhc does not stop the daemon it runs under: reboot first (docs/repair.md)")
 
 
 def slurm_note(version: str | None) -> str:
     """What the installed Slurm release means for the reset (docs/repair.md, "Where slurmd holds
-    the GPUs"): from 23.02 on, slurmd with AutoDetect=nvml holds the GPUs; 22.05 lets go."""
+    the GPUs"): from ``SLURMD_HOLDS_GPUS_SINCE`` on, slurmd with AutoDetect=nvml holds the GPUs;
+    earlier releases let go."""
     import re
 
     m = re.search(r"(\d+)\.(\d+)", version or "")
     if m is None:
-        return f"slurm {version or 'unknown'}: with AutoDetect=nvml, 23.02 and later keep the GPUs open in slurmd"
-    held = (int(m.group(1)), int(m.group(2))) >= (23, 2)
+        return (f"slurm {version or 'unknown'}: with AutoDetect=nvml, {releases.SLURMD_HOLDS_GPUS_SINCE} and later keep the "
+                "GPUs open in slurmd")
+    held = releases.at_least(m.group(0), releases.SLURMD_HOLDS_GPUS_SINCE)
     return (f"slurm {m.group(0)}: " + ("with AutoDetect=nvml slurmd holds the GPUs for its life: reboot first there"
                                        if held else "slurmd closes NVML after detecting the GPUs: reset"))
 
