@@ -8,6 +8,7 @@ breaks. Every key is explained where an admin reads it (`gpuhc config show` prin
 from __future__ import annotations
 
 from gpuhc.schema import Key
+from gpuhc.slurm.read.releases import REBOOT_NEXTSTATES
 
 # The ladders an action may be given (gpuhc/slurm/repair/ladder.py declares them; repeated here as
 # lists because the schema compares a value with its choices, and importing the ladder would
@@ -101,7 +102,7 @@ SCHEMA = {
         "reboot": Key(bool, False, "`quarantine retest` of a remote node reboots it (needs RebootProgram)"),
         "reboot_nextstate": Key(str, "DOWN", "state after the reboot: DOWN keeps the node out of service until "
                                 "the boot-time retest resumes it; RESUME returns it at once, without that gate "
-                                "(22.05, 24.11 and 26.05 accept only these two)", choices=("DOWN", "RESUME")),
+                                "(22.05, 24.11 and 26.05 accept only these two)", choices=REBOOT_NEXTSTATES),
     },
     "lemon": {  # docs/repair.md "Lemon memory"; the defaults' arithmetic is in docs/facts.md
         "enabled": Key(bool, True, "retire a node (reason `gpuhc: RETIRED lemon ...`) whose drains, or one GPU's, "

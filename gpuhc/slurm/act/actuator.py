@@ -341,6 +341,6 @@ def took(decision: Decision, after: Node) -> bool:
     """Does Slurm show the decision applied?"""
     if decision.act is Act.DRAIN:
         return after.drained and after.reason == decision.reason
-    # In service is the proof, not the reason text: Slurm 24.11 puts a resumed node back to IDLE
-    # and keeps its old reason (docs/slurm.md, "Slurm releases").
+    # In service is the proof, not the reason text: a release may keep a resumed node's old reason
+    # (gpuhc/slurm/read/releases.py, "scontrol update State=RESUME").
     return not after.drained and not after.down

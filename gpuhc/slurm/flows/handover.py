@@ -13,8 +13,8 @@ a person said the node is mended, and its next unrelated drain must not retire i
 The prolog matters most: with a job queued for the node, its prolog runs seconds after the
 resume, before any health check (issue 20: it re-drained the node and requeued the job).
 
-"Back in service" is the state, not the reason: Slurm 24.11 keeps the old reason of a node it
-resumes (docs/slurm.md, "Slurm releases"). Only gpuhc's own resume clears the hold before it
+"Back in service" is the state, not the reason: a release may keep the old reason of a node it
+resumes (gpuhc/slurm/read/releases.py, "scontrol update State=RESUME"). Only gpuhc's own resume clears the hold before it
 is seen, so a node in service that gpuhc still remembers holding was resumed by someone else;
 the exception is a node Slurm returned to service by itself after gpuhc's reboot, whose
 boot-time retest decides (:func:`gpuhc.slurm.repair.quarantine.returned_before_retest`). The same
