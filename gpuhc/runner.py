@@ -26,7 +26,7 @@ from gpuhc.model.snapshot import Snapshot
 from gpuhc.phases import mark
 from gpuhc.runplan import plan_sources
 from gpuhc.runread import ALL, Reader, fill, recording_time, start_readers
-from gpuhc.runreport import RunOptions, RunReport, one_line  # noqa: F401 - re-exported: callers import them from here
+from gpuhc.runreport import RunOptions, RunReport, one_line
 from gpuhc.runstate import mapping, save_state, scenario_step
 from gpuhc.sources import SourceSpec, build_sources
 from gpuhc.state import StateError, StateStore

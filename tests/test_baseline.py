@@ -16,7 +16,8 @@ from gpuhc.errors import ConfigError, SourceError
 from gpuhc.model.nvml import GpuReading
 from gpuhc.model.result import Status
 from gpuhc.model.snapshot import Snapshot
-from gpuhc.runner import RunOptions, run_stage
+from gpuhc.runner import run_stage
+from gpuhc.runreport import RunOptions
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.scenario import load_scenario
 from tests.helpers.paths import REPO

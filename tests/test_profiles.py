@@ -226,7 +226,8 @@ def test_a_new_gpu_model_is_one_data_file(tmp_path, monkeypatch):
     from gpuhc.active.thresholds import thresholds_for as active_thresholds
     from gpuhc.config import Config, defaults, schema
     from gpuhc.model.result import Status
-    from gpuhc.runner import RunOptions, run_stage
+    from gpuhc.runner import run_stage
+    from gpuhc.runreport import RunOptions
     from gpuhc.sources import SourceSpec
     from gpuhc.sweep.settings import thresholds_for as sweep_thresholds
 

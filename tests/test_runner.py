@@ -12,7 +12,8 @@ from gpuhc.config import Config, defaults, schema
 from gpuhc.model.kernel import KernelLog
 from gpuhc.model.nvml import NvmlReading
 from gpuhc.model.result import Action, Status
-from gpuhc.runner import RunOptions, run_stage
+from gpuhc.runner import run_stage
+from gpuhc.runreport import RunOptions
 from gpuhc.sources import SourceSpec, Sources
 
 _forever = threading.Event()  # never set: a source that waits on it hangs like a wedged NVML call

@@ -14,7 +14,7 @@ import click
 from gpuhc.config import Config, load_config
 from gpuhc.cli.params import Number, Seconds  # noqa: F401  (re-exported: the commands take them from here)
 from gpuhc.limits import MAX_GPUS, MAX_WAIT_S  # noqa: F401  (MAX_WAIT_S: re-exported, like Seconds)
-from gpuhc.runner import RunOptions
+from gpuhc.runreport import RunOptions
 from gpuhc.sources import SourceSpec
 from gpuhc.state import default_state_dir
 

@@ -35,7 +35,7 @@ class _Flow:
 
     def __init__(self, tmp_path, log):
         from gpuhc.config import load_config
-        from gpuhc.runner import RunOptions
+        from gpuhc.runreport import RunOptions
         from gpuhc.sources import SourceSpec
 
         cfg = tmp_path / "gpuhc.yaml"

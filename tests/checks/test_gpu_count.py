@@ -226,7 +226,8 @@ def _run(tmp_path, monkeypatch=None, hang=False):
     import threading
 
     from gpuhc.config import Config, defaults, schema
-    from gpuhc.runner import RunOptions, run_stage
+    from gpuhc.runner import run_stage
+    from gpuhc.runreport import RunOptions
     from gpuhc.sources import SourceSpec, build_sources
 
     scenario = os.path.join(str(REPO),

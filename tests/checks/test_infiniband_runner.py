@@ -14,7 +14,8 @@ from gpuhc.config import load_config
 from gpuhc.export.eventlog import append_event
 from gpuhc.export.prometheus import write_textfile
 from gpuhc.model.result import Status
-from gpuhc.runner import RunOptions, run_stage
+from gpuhc.runner import run_stage
+from gpuhc.runreport import RunOptions
 from gpuhc.sources import SourceSpec
 
 from tests.helpers.sysfs_tree import write_port

@@ -17,7 +17,8 @@ from gpuhc import nvml_early
 from gpuhc.checks.nvlink import CHECKS, dl_plan
 from gpuhc.config import Config, defaults, schema
 from gpuhc.model.result import Status
-from gpuhc.runner import RunOptions, run_stage
+from gpuhc.runner import run_stage
+from gpuhc.runreport import RunOptions
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.nvml import NvmlLive
 from gpuhc.sources.nvml_fields import keep_dl_slice

@@ -301,7 +301,8 @@ def test_bad_occupancy_sections_name_file_line_and_key(tmp_path, body, where, wh
 
 def run(stage: str, tmp_path, gpus=None, occupancy=True):
     from gpuhc.config import Config, defaults, schema
-    from gpuhc.runner import RunOptions, run_stage
+    from gpuhc.runner import run_stage
+    from gpuhc.runreport import RunOptions
     from gpuhc.sources import SourceSpec
 
     opts = RunOptions(stage=stage, config=Config(defaults(schema())), state_dir=str(tmp_path / "state"), gpus=gpus,
@@ -341,7 +342,7 @@ def test_turned_off_the_active_checks_keep_a_busy_gpu_an_error(tmp_path, monkeyp
     # A site sharing GPUs between jobs turns occupancy off; the active suite must follow.
     from gpuhc import runner
     from gpuhc.config import Config, defaults, schema
-    from gpuhc.runner import RunOptions
+    from gpuhc.runreport import RunOptions
     from gpuhc.sources import SourceSpec
 
     seen = {}

@@ -344,7 +344,8 @@ def test_a_cursor_from_before_the_clocks_were_told_apart_settles_after_one_run()
 
 def test_the_runner_replaying_one_mixed_file_three_times_keeps_the_count(tmp_path):
     from gpuhc.config import Config, defaults, schema
-    from gpuhc.runner import RunOptions, run_stage
+    from gpuhc.runner import run_stage
+    from gpuhc.runreport import RunOptions
     from gpuhc.sources import SourceSpec
 
     log = tmp_path / "kern.log"

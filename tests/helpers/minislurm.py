@@ -11,7 +11,7 @@ import time
 from gpuhc.config import Config, defaults, schema
 from gpuhc.model.result import Action, Result, Status
 from gpuhc.model.snapshot import Snapshot
-from gpuhc.runner import RunOptions, RunReport
+from gpuhc.runreport import RunOptions, RunReport
 from gpuhc.slurm.flows import entry
 from gpuhc.slurm.act.scontrol import Scontrol
 from gpuhc.sources import SourceSpec

@@ -17,7 +17,8 @@ import pytest
 
 from gpuhc.config import Config, defaults, schema
 from gpuhc.model.result import Status
-from gpuhc.runner import RunOptions, run_stage
+from gpuhc.runner import run_stage
+from gpuhc.runreport import RunOptions
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.scenario import load_scenario
 from tests.helpers.paths import REPO

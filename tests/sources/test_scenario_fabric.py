@@ -15,7 +15,8 @@ from gpuhc.errors import SourceError
 from gpuhc.model.host import ImexStatus
 from gpuhc.model.result import Status
 from gpuhc.model.snapshot import Snapshot
-from gpuhc.runner import RunOptions, read_snapshot, run_stage
+from gpuhc.runner import read_snapshot, run_stage
+from gpuhc.runreport import RunOptions
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.nvml import NvmlLive
 from gpuhc.sources.scenario import load_scenario

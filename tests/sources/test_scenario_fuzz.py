@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from gpuhc.config import Config, defaults, schema
 from gpuhc.errors import SourceError
 from gpuhc.model.result import Status
-from gpuhc.runner import RunOptions, run_stage
+from gpuhc.runner import run_stage
+from gpuhc.runreport import RunOptions
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.scenario import load_scenario
 from gpuhc.sources.scenario_validate import TOP_KEYS

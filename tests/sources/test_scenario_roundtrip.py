@@ -16,7 +16,8 @@ from gpuhc.model.host import AerCounters, IbPort
 from gpuhc.model.kernel import EventKind, KernelEvent, KernelLog
 from gpuhc.model.nvml import GpuReading, NvLinkState, NvmlReading
 from gpuhc.model.snapshot import Snapshot
-from gpuhc.runner import RunOptions, run_stage
+from gpuhc.runner import run_stage
+from gpuhc.runreport import RunOptions
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.nvml import NvmlLive
 from gpuhc.sources.scenario import load_scenario

@@ -52,7 +52,7 @@ class Flow:
     """Everything a flow needs, injected so that unit tests can run it without Slurm."""
 
     stage: str  # passive / prolog / epilog / bootstrap
-    opts: Any  # gpuhc.runner.RunOptions
+    opts: Any  # gpuhc.runreport.RunOptions
     log: Log
     make_scontrol: MakeScontrol | None = None
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))

@@ -18,7 +18,7 @@ from tests.helpers.paths import REPO
 
 from gpuhc.errors import ObserveNotSent, SlurmError
 from gpuhc.model.result import Result, Status
-from gpuhc.runner import RunReport
+from gpuhc.runreport import RunReport
 from gpuhc.slurm.act.command import PROGRAMS, READERS, SlurmCommand, changes
 from gpuhc.slurm.jobs.control import JobControl
 from gpuhc.slurm.act.scontrol import Scontrol

@@ -11,7 +11,7 @@ import time
 
 from tests.helpers.minislurm import OK, XID, MiniSlurm, config, flow, run
 
-from gpuhc.runner import RunOptions, RunReport
+from gpuhc.runreport import RunOptions, RunReport
 from gpuhc.slurm.flows import entry
 from gpuhc.slurm.policy.drain import Act
 from gpuhc.slurm.act.scontrol import Scontrol

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from gpuhc.gres_conf import GpuMapError
-from gpuhc.runner import RunOptions
+from gpuhc.runreport import RunOptions
 from gpuhc.slurm.flows import entry
 from gpuhc.slurm.jobs import gpus as job_gpus
 from gpuhc.slurm.policy.drain import Act

@@ -37,7 +37,7 @@ def healthcheck(tmp_path, monkeypatch, s, results, now=1_000_000.0, retest=None)
         calls = []
 
         def run_stage(opts):
-            from gpuhc.runner import RunReport
+            from gpuhc.runreport import RunReport
 
             calls.append(1)
             got = results if len(calls) == 1 else retest
@@ -86,7 +86,7 @@ def test_an_xid_the_reset_raised_is_not_acknowledged_away_and_the_node_stays_dra
     calls = []
 
     def run_stage(opts):
-        from gpuhc.runner import RunReport
+        from gpuhc.runreport import RunReport
 
         calls.append(1)
         return RunReport(node="n1", stage="passive", started=0.0, duration_s=0.01,
@@ -109,7 +109,7 @@ def test_a_run_whose_nvml_timed_out_goes_straight_to_the_reboot_rung(tmp_path, m
     f.opts.now = 1_000_000.0
 
     def run_stage(opts):
-        from gpuhc.runner import RunReport
+        from gpuhc.runreport import RunReport
 
         return RunReport(node="n1", stage="passive", started=0.0, duration_s=0.01, results=[REMAP],
                          timed_out=["ecc"])
