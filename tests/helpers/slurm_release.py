@@ -126,7 +126,10 @@ class ChrootRuntime:
         self.client_bin = workdir / "slurm-bin"
         self.holder: subprocess.Popen | None = None
         self.ns_id: str | None = None  # "mnt:[4026532...]": marks every process of the cluster
-        self.stopped_at: int | None = None  # clock ticks since boot when stop() began
+        # An open descriptor of the namespace keeps it, and so its id, alive after the cluster
+        # stops: the kernel cannot give the id to another cluster's namespace (pytest-xdist runs
+        # several at once), so the id keeps finding this cluster's leftovers and only them.
+        self._pin: int | None = None
 
     @property
     def ns(self) -> str:
@@ -149,6 +152,7 @@ class ChrootRuntime:
                 raise ReleaseError(f"unshare --mount did not start (exit {self.holder.poll()})")
             time.sleep(0.01)
         self.ns_id = os.readlink(self.ns)
+        self._pin = os.open(self.ns, os.O_RDONLY | os.O_CLOEXEC)
         r = str(self.root)
         script = ["set -e", f"mount --rbind / {r}/.host", f"mount --make-rslave {r}/.host",
                   f"mount --rbind /proc {r}/proc", f"mount --rbind /sys {r}/sys", f"mount --rbind /dev {r}/dev",
@@ -168,13 +172,8 @@ class ChrootRuntime:
         (which newer Slurm starts with an environment of its own, detached from slurmd) and
         every job and script under them."""
         try:
-            if self.ns_id is None or os.readlink(f"/proc/{pid}/ns/mnt") != self.ns_id:
-                return False
-            # Once the namespace is empty the kernel may give its id to a new one: another
-            # cluster's (pytest-xdist runs several at once). A process that started after this
-            # runtime stopped is not ours, whatever its namespace's id.
-            return self.stopped_at is None or _start_ticks(pid) <= self.stopped_at
-        except (OSError, ValueError):
+            return self.ns_id is not None and os.readlink(f"/proc/{pid}/ns/mnt") == self.ns_id
+        except OSError:
             return False
 
     def wrap(self, argv: list[str]) -> list[str]:
@@ -191,18 +190,7 @@ class ChrootRuntime:
             p.chmod(0o755)
 
     def stop(self) -> None:
-        if self.stopped_at is None:  # a second stop (the fixture's, after the test's) keeps the first time
-            self.stopped_at = _now_ticks()
         if self.holder is not None and self.holder.poll() is None:
             os.killpg(self.holder.pid, signal.SIGKILL)
             self.holder.wait(timeout=10)
 
-
-def _now_ticks() -> int:
-    """Now, in the clock ticks since boot that /proc/<pid>/stat's start time counts."""
-    return int(float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK"))
-
-
-def _start_ticks(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rfind(")") + 2:].split()[19])
