@@ -152,10 +152,13 @@ CHECKS = [
         needs=(PROCS,),
         judge=judge,
         stages=("prolog", "epilog", "bootstrap"),
-        timeout_s=15.0,
+        timeout_s=25.0,  # room for the epilog's wait, within the epilog's 30 s budget (gpuhc/config.py)
         defaults={
             "max_used_mib": 1024,  # an idle GPU uses a few MiB once the driver's reserve is left out
-            "epilog_wait_s": 5.0,  # epilog: how long the job's processes get to exit
+            # epilog: how long the job's processes get to exit and the driver to free their
+            # contexts. Only a GPU still held waits (a free one answers at once); freeing a large
+            # context can take tens of seconds after Slurm ended the job (docs/checks.md).
+            "epilog_wait_s": 20.0,
         },
         doc="no leftover process or memory on the GPUs a job gets (prolog) or left (epilog)",
         validate=_validate,

@@ -160,3 +160,21 @@ def test_the_sweep_reports_every_seed_and_writes_a_missed_goal_as_missed(tmp_pat
     doc = S.aggregate(rs + [bad], {"policy": "shipped"})
     assert doc["goals"]["no job starts on a sick node"] == "missed: 2 escapes in 1 of 3 seeds"
     assert doc["distributions"]["escapes"]["ci95"][1] > 0 and doc["totals"]["escapes_by_class"] == {"sdc": 2}
+
+
+@pytest.mark.parametrize("lag_s,drained", [(15.0, False), (40.0, True)])
+def test_the_epilogs_wait_outlasts_a_short_teardown_and_a_long_one_drains(tmp_path, monkeypatch, lag_s, drained):
+    # gpuhc's epilog waits up to occupancy's epilog_wait_s (20 s) while a GPU is still held: a
+    # context freed within it is gone when the read gives up, and the next job's prolog comes
+    # after the epilog; one that outlasts the wait is the occupancy finding.
+    from dataclasses import replace
+
+    from campaign_model import noise as N
+
+    lag = replace(N.BY_NAME["teardown-lag"], share=1.0, lasts_s=(lag_s, lag_s))
+    monkeypatch.setattr(N, "KINDS", tuple(lag if k.name == lag.name else k for k in N.KINDS))
+    monkeypatch.setitem(N.BY_NAME, lag.name, lag)
+    c = campaign(tmp_path, [], nodes=1, days=0.1, noise=True,
+                 jobs=[(700, 1, 600.0, ("gpu001",)), (1400, 1, 600.0, ("gpu001",))])
+    got = [r.split()[1] for r in drains(c, "gpu001")]
+    assert got == (["occupancy"] if drained else []), got
