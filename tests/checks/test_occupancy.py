@@ -156,9 +156,10 @@ def test_reader_merges_compute_and_graphics_and_names_processes(tmp_path):
     idle, busy = occ.gpus
     assert idle.processes == [] and idle.memory_used_mib == 4.0  # v2: without the driver's reserve
     assert busy.memory_used_mib == pytest.approx(20582.4) and busy.memory_total_mib == 81920.0
+    me = os.getuid()  # the owner of the stand-in /proc entries: the kernel's answer, read too
     assert busy.processes == [
-        GpuProcess(1500, "Xorg", 40.0, "graphics"),
-        GpuProcess(4242, "python3", 20480.0, "compute+graphics"),
+        GpuProcess(1500, "Xorg", 40.0, "graphics", uid=me),
+        GpuProcess(4242, "python3", 20480.0, "compute+graphics", uid=me),
         GpuProcess(5000, None, None, "compute", gone=True),
     ]
     assert fake.initialised == 0
