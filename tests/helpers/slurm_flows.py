@@ -109,11 +109,22 @@ def registered(n) -> bool:
 def reboot_and_retest(c, heal: Path | None, scenario: Path, done) -> list[str]:
     """The ladder asked for a reboot: let it happen (the machine heals when ``heal`` names the
     scenario it comes back with), wait for the boot-time retest's verdict (``done``, on the
-    node as Slurm shows it), and return the retest's decision lines."""
+    node as Slurm shows it) and for its boot unit to end, and return this retest's decision
+    lines. The unit's end is waited for too: with ReturnToService=2 (the test clusters') 24.11
+    and 26.05 return the node to service at its first registration, before the retest has run
+    (docs/slurm.md, "Slurm releases"), so the node alone can look done too early."""
+    calls = c.log_dir / "calls.log"
+
+    def boots() -> int:  # bin/boot's "<time> boot-done n1 rc=N" lines
+        return sum(1 for x in calls.read_text().splitlines() if x.split()[1:3] == ["boot-done", "n1"]) \
+            if calls.exists() else 0
+
+    before, seen = boots(), len(decisions(c.workdir, "n1", "quarantine retest"))
     if heal is not None:
         shutil.copyfile(heal, scenario)
     try:
-        c.wait_for(lambda: registered(n := c.node("n1")) and done(n), 120, "the boot-time retest's verdict")
+        c.wait_for(lambda: boots() > before and registered(n := c.node("n1")) and done(n), 120,
+                   "the boot-time retest's verdict")
     except Exception as e:
         raise AssertionError(c.scontrol("show", "node", "n1").stdout) from e
-    return decisions(c.workdir, "n1", "quarantine retest")
+    return decisions(c.workdir, "n1", "quarantine retest")[seen:]

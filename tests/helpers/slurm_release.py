@@ -191,7 +191,8 @@ class ChrootRuntime:
             p.chmod(0o755)
 
     def stop(self) -> None:
-        self.stopped_at = _now_ticks()
+        if self.stopped_at is None:  # a second stop (the fixture's, after the test's) keeps the first time
+            self.stopped_at = _now_ticks()
         if self.holder is not None and self.holder.poll() is None:
             os.killpg(self.holder.pid, signal.SIGKILL)
             self.holder.wait(timeout=10)

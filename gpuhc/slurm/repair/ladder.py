@@ -82,12 +82,15 @@ class LadderSettings:
 @dataclass(frozen=True)
 class LadderMemory:
     """What the node remembers of the episode (its state file): resets tried, the step in
-    progress and when it runs out."""
+    progress and when it runs out; for a reboot, the reason it held the node with, because
+    26.05 with ReturnToService=2 returns the rebooted node with no reason at all and the
+    boot-time retest must still know the cycle (gpuhc/slurm/repair/retest.py, ``asked_reboot``)."""
 
     resets: int = 0
     step: str | None = None
     since: float | None = None
     deadline: float | None = None
+    reason: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,7 +100,8 @@ class LadderMemory:
         if not isinstance(d, dict):
             return cls()
         try:
-            return cls(int(d.get("resets") or 0), d.get("step"), _num(d.get("since")), _num(d.get("deadline")))
+            reason = d.get("reason") if isinstance(d.get("reason"), str) else None
+            return cls(int(d.get("resets") or 0), d.get("step"), _num(d.get("since")), _num(d.get("deadline")), reason)
         except (TypeError, ValueError):
             return cls()
 
@@ -169,16 +173,18 @@ def next_step(node: Node, verdict: Verdict, finding: Finding | None, busy: str |
                     mem, format_reason(mine.body, mine.cycle, step=f"reset {n}/{s.reset_attempts}"), n,
                     s.reset_attempts)
     if REBOOT in steps:
-        mem = LadderMemory(resets=memory.resets, step=REBOOT, since=now, deadline=now + s.reboot_timeout_s)
-        return Step(Do.REBOOT, f"reboot for retest (cycle {mine.cycle + 1} of {s.max_cycles})", mem,
-                    format_reason(mine.body, mine.cycle, step=REBOOT))
+        reason = format_reason(mine.body, mine.cycle, step=REBOOT)
+        mem = LadderMemory(resets=memory.resets, step=REBOOT, since=now, deadline=now + s.reboot_timeout_s,
+                           reason=reason)
+        return Step(Do.REBOOT, f"reboot for retest (cycle {mine.cycle + 1} of {s.max_cycles})", mem, reason)
     return Step(Do.NONE, f"ladder for {finding.action.value!r} exhausted: waits for an admin", memory)
 
 
 def _after_reboot(node: Node, mine, memory: LadderMemory, now: float, s: LadderSettings) -> Step:
     """A reboot was asked: wait for it and its boot-time retest, up to the deadline."""
     if memory.step != REBOOT:  # the tag without our memory (state lost): start the clock now
-        memory = LadderMemory(resets=memory.resets, step=REBOOT, since=now, deadline=now + s.reboot_timeout_s)
+        memory = LadderMemory(resets=memory.resets, step=REBOOT, since=now, deadline=now + s.reboot_timeout_s,
+                              reason=node.reason)
     if memory.deadline is not None and now < memory.deadline:
         what = "reboot pending" if reboot_pending(node) else "rebooted: waiting for the boot-time retest"
         return Step(Do.WAIT, what, memory)

@@ -38,15 +38,15 @@ class RetestOutcome:
 
 def asked_reboot(flow: Flow) -> str | None:
     """The gpuhc reason this node held itself with when its ladder asked for the reboot it is
-    now coming back from (the node's own state, gpuhc/slurm/flows/memory.py), or None: no such
-    request, or its deadline has passed."""
+    now coming back from (the node's own state, gpuhc/slurm/flows/memory.py: the ladder's, with
+    its quarantine cycle; else the drain's), or None: no such request, or its deadline has passed."""
     from gpuhc.slurm.repair.ladder import REBOOT
     from gpuhc.slurm.flows.memory import load_ladder
 
     step = load_ladder(flow)
     if step.step != REBOOT or step.deadline is None or flow.now() >= step.deadline:
         return None
-    return load_memory(flow).reason
+    return step.reason or load_memory(flow).reason
 
 
 def retest(flow: Flow) -> RetestOutcome:

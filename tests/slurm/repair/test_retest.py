@@ -45,12 +45,24 @@ def test_a_failing_retest_requarantines_and_a_node_not_held_is_left_alone(tmp_pa
     assert retest(_bootstrap(tmp_path, monkeypatch, free, [XID])).act == "none" and free.updates() == []
 
 
-def _asked_reboot(f, deadline):
+def _asked_reboot(f, deadline, ladder_reason=None):
     from gpuhc.slurm.repair.ladder import REBOOT, LadderMemory
     from gpuhc.slurm.flows.memory import save_ladder
 
     save_memory(f, Memory(drained_at=1.0, reason=OUR_REASON + " [reboot]"), None)
-    save_ladder(f, LadderMemory(step=REBOOT, since=0.0, deadline=deadline))
+    save_ladder(f, LadderMemory(step=REBOOT, since=0.0, deadline=deadline, reason=ladder_reason))
+
+
+def test_a_bare_return_keeps_the_quarantine_cycle_the_ladder_rebooted_in(tmp_path, monkeypatch):
+    """The second cycle's reboot, Slurm's reason cleared (26.05, CI): the retest counts cycle 2
+    from the ladder's memory of the reason it wrote ([q1] [reboot]) and retires at max_cycles,
+    not cycle 1 again from the first drain's reason."""
+    slurm = MiniSlurm({"n1": ("IDLE", None)})
+    f = _bootstrap(tmp_path, monkeypatch, slurm, [XID])
+    f.slurm["quarantine"]["max_cycles"] = 2
+    _asked_reboot(f, f.now() + 600, ladder_reason=OUR_REASON + " [q1] [reboot]")
+    out = retest(f)
+    assert out.act == "retire" and slurm.nodes["n1"][1].startswith("gpuhc: RETIRED"), slurm.nodes
 
 
 def test_a_node_slurm_returned_bare_is_retested_from_its_own_memory(tmp_path, monkeypatch, recorder):  # noqa: F811
