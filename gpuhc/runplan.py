@@ -36,6 +36,7 @@ def plan_sources(spec: SourceSpec, checks: list[tuple[Check, Effective]], stage:
         clock_samples=spec.clock_samples if any(n.clock_samples for n in needs) else 1,
         occupancy_wait_s=max((n.occupancy_wait_s for n in needs), default=0.0),
         occupancy_settle_mib=min(settle) if settle else None,
+        occupancy_allowed=tuple(sorted({r for n in needs for r in n.occupancy_allowed})),
         dl_rotation=rotation, dl_phases=phases,
         activity={k: v for a in activity for k, v in a.items()} if activity else None,
         host=_host_settings({c.id: n.host for c, n in asked if n.host is not None}),

@@ -34,11 +34,14 @@ class XidInfo:
     note: str = ""
     known: bool = True  # False: not in the catalog, these are the default's verdicts
     differs: str = ""  # why gpuhc's verdict is not NVIDIA's immediate action (tests/fixtures/xid_catalog/)
+    # A fail entry drains once this many of it on one GPU are in the xid check's window; fewer warn.
+    drain_after: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return {"xid": self.code, "name": self.name, "meaning": self.meaning, "severity": self.severity,
                 "action": self.action.value, "app": self.app, "note": self.note, "known": self.known,
-                **({"differs": self.differs} if self.differs else {})}
+                **({"differs": self.differs} if self.differs else {}),
+                **({"drain_after": self.drain_after} if self.drain_after > 1 else {})}
 
 
 @dataclass(frozen=True)
@@ -194,9 +197,16 @@ def _xid_entry(path: Path | str, key: str, code: int | None, body: dict, known: 
         raise ConfigError(f"a fail needs a draining action, got {action.value!r}", file=str(path), key=f"{key}.action")
     if severity == "warn" and action.drains:
         raise ConfigError(f"a warn must not drain, got {action.value!r}", file=str(path), key=f"{key}.action")
+    drain_after = body.get("drain_after", 1)
+    if not isinstance(drain_after, int) or isinstance(drain_after, bool) or drain_after < 1:
+        raise ConfigError(f"drain_after must be a whole number >= 1, got {drain_after!r}", file=str(path),
+                          key=f"{key}.drain_after")
+    if drain_after > 1 and severity != "fail":
+        raise ConfigError("drain_after counts to a drain: only a fail entry has one", file=str(path),
+                          key=f"{key}.drain_after")
     return XidInfo(code, name, meaning, severity, action, bool(body.get("app", False)),
                    " ".join(str(body.get("note", "") or "").split()), known,
-                   " ".join(str(body.get("differs", "") or "").split()))
+                   " ".join(str(body.get("differs", "") or "").split()), drain_after)
 
 
 def _sxid_entry(path: Path | str, key: str, code: int | None, body: dict, action: Action,

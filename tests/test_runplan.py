@@ -35,11 +35,13 @@ def test_each_check_is_asked_with_its_stage_thresholds_timeout_and_state():
 def test_the_answers_merge_by_each_fields_rule():
     spec = plan(
         check("one", lambda r: SourceNeeds(clock_samples=True, occupancy_wait_s=2.0, occupancy_settle_mib=900,
-                                           dl_slice=(3, {0: 1}), activity={"window_s": 5})),
+                                           dl_slice=(3, {0: 1}), activity={"window_s": 5},
+                                           occupancy_allowed=(("nv-hostengine", 0),))),
         check("two", lambda r: SourceNeeds(occupancy_wait_s=4.0, occupancy_settle_mib=1024, dl_slice=(2, {}),
-                                           activity={"environ": True})),
+                                           activity={"environ": True}, occupancy_allowed=(("dcgm-exporter", 998),))),
     )
     assert (spec.clock_samples, spec.occupancy_wait_s, spec.occupancy_settle_mib) == (5, 4.0, 900)
+    assert spec.occupancy_allowed == (("dcgm-exporter", 998), ("nv-hostengine", 0))  # all of them
     assert (spec.dl_rotation, spec.dl_phases) == (3, {0: 1})
     assert spec.activity == {"window_s": 5, "environ": True}
 

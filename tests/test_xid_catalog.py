@@ -99,6 +99,9 @@ default: {name: unknown, meaning: not known, severity: warn, action: none}
     ("'1-3': {name: a, meaning: b, severity: warn, action: none}\n  2: {name: a, meaning: b, severity: warn, action: none}",
      r"Xid 2 listed twice"),
     ("13: [not, a, mapping]", r"xids\.13: must be a mapping"),
+    ("13: {name: a, meaning: b, severity: warn, action: none, drain_after: 2}", r"xids\.13\.drain_after: .*only a fail"),
+    ("13: {name: a, meaning: b, severity: fail, action: reset GPU, drain_after: 0}", r"drain_after must be a whole"),
+    ("13: {name: a, meaning: b, severity: fail, action: reset GPU, drain_after: true}", r"drain_after must be a whole"),
 ])
 def test_loader_rejects_bad_entries_naming_file_and_key(tmp_path, xids, match):
     p = _write(tmp_path, GOOD_DEFAULT + "xids:\n  " + xids + "\n")
@@ -191,3 +194,13 @@ def test_explain_driver_signals():
     assert json.loads(run("signal", "gpu_lost", "--json")[1])["action"] == "drain + reboot"
     rc, out = run("signal", "banana")
     assert rc == 2 and "no driver signal" in out
+
+
+def test_109_and_119_wait_for_a_repeat_and_explain_says_so():
+    for code in (109, 119):
+        info = cat.xid_info(code)
+        assert (info.severity, info.action, info.drain_after) == ("fail", Action.RESET_GPU, 2)
+        assert info.to_dict()["drain_after"] == 2
+    assert "drain_after" not in cat.xid_info(79).to_dict()
+    code, out = run("xid", "119")
+    assert code == 0 and "gpuhc:   WARN; FAIL at 2 on one GPU in the window, action: reset GPU" in out

@@ -179,6 +179,7 @@ class Jobs:
                     if trig and self.noise_rng.random() < kind.share:
                         self._on_noise(kind.name, name)
             app = [f for f in node.faults if f.cls.app]
+            self._epilog_wait(name)
             if self._attention(name, "epilog"):
                 mark = len(self.slurm.events)
                 self._gpuhc(name, "epilog", env)

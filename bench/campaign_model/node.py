@@ -106,7 +106,7 @@ class Node:
         self.faults: list[Fault] = []  # active ones, hardware and application
         self.old_lines: list[str] = []  # repaired faults' and noise's lines, in the kernel log until a reboot
         self.boot = 0.0
-        self.noise: list = []  # (id, noise.NoiseClass) episodes laid over the scenario now
+        self.noise: list = []  # (id, noise.NoiseClass, end) episodes laid over the scenario now
         self.sticky: dict = {}  # counters noise raised, until the next reboot; a new driver for good
         self.driver: str | None = None
         self.version = 0  # bumped by every change of the kernel log, counters or driver

@@ -29,10 +29,10 @@ class NoiseClass:
     source: str = ""
 
 
-def _occ(name: str, used_mib: int, pid: int, gpus=range(8)) -> dict:
+def _occ(name: str, used_mib: int, pid: int, uid: int, gpus=range(8)) -> dict:
     return {"occupancy": {"gpus": [
         {"index": i, "memory_used_mib": used_mib if i in gpus else 0, "memory_total_mib": 81559,
-         **({"processes": [{"pid": pid, "name": name, "used_mib": used_mib - 3, "kinds": "compute"}]}
+         **({"processes": [{"pid": pid, "name": name, "used_mib": used_mib - 3, "kinds": "compute", "uid": uid}]}
             if i in gpus else {})} for i in range(8)]}}
 
 
@@ -51,9 +51,11 @@ XID94 = tuple(f"2025-03-04T10:03:12,{us:06d}+00:00 NVRM: Xid (PCI:0000:5d:00): 9
 BUSY = {"defaults": {"utilization_gpu": 100, "temp_gpu_c": 62, "temp_mem_c": 70, "power_w": 655.0,
                      "sm_clock_mhz": 1755, "clock_event_samples": [0x4, 0x4, 0x4]}}  # SW power cap
 KINDS: tuple[NoiseClass, ...] = (
-    NoiseClass("monitor-context", 0.05, (120, 1200), _occ("nv-hostengine", 512, 3311),
-               source="a DCGM host engine or profiler holding a context on every GPU (ours: one per 20 node-days)"),
-    NoiseClass("teardown-lag", trigger="job-end", share=0.01, lasts_s=(6, 60), patch=_occ("python3", 1638, 48211, {2}),
+    NoiseClass("monitor-context", 0.05, (120, 1200), _occ("nv-hostengine", 512, 3311, 0),
+               source="a DCGM host engine holding a context on every GPU, as root as its systemd unit runs it "
+                      "(ours: one per 20 node-days)"),
+    NoiseClass("teardown-lag", trigger="job-end", share=0.01, lasts_s=(6, 60),
+               patch=_occ("python3", 1638, 48211, 1000, {2}),
                source="the previous job's context still freeing 1.6 GiB past the epilog's wait (1 % of job ends)"),
     NoiseClass("xid119-single", 0.01, (0, 0), lines=XID119, source="one GSP timeout that does not repeat"),
     NoiseClass("xid109", 0.02, (0, 0), lines=XID109, source="context-switch timeout of an application"),

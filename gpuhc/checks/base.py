@@ -60,6 +60,9 @@ class SourceNeeds:
     # use to drop to how many MiB. Merge: the longest wait, the lowest allowance.
     occupancy_wait_s: float = 0.0
     occupancy_settle_mib: float | None = None
+    # Processes the occupancy reader does not wait for, as (name, owner uid): the occupancy
+    # check's allowed_processes. Merge: all of them.
+    occupancy_allowed: tuple[tuple[str, int], ...] = ()
     # The slice of each GPU's links the NVLink DL counters are read on: (rotation, GPU index ->
     # phase), gpuhc/sources/nvml_fields.py ``in_dl_slice``; None: every link. Merge: the
     # first check that asks (one read has one slice).

@@ -33,6 +33,8 @@ Against a baseline it also checks what the boards are, node-wide like the count:
 
 from __future__ import annotations
 
+import re
+
 from gpuhc.checks.base import NVML, PCI, STAGES, Check, CheckOutput, Context, result
 from gpuhc.model.nvml import GpuReading
 from gpuhc.model.pci import norm_pci
@@ -42,7 +44,13 @@ from gpuhc.model.snapshot import Snapshot
 ID = "gpu-count"
 
 
-LOST_PREFIX = "unknown (NVML:"  # how the NVML source names a GPU that stopped answering
+LOST_PREFIX = "unknown (NVML:"
+# NVML's own word for a call that took too long (nvmlErrorString of NVML_ERROR_TIMEOUT), from
+# whichever call it came back ("nvmlInit failed: Timeout", "nvmlDeviceGetCount failed: Timeout").
+_TIMEOUT = re.compile(r"\bTimeout\b")
+# The first words of the ERROR a timed-out NVML gives here. One such run is "could not judge";
+# gpuhc/slurm/flows/wedged.py counts it with the runs whose NVML read hung, and two in a row drain.
+TIMED_OUT = "NVML timed out"  # how the NVML source names a GPU that stopped answering
 
 
 def _lost(gpu: GpuReading) -> str | None:
@@ -214,6 +222,13 @@ def _judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         cpu_node = _no_gpus_here(snapshot, ctx, why)
         if cpu_node is not None:
             return CheckOutput([cpu_node])
+        if _TIMEOUT.search(why):
+            # Busy, not gone: a driver that answers "Timeout" once (a GPU in a long call) is no
+            # fault; one that keeps timing out is the wedged driver that docs/slurm.md drains.
+            return CheckOutput([result(
+                ID, Status.ERROR, f"{TIMED_OUT}: {why} (could not judge; timing out on consecutive health "
+                "checks drains: a wedged driver)", value=why,
+            )])
         return CheckOutput([result(
             ID, Status.FAIL, f"NVML unavailable: {why} (driver not loaded / GPU lost)",
             value=why, action=Action.DRAIN_REBOOT,

@@ -11,6 +11,9 @@ memory or at half speed, and nothing in the hardware counters says why. The rule
 - Memory in use with no process listed is the same finding: a context the driver never freed,
   or a process NVML cannot see from here (another PID namespace).
 - A graphics-only process (a display server) is not a finding by itself; its memory counts.
+- A process ``allowed_processes`` names (exact name AND owner uid; default DCGM's
+  ``nv-hostengine`` as root) is a monitor, not a stray: neither it nor its memory is a finding,
+  and the epilog does not wait for it. Its name alone never allows it (docs/security.md).
 
 - MIG: a job on a slice is judged on that slice alone: only processes in its GPU instance
   (and compute instance, where Slurm gave one) count, and the memory in use is the instance's.
@@ -35,6 +38,7 @@ from gpuhc.model.snapshot import Snapshot
 
 ID = "occupancy"
 _NAMED = 3  # processes named in one message; the rest are counted (a reason holds 255 bytes)
+_COMM_MAX = 15  # the kernel keeps 15 bytes of a process's name (TASK_COMM_LEN less its NUL)
 
 
 def wait_for_stage(stage: str, thresholds: dict, timeout_s: float) -> tuple[float, float]:
@@ -48,9 +52,16 @@ def wait_for_stage(stage: str, thresholds: dict, timeout_s: float) -> tuple[floa
     return max(0.0, min(wait, timeout_s - 1.0)), mib
 
 
+def allowed_rules(thresholds: dict) -> tuple[tuple[str, int], ...]:
+    """``allowed_processes`` as (name, owner uid) pairs (malformed entries are _validate's to
+    report, and allow nothing)."""
+    rules = thresholds.get("allowed_processes") or []
+    return tuple(sorted({(e["name"], e["uid"]) for e in rules if not _rule_error(e)})) if isinstance(rules, list) else ()
+
+
 def _source_needs(r: ReadContext) -> SourceNeeds:
     wait, mib = wait_for_stage(r.stage, r.thresholds, r.timeout_s)
-    return SourceNeeds(occupancy_wait_s=wait, occupancy_settle_mib=mib)
+    return SourceNeeds(occupancy_wait_s=wait, occupancy_settle_mib=mib, occupancy_allowed=allowed_rules(r.thresholds))
 
 
 def describe(p: GpuProcess) -> str:
@@ -61,13 +72,17 @@ def describe(p: GpuProcess) -> str:
     return f"pid {p.pid} ({name}{size})"
 
 
-def _judge_gpu(gpu: GpuOccupancy, max_used: float, waited: str) -> Result:
+def _judge_gpu(gpu: GpuOccupancy, max_used: float, waited: str, rules: tuple[tuple[str, int], ...]) -> Result:
     s = gpu.subject
     if gpu.error:
         return result(ID, Status.ERROR, f"{s}: {gpu.error}", s)
-    compute = [p for p in gpu.processes if "compute" in p.kinds]
+    monitors = [p for p in gpu.processes if p.allowed(rules)]
+    others = [p for p in gpu.processes if not p.allowed(rules)]
+    compute = [p for p in others if "compute" in p.kinds]
     used = gpu.memory_used_mib
     held = "" if used is None else f"; {used / 1024:.1f} GiB in use"
+    if used is not None and monitors:
+        used = gpu.unallowed_used_mib(rules)  # an allowed monitor's own memory is not the finding
     if compute:
         named = ", ".join(describe(p) for p in compute[:_NAMED])
         more = f" and {len(compute) - _NAMED} more" if len(compute) > _NAMED else ""
@@ -77,14 +92,15 @@ def _judge_gpu(gpu: GpuOccupancy, max_used: float, waited: str) -> Result:
     if gpu.mig:
         used = None  # the instances' memory (docs/checks.md): processes are what is judged
     if used is not None and used > max_used:
-        others = ", ".join(describe(p) for p in gpu.processes[:_NAMED])
-        who = f" by {others}" if others else " with no process listed (leaked context, or a process in another PID namespace)"
+        named = ", ".join(describe(p) for p in others[:_NAMED])
+        who = f" by {named}" if named else " with no process listed (leaked context, or a process in another PID namespace)"
         return result(ID, Status.FAIL, f"{s} has {used / 1024:.1f} GiB in use{who}{waited}", s,
                       value=used, threshold=max_used, action=Action.DRAIN_REBOOT)
-    if used is None and not gpu.processes:
+    allowed = f", allowed: {', '.join(describe(p) for p in monitors[:_NAMED])}" if monitors else ""
+    if used is None and not others:
         why = "MIG on: memory not judged" if gpu.mig else "memory use not reported"
-        return result(ID, Status.PASS, f"{s} no process ({why})", s)
-    extra = f", {len(gpu.processes)} graphics process(es)" if gpu.processes else ""
+        return result(ID, Status.PASS, f"{s} no process ({why}){allowed}", s)
+    extra = (f", {len(others)} graphics process(es)" if others else "") + allowed
     return result(ID, Status.PASS, f"{s} free ({used or 0:.0f} MiB in use{extra})", s, value=used, threshold=max_used)
 
 
@@ -114,6 +130,7 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         return CheckOutput([na(ID, "no GPU to check")])
     waited = f" after waiting {occ.waited_s:.0f} s" if occ.waited_s >= 0.5 else ""
     max_used = float(ctx.t("max_used_mib", 1024))
+    rules = allowed_rules({"allowed_processes": ctx.t("allowed_processes", [])})
     job = ctx.job
     out = []
     for g in gpus:
@@ -123,18 +140,29 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
             continue
         want = job.slices.get(g.index) if job is not None else None
         if not want:
-            out.append(_judge_gpu(g, max_used, waited))
+            out.append(_judge_gpu(g, max_used, waited, rules))
             continue
         for gi, ci in want:  # each slice on its own: the reason names the one that is held
             picked = _slice(g, [(gi, ci)])
             if isinstance(picked, Result):
                 out.append(picked)
                 continue
-            r = _judge_gpu(picked, max_used, waited)
+            r = _judge_gpu(picked, max_used, waited, rules)
             label = f"gi{gi}" + ("" if ci is None else f"/ci{ci}")
             out.append(Result(r.check, r.status, r.message.replace(g.subject, f"{g.subject} MIG {label}", 1),
                               r.subject, r.value, r.threshold, r.action))
     return CheckOutput(out)
+
+
+def _rule_error(e) -> str | None:
+    if not isinstance(e, dict) or set(e) != {"name", "uid"}:
+        return f"want a mapping with name and uid, got {e!r}"
+    name, uid = e["name"], e["uid"]
+    if not isinstance(name, str) or not 0 < len(name.encode()) <= _COMM_MAX or not name.isprintable():
+        return f"name: want the exact name /proc/<pid>/comm shows (1-{_COMM_MAX} printable bytes), got {name!r}"
+    if not isinstance(uid, int) or isinstance(uid, bool) or uid < 0:
+        return f"uid: want the owner's numeric uid (0: root), got {uid!r}"
+    return None
 
 
 def _validate(t: dict) -> list[str]:
@@ -143,6 +171,11 @@ def _validate(t: dict) -> list[str]:
         v = t.get(key)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
             problems.append(f"{key}: must be a number >= 0, got {v!r}")
+    rules = t.get("allowed_processes")
+    if not isinstance(rules, list):
+        problems.append(f"allowed_processes: want a list of {{name, uid}}, got {rules!r}")
+    else:
+        problems.extend(f"allowed_processes.{i}: {why}" for i, e in enumerate(rules) if (why := _rule_error(e)))
     return problems
 
 
@@ -152,10 +185,18 @@ CHECKS = [
         needs=(PROCS,),
         judge=judge,
         stages=("prolog", "epilog", "bootstrap"),
-        timeout_s=15.0,
+        timeout_s=25.0,  # room for the epilog's wait, within the epilog's 30 s budget (gpuhc/config.py)
         defaults={
             "max_used_mib": 1024,  # an idle GPU uses a few MiB once the driver's reserve is left out
-            "epilog_wait_s": 5.0,  # epilog: how long the job's processes get to exit
+            # epilog: how long the job's processes get to exit and the driver to free their
+            # contexts. Only a GPU still held waits (a free one answers at once); freeing a large
+            # context can take tens of seconds after Slurm ended the job (docs/checks.md).
+            "epilog_wait_s": 20.0,
+            # GPU processes that are no stray: a monitor holding a context on every GPU. Each by
+            # its exact name AND its owner's uid (the kernel's, not the process's choice:
+            # docs/security.md); DCGM's host engine runs as root. Numeric, so no user lookup
+            # (NSS, LDAP) can hang the prolog.
+            "allowed_processes": [{"name": "nv-hostengine", "uid": 0}],
         },
         doc="no leftover process or memory on the GPUs a job gets (prolog) or left (epilog)",
         validate=_validate,

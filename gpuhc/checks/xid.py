@@ -6,7 +6,8 @@ default 24 h; draining incidents held across runs until a reboot or an acknowled
 
 What is reported:
 - draining Xids (catalog severity ``fail``, e.g. 48, 79, 95, 119) FAIL on every run while they
-  are in the window, new or not. That is what keeps a node drained: if the check passed on the
+  are in the window, new or not. An entry with ``drain_after: N`` (109 and 119: the driver
+  recovers from one) warns once for each of the first N-1 on one GPU and FAILs from the N-th. That is what keeps a node drained: if the check passed on the
   next run, the drain policy would resume a node that still needs its reset. They are held in
   the check's state. A reboot clears them (the fix for most; a GPU that fell off the bus and
   stays gone is the gpu_count check's to catch), as does :func:`acknowledge` after a GPU reset
@@ -127,6 +128,10 @@ def _verdict(g: _Group, ctx: Context) -> tuple[str, Action]:
             action = Action.DRAIN_REBOOT
         if severity == "warn" and action.drains:
             action = Action.NONE
+    if severity == "fail" and wanted is None and g.count < info.drain_after:
+        # The catalog waits for a repeat of this code on one GPU (its ``drain_after``): until
+        # then it warns once, like a warning Xid. A site's override to fail drains on the first.
+        return "warn", Action.NONE
     if code == 154 and severity == "fail":
         from gpuhc.xid_catalog import recovery_action
 
@@ -363,6 +368,8 @@ def _warn(g: _Group, action: Action) -> Result:
                "catalog for this driver (checks.xid.thresholds.severity_overrides to set its verdict)")
     else:
         kind = " (application error)" if info.app else ""
+        if info.severity == "fail":  # below the catalog's drain_after: say what the repeat does
+            kind = f" ({g.count} of the {info.drain_after} on one GPU in the xid window that drain: {info.action.value})"
         msg = f"Xid {g.code} on {where}{_count(g.count)}: {info.name}{kind}"
     value = {"code": g.code, "count": g.count, "new": g.new, "first": g.first, "last": g.last, "pci": g.pci,
              "last_message": g.last_message, "known": info.known}

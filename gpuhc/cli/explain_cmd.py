@@ -42,6 +42,8 @@ def _verdict(kind: str, e: dict[str, Any]) -> str:
         if e["severity"] == "ignore":
             return "ignored"
         what = "FAIL" if e["severity"] == "fail" else "WARN"
+        if e.get("drain_after", 1) > 1:
+            what = f"WARN; FAIL at {e['drain_after']} on one GPU in the window"
         return f"{what}, action: {e['action']}" + (" (application error)" if e["app"] else "")
     return f"FAIL, action: {e['action']}" if e["fatal"] else "WARN (non-fatal), action: none"
 

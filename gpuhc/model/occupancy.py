@@ -19,6 +19,15 @@ class GpuProcess(Record):
     # The MIG instance it runs in (NVML's per-instance process lists); None: not a MIG GPU
     gi: int | None = None
     ci: int | None = None
+    uid: int | None = None  # the owner of /proc/<pid>; None when /proc could not say
+
+    def allowed(self, rules: tuple[tuple[str, int], ...]) -> bool:
+        """Whether a (name, uid) rule of the occupancy check's ``allowed_processes`` names this
+        process: its exact name AND its owner. A name is the process's own choice (any user can
+        call a process nv-hostengine); the owner of /proc/<pid> is the kernel's, so a user's
+        process named like a monitor is still a stray (docs/security.md)."""
+        return (not self.gone and self.name is not None and self.uid is not None
+                and (self.name, self.uid) in rules)
 
 
 @dataclass(eq=False, repr=False)
@@ -37,6 +46,12 @@ class GpuOccupancy(Record):
     @property
     def subject(self) -> str:
         return f"gpu{self.index}"
+
+    def unallowed_used_mib(self, rules: tuple[tuple[str, int], ...]) -> float:
+        """The memory in use less what allowed processes (:meth:`GpuProcess.allowed`) say they
+        hold; a process whose share NVML does not give leaves the figure as it is."""
+        mine = sum(p.used_mib or 0.0 for p in self.processes if p.allowed(rules))
+        return max(0.0, (self.memory_used_mib or 0.0) - mine)
 
 
 @dataclass(eq=False, repr=False)

@@ -33,6 +33,7 @@ class SourceSpec:
     # to drop to this many MiB (the epilog).
     occupancy_wait_s: float = 0.0
     occupancy_settle_mib: float | None = None
+    occupancy_allowed: tuple[tuple[str, int], ...] = ()  # (name, owner uid) not waited for
     # The NVLink DL error counters are read on one slice of each GPU's links: of GPU i, the links
     # with link % dl_rotation == dl_phases.get(i, 0) (gpuhc/sources/nvml_fields.py,
     # in_dl_slice); 1: every link. The runner fills these in, and the fields below, from what
@@ -88,7 +89,7 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
             clock_samples=spec.clock_samples, sample_interval_s=spec.clock_sample_interval_s, gpus=spec.gpus,
             dl_rotation=spec.dl_rotation, dl_phases=phases)
         procs = OccupancyLive(gpus=spec.gpus, wait_s=spec.occupancy_wait_s, settle_mib=spec.occupancy_settle_mib,
-                              job=spec.job)
+                              job=spec.job, allowed=spec.occupancy_allowed)
         activity = _LazyActivity(spec.activity or {})
 
     from gpuhc.sources import kernel_log as kl

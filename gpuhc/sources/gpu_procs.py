@@ -39,8 +39,10 @@ _COMM_LIMIT = 64  # /proc/<pid>/comm is at most 16 bytes; anything longer is not
 
 class OccupancyLive:
     def __init__(self, gpus: list[int] | None = None, wait_s: float = 0.0, poll_s: float = 0.5,
-                 module: Any = None, proc_root: str = "/proc", settle_mib: float | None = None, job: Any = None):
+                 module: Any = None, proc_root: str = "/proc", settle_mib: float | None = None, job: Any = None,
+                 allowed: tuple[tuple[str, int], ...] = ()):
         self.gpus = None if gpus is None else sorted(set(gpus))
+        self.allowed = tuple(allowed)  # (name, owner uid): a monitor the epilog does not wait for
         self.job = job  # gpuhc.gpumap.JobScope: wait for the job's slices only, never on a shared GPU
         self.wait_s = max(0.0, float(wait_s))
         self.settle_mib = settle_mib
@@ -107,7 +109,8 @@ class OccupancyLive:
                     continue
                 name, gone = self._name(pid)
                 merged[pid] = GpuProcess(pid=pid, name=name, used_mib=used_mib, kinds=kind, gone=gone,
-                                         gi=None if inst is None else inst.gi, ci=None if inst is None else inst.ci)
+                                         gi=None if inst is None else inst.gi, ci=None if inst is None else inst.ci,
+                                         uid=None if gone else self._owner(pid))
         gpu.processes = [merged[pid] for pid in sorted(merged)]
         return gpu
 
@@ -118,13 +121,20 @@ class OccupancyLive:
                 continue  # other jobs run there: nothing to wait for
             procs = g.processes if not want else [
                 p for p in g.processes if any(p.gi == gi and ci in (None, p.ci) for gi, ci in want)]
-            if any("compute" in p.kinds for p in procs):
+            if any("compute" in p.kinds and not p.allowed(self.allowed) for p in procs):
                 return False
             if want:
                 continue  # the parent's memory is every slice's
-            if self.settle_mib is not None and not g.mig and (g.memory_used_mib or 0) > self.settle_mib:
+            if self.settle_mib is not None and not g.mig and g.unallowed_used_mib(self.allowed) > self.settle_mib:
                 return False
         return True
+
+    def _owner(self, pid: int) -> int | None:
+        """The owner of /proc/<pid> (the kernel's answer, not the process's), or None."""
+        try:
+            return os.stat(os.path.join(self.proc_root, str(pid))).st_uid
+        except OSError:
+            return None
 
     def _name(self, pid: int) -> tuple[str | None, bool]:
         """(comm, gone): the short name the kernel keeps for the process, printable only."""

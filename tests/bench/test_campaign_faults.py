@@ -114,18 +114,28 @@ def test_a_cable_fault_waits_for_a_person_for_days(tmp_path):
     assert m["sick_spells"]["share"] == 0.0  # not back within the hour: a goal this fault misses
 
 
-def test_noise_on_healthy_nodes_meets_gpuhcs_real_judges(tmp_path):
-    # A monitoring context at the prolog and a leftover context at the epilog: gpuhc's occupancy
-    # check drains on both (counted as false drains); a single Xid 45 after a kill and
-    # correctable errors do not.
+def test_noise_on_healthy_nodes_meets_gpuhcs_real_judges(tmp_path, monkeypatch):
+    # DCGM's host engine (root's) holding a context at the prolog is allowed (occupancy's
+    # allowed_processes); a user's process of the same name there drains (a false drain: the
+    # model calls it noise, gpuhc cannot tell it from a stray); a single Xid 45 after a kill and
+    # correctable errors drain nothing.
+    from dataclasses import replace
+
+    from campaign_model import noise as N
+
     noise = [(300, "ecc-corrected", "gpu001"), (400, "aer-corrected", "gpu001"), (500, "ib-symbol-errors", "gpu001"),
              (600, "xid45-after-kill", "gpu001"), (1000, "monitor-context", "gpu002")]
-    c = campaign(tmp_path, [], nodes=2, days=0.2, noise=True, noise_inject=noise,
-                 jobs=[(700, 1, 600.0, ("gpu001",)), (1100, 1, 600.0, ("gpu002",))])
-    m = compute(c)
+    jobs = [(700, 1, 600.0, ("gpu001",)), (1100, 1, 600.0, ("gpu002",))]
+    (tmp_path / "root").mkdir()
+    (tmp_path / "user").mkdir()
+    c = campaign(tmp_path / "root", [], nodes=2, days=0.2, noise=True, noise_inject=noise, jobs=jobs)
+    assert drains(c) == [] and compute(c)["false_drains"]["total"] == 0
+    mon = N.BY_NAME["monitor-context"]
+    monkeypatch.setitem(N.BY_NAME, mon.name, replace(mon, patch=N._occ("nv-hostengine", 512, 3311, 1000)))
+    c = campaign(tmp_path / "user", [], nodes=2, days=0.2, noise=True, noise_inject=noise, jobs=jobs)
     assert drains(c, "gpu001") == []
     assert [r.split()[1] for r in drains(c, "gpu002")] == ["occupancy"]
-    assert m["false_drains"]["total"] == 1
+    assert compute(c)["false_drains"]["total"] == 1
 
 
 def test_the_settled_shortcut_gives_the_same_acts_as_running_every_check(tmp_path, monkeypatch):
@@ -160,3 +170,21 @@ def test_the_sweep_reports_every_seed_and_writes_a_missed_goal_as_missed(tmp_pat
     doc = S.aggregate(rs + [bad], {"policy": "shipped"})
     assert doc["goals"]["no job starts on a sick node"] == "missed: 2 escapes in 1 of 3 seeds"
     assert doc["distributions"]["escapes"]["ci95"][1] > 0 and doc["totals"]["escapes_by_class"] == {"sdc": 2}
+
+
+@pytest.mark.parametrize("lag_s,drained", [(15.0, False), (40.0, True)])
+def test_the_epilogs_wait_outlasts_a_short_teardown_and_a_long_one_drains(tmp_path, monkeypatch, lag_s, drained):
+    # gpuhc's epilog waits up to occupancy's epilog_wait_s (20 s) while a GPU is still held: a
+    # context freed within it is gone when the read gives up, and the next job's prolog comes
+    # after the epilog; one that outlasts the wait is the occupancy finding.
+    from dataclasses import replace
+
+    from campaign_model import noise as N
+
+    lag = replace(N.BY_NAME["teardown-lag"], share=1.0, lasts_s=(lag_s, lag_s))
+    monkeypatch.setattr(N, "KINDS", tuple(lag if k.name == lag.name else k for k in N.KINDS))
+    monkeypatch.setitem(N.BY_NAME, lag.name, lag)
+    c = campaign(tmp_path, [], nodes=1, days=0.1, noise=True,
+                 jobs=[(700, 1, 600.0, ("gpu001",)), (1400, 1, 600.0, ("gpu001",))])
+    got = [r.split()[1] for r in drains(c, "gpu001")]
+    assert got == (["occupancy"] if drained else []), got

@@ -393,3 +393,14 @@ def test_gpus_on_the_bus_of_a_node_declared_cpu_warn_never_drain():
     (r,) = judge(cpu_node(PCI_IDS[:2]), expected=0)
     assert r.status is Status.WARN and r.action is Action.NONE
     assert "expected_gpus is 0, but the PCI bus lists 2 NVIDIA GPU(s)" in r.message and NO_LIBRARY in r.message
+
+
+def test_nvml_answering_timeout_once_is_could_not_judge_not_a_drain():
+    # NVML_ERROR_TIMEOUT is "busy", not "gone": one run cannot judge; the wedged-driver rule
+    # (gpuhc/slurm/flows/wedged.py) drains a node whose NVML keeps timing out.
+    for why in ("Timeout", "nvmlInit failed: Timeout", "nvmlDeviceGetCount failed: Timeout"):
+        (r,) = judge(no_nvml(why), expected=8)
+        assert r.status is Status.ERROR and r.action is Action.NONE, why
+        assert r.message.startswith("NVML timed out: ") and "wedged driver" in r.message
+    (r,) = judge(no_nvml("nvmlInit failed: Unknown Error"), expected=8)
+    assert r.status is Status.FAIL  # any other reason NVML is unavailable still drains

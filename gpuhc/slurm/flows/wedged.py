@@ -6,7 +6,8 @@ an ERROR never drains: one flaky read must not take a node out. But a GPU whose 
 answering (NVML calls blocking for tens of seconds on a GPU throwing errors, NVIDIA/DCGM#313;
 ``nvidia-smi`` hanging) is the classic black hole: every health check says ERROR, the prolog
 lets every job run, and every job on it hangs or dies. So the health check counts its runs in
-a row in which the NVML source timed out or failed (:func:`nvml_trouble`); at
+a row in which the NVML source timed out or failed, or NVML itself answered "Timeout" (gpu-count's
+could-not-judge ERROR, gpuhc/checks/gpu_count.py) (:func:`nvml_trouble`); at
 :data:`WEDGED_RUNS` it adds a FAIL, ``nvml``, whose action is drain-and-reboot, and the node is
 drained like any other failure: through the policy and the circuit breaker, with a reason that
 says what happened. One clean read sets the count back to 0.
@@ -32,9 +33,13 @@ _TROUBLE = re.compile(r"^(timed out after [\d.]+s reading|could not read) .*\bnv
 
 
 def nvml_trouble(results: list[Result]) -> str | None:
-    """The first ERROR that says the NVML source hung or failed in this run, or None."""
+    """The first ERROR that says the NVML source hung or failed in this run, or None: the
+    runner's words for a source that hung, or gpu-count's for NVML answering "Timeout"."""
+    from gpuhc.checks.gpu_count import ID as GPU_COUNT, TIMED_OUT
+
     for r in results:
-        if r.status is Status.ERROR and _TROUBLE.match(r.message or ""):
+        msg = r.message or ""
+        if r.status is Status.ERROR and (_TROUBLE.match(msg) or (r.check == GPU_COUNT and msg.startswith(TIMED_OUT))):
             return f"{r.check}: {r.message}"
     return None
 

@@ -13,6 +13,8 @@ from tests.helpers.minislurm import MiniSlurm, OK, config, run
 
 HUNG = Result("ecc", Status.ERROR, "timed out after 5.0s reading nvml", "node")
 FAILED = Result("clocks", Status.ERROR, "could not read nvml: NVMLError_Unknown: Unknown Error", "node")
+NVML_TIMEOUT = Result("gpu-count", Status.ERROR, "NVML timed out: Timeout (could not judge; timing out on "
+                      "consecutive health checks drains: a wedged driver)", "node")
 IB_HUNG = Result("infiniband", Status.ERROR, "timed out after 5.0s reading ib", "node")
 
 
@@ -21,6 +23,17 @@ def test_what_counts_as_nvml_trouble():
     assert nvml_trouble([FAILED]).startswith("clocks: could not read nvml")
     assert nvml_trouble([IB_HUNG, OK]) is None  # another source's trouble is not the driver's
     assert nvml_trouble([Result("ecc", Status.FAIL, "timed out after 5.0s reading nvml")]) is None
+    assert nvml_trouble([NVML_TIMEOUT]).startswith("gpu-count: NVML timed out")  # NVML's own "Timeout"
+    assert nvml_trouble([Result("xid", Status.ERROR, NVML_TIMEOUT.message)]) is None  # gpu-count's words only
+
+
+def test_nvml_answering_timeout_once_does_not_drain_twice_in_a_row_does(tmp_path, monkeypatch):
+    s = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None)})
+    first = run(tmp_path, monkeypatch, "passive", s, [OK, NVML_TIMEOUT])
+    assert first.exit_code == 3 and s.updates() == []  # one timeout: could not judge
+    second = run(tmp_path, monkeypatch, "passive", s, [OK, NVML_TIMEOUT])
+    assert second.exit_code == 1 and second.decision.act is Act.DRAIN and second.acted, second.lines
+    assert s.nodes["n1"][1].startswith("gpuhc: nvml NVML hung or failed on 2 consecutive health checks")
 
 
 def test_nvml_hanging_on_two_health_checks_in_a_row_drains_with_a_reason_that_says_so(tmp_path, monkeypatch):
