@@ -32,6 +32,7 @@ EXPECT = {
     "pipe": "no hang",  # its last stage may read as a straggler: the documented limit (straggler_skip_names)
     "work1.5": ("straggler", ["gpu2"]), "work2": ("straggler", ["gpu2"]), "load": ("straggler", ["gpu3"]),
     "kernel": ("hang", None),  # gpu2 where GPM tells it apart, else "every rank waits"
+    "spin": ("hang", ["gpu2"]),  # a kernel on every SM: GPM tells it apart
     "stall": ("hang", ["gpu2"]), "mismatch": ("hang", []),
 }
 WINDOW_S = float(DEFAULTS["window_s"])  # the seconds of samples one check (or watcher round) judges
@@ -66,9 +67,13 @@ def watcher_lines(out: str) -> list[dict]:
     return lines
 
 
-def cases(out: str, watched: list[dict]) -> list[dict]:
-    phases = [p for p in jsonl(os.path.join(out, "phases.txt")) if "phase" in p and "seconds" in p]
-    ticks = jsonl(os.path.join(out, "monitor-cases.jsonl"))
+PARTS = {"cases": ("phases.txt", "3201"), "long": ("phases-long.txt", "3202")}  # phases file, job id
+
+
+def cases(out: str, watched: list[dict], part: str = "cases") -> list[dict]:
+    phases_file, job = PARTS[part]
+    phases = [p for p in jsonl(os.path.join(out, phases_file)) if "phase" in p and "seconds" in p]
+    ticks = jsonl(os.path.join(out, f"monitor-{part}.jsonl"))
     rows = []
     for i, p in enumerate(phases):
         start, end = p["time"], p["time"] + p["seconds"]
@@ -78,7 +83,7 @@ def cases(out: str, watched: list[dict]) -> list[dict]:
         # A watcher round judges the last WINDOW_S of samples: it belongs to the phase that holds
         # most of that window, not to the phase it happened to be written in (a round 1 s into
         # a phase still judges the phase before it). The log's time has second resolution.
-        w = [x for x in watched if x["job"] == "3201"
+        w = [x for x in watched if x["job"] == job
              and min(x["t"] + 1, end) - max(x["t"] + 1 - WINDOW_S, start) > WINDOW_S / 2]
         expect = EXPECT.get(p["phase"])
         ok = _meets(expect, [(h["status"], h["signature"], h["culprits"]) for h in hc])
@@ -163,7 +168,7 @@ def recording(out: str, device: str) -> int:
     "stalls" (their jobs' start and finish included)."""
     n = 0
     with open(os.path.join(out, "recording.jsonl"), "w") as f:
-        for part in ("cases", "stalls"):
+        for part in ("cases", "stalls", "long"):
             for t in jsonl(os.path.join(out, f"monitor-{part}.jsonl")):
                 said = [f"{r['status']}: {r['message']}" for r in t["results"] if "status" in r]
                 f.write(json.dumps({"run": t.get("run") or part, "time": t["time"], "said": said, "activity": t["activity"],
@@ -179,8 +184,10 @@ def main() -> None:
     env = open(os.path.join(args.out, "env.txt")).read() if os.path.exists(os.path.join(args.out, "env.txt")) else ""
     device = next((ln for ln in env.splitlines() if ln.startswith("GPU 0:")), "unknown")
     watched = watcher_lines(args.out)
-    summary = {"device": device, "cases": cases(args.out, watched), "stalls": stalls(args.out, watched), "watcher_cpu": cpu(args.out),
+    summary = {"device": device, "cases": cases(args.out, watched), "long": cases(args.out, watched, "long"), "stalls": stalls(args.out, watched), "watcher_cpu": cpu(args.out),
                "recorded_ticks": recording(args.out, device), "pipe_opted_out": opted_out(args.out)}
+    summary["long_checkpoints_bytes"] = [p["ckpt_bytes"] for p in jsonl(os.path.join(args.out, "phases-long.txt")) if "ckpt_bytes" in p]
+    summary["long_watcher_findings"] = [x["text"] for x in watched if x["job"] == PARTS["long"][1]]
     apps = os.path.join(args.out, "compute-apps.txt")
     if os.path.exists(apps):
         lines = open(apps).read().splitlines()
@@ -191,7 +198,7 @@ def main() -> None:
         summary["health_check_cost"] = json.load(open(cost))
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    for row in summary["cases"]:
+    for row in summary["cases"] + summary["long"]:
         first = row["watcher_first"]
         print(f"{row['phase']:>9} {row['seconds']:>3.0f}s expect={row['expect']} health_check_ok={row['health_check_ok']} "
               f"watcher={first}")
@@ -202,6 +209,7 @@ def main() -> None:
     print(f"pipe, opted out by name: {[x['status'] for x in summary['pipe_opted_out']]}")
     print(f"watcher CPU: {summary['watcher_cpu']}; among the GPUs' compute processes: {summary.get('watcher_on_a_gpu')}")
     print(f"health check cost: {summary.get('health_check_cost')}")
+    print(f"long: checkpoints {summary['long_checkpoints_bytes']}, watcher findings {summary['long_watcher_findings']}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,13 @@
 # The stalls part takes STALL_JOBS (2-rank jobs at once, default 2; a machine with fewer GPUs
 # than 2 per job gets as many as fit: one on 2 GPUs), STALLS (stalls per job, default 5) and
 # MON_S (seconds the health check records beside it, default 240; give ~40 s per stall).
-#   bash bench/jobs_device.sh          # both (~7.5 min)
+#   bash bench/jobs_device.sh long     # ~11.5 min: 11 min of training with rank 0's 60 s checkpoint
+#                                      # every 3.3 min and evaluation pauses; the watcher's CPU over it
+#   bash bench/jobs_device.sh          # cases and stalls (~8 min)
+#
+# CASES_SCHED replaces the cases part's schedule (phase:seconds,...; bench/jobs_workload.py).
+# A device call is at most 10 min, so `long` is started in the background (setsid, OUT naming a
+# directory outside $OUT, which is emptied per call) and collected by the next call.
 #
 # cases: bench/jobs_workload.py's `phases` job (4 ranks, bf16 8192^2 matmuls + a 64 MiB
 # all-reduce a step) goes through: training (the health check's cost is measured here,
@@ -69,12 +75,13 @@ if [ "$part" = cases ] || [ "$part" = all ]; then
     # stall lasts 28 s like kernel: a hang is called 12 s in and the watcher looks every 10 s, so
     # only a phase of 12 + 10 s or more is sure to meet a watcher round while it lasts (the
     # 2026-11-28 run's 18 s stall met none: docs/verification.md, "Job checks, round two")
-    SCHED="train:20,work1.5:18,work2:18,load:18,ckpt:60,train:8,eval:6,train:8,eval:6,pipe:18,kernel:28,stall:28,mismatch:18"
+    # spin: rank 2 in a kernel on every SM (kernel's single block is the documented limit)
+    SCHED="${CASES_SCHED:-train:20,work1.5:18,work2:18,load:18,ckpt:60,train:8,eval:6,train:8,eval:6,pipe:18,kernel:28,spin:28,stall:28,mismatch:18}"
     SLURM_JOB_ID=3201 SLURM_JOB_NUM_NODES=1 SLURM_JOB_NAME=llm-phases setsid python3 $W phases --schedule "$SCHED" \
         --odd-rank 2 --gpu 3 --port 29521 --ckpt-dir "${TMPDIR:-/tmp}/gpuhc-ckpt" > "$OUT/phases.txt" 2> "$OUT/phases.err" &
     JOB=$!
     wait_phase train 90 || { echo "the job did not start"; tail -20 "$OUT/phases.err"; }
-    timeout 300 python3 $M --config "$cfg" --phases "$OUT/phases.txt" --seconds 270 --log "$OUT/monitor-cases.jsonl" \
+    timeout 330 python3 $M --config "$cfg" --phases "$OUT/phases.txt" --seconds 300 --log "$OUT/monitor-cases.jsonl" \
         > "$OUT/monitor-cases.txt" 2>&1 &
     MON=$!
     sleep 3
@@ -84,7 +91,7 @@ if [ "$part" = cases ] || [ "$part" = all ]; then
     # the watcher holds no GPU context: it must not be among the GPUs' compute processes
     { echo "watcher pid $WATCH"; nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader; } \
         > "$OUT/compute-apps.txt" 2>&1
-    wait_phase mismatch 300; sleep 18
+    wait_phase mismatch 330; sleep 18
     kill -- -"$JOB" 2>/dev/null; kill "$MON" 2>/dev/null; wait "$MON" 2>/dev/null
     stop_watcher cases
     rm -rf "${TMPDIR:-/tmp}/gpuhc-ckpt"
@@ -117,6 +124,26 @@ if [ "$part" = stalls ] || [ "$part" = all ]; then
     for p in "${PIDS[@]}"; do kill -- -"$p" 2>/dev/null; done
     kill "$MON" 2>/dev/null; wait "$MON" 2>/dev/null
     stop_watcher stalls
+fi
+
+if [ "$part" = long ]; then
+    # 11 min of training, the job's own pauses only: rank 0 writes a 60 s checkpoint (real bytes)
+    # every 200 s, every rank evaluates for 20 s between them. Nothing may be called hung or slow.
+    echo "=== long: one 4-rank job, 11 min, checkpoints and evaluation"
+    start_watcher long
+    SCHED="train:60,ckpt:60,train:60,eval:20,train:60,ckpt:60,train:60,eval:20,train:60,ckpt:60,train:60,eval:20,train:40"
+    SLURM_JOB_ID=3202 SLURM_JOB_NUM_NODES=1 SLURM_JOB_NAME=llm-long setsid python3 $W phases --schedule "$SCHED" \
+        --port 29541 --ckpt-dir "${TMPDIR:-/tmp}/gpuhc-ckpt" > "$OUT/phases-long.txt" 2> "$OUT/phases-long.err" &
+    JOB=$!
+    wait_long() { for _ in $(seq "$2"); do grep -q "\"phase\": \"$1\"" "$OUT/phases-long.txt" 2>/dev/null && return 0; sleep 1; done; return 1; }
+    wait_long train 90 || { echo "the job did not start"; tail -20 "$OUT/phases-long.err"; }
+    timeout 720 python3 $M --config "$cfg" --phases "$OUT/phases-long.txt" --seconds 680 --log "$OUT/monitor-long.jsonl" \
+        > "$OUT/monitor-long.txt" 2>&1 &
+    MON=$!
+    wait_long end 720
+    kill -- -"$JOB" 2>/dev/null; kill "$MON" 2>/dev/null; wait "$MON" 2>/dev/null
+    stop_watcher long
+    rm -rf "${TMPDIR:-/tmp}/gpuhc-ckpt"
 fi
 
 cp "$WS/decisions.log" "$OUT/" 2>/dev/null

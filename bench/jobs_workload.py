@@ -16,6 +16,8 @@ matmuls and an all-reduce of 64 MiB (fp32), as issue 32's measurement. Modes:
     send/recv, each stage 2 matmuls a micro-batch, the last stage 3: its LM head and loss);
     ``kernel`` (rank ``--odd-rank`` spins in ``torch.cuda._sleep`` kernels, one block on the
     GPU, for the phase's length, while the others wait in the all-reduce);
+    ``spin`` (the same rank in a kernel that spins on every SM, as a deadlocked kernel waiting
+    for a flag does: two blocks per SM, ~0.5 s each, back to back; CuPy compiles it);
     ``stall`` (rank ``--odd-rank`` sleeps on the host for the phase's length);
     ``mismatch`` (the first half of the ranks all-reduce, the others broadcast: never ends).
 - ``stalls``: train, and ``--stalls`` times: after a random 3-8 s, a random rank sleeps
@@ -36,7 +38,7 @@ import random
 import sys
 import time
 
-PHASES = ("train", "work1.5", "work2", "load", "ckpt", "eval", "pipe", "kernel", "stall", "mismatch")
+PHASES = ("train", "work1.5", "work2", "load", "ckpt", "eval", "pipe", "kernel", "spin", "stall", "mismatch")
 
 
 def schedule(text: str) -> list[tuple[str, float]]:
@@ -154,6 +156,8 @@ def enter(name: str, secs: float, rank: int, world: int, args, a, x):
             if len(queued) >= 2:
                 queued.pop(0).synchronize()
         torch.cuda.synchronize()
+    elif name == "spin" and rank == args.odd_rank:
+        spin_everywhere(end)
     elif name == "stall" and rank == args.odd_rank:
         time.sleep(secs)
     elif name == "mismatch":
@@ -163,6 +167,27 @@ def enter(name: str, secs: float, rank: int, world: int, args, a, x):
             dist.broadcast(x, src=world // 2)
         torch.cuda.synchronize()  # never returns: the collectives do not match
     return a
+
+
+_SPIN = r"""extern "C" __global__ void spin(long long cycles) {
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) { }
+}"""
+
+
+def spin_everywhere(end: float) -> None:
+    """Kernels that keep every SM busy doing nothing until ``end``: what a kernel that never
+    ends looks like from outside (unlike ``torch.cuda._sleep``'s single block)."""
+    import cupy as cp
+    import torch
+
+    torch.cuda.synchronize()
+    with cp.cuda.Device(torch.cuda.current_device()):
+        kern = cp.RawKernel(_SPIN, "spin")
+        sms = cp.cuda.runtime.getDeviceProperties(torch.cuda.current_device())["multiProcessorCount"]
+        while time.time() < end:
+            kern((2 * sms,), (128,), (cp.int64(1_000_000_000),))
+            cp.cuda.Device().synchronize()
 
 
 def pipe_step(rank: int, world: int, a, micro: int = 8):
