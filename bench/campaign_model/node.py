@@ -105,6 +105,7 @@ class Node:
         self.scenario = self.dir / "node.yaml"
         self.faults: list[Fault] = []  # active ones, hardware and application
         self.old_lines: list[str] = []  # repaired faults' and noise's lines, in the kernel log until a reboot
+        self.lost: list[tuple[float, float]] = []  # spans of kernel records a flood overwrote (noise), until a reboot
         self.boot = 0.0
         self.noise: list = []  # (id, noise.NoiseClass, end) episodes laid over the scenario now
         self.sticky: dict = {}  # counters noise raised, until the next reboot; a new driver for good
@@ -124,7 +125,8 @@ class Node:
 
     def rebooted(self, now: float) -> None:
         """A boot: the kernel log and the volatile counters start again."""
-        self.old_lines, self.boot, self.sticky = [], now, ({"driver_version": self.driver} if self.driver else {})
+        self.old_lines, self.lost, self.boot = [], [], now
+        self.sticky = {"driver_version": self.driver} if self.driver else {}
         self.version += 1
 
     def hardware(self) -> list[Fault]:
@@ -148,7 +150,8 @@ class Node:
             if path not in lines_cache:
                 lines_cache[path] = kernel_lines(path)
             lines += restamp(lines_cache[path], f.stamp)
-        lines = sorted(ln for ln in lines if _epoch(ln[:19]) >= self.boot)
+        lines = sorted(ln for ln in lines if _epoch(ln[:19]) >= self.boot
+                       and not any(a <= _epoch(ln[:19]) <= b for a, b in self.lost))
         patch = dict(patch or {})
         if not has_occupancy and "occupancy" not in patch:
             patch.update(IDLE)

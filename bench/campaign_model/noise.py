@@ -26,6 +26,7 @@ class NoiseClass:
     trigger: str = "random"  # random | job-end (share of a node's job ends) | job-kill
     share: float = 0.0
     sticky: dict = field(default_factory=dict)  # counters added for good (until a reboot)
+    loses_s: tuple[float, float] = (0.0, 0.0)  # the kernel records of this many seconds before it are lost
     source: str = ""
 
 
@@ -72,6 +73,13 @@ KINDS: tuple[NoiseClass, ...] = (
     NoiseClass("nvml-timeout", 0.01, (1, 300),
                {"nvml": {"available": False, "error": "Timeout"}},
                source="NVML busy for one run (a GPU in a long RM call)"),
+    # A flood of kernel messages (a user's program printing in a loop, an mlx5 storm) wraps the
+    # ring buffer between two reads: the records since gpuhc's last read are gone, a driver line
+    # among them included. gpuhc warns "N kernel log record(s) were lost" (docs/checks.md, xid),
+    # a warning that changes no act and is not played here; what the model plays is the lost line.
+    NoiseClass("kernel-log-loss", 0.01, loses_s=(30, 300),
+               source="a kernel-message flood overwrites the records since the last read (ours: one per 100 "
+                      "node-days, 30-300 s of records; a file source's rotation loses lines the same way)"),
     NoiseClass("busy", patch=BUSY, source="a running job: GPUs hot and power-capped (health checks sampled)"),
 )
 BY_NAME = {k.name: k for k in KINDS}

@@ -37,6 +37,8 @@ class NoiseEvents:
             node.old_lines += restamp(list(kind.lines), self.now())
         if kind.sticky:
             node.sticky = N.merge(node.sticky, kind.sticky)
+        if kind.loses_s[1] > 0:  # the records of the span are overwritten: gone until the log restarts
+            node.lost.append((self.now() - self.noise_rng.uniform(*kind.loses_s) * self.ts, self.now()))
         if kind.patch:
             ep = (next(self.seq), kind, self.now() + self.noise_rng.uniform(*kind.lasts_s) * self.ts)
             node.noise.append(ep)

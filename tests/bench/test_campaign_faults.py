@@ -188,3 +188,23 @@ def test_the_epilogs_wait_outlasts_a_short_teardown_and_a_long_one_drains(tmp_pa
                  jobs=[(700, 1, 600.0, ("gpu001",)), (1400, 1, 600.0, ("gpu001",))])
     got = [r.split()[1] for r in drains(c, "gpu001")]
     assert got == (["occupancy"] if drained else []), got
+
+
+@pytest.mark.parametrize("lost", [False, True])
+def test_a_kernel_log_flood_that_overwrites_a_driver_line_hides_its_fault(tmp_path, monkeypatch, lost):
+    # Noise "kernel-log-loss" (docs/campaign.md): a flood wraps the ring buffer between two reads
+    # and the records of the span are gone. A GSP timeout, whose only sign is its Xid 119 lines,
+    # is then never drained: the fault stays undetected; without the flood the same fault drains.
+    from dataclasses import replace
+
+    from campaign_model import noise as N
+
+    loss = N.BY_NAME["kernel-log-loss"]
+    monkeypatch.setitem(N.BY_NAME, loss.name, replace(loss, loses_s=(60.0, 60.0)))
+    noise = [(301, "kernel-log-loss", "gpu001")] if lost else []
+    c = campaign(tmp_path, [(300, "gsp-timeout", "gpu001", False)], nodes=1, days=0.1, noise=True, noise_inject=noise)
+    m = compute(c)
+    if lost:
+        assert drains(c) == [] and m["faults_never_drained"] == {"gsp-timeout": 1}
+    else:
+        assert [r.split()[1] for r in drains(c)] == ["xid"] and m["faults_never_drained"] == {}
