@@ -61,7 +61,18 @@ fi
 # GPUHC_TEST_WORKERS=0 runs the first part serially too. Exit status: the first failure's.
 workers=(-n "${GPUHC_TEST_WORKERS:-4}" --dist loadgroup)
 [ "${GPUHC_TEST_WORKERS:-4}" != 0 ] || workers=()
+# A caller's own `-m EXPR` is joined to each part's (pytest keeps only the last -m it is given,
+# so passing it through would replace the split, and the serial tests would run twice).
+user_m=""; rest=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -m) [ $# -ge 2 ] || { echo "tests/run.sh: -m needs an expression" >&2; exit 2; }; user_m="$2"; shift 2 ;;
+    -m?*) user_m="${1#-m}"; shift ;;
+    *) rest+=("$1"); shift ;;
+  esac
+done
+both() { if [ -n "$user_m" ]; then echo "($user_m) and $1"; else echo "$1"; fi; }
 rc=0
-.venv/bin/python -m pytest -q "${workers[@]}" "${slurm[@]}" -m "not serial" "$@" || { r=$?; [ "$r" = 5 ] || rc=$r; }
-.venv/bin/python -m pytest -q "${slurm[@]}" -m serial "$@" || { r=$?; [ "$r" = 5 ] || [ "$rc" != 0 ] || rc=$r; }
+.venv/bin/python -m pytest -q "${workers[@]}" "${slurm[@]}" -m "$(both "not serial")" "${rest[@]}" || { r=$?; [ "$r" = 5 ] || rc=$r; }
+.venv/bin/python -m pytest -q "${slurm[@]}" -m "$(both serial)" "${rest[@]}" || { r=$?; [ "$r" = 5 ] || [ "$rc" != 0 ] || rc=$r; }
 exit "$rc"  # 5 (nothing collected) in a part: none of the selected tests belongs to it, which is fine
