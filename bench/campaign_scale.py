@@ -13,7 +13,8 @@ than the breaker's 10 %.
 - **Real**: a real slurmctld with ``--nodes`` nodes in one partition (two with a live slurmd, the
   rest defined and never registered: tests/helpers/slurm_bigcluster.py), and one real
   ``gpuhc healthcheck`` per faulted node at once, on the scenario and with the shipped config
-  (tests/helpers/slurm_storm.py, the storm bench's harness).
+  (tests/helpers/slurm_storm.py, the storm bench's harness). The only change to the shipped
+  config besides the log file: no event log (the simulated nodes share one host).
 
 Agreement: the same peak in both, equal to the cap (ceil(10 % of the partition)); every faulted
 node's run on the real side either drained (exit 1) or was held back by the breaker (exit 4).
@@ -82,6 +83,10 @@ def real_side(nodes: int, faulted: int, work: Path, ledger: bool) -> dict:
     config_for("shipped", work)  # the validated shipped config, written as gpuhc-shipped.yaml
     doc = yaml.safe_load((work / "gpuhc-shipped.yaml").read_text())
     doc["slurm"].update({"log_file": str(work / "decisions.log"), "syslog": False})
+    # A real node has its own event log; here every simulated node runs on one host and would
+    # append to the same /var/log/gpuhc/events.jsonl, across runs too, and a node's lemon memory
+    # rebuilt from it would count another run's drains (a 2,048-node run retired a node so).
+    doc.setdefault("output", {})["event_log"] = None
     if ledger:
         doc["slurm"]["breaker"]["ledger_node"] = "gpuhc-ledger"
     cfg_path.write_text(yaml.safe_dump(doc))
