@@ -148,14 +148,28 @@ def test_the_boot_unit_is_compressed_and_its_retest_dated(tmp_path):
 
 
 @pytest.mark.slurm
-@pytest.mark.parametrize("seed", [1, 10])
-def test_other_seeds_run_through_and_drain_the_same_nodes(slurm_cluster, tmp_path, seed):
-    # Seed 10 crashed (a Fault had no `how` until it was repaired: real_boot.py); both seeds take
-    # resets and reboots that do not all heal, with jobs Slurm places. What holds on both sides:
-    # no escape and no false drain, the same nodes drained, gpuhc's node updates counted by
-    # slurmctld. What does not yet (docs/campaign.md, "Not done"): the same acts in order; a node's
-    # second spell late in the 90 s ends on the model's side and not yet on the real one.
-    doc = campaign(slurm_cluster, tmp_path, seed=seed)
+@pytest.mark.serial  # its timings must agree within 10 % or 1 s: runs alone (tests/run.sh)
+def test_seed_1_agrees_with_the_model(slurm_cluster, tmp_path):
+    # Resets and reboots that do not all heal: two reboots of gpu001 and of gpu003, an Xid 79 on
+    # gpu015 rebooted through Slurm and resumed by its boot unit, two spells of gpu013; jobs Slurm
+    # places. The same acts in order and the same timings as seed 11, on every release (it had
+    # disagreed only on a machine loaded by other work: docs/campaign.md).
+    doc = campaign(slurm_cluster, tmp_path, seed=1)
+    model, real = doc.pop("_records")
+    print(doc)
+    assert bounds(real) == [] and bounds(model) == []
+    assert doc["disagreements"] == []
+    assert sum(acts.count("reboot") for acts in doc["real"]["acts"].values()) == 5
+
+
+@pytest.mark.slurm
+def test_seed_10_runs_through_and_drains_the_same_nodes(slurm_cluster, tmp_path):
+    # Seed 10 crashed (a Fault had no `how` until it was repaired: real_boot.py). It agrees in
+    # full on 22.05 and 26.05, not on 24.11: there gpu012's first spell ended one health-check
+    # round (5 s) late, so its second fault arose while it was still out (docs/campaign.md). What
+    # holds on every release: no escape and no false drain, the same nodes drained, gpuhc's node
+    # updates counted by slurmctld.
+    doc = campaign(slurm_cluster, tmp_path, seed=10)
     model, real = doc.pop("_records")
     print(doc)
     assert bounds(real) == [] and bounds(model) == []
