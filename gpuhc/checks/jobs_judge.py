@@ -62,6 +62,9 @@ DEFAULTS: dict[str, Any] = {
     "pause_max_s": 900.0,  # a rank busy on the host this long while its peers wait is called a hang anyway
     "progress_window_s": 0.5,  # the health check's second look at a suspected culprit's process (0: none)
     "stuck_sm_margin": 10.0,  # one spinning GPU's SM activity this many points off its peers' (which agree): a stuck kernel
+    # ... or, the SM activity alike, its SM occupancy this many times above or below its peers' (which
+    # agree): one stuck block (one warp) against the waiting NCCL blocks (many warps); H200: 0.012 % vs 0.036 %
+    "stuck_occupancy_ratio": 2.0,
     "drain_culprit_jobs": 0,  # opt-in: a GPU the culprit of hung jobs of this many users drains the node (0: never)
     "culprit_memory_s": 7 * 86400.0,  # how long a culprit finding counts toward that
     "drain_culprit_with_hardware": False,  # opt-in: drain when the hang's culprit GPU also shows a hardware sign
@@ -230,6 +233,25 @@ def stuck_kernel(gpus: list[GpuActivity], t: dict[str, Any]) -> tuple[int, str] 
         mid = _median(peers)
         if abs(sm[odd] - mid) >= margin and max(peers) - min(peers) < margin / 2:
             return odd, f"gpu{odd} SM activity {sm[odd]:.0f} % vs its peers' {mid:.0f} %: a kernel that does not end"
+    return _odd_occupancy(gpus, t) if max(sm.values()) - min(sm.values()) < margin / 2 else None
+
+
+def _odd_occupancy(gpus: list[GpuActivity], t: dict[str, Any]) -> tuple[int, str] | None:
+    """A kernel of one block keeps as few SMs busy as a waiting NCCL kernel, so SM activity is
+    alike on every GPU; the warps resident differ (one thread against a block of hundreds):
+    the one GPU whose occupancy is ``stuck_occupancy_ratio`` times off its peers', which agree
+    within a quarter (docs/verification.md, "Job checks, round two": 0.0118 % against 0.0355 %)."""
+    occ = {g.index: g.sm_occupancy for g in gpus if g.sm_occupancy is not None and g.sm_occupancy > 0}
+    if len(occ) != len(gpus):
+        return None
+    ratio = float(t["stuck_occupancy_ratio"])
+    for odd in occ:
+        peers = [v for i, v in occ.items() if i != odd]
+        mid = _median(peers)
+        off = max(occ[odd] / mid, mid / occ[odd])
+        if off >= ratio and max(peers) <= 1.25 * min(peers):
+            return odd, (f"gpu{odd} SM occupancy {occ[odd]:.4f} % vs its peers' {mid:.4f} % (the same SMs busy): "
+                         "a kernel that does not end")
     return None
 
 
@@ -319,6 +341,9 @@ def validate(t: dict[str, Any]) -> list[str]:
     v = t.get("straggler_wait_share")
     if isinstance(v, (int, float)) and not isinstance(v, bool) and not 0 < v < 1:
         problems.append(f"straggler_wait_share: must be a share between 0 and 1 (exclusive), got {v!r}")
+    v = t.get("stuck_occupancy_ratio")
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and not v > 1:
+        problems.append(f"stuck_occupancy_ratio: must be more than 1 (a factor between one GPU and its peers), got {v!r}")
     v = t.get("progress_window_s")
     if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 5:
         problems.append(f"progress_window_s: at most 5 seconds (the health check waits that long on a suspected hang), got {v!r}")

@@ -20,6 +20,7 @@ class GpuActivity(Record):
     power_limit_w: float | None = None
     sm_clock_mhz: float | None = None
     sm_activity: float | None = None  # GPM SM activity, percent; None: not measured or not supported
+    sm_occupancy: float | None = None  # GPM SM occupancy (resident warps of the most the SMs hold), percent
     via: str = "cgroup"  # how the job ids were found: "cgroup", "environ" or "mixed"
     instance: str | None = None  # a MIG slice ("gi13/ci0"): the jobs of that slice alone; samples are the GPU's
     # job -> the real uids that own its processes on this GPU (/proc/<pid>/status, the kernel's

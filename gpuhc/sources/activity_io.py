@@ -135,7 +135,7 @@ def activity_from_dict(d: dict[str, Any]) -> Activity:
             kw[k] = [float(x) for x in kw.get(k) or []]
         for k in ("span_s",):
             kw[k] = float(kw.get(k) or 0.0)
-        for k in ("power_limit_w", "sm_clock_mhz", "sm_activity", "host_cpu_total_s", "host_dt_s", "host_cpu_s",
+        for k in ("power_limit_w", "sm_clock_mhz", "sm_activity", "sm_occupancy", "host_cpu_total_s", "host_dt_s", "host_cpu_s",
                   "host_read_bytes", "host_write_bytes"):
             kw[k] = None if kw.get(k) is None else float(kw[k])
         kw["jobs"] = list(kw.get("jobs") or [])

@@ -280,7 +280,7 @@ class ActivityLive:
             try:
                 s2 = nv.nvmlGpmSampleAlloc()
                 nv.nvmlGpmSampleGet(h, s2)
-                gpu.sm_activity = _gpm_sm(nv, s1, s2)
+                _gpm_read(nv, s1, s2, gpu)
             except nv.NVMLError:
                 pass
             finally:
@@ -309,7 +309,7 @@ class ActivityLive:
             s1 = self._gpm_prev.get(gpu.index)
             if s1 is not None and gpu.sm_activity is None:
                 try:
-                    gpu.sm_activity = _gpm_sm(nv, s1, s2)
+                    _gpm_read(nv, s1, s2, gpu)
                 except nv.NVMLError:
                     pass
             if s1 is not None:
@@ -339,15 +339,23 @@ def _devices(nv: Any, h: Any) -> list[tuple[str | None, Any]]:
     return [(inst.label, mh) for mh, inst in nvml_mig.mig_devices(nv, h)]
 
 
-def _gpm_sm(nv: Any, s1: Any, s2: Any) -> float | None:
+def _gpm_read(nv: Any, s1: Any, s2: Any, gpu: GpuActivity) -> None:
+    """SM activity and SM occupancy between two GPM samples, in one call. Occupancy tells a
+    single stuck block (one warp resident) from a waiting NCCL kernel (a block of many warps),
+    which keep the same one SM busy (docs/checks.md, "jobs")."""
     m = nv.c_nvmlGpmMetricsGet_t()
     m.version = nv.NVML_GPM_METRICS_GET_VERSION
-    m.numMetrics = 1
+    m.numMetrics = 2
     m.sample1, m.sample2 = s1, s2
     m.metrics[0].metricId = nv.NVML_GPM_METRIC_SM_UTIL
+    m.metrics[1].metricId = nv.NVML_GPM_METRIC_SM_OCCUPANCY
     nv.nvmlGpmMetricsGet(m)
-    value = float(m.metrics[0].value)
-    return round(value, 1) if 0.0 <= value <= 100.0 else None
+    gpu.sm_activity, gpu.sm_occupancy = (_percent(m.metrics[i].value, 1 if i == 0 else 4) for i in (0, 1))
+
+
+def _percent(value: Any, digits: int) -> float | None:
+    v = float(value)
+    return round(v, digits) if 0.0 <= v <= 100.0 else None
 
 
 def _buffered(nv: Any, h: Any, kind: int, since_us: int, scale: float) -> tuple[list[float], list[int]]:

@@ -109,6 +109,30 @@ def test_a_one_node_job_whose_gpu_runs_a_kernel_that_does_not_end_names_it():
     assert r.value["culprits"] == ["gpu2"] and "SM activity 1 % vs its peers' 21 %" in r.message
 
 
+def test_a_stuck_kernel_of_one_block_is_named_by_its_sm_occupancy():
+    # GPM on 2x H200 (driver 580.159.04, docs/verification.md "Job checks, round two"): rank 1 in
+    # torch.cuda._sleep kernels (one block of one thread), rank 0 waiting in the all-reduce. SM
+    # activity 0.7578 % and 0.7576 %, alike; SM occupancy 0.0118 % against 0.0355 %.
+    waiting, stuck = {"sm_activity": 0.7576, "sm_occupancy": 0.0355}, {"sm_activity": 0.7578, "sm_occupancy": 0.0118}
+    gpus = {f"gpu{i}": {**ALL_SPIN.get(f"gpu{i}", {}), **(stuck if i == 2 else waiting)} for i in range(4)}
+    r = only(judge(activity(HUNG, nodes=1, **gpus)))
+    assert r.status is Status.WARN and r.value["culprits"] == ["gpu2"]
+    assert "gpu2 SM occupancy 0.0118 % vs its peers' 0.0355 % (the same SMs busy)" in r.message
+    # Peers that do not agree (two collectives of two shapes: a mismatch) name nobody
+    split = {**gpus, "gpu3": {**gpus["gpu3"], "sm_occupancy": 0.0118}}
+    assert only(judge(activity(HUNG, nodes=1, **split))).value["culprits"] == []
+    # Nor does a GPU within the ratio, or one whose occupancy was not measured
+    near = {**gpus, "gpu2": {**gpus["gpu2"], "sm_occupancy": 0.02}}
+    assert only(judge(activity(HUNG, nodes=1, **near))).value["culprits"] == []
+    unmeasured = {**gpus, "gpu0": {**gpus["gpu0"], "sm_occupancy": None}}
+    assert only(judge(activity(HUNG, nodes=1, **unmeasured))).value["culprits"] == []
+
+
+def test_stuck_occupancy_ratio_must_be_above_one():
+    assert any("stuck_occupancy_ratio" in p for p in jj.validate({**jj.DEFAULTS, "stuck_occupancy_ratio": 0.5}))
+    assert not jj.validate(dict(jj.DEFAULTS))
+
+
 def test_one_gpu_computing_alone_while_its_peers_wait_is_a_pause_then_a_hang():
     train = TICKS[1]["activity"]["gpus"][0]  # a real training GPU's samples
     alone = {**ALL_SPIN, "gpu2": {k: train[k] for k in ("gpu_util", "mem_util", "power_w")}}

@@ -94,9 +94,11 @@ class FakeGpu:
     minor: int | None = None  # /dev/nvidia<minor>; None: the GPU's position
     # Job activity (issue 24): the driver's sample buffer per NVML_*_SAMPLES type, as
     # (time stamp in microseconds, value) pairs; a type absent here answers NOT_SUPPORTED.
-    # Power samples are milliwatts, as the driver keeps them. gpm_sm: GPM SM activity, None: no GPM.
+    # Power samples are milliwatts, as the driver keeps them. gpm_sm: GPM SM activity, None: no GPM;
+    # gpm_occupancy: GPM SM occupancy (the driver answers a value for every metric asked).
     samples: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     gpm_sm: float | None = None
+    gpm_occupancy: float = 0.0
     fail: dict[str, int] = field(default_factory=dict)  # function name -> NVML error code
     lost: bool = False
     handle_error: int | None = None
@@ -408,7 +410,7 @@ class FakeNvml:
 
     def c_nvmlGpmMetricsGet_t(self) -> Any:  # the real struct holds pointers only real samples fit
         return SimpleNamespace(version=0, numMetrics=0, sample1=None, sample2=None,
-                               metrics=[SimpleNamespace(metricId=0, value=0.0)])
+                               metrics=[SimpleNamespace(metricId=0, value=0.0) for _ in range(8)])
 
     def nvmlGpmSampleAlloc(self) -> Any:
         self.calls["nvmlGpmSampleAlloc"] += 1
@@ -424,5 +426,7 @@ class FakeNvml:
     def nvmlGpmMetricsGet(self, m: Any) -> Any:
         self.calls["nvmlGpmMetricsGet"] += 1
         gpu = self.gpus[m.sample1.gpu]
-        m.metrics[0].value = gpu.gpm_sm
+        by_id = {real.NVML_GPM_METRIC_SM_UTIL: gpu.gpm_sm, real.NVML_GPM_METRIC_SM_OCCUPANCY: gpu.gpm_occupancy}
+        for metric in m.metrics[:m.numMetrics]:
+            metric.value = by_id[metric.metricId]
         return m

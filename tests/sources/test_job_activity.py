@@ -119,9 +119,10 @@ def test_no_newer_sample_and_not_supported_are_empty_series(tmp_path):
 def test_gpm_sm_activity_when_asked_and_supported(tmp_path):
     proc(tmp_path, 100, V2)
     proc(tmp_path, 101, V2)
-    nv = FakeNvml([held(100, 100, 0, 130000, gpm_sm=18.0), held(101, 100, 0, 130000)])
+    nv = FakeNvml([held(100, 100, 0, 130000, gpm_sm=18.0, gpm_occupancy=0.0118), held(101, 100, 0, 130000)])
     act = ActivityLive(module=nv, proc_root=str(tmp_path), clock=lambda: NOW, gpm_window_s=0.01).read()
     assert [g.sm_activity for g in act.gpus] == [18.0, None]
+    assert [g.sm_occupancy for g in act.gpus] == [0.0118, None]  # both from one call, per GPU
     assert nv.calls["nvmlGpmSampleAlloc"] == nv.calls["nvmlGpmSampleFree"] == 2
     nv = FakeNvml([held(100, 99, 30, 690000, gpm_sm=18.0)])  # training, GPM not asked for: not taken
     ActivityLive(module=nv, proc_root=str(tmp_path), clock=lambda: NOW).read()
