@@ -22,7 +22,7 @@ def test_a_spine_failure_on_512_nodes_holds_the_cap_in_the_model_and_on_slurm(tm
     (tmp_path / "real").mkdir()
     model = S.model_side(512, 8, 1, tmp_path / "model")
     real = S.real_side(512, model["faulted"], tmp_path / "real", ledger=False)
-    v = S.verdict(model, real, 512)
+    v = S.verdict(model, real)
     assert v["cap"] == 52 and v["checks"] == dict.fromkeys(v["checks"], True), (model, real)
     # Every drain is the fault's: the IB port, nothing of gpuhc's own making.
     assert real["held_reasons"] == ["gpuhc: infiniband mlx5_3/1 DOWN, physical link Polling"], real
