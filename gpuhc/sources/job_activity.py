@@ -350,7 +350,8 @@ def _gpm_read(nv: Any, s1: Any, s2: Any, gpu: GpuActivity) -> None:
     m.metrics[0].metricId = nv.NVML_GPM_METRIC_SM_UTIL
     m.metrics[1].metricId = nv.NVML_GPM_METRIC_SM_OCCUPANCY
     nv.nvmlGpmMetricsGet(m)
-    gpu.sm_activity, gpu.sm_occupancy = (_percent(m.metrics[i].value, 1 if i == 0 else 4) for i in (0, 1))
+    gpu.sm_activity = _percent(m.metrics[0].value, 1)
+    gpu.sm_occupancy = _percent(m.metrics[1].value, 4)  # a single warp is ~0.01 %: four decimals
 
 
 def _percent(value: Any, digits: int) -> float | None:
