@@ -19,12 +19,12 @@ class GpuProcess(Record):
     # The MIG instance it runs in (NVML's per-instance process lists); None: not a MIG GPU
     gi: int | None = None
     ci: int | None = None
-    uid: int | None = None  # the owner of /proc/<pid>; None when /proc could not say
+    uid: int | None = None  # the real uid (/proc/<pid>/status); None when /proc could not say
 
     def allowed(self, rules: tuple[tuple[str, int], ...]) -> bool:
         """Whether a (name, uid) rule of the occupancy check's ``allowed_processes`` names this
         process: its exact name AND its owner. A name is the process's own choice (any user can
-        call a process nv-hostengine); the owner of /proc/<pid> is the kernel's, so a user's
+        call a process nv-hostengine); its real uid is the kernel's, so a user's
         process named like a monitor is still a stray (docs/security.md)."""
         return (not self.gone and self.name is not None and self.uid is not None
                 and (self.name, self.uid) in rules)

@@ -130,11 +130,12 @@ class OccupancyLive:
         return True
 
     def _owner(self, pid: int) -> int | None:
-        """The owner of /proc/<pid> (the kernel's answer, not the process's), or None."""
-        try:
-            return os.stat(os.path.join(self.proc_root, str(pid))).st_uid
-        except OSError:
-            return None
+        """The process's real uid (``/proc/<pid>/status``), or None. Not the owner of
+        /proc/<pid>: the kernel makes that root:root for a process that set itself non-dumpable
+        (proc(5)), which any user's process can, and a namesake of a root monitor would pass."""
+        from gpuhc.sources.job_activity import JobResolver
+
+        return JobResolver(self.proc_root).owner_of(pid)
 
     def _name(self, pid: int) -> tuple[str | None, bool]:
         """(comm, gone): the short name the kernel keeps for the process, printable only."""

@@ -27,7 +27,7 @@ Document shape (all keys optional except where a GPU needs them)::
       waited_s: 0                            # optional; also `available`, `error`
       gpus: [{index: 1, memory_used_mib: 20480, memory_total_mib: 81559,
               processes: [{pid: 4242, name: python, used_mib: 20000, kinds: compute, gone: false,
-                           uid: 1000}]}]               # uid: the owner of /proc/<pid>, optional
+                           uid: 1000}]}]               # uid: its real uid (/proc/<pid>/status), optional
     imex: {installed: true, daemon: READY, domain: UP,   # the IMEX daemon (gpuhc/sources/imex.py)
            nodes: {"10.0.0.1": READY}, error: null}
     activity: {gpus: [{index: 0, jobs: ["4242"], gpu_util: [100], ...}]}   # gpuhc.sources.activity_io

@@ -143,6 +143,7 @@ def fake_proc(tmp_path, **names: str) -> str:
     for pid, name in names.items():
         (root / pid.lstrip("p")).mkdir(parents=True)
         (root / pid.lstrip("p") / "comm").write_text(name + "\n")
+        (root / pid.lstrip("p") / "status").write_text(f"Name:\t{name}\nUid:\t{1000 + len(name)}\t0\t0\t0\n")
     root.mkdir(exist_ok=True)
     return str(root)
 
@@ -156,10 +157,10 @@ def test_reader_merges_compute_and_graphics_and_names_processes(tmp_path):
     idle, busy = occ.gpus
     assert idle.processes == [] and idle.memory_used_mib == 4.0  # v2: without the driver's reserve
     assert busy.memory_used_mib == pytest.approx(20582.4) and busy.memory_total_mib == 81920.0
-    me = os.getuid()  # the owner of the stand-in /proc entries: the kernel's answer, read too
+    # the real uid of /proc/<pid>/status (not the effective one, nor the directory's owner)
     assert busy.processes == [
-        GpuProcess(1500, "Xorg", 40.0, "graphics", uid=me),
-        GpuProcess(4242, "python3", 20480.0, "compute+graphics", uid=me),
+        GpuProcess(1500, "Xorg", 40.0, "graphics", uid=1004),
+        GpuProcess(4242, "python3", 20480.0, "compute+graphics", uid=1007),
         GpuProcess(5000, None, None, "compute", gone=True),
     ]
     assert fake.initialised == 0

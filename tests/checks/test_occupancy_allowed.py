@@ -69,11 +69,13 @@ def proc(tmp_path, pid: int, name: str, uid: int) -> str:
     d = tmp_path / "proc" / str(pid)
     d.mkdir(parents=True)
     (d / "comm").write_text(name + "\n")
-    os.chown(d, uid, -1)
+    # /proc/<pid>/status as the kernel writes it (real, effective, saved, fs uids); the directory
+    # itself stays root's, as the kernel shows it for a process that set itself non-dumpable
+    (d / "status").write_text(f"Name:\t{name}\nUmask:\t0022\nState:\tS (sleeping)\n"
+                              f"Uid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
     return str(tmp_path / "proc")
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="gives a /proc stand-in another owner (root only)")
 def test_the_epilog_does_not_wait_for_an_allowed_monitor_but_waits_for_its_namesake(tmp_path):
     gpu = FakeGpu(compute_procs=[(3311, 509 << 20)], memory=(512 << 20, 80 * GiB))
     rules = allowed_rules(DEFAULTS)
@@ -84,4 +86,6 @@ def test_the_epilog_does_not_wait_for_an_allowed_monitor_but_waits_for_its_names
     root = proc(tmp_path / "b", 3311, "nv-hostengine", 1000)
     occ = OccupancyLive(wait_s=0.3, poll_s=0.01, module=FakeNvml([gpu]), proc_root=root, settle_mib=1024,
                         allowed=rules).read()
+    # a user's namesake whose /proc/<pid> is root's (non-dumpable): its real uid says whose it is
+    assert os.stat(f"{root}/3311").st_uid == os.getuid()
     assert occ.waited_s >= 0.3 and occ.gpus[0].processes[0].uid == 1000
