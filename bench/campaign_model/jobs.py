@@ -33,6 +33,7 @@ class Jobs:
         self.queue: list[Job] = []
         self.jobs: dict[int, Job] = {}
         self.running: dict[str, int] = {}  # node -> job id
+        self.completing: set[str] = set()  # nodes whose last job's processes are still exiting
         self.next_job = itertools.count(1)
         self.pending_next_prolog: dict[str, list[int]] = {}  # node -> in-job fault indices awaiting the next job
 
@@ -67,7 +68,8 @@ class Jobs:
         waited a day is given up by its user."""
         if not self.queue:
             return
-        free = [n for n in self.names if n not in self.running and self.slurm.nodes[n].in_service]
+        free = [n for n in self.names
+                if n not in self.running and n not in self.completing and self.slurm.nodes[n].in_service]
         for j in list(self.queue):
             if j.pinned and self.now() - j.submit > 86400.0 * self.ts:
                 self.queue.remove(j)
@@ -99,6 +101,7 @@ class Jobs:
             self._after(mark)
             if out.exit_code != 0 and not self.never_fail:
                 failed = True
+                self.stats.prolog_stops.append((self.now(), name))
                 self._next_prolog(name, stopped=True)
         if failed:  # Slurm requeues the job; nodes whose prolog failed are drained
             self.stats.jobs["requeued"] += 1
@@ -166,8 +169,6 @@ class Jobs:
             ran = (self.now() - j.start) - (F.NCCL_TIMEOUT_S * self.ts if j.hung else 0.0)
             self.stats.lost_gpu_s[f"work since checkpoint ({why})"] += (
                 min(max(ran, 0.0), CHECKPOINT_S * self.ts) * j.size * self.gpus)
-        env = {"SLURM_JOB_ID": str(jid), "SLURM_JOB_GPUS": ",".join(map(str, range(self.gpus))),
-               "SLURM_JOB_EXIT_CODE": "256" if failed else "0"}
         for name in j.nodes:
             self.running.pop(name, None)
             row = self.slurm.nodes[name]
@@ -178,15 +179,38 @@ class Jobs:
                     trig = kind.trigger == "job-end" or (kind.trigger == "job-kill" and failed)
                     if trig and self.noise_rng.random() < kind.share:
                         self._on_noise(kind.name, name)
-            app = [f for f in node.faults if f.cls.app]
-            self._epilog_wait(name)
-            if self._attention(name, "epilog"):
-                mark = len(self.slurm.events)
-                self._gpuhc(name, "epilog", env)
-                self._after(mark)
-            for f in app:  # the job that made it is gone; its Xid lines stay in the kernel log
-                self._repair(node, f, "job ended")
-            if "REBOOT_REQUESTED" in row.flags:
-                self.at(self.now() + 10.0 * self.ts, "reboot_start", name)
-            self._watch(name)
+            gone_at = max((ep[2] for ep in node.noise if ep[1].trigger == "job-end"), default=None)
+            if gone_at is not None:
+                # The job's processes are still exiting (the noise's teardown lag): Slurm keeps
+                # the node COMPLETING and runs the epilog only once they are gone
+                # (docs/campaign.md, "Noise").
+                self.completing.add(name)
+                row.flags.add("COMPLETING")
+                self.at(gone_at, "teardown_done", name, jid, failed)
+                continue
+            self._epilog(name, jid, failed)
         self.schedule()
+
+    def _on_teardown_done(self, name: str, jid: int, failed: bool) -> None:
+        for ep in [ep for ep in self.nodes[name].noise if ep[1].trigger == "job-end"]:
+            self._on_noise_end(name, ep[0])
+        self.completing.discard(name)
+        self.slurm.nodes[name].flags.discard("COMPLETING")
+        self._epilog(name, jid, failed)
+        self.schedule()
+
+    def _epilog(self, name: str, jid: int, failed: bool) -> None:
+        """The job's epilog on ``name``, once Slurm has seen its processes gone."""
+        env = {"SLURM_JOB_ID": str(jid), "SLURM_JOB_GPUS": ",".join(map(str, range(self.gpus))),
+               "SLURM_JOB_EXIT_CODE": "256" if failed else "0"}
+        node, row = self.nodes[name], self.slurm.nodes[name]
+        app = [f for f in node.faults if f.cls.app]
+        if self._attention(name, "epilog"):
+            mark = len(self.slurm.events)
+            self._gpuhc(name, "epilog", env)
+            self._after(mark)
+        for f in app:  # the job that made it is gone; its Xid lines stay in the kernel log
+            self._repair(node, f, "job ended")
+        if "REBOOT_REQUESTED" in row.flags:
+            self.at(self.now() + 10.0 * self.ts, "reboot_start", name)
+        self._watch(name)

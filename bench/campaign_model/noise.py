@@ -55,9 +55,15 @@ KINDS: tuple[NoiseClass, ...] = (
     NoiseClass("monitor-context", 0.05, (120, 1200), _occ("nv-hostengine", 512, 3311, 0),
                source="a DCGM host engine holding a context on every GPU, as root as its systemd unit runs it "
                       "(ours: one per 20 node-days)"),
+    # A process's GPU memory is freed as it finishes exiting, and Slurm runs the epilog only once
+    # the job's processes are gone: a teardown holds the node COMPLETING, never reaches the
+    # epilog or the next prolog (measured on H200, docs/verification.md, "Teardown"). Slurm
+    # drains a node whose teardown outlasts UnkillableStepTimeout (60 s) itself, "Kill task
+    # failed": not drawn here (the draw stays under it).
     NoiseClass("teardown-lag", trigger="job-end", share=0.01, lasts_s=(6, 60),
                patch=_occ("python3", 1638, 48211, 1000, {2}),
-               source="the previous job's context still freeing 1.6 GiB past the epilog's wait (1 % of job ends)"),
+               source="the job's processes still exiting at its end, 6-60 s (1 % of job ends; measured: 0.15-0.25 s "
+                      "for GPU memory alone, 10-12 s with 48 GiB of pinned host memory)"),
     NoiseClass("xid119-single", 0.01, (0, 0), lines=XID119, source="one GSP timeout that does not repeat"),
     NoiseClass("xid109", 0.02, (0, 0), lines=XID109, source="context-switch timeout of an application"),
     NoiseClass("xid45-after-kill", trigger="job-kill", share=0.3, lines=XID45,

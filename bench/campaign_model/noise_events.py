@@ -48,28 +48,10 @@ class NoiseEvents:
     def _on_noise_end(self, name: str, ep_id: int) -> None:
         node = self.nodes[name]
         if all(ep[0] != ep_id for ep in node.noise):
-            return  # ended already (the epilog's wait saw it go)
+            return  # ended already (its job's teardown was over)
         node.noise = [ep for ep in node.noise if ep[0] != ep_id]
         node.version += 1
         self._watch(name)
-
-    def _epilog_wait(self, name: str) -> None:
-        """The epilog's occupancy read waits (gpuhc's own wait_for_stage, from the config) while
-        a GPU is still held: an episode that would end within that wait is over when the read
-        gives up, and the next job's prolog cannot start before the epilog ends (Slurm's
-        COMPLETING state), so it is ended here, at the epilog's virtual instant. The clock does
-        not advance by the wait (a run takes no virtual time: docs/campaign.md, "Virtual clock")."""
-        from gpuhc.checks import occupancy
-        from gpuhc.runner import resolve
-
-        check = occupancy.CHECKS[0]
-        eff = resolve(check, self.config)
-        if not eff.enabled:
-            return
-        wait, _ = occupancy.wait_for_stage("epilog", {**check.defaults, **eff.overrides}, eff.timeout_s)
-        node = self.nodes[name]
-        for ep in [ep for ep in node.noise if "occupancy" in ep[1].patch and ep[2] <= self.now() + wait * self.ts]:
-            self._on_noise_end(name, ep[0])
 
     def _on_busy_sample(self, name: str) -> None:
         if name not in self.running or self._attention(name) or name in self.hc_due:

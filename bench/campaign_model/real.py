@@ -29,6 +29,7 @@ from __future__ import annotations
 import heapq
 import os
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,7 @@ class Record:
     reboots: list = field(default_factory=list)  # (t, node) of every reboot done (the machine up again)
     runs: int = 0
     rpcs: dict = field(default_factory=dict)  # real: sdiag's count per message type over the campaign
+    prolog_stops: list = field(default_factory=list)  # (t, node): gpuhc's prolog failed there, Slurm requeued
 
 
 def model_record(c: Campaign) -> Record:
@@ -91,6 +93,7 @@ def model_record(c: Campaign) -> Record:
         rec.faults.append(g)
     rec.escapes = [(t - T0, j, n, cls, injob) for t, j, n, cls, injob in c.stats.escapes]
     rec.job_starts = [(j.start - T0, j.nodes) for j in c.jobs.values() if j.start is not None]
+    rec.prolog_stops = [(t - T0, n) for t, n in c.stats.prolog_stops]
     return rec
 
 
@@ -115,6 +118,7 @@ class RealCampaign:
         self.hc_next: dict[str, float] = {}
         self.hc_log: list = []  # (launched, node)
         self.resets_dir = workdir / "resets"
+        self.decisions = workdir / "gpuhc-decisions.log"  # real_run.deployment's slurm.log_file
         self.resets: dict[str, float] = {}  # request file -> when it came
         self.reset_count: dict[str, int] = {}  # node -> resets answered (the k-th plays the model's k-th)
         self.reset_log: list = []  # (node, start, end)
@@ -213,6 +217,7 @@ class RealCampaign:
         f.in_job = str(self.running[name]) if name in self.running else None
         self.fault_of[fid] = f
         self.nodes[name].faults.append(f)
+        self.write_all()  # before the job is killed: its epilog must find the fault's lines
         if mf.clears_at is not None:
             heapq.heappush(self.events, (mf.clears_at - T0, 2, "clear", fid))
         if f.in_job is not None and (mf.cls.kills_job or mf.cls.app):
@@ -269,8 +274,6 @@ class RealCampaign:
         """slurmctld's RPC counts by message type (`sdiag`'s "Remote Procedure Call statistics by
         message type": `REQUEST_UPDATE_NODE ( 3002) count:5 ave_time:...`). They include the
         harness's own reads (squeue, sinfo), so node reads are an upper bound of gpuhc's."""
-        import re
-
         cp = self.c.run(["sdiag"], check=False)
         out, by_type = {}, False
         for line in cp.stdout.splitlines():
@@ -357,7 +360,12 @@ class RealCampaign:
         for v in self.jobs.values():
             v["started"] = any(job == str(v["real"]) for job, _ in ran)
         started = {str(v["real"]): k for k, v in self.jobs.items() if v["started"]}
+        # gpuhc's own word that its prolog failed a job (gpuhc/slurm/flows/entry.py)
+        failed = set(re.findall(r"gpuhc prolog (\S+): job (\d+): failing the prolog",
+                                self.decisions.read_text() if self.decisions.exists() else ""))
         for t, kind, node, job in self._calls():
+            if kind == "prolog" and (node, job) in failed:
+                self.rec.prolog_stops.append((t, node))
             if kind != "prolog" or (job, node) not in ran:
                 continue
             for f in self.fault_of.values():

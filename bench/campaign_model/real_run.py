@@ -18,6 +18,7 @@ from .real import COMPRESSION, RealCampaign, compressed, model_record
 from .real_agree import deviations, disagreements, summary
 from .real_boot import install
 from .faults import REAL_CLASSES
+from .node import HC_INTERVAL_S
 from .sim import Campaign
 
 REPO = Path(__file__).resolve().parents[2]  # on sys.path: tests.helpers
@@ -83,5 +84,5 @@ def campaign(make_cluster, workdir: Path, policy: str = "ladder", seed: int = 11
     return {"policy": policy, "seed": seed, "nodes": nodes, "seconds": seconds, "rate_scale": rate_scale,
             "compression": compression, "slurm": cluster.release.id, "floor_s": FLOOR_S,
             "model": summary(mrec, seconds), "real": summary(real, seconds), "real_slurm_rpcs": real.rpcs,
-            "deviation": deviations(mrec, real, seconds),
-            "disagreements": disagreements(mrec, real, seconds, FLOOR_S), "_records": (mrec, real)}
+            "deviation": deviations(mrec, real, seconds, FLOOR_S),
+            "disagreements": disagreements(mrec, real, seconds, FLOOR_S, HC_INTERVAL_S / compression), "_records": (mrec, real)}

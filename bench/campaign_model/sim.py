@@ -63,6 +63,7 @@ class Stats:
     lost_gpu_s: dict = field(default_factory=Counter)  # why -> GPU-seconds of work lost
     noise: dict = field(default_factory=Counter)  # kind -> episodes
     admin_undone: list = field(default_factory=list)  # (time, node): gpuhc resumed an admin's hold
+    prolog_stops: list = field(default_factory=list)  # (time, node): its prolog failed, Slurm requeued the job
 
 
 class Campaign(Jobs, People, NoiseEvents, Repairs):
