@@ -39,6 +39,18 @@ def test_silent_data_corruption_is_seen_only_by_the_epilogs_burn_in(tmp_path):
     assert c.stats.runs["real"] >= 2  # the epilogs ran: health checks of a healthy-looking node are skipped
 
 
+@pytest.mark.parametrize("cls,check", [("sdc", "burn-in"), ("slow-gpu", "gpu-speed")])
+def test_a_drain_by_an_active_check_is_not_undone_by_passive_health_checks(tmp_path, cls, check):
+    # The health check cannot see a GPU that computes wrong or slow: it used to resume the node
+    # after its cool-down, the next jobs started on the sick GPU (two more escapes here) and the
+    # node went round until the lemon memory retired it. The drain now stands: only the job
+    # before it started on the fault (gpuhc/slurm/policy/drain.py, unjudged_hold).
+    jobs = [(600 + 1800 * k, 1, 1200.0, ("gpu001",)) for k in range(12)]
+    c = campaign(tmp_path, [(300, cls, "gpu001", False)], nodes=1, days=0.3, jobs=jobs)
+    assert [(w, (r or "").split()[1]) for _, _, w, r in c.slurm.events] == [("drain", check)]
+    assert compute(c)["escapes"]["by_class"] == {cls: 1}
+
+
 def test_a_slow_gpu_is_drained_by_the_speed_check(tmp_path):
     c = campaign(tmp_path, [(300, "slow-gpu", "gpu001", False)], nodes=1, days=0.1,
                  jobs=[(600, 1, 1200.0, ("gpu001",))])

@@ -26,6 +26,10 @@ The rules (Slurm's behaviour: docs/facts.md, "Slurm"; and NHC's lessons):
 - A node held for a check the health check does not run (occupancy: a stray process) is
   judged by that check too while gpuhc holds it out of service (:func:`rejudge`), so the health
   check neither resumes it while the finding stands nor holds it after the finding is gone.
+- A node held for an active check (burn-in, gpu-speed: the GPU worker's measurements) is not
+  resumed by a run that did not judge that check (:func:`unjudged_hold`): a passive run cannot
+  see a GPU that computes wrong or slow. The boot-time retest's bootstrap stage, or a person's
+  ``gpuhc quarantine retest``, runs it and decides.
 - Quarantined (``[qN]``) and RETIRED nodes are not resumed by the health check: a quarantined
   node needs a ``bootstrap`` retest, a retired one an admin's ``gpuhc quarantine release``.
 - Draining a node that is still in service is subject to the circuit breaker; adding our reason
@@ -193,6 +197,24 @@ def rejudge(node: Node | None) -> tuple[str, ...]:
     return (mine.check,)
 
 
+def judged_checks(results: Iterable[Result]) -> frozenset[str]:
+    """The checks this run gave a verdict of health (PASS or WARN)."""
+    return frozenset(r.check for r in results if r.status in (Status.PASS, Status.WARN))
+
+
+def unjudged_hold(reason: str | None, judged: frozenset[str]) -> str | None:
+    """The active check whose finding is ``reason`` when this run (``judged``) did not judge it;
+    None when gpuhc holds nothing, holds it for a passive check, or the run judged that check.
+    Passive checks are left out on purpose: the health check rejudges those (:func:`rejudge`),
+    and one an admin has since disabled must not hold a node for good."""
+    from gpuhc.active import ACTIVE_CHECK_IDS  # declarations only: light
+
+    mine = parse_reason(reason)
+    if mine is None or mine.retired or mine.check not in ACTIVE_CHECK_IDS or mine.check in judged:
+        return None
+    return mine.check
+
+
 def cooldown_for(memory: Memory, now: float, s: PolicySettings) -> tuple[float, int]:
     """Cool-down and flap count for a drain happening now."""
     flapping = memory.last_resume is not None and now - memory.last_resume < s.flap_window_s
@@ -208,11 +230,14 @@ def decide(
     now: float,
     settings: PolicySettings,
     breaker_open: bool = False,
+    judged: frozenset[str] | None = None,
 ) -> Decision:
     """The one decision. ``reason`` is what gpuhc would write for this run's failures (FAIL only).
 
     ``breaker_open`` matters only for a drain that takes capacity: callers decide once with it
     False and, if the answer is such a drain, count the drained nodes and decide again.
+    ``judged`` (:func:`judged_checks` of the run): a healthy run that did not judge the active
+    check holding the node keeps it; None judges nothing of it (no resume can follow).
     """
     owner = owner_of(node)
     mine = parse_reason(node.reason)
@@ -220,7 +245,7 @@ def decide(
         return _on_failure(node, owner, mine, reason, memory, now, settings, breaker_open)
     if verdict is Verdict.ERROR:
         return Decision(Act.NONE, "gpuhc could not judge this node: not touching it", memory)
-    return _on_healthy(node, owner, mine, memory, now, settings)
+    return _on_healthy(node, owner, mine, memory, now, settings, judged)
 
 
 def _on_failure(node, owner, mine, reason, memory, now, s, breaker_open) -> Decision:
@@ -248,7 +273,7 @@ def _on_failure(node, owner, mine, reason, memory, now, s, breaker_open) -> Deci
     return Decision(Act.DRAIN, why, new, reason, uses_capacity=takes)
 
 
-def _on_healthy(node, owner, mine, memory, now, s) -> Decision:
+def _on_healthy(node, owner, mine, memory, now, s, judged) -> Decision:
     if owner is not Owner.GPUHC:
         why = "healthy"
         if memory.holding:
@@ -274,6 +299,10 @@ def _on_healthy(node, owner, mine, memory, now, s) -> Decision:
     if node.not_responding:
         return Decision(Act.NONE, f"slurmctld does not hear from this node (state {node.raw_state or node.state}): "
                                   "deciding next run", memory)
+    active = unjudged_hold(node.reason, judged or frozenset())
+    if active is not None:
+        return Decision(Act.KEEP, f"held for {active}, an active check this run does not judge: the boot-time "
+                                  "retest (bootstrap stage) or `gpuhc quarantine retest` decides", memory)
     held = memory if memory.holding else replace(memory, drained_at=node.reason_time or now, reason=node.reason)
     passes = held.passes + 1
     cooldown = held.cooldown_s if held.cooldown_s is not None else s.cooldown_s
