@@ -57,7 +57,7 @@ KINDS: tuple[NoiseClass, ...] = (
                       "(ours: one per 20 node-days)"),
     # A process's GPU memory is freed as it finishes exiting, and Slurm runs the epilog only once
     # the job's processes are gone: a teardown holds the node COMPLETING, never reaches the
-    # epilog or the next prolog (measured on H200, docs/verification.md, "Teardown"). Slurm
+    # epilog or the next prolog (measured on H200, docs/verification.md, "The teardown"). Slurm
     # drains a node whose teardown outlasts UnkillableStepTimeout (60 s) itself, "Kill task
     # failed": not drawn here (the draw stays under it).
     NoiseClass("teardown-lag", trigger="job-end", share=0.01, lasts_s=(6, 60),
