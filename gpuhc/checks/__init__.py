@@ -48,6 +48,13 @@ def all_checks() -> list[Declared]:
     return [*passive_checks(), *ACTIVE]
 
 
+def active_ids() -> frozenset[str]:
+    """The ids of the active checks (declarations only: light)."""
+    from gpuhc.active.registry import IDS
+
+    return frozenset(IDS)
+
+
 def checks_for_stage(stage: str) -> list[Check]:
     """The passive checks a stage runs (its active checks are planned by gpuhc.active)."""
     return [c for c in passive_checks() if stage in c.stages]

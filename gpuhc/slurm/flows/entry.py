@@ -45,7 +45,7 @@ from gpuhc.slurm.flows.frame import (  # noqa: F401 - Flow, Outcome, Log re-expo
 )
 from gpuhc.slurm.flows.memory import load_memory, save_memory
 from gpuhc.slurm.read.nodes import Node
-from gpuhc.slurm.policy.drain import (Act, Decision, PolicySettings, Verdict, decide, judged_checks, needs_slurm, rejudge,
+from gpuhc.slurm.policy.drain import (Act, Decision, PolicySettings, Verdict, decide, needs_slurm, rejudge, unjudged,
                                       verdict_of)
 from gpuhc.slurm.policy.reason import build_reason
 
@@ -74,7 +74,9 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
         node, memory = None, load_memory(flow)
     reason = build_reason(report.results) if verdict is Verdict.FAIL else None
     settings = PolicySettings.from_section(flow.slurm)
-    judged = judged_checks(report.results)
+    from gpuhc.checks import active_ids
+
+    held_for = unjudged(report.results, active_ids())  # an active check's drain stands (drain.unjudged_hold)
     now = flow.now()
     lemon = None
     if verdict is Verdict.FAIL:  # a drain may make a lemon: docs/repair.md "Lemon memory"
@@ -83,7 +85,8 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
         lemon = LemonCheck.for_flow(flow, report, reason, now)
 
     def decider(n: Node, breaker_open: bool) -> Decision:
-        decision = decide(n, verdict, reason, memory, now, settings, breaker_open=breaker_open, judged=judged)
+        decision = decide(n, verdict, reason, memory, now, settings, breaker_open=breaker_open,
+                          unjudged_checks=held_for)
         return lemon.apply(decision) if lemon is not None else decision
 
     def remember(decision: Decision) -> None:

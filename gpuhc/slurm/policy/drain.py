@@ -197,20 +197,18 @@ def rejudge(node: Node | None) -> tuple[str, ...]:
     return (mine.check,)
 
 
-def judged_checks(results: Iterable[Result]) -> frozenset[str]:
-    """The checks this run gave a verdict of health (PASS or WARN)."""
-    return frozenset(r.check for r in results if r.status in (Status.PASS, Status.WARN))
+def unjudged(results: Iterable[Result], active: frozenset[str]) -> frozenset[str]:
+    """The ``active`` checks this run gave no verdict of health (no PASS or WARN)."""
+    return active - {r.check for r in results if r.status in (Status.PASS, Status.WARN)}
 
 
-def unjudged_hold(reason: str | None, judged: frozenset[str]) -> str | None:
-    """The active check whose finding is ``reason`` when this run (``judged``) did not judge it;
-    None when gpuhc holds nothing, holds it for a passive check, or the run judged that check.
-    Passive checks are left out on purpose: the health check rejudges those (:func:`rejudge`),
-    and one an admin has since disabled must not hold a node for good."""
-    from gpuhc.active import ACTIVE_CHECK_IDS  # declarations only: light
-
+def unjudged_hold(reason: str | None, unjudged_checks: frozenset[str]) -> str | None:
+    """The check whose finding is ``reason`` when it is one of ``unjudged_checks`` (an active
+    check this run did not judge: :func:`unjudged`); None otherwise. Passive checks are never
+    in that set: the health check rejudges those (:func:`rejudge`), and one an admin has since
+    disabled must not hold a node for good."""
     mine = parse_reason(reason)
-    if mine is None or mine.retired or mine.check not in ACTIVE_CHECK_IDS or mine.check in judged:
+    if mine is None or mine.retired or mine.check not in unjudged_checks:
         return None
     return mine.check
 
@@ -230,14 +228,14 @@ def decide(
     now: float,
     settings: PolicySettings,
     breaker_open: bool = False,
-    judged: frozenset[str] | None = None,
+    unjudged_checks: frozenset[str] = frozenset(),
 ) -> Decision:
     """The one decision. ``reason`` is what gpuhc would write for this run's failures (FAIL only).
 
     ``breaker_open`` matters only for a drain that takes capacity: callers decide once with it
     False and, if the answer is such a drain, count the drained nodes and decide again.
-    ``judged`` (:func:`judged_checks` of the run): a healthy run that did not judge the active
-    check holding the node keeps it; None judges nothing of it (no resume can follow).
+    ``unjudged_checks`` (:func:`unjudged` of the run): a healthy run keeps a node held for one
+    of them; the health check passes them, a caller that passes none resumes as before.
     """
     owner = owner_of(node)
     mine = parse_reason(node.reason)
@@ -245,7 +243,7 @@ def decide(
         return _on_failure(node, owner, mine, reason, memory, now, settings, breaker_open)
     if verdict is Verdict.ERROR:
         return Decision(Act.NONE, "gpuhc could not judge this node: not touching it", memory)
-    return _on_healthy(node, owner, mine, memory, now, settings, judged)
+    return _on_healthy(node, owner, mine, memory, now, settings, unjudged_checks)
 
 
 def _on_failure(node, owner, mine, reason, memory, now, s, breaker_open) -> Decision:
@@ -273,7 +271,7 @@ def _on_failure(node, owner, mine, reason, memory, now, s, breaker_open) -> Deci
     return Decision(Act.DRAIN, why, new, reason, uses_capacity=takes)
 
 
-def _on_healthy(node, owner, mine, memory, now, s, judged) -> Decision:
+def _on_healthy(node, owner, mine, memory, now, s, unjudged_checks) -> Decision:
     if owner is not Owner.GPUHC:
         why = "healthy"
         if memory.holding:
@@ -299,7 +297,7 @@ def _on_healthy(node, owner, mine, memory, now, s, judged) -> Decision:
     if node.not_responding:
         return Decision(Act.NONE, f"slurmctld does not hear from this node (state {node.raw_state or node.state}): "
                                   "deciding next run", memory)
-    active = unjudged_hold(node.reason, judged or frozenset())
+    active = unjudged_hold(node.reason, unjudged_checks)
     if active is not None:
         return Decision(Act.KEEP, f"held for {active}, an active check this run does not judge: the boot-time "
                                   "retest (bootstrap stage) or `gpuhc quarantine retest` decides", memory)

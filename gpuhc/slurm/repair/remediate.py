@@ -45,7 +45,7 @@ from gpuhc.errors import SlurmError
 from gpuhc.model.result import Result, Status
 from gpuhc.slurm.repair.ladder import REBOOT_REFUSED, Do, Finding, LadderMemory, LadderSettings, Step, next_step
 from gpuhc.slurm.flows.memory import load_ladder, note_resumed, save_ladder
-from gpuhc.slurm.policy.drain import Act, Verdict, judged_checks, out_of_service, reboot_pending, unjudged_hold, verdict_of
+from gpuhc.slurm.policy.drain import Act, Verdict, out_of_service, reboot_pending, unjudged, unjudged_hold, verdict_of
 from gpuhc.slurm.policy.reason import _severity_key, owned
 
 if TYPE_CHECKING:
@@ -272,9 +272,11 @@ def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
         if report is not None:
             flow.log("remediation: retest " + summary_line(report, verdict), loud=True)
         # a drain by an active check stands until a run of that check passes (drain.unjudged_hold)
-        unjudged = unjudged_hold(step.reason, judged_checks(report.results)) if report is not None else None
-        if unjudged is not None:
-            flow.log(f"remediation: the retest does not run {unjudged}, which holds the node: not resuming")
+        from gpuhc.checks import active_ids
+
+        held_for = unjudged_hold(step.reason, unjudged(report.results, active_ids())) if report is not None else None
+        if held_for is not None:
+            flow.log(f"remediation: the retest does not run {held_for}, which holds the node: not resuming")
         elif verdict in (Verdict.PASS, Verdict.WARN):
             if act.resume(flow.node, f"remediation: {step.label} passed its retest"):
                 note_resumed(flow)

@@ -14,13 +14,13 @@ from gpuhc.slurm.policy.drain import (
     PolicySettings,
     Verdict,
     decide,
-    judged_checks,
     needs_slurm,
     out_of_service,
     reboot_pending,
     registered,
     rejudge,
     resumable,
+    unjudged,
     unjudged_hold,
     verdict_of,
 )
@@ -233,21 +233,24 @@ def test_a_drain_by_an_active_check_stands_until_a_run_of_that_check_passes():
     # The campaign's slow GPUs and silent data corruption: burn-in or gpu-speed drained the
     # node, and passive health checks, which cannot see a GPU that computes wrong or slow, used
     # to resume it onto jobs (docs/campaign.md). Only a run that judged that check may count.
+    from gpuhc.checks import active_ids
+
     reason = "gpuhc: burn-in gpu5 checksum differs from its peers' (3 of 3 runs)"
     n = Node("n1", "IDLE", frozenset({"DRAIN"}), reason, "root", NOW - 9999, ("gpu",), "IDLE+DRAIN")
     m = Memory(drained_at=NOW - 9999, reason=reason, passes=50, cooldown_s=0)
-    passive = judged_checks([Result("xid", Status.PASS, "ok"), Result("ecc", Status.WARN, "corrected")])
-    for judged in (passive, None):
-        d = decide(n, Verdict.PASS, None, m, NOW, S, judged=judged)
-        assert d.act is Act.KEEP and "held for burn-in, an active check this run does not judge" in d.why
-        assert d.memory.passes == 50  # no pass counted
-    bootstrap = passive | judged_checks([Result("burn-in", Status.PASS, "checksums agree")])
-    assert decide(n, Verdict.PASS, None, m, NOW, S, judged=bootstrap).act is Act.RESUME
+    passive = [Result("xid", Status.PASS, "ok"), Result("ecc", Status.WARN, "corrected")]
+    left = unjudged(passive, active_ids())
+    assert {"burn-in", "gpu-speed"} <= left and not {"xid", "ecc"} & left
+    d = decide(n, Verdict.PASS, None, m, NOW, S, unjudged_checks=left)
+    assert d.act is Act.KEEP and "held for burn-in, an active check this run does not judge" in d.why
+    assert d.memory.passes == 50  # no pass counted
+    bootstrap = unjudged([*passive, Result("burn-in", Status.PASS, "checksums agree")], active_ids())
+    assert decide(n, Verdict.PASS, None, m, NOW, S, unjudged_checks=bootstrap).act is Act.RESUME
     # A burn-in that could not judge (ERROR) is no verdict of health.
-    assert unjudged_hold(reason, judged_checks([Result("burn-in", Status.ERROR, "worker died")])) == "burn-in"
+    assert unjudged_hold(reason, unjudged([Result("burn-in", Status.ERROR, "worker died")], active_ids())) == "burn-in"
     # Passive holds are the health check's to rejudge (rejudge()), even a check disabled since.
-    assert unjudged_hold(OURS, passive) is None and unjudged_hold("gpuhc: RETIRED burn-in gpu5", frozenset()) is None
-    assert decide(node("drained", "gpuhc-same"), Verdict.PASS, None, m, NOW, S).act is Act.RESUME
+    assert unjudged_hold(OURS, left) is None and unjudged_hold("gpuhc: RETIRED burn-in gpu5", left) is None
+    assert decide(node("drained", "gpuhc-same"), Verdict.PASS, None, m, NOW, S, unjudged_checks=left).act is Act.RESUME
 
 
 def test_quarantined_and_retired_nodes_are_not_resumed_by_the_health_check():
