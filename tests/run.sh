@@ -9,14 +9,22 @@
 #                releases the host lacks run in Debian chroots built once with mmdebstrap
 #                (tests/matrix/build-chroot.sh, cached in /var/cache/gpuhc-test/chroots).
 #   --latest     newest releases of the Python dependencies instead of tests/constraints.txt.
+#   --busy N     keep N cores busy (one spinning process each, at the tests' own priority) while
+#                the tests run: the suite must pass on a loaded machine, since CI's 2 cores are
+#                not always idle. Use it before calling done any change to real-Slurm or MPI tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-latest=() slurm=()
+latest=() slurm=() busy=0
 while [ $# -gt 0 ]; do
   case $1 in
     --latest) latest=(--latest); shift ;;
     --slurm-all) slurm=(--slurm=all); shift ;;
+    --busy)
+      case ${2:-} in
+        ''|*[!0-9]*) echo "tests/run.sh: --busy needs a number of cores (e.g. --busy 2), got '${2:-}'" >&2; exit 2 ;;
+      esac
+      busy=$2; shift 2 ;;
     *) break ;;
   esac
 done
@@ -72,6 +80,15 @@ while [ $# -gt 0 ]; do
   esac
 done
 both() { if [ -n "$user_m" ]; then echo "($user_m) and $1"; else echo "$1"; fi; }
+spinners=()
+stop_spinners() { [ ${#spinners[@]} -eq 0 ] || kill "${spinners[@]}" 2>/dev/null || true; }
+trap stop_spinners EXIT
+trap 'stop_spinners; exit 130' INT TERM
+for _ in $(seq 1 "$busy"); do
+  sh -c 'while :; do :; done' &
+  spinners+=($!)
+done
+[ "$busy" = 0 ] || echo "tests/run.sh: $busy spinning process(es) keep $busy core(s) busy: ${spinners[*]}"
 rc=0
 .venv/bin/python -m pytest -q "${workers[@]}" "${slurm[@]}" -m "$(both "not serial")" "${rest[@]}" || { r=$?; [ "$r" = 5 ] || rc=$r; }
 .venv/bin/python -m pytest -q "${slurm[@]}" -m "$(both serial)" "${rest[@]}" || { r=$?; [ "$r" = 5 ] || [ "$rc" != 0 ] || rc=$r; }

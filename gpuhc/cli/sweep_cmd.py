@@ -18,7 +18,7 @@ import sys
 import click
 
 from gpuhc.cli.params import Number
-from gpuhc.errors import EXIT_BREAKER, EXIT_INTERNAL, EXIT_UNHEALTHY
+from gpuhc.errors import EXIT_INTERNAL, EXIT_UNHEALTHY
 from gpuhc.sweep.simulate import MAX_GROUP_SIZE, MAX_NODES
 
 
@@ -151,21 +151,22 @@ def submit_cmd(config_path, state_dir, dry_run, test_fault, json_mode) -> None:
 def analyze_cmd(config_path, state_dir, apply, no_submit, allow_fault_hook, json_mode) -> None:
     """Judge finished probe jobs, submit follow-up rounds, name (and with --apply drain) culprits.
 
-    Exit code 4 when the circuit breaker withheld a drain (it is retried next time), else 1
-    when a culprit was named, 0 otherwise (including "still running"). A Slurm command that
-    fails exits 3. A results file that cannot be used (not JSON, wrong shape, a link, a FIFO,
-    too big) is that group's error, said on stderr; the other groups are judged as usual.
+    The exit status says whether this call found and acted on a failure, whatever the state of
+    the round: 1 when a culprit is named in the current sweep (also while a follow-up round still
+    runs) or this call drained a node; 4 when the circuit breaker withheld a drain (retried next
+    time); 3 when a Slurm command failed or a drain could not be verified (retried next time);
+    0 when nothing is named and nothing was done (including "still running" and "no sweep").
+    A results file that cannot be used (not JSON, wrong shape, a link, a FIFO, too big) is that
+    group's error, said on stderr; the other groups are judged as usual.
     """
-    from gpuhc.sweep.analyze import analyze_sweep
+    from gpuhc.sweep.analyze import analyze_sweep, exit_status
     from gpuhc.sweep.slurmcli import SlurmCli
 
     config, section, store = _context(config_path, state_dir)
     out = analyze_sweep(section, store, apply=apply, submit=not no_submit, config=config,
                         cli=SlurmCli.from_config(config), allow_fault_hook=allow_fault_hook)
     _emit(out, json_mode)
-    if any(a.get("act") == "blocked" for a in out.get("applied", [])):
-        sys.exit(EXIT_BREAKER)
-    sys.exit(EXIT_UNHEALTHY if out.get("culprits") else 0)
+    sys.exit(exit_status(out))
 
 
 @sweep.command("report")

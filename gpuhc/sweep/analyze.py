@@ -2,7 +2,8 @@
 
 Runs from cron before ``submit``. Each call does at most one step of the current sweep:
 
-1. if the round's jobs are still queued or running: say so, change nothing;
+1. if the round's jobs are still queued or running: say so and judge nothing (pending drains are
+   still applied with ``--apply``, and what earlier rounds named is still reported);
 2. judge every group of the round (:func:`gpuhc.sweep.campaign.judge_round`), remember per-node
    probe times and verdicts, and let the localizer plan the next round; submit it right away
    (``sweep.localize.auto_submit``), choosing known-good helpers among the nodes idle now;
@@ -28,7 +29,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpuhc.errors import SlurmError
+from gpuhc.errors import EXIT_BREAKER, EXIT_INTERNAL, EXIT_UNHEALTHY, SlurmError
 from gpuhc.sweep.campaign import advance, count_status, current_round, groups_of, judge_round, note_nodes, summary_lines
 from gpuhc.sweep.judge import ERROR, Verdict
 from gpuhc.sweep.slurmcli import SlurmCli
@@ -59,18 +60,40 @@ def analyze_sweep(section: dict, store: SweepStore, apply: bool = False, submit:
             unsent = [g for g in groups_of(rnd) if not g.job_id and not g.submit_error]
             if unsent:
                 _submit_round(section, store, record, cli, out)
+        findings = record.get("findings") or {}
         if judged:
             out["state"] = record["state"]
-            out["round"] = current_round(record)["round"]
-            out["culprits"] = record["findings"].get("culprits", [])
-            out["unresolved"] = record["findings"].get("unresolved", [])
-            out["lines"] += summary_lines(record)
             remember_culprits(index, record, now)
+        out["lines"] += summary_lines(record)
+        # What this sweep has named so far: also while a follow-up round still runs, so that the
+        # exit status (exit_status below) does not depend on how fast the probe jobs finish.
+        out["round"] = current_round(record)["round"]
+        out["culprits"] = findings.get("culprits", [])
+        out["unresolved"] = findings.get("unresolved", [])
         if apply:
             # Also while a round is still running: drains held back earlier are retried.
             out["applied"] = apply_pending(index, record, store, config, scontrol, now, out["lines"], allow_fault_hook)
         store.save_sweep(record)
         return out
+
+
+def exit_status(out: dict[str, Any]) -> int:
+    """What a cron job or an admin's script learns from ``analyze`` (docs/sweep.md, "Exit codes"):
+    did this call find a failure, act on it, or fail to act. Never how far the round has got:
+    the same findings give the same status whether the next round is still running or not.
+
+    4 a drain withheld by the circuit breaker (it stays pending); else 3 a drain that Slurm
+    refused or that could not be verified (it stays pending); else 1 a culprit named in the
+    current sweep (by any round judged so far) or a node drained by this call (a pending culprit
+    of an earlier sweep too); else 0: nothing named, nothing done."""
+    acts = {a.get("act") for a in out.get("applied", [])}
+    if "blocked" in acts:
+        return EXIT_BREAKER
+    if acts & {"error", "unverified"}:
+        return EXIT_INTERNAL
+    if out.get("culprits") or "drain" in acts:
+        return EXIT_UNHEALTHY
+    return 0
 
 
 def _judge(section: dict, store: SweepStore, index: dict, record: dict, cli: SlurmCli, submit: bool,

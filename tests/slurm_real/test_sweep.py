@@ -86,18 +86,29 @@ def test_sweep_localizes_and_drains_the_slow_node(slurm_cluster, tmp_path):
     assert [(a["node"], a["act"]) for a in out["applied"]] == [("n3", "refused")]
     assert not c.node("n3").drained
 
+    # Judging round 1 may have asked for one more round (on a busy machine the other pair's
+    # timings can be noisy enough to confirm): the drain and the exit status must not depend on
+    # whether that round is still running (docs/sweep.md, "Exit codes").
     r1 = gpuhc(c, "analyze", "--config", cfg, "--apply", "--allow-fault-hook", "--json")
-    assert r1.returncode == 1, r1.stderr + r1.stdout
+    assert r1.returncode == 1, r1.stderr + r1.stdout  # this call drained a node: 1, running or not
     out = json.loads(r1.stdout)
-    assert [(a["node"], a["act"]) for a in out["applied"]] == [("n3", "drain")]
+    assert [(a["node"], a["act"]) for a in out["applied"]] == [("n3", "drain")], out
 
     n3 = c.node("n3")
     assert n3.drained and n3.reason.startswith("gpuhc: nccl-sweep n3 ") and n3.reason.endswith("[q1]")
     assert not any(c.node(n).drained for n in ("n1", "n2", "n4"))
 
-    # Analyze again: nothing more happens, the drain is not repeated.
-    r2 = gpuhc(c, "analyze", "--config", cfg, "--apply", "--allow-fault-hook", "--json")
-    assert json.loads(r2.stdout)["applied"] == []
+    # Analyze again until the sweep is done (each call advances at most one round): nothing more
+    # happens, the drain is not repeated, and n3 stays named.
+    for _ in range(4):  # sweep.localize.max_rounds
+        c.wait_for(lambda: not queue(c), 180, "the follow-up round's jobs to finish")
+        r2 = gpuhc(c, "analyze", "--config", cfg, "--apply", "--allow-fault-hook", "--json")
+        again = json.loads(r2.stdout)
+        assert (r2.returncode, again["applied"]) == (1, []), r2.stderr + r2.stdout
+        if again["state"] == "done":
+            break
+    assert again["state"] == "done", f"sweep still {again['state']} after 4 analyze calls: {again['lines']}"
+    assert [(x["kind"], x["nodes"]) for x in again["culprits"]] == [("node", ["n3"])], again
     # The next sweep starts (the last one is done) and leaves the drained node out; a stray
     # hook in the environment is unset in its job script.
     nxt = gpuhc(c, "submit", "--config", cfg, "--json", fault=fault)
