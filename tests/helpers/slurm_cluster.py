@@ -82,7 +82,7 @@ class SlurmCluster:
         gpus_per_node: int = 0,
         cpus: int = 2,
         prolog_epilog_timeout: int = 60,
-        start_timeout: float = 60.0,
+        start_timeout: float = 120.0,
         debug: str = "info",
         shim_dir: str | os.PathLike | None = None,
         prolog_flags: str | None = None,
@@ -288,7 +288,7 @@ class SlurmCluster:
             f"--log-file={self.log_dir}/munged.log",
         ]
         self._spawn("munged", argv)
-        self.wait_for(lambda: self.munge_socket.exists() or self._dead("munged"), 15, "munged socket")
+        self.wait_for(lambda: self.munge_socket.exists() or self._dead("munged"), 60, "munged socket")
         if self._dead("munged"):
             raise ClusterError(f"munged exited at start\n{self.logs_tail()}")
 
@@ -397,7 +397,7 @@ class SlurmCluster:
                 return tok.split("=", 1)[1]
         return "GONE"
 
-    def wait_for_job(self, job_id: int, timeout: float = 60, states: tuple[str, ...] = ("COMPLETED",)) -> str:
+    def wait_for_job(self, job_id: int, timeout: float = 120, states: tuple[str, ...] = ("COMPLETED",)) -> str:
         """Wait until the job reaches one of ``states`` (or any end state); return the state."""
         final = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "GONE", *states}
         box: dict[str, str] = {}
@@ -406,11 +406,18 @@ class SlurmCluster:
             box["s"] = self.job_state(job_id)
             return box["s"] in final
 
-        self.wait_for(done, timeout, f"job {job_id} in {'/'.join(states)}")
+        self.wait_for(done, timeout, f"job {job_id} in {'/'.join(states)}",
+                      pending=lambda: f"job {job_id} last read {box.get('s', '(never read)')}")
         return box["s"]
 
-    def wait_for(self, predicate: Callable[[], Any], timeout: float, what: str = "condition", interval: float = 0.25) -> Any:
-        """Poll ``predicate`` until truthy; on timeout raise with the daemons' log tails."""
+    def wait_for(self, predicate: Callable[[], Any], timeout: float, what: str = "condition", interval: float = 0.25,
+                 pending: Callable[[], str] | None = None) -> Any:
+        """Poll ``predicate`` until truthy and return its value. It returns as soon as the event
+        happens, so a bound generous enough for a busy 2-core machine costs a fast one nothing.
+        A command failing while the cluster settles, or a file not (fully) written yet, counts
+        as not yet. On timeout raise with what was still pending: ``pending()`` (the test's own
+        account, e.g. a count as last read), the live nodes and the jobs as slurmctld shows
+        them then, and the daemons' log tails."""
         deadline = time.monotonic() + timeout
         last_err: Exception | None = None
         while True:
@@ -418,15 +425,35 @@ class SlurmCluster:
                 value = predicate()
                 if value:
                     return value
-            except ClusterError as e:  # a command failing while the cluster settles
+            except (ClusterError, OSError, ValueError) as e:
                 last_err = e
             if time.monotonic() > deadline:
                 extra = f"\nlast error: {last_err}" if last_err else ""
-                raise ClusterError(f"timed out after {timeout}s waiting for {what}{extra}\n{self.logs_tail()}")
+                raise ClusterError(f"timed out after {timeout}s waiting for {what}\nstill pending: "
+                                   f"{self._pending(pending)}{extra}\n{self.logs_tail()}")
             dead = [k for k in self._procs if self._dead(k)]
             if dead and self._started:
                 raise ClusterError(f"daemon(s) exited: {', '.join(dead)}\n{self.logs_tail()}")
             time.sleep(interval)
+
+    def _pending(self, pending: Callable[[], str] | None) -> str:
+        """The test's account of what it waited on, then the live nodes' states and reasons and
+        the jobs slurmctld still holds, each as read now (or why it could not be read)."""
+        said = []
+        if pending is not None:
+            try:
+                said.append(str(pending()))
+            except Exception as e:  # noqa: BLE001 - the account must not hide the timeout
+                said.append(f"(the test's account failed: {type(e).__name__}: {e})")
+        for label, argv in (("nodes", ["sinfo", "-h", "-N", "-n", ",".join(self.nodes), "-o", "%N %T %E"]),
+                            ("jobs", ["squeue", "-h", "-t", "all", "-o", "%i %T %r %N"])):
+            try:
+                cp = self.run(argv, check=False, timeout=10)
+                rows = cp.stdout.strip().splitlines() if cp.returncode == 0 else [f"({cp.stderr.strip()})"]
+            except ClusterError as e:
+                rows = [f"(no answer: {str(e).splitlines()[0]})"]
+            said.append(f"{label}: " + ("; ".join(rows[:20]) or "none") + (" ..." if len(rows) > 20 else ""))
+        return "\n  ".join(said)
 
     def _all_nodes_up(self) -> bool:
         for key in ("slurmctld", *(f"slurmd.{n}" for n in self.nodes)):

@@ -170,8 +170,12 @@ def write_wrappers(c: "SlurmCluster") -> None:
             f'export GPUHC_BIN="{gpuhc}"\n'
             f'export PYTHONPATH="{REPO}"\n'
             f'echo "$(date +%s.%N) {kind} ${{SLURMD_NODENAME}} ${{SLURM_JOB_ID:-}}" >> "{c.log_dir}/calls.log"\n'
-            # The environment Slurm gave us, for tests that assert on it (and for debugging).
-            f'env > "{c.log_dir}/env.{kind}.${{SLURMD_NODENAME:-unknown}}"\n'
+            # The environment Slurm gave us, for tests that assert on it (and for debugging). Put
+            # in place whole: the health check rewrites it every interval, and a test reading
+            # it then must not find it truncated.
+            f'env > "{c.log_dir}/env.{kind}.${{SLURMD_NODENAME:-unknown}}.$$"\n'
+            f'mv -f "{c.log_dir}/env.{kind}.${{SLURMD_NODENAME:-unknown}}.$$" '
+            f'"{c.log_dir}/env.{kind}.${{SLURMD_NODENAME:-unknown}}"\n'
             f"{target}\n"
         )
         p = c.workdir / "bin" / kind

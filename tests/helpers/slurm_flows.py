@@ -87,6 +87,17 @@ def runs(wd: Path, node: str) -> int:
     return sum(1 for line in decisions(wd, node) if line.startswith("passive:"))
 
 
+def wait_runs(c, wd: Path, at_least: dict[str, int], timeout: float = 180, also=None, what: str = "") -> None:
+    """Wait until each node's health check has logged its verdict at least so many times (and
+    ``also()``, where given, holds); on timeout say how many each had. A run logs its verdict
+    before it acts on Slurm, so the last run counted may still be acting: assert on what the
+    runs before it did, or wait on the act itself."""
+    wanted = ", ".join(f"{k} on {n}" for n, k in at_least.items())
+    c.wait_for(lambda: all(runs(wd, n) >= k for n, k in at_least.items()) and (also is None or also()), timeout,
+               what or f"health checks: {wanted}",
+               pending=lambda: "health checks so far: " + ", ".join(f"{n} {runs(wd, n)}" for n in at_least))
+
+
 def gpuhc(cluster, *args: str, node: str | None = None, check: bool = False) -> subprocess.CompletedProcess:
     """Run the installed gpuhc against this cluster, as an admin (or, with ``node``, on that node)."""
     env = {"GPUHC_CONFIG": str(cluster.gpuhc_yaml), "PYTHONPATH": str(REPO)}
@@ -122,9 +133,8 @@ def reboot_and_retest(c, heal: Path | None, scenario: Path, done) -> list[str]:
     before, seen = boots(), len(decisions(c.workdir, "n1", "quarantine retest"))
     if heal is not None:
         shutil.copyfile(heal, scenario)
-    try:
-        c.wait_for(lambda: boots() > before and registered(n := c.node("n1")) and done(n), 120,
-                   "the boot-time retest's verdict")
-    except Exception as e:
-        raise AssertionError(c.scontrol("show", "node", "n1").stdout) from e
+    c.wait_for(lambda: boots() > before and registered(n := c.node("n1")) and done(n), 240,
+               "the boot-time retest's verdict and its boot unit's end",
+               pending=lambda: f"boot units ended: {boots()} (before: {before}); n1: "
+                               f"{c.scontrol('show', 'node', '-o', 'n1').stdout.strip()}")
     return decisions(c.workdir, "n1", "quarantine retest")[seen:]
