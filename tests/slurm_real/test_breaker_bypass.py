@@ -73,7 +73,7 @@ def cap_reached_lock_held_prolog(c) -> None:
     try:
         assert holder.stdout.readline().strip() == "held"
         c.job = c.sbatch("-w", "n2", "-o", "/dev/null", "--wrap", "true")
-        c.job_state = c.wait_for_job(c.job, timeout=90)
+        c.job_state = c.wait_for_job(c.job, timeout=180)
     finally:
         holder.kill()
         holder.wait()

@@ -22,7 +22,7 @@ def test_live_report_groups_and_owners(slurm_cluster):
     c.scontrol("update", "NodeName=n1,n2", "State=DRAIN", "Reason=gpuhc: xid Xid 79 on gpu3")
     c.scontrol("update", "NodeName=n3", "State=DRAIN", "Reason=swap DIMM B2 [ticket 77]")
     c.scontrol("update", "NodeName=n4", "State=DOWN", "Reason=Not responding")
-    c.wait_for(lambda: sum(n.unavailable for n in c.nodes_now()) == 4, 15, "4 nodes out")
+    c.wait_for(lambda: sum(n.unavailable for n in c.nodes_now()) == 4, 120, "4 nodes out")
 
     p = drain_report(c, "--json")
     assert p.returncode == 0, p.stderr

@@ -25,7 +25,8 @@ import pytest
 from tests.helpers.paths import REPO
 
 from tests.helpers.slurm_cluster import gpuhc_bin
-from tests.helpers.slurm_flows import back_in_service, base_config, decisions, gpuhc, HEALTHY, INTERVAL, RECOMMENDED, runs, scenario, XID79
+from tests.helpers.slurm_flows import (back_in_service, base_config, decisions, gpuhc, HEALTHY, INTERVAL, RECOMMENDED,
+                                       runs, scenario, wait_runs, XID79)
 
 pytestmark = pytest.mark.slurm
 
@@ -69,27 +70,35 @@ def drain_report(cluster) -> tuple[dict[str, dict], dict[str, tuple], dict]:
 
 def test_healthcheck_under_slurmd(slurm_cluster, tmp_path, slurm_release):
     wd = tmp_path / "hc"
+    # n2 is healthy until the admin has drained it, then fails every other run: written healthy
+    # here, its failing steps placed after the drain (a run before the drain, on a busy machine,
+    # would otherwise have drained it with gpuhc's reason).
+    admin = scenario(tmp_path, "admin", 16, [])
     c = slurm_cluster(
         workdir=wd, nodes=("n1", "n2", "n3", "n4"), healthcheck=True, healthcheck_interval=INTERVAL,
         healthcheck_node_state=RECOMMENDED["HealthCheckNodeState"],  # ANY,CYCLE
         gpuhc_config=base_config(wd),
         node_scenarios={
             "n1": str(XID79),
-            # healthy at slurmd start, then fails every other run: gpuhc wants to drain it
-            "n2": scenario(tmp_path, "admin", 16, [8, 16] * 8),
+            "n2": admin,
             # fails once, then healthy for good
             "n3": scenario(tmp_path, "heal", 8, [16]),
             # fails every other run, for good
             "n4": scenario(tmp_path, "flap", 8, [16, 8] * 10),
         },
     )
-    # An admin drains n2 before its second health check (the first ran at slurmd start).
+    # An admin drains n2; from then on its health check fails every other run: gpuhc wants to
+    # drain it. The step counter counts every run, so the steps alternate from wherever it is.
     c.scontrol("update", "NodeName=n2", "State=DRAIN", "Reason=admin: bad fan, ticket 4711")
+    held = runs(wd, "n2")
+    os.replace(scenario(tmp_path, "admin-flap", 16, [8, 16] * (8 + held)), admin)  # whole: a run may be reading it
     shown = {k.strip(): v.strip() for k, _, v in (ln.partition("=") for ln in c.scontrol("show", "config").stdout.splitlines())}
     assert set(shown["HealthCheckNodeState"].split(",")) == {"ANY", "CYCLE"}, shown["HealthCheckNodeState"]
 
-    c.wait_for(lambda: any(line.startswith("resumed:") for line in decisions(wd, "n3")), 90, "n3 resumed")
-    c.wait_for(lambda: min(runs(wd, n) for n in ("n2", "n4")) >= 8, 90, "8 health checks on n2 and n4")
+    c.wait_for(lambda: any(line.startswith("resumed:") for line in decisions(wd, "n3")), 180, "n3 resumed",
+               pending=lambda: f"n3's decisions so far: {decisions(wd, 'n3')}")
+    # n1 too: its drain (its first run) and its share of the runs below are asserted.
+    wait_runs(c, wd, {"n1": 4, "n2": held + 8, "n3": 4, "n4": 8})
 
     # Slurm ran our shim on every node (the wrapper logs each call slurmd makes).
     calls = (wd / "log" / "calls.log").read_text().split("\n")
@@ -146,7 +155,7 @@ def test_circuit_breaker_stops_at_the_cap(slurm_cluster, tmp_path):
     cfg["output"]["prometheus_textfile"] = str(wd / "prom" / "gpuhc.prom")
     c = slurm_cluster(workdir=wd, nodes=nodes, healthcheck=True, healthcheck_interval=INTERVAL,
                       gpuhc_config=cfg, node_scenarios={n: str(XID79) for n in nodes})
-    c.wait_for(lambda: min(runs(wd, n) for n in nodes) >= 4, 90, "4 health checks on every node")
+    wait_runs(c, wd, dict.fromkeys(nodes, 4))
 
     held = [n for n in c.nodes_now() if n.drained]
     assert len(held) == 2 and all(n.reason.startswith("gpuhc: xid Xid 79 on gpu3") for n in held)
@@ -207,7 +216,7 @@ def test_prolog_epilog_and_quarantine(slurm_cluster, tmp_path, slurm_release):
         text = c.scontrol("show", "job", "-o", str(job_a)).stdout
         return "JobState=PENDING" in text and re.search(r"Restarts=[1-9]", text) and text
 
-    job_text = c.wait_for(requeued, 60, f"job {job_a} requeued")
+    job_text = c.wait_for(requeued, 120, f"job {job_a} requeued", pending=lambda: c.job_state(job_a))
     assert "Held" not in job_text and "Priority=0 " not in job_text
     n1 = c.node("n1")
     assert n1.drained and n1.reason.startswith("gpuhc: xid Xid 79 on gpu0"), n1.reason
@@ -218,8 +227,10 @@ def test_prolog_epilog_and_quarantine(slurm_cluster, tmp_path, slurm_release):
     # Slurm's own "Epilog error" drain (our exit 1) does not replace.
     crash = f'printf "%s %s\\n" "$(date -u +%Y-%m-%dT%H:%M:%S,%6N+00:00)" "$(cat {xid_line})" >> {klog}; exit 3'
     job_b = c.sbatch("-w", "n2", "--gres=gpu:8", "-o", "/dev/null", "--wrap", crash)
-    assert c.wait_for_job(job_b, 60, ("FAILED",)) == "FAILED"
-    c.wait_for(lambda: "epilog error on n2" in (wd / "log" / "slurmctld.log").read_text(), 30, "epilog done")
+    assert c.wait_for_job(job_b, 120, ("FAILED",)) == "FAILED"
+    c.wait_for(lambda: "epilog error on n2" in (wd / "log" / "slurmctld.log").read_text(), 120,
+               "slurmctld to log n2's epilog error",
+               pending=lambda: f"n2's epilog decisions: {decisions(wd, 'n2', 'epilog')}")
     assert any("prolog gpus=0,1,2,3,4,5,6,7: PASS" in x for x in decisions(wd, "n2", "prolog")), \
         decisions(wd, "n2", "prolog")
     n2 = c.node("n2")
@@ -289,7 +300,7 @@ def test_prolog_drains_for_a_stray_process_on_the_jobs_gpu(slurm_cluster, tmp_pa
                       prolog_flags=RECOMMENDED["PrologFlags"], gpuhc_config=base_config(wd),
                       node_scenarios={"n1": str(REPO / "examples" / "scenarios" / "stray-process.yaml")})
     ok = c.sbatch("-w", "n1", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "true")
-    assert c.wait_for_job(ok, 60, ("COMPLETED",)) == "COMPLETED"
+    assert c.wait_for_job(ok, 120, ("COMPLETED",)) == "COMPLETED"
     assert not c.node("n1").drained
     assert any("prolog gpus=0: PASS" in x for x in decisions(wd, "n1", "prolog")), decisions(wd, "n1", "prolog")
     job = c.sbatch("-w", "n1", "--gres=gpu:2", "-o", "/dev/null", "--wrap", "true")
@@ -298,7 +309,7 @@ def test_prolog_drains_for_a_stray_process_on_the_jobs_gpu(slurm_cluster, tmp_pa
         text = c.scontrol("show", "job", "-o", str(job)).stdout
         return "JobState=PENDING" in text and re.search(r"Restarts=[1-9]", text) and text
 
-    c.wait_for(requeued, 60, f"job {job} requeued")
+    c.wait_for(requeued, 120, f"job {job} requeued", pending=lambda: c.job_state(job))
     n1 = c.node("n1")
     assert n1.drained, n1
     assert n1.reason.startswith("gpuhc: occupancy gpu1 holds 1 compute process: pid 48213 (python3, 20.0 GiB)"), n1.reason

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.paths import REPO
-from tests.helpers.slurm_flows import INTERVAL, RECOMMENDED, base_config, decisions, runs
+from tests.helpers.slurm_flows import INTERVAL, RECOMMENDED, base_config, decisions, wait_runs
 
 pytestmark = pytest.mark.slurm
 SCENARIOS = REPO / "examples" / "scenarios"
@@ -21,7 +21,7 @@ def test_route_unhealthy_drains_and_degraded_bandwidth_does_not(slurm_cluster, t
         node_scenarios={"n1": str(SCENARIOS / "fabric-route-unhealthy.yaml"),
                         "n2": str(SCENARIOS / "fabric-degraded-bw.yaml")},
     )
-    c.wait_for(lambda: c.node("n1").drained and runs(wd, "n2") >= 3, 90, "n1 drained, 3 health checks on n2")
+    wait_runs(c, wd, {"n1": 1, "n2": 3}, also=lambda: c.node("n1").drained, what="n1 drained, 3 health checks on n2")
     n1 = c.node("n1")
     assert n1.reason.startswith("gpuhc: fabric gpu1 fabric route unhealthy"), n1.reason
     n2 = c.node("n2")

@@ -96,7 +96,7 @@ def release_retest_as_a_job(c):
         cmd = " ".join([*gpuhc_argv("quarantine", "release", "--retest", "n1", "--nvml-scenario", str(scenario))])
         job = c.run(["sbatch", "--parsable", "--reservation=retest_n1", "--nodelist=n1", "--exclusive",
                      "-o", str(c.workdir / "retest-%j.out"), "--wrap", cmd], env=env).stdout.strip()
-        return c.wait_for_job(int(job), 180, ("COMPLETED", "FAILED"))
+        return c.wait_for_job(int(job), 240, ("COMPLETED", "FAILED"))
 
     try:
         assert retest_job(ROW_REMAP) == "FAILED"
@@ -115,22 +115,25 @@ def suspects_and_stats(c):
     failed = c.sbatch("-w", "n2", "-o", "/dev/null", "--wrap", "exit 3")
     doomed = c.sbatch("-w", "n6", "--no-requeue", "-o", "/dev/null", "--wrap", "sleep 600")
     for j in ok:
-        assert c.wait_for_job(j, 60) == "COMPLETED"
-    assert c.wait_for_job(failed, 60, ("FAILED",)) == "FAILED"
-    c.wait_for(lambda: c.job_state(doomed) == "RUNNING", 60, "the doomed job running")
+        assert c.wait_for_job(j, 120) == "COMPLETED"
+    assert c.wait_for_job(failed, 120, ("FAILED",)) == "FAILED"
+    assert c.wait_for_job(doomed, 120, ("RUNNING",)) == "RUNNING"
     c.stop_slurmd("n6")  # the node dies under its job
     assert c.wait_for_job(doomed, 180, ("NODE_FAIL",)) == "NODE_FAIL"
     c.start_slurmd("n6")
-    c.wait_for(lambda: not c.node("n6").down and not c.node("n6").not_responding, 90, "n6 back")
+    c.wait_for(lambda: not c.node("n6").down and not c.node("n6").not_responding, 180, "n6 back")
+
+    seen: dict = {}
 
     def accounted():
         cp = gpuhc(c, "fleet", "suspects", "--since", "1h", "--all", "--json")
         doc = json.loads(cp.stdout or "{}")
-        recs = {r["node"]: r for r in doc.get("nodes", [])}
+        recs = seen["recs"] = {r["node"]: r for r in doc.get("nodes", [])}
         return (recs if recs.get("n6", {}).get("bad_by_state") == {"NODE_FAIL": 1} and
                 recs.get("n2", {}).get("jobs") == 4 else None)
 
-    recs = c.wait_for(accounted, 60, "sacct to show the finished jobs")
+    recs = c.wait_for(accounted, 180, "sacct to show the finished jobs",
+                      pending=lambda: f"`gpuhc fleet suspects` last showed: {seen.get('recs')}")
     assert recs["n2"]["bad_by_state"] == {"FAILED": 1} and recs["n2"]["bad_jobs"] == [str(failed)]
     assert recs["n6"]["bad_jobs"] == [str(doomed)]
     assert not any(r["suspect"] for r in recs.values())  # one bad job each is evidence of nothing
@@ -144,7 +147,8 @@ def suspects_and_stats(c):
         rows = {(r["kind"], r["key"]): r for r in doc["rows"]}
         return (doc, rows) if ("node", "n6") in rows else None
 
-    doc, rows = c.wait_for(stats_with_n6, 60, "n6's DOWN event in `gpuhc fleet stats`", interval=2)
+    doc, rows = c.wait_for(stats_with_n6, 180, "n6's DOWN event in `gpuhc fleet stats`", interval=2,
+                           pending=lambda: c.run(["sacctmgr", "-n", "-P", "show", "event", "Start=now-1hour"]).stdout)
     events = c.run(["sacctmgr", "-n", "-P", "show", "event", "Start=now-1hour"]).stdout
     why = f"rows {sorted(rows)}; Slurm's events:\n{events}"
     assert rows[("fleet", "all")]["nodes"] == 6

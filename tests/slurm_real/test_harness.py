@@ -35,13 +35,13 @@ def test_all_nodes_idle(cluster):
 def test_drain_and_resume_round_trip(cluster, slurm_release):
     reason = "gpuhc: xid Xid 79 on gpu3 [pci=0000:b3:00.0] x=y"
     cluster.scontrol("update", "NodeName=n2", "State=DRAIN", f"Reason={reason}")
-    node = cluster.wait_for(lambda: (n := cluster.node("n2")).drained and n, 15, "n2 drained")
+    node = cluster.wait_for(lambda: (n := cluster.node("n2")).drained and n, 120, "n2 drained")
     assert node.reason == reason
     assert node.reason_user == "root"
     assert node.reason_time is not None
     assert node.raw_state == "IDLE+DRAIN"
     cluster.scontrol("update", "NodeName=n2", "State=RESUME")
-    node = cluster.wait_for(lambda: not (n := cluster.node("n2")).drained and n, 15, "n2 resumed")
+    node = cluster.wait_for(lambda: not (n := cluster.node("n2")).drained and n, 120, "n2 resumed")
     assert node.state == "IDLE"
     # Slurm 24.11 returns the node to service but keeps its reason (docs/slurm.md, "Slurm
     # releases"); 22.05 and 26.05 clear it.
@@ -80,8 +80,14 @@ def test_slurm_programs_get_the_wrapper_environment(cluster):
     job = cluster.sbatch("-w", "n3", "--gres=gpu:1", "--wrap", "true")
     assert cluster.wait_for_job(job, 60) == "COMPLETED"
     logs = cluster.log_dir
-    cluster.wait_for(lambda: (logs / "env.epilog.n3").is_file(), 20, "epilog on n3")
-    cluster.wait_for(lambda: all((logs / f"env.healthcheck.{n}").is_file() for n in cluster.nodes), 20, "healthchecks")
+    cluster.wait_for(lambda: (logs / "env.epilog.n3").is_file(), 120, "epilog on n3")
+
+    def no_check_yet() -> str:
+        missing = [n for n in cluster.nodes if not (logs / f"env.healthcheck.{n}").is_file()]
+        return "no health check yet on " + ", ".join(missing)
+
+    cluster.wait_for(lambda: all((logs / f"env.healthcheck.{n}").is_file() for n in cluster.nodes), 120,
+                     "a health check on every node", pending=no_check_yet)
     env = dict(line.split("=", 1) for line in (logs / "env.prolog.n3").read_text().splitlines() if "=" in line)
     assert env["SLURMD_NODENAME"] == "n3"
     assert env["SLURM_JOB_ID"] == str(job)
@@ -125,7 +131,7 @@ def test_teardown_leaves_no_process_of_the_cluster(tmp_path, slurm_release):
     try:
         c.start()
         job = c.sbatch("-w", "n1", "-o", "/dev/null", "--wrap", "sleep 300")
-        c.wait_for(lambda: c.job_state(job) == "RUNNING", 30, "sleep job running")
+        assert c.wait_for_job(job, 120, ("RUNNING",)) == "RUNNING"
         c.popen(["srun", "-w", "n2", "-o", "/dev/null", "sleep", "301"])  # left hanging on purpose
 
         def running() -> dict[int, str]:
@@ -135,7 +141,8 @@ def test_teardown_leaves_no_process_of_the_cluster(tmp_path, slurm_release):
                 {("300",), ("301",)} <= naps
             return procs if want else {}
 
-        procs = c.wait_for(running, 30, "the batch job, the srun and their steps running")
+        procs = c.wait_for(running, 120, "the batch job, the srun and their steps running",
+                           pending=lambda: f"processes of the cluster: {sorted(set(map(_comm, daemons_alive(c))))}")
         slurmd_sessions = {os.getsid(pid) for pid, name in procs.items() if name == "slurmd"}
         sleeps = [pid for pid, name in procs.items() if name == "sleep"]
         assert all(os.getsid(pid) not in slurmd_sessions for pid in sleeps)  # what a group kill misses
@@ -179,7 +186,7 @@ def test_cluster_processes_match_the_work_directory_exactly(tmp_path):
 
 
 def test_a_cluster_that_cannot_start_says_why(tmp_path, slurm_release):
-    c = SlurmCluster(tmp_path / "bad", nodes=("n1",), extra_conf="NoSuchSlurmOption=1", start_timeout=20,
+    c = SlurmCluster(tmp_path / "bad", nodes=("n1",), extra_conf="NoSuchSlurmOption=1", start_timeout=60,
                      release=slurm_release)
     with pytest.raises(ClusterError) as err:
         c.start()

@@ -39,7 +39,7 @@ def test_hung_job_culprit_named_nothing_drained_then_requeued_without_it(slurm_c
     hook.chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
     c, wd, scen = cluster_for(slurm_cluster, tmp_path, {"hooks": {"commands": [[str(hook)]]}})
     job = c.sbatch("-N2", "-w", "n1,n2", "--requeue", "-J", "train\x1b[31m", "--wrap", "sleep 600")
-    c.wait_for(lambda: c.job_state(job) == "RUNNING", 60, f"job {job} running")
+    assert c.wait_for_job(job, 120, ("RUNNING",)) == "RUNNING"
     write_scenario(scen["n1"], job, "recorded")
     write_scenario(scen["n2"], job, "spin")
 
@@ -82,14 +82,16 @@ def test_hung_job_culprit_named_nothing_drained_then_requeued_without_it(slurm_c
     def excluded() -> bool:
         fields = dict(t.split("=", 1) for t in c.scontrol("show", "job", "-o", str(job)).stdout.split() if "=" in t)
         return fields.get("ExcNodeList") == "n1" and int(fields.get("Restarts", "0")) >= 1
-    c.wait_for(excluded, 30, f"job {job} requeued with ExcNodeList=n1")
+    c.wait_for(excluded, 120, f"job {job} requeued with ExcNodeList=n1",
+               pending=lambda: c.scontrol("show", "job", "-o", str(job)).stdout.strip())
     assert not any(c.node(n).drained for n in ("n1", "n2", "n3"))
     hooks = [json.loads(line) for line in hook_log.read_text().splitlines() if line.strip()]
     (req,) = [h for h in hooks if h["event"] == "job_requeue"]
     assert req["excluded"] == ["n1"] and req["job"] == str(job)
     # Back in the queue (Slurm holds a requeued job back a while before it may start again), not
     # held; 26.05 shows the old run COMPLETING for a moment first.
-    c.wait_for(lambda: c.job_state(job) in ("PENDING", "RUNNING"), 60, f"job {job} pending or running again")
+    c.wait_for(lambda: c.job_state(job) in ("PENDING", "RUNNING"), 120, f"job {job} pending or running again",
+               pending=lambda: c.job_state(job))
     fields = dict(t.split("=", 1) for t in c.scontrol("show", "job", "-o", str(job)).stdout.split() if "=" in t)
     assert fields["JobState"] in ("PENDING", "REQUEUED", "RUNNING", "CONFIGURING"), fields["JobState"]
     assert fields.get("Reason") != "JobHeldAdmin" and fields.get("Priority") != "0"
@@ -101,7 +103,7 @@ def test_the_node_whose_gpus_all_stopped_is_named_by_the_others_hang(slurm_clust
     (a hang with no culprit here). Together, in the AdminComment, n1 is the culprit."""
     c, wd, scen = cluster_for(slurm_cluster, tmp_path)
     job = c.sbatch("-N2", "-w", "n1,n2", "--wrap", "sleep 600")
-    c.wait_for(lambda: c.job_state(job) == "RUNNING", 60, f"job {job} running")
+    assert c.wait_for_job(job, 120, ("RUNNING",)) == "RUNNING"
     write_scenario(scen["n1"], job, "idle")
     write_scenario(scen["n2"], job, "spin")
 
@@ -141,7 +143,7 @@ def test_the_watcher_names_the_culprit_of_a_one_node_job_between_health_checks(s
     hook.chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
     c, wd, scen = cluster_for(slurm_cluster, tmp_path, {"hooks": {"commands": [[str(hook)]]}})
     job = c.sbatch("-N1", "-w", "n1", "--wrap", "sleep 600")
-    c.wait_for(lambda: c.job_state(job) == "RUNNING", 60, f"job {job} running")
+    assert c.wait_for_job(job, 120, ("RUNNING",)) == "RUNNING"
     write_scenario(scen["n1"], job, "recorded")
     watch_state = tmp_path / "watch-state"
     args = ("watch", "--rounds", "2", "--interval", "1", "--state-dir", str(watch_state))

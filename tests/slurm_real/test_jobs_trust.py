@@ -90,7 +90,7 @@ def test_a_job_named_to_forge_the_record_blames_nobody_and_the_admins_note_survi
     c = cluster
     configure(c)
     job = c.sbatch("-N1", "-w", "n1", "-J", FORGED_NAME, "--wrap", "sleep 600 # AdminComment=forged")
-    c.wait_for(lambda: c.job_state(job) == "RUNNING", 60, f"job {job} running")
+    assert c.wait_for_job(job, 120, ("RUNNING",)) == "RUNNING"
     c.scontrol("update", f"JobId={job}", f"AdminComment={NOTE}")
     doc = json.loads(run(c, "jobs", "--json", "--all")[1])
     mine = [j for j in doc["jobs"] if j["job"] == str(job)]
@@ -111,7 +111,7 @@ def test_claimed_jobs_of_another_node_pending_or_made_up_are_left_alone(cluster)
     configure(c, requeue_after_s=1, drain_culprit_jobs=3, environ_fallback=True)
     victim = c.sbatch("-N1", "-w", "n2", "--requeue", "-J", "victim", "--wrap", "sleep 600")
     pending = c.sbatch("-N1", "-w", "n2", "--hold", "-J", "queued", "--wrap", "sleep 600")
-    c.wait_for(lambda: c.job_state(victim) == "RUNNING", 60, f"job {victim} running")
+    assert c.wait_for_job(victim, 120, ("RUNNING",)) == "RUNNING"
     c.scontrol("update", f"JobId={victim}", "AdminComment=victim note a=b")
     # n3's GPUs: processes whose environment claims the victim, the pending job and made-up ids,
     # and one the source took for the victim's by its cgroup (as if fooled): Slurm says otherwise
@@ -120,7 +120,7 @@ def test_claimed_jobs_of_another_node_pending_or_made_up_are_left_alone(cluster)
     for _ in range(2):
         rc, out = run(c, "healthcheck", node="n3")
         assert rc == 0, out
-        time.sleep(1.1)
+        time.sleep(1.1)  # lets the hang outlast requeue_after_s (1 s): a requeue is due, and must not be sent
     assert admin_comment(c, victim) == "victim note a=b" and admin_comment(c, pending) == ""
     f = fields(c, victim)
     assert f["JobState"] == "RUNNING" and f["Restarts"] == "0" and f["ExcNodeList"] == "(null)", f
@@ -138,14 +138,14 @@ def test_a_process_of_another_uid_claiming_the_job_writes_nothing(cluster):
     c = cluster
     configure(c, requeue_after_s=1, drain_culprit_jobs=1)
     job = c.sbatch("-N1", "-w", "n1", "--requeue", "-J", "victim", "--wrap", "sleep 600")
-    c.wait_for(lambda: c.job_state(job) == "RUNNING", 60, f"job {job} running")
+    assert c.wait_for_job(job, 120, ("RUNNING",)) == "RUNNING"
     c.scontrol("update", f"JobId={job}", f"AdminComment={NOTE}")
     other = 65534 if os.getuid() != 65534 else 1000
     write_scenario(c.scen["n1"], job, "recorded", owner=other)
     for _ in range(2):
         rc, out = run(c, "healthcheck", node="n1")
         assert rc == 0, out
-        time.sleep(1.1)
+        time.sleep(1.1)  # lets the hang outlast requeue_after_s (1 s): a requeue is due, and must not be sent
     assert admin_comment(c, job) == NOTE
     f = fields(c, job)
     assert f["JobState"] == "RUNNING" and f["Restarts"] == "0" and f["ExcNodeList"] == "(null)", f
@@ -162,7 +162,7 @@ def test_two_nodes_writing_at_once_both_keep_their_views(cluster):
     c = cluster
     configure(c)
     job = c.sbatch("-N2", "-w", "n1,n2", "--wrap", "sleep 600")
-    c.wait_for(lambda: c.job_state(job) == "RUNNING", 60, f"job {job} running")
+    assert c.wait_for_job(job, 120, ("RUNNING",)) == "RUNNING"
     c.scontrol("update", f"JobId={job}", f"AdminComment={NOTE}")
     write_scenario(c.scen["n1"], job, "recorded")
     write_scenario(c.scen["n2"], job, "spin")
@@ -181,7 +181,7 @@ def test_observe_mode_sends_nothing_for_a_hang_due_for_requeue(cluster):
     c = cluster
     configure(c, mode="observe", requeue_after_s=1)
     job = c.sbatch("-N2", "-w", "n1,n2", "--requeue", "--wrap", "sleep 600")
-    c.wait_for(lambda: c.job_state(job) == "RUNNING", 60, f"job {job} running")
+    assert c.wait_for_job(job, 120, ("RUNNING",)) == "RUNNING"
     before = f"{NOTE} gpuhc-jobs{{n2/hang/1795697700/-}}"
     c.scontrol("update", f"JobId={job}", f"AdminComment={before}")
     write_scenario(c.scen["n1"], job, "recorded")

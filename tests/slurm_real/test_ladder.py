@@ -155,7 +155,8 @@ def test_reset_fails_then_reboot_retest_resume(slurm_cluster, tmp_path):
         assert any(x.startswith("retest passed (was drained)") for x in lines), lines
         # its event line and its hook come after Slurm shows the resume: wait for the hook's record
         hooks = tmp_path / "hook-calls.jsonl"
-        c.wait_for(lambda: hooks.exists() and hooks.read_text().count("\n") >= 3, 30, "the retest's resume hook")
+        c.wait_for(lambda: hooks.exists() and hooks.read_text().count("\n") >= 3, 120, "the retest's resume hook",
+                   pending=lambda: f"hook events so far: {[h['event'] for h in hook_events(tmp_path)]}")
         lines = decisions(c.workdir, "n1", "quarantine retest")
         assert events_logged(c) == ["event remediation: GPU reset 1 of 1 (gpu1)",
                                     "event remediation: reboot for retest (cycle 1 of 2)"]
@@ -184,7 +185,12 @@ def test_cycles_then_retired_and_the_hook_fires(slurm_cluster, tmp_path):
         # The retest goes on after Slurm shows the node retired (its log line, its hook, then the
         # retire bundle): wait for its last act before reading what it left.
         retired = tmp_path / "c" / "retired"
-        c.wait_for(lambda: retired.exists() and any(retired.glob("*/retire.json")), 60, "the retire bundle")
+
+        def published() -> bool:  # renamed from its staging directory, a dot name (pathlib's * matches it too)
+            return retired.exists() and any(not p.parent.name.startswith(".") for p in retired.glob("*/retire.json"))
+
+        c.wait_for(published, 120, "the retire bundle published",
+                   pending=lambda: f"{retired} holds {sorted(p.name for p in retired.rglob('*'))}")
         assert not record.exists()
         # The retire event: through the seam (its log line) and, where hooks exist, to the hook once.
         assert [x for x in decisions(tmp_path / "c", "n1", "quarantine retest") if x.startswith("event ")] == [

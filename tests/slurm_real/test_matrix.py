@@ -49,7 +49,7 @@ def test_healthcheck_fails_when_slurmd_starts(slurm_cluster, tmp_path):
                                       "n2": scenario_file(n2, sick=False)})
     # gpuhc drains during slurmd's start-up check, before the node's first registration
     # (UNKNOWN+DRAIN for a moment); the node must then register, still drained.
-    n1 = c.wait_for(lambda: (n := c.node("n1")).drained and registered(n) and n, 60, "n1 drained and registered")
+    n1 = c.wait_for(lambda: (n := c.node("n1")).drained and registered(n) and n, 120, "n1 drained and registered")
     assert n1.reason == XID_REASON and n1.state == "IDLE", (n1.raw_state, n1.reason)
     assert [x.split(":")[0] for x in decisions(wd, "n1")][:2] == ["passive", "drained"]
     assert not c.node("n2").drained
@@ -59,11 +59,13 @@ def test_healthcheck_fails_when_slurmd_starts(slurm_cluster, tmp_path):
     c.stop_slurmd("n2")
     scenario_file(n2, sick=True)
     c.start_slurmd("n2")
+    slurmd_log = wd / "log" / "slurmd.n2.log"
+    # slurmd logs the failed check once the program has ended; it may register before that.
     node = c.wait_for(lambda: (n := c.node("n2")).drained and registered(n) and slurmd_started(c, "n2") != before
-                      and n, 60, "n2 drained and registered by its restarted slurmd")
+                      and "health_check failed: rc:1" in slurmd_log.read_text() and n, 120,
+                      "n2 drained and registered by its restarted slurmd, and its failed check logged",
+                      pending=lambda: f"n2's decisions: {decisions(wd, 'n2')}")
     assert node.reason == XID_REASON and node.state == "IDLE", (node.raw_state, node.reason)
-    log = (wd / "log" / "slurmd.n2.log").read_text()
-    assert "health_check failed: rc:1" in log
 
 
 def boot_time(c, node: str) -> str:
@@ -85,8 +87,9 @@ def test_reboot_for_retest_through_real_reboot_program(slurm_cluster, tmp_path, 
     c = slurm_cluster(workdir=wd, nodes=("n1", "n2"), reboot=True, gpuhc_config=base_config(wd),
                       extra_conf=["ReturnToService=1"],
                       node_scenarios={"n1": scenario_file(scen, sick=False), "n2": str(HEALTHY)})
-    calls = wd / "log" / "calls.log"
-    c.wait_for(lambda: calls.read_text().count(" boot-done ") == 2, 60, "first boot units done")
+    calls = wd / "log" / "calls.log"  # written by the machines' boot units, which may not have started yet
+    c.wait_for(lambda: calls.read_text().count(" boot-done ") == 2, 180, "first boot units done",
+               pending=lambda: calls.read_text()[-1000:])
     c.scontrol("update", "NodeName=n1", "State=DRAIN", f"Reason={XID_REASON}")
     before = boot_time(c, "n1")
     if not passes:  # still sick after the reboot: a row remap pending (the GPU was not reset)
@@ -96,10 +99,10 @@ def test_reboot_for_retest_through_real_reboot_program(slurm_cluster, tmp_path, 
     pending = c.node("n1")
     assert "REBOOT" in pending.raw_state and pending.reason.startswith(XID_REASON), (pending.raw_state, pending.reason)
 
-    c.wait_for(lambda: " reboot n1" in calls.read_text(), 60, "RebootProgram run on n1")
-    c.wait_for(lambda: boot_time(c, "n1") != before, 60, "n1 registered with a new boot time")
-    done = c.wait_for(lambda: re.findall(r" boot-done n1 rc=(\d+)", calls.read_text())[1:], 120,
-                      "n1's boot-time retest finished")
+    c.wait_for(lambda: " reboot n1" in calls.read_text(), 120, "RebootProgram run on n1")
+    c.wait_for(lambda: boot_time(c, "n1") != before, 120, "n1 registered with a new boot time")
+    done = c.wait_for(lambda: re.findall(r" boot-done n1 rc=(\d+)", calls.read_text())[1:], 240,
+                      "n1's boot-time retest finished", pending=lambda: calls.read_text()[-1000:])
     node = c.node("n1")
     boot_log = (wd / "log" / "boot.n1.log").read_text()
     if passes:

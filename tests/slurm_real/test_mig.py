@@ -43,8 +43,7 @@ def test_jobs_on_mig_slices_are_judged_on_their_slice(slurm_cluster, tmp_path, s
     try:
         # One slice: Slurm's 0, gi13 of GPU 1, free while its siblings run other jobs.
         job = c.sbatch("-w", "n1", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "true")
-        c.wait_for(lambda: "JobState=COMPLETED" in c.scontrol("show", "job", "-o", str(job)).stdout, 90,
-                   f"job {job} completed")
+        assert c.wait_for_job(job, 180) == "COMPLETED"
         prolog = decisions(wd, "n1", "prolog")
         # Without AutoDetect a device has no unique id: Slurm puts its index in both variables.
         assert any("PASS" in x and "SLURM_JOB_GPUS=0 CUDA_VISIBLE_DEVICES=0 -> 0:gpu1 gi13/ci0" in x
@@ -53,8 +52,8 @@ def test_jobs_on_mig_slices_are_judged_on_their_slice(slurm_cluster, tmp_path, s
         assert not c.node("n1").drained, c.node("n1")
         # Both slices: Slurm's 1 is gi7, where pid 51001 holds the slice: drained for that slice.
         job = c.sbatch("-w", "n1", "--gres=gpu:2", "-o", "/dev/null", "--wrap", "true")
-        c.wait_for(lambda: re.search(r"Restarts=[1-9]", c.scontrol("show", "job", "-o", str(job)).stdout), 90,
-                   f"job {job} requeued")
+        c.wait_for(lambda: re.search(r"Restarts=[1-9]", c.scontrol("show", "job", "-o", str(job)).stdout), 180,
+                   f"job {job} requeued", pending=lambda: c.scontrol("show", "job", "-o", str(job)).stdout.strip())
         c.run(["scancel", str(job)], check=False)
         n1 = c.node("n1")
         assert n1.drained and n1.reason.startswith("gpuhc: occupancy gpu1 MIG gi7/ci0 holds 1 compute process"), n1

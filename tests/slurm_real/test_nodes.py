@@ -18,7 +18,7 @@ def cluster(slurm_cluster_module):
     c = slurm_cluster_module(nodes=("n1", "n2", "n3"))
     c.scontrol("update", "NodeName=n2", "State=DRAIN", f"Reason={REASON}")
     c.scontrol("update", "NodeName=n3", "State=DOWN", "Reason=cable pulled")
-    c.wait_for(lambda: c.node("n3").down and c.node("n2").drained, 15, "n2 drained, n3 down")
+    c.wait_for(lambda: c.node("n3").down and c.node("n2").drained, 120, "n2 drained, n3 down")
     return c
 
 

@@ -14,7 +14,7 @@ import yaml
 
 from tests.helpers.slurm_accounting import gpuhc_argv
 from tests.helpers.paths import REPO
-from tests.helpers.slurm_flows import HEALTHY, RECOMMENDED, XID79, base_config, decisions, gpuhc, scenario
+from tests.helpers.slurm_flows import HEALTHY, RECOMMENDED, XID79, base_config, decisions, gpuhc, runs, scenario, wait_runs
 
 pytestmark = pytest.mark.slurm
 
@@ -43,7 +43,7 @@ def test_admin_resume_with_a_job_waiting_sticks_and_the_release_retest_recipe_wo
     job = c.sbatch("-w", "n1", "--gres=gpu:8", "-o", "/dev/null", "--wrap", "true")
     assert c.job_state(job) == "PENDING"
     c.scontrol("update", "NodeName=n1", "State=RESUME")
-    assert c.wait_for_job(job, 90) == "COMPLETED"
+    assert c.wait_for_job(job, 180) == "COMPLETED"
     prolog = decisions(wd, "n1", "prolog")
     assert any("was resumed outside gpuhc" in line for line in prolog), prolog
     assert any(f"job {job} prolog gpus=0,1,2,3,4,5,6,7: PASS" in line for line in prolog), prolog
@@ -74,7 +74,7 @@ def test_admin_resume_with_a_job_waiting_sticks_and_the_release_retest_recipe_wo
         cmd = " ".join([*gpuhc_cmd, "quarantine", "release", "--retest", "n1"])
         retest = int(c.run(["sbatch", "--parsable", "--reservation=retest_n1", "--nodelist=n1", "--exclusive",
                             "--time=20", "-o", str(out), "--wrap", cmd], env=env).stdout.strip())
-        assert c.wait_for_job(retest, 180) == "COMPLETED", out.read_text() if out.exists() else ""
+        assert c.wait_for_job(retest, 240) == "COMPLETED", out.read_text() if out.exists() else ""
         assert "n1: ok: retest passed" in out.read_text()
         assert not c.node("n1").drained
     finally:
@@ -98,14 +98,15 @@ def test_observe_mode_decides_logs_and_changes_nothing(slurm_cluster, tmp_path):
     # A job on the sick GPU: the prolog decides to drain and fail it, says so, and lets it run,
     # so Slurm does not drain the node with "Prolog error" either.
     job = c.sbatch("-w", "n1", "--gres=gpu:8", "-o", "/dev/null", "--wrap", "true")
-    assert c.wait_for_job(job, 90) == "COMPLETED"
+    assert c.wait_for_job(job, 180) == "COMPLETED"
     prolog = decisions(wd, "n1", "prolog")
     assert any(line.startswith(would) for line in prolog), prolog
     assert "observe mode: exit 0 instead of 1" in prolog, prolog
     n1 = c.node("n1")
     assert not n1.drained and not n1.down and n1.reason is None, n1
     # The health check, the prolog and the epilog each decided to drain; none did.
-    c.wait_for(lambda: len([e for e in _events(wd) if e.get("node") == "n1"]) == 3, 30, "the epilog's event")
+    c.wait_for(lambda: len([e for e in _events(wd) if e.get("node") == "n1"]) == 3, 120, "the epilog's event",
+               pending=lambda: f"n1's events so far: {[e['stage'] for e in _events(wd) if e.get('node') == 'n1']}")
     logged = [(e["stage"], e["slurm"]["observed"], e["slurm"]["acted"]) for e in _events(wd) if e.get("node") == "n1"]
     assert logged == [("passive", "drain", False), ("prolog", "drain", False), ("epilog", "drain", False)], logged
     assert "observe mode: exit 0 instead of 1" in decisions(wd, "n1", "epilog")
@@ -138,8 +139,8 @@ def test_a_node_that_fails_passes_and_fails_again_is_retired_as_a_lemon(slurm_cl
     def acts() -> list[str]:  # a drain's line is logged once its re-read verified it
         return [line.split(":", 1)[0] for line in decisions(wd, "n1") if line.startswith(("drained:", "resumed:"))]
 
-    c.wait_for(lambda: (c.node("n1").reason or "").startswith("gpuhc: RETIRED lemon") and len(acts()) == 3, 240,
-               "n1 retired as a lemon")
+    c.wait_for(lambda: (c.node("n1").reason or "").startswith("gpuhc: RETIRED lemon") and len(acts()) == 3, 360,
+               "n1 retired as a lemon", pending=lambda: f"n1's acts so far: {acts()}")
     n1 = c.node("n1")
     assert n1.drained
     assert n1.reason.startswith("gpuhc: RETIRED lemon node n1: 2 drains in 864s (pcie); last: pcie gpu3"), n1.reason
@@ -148,12 +149,12 @@ def test_a_node_that_fails_passes_and_fails_again_is_retired_as_a_lemon(slurm_cl
     def faults() -> list[dict]:  # the run's event-log line follows its drain by a moment
         return [e["slurm"]["fault"] for e in _events(wd) if e["slurm"].get("fault")]
 
-    faults = c.wait_for(lambda: len(faults()) == 2 and faults(), 30, "both drains in the event log")
+    faults = c.wait_for(lambda: len(faults()) == 2 and faults(), 120, "both drains in the event log",
+                        pending=lambda: f"faults logged so far: {faults()}")
     assert len(faults) == 2 and all(f["node"] == "n1" and f["check"] == "pcie" for f in faults), faults
     assert all(len(f["gpus"]) == 1 and f["gpus"][0]["uuid"] for f in faults), faults
     # Retired: the runs after it leave it out.
-    runs = sum(line.startswith("passive:") for line in decisions(wd, "n1"))
-    c.wait_for(lambda: sum(line.startswith("passive:") for line in decisions(wd, "n1")) >= runs + 3, 60, "more runs")
+    wait_runs(c, wd, {"n1": runs(wd, "n1") + 3})
     assert c.node("n1").reason.startswith("gpuhc: RETIRED lemon")
     cp = gpuhc(c, "fleet", "lemons", "--json")
     assert cp.returncode == 1, cp.stderr  # exit 1: there is a lemon

@@ -49,7 +49,7 @@ def plans(c) -> None:
     for p in sorted(d.iterdir()):
         p.unlink()
     c.job = c.sbatch("-w", "n1", "-o", "/dev/null", "--wrap", "sleep 60")
-    c.wait_for(lambda: c.job_state(c.job) == "RUNNING", 60, "the job running on n1")
+    assert c.wait_for_job(c.job, 120, ("RUNNING",)) == "RUNNING"
     c.busy = plan(c)
     c.run(["scancel", str(c.job)], check=False)
 

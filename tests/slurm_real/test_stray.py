@@ -40,10 +40,10 @@ def stray_cluster(slurm_cluster, tmp_path, cfg, **kw):
         calls = c.workdir / "log" / "calls.log"
         c.wait_for(lambda: calls.exists() and any(x.split()[1:3] == ["boot-done", "n1"]
                                                   for x in calls.read_text().splitlines()), 180,
-                   "the first boot-time retest")
+                   "the first boot-time retest", pending=lambda: calls.read_text()[-1000:])
     job = c.sbatch("-w", "n1", "--gres=gpu:2", "-o", "/dev/null", "--wrap", "true")
-    c.wait_for(lambda: re.search(r"Restarts=[1-9]", c.scontrol("show", "job", "-o", str(job)).stdout), 60,
-               f"job {job} requeued")
+    c.wait_for(lambda: re.search(r"Restarts=[1-9]", c.scontrol("show", "job", "-o", str(job)).stdout), 120,
+               f"job {job} requeued", pending=lambda: c.scontrol("show", "job", "-o", str(job)).stdout.strip())
     c.run(["scancel", str(job)], check=False)
     assert c.node("n1").reason.startswith("gpuhc: occupancy gpu1 holds 1 compute process"), c.node("n1")
     return c, scenario
@@ -90,6 +90,7 @@ def test_the_ladder_reboots_a_node_held_by_a_stray_no_job_owns(slurm_cluster, tm
         # The retest logs its verdict after Slurm shows the resume: wait for the line (it may find
         # the node already returned by Slurm, docs/slurm.md "Slurm releases": passed all the same).
         c.wait_for(lambda: any(x.startswith("retest passed (was drained)") for x in
-                               decisions(wd, "n1", "quarantine retest")), 30, "the retest's verdict in its log")
+                               decisions(wd, "n1", "quarantine retest")), 120, "the retest's verdict in its log",
+                   pending=lambda: f"the retest's lines so far: {decisions(wd, 'n1', 'quarantine retest')}")
     finally:
         c.stop()
