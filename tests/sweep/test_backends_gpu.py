@@ -46,7 +46,13 @@ def mpi_launcher() -> list[str]:
     pytest.fail("no mpirun/mpiexec on PATH")
 
 
-def rank_cmd(tmp_path, node, fault="", max_bytes=64 << 20, timeout_s=5.0) -> list[str]:
+# `--timeout-s` bounds each rank's start-up too (CuPy's import, the CUDA context, NCCL's init:
+# seconds, more on a loaded host): a run that must complete gets a bound it never reaches, a hung
+# one a bound it ends at (the hang test's cost).
+COMPLETES_S, HANGS_S = 60.0, 15.0
+
+
+def rank_cmd(tmp_path, node, fault="", max_bytes=64 << 20, timeout_s=COMPLETES_S) -> list[str]:
     # `env` sets per-rank variables portably (Open MPI and MPICH alike).
     return ["env", f"SLURMD_NODENAME={node}", f"GPUHC_SWEEP_FAULT={fault}", sys.executable, "-m", "gpuhc", "sweep",
             "run", "--backend", "nccl", "--sweep-id", "g1", "--group-id", "r0g0000", "--nodes", "a,b",
@@ -58,8 +64,9 @@ def launch_env() -> dict:
             "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
-def run_pair(tmp_path, fault=""):
-    argv = mpi_launcher() + ["-np", "1", *rank_cmd(tmp_path, "a", fault), ":", "-np", "1", *rank_cmd(tmp_path, "b", fault)]
+def run_pair(tmp_path, fault="", timeout_s=COMPLETES_S):
+    argv = mpi_launcher() + ["-np", "1", *rank_cmd(tmp_path, "a", fault, timeout_s=timeout_s), ":",
+                             "-np", "1", *rank_cmd(tmp_path, "b", fault, timeout_s=timeout_s)]
     return subprocess.run(argv, capture_output=True, text=True, timeout=240, env=launch_env())
 
 
@@ -77,7 +84,7 @@ def test_nccl_sweep_on_one_gpu_sums_exactly_and_writes_the_results_format(tmp_pa
     out = tmp_path / "one.json"
     argv = mpi_launcher() + ["-np", "1", "env", "SLURMD_NODENAME=a", "GPUHC_SWEEP_FAULT=", sys.executable, "-m",
                              "gpuhc", "sweep", "run", "--backend", "nccl", "--nodes", "a", "--out", str(out),
-                             "--max-bytes", str(64 << 20), "--timeout-s", "30"]
+                             "--max-bytes", str(64 << 20), "--timeout-s", str(COMPLETES_S)]
     cp = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=launch_env())
     assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
     res = read_json(str(out))
@@ -119,7 +126,7 @@ def test_nccl_sweep_on_two_gpus_sums_exactly(tmp_path):
 
 @two_gpus
 def test_a_hung_gpu_rank_is_aborted_and_named(tmp_path):
-    cp = run_pair(tmp_path, fault="hang:b:65536")
+    cp = run_pair(tmp_path, fault="hang:b:65536", timeout_s=HANGS_S)
     assert cp.returncode != 0
     res = load_group_result(str(tmp_path), "g1", "r0g0000")
     assert res["timeouts"] and res["timeouts"][0]["bytes"] == 65536
