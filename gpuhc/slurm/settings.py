@@ -131,6 +131,13 @@ SCHEMA = {
             "services": Key(list, list(RESET_SERVICES), "systemd units that may hold the GPUs, in the order they "
                             "start (stopped in reverse, started back in this order); units absent on the node "
                             "are skipped", item=str, pattern=r"[A-Za-z0-9][A-Za-z0-9@._:-]{0,127}"),
+            "stop_units": Key(list, [], "systemd units the site has stopped before every GPU reset and started "
+                              "again after, whatever they hold (its monitors, e.g. dcgm-exporter.service): stopped "
+                              "first, started last, journaled like the services", item=str,
+                              pattern=r"[A-Za-z0-9][A-Za-z0-9@._:-]{0,127}"),
+            "yield_timeout_s": Key(float, 10.0, "how long a reset waits for gpuhc's own node watcher to let go of "
+                                   "NVML; past it the reset is not tried this run, and no reboot comes of it",
+                                   min=1.0, max=120.0),
             "systemctl": Key(str, "systemctl", "systemctl binary (stop and start the services)"),
             "nvidia_smi": Key(str, "nvidia-smi", "nvidia-smi binary (persistence mode off and back on)"),
             "proc_root": Key(str, "/proc", "where /proc is: processes holding /dev/nvidia* are found there"),

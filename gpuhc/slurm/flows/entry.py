@@ -84,9 +84,13 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
 
         lemon = LemonCheck.for_flow(flow, report, reason, now)
 
+    from gpuhc.slurm.repair.undo_journal import pending_note
+
+    undo = pending_note(flow.opts.state_dir) if verdict is not Verdict.FAIL else None  # a reset left the node unwhole
+
     def decider(n: Node, breaker_open: bool) -> Decision:
         decision = decide(n, verdict, reason, memory, now, settings, breaker_open=breaker_open,
-                          unjudged_checks=held_for)
+                          unjudged_checks=held_for, undo_pending=undo)
         return lemon.apply(decision) if lemon is not None else decision
 
     def remember(decision: Decision) -> None:

@@ -172,6 +172,7 @@ def run(flow: Flow, body: Callable[[Flow], Outcome], fail_open: bool,
     from gpuhc.slurm.flows import runlock
 
     try:
+        _replay_undo(flow)  # before anything else: a reset killed half-way left the node unwhole
         out = body(flow)
     except Exception as e:
         flow.log(f"internal error: {type(e).__name__}: {e}", loud=True)
@@ -188,6 +189,14 @@ def run(flow: Flow, body: Callable[[Flow], Outcome], fail_open: bool,
         flow.log(f"observe mode: exit 0 instead of {out.exit_code}")
         return out, EXIT_OK
     return out, out.exit_code
+
+
+def _replay_undo(flow: Flow) -> None:
+    """Carry out what a killed GPU reset left undone (gpuhc/slurm/repair/undo_journal.py); the
+    node stays held until it has run (drain.decide's ``undo_pending``)."""
+    from gpuhc.slurm.repair.undo_journal import replay
+
+    replay(flow.opts.state_dir, flow.slurm["remediation"]["reset"], flow.log, flow.deadline - SLURM_RESERVE_S)
 
 
 def crash_exit(flow: Flow, fail_open: bool) -> int:

@@ -15,6 +15,10 @@ check does: the check's state, the job's AdminComment, the log and the ``job_fin
 - **Never in the way.** It never drains, resumes or requeues on its own account (a FAIL the
   check would return is left to the health check); it takes the node's run lock
   (gpuhc/slurm/flows/runlock.py) only around the Slurm write, and gives it up when that is done.
+  Its NVML would stop a GPU reset (the driver refuses one while any client holds the GPU), so it
+  lets go when the reset asks (gpuhc/slurm/repair/nvml_yield.py): it looks for the request every
+  ``nvml_yield.POLL_S`` between rounds, shuts NVML down, says so, waits while the request
+  stands (bounded), and takes NVML back.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any, Callable
 
 INTERVAL_S = 12.0  # a hang is called 12 s after it starts; one more round names it: within 30 s
 IDLE_EVERY_S = 60.0  # a job whose GPUs here are all idle: its record read at most this often
+POLL_S = 0.5  # between rounds, a GPU reset's request is looked for this often (one lstat)
 
 
 @dataclass
@@ -135,10 +140,26 @@ class Watcher:
     def run(self, interval_s: float = INTERVAL_S, rounds: int | None = None,
             sleep: Callable[[float], None] = time.sleep) -> None:
         """Round after round every ``interval_s`` (``rounds``: stop after that many)."""
+        from gpuhc.slurm.repair import nvml_yield
+
+        try:
+            registered = nvml_yield.register(self.flow.opts.state_dir)
+        except Exception as e:  # unregistered, it is a holder like any other: a reset falls back to a reboot
+            self.flow.log(f"watch: cannot register to let go of NVML for a GPU reset: {type(e).__name__}: {e}",
+                          loud=True)
+            registered = None
+        try:
+            self._rounds(interval_s, rounds, sleep)
+        finally:
+            if registered is not None:
+                nvml_yield.unregister(registered)
+
+    def _rounds(self, interval_s: float, rounds: int | None, sleep: Callable[[float], None]) -> None:
         from gpuhc.errors import GpuhcError
 
         done = 0
         while rounds is None or done < rounds:
+            self._honour_yield(sleep)
             t0 = time.monotonic()
             try:
                 r = self.round()
@@ -152,7 +173,38 @@ class Watcher:
             done += 1
             if rounds is not None and done >= rounds:
                 break
-            sleep(max(0.0, interval_s - (time.monotonic() - t0)))
+            while (left := interval_s - (time.monotonic() - t0)) > 0:  # a reset's request seen within POLL_S
+                self._honour_yield(sleep)
+                sleep(min(left, POLL_S))
+
+    def _honour_yield(self, sleep: Callable[[float], None]) -> bool:
+        """A GPU reset asks for NVML (gpuhc/slurm/repair/nvml_yield.py): shut it down, say so, wait
+        while the request stands (never past its end nor ``MAX_YIELD_S``), take NVML back.
+        True when it yielded."""
+        from gpuhc.slurm.repair import nvml_yield
+
+        state_dir = self.flow.opts.state_dir
+        try:
+            req = nvml_yield.asked(state_dir)
+            if req is None:
+                return False
+            release = getattr(self.reader, "release", None)
+            if release is not None:
+                release()
+            ack = nvml_yield.acknowledge(state_dir, req)
+        except Exception as e:  # cannot yield: the reset says gpuhc was in the way and tries again later
+            self.flow.log(f"watch: could not let go of NVML for a GPU reset: {type(e).__name__}: {e}", loud=True)
+            return False
+        self.flow.log(f"watch: a GPU reset asked for NVML: let go (request {req.id})", loud=True)
+        end = time.monotonic() + min(nvml_yield.MAX_YIELD_S, max(0.0, req.until - time.time()))
+        try:
+            while time.monotonic() < end and nvml_yield.asked(state_dir) is not None:
+                sleep(nvml_yield.POLL_S)
+        finally:
+            nvml_yield.withdraw(ack)
+        self._held_before = False  # the samples before the reset say nothing about after it
+        self.flow.log("watch: the GPU reset is over: NVML taken back at the next round")
+        return True
 
 
 def live_reader(config: Any) -> Any:
@@ -187,3 +239,18 @@ class _HeldNvml:
                 pass  # the read below says NVML is unavailable, as the health check would
         self.reader.gpm_between_reads = self.held
         return self.reader.read()
+
+    def release(self) -> None:
+        """Let go of NVML for a GPU reset: the GPM samples carried between rounds freed first
+        (they belong to the session ending), then the held initialisation. The next read
+        initialises it again."""
+        if not self.held:
+            return
+        import pynvml
+
+        try:
+            self.reader._gpm_drop(pynvml, set())
+        except Exception:
+            pass  # a sample that cannot be freed goes with the session
+        self.held = False
+        pynvml.nvmlShutdown()

@@ -30,6 +30,8 @@ The rules (Slurm's behaviour: docs/facts.md, "Slurm"; and NHC's lessons):
   resumed by a run that did not judge that check (:func:`unjudged_hold`): a passive run cannot
   see a GPU that computes wrong or slow. The boot-time retest's bootstrap stage, or a person's
   ``gpuhc quarantine retest``, runs it and decides.
+- A node whose GPU reset left an undo pending (a run killed mid-reset, a service that did not
+  start again) is kept, never resumed, until the undo has run: it is not whole.
 - Quarantined (``[qN]``) and RETIRED nodes are not resumed by the health check: a quarantined
   node needs a ``bootstrap`` retest, a retired one an admin's ``gpuhc quarantine release``.
 - Draining a node that is still in service is subject to the circuit breaker; adding our reason
@@ -229,6 +231,7 @@ def decide(
     settings: PolicySettings,
     breaker_open: bool = False,
     unjudged_checks: frozenset[str] = frozenset(),
+    undo_pending: str | None = None,
 ) -> Decision:
     """The one decision. ``reason`` is what gpuhc would write for this run's failures (FAIL only).
 
@@ -236,6 +239,8 @@ def decide(
     False and, if the answer is such a drain, count the drained nodes and decide again.
     ``unjudged_checks`` (:func:`unjudged` of the run): a healthy run keeps a node held for one
     of them; the health check passes them, a caller that passes none resumes as before.
+    ``undo_pending``: a GPU reset's undo not yet carried out (gpuhc/slurm/repair/undo_journal.py),
+    in words: the node is not whole, so it is kept, never resumed.
     """
     owner = owner_of(node)
     mine = parse_reason(node.reason)
@@ -243,7 +248,7 @@ def decide(
         return _on_failure(node, owner, mine, reason, memory, now, settings, breaker_open)
     if verdict is Verdict.ERROR:
         return Decision(Act.NONE, "gpuhc could not judge this node: not touching it", memory)
-    return _on_healthy(node, owner, mine, memory, now, settings, unjudged_checks)
+    return _on_healthy(node, owner, mine, memory, now, settings, unjudged_checks, undo_pending)
 
 
 def _on_failure(node, owner, mine, reason, memory, now, s, breaker_open) -> Decision:
@@ -271,7 +276,7 @@ def _on_failure(node, owner, mine, reason, memory, now, s, breaker_open) -> Deci
     return Decision(Act.DRAIN, why, new, reason, uses_capacity=takes)
 
 
-def _on_healthy(node, owner, mine, memory, now, s, unjudged_checks) -> Decision:
+def _on_healthy(node, owner, mine, memory, now, s, unjudged_checks, undo_pending=None) -> Decision:
     if owner is not Owner.GPUHC:
         why = "healthy"
         if memory.holding:
@@ -290,6 +295,8 @@ def _on_healthy(node, owner, mine, memory, now, s, unjudged_checks) -> Decision:
         # does not hold the node, so forget it.
         return Decision(Act.NONE, f"healthy; state {node.raw_state or node.state} takes no RESUME",
                         Memory(flaps=memory.flaps, last_resume=memory.last_resume))
+    if undo_pending:
+        return Decision(Act.KEEP, f"{undo_pending}: not resuming until it has run", memory)
     if mine is not None and mine.retired:
         return Decision(Act.KEEP, "retired by gpuhc: only `gpuhc quarantine release` returns it", memory)
     if mine is not None and mine.quarantined:

@@ -250,9 +250,14 @@ def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
     from gpuhc.slurm.repair.reset_run import procedure
     from gpuhc.sources import build_sources
 
+    from gpuhc.slurm.repair.undo_journal import pending_note
+
     room = flow.deadline - time.monotonic() - SLURM_RESERVE_S - 2.0
     if room < 1.0:
         flow.log("remediation: no time left in this run for a reset; the next run tries", loud=True)
+        return False
+    if pending := pending_note(flow.opts.state_dir):  # the replay at the run's start failed: the node is not whole
+        flow.log(f"remediation: {pending}: no reset until it has run; the next run replays it", loud=True)
         return False
     if not _still_ours(flow, act, step):
         return False  # not started: not counted
@@ -261,10 +266,12 @@ def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
     # Sources built per read: a replayed scenario is read anew, as live NVML is.
     _, result = procedure(flow.slurm["remediation"], finding.gpus, lambda: build_sources(flow.opts.sources).nvml.read(),
                           lambda line: flow.log(line, loud=True), time.monotonic() + room,
-                          lambda: mig_gpus(build_sources(flow.opts.sources)))
+                          lambda: mig_gpus(build_sources(flow.opts.sources)), flow.opts.state_dir)
     flow.log(f"remediation: {step.label}: {'done' if result.ok else 'FAILED'}: {result.detail}", loud=True)
     if result.wedged:
         return WEDGED
+    if result.retry:  # only gpuhc itself was in the way: not counted (the memory written ahead is put back)
+        return False
     if result.ok:
         acknowledge_kernel_log(flow.opts.state_dir, before)
         report = run_checks(flow)
@@ -277,6 +284,8 @@ def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
         held_for = unjudged_hold(step.reason, unjudged(report.results, active_ids())) if report is not None else None
         if held_for is not None:
             flow.log(f"remediation: the retest does not run {held_for}, which holds the node: not resuming")
+        elif pending := pending_note(flow.opts.state_dir):
+            flow.log(f"remediation: {pending}: not resuming until it has run", loud=True)
         elif verdict in (Verdict.PASS, Verdict.WARN):
             if act.resume(flow.node, f"remediation: {step.label} passed its retest"):
                 note_resumed(flow)

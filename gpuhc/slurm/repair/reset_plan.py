@@ -15,7 +15,11 @@ Why each part is there (docs/facts.md "GPU reset", docs/repair.md "The GPU reset
   baseboard resets as one, everything NVIDIA's break-fix sequence stops is stopped
   (NVIDIA/ai-cloud-validation#603).
 - a process that holds a GPU of the reset and belongs to no service gpuhc may stop is a
-  blocker: gpuhc never kills a process it does not know, so the reset is not attempted.
+  blocker: gpuhc never kills a process it does not know, so the reset is not attempted. The
+  plan names what it is where it can tell (:func:`monitor_of`): an NVML monitor (nvtop, an
+  ``nvidia-smi`` loop, an exporter) is a site's to stop or to list in ``reset.stop_units``.
+- gpuhc's own node watcher (``gpuhc watch``) holds NVML for its life; it is asked to let go
+  (:mod:`gpuhc.slurm.repair.nvml_yield`, the ``yield`` step) and never blocks the plan.
 - slurmd is such a process on most sites today: with ``AutoDetect=nvml`` in gres.conf, every
   release since 23.02 holds ``/dev/nvidiactl`` and every ``/dev/nvidia<N>`` for slurmd's whole
   life (the release fact and its source: gpuhc/slurm/read/releases.py,
@@ -95,6 +99,7 @@ class Holder:
     comm: str  # escaped: a process names itself
     unit: str | None  # the systemd unit its cgroup names, or None
     devices: tuple[str, ...]  # the /dev/nvidia* files it holds open
+    own: bool = False  # gpuhc's registered node watcher: it lets go when asked (nvml_yield.py)
 
 
 @dataclass(frozen=True)
@@ -111,7 +116,7 @@ class NodeFacts:
 
 @dataclass(frozen=True)
 class Step:
-    kind: str  # persistence-off, stop, check-holders, reset, start, persistence-on, wait-fabric, verify
+    kind: str  # yield, persistence-off, stop, check-holders, reset, start, persistence-on, wait-fabric, verify
     target: str  # GPU indices, a unit, or ""
     argv: tuple[str, ...] = ()
     undo: tuple[str, ...] = ()  # the argv that puts it back, for quiesce steps
@@ -194,8 +199,29 @@ def scope_of(facts: NodeFacts, targets: tuple[int, ...]) -> tuple[tuple[int, ...
     return tuple(sorted(set(every) | set(targets))), True, f"{why}: every NVLink-connected GPU in one reset"
 
 
+# NVML monitors a site commonly runs, by the name the process gives itself (its comm, at most
+# 15 characters): what the plan calls them when they hold a GPU of the reset.
+MONITORS = {"nvtop": "nvtop, an interactive GPU monitor", "nvidia-smi": "nvidia-smi (a loop such as `nvidia-smi -l`, "
+            "or a query in progress)", "dcgm-exporter": "DCGM's Prometheus exporter", "nv-hostengine":
+            "DCGM's host engine", "nvitop": "nvitop, an interactive GPU monitor", "gpustat": "gpustat, a GPU monitor"}
+
+
+def monitor_of(h: Holder) -> str | None:
+    """What a holder is, when the plan can tell: a known monitor by name; any other process that
+    has the GPUs open without ``/dev/nvidia-uvm`` is an NVML client (CUDA opens nvidia-uvm, NVML
+    alone does not: docs/repair.md "What blocks a reset"); None: a CUDA program or unknown."""
+    if h.comm in MONITORS:
+        return MONITORS[h.comm]
+    if not any(d == "/dev/nvidia-uvm" for d in h.devices) and any(d == "/dev/nvidiactl" for d in h.devices):
+        return "an NVML client without CUDA (a monitor or exporter)"
+    return None
+
+
 def make_plan(facts: NodeFacts, targets: tuple[int, ...], services: list[str], reset_command: list[str],
-              systemctl: str, nvidia_smi: str) -> Plan:
+              systemctl: str, nvidia_smi: str, stop_units: tuple[str, ...] = ()) -> Plan:
+    """``services``: units that may hold the GPUs (stopped when they do); ``stop_units``: units
+    the site has stopped around every reset whatever they hold (its monitors), stopped first and
+    started last."""
     blockers = list(facts.problems)
     if facts.jobs:
         blockers.append(facts.jobs + ": a reset kills whatever runs there")
@@ -211,28 +237,36 @@ def make_plan(facts: NodeFacts, targets: tuple[int, ...], services: list[str], r
     devices = {d for g in in_scope if (d := _minor_device(g.minor))}
     if any(g.minor is None for g in in_scope):
         blockers.append("device minor number unknown: cannot tell what holds the GPUs")
-    active = [u for u in services if facts.services.get(u)]  # names checked by the config schema
+    extra = [u for u in stop_units if u not in services]
+    active = [u for u in [*services, *extra] if facts.services.get(u)]  # names checked by the config schema
     holding = {h.unit for h in facts.holders if h.unit and devices & set(h.devices)}
     keep_fm = not together and facts.nvswitch and not all(at_least(g.arch, "hopper") for g in in_scope)
     # A whole-baseboard reset stops everything NVIDIA's break-fix guide stops; a per-GPU one only
     # what holds those GPUs (persistenced lets go of a GPU whose persistence is off).
-    stop = [u for u in active if (together or (_unit_key(u) in holding and u != PERSISTENCED))
-            and not (keep_fm and u == FABRIC_MANAGER)]
+    stop = [u for u in active if u in stop_units or ((together or (_unit_key(u) in holding and u != PERSISTENCED))
+                                                      and not (keep_fm and u == FABRIC_MANAGER))]
     stopped = {_unit_key(u) for u in stop}
     # On Ampere NVSwitch, Fabric Manager takes part in a single GPU's reset (nvidia-smi(1)).
     kept = (_unit_key(FABRIC_MANAGER),) if keep_fm else ()
+    yielding = []
     for h in facts.holders:
         if not devices & set(h.devices):
             continue
-        if h.pid == facts.self_pid:
+        if h.own and h.pid != facts.self_pid:
+            yielding.append(h.pid)
+        elif h.pid == facts.self_pid:
             blockers.append(f"gpuhc itself (pid {h.pid}) holds {', '.join(h.devices)}")
         elif h.comm == "slurmd" or h.unit == "slurmd.service":
             blockers.insert(0, f"slurmd (pid {h.pid}) holds {', '.join(h.devices)}: {SLURMD_WHY}")
         elif h.unit not in stopped and h.unit not in kept and not (h.unit == _unit_key(PERSISTENCED) and not together):
             owner = f"unit {h.unit}" if h.unit else "no service gpuhc may stop"
-            blockers.append(f"pid {h.pid} ({h.comm}, {owner}) holds {', '.join(h.devices)}")
+            what = f": {m}; stop it, or list its unit in slurm.remediation.reset.stop_units" if (
+                m := monitor_of(h)) else ""
+            blockers.append(f"pid {h.pid} ({h.comm}, {owner}) holds {', '.join(h.devices)}{what}")
     pm = [g.index for g in in_scope if g.persistence]
     steps: list[Step] = []
+    if yielding:  # gpuhc's own watcher: asked to let go of NVML, then the reset (nvml_yield.py)
+        steps.append(Step("yield", ",".join(map(str, sorted(yielding)))))
     steps += [Step("persistence-off", str(i), (nvidia_smi, "-i", str(i), "-pm", "0"),
                    (nvidia_smi, "-i", str(i), "-pm", "1")) for i in pm]
     steps += [Step("stop", u, (systemctl, "stop", u), (systemctl, "start", u)) for u in reversed(stop)]
@@ -247,8 +281,16 @@ def make_plan(facts: NodeFacts, targets: tuple[int, ...], services: list[str], r
     return Plan(targets, scope, together, why, tuple(steps), tuple(blockers),
                 {g.index: g.uuid for g in facts.gpus},
                 {g.index: d for g in facts.gpus if (d := _minor_device(g.minor))}, kept,
-                tuple(f"pid {h.pid} ({h.comm}, {h.unit or 'no unit'}): {', '.join(h.devices)}" for h in facts.holders),
+                tuple(f"pid {h.pid} ({h.comm}, {h.unit or 'no unit'}{_kind(h)}): {', '.join(h.devices)}"
+                      for h in facts.holders),
                 dict(facts.services))
+
+
+def _kind(h: Holder) -> str:
+    if h.own:
+        return "; gpuhc watch: lets go of NVML when asked"
+    m = monitor_of(h)
+    return f"; {m}" if m else ""
 
 
 def _unit_key(unit: str) -> str:

@@ -33,11 +33,17 @@ class ProbeSettings:
     proc_root: str
     dev_root: str
     timeout_s: float
+    stop_units: tuple[str, ...] = ()  # stopped around every reset, whatever they hold (the site's monitors)
 
     @classmethod
     def from_section(cls, reset: dict) -> "ProbeSettings":
         return cls(tuple(reset["services"]), reset["systemctl"], reset["proc_root"], reset["dev_root"],
-                   float(reset["command_timeout_s"]))
+                   float(reset["command_timeout_s"]), tuple(reset.get("stop_units") or ()))
+
+    @property
+    def units(self) -> tuple[str, ...]:
+        """Every configured unit, each once: the services, then the site's own."""
+        return self.services + tuple(u for u in self.stop_units if u not in self.services)
 
 
 def _small(path: str) -> str | None:
@@ -134,16 +140,24 @@ def gpu_facts(reading: NvmlReading, proc_root: str) -> list[GpuFacts]:
             for g in reading.gpus]
 
 
-def probe(reading: NvmlReading, s: ProbeSettings, deadline: float) -> NodeFacts:
+def probe(reading: NvmlReading, s: ProbeSettings, deadline: float, state_dir: str | None = None) -> NodeFacts:
     """Everything the plan needs, read now. A part that cannot be read is a problem the plan
-    refuses on, never a guess."""
+    refuses on, never a guess. ``state_dir``: where gpuhc's watchers register (nvml_yield.py);
+    None: none is told apart."""
     problems = [] if reading.available else [f"NVML not available ({reading.error or 'no reason given'})"]
     lost = [g.index for g in reading.gpus if g.lost]
     if lost:
         problems.append(f"gpu{','.join(map(str, lost))} lost to NVML: a reset cannot reach it")
     found, p = holders(s.proc_root, deadline)
     problems += p
-    active, p = services(s.services, s.systemctl, max(0.5, min(s.timeout_s, deadline - time.monotonic())))
+    if state_dir is not None:
+        from dataclasses import replace
+
+        from gpuhc.slurm.repair.nvml_yield import own
+
+        mine = own(state_dir, s.proc_root, [h.pid for h in found])
+        found = [replace(h, own=h.pid in mine) for h in found]
+    active, p = services(s.units, s.systemctl, max(0.5, min(s.timeout_s, deadline - time.monotonic())))
     problems += p
     # NVSwitch: its device files on the node, or (in a VM whose switches the host manages, as on
     # the H100 machine of docs/verification.md) GPUs registered with an NVSwitch fabric.
@@ -154,15 +168,16 @@ def probe(reading: NvmlReading, s: ProbeSettings, deadline: float) -> NodeFacts:
 
 
 def plan_now(remediation: dict, targets: tuple[int, ...], reading: NvmlReading, deadline: float,
-             mig: tuple[int, ...] = (), jobs: str | None = None):
+             mig: tuple[int, ...] = (), jobs: str | None = None, state_dir: str | None = None):
     """Probe the node and plan the reset of ``targets`` (``slurm.remediation`` and its ``reset``);
-    ``mig``: the GPUs in MIG mode; ``jobs``: what Slurm shows running on the node, if anything."""
+    ``mig``: the GPUs in MIG mode; ``jobs``: what Slurm shows running on the node, if anything;
+    ``state_dir``: where gpuhc's own watchers register. Reads only."""
     from dataclasses import replace
 
     from gpuhc.slurm.repair.reset_plan import make_plan
 
     reset = remediation["reset"]
     s = ProbeSettings.from_section(reset)
-    facts = replace(probe(reading, s, deadline), mig=tuple(mig), jobs=jobs)
+    facts = replace(probe(reading, s, deadline, state_dir), mig=tuple(mig), jobs=jobs)
     return make_plan(facts, targets, list(s.services), list(remediation["reset_command"]), s.systemctl,
-                     reset["nvidia_smi"])
+                     reset["nvidia_smi"], s.stop_units)

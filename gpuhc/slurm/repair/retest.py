@@ -54,6 +54,7 @@ def retest(flow: Flow) -> RetestOutcome:
     from gpuhc.slurm.flows.handover import acknowledge_kernel_log
     from gpuhc.slurm.repair.quarantine import phase, plan_retest, returned_before_retest
 
+    undo = _replay(flow)  # at boot, before anything else: what a reset killed half-way left undone
     act = actuator(flow)
     node = act.sc.node(flow.node)  # before minutes of checks: is there anything to retest?
     asked = asked_reboot(flow)
@@ -71,6 +72,9 @@ def retest(flow: Flow) -> RetestOutcome:
     node = act.sc.node(flow.node)  # re-read: an admin may have acted during the checks
     evidence = build_reason(report.results) if verdict is Verdict.FAIL else None
     plan = plan_retest(node, verdict, evidence, int(flow.slurm["quarantine"]["max_cycles"]), asked)
+    if plan.act == "resume" and undo:
+        flow.log(f"{undo}: not resuming until it has run", loud=True)
+        return RetestOutcome(1, "none")
     flow.log(plan.why + (f": {plan.reason}" if plan.reason else ""), loud=plan.act != "resume")
     if plan.act == "none":
         if returned_before_retest(node, asked) and verdict in (Verdict.PASS, Verdict.WARN) and not act.observe:
@@ -106,6 +110,8 @@ def release_after_retest(flow: Flow, force: bool) -> tuple[list[AdminResult], in
     from gpuhc.slurm.flows.handover import acknowledge_kernel_log
 
     me = flow.node
+    if undo := _replay(flow):
+        return [AdminResult(me, False, f"{undo}: not released until it has run")], 1
     node = flow.scontrol().node(me)  # before minutes of checks: is there anything this may release?
     in_job = bool(flow.env.get("SLURM_JOB_ID")) and not node.unavailable
     if node.reason and not owned(node.reason) and not force and not in_job:
@@ -135,6 +141,13 @@ def release_after_retest(flow: Flow, force: bool) -> tuple[list[AdminResult], in
     results = do_release(actuator(flow), [me], force)
     after_release(results, flow.opts.config, [me], me, log=flow.log, all_or_none=True, retest=verdict.value)
     return results, 0
+
+
+def _replay(flow: Flow) -> str | None:
+    """Replay a killed reset's undo (gpuhc/slurm/repair/undo_journal.py); what is still pending."""
+    from gpuhc.slurm.repair.undo_journal import replay
+
+    return replay(flow.opts.state_dir, flow.slurm["remediation"]["reset"], flow.log, flow.deadline)
 
 
 def _drain_after_failed_retest(flow: Flow, reason: str) -> tuple[list[AdminResult], int]:

@@ -75,7 +75,7 @@ def test_an_xid_the_reset_raised_is_not_acknowledged_away_and_the_node_stays_dra
     monkeypatch.setattr("gpuhc.slurm.flows.handover.acknowledge_kernel_log", lambda state_dir, now, node=None: acked.append(now))
     box = {}
 
-    def reset_takes_20s(remediation, targets, read, log, deadline, read_mig=None):
+    def reset_takes_20s(remediation, targets, read, log, deadline, read_mig=None, state_dir=None):
         box["flow"].opts.now += 20.0  # the reset's time passes, and the driver logs an Xid in it
         return None, ResetOutcome(True, False, "reset gpu1: every step ok")
 

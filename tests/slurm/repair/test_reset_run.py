@@ -138,8 +138,10 @@ def test_an_unknown_holder_blocks_the_plan_and_nothing_is_touched(tmp_path):
     n = node(tmp_path, procs={9: ("my-monitor", None, ["/dev/nvidia1", "/dev/nvidiactl"]),
                               DCGM[0]: DCGM[1:]})
     plan, out, lines = run(n)
+    # it opened the GPUs without /dev/nvidia-uvm: NVML alone, a monitor; the plan says so
     assert not plan.ok and plan.blockers == (
-        "pid 9 (my-monitor, no service gpuhc may stop) holds /dev/nvidia1, /dev/nvidiactl",)
+        "pid 9 (my-monitor, no service gpuhc may stop) holds /dev/nvidia1, /dev/nvidiactl: an NVML client "
+        "without CUDA (a monitor or exporter); stop it, or list its unit in slurm.remediation.reset.stop_units",)
     assert out.fallthrough and n.calls() == [n.calls()[0]]  # only the read-only `systemctl show`
 
 
@@ -186,10 +188,12 @@ def test_a_broken_systemctl_or_missing_proc_is_a_problem_not_a_guess(tmp_path):
 def test_without_systemd_there_is_no_service_to_stop_and_holders_still_count(tmp_path):
     # The H100 machine of docs/verification.md is a VM without systemd: no unit to stop; a CUDA
     # process still blocks, and without it the plan goes ahead.
-    n = node(tmp_path, units={}, procs={902: ("python3", None, ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl"])})
+    n = node(tmp_path, units={}, procs={902: ("python3", None, ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1",
+                                                                 "/dev/nvidiactl"])})
     plan = plan_now(n.section(systemctl=str(tmp_path / "no-systemctl")), (1,), n.read_nvml(), time.monotonic() + 10)
     assert plan.services == {} and plan.blockers == (
-        "pid 902 (python3, no service gpuhc may stop) holds /dev/nvidia0, /dev/nvidia1, /dev/nvidiactl",)
+        "pid 902 (python3, no service gpuhc may stop) holds /dev/nvidia-uvm, /dev/nvidia0, /dev/nvidia1, "
+        "/dev/nvidiactl",)
     n2 = node(tmp_path / "b", units={}, procs={}, nvswitch=False)
     plan = plan_now(n2.section(systemctl=str(tmp_path / "no-systemctl")), (1,), n2.read_nvml(), time.monotonic() + 10)
     assert plan.ok and [s.kind for s in plan.steps] == ["persistence-off", "check-holders", "reset", "persistence-on",
@@ -243,7 +247,7 @@ def test_quarantine_reset_plan_prints_the_steps_and_changes_nothing(tmp_path, mo
                                         "--nvml-scenario", str(scen)])
     assert r.exit_code == 0, r.output
     assert "reset scope: gpu1 (Hopper or later" in r.output
-    assert "holder pid 4242 (nv-hostengine, nvidia-dcgm.service): /dev/nvidia0" in r.output
+    assert "holder pid 4242 (nv-hostengine, nvidia-dcgm.service; DCGM's host engine): /dev/nvidia0" in r.output
     assert "stop            " + str(n.root / "systemctl") + " stop nvidia-dcgm" in r.output
     assert r.output.rstrip().endswith("path: reset")
     assert n.state() == before and n.calls() == [n.calls()[0]]  # only `systemctl show`
