@@ -43,8 +43,16 @@ class Outcome:
     pool_used: int | None = None  # CuPy pool bytes still in use after the task (should be 0)
 
 
+# The worker runs as root: ``-I`` keeps the caller's working directory (where ``-m`` would look
+# first), PYTHON* variables and the user site off its sys.path, so a gpuhc/ someone left where
+# the run started is never imported (docs/security.md, "Root never runs code from where it
+# stands"). The one place it imports gpuhc from is where this parent's own gpuhc came from.
+_BOOT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from gpuhc.active.worker import main; sys.exit(main())"
+
+
 def default_argv() -> list[str]:
-    return [sys.executable, "-m", "gpuhc.active.worker"]
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return [sys.executable, "-I", "-u", "-c", _BOOT, root]  # -u: -I ignores PYTHONUNBUFFERED
 
 
 def worker_env(extra: dict[str, Any] | None = None) -> dict[str, str]:
@@ -53,8 +61,6 @@ def worker_env(extra: dict[str, Any] | None = None) -> dict[str, str]:
     env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     env["PYTHONUNBUFFERED"] = "1"
     env["GPUHC_PARENT_PID"] = str(os.getpid())  # the worker exits if this process is gone
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     for k, v in (extra or {}).items():
         env[str(k)] = str(v)
     return env
@@ -64,7 +70,7 @@ class Worker:
     def __init__(self, argv: list[str], env: dict[str, str]):
         self._stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(  # argv list, no shell
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env,
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env, cwd="/",
             start_new_session=True,  # its own process group: a kill reaches any grandchild too
         )
         self._q: queue.Queue = queue.Queue()

@@ -1,4 +1,4 @@
-"""The child process that does the GPU work: ``python -m gpuhc.active.worker``.
+"""The child process that does the GPU work, started isolated (``python -I``: gpuhc/active/supervise.py).
 
 It speaks JSON lines (see :mod:`gpuhc.active.supervise`): says hello with what it can see, then
 runs one task per line read from stdin until told to quit or stdin closes. It measures and
