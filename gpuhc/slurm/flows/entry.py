@@ -17,13 +17,13 @@ remember. The rules that make it safe to run on every node every few minutes:
   loud log line: a gpuhc bug must not drain the cluster through "Prolog error". A real FAIL makes
   the prolog exit 1 after draining with our own reason, so Slurm requeues the job (and, if our
   drain did not go through, drains the node itself).
-- **The circuit breaker wins over exit codes.** With the breaker open, the prolog and the epilog
-  exit 0: a non-zero exit would make Slurm drain the node anyway, around the breaker. So no path
-  ends a prolog or an epilog with exit 1 without knowing the breaker's state: this run's count,
-  else the last count this node saw (read before waiting for the run lock). A run that could not
+- **The circuit breaker wins over exit codes.** A non-zero exit makes Slurm drain the node
+  itself, around the breaker's recount. So a prolog or an epilog exits 1 only when gpuhc holds
+  the node already (its own drain, under the cap) or the breaker is off. A run that could not
   take its turn (another run held the lock), came too late to verify a drain, or found Slurm
-  silent, fails the job only when the breaker is known closed; open or unknown, the job runs and
-  the log says why (:func:`may_fail_job`; docs/slurm.md, "No exit 1 without the breaker").
+  silent lets the job run and the log says why (:func:`may_fail_job`; docs/slurm.md, "No exit 1
+  without the breaker"). Slurm's own "Prolog error" drains count under the cap all the same
+  (gpuhc/slurm/policy/breaker.py).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from gpuhc.slurm.flows.frame import (  # noqa: F401 - Flow, Outcome, Log re-expo
     Log,
     Outcome,
     actuator,
+    breaker_off,
     run_checks,
     summary_line,
     take_turn,
@@ -155,21 +156,26 @@ def breaker_open(out: Outcome) -> bool:
 
 
 def may_fail_job(flow: Flow, out: Outcome) -> bool:
-    """May this failing prolog or epilog exit 1 (Slurm then drains the node with "Prolog error",
-    a reason the breaker does not count)? Only when that takes no capacity around the breaker:
-    gpuhc holds the node already (its reason stays: Slurm drains only nodes not drained), or the
-    breaker is known closed (this run's count, else this node's last). Open or unknown: the job
-    runs, said (docs/slurm.md, "No exit 1 without the breaker")."""
+    """May this failing prolog or epilog exit 1? Slurm then drains the node itself ("Prolog
+    error"), a drain that the breaker counts only once it exists and that no recount can undo.
+    In a storm every node is late at once (the lock, the jitter, a slow controller), and each
+    such exit would be one more node out past the cap: 8 for a cap of 4 when scontrol took 4 s,
+    trusting counts up to 15 minutes old. So exit 1 only when it takes no capacity: gpuhc holds
+    the node already (its drain stood the recount; Slurm drains only nodes not drained), or
+    the breaker is off. Otherwise the job runs, and the log names the harm chosen: one job on a
+    suspect GPU, bounded by the next health check, which drains the node under the cap
+    (docs/slurm.md, "No exit 1 without the breaker")."""
     d = out.decision
     if d is not None and (d.act is Act.KEEP or (d.act is Act.DRAIN and out.acted)):
         return True
     state = out.breaker if out.breaker is not None else flow.breaker_known
-    if state is not None and (state.cap is None or not state.open):  # disabled, or known closed
+    if breaker_off(flow.slurm, state):
         return True
     why = state.message if state is not None else "the breaker's state is unknown (no count in this run nor a recent one)"
     job = _job(flow.env)
     flow.log(f"job {job}: not drained ({out.extra.get('run_lock') or out.slurm_error or (d.why if d else 'no decision')}); "
-             f"{why}: letting the job run rather than have Slurm drain the node around the breaker", loud=True)
+             f"{why}: letting the job run (a job on a suspect GPU) rather than have Slurm drain the node past the "
+             "breaker (a node out past the cap); the next health check drains it under the cap", loud=True)
     return False
 
 

@@ -207,14 +207,24 @@ def crash_exit(flow: Flow, fail_open: bool) -> int:
 
     if flow.verdict is Verdict.FAIL:
         state = flow.breaker_known
-        if fail_open and (state is None or (state.cap is not None and state.open)):
+        if fail_open and flow.stage != "passive" and not breaker_off(getattr(flow, "slurm", {}), state):
             # exit 1 would let Slurm drain around the breaker (gpuhc/slurm/flows/entry.py, may_fail_job)
-            flow.log(f"the node failed its {flow.stage} checks before gpuhc broke, but the breaker is "
-                     f"{'open' if state else 'unknown'}: letting the job run", loud=True)
+            flow.log(f"the node failed its {flow.stage} checks before gpuhc broke, and Slurm's own drain would "
+                     "go around the breaker: letting the job run", loud=True)
             return EXIT_OK
         flow.log(f"the node failed its {flow.stage} checks before gpuhc broke: exiting {EXIT_UNHEALTHY}", loud=True)
         return EXIT_UNHEALTHY
     return EXIT_OK if fail_open else EXIT_INTERNAL
+
+
+def breaker_off(slurm: Mapping, state: Any = None) -> bool:
+    """No cap to pass: the breaker disabled, or no cap configured (``state``: a count, if any)."""
+    from gpuhc.slurm.policy.breaker import BreakerSettings
+
+    if state is not None and state.cap is None:
+        return True
+    s = BreakerSettings.from_section((slurm or {}).get("breaker") or {})
+    return not s.enabled or (s.max_drained is None and s.max_drained_percent is None)
 
 
 def finish(flow: Flow, out: Outcome) -> None:

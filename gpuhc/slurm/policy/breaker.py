@@ -5,9 +5,14 @@ driver message, or a fabric-wide event would otherwise let gpuhc drain the whole
 HealthCheckInterval. Past the cap, a systemic problem is far likelier than that many simultaneous
 hardware failures, and a person should look before more capacity goes.
 
-What counts: nodes that are out of service (drained, down, failed) *with a gpuhc reason*,
-including quarantined ones (a quarantine ends within ``quarantine.max_cycles`` reboots, in a
-release or a retirement). Admin drains do not count: they are not gpuhc's doing. Retired nodes
+What counts: every way out of service that gpuhc takes, under one cap. Nodes that are out of
+service (drained, down, failed) *with a gpuhc reason*, including quarantined ones (a quarantine
+ends within ``quarantine.max_cycles`` reboots, in a release or a retirement); and nodes that
+Slurm drained itself because a prolog or an epilog exited non-zero ("Prolog error", "Epilog
+error": :data:`~gpuhc.slurm.policy.reason.HOOK_FAILURES`), since gpuhc's hooks are how a node gets
+that reason (a FAIL's exit 1, a hook slurmd killed at its timeout). Those rank first: gpuhc
+cannot undo them, so its own drains give way to them. Admin drains do not count: they are not
+gpuhc's doing. Retired nodes
 do not count toward the drain cap: they never come back by themselves, so in a partition of 10
 nodes or fewer (a cap of 1) one retirement would switch draining off there for good, and every
 later sick node would keep taking jobs (issue 30). They have a small cap of their own
@@ -50,7 +55,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from gpuhc.slurm.read.nodes import Node
-from gpuhc.slurm.policy.reason import owned, parse_reason
+from gpuhc.slurm.policy.reason import hook_failure, owned, parse_reason
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ class BreakerState:
     source: str = "count"  # "count": this run counted; "ledger": another node's count; "last": an earlier run's
     retired: int = 0  # retired nodes in scope: not in ``drained``, they have their own cap
     retired_cap: int | None = None
+    hooks: int = 0  # of ``drained``: drained by Slurm for a failed prolog or epilog
 
     @property
     def retired_alert(self) -> bool:
@@ -106,7 +112,8 @@ class BreakerState:
         via = {"ledger": "; from the ledger", "last": "; this node's last count"}.get(self.source, "")
         alert = (f"; ALERT: {self.retired} retired nodes >= their cap {self.retired_cap}, a person should look"
                  if self.retired_alert else "")
-        return (f"circuit breaker {word}: {self.drained}/{self.total} nodes drained by gpuhc "
+        hooks = f" ({self.hooks} by Slurm after a failed prolog or epilog)" if self.hooks else ""
+        return (f"circuit breaker {word}: {self.drained}/{self.total} nodes drained by gpuhc{hooks} "
                 f"{cmp} cap {self.cap} ({self.scope}{via}){alert}")
 
     def to_dict(self) -> dict[str, Any]:
@@ -137,7 +144,21 @@ def jitter_for(node_name: str, jitter_s: float) -> float:
 
 def held_by_gpuhc(node: Node) -> bool:
     """Out of service with gpuhc's reason, retired or not."""
-    return owned(node.reason) and (node.drained or node.down or node.failing)
+    return owned(node.reason) and _out(node)
+
+
+def hook_drained(node: Node) -> bool:
+    """Out of service with Slurm's reason for a failed prolog or epilog (module docstring)."""
+    return hook_failure(node.reason) and _out(node)
+
+
+def counted(node: Node) -> bool:
+    """Does this node take a place under the drain cap?"""
+    return hook_drained(node) or (held_by_gpuhc(node) and not retired(node))
+
+
+def _out(node: Node) -> bool:
+    return node.drained or node.down or node.failing
 
 
 def retired(node: Node) -> bool:
@@ -154,10 +175,11 @@ def tagged(node: Node) -> bool:
 
 
 def rank_key(node: Node) -> tuple:
-    """The held nodes' order, alike on every node: tagged first (held before any fresh drain),
-    then Slurm's reason stamp, then the name (module docstring)."""
+    """The held nodes' order, alike on every node: Slurm's hook drains and tagged nodes first
+    (gpuhc cannot undo the one; the other was held before any fresh drain), then Slurm's reason
+    stamp, then the name (module docstring)."""
     t = node.reason_time if node.reason_time is not None else float("inf")
-    return (0 if tagged(node) else 1, t, node.name)
+    return (0 if hook_drained(node) or tagged(node) else 1, t, node.name)
 
 
 def scope_nodes(nodes: list[Node], node_name: str, scope: str) -> tuple[list[Node], str]:
@@ -196,7 +218,7 @@ class Survey:
         cap = self.cap
         return BreakerState(open=cap is not None and len(self.held) >= cap, drained=len(self.held),
                             total=len(self.in_scope), cap=cap, scope=self.scope, retired=self.retired,
-                            retired_cap=self.retired_cap)
+                            retired_cap=self.retired_cap, hooks=sum(1 for n in self.held if hook_drained(n)))
 
     def past_cap(self, node_name: str) -> bool:
         """Is ``node_name`` held and ranked past the cap?"""
@@ -208,9 +230,8 @@ class Survey:
 
 def survey(nodes: Iterable[Node], node_name: str, settings: BreakerSettings) -> Survey:
     in_scope, desc = scope_nodes(list(nodes), node_name, settings.scope)
-    ours = [n for n in in_scope if held_by_gpuhc(n)]
-    gone = sum(1 for n in ours if retired(n))
-    held = sorted((n for n in ours if not retired(n)), key=rank_key)
+    gone = sum(1 for n in in_scope if held_by_gpuhc(n) and retired(n))
+    held = sorted((n for n in in_scope if counted(n)), key=rank_key)
     cap = cap_for(len(in_scope), settings) if settings.enabled else None
     retired_cap = math.ceil(len(in_scope) * settings.max_retired_percent / 100.0 - 1e-9) if settings.enabled else None
     return Survey(in_scope, held, cap, desc, gone, retired_cap)

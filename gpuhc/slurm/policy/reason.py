@@ -85,6 +85,22 @@ def owned(reason: str | None) -> bool:
     return bool(reason) and reason.lstrip().startswith(PREFIX)
 
 
+# The reasons slurmctld writes when a prolog or an epilog exits non-zero (or slurmd kills it at
+# PrologEpilogTimeout): (lower-case prefix, cause). Not gpuhc's text, but gpuhc's hooks are how a
+# node gets it, so the circuit breaker counts these nodes too (gpuhc/slurm/policy/breaker.py).
+HOOK_FAILURES: tuple[tuple[str, str], ...] = (
+    ("prolog error", "prolog error"),
+    ("prolog failed", "prolog error"),
+    ("epilog error", "epilog error"),
+)
+
+
+def hook_failure(reason: str | None) -> bool:
+    """Is this Slurm's reason for a failed prolog or epilog?"""
+    low = (reason or "").strip().lower()
+    return any(low.startswith(prefix) for prefix, _ in HOOK_FAILURES)
+
+
 @dataclass(frozen=True)
 class GpuhcReason:
     """A parsed gpuhc reason."""

@@ -30,7 +30,7 @@ from typing import Iterable
 from gpuhc.errors import GpuhcError
 from gpuhc.limits import MAX_DURATION_S
 from gpuhc.slurm.read.nodes import Node
-from gpuhc.slurm.policy.reason import PREFIX
+from gpuhc.slurm.policy.reason import HOOK_FAILURES, PREFIX
 
 GPUHC_PREFIX = PREFIX
 OWNERS = ("gpuhc", "slurm", "admin", "unknown")
@@ -51,9 +51,7 @@ STATE_FILTERS: dict[str, frozenset[str]] = {
 SLURM_REASONS: tuple[tuple[str, str], ...] = (
     ("not responding", "not responding"),
     ("node unexpectedly rebooted", "unexpected reboot"),
-    ("prolog error", "prolog error"),
-    ("prolog failed", "prolog error"),
-    ("epilog error", "epilog error"),
+    *HOOK_FAILURES,
     ("kill task failed", "kill task failed"),
     ("batch job complete failure", "batch job failure"),
     ("low realmemory", "config mismatch"),

@@ -14,7 +14,7 @@ import pytest
 
 from gpuhc.slurm.flows import entry, runlock
 from gpuhc.slurm.policy.drain import Act
-from tests.helpers.minislurm import OUR_REASON, XID, MiniSlurm, flow, last_count
+from tests.helpers.minislurm import config, OUR_REASON, XID, MiniSlurm, flow, last_count
 
 HOLD = """
 import fcntl, os, sys, time
@@ -89,13 +89,16 @@ def test_a_planted_lock_file_is_refused_and_the_run_goes_on(tmp_path, plant):
     assert not (tmp_path / "elsewhere").exists()
 
 
-@pytest.mark.parametrize("stage, known, code", [("passive", None, 1), ("prolog", "closed", 1), ("prolog", None, 0)])
+@pytest.mark.parametrize("stage, known, code", [("passive", None, 1), ("prolog", "closed", 0), ("prolog", None, 0),
+                                               ("prolog", "off", 1)])
 def test_a_run_that_never_gets_its_turn_keeps_its_fail_and_sends_nothing(tmp_path, monkeypatch, stage, known, code):
-    # The prolog fails the job only with the breaker known closed (issue 30, entry.may_fail_job).
-    if known:
+    # The prolog fails the job only where Slurm's own drain passes no cap: the breaker off
+    # (issues 30 and 45, entry.may_fail_job). The health check's exit code drains nothing.
+    if known == "closed":
         last_count(tmp_path, open_=False)
     s = MiniSlurm({"n1": ("IDLE", None), "n2": ("IDLE", None)})
-    name, f = flow(tmp_path, monkeypatch, stage, s, [XID], env={"SLURM_JOB_ID": "7"})
+    cfg = config(tmp_path, breaker={"enabled": False}) if known == "off" else None
+    name, f = flow(tmp_path, monkeypatch, stage, s, [XID], env={"SLURM_JOB_ID": "7"}, cfg=cfg)
     f.started = time.monotonic() - float(f.slurm["deadline_s"][stage]) + runlock.RESERVE_S + 0.5
     p = holder(f.opts.state_dir, 30)
     try:
