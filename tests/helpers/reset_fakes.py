@@ -33,6 +33,13 @@ argv = [os.path.basename(sys.argv[0])] + sys.argv[1:]
 with open(os.path.join(root, "calls.log"), "a") as f:
     f.write(" ".join(argv) + "\n")
 key = " ".join(argv[1:])
+# kill_at [k, "before" | "after"]: SIGKILL to the gpuhc run (this tool's parent) at its k-th
+# command, before or after the command took effect, as slurmd's kill at the hook's timeout.
+kill = st.get("kill_at")
+nth = len(open(os.path.join(root, "calls.log")).read().splitlines())
+if kill and kill[0] == nth and kill[1] == "before":
+    os.kill(os.getppid(), 9)
+    sys.exit(1)
 if key in st.get("fail", []):
     print("fake failure of " + key, file=sys.stderr)
     sys.exit(1)
@@ -122,7 +129,24 @@ elif argv[0] == "nvidia-smi":
         save()
         for i in wanted:
             print("GPU %s was successfully reset." % st["gpus"][i]["pci"])
+if kill and kill[0] == nth and kill[1] == "after":
+    os.kill(os.getppid(), 9)
 '''
+
+
+def killed_at(node: "FakeNode", k: int, when: str, run) -> int:
+    """``run()`` (a reset over ``node``) in a child process that the fake tools kill -9 at their
+    ``k``-th command, ``when`` "before" or "after" it took effect; the child's wait status."""
+    node.change(kill_at=[k, when])
+    pid = os.fork()
+    if pid == 0:  # the gpuhc run: ends by the kill, or by itself when it has fewer commands
+        try:
+            run()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    node.change(kill_at=None)
+    return status
 
 
 class FakeNode:

@@ -76,7 +76,7 @@ class _Run:
         if own is not None:
             from gpuhc.slurm.repair.undo_journal import Journal
 
-            self.journal = Journal(own.state_dir, own.proc_root)
+            self.journal = Journal(own.state_dir)
         self.yielders: set[int] = set()  # gpuhc's own watchers that let go for this reset
         self.retry = False  # only gpuhc itself stood in the way
 

@@ -31,12 +31,12 @@ FILE, LOCK = "reset-undo.json", "reset-undo.lock"
 START, PERSISTENCE_ON = "start", "persistence-on"
 _UNIT = re.compile(r"[A-Za-z0-9][A-Za-z0-9@._:-]{0,127}")  # slurm.remediation.reset.services' pattern
 _GPU = re.compile(r"[0-9]{1,4}")
+PROC = "/proc"  # the runs' own processes (reset.proc_root is where GPU holders are looked for)
 
 
 class Journal(LockedJson):
-    def __init__(self, state_dir: str, proc_root: str = "/proc"):
+    def __init__(self, state_dir: str):
         super().__init__(state_dir, FILE, LOCK, what="reset undo journal", max_bytes=1 << 20, max_depth=6)
-        self.proc_root = proc_root
 
     def add(self, kind: str, target: str) -> None:
         """Write ahead: ``kind`` of ``target`` undoes the change about to be made. Raises
@@ -49,7 +49,7 @@ class Journal(LockedJson):
         with self.transaction() as doc:
             entries = _entries(doc)
             entries.append({"kind": kind, "target": target, "since": time.time(), "pid": os.getpid(),
-                            "start": start_time(self.proc_root, os.getpid())})
+                            "start": start_time(PROC, os.getpid())})
             doc["entries"] = entries
 
     def done(self, kind: str, target: str) -> None:
@@ -71,7 +71,7 @@ class Journal(LockedJson):
 
         pid = entry.get("pid")
         return (isinstance(pid, int) and pid != os.getpid() and entry.get("start") is not None
-                and start_time(self.proc_root, pid) == entry.get("start"))
+                and start_time(PROC, pid) == entry.get("start"))
 
 
 def _valid(kind: object, target: object) -> bool:
@@ -109,7 +109,7 @@ def replay(state_dir: str, reset: dict, log: Callable[..., None], deadline: floa
     afterwards, in words, or None. Never raises: a bug here must not stop the run it starts."""
     from gpuhc.slurm.repair.gpureset import run_argv
 
-    journal = Journal(state_dir, reset.get("proc_root", "/proc"))
+    journal = Journal(state_dir)
     try:
         if not os.path.lexists(journal.path):  # every hook entry: one lstat when nothing is pending
             return None
