@@ -266,7 +266,7 @@ def _validate_checks(checks: Any, prefix: tuple, errs: _Errors) -> None:
             written = [p for p in problems if p.partition(": ")[0].split(".")[0] in thresholds]
             for problem in written or problems:
                 key, _, why = problem.partition(": ")
-                where = here + ("thresholds", *(int(k) if k.isdigit() else k for k in key.split(".")))
+                where = here + ("thresholds", *(int(k) if k.isascii() and k.isdigit() else k for k in key.split(".")))
                 errs.add(why or problem, where, _dotted(here + ("thresholds", key)))
 
 

@@ -237,7 +237,7 @@ def select(table: list[Mapped], env: Mapping[str, str], source: str) -> tuple[li
 def pick(table: list[Mapped], token: str, var: str, text: str, source: str) -> Mapped:
     """One name Slurm gave a device: an index, a MIG or GPU UUID, or the old
     ``MIG-GPU-<uuid>/<gi>/<ci>`` form (drivers before R470)."""
-    if token.isdigit():
+    if token.isascii() and token.isdigit():
         for m in table:
             if m.index == int(token):
                 return m

@@ -105,7 +105,8 @@ def _expand(expand: Any, text: str, limit: int) -> list[str]:
         count = 0
         for part in group.split(","):
             lo, _, hi = part.partition("-")
-            count += int(hi) - int(lo) + 1 if hi.strip().isdigit() and lo.strip().isdigit() else 1
+            ascii_range = part.isascii() and hi.strip().isdigit() and lo.strip().isdigit()
+            count += int(hi) - int(lo) + 1 if ascii_range else 1
         size *= max(count, 1)
         if size > limit:
             raise ValueError(f"more than {limit} names")

@@ -187,6 +187,15 @@ def test_slurm_job_gpus_wins_and_an_index_slurm_lacks_is_refused():
     assert select(t, {}, "s")[0] is None
 
 
+@pytest.mark.parametrize("token", ["\u0661", "\u00b9", "\uff11"])
+def test_an_index_in_other_digits_than_ascii_names_no_gpu(token):
+    """Arabic-Indic one, superscript one, fullwidth one: not GPU 1 (int() would take the first
+    and third, and raise on the second); a device name that is no device."""
+    t = identity(nvml(gpu(0), gpu(1)))
+    with pytest.raises(GpuMapError, match="none of this node's GPU devices"):
+        select(t, {"SLURM_JOB_GPUS": token}, "s")
+
+
 def test_nvml_without_minors_cannot_be_mapped():
     g = gpu(0)
     g.minor = None

@@ -125,7 +125,7 @@ def _gpus(res: dict[str, Any]) -> list[int]:
     if raw is None:
         return []
     items = raw if isinstance(raw, list) else str(raw).split(",")
-    return [int(x) for x in (str(i).strip() for i in items) if x.isdigit()]
+    return [int(x) for x in (str(i).strip() for i in items) if x.isascii() and x.isdigit()]
 
 
 def _texts(v: Any) -> list[str]:

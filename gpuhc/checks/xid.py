@@ -149,7 +149,7 @@ def _setting_errors(ctx: Context) -> list[str]:
     if ctx.t("unknown", "warn") not in ("warn", "fail"):
         errors.append(f"unknown: must be warn or fail, got {ctx.t('unknown')!r}")
     for key, value in (ctx.t("severity_overrides") or {}).items():
-        if not str(key).isdigit() or value not in ("fail", "warn", "ignore"):
+        if not (str(key).isascii() and str(key).isdigit()) or value not in ("fail", "warn", "ignore"):
             errors.append(f"severity_overrides.{key}: want an Xid number mapped to fail, warn or ignore, got {value!r}")
     errors.extend(xid_rates.setting_errors(ctx.t("rate_rules"), float(ctx.t("window_s", DEFAULT_WINDOW_S))))
     return errors

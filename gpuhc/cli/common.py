@@ -218,7 +218,8 @@ def run_options_from(src: SourceArgs, stage: str, gpus: list[int] | None = None,
 
 
 def parse_gpu_list(text: str | None) -> list[int] | None:
-    """'0,1,3' or '0-3' -> [0, 1, 3] (each index at most MAX_GPU_INDEX); None/'' -> None (all GPUs)."""
+    """'0,1,3' or '0-3' -> [0, 1, 3] (each index at most MAX_GPU_INDEX); None/'' -> None (all GPUs).
+    ASCII digits only: str.isdigit() and int() also take other scripts' digits ('\u0663' is 3)."""
     if not text:
         return None
     out: set[int] = set()  # (a set: "0-1023" a thousand times over is still 1024 GPUs)
@@ -227,8 +228,9 @@ def parse_gpu_list(text: str | None) -> list[int] | None:
         if not part:
             continue
         lo, _, hi = part.partition("-")
-        if not lo.strip().isdigit() or (hi and not hi.strip().isdigit()) or part.endswith("-"):
-            raise click.BadParameter(f"{part!r} is not a GPU index or range (e.g. 0,1 or 0-3)", param_hint="--gpus")
+        if not part.isascii() or not lo.strip().isdigit() or (hi and not hi.strip().isdigit()) or part.endswith("-"):
+            raise click.BadParameter(f"{part!r} is not a GPU index or range (ASCII digits, e.g. 0,1 or 0-3)",
+                                     param_hint="--gpus")
         first, last = int(lo), int(hi) if hi else int(lo)
         if last < first:
             raise click.BadParameter(f"{part!r}: range ends before it starts", param_hint="--gpus")

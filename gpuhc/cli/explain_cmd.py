@@ -120,7 +120,7 @@ def _code(kind: str, code: str | None) -> int | str | None:
             raise click.BadParameter(f"{code!r} is no driver signal (known: {', '.join(signal_table())})",
                                      param_hint="CODE")
         return code
-    if not code.isdigit():
+    if not (code.isascii() and code.isdigit()):
         raise click.BadParameter(f"{code!r} is not a {LABELS[kind]} number (a whole number >= 0)", param_hint="CODE")
     return int(code)
 

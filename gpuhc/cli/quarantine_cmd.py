@@ -225,7 +225,7 @@ def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
     """
     import time
 
-    from gpuhc.cli.common import run_options_from
+    from gpuhc.cli.common import parse_gpu_list, run_options_from
     from gpuhc.slurm.repair.reset_probe import plan_now
     from gpuhc.sources import build_sources
 
@@ -234,11 +234,9 @@ def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
                                "(slurm.remediation.enabled), where a failure falls to the reboot rung")
     config = load(src)
     remediation = config.section("slurm")["remediation"]
+    only = parse_gpu_list(gpus)
     reading = build_sources(run_options_from(src, "passive", config=config).sources).nvml.read()
-    try:
-        wanted = tuple(int(x) for x in gpus.split(",")) if gpus else tuple(g.index for g in reading.gpus)
-    except ValueError:
-        raise click.BadParameter(f"{gpus!r}: comma-separated GPU indices, e.g. 1,3", param_hint="--gpus") from None
+    wanted = tuple(only) if only else tuple(g.index for g in reading.gpus)
     from gpuhc.slurm.repair.remediate import jobs_of, mig_gpus
 
     sources = build_sources(run_options_from(src, "passive", config=config).sources)

@@ -258,7 +258,7 @@ def test_a_missing_replay_path_in_the_config_names_file_line_and_key(tmp_path, k
 # ---------------------------------------------------------------------------- options
 
 
-@pytest.mark.parametrize("gpus", ["abc", "5-2", "-1", ",", "0-"])
+@pytest.mark.parametrize("gpus", ["abc", "5-2", "-1", ",", "0-", "\u0663", "0-\u00b2"])  # Arabic-Indic 3, superscript 2
 def test_bad_gpu_lists_are_usage_errors(tmp_path, gpus):
     # Before: "abc" and "-1" were internal errors (exit 3); "5-2" judged no GPU and passed.
     err = one_line_error(gpuhc("check", "--nvml-scenario", HEALTHY, f"--gpus={gpus}", "--state-dir", str(tmp_path)))

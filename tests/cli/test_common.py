@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 
 import click
+import pytest
 from click.testing import CliRunner
 
-from gpuhc.cli.common import SourceArgs, replay_of, replay_scope, run_options_from, source_options
+from gpuhc.cli.common import SourceArgs, parse_gpu_list, replay_of, replay_scope, run_options_from, source_options
 from tests.helpers.paths import REPO
 
 ROOT = REPO
@@ -86,3 +87,15 @@ def test_replay_of_names_every_recorded_part_and_nothing_live():
     assert replay_of(SourceArgs(nvml_scenario=XID79, kernel_log="/x/k.log", sysfs_root="/x/sys")) == (
         "xid79-fallen-off-bus.yaml, kernel log k.log, sysfs /x/sys")
     assert replay_of(SourceArgs(kernel_log="dmesg")) is None
+
+
+# Other scripts' digits: str.isdigit() and int() take them ("\u0663" is 3, Arabic-Indic), and
+# int() refuses some that isdigit() accepts ("\u00b2", superscript two).
+NON_ASCII_DIGITS = ["\u0663", "\u0969", "\uff13", "\u00b2", "0-\u0663", "1,\u0663"]
+
+
+@pytest.mark.parametrize("text", NON_ASCII_DIGITS)
+def test_gpu_lists_take_ascii_digits_only(text):
+    with pytest.raises(click.BadParameter, match="ASCII digits"):
+        parse_gpu_list(text)
+    assert parse_gpu_list(" 3, 0-1") == [0, 1, 3]

@@ -42,3 +42,11 @@ def test_explain_xid_145_shows_its_sub_codes_and_their_verdicts():
 def test_explain_says_where_gpuhc_differs_from_nvidia():
     out = CliRunner().invoke(cli, ["explain", "xid", "63"])
     assert "differs from NVIDIA:" in out.output and "IGNORE" in out.output
+
+
+@pytest.mark.parametrize("code", ["\u00b2", "\u0667\u0669"])  # superscript two; Arabic-Indic 79
+def test_a_code_in_other_digits_than_ascii_is_a_usage_error(code):
+    """Before: int() raised on the superscript (a traceback) and read the Arabic-Indic digits as Xid 79."""
+    out = CliRunner().invoke(cli, ["explain", "xid", code])
+    assert out.exit_code == 2 and "is not a Xid number" in out.output and out.exception is not None
+    assert isinstance(out.exception, SystemExit)

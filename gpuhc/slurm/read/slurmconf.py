@@ -210,7 +210,7 @@ def _in_range(number: str, spec: str) -> bool:
     for item in spec.split(","):
         lo, _, hi = item.strip().partition("-")
         hi = hi or lo
-        if not (lo.isdigit() and hi.isdigit()):
+        if not (lo.isascii() and hi.isascii() and lo.isdigit() and hi.isdigit()):
             continue
         if len(lo) > 1 and lo.startswith("0") and len(number) != len(lo):
             continue  # zero-padded ranges name only names of their width (gpu[001-064] is not gpu1)

@@ -256,8 +256,9 @@ def test_quarantine_reset_plan_prints_the_steps_and_changes_nothing(tmp_path, mo
     assert r.exit_code == 0 and doc["ok"] and doc["scope"] == [0, 1, 2, 3]
     r = CliRunner().invoke(quarantine, ["reset", "--config", str(cfg), "--nvml-scenario", str(scen)])
     assert r.exit_code == 2 and "only --plan" in r.output
-    r = CliRunner().invoke(quarantine, ["reset", "--plan", "--gpus", "x", "--config", str(cfg)])
-    assert r.exit_code == 2 and "--gpus" in r.output
+    for bad in ("x", "\u0661"):  # an Arabic-Indic one is no GPU 1
+        r = CliRunner().invoke(quarantine, ["reset", "--plan", "--gpus", bad, "--config", str(cfg)])
+        assert r.exit_code == 2 and "--gpus" in r.output and "ASCII digits" in r.output
 
 
 def test_processes_whose_files_cannot_be_read_make_the_plan_refuse(tmp_path, monkeypatch):
