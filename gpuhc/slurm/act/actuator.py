@@ -309,9 +309,30 @@ class Actuator:
         return ok
 
     def drain(self, name: str, reason: str, why: str) -> bool:
-        """An explicit drain that takes no new capacity (a node gpuhc already holds gets a new
-        quarantine tag; an admin retires a node): no breaker, verified."""
+        """An explicit drain meant to take no new capacity (a node gpuhc already holds gets a new
+        quarantine or ladder tag; an admin retires a node), verified. A re-tag that would make a
+        node count under the cap where it did not (a retired node tagged ``[q1]`` again, a node
+        out with no reason) does take capacity: it passes the breaker like a drain, and at the
+        cap it is not sent (False, said)."""
+        from gpuhc.slurm.policy.breaker import counted
+
+        if self.breaker.enabled and self.breaker_matters(name, reason):
+            node = self.sc.node(name)
+            after = replace(node, reason=reason, flags=node.flags | {"DRAIN"})
+            if not counted(node) and counted(after):
+                state = self.count(name, node)
+                if state.open:
+                    self.log(f"{state.message}; NOT re-tagging {name} ({reason}): the new reason would take a "
+                             "place under the cap", loud=True)
+                    return False
         return self.carry_out(name, Decision(Act.DRAIN, why, Memory(), reason))
+
+    def breaker_matters(self, name: str, reason: str) -> bool:
+        """Could this reason count under the cap at all (gpuhc's, not RETIRED)? Saves a read otherwise."""
+        from gpuhc.slurm.policy.reason import owned, parse_reason
+
+        mine = parse_reason(reason)
+        return owned(reason) and not (mine is not None and mine.retired)
 
     def resume(self, name: str, why: str) -> bool:
         return self.carry_out(name, Decision(Act.RESUME, why, Memory()))
