@@ -8,6 +8,8 @@ The mapping itself is pure (gpuhc/gpumap.py); this module finds and reads its in
   As root it must be root's and written by no one else (the config's rule): a gres.conf others
   can write could point gpuhc at any GPU. Read bounded, never through a link to a non-file.
 - ``/proc/driver/nvidia-caps/mig-minors`` (the driver's table of MIG capability minors).
+- The MIG instances that exist now (``/proc/driver/nvidia/capabilities``), for the cache's key
+  only: a re-partition without a reboot changes the mapping.
 - A replay takes both from the scenario's ``gres`` section where it has them (a recording is
   not this node), else from the live files (the test cluster's stand-in gres.conf).
 """
@@ -22,6 +24,8 @@ from gpuhc.gres_conf import GpuMapError, GresConf, parse_gres_conf, parse_mig_mi
 
 DEFAULT_GRES_CONF = "/etc/slurm/gres.conf"
 MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"
+MIG_CAPS = "/proc/driver/nvidia/capabilities"
+MAX_MIG_INSTANCES = 4096  # GPU instances listed in the layout (32 GPUs of 7 is 224)
 MAX_GRES_BYTES = 1024 * 1024
 MAX_MINORS_BYTES = 1024 * 1024  # 32 GPUs' table is about 100 KB
 
@@ -87,6 +91,34 @@ def stamp_of(path: str) -> list | None:
     except OSError:
         return None
     return [path, st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def mig_layout(root: str | None = None) -> list[str]:
+    """The GPU and compute instances that exist now, ``gpu<minor>/gi<N>:ci<M>,..`` each, as the
+    driver lists them for their device files (``<root>/gpu<minor>/mig/gi<N>/ci<M>``, NVIDIA's MIG
+    user guide, "Device Nodes and Capabilities"): a few directory reads and no NVML, so the
+    prolog's happy path stays as cheap, yet a re-partition without a reboot is seen."""
+    root = root or MIG_CAPS
+    out: list[str] = []
+    try:
+        gpus = sorted(n for n in os.listdir(root) if n.startswith("gpu"))
+    except OSError:
+        return out  # no MIG-capable driver here: no instances
+    for gpu in gpus:
+        base = os.path.join(root, gpu, "mig")
+        try:
+            gis = sorted(n for n in os.listdir(base) if n.startswith("gi"))
+        except OSError:
+            continue
+        for gi in gis:
+            try:
+                cis = sorted(n for n in os.listdir(os.path.join(base, gi)) if n.startswith("ci"))
+            except OSError:
+                cis = []
+            out.append(f"{gpu}/{gi}:" + ",".join(cis))
+            if len(out) >= MAX_MIG_INSTANCES:
+                return out
+    return out
 
 
 def _read(path: str, limit: int, what: str, trusted: bool) -> tuple[str | None, list | None]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from gpuhc.sources.gres import gres_conf_path, read_inputs, record
+from gpuhc.sources.gres import gres_conf_path, mig_layout, read_inputs, record
 from gpuhc.sources.scenario import load_scenario
 from gpuhc.sources.snapshot_format import dump_yaml
 from gpuhc.model.snapshot import Snapshot
@@ -41,3 +41,14 @@ def test_a_mig_recording_replays_identically(tmp_path):
     again = load_scenario(str(path))
     assert again.nvml == s.nvml and again.occupancy == s.occupancy and again.gres == s.gres
     assert os.path.getsize(path) < 64 * 1024
+
+
+def test_the_mig_layout_lists_the_instances_the_driver_has_made(tmp_path):
+    """The driver's capability tree (the MIG user guide's gpu<minor>/mig/gi<N>/ci<M>/access);
+    its config and monitor files are no instances; no tree (no MIG-capable driver): none."""
+    for rel in ("gpu0/mig/config", "gpu0/mig/monitor", "gpu0/mig/gi2/access", "gpu0/mig/gi2/ci0/access",
+                "gpu0/mig/gi1/access", "gpu0/mig/gi1/ci1/access", "gpu0/mig/gi1/ci0/access", "gpu1/mig/config"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    assert mig_layout(str(tmp_path)) == ["gpu0/gi1:ci0,ci1", "gpu0/gi2:ci0"]
+    assert mig_layout(str(tmp_path / "absent")) == []

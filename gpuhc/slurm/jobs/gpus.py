@@ -7,8 +7,9 @@ The mapping is gpuhc/gpumap.py's; this module feeds it and keeps it:
   first), and who the GPUs are (their minors, bus ids and MIG devices) from the configured NVML
   source, read once without counters.
 - Kept per boot in the state document (``gpumap``): the table of every Slurm device -> GPU (bus
-  id, NVML index) and MIG instance, keyed by the boot id and gres.conf's identity, so the
-  prolog's happy path reads NVML no more than before. A replay builds it afresh every run.
+  id, NVML index) and MIG instance, keyed by the boot id, gres.conf's identity and the MIG
+  instances that exist (a re-partition needs no reboot), so the prolog's happy path reads NVML
+  no more than before. A replay builds it afresh every run.
 - When the job's devices cannot be told (an index gres.conf does not have, a gres.conf that
   cannot be read, NVML without minors) the run judges every GPU's hardware and not who holds
   them, says why loudly, and nothing is drained for it: gpuhc not knowing is not the node's
@@ -24,7 +25,7 @@ from typing import Any, Mapping
 from gpuhc.gpumap import JobScope, Mapped, build, identity, scope, select
 from gpuhc.gres_conf import GpuMapError
 from gpuhc.sources import build_sources
-from gpuhc.sources.gres import gres_conf_path, read_inputs, stamp_of
+from gpuhc.sources.gres import gres_conf_path, mig_layout, read_inputs, stamp_of
 
 CACHE_KEY = "gpumap"
 
@@ -41,7 +42,7 @@ def node_devices(opts: Any, node: str, env: Mapping[str, str]) -> tuple[list[Map
     # says it is one. A shard job's count the shard records', which name the same files in the
     # same order where a site writes them as Slurm's examples do.
     name = "mps" if env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") else "gpu"
-    stamp = None if replay else [_boot_id(), stamp_of(path), name]
+    stamp = None if replay else [_boot_id(), stamp_of(path), name, mig_layout()]
     if stamp is not None:
         cached = _cached(opts.state_dir, stamp)
         if cached is not None:

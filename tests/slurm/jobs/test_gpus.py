@@ -5,6 +5,7 @@ the real runner; the mapping kept per boot; a mapping that cannot be made drains
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -178,3 +179,41 @@ def test_a_job_naming_no_gpu_maps_nothing_and_reads_nothing(tmp_path, monkeypatc
     monkeypatch.setattr(job_gpus, "node_devices", lambda *a: (_ for _ in ()).throw(AssertionError("read")))
     f = real_flow(tmp_path, "prolog", "healthy-8xh100.yaml", {})
     assert job_gpus.job_devices(f.opts, "n1", f.env) == (None, "no SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES: checking every GPU of the node")
+
+
+def test_a_mig_re_partition_without_a_reboot_makes_the_mapping_again(tmp_path, monkeypatch):
+    """Same boot, same gres.conf: the driver's list of MIG instances (its capability tree, faked
+    here) changed, so the kept mapping is not used (before: the old slices' map stayed all boot)."""
+    conf = tmp_path / "gres.conf"
+    conf.write_text("Name=gpu File=/dev/nvidia[0-7]\n")
+    healthy = load_scenario(str(SCENARIOS / "gres-order-8xh100.yaml")).nvml
+    reads = []
+    monkeypatch.setattr(job_gpus, "who_the_gpus_are", lambda spec: reads.append(1) or healthy)
+    monkeypatch.setattr(job_gpus, "_boot_id", lambda: "b1")
+    caps = tmp_path / "capabilities"
+    monkeypatch.setattr("gpuhc.sources.gres.MIG_CAPS", str(caps))
+
+    def partition(*instances: str) -> None:
+        shutil.rmtree(caps, ignore_errors=True)
+        (caps / "gpu0" / "mig").mkdir(parents=True)
+        (caps / "gpu0" / "mig" / "config").write_text("")
+        for inst in instances:
+            (caps / "gpu0" / "mig" / inst).mkdir(parents=True)
+            (caps / "gpu0" / "mig" / inst / "access").write_text("")
+
+    cfg = config(tmp_path)
+    cfg.data["node"]["gres_conf"] = str(conf)
+    opts = RunOptions(stage="prolog", config=cfg, sources=SourceSpec(), state_dir=str(tmp_path / "state"), hostname="n1")
+    os.makedirs(opts.state_dir)
+    partition("gi1/ci0", "gi2/ci0")  # two 3g slices
+    job_gpus.node_devices(opts, "n1", {})
+    job_gpus.node_devices(opts, "n1", {})
+    assert len(reads) == 1  # kept
+    partition("gi7/ci0", "gi8/ci0", "gi9/ci0")  # re-partitioned into 2g slices, no reboot
+    job_gpus.node_devices(opts, "n1", {})
+    assert len(reads) == 2
+    job_gpus.node_devices(opts, "n1", {})
+    assert len(reads) == 2  # the new layout's map is kept in turn
+    partition("gi7/ci0", "gi8/ci0", "gi9/ci0", "gi9/ci1")  # a compute instance more
+    job_gpus.node_devices(opts, "n1", {})
+    assert len(reads) == 3
