@@ -245,7 +245,7 @@ def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
     except Exception as e:  # unknown is not idle
         jobs = f"Slurm could not be asked about this node ({escape(str(e))[:200]})"
     plan = plan_now(remediation, wanted, reading, time.monotonic() + float(remediation["reset"]["command_timeout_s"]),
-                    mig_gpus(sources), jobs)
+                    mig_gpus(sources), jobs, run_options_from(src, "passive", config=config).state_dir)
     from gpuhc.slurm.repair.gpureset import run_argv
     from gpuhc.slurm.repair.reset_plan import slurm_note
 
