@@ -131,8 +131,8 @@ class OccupancyLive:
 
     def _owner(self, pid: int) -> int | None:
         """The process's real uid (``/proc/<pid>/status``), or None. Not the owner of
-        /proc/<pid>: the kernel makes that root:root for a process that set itself non-dumpable
-        (proc(5)), which any user's process can, and a namesake of a root monitor would pass."""
+        /proc/<pid>: the kernel shows the effective uid there, root for a set-uid program any
+        user can run through a link of a root monitor's name, which would then pass."""
         from gpuhc.sources.job_activity import JobResolver
 
         return JobResolver(self.proc_root).owner_of(pid)

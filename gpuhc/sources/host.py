@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import subprocess
 import time
 from typing import Any
@@ -209,7 +210,7 @@ class HostLive:
             if procs is None and not self._pidfile_runs(name):
                 procs = self.procs() or []  # no pid file (another packaging): look at every process once
             running = self._pidfile_runs(name) or any(
-                p["comm"] == DAEMONS[name] and self._owned(p["pid"]) for p in procs or [])
+                p["comm"] == DAEMONS[name] and self._owned(p["pid"], name) for p in procs or [])
             info: dict[str, Any] = {"expected": True, "running": running, "answering": None, "error": None}
             if info["running"] and name == "persistenced":
                 info["answering"], info["error"] = _socket_answers(self._p(PERSISTENCED_SOCKET.lstrip("/")), timeout_s)
@@ -224,15 +225,41 @@ class HostLive:
         if pid is None:
             return False
         text = _read(self._p("proc", str(pid), "stat"), 1024) or ""
-        return text[text.find("(") + 1:text.rfind(")")] == DAEMONS[name] and self._owned(pid)
+        return text[text.find("(") + 1:text.rfind(")")] == DAEMONS[name] and self._owned(pid, name)
 
-    def _owned(self, pid: int) -> bool:
-        """A daemon counts only when it runs as root (``owner``): any user may name a process
-        nv-fabricmanager, and that must not stand in for the service."""
-        try:
-            return os.stat(self._p("proc", str(pid))).st_uid == self.owner
-        except OSError:
+    def _owned(self, pid: int, name: str) -> bool:
+        """A daemon counts only when it is the service's: any user may name a process
+        nv-fabricmanager (or run the installed program), and that must not stand in for it.
+        Its real uid (``/proc/<pid>/status``; not the owner of /proc/<pid>, the effective uid:
+        root for a set-uid program a user runs through a link of the daemon's name) is root's
+        (``owner``) or the account root made the daemon's run directory for
+        (``nvidia-persistenced --user``), and its program lies in directories only root can
+        change (issue 45)."""
+        from gpuhc.fsutil import UnsafePath, check_dir_chain
+        from gpuhc.sources.job_activity import JobResolver
+
+        uid = JobResolver(self._p("proc")).owner_of(pid)
+        if uid is None or uid not in (self.owner, self._run_dir_owner(name)):
             return False
+        try:  # " (deleted)": the package was upgraded under the running daemon
+            program = os.readlink(self._p("proc", str(pid), "exe")).removesuffix(" (deleted)")
+            check_dir_chain(os.path.dirname(program), f"the {name} daemon's program")
+        except (OSError, UnsafePath):
+            return False
+        return True
+
+    def _run_dir_owner(self, name: str) -> int | None:
+        """The owner of the daemon's pid file directory, where only root can have made it (a
+        directory of ``owner``'s others cannot write); None otherwise."""
+        run_dir = os.path.dirname(self._p(PIDFILES[name]))
+        try:
+            parent = os.stat(os.path.dirname(run_dir))
+            made = os.stat(run_dir)
+        except OSError:
+            return None
+        if parent.st_uid != self.owner or parent.st_mode & 0o022 or not stat.S_ISDIR(made.st_mode):
+            return None
+        return made.st_uid
 
     def _enabled(self, name: str) -> bool:
         return any(os.path.exists(self._p(d, u)) for d in UNIT_DIRS for u in UNITS[name])

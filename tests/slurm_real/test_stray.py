@@ -9,7 +9,6 @@ boundary); drain, requeue, resume and the reboot are Slurm's own.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 
@@ -72,11 +71,11 @@ def test_the_health_check_keeps_a_stray_drained_until_it_is_gone(slurm_cluster, 
 def test_the_ladder_reboots_a_node_held_by_a_stray_no_job_owns(slurm_cluster, tmp_path, slurm_release):
     wd = tmp_path / "c"
     cfg = base_config(wd)
-    # drain + reboot: [reboot], the shipped ladder. The stray's /proc entry, owned by a user: a
-    # process whose owner cannot be read (or root's) would make the ladder wait (remediate.owner_of).
+    # drain + reboot: [reboot], the shipped ladder. The stray's /proc entry, its real uid a user's:
+    # a process whose owner cannot be read (or root's) would make the ladder wait (remediate.owner_of).
     proc = tmp_path / "proc"
     (proc / "48213").mkdir(parents=True)
-    os.chown(proc / "48213", 1000, 1000)
+    (proc / "48213" / "status").write_text("Name:\tpython3\nUid:\t1000\t1000\t1000\t1000\n")
     cfg["slurm"]["remediation"] = {"enabled": True, "reset": {"proc_root": str(proc)}}
     c, scenario = stray_cluster(slurm_cluster, tmp_path, cfg, reboot=True)
     try:

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from gpuhc.sources.host import HostLive, count_cpus, settings_for
+from tests.helpers.unprivileged import make_user, namesake
 
 
 def tree(tmp_path, files: dict[str, str]):
@@ -184,3 +185,63 @@ def test_d_state_processes_are_looked_for_only_when_the_kernel_counts_some(tmp_p
     (tmp_path / "proc" / "9").mkdir()
     (tmp_path / "proc" / "9" / "wchan").write_text("ext4_sync_file")
     assert live.read().dstate == [{"pid": 7, "comm": "python", "start": 5, "wchan": "nfs_wait_on_request"}]
+
+
+@pytest.fixture
+def user():
+    yield from make_user("gpuhch")
+
+
+def _fm_expected(tmp_path):
+    os.symlink("/proc", tmp_path / "proc")
+    unit = tmp_path / "etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text("")
+    return settings_for({"services": {"fabricmanager": "auto", "persistenced": "off", "dcgm": "off",
+                                      "probe_timeout_s": 1.0}})
+
+
+def test_a_users_set_uid_namesake_of_the_daemon_is_not_the_service(tmp_path, user):
+    """Issue 45: a user runs a set-uid-root program through a link named nv-fabricmanager; the
+    kernel shows its /proc/<pid> as root's (the effective uid), which made it the service. Its
+    real uid says whose it is; its program lies in a root-owned directory, so only the uid can."""
+    settings = _fm_expected(tmp_path)
+    with namesake(user, "nv-fabricmanager") as p:
+        assert os.stat(f"/proc/{p.pid}").st_uid == 0  # what the directory's owner said
+        got = HostLive(settings, str(tmp_path)).read().services
+    assert got["fabricmanager"]["running"] is False
+
+
+def test_roots_process_named_like_the_daemon_from_a_directory_others_can_write_is_not_the_service(tmp_path):
+    settings = _fm_expected(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    fm = shared / "nv-fabricmanager"
+    shutil.copy("/bin/sleep", fm)
+    proc = subprocess.Popen([str(fm), "30"])
+    try:
+        time.sleep(0.2)
+        got = HostLive(settings, str(tmp_path)).read().services
+    finally:
+        proc.kill()
+        proc.wait()
+    assert got["fabricmanager"]["running"] is False
+
+
+def test_persistenced_run_under_its_own_account_is_the_service(tmp_path, user):
+    """``nvidia-persistenced --user nvidia-persistenced`` drops to that account; root made its run
+    directory for it. The same process where the directory is not that account's is no service."""
+    os.symlink("/proc", tmp_path / "proc")
+    unit = tmp_path / "etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text("")
+    run = tmp_path / "var/run/nvidia-persistenced"
+    run.mkdir(parents=True)
+    live = HostLive({"services": {"persistenced": "auto"}, "probe_timeout_s": 0.5}, str(tmp_path))
+    with namesake(user, "nvidia-persistenced", setuid=False) as p:
+        (run / "nvidia-persistenced.pid").write_text(f"{p.pid}\n")
+        root_dir = live.read().services["persistenced"]["running"]
+        os.chown(run, user.pw_uid, user.pw_gid)
+        its_own = live.read().services["persistenced"]["running"]
+    assert (root_dir, its_own) == (False, True)

@@ -81,14 +81,15 @@ def owner_of(pid: int, name: str | None, remediation: dict) -> str:
     """Whose is a GPU process on a node Slurm shows no job on: ``admin`` (root's, or a configured
     admin tool: ``dcgmi diag``, ``nvidia-bug-report.sh``, a retest over clush), ``unknown`` (its
     /proc entry cannot be read: gone, or another PID namespace), or ``stray`` (a user's, with no
-    job: a job's leftover). Only a stray is a reason to reboot (issue 30)."""
-    import os
+    job: a job's leftover). Only a stray is a reason to reboot (issue 30). Whose is the real uid
+    of ``/proc/<pid>/status``, not the owner of ``/proc/<pid>``: the kernel shows the effective
+    uid there, root for a set-uid program a user runs (issue 45)."""
+    from gpuhc.sources.job_activity import JobResolver
 
     if name and name in set(remediation["admin_tools"]):
         return "admin"
-    try:
-        uid = os.stat(os.path.join(remediation["reset"]["proc_root"], str(int(pid)))).st_uid
-    except (OSError, ValueError):
+    uid = JobResolver(remediation["reset"]["proc_root"]).owner_of(pid)
+    if uid is None:
         return "unknown"
     return "admin" if uid == 0 else "stray"
 

@@ -396,9 +396,9 @@ def test_a_reset_a_stray_blocks_goes_to_the_reboot_rung_unless_a_job_owns_it(tmp
         "extends: healthy-8xh100.yaml", f"extends: {scen / 'healthy-8xh100.yaml'}")
     stray.write_text(text.replace("name: python3", "name: dcgmi") if owner == "dcgmi" else text)
     proc = tmp_path / "proc"
-    if isinstance(owner, int):  # the process's /proc entry, owned as the process is
+    if isinstance(owner, int):  # the process's real uid, in its status as the kernel writes it
         (proc / "48213").mkdir(parents=True)
-        os.chown(proc / "48213", owner, owner)
+        (proc / "48213" / "status").write_text(f"Name:\tpython3\nUid:\t{owner}\t{owner}\t{owner}\t{owner}\n")
     remap = Result("ecc", Status.FAIL, "gpu1 row remap pending (reset needed)", "gpu1", action=Action.RESET_GPU)
     held = "gpuhc: ecc gpu1 row remap pending (reset needed)"
     s = RebootingSlurm({"n1": (state, held)})

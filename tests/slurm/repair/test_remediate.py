@@ -3,13 +3,17 @@ in for `nvidia-smi -r`) and which finding drives the ladder."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
+import pytest
+
 from gpuhc.model.result import Action, Result, Status
 from gpuhc.slurm.repair.gpureset import run_argv
-from gpuhc.slurm.repair.remediate import finding_of
+from gpuhc.slurm.repair.remediate import finding_of, owner_of
 from tests.helpers.paths import REPO
+from tests.helpers.unprivileged import make_user, namesake
 
 
 def script(tmp_path, body: str):
@@ -128,3 +132,21 @@ def test_only_slurm_jobs_make_a_stray_some_job_s():
     for state, flags in (("ALLOCATED", ("DRAIN",)), ("MIXED", ()), ("IDLE", ("DRAIN", "COMPLETING")),
                          ("COMPLETING", ())):
         assert "jobs on the node" in jobs_of(n(state, flags)), (state, flags)
+
+
+@pytest.fixture
+def user():
+    yield from make_user("gpuhcr")
+
+
+def test_a_users_set_uid_process_on_a_held_gpu_is_a_stray_not_roots(user):
+    """Issue 45: /proc/<pid> shows a set-uid program's effective uid (root), which made a user's
+    process on a GPU an admin's and the ladder waited; the real uid in its status says stray. A
+    name an admin tool has still only makes it wait."""
+    remediation = {"admin_tools": ["dcgmi"], "reset": {"proc_root": "/proc"}}
+    with namesake(user, "python3") as p:
+        assert os.stat(f"/proc/{p.pid}").st_uid == 0
+        assert owner_of(p.pid, "python3", remediation) == "stray"
+        assert owner_of(p.pid, "dcgmi", remediation) == "admin"
+    assert owner_of(os.getpid(), "python3", remediation) == ("admin" if os.getuid() == 0 else "stray")
+    assert owner_of(p.pid, "python3", remediation) == "unknown"  # gone
