@@ -94,7 +94,7 @@ class AccountingCluster(SlurmCluster):
     def _start_ctld(self) -> None:
         self._start_mariadb()
         self._spawn("slurmdbd", [_binary("slurmdbd"), "-D"])
-        self.wait_for(self._dbd_answers, 60, "slurmdbd answering sacctmgr")
+        self.wait_for(self._dbd_answers, 180, "slurmdbd answering sacctmgr")
         self.run(["sacctmgr", "-i", "add", "cluster", self.name], timeout=30)
         super()._start_ctld()
 
@@ -119,7 +119,7 @@ class AccountingCluster(SlurmCluster):
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
         self._db = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL, start_new_session=True, env=env)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # returns at its socket: the bound is for a busy machine
         while not sock.exists():
             if self._db.poll() is not None or time.monotonic() > deadline:
                 tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
