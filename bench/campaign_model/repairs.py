@@ -9,7 +9,7 @@ from .node import retest
 class Repairs:
     # ------------------------------------------------------------------ stand-ins: reset, reboot
 
-    def _reset(self, remediation, gpus, read_nvml, log, deadline, read_mig=None):
+    def _reset(self, remediation, gpus, read_nvml, log, deadline, read_mig=None, state_dir=None):
         """The reset procedure's stand-in: takes reset_s on the virtual clock, repairs a fault a
         reset can repair with its odds (a permanent lemon never)."""
         from gpuhc.slurm.repair.reset_run import Outcome
