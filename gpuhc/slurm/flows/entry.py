@@ -166,7 +166,9 @@ def may_fail_job(flow: Flow, out: Outcome) -> bool:
     suspect GPU, bounded by the next health check, which drains the node under the cap
     (docs/slurm.md, "No exit 1 without the breaker")."""
     d = out.decision
-    if d is not None and (d.act is Act.KEEP or (d.act is Act.DRAIN and out.acted)):
+    # An observed drain is one enforce mode would have made: observe mode says what follows it.
+    drained = out.acted or out.extra.get("observed") == Act.DRAIN.value
+    if d is not None and (d.act is Act.KEEP or (d.act is Act.DRAIN and drained)):
         return True
     state = out.breaker if out.breaker is not None else flow.breaker_known
     if breaker_off(flow.slurm, state):
