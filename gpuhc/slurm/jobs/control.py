@@ -120,7 +120,7 @@ class JobControl(SlurmCommand):
         except SlurmError as e:
             raise SlurmError(f"job {job}: {e}") from None
         uid = got["uid"].strip()
-        return Job(job, got["state"].strip(), int(uid) if uid.isdigit() else None, expand(got["nodes"].strip()),
+        return Job(job, got["state"].strip(), int(uid) if uid.isascii() and uid.isdigit() else None, expand(got["nodes"].strip()),
                    got["excluded"].strip(), "" if comment == "(null)" else comment)
 
     def _from_json(self, job: str) -> Job | None:

@@ -163,7 +163,7 @@ def _entry(item: str) -> Entry | None:
     cut = None
     if "cut" in values:
         stamp, at, name = values["cut"].partition("@")
-        if not at or not stamp.isdigit() or not _NAME.match(name):
+        if not at or not (stamp.isascii() and stamp.isdigit()) or not _NAME.match(name):
             return None
         cut = (int(stamp), name)
     pending = tuple(values["pending"].split("+")) if "pending" in values else ()

@@ -101,6 +101,7 @@ def test_scope_keys():
     "p=gpu:id=0000abcd,t=1,held=1,total=10,cap=2,newest=1,cut=5@bad/name",
     "p=gpu:id=0000abcd,t=1,held=1,held=2,total=10,cap=2,newest=1",
     "p=gpu:id=0000abcd,t=1,held=1,total=10,cap=2,newest=1,cut=5@g1",  # a cut under the cap
+    "p=gpu:id=0000abcd,t=1,held=3,total=10,cap=2,newest=1,cut=\u00b2@g1",  # a digit Python's int() takes, not ASCII
     "p=gpu:id=0000abcd,t=1,held=3,total=10,cap=2,newest=1",  # over the cap without a cut
     "p=gp;u:t=1,held=1,total=10,cap=2,newest=1",
     "gpu:t=1,held=1,total=10,cap=2,newest=1",
