@@ -58,7 +58,8 @@ def test_the_wait_ends_at_the_runs_deadline(tmp_path):
         said = []
         t = time.monotonic()
         turn = runlock.take(d, time.monotonic() + runlock.RESERVE_S + 0.5, lambda m, **k: said.append(m))
-        assert not turn.ok and 0.3 <= time.monotonic() - t < 3
+        # The holder keeps the lock 30 s: a wait that ignored the deadline would end with the turn taken.
+        assert not turn.ok and time.monotonic() - t >= 0.3
         assert "leaving Slurm to it" in said[-1]
     finally:
         p.kill()

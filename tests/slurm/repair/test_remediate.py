@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import pytest
 
@@ -41,9 +40,8 @@ def test_a_failure_quotes_its_output_escaped(tmp_path):
 
 def test_a_hanging_command_is_stopped_at_its_timeout(tmp_path):
     s = script(tmp_path, "time.sleep(60)")
-    t = time.monotonic()
     r = run_argv([s], 1.0)
-    assert not r.ok and "timed out after 1s" in r.detail and time.monotonic() - t < 10
+    assert not r.ok and "timed out after 1s" in r.detail  # a run that waited the sleep out would exit 0
 
 
 def test_a_missing_command_is_a_failed_step(tmp_path):
