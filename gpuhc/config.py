@@ -33,6 +33,12 @@ def _profile_help() -> str:
             + (", ".join(shipped_names()) or "none shipped") + " (gpuhc/data/profiles/<name>.yaml)")
 
 
+def _evidence_schema() -> dict[str, Any]:
+    from gpuhc.evidence import schema
+
+    return schema()
+
+
 CORE_SCHEMA: dict[str, Any] = {
     "node": {
         "expected_gpus": Key(int, None, "GPUs this node must have; default: the baseline's count", min=0, nullable=True),
@@ -59,6 +65,9 @@ CORE_SCHEMA: dict[str, Any] = {
         "epilog": Key(float, 30.0, min=1.0, max=3600.0),
         "bootstrap": Key(float, 600.0, min=1.0, max=7200.0),
     },
+    # How long the node around the GPUs must keep its evidence before it drains (docs/checks.md,
+    # "Evidence to act"); the defaults and why are declared with the table, gpuhc/evidence.py
+    "evidence": _evidence_schema(),
     "output": {
         "event_log": Key(str, None, "append one JSON line per run here", nullable=True),
         "prometheus_textfile": Key(

@@ -24,6 +24,7 @@ from gpuhc.config import Config
 from gpuhc.model.result import Result, Status
 from gpuhc.model.snapshot import Snapshot
 from gpuhc.phases import mark
+from gpuhc.runhold import STATE_KEY as HELD_KEY, hold
 from gpuhc.runplan import plan_sources
 from gpuhc.runread import ALL, Reader, fill, recording_time, start_readers
 from gpuhc.runreport import RunOptions, RunReport, one_line
@@ -177,8 +178,11 @@ def run_stage(opts: RunOptions) -> RunReport:
 
     if snapshot.nvml is not None and snapshot.nvml.notes:
         report.notes.extend(f"nvml: {n}" for n in snapshot.nvml.notes[:10])
+    # What the findings buy once held over runs (gpuhc/evidence.py): after every check, active
+    # ones too, so that one table decides for all
+    report.results, held = hold(report.results, prior.get(HELD_KEY), snapshot.time, opts.config.section("evidence"))
     if state_error is None:
-        save_state(store, new_state, step, opts.sources, report)
+        save_state(store, new_state, step, opts.sources, report, held)
     else:
         report.notes.append(f"state not read nor saved: {one_line(state_error)}")
         report.results.append(Result("state", Status.ERROR, f"state not read nor saved: {one_line(state_error)}"))

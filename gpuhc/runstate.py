@@ -33,7 +33,8 @@ def scenario_step(prior: dict[str, Any], spec: SourceSpec, report: RunReport | N
     return 0
 
 
-def save_state(store: StateStore, new_state: dict, step: int | None, spec: SourceSpec, report: RunReport) -> None:
+def save_state(store: StateStore, new_state: dict, step: int | None, spec: SourceSpec, report: RunReport,
+               held: dict | None = None) -> None:
     try:
         with store.transaction() as doc:
             # Sections a damaged document holds as something else are rebuilt, not crashed on.
@@ -44,6 +45,8 @@ def save_state(store: StateStore, new_state: dict, step: int | None, spec: Sourc
             # write wins: growth checks then re-baseline once, nothing is corrupted. Counters
             # owned by the runner are advanced from what is stored now, so no step is lost.
             doc["checks"].update(new_state)
+            if held is not None:  # the evidence held over runs (gpuhc/runhold.py), whole
+                doc["evidence"] = held
             if spec.nvml_scenario and spec.step is None:
                 steps = doc["runner"]["scenario_steps"] = mapping(doc["runner"].get("scenario_steps"))
                 stored = steps.get(spec.nvml_scenario)

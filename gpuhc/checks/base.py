@@ -159,9 +159,10 @@ def result(
     value: Any = None,
     threshold: Any = None,
     action: Action = Action.NONE,
+    evidence: str | None = None,
 ) -> Result:
     """Shorthand used by checks; keeps their bodies readable."""
-    return Result(check, status, message, subject, value, threshold, action)
+    return Result(check, status, message, subject, value, threshold, action, evidence)
 
 
 def na(check: str, message: str, subject: str = "node") -> Result:

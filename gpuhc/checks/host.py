@@ -6,10 +6,12 @@
   same way. Without a baseline these are n/a: no node's own numbers to hold it to.
 - mounts the site names (``mounts``, e.g. the shared file system and the dataset mount): each
   must be mounted and answer ``stat -f`` within ``mount_timeout_s`` (the probe runs in a child
-  process, gpuhc/sources/host.py). Not mounted or not answering FAILs with drain + reboot: a hung
-  NFS mount hangs every job that touches it, and a reboot is what clears most.
+  process, gpuhc/sources/host.py). Not mounted or not answering FAILs with drain + reboot once
+  held over runs (evidence class ``mount``, gpuhc/evidence.py; a WARN until then): a hung NFS
+  mount hangs every job that touches it, and a reboot is what clears most, but a server's
+  failover is over in minutes.
 - free space on ``scratch`` (local scratch; empty: off): WARN below ``scratch_warn_pct`` free, FAIL (drain +
-  ticket: a person must clean it) below ``scratch_fail_pct``.
+  ticket: a person must clean it) below ``scratch_fail_pct``, once held (class ``scratch``).
 - processes in uninterruptible sleep (state D) whose kernel wait channel is one of
   ``dstate_wchan`` (the GPU driver, NFS, Lustre, FUSE...), seen on consecutive runs: WARN after
   ``dstate_warn_s``, FAIL (drain + reboot) after ``dstate_fail_s``. Such a process cannot be
@@ -76,7 +78,7 @@ def _mounts(h, ctx: Context) -> list:
         if not isinstance(m, dict) or m.get("ok"):
             continue
         out.append(result(ID, Status.FAIL, f"mount {path}: {m.get('error') or 'not answering'}", path,
-                          value=m, threshold=ctx.t("mount_timeout_s"), action=Action.DRAIN_REBOOT))
+                          value=m, threshold=ctx.t("mount_timeout_s"), action=Action.DRAIN_REBOOT, evidence="mount"))
     return out
 
 
@@ -94,7 +96,8 @@ def _scratch(h, ctx: Context) -> list:
     text = f"scratch {path}: {pct:.1f}% free ({free / 2**30:.1f} GiB)"
     fail, warn = ctx.t("scratch_fail_pct"), ctx.t("scratch_warn_pct")
     if fail is not None and pct < float(fail):
-        return [result(ID, Status.FAIL, f"{text} < {fail}%", path, value=pct, threshold=fail, action=Action.DRAIN_TICKET)]
+        return [result(ID, Status.FAIL, f"{text} < {fail}%", path, value=pct, threshold=fail, action=Action.DRAIN_TICKET,
+                       evidence="scratch")]
     if warn is not None and pct < float(warn):
         return [result(ID, Status.WARN, f"{text} < {warn}%", path, value=pct, threshold=warn)]
     return []

@@ -12,12 +12,16 @@ the host source walked them up sysfs (``host.pci_watch``); NVML's GPUs; a device
 the nvidia, nvidia-nvswitch or mlx5_core driver. Without sysfs (a replayed log) the last two still
 name the GPU itself.
 
-- an uncorrected error (fatal or non-fatal) or a failed recovery on a watched device FAILs with
-  drain + reboot, held like an Xid (gpuhc/checks/kernel_window.py) until a reboot, an admin's
-  resume or ``window_s`` without another. On another device it WARNs once: the node's business,
-  not a GPU job's.
-- corrected errors are counted per device inside ``corrected_window_s``: WARN at
-  ``corrected_warn``, FAIL (drain + hardware ticket) at ``corrected_fail`` when set. The kernel
+- an uncorrected fatal error or a failed recovery on a watched device FAILs with drain +
+  reboot, held like an Xid (gpuhc/checks/kernel_window.py) until a reboot, an admin's resume or
+  ``window_s`` without another. On another device it WARNs once: the node's business, not a GPU
+  job's.
+- corrected errors, and uncorrected non-fatal ones the kernel recovered from (a recovery that
+  failed says so in its own line, above), are counted per device inside
+  ``corrected_window_s``: WARN at ``corrected_warn``, and at ``corrected_fail`` when set a FAIL
+  (drain + hardware ticket) that drains only once held over runs (evidence class
+  ``aer-corrected``, gpuhc/evidence.py): a link that replays is a rate, not an event, and one
+  recovered error on a NIC is no reason to take a busy node out (issue 43). The kernel
   rate-limits these lines, so a count read from the log is a floor.
 """
 
@@ -33,7 +37,8 @@ from gpuhc.model.result import Action, Status
 from gpuhc.model.snapshot import Snapshot
 
 ID = "pcie-aer"
-UNCORRECTED = ("fatal", "nonfatal", "recovery_failed")
+UNCORRECTED = ("fatal", "recovery_failed")  # each one drains
+RATE = ("corrected", "nonfatal")  # counted: recovered, no data lost (a failed recovery has its own line)
 _DRIVER_ROLE = {"nvidia": "GPU", "nvidia-nvswitch": "NVSwitch", "mlx5_core": "NIC"}
 _ROLE = {"gpu": "GPU", "nvswitch": "NVSwitch", "nic": "NIC"}
 PORT_FOLLOWS_S = 5.0  # a port's "device recovery failed" this soon after a watched device's is the port above it
@@ -106,7 +111,7 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     for ev, new in win.events((EventKind.AER,)):
         pci = norm_pci(ev.pci) if ev.pci else "unknown"
         t = ev.time if ev.time is not None else now
-        if ev.state == "corrected":
+        if ev.state in RATE:
             corrected.setdefault(pci, []).append(t)
             continue
         if pci not in watch:
@@ -142,12 +147,13 @@ def _corrected(seen: dict[str, list[float]], watch: dict[str, str], now: float, 
     for pci, times in sorted(seen.items()):
         n = sum(1 for t in times if t >= now - span)
         what = f" ({watch[pci]})" if pci in watch else ""
-        text = f"{pci}{what}: {n} corrected PCIe AER error(s) in the last {span / 3600:g}h"
+        text = f"{pci}{what}: {n} corrected or recovered PCIe AER error(s) in the last {span / 3600:g}h"
         if fail and n >= fail and pci in watch:
             out.append(result(ID, Status.FAIL, f"{text} (limit {fail})", pci, value=n, threshold=fail,
-                              action=Action.DRAIN_TICKET))
+                              action=Action.DRAIN_TICKET, evidence="aer-corrected"))
         elif warn and n >= warn:
-            out.append(result(ID, Status.WARN, f"{text} (warn at {warn})", pci, value=n, threshold=warn))
+            out.append(result(ID, Status.WARN, f"{text} (warn at {warn})", pci, value=n, threshold=warn,
+                              evidence="aer-corrected"))
     return out
 
 
@@ -185,8 +191,8 @@ CHECKS = [
             "corrected_warn": 10,
             "corrected_fail": None,
         },
-        doc="PCIe AER from the kernel log on GPUs, NVSwitches, NICs and the bridges above them: uncorrected "
-            "errors and failed recovery fail (drain + reboot); corrected errors judged as a rate.",
+        doc="PCIe AER from the kernel log on GPUs, NVSwitches, NICs and the bridges above them: fatal errors and "
+            "failed recovery fail (drain + reboot); corrected and recovered non-fatal errors judged as a rate.",
         validate=validate_corrected,
         acknowledge=acknowledge,
     )

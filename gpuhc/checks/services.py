@@ -11,10 +11,14 @@ Which are needed, per service (threshold ``auto``, ``on`` or ``off``):
 - ``dcgm``: DCGM's host engine, needed where its unit is enabled (turn it ``on`` where the dcgm
   active checks run); answering: ``dcgmi discovery -l`` within ``probe_timeout_s``.
 
-The IMEX daemon is the fabric check's (``nvidia-imex-ctl``), not repeated here. A needed service
-that is not running, or runs but does not answer, FAILs with drain + reboot (NVSentinel issue
-883: a Fabric Manager outage went unnoticed for 20 days, and every NCCL job on the node failed).
-A service running where nobody asked for it is not judged.
+The IMEX daemon is the fabric check's (``nvidia-imex-ctl``), not repeated here. A probe that
+fails is asked again within the run, after a short pause, all probes within ``probe_budget_s``
+(gpuhc/sources/host.py ``retried``). A needed service that is not running, or runs but does not
+answer, is a FAIL with drain + reboot (NVSentinel issue 883: a Fabric Manager outage went
+unnoticed for 20 days, and every NCCL job on the node failed) of evidence class ``service``: a
+WARN until held over consecutive runs spanning ``evidence.host`` (gpuhc/evidence.py,
+gpuhc/runhold.py), so one slow ``dcgmi`` on a busy node is no drain (issue 43), and never toward
+a lemon. A service running where nobody asked for it is not judged.
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         if not info.get("running"):
             out.append(result(ID, Status.FAIL, f"{label} is not running", name, value=info, action=Action.DRAIN_REBOOT))
         elif info.get("answering") is False:
-            why = f" ({info['error']})" if info.get("error") else ""
+            tries = f", {info['attempts']} tries" if isinstance(info.get("attempts"), int) else ""
+            why = f" ({info['error']}{tries})" if info.get("error") else ""
             out.append(result(ID, Status.FAIL, f"{label} is running but not answering{why}", name, value=info,
                               action=Action.DRAIN_REBOOT))
         else:
@@ -62,6 +67,11 @@ def _validate(t: dict[str, Any]) -> list[str]:
     v = t.get("probe_timeout_s")
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 30:
         out.append(f"probe_timeout_s: want seconds in (0, 30], got {v!r}")
+    b = t.get("probe_budget_s")
+    if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 < b <= 30:
+        out.append(f"probe_budget_s: want seconds in (0, 30], got {b!r}")
+    elif isinstance(v, (int, float)) and not isinstance(v, bool) and b < v:
+        out.append(f"probe_budget_s: want at least probe_timeout_s ({v:g}), got {b!r}")
     return out
 
 
@@ -74,7 +84,10 @@ CHECKS = [
         stages=("passive", "bootstrap"),
         timeout_s=10.0,
         defaults={"fabricmanager": "auto", "persistenced": "auto", "dcgm": "auto",
-                  "probe_timeout_s": 3.0},  # chosen here: a healthy daemon answers in well under a second
+                  "probe_timeout_s": 3.0,  # chosen here: a healthy daemon answers in well under a second
+                  # every probe and its retries together (sources/host.py ``retried``): two
+                  # tries of a slow host engine, inside this check's 10 s and the stage's 45 s
+                  "probe_budget_s": 7.0},
         doc="Fabric Manager (NVSwitch nodes), nvidia-persistenced and DCGM's host engine where needed: running "
             "and answering a bounded probe.",
         validate=_validate,

@@ -56,8 +56,12 @@ class Result(FrozenRecord):
     value: Any = None  # the measured value, JSON-able
     threshold: Any = None  # what it was compared against, JSON-able
     action: Action = Action.NONE
+    # The class of evidence it is (gpuhc/evidence.py's table: what it buys, whether it counts
+    # toward a lemon); None: its check's class
+    evidence: str | None = None
 
     def to_dict(self) -> dict:
+        extra = {"evidence": self.evidence} if self.evidence is not None else {}
         return {
             "check": self.check,
             "status": self.status.value,
@@ -66,4 +70,5 @@ class Result(FrozenRecord):
             "value": self.value,
             "threshold": self.threshold,
             "action": self.action.value,
+            **extra,
         }

@@ -65,6 +65,7 @@ def settings_for(thresholds: dict[str, dict[str, Any]]) -> dict[str, Any]:
     if services is not None:
         out["services"] = {name: services.get(name, "auto") for name in DAEMONS}
         out["probe_timeout_s"] = float(services.get("probe_timeout_s") or 3.0)
+        out["probe_budget_s"] = float(services.get("probe_budget_s") or 7.0)
     return out
 
 
@@ -104,7 +105,8 @@ class HostLive:
             for p in r.dstate:
                 p.pop("state", None)
         if s.get("services"):
-            r.services = self.services(s["services"], procs, r.pci_watch, float(s.get("probe_timeout_s", 3.0)))
+            r.services = self.services(s["services"], procs, r.pci_watch, float(s.get("probe_timeout_s", 3.0)),
+                                       float(s.get("probe_budget_s", 7.0)))
         results = _finish_probes(probes, float(s.get("mount_timeout_s", 5.0)))
         if s.get("mounts"):
             mounted = self.mount_points()
@@ -197,7 +199,9 @@ class HostLive:
         return not wanted or any(w in wchan for w in wanted)
 
     def services(self, want: dict[str, Any], procs: list[dict[str, Any]] | None, watch: dict | None,
-                 timeout_s: float) -> dict[str, dict[str, Any]]:
+                 timeout_s: float, budget_s: float | None = None) -> dict[str, dict[str, Any]]:
+        # every probe and its retries share one deadline, well inside the check's own timeout
+        deadline = time.monotonic() + (budget_s if budget_s is not None else 2 * timeout_s)
         nvswitch = any(v.get("role") == "nvswitch" for v in (watch or {}).values())
         out = {}
         for name, mode in want.items():
@@ -213,9 +217,10 @@ class HostLive:
                 p["comm"] == DAEMONS[name] and self._owned(p["pid"], name) for p in procs or [])
             info: dict[str, Any] = {"expected": True, "running": running, "answering": None, "error": None}
             if info["running"] and name == "persistenced":
-                info["answering"], info["error"] = _socket_answers(self._p(PERSISTENCED_SOCKET.lstrip("/")), timeout_s)
+                socket_path = self._p(PERSISTENCED_SOCKET.lstrip("/"))
+                info.update(retried(lambda t: _socket_answers(socket_path, t), timeout_s, deadline))
             elif info["running"] and name == "dcgm":
-                info["answering"], info["error"] = self._dcgm_answers(timeout_s)
+                info.update(retried(self._dcgm_answers, timeout_s, deadline))
             out[name] = info
         return out
 
@@ -308,8 +313,8 @@ def _start_probes(stat: str | None, paths: list[str]) -> dict[str, Any]:
 
 
 def _finish_probes(started: dict[str, Any], timeout_s: float) -> dict[str, dict[str, Any]]:
-    """Each probe's answer by the one shared deadline; the late ones killed and left unwaited."""
-    deadline = time.monotonic() + timeout_s
+    """Each probe's answer by its deadline, counted from its start (the service probes ran in
+    between: their time is not the mounts'); the late ones killed and left unwaited."""
     out: dict[str, dict[str, Any]] = {}
     for path, probe in started.items():
         if isinstance(probe, str):
@@ -317,7 +322,7 @@ def _finish_probes(started: dict[str, Any], timeout_s: float) -> dict[str, dict[
             continue
         proc, t0 = probe
         try:
-            text, _ = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            text, _ = proc.communicate(timeout=max(0.0, t0 + timeout_s - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()  # not waited for: a child stuck in the file system wakes only with it
             out[path] = {"ok": False, "seconds": round(time.monotonic() - t0, 3),
@@ -330,6 +335,31 @@ def _finish_probes(started: dict[str, Any], timeout_s: float) -> dict[str, dict[
             continue
         avail, total, bsize = (int(n) for n in nums)
         out[path] = {"ok": True, "seconds": seconds, "free": avail * bsize, "total": total * bsize}
+    return out
+
+
+# ------------------------------------------------------------------ service probes
+
+RETRY_PAUSES_S = (0.5, 1.0)  # between a service probe's attempts: three at most
+
+
+def retried(probe, timeout_s: float, deadline: float, sleep=time.sleep) -> dict[str, Any]:
+    """A service's probe (``probe(timeout) -> (answering, error)``) asked again after a short
+    pause while it fails and the shared ``deadline`` allows: one slow answer of a busy host
+    engine is no outage (issue 43). ``attempts`` says how many it took; the error is the last."""
+    answering, error, attempts = None, None, 0
+    for pause in (*RETRY_PAUSES_S, None):
+        left = deadline - time.monotonic()
+        if attempts and left <= 0:
+            break
+        attempts += 1
+        answering, error = probe(max(0.1, min(timeout_s, left)))
+        if answering is not False or pause is None or deadline - time.monotonic() <= pause:
+            break
+        sleep(pause)
+    out: dict[str, Any] = {"answering": answering, "error": error}
+    if attempts > 1:
+        out["attempts"] = attempts
     return out
 
 

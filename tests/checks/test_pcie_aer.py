@@ -65,10 +65,28 @@ def test_bridge_named_only_by_sysfs_fails():
 
 
 def test_error_on_an_nvml_gpu_is_that_gpus():
-    line = f"[ 5.0] pcieport 0000:17:00.0: AER: Uncorrected (Non-Fatal) error received: {PCI_IDS[0]}"
+    line = f"[ 5.0] pcieport 0000:17:00.0: AER: Uncorrected (Fatal) error received: {PCI_IDS[0]}"
     out = judge(replace(healthy_node(2), kernel=klog(line)))
     assert brief(out) == [(Status.FAIL, "gpu0", Action.DRAIN_REBOOT)]
-    assert out.results[0].message == "PCIe AER uncorrected (non-fatal) error on gpu0 (0000:18:00.0)"
+    assert out.results[0].message == "PCIe AER uncorrected (fatal) error on gpu0 (0000:18:00.0)"
+
+
+def test_a_recovered_non_fatal_error_is_counted_in_the_rate_not_drained():
+    # issue 43: a non-fatal error the kernel recovered from lost no data; its recovery failing
+    # would be its own line (the ogkm1229 fixture below), and that one drains
+    line = f"[ 5.0] pcieport 0000:17:00.0: AER: Uncorrected (Non-Fatal) error received: {PCI_IDS[0]}"
+    out = judge(replace(healthy_node(2), kernel=klog(line)))
+    assert brief(out) == [(Status.PASS, "node", Action.NONE)] and out.results[0].value == 1
+    many = [f"[ {5 + i}.0] pcieport 0000:17:00.0: AER: Uncorrected (Non-Fatal) error received: {PCI_IDS[0]}"
+            for i in range(10)]
+    out = judge(replace(healthy_node(2), kernel=klog(*many)))
+    assert [(r.status, r.evidence) for r in out.results] == [(Status.WARN, "aer-corrected")]
+
+
+def test_a_non_fatal_error_whose_recovery_failed_drains():
+    out = judge(replace(healthy_node(1), kernel=klog(name="aer_egpu_nonfatal_ogkm1229.log")))
+    fails = {r.subject for r in out.results if r.status is Status.FAIL and r.action is Action.DRAIN_REBOOT}
+    assert "0000:63:00.0" in fails
 
 
 def test_healthy_log_with_corrected_errors_passes():
@@ -81,6 +99,7 @@ def test_corrected_rate_warns_and_fails_only_when_set():
     snap = replace(healthy_node(1), kernel=klog(*lines))
     assert brief(judge(snap)) == [(Status.WARN, PCI_IDS[0], Action.NONE)]
     assert brief(judge(snap, corrected_fail=12)) == [(Status.FAIL, PCI_IDS[0], Action.DRAIN_TICKET)]
+    assert judge(snap, corrected_fail=12).results[0].evidence == "aer-corrected"  # drains once held (runhold)
     assert [r.status for r in judge(snap, corrected_warn=13).results] == [Status.PASS]
 
 

@@ -132,10 +132,43 @@ def test_a_hung_host_engine_probe_ends_at_its_deadline(tmp_path):
     finally:
         proc.kill()
         proc.wait()
-    assert got == {"expected": True, "running": True, "answering": False,
+    assert got == {"expected": True, "running": True, "answering": False, "attempts": 3,
                    "error": "dcgmi discovery -l: no answer within 0.5s"}
     assert took < 15.0  # ended at its deadline, long before the child's 30 s
     assert refused["answering"] is None and refused["error"] == "dcgmi not installed in a root-owned system directory"
+
+
+def test_one_slow_host_engine_answer_is_retried_within_the_run(tmp_path):
+    """issue 43: a dcgmi that misses its bound once and answers the next time is answering."""
+    os.symlink("/proc", tmp_path / "proc")
+    engine = tmp_path / "nv-hostengine"
+    shutil.copy("/bin/sleep", engine)
+    tools = tmp_path / "bin"
+    tools.mkdir(mode=0o755)
+    dcgmi = tools / "dcgmi"
+    once = tmp_path / "answered-once"
+    dcgmi.write_text(f"#!/bin/sh\nif [ -e {once} ]; then exit 0; fi\n: > {once}\nexec sleep 30\n")
+    dcgmi.chmod(0o755)
+    live = HostLive({"services": {"dcgm": "on"}, "probe_timeout_s": 0.5, "probe_budget_s": 5.0}, str(tmp_path),
+                    owner=os.getuid())
+    live.dcgmi_search = (str(dcgmi),)
+    proc = subprocess.Popen([str(engine), "30"])
+    try:
+        time.sleep(0.2)
+        got = live.read().services["dcgm"]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert got == {"expected": True, "running": True, "answering": True, "error": None, "attempts": 2}
+
+
+def test_retries_stop_at_the_shared_deadline():
+    from gpuhc.sources.host import retried
+
+    asked, slept = [], []
+    got = retried(lambda t: (asked.append(t), (False, "down"))[1], 3.0, time.monotonic() + 0.2, sleep=slept.append)
+    # the first pause (0.5 s) does not fit in the 0.2 s left: one try, no sleep
+    assert got == {"answering": False, "error": "down"} and len(asked) == 1 and slept == []
 
 
 def test_settings_read_only_what_the_checks_judge():

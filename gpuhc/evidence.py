@@ -1,0 +1,175 @@
+"""The one table of evidence to act: for each class of evidence, what buys a WARN, a drain, a
+reboot, a ticket, and whether a drain for it counts toward a lemon (issue 43; docs/checks.md,
+"Evidence to act", is generated from this table and a test holds the two together).
+
+Why a table: on a 1,000-node cluster a signal that acts a little too eagerly is tens of false
+drains a week, and admins then switch the tool off. Hardware evidence that the driver or
+NVIDIA's catalog says needs a reset or a reboot acts at once, as it always did (the checks'
+own verdicts). The node around the GPUs (service probes, mounts, scratch, corrected or
+recovered PCIe AER, corrected machine checks, stuck processes) is noisier: a slow ``dcgmi``, an
+NFS server's hiccup, one corrected AER on a NIC happen on healthy busy nodes. Such evidence
+first warns and drains only once it is *held*: seen on consecutive runs spanning a configured
+time (``evidence.<hold>`` in the config, :data:`HOLDS`; the runner keeps the count,
+gpuhc/runhold.py). gpuhc's own failures (a source that did not answer, an internal error) are
+ERROR and never drain (docs/ARCHITECTURE.md, "Judging").
+
+A finding names its class by ``Result.evidence``; a finding that names none is of its check's
+class (:func:`class_of`), and a check no row names (the active checks: the GPUs under load) is
+:data:`GPU`'s. Base layer: the checks, the runner, the lemon rule and ``gpuhc explain`` read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Hold:
+    """How long evidence must stay before it drains: ``runs`` consecutive runs that saw it,
+    spanning at least ``span_s`` from the first of them."""
+
+    runs: int
+    span_s: float
+    why: str
+
+
+# An experienced site's defaults. The health check runs every 5 minutes (slurm.conf's
+# HealthCheckInterval=300 in examples/slurm/), and an epilog may run seconds after it: three
+# sightings alone could be one minute of a busy NFS server, so the span is what holds it.
+# Fifteen minutes outlasts a service restart, a package upgrade, an NFS server's failover and
+# an exporter's slow scrape, and is still short against the hours a job loses on a node whose
+# DCGM, mount or scratch is really gone (four runs at the default interval).
+HOLDS: dict[str, Hold] = {
+    "host": Hold(3, 900.0, "outlasts a service restart, an NFS failover, a slow scrape; four health checks"),
+}
+
+@dataclass(frozen=True)
+class Evidence:
+    """One class of evidence and what it buys (the columns of the table in docs/checks.md)."""
+
+    id: str
+    kind: str  # "hardware", "driver", "host" (the node around the GPUs) or "gpuhc" (gpuhc's own failure)
+    what: str
+    checks: tuple[str, ...]  # checks whose findings are of this class unless they name another
+    warn: str
+    drain: str  # "at once", "never", or how long held (filled from the hold)
+    reboot: str
+    ticket: str
+    lemon: bool  # a drain for it counts toward lemon retirement
+    # The :data:`HOLDS` entry (config ``evidence.<hold>``) a FAIL of this class must be held
+    # for before it drains (a WARN until then); None: the check's verdict acts at once (a class
+    # whose check holds its own evidence over hours says so in ``drain``)
+    hold: str | None = None
+
+    def drain_text(self, holds: dict[str, Hold] | None = None) -> str:
+        if self.hold is None:
+            return self.drain
+        h = (holds or HOLDS)[self.hold]
+        return f"{self.drain} held {h.runs} runs over {span_text(h.span_s)} (evidence.{self.hold})"
+
+    def to_dict(self, holds: dict[str, Hold] | None = None) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "what": self.what, "checks": list(self.checks), "warn": self.warn,
+                "drain": self.drain_text(holds), "reboot": self.reboot, "ticket": self.ticket, "lemon": self.lemon,
+                "hold": self.hold}
+
+
+_CATALOG = "as NVIDIA's catalog says (gpuhc explain xid)"
+
+TABLE: tuple[Evidence, ...] = (
+    # ---- hardware: acts as the driver or NVIDIA's catalog says, at once
+    Evidence("xid", "hardware", "Xid / SXid in the kernel log", ("xid", "nvswitch"),
+             "catalog's warn codes; below a rate", _CATALOG, _CATALOG, _CATALOG, True),
+    Evidence("ecc-uncorrected", "hardware", "ECC uncorrected, row remapping failed or pending", ("ecc",),
+             "correctable above the rate", "at once", "GPU reset or reboot (remap pending)",
+             "remap failed, spare rows gone", True),
+    Evidence("nvlink", "hardware", "NVLink down or errors above the FAIL rate; NVSwitch fabric", ("nvlink", "fabric", "imex"),
+             "errors below the FAIL rate", "at once", "reboot", "link down after reboot", True),
+    Evidence("pcie-fatal", "hardware", "PCIe uncorrected (fatal) error or failed recovery; a GPU link degraded",
+             ("pcie", "pcie-aer"), "-", "at once", "reboot", "after reboot", True),
+    Evidence("gpu-lost", "hardware", "GPU lost: fallen off the bus, missing from NVML or the bus", ("gpu-count",),
+             "-", "at once", "reboot", "still missing after reboot", True),
+    Evidence("gpu", "hardware", "the GPU itself: clocks, thermal, power, and the active checks under load",
+             ("clocks", "thermal", "power"), "below FAIL", "at once", "as the check says", "as the check says", True),
+    Evidence("memory-uncorrected", "hardware", "host memory or CPU: uncorrected machine check, EDAC UE",
+             ("machine-check",), "-", "at once", "-", "at once", True),
+    Evidence("network", "hardware", "InfiniBand / RoCE port down, flapping or erroring: the cable's or NIC's",
+             ("infiniband",), "below FAIL", "at once", "-", "as the check says", False),
+    Evidence("node-config", "host", "a node that lost CPUs or DIMMs at boot (baseline), MIG layout gone",
+             ("host", "mig-layout"), "-", "at once", "-", "at once", False),
+    Evidence("job-leftover", "host", "a process left on a GPU, a job hung or slowed: the job's, not the node's",
+             ("occupancy", "jobs"), "-", "as the check says", "-", "-", False),
+    # ---- the node around the GPUs: warns, drains only when held
+    Evidence("service", "host", "GPU service not running or not answering its probe (retried in the run)",
+             ("services",), "at once", "when", "when held (restarts the service chain)", "-", False, "host"),
+    Evidence("mount", "host", "site-named mount missing or slower than its bound", (),
+             "at once", "when", "when held (a hung hard mount clears only so)", "-", False, "host"),
+    Evidence("scratch", "host", "local scratch nearly full", (), "below scratch_warn_pct", "below scratch_fail_pct and",
+             "-", "when held (a person cleans it)", False, "host"),
+    Evidence("aer-corrected", "host", "PCIe AER corrected or non-fatal recovered errors, as a rate", (),
+             "at corrected_warn", "at corrected_fail (off) and", "-", "when held", False, "host"),
+    Evidence("mce-corrected", "host", "corrected machine checks / memory errors, as a rate", (),
+             "at corrected_warn", "at corrected_fail (off) and", "-", "when held", False, "host"),
+    Evidence("stuck-process", "host", "process stuck in uninterruptible sleep", (),
+             "at once", "when", "when held", "-", False, "host"),
+    Evidence("nvml-wedged", "driver", "NVML hung or failed on consecutive health checks (driver wedged?)", ("nvml",),
+             "-", "at 2 consecutive health checks", "reboot", "-", False),
+    # ---- gpuhc's own failures
+    Evidence("gpuhc", "gpuhc", "gpuhc could not judge: a source or probe of its own timed out, an internal error",
+             ("state",), "ERROR", "never", "never", "never", False),
+)
+
+_BY_ID = {e.id: e for e in TABLE}
+_BY_CHECK = {c: e for e in TABLE for c in e.checks}
+GPU = _BY_ID["gpu"]  # a check no row names: the active checks judge the GPUs under load
+
+
+def span_text(seconds: float) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
+
+
+def by_id(class_id: str) -> Evidence:
+    return _BY_ID[class_id]
+
+
+def class_of(check: str, evidence: str | None = None) -> Evidence:
+    """A finding's class: the one it names, else its check's, else :data:`GPU`'s."""
+    if evidence is not None and evidence in _BY_ID:
+        return _BY_ID[evidence]
+    return _BY_CHECK.get(check, GPU)
+
+
+def counts_toward_lemon(check: str, evidence: str | None = None) -> bool:
+    return class_of(check, evidence).lemon
+
+
+def holds_from(section: dict[str, Any] | None) -> dict[str, Hold]:
+    """The holds as the config's ``evidence`` section sets them (a missing one: the default)."""
+    out = {}
+    for name, h in HOLDS.items():
+        got = (section or {}).get(name) or {}
+        out[name] = Hold(int(got.get("runs", h.runs)), float(got.get("span_s", h.span_s)), h.why)
+    return out
+
+
+def schema() -> dict[str, Any]:
+    """The config's ``evidence`` section, from :data:`HOLDS` (declared once, here)."""
+    from gpuhc.schema import Key
+
+    return {name: {"runs": Key(int, h.runs, f"consecutive runs that must see {name} evidence before it drains",
+                               min=1, max=1000),
+                   "span_s": Key(float, h.span_s, f"and the time they must span, from the first ({h.why})",
+                                 min=0.0, max=30 * 86400.0)}
+            for name, h in HOLDS.items()}
+
+
+def markdown(holds: dict[str, Hold] | None = None) -> str:
+    """The table docs/checks.md carries, as this module declares it."""
+    head = "| class | kind | what | checks | WARN | drain | reboot | ticket | lemon |\n" + "|---" * 9 + "|\n"
+    rows = [f"| `{e.id}` | {e.kind} | {e.what} | {', '.join(e.checks) or '(tagged)'} | {e.warn} | "
+            f"{e.drain_text(holds)} | {e.reboot} | {e.ticket} | {'yes' if e.lemon else 'no'} |" for e in TABLE]
+    return head + "\n".join(rows) + "\n"
