@@ -17,6 +17,14 @@ Actions, and why:
   NCCL gives up on an IB link after ~7 s with retries, so one long outage kills a job as
   surely as many flaps; a flaky link needs hands: FAIL, drain + ticket. The number of flaps is
   not judged (docs/facts.md, "InfiniBand"); ``link_downed`` growth only WARNs.
+- single flaps that recur: the port went down (after it had been up) in ``flap_hours`` (3)
+  distinct clock hours of the last ``flap_window_h`` (24): FAIL, drain + ticket, the reason
+  saying over how long (gpuhc/checks/persistence.py). Each flap alone is short of the downtime
+  limit and only WARNs, yet a cable whose flaps come back all day costs every job started
+  meanwhile a retry or its life; a burst (a switch reload, a cable bumped in the rack) touches
+  one or two hours and never drains. When the port went down is kept per port (``flaps``, the
+  first and last time of each clock hour) across reboots; an admin's resume forgets them
+  (``acknowledge``).
 - error counters growing between runs over ``counters.<name>`` = [warn, fail]: WARN / FAIL
   (drain + ticket). A counter that went down was reset: rebaseline, no verdict. IB error
   counters saturate (``link_downed`` at 255); a saturated counter cannot show growth, which
@@ -44,11 +52,16 @@ from typing import Any
 
 from gpuhc.checks.base import IB, KERNEL_LOG, STAGES, Check, CheckOutput, Context, na, result
 from gpuhc.checks.infiniband_downtime import UP_STATES, timeline
+from gpuhc.checks.persistence import held, setting_errors, span_text
 from gpuhc.model.host import IbPort
 from gpuhc.model.result import Action, Result, Status
 from gpuhc.model.snapshot import Snapshot
 
 ID = "infiniband"
+# The evidence class of a FAIL for single flaps that recur (the result's value["persistent"]
+# ["class"]), as the policy's table of evidence names it.
+RECURRING_FLAPS_CLASS = "ib-flaps-recurring"
+CLEARED = "flaps_cleared_at"  # state key: an admin's resume; flaps before it are forgiven
 
 # counter -> [warn, fail] growth between two runs; None switches that level off. Config entries
 # are merged over these, so an override names only the counters it changes.
@@ -74,6 +87,10 @@ DEFAULTS: dict[str, Any] = {
     "down_window_s": 600.0,
     "down_fail_s": 7.0,
     "down_warn_s": 1.0,
+    # single flaps in this many distinct clock hours of the window: FAIL (0: off). A burst
+    # touches 1-2 hours; 3 separate hours in a day is a cable or transceiver that keeps dropping.
+    "flap_hours": 3,
+    "flap_window_h": 24.0,
     "counters": DEFAULT_COUNTER_LIMITS,
     "warn_saturated": True,
     "ignore": [],  # globs on "mlx5_4/1" or "mlx5_4"
@@ -106,7 +123,10 @@ def _downtime(port: IbPort, snapshot: Snapshot, ctx: Context, prev: dict, boot_c
     """Judge seconds down (gpuhc/checks/infiniband_downtime.py); return the port's new sample
     history for the state."""
     window = float(ctx.t("down_window_s", 600.0))
-    down, kept = timeline(port, snapshot, window, prev, boot_changed)
+    flap_hours, flap_window = ctx.t("flap_hours", 0), float(ctx.t("flap_window_h", 24.0))
+    cleared = ctx.prev.get(CLEARED)
+    down, kept = timeline(port, snapshot, window, prev, boot_changed, flap_window,
+                          float(cleared) if isinstance(cleared, (int, float)) and not isinstance(cleared, bool) else None)
     fail, warn = ctx.t("down_fail_s", 7.0), ctx.t("down_warn_s", 1.0)
     v.value["down_s"] = round(down, 3)
     v.threshold["down_fail_s"] = fail
@@ -115,6 +135,12 @@ def _downtime(port: IbPort, snapshot: Snapshot, ctx: Context, prev: dict, boot_c
         v.add(Status.FAIL, text, Action.DRAIN_TICKET)
     elif warn is not None and down > 0 and down >= float(warn):
         v.add(Status.WARN, text)
+    h = held(kept["flaps"], flap_hours)
+    if h is not None:
+        v.value["persistent"] = {"class": RECURRING_FLAPS_CLASS, "hours": h.hours, "first": h.first, "last": h.last}
+        v.threshold["flap_hours"] = flap_hours
+        v.add(Status.FAIL, f"single flaps recurring {span_text(h.span_s)} (down in {h.hours} separate hours "
+                           f"of the last {flap_window:g} h)", Action.DRAIN_TICKET)
     return kept
 
 
@@ -226,6 +252,8 @@ def _bad_thresholds(ctx: Context) -> str | None:
             return f"thresholds.{key}: expected a number >= 0, got {ctx.t(key)!r}"
     if not number("down_window_s", nullable=False) or not ctx.t("down_window_s"):
         return f"thresholds.down_window_s: expected a number > 0, got {ctx.t('down_window_s')!r}"
+    for problem in setting_errors(ctx.thresholds, "flap_hours", "flap_window_h"):
+        return "thresholds." + problem
     if ctx.t("ethernet", "warn") not in ("ignore", "warn", "judge"):
         return f"thresholds.ethernet: expected ignore, warn or judge, got {ctx.t('ethernet')!r}"
     ignore = ctx.t("ignore") or []
@@ -305,7 +333,21 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
                               value=ib_count, threshold=expected, action=Action.DRAIN_TICKET))
     if not results:
         results.append(na(ID, "no InfiniBand ports"))
-    return CheckOutput(results, {"boot_id": boot if boot is not None else ctx.prev.get("boot_id"), "ports": new_ports})
+    state = {"boot_id": boot if boot is not None else ctx.prev.get("boot_id"), "ports": new_ports}
+    if ctx.prev.get(CLEARED) is not None:
+        state[CLEARED] = ctx.prev[CLEARED]
+    return CheckOutput(results, state)
+
+
+def acknowledge(state: dict[str, Any] | None, now: float) -> dict[str, Any]:
+    """The state after an admin's resume or a retest: the ports' flaps up to ``now`` are
+    forgiven (the kernel log still shows them, so the time is kept); samples and counters stay."""
+    new = dict(state) if isinstance(state, dict) else {}
+    ports = new.get("ports")
+    if isinstance(ports, dict):
+        new["ports"] = {s: {**p, "flaps": []} if isinstance(p, dict) else p for s, p in ports.items()}
+    new[CLEARED] = now
+    return new
 
 
 def _setting_errors(thresholds: dict[str, Any]) -> list[str]:
@@ -329,5 +371,6 @@ CHECKS = [
         defaults=DEFAULTS,
         doc=__doc__ or "",
         validate=_setting_errors,
+        acknowledge=acknowledge,
     )
 ]

@@ -1,5 +1,6 @@
-"""infiniband's timeline of a port: seconds not ACTIVE within a sliding window, from the port's
-own samples (kept in the check's state) and mlx5's link and module events in the kernel log.
+"""infiniband's timeline of a port: seconds not ACTIVE within a sliding window, and when it went
+down over the last day, from the port's own samples (kept in the check's state) and mlx5's link
+and module events in the kernel log.
 
 Pure: the observations in, the seconds down and the samples to keep out; the infiniband check
 (gpuhc/checks/infiniband.py) judges the seconds against its limits. A state holds until the
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuhc.checks.persistence import remember
 from gpuhc.model.host import IbPort
 from gpuhc.model.kernel import EventKind, KernelEvent
 from gpuhc.model.pci import norm_pci
@@ -23,29 +25,31 @@ MAX_SAMPLES = 512  # keeps the state file small if something runs the check in a
 _MODULE_DOWN = ("Cable unplugged", "Cable error")
 
 
-def down_seconds(obs: list[tuple[float, bool]], now: float, window: float, first_up: float | None) -> float:
-    """Seconds a port spent not ACTIVE within ``[now - window, now]``.
+def down_stretches(obs: list[tuple[float, bool]], now: float, first_up: float | None) -> list[tuple[float, float]]:
+    """The (start, end) of each stretch a port was not ACTIVE, oldest first.
 
     ``obs`` are (time, up) observations in any order; the state holds until the next one and
     the last one holds until ``now``. A down stretch counts only if the port had been up
     before it started (``first_up``): the link training after boot is not an outage.
     """
-    start = now - window
-
-    def inside(a: float, b: float) -> float:
-        return max(0.0, min(b, now) - max(a, start))
-
-    total, cur, counts, last = 0.0, None, False, 0.0
+    out: list[tuple[float, float]] = []
+    cur, start = None, None
     for t, up in sorted(obs):
         t = min(t, now)  # a timestamp a little ahead of "now" is clock skew, not the future
-        if cur is False and counts:
-            total += inside(last, t)
         if not up and cur is not False:  # a down stretch starts here
-            counts = first_up is not None and t > first_up
-        cur, last = up, t
-    if cur is False and counts:
-        total += inside(last, now)
-    return total
+            start = t if first_up is not None and t > first_up else None
+        elif up and cur is False and start is not None:
+            out.append((start, t))
+        cur = up
+    if cur is False and start is not None:
+        out.append((start, now))
+    return out
+
+
+def down_seconds(obs: list[tuple[float, bool]], now: float, window: float, first_up: float | None) -> float:
+    """Seconds a port spent not ACTIVE within ``[now - window, now]`` (:func:`down_stretches`)."""
+    start = now - window
+    return sum(max(0.0, min(b, now) - max(a, start)) for a, b in down_stretches(obs, now, first_up))
 
 
 def events_for(port: IbPort, pci: str | None, events: list[KernelEvent]) -> list[tuple[float, bool]]:
@@ -66,9 +70,11 @@ def events_for(port: IbPort, pci: str | None, events: list[KernelEvent]) -> list
     return out
 
 
-def timeline(port: IbPort, snapshot: Snapshot, window: float, prev: dict,
-             boot_changed: bool) -> tuple[float, dict[str, Any]]:
-    """Seconds down in the last ``window`` seconds, and the port's sample history to keep."""
+def timeline(port: IbPort, snapshot: Snapshot, window: float, prev: dict, boot_changed: bool,
+             flap_window_h: float = 24.0, since: float | None = None) -> tuple[float, dict[str, Any]]:
+    """Seconds down in the last ``window`` seconds, and the port's history to keep: its samples,
+    and when it went down (``flaps``: kept across boots, for ``flap_window_h`` hours, none up to
+    ``since``, an acknowledgement; gpuhc/checks/persistence.py)."""
     now = snapshot.time
     samples = [] if boot_changed else _prev_samples(prev, now)
     first_up = None if boot_changed else number(prev.get("first_up"))
@@ -79,14 +85,16 @@ def timeline(port: IbPort, snapshot: Snapshot, window: float, prev: dict,
     ups = [t for t, up in obs if up]
     if ups:
         first_up = min(ups + ([first_up] if first_up is not None else []))
-    down = down_seconds(obs, now, window, first_up)
+    stretches = down_stretches(obs, now, first_up)
+    start = now - window
+    down = sum(max(0.0, min(b, now) - max(a, start)) for a, b in stretches)
+    flaps = remember(prev.get("flaps"), [a for a, _ in stretches], now, flap_window_h, since)
     # keep the window, plus the last sample before it: it tells the state at the window's start
     samples = sorted(dict(samples).items())  # one sample per time: a replay may run twice at one "now"
-    start = now - window
     keep = [s for s in samples if s[0] >= start]
     older = [s for s in samples if s[0] < start]
     keep = (older[-1:] + keep)[-MAX_SAMPLES:]
-    return down, {"samples": [[round(t, 3), int(u)] for t, u in keep], "first_up": first_up}
+    return down, {"samples": [[round(t, 3), int(u)] for t, u in keep], "first_up": first_up, "flaps": flaps}
 
 
 def number(v: Any) -> float | None:

@@ -26,6 +26,17 @@ Growth failures carry drain + hardware ticket: a link that keeps taking errors i
 connector or board problem. Thresholds are per reading because readings are minutes apart
 (passive every few minutes, epilog after each job); a site with a different cadence tunes them.
 
+Growth that stays (``persist_hours``, default 4, in ``persist_window_h``, default 6): a link
+whose crc, replay or recovery counters grew at the WARN rate (below the FAIL rate) in 4
+distinct clock hours of the last 6 is degrading, not a job's burst: FAIL, drain + ticket, the
+reason saying how long it grew (gpuhc/checks/persistence.py). A burst of readings within
+twenty minutes touches at most two clock hours, so a burst that stops never drains; a link
+read every 15 minutes (the rotation at a 5-minute health check) that warns at every reading
+fails after a little over three hours. State keeps when each link warned (``warned``, the
+first and last time per clock hour, within the window); a counter that went down (a reset or
+a reboot, the ladder's cures) starts its link's history again, and so does an admin's resume
+(``acknowledge``). Kinds with no FAIL rate (``other``) never fail this way either.
+
 Rotation (``dl_rotation``, default 3). On Hopper the three DL counters (replay, recovery, crc)
 are the only NVLink error counters, and the driver takes ~0.8 ms per link for each of them (~43
 ms per 18-link GPU, most of the NVML read: docs/verification.md run 14). The passive and prolog
@@ -46,6 +57,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.checks.base import Context, GpuJudge, SourceNeeds, na, per_gpu_check, result
+from gpuhc.checks.persistence import held, remember, setting_errors, span_text
 from gpuhc.limits import MAX_DL_ROTATION
 from gpuhc.model.nvml import GpuReading, NvmlReading
 from gpuhc.model.pci import norm_pci
@@ -70,6 +82,10 @@ _KIND_OF = {
 # source_needs (dl_plan) gives the runner the slice before the read.
 ROTATING_STAGES = ("passive", "prolog")
 POINTER = "dl_next"  # state key: GPU index -> the slice its next rotating read takes
+WARNED = "warned"  # state key: "<gpu>/<link>/<kind>" -> when that link's growth warned
+# The evidence class of a FAIL for growth that stayed below the FAIL rate (the result's
+# value["class"]), as the policy's table of evidence names it.
+PERSISTENT_CLASS = "nvlink-growth-persistent"
 
 
 def counter_kind(name: str) -> str:
@@ -147,17 +163,24 @@ def _count_finding(gpu: GpuReading, ctx: Context) -> Result | None:
                   gpu.subject, value=active, threshold=expected, action=Action.DRAIN_REBOOT)
 
 
-def _growth(gpu: GpuReading, prev: dict[str, Any], state: dict[str, Any], ignore: set[str]) -> dict[str, dict[int, int]]:
+def _owner(gpu: GpuReading) -> str:
+    return gpu.uuid or gpu.subject  # no UUID read: fall back to the index
+
+
+def _growth(gpu: GpuReading, prev: dict[str, Any], state: dict[str, Any], ignore: set[str],
+            reset: set[int]) -> dict[str, dict[int, int]]:
     """Per kind, per link: how much the counters read in this run grew since their last
-    reading. Updates ``state``."""
+    reading. Updates ``state``; adds to ``reset`` the links with a counter that went down."""
     grown: dict[str, dict[int, int]] = {k: {} for k in KINDS}
     for link in gpu.nvlinks:
         for name, value in link.errors.items():
             if value is None or name in ignore:
                 continue
-            key = f"{gpu.uuid or gpu.subject}/{link.link}/{name}"  # no UUID read: fall back to the index
+            key = f"{_owner(gpu)}/{link.link}/{name}"
             state[key] = value
             before = prev.get(key)
+            if isinstance(before, int) and value < before:
+                reset.add(link.link)
             if not isinstance(before, int) or value < before:
                 continue  # first sight, or the counter was reset: this run is the new baseline
             if value > before:
@@ -190,6 +213,52 @@ def _growth_findings(gpu: GpuReading, grown: dict[str, dict[int, int]], ctx: Con
     return out
 
 
+def _stored_links(stored: dict[str, Any], owner: str, kind: str) -> set[int]:
+    """The links of this GPU with a remembered history of this kind."""
+    links = set()
+    for key in stored:
+        head, _, tail = key.rpartition("/")
+        gpu, _, link = head.rpartition("/")
+        if gpu == owner and tail == kind and link.isascii() and link.isdigit():
+            links.add(int(link))
+    return links
+
+
+def _persistent(gpu: GpuReading, grown: dict[str, dict[int, int]], reset: set[int], stored: dict[str, Any],
+                kept: dict[str, list[float]], ctx: Context, now: float) -> list[Result]:
+    """FAILs for links whose growth warned in ``persist_hours`` distinct hours of the window;
+    this run's warnings join the remembered ones in ``kept``."""
+    hours, window = ctx.t("persist_hours", 0), ctx.t("persist_window_h", 6)
+    out: list[Result] = []
+    for kind in KINDS:
+        warn, fail = ctx.t(f"{kind}_warn", 0) or 0, ctx.t(f"{kind}_fail", 0) or 0
+        if not (hours and warn and fail):
+            continue  # the rule is off, or this kind never warns or never fails ("below FAIL": none)
+        warned = {link for link, d in grown[kind].items() if d >= warn}
+        for link in sorted(warned | _stored_links(stored, _owner(gpu), kind)):
+            key = f"{_owner(gpu)}/{link}/{kind}"
+            times = remember(None if link in reset else stored.get(key), [now] if link in warned else [], now, window)
+            if times:
+                kept[key] = times
+            h = held(times, hours)
+            if h is None:
+                continue
+            out.append(result(
+                ID, Status.FAIL, f"{gpu.subject} link {link} {kind} errors growing {span_text(h.span_s)} "
+                f"(WARN in {h.hours} separate hours of the last {window:g} h, below the FAIL rate)",
+                gpu.subject, value={"class": PERSISTENT_CLASS, "link": link, "hours": h.hours,
+                                    "first": h.first, "last": h.last},
+                threshold={"hours": hours, "window_h": window}, action=Action.DRAIN_TICKET,
+            ))
+    return out
+
+
+def acknowledge(state: dict[str, Any] | None, now: float) -> dict[str, Any]:
+    """The state after an admin's resume or a retest: the links' warnings are forgiven (their
+    evidence builds again from here); the counters' last readings stay."""
+    return {k: v for k, v in state.items() if k != WARNED} if isinstance(state, dict) else {}
+
+
 def _clean(gpu: GpuReading, ctx: Context) -> Result:
     if all(s.active is None for s in gpu.nvlinks):
         return na(ID, f"{gpu.subject} NVLink state not supported", gpu.subject)
@@ -206,10 +275,15 @@ def _plan(snapshot: Snapshot, ctx: Context, gpus: list[GpuReading]) -> GpuJudge:
     ignore = set(ctx.t("ignore_counters", []) or [])
     # With a rotation, a DL counter's last reading may be runs ago: say so in the message.
     since = "last run" if snapshot.nvml.dl_rotation <= 1 else "the link's last reading"
+    stored = prev.get(WARNED) if isinstance(prev.get(WARNED), dict) else {}
+    kept: dict[str, list[float]] = {}
 
     def findings(gpu: GpuReading) -> list[Result]:
         count = _count_finding(gpu, ctx)
-        return ([count] if count else []) + _growth_findings(gpu, _growth(gpu, prev, state, ignore), ctx, since)
+        reset: set[int] = set()
+        grown = _growth(gpu, prev, state, ignore, reset)
+        return ([count] if count else []) + _growth_findings(gpu, grown, ctx, since) + \
+            _persistent(gpu, grown, reset, stored, kept, ctx, snapshot.time)
 
     def finish() -> dict[str, Any]:
         if ctx.gpus is None:
@@ -217,6 +291,14 @@ def _plan(snapshot: Snapshot, ctx: Context, gpus: list[GpuReading]) -> GpuJudge:
         pointers = _advance(snapshot.nvml, prev, gpus, full=ctx.gpus is None)
         if pointers:
             state[POINTER] = pointers
+        # A run over some GPUs keeps the others' histories; a full run keeps only what it judged.
+        judged = {_owner(g) for g in gpus}
+        warned = {k: v for k, v in stored.items() if k.rpartition("/")[0].rpartition("/")[0] not in judged} \
+            if ctx.gpus is not None else {}
+        warned.update(kept)
+        state.pop(WARNED, None)
+        if warned:
+            state[WARNED] = warned
         return state
 
     return GpuJudge(unsupported=lambda gpu: None if gpu.nvlinks else "no NVLink", findings=findings,
@@ -227,7 +309,7 @@ def _validate(t: dict[str, Any]) -> list[str]:
     value = t.get("dl_rotation")
     if not _is_rotation(value):
         return [f"dl_rotation: must be a whole number from 1 (every link every run) to {MAX_DL_ROTATION}, got {value!r}"]
-    return []
+    return setting_errors(t, "persist_hours", "persist_window_h")
 
 
 CHECKS = [
@@ -244,10 +326,14 @@ CHECKS = [
             "ignore_counters": ["symbol_errors"],
             # passive and prolog read the DL counters of 1/dl_rotation of the links per run
             "dl_rotation": 3,
+            # growth at the WARN rate in this many distinct clock hours of the window: FAIL
+            # (0: off). A burst touches at most 2 hours; 4 of 6 is a link that keeps degrading.
+            "persist_hours": 4, "persist_window_h": 6,
         },
         doc="active NVLink count vs profile/baseline; per-link error counter growth between readings"
             " (DL counters: a 1/dl_rotation slice of the links per passive or prolog run)",
         validate=_validate,
         source_needs=lambda r: SourceNeeds(dl_slice=dl_plan(r.stage, r.thresholds, r.prev)),
+        acknowledge=acknowledge,
     )
 ]
