@@ -93,8 +93,10 @@ TABLE: tuple[Evidence, ...] = (
              ("clocks", "thermal", "power"), "below FAIL", "at once", "as the check says", "as the check says", True),
     Evidence("memory-uncorrected", "hardware", "host memory or CPU: uncorrected machine check, EDAC UE",
              ("machine-check",), "-", "at once", "-", "at once", True),
+    # the NIC and its cable are the node's hardware; a fault many nodes under one leaf share
+    # counts for the switch instead (gpuhc/slurm/policy/shared_cause.py)
     Evidence("network", "hardware", "InfiniBand / RoCE port down, flapping or erroring: the cable's or NIC's",
-             ("infiniband",), "below FAIL", "at once", "-", "as the check says", False),
+             ("infiniband",), "below FAIL", "at once", "-", "as the check says", True),
     Evidence("node-config", "host", "a node that lost CPUs or DIMMs at boot (baseline), MIG layout gone",
              ("host", "mig-layout"), "-", "at once", "-", "at once", False),
     Evidence("job-leftover", "host", "a process left on a GPU, a job hung or slowed: the job's, not the node's",

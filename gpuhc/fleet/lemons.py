@@ -18,7 +18,7 @@ from typing import Iterable, Mapping
 
 from gpuhc.fleet.switches import Failure, Incident, group_by_switch
 from gpuhc.logtext import escape
-from gpuhc.slurm.repair.lemons import NOT_HARDWARE, LemonSettings, SharedCauses, Standing, standings, without_shared
+from gpuhc.slurm.repair.lemons import LemonSettings, SharedCauses, Standing, standings, without_shared
 from gpuhc.slurm.repair.lemon_memory import read_faults
 
 
@@ -33,7 +33,7 @@ def gather(config, paths: list[str], now: float | None = None, show_all: bool = 
     faults = read_faults(paths, now - settings.window_s, notes, per_node=False)
     causes = SharedCauses.from_section(leaf_of or {}, switch)
     found = standings(without_shared(faults, causes), now, settings)
-    inside = [f for f in faults if now - settings.window_s < f.time <= now and f.check not in NOT_HARDWARE]
+    inside = [f for f in faults if now - settings.window_s < f.time <= now and f.counts]
     incidents, _ = group_by_switch([Failure(f.node, f.check, f.time) for f in inside],
                                    dict(causes.leaf_of), causes.min_nodes, causes.window_s)
     return [s for s in found if show_all or s.lemon or s.near], settings, notes, incidents

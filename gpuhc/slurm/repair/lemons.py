@@ -23,15 +23,16 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from gpuhc.evidence import counts_toward_lemon
 from gpuhc.slurm.policy.reason import format_reason, parse_reason
 from gpuhc.slurm.policy.shared_cause import group_runs
 
 MAX_TEXT = 256  # a node name, serial, UUID or check read back from a record is cut to this
-# Drains that say nothing about the hardware: a process left on a GPU (occupancy) is a job's or
-# a daemon's leftover, and a node that keeps being handed such leftovers is not a lemon. The
-# month-long campaign (docs/campaign.md) retired healthy nodes for stray processes until these
-# were left out of the count.
-NOT_HARDWARE = frozenset({"occupancy", "mig-layout", "jobs"})  # mig-layout: a configuration gone, not a fault; jobs: an in-job finding (hung, slow) is the job's
+# Only drains for the hardware count (gpuhc/evidence.py's ``lemon`` column, issue 43): a GPU,
+# NVLink, PCIe fatal or failed recovery, uncorrected memory. A process left on a GPU is a job's
+# leftover (the month-long campaign, docs/campaign.md, retired healthy nodes for stray processes
+# until it was left out), and a service, a mount, the host or a wedged NVML say nothing of the
+# hardware a retirement takes out.
 MAX_GPUS = 1024  # gpuhc.limits' bound on GPUs per node, for records read back
 _GPU_SUBJECT = re.compile(r"gpu(\d{1,4})\b")
 
@@ -55,10 +56,19 @@ class Fault:
     node: str
     check: str
     gpus: tuple[GpuId, ...] = ()
+    # Whether a failing result behind it was hardware evidence (gpuhc/evidence.py); None: a
+    # record written before that was kept, judged by its check's class
+    hardware: bool | None = None
+
+    @property
+    def counts(self) -> bool:
+        """Toward a lemon (:func:`standings`): hardware evidence only."""
+        return self.hardware if self.hardware is not None else counts_toward_lemon(self.check)
 
     def to_dict(self) -> dict[str, Any]:
         return {"time": round(self.time, 3), "node": self.node, "check": self.check,
-                "gpus": [g.to_dict() for g in self.gpus]}
+                "gpus": [g.to_dict() for g in self.gpus],
+                **({"hardware": self.hardware} if self.hardware is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Any) -> Fault | None:
@@ -71,7 +81,8 @@ class Fault:
         raw = data.get("gpus")
         gpus = [GpuId(_text(g.get("serial")), _text(g.get("uuid"))) for g in (raw if isinstance(raw, list) else [])
                 if isinstance(g, dict) and (_text(g.get("serial")) or _text(g.get("uuid")))]
-        return cls(float(t), node, check, tuple(gpus[:MAX_GPUS]))
+        hardware = data.get("hardware")
+        return cls(float(t), node, check, tuple(gpus[:MAX_GPUS]), hardware if isinstance(hardware, bool) else None)
 
 
 def _text(value: Any) -> str | None:
@@ -120,15 +131,17 @@ def fault_of(results: Iterable[Any], snapshot: Any, node: str, reason: str, now:
     GPU a failing result names (``gpu3``, ``gpu3/nvlink2``), identified from the run's NVML reading."""
     mine = parse_reason(reason)
     indices = set()
-    for r in results:
-        if r.status.value == "fail" and (m := _GPU_SUBJECT.match(str(r.subject))):
+    failing = [r for r in results if r.status.value == "fail"]
+    for r in failing:
+        if m := _GPU_SUBJECT.match(str(r.subject)):
             indices.add(int(m.group(1)))
     gpus = []
     nvml = getattr(snapshot, "nvml", None)
     for g in getattr(nvml, "gpus", None) or []:
         if g.index in indices and (g.serial or g.uuid):
             gpus.append(GpuId(g.serial or None, g.uuid or None))
-    return Fault(now, node, mine.check if mine else "?", tuple(gpus))
+    hardware = any(counts_toward_lemon(r.check, r.evidence) for r in failing) if failing else None
+    return Fault(now, node, mine.check if mine else "?", tuple(gpus), hardware)
 
 
 def gpu_key(gpu: GpuId, serial_of: dict[str, str]) -> str | None:
@@ -139,7 +152,7 @@ def gpu_key(gpu: GpuId, serial_of: dict[str, str]) -> str | None:
 
 def standings(faults: Iterable[Fault], now: float, s: LemonSettings) -> list[Standing]:
     """Every node and GPU with a hardware drain inside the window ``(now - D, now]``, lemons first."""
-    inside = sorted((f for f in faults if now - s.window_s < f.time <= now and f.check not in NOT_HARDWARE),
+    inside = sorted((f for f in faults if now - s.window_s < f.time <= now and f.counts),
                     key=lambda f: f.time)
     serial_of = {g.uuid: g.serial for f in inside for g in f.gpus if g.uuid and g.serial}
     groups: dict[tuple[str, str], list[Fault]] = {}
@@ -208,7 +221,7 @@ def judge(new: Fault, history: Iterable[Fault], s: LemonSettings, cleared_at: fl
     The node's own count first, then the GPUs'; None when neither reaches K. Only what
     :func:`counted` keeps is counted, and (``causes``) no fault of a switch incident: the
     history must then hold the neighbours' faults too (shared event logs), or no group is seen."""
-    if not s.enabled or new.check in NOT_HARDWARE:
+    if not s.enabled or not new.counts:
         return None
     history = counted(new, history, cleared_at, present)
     if causes is not None and causes.leaf_of:

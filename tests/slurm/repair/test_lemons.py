@@ -13,7 +13,7 @@ from tests.helpers.minislurm import OK, XID, MiniSlurm, config, flow, run
 
 from gpuhc.export.eventlog import append_event
 from gpuhc.model.nvml import GpuReading, NvmlReading
-from gpuhc.model.result import Result, Status
+from gpuhc.model.result import Action, Result, Status
 from gpuhc.model.snapshot import Snapshot
 from gpuhc.slurm.repair.lemon_memory import STATE_KEY, read_faults
 from gpuhc.slurm.repair.lemons import Fault, GpuId, LemonSettings, fault_of, judge, lemon_reason, standings
@@ -198,6 +198,31 @@ def test_stray_processes_never_make_a_lemon():
     assert judge(fault(2), strays, S) is None  # one hardware drain: no lemon
     assert judge(fault(3), [*strays, fault(2), fault(2.5)], S) is not None  # three hardware drains
     assert [s.key for s in standings(strays, 2 * DAY, S)] == []
+
+
+def test_only_hardware_evidence_makes_a_lemon():
+    """issue 43, from gpuhc/evidence.py's table: a GPU, NVLink, PCIe fatal, uncorrected memory
+    count; a service, a mount, the host's CPUs or DIMMs at boot, a wedged NVML never do."""
+    def drained(results, day):
+        return fault_of(results, Snapshot(hostname="n1", time=0.0), "n1", f"gpuhc: {results[0].check} x", day * DAY)
+
+    def fail(check, evidence=None):
+        return Result(check, Status.FAIL, "x", "node", action=Action.DRAIN_REBOOT, evidence=evidence)
+
+    host = [drained([fail("services")], 0), drained([fail("host", "mount")], 1), drained([fail("nvml")], 2)]
+    assert [f.hardware for f in host] == [False, False, False]
+    assert judge(drained([fail("services")], 3), host, S) is None
+    assert standings(host, 3 * DAY, S) == []
+    hw = [drained([fail("xid")], 0), drained([fail("pcie-aer")], 1), drained([fail("machine-check")], 2)]
+    assert [f.hardware for f in hw] == [True, True, True]
+    assert judge(drained([fail("ecc")], 3), hw, S) is not None
+    # a drain whose results hold hardware evidence beside a service's counts; a corrected-AER rate does not
+    assert drained([fail("services"), fail("nvlink")], 0).hardware is True
+    assert drained([fail("pcie-aer", "aer-corrected")], 0).hardware is False
+    # records written before the table was kept are judged by their check's class
+    assert Fault.from_dict({"time": 1.0, "node": "n1", "check": "services"}).counts is False
+    assert Fault.from_dict({"time": 1.0, "node": "n1", "check": "xid"}).counts is True
+    assert Fault.from_dict(drained([fail("services")], 0).to_dict()).hardware is False
 
 
 def test_forged_lemon_lines_are_refused_or_count_for_their_own_node_only(tmp_path):
