@@ -17,12 +17,16 @@ from gpuhc.runreport import RunOptions
 from gpuhc.slurm.policy.reason import build_reason
 from gpuhc.sources import SourceSpec
 from gpuhc.state import StateStore
-from tests.checks.test_nvlink_rotation import fake  # noqa: F401 (the fixture: two fake GPUs behind NVML)
-from tests.helpers.fake_pynvml import FakeNvml
+from tests.helpers.fake_pynvml import FakeNvml, live_with
 
 REPLAY = "NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY"
 T0 = 1_741_082_400.0  # 2025-03-04T10:00:00Z: on an hour, so the clock hours below are exact
 HC = 300.0  # slurm/slurm.conf.example HealthCheckInterval
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    return live_with(monkeypatch)
 
 
 def run(tmp_path, now: float, stage: str = "passive", gpus: list[int] | None = None, **thresholds):

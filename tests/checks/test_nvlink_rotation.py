@@ -4,15 +4,13 @@ the fake pynvml at the hardware boundary (tests/helpers/fake_pynvml.py records e
 
 from __future__ import annotations
 
-import functools
 import os
 import subprocess
 import sys
 
 import pytest
 
-import gpuhc.sources.nvml as nvml_mod
-from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
+from tests.helpers.fake_pynvml import FakeNvml, live_with
 from gpuhc import nvml_early
 from gpuhc.checks.nvlink import CHECKS, dl_plan
 from gpuhc.config import Config, defaults, schema
@@ -34,12 +32,7 @@ CHECK = CHECKS[0]
 
 @pytest.fixture
 def fake(monkeypatch):
-    gpus = [FakeGpu(uuid=f"GPU-{i}", pci=f"00000000:{0x18 + i:02X}:00.0") for i in range(2)]
-    nv = FakeNvml(gpus)
-    monkeypatch.setattr(nvml_mod, "NvmlLive", functools.partial(NvmlLive, module=nv))
-    monkeypatch.setattr(nvml_early, "_early", None)
-    monkeypatch.setattr(nvml_early, "_started", False)
-    return nv
+    return live_with(monkeypatch)
 
 
 def config(**thresholds) -> Config:

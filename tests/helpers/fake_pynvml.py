@@ -430,3 +430,18 @@ class FakeNvml:
         for metric in m.metrics[:m.numMetrics]:
             metric.value = by_id[metric.metricId]
         return m
+
+
+def live_with(monkeypatch: Any, gpus: int = 2) -> FakeNvml:
+    """``gpus`` fake GPUs (uuid GPU-<i>) behind the runner's live NVML source, for tests that run
+    the real runner: the source is built on this module and the early NVML start forgotten."""
+    import functools
+
+    import gpuhc.sources.nvml as nvml_mod
+    from gpuhc import nvml_early
+
+    nv = FakeNvml([FakeGpu(uuid=f"GPU-{i}", pci=f"00000000:{0x18 + i:02X}:00.0") for i in range(gpus)])
+    monkeypatch.setattr(nvml_mod, "NvmlLive", functools.partial(nvml_mod.NvmlLive, module=nv))
+    monkeypatch.setattr(nvml_early, "_early", None)
+    monkeypatch.setattr(nvml_early, "_started", False)
+    return nv
