@@ -12,10 +12,11 @@
   failover is over in minutes.
 - free space on ``scratch`` (local scratch; empty: off): WARN below ``scratch_warn_pct`` free, FAIL (drain +
   ticket: a person must clean it) below ``scratch_fail_pct``, once held (class ``scratch``).
-- processes in uninterruptible sleep (state D) whose kernel wait channel is one of
-  ``dstate_wchan`` (the GPU driver, NFS, Lustre, FUSE...), seen on consecutive runs: WARN after
-  ``dstate_warn_s``, FAIL (drain + reboot) after ``dstate_fail_s``. Such a process cannot be
-  killed, so Slurm cannot end its job either.
+- processes stuck in uninterruptible sleep (state D, no progress between runs) in the GPU driver,
+  a file system or FUSE: WARN after ``dstate_warn_s``; FAIL (drain + reboot) after
+  ``dstate_fail_s`` only in the GPU driver holding a GPU, or on a file system whose site mount
+  fails too; FUSE never (gpuhc/checks/host_stuck.py). Such a process cannot be killed, so Slurm
+  cannot end its job either.
 Each part is off when its setting is empty or null (mounts, scratch, the dstate bounds).
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuhc.checks import host_stuck
 from gpuhc.checks.base import HOST, Check, CheckOutput, Context, na, reads_host, result
 from gpuhc.model.result import Action, Status
 from gpuhc.model.snapshot import Snapshot
@@ -104,27 +106,9 @@ def _scratch(h, ctx: Context) -> list:
 
 
 def _dstate(h, now: float, ctx: Context) -> tuple[list, dict[str, Any]]:
-    """Stuck processes, by (pid, start) so a reused pid starts afresh; first sight in state."""
     if h.dstate is None:
         return [], dict(ctx.prev or {})
-    before = (ctx.prev or {}).get("dstate") or {}
-    seen: dict[str, float] = {}
-    out = []
-    warn, fail = ctx.t("dstate_warn_s"), ctx.t("dstate_fail_s")
-    for p in h.dstate:
-        key = f"{p.get('pid')}/{p.get('start')}"
-        first = before.get(key)
-        first = float(first) if isinstance(first, (int, float)) and not isinstance(first, bool) else now
-        seen[key] = first
-        stuck = now - first
-        what = f"process {p.get('pid')} ({p.get('comm')}) stuck in uninterruptible sleep in {p.get('wchan') or '?'} " \
-               f"for {stuck:.0f}s"
-        if fail is not None and stuck >= float(fail):
-            out.append(result(ID, Status.FAIL, what, f"pid{p.get('pid')}", value=stuck, threshold=fail,
-                              action=Action.DRAIN_REBOOT))
-        elif warn is not None and stuck >= float(warn):
-            out.append(result(ID, Status.WARN, what, f"pid{p.get('pid')}", value=stuck, threshold=warn))
-    return out, {"dstate": seen}
+    return host_stuck.judge_stuck(ID, h, now, ctx)
 
 
 def _validate(t: dict[str, Any]) -> list[str]:
@@ -136,9 +120,7 @@ def _validate(t: dict[str, Any]) -> list[str]:
     scratch = t.get("scratch")
     if scratch and not (isinstance(scratch, str) and scratch.startswith("/")):
         out.append(f"scratch: want an absolute path, or empty (off), got {scratch!r}")
-    wchan = t.get("dstate_wchan")
-    if not isinstance(wchan, list) or not all(isinstance(w, str) and w for w in wchan):
-        out.append(f"dstate_wchan: want a list of kernel function name parts, got {wchan!r}")
+    out += host_stuck.validate(t)
     for key in ("scratch_warn_pct", "scratch_fail_pct", "dstate_warn_s", "dstate_fail_s", "memory_loss_pct",
                 "mount_timeout_s"):
         v = t.get(key)
@@ -164,10 +146,7 @@ CHECKS = [
             "scratch": "",  # off; e.g. "/tmp" or "/local/scratch"
             "scratch_warn_pct": 10.0,
             "scratch_fail_pct": 2.0,
-            # kernel wait channels of the GPU driver and of shared file systems (NFS/RPC, Lustre, GPFS, FUSE)
-            "dstate_wchan": ["nv", "uvm", "nfs", "rpc", "lustre", "ll_", "ptlrpc", "gpfs", "mmfs", "fuse"],
-            "dstate_warn_s": 120.0,  # chosen here: I/O waits of a healthy file system end in seconds
-            "dstate_fail_s": 600.0,  # ten minutes stuck: Slurm's own UnkillableStepTimeout is 60 s by default
+            **host_stuck.DEFAULTS,  # stuck processes: wait channels by class, warn and fail spans
         },
         doc="CPUs online and memory against the baseline, site-named mounts answering, local scratch free space, "
             "processes stuck in uninterruptible sleep on the GPU or a file system.",

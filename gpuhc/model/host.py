@@ -60,11 +60,14 @@ class HostReading(Record):
     # The devices a job needs and the bridges above them: PCI id -> {"role": "gpu" | "nvswitch" |
     # "nic", "upstream": [bridge PCI ids, nearest first]} (sysfs, walked up from each device)
     pci_watch: dict[str, dict[str, Any]] | None = None
-    # Site-named mounts: path -> {"ok": bool, "seconds": float, "error": str | None}
+    # Site-named mounts: path -> {"ok": bool, "seconds": float, "error": str | None, "fstype": str
+    # | None (/proc/self/mountinfo's; absent in older recordings)}
     mounts: dict[str, dict[str, Any]] | None = None
     # Local scratch: {"path": str, "free_bytes": int, "total_bytes": int} or {"path", "error"}
     scratch: dict[str, Any] | None = None
-    # Processes in uninterruptible sleep on the GPU or a file system: [{"pid", "comm", "wchan"}]
+    # Processes in uninterruptible sleep in a listed wait (gpuhc/sources/host_stuck.py): [{"pid",
+    # "start", "comm", "wchan", "wait": "gpu-driver" | "file-system" | "fuse", "cpu": the main
+    # thread's clock ticks, "switches": its context switches, "holds_gpu": bool (gpu-driver only)}]
     dstate: list[dict[str, Any]] | None = None
     # GPU services: name -> {"expected": bool, "running": bool, "answering": bool | None,
     # "error": str | None} (fabricmanager, persistenced, dcgm)

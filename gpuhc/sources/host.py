@@ -44,7 +44,8 @@ UNITS = {"fabricmanager": ("nvidia-fabricmanager.service",), "persistenced": ("n
 UNIT_DIRS = ("etc/systemd/system/multi-user.target.wants", "etc/systemd/system/graphical.target.wants")
 _NVIDIA, _MELLANOX = 0x10DE, 0x15B3
 _MAX_PROCS = 65536
-_MAX_DSTATE = 64  # D-state processes kept in one reading
+# The wait channels of each class of stuck process (gpuhc/sources/host_stuck.py), by threshold
+WCHAN_KEYS = {"gpu-driver": "dstate_gpu_wchan", "file-system": "dstate_fs_wchan", "fuse": "dstate_fuse_wchan"}
 _PCI_LEN = len("0000:00:00.0")
 
 
@@ -56,7 +57,7 @@ def settings_for(thresholds: dict[str, dict[str, Any]]) -> dict[str, Any]:
         out.update(cpus=bool(host.get("cpus", True)), memory=bool(host.get("memory", True)),
                    mounts=list(host.get("mounts") or []), mount_timeout_s=float(host.get("mount_timeout_s") or 5.0),
                    scratch=host.get("scratch") or None, dstate=bool(host.get("dstate_warn_s") or host.get("dstate_fail_s")),
-                   dstate_wchan=list(host.get("dstate_wchan") or []))
+                   dstate_wchan={cls: list(host.get(key) or []) for cls, key in WCHAN_KEYS.items()})
     if "machine-check" in thresholds:
         out["edac"] = True
     if "pcie-aer" in thresholds or "services" in thresholds:
@@ -93,17 +94,13 @@ class HostLive:
             r.edac = self.edac()
         if s.get("pci_watch"):
             r.pci_watch = self.pci_watch()
-        # /proc/stat's procs_blocked counts the processes in uninterruptible sleep right now: on a
-        # healthy node it is 0 and the walk of every process is skipped
-        blocked = s.get("dstate") and self.blocked() != 0
-        procs = self.procs() if blocked else None  # the services look for their own first
-        if s.get("dstate") and not blocked:
-            r.dstate = []
-        elif s.get("dstate") and procs is not None:
-            wanted = tuple(s.get("dstate_wchan") or ())
-            r.dstate = [p for p in procs if p["state"] == "D" and self._wchan_hit(p, wanted)][:_MAX_DSTATE]
-            for p in r.dstate:
-                p.pop("state", None)
+        # Every run the check is due, never gated on /proc/stat's procs_blocked (it leaves out
+        # the killable sleeps of NFS, FUSE and the GPU driver: gpuhc/sources/host_stuck.py)
+        procs = self.procs() if s.get("dstate") else None  # the services look for their own first
+        if s.get("dstate") and procs is not None:
+            from gpuhc.sources.host_stuck import stuck_candidates
+
+            r.dstate = stuck_candidates(self._p("proc"), procs, dict(s.get("dstate_wchan") or {}))
         if s.get("services"):
             r.services = self.services(s["services"], procs, r.pci_watch, float(s.get("probe_timeout_s", 3.0)),
                                        float(s.get("probe_budget_s", 7.0)))
@@ -116,6 +113,8 @@ class HostLive:
                 if mounted is not None and os.path.normpath(path) not in mounted:
                     res = {"ok": False, "seconds": 0.0, "error": "not mounted"}
                 r.mounts[path] = {k: res.get(k) for k in ("ok", "seconds", "error")}
+                if mounted and os.path.normpath(path) in mounted:  # a FUSE mount's failure drains no stuck process
+                    r.mounts[path]["fstype"] = mounted[os.path.normpath(path)]
         if s.get("scratch"):
             res = results.get(s["scratch"]) or {}
             r.scratch = {"path": s["scratch"], **({"free_bytes": res["free"], "total_bytes": res["total"]}
@@ -185,18 +184,6 @@ class HostLive:
             out.append({"pid": int(pid), "comm": escape(text[text.find("(") + 1:end])[:15], "state": rest[0],
                         "start": _int(rest[19]) if len(rest) > 19 else None})
         return out
-
-    def blocked(self) -> int | None:
-        """``procs_blocked`` of /proc/stat; None when it cannot be read (then every process is looked at)."""
-        for line in (_read(self._p("proc/stat"), 1 << 20) or "").splitlines():
-            if line.startswith("procs_blocked "):
-                return _int(line.split()[1])
-        return None
-
-    def _wchan_hit(self, p: dict[str, Any], wanted: tuple[str, ...]) -> bool:
-        wchan = (_read(self._p("proc", str(p["pid"]), "wchan"), 128) or "").strip()
-        p["wchan"] = wchan[:64]
-        return not wanted or any(w in wchan for w in wanted)
 
     def services(self, want: dict[str, Any], procs: list[dict[str, Any]] | None, watch: dict | None,
                  timeout_s: float, budget_s: float | None = None) -> dict[str, dict[str, Any]]:
@@ -283,15 +270,18 @@ class HostLive:
 
         return find_ctl(self.stat_search, self.owner)
 
-    def mount_points(self) -> set[str] | None:
+    def mount_points(self) -> dict[str, str | None] | None:
+        """Mount point -> file system type (after mountinfo's `` - `` separator), from
+        /proc/self/mountinfo, which never touches the file systems themselves."""
         text = _read(self._p("proc/self/mountinfo"), 4 << 20)
         if text is None:
             return None
-        out = set()
+        out: dict[str, str | None] = {}
         for line in text.splitlines():
             parts = line.split()
             if len(parts) > 4:
-                out.add(parts[4].replace("\\040", " "))
+                tail = parts[parts.index("-", 5) + 1:] if "-" in parts[5:] else []
+                out[parts[4].replace("\\040", " ")] = escape(tail[0], 64) if tail else None
         return out
 
 

@@ -56,21 +56,6 @@ def test_scratch_warns_then_fails():
     assert brief(judge(scratch(1), scratch_fail_pct=None)) == [(Status.WARN, "/tmp", Action.NONE)]
 
 
-def test_a_process_stuck_in_d_state_is_judged_across_runs():
-    stuck = HostReading(dstate=[{"pid": 4242, "comm": "python", "wchan": "rpc_wait_bit_killable", "start": 99}])
-    first = judge(stuck)
-    assert [r.status for r in first.results] == [Status.PASS]  # first sight: it may be a moment's I/O
-    later = judge(stuck, prev=first.state, time=T0 + 200)
-    assert brief(later) == [(Status.WARN, "pid4242", Action.NONE)]
-    late = judge(stuck, prev=later.state, time=T0 + 700)
-    assert brief(late) == [(Status.FAIL, "pid4242", Action.DRAIN_REBOOT)]
-    assert "rpc_wait_bit_killable for 700s" in late.results[0].message
-    reused = HostReading(dstate=[{"pid": 4242, "comm": "python", "wchan": "nfs_wait", "start": 5000}])
-    assert [r.status for r in judge(reused, prev=late.state, time=T0 + 800).results] == [Status.PASS]
-    gone = judge(HostReading(dstate=[]), prev=late.state, time=T0 + 900)
-    assert gone.state == {"dstate": {}}
-
-
 def test_a_recording_without_the_host_is_not_applicable():
     out = CHECK.judge(healthy_node(1), context(CHECK))
     assert [r.status for r in out.results] == [Status.NA]

@@ -202,24 +202,6 @@ def test_a_pid_file_names_the_daemon_without_a_walk_of_proc(tmp_path, monkeypatc
     assert got["running"] is True and got["answering"] is False and "socket" in got["error"]
 
 
-def test_d_state_processes_are_looked_for_only_when_the_kernel_counts_some(tmp_path, monkeypatch):
-    stat = tmp_path / "proc" / "stat"
-    stat.parent.mkdir()
-    stat.write_text("cpu  1 2 3\nprocs_running 2\nprocs_blocked 0\n")
-    live = HostLive({"dstate": True, "dstate_wchan": ["nfs"]}, str(tmp_path))
-    monkeypatch.setattr(HostLive, "procs", lambda self: pytest.fail("walked /proc with nothing blocked"))
-    assert live.read().dstate == []
-    stat.write_text("procs_blocked 1\n")
-    monkeypatch.setattr(HostLive, "procs", lambda self: [
-        {"pid": 7, "comm": "python", "state": "D", "start": 5}, {"pid": 8, "comm": "bash", "state": "S", "start": 6},
-        {"pid": 9, "comm": "tar", "state": "D", "start": 7}])
-    (tmp_path / "proc" / "7").mkdir()
-    (tmp_path / "proc" / "7" / "wchan").write_text("nfs_wait_on_request")
-    (tmp_path / "proc" / "9").mkdir()
-    (tmp_path / "proc" / "9" / "wchan").write_text("ext4_sync_file")
-    assert live.read().dstate == [{"pid": 7, "comm": "python", "start": 5, "wchan": "nfs_wait_on_request"}]
-
-
 @pytest.fixture
 def user():
     yield from make_user("gpuhch")

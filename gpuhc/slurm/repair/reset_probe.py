@@ -4,8 +4,8 @@ open and the systemd units they run in, which configured services are present an
 and whether the node has NVSwitches. Read only.
 
 The process scan is what ``fuser /dev/nvidia*`` does (NVIDIA/ai-cloud-validation#603 runs it
-before a reset), done by reading ``/proc/<pid>/fd`` under a configurable root so a test can
-hand it a tree of its own. Names there are set by the processes themselves (``comm``, cgroup
+before a reset), done by reading ``/proc/<pid>/fd`` (gpuhc/procfd.py) under a configurable root
+so a test can hand it a tree of its own. Names there are set by the processes themselves (``comm``, cgroup
 paths under a delegated subtree), so they are read bounded and escaped (docs/security.md).
 """
 
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from gpuhc.logtext import escape
 from gpuhc.model.nvml import NvmlReading
 from gpuhc.model.pci import norm_pci
+from gpuhc.procfd import nvidia_files
 from gpuhc.slurm.repair.reset_plan import NO_FABRIC, GpuFacts, Holder, NodeFacts, arch_of
 
 MAX_PIDS = 65536  # processes looked at, at most (a node has a few thousand)
@@ -87,23 +88,14 @@ def holders(proc_root: str, deadline: float) -> tuple[list[Holder], list[str]]:
         if time.monotonic() > deadline or fds_seen > MAX_FDS:
             problems.append(f"process scan stopped at pid {pid} (time or size bound): holders may be missing")
             break
-        fd_dir = os.path.join(proc_root, str(pid), "fd")
         try:
-            fds = os.listdir(fd_dir)
+            devices, n = nvidia_files(proc_root, pid, MAX_FDS - fds_seen + 1)
         except PermissionError:
             denied += 1  # another user's process, and we are not root
             continue
         except OSError:
             continue  # gone meanwhile
-        fds_seen += len(fds)
-        devices = set()
-        for fd in fds:
-            try:
-                target = os.readlink(os.path.join(fd_dir, fd))
-            except OSError:
-                continue
-            if target.startswith("/dev/nvidia"):
-                devices.add(escape(target))
+        fds_seen += n
         if devices:
             comm = escape((_small(os.path.join(proc_root, str(pid), "comm")) or "?").strip()[:64])
             unit = unit_of(_small(os.path.join(proc_root, str(pid), "cgroup")))

@@ -265,14 +265,14 @@ def test_processes_whose_files_cannot_be_read_make_the_plan_refuse(tmp_path, mon
     import os as _os
 
     n = node(tmp_path, procs={5: ("python3", None, ["/dev/nvidia3"])})
-    real = _os.listdir
+    real = _os.scandir
 
-    def listdir(path):
+    def scandir(path):
         if str(path).endswith("/5/fd"):
             raise PermissionError(13, "Permission denied")
         return real(path)
 
-    monkeypatch.setattr("gpuhc.slurm.repair.reset_probe.os.listdir", listdir)
+    monkeypatch.setattr("gpuhc.procfd.os.scandir", scandir)  # the fd reader (gpuhc/procfd.py)
     found, problems = holders(str(n.root / "proc"), time.monotonic() + 10)
     assert 5 not in {h.pid for h in found}
     assert problems == ["the open files of 1 processes could not be read (not root?): holders may be missing"]

@@ -1,0 +1,47 @@
+"""Which ``/dev/nvidia*`` files a process holds open, from its ``/proc/<pid>/fd`` links: what
+``fuser /dev/nvidia*`` reads. One reader for the two callers that must know who holds a GPU
+when NVML may not answer: the GPU reset's holder scan (gpuhc/slurm/repair/reset_probe.py) and
+the host check's stuck processes (gpuhc/sources/host_stuck.py).
+
+A link's target is the kernel's text, but a path under a user's own directory can be named
+anything, so only targets under ``/dev/nvidia`` are kept, escaped. Bounded: at most ``max_fds``
+descriptors of one process are looked at (a process may hold a million).
+"""
+
+from __future__ import annotations
+
+import os
+
+from gpuhc.lazyre import LazyPattern
+from gpuhc.logtext import escape
+
+PREFIX = "/dev/nvidia"
+_GPU_FILE = LazyPattern(r"/dev/nvidia\d{1,4}")  # a GPU's own file; nvidiactl, nvidia-uvm, nvidia-caps/ are shared
+
+
+def nvidia_files(proc_root: str, pid: int, max_fds: int = 1 << 20) -> tuple[set[str], int]:
+    """(the ``/dev/nvidia*`` files the process holds open, descriptors looked at). Raises the
+    ``OSError`` of listing ``fd/`` (``PermissionError``: another user's process and we are not
+    root; any other: the process is gone)."""
+    fd_dir = os.path.join(proc_root, str(int(pid)), "fd")
+    found: set[str] = set()
+    seen = 0
+    with os.scandir(fd_dir) as it:
+        for entry in it:
+            if seen >= max_fds:
+                break
+            seen += 1
+            try:
+                target = os.readlink(entry.path)
+            except OSError:
+                continue  # closed meanwhile
+            if target.startswith(PREFIX):
+                found.add(escape(target))
+    return found, seen
+
+
+def holds_gpu(files: set[str]) -> bool:
+    """A GPU's own device file (``/dev/nvidia<N>``) among them: what a CUDA context opens, and
+    ``nvidia-smi`` too; ``/dev/nvidiactl`` alone is every NVML client's."""
+    return any(_GPU_FILE.fullmatch(f) for f in files)
+
