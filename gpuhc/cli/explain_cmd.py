@@ -1,4 +1,4 @@
-"""`gpuhc explain xid|sxid|signal|check [CODE]`: what gpuhc knows about an Xid, an SXid or a driver
+"""`gpuhc explain xid|sxid|signal|check|evidence [CODE]`: what gpuhc knows about an Xid, an SXid or a driver
 message without an Xid ("signal"), and what it will do.
 
 Answers the on-call question "the node was drained for Xid 119, what does that mean?" from the
@@ -145,16 +145,41 @@ def _check_lines(code: str | None) -> list[str]:
     return lines
 
 
+def _evidence(code: str | None, json_mode: bool) -> None:
+    """``explain evidence [CLASS]``: what each class of evidence buys, from the table the
+    runner and the lemon rule read (gpuhc/evidence.py), so it cannot disagree with a run."""
+    from gpuhc.evidence import HOLDS, TABLE, by_id
+
+    if code is not None and code not in {e.id for e in TABLE}:
+        raise click.BadParameter(f"{code!r} is no class of evidence (known: {', '.join(e.id for e in TABLE)})",
+                                 param_hint="CODE")
+    rows = [by_id(code)] if code is not None else list(TABLE)
+    if json_mode:
+        docs = [e.to_dict() for e in rows]
+        click.echo(json.dumps(docs[0] if code is not None else docs, indent=2))
+        return
+    for e in rows:
+        click.echo(f"{e.id:<18} {e.kind:<8} {e.what}")
+        click.echo(f"{'':<18} WARN: {e.warn}; drain: {e.drain_text()}; reboot: {e.reboot}; ticket: {e.ticket}; "
+                   f"lemon: {'yes' if e.lemon else 'no'}")
+    click.echo("held: consecutive runs that saw it, spanning the time (defaults; the config's evidence section "
+               "sets them): " + ", ".join(f"{n} {h.runs} runs over {h.span_s:g} s" for n, h in HOLDS.items()))
+
+
 @click.command()
-@click.argument("kind", type=click.Choice(["xid", "sxid", "signal", "check"], case_sensitive=False))
+@click.argument("kind", type=click.Choice(["xid", "sxid", "signal", "check", "evidence"], case_sensitive=False))
 @click.argument("code", required=False)
 @click.option("--json", "json_mode", is_flag=True, help="Print JSON instead of text.")
 def explain(kind: str, code: str | None, json_mode: bool) -> None:
     """Explain an Xid, an NVSwitch SXid, a driver message without an Xid (signal: e.g.
-    reset_required), or a check (check: e.g. pcie-aer): its meaning and what gpuhc does about it.
+    reset_required), a check (check: e.g. pcie-aer), or a class of evidence (evidence: e.g. service,
+    what it buys: WARN, drain, reboot, ticket, lemon): its meaning and what gpuhc does about it.
 
     Without CODE, print the whole catalog. Unknown Xid codes show the default verdict."""
     kind = kind.lower()
+    if kind == "evidence":  # what each class of evidence buys: WARN, drain, reboot, ticket, lemon
+        _evidence(code, json_mode)
+        return
     if kind == "check":  # a check of the node around the GPUs (or any other) by its id
         for line in _check_lines(code):
             click.echo(line)

@@ -1,0 +1,51 @@
+"""The table of evidence to act (gpuhc/evidence.py): declared once, the same in docs/checks.md,
+every check and every class accounted for, and the config's evidence section from it (issue 43)."""
+
+from __future__ import annotations
+
+import re
+
+from gpuhc.checks import all_checks
+from gpuhc.config import Config, defaults, schema
+from gpuhc.evidence import GPU, HOLDS, TABLE, class_of, counts_toward_lemon, holds_from, markdown
+from tests.helpers.paths import REPO
+
+DOC = REPO / "docs" / "checks.md"
+
+
+def test_the_doc_carries_the_table_as_declared():
+    text = DOC.read_text(encoding="utf-8")
+    m = re.search(r"<!-- evidence table: generated from gpuhc/evidence.py -->\n(.*?)<!-- end of evidence table -->",
+                  text, re.DOTALL)
+    assert m, "docs/checks.md has no evidence table between its markers"
+    assert m.group(1) == markdown(), "regenerate the table in docs/checks.md from gpuhc.evidence.markdown()"
+
+
+def test_every_check_has_its_class_and_ids_are_unique():
+    assert len({e.id for e in TABLE}) == len(TABLE)
+    named = {c for e in TABLE for c in e.checks}
+    assert len(named) == sum(len(e.checks) for e in TABLE), "a check named by two classes"
+    passive = {c.id for c in all_checks() if not hasattr(c, "tasks")}
+    # every passive check is named; the active checks judge the GPUs under load
+    assert {c for c in passive if class_of(c) is GPU} <= set(GPU.checks)
+    assert all(e.hold in HOLDS for e in TABLE if e.hold is not None)
+
+
+def test_the_hardware_that_counts_toward_a_lemon_and_what_never_does():
+    for check in ("xid", "nvswitch", "ecc", "nvlink", "pcie", "pcie-aer", "gpu-count", "machine-check", "burn-in"):
+        assert counts_toward_lemon(check), check
+    for check, evidence in (("services", None), ("host", None), ("host", "mount"), ("host", "scratch"),
+                            ("pcie-aer", "aer-corrected"), ("machine-check", "mce-corrected"), ("nvml", None),
+                            ("occupancy", None), ("jobs", None), ("state", None)):
+        assert not counts_toward_lemon(check, evidence), (check, evidence)
+    # the node around the GPUs is held before it drains; hardware is not
+    assert {e.id for e in TABLE if e.hold} == {"service", "mount", "scratch", "aer-corrected", "mce-corrected",
+                                               "stuck-process"}
+    assert all(e.kind == "host" for e in TABLE if e.hold)
+
+
+def test_the_config_section_comes_from_the_holds_and_sets_them():
+    data = defaults(schema())
+    assert data["evidence"] == {n: {"runs": h.runs, "span_s": h.span_s} for n, h in HOLDS.items()}
+    assert holds_from(Config(data).section("evidence")) == HOLDS
+    assert holds_from({"host": {"runs": 5, "span_s": 60.0}})["host"].runs == 5
