@@ -123,9 +123,10 @@ class Check:
     # threshold name -> (section, key), e.g. gpu-count's ``expected`` <- ``node.expected_gpus``.
     from_config: dict[str, tuple[str, str]] = field(default_factory=dict)
     nested_thresholds: bool = False  # True: mapping thresholds merge key by key across layers
-    # A check that holds kernel-log incidents across runs: given its state and "now", its state
-    # once an admin's resume or retest acknowledged them (gpuhc/slurm/flows/handover.py asks every
-    # check that sets it; docs/slurm.md, "An admin's resume is an acknowledgement").
+    # A check that holds evidence across runs (kernel-log incidents, warnings that stayed): given
+    # its state and "now", its state once an admin's resume or retest acknowledged them
+    # (gpuhc/slurm/flows/handover.py asks every check that sets it; docs/slurm.md, "An admin's
+    # resume is an acknowledgement").
     acknowledge: Callable[[dict[str, Any] | None, float], dict[str, Any]] | None = None
     # How the check wants its sources read in this run (waits, link slices, reader settings),
     # from its stage, thresholds and last state; None: the sources' least. The runner merges
