@@ -1,5 +1,5 @@
 """Which ``/dev/nvidia*`` files a process holds open, from its ``/proc/<pid>/fd`` links: what
-``fuser /dev/nvidia*`` reads. One reader for the two callers that must know who holds a GPU
+``fuser /dev/nvidia*`` reads; and whether it runs CUDA, from the libraries it maps. One reader for the two callers that must know who holds a GPU
 when NVML may not answer: the GPU reset's holder scan (gpuhc/slurm/repair/reset_probe.py) and
 the host check's stuck processes (gpuhc/sources/host_stuck.py).
 
@@ -45,3 +45,25 @@ def holds_gpu(files: set[str]) -> bool:
     ``nvidia-smi`` too; ``/dev/nvidiactl`` alone is every NVML client's."""
     return any(_GPU_FILE.fullmatch(f) for f in files)
 
+
+CUDA_LIB = "/libcuda.so"  # the CUDA driver library: mapped by every process that makes a CUDA context
+MAPS_MAX_BYTES = 8 << 20  # a large PyTorch process maps some 10,000 regions, about 1.5 MB of text
+
+
+def maps_cuda(proc_root: str, pid: int) -> bool | None:
+    """Does the process map the CUDA driver library? None: its maps could not be read.
+
+    What tells an NVML client (a monitor, an exporter) from a CUDA program: the device files do
+    not, since on an H100 with driver 570 a pynvml loop holds ``/dev/nvidia-uvm`` and the GPU's
+    own file as a CUDA process does (docs/verification.md, "The reset's holders"). A process
+    names its own files, so a monitor could look like a CUDA program by mapping a file called
+    ``libcuda.so``; it then only loses the plan's "monitor" label. Bounded read."""
+    path = os.path.join(proc_root, str(int(pid)), "maps")
+    try:
+        with open(path, "rb") as f:
+            text = f.read(MAPS_MAX_BYTES)
+    except OSError:
+        return None
+    if any(line.rsplit(b"/", 1)[-1].startswith(b"libcuda.so") for line in text.splitlines() if b"/" in line):
+        return True
+    return None if len(text) >= MAPS_MAX_BYTES else False  # past the bound: not seen is not absent

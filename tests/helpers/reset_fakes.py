@@ -151,11 +151,11 @@ def killed_at(node: "FakeNode", k: int, when: str, run) -> int:
 
 class FakeNode:
     """A node of ``n`` GPUs, named ``model``, whose units are ``units`` (name -> running) and
-    whose processes are ``procs`` (pid -> (comm, unit or None, devices held))."""
+    whose processes are ``procs`` (pid -> (comm, unit or None, devices held[, maps CUDA: default True]))."""
 
     def __init__(self, root: Path, n: int = 4, model: str = "NVIDIA H100 80GB HBM3", nvlinks: int = 18,
                  fabric: int | None = 3, units: dict[str, bool] | None = None,
-                 procs: dict[int, tuple[str, str | None, list[str]]] | None = None, nvswitch: bool = True,
+                 procs: dict[int, tuple] | None = None, nvswitch: bool = True,
                  minors: list[int] | None = None):
         self.root = root
         self.model, self.nvlinks = model, nvlinks
@@ -179,18 +179,22 @@ class FakeNode:
                 f"Video BIOS: \t 96.00.99.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
                 f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {PCI.format(0x18 + i)}\nDevice Minor: \t {minors[i]}\n"
                 f"GPU Firmware: \t 580.95.05\nGPU Excluded:\t No\n")
-        for pid, (comm, unit, devices) in (procs or {}).items():
-            self.add_proc(st, pid, comm, unit, devices)
+        for pid, (comm, unit, devices, *cuda) in (procs or {}).items():
+            self.add_proc(st, pid, comm, unit, devices, cuda=cuda[0] if cuda else True)
         self.save(st)
         for tool in ("systemctl", "nvidia-smi"):
             p = root / tool
             p.write_text(_TOOL.format(python=sys.executable, root=str(root)))
             p.chmod(0o755)
 
-    def add_proc(self, st: dict, pid: int, comm: str, unit: str | None, devices: list[str]) -> None:
+    def add_proc(self, st: dict, pid: int, comm: str, unit: str | None, devices: list[str], cuda: bool = True) -> None:
+        """``cuda``: the process maps the CUDA driver library (a CUDA program); else NVML's alone (a monitor)."""
         d = self.root / "proc" / str(pid)
         (d / "fd").mkdir(parents=True)
         (d / "comm").write_text(comm + "\n")
+        libs = ["libnvidia-ml.so.580.95.05"] + (["libcuda.so.580.95.05"] if cuda else [])
+        (d / "maps").write_text("".join(f"7f1c2a{i:02x}0000-7f1c2a{i:02x}8000 r-xp 00000000 08:01 {4242 + i} "
+                                        f"/usr/lib/x86_64-linux-gnu/{lib}\n" for i, lib in enumerate(libs)))
         (d / "cgroup").write_text(f"0::/system.slice/{unit}.service\n" if unit else "0::/user.slice/user-1000.slice\n")
         for n, dev in enumerate(devices + ["/dev/null", "socket:[12345]"]):
             os.symlink(dev, d / "fd" / str(n))

@@ -100,6 +100,7 @@ class Holder:
     unit: str | None  # the systemd unit its cgroup names, or None
     devices: tuple[str, ...]  # the /dev/nvidia* files it holds open
     own: bool = False  # gpuhc's registered node watcher: it lets go when asked (nvml_yield.py)
+    cuda: bool | None = None  # maps the CUDA driver library (gpuhc/procfd.py); None: unknown
 
 
 @dataclass(frozen=True)
@@ -208,11 +209,12 @@ MONITORS = {"nvtop": "nvtop, an interactive GPU monitor", "nvidia-smi": "nvidia-
 
 def monitor_of(h: Holder) -> str | None:
     """What a holder is, when the plan can tell: a known monitor by name; any other process that
-    has the GPUs open without ``/dev/nvidia-uvm`` is an NVML client (CUDA opens nvidia-uvm, NVML
-    alone does not: docs/repair.md "What blocks a reset"); None: a CUDA program or unknown."""
+    has the GPUs open and does not map the CUDA driver library is an NVML client (the device
+    files cannot tell: a pynvml loop opens ``/dev/nvidia-uvm`` too, seen on an H100; docs/repair.md
+    "What blocks a reset"); None: a CUDA program or unknown."""
     if h.comm in MONITORS:
         return MONITORS[h.comm]
-    if not any(d == "/dev/nvidia-uvm" for d in h.devices) and any(d == "/dev/nvidiactl" for d in h.devices):
+    if h.cuda is False:
         return "an NVML client without CUDA (a monitor or exporter)"
     return None
 

@@ -126,15 +126,21 @@ def test_a_process_named_like_gpuhc_is_not_gpuhcs_and_blocks(tmp_path):
     assert not any(s.kind == "yield" for s in plan.steps)
 
 
+# What a pynvml loop held on an H100 (docs/verification.md, "The reset's holders"): the same
+# files as a CUDA program, nvidia-uvm included; only the libraries it maps tell them apart.
+NVML_ON_H100 = ["/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2", "/dev/nvidia-uvm", "/dev/nvidia1",
+                "/dev/nvidiactl"]
+
+
 def test_nvml_monitors_are_named_in_the_plan(tmp_path):
-    n = FakeNode(tmp_path / "node", procs={31: ("nvtop", None, GPUS), 32: ("python3", None, GPUS),
-                                           33: ("python3", None, ["/dev/nvidia-uvm", *GPUS])})
+    n = FakeNode(tmp_path / "node", procs={31: ("nvtop", None, GPUS, False), 32: ("python3", None, NVML_ON_H100, False),
+                                           33: ("python3", None, NVML_ON_H100, True)})
     plan = plan_now(n.section(), (1,), n.read_nvml(), time.monotonic() + 10)
     by_pid = {b.split()[1]: b for b in plan.blockers}
     assert "nvtop, an interactive GPU monitor; stop it, or list its unit in slurm.remediation.reset.stop_units" \
         in by_pid["31"]
     assert "an NVML client without CUDA (a monitor or exporter)" in by_pid["32"]
-    assert by_pid["33"].endswith("/dev/nvidiactl")  # a CUDA program (nvidia-uvm open): not called a monitor
+    assert by_pid["33"].endswith("/dev/nvidiactl")  # a CUDA program (libcuda mapped): not called a monitor
 
 
 def test_the_sites_stop_units_are_stopped_and_started_around_the_reset(tmp_path):

@@ -135,10 +135,10 @@ def _plan_then_add_holder(n, monkeypatch):
 
 
 def test_an_unknown_holder_blocks_the_plan_and_nothing_is_touched(tmp_path):
-    n = node(tmp_path, procs={9: ("my-monitor", None, ["/dev/nvidia1", "/dev/nvidiactl"]),
+    n = node(tmp_path, procs={9: ("my-monitor", None, ["/dev/nvidia1", "/dev/nvidiactl"], False),
                               DCGM[0]: DCGM[1:]})
     plan, out, lines = run(n)
-    # it opened the GPUs without /dev/nvidia-uvm: NVML alone, a monitor; the plan says so
+    # it maps NVML's library and not CUDA's: a monitor; the plan says so
     assert not plan.ok and plan.blockers == (
         "pid 9 (my-monitor, no service gpuhc may stop) holds /dev/nvidia1, /dev/nvidiactl: an NVML client "
         "without CUDA (a monitor or exporter); stop it, or list its unit in slurm.remediation.reset.stop_units",)
@@ -416,3 +416,20 @@ def test_a_plan_with_no_gpu_in_scope_says_so():
     plan = Plan(targets=(), scope=(), together=False, scope_why="NVML unavailable", steps=(), blockers=("no NVML",),
                 expected_uuids={})
     assert plan.lines()[0] == "reset scope: no GPU (NVML unavailable)"
+
+
+def test_the_cuda_library_in_maps_tells_a_cuda_program_from_an_nvml_client(tmp_path):
+    """The device files cannot: on an H100 a pynvml loop held nvidia-uvm as a CUDA program does.
+    The maps are a bounded read; maps unread or read only in part say nothing (None), never "a monitor"."""
+    from gpuhc.procfd import MAPS_MAX_BYTES, maps_cuda
+
+    d = tmp_path / "proc" / "7"
+    d.mkdir(parents=True)
+    line = "7f1c2a000000-7f1c2a008000 r-xp 00000000 08:01 4242 /usr/lib/x86_64-linux-gnu/{}\n"
+    (d / "maps").write_text(line.format("libnvidia-ml.so.580.95.05") + line.format("libcuda.so.580.95.05"))
+    assert maps_cuda(str(tmp_path / "proc"), 7) is True
+    (d / "maps").write_text(line.format("libnvidia-ml.so.580.95.05") + line.format("notlibcuda.so.1"))
+    assert maps_cuda(str(tmp_path / "proc"), 7) is False
+    (d / "maps").write_text(line.format("libnvidia-ml.so.1") * (MAPS_MAX_BYTES // 60 + 1) + line.format("libcuda.so.1"))
+    assert maps_cuda(str(tmp_path / "proc"), 7) is None  # past the bound: unknown, not "a monitor"
+    assert maps_cuda(str(tmp_path / "proc"), 8) is None  # gone, or not ours to read
