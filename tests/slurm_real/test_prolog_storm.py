@@ -94,3 +94,31 @@ def test_a_prolog_storm_on_a_slow_controller_takes_at_most_the_cap_out(tmp_path,
         for name, code in codes.items():  # exit 1 only where gpuhc itself holds the node, under the cap
             if code == 1:
                 assert out.get(name, "").startswith("gpuhc: xid"), (name, out.get(name))
+
+
+def test_a_retag_never_takes_the_count_past_the_cap(tmp_path, slurm_release, monkeypatch):
+    """A re-tag meant to take no new capacity (``Actuator.drain``: a quarantine or ladder tag)
+    that would make a node count where it did not, a retired node tagged ``[q1]`` again, is
+    refused at the cap on the real controller; a node gpuhc already holds is re-tagged at the cap."""
+    from gpuhc.slurm.act.actuator import Actuator
+    from gpuhc.slurm.act.scontrol import Scontrol
+    from gpuhc.slurm.policy.breaker import BreakerSettings, survey
+
+    c = BigSlurmCluster(tmp_path / "cluster", size=40, partition_size=40, release=slurm_release)
+    with c:
+        monkeypatch.setenv("SLURM_CONF", str(c.conf_path))
+        monkeypatch.setenv("PATH", c.env()["PATH"])  # this release's scontrol and sinfo
+        held = c.partitions()["p1"][len(c.nodes):][:CAP]
+        retired = c.partitions()["p1"][len(c.nodes) + CAP]
+        for name in held:
+            c.scontrol("update", f"NodeName={name}", "State=DRAIN", "Reason=gpuhc: xid Xid 79 on gpu3", timeout=60)
+        c.scontrol("update", f"NodeName={retired}", "State=DRAIN", "Reason=gpuhc: RETIRED xid Xid 79 on gpu3",
+                   timeout=60)
+        said: list[str] = []
+        settings = BreakerSettings(max_drained=CAP, max_drained_percent=None, settle_s=0.0)
+        act = Actuator(Scontrol(timeout_s=30.0), settings, log=lambda m, **k: said.append(m))
+        assert act.drain(retired, "gpuhc: xid Xid 79 on gpu3 [q1]", "quarantine") is False
+        assert c.node(retired).reason == "gpuhc: RETIRED xid Xid 79 on gpu3" and "NOT re-tagging" in said[-1]
+        assert act.drain(held[0], "gpuhc: xid Xid 79 on gpu3 [q2]", "quarantine") is True  # counted already
+        count = survey(cluster_nodes(c), held[0], settings)
+        assert len(count.held) == CAP and count.retired == 1, [n.name for n in count.held]
