@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuhc.model.result import Action
+
 
 @dataclass(frozen=True)
 class Hold:
@@ -61,6 +63,10 @@ class Evidence:
     # for before it drains (a WARN until then); None: the check's verdict acts at once (a class
     # whose check holds its own evidence over hours says so in ``drain``)
     hold: str | None = None
+    # What a held FAIL of this class buys (the result's action, set by gpuhc/runhold.py): the
+    # documented cure of what the evidence shows, not the check's guess (docs/checks.md,
+    # "Evidence to act", says why for each); None: the check's own action
+    act: Action | None = None
 
     def drain_text(self, holds: dict[str, Hold] | None = None) -> str:
         if self.hold is None:
@@ -71,10 +77,13 @@ class Evidence:
     def to_dict(self, holds: dict[str, Hold] | None = None) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "what": self.what, "checks": list(self.checks), "warn": self.warn,
                 "drain": self.drain_text(holds), "reboot": self.reboot, "ticket": self.ticket, "lemon": self.lemon,
-                "hold": self.hold}
+                "hold": self.hold, "act": self.act.value if self.act else None}
 
 
 _CATALOG = "as NVIDIA's catalog says (gpuhc explain xid)"
+# The classes of evidence that stays, named by the checks that hold it (their results' ``evidence``)
+NVLINK_PERSISTENT = "nvlink-growth-persistent"
+IB_FLAPS_RECURRING = "ib-flaps-recurring"
 
 TABLE: tuple[Evidence, ...] = (
     # ---- hardware: acts as the driver or NVIDIA's catalog says, at once
@@ -84,7 +93,13 @@ TABLE: tuple[Evidence, ...] = (
              "correctable above the rate", "at once", "GPU reset or reboot (remap pending)",
              "remap failed, spare rows gone", True),
     Evidence("nvlink", "hardware", "NVLink down or errors above the FAIL rate; NVSwitch fabric", ("nvlink", "fabric", "imex"),
-             "errors below the FAIL rate", "at once", "reboot", "link down after reboot", True),
+             f"errors below the FAIL rate (they drain once they stay: `{NVLINK_PERSISTENT}`)", "at once", "reboot",
+             "link down after reboot", True),
+    # Evidence that stays (gpuhc/checks/persistence.py): the check holds it over hours itself
+    Evidence(NVLINK_PERSISTENT, "hardware", "NVLink errors growing below the FAIL rate, hour after hour", (),
+             "each reading at the WARN rate", "at the next job boundary, once they warned in `persist_hours` "
+             "distinct hours of `persist_window_h` (checks.nvlink); the reason says how long", "-",
+             "at the drain (a link that degrades: reseat or replace)", True),
     Evidence("pcie-fatal", "hardware", "PCIe uncorrected (fatal) error or failed recovery; a GPU link degraded",
              ("pcie", "pcie-aer"), "-", "at once", "reboot", "after reboot", True),
     Evidence("gpu-lost", "hardware", "GPU lost: fallen off the bus, missing from NVML or the bus", ("gpu-count",),
@@ -97,23 +112,33 @@ TABLE: tuple[Evidence, ...] = (
     # counts for the switch instead (gpuhc/slurm/policy/shared_cause.py)
     Evidence("network", "hardware", "InfiniBand / RoCE port down, flapping or erroring: the cable's or NIC's",
              ("infiniband",), "below FAIL", "at once", "-", "as the check says", True),
+    # a port that keeps dropping is its cable or transceiver: replaced, not the node (no lemon)
+    Evidence(IB_FLAPS_RECURRING, "hardware", "single InfiniBand flaps of one port recurring over a day", (),
+             "each flap", "at the next job boundary, once down in `flap_hours` distinct hours of `flap_window_h` "
+             "(checks.infiniband); the reason says how long", "-", "at the drain (the cable or transceiver)", False),
     Evidence("node-config", "host", "a node that lost CPUs or DIMMs at boot (baseline), MIG layout gone",
              ("host", "mig-layout"), "-", "at once", "-", "at once", False),
     Evidence("job-leftover", "host", "a process left on a GPU, a job hung or slowed: the job's, not the node's",
              ("occupancy", "jobs"), "-", "as the check says", "-", "-", False),
     # ---- the node around the GPUs: warns, drains only when held
+    # The act of each (docs/checks.md, "Evidence to act", says why): a reboot only where it is
+    # the documented cure, else a drain and a person (a ticket)
     Evidence("service", "host", "GPU service not running or not answering its probe (retried in the run)",
-             ("services",), "at once", "when", "when held (restarts the service chain)", "-", False, "host"),
-    Evidence("mount", "host", "site-named mount missing or slower than its bound", (),
-             "at once", "when", "when held (a hung hard mount clears only so)", "-", False, "host"),
+             ("services",), "at once", "when", "never (a restart of the service is the cure)", "when held",
+             False, "host", Action.DRAIN_TICKET),
+    Evidence("mount", "host", "site-named mount missing or slower than its bound; a process stuck on it",
+             (), "at once", "when", "never (the file server is the fault)", "when held", False, "host",
+             Action.DRAIN_TICKET),
     Evidence("scratch", "host", "local scratch nearly full", (), "below scratch_warn_pct", "below scratch_fail_pct and",
-             "-", "when held (a person cleans it)", False, "host"),
+             "-", "when held (a person cleans it)", False, "host", Action.DRAIN_TICKET),
     Evidence("aer-corrected", "host", "PCIe AER corrected or non-fatal recovered errors, as a rate", (),
-             "at corrected_warn", "at corrected_fail (off) and", "-", "when held", False, "host"),
+             "at corrected_warn", "at corrected_fail (off) and", "-", "when held", False, "host", Action.DRAIN_TICKET),
     Evidence("mce-corrected", "host", "corrected machine checks / memory errors, as a rate", (),
-             "at corrected_warn", "at corrected_fail (off) and", "-", "when held", False, "host"),
-    Evidence("stuck-process", "host", "process stuck in uninterruptible sleep", (),
-             "at once", "when", "when held", "-", False, "host"),
+             "at corrected_warn", "at corrected_fail (off) and", "-", "when held", False, "host", Action.DRAIN_TICKET),
+    # a file-system wait drains as its mount's evidence (``mount``); FUSE never drains
+    Evidence("stuck-process", "host", "process stuck in uninterruptible sleep, no progress between runs; drains "
+             "only in the GPU driver holding a GPU", (), "after dstate_warn_s", "after dstate_fail_s and",
+             "when held (the driver's state is wedged)", "-", False, "host", Action.DRAIN_REBOOT),
     Evidence("nvml-wedged", "driver", "NVML hung or failed on consecutive health checks (driver wedged?)", ("nvml",),
              "-", "at 2 consecutive health checks", "reboot", "-", False),
     # ---- gpuhc's own failures

@@ -6,7 +6,9 @@ runner, after the checks, asks the table of each finding: a FAIL of a class that
 (the node around the GPUs: a service that does not answer, a mount, scratch, a corrected-error
 rate) is a WARN that says how long it has been seen, until it was seen on ``runs`` consecutive
 runs spanning ``span_s`` (``evidence.<hold>``); then it is the FAIL, with how long it held in its
-message, so the drain reason says it. A finding of a class that acts at once passes untouched.
+message, so the drain reason says it, and the act its class buys (the table's ``act``: a reboot
+only where a reboot is the cure, else drain + ticket), whatever the check asked for. A finding of
+a class that acts at once passes untouched.
 
 The count lives in the node's state (``evidence``: one entry per check, subject and class),
 like the checks' own slices (gpuhc/runstate.py). "Consecutive" is per check: a run that judged
@@ -69,7 +71,7 @@ def _entry(v: Any) -> dict[str, Any] | None:
 
 
 def _held(r: Result, cls: Evidence, runs: int, span: float) -> Result:
-    return replace(r, evidence=cls.id,
+    return replace(r, evidence=cls.id, action=cls.act or r.action,
                    message=f"{r.message}; held {runs} runs over {span_text(round(span))}")
 
 

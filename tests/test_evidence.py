@@ -7,7 +7,8 @@ import re
 
 from gpuhc.checks import all_checks
 from gpuhc.config import Config, defaults, schema
-from gpuhc.evidence import GPU, HOLDS, TABLE, class_of, counts_toward_lemon, holds_from, markdown
+from gpuhc.evidence import GPU, HOLDS, TABLE, by_id, class_of, counts_toward_lemon, holds_from, markdown
+from gpuhc.model.result import Action
 from tests.helpers.paths import REPO
 
 DOC = REPO / "docs" / "checks.md"
@@ -49,3 +50,26 @@ def test_the_config_section_comes_from_the_holds_and_sets_them():
     assert data["evidence"] == {n: {"runs": h.runs, "span_s": h.span_s} for n, h in HOLDS.items()}
     assert holds_from(Config(data).section("evidence")) == HOLDS
     assert holds_from({"host": {"runs": 5, "span_s": 60.0}})["host"].runs == 5
+
+
+def test_evidence_that_stays_is_in_the_table_and_only_the_nvlink_counts_toward_a_lemon():
+    from gpuhc.checks.infiniband import RECURRING_FLAPS_CLASS
+    from gpuhc.checks.nvlink import PERSISTENT_CLASS
+
+    nvlink, ib = by_id(PERSISTENT_CLASS), by_id(RECURRING_FLAPS_CLASS)
+    assert counts_toward_lemon("nvlink", PERSISTENT_CLASS)  # the GPU board's link: hardware
+    assert not counts_toward_lemon("infiniband", RECURRING_FLAPS_CLASS)  # a cable or transceiver, not the node
+    for e in (nvlink, ib):  # the check holds it over hours itself, and the reason says how long
+        assert e.hold is None and "next job boundary" in e.drain and "how long" in e.drain
+    assert "only warn" not in by_id("nvlink").warn and PERSISTENT_CLASS in by_id("nvlink").warn
+
+
+def test_every_held_class_says_what_it_buys_and_reboots_only_where_that_is_the_cure():
+    acts = {e.id: e.act for e in TABLE if e.hold}
+    assert acts == {"service": Action.DRAIN_TICKET, "mount": Action.DRAIN_TICKET, "scratch": Action.DRAIN_TICKET,
+                    "aer-corrected": Action.DRAIN_TICKET, "mce-corrected": Action.DRAIN_TICKET,
+                    "stuck-process": Action.DRAIN_REBOOT}
+    for e in TABLE:  # the columns the doc shows agree with the act the runner applies
+        if e.act is not None:
+            assert (e.act is Action.DRAIN_REBOOT) == e.reboot.startswith("when held"), e.id
+            assert (e.act is Action.DRAIN_TICKET) == e.ticket.startswith("when held"), e.id

@@ -24,7 +24,8 @@ def runs(every_s: float, n: int, result=DCGM_DOWN, section=None, start=1_000_000
 def test_a_service_down_warns_until_held_over_runs_and_span_then_fails_with_the_span():
     out, _ = runs(300.0, 4)  # the health check every 5 minutes
     assert [r.status for r in out] == [Status.WARN, Status.WARN, Status.WARN, Status.FAIL]
-    assert all(r.action is Action.NONE for r in out[:3]) and out[3].action is Action.DRAIN_REBOOT
+    # held, it buys its class's act, not the check's: a service is restarted by a person, not a reboot
+    assert all(r.action is Action.NONE for r in out[:3]) and out[3].action is Action.DRAIN_TICKET
     assert out[0].message.endswith("(seen 1 run over 0 s; drains when held 3 runs over 15 min: evidence.host)")
     assert out[3].message == "DCGM host engine is running but not answering; held 4 runs over 15 min"
     assert out[3].evidence == "service"
@@ -87,3 +88,15 @@ def test_a_damaged_count_starts_again_and_the_count_is_bounded():
             for i in range(MAX_ENTRIES + 10)]
     got, stored = hold(many, None, 5.0, None)
     assert len(stored) == MAX_ENTRIES and all(r.status is Status.WARN for r in got)
+
+
+def test_each_held_class_buys_its_own_act_whatever_the_check_asked():
+    """A reboot only where it is the cure: a process wedged in the GPU driver; a hung mount's
+    server and a silent service need a person (gpuhc/evidence.py's ``act``)."""
+    wedged = Result("host", Status.FAIL, "process 700 stuck in os_acquire_rwlock_write, holding a GPU", "pid700",
+                    action=Action.NONE, evidence="stuck-process")
+    hung = Result("host", Status.FAIL, "mount /home: no answer within 5s", "/home", action=Action.DRAIN_REBOOT,
+                  evidence="mount")
+    for r, act in ((wedged, Action.DRAIN_REBOOT), (hung, Action.DRAIN_TICKET), (DCGM_DOWN, Action.DRAIN_TICKET)):
+        out, _ = runs(300.0, 4, result=r)
+        assert out[3].status is Status.FAIL and out[3].action is act, r

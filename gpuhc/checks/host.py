@@ -6,16 +6,16 @@
   same way. Without a baseline these are n/a: no node's own numbers to hold it to.
 - mounts the site names (``mounts``, e.g. the shared file system and the dataset mount): each
   must be mounted and answer ``stat -f`` within ``mount_timeout_s`` (the probe runs in a child
-  process, gpuhc/sources/host.py). Not mounted or not answering FAILs with drain + reboot once
+  process, gpuhc/sources/host.py). Not mounted or not answering FAILs with drain + ticket once
   held over runs (evidence class ``mount``, gpuhc/evidence.py; a WARN until then): a hung NFS
-  mount hangs every job that touches it, and a reboot is what clears most, but a server's
-  failover is over in minutes.
+  mount hangs every job that touches it, but a server's failover is over in minutes, and a
+  reboot that clears the hung processes leaves the server, the fault, as it was.
 - free space on ``scratch`` (local scratch; empty: off): WARN below ``scratch_warn_pct`` free, FAIL (drain +
   ticket: a person must clean it) below ``scratch_fail_pct``, once held (class ``scratch``).
 - processes stuck in uninterruptible sleep (state D, no progress between runs) in the GPU driver,
-  a file system or FUSE: WARN after ``dstate_warn_s``; FAIL (drain + reboot) after
-  ``dstate_fail_s`` only in the GPU driver holding a GPU, or on a file system whose site mount
-  fails too; FUSE never (gpuhc/checks/host_stuck.py). Such a process cannot be killed, so Slurm
+  a file system or FUSE: WARN after ``dstate_warn_s``; FAIL after ``dstate_fail_s`` only in
+  the GPU driver holding a GPU (drain + reboot), or on a file system whose site mount fails too
+  (the mount's evidence: drain + ticket); FUSE never (gpuhc/checks/host_stuck.py). Such a process cannot be killed, so Slurm
   cannot end its job either.
 Each part is off when its setting is empty or null (mounts, scratch, the dstate bounds).
 """
@@ -26,6 +26,7 @@ from typing import Any
 
 from gpuhc.checks import host_stuck
 from gpuhc.checks.base import HOST, Check, CheckOutput, Context, na, reads_host, result
+from gpuhc.evidence import by_id
 from gpuhc.model.result import Action, Status
 from gpuhc.model.snapshot import Snapshot
 
@@ -80,7 +81,7 @@ def _mounts(h, ctx: Context) -> list:
         if not isinstance(m, dict) or m.get("ok"):
             continue
         out.append(result(ID, Status.FAIL, f"mount {path}: {m.get('error') or 'not answering'}", path,
-                          value=m, threshold=ctx.t("mount_timeout_s"), action=Action.DRAIN_REBOOT, evidence="mount"))
+                          value=m, threshold=ctx.t("mount_timeout_s"), action=by_id("mount").act, evidence="mount"))
     return out
 
 

@@ -9,16 +9,17 @@ the findings and the samples to keep out.
   the first run that saw the sample it still shows. A sample that could not be read is no
   evidence of anything: never stuck.
 - GPU driver (``dstate_gpu_wchan``), on a process that holds a GPU's device file: WARN after
-  ``dstate_warn_s``, FAIL (drain + reboot) after ``dstate_fail_s``. Nothing short of a reboot
+  ``dstate_warn_s``, FAIL (drain + reboot: class ``stuck-process``) after ``dstate_fail_s``. Nothing short of a reboot
   wakes it, and Slurm cannot end its job. In the driver without a GPU file: WARN only.
 - File system (``dstate_fs_wchan``: NFS, Lustre): WARN; FAIL only when a site-named mount of
   this run also fails its probe (a mount that is not FUSE): the file system is then the site's
-  and down, not one process's slow server.
+  and down, not one process's slow server, and the finding is that mount's evidence (class
+  ``mount``: drain + ticket, the server is the fault).
 - FUSE (``dstate_fuse_wchan``): WARN, never a drain. Any user may mount one (fusermount ships
   with apptainer, enroot, squashfuse) and park a process behind a server that never answers.
 
-Every finding is of the evidence class ``stuck-process`` (gpuhc/evidence.py): it never counts
-toward a lemon, and its FAIL drains only once held.
+Every other finding is of the evidence class ``stuck-process`` (gpuhc/evidence.py). Either class
+never counts toward a lemon, and its FAIL drains only once held, acting as the table says.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.checks.base import Context, result
+from gpuhc.evidence import by_id
 from gpuhc.lazyre import LazyPattern
-from gpuhc.model.result import Action, Result, Status
+from gpuhc.model.result import Result, Status
 
 EVIDENCE = "stuck-process"
+FS_EVIDENCE = "mount"  # a file-system wait drains only with its mount down: the mount's evidence
 MAX_KEPT = 256  # processes remembered between runs (the reader sends at most 64)
 # Whole function-name prefixes (ending in "_") or whole names; docs/checks.md, "host", says where
 # each comes from (the NVIDIA open kernel modules' source for the driver's).
@@ -93,11 +96,11 @@ def _finding(check_id: str, p: dict, stuck: float, warn: Any, fail: Any, down: l
             f"({where}), no progress for {stuck:.0f}s{why}")
     value = {"stuck_s": round(stuck, 1), "wait": wait, "wchan": p.get("wchan"), "holds_gpu": p.get("holds_gpu")}
     subject = f"pid{p.get('pid')}"
+    cls = FS_EVIDENCE if wait == "file-system" else EVIDENCE
     if failed and may_drain:
-        return result(check_id, Status.FAIL, what, subject, value=value, threshold=fail, action=Action.DRAIN_REBOOT,
-                      evidence=EVIDENCE)
-    return result(check_id, Status.WARN, what, subject, value=value, threshold=fail if failed else warn,
-                  evidence=EVIDENCE)
+        return result(check_id, Status.FAIL, what, subject, value=value, threshold=fail, action=by_id(cls).act,
+                      evidence=cls)
+    return result(check_id, Status.WARN, what, subject, value=value, threshold=fail if failed else warn, evidence=cls)
 
 
 def _may_drain(wait: Any, p: dict, down: list[str]) -> tuple[bool, str]:

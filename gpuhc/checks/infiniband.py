@@ -53,14 +53,15 @@ from typing import Any
 from gpuhc.checks.base import IB, KERNEL_LOG, STAGES, Check, CheckOutput, Context, na, result
 from gpuhc.checks.infiniband_downtime import UP_STATES, timeline
 from gpuhc.checks.persistence import held, setting_errors, span_text
+from gpuhc.evidence import IB_FLAPS_RECURRING
 from gpuhc.model.host import IbPort
 from gpuhc.model.result import Action, Result, Status
 from gpuhc.model.snapshot import Snapshot
 
 ID = "infiniband"
-# The evidence class of a FAIL for single flaps that recur (the result's value["persistent"]
-# ["class"]), as the policy's table of evidence names it.
-RECURRING_FLAPS_CLASS = "ib-flaps-recurring"
+# The evidence class of a FAIL for single flaps that recur (the result's ``evidence``; what it
+# buys: gpuhc/evidence.py)
+RECURRING_FLAPS_CLASS = IB_FLAPS_RECURRING
 CLEARED = "flaps_cleared_at"  # state key: an admin's resume; flaps before it are forgiven
 
 # counter -> [warn, fail] growth between two runs; None switches that level off. Config entries
@@ -103,6 +104,7 @@ class _Finding:
     status: Status
     text: str
     action: Action = Action.NONE
+    evidence: str | None = None  # its class, when not the check's (gpuhc/evidence.py)
 
 
 @dataclass
@@ -111,8 +113,8 @@ class _Verdict:
     value: dict[str, Any] = field(default_factory=dict)
     threshold: dict[str, Any] = field(default_factory=dict)
 
-    def add(self, status: Status, text: str, action: Action = Action.NONE) -> None:
-        self.findings.append(_Finding(status, text, action))
+    def add(self, status: Status, text: str, action: Action = Action.NONE, evidence: str | None = None) -> None:
+        self.findings.append(_Finding(status, text, action, evidence))
 
 
 # ----------------------------------------------------------------------------- downtime
@@ -137,10 +139,10 @@ def _downtime(port: IbPort, snapshot: Snapshot, ctx: Context, prev: dict, boot_c
         v.add(Status.WARN, text)
     h = held(kept["flaps"], flap_hours)
     if h is not None:
-        v.value["persistent"] = {"class": RECURRING_FLAPS_CLASS, "hours": h.hours, "first": h.first, "last": h.last}
+        v.value["persistent"] = {"hours": h.hours, "first": h.first, "last": h.last}
         v.threshold["flap_hours"] = flap_hours
         v.add(Status.FAIL, f"single flaps recurring {span_text(h.span_s)} (down in {h.hours} separate hours "
-                           f"of the last {flap_window:g} h)", Action.DRAIN_TICKET)
+                           f"of the last {flap_window:g} h)", Action.DRAIN_TICKET, RECURRING_FLAPS_CLASS)
     return kept
 
 
@@ -237,7 +239,8 @@ def _fold(subject: str, v: _Verdict, ethernet_warn_only: bool, ok_text: str) -> 
     text = "; ".join(f.text for f in v.findings)
     if ethernet_warn_only and any(f.status is Status.WARN for f in v.findings):
         text += " (Ethernet port: warn only)"
-    return result(ID, worst.status, f"{subject} {text}", subject, v.value, v.threshold or None, worst.action)
+    return result(ID, worst.status, f"{subject} {text}", subject, v.value, v.threshold or None, worst.action,
+                  worst.evidence)
 
 
 def _bad_thresholds(ctx: Context) -> str | None:

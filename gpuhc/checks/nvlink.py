@@ -58,6 +58,7 @@ from typing import Any
 
 from gpuhc.checks.base import Context, GpuJudge, SourceNeeds, na, per_gpu_check, result
 from gpuhc.checks.persistence import held, remember, setting_errors, span_text
+from gpuhc.evidence import NVLINK_PERSISTENT
 from gpuhc.limits import MAX_DL_ROTATION
 from gpuhc.model.nvml import GpuReading, NvmlReading
 from gpuhc.model.pci import norm_pci
@@ -84,8 +85,8 @@ ROTATING_STAGES = ("passive", "prolog")
 POINTER = "dl_next"  # state key: GPU index -> the slice its next rotating read takes
 WARNED = "warned"  # state key: "<gpu>/<link>/<kind>" -> when that link's growth warned
 # The evidence class of a FAIL for growth that stayed below the FAIL rate (the result's
-# value["class"]), as the policy's table of evidence names it.
-PERSISTENT_CLASS = "nvlink-growth-persistent"
+# ``evidence``; what it buys: gpuhc/evidence.py)
+PERSISTENT_CLASS = NVLINK_PERSISTENT
 
 
 def counter_kind(name: str) -> str:
@@ -246,9 +247,8 @@ def _persistent(gpu: GpuReading, grown: dict[str, dict[int, int]], reset: set[in
             out.append(result(
                 ID, Status.FAIL, f"{gpu.subject} link {link} {kind} errors growing {span_text(h.span_s)} "
                 f"(WARN in {h.hours} separate hours of the last {window:g} h, below the FAIL rate)",
-                gpu.subject, value={"class": PERSISTENT_CLASS, "link": link, "hours": h.hours,
-                                    "first": h.first, "last": h.last},
-                threshold={"hours": hours, "window_h": window}, action=Action.DRAIN_TICKET,
+                gpu.subject, value={"link": link, "hours": h.hours, "first": h.first, "last": h.last},
+                threshold={"hours": hours, "window_h": window}, action=Action.DRAIN_TICKET, evidence=PERSISTENT_CLASS,
             ))
     return out
 

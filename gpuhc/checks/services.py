@@ -14,8 +14,9 @@ Which are needed, per service (threshold ``auto``, ``on`` or ``off``):
 The IMEX daemon is the fabric check's (``nvidia-imex-ctl``), not repeated here. A probe that
 fails is asked again within the run, after a short pause, all probes within ``probe_budget_s``
 (gpuhc/sources/host.py ``retried``). A needed service that is not running, or runs but does not
-answer, is a FAIL with drain + reboot (NVSentinel issue 883: a Fabric Manager outage went
-unnoticed for 20 days, and every NCCL job on the node failed) of evidence class ``service``: a
+answer, is a FAIL (NVSentinel issue 883: a Fabric Manager outage went unnoticed for 20 days, and
+every NCCL job on the node failed) of evidence class ``service``, drain + ticket (the table says
+why: a restart of the service is the cure, and a reboot cures no reason it would not start): a
 WARN until held over consecutive runs spanning ``evidence.host`` (gpuhc/evidence.py,
 gpuhc/runhold.py), so one slow ``dcgmi`` on a busy node is no drain (issue 43), and never toward
 a lemon. A service running where nobody asked for it is not judged.
@@ -26,7 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.checks.base import HOST, Check, CheckOutput, Context, na, reads_host, result
-from gpuhc.model.result import Action, Status
+from gpuhc.evidence import by_id
+from gpuhc.model.result import Status
 from gpuhc.model.snapshot import Snapshot
 
 ID = "services"
@@ -39,17 +41,18 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         return CheckOutput([na(ID, "the GPU services were not read")])
     out = []
     fine = []
+    act = by_id("service").act
     for name, info in sorted(h.services.items()):
         if not isinstance(info, dict) or not info.get("expected"):
             continue
         label = NAMES.get(name, name)
         if not info.get("running"):
-            out.append(result(ID, Status.FAIL, f"{label} is not running", name, value=info, action=Action.DRAIN_REBOOT))
+            out.append(result(ID, Status.FAIL, f"{label} is not running", name, value=info, action=act))
         elif info.get("answering") is False:
             tries = f", {info['attempts']} tries" if isinstance(info.get("attempts"), int) else ""
             why = f" ({info['error']}{tries})" if info.get("error") else ""
             out.append(result(ID, Status.FAIL, f"{label} is running but not answering{why}", name, value=info,
-                              action=Action.DRAIN_REBOOT))
+                              action=act))
         else:
             fine.append(label)
     if not out:

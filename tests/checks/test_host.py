@@ -45,7 +45,7 @@ def test_a_hung_or_missing_mount_fails_drain_reboot():
     h = HostReading(mounts={"/datasets": {"ok": False, "seconds": 5.0, "error": "no answer within 5s"},
                             "/home": {"ok": False, "seconds": 0.0, "error": "not mounted"}})
     out = judge(h)
-    assert brief(out) == [(Status.FAIL, "/datasets", Action.DRAIN_REBOOT), (Status.FAIL, "/home", Action.DRAIN_REBOOT)]
+    assert brief(out) == [(Status.FAIL, "/datasets", Action.DRAIN_TICKET), (Status.FAIL, "/home", Action.DRAIN_TICKET)]
     assert out.results[0].message == "mount /datasets: no answer within 5s"
 
 

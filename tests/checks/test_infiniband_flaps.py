@@ -40,7 +40,7 @@ def test_single_flaps_in_three_hours_of_a_day_drain_with_the_span_in_the_reason(
     assert fails and fails[0][0] == DAY0 + 7 * HOUR + 25 * 60  # the first health check after the third flap
     assert all(r.status is Status.WARN for t, r in seen if t < fails[0][0] and r.status is not Status.PASS)
     r = fails[0][1]
-    assert r.action is Action.DRAIN_TICKET and r.value["persistent"]["class"] == RECURRING_FLAPS_CLASS
+    assert r.action is Action.DRAIN_TICKET and r.evidence == RECURRING_FLAPS_CLASS
     assert r.message.startswith("mlx5_0/1 single flaps recurring 7.3 h (down in 3 separate hours of the last 24 h)")
     assert build_reason([r]).startswith("gpuhc: infiniband mlx5_0/1 single flaps recurring 7.3 h (down in 3 ")
     # it holds at every run after, until the first flap is a day old

@@ -64,7 +64,7 @@ def test_replays_growing_below_fail_for_hours_drain_with_the_span_in_the_reason(
     # (its second reading), in a 4th distinct hour at 13:10
     assert first_fail == 38 and T0 + first_fail * HC == T0 + 3 * HOUR + 10 * 60
     assert f.action is Action.DRAIN_TICKET and f.subject == "gpu0"
-    assert f.value["class"] == PERSISTENT_CLASS and f.value["link"] == 5 and f.value["hours"] == 4
+    assert f.evidence == PERSISTENT_CLASS and f.value["link"] == 5 and f.value["hours"] == 4
     assert f.message == ("gpu0 link 5 replay errors growing 2.8 h "
                          "(WARN in 4 separate hours of the last 6 h, below the FAIL rate)")
     assert build_reason([f]) == ("gpuhc: nvlink gpu0 link 5 replay errors growing 2.8 h "

@@ -23,7 +23,7 @@ def svc(expected=True, running=True, answering=None, error=None):
 
 def test_fabric_manager_down_on_an_nvswitch_node_fails():
     out = judge({"fabricmanager": svc(running=False), "persistenced": svc(answering=True)})
-    assert [(r.status, r.subject, r.action) for r in out.results] == [(Status.FAIL, "fabricmanager", Action.DRAIN_REBOOT)]
+    assert [(r.status, r.subject, r.action) for r in out.results] == [(Status.FAIL, "fabricmanager", Action.DRAIN_TICKET)]
     assert out.results[0].message == "Fabric Manager is not running"
 
 
