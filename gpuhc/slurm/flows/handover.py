@@ -6,8 +6,11 @@ node (``scontrol update state=resume`` or ``gpuhc quarantine release``), the nex
 find the same old XID and drain the node again at once. The admin's resume is the
 acknowledgement, wherever gpuhc sees it first: before judging, a health check, prolog or epilog
 that remembers holding the node asks Slurm (one query, only in that case) and, if the node is
-back in service, clears the held incidents of the kernel-log checks up to now and forgets the
-hold (so the next run asks nothing and acknowledges nothing again). New events still count.
+back in service, clears the held incidents of the kernel-log checks up to now, the evidence
+other checks hold over hours (NVLink growth, IB flaps) and the runner's count of held host
+evidence (gpuhc/runhold.py: a repaired DCGM or mount starts its count again, not at the drain
+it already bought), and forgets the hold (so the next run asks nothing and acknowledges nothing
+again). New events still count.
 The same resume restarts the node's lemon history (gpuhc/slurm/repair/lemon_memory.py, ``forgive``):
 a person said the node is mended, and its next unrelated drain must not retire it.
 The prolog matters most: with a job queued for the node, its prolog runs seconds after the
@@ -77,11 +80,13 @@ def cold_start(flow, node, memory, log: Callable[..., None]) -> bool:
 
 
 def acknowledge_kernel_log(state_dir: str, now: float, node: str | None = None) -> None:
-    """Drop the held kernel-log incidents up to ``now``; with ``node``, also forget gpuhc's hold
-    on it in the same transaction (the resume that acknowledged is then seen once, not at every
-    run: a second acknowledgement would drop incidents newer than the resume). The flap count
-    and gpuhc's last resume stay."""
+    """Drop the held kernel-log incidents up to ``now``, what the other checks hold (their
+    ``Check.acknowledge``) and the runner's counts of held evidence (every one of them counted
+    runs before now); with ``node``, also forget gpuhc's hold on it in the same transaction (the
+    resume that acknowledged is then seen once, not at every run: a second acknowledgement would
+    drop incidents newer than the resume). The flap count and gpuhc's last resume stay."""
     from gpuhc.checks import passive_checks
+    from gpuhc.runhold import STATE_KEY as HELD_KEY
     from gpuhc.slurm.flows.memory import forget_hold
     from gpuhc.state import StateStore
 
@@ -90,6 +95,7 @@ def acknowledge_kernel_log(state_dir: str, now: float, node: str | None = None) 
         checks: dict[str, Any] = doc.setdefault("checks", {})
         for c in holders:
             checks[c.id] = c.acknowledge(checks.get(c.id), now)
+        doc.pop(HELD_KEY, None)
         if node is not None:
             forget_hold(doc, node)
             from gpuhc.slurm.repair.lemon_memory import forgive
