@@ -18,6 +18,16 @@ class EventKind(str, enum.Enum):
     AER = "aer"
     MCE = "mce"
     IB_MODULE = "ib_module"
+    # gpuhc/sources/node_reports.py: the kernel's hung-task report (``device`` the task's name,
+    # ``state`` the modules its reliable stack frames are in) and the mlx5 driver's own health
+    # words about its NIC (``state`` which, ``pci`` the function)
+    HUNG_TASK = "hung_task"
+    NIC_HEALTH = "nic_health"
+
+
+# The NIC_HEALTH states that take the NIC out (the mlx5 driver's fatal paths: node_reports names
+# each); the others (slot power, TX time-out, a health issue below ERROR) are warnings.
+NIC_FATAL = frozenset({"miss_count", "fatal_error", "health_issue", "syndrome", "recovery_failed", "cmd_timeout"})
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -47,6 +57,14 @@ class KernelLog(Record):
     unparsed_lines: int = 0  # lines that looked like NVRM/mlx5 lines but did not parse
     unparsed_example: str | None = None  # the first of them, sanitised, to quote in a warning
     driver_version: str | None = None  # "575.57.08" from the driver's loading line: Xid 144-150 decode by branch
+    # Lines with no stamp gpuhc knows, in a log whose lines have one (a partial copy's cut first
+    # line, typed text): how many and the first's line number. Read for the driver's exact words
+    # only, undated; they never hide the lines after them.
+    unread_lines: int = 0
+    unread_first_line: int | None = None
+    # ``dmesg -H`` lines before any absolute anchor: dated from the log's first line only (seconds
+    # since it, the since-boot clock), so the log's end is "now" and they are judged as recent.
+    relative_unanchored: int = 0
     # A recording too big to read whole (gpuhc.sources.kernel_log_file): the oldest time the read
     # reached (None: nothing with a time was left out) and what was left out, in words.
     covered_from: float | None = None
