@@ -139,6 +139,12 @@ TABLE: tuple[Evidence, ...] = (
     Evidence("stuck-process", "host", "process stuck in uninterruptible sleep, no progress between runs; drains "
              "only in the GPU driver holding a GPU", (), "after dstate_warn_s", "after dstate_fail_s and",
              "when held (the driver's state is wedged)", "-", False, "host", Action.DRAIN_REBOOT),
+    # a task stuck inside the GPU driver (the kernel's hung-task report, its stack the kernel's own)
+    Evidence("gpu-driver-hung", "driver", "a task hung in the GPU driver (hung-task report, stack in nvidia*)",
+             ("hung-task",), "-", "at once", "reboot", "-", False),
+    # the ConnectX firmware's own fatal words (the cable and the port are the network row's)
+    Evidence("nic-firmware", "hardware", "ConnectX (mlx5) firmware fatal, command time-outs; slot power, module heat",
+             ("nic-health",), "slot power, module heat, TX time-out", "at once", "-", "at once", True),
     Evidence("nvml-wedged", "driver", "NVML hung or failed on consecutive health checks (driver wedged?)", ("nvml",),
              "-", "at 2 consecutive health checks", "reboot", "-", False),
     # ---- gpuhc's own failures

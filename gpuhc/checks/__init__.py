@@ -31,6 +31,8 @@ MODULES = (
     "machine_check",
     "host",
     "services",
+    "hung_task",  # the kernel's hung-task reports and the NIC driver's health (gpuhc/sources/node_reports.py)
+    "nic_health",
 )
 
 

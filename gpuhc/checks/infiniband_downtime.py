@@ -14,14 +14,15 @@ from typing import Any
 
 from gpuhc.checks.persistence import remember
 from gpuhc.model.host import IbPort
-from gpuhc.model.kernel import EventKind, KernelEvent
+from gpuhc.model.kernel import NIC_FATAL, EventKind, KernelEvent
 from gpuhc.model.pci import norm_pci
 from gpuhc.model.snapshot import Snapshot
 
 UP_STATES = ("ACTIVE", "ACTIVE_DEFER")
 MAX_SAMPLES = 512  # keeps the state file small if something runs the check in a tight loop
 # mlx5 module events (kernel_log_host): a cable pulled or failed starts an outage; module
-# numbers are not ports, so the event is matched by the HCA's PCI address.
+# numbers are not ports, so the event is matched by the HCA's PCI address, as is the mlx5
+# driver's fatal health (gpuhc/sources/node_reports.py).
 _MODULE_DOWN = ("Cable unplugged", "Cable error")
 
 
@@ -58,6 +59,10 @@ def events_for(port: IbPort, pci: str | None, events: list[KernelEvent]) -> list
     for ev in events:
         if ev.kind is EventKind.IB_MODULE:  # no Port: line needed
             if ev.state in _MODULE_DOWN and ev.time is not None and ev.pci and ev.pci == pci:
+                out.append((float(ev.time), False))
+            continue
+        if ev.kind is EventKind.NIC_HEALTH:  # the firmware went fatal: down until the port says ACTIVE
+            if ev.state in NIC_FATAL and ev.time is not None and ev.pci and ev.pci == pci:
                 out.append((float(ev.time), False))
             continue
         if ev.kind is not EventKind.IB_LINK or ev.time is None or not ev.state:
