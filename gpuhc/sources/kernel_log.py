@@ -110,7 +110,7 @@ class KmsgSource:
         # One read is one record on the device, but a plain file (a copy of /dev/kmsg) returns
         # arbitrary chunks: join before splitting so that no line is cut in two.
         text = b"".join(records).decode("utf-8", "replace")
-        log = parse_lines(text.split("\n"), boot_time=boot_time())
+        log = parse_lines(text.split("\n"), boot_time=boot_time(), live=True)
         log.first_seq, log.seq_lost = _sequence(records)
         log.source = self.path
         log.boot_id = boot_id(self.boot_id_path)
@@ -162,7 +162,7 @@ class DmesgSource:
         if proc.returncode != 0:
             err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
             raise SourceError(f"{exe} failed (exit {proc.returncode}): {err[-1] if err else 'no message'}")
-        log = parse_lines(proc.stdout.decode("utf-8", "replace").splitlines(), boot_time=bt)
+        log = parse_lines(proc.stdout.decode("utf-8", "replace").splitlines(), boot_time=bt, live=True)
         log.source = "dmesg"
         log.boot_id = boot_id(self.boot_id_path)
         return log

@@ -23,7 +23,8 @@ import re
 
 from gpuhc.limits import RELATIVE_LIMIT
 from gpuhc.sources.kernel_log_parse import parse_lines
-from gpuhc.sources.kernel_log_prefix import Stamps, export_entries
+from gpuhc.sources.kernel_log_journal import export_entries
+from gpuhc.sources.kernel_log_prefix import Stamps
 from gpuhc.untrusted import open_regular
 
 MiB = 1 << 20

@@ -93,3 +93,35 @@ def driver_version(msg: str) -> str | None:
     """The driver version a "loading NVIDIA UNIX ... Kernel Module" line announces."""
     m = DRIVER_LOADED.match(msg)
     return m.group(1) if m else None
+
+
+# Marks of a kernel record that quotes a process or a file (arch/x86/mm/fault.c's segfault line
+# with print_vma_addr's "error N in FILE[...]" and "likely on CPU", traps, print-fatal-signals,
+# the OOM killer), anywhere in the record: a name may carry a newline, so the mark may be on
+# any of its lines.
+_PROCESS_RECORD = lazy(r"\[\d{1,10}\]: (?:segfault|general protection|trap)| error -?[0-9a-f]{1,8} in |likely on CPU \d"
+                       r"|potentially unexpected fatal signal|invoked oom-killer|Killed process \d")
+# A driver line that quotes a process by name (an Xid's "pid=..., name=..."): its next lines may be the name's.
+_NAMES_PROCESS = lazy(r"\bname=")
+
+def record_lines(text: str) -> list[str]:
+    """The lines of one kernel record that may be read as the driver's (docs/security.md,
+    "Kernel log"). A record is the unit, not a line: a record that quotes a process or a file
+    (a segfault's ``comm[pid]:`` and ``error N in FILE``, a trap, the OOM killer) is never driver
+    evidence, whichever of its lines the driver's words sit on, since a file or process name may
+    hold a newline and then any text. In a driver record, what follows a process name the driver
+    quotes (an Xid's ``name=``) is the name's, not the driver's. A record whose first line is not
+    the driver's is read for that first line only."""
+    parts = [p for p in text.split("\n") if p.strip()]
+    if len(parts) < 2:
+        return parts
+    if _PROCESS_RECORD.search(text) or any(is_process_line(p.strip()) for p in parts):
+        return []
+    if not parts[0].lstrip().startswith("NVRM:"):
+        return parts[:1]
+    out = []
+    for part in parts:
+        out.append(part)
+        if _NAMES_PROCESS.search(part):
+            break
+    return out

@@ -1,8 +1,8 @@
 """The kernel's own words about the node around the GPUs: PCIe AER reports, machine checks and
 EDAC memory errors, mlx5 cable (module) events. Pure, no I/O, never raises.
 
-:mod:`gpuhc.sources.kernel_log_parse` hands every kernel message to :meth:`HostLines.feed` once,
-after its record rules (only kernel records, never a line that starts with a process's name:
+:mod:`gpuhc.sources.kernel_log_parse` hands every kernel message to :meth:`HostLines.feed` once
+(a :class:`~gpuhc.sources.kernel_log_record.RecordReader`), after its record rules (only kernel records, never a line that starts with a process's name:
 docs/security.md, "Kernel log"), so these lines obey the same rules as the driver's. Each form
 below is the kernel's printk format, matched exactly from its start; anything else is nothing.
 
@@ -49,7 +49,7 @@ from gpuhc.lazyre import lazy
 from gpuhc.model.kernel import EventKind
 from gpuhc.model.pci import norm_pci
 from gpuhc.sources.kernel_log_grammar import PCI
-from gpuhc.sources.kernel_log_incidents import Found
+from gpuhc.sources.kernel_log_record import Found, KernelRecord, sanitize
 
 DETAIL_JOINS_S = 2.0  # a "PCIe Bus Error" line this soon after a report of its severity is its detail
 _MAX_MESSAGE = 300
@@ -83,13 +83,13 @@ def _severity(word: str) -> str:
 
 
 def _clip(msg: str) -> str:
-    from gpuhc.sources.kernel_log_parse import sanitize  # the one sanitiser of kernel text
-
     return sanitize(msg, _MAX_MESSAGE)
 
 
 class HostLines:
     """One parse's host events. ``feed`` returns the event a kernel message is, or None."""
+
+    words = _WORDS
 
     def __init__(self) -> None:
         self._reports: list[tuple[float | None, int, str]] = []  # (time, line index, severity) of AER reports
@@ -99,8 +99,11 @@ class HostLines:
         """Cheap first test: does ``msg`` hold a word one of the forms needs?"""
         return any(w in msg for w in _WORDS)
 
-    def feed(self, msg: str, t: float | None, seq: int | None, idx: int) -> Found | None:
-        """The event kernel message ``msg`` is (one of :meth:`wants`'s), or None."""
+    def feed(self, rec: KernelRecord) -> Found | None:
+        """The event kernel message ``rec`` is (one of :meth:`wants`'s), or None."""
+        if not rec.kernel:
+            return None
+        msg, t, seq, idx = rec.text, rec.time, rec.seq, rec.line
         if "AER" in msg or "PCIe Bus Error" in msg:
             return self._aer(msg, t, seq, idx)
         if msg.startswith("mlx5_core"):

@@ -1,40 +1,18 @@
 """Kernel-log events into incidents, one per thing a human would count: an SXid's detail lines
 join their header, a GPU's "fallen off the bus" messages join its Xid 79, a netdev "Link down"
 joins the mlx5 port line that says the same. Pure; :mod:`gpuhc.sources.kernel_log_parse` finds
-the events, this module merges them.
+the events, this module merges them (:class:`~gpuhc.sources.kernel_log_record.Found`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from gpuhc.model.kernel import EventKind, KernelEvent
+from gpuhc.model.kernel import EventKind
+from gpuhc.sources.kernel_log_record import Found
 
 SXID_DETAIL_S = 5.0  # an SXid detail line this close to its header belongs to it
 FALLEN_SAME_INCIDENT_S = 60.0  # fallen-off-bus messages for one GPU this close are one incident
 NETDEV_SAME_CHANGE_S = 2.0  # a netdev Link up/down this close to a Port: line repeats it
 UNTIMED_NEAR_LINES = 20  # without times, "close" is measured in lines
-
-
-@dataclass
-class Found:
-    """An event while parsing: the KernelEvent fields plus where it was (line index)."""
-
-    kind: EventKind
-    time: float | None
-    seq: int | None
-    idx: int
-    message: str
-    pci: str | None = None
-    code: int | None = None
-    device: str | None = None
-    port: int | None = None
-    state: str | None = None
-    detail: bool = False  # SXid Severity/Data line; IB: a netdev line
-
-    def event(self) -> KernelEvent:
-        return KernelEvent(kind=self.kind, time=self.time, message=self.message, pci=self.pci, code=self.code,
-                           device=self.device, port=self.port, state=self.state, seq=self.seq)
 
 
 def incidents(found: list[Found]) -> list[Found]:

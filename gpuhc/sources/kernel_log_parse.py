@@ -64,24 +64,15 @@ import re
 from typing import Iterable
 
 from gpuhc.lazyre import lazy  # patterns compile on first use: most runs need few
-from gpuhc.logtext import escape
-from gpuhc.model.kernel import EventKind, KernelEvent, KernelLog
+from gpuhc.model.kernel import EventKind, KernelLog
 from gpuhc.model.pci import norm_pci
 from gpuhc.sources import kernel_log_grammar as G
-from gpuhc.sources.kernel_log_host import HostLines
-from gpuhc.sources.kernel_log_incidents import Found, incidents
-from gpuhc.sources.kernel_log_prefix import (
-    KMSG,
-    KMSG_DICT,
-    QUOTES,
-    JournalExport,
-    Stamps,
-    after_stamp,
-    journal_json,
-    unescape_kmsg,
-)
+from gpuhc.sources.kernel_log_incidents import incidents
+from gpuhc.sources.kernel_log_journal import JournalExport, journal_json
+from gpuhc.sources.kernel_log_prefix import KMSG, KMSG_DICT, QUOTES, Stamps, after_stamp, unescape_kmsg
+from gpuhc.sources.kernel_log_readers import READERS
+from gpuhc.sources.kernel_log_record import Found, KernelRecord, sanitize
 
-MAX_MESSAGE = 400  # characters kept of one message: enough to read, bounded for state files
 CONTEXT_LINES = 3  # a multi-line message names its GPU at most this many lines earlier
 
 _PCI_FULL = lazy(r"(?:PCI:)?(" + G.PCI + r")")
@@ -93,17 +84,9 @@ _LINK_NO = lazy(r"\bLink (\d{1,4})\b")
 _MLX_PORT = lazy(r"mlx5_core (" + G.PCI + r")(?: ([\w.-]+))?: Port: (\d{1,3}) Link ([A-Za-z_]+)")
 _MLX_NETDEV = lazy(r"mlx5_core (" + G.PCI + r") ([\w.-]+): Link (up|down)\b")
 
+_COLOUR = lazy(r"\x1b\[[0-9;]{0,32}m")  # SGR colour sequences (dmesg --color=always)
 _STARTS = ("NVRM", "mlx5_core", "GSP task watchdog", "nvidia-nvswitch")  # a driver line's first words
 SIGNALS = G.SIGNALS  # the driver's messages that need action without an Xid (kernel_log_grammar)
-
-
-def sanitize(text: str, cap: int = MAX_MESSAGE) -> str:
-    """One printable line of at most ``cap`` characters, through the one log-text escaper.
-
-    Messages end up in drain reasons, JSON reports, state and terminals: a stray escape
-    sequence from a misbehaving driver (or a process name an Xid quotes) must act in none of
-    them, and is shown as ``\\x1b`` so the evidence says something was there."""
-    return escape(text.strip(), cap - len("..."))  # (escape marks a cut with "...")
 
 
 def _pci(field: str) -> str | None:
@@ -111,25 +94,23 @@ def _pci(field: str) -> str | None:
     return norm_pci(m.group(1)) if m else None
 
 
-# Marks of a kernel record that quotes a process or a file (arch/x86/mm/fault.c's segfault line
-# with print_vma_addr's "error N in FILE[...]" and "likely on CPU", traps, print-fatal-signals,
-# the OOM killer), anywhere in the record: a name may carry a newline, so the mark may be on
-# any of its lines.
-_PROCESS_RECORD = lazy(r"\[\d{1,10}\]: (?:segfault|general protection|trap)| error -?[0-9a-f]{1,8} in |likely on CPU \d"
-                       r"|potentially unexpected fatal signal|invoked oom-killer|Killed process \d")
-# A driver line that quotes a process by name (an Xid's "pid=..., name=..."): its next lines may be the name's.
-_NAMES_PROCESS = lazy(r"\bname=")
 # Driver words outside the driver's place at the start of the line: an Xid, or the fall-off phrase.
 _REFUSED = lazy(r"NVRM: Xid\b|NVRM:.{0,200}fallen off the bus")
 
 
 class _Parser:
-    def __init__(self, boot_time: float | None, year: int | None):
+    def __init__(self, boot_time: float | None, year: int | None, live: bool = False):
         self.stamps = Stamps(boot_time, year)
+        self.live = live  # the node's own kernel: no wrapper, no quote, no pasted stamp is read
         self.found: list[Found] = []
         self.unparsed = 0
         self.unparsed_example: str | None = None
         self.idx = 0  # logical line number (kmsg records split into their lines)
+        self.lineno = 0  # input line number, for what could not be read
+        self.unread = 0  # lines with no shape, in a log whose lines have one
+        self.unread_first: int | None = None
+        self.lead: tuple[int, int] | None = None  # (count, first) of such lines before any stamp
+        self.any_stamp = False
         self.prev_time: float | None = None
         self.prev_seq: int | None = None
         # May the previous stamped line's continuation be read? Not when that line was not the
@@ -142,7 +123,10 @@ class _Parser:
         self.driver_version: str | None = None
         self.gpu_ctx: tuple[str, int] | None = None  # (pci, line index) of the last GPU named
         self.export = JournalExport(self.stamps)
-        self.host = HostLines()  # AER, machine checks, mlx5 cable events (kernel_log_host)
+        self.readers = [kind() for kind in READERS]  # AER, machine checks, ... (kernel_log_readers)
+        # the driver's and the readers' words, found at C speed in one pass (most lines hold none)
+        self.markers = re.compile("|".join(map(re.escape, _MARKERS + tuple(w for r in self.readers for w in r.words))))
+        self.wrapped = False  # the record being read came from behind a wrapper
         # A text record (a stamped line and its indented continuation lines, as dmesg prints a
         # multi-line record) is judged whole once it ends: (time, seq, its lines).
         self.pending: tuple[float | None, int | None, list[str]] | None = None
@@ -150,6 +134,7 @@ class _Parser:
     # ------------------------------------------------------------------ lines and prefixes
 
     def feed(self, raw: str) -> None:
+        self.lineno += 1
         line = raw.rstrip("\r\n")
         if line[:1] in ("_", "") or self.export.fields is not None:  # journalctl -o export
             entry = self.export.feed(line)
@@ -166,11 +151,18 @@ class _Parser:
         if self.prev_kmsg and KMSG_DICT.match(line):
             return  # kmsg dictionary (" SUBSYSTEM=pci"): metadata, not message text
         self.prev_kmsg = False
+        if not self.live and line[0] == "\x1b":
+            line = _COLOUR.sub("", line) or " "  # dmesg -H --color=always: the stamp comes coloured
         stamped = journal_json(line, self.stamps) if line[0] == "{" else self.stamps.stamped(line)
-        if stamped is None and line[0] in QUOTES:
-            stamped = self.stamps.stamped(line.lstrip(QUOTES))  # pasted: "> [Fri Aug 30 ...] ..."
-        if stamped is None:
-            stamped = self._embedded(line)
+        if not self.live:  # a recording: the admin's evidence, pasted, quoted or relayed
+            if stamped is None and line[0] in QUOTES:
+                stamped = self.stamps.stamped(line.lstrip(QUOTES))  # pasted: "> [Fri Aug 30 ...] ..."
+            # behind a wrapper, never behind a facility or journal transport that names a program
+            if stamped is None or not (stamped[1] or self.stamps.facility_named or line[0] == "{"):
+                inner = self._wrapped(line)
+                if inner is not None:
+                    self._stamped(inner, wrapped=True)
+                    return
         if stamped is not None:
             self._stamped(stamped)
             return
@@ -183,6 +175,9 @@ class _Parser:
         self._flush()
         if prev_process:
             return  # the rest of a line that began with a process name: a newline it quoted
+        self._no_shape(line)
+        if not self.live and line[0] in QUOTES:
+            line = line.lstrip(QUOTES) or " "  # "> NVRM: Xid ...": a quoted bare line
 
         # bare text, no stamp at all: "kernel: msg" is the kernel's, "proc[pid]: msg" a program's
         kernel, msg = after_stamp(line, strict=False)
@@ -191,16 +186,35 @@ class _Parser:
         if kernel:
             self.pending = (None, None, [msg])
 
+    def _no_shape(self, line: str) -> None:
+        """Count a line with no stamp (its shape unknown) in a log whose lines have one: a line
+        cut by a partial copy, or text typed in. It is read for the driver's exact words only,
+        undated, and never hides the lines after it. A log with no stamp at all is bare text, a
+        shape of its own; journalctl's "-- Boot ... --" lines are its markers."""
+        if line.startswith("-- "):
+            return
+        if self.any_stamp:
+            self.unread += 1
+            self.unread_first = self.unread_first or self.lineno
+        else:
+            n, first = self.lead or (0, self.lineno)
+            self.lead = (n + 1, first)
+
     def _flush(self) -> None:
         """Read the text record that just ended, as one record."""
         if self.pending is not None:
             t, seq, lines = self.pending
             self.pending = None
-            for part in _record_lines("\n".join(lines)):
+            for part in G.record_lines("\n".join(lines)):
                 self._message(part, t, seq)
 
-    def _stamped(self, stamped: tuple[float | None, bool, str]) -> None:
+    def _stamped(self, stamped: tuple[float | None, bool, str], wrapped: bool = False) -> None:
         self._flush()
+        if not self.any_stamp:
+            self.any_stamp = True
+            if self.lead is not None:  # the lines before the first stamp had none: named now
+                self.unread, self.unread_first = self.unread + self.lead[0], self.lead[1]
+        self.wrapped = wrapped
         t, kernel, msg = stamped
         self.prev_time, self.prev_seq = t, None
         self.prev_kernel, self.prev_msg = kernel, msg
@@ -208,17 +222,20 @@ class _Parser:
         if kernel:  # a journal entry may hold several lines, as a kmsg record; syslog writes them #012
             self.pending = (t, None, [msg.replace("#012", "\n")])
 
-    def _embedded(self, line: str) -> tuple[float | None, bool, str] | None:
-        """A driver message with unrelated text, and its stamp, before it (a ticket's paste)."""
-        at = min((i for i in (line.find(k) for k in _MARKERS) if i > 0), default=-1)
-        if at < 0:
+    def _wrapped(self, line: str) -> tuple[float | None, bool, str] | None:
+        """A kernel record behind one wrapper (a relay's or agent's prefix, a mail quote, a grep
+        file name, a ticket's text), in a recording only: the record's own stamp, nearest the
+        driver's (or a reader's) words, then the record. None when there is no such stamp, or
+        what follows it is a program's line."""
+        m = self.markers.search(line, 1)
+        if m is None:
             return None
-        found = self.stamps.embedded(line[:at])
+        found = self.stamps.embedded(line[:m.start()])
         if found is None:
             return None
         t, end = found
         kernel, msg = after_stamp(line[end:].lstrip(" :]"), strict=False)  # "host proc[pid]:" is a program
-        return t, kernel, msg
+        return (t, kernel, msg) if kernel else None
 
     def _saw_time(self, t: float | None) -> None:
         if t is not None and (self.last_time is None or t > self.last_time):
@@ -237,7 +254,7 @@ class _Parser:
         if not self.prev_kernel:
             return
         # Newlines inside one printk come escaped (\x0a), as does any non-ASCII byte.
-        for part in _record_lines(unescape_kmsg(m.group(4))):
+        for part in G.record_lines(unescape_kmsg(m.group(4))):
             self._message(part, t, seq)
 
     # ------------------------------------------------------------------ messages
@@ -246,20 +263,22 @@ class _Parser:
         self.idx += 1
         msg = text.strip()
         driver = msg.startswith(_STARTS) or "SXid" in msg
-        host = self.host.wants(msg)  # AER, machine check, mlx5 cable words (kernel_log_host)
-        if not driver and not host:
-            # cheap first: most kernel lines are nothing of the driver's nor the host's. The
+        wanting = [r for r in self.readers if r.wants(msg)]  # AER, machine checks, ... (kernel_log_readers)
+        if not driver and not wanting:
+            # cheap first: most kernel lines are nothing of the driver's nor a reader's. The
             # driver's words behind another prefix or in quotes are named for a person, never read.
             if ("NVRM" in msg or "fallen off the bus" in msg) and _REFUSED.search(msg) and not G.is_process_line(msg):
                 self._unreadable(msg)
             return
-        if G.is_process_line(msg):
-            return  # a line that starts with a process's name is never driver evidence
-        if host:
-            found = self.host.feed(msg, t, seq, self.idx)
-            if found is not None or not driver:
-                self.found.extend([found] if found else [])
+        process = G.is_process_line(msg)  # a line that starts with a process's name is never evidence
+        if wanting:
+            rec = KernelRecord(msg, t, seq, self.idx, kernel=not process, wrapped=self.wrapped)
+            found = [f for f in (r.feed(rec) for r in wanting) if f is not None]
+            self.found.extend(found)
+            if found or not driver:
                 return
+        if process:
+            return
         if "SXid" in msg and G.SXID_WORD.search(msg):
             self._sxid(msg, t, seq)
         elif msg.startswith("NVRM"):
@@ -362,42 +381,26 @@ class _Parser:
             if entry is not None:
                 self._stamped(entry)
         self._flush()
+        ends = [f for r in self.readers for f in (getattr(r, "finish", lambda: ())() or ())]
+        if ends:  # what a reader could only tell at the end of the log, in log order
+            self.found = sorted(self.found + ends, key=lambda f: f.idx)
         found = incidents(self.found)
         return KernelLog(events=[f.event() for f in found], last_time=self.last_time, last_seq=self.last_seq,
                          unparsed_lines=self.unparsed, unparsed_example=self.unparsed_example,
-                         driver_version=self.driver_version)
+                         driver_version=self.driver_version, unread_lines=self.unread,
+                         unread_first_line=self.unread_first, relative_unanchored=self.stamps.unanchored)
 
 
-def _record_lines(text: str) -> list[str]:
-    """The lines of one kernel record that may be read as the driver's (docs/security.md,
-    "Kernel log"). A record is the unit, not a line: a record that quotes a process or a file
-    (a segfault's ``comm[pid]:`` and ``error N in FILE``, a trap, the OOM killer) is never driver
-    evidence, whichever of its lines the driver's words sit on, since a file or process name may
-    hold a newline and then any text. In a driver record, what follows a process name the driver
-    quotes (an Xid's ``name=``) is the name's, not the driver's. A record whose first line is not
-    the driver's is read for that first line only."""
-    parts = [p for p in text.split("\n") if p.strip()]
-    if len(parts) < 2:
-        return parts
-    if _PROCESS_RECORD.search(text) or any(G.is_process_line(p.strip()) for p in parts):
-        return []
-    if not parts[0].lstrip().startswith("NVRM:"):
-        return parts[:1]
-    out = []
-    for part in parts:
-        out.append(part)
-        if _NAMES_PROCESS.search(part):
-            break
-    return out
-
-
-def parse_lines(lines: Iterable[str], boot_time: float | None = None, year: int | None = None) -> KernelLog:
+def parse_lines(lines: Iterable[str], boot_time: float | None = None, year: int | None = None,
+                live: bool = False) -> KernelLog:
     """Parse kernel log lines (any shape in the module doc) into a :class:`KernelLog`.
 
     ``boot_time``: epoch of boot, to turn since-boot stamps into epoch (live sources).
-    ``year``: the year of syslog stamps, which print none. ``source``/``boot_id`` are the
+    ``year``: the year of syslog and ``dmesg -H`` stamps, which print none. ``live``: the
+    node's own kernel (/dev/kmsg, ``dmesg``), where only the kernel's records count: no line is
+    read from behind a wrapper, a quote or text before its stamp. ``source``/``boot_id`` are the
     caller's to fill in. Never raises on any text."""
-    parser = _Parser(boot_time, year)
+    parser = _Parser(boot_time, year, live)
     for line in lines:
         parser.feed(line)
     return parser.finish()

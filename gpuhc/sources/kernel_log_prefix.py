@@ -20,7 +20,20 @@ pasted                      ``> [Fri Aug 30 11:43:09 2024] msg``, text before   
 continuation line           indented text with no stamp                         previous line
 ``journalctl -o json``      ``{"_TRANSPORT":"kernel","MESSAGE":"msg",...}``      epoch
 ``journalctl -o export``    ``__CURSOR=...`` then ``KEY=value`` lines, a blank   epoch
+``dmesg -H``/``-wH`` anchor ``[Dec 4 10:00] msg``, ``[Dec14 10:00] msg``         local time
+``dmesg -H`` delta          ``[  +0.000844] msg``                               anchor + deltas
+``dmesg -r``, RFC 3164      ``<6>[  12.3] msg``, ``<4>Feb 14 05:03:41 h kernel:``  (as above)
+RFC 5424 syslog             ``<4>1 2025-02-23T16:24:18Z host kernel - - - msg``  epoch
+cut first line              ``un Feb 23 16:24:18 2025] msg`` (``[S`` lost)       (its stamp)
 ==========================  ==================================================  ==============
+
+``dmesg -H`` prints an absolute ``[%b%e %H:%M]`` anchor whenever the minute changes and the
+delta to the previous record otherwise (util-linux ``dmesg.c``, ``DMESG_TIMEFTM_RELTIME``): a
+line's time is the last anchor plus the deltas since, on the minute the anchor names. Deltas
+before any anchor count from the first of them (seconds since the first line, the clock of a
+since-boot stamp): :attr:`Stamps.unanchored` counts those lines, and the reader says so. A
+syslog priority (``<PRI>``, as ``dmesg -r`` and RFC 3164/5424 write it) gives the facility: only
+facility 0 is the kernel's, as in /dev/kmsg; RFC 5424 also needs the app name ``kernel``.
 
 A line pasted from a ticket or an e-mail may carry quote marks or indentation
 before its stamp, or unrelated text before the stamp: :meth:`Stamps.embedded` finds the stamp
@@ -47,7 +60,15 @@ _ISO_BODY = r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9})
 _TALOS = lazy(r"(?:[\w.:\[\]-]{1,64}: )?(" + _FACILITY + ")"
                     + r"\s*:\s*(?:emerg|alert|crit|err|error|warning|warn|notice|info|debug)\s*:\s*\["
                     + _ISO_BODY + r"\]:?\s?")
-_LEVEL = lazy(r"<\d{1,3}>")
+_PRI = lazy(r"<(\d{1,3})>")
+# RFC 5424: <PRI>1 TIMESTAMP HOSTNAME APP-NAME PROCID MSGID STRUCTURED-DATA MSG
+_RFC5424 = lazy(r"<(\d{1,3})>1 (?:" + _ISO_BODY + r"|-) \S{1,255} (\S{1,48}) \S{1,128} \S{1,32} "
+                r"(?:-|(?:\[(?:[^\]\"\\]|\\.|\"(?:[^\"\\]|\\.)*\")*\])+) ?")
+# dmesg -H / --time-format=reltime: "[%b%e %H:%M]" on a new minute, "[  %+8.06f]" otherwise
+_REL_ANCHOR = lazy(r"\[([A-Z][a-z]{2}) ?(\d{1,2}) (\d{2}):(\d{2})\]\s?")
+_REL_DELTA = lazy(r"\[\s{0,3}\+(\d{1,9}\.\d{1,9})\]\s?")
+# a ctime stamp that lost its head (a partial copy): its weekday or "[" gone, the date intact
+_CTIME_CUT = lazy(r"(?:\w{1,3} )?(\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]\s?")
 _MONO = lazy(r"\s*\[?\s*(\d{1,12}\.\d{1,9})\]\s?")  # "[  12.34] " and a cut-off " 12.34] "
 _CTIME = lazy(r"\[(\w{3}) (\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]\s?")
 _ISO = lazy(_ISO_BODY + r"\s+")
@@ -63,8 +84,9 @@ _PROC_PID = lazy(r"(?:[^\s:]+ )?[^\s:\[]+\[\d+\]: ?")
 _EMBEDDED = (
     lazy(r"\[" + _ISO_BODY + r"\]"),
     lazy(r"(?<![\d:])" + _ISO_BODY + r"(?=[\s\]])"),
-    lazy(r"\[(\w{3}) (\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]"),
-    lazy(r"\b(\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?= )"),
+    lazy(r"\[?(?:\w{3} )?(\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]"),
+    lazy(r"(?<![A-Za-z0-9])([A-Z][a-z]{2}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?= )"),
+    lazy(r"\[([A-Z][a-z]{2}) ?(\d{1,2}) (\d{2}):(\d{2})\]|\[\s{0,3}\+(\d{1,9}\.\d{1,9})\]"),
     lazy(r"\[\s*(\d{1,12}\.\d{1,9})\]"),
 )
 QUOTES = " \t>|+#*"  # what a ticket, an e-mail reply or a diff puts before a pasted line
@@ -72,16 +94,25 @@ QUOTES = " \t>|+#*"  # what a ticket, an e-mail reply or a diff puts before a pa
 
 class Stamps:
     """Reads stamps; ``boot_time`` turns since-boot stamps into epoch seconds (live sources),
-    ``year`` dates syslog stamps, which print none (see :mod:`kernel_log_parse`)."""
+    ``year`` dates syslog and ``dmesg -H`` stamps, which print none (see :mod:`kernel_log_parse`).
+    Holds the ``dmesg -H`` clock: the time of the last relative line."""
 
     def __init__(self, boot_time: float | None, year: int | None):
         self.boot_time = boot_time
         self.year = year
+        self.rel_time: float | None = None  # dmesg -H: the last line's time
+        self.anchored = False  # dmesg -H: an absolute anchor was seen
+        self.unanchored = 0  # dmesg -H lines dated from the first line only (no anchor before them)
+        # The last line's writer was named by a facility (dmesg --decode, talosctl, a syslog
+        # priority): a user-space record, whatever its text holds; a program's syslog tag is not.
+        self.facility_named = False
 
     def stamped(self, line: str) -> tuple[float | None, bool, str] | None:
         """(time, is-a-kernel-message, message) for a line that starts with a known stamp."""
+        self.facility_named = False
         m = _TALOS.match(line) if "]:" in line[:140] else None  # cheap test first: most lines are not
         if m:
+            self.facility_named = m.group(1) != "kern"
             return _iso_time(m, 1), m.group(1) == "kern", line[m.end():]
         m = _DECODE.match(line)
         facility = "kern"
@@ -89,29 +120,72 @@ class Stamps:
             facility, line = m.group(1), line[m.end():]
         found = self._stamp(line)
         if found is not None and facility != "kern":  # dmesg --decode names the facility
+            self.facility_named = True
             return found[0], False, found[2]
         return found
 
     def _stamp(self, line: str) -> tuple[float | None, bool, str] | None:
-        m = _LEVEL.match(line)
-        if m:
-            line = line[m.end():]
+        if line[:1] == "<":
+            return self._priority(line)
         if line.startswith("["):
             m = _CTIME.match(line)
             if m:
                 return self._ctime(m.groups()[1:]), True, line[m.end():]
-        m = _MONO.match(line)
+            m = _MONO.match(line)
+            if m:
+                return self.since_boot(float(m.group(1))), True, line[m.end():]
+            m = _REL_DELTA.match(line)
+            if m:
+                return self.relative(None, m.group(1)), True, line[m.end():]
+            m = _REL_ANCHOR.match(line)
+            if m:
+                return self.relative(m.groups(), None), True, line[m.end():]
+            return None
+        m = _MONO.match(line)  # " 12.34] ": a cut-off "[  12.34] "
         if m:
             return self.since_boot(float(m.group(1))), True, line[m.end():]
         m = _ISO.match(line)
         if m:
             kernel, msg = after_stamp(line[m.end():], strict=False)
             return iso_time(m), kernel, msg
+        m = _CTIME_CUT.match(line)
+        if m:
+            return self._ctime(m.groups()), True, line[m.end():]
         m = _SYSLOG.match(line)
         if m:
             kernel, msg = after_stamp(line[m.end():], strict=True)
             return self._syslog_time(m.groups()), kernel, msg
         return None
+
+    def _priority(self, line: str) -> tuple[float | None, bool, str] | None:
+        """A line with a syslog priority: RFC 5424, or ``<PRI>`` before another shape."""
+        m = _RFC5424.match(line)
+        if m:  # the facility and the app name: both the kernel's, or a program's line
+            t = _iso_time(m, 1) if m.group(2) else None
+            self.facility_named = int(m.group(1)) >> 3 != 0
+            return t, not self.facility_named and m.group(10) == "kernel", line[m.end():]
+        m = _PRI.match(line)
+        if m is None:
+            return None
+        found = self._stamp(line[m.end():])
+        if found is not None and int(m.group(1)) >> 3 != 0:  # only facility 0 is the kernel's (as in /dev/kmsg)
+            self.facility_named = True
+            return found[0], False, found[2]
+        return found
+
+    def relative(self, anchor: tuple | None, delta: str | None) -> float | None:
+        """A ``dmesg -H`` line's time: an anchor's (month, day, hour, minute), else the last
+        time plus the ``delta``."""
+        if anchor is not None:
+            t = self._syslog_time((*anchor, "0", None))
+            self.rel_time, self.anchored = t, t is not None
+            return t
+        if self.rel_time is None:
+            self.rel_time, self.anchored = 0.0, False
+        self.rel_time += float(delta or 0.0)
+        if not self.anchored:
+            self.unanchored += 1
+        return self.rel_time
 
     def embedded(self, prefix: str) -> tuple[float | None, int] | None:
         """(time, end) of the stamp nearest the end of ``prefix`` (the text before a driver
@@ -131,9 +205,12 @@ class Stamps:
         if kind <= 1:
             t = iso_time(m)
         elif kind == 2:
-            t = self._ctime(m.groups()[1:])
+            t = self._ctime(m.groups())
         elif kind == 3:
             t = self._syslog_time(m.groups())
+        elif kind == 4:
+            g = m.groups()
+            t = self.relative(g[:4] if g[0] else None, g[4])
         else:
             t = self.since_boot(float(m.group(1)))
         return t, m.end()
@@ -227,121 +304,3 @@ def _iso_time(m: re.Match, skip: int) -> float | None:
         offset = (int(digits[:2]) * 3600 + int(digits[2:]) * 60) * (1 if tz[0] == "+" else -1)
     t = epoch(*(int(x) for x in g[:6]), utc_offset=offset)
     return None if t is None else t + (float("0." + g[6]) if g[6] else 0.0)
-
-
-MAX_JSON_LINE = 1 << 20  # a journal entry longer than this is not one gpuhc reads
-
-
-def journal_json(line: str, stamps: Stamps) -> tuple[float | None, bool, str] | None:
-    """(time, is-the-kernel, message) of one ``journalctl -o json`` entry, else None.
-
-    The journal records who wrote each entry: ``_TRANSPORT`` is ``kernel`` only for the kernel's
-    own ring buffer (systemd.journal-fields(7)); a program's message never is, whatever its
-    SYSLOG_IDENTIFIER says. MESSAGE is a string, or a list of bytes when it is not UTF-8."""
-    if len(line) > MAX_JSON_LINE or not line.rstrip().endswith("}"):
-        return None
-    import json
-
-    try:
-        entry = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(entry, dict):
-        return None
-    msg = entry.get("MESSAGE")
-    if isinstance(msg, list) and all(isinstance(b, int) and 0 <= b < 256 for b in msg):
-        msg = bytes(msg).decode("utf-8", "replace")
-    if not isinstance(msg, str):
-        return None
-    t = None
-    usec = entry.get("__REALTIME_TIMESTAMP")
-    if isinstance(usec, str) and usec.isdigit() and len(usec) < 20:
-        t = int(usec) / 1e6
-    elif isinstance(entry.get("__MONOTONIC_TIMESTAMP"), str) and entry["__MONOTONIC_TIMESTAMP"].isdigit():
-        t = stamps.since_boot(int(entry["__MONOTONIC_TIMESTAMP"][:19]) / 1e6)
-    return t, entry.get("_TRANSPORT") == "kernel", msg
-
-
-class JournalExport:
-    """``journalctl -o export`` read line by line: an entry is ``KEY=value`` lines up to a blank
-    line, starting with ``__CURSOR=``. :meth:`feed` returns ``(time, is-the-kernel, message)``
-    when an entry ends, like :func:`journal_json`, and False for a line that belongs to an entry.
-    A binary field (a name alone on its line, then a 64-bit length and raw bytes) cannot be told
-    apart from the fields after it once the bytes are cut into lines: its bytes may hold
-    ``\n_TRANSPORT=kernel\nMESSAGE=...``. So an entry with one is dropped here; a file is read by
-    its bytes instead (:func:`export_entries`), where every field is taken by its length."""
-
-    MAX_FIELDS = 256  # an entry with more is not one journald writes
-
-    def __init__(self, stamps: Stamps):
-        self.stamps = stamps
-        self.fields: dict[str, str] | None = None
-
-    def feed(self, line: str) -> tuple[float | None, bool, str] | bool | None:
-        if self.fields is None:
-            if not line.startswith("__CURSOR="):
-                return None
-            self.fields = {}
-        if not line.strip():
-            return self.end()
-        key, eq, value = line.partition("=")
-        if not eq:
-            self.fields[_BINARY] = ""  # a binary field: what follows is not to be read as lines
-        elif len(self.fields) < self.MAX_FIELDS:
-            self.fields.setdefault(key, value)
-        return False
-
-    def end(self) -> tuple[float | None, bool, str] | None:
-        fields, self.fields = self.fields, None
-        if not fields or "MESSAGE" not in fields or _BINARY in fields:
-            return None
-        usec = fields.get("__REALTIME_TIMESTAMP", "")
-        t = int(usec) / 1e6 if usec.isdigit() and len(usec) < 20 else None
-        return t, fields.get("_TRANSPORT") == "kernel", fields["MESSAGE"]
-
-
-_BINARY = "\0binary"  # no field name journald writes holds a NUL
-
-
-def export_entries(data: bytes, max_entries: int = 1_000_000) -> list[str] | None:
-    """A ``journalctl -o export`` stream read by its bytes (systemd's "Journal Export Format"):
-    each entry as one ``journalctl -o json``-shaped line (``_TRANSPORT``, ``MESSAGE``,
-    ``__REALTIME_TIMESTAMP``) for :func:`journal_json`. A field is ``NAME=value\\n`` or ``NAME\\n``,
-    a little-endian 64-bit length, that many bytes, ``\\n``; an entry ends at an empty line. A
-    binary value is taken by its length, so bytes inside it are never fields. Each field name
-    counts once (the first), as journald writes each once. None when ``data`` is not an export
-    (it must begin with ``__CURSOR=``); a stream cut short ends with the entries it completed."""
-    if not data.startswith(b"__CURSOR="):
-        return None
-    out: list[str] = []
-    fields: dict[str, str] = {}
-    at, n = 0, len(data)
-    while at < n and len(out) < max_entries:
-        nl = data.find(b"\n", at)
-        if nl < 0:
-            break
-        line = data[at:nl]
-        at = nl + 1
-        if not line:
-            if "MESSAGE" in fields:
-                out.append(_as_json(fields))
-            fields = {}
-            continue
-        name, eq, value = line.partition(b"=")
-        if not eq:  # binary: length, bytes, newline
-            if at + 8 > n:
-                break
-            size = int.from_bytes(data[at:at + 8], "little")
-            if size > n - at - 8:
-                break
-            value, at = data[at + 8:at + 8 + size], at + 8 + size + 1
-        fields.setdefault(name.decode("utf-8", "replace"), value.decode("utf-8", "replace"))
-    if "MESSAGE" in fields and at >= n:
-        out.append(_as_json(fields))
-    return out
-
-
-def _as_json(fields: dict[str, str]) -> str:
-    import json
-
-    return json.dumps({k: fields[k] for k in ("__REALTIME_TIMESTAMP", "_TRANSPORT", "MESSAGE") if k in fields})

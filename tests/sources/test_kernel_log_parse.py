@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuhc.model.kernel import EventKind, KernelLog
-from gpuhc.sources.kernel_log_parse import MAX_MESSAGE, parse_lines, sanitize
+from gpuhc.sources.kernel_log_parse import parse_lines
+from gpuhc.sources.kernel_log_record import MAX_MESSAGE, sanitize
 from tests.helpers.paths import FIXTURES
 
 FIX = FIXTURES / "kernel_log"

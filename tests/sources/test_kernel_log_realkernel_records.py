@@ -23,7 +23,7 @@ from gpuhc.checks import xid
 from gpuhc.model.result import Status
 from gpuhc.sources.kernel_log import DmesgSource, KmsgSource
 from gpuhc.sources.kernel_log_parse import parse_lines
-from gpuhc.sources.kernel_log_prefix import export_entries
+from gpuhc.sources.kernel_log_journal import export_entries
 from tests.helpers.snapshots import context, healthy_node
 from tests.helpers.unprivileged import make_user
 

@@ -14,7 +14,7 @@ import os
 
 from gpuhc.sources.kernel_log_file import read_file
 from gpuhc.sources.kernel_log_parse import parse_lines
-from gpuhc.sources.kernel_log_prefix import export_entries
+from gpuhc.sources.kernel_log_journal import export_entries
 
 FORGED = "NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=a, GPU has fallen off the bus."
 XID79 = "NVRM: Xid (PCI:0000:5d:00): 79, pid=3100, name=python3, GPU has fallen off the bus."
