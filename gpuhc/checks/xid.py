@@ -218,6 +218,11 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
                               f"mlx5 port) but are not the driver's exact grammar, so they never drain (a new "
                               f"driver format, or text edited by hand: check by hand){first}",
                               value=klog.unparsed_lines))
+    if klog.relative_unanchored:  # dmesg -H with no absolute anchor (kernel_log_prefix)
+        results.append(result(ID, Status.WARN, f"{klog.relative_unanchored} kernel log line(s) carry only dmesg -H "
+                              "relative stamps with no absolute [date] anchor before them: dated from the log's first "
+                              "line and judged as recent (paste the lines from the last [date] anchor on, or use "
+                              "dmesg -T, to date them)", value=klog.relative_unanchored))
     lost = win.lost()
     if lost:
         results.append(result(ID, Status.WARN, f"{lost} kernel log record(s) were lost before gpuhc read them "
