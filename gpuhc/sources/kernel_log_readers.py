@@ -5,5 +5,7 @@ driver's own lines are the parser's). A new kind of kernel evidence is a reader 
 from __future__ import annotations
 
 from gpuhc.sources.kernel_log_host import HostLines
+from gpuhc.sources.node_reports import NodeReports
 
-READERS: tuple[type, ...] = (HostLines,)  # AER, machine checks and EDAC, mlx5 cable events
+# AER, machine checks and EDAC, mlx5 cable events; hung tasks, mlx5 health, transmit time-outs
+READERS: tuple[type, ...] = (HostLines, NodeReports)

@@ -1,8 +1,8 @@
 """The kernel's hung-task reports and the mlx5 driver's health words, as kernel-log events.
 Pure, no I/O, never raises.
 
-The kernel-log reader hands every kernel message to :meth:`NodeReports.feed`, in log order,
-after its record rules (only records the kernel wrote: docs/security.md, "Kernel log"). Each
+The kernel-log reader hands the kernel messages it wants to :meth:`NodeReports.feed`, in log
+order, after its record rules (only records the kernel wrote: docs/security.md, "Kernel log"). Each
 form below is the printk format of the source named, matched exactly from its start.
 
 Hung tasks (``kernel/hung_task.c``, ``check_hung_task``): one report is an ``INFO: task
@@ -45,6 +45,7 @@ from gpuhc.model.kernel import NIC_FATAL, EventKind  # noqa: F401 (NIC_FATAL: de
 from gpuhc.model.pci import norm_pci
 from gpuhc.sources.kernel_log_grammar import PCI
 from gpuhc.sources.kernel_log_incidents import Found
+from gpuhc.sources.kernel_log_record import KernelRecord
 
 REPORT_S = 5.0  # a hung-task report's records come within this of its first line
 REPORT_LINES = 120  # records one report may hold (stack, lock dump): bounded
@@ -88,8 +89,22 @@ def _clip(msg: str) -> str:
 
 
 class NodeReports:
-    """One parse's hung-task and NIC-health events. ``feed`` every kernel message in order; it
-    returns the event a message starts (a hung-task event is completed by the records after it)."""
+    """One parse's hung-task and NIC-health events: a record reader of the kernel-log parse
+    (:data:`gpuhc.sources.kernel_log_readers.READERS`). It wants every message while a hung-task
+    report is open (its stack decides the verdict), else only the messages that start one of its
+    forms; ``feed`` returns the event a message starts (a hung-task event is completed by the
+    records after it)."""
+
+    words = ("INFO: task ", "mlx5_core ", "NETDEV WATCHDOG: ")
+
+    def wants(self, msg: str) -> bool:
+        return self._report is not None or msg.startswith(self.words[:2]) or self.words[2] in msg
+
+    def feed(self, rec: KernelRecord) -> Found | None:
+        """Only the kernel's own records (a process's line never opens nor continues a report)."""
+        if not rec.kernel:
+            return None
+        return self.read(rec.text, rec.time, rec.seq, rec.line)
 
     def __init__(self) -> None:
         self._report: Found | None = None  # the hung-task report still open
@@ -98,7 +113,7 @@ class NodeReports:
         self._frames: list[str] = []
         self._headers: dict[str, float | None] = {}  # pci -> time of its last "Health issue" header
 
-    def feed(self, msg: str, t: float | None, seq: int | None, idx: int) -> Found | None:
+    def read(self, msg: str, t: float | None, seq: int | None, idx: int) -> Found | None:
         if self._report is not None and not self._continues(msg, t):
             self._report = None
         if msg.startswith("INFO: task "):

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from gpuhc.checks import hung_task
 from gpuhc.model.result import Action, Status
-from tests.helpers.node_parse import parse
+from gpuhc.sources.kernel_log_parse import parse_lines as parse
 from tests.helpers.paths import FIXTURES
 from tests.helpers.snapshots import T0, context, healthy_node
 

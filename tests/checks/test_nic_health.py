@@ -11,7 +11,7 @@ import pytest
 from gpuhc.checks import infiniband_downtime, nic_health
 from gpuhc.model.host import IbPort
 from gpuhc.model.result import Action, Status
-from tests.helpers.node_parse import parse
+from gpuhc.sources.kernel_log_parse import parse_lines as parse
 from tests.helpers.paths import FIXTURES
 from tests.helpers.snapshots import T0, context, healthy_node
 

@@ -4,7 +4,7 @@ as the kernel prints them and nothing else."""
 from __future__ import annotations
 
 from gpuhc.model.kernel import EventKind
-from tests.helpers.node_parse import parse
+from gpuhc.sources.kernel_log_parse import parse_lines as parse
 from tests.helpers.paths import FIXTURES
 
 

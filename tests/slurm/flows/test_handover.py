@@ -188,8 +188,9 @@ def test_every_check_that_declares_it_is_acknowledged(tmp_path, monkeypatch):
     from gpuhc.slurm.flows.handover import acknowledge_kernel_log
 
     real = gpuhc.checks.passive_checks()
-    assert sorted(c.id for c in real if c.acknowledge is not None) == ["infiniband", "machine-check", "nvlink", "nvswitch",
-                                                                     "pcie-aer", "xid"]
+    assert sorted(c.id for c in real if c.acknowledge is not None) == ["hung-task", "infiniband", "machine-check",
+                                                                     "nic-health", "nvlink", "nvswitch", "pcie-aer",
+                                                                     "xid"]
     newer = Check(id="new-kernel-log", needs=(), judge=lambda snap, ctx: CheckOutput([]),
                   acknowledge=lambda state, now: {**(state or {}), "acked_at": now})
     monkeypatch.setattr(gpuhc.checks, "passive_checks", lambda: [*real, newer])
