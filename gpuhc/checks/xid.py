@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuhc.checks import xid_rates
+from gpuhc.checks import xid_joined, xid_rates
 from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, Context, result
 from gpuhc.checks.kernel_window import (
     DEFAULT_WINDOW_S,
@@ -116,6 +116,8 @@ def _verdict(g: _Group, ctx: Context) -> tuple[str, Action]:
     info = g.info()
     severity, action = info.severity, info.action
     if g.signal:
+        if g.signal == "rc_watchdog" and severity == "fail" and xid_joined.watchdog_joined(g.last_message):
+            return severity, xid_joined.WATCHDOG_JOINED_ACTION  # the Xid 8 names the GPU to reset
         return severity, action
     code = int(g.code or 0)
     if not info.known and ctx.t("unknown", "warn") == "fail":
@@ -151,7 +153,10 @@ def _setting_errors(ctx: Context) -> list[str]:
     for key, value in (ctx.t("severity_overrides") or {}).items():
         if not (str(key).isascii() and str(key).isdigit()) or value not in ("fail", "warn", "ignore"):
             errors.append(f"severity_overrides.{key}: want an Xid number mapped to fail, warn or ignore, got {value!r}")
-    errors.extend(xid_rates.setting_errors(ctx.t("rate_rules"), float(ctx.t("window_s", DEFAULT_WINDOW_S))))
+    check_window_s = float(ctx.t("window_s", DEFAULT_WINDOW_S))
+    errors.extend(xid_rates.setting_errors(ctx.t("rate_rules"), check_window_s))
+    errors.extend(xid_joined.setting_errors(ctx.t("gsp_node_window_s", xid_joined.DEFAULT_GSP_NODE_WINDOW_S),
+                                            check_window_s))
     return errors
 
 
@@ -168,10 +173,11 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     win = EventWindow(klog, now, window_s, ctx.prev)
     gpus = _gpus_by_pci(snapshot)
 
-    events = _join_watchdog(win.events(KINDS))
+    events = xid_joined.join_watchdog(win.events(KINDS))
     recovered = _recovered(events, gpus)
     driver = klog.driver_version or (snapshot.nvml.driver_version if snapshot.nvml else None)
     groups: dict[tuple, _Group] = {}
+    gsp: list[tuple[str, KernelEvent, bool]] = []  # Xid 119/120 as attributed: the node-level rule's
     for ev, new in events:
         pci = norm_pci(ev.pci) if ev.pci else None
         gpu = gpus.get(pci) if pci else None
@@ -179,6 +185,8 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         if subject in recovered and ev.time is not None and ev.time <= recovered[subject]:
             continue
         signal = ev.state if ev.kind is EventKind.DRIVER else None
+        if ev.kind is EventKind.XID and ev.code in xid_joined.GSP_CODES and subject != "node":
+            gsp.append((subject, ev, new))
         code = None if signal else (ev.code or 79)  # a fallen-off-bus message is an Xid 79 without the number
         g = _Group(subject, code, pci, gpu.index if gpu else None, signal, sub=_subcode(ev, driver))
         g = groups.setdefault(g.key, g)
@@ -200,8 +208,12 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
                           **({"device": g.device} if g.device else {})})
         elif severity == "warn" and g.new and _selected(g.gpu, False, ctx):
             results.append(_warn(g, action))
+    node_gsp = [] if errors else xid_joined.gsp_node_incident(
+        gsp, float(ctx.t("gsp_node_window_s", xid_joined.DEFAULT_GSP_NODE_WINDOW_S)))
+    for inc in node_gsp:  # after the per-GPU ones: on a shared key (an unattributed 119) its words win
+        new_counts[held_key(inc)] = new_counts.get(held_key(inc), 0) + inc.pop("new")
     held = [h for h in win.held() if not (h["subject"] in recovered and (h.get("last") or 0) <= recovered[h["subject"]])]
-    incidents = merge_held(_one_per_incident(fresh), held, new_counts)
+    incidents = merge_held(_one_per_incident(fresh) + node_gsp, held, new_counts)
     # Held with nothing new this run: the GPU may look healthy again, so the line says it is
     # held and what ends the hold (docs/checks.md, "xid"), or the FAIL reads like a fresh fault.
     quiet = {held_key(h) for h in held} - {k for k, n in new_counts.items() if n}
@@ -266,29 +278,6 @@ def _gpus_by_pci(snapshot: Snapshot) -> dict[str, GpuReading]:
     return {norm_pci(g.pci_bus_id): g for g in nvml.gpus}
 
 
-WATCHDOG_XID_S = 10.0  # the Xid 8 the RC watchdog's recovery logs comes within seconds
-
-
-def _join_watchdog(events: list[tuple[KernelEvent, bool]]) -> list[tuple[KernelEvent, bool]]:
-    """An RC watchdog lock-up and the Xid 8 its recovery logs are one incident: the Xid names
-    the GPU the watchdog line does not, and the stronger verdict (the lock-up's) is the one
-    reported; the Xid's "restart app" warning would only blur it (docs/checks.md, "xid")."""
-    from dataclasses import replace
-
-    out = list(events)
-    for i, (ev, new) in enumerate(out):
-        if ev.kind is not EventKind.DRIVER or ev.state != "rc_watchdog":
-            continue
-        for j in range(i + 1, min(len(out), i + 6)):
-            x = out[j][0]
-            if x.kind is EventKind.XID and x.code == 8 and (ev.pci is None or x.pci == ev.pci) and (
-                    ev.time is None or x.time is None or 0 <= x.time - ev.time <= WATCHDOG_XID_S):
-                out[i] = (replace(ev, pci=ev.pci or x.pci, message=f"{ev.message} (then Xid 8)"), new)
-                del out[j]
-                break
-    return out
-
-
 def _recovered(events: list[tuple[KernelEvent, bool]], gpus: dict[str, GpuReading]) -> dict[str, float]:
     """GPUs whose latest Xid 154 says "recovery action: None": the driver declares them healed."""
     last154: dict[str, KernelEvent] = {}
@@ -344,7 +333,7 @@ def _fail(inc: dict, held_for_s: float | None = None) -> Result:
     where, n = _where(inc["subject"], inc.get("pci")), _count(int(inc["count"]))
     if inc.get("signal"):
         dev = f" (the driver's {inc['device']})" if inc.get("device") and inc["subject"] == "node" else ""
-        joined = "then Xid 8" if "(then Xid 8)" in str(inc.get("last_message")) else "no Xid"
+        joined = "then Xid 8" if xid_joined.watchdog_joined(inc.get("last_message")) else "no Xid"
         msg = f"{where}{dev}: {signal_info(inc['signal']).name}{n} (driver message, {joined})"
     elif inc.get("xid", True):
         code = int(inc["code"])
@@ -398,7 +387,7 @@ CHECKS = [
         stages=("passive", "prolog", "epilog", "bootstrap"),
         timeout_s=10.0,
         defaults={"window_s": DEFAULT_WINDOW_S, "unknown": "warn", "severity_overrides": {},
-                  "rate_rules": xid_rates.DEFAULT_RULES},
+                  "rate_rules": xid_rates.DEFAULT_RULES, "gsp_node_window_s": xid_joined.DEFAULT_GSP_NODE_WINDOW_S},
         doc="NVIDIA Xid errors and driver failures in the kernel log: draining ones fail until reset or reboot, "
             "application ones warn once, storms by rate rule.",
         validate=lambda thresholds: _setting_errors(Context(thresholds=thresholds)),
