@@ -1,9 +1,12 @@
 """``gpuhc jobs``: running jobs that look hung or slowed, with the culprit node and GPU and since when.
 
-Read only. It asks ``scontrol show job -o`` once (or reads such a dump with ``--from-file``) and
-combines the nodes' views each job's AdminComment holds (gpuhc/slurm/jobs/record.py; the health
-check writes them, docs/checks.md "jobs"). Every text Slurm hands back is escaped before it is
-printed (gpuhc/logtext.py): job names and comments are the users' and operators' words.
+Read only. It asks ``scontrol show job -o`` once (or reads a saved dump with ``--from-file``: the
+JSON of ``scontrol --json show job`` / ``squeue --json``, or the text of ``scontrol show job -o``,
+gpuhc/slurm/jobs/dump.py) and combines the nodes' views each job's AdminComment holds
+(gpuhc/slurm/jobs/record.py; the health check writes them, docs/checks.md "jobs"). A record from
+a text dump is listed as unverified: the job's own name or paths can print ``AdminComment=``.
+Every text Slurm hands back is escaped before it is printed (gpuhc/logtext.py): job names and
+comments are the users' and operators' words.
 """
 
 from __future__ import annotations
@@ -33,11 +36,14 @@ def rows(jobs: list[dict[str, str]], now: float, everything: bool = False) -> li
             "since": finding.since, "age_s": None if finding.since is None else max(0, int(now - finding.since)),
             "nodes": j.get("NodeList", ""), "reported": finding.nodes,
             "user": j.get("UserId", "").split("(", 1)[0], "name": j.get("JobName", ""),
+            "verified": j.get("verified", True), **({"why": j["why"]} if j.get("why") else {}),
         })
     return out
 
 
 def _cell(row: dict, field: str) -> str:
+    if field == "verdict" and not row["verified"] and row["verdict"] != "-":
+        return f"{row['verdict']} (unverified)"
     if field == "culprits":
         return ",".join(row["culprits"]) or ("not named yet" if row["verdict"] == "hung" else "-")
     if field == "since":
@@ -49,7 +55,8 @@ def _cell(row: dict, field: str) -> str:
 
 
 @click.command("jobs", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--from-file", metavar="FILE", help="Read a saved `scontrol show job -o` dump instead of asking Slurm.")
+@click.option("--from-file", metavar="FILE", help="Read a saved dump instead of asking Slurm: `scontrol --json show job` or "
+              "`squeue --json` (verified), or `scontrol show job -o` text (its records are listed as unverified).")
 @click.option("--json", "json_mode", is_flag=True, help="JSON: one record per job.")
 @click.option("-o", "--format", "fields", metavar="FIELDS", help=f"Columns, comma-separated: {', '.join(FIELDS)}.")
 @click.option("--noheader", is_flag=True, help="No header line (no short form: -h is the help, as in every gpuhc command).")
@@ -89,21 +96,27 @@ def jobs(from_file, json_mode, fields, noheader, everything, scontrol, config_pa
         click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     if not found and not noheader:
         click.echo("no running job looks hung or slowed")
+    unverified = sum(1 for r in found if not r["verified"] and r["verdict"] != "-")
+    if unverified and not noheader:
+        from gpuhc.slurm.jobs.dump import TEXT_SOURCE
+
+        click.echo(f"{unverified} record(s) unverified: read from {TEXT_SOURCE}; shown, never acted on (save "
+                   "`scontrol --json show job` or `squeue --json` for verified records)")
 
 
 def _read(from_file: str | None, scontrol: str | None, config_path: str | None, timeout: float) -> list[dict[str, str]]:
-    from gpuhc.slurm.jobs.control import JobControl, parse_job_line
+    from gpuhc.slurm.jobs.control import JobControl
 
     if from_file:
         from gpuhc.errors import ConfigError
+        from gpuhc.slurm.jobs.dump import read_dump
         from gpuhc.untrusted import UntrustedInputError, read_bounded
 
         try:
             text = read_bounded(from_file, 64 << 20, "job dump").decode("utf-8", "replace")
         except (UntrustedInputError, OSError) as e:
             raise ConfigError(f"{from_file}: {getattr(e, 'strerror', None) or e}") from None
-        listed = [parse_job_line(ln) for ln in text.splitlines() if ln.strip().startswith("JobId=")]
-        return [j for j in listed if j.get("JobState") == "RUNNING"]
+        return read_dump(text, from_file)
     from gpuhc.config import load_config
 
     section = dict(load_config(config_path).section("slurm"))

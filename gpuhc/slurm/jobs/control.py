@@ -75,6 +75,20 @@ class Job:
         return self.state == "RUNNING" and node in self.nodes
 
 
+def job_of_json(rec: dict) -> Job:
+    """One job of ``scontrol --json show job`` or ``squeue --json`` (``jobs[i]``): every field a
+    field, the AdminComment exactly (the live read and a saved dump alike)."""
+    from gpuhc.slurm.read.sinfo_text import expand
+
+    state = rec.get("job_state")
+    state = state[0] if isinstance(state, list) and state else state
+    uid = rec.get("user_id")
+    user = str(rec.get("user_name") or (uid if isinstance(uid, int) else ""))
+    return Job(str(rec.get("job_id") or "?"), str(state or ""), uid if isinstance(uid, int) else None,
+               expand(str(rec.get("nodes") or "")), str(rec.get("excluded_nodes") or ""),
+               str(rec.get("admin_comment") or ""), {"JobName": str(rec.get("name") or ""), "UserId": user})
+
+
 def admin_comment(text: str, command: str, workdir: str) -> str:
     """The AdminComment in a ``scontrol show job`` (one field per line) answer, found right after
     the job's own Command and WorkDir lines; SlurmError when those lines are not there exactly once."""
@@ -128,7 +142,6 @@ class JobControl(SlurmCommand):
         import json
 
         from gpuhc.slurm.read.releases import lacks_json
-        from gpuhc.slurm.read.sinfo_text import expand
 
         try:
             text = self.call([self.binary, "--json", "show", "job", job])
@@ -140,11 +153,7 @@ class JobControl(SlurmCommand):
             rec = next(j for j in json.loads(text)["jobs"] if str(j.get("job_id")) == job)
         except (ValueError, KeyError, TypeError, StopIteration):
             raise SlurmError(f"scontrol --json show job {job}: no record for the job") from None
-        state = rec.get("job_state")
-        state = state[0] if isinstance(state, list) and state else state
-        uid = rec.get("user_id")
-        return Job(job, str(state or ""), uid if isinstance(uid, int) else None, expand(str(rec.get("nodes") or "")),
-                   str(rec.get("excluded_nodes") or ""), str(rec.get("admin_comment") or ""))
+        return job_of_json(rec)
 
     def running_jobs(self) -> list[dict[str, str]]:
         """Every running job, for ``gpuhc jobs``. A line that holds a gpuhc record is read again

@@ -54,9 +54,11 @@ def test_many_nodes_keep_the_ones_that_name_a_culprit():
 
 LISTING = (
     "JobId=7 JobName=train\x1b]0;pwned\x07 UserId=alice(1000) GroupId=a(1000) JobState=RUNNING NodeList=n[1-2] "
-    "ExcNodeList=(null) AdminComment=note with spaces gpuhc-jobs{n2/hang/1795697760/-,n1/hang/1795697758/gpu3} Comment=mine\n"
-    "JobId=8 JobName=ok UserId=bob(1001) JobState=RUNNING NodeList=n3 AdminComment=(null)\n"
-    "JobId=9 JobName=old UserId=bob(1001) JobState=COMPLETED NodeList=n3 AdminComment=gpuhc-jobs{n3/hang/1/gpu0}\n"
+    "ExcNodeList=(null) Command=(null) WorkDir=/w "
+    "AdminComment=note with spaces gpuhc-jobs{n2/hang/1795697760/-,n1/hang/1795697758/gpu3} Comment=mine\n"
+    "JobId=8 JobName=ok UserId=bob(1001) JobState=RUNNING NodeList=n3 Command=(null) WorkDir=/w AdminComment=(null)\n"
+    "JobId=9 JobName=old UserId=bob(1001) JobState=COMPLETED NodeList=n3 Command=(null) WorkDir=/w "
+    "AdminComment=gpuhc-jobs{n3/hang/1/gpu0}\n"
 )
 
 
@@ -78,10 +80,11 @@ def test_gpuhc_jobs_from_a_listing(tmp_path):
     assert cp.returncode == 0, cp.stderr
     lines = cp.stdout.splitlines()
     assert lines[0].split() == ["JOB", "VERDICT", "CULPRITS", "SINCE", "AGE", "NODES", "USER", "NAME"]
-    assert len(lines) == 2 and lines[1].split()[:3] == ["7", "hung", "n1:gpu3"]
+    assert len(lines) == 3 and lines[1].split()[:4] == ["7", "hung", "(unverified)", "n1:gpu3"]
+    assert lines[2].startswith("1 record(s) unverified: read from a text dump")  # a text dump never verifies
     assert "\x1b" not in cp.stdout and "\x07" not in cp.stdout and "train\\x1b]0;pwned\\x07" in cp.stdout
     doc = json.loads(jobs_cli("--from-file", str(dump), "--json", "--all").stdout)
-    assert [(j["job"], j["verdict"]) for j in doc["jobs"]] == [("7", "hung"), ("8", "-")]
+    assert [(j["job"], j["verdict"], j["verified"]) for j in doc["jobs"]] == [("7", "hung", False), ("8", "-", False)]
     assert jobs_cli("--from-file", str(dump), "-o", "job,culprits,reported", "--noheader").stdout.split() == ["7", "n1:gpu3", "2"]
 
 
