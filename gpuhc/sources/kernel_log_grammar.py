@@ -35,6 +35,12 @@ XID_WORD = lazy(r"\bXid\b")
 # common_nvswitch.h: "nvidia-%s: SXid (PCI:%04x:%02x:%02x.%x): %05d, ..."
 SXID = lazy(r"(?:nvidia-(nvswitch\d{1,3}): )?SXid \(PCI:(" + PCI + r")\): (\d{1,6}),\s*(.*)")
 SXID_WORD = lazy(r"\bSXid\b")
+# The SXid reports (intr_nvswitch.h, error_nvswitch.h) say "Fatal, ", "Non-fatal, " or
+# "Correctable, "; the error log's detail lines (error_nvswitch.c) "Severity N ..." with the
+# driver's NVSWITCH_ERROR_SEVERITY (0 non-fatal, 1 fatal) and "Data {...}". SOE and firmware
+# reports ("SOE HALTED") carry no word: the SXid catalog decides.
+_SXID_WORD = lazy(r"(Fatal|Non-fatal|Nonfatal|Non fatal|Correctable)\b", re.I)
+_SXID_DETAIL = lazy(r"Severity (\d)|Data \{")
 # osapi.c prints three lines in one record (the GPU is named on the first); NV_DEV_PRINTF's
 # one-liner after an Xid 79; and the pre-R400 legacy one-liner.
 FALLEN = lazy(r"NVRM: (?:fallen off the bus and is not responding to commands\."
@@ -67,7 +73,14 @@ SIGNALS: tuple[tuple[str, re.Pattern], ...] = (
     # notifier did not come back; the driver then runs its recovery, which logs the Xid 8
     ("rc_watchdog", lazy(_FN + r"RC watchdog: GPU is probably locked!")),
     ("gsp_watchdog", lazy(r"(?:NVRM: (?:GPU\d{1,3} )?)?GSP task watchdog timeout @ pc:0x[0-9a-fA-F]{1,16}, partition:\d{1,3}#\d{1,3}, task:\d{1,3}")),
+    # kernel_nvlink_gh100.c and kernel_nvlink.c (595.45.04): NVLink discovery could not learn which
+    # links got past receiver detection (the GSP call behind it failed); the GPU's NVLinks stay down
+    ("nvlink_post_rx_detect", lazy(r"NVRM: (?:GPU\d{1,3} )?(?:knvlinkDiscoverPostRxDetLinks_\w{1,20}: Getting peer[01]'s "
+                                   r"postRxDetLinkMask failed!|knvlinkUpdatePostRxDetectLinkMask_IMPL: Failed to update "
+                                   r"Rx Detect Link mask!)\s*$")),
 )
+# Driver words of a signal, in a line that is not its grammar: a warning, never a drain.
+SIGNAL_WORDS = lazy(r"postRxDetLinkMask|fallen off the bus")
 
 # Kernel lines that begin with a process's name (comm, at most 15 characters, anything a user
 # likes): segfaults and traps, print-fatal-signals, drop_caches, the OOM killer, allocation
@@ -87,6 +100,19 @@ def driver_signal(msg: str) -> str | None:
         if rx.match(msg):
             return name
     return None
+
+
+def sxid_report(rest: str) -> tuple[str | None, bool]:
+    """(state, is-a-detail-line) of what follows an SXid's number: the report's own word
+    ("fatal"/"non-fatal", None when it has none) and whether it is a detail line, which joins
+    its header (kernel_log_incidents)."""
+    m = _SXID_WORD.match(rest)
+    if m:
+        return ("fatal" if m.group(1).lower() == "fatal" else "non-fatal"), False
+    m = _SXID_DETAIL.match(rest)
+    if m:
+        return {"0": "non-fatal", "1": "fatal"}.get(m.group(1) or ""), True
+    return None, False
 
 
 def driver_version(msg: str) -> str | None:

@@ -78,8 +78,6 @@ CONTEXT_LINES = 3  # a multi-line message names its GPU at most this many lines 
 _PCI_FULL = lazy(r"(?:PCI:)?(" + G.PCI + r")")
 _MARKERS = ("NVRM", "SXid", "mlx5_core", "fallen off the bus", "GSP task watchdog")
 _ANY_PCI = lazy(r"(?<![0-9a-fA-F:])(?:PCI:)?(" + G.PCI + r")")
-_SXID_FATALITY = lazy(r"(Fatal|Non-fatal|Nonfatal|Non fatal)\b", re.I)
-_SXID_DETAIL = lazy(r"(Severity \d|Data \{)")
 _LINK_NO = lazy(r"\bLink (\d{1,4})\b")
 _MLX_PORT = lazy(r"mlx5_core (" + G.PCI + r")(?: ([\w.-]+))?: Port: (\d{1,3}) Link ([A-Za-z_]+)")
 _MLX_NETDEV = lazy(r"mlx5_core (" + G.PCI + r") ([\w.-]+): Link (up|down)\b")
@@ -309,6 +307,9 @@ class _Parser:
         if name:
             self._signal(name, msg, t, seq)
             return
+        if G.SIGNAL_WORDS.search(msg):
+            self._unreadable(msg)  # a signal's words, not its grammar ("GPU 18:00.0" without a domain)
+            return
         version = G.driver_version(msg)
         if version:
             self.driver_version = version
@@ -343,19 +344,16 @@ class _Parser:
     def _sxid(self, text: str, t: float | None, seq: int | None) -> None:
         m = G.SXID.match(text)
         if not m:
-            if text.startswith(("nvidia-nvswitch", "SXid", "NVRM:")):
-                self._unreadable(text)
+            if "SXid (" in text or text.startswith(("nvidia-nvswitch", "SXid", "NVRM:")):
+                self._unreadable(text)  # the driver's words behind a prefix it never prints, as for an Xid
             return
         rest = m.group(4)
-        fat = _SXID_FATALITY.match(rest)
-        state = None
-        if fat:
-            state = "fatal" if fat.group(1).lower() == "fatal" else "non-fatal"
+        state, detail = G.sxid_report(rest)
         link = _LINK_NO.search(rest)
         at = text.find("SXid")
         self.found.append(Found(EventKind.SXID, t, seq, self.idx, sanitize(text[at:]), pci=norm_pci(m.group(2)),
                                  code=int(m.group(3)), device=m.group(1), port=int(link.group(1)) if link else None,
-                                 state=state, detail=fat is None and bool(_SXID_DETAIL.match(rest))))
+                                 state=state, detail=detail))
 
     def _mlx5(self, body: str, t: float | None, seq: int | None) -> None:
         m = _MLX_PORT.match(body)
