@@ -100,7 +100,7 @@ def test_fatal_sxid_fails_and_non_fatal_warns():
 
 
 def test_sxid_without_fatality_uses_the_catalog():
-    out = judge(node(sx(12028, None), sx(99999, None, switch=1)))
+    out = judge(node(sx(20034, None), sx(99999, None, switch=1)))
     assert [(r.status, r.subject) for r in out.results] == [(Status.FAIL, "nvswitch0"), (Status.WARN, "nvswitch1")]
 
 
