@@ -391,11 +391,12 @@ class SlurmCluster:
         return int(cp.stdout.strip().split(";")[0])
 
     def job_state(self, job_id: int) -> str:
-        cp = self.scontrol("show", "job", "-o", str(job_id), check=False)
-        for tok in cp.stdout.split():
-            if tok.startswith("JobState="):
-                return tok.split("=", 1)[1]
-        return "GONE"
+        """The job's state as squeue prints that one field (every state slurmctld still holds);
+        "GONE" once it is forgotten. Not from ``show job -o``'s text: the job's own name comes
+        first there and may hold ``JobState=`` (tests/fixtures/slurm_jobs)."""
+        cp = self.run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"], check=False)
+        state = cp.stdout.strip().split()
+        return state[0] if cp.returncode == 0 and state else "GONE"
 
     def wait_for_job(self, job_id: int, timeout: float = 120, states: tuple[str, ...] = ("COMPLETED",)) -> str:
         """Wait until the job reaches one of ``states`` (or any end state); return the state."""
