@@ -13,7 +13,7 @@ Which are needed, per service (threshold ``auto``, ``on`` or ``off``):
 
 The IMEX daemon is the fabric check's (``nvidia-imex-ctl``), not repeated here. A probe that
 fails is asked again within the run, after a short pause, all probes within ``probe_budget_s``
-(gpuhc/sources/host.py ``retried``). A needed service that is not running, or runs but does not
+(gpuhc/sources/host_probes.py ``retried``). A needed service that is not running, or runs but does not
 answer, is a FAIL (NVSentinel issue 883: a Fabric Manager outage went unnoticed for 20 days, and
 every NCCL job on the node failed) of evidence class ``service``, drain + ticket (the table says
 why: a restart of the service is the cure, and a reboot cures no reason it would not start): a
@@ -88,7 +88,7 @@ CHECKS = [
         timeout_s=10.0,
         defaults={"fabricmanager": "auto", "persistenced": "auto", "dcgm": "auto",
                   "probe_timeout_s": 3.0,  # chosen here: a healthy daemon answers in well under a second
-                  # every probe and its retries together (sources/host.py ``retried``): two
+                  # every probe and its retries together (sources/host_probes.py ``retried``): two
                   # tries of a slow host engine, inside this check's 10 s and the stage's 45 s
                   "probe_budget_s": 7.0},
         doc="Fabric Manager (NVSwitch nodes), nvidia-persistenced and DCGM's host engine where needed: running "

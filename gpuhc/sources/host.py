@@ -17,15 +17,14 @@ all comes from /proc/self/mountinfo, which never touches the file system.
 from __future__ import annotations
 
 import os
-import socket
 import stat
-import subprocess
 import time
 from typing import Any
 
 from gpuhc.logtext import escape
 from gpuhc.model.host import HostReading
 from gpuhc.model.pci import norm_pci
+from gpuhc.sources.host_probes import finish_probes, retried, socket_answers, start_probes
 
 STAT_SEARCH = ("/usr/bin/stat", "/bin/stat")
 DCGMI_SEARCH = ("/usr/bin/dcgmi", "/usr/local/bin/dcgmi", "/usr/sbin/dcgmi")
@@ -85,7 +84,7 @@ class HostLive:
     def read(self) -> HostReading:
         s = self.s
         r = HostReading()
-        probes = _start_probes(self._stat_argv(), list(s.get("mounts") or []) + ([s["scratch"]] if s.get("scratch") else []))
+        probes = start_probes(self._stat_argv(), list(s.get("mounts") or []) + ([s["scratch"]] if s.get("scratch") else []))
         if s.get("cpus"):
             r.cpus_online = count_cpus(_read(self._p("sys/devices/system/cpu/online")))
         if s.get("memory"):
@@ -104,7 +103,7 @@ class HostLive:
         if s.get("services"):
             r.services = self.services(s["services"], procs, r.pci_watch, float(s.get("probe_timeout_s", 3.0)),
                                        float(s.get("probe_budget_s", 7.0)))
-        results = _finish_probes(probes, float(s.get("mount_timeout_s", 5.0)))
+        results = finish_probes(probes, float(s.get("mount_timeout_s", 5.0)))
         if s.get("mounts"):
             mounted = self.mount_points()
             r.mounts = {}
@@ -205,7 +204,7 @@ class HostLive:
             info: dict[str, Any] = {"expected": True, "running": running, "answering": None, "error": None}
             if info["running"] and name == "persistenced":
                 socket_path = self._p(PERSISTENCED_SOCKET.lstrip("/"))
-                info.update(retried(lambda t: _socket_answers(socket_path, t), timeout_s, deadline))
+                info.update(retried(lambda t: socket_answers(socket_path, t), timeout_s, deadline))
             elif info["running"] and name == "dcgm":
                 info.update(retried(self._dcgm_answers, timeout_s, deadline))
             out[name] = info
@@ -285,87 +284,7 @@ class HostLive:
         return out
 
 
-# ------------------------------------------------------------------ mount probes
-
-
-def _start_probes(stat: str | None, paths: list[str]) -> dict[str, Any]:
-    started: dict[str, Any] = {}
-    for path in dict.fromkeys(paths):
-        if stat is None:
-            started[path] = "stat not found in a root-owned system directory"
-            continue
-        try:
-            started[path] = (subprocess.Popen([stat, "-f", "-c", "%a %b %S", "--", path], stdin=subprocess.DEVNULL,
-                                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL), time.monotonic())
-        except OSError as e:
-            started[path] = f"cannot run stat: {e.strerror or e}"
-    return started
-
-
-def _finish_probes(started: dict[str, Any], timeout_s: float) -> dict[str, dict[str, Any]]:
-    """Each probe's answer by its deadline, counted from its start (the service probes ran in
-    between: their time is not the mounts'); the late ones killed and left unwaited."""
-    out: dict[str, dict[str, Any]] = {}
-    for path, probe in started.items():
-        if isinstance(probe, str):
-            out[path] = {"ok": False, "error": probe}
-            continue
-        proc, t0 = probe
-        try:
-            text, _ = proc.communicate(timeout=max(0.0, t0 + timeout_s - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()  # not waited for: a child stuck in the file system wakes only with it
-            out[path] = {"ok": False, "seconds": round(time.monotonic() - t0, 3),
-                         "error": f"no answer within {timeout_s:g}s"}
-            continue
-        seconds = round(time.monotonic() - t0, 3)
-        nums = text.decode(errors="replace").split()
-        if proc.returncode != 0 or len(nums) != 3 or not all(n.isdigit() for n in nums):
-            out[path] = {"ok": False, "seconds": seconds, "error": f"stat -f failed (exit {proc.returncode})"}
-            continue
-        avail, total, bsize = (int(n) for n in nums)
-        out[path] = {"ok": True, "seconds": seconds, "free": avail * bsize, "total": total * bsize}
-    return out
-
-
-# ------------------------------------------------------------------ service probes
-
-RETRY_PAUSES_S = (0.5, 1.0)  # between a service probe's attempts: three at most
-
-
-def retried(probe, timeout_s: float, deadline: float, sleep=time.sleep) -> dict[str, Any]:
-    """A service's probe (``probe(timeout) -> (answering, error)``) asked again after a short
-    pause while it fails and the shared ``deadline`` allows: one slow answer of a busy host
-    engine is no outage (issue 43). ``attempts`` says how many it took; the error is the last."""
-    answering, error, attempts = None, None, 0
-    for pause in (*RETRY_PAUSES_S, None):
-        left = deadline - time.monotonic()
-        if attempts and left <= 0:
-            break
-        attempts += 1
-        answering, error = probe(max(0.1, min(timeout_s, left)))
-        if answering is not False or pause is None or deadline - time.monotonic() <= pause:
-            break
-        sleep(pause)
-    out: dict[str, Any] = {"answering": answering, "error": error}
-    if attempts > 1:
-        out["attempts"] = attempts
-    return out
-
-
 # ------------------------------------------------------------------ small readers
-
-
-def _socket_answers(path: str, timeout_s: float) -> tuple[bool, str | None]:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout_s)
-    try:
-        s.connect(path)
-        return True, None
-    except OSError as e:
-        return False, f"{path}: {e.strerror or e}"
-    finally:
-        s.close()
 
 
 def _role(vendor: int | None, cls: int | None) -> str | None:

@@ -163,7 +163,7 @@ def test_one_slow_host_engine_answer_is_retried_within_the_run(tmp_path):
 
 
 def test_retries_stop_at_the_shared_deadline():
-    from gpuhc.sources.host import retried
+    from gpuhc.sources.host_probes import retried
 
     asked, slept = [], []
     got = retried(lambda t: (asked.append(t), (False, "down"))[1], 3.0, time.monotonic() + 0.2, sleep=slept.append)
