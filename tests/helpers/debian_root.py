@@ -28,19 +28,35 @@ def readme_block(heading: str, index: int = 0) -> str:
 
 
 def build_base(name: str = "bookworm-python", include: str = "python3,python3-pip") -> Path:
-    """The cached Debian 12 chroot ``name`` with only minbase and ``include``: built once."""
+    """The cached Debian 12 chroot ``name`` with only minbase and ``include``: built once.
+
+    Several pytest-xdist workers may ask for it at once on a fresh machine (CI's): the first
+    builds it under an exclusive lock, the others wait and find it made. A half-made copy (a build
+    that failed, or a run interrupted mid-build) is removed, never renamed into place."""
+    import fcntl
+
     base = CHROOT_CACHE / name
     if (base / "usr/bin/python3").exists():
         return base
-    tmp = base.with_name(base.name + f".tmp.{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     base.parent.mkdir(parents=True, exist_ok=True)
-    cp = subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase", "--mode=root",
-                         "--aptopt=APT::Install-Recommends \"false\"", "--aptopt=Acquire::Check-Valid-Until \"false\"",
-                         f"--include={include}", "bookworm", str(tmp), "http://deb.debian.org/debian"],
-                        capture_output=True, text=True, timeout=1200)
-    assert cp.returncode == 0, cp.stderr[-3000:]
-    tmp.rename(base)
+    with open(base.with_name(name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        if (base / "usr/bin/python3").exists():
+            return base  # another worker built it while this one waited
+        for stale in base.parent.glob(name + ".tmp.*"):  # left by an interrupted run: the lock says none builds now
+            shutil.rmtree(stale, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)  # a base without python3 is half-made
+        tmp = base.with_name(base.name + f".tmp.{os.getpid()}")
+        try:
+            cp = subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase", "--mode=root",
+                                 "--aptopt=APT::Install-Recommends \"false\"",
+                                 "--aptopt=Acquire::Check-Valid-Until \"false\"",
+                                 f"--include={include}", "bookworm", str(tmp), "http://deb.debian.org/debian"],
+                                capture_output=True, text=True, timeout=1200)
+            assert cp.returncode == 0, cp.stderr[-3000:]
+            tmp.rename(base)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return base
 
 
