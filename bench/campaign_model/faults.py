@@ -50,6 +50,9 @@ class FaultClass:
     lemon_share: float = 0.0  # recurs days after every repair that passed its retest (a true lemon)
     permanent_share: float = 0.0  # no repair ever works (fails every retest)
     builds_s: tuple[float, float] | None = None  # a flap that builds: single flaps first, this long
+    # The kernel lines the driver logs when it ends without a reboot (a port that comes back up),
+    # stamped as a scenario's, moved to the end's time.
+    ends_with: tuple[str, ...] = ()
 
 
 def _llama(n: float) -> float:
@@ -57,6 +60,10 @@ def _llama(n: float) -> float:
 
 
 GPU_ODDS = dict(lemon_share=0.08, permanent_share=0.04)
+# examples/scenarios/ib-port-down.yaml's port coming back: mlx5_core's line for a link that is up
+# again (the real dmesg of tests/fixtures/kernel_log/real/08_*, an H100's mlx5_3, on that
+# scenario's PCI address).
+PORT_UP = ("2025-03-04T10:00:00,000000+00:00 mlx5_core 0000:4b:00.0 mlx5_3: Port: 1 Link ACTIVE",)
 CLASSES: tuple[FaultClass, ...] = (
     # Faulty GPU (148): fallen off the bus 60, NVLink down 30, NVLink error bursts 30, NVLink
     # errors below gpuhc's FAIL threshold 14, a slow GPU 14 (our split).
@@ -94,11 +101,12 @@ CLASSES: tuple[FaultClass, ...] = (
                "health check (single flaps first: WARN)", kills_job=False, person="cable",
                builds_s=(1 * DAY, 4 * DAY)),
     FaultClass("ib-port-down", EXAMPLES / "ib-port-down.yaml", _llama(7), "switch/cable + NIC", "health check",
-               reboot_fix=0.2, clears_after_s=(4 * 3600, 12 * 3600), person="cable"),
+               reboot_fix=0.2, clears_after_s=(4 * 3600, 12 * 3600), person="cable", ends_with=PORT_UP),
     FaultClass("ib-cable", EXAMPLES / "ib-port-down.yaml", _llama(7), "switch/cable + NIC", "health check",
-               person="cable"),
+               person="cable", ends_with=PORT_UP),
     FaultClass("switch-event", EXAMPLES / "ib-port-down.yaml", _llama(7), "switch/cable + NIC",
-               "health check, on every node of the leaf", clears_after_s=(1200, 5400), person="cable", switch=True),
+               "health check, on every node of the leaf", clears_after_s=(1200, 5400), person="cable", switch=True,
+               ends_with=PORT_UP),
     FaultClass("host-maintenance", EXAMPLES / "healthy-8xh100.yaml", _llama(32), "host maintenance",
                "nothing (an admin's drain)", maintenance=True, person="admin"),
     FaultClass("nccl-hang", EXAMPLES / "healthy-8xh100.yaml", _llama(7), "NCCL watchdog timeouts", "nothing",

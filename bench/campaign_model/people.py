@@ -21,9 +21,9 @@ class People:
     def _person_takes(self, name: str, kind: str, delay: tuple[float, float]) -> None:
         node = self.nodes[name]
         node.off, node.admin_hold = True, True
+        self.slurm.admin_drain(name, ADMIN_REASON.get(kind, kind))  # first: the job's end frees no slot here
         if name in self.running:
             self.end_job(self.running[name], failed=True, why=f"a person's {kind}")
-        self.slurm.admin_drain(name, ADMIN_REASON.get(kind, kind))
         self.at(self.now() + self.rng.uniform(*delay) * self.ts, "person_done", name, kind)
 
     def _on_human(self, name: str, since: float) -> None:
@@ -76,9 +76,9 @@ class People:
             return
         self.stats.human.append((self.now(), name, "maintenance", ADMIN_REASON["maintenance"]))
         node.admin_hold = True
+        self.slurm.admin_drain(name, ADMIN_REASON["maintenance"])  # first: the job's end frees no slot here
         if name in self.running:
             self.end_job(self.running[name], failed=True, why="host maintenance")
-        self.slurm.admin_drain(name, ADMIN_REASON["maintenance"])
         if self.noise_on and self.noise_rng.random() < N.DRIVER_UPGRADE_SHARE:
             node.driver = N.NEW_DRIVER
         node.rebooted(self.now() + self.reboot_s)
@@ -95,9 +95,10 @@ class People:
 
     def host_down(self, f: F.Fault) -> None:
         """A host part failed (SSD, DIMM, CPU, chassis, IO board): slurmd stops answering and
-        Slurm marks the node DOWN; nothing of gpuhc runs; a person repairs it in days."""
+        Slurm marks the node DOWN (the caller, before the node's job ends: Slurm places no job on
+        a node that does not answer, docs/campaign.md "host-down"); nothing of gpuhc runs; a
+        person repairs it in days."""
         name = f.node
-        self.slurm.set_down(name, "Not responding")
         self.stats.human.append((self.now(), name, "host repair", f.cls.row))
         self.at(self.now() + self.rng.uniform(*F.HOST_DOWN_S) * self.ts, "person_done", name, "host repair")
 

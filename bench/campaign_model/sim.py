@@ -101,7 +101,7 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
         self.spans: dict = {}  # scenario -> seconds from its first kernel line to its last
         self.reset_outcomes: dict[str, list[list[int]]] = {}  # node -> fault ids each of its resets repaired
         self.current: Node | None = None
-        self.hc_due: set[str] = set()
+        self.hc_due: dict[str, float] = {}  # node -> when its next health check is due
         self.samples: list = []
         self.observe = config.section("slurm")["mode"] == "observe"
         # The prolog's exit as slurmd sees it: in observe mode `gpuhc prolog` exits 0 whatever
@@ -254,8 +254,6 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
         return {f.cls.active for f in node.hardware() if f.cls.active}
 
     def _watch(self, name: str) -> None:
-        if name in self.hc_due:
-            return
         after = self.now()
         if self._held_quiet(name):
             after = self.nodes[name].hold_memo[1]  # the run that could differ: once a line leaves a window
@@ -263,11 +261,17 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
                 return
         elif not self._attention(name):
             return
-        self.hc_due.add(name)
         every = HC_INTERVAL_S * self.ts
         phase = (self.names.index(name) / len(self.names)) * every  # CYCLE spreads the nodes
         k = (after - T0 - phase) // every + 1
-        self.at(T0 + phase + k * every, "hc", name)
+        due = T0 + phase + k * every
+        # A check already due by then stands; one due later (a held node's, at the end of a
+        # window) gives way to this earlier slot: a change of its inputs is read at the next
+        # slot, as slurmd's interval reads it (the superseded event finds itself stale, _on_hc).
+        if self.hc_due.get(name, float("inf")) <= due:
+            return
+        self.hc_due[name] = due
+        self.at(due, "hc", name, due)
 
     def _patch(self, name: str) -> dict:
         node = self.nodes[name]
@@ -345,6 +349,8 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
             if node.off:
                 return
             node.off = True  # before the job's end: no epilog runs on a dead host
+            # and no job waiting is placed there as this one's end frees it (people.host_down)
+            self.slurm.set_down(name, "Not responding")
             self.host_down(self._arise(cls, name, permanent))
             return
         lemon = permanent == "lemon"
@@ -424,7 +430,7 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
 
             path = f.cls.scenario
             lines = self.lines_cache.setdefault(path, kernel_lines(path))
-            node.old_lines += restamp(lines, f.stamp)
+            node.old_lines += restamp(lines, f.stamp) + restamp(list(f.cls.ends_with), self.now())
         if f.lemon and how in ("reset", "reboot"):  # passed its retest; comes back in days
             back = self.now() + self.rng.expovariate(1.0 / (F.LEMON_RECUR_DAYS * 86400.0)) * self.ts
             self.at(back, "fault", f.cls.name, node.name, False, f.recurrence + 1, node.parts_epoch)
@@ -452,8 +458,10 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
             self.nodes[name].settled.clear()
             self._watch(name)
 
-    def _on_hc(self, name: str) -> None:
-        self.hc_due.discard(name)
+    def _on_hc(self, name: str, due: float) -> None:
+        if self.hc_due.get(name) != due:
+            return  # superseded by an earlier slot (_watch)
+        del self.hc_due[name]
         row = self.slurm.nodes[name]
         if row.reboot_pending and "REBOOT_ISSUED" in row.flags:
             self._watch(name)  # rebooting: slurmd is not there to run it

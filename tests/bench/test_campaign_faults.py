@@ -15,6 +15,7 @@ from campaign_model import faults as F  # noqa: E402
 from campaign_model import sweep as S  # noqa: E402
 from campaign_model.metrics import compute  # noqa: E402
 from campaign_model.policies import config_for  # noqa: E402
+from campaign_model.node import iso  # noqa: E402
 from campaign_model.sim import T0, Campaign  # noqa: E402
 
 
@@ -222,3 +223,62 @@ def test_a_kernel_log_flood_that_overwrites_a_driver_line_hides_its_fault(tmp_pa
         assert drains(c) == [] and m["faults_never_drained"] == {"gsp-timeout": 1}
     else:
         assert [r.split()[1] for r in drains(c)] == ["xid"] and m["faults_never_drained"] == {}
+
+
+def test_a_port_that_came_back_is_resumed_at_the_next_health_checks_not_drained_a_day_later(tmp_path):
+    # Seed 1 of the published shipped sweep: an IB port down for hours cleared by itself while
+    # the model held the node's next health check back until its kernel line left the 24 h
+    # window; gpuhc saw the port again only after the person's resume a day on, counted the
+    # whole unobserved day as down ("down 300 s in last 600 s") and drained a healthy node.
+    # Slurm's health check runs every interval, so the node is read again at the first slot
+    # after the port came back, and gpuhc resumes it itself.
+    c = campaign(tmp_path, [(600, "ib-port-down", "gpu001", False)], nodes=1, days=2)
+    f = c.faults[0]
+    assert f.how == "cleared by itself"
+    acts = [(w, t) for t, _, w, _ in c.slurm.events]
+    assert [w for w, _ in acts] == ["drain", "resume"]
+    assert f.end < acts[1][1] < f.end + 3600
+    m = compute(c)
+    assert m["false_drains"]["total"] == 0 and m["human_actions"]["total"] == 0
+
+
+def test_a_port_that_comes_back_prints_its_link_active_line(tmp_path):
+    # mlx5_core logs "Port: N Link ACTIVE" when a link comes up (docs/facts.md; the real dmesg of
+    # tests/fixtures/kernel_log/real/08_*): a port fault that ends leaves that line after its
+    # DOWN line, so gpuhc's downtime ends there even after a long gap between its reads.
+    from gpuhc.runner import run_stage
+
+    c = Campaign(config_for("shipped", tmp_path), tmp_path, nodes=1, days=0.01, seed=1, noise=False)
+    node = c.nodes["gpu001"]
+
+    def infiniband():
+        report = run_stage(c._flow("gpu001", "passive").opts)
+        return [r.status.value for r in report.results if r.check == "infiniband" and r.subject == "mlx5_3/1"]
+
+    assert infiniband() == ["pass"]  # the port was up before (gpuhc/checks/infiniband_downtime.py)
+    c.t += 300.0
+    f = c._arise(F.BY_NAME["ib-port-down"], "gpu001", False)
+    assert infiniband() == ["fail"]
+    c.t += 3600.0
+    c._repair(node, f, "cleared by itself")
+    assert any("mlx5_3: Port: 1 Link ACTIVE" in ln and ln.startswith(iso(c.now())[:19]) for ln in node.old_lines)
+    c.t += 86400.0  # no read in between (slurmd stopped, say): the kernel log tells when it came back
+    assert infiniband() == ["pass"]
+
+
+@pytest.mark.parametrize("cls,gone", [("host-down", "down"), ("host-maintenance", "admin-drain")])
+def test_a_node_taken_out_inside_a_job_gets_no_next_job(tmp_path, cls, gone):
+    # The host dies (or an admin takes it for maintenance) under a running job while another
+    # job waits for the node. A dead slurmd answers nothing: Slurm places no job on it and marks
+    # it DOWN, and a job it had sent there before is requeued, never run (docs/campaign.md,
+    # host-down); an admin drains before ending the job. The waiting job must not start there
+    # until the node is back: no escape of a fault gpuhc could not have stopped.
+    jobs = [(300, 1, 7200.0, ("gpu001",)), (400, 1, 600.0, ())]
+    c = campaign(tmp_path, [(600, cls, "gpu001", False)], nodes=1, days=0.1, jobs=jobs)
+    first, waiting = sorted(c.jobs.values(), key=lambda j: j.id)
+    assert first.start == pytest.approx(T0 + 300.0) and first.end == pytest.approx(T0 + 600.0)
+    acts = [(w, t) for t, _, w, _ in c.slurm.events]
+    assert acts[0] == (gone, pytest.approx(T0 + 600.0))
+    back = next((t for w, t in acts if w == "admin-resume"), None)
+    assert waiting.start is None or (back is not None and waiting.start >= back)
+    assert compute(c)["escapes"]["total"] == 0
