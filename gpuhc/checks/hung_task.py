@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.checks.base import KERNEL_LOG, Check, CheckOutput, Context, result
-from gpuhc.checks.kernel_window import DEFAULT_WINDOW_S, EventWindow, acknowledge, earliest, held_key, judge_now, latest, merge_held
+from gpuhc.checks.kernel_window import DEFAULT_WINDOW_S, acknowledge, earliest, held_key, latest, merge_held, open_window
 from gpuhc.model.kernel import EventKind, KernelEvent
 from gpuhc.model.result import Action, Result, Status
 from gpuhc.model.snapshot import Snapshot
@@ -40,12 +40,10 @@ GPU_SERVICES = ["nv-hostengine", "nvidia-smi", "nvidia-persistenced", "nv-fabric
 
 
 def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
-    klog = snapshot.kernel
-    if klog is None:
-        return CheckOutput([result(ID, Status.ERROR, "kernel log was not read")])
-    now = judge_now(snapshot)
-    window_s = float(ctx.t("window_s", DEFAULT_WINDOW_S))
-    win = EventWindow(klog, now, window_s, ctx.prev)
+    win = open_window(snapshot, ctx, ID)
+    if isinstance(win, CheckOutput):
+        return win
+    klog, now, window_s = win.klog, win.now, win.window_s
     modules = set(ctx.t("driver_modules") or DRIVER_MODULES)
     services = {str(s)[:TASK_COMM] for s in ctx.t("gpu_services") or GPU_SERVICES}
     events = win.events((EventKind.HUNG_TASK, EventKind.XID))

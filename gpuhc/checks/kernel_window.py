@@ -1,4 +1,4 @@
-"""The kernel-log event window shared by the xid and nvswitch checks: which events a run
+"""The kernel-log event window shared by the kernel-log checks (xid, nvswitch, pcie-aer, hung-task, nic-health): which events a run
 judges, and what it remembers for the next run.
 
 Which events count. Each run sees the whole kernel log still in the ring buffer. An event is
@@ -18,6 +18,17 @@ from gpuhc.model.kernel import EventKind, KernelEvent, KernelLog
 from gpuhc.model.snapshot import Snapshot
 
 DEFAULT_WINDOW_S = 86400.0
+
+
+def open_window(snapshot: Snapshot, ctx: Any, check_id: str, default_s: float = DEFAULT_WINDOW_S) -> "EventWindow | Any":
+    """The start every kernel-log check makes: this run's window (``ctx``'s ``window_s``, the
+    previous run's state), or the check's ERROR output when the log was not read."""
+    from gpuhc.checks.base import CheckOutput, result
+    from gpuhc.model.result import Status
+
+    if snapshot.kernel is None:
+        return CheckOutput([result(check_id, Status.ERROR, "kernel log was not read")])
+    return EventWindow(snapshot.kernel, judge_now(snapshot), float(ctx.t("window_s", default_s)), ctx.prev)
 
 
 def judge_now(snapshot: Snapshot) -> float:

@@ -17,7 +17,7 @@ Which states fail is ``gpuhc.model.kernel.NIC_FATAL``, the driver's own meaning,
 from __future__ import annotations
 
 from gpuhc.checks.base import KERNEL_LOG, Check, CheckOutput, Context, result
-from gpuhc.checks.kernel_window import DEFAULT_WINDOW_S, EventWindow, acknowledge, earliest, held_key, judge_now, latest, merge_held
+from gpuhc.checks.kernel_window import DEFAULT_WINDOW_S, acknowledge, earliest, held_key, latest, merge_held, open_window
 from gpuhc.model.kernel import NIC_FATAL, EventKind, KernelEvent
 from gpuhc.model.result import Action, Result, Status
 from gpuhc.model.snapshot import Snapshot
@@ -38,12 +38,10 @@ _WHAT = {
 
 
 def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
-    klog = snapshot.kernel
-    if klog is None:
-        return CheckOutput([result(ID, Status.ERROR, "kernel log was not read")])
-    now = judge_now(snapshot)
-    window_s = float(ctx.t("window_s", DEFAULT_WINDOW_S))
-    win = EventWindow(klog, now, window_s, ctx.prev)
+    win = open_window(snapshot, ctx, ID)
+    if isinstance(win, CheckOutput):
+        return win
+    klog, now, window_s = win.klog, win.now, win.window_s
     fresh: dict[tuple, dict] = {}
     new_counts: dict[tuple, int] = {}
     warns: dict[tuple, list[KernelEvent]] = {}

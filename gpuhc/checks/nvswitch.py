@@ -22,7 +22,7 @@ judged in the prolog too, whatever the job's GPUs.
 from __future__ import annotations
 
 from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, Context, na, result, selected_gpus
-from gpuhc.checks.xid import DEFAULT_WINDOW_S, EventWindow, acknowledge, earliest, judge_now, latest, merge_held
+from gpuhc.checks.kernel_window import DEFAULT_WINDOW_S, EventWindow, acknowledge, earliest, judge_now, latest, merge_held
 from gpuhc.model.kernel import EventKind, KernelEvent
 from gpuhc.model.nvml import GpuReading
 from gpuhc.model.result import Action, Result, Status

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.checks.base import HOST, KERNEL_LOG, NVML, Check, CheckOutput, Context, reads_host, result
-from gpuhc.checks.kernel_window import DEFAULT_WINDOW_S, EventWindow, acknowledge, earliest, held_key, judge_now, latest, merge_held, validate_corrected
+from gpuhc.checks.kernel_window import DEFAULT_WINDOW_S, acknowledge, earliest, held_key, latest, merge_held, open_window, validate_corrected
 from gpuhc.model.kernel import EventKind
 from gpuhc.model.pci import norm_pci
 from gpuhc.model.result import Action, Status
@@ -97,12 +97,10 @@ def _ports_above(events: list, out: dict[str, str]) -> None:
 
 
 def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
-    klog = snapshot.kernel
-    if klog is None:
-        return CheckOutput([result(ID, Status.ERROR, "kernel log was not read")])
-    now = judge_now(snapshot)
-    window_s = float(ctx.t("window_s", DEFAULT_WINDOW_S))
-    win = EventWindow(klog, now, window_s, ctx.prev)
+    win = open_window(snapshot, ctx, ID)
+    if isinstance(win, CheckOutput):
+        return win
+    klog, now, window_s = win.klog, win.now, win.window_s
     watch = watched(snapshot)
     fresh: dict[tuple, dict] = {}
     new_counts: dict[tuple, int] = {}

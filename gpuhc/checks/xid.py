@@ -47,10 +47,10 @@ from gpuhc.checks.kernel_window import (
     EventWindow,
     acknowledge,
     earliest,
-    judge_now,
     latest,
     held_key,
     merge_held,
+    open_window,
 )
 from gpuhc.model.kernel import EventKind, KernelEvent
 from gpuhc.model.nvml import GpuReading
@@ -165,12 +165,10 @@ def _where(subject: str, pci: str | None) -> str:
 
 
 def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
-    klog = snapshot.kernel
-    if klog is None:
-        return CheckOutput([result(ID, Status.ERROR, "kernel log was not read")])
-    now = judge_now(snapshot)
-    window_s = float(ctx.t("window_s", DEFAULT_WINDOW_S))
-    win = EventWindow(klog, now, window_s, ctx.prev)
+    win = open_window(snapshot, ctx, ID)
+    if isinstance(win, CheckOutput):
+        return win
+    klog, now, window_s = win.klog, win.now, win.window_s
     gpus = _gpus_by_pci(snapshot)
 
     events = xid_joined.join_watchdog(win.events(KINDS))
