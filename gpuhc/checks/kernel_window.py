@@ -1,5 +1,5 @@
-"""The kernel-log event window shared by the kernel-log checks (xid, nvswitch, pcie-aer, hung-task, nic-health): which events a run
-judges, and what it remembers for the next run.
+"""The kernel-log event window shared by the kernel-log checks (xid, nvswitch, pcie-aer,
+hung-task, nic-health): which events a run judges, and what it remembers for the next run.
 
 Which events count. Each run sees the whole kernel log still in the ring buffer. An event is
 *new* when it is past the cursor the previous run left in ``ctx.prev`` (kmsg sequence number,
