@@ -293,14 +293,27 @@ def iso_time(m: re.Match) -> float | None:
     return _iso_time(m, 0)
 
 
+# The epoch of a stamp's whole second and zone: a log has hundreds of lines in one second, and
+# the calendar sum is the reader's dearest step per line. Bounded: cleared when full.
+_SECONDS: dict[tuple, float | None] = {}
+_SECONDS_MAX = 4096
+
+
 def _iso_time(m: re.Match, skip: int) -> float | None:
     """Epoch of a match whose groups skip+1 .. skip+8 are _ISO_BODY's."""
     g = m.groups()[skip:skip + 8]
-    tz, offset = g[7], None
-    if tz == "Z":
-        offset = 0
-    elif tz:
-        digits = tz[1:].replace(":", "")
-        offset = (int(digits[:2]) * 3600 + int(digits[2:]) * 60) * (1 if tz[0] == "+" else -1)
-    t = epoch(*(int(x) for x in g[:6]), utc_offset=offset)
+    key = (*g[:6], g[7])
+    if key in _SECONDS:
+        t = _SECONDS[key]
+    else:
+        tz, offset = g[7], None
+        if tz == "Z":
+            offset = 0
+        elif tz:
+            digits = tz[1:].replace(":", "")
+            offset = (int(digits[:2]) * 3600 + int(digits[2:]) * 60) * (1 if tz[0] == "+" else -1)
+        t = epoch(*(int(x) for x in g[:6]), utc_offset=offset)
+        if len(_SECONDS) >= _SECONDS_MAX:
+            _SECONDS.clear()
+        _SECONDS[key] = t
     return None if t is None else t + (float("0." + g[6]) if g[6] else 0.0)
