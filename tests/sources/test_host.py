@@ -84,19 +84,21 @@ def test_scratch_free_space(tmp_path):
     assert 0 < r.scratch["free_bytes"] <= r.scratch["total_bytes"]
 
 
-def test_a_stand_in_fabric_manager_is_seen_running(tmp_path):
+def test_a_stand_in_fabric_manager_is_seen_running(tmp_path, monkeypatch):
     os.symlink("/proc", tmp_path / "proc")
     unit = tmp_path / "etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service"
     unit.parent.mkdir(parents=True)
     unit.write_text("")
     settings = settings_for({"services": {"fabricmanager": "auto", "persistenced": "auto", "dcgm": "off",
                                           "probe_timeout_s": 1.0}})
+    mine = walk_only(monkeypatch)
     before = HostLive(settings, str(tmp_path)).read().services
     assert before["fabricmanager"] == {"expected": True, "running": False, "answering": None, "error": None}
     assert before["persistenced"]["expected"] is False and "dcgm" not in before
     fm = tmp_path / "nv-fabricmanager"
     shutil.copy("/bin/sleep", fm)
     proc = subprocess.Popen([str(fm), "30"])
+    mine.add(proc.pid)
     try:
         time.sleep(0.2)
         after = HostLive(settings, str(tmp_path), owner=os.getuid()).read().services
@@ -207,6 +209,17 @@ def user():
     yield from make_user("gpuhch")
 
 
+def walk_only(monkeypatch, *procs: subprocess.Popen) -> set[int]:
+    """The /proc walk sees this test's processes alone (``procs``, and any pid the test adds to the
+    set returned). The walk itself is real; the rest of the machine is not this test's: a parallel
+    test's root-run namesake of the daemon is, rightly, the service to the code under test, and
+    made these tests flaky under CI's workers."""
+    real = HostLive.procs
+    mine = {p.pid for p in procs}
+    monkeypatch.setattr(HostLive, "procs", lambda self: [x for x in real(self) or [] if int(x["pid"]) in mine])
+    return mine
+
+
 def _fm_expected(tmp_path):
     os.symlink("/proc", tmp_path / "proc")
     unit = tmp_path / "etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service"
@@ -216,18 +229,19 @@ def _fm_expected(tmp_path):
                                       "probe_timeout_s": 1.0}})
 
 
-def test_a_users_set_uid_namesake_of_the_daemon_is_not_the_service(tmp_path, user):
+def test_a_users_set_uid_namesake_of_the_daemon_is_not_the_service(tmp_path, user, monkeypatch):
     """Issue 45: a user runs a set-uid-root program through a link named nv-fabricmanager; the
     kernel shows its /proc/<pid> as root's (the effective uid), which made it the service. Its
     real uid says whose it is; its program lies in a root-owned directory, so only the uid can."""
     settings = _fm_expected(tmp_path)
     with namesake(user, "nv-fabricmanager") as p:
+        walk_only(monkeypatch, p)
         assert os.stat(f"/proc/{p.pid}").st_uid == 0  # what the directory's owner said
         got = HostLive(settings, str(tmp_path)).read().services
     assert got["fabricmanager"]["running"] is False
 
 
-def test_roots_process_named_like_the_daemon_from_a_directory_others_can_write_is_not_the_service(tmp_path):
+def test_roots_process_named_like_the_daemon_from_a_directory_others_can_write_is_not_the_service(tmp_path, monkeypatch):
     settings = _fm_expected(tmp_path)
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -235,6 +249,7 @@ def test_roots_process_named_like_the_daemon_from_a_directory_others_can_write_i
     fm = shared / "nv-fabricmanager"
     shutil.copy("/bin/sleep", fm)
     proc = subprocess.Popen([str(fm), "30"])
+    walk_only(monkeypatch, proc)
     try:
         time.sleep(0.2)
         got = HostLive(settings, str(tmp_path)).read().services
@@ -244,7 +259,7 @@ def test_roots_process_named_like_the_daemon_from_a_directory_others_can_write_i
     assert got["fabricmanager"]["running"] is False
 
 
-def test_persistenced_run_under_its_own_account_is_the_service(tmp_path, user):
+def test_persistenced_run_under_its_own_account_is_the_service(tmp_path, user, monkeypatch):
     """``nvidia-persistenced --user nvidia-persistenced`` drops to that account; root made its run
     directory for it. The same process where the directory is not that account's is no service."""
     os.symlink("/proc", tmp_path / "proc")
@@ -255,6 +270,7 @@ def test_persistenced_run_under_its_own_account_is_the_service(tmp_path, user):
     run.mkdir(parents=True)
     live = HostLive({"services": {"persistenced": "auto"}, "probe_timeout_s": 0.5}, str(tmp_path))
     with namesake(user, "nvidia-persistenced", setuid=False) as p:
+        walk_only(monkeypatch, p)
         (run / "nvidia-persistenced.pid").write_text(f"{p.pid}\n")
         root_dir = live.read().services["persistenced"]["running"]
         os.chown(run, user.pw_uid, user.pw_gid)
