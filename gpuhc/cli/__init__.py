@@ -12,6 +12,11 @@ import click
 
 from gpuhc import __version__
 
+# Every command's context: ``-h`` is the help. Said on each command of COMMANDS rather than only
+# inherited from ``cli``: click keeps a command's help option from its first use, and a command
+# first run on its own (a test, an embedding script) would refuse ``-h`` for the rest of the process.
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+
 # command name -> "module:attribute"; each module owns its commands.
 COMMANDS = {
     "check": "gpuhc.cli.check_cmd:check",
@@ -44,7 +49,7 @@ class LazyGroup(click.Group):
         return getattr(importlib.import_module(module), attr)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings=CONTEXT)
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, help="Show the version and build, then exit.",
               callback=lambda ctx, _p, v: v and (click.echo(version_text()), ctx.exit()))
 def cli() -> None:

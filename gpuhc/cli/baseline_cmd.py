@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from gpuhc.cli import CONTEXT
 from gpuhc.cli.common import (
     MAX_WAIT_S,
     Seconds,
@@ -20,7 +21,7 @@ from gpuhc.cli.common import (
 from gpuhc.logtext import escape
 
 
-@click.group()
+@click.group(context_settings=CONTEXT)
 def baseline() -> None:
     """Record this node's known-good hardware layout, to judge later runs against it.
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 import click
 
 from gpuhc.checks.base import STAGES
+from gpuhc.cli import CONTEXT
 from gpuhc.cli.common import (
     MAX_GPU_INDEX,
     MAX_WAIT_S,
@@ -28,7 +29,7 @@ from gpuhc.cli.common import (
 from gpuhc.logtext import escape
 
 
-@click.command()
+@click.command(context_settings=CONTEXT)
 @click.option("--stage", type=click.Choice(STAGES), default="passive", show_default=True, help="Which checks to run.")
 @click.option("--demo", is_flag=True, help="Judge the bundled demo node (8x H100) instead of this machine.")
 @click.option("--gpus", "gpu_list", help="Only these GPUs as Slurm numbers them (its SLURM_JOB_GPUS indices, MIG slices "
@@ -151,7 +152,7 @@ def finish(code: int, hard: bool = False) -> None:
     sys.exit(code)
 
 
-@click.command()
+@click.command(context_settings=CONTEXT)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
 @click.option("--timeout", type=Seconds(), default=30.0, show_default=True,
               help=f"Seconds to wait for the sources (0.1 to {MAX_WAIT_S:g}).")

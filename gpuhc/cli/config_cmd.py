@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
+from gpuhc.cli import CONTEXT
 from gpuhc.cli.common import node_name
 
 
-@click.group()
+@click.group(context_settings=CONTEXT)
 def config() -> None:
     """Validate or show the configuration."""
 

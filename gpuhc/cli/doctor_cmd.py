@@ -19,6 +19,7 @@ import pwd
 
 import click
 
+from gpuhc.cli import CONTEXT
 from gpuhc.cli.common import node_name
 
 SWEEP_USER = "gpuhc"  # the system user install.sh --admin-host makes
@@ -212,7 +213,7 @@ def _grouped(rows: list[dict]) -> list[tuple]:
     return [(hostlist.collect_hostlist(names), *key) for key, names in groups.items()]
 
 
-@click.command("doctor")
+@click.command("doctor", context_settings=CONTEXT)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="gpuhc.yaml (default $GPUHC_CONFIG or /etc/gpuhc/gpuhc.yaml).")
 @click.option("--slurm-conf", type=click.Path(dir_okay=False), help="slurm.conf (default $SLURM_CONF, "

@@ -13,6 +13,8 @@ from typing import Any
 
 import click
 
+from gpuhc.cli import CONTEXT
+
 
 LABELS = {"xid": "Xid", "sxid": "SXid", "signal": "Driver signal"}
 
@@ -166,7 +168,7 @@ def _evidence(code: str | None, json_mode: bool) -> None:
                "sets them): " + ", ".join(f"{n} {h.runs} runs over {h.span_s:g} s" for n, h in HOLDS.items()))
 
 
-@click.command()
+@click.command(context_settings=CONTEXT)
 @click.argument("kind", type=click.Choice(["xid", "sxid", "signal", "check", "evidence"], case_sensitive=False))
 @click.argument("code", required=False)
 @click.option("--json", "json_mode", is_flag=True, help="Print JSON instead of text.")

@@ -11,6 +11,7 @@ import time
 
 import click
 
+from gpuhc.cli import CONTEXT
 from gpuhc.cli.common import SourceArgs, load
 from gpuhc.cli.params import Number
 from gpuhc.errors import GpuhcError, SlurmError
@@ -45,7 +46,7 @@ def _seconds(text: str, what: str) -> float:
     return value
 
 
-@click.group()
+@click.group(context_settings=CONTEXT)
 def fleet() -> None:
     """The fleet over weeks: failure statistics, job risk, suspect nodes, switch incidents."""
 

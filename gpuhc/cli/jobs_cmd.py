@@ -16,6 +16,7 @@ import time
 
 import click
 
+from gpuhc.cli import CONTEXT
 from gpuhc.cli.params import Seconds
 from gpuhc.logtext import escape
 
@@ -54,7 +55,7 @@ def _cell(row: dict, field: str) -> str:
     return str(row[field])
 
 
-@click.command("jobs", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("jobs", context_settings=CONTEXT)
 @click.option("--from-file", metavar="FILE", help="Read a saved dump instead of asking Slurm: `scontrol --json show job` or "
               "`squeue --json` (verified), or `scontrol show job -o` text (its records are listed as unverified).")
 @click.option("--json", "json_mode", is_flag=True, help="JSON: one record per job.")

@@ -14,6 +14,7 @@ import sys
 
 import click
 
+from gpuhc.cli import CONTEXT
 from gpuhc.cli.common import SourceArgs, load, node_name, source_options
 from gpuhc.logtext import escape
 
@@ -57,7 +58,7 @@ def _report(results, json_mode: bool) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
-@click.group()
+@click.group(context_settings=CONTEXT)
 def quarantine() -> None:
     """Nodes gpuhc drained: list, retest, release, retire; the GPU reset's plan.
 

@@ -14,6 +14,7 @@ import time
 
 import click
 
+from gpuhc.cli import CONTEXT
 from gpuhc.cli.params import Seconds
 from gpuhc.cli.report_render import TABLE_ROWS_PER_CAUSE, render_csv, render_plain, render_rich
 from gpuhc.errors import GpuhcError, SlurmError
@@ -47,7 +48,7 @@ def _parse_now(text: str | None) -> float:
     return time.time() if value is None else value
 
 
-@click.command("drain-report", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("drain-report", context_settings=CONTEXT)
 @click.option("--from-file", "from_file", metavar="FILE",
               help="Read a saved dump instead of asking Slurm ('-' = stdin): `scontrol show node [-o]`, "
                    "sinfo/scontrol --json, slurmrestd JSON, or sinfo tables (default, -N -l, -R, -O with a "

@@ -13,6 +13,7 @@ import sys
 
 import click
 
+from gpuhc.cli import CONTEXT
 from gpuhc.cli.common import SourceArgs, source_options
 
 
@@ -68,7 +69,7 @@ def _exit(code: int, hard: bool = False) -> None:
     sys.exit(code)
 
 
-@click.command()
+@click.command(context_settings=CONTEXT)
 @source_options
 def healthcheck(src: SourceArgs) -> None:
     """Slurm HealthCheckProgram: passive checks, then drain/resume this node.
@@ -80,7 +81,7 @@ def healthcheck(src: SourceArgs) -> None:
     _run(src, "passive", "healthcheck")
 
 
-@click.command()
+@click.command(context_settings=CONTEXT)
 @source_options
 def prolog(src: SourceArgs) -> None:
     """Slurm Prolog: fast checks of the job's GPUs (SLURM_JOB_GPUS / CUDA_VISIBLE_DEVICES).
@@ -91,7 +92,7 @@ def prolog(src: SourceArgs) -> None:
     _run(src, "prolog", "prolog")
 
 
-@click.command()
+@click.command(context_settings=CONTEXT)
 @source_options
 def epilog(src: SourceArgs) -> None:
     """Slurm Epilog: checks after the job; a post-mortem bundle when the job failed

@@ -17,12 +17,13 @@ import sys
 
 import click
 
+from gpuhc.cli import CONTEXT
 from gpuhc.cli.params import Number
 from gpuhc.errors import EXIT_INTERNAL, EXIT_UNHEALTHY
 from gpuhc.sweep.simulate import MAX_GROUP_SIZE, MAX_NODES
 
 
-@click.group()
+@click.group(context_settings=CONTEXT)
 def sweep() -> None:
     """Fabric probes: NCCL all-reduce sweeps across idle nodes, judged per payload size,
     with follow-up rounds that name the bad node.

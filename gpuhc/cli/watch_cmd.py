@@ -12,6 +12,7 @@ import sys
 
 import click
 
+from gpuhc.cli import CONTEXT
 from gpuhc.cli.common import SourceArgs, source_options
 from gpuhc.cli.params import Seconds
 
@@ -31,7 +32,7 @@ class _ReplayReader:
         return sources.activity.read() if sources.activity is not None else Activity(available=False, error="no activity")
 
 
-@click.command("watch")
+@click.command("watch", context_settings=CONTEXT)
 @source_options
 @click.option("--interval", type=Seconds(1.0, 600.0), default=12.0, show_default=True,
               help="Seconds between rounds (10-15 s names a hang within 30 s).")

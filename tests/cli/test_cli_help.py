@@ -32,6 +32,18 @@ def test_dash_h_is_the_help(path):
     assert res.output.startswith(f"Usage: cli {' '.join(path)}") or res.output.startswith("Usage: "), res.output
 
 
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_dash_h_is_the_help_of_each_command_run_on_its_own(name):
+    """A command first run without ``cli`` above it (a test, a script that embeds gpuhc) keeps
+    its help option from that first use (click caches it): each says ``-h`` itself."""
+    import importlib
+
+    module, attr = COMMANDS[name].split(":")
+    cmd = getattr(importlib.import_module(module), attr)
+    res = CliRunner().invoke(cmd, ["-h"])
+    assert res.exit_code == 0 and res.output.startswith("Usage: "), res.output
+
+
 def test_no_option_claims_dash_h():
     for path, cmd in every_command():
         for p in cmd.params:

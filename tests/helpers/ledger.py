@@ -37,6 +37,8 @@ def claims(e):
 class LedgerSlurm:
     """A duck-typed Scontrol over a node table and one ledger record, counting what is asked."""
 
+    slowest_s = 0.0  # slurmctld answers at once
+
     def __init__(self, nodes, comment="", now=T0 + 100, extra=""):
         self.nodes = {x.name: x for x in nodes}
         self.comment, self.extra, self.stamped, self.now = comment, extra, None, now

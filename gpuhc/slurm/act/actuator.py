@@ -64,6 +64,13 @@ RECOUNT_RESERVE_S = 3.0
 VERIFY_NEEDS_S = 10.0
 CLAIM_NEEDS_S = 5.0
 VERIFY_SHARE, CLAIM_SHARE = 0.25, 0.1
+# A controller slower than these bounds assume (a storm's load) is measured, not guessed: a drain
+# is sent only with time for this many of its slowest answers so far in the run (the drain, its
+# verifying read, the recount, the re-read and the resume of an undo), and a count or claim is
+# begun only with time for one more. With a fixed 5 s in the prolog and scontrol answering in
+# 4 s, drains were sent that could not be read back, stood uncounted, and 5 nodes ended held
+# for a cap of 4 (CI, 2026-12-07; tests/slurm_real/test_prolog_storm.py).
+CALLS_TO_VERIFY = 5
 # Kept free after the jitter. Less than a long stage's VERIFY_NEEDS_S + CLAIM_NEEDS_S on purpose:
 # a node whose wait the deadline cut (its checks took most of the run, as under a storm's load)
 # ends too late to take a place, and sheds its load from the storm. Leaving the whole 15 s made
@@ -145,7 +152,7 @@ class Actuator:
             node = self.sc.node(name)  # read right before acting
             decision = decide(node, False)
         out = Applied(decision, node)
-        if _takes_capacity(decision) and self._too_late(self.needs[1]):
+        if _takes_capacity(decision) and self._too_late(claim=True):
             # Not even a claim: a place taken in the ledger and never drained holds a node back.
             out.decision = decision = self._blocked_too_late(decide, node)
         if _takes_capacity(decision):
@@ -172,16 +179,21 @@ class Actuator:
                 self.log(f"recount after the drain failed ({e}): the drain stands", loud=True)
         return out
 
-    def _too_late(self, more_s: float = 0.0) -> bool:
-        """Too little time left to drain and verify the drain against the cap (``more_s``: and to
-        get a place first)?"""
-        return self.breaker.enabled and self.sc.remaining() < self.breaker.settle_s + self.needs[0] + more_s
+    def _too_late(self, claim: bool = False) -> bool:
+        """Too little time left to drain and verify the drain against the cap (``claim``: and to
+        get a place first)? Both needs grow with the slowest answer slurmctld gave this run."""
+        slowest = self.sc.slowest_s
+        need = self.breaker.settle_s + max(self.needs[0], CALLS_TO_VERIFY * slowest)
+        if claim:
+            need += max(self.needs[1], slowest)
+        return self.breaker.enabled and self.sc.remaining() < need
 
     def _blocked_too_late(self, decide: Decider, node: Node) -> Decision:
         """The caller's blocked decision, saying why: too late, not the cap."""
         left = max(0.0, self.sc.remaining())
-        return replace(decide(node, True), why=f"not draining this run: {left:.0f}s left before the deadline, too "
-                       "little to verify the drain against the breaker's cap (the next run decides)")
+        slow = f", slurmctld answering in up to {self.sc.slowest_s:.1f}s" if self.sc.slowest_s >= 1.0 else ""
+        return replace(decide(node, True), why=f"not draining this run: {left:.0f}s left before the deadline{slow}, "
+                       "too little to verify the drain against the breaker's cap (the next run decides)")
 
     def wait_jitter(self, name: str) -> bool:
         """Sleep this node's share of ``jitter_s``, cut to what the deadline leaves after the

@@ -139,6 +139,10 @@ class SlurmCommand:
     warned: list[str] = field(default_factory=list)
     paths: dict[str, str] = field(default_factory=dict)  # program name -> the configured path to run
     observe: bool = False  # slurm.mode: observe: no call that changes Slurm is sent (see changes())
+    # The longest any call of this run took (a time-out counts its whole wait, a program not found
+    # next to nothing): how slow slurmctld
+    # answers now, which the actuator's time to verify a drain scales with.
+    slowest_s: float = 0.0
 
     @classmethod
     def from_section(cls, section: dict, **overrides):
@@ -184,6 +188,7 @@ class SlurmCommand:
         if timeout <= 0.1:
             raise SlurmError(f"{cmd}: not sent, no time left before the deadline")
         self.calls.append(list(argv))
+        started = time.monotonic()
         try:
             if stdin is None:
                 rc, out, err = self.run(argv, timeout)
@@ -197,6 +202,8 @@ class SlurmCommand:
                                    f"slurm.{key})") from None
         except OSError as e:
             raise SlurmError(f"{cmd}: cannot run {argv[0]}: {e.strerror or e}") from None
+        finally:
+            self.slowest_s = max(self.slowest_s, time.monotonic() - started)
         if rc != 0:
             raise SlurmError(f"{cmd} failed (exit {rc}): {one_line(err or out) or 'no message'}")
         return out

@@ -117,6 +117,25 @@ def test_timeout_is_cut_to_the_remaining_deadline():
     assert rec.seen[0][1] <= 2.5  # 3 s left minus the margin kept for logging
 
 
+def test_the_slowest_answer_of_the_run_is_kept(tmp_path):
+    """A real program that answers late, then one that never answers within its bound: the
+    actuator's time to verify a drain grows with the slowest (gpuhc/slurm/act/actuator.py)."""
+    slow = tmp_path / "scontrol"
+    slow.write_text(f"#!/bin/sh\nsleep 0.4\nprintf '%s' '{LINE}'\n")
+    slow.chmod(0o755)
+    sc = Scontrol(paths={"scontrol": str(slow)}, timeout_s=5.0)
+    assert sc.slowest_s == 0.0
+    sc.show_nodes()
+    assert 0.4 <= sc.slowest_s
+    hung = tmp_path / "hung"
+    hung.write_text("#!/bin/sh\nexec sleep 30\n")
+    hung.chmod(0o755)
+    sc.paths["scontrol"], sc.timeout_s = str(hung), 1.0
+    with pytest.raises(SlurmError, match="no answer within"):
+        sc.show_nodes()
+    assert 1.0 <= sc.slowest_s < 30
+
+
 def test_no_call_is_made_past_the_deadline():
     rec = Recorder()
     sc = Scontrol(run=rec, deadline=time.monotonic() - 1)

@@ -135,7 +135,7 @@ def test_too_late_to_verify_a_drain_is_a_fail_not_an_open_breaker(tmp_path, monk
     """Too little of the deadline left to verify a drain (docs/slurm.md, "Time to verify"): no
     drain. The health check's FAIL stays 1; with the breaker off, the prolog and the epilog exit 1
     too (Slurm drains the node with its own reason, and there is no cap to pass)."""
-    monkeypatch.setattr("gpuhc.slurm.act.actuator.Actuator._too_late", lambda self, more_s=0.0: True)
+    monkeypatch.setattr("gpuhc.slurm.act.actuator.Actuator._too_late", lambda self, claim=False: True)
     s = MiniSlurm(healthy_pair())
     out = run(tmp_path, monkeypatch, stage, s, [XID], env=JOB, cfg=config(tmp_path, breaker={"enabled": False}))
     assert out.exit_code == 1, out.lines
@@ -149,7 +149,7 @@ def test_too_late_to_verify_with_a_recent_closed_count_still_lets_the_job_run(tm
     prolog came too late, trusted its last count ("closed", up to 15 minutes old) and exited 1,
     and Slurm drained 8 nodes with "Prolog error". A count of this node's says nothing of the
     others that are just as late."""
-    monkeypatch.setattr("gpuhc.slurm.act.actuator.Actuator._too_late", lambda self, more_s=0.0: True)
+    monkeypatch.setattr("gpuhc.slurm.act.actuator.Actuator._too_late", lambda self, claim=False: True)
     last_count(tmp_path, open_=False, age_s=1.0)
     s = MiniSlurm(healthy_pair())
     out = run(tmp_path, monkeypatch, stage, s, [XID], env=JOB)
@@ -163,7 +163,7 @@ def test_too_late_to_verify_with_a_recent_closed_count_still_lets_the_job_run(tm
 def test_too_late_to_verify_with_the_breaker_open_or_unknown_lets_the_job_run(tmp_path, monkeypatch, stage, known):
     """Issue 30: the too-late path exited 1 without having read the breaker; at the cap Slurm then
     drained the node with "Prolog error", around the breaker."""
-    monkeypatch.setattr("gpuhc.slurm.act.actuator.Actuator._too_late", lambda self, more_s=0.0: True)
+    monkeypatch.setattr("gpuhc.slurm.act.actuator.Actuator._too_late", lambda self, claim=False: True)
     if known:
         last_count(tmp_path, open_=True)
     s = MiniSlurm(healthy_pair())

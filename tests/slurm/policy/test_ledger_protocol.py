@@ -245,6 +245,21 @@ def test_a_short_stage_needs_a_share_of_its_deadline(monkeypatch, left, drains):
     assert sc.nodes["g009"].drained is drains
 
 
+@pytest.mark.parametrize("slowest, left, drains", [(0.5, 7.5, True), (4.0, 23.5, False), (4.0, 24.5, True)])
+def test_a_slow_controller_needs_time_for_its_slowest_answers(monkeypatch, slowest, left, drains):
+    """The same prolog with scontrol answering in up to 4 s this run: a drain needs time for five
+    such answers (drain, read back, recount, re-read, undo) and a claim for one more, 24 s, or it
+    is not begun. With the fixed 5 s, drains were sent that could not be read back and stood
+    uncounted: 5 nodes out for a cap of 4 (CI, tests/slurm_real/test_prolog_storm.py)."""
+    monkeypatch.setattr("time.time", lambda: T0 + 10)
+    sc = Late(table(), ledger.render([entry(total=10, cap=3, held=1)]), left=left)
+    sc.slowest_s = slowest
+    out = Actuator(sc, BS, stage_s=20.0).apply("g009", decide_drain, sc.nodes["g009"])
+    assert sc.nodes["g009"].drained is drains
+    if not drains:
+        assert "slurmctld answering in up to 4.0s" in out.decision.why and "write" not in sc.asked
+
+
 def test_a_node_that_waits_its_jitter_reads_itself_once_before_the_breaker(monkeypatch):
     """The read before acting comes after the jitter, not before and after it (200 failing
     nodes of a storm each saved a one-node query, 17 KB at 10,000 nodes)."""
