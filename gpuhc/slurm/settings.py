@@ -47,6 +47,10 @@ SCHEMA = {
     "health_check_timeout_s": Key(float, None, "your slurm.conf HealthCheckTimeout (Slurm 26.05+); the health "
                                   "check ends 5 s before it instead of at deadline_s.passive", min=6.0, max=65535.0,
                                   nullable=True),
+    # docs/slurm.md "Sharing the slot with NHC": Slurm's HealthCheckProgram is one program.
+    "chain": Key(list, [], "the site's other health check (e.g. [/usr/sbin/nhc]): an argv list, absolute path first, "
+                 "run by `gpuhc healthcheck` after its own run, within its deadline; the exit status is gpuhc's "
+                 "when not 0, else this program's", item=str),
     "log_file": Key(str, None, "append gpuhc's Slurm decisions here too (slurmd discards the health check's output)",
                     nullable=True),
     "syslog": Key(bool, True, "log decisions to syslog (facility daemon, ident gpuhc)"),

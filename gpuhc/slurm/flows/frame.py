@@ -176,7 +176,7 @@ def run(flow: Flow, body: Callable[[Flow], Outcome], fail_open: bool,
         out = body(flow)
     except Exception as e:
         flow.log(f"internal error: {type(e).__name__}: {e}", loud=True)
-        return None, crash_exit(flow, fail_open)
+        return None, _chained(flow, None, crash_exit(flow, fail_open))
     finally:
         runlock.release()  # the next run's turn with Slurm (gpuhc.slurm.flows.runlock)
     for step in (finish, lambda _f, o: render(o) if render is not None else None):
@@ -188,7 +188,17 @@ def run(flow: Flow, body: Callable[[Flow], Outcome], fail_open: bool,
     if fail_open and flow.observe and out.exit_code != EXIT_OK:
         flow.log(f"observe mode: exit 0 instead of {out.exit_code}")
         return out, EXIT_OK
-    return out, out.exit_code
+    return out, _chained(flow, out, out.exit_code)
+
+
+def _chained(flow: Flow, out: Outcome | None, code: int) -> int:
+    """The health check's last step: the site's other health check (``slurm.chain``, gpuhc/slurm/chain.py)
+    once gpuhc's run, records and hooks are done, its status combined with gpuhc's."""
+    if flow.stage != "passive":
+        return code
+    from gpuhc.slurm.chain import after_healthcheck
+
+    return after_healthcheck(flow, out, code)
 
 
 def _replay_undo(flow: Flow) -> None:
