@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 import time
 
+# When gpuhc's first line ran (the interpreter's own start-up is before it): the start of the
+# ``before_run`` phase of ``gpuhc check --timings`` (gpuhc/runtimings.py).
+STARTED = time.perf_counter()
 _PATH = os.environ.get("GPUHC_PHASES") or None
 _marks: list[tuple[str, float]] = []
 

@@ -29,6 +29,7 @@ from gpuhc.runplan import plan_sources
 from gpuhc.runread import ALL, Reader, fill, recording_time, start_readers
 from gpuhc.runreport import RunOptions, RunReport, one_line
 from gpuhc.runstate import mapping, save_state, scenario_step
+from gpuhc.runtimings import Timings
 from gpuhc.sources import SourceSpec, build_sources
 from gpuhc.state import StateError, StateStore
 
@@ -79,13 +80,18 @@ def select_checks(stage: str, config: Config, only: tuple[str, ...] = (),
 
 def run_stage(opts: RunOptions) -> RunReport:
     mark("run")
+    timings = Timings()
     t0 = time.monotonic()
     budget = opts.budget_s if opts.budget_s is not None else float(opts.config.section("budget_s")[opts.stage])
     deadline = t0 + max(0.1, budget - RESERVE_S)
     report = RunReport(node=hostname_of(opts), stage=opts.stage, started=time.time())
+    if opts.config_problem is not None:
+        report.config_error = opts.config_problem.to_dict()
+        report.notes.append(opts.config_problem.sentence())
     checks = select_checks(opts.stage, opts.config, opts.only, opts.also)
     if not opts.occupancy:
         checks = [(c, eff) for c, eff in checks if not c.judges_holders]
+    timings.mark("select")
     store = StateStore(opts.state_dir)
     try:
         prior, state_error = store.read(), None
@@ -100,6 +106,7 @@ def run_stage(opts: RunOptions) -> RunReport:
     prev_checks = mapping(prior.get("checks"))
     sources = build_sources(plan_sources(opts.sources, checks, opts.stage, prev_checks, opts.gpus, opts.job), step)
     readers = start_readers(sources, {n for c, _ in checks for n in (*c.needs, *c.optional)})
+    timings.mark("start_sources")
     snapshot = Snapshot(hostname=report.node, time=opts.now if opts.now is not None else time.time())
     report.snapshot = snapshot
 
@@ -123,8 +130,10 @@ def run_stage(opts: RunOptions) -> RunReport:
     for check, eff in checks:
         timeout = eff.timeout_s
         check_deadline = min(t0 + timeout, deadline)
+        waited = time.perf_counter()
         missing = _wait_for(check, readers, check_deadline)
         if missing:
+            timings.check(check.id, time.perf_counter() - waited, None, (*check.needs, *check.optional))
             waited = min(timeout, budget)
             report.results.append(
                 Result(check.id, Status.ERROR, f"timed out after {waited:.1f}s reading {', '.join(missing)}")
@@ -133,6 +142,7 @@ def run_stage(opts: RunOptions) -> RunReport:
             continue
         broken = [(n, readers[n].error) for n in check.needs if readers[n].error is not None]
         if broken:
+            timings.check(check.id, time.perf_counter() - waited, None, (*check.needs, *check.optional))
             name, err = broken[0]
             report.results.append(Result(check.id, Status.ERROR, f"could not read {name}: {one_line(err)}"))
             continue
@@ -161,18 +171,22 @@ def run_stage(opts: RunOptions) -> RunReport:
         )
         if prev is not None and not isinstance(prev, dict):
             report.notes.append(f"state of check {check.id} was not a mapping; rebuilt from empty")
+        judging = time.perf_counter()
+        broke: Exception | None = None
         try:
-            out: CheckOutput = check.judge(snapshot, ctx)
+            out: CheckOutput | None = check.judge(snapshot, ctx)
         except Exception as e:  # a bug in a check must not look like a sick node
-            out = _judge_without_memory(check, snapshot, ctx, e, report)
-            if out is None:
-                report.results.append(Result(check.id, Status.ERROR, f"internal error in check: {one_line(e)}"))
-                continue
+            out, broke = _judge_without_memory(check, snapshot, ctx, e, report), e
+        timings.check(check.id, judging - waited, time.perf_counter() - judging, (*check.needs, *check.optional))
+        if out is None:
+            report.results.append(Result(check.id, Status.ERROR, f"internal error in check: {one_line(broke)}"))
+            continue
         report.results.extend(out.results)
         if out.state is not None:
             new_state[check.id] = out.state
 
     mark("judged")
+    timings.mark("checks")
     if opts.stage in ("epilog", "bootstrap") and not opts.only:
         report.results.extend(_run_active(opts, report, profile, baseline, deadline))
 
@@ -188,6 +202,10 @@ def run_stage(opts: RunOptions) -> RunReport:
         report.results.append(Result("state", Status.ERROR, f"state not read nor saved: {one_line(state_error)}"))
     report.duration_s = time.monotonic() - t0
     mark("state")
+    timings.mark("state")
+    if opts.timings:
+        timings.read_sources(readers)
+        report.timings = timings.to_dict()
     return report
 
 

@@ -27,16 +27,21 @@ class Reader:
         self.name = name
         self.value: Any = None
         self.error: BaseException | None = None
+        # The read's own wall time, in its thread (``gpuhc check --timings``): what the source
+        # costs, apart from the checks that wait on it.
+        self.started = self.ended = time.perf_counter()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(fn,), name=f"gpuhc-read-{name}", daemon=True)
         self._thread.start()
 
     def _run(self, fn: Callable[[], Any]) -> None:
+        self.started = time.perf_counter()
         try:
             self.value = fn()
         except BaseException as e:  # reported by the checks that need it
             self.error = e
         finally:
+            self.ended = time.perf_counter()
             self._done.set()
 
     def wait(self, deadline: float) -> bool:
@@ -45,6 +50,12 @@ class Reader:
     @property
     def done(self) -> bool:
         return self._done.is_set()
+
+    @property
+    def wall_s(self) -> float | None:
+        """How long the read took; None while it runs (a read that never answered has no cost
+        to report, only its timeout)."""
+        return self.ended - self.started if self.done else None
 
 
 def start_readers(sources: Sources, needs: set[str] | frozenset[str]) -> dict[str, Reader]:

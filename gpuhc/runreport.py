@@ -32,9 +32,13 @@ class RunOptions:
     # check that drained a node it holds (docs/slurm.md "Drain and resume policy").
     also: tuple[str, ...] = ()
     progress: bool = False  # active checks may show a progress bar
+    timings: bool = False  # put each source's and each check's wall time in the report (gpuhc/runtimings.py)
     # Judge who holds the GPUs (the occupancy check, and a busy GPU in the active checks).
     # False in a Slurm prolog/epilog that cannot tell the job's GPUs: other jobs may hold them.
     occupancy: bool = True
+    # A hook whose config did not load runs on the last good copy or the defaults
+    # (gpuhc.config_guard.ConfigProblem): the report, the event log and the metrics say so.
+    config_problem: Any = None
 
 
 @dataclass
@@ -49,6 +53,8 @@ class RunReport:
     notes: list[str] = field(default_factory=list)  # e.g. a rebuilt state file
     snapshot: Snapshot | None = None
     replay: str | None = None  # what was replayed ("a.yaml, kernel log k.log"); None: this node, live
+    config_error: dict[str, Any] | None = None  # the config in place did not load (gpuhc.config_guard)
+    timings: dict[str, Any] | None = None  # asked for (RunOptions.timings): what each source and check cost
 
     @property
     def status(self) -> Status:
@@ -83,6 +89,8 @@ class RunReport:
             "timed_out": list(self.timed_out),
             "notes": list(self.notes),
             "results": [r.to_dict() for r in self.results],
+            **({"config_error": self.config_error} if self.config_error else {}),
+            **({"timings": self.timings} if self.timings is not None else {}),
         }
 
 

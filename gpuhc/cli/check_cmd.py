@@ -37,11 +37,13 @@ from gpuhc.logtext import escape
               f"(default: all; at most {MAX_GPU_INDEX}).")
 @click.option("--only", multiple=True, help="Run only this check id (repeatable).")
 @click.option("-v", "--verbose", is_flag=True, help="Show passing and n/a results too.")
+@click.option("--timings", is_flag=True, help="Also show what each source and each check cost, in wall-clock ms "
+              "(with --json: the report's 'timings'); docs/checks.md lists typical costs.")
 @click.option("--publish", "publish_replay", is_flag=True,
               help="Also write a replay to the configured event log and Prometheus textfile (a live run always does).")
 @source_options
 def check(src: SourceArgs, stage: str, demo: bool, gpu_list: str | None, only: tuple[str, ...], verbose: bool,
-          publish_replay: bool) -> None:
+          timings: bool, publish_replay: bool) -> None:
     """Run the checks of one stage on this node and report.
 
     Exit code 0 healthy, 1 unhealthy, 2 usage/config error, 3 gpuhc could not judge.
@@ -57,7 +59,7 @@ def check(src: SourceArgs, stage: str, demo: bool, gpu_list: str | None, only: t
     if demo:
         src = replace(src, nvml_scenario=src.nvml_scenario or demo_scenario_path())
         click.echo(f"demo: judging the bundled demo node ({os.path.basename(src.nvml_scenario)}), not this machine", err=True)
-    with replay_scope(src) as (src, replay):
+    with _read_once(src), replay_scope(src) as (src, replay):
         opts = run_options_from(src, stage)
         if gpu_list:
             _slurm_gpus(opts, gpu_list, verbose)
@@ -67,10 +69,15 @@ def check(src: SourceArgs, stage: str, demo: bool, gpu_list: str | None, only: t
         # Active checks say what runs: a spinner on a terminal, plain lines on stderr otherwise
         # (stdout stays clean for --json).
         opts.progress = True
+        opts.timings = timings
         report = run_stage(opts)
         report.replay = replay
         try:
             render_report(report, json_mode=src.json_mode, verbose=verbose)
+            if report.timings is not None and not src.json_mode:
+                from gpuhc.runtimings import timing_lines
+
+                sys.stdout.write("".join(line + "\n" for line in timing_lines(report.timings)))
         except BrokenPipeError:
             # `gpuhc check | head`: the reader left early. The verdict (exit code, event log,
             # metrics) still stands; click would otherwise turn this into exit 1, "unhealthy".
@@ -82,6 +89,18 @@ def check(src: SourceArgs, stage: str, demo: bool, gpu_list: str | None, only: t
 
     mark("written")
     finish(report.exit_code, hard=bool(report.timed_out))
+
+
+def _read_once(src: SourceArgs):
+    """A replayed recording is read once for its node's name and its readings
+    (gpuhc/sources/scenario.py ``loaded_once``); a live run imports nothing for it."""
+    if not src.nvml_scenario:
+        from contextlib import nullcontext
+
+        return nullcontext()
+    from gpuhc.sources.scenario import loaded_once
+
+    return loaded_once()
 
 
 def _slurm_gpus(opts, text: str, verbose: bool) -> None:

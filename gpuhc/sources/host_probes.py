@@ -6,8 +6,6 @@ pause while it fails and the shared deadline allows (docs/checks.md, "services")
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import time
 from typing import Any
 
@@ -16,6 +14,10 @@ from typing import Any
 
 
 def start_probes(stat: str | None, paths: list[str]) -> dict[str, Any]:
+    # subprocess and socket are imported where used: most runs probe no mount and no service
+    # (docs/checks.md, "What a check costs"), and the two cost the health check ~3 ms to import.
+    import subprocess
+
     started: dict[str, Any] = {}
     for path in dict.fromkeys(paths):
         if stat is None:
@@ -32,6 +34,8 @@ def start_probes(stat: str | None, paths: list[str]) -> dict[str, Any]:
 def finish_probes(started: dict[str, Any], timeout_s: float) -> dict[str, dict[str, Any]]:
     """Each probe's answer by its deadline, counted from its start (the service probes ran in
     between: their time is not the mounts'); the late ones killed and left unwaited."""
+    import subprocess
+
     out: dict[str, dict[str, Any]] = {}
     for path, probe in started.items():
         if isinstance(probe, str):
@@ -81,6 +85,8 @@ def retried(probe, timeout_s: float, deadline: float, sleep=time.sleep) -> dict[
 
 
 def socket_answers(path: str, timeout_s: float) -> tuple[bool, str | None]:
+    import socket
+
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout_s)
     try:

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import copy
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from gpuhc.errors import ConfigError, SourceError
 from gpuhc.logtext import escape
@@ -141,21 +142,58 @@ class Scenario:
         return _Sysfs(self.ib_ports or [], self.aer or [], self.pci_gpus)
 
 
+# Inside loaded_once(): the last scenario loaded, with the text of each file it was made from. A
+# replay names its node from the recording (gpuhc/cli/common.py) and then reads it
+# (build_sources): within one command the recording is validated and resolved once, not twice.
+# The files are read again (cheap, and surer than a file's stat); any text changed: loaded
+# afresh. Outside the block every call loads afresh, so no caller sees another's Scenario.
+_memo: list | None = None
+
+
+@contextmanager
+def loaded_once() -> Iterator[None]:
+    """Within the block, a scenario loaded again at the same step is the same Scenario object:
+    for one command whose callers only read it (its sources hand out copies)."""
+    global _memo
+    outer, _memo = _memo, []
+    try:
+        yield
+    finally:
+        _memo = outer
+
+
 def load_scenario(path: str, step: int | None = None) -> Scenario:
     """Read, validate and resolve ``path`` at ``step`` (None = 0). Raises SourceError."""
-    state, steps, err = _load_base(path, 0)
+    if _memo:
+        last_path, used, steps_n, files, scenario = _memo
+        if last_path == path and used == (0 if step is None else max(0, min(int(step), steps_n))) \
+                and all(_same_text(f, text) for f, text in files):
+            return scenario
+    read: list[tuple[str, str]] = []
+    state, steps, err = _load_base(path, 0, read)
     used = 0 if step is None else max(0, min(int(step), len(steps)))
     for i in range(used):
         state.apply(steps[i], ("steps", i), err)
-    return state.build(path, used, len(steps) + 1, err)
+    scenario = state.build(path, used, len(steps) + 1, err)
+    if _memo is not None:
+        _memo[:] = [path, used, len(steps), tuple(read), scenario]
+    return scenario
 
 
-def _load_base(path: str, depth: int) -> tuple["_State", list[dict], ErrorFn]:
+def _same_text(path: str, text: str) -> bool:
+    try:
+        return read_text(path, follow_links=False) == text
+    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
+        return False
+
+
+def _load_base(path: str, depth: int, read: list) -> tuple["_State", list[dict], ErrorFn]:
     """The base state of ``path`` (its parent's base with this file applied) and its steps.
 
     ``extends: other.yaml`` (relative to this file) starts from that scenario's base state; the
     parent's steps are not inherited. It keeps fault scenarios down to the lines that differ
-    from the healthy node they break.
+    from the healthy node they break. ``read`` gets each file's path and text (load_scenario's
+    memo).
     """
     try:
         text = read_text(path, follow_links=False)
@@ -165,6 +203,7 @@ def _load_base(path: str, depth: int) -> tuple["_State", list[dict], ErrorFn]:
         raise SourceError(f"{path}: cannot read scenario: not UTF-8 text (byte {e.start})") from None
     except ValueError as e:
         raise SourceError(f"{path}: cannot read scenario: {e}") from None
+    read.append((path, text))
     try:
         doc, lines = load_file_text(text, path)
     except ConfigError as e:
@@ -197,7 +236,7 @@ def _load_base(path: str, depth: int) -> tuple["_State", list[dict], ErrorFn]:
         parent = os.path.join(os.path.dirname(os.path.abspath(path)), doc["extends"])
         if not os.path.isfile(parent):
             raise err(("extends",), f"no such scenario: {parent}")
-        state, _, _ = _load_base(parent, depth + 1)
+        state, _, _ = _load_base(parent, depth + 1, read)
     else:
         state = _State()
         if "count" not in body:  # a fresh document: as many GPUs as `gpus` names
