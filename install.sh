@@ -286,7 +286,12 @@ layout() {
 }
 install -d -m 0755 /usr/local/bin /usr/local/sbin /usr/local/share/gpuhc/slurm /etc/gpuhc
 ln -sfn "$prefix/bin/gpuhc" /usr/local/bin/gpuhc
-install -m 0755 "$here"/slurm/healthcheck.sh "$here"/slurm/prolog.sh "$here"/slurm/epilog.sh /usr/local/share/gpuhc/slurm/
+# The shims name the textfile directory for their own metric (slurm/shim.sh).
+for shim in healthcheck.sh prolog.sh epilog.sh shim.sh; do
+    layout "$here/slurm/$shim" > "/usr/local/share/gpuhc/slurm/.$shim.new"
+    chmod 0755 "/usr/local/share/gpuhc/slurm/.$shim.new"
+    mv -f "/usr/local/share/gpuhc/slurm/.$shim.new" "/usr/local/share/gpuhc/slurm/$shim"
+done
 # The hooks example under the name the config's example and docs/repair.md give it.
 install -m 0755 "$here/examples/hooks/slack-webhook.py" /usr/local/sbin/gpuhc-slack-webhook
 # The scenarios site test mode replays (README, "Try it under Slurm without GPUs").

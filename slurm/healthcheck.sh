@@ -1,17 +1,6 @@
 #!/bin/sh
 # gpuhc healthcheck shim. Slurm HealthCheckProgram: passive checks; drains/resumes this node itself (slurmd only logs our exit code and kills us at 60 s).
-# Slurm starts this as root with almost no environment (no PATH), so set a sane one and a umask,
-# then hand over to gpuhc. Honoured: GPUHC_BIN (the gpuhc command; may be "python3 -I -m gpuhc",
-# hence unquoted below), GPUHC_CONFIG, GPUHC_STATE_DIR.
-PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}
-export PATH
-umask 022
-# slurmd's working directory may be one others can write (/var/tmp when it has no other), and
-# `python3 -m` imports from the working directory first: root runs nothing from where it stands
-# (docs/security.md).
-cd /
-if [ -z "${GPUHC_BIN:-}" ]; then
-    GPUHC_BIN=$(command -v gpuhc 2>/dev/null) || GPUHC_BIN=/usr/local/bin/gpuhc
-fi
-# shellcheck disable=SC2086
-exec $GPUHC_BIN healthcheck "$@"
+# The body is shim.sh beside this file (the environment, the checks' run, a loud word when gpuhc
+# cannot run).
+hook=healthcheck
+. "$(dirname "$0")/shim.sh"

@@ -126,13 +126,13 @@ def is_admin_host() -> bool:
     return True
 
 
-def gather(config, conf, conf_error: str | None, admin: bool, ask_slurm: bool, node: str) -> dict:
+def gather(config, conf, conf_error: str | None, admin: bool, ask_slurm: bool, node: str, first=()) -> dict:
     from gpuhc.slurm.policy import wiring
     from gpuhc.slurm.read.slurmconf import slurm_gpus
 
     slurm = config.section("slurm")
     rel = release(slurm) if ask_slurm else None
-    findings = []
+    findings = list(first)
     if conf is None:
         findings.append(wiring.Finding("slurm.conf", wiring.BLOCKER, conf_error or "not found",
                                        "run doctor where slurm.conf is, or name it: --slurm-conf FILE"))
@@ -229,16 +229,30 @@ def doctor(config_path, slurm_conf, hostname, admin_host, no_sinfo, json_mode) -
     Exit 0: nothing blocks; 1: a blocker; 2: a usage or config error.
     """
     from gpuhc.config import load_config
+    from gpuhc.errors import ConfigError
     from gpuhc.slurm.read.slurmconf import SlurmConfError, read
 
     node = node_name(hostname)
-    config = load_config(config_path, node)
+    first = []
+    try:
+        config = load_config(config_path, node)
+    except ConfigError as e:
+        # What the hooks do with this file, said where an admin looks (gpuhc/config_guard.py);
+        # the rest of the page judges the config they run on instead.
+        from gpuhc.config_guard import stand_in
+        from gpuhc.slurm.policy import wiring
+
+        config, problem = stand_in(config_path, None, node, e)
+        first.append(wiring.Finding("config", wiring.BLOCKER, f"does not load: {problem.error}; the Slurm hooks "
+                                    f"judge this node on the {problem.using}",
+                                    "fix the file (gpuhc config validate names every error); "
+                                    "gpuhc fleet config-errors lists the nodes in this state"))
     try:
         conf, conf_error = read(slurm_conf), None
     except SlurmConfError as e:
         conf, conf_error = None, str(e)
     admin = is_admin_host() if admin_host is None else admin_host
-    result = gather(config, conf, conf_error, admin, not no_sinfo, node)
+    result = gather(config, conf, conf_error, admin, not no_sinfo, node, first)
     if json_mode:
         click.echo(json.dumps(result, indent=2))
     else:

@@ -32,6 +32,14 @@ def _config_option(fn):
     return click.option("--config", "config_path", type=click.Path(dir_okay=False), help="gpuhc.yaml.")(fn)
 
 
+def _event_log_options(fn):
+    """--event-log (repeatable), --json and --config, as the commands that read event logs take them."""
+    fn = _config_option(fn)
+    fn = click.option("--json", "json_mode", is_flag=True)(fn)
+    return click.option("--event-log", "event_logs", multiple=True, help="gpuhc event log (path or glob; "
+                        "repeatable). Default: fleet.event_logs, then output.event_log.")(fn)
+
+
 def _load(config_path: str | None):
     return load(SourceArgs(config_path=config_path))
 
@@ -215,10 +223,7 @@ def lemons(event_logs: tuple[str, ...], show_all: bool, topology_file: str | Non
 
 @fleet.command()
 @click.option("--since", default="7d", show_default=True, help="Window: 7d, 12h, 1d12h.")
-@click.option("--event-log", "event_logs", multiple=True, help="gpuhc event log (path or glob; repeatable). "
-              "Default: fleet.event_logs, then output.event_log.")
-@click.option("--json", "json_mode", is_flag=True)
-@_config_option
+@_event_log_options
 def observed(since: str, event_logs: tuple[str, ...], json_mode: bool, config_path: str | None) -> None:
     """What observe mode (slurm.mode: observe) would have drained, resumed, retired or rebooted:
     per node and act, the runs that decided it, first and last, and the reason."""
@@ -228,8 +233,27 @@ def observed(since: str, event_logs: tuple[str, ...], json_mode: bool, config_pa
 def show_observed(config, since_s: float, event_logs, json_mode: bool) -> None:
     """`fleet observed` and `drain-report --observed`."""
     rows, notes = observed_acts.gather(config, since_s, event_logs)
+    _emit({"since_s": since_s, "notes": notes, "nodes": [r.to_dict() for r in rows]},
+          observed_acts.table(rows) + [f"note: {n}" for n in notes], json_mode)
+
+
+def _emit(doc: dict, lines: list[str], json_mode: bool) -> None:
     if json_mode:
-        click.echo(json.dumps({"since_s": since_s, "notes": notes, "nodes": [r.to_dict() for r in rows]}, indent=2))
+        click.echo(json.dumps(doc, indent=2))
     else:
-        for line in observed_acts.table(rows) + [f"note: {n}" for n in notes]:
+        for line in lines:
             click.echo(line)
+
+
+@fleet.command("config-errors")
+@click.option("--since", default="1d", show_default=True, help="Window of runs read: 1d, 12h.")
+@_event_log_options
+def config_errors(since: str, event_logs: tuple[str, ...], json_mode: bool, config_path: str | None) -> None:
+    """Nodes whose latest run could not load the config in place and judged on the last good
+    copy or the built-in defaults: the error, since when. Exit 1 when any."""
+    from gpuhc.fleet import config_errors as spells
+
+    rows, notes = spells.gather(_load(config_path), _seconds(since, "--since"), event_logs)
+    _emit({"notes": notes, "nodes": [r.to_dict() for r in rows]}, spells.table(rows) + [f"note: {n}" for n in notes],
+          json_mode)
+    raise SystemExit(1 if rows else 0)

@@ -25,13 +25,10 @@ def _run(src: SourceArgs, stage: str, flow_name: str) -> None:
     node = src.hostname or os.environ.get("SLURMD_NODENAME") or None
     fail_open = flow_name in ("prolog", "epilog")
     try:
-        from gpuhc.cli.common import run_options_from
-
-        opts = run_options_from(src, stage)
+        opts = _options(src, stage, flow_name, node)
     except GpuhcError as e:
-        # A broken config: the health check says so (exit 2); a prolog/epilog must not turn a
-        # typo in gpuhc.yaml into drained nodes or blocked jobs (unless told to fail closed,
-        # which needs a readable config, so: fail open).
+        # A bad command line (--now, a replay path): the health check says so (exit 2); a
+        # prolog/epilog fails open. (A config that does not load never comes here: _options.)
         from gpuhc.logtext import escape
 
         line = escape(f"gpuhc {flow_name} {node or '?'}: error: {e}")
@@ -48,6 +45,29 @@ def _run(src: SourceArgs, stage: str, flow_name: str) -> None:
     out, code = run(Flow.for_command(opts, f"gpuhc {flow_name}", stage), getattr(entry, flow_name), fail_open,
                     render)
     _exit(code, hard=out is not None and out.hard_exit)
+
+
+def _options(src: SourceArgs, stage: str, flow_name: str, node: str | None):
+    """The run's options. A config that does not load is not the node's fault and must not turn
+    checking off: the run goes on with the last good config or the defaults, and says so in
+    syslog here, then in its report, event log and metrics (gpuhc/config_guard.py)."""
+    from gpuhc.cli.common import run_options_from
+    from gpuhc.config_guard import fallback_options, remember
+    from gpuhc.errors import ConfigError
+    from gpuhc.logtext import escape
+
+    try:
+        opts = run_options_from(src, stage)
+    except ConfigError as e:
+        opts = fallback_options(src, stage, e, lambda s, config: run_options_from(s, stage, config=config))
+        line = escape(f"gpuhc {flow_name} {node or '?'}: error: {opts.config_problem.sentence()}")
+        click.echo(line, err=True)
+        _syslog(line)
+        return opts
+    why = remember(opts.config, opts.state_dir)
+    if why:
+        _syslog(escape(f"gpuhc {flow_name} {node or '?'}: {why}"))
+    return opts
 
 
 def _syslog(line: str) -> None:

@@ -51,6 +51,10 @@ HELP: dict[str, str] = {
     "gpuhc_run_exit_code": "Exit code of the last run of the stage: 0 healthy, 1 unhealthy, 3 internal error",
     "gpuhc_run_duration_seconds": "Wall time of the last run of the stage",
     "gpuhc_run_timestamp_seconds": "Start time of the last run of the stage, seconds since the epoch",
+    "gpuhc_config_error": "1 when the config in place did not load and the stage ran on the last good copy or the "
+                          "built-in defaults (labels: the error's file and line), else 0",
+    # written by the Slurm shims themselves (slurm/shim.sh), with this same help text
+    "gpuhc_shim_error": "1 when a Slurm hook's shim could not run gpuhc, or gpuhc died without a word",
     "gpuhc_breaker_open": "1 while the drain circuit breaker is open (gpuhc stopped draining nodes)",
     "gpuhc_breaker_drained_nodes": "Nodes drained by gpuhc when the circuit breaker was last evaluated",
     "gpuhc_breaker_cap": "Most nodes gpuhc may hold drained before the circuit breaker opens",
@@ -110,6 +114,12 @@ def report_samples(report: dict[str, Any]) -> list[Sample]:
         Sample("gpuhc_run_duration_seconds", _num(report.get("duration_s"), 0.0), st),
         Sample("gpuhc_run_timestamp_seconds", _num(report.get("started"), 0.0), st),
     ]
+    problem = report.get("config_error")
+    if isinstance(problem, dict):
+        where = {"file": str(problem.get("file") or ""), "line": str(problem.get("line") or "")}
+        out.append(Sample("gpuhc_config_error", 1, {**st, **where, "using": str(problem.get("using") or "")}))
+    else:
+        out.append(Sample("gpuhc_config_error", 0, st))
     return out
 
 

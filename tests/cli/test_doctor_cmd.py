@@ -25,9 +25,10 @@ def test_no_slurm_conf_is_a_blocker_with_its_fix(tmp_path):
     assert f["status"] == "blocker" and "cannot read" in f["found"] and "--slurm-conf" in f["fix"]
 
 
-def test_a_bad_config_is_exit_2(tmp_path):
+def test_a_bad_config_is_a_blocker_row_saying_what_the_hooks_run_on(tmp_path):
     cp = doctor(tmp_path, "--slurm-conf", str(REPO / "slurm" / "slurm.conf.example"), config="slurm:\n  mode: loud\n")
-    assert cp.returncode == 2 and "slurm.mode" in cp.stderr and "Traceback" not in cp.stderr, cp.stderr
+    assert cp.returncode == 1 and "Traceback" not in cp.stderr, cp.stderr
+    assert "slurm.mode" in cp.stdout and "built-in defaults (observe mode)" in cp.stdout
 
 
 def test_each_node_gets_its_entry_and_count_slurm_first(tmp_path):

@@ -168,6 +168,8 @@ def write_wrappers(c: "SlurmCluster") -> None:
             f'export GPUHC_CONFIG="{c.gpuhc_yaml}"\n'
             f'export GPUHC_STATE_DIR="{c.state_root}/${{SLURMD_NODENAME:-unknown}}"\n'
             f'export GPUHC_BIN="{gpuhc}"\n'
+            # the shim's own metric (slurm/shim.sh) stays in the cluster's directory, off the live node
+            f'export GPUHC_TEXTFILE_DIR="{c.log_dir}"\n'
             f'export PYTHONPATH="{REPO}"\n'
             f'echo "$(date +%s.%N) {kind} ${{SLURMD_NODENAME}} ${{SLURM_JOB_ID:-}}" >> "{c.log_dir}/calls.log"\n'
             # The environment Slurm gave us, for tests that assert on it (and for debugging). Put
