@@ -83,6 +83,7 @@ SUBSYSTEM_SECTIONS = {
     "sweep": "gpuhc.sweep.settings",
     "hooks": "gpuhc.hooks",
     "fleet": "gpuhc.fleet.settings",
+    "canary": "gpuhc.canary.settings",
 }
 
 _CHECK_KEYS = {

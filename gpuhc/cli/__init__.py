@@ -34,6 +34,7 @@ COMMANDS = {
     "jobs": "gpuhc.cli.jobs_cmd:jobs",
     "watch": "gpuhc.cli.watch_cmd:watch",
     "doctor": "gpuhc.cli.doctor_cmd:doctor",
+    "canary": "gpuhc.cli.canary_cmd:canary",
 }
 
 

@@ -1,0 +1,123 @@
+"""``gpuhc canary run`` on a node: start the canary's GPU worker, give it the cases and the
+fleet's known answers, wait at most the run's limit, judge, and leave a result file for the
+admin side (``gpuhc canary submit`` collects it).
+
+The worker is the active checks' supervised child (gpuhc/active/supervise.py): a kernel that
+hangs is killed at the deadline and the run is an ``error``, never a verdict on the GPU. A GPU
+another process holds is left alone (an epilog slice may meet a job's straggler).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuhc.canary import verdict
+from gpuhc.model.result import Result, Status
+
+# The command that starts the GPU worker; None: gpuhc.canary.worker.argv(). Tests put the fake
+# GPU here (tests/helpers/canary_fake.py): the hardware boundary, never a config key or an
+# environment variable, because the epilog slice runs as root.
+WORKER_ARGV: list[str] | None = None
+LAST_FILE = "canary-last.json"  # in the node's state dir: when this node's GPUs last ran it
+
+
+@dataclass
+class Run:
+    node: str
+    started: float
+    params: dict[str, Any]
+    data: dict[str, Any] | None = None
+    results: list[Result] = field(default_factory=list)
+    error: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        """The result file's document."""
+        gpus = (self.data or {}).get("gpus") or {}
+        return {"format": 1, "node": self.node, "started": self.started, "ended": time.time(),
+                "cases": self.params["cases"], "seed": self.params["seed"], "repeats": self.params["repeats"],
+                "injected": bool(self.params.get("inject")), "error": self.error,
+                "software": (self.data or {}).get("software"),
+                "gpus": {s: {"key": g.get("key"), "uuid": g.get("uuid"), "name": g.get("name"),
+                             **verdict.gpu_summary(g)} for s, g in gpus.items()},
+                "results": [r.to_dict() for r in self.results],
+                "data": self.data}
+
+
+def run(params: dict[str, Any], max_seconds: float, gpus: list[int] | None = None, node: str | None = None) -> Run:
+    from gpuhc.active.plan import Task
+    from gpuhc.active.supervise import Worker, run_tasks, worker_env
+    from gpuhc.canary.worker import TASK, argv
+
+    r = Run(node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0], time.time(), params)
+    deadline = time.monotonic() + max_seconds
+    wargv = list(WORKER_ARGV) if WORKER_ARGV else argv()
+    chosen: dict[str, list] = {}
+
+    def choose(hello: dict) -> tuple[list, list]:
+        devs = [d for d in hello.get("devices") or [] if gpus is None or d.get("index") in gpus]
+        chosen["busy"] = [d for d in devs if d.get("procs")]
+        test = [d for d in devs if not d.get("procs") and d.get("cuda") is not None]
+        return [d["cuda"] for d in test], [d["cuda"] for d in test]
+
+    sess = run_tasks([Task(TASK, params, [verdict.CHECK])], lambda: Worker(wargv, worker_env()), deadline,
+                     min(60.0, max_seconds), choose, lambda t, n: max_seconds)
+    o = (sess.outcomes or {}).get(TASK)
+    if o is None or o.status != "done":
+        why = sess.start_error or (o.message if o else "not run") or (o.kind if o else "")
+        if o is not None and o.kind == "cupy-missing":
+            why = f"the canary needs `pip install gpuhc[gpu]` ({why or 'CuPy missing'})"
+        r.error = f"canary not run: {why}"
+        r.results = [Result(verdict.CHECK, Status.ERROR, r.error)]
+        return r
+    r.data = o.data
+    r.results = verdict.judge(o.data or {})
+    for d in chosen.get("busy") or []:
+        r.results.append(Result(verdict.CHECK, Status.ERROR, f"{d['subject']} busy with another process: canary not run "
+                                                             "on it", d["subject"]))
+    if not (o.data or {}).get("gpus") and not chosen.get("busy"):
+        r.results.append(Result(verdict.CHECK, Status.NA, "no GPU to run the canary on"))
+    return r
+
+
+def write_result(run_: Run, results_dir: str) -> str:
+    """``<results_dir>/<node>/<time>-<random>.json``, written whole (a reader never sees half)."""
+    from gpuhc.fsutil import make_dirs, write_atomic
+
+    d = os.path.join(results_dir, run_.node)
+    make_dirs(d, 0o755, what="canary results directory")
+    name = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(run_.started)) + f"-{secrets.token_hex(3)}.json"
+    path = os.path.join(d, name)
+    write_atomic(path, json.dumps(run_.record(), sort_keys=True, default=str).encode(), mode=0o644,
+                 what="canary result")
+    return path
+
+
+def due(state_dir: str, period_h: float, now: float | None = None) -> bool:
+    """The epilog slice's question: has this node's canary not run within the cadence?"""
+    last = read_last(state_dir)
+    return last is None or (time.time() if now is None else now) - last >= period_h * 3600.0
+
+
+def read_last(state_dir: str) -> float | None:
+    from gpuhc.untrusted import load_json, read_bounded
+
+    try:
+        path = os.path.join(state_dir, LAST_FILE)
+        doc = load_json(read_bounded(path, 4096, "canary stamp"), path)
+        return float(doc["ended"])
+    except Exception:  # missing, unreadable or not ours: the canary is due
+        return None
+
+
+def write_last(state_dir: str, run_: Run) -> None:
+    from gpuhc.fsutil import make_dirs, write_atomic
+
+    make_dirs(state_dir, 0o755, what="state directory")
+    write_atomic(os.path.join(state_dir, LAST_FILE), json.dumps({"ended": time.time(), "node": run_.node}).encode(),
+                 mode=0o644, what="canary stamp")
