@@ -49,8 +49,12 @@ def config_for(policy: str, workdir: Path, extra: dict | None = None):
     # The modelled nodes' count, as slurm.conf's Gres=gpu:8 gives it on a real cluster (the
     # shipped config carries no fleet-wide count: docs/slurm.md, "Expected GPUs").
     _merge(doc, {"node": {"expected_gpus": 8}})
-    _merge(doc, {"hooks": {"commands": []},
-                 "slurm": {"log_file": None, "syslog": False, "postmortem_dir": str(workdir / "postmortem")}})
+    # Every path a run writes goes under the campaign's own directory: a campaign (CI runs one in
+    # the suite) never writes the machine's /var/lib/gpuhc, /var/log/gpuhc or textfile directory.
+    _merge(doc, {"hooks": {"commands": []}, "state_dir": str(workdir / "state"),
+                 "output": {"event_log": None, "prometheus_textfile": None},
+                 "slurm": {"log_file": None, "syslog": False, "postmortem_dir": str(workdir / "postmortem"),
+                           "retire_bundle": {"dir": str(workdir / "retired")}}})
     _merge(doc, OVERLAYS[policy])
     _merge(doc, extra or {})
     path = workdir / f"gpuhc-{policy}.yaml"

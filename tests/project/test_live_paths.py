@@ -1,0 +1,49 @@
+"""No test writes on the live node (issue 50, point 6): the session's before/after check
+(tests/conftest.py, tests/helpers/live_paths.py) sees a write, and the campaign model, which the
+suite runs, keeps every path a run writes under its own directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.helpers import live_paths
+from tests.helpers.paths import REPO
+
+
+def test_the_snapshot_sees_a_file_made_changed_or_removed(tmp_path, monkeypatch):
+    live = tmp_path / "var-lib-gpuhc"
+    (live / "retired").mkdir(parents=True)
+    (live / "state.json").write_text("{}")
+    monkeypatch.setattr(live_paths, "LIVE_DIRS", (str(live),))
+    monkeypatch.setattr(live_paths, "LIVE_FILES", ())
+    before = live_paths.snapshot()
+    assert live_paths.changes(before, live_paths.snapshot()) == []
+    (live / "retired" / "gpu001-retired-x").mkdir()
+    (live / "state.json").write_text('{"checks": {}}')
+    assert live_paths.changes(before, live_paths.snapshot()) == [
+        f"made {live}/retired/gpu001-retired-x", f"changed {live}/state.json"]
+
+
+def test_the_campaign_models_runs_write_only_under_its_directory(tmp_path):
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from campaign_model.policies import OVERLAYS, config_for
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    for policy in OVERLAYS:
+        cfg = config_for(policy, tmp_path)
+        slurm, out = cfg.section("slurm"), cfg.section("output")
+        written = [cfg.data["state_dir"], slurm["postmortem_dir"], slurm["retire_bundle"]["dir"],
+                   out.get("event_log"), out.get("prometheus_textfile"), slurm.get("log_file")]
+        assert all(p is None or p.startswith(f"{tmp_path}/") for p in written), (policy, written)
+
+
+def test_isolated_runs_see_empty_live_directories(tmp_path):
+    probe = tmp_path / "probe"
+    argv = live_paths.isolated(["/bin/sh", "-c", f"touch /var/lib/gpuhc/x && ls -A /var/lib/gpuhc > {probe}"])
+    if not os.path.isdir("/var/lib/gpuhc"):
+        argv = live_paths.isolated(["/bin/sh", "-c", f"echo x > {probe}"])
+    assert subprocess.run(argv, timeout=30).returncode == 0
+    assert probe.read_text() == "x\n" and not os.path.exists("/var/lib/gpuhc/x")
