@@ -79,6 +79,35 @@ def _gpu_present() -> bool:
         return False
 
 
+# The live node's paths before the session (tests/helpers/live_paths.py): the run fails if the
+# suite wrote there. Taken once, by the controller (pytest-xdist's workers have workerinput).
+_LIVE_BEFORE: dict = {}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):
+        from tests.helpers.live_paths import snapshot
+
+        _LIVE_BEFORE.update(snapshot())
+        _LIVE_BEFORE["__taken__"] = ("-", 0, 0)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput") or "__taken__" not in _LIVE_BEFORE:
+        return
+    from tests.helpers.live_paths import changes, snapshot
+
+    before = {k: v for k, v in _LIVE_BEFORE.items() if k != "__taken__"}
+    wrote = changes(before, snapshot())
+    if wrote:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = ["the suite wrote on the live node's paths (no test may: tests/helpers/live_paths.py):",
+                 *(f"  {w}" for w in wrote[:50]), *([f"  ... and {len(wrote) - 50} more"] if len(wrote) > 50 else [])]
+        if reporter is not None:
+            reporter.write_line("\n".join(lines), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def _shared_scope(item: pytest.Item) -> str | None:
     """The group of a test that shares a module- or class-scoped fixture with its neighbours
     (a cluster a module's tests share, tests/helpers/slurm_cluster.py): its module and Slurm

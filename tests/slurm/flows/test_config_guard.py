@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from gpuhc.export.prometheus import HELP
+from tests.helpers.live_paths import isolated
 from tests.helpers.paths import REPO, SCENARIOS
 
 
@@ -24,7 +25,9 @@ def _config(tmp_path, extra: str = "", mode: str = "enforce") -> str:
 def _hook(tmp_path, hook: str, config) -> subprocess.CompletedProcess:
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "GPUHC_CONFIG": str(config),
            "GPUHC_STATE_DIR": str(tmp_path / "st"), "SLURMD_NODENAME": "n7"}
-    return subprocess.run([sys.executable, "-m", "gpuhc", hook], env=env, capture_output=True, text=True, timeout=60)
+    # (in a mount namespace of its own: the built-in defaults a run falls back on name the live paths)
+    return subprocess.run(isolated([sys.executable, "-m", "gpuhc", hook]), env=env, capture_output=True, text=True,
+                          timeout=60)
 
 
 def _last_event(tmp_path) -> dict:

@@ -22,6 +22,7 @@ from gpuhc.slurm.read.sinfo import FIELDS
 from gpuhc.sources import SourceSpec
 from tests.helpers.minislurm import (config, EPILOG_ENV, flow, last_count, memory, MiniSlurm, OK, OUR_REASON,
                                      RebootingSlurm, run, XID)
+from tests.helpers.live_paths import isolated
 from tests.helpers.paths import REPO, SCENARIOS
 
 
@@ -332,8 +333,11 @@ def test_broken_config_is_said_and_the_hooks_go_on_without_it(tmp_path):
     bad = tmp_path / "gpuhc.yaml"
     bad.write_text("slurm:\n  resume_after: many\n")
     env = {"GPUHC_CONFIG": str(bad), "SLURMD_NODENAME": "n7"}
+    full = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "GPUHC_STATE_DIR": str(tmp_path / "st"), **env}
     for hook in ("prolog", "healthcheck"):
-        p = _gpuhc([hook, "--kernel-log", os.devnull], env, tmp_path)
+        # the defaults it falls back on name the live paths: run where they are scratch
+        p = subprocess.run(isolated([sys.executable, "-m", "gpuhc", hook, "--kernel-log", os.devnull]), env=full,
+                           capture_output=True, text=True, timeout=60)
         assert f"gpuhc {hook} n7: error: config does not load" in p.stderr and "resume_after" in p.stderr
         assert "Traceback" not in p.stderr and p.returncode != 2
 
