@@ -7,7 +7,7 @@ its own run is over: verdict, drain or resume, event log and hooks done. Why it 
 
 - **gpuhc's verdict first, never lost.** The chained program starts after gpuhc has acted and
   written its records, so a program that is slow, missing or failing changes nothing gpuhc
-  decided; only the exit status is combined (:func:`combine`).
+  decided; only the exit status is combined (:func:`combine`), in gpuhc's own codes.
 - **Inside Slurm's 60 s.** It gets what is left of the health check's deadline, less a moment
   to stop it: then its whole process group (and everything else still in its session, such
   as NHC's watchdog, which makes a group of its own) gets SIGTERM, a grace of
@@ -38,18 +38,19 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from gpuhc.errors import EXIT_INTERNAL, EXIT_UNHEALTHY, EXIT_USAGE
+
 CHAIN_ENV = "GPUHC_CHAINED"
 OUTPUT_TAIL = 2000  # bytes of the program's output kept for the log
 GRACE_S = 1.0  # SIGTERM, then this long, then SIGKILL
 REAP_S = 1.0  # after SIGKILL: how long to wait for the leader (a process in D state may never go)
 MIN_START_S = 1.0  # less than this left before the cut: not started at all
 
-# Exit statuses of a program that did not run to its end, as a shell reports them (an admin
-# reads the health check's status in slurmd's log with these in mind).
+# How a program that did not run to its end is logged, in a shell's numbers (timeout(1) and the
+# shell's own "cannot execute" and "not found"); the health check's exit status is :func:`combine`'s.
 STATUS_CUT = 124  # cut at the deadline (timeout(1)'s status)
 STATUS_REFUSED = 126  # found, but not run: refused by the trust rule, or not executable
 STATUS_MISSING = 127  # not there
-STATUS_CONFIG = 2  # slurm.chain itself is wrong (gpuhc's usage/config status)
 
 Logger = Callable[..., None]
 
@@ -64,14 +65,15 @@ class ChainResult:
     why: str
     took_s: float = 0.0
     tail: str = ""
+    exited: bool = False  # it ran to its end and exited by itself (status: its exit code)
 
     @property
     def ok(self) -> bool:
-        return self.status == 0
+        return self.exited and self.status == 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"argv": list(self.argv), "status": self.status, "why": self.why, "took_s": round(self.took_s, 3),
-                "tail": self.tail}
+                "tail": self.tail, "exited": self.exited}
 
 
 class ChainConfigError(ValueError):
@@ -92,12 +94,20 @@ def argv_of(section: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def combine(own: int, chained: ChainResult | None) -> int:
-    """The health check's exit status: gpuhc's own when it is not 0 (its codes have meanings an
-    admin's tooling knows: 1 unhealthy, 2 config, 3 could not judge, 4 breaker open), else the
-    chained program's (0 only when both are healthy)."""
-    if own != 0 or chained is None:
+    """The health check's exit status, always one of gpuhc's own (0-4: the shims and the
+    shipped alerts read any other status as gpuhc dying, slurm/shim.sh). gpuhc's own status when
+    it is not 0 (its codes mean something to an admin: 1 unhealthy, 2 config, 3 could not judge,
+    4 breaker open); else the chained program's verdict in those words: 0 healthy, 1 when it
+    exited non-zero (NHC's word for a failed check), 2 when ``slurm.chain`` is wrong, 3 when it
+    gave no verdict (cut at the deadline, killed by a signal, missing, refused). Its own status
+    is in the decision log line."""
+    if own != 0 or chained is None or chained.ok:
         return own
-    return chained.status
+    if not chained.argv:  # slurm.chain itself could not be read as an argv
+        return EXIT_USAGE
+    if chained.exited:
+        return EXIT_UNHEALTHY
+    return EXIT_INTERNAL
 
 
 def run(argv: tuple[str, ...], cut: float, env: Mapping[str, str]) -> ChainResult:
@@ -143,7 +153,7 @@ def _wait(argv: tuple[str, ...], real: str, cut: float, env: dict[str, str], sta
         return ChainResult(argv, STATUS_CUT, f"cut at the deadline after {took:.1f}s{ended}", took, tail)
     if rc < 0:
         return ChainResult(argv, 128 - rc, f"killed by signal {-rc}", took, tail)
-    return ChainResult(argv, rc, f"exited {rc}", took, tail)
+    return ChainResult(argv, rc, f"exited {rc}", took, tail, exited=True)
 
 
 def _stop(proc) -> int | None:
@@ -222,7 +232,7 @@ def after_healthcheck(flow: Any, out: Any, own: int) -> int:
         argv = argv_of(flow.slurm)
     except ChainConfigError as e:
         flow.log(f"{e}: the chained health check was not run", loud=True)
-        return combine(own, ChainResult((), STATUS_CONFIG, str(e)))
+        return combine(own, ChainResult((), EXIT_USAGE, str(e)))
     except Exception as e:  # a config gpuhc cannot read here is no reason to change its verdict
         flow.log(f"slurm.chain not read ({type(e).__name__}: {e}): the chained health check was not run", loud=True)
         return own

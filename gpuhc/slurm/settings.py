@@ -50,7 +50,7 @@ SCHEMA = {
     # docs/slurm.md "Sharing the slot with NHC": Slurm's HealthCheckProgram is one program.
     "chain": Key(list, [], "the site's other health check (e.g. [/usr/sbin/nhc]): an argv list, absolute path first, "
                  "run by `gpuhc healthcheck` after its own run, within its deadline; the exit status is gpuhc's "
-                 "when not 0, else this program's", item=str),
+                 "when not 0, else 1 when this program failed, 3 when it gave no verdict", item=str),
     "log_file": Key(str, None, "append gpuhc's Slurm decisions here too (slurmd discards the health check's output)",
                     nullable=True),
     "syslog": Key(bool, True, "log decisions to syslog (facility daemon, ident gpuhc)"),

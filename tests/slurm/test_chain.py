@@ -39,7 +39,7 @@ def test_the_chained_program_runs_after_gpuhc_has_acted_and_its_failure_is_the_s
                                      f'echo ran >> {seen}\nexit 1\n')
     f, slurm = _flow(tmp_path, monkeypatch, [OK], [prog], env={"SLURMD_NODENAME": "n1"})
     out, code = run(f, entry.healthcheck, fail_open=False)
-    assert code == 1 and out.exit_code == 0  # gpuhc's own status stays 0 in its record; the shim says 1
+    assert code == 1 and out.exit_code == 0  # gpuhc's own status stays 0 in its record; the health check's is 1
     assert seen.read_text() == "ran\n"
     assert out.extra["chain"]["status"] == 1 and out.extra["chain"]["why"] == "exited 1"
     line = next(x for x in f.log.lines if "chained" in x)
@@ -80,7 +80,7 @@ while :; do sleep 0.1; done
     f, slurm = _flow(tmp_path, monkeypatch, results, [prog], deadline_s={"passive": 4.0})
     out, code = run(f, entry.healthcheck, fail_open=False)
     assert time.monotonic() <= f.deadline  # inside the health check's deadline (slurmd's 60 s)
-    assert code == (own or chain.STATUS_CUT)
+    assert code == (own or 3)  # no verdict from the program: "could not judge"
     assert out.exit_code == own
     assert out.extra["chain"]["status"] == chain.STATUS_CUT
     assert out.extra["chain"]["why"].startswith("cut at the deadline")
@@ -107,7 +107,7 @@ def test_a_missing_program_is_127_and_gpuhc_still_drains(tmp_path, monkeypatch):
     assert code == 1 and slurm.nodes["n1"] == ["IDLE+DRAIN", OUR_REASON]
     assert out.extra["chain"]["status"] == chain.STATUS_MISSING
     f, _ = _flow(tmp_path, monkeypatch, [OK], [str(tmp_path / "no-such-nhc")])
-    assert run(f, entry.healthcheck, fail_open=False)[1] == chain.STATUS_MISSING
+    assert run(f, entry.healthcheck, fail_open=False)[1] == 3
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the trust rule applies to root only; CI runs as root")
@@ -117,7 +117,7 @@ def test_as_root_a_program_others_can_write_is_refused_not_run(tmp_path, monkeyp
     os.chmod(prog, 0o777)
     f, _ = _flow(tmp_path, monkeypatch, [OK], [prog])
     out, code = run(f, entry.healthcheck, fail_open=False)
-    assert code == chain.STATUS_REFUSED and not ran.exists()
+    assert code == 3 and out.extra["chain"]["status"] == chain.STATUS_REFUSED and not ran.exists()
     assert "writable by group or others" in out.extra["chain"]["why"]
 
 
@@ -127,7 +127,7 @@ def test_a_relative_path_is_a_config_error_said_and_gpuhc_s_failure_kept(tmp_pat
     assert code == 1 and slurm.nodes["n1"] == ["IDLE+DRAIN", OUR_REASON]
     assert any("slurm.chain: 'nhc' is not an absolute path" in x for x in f.log.lines)
     f, _ = _flow(tmp_path, monkeypatch, [OK], ["nhc"])
-    assert run(f, entry.healthcheck, fail_open=False)[1] == chain.STATUS_CONFIG
+    assert run(f, entry.healthcheck, fail_open=False)[1] == 2
 
 
 def test_a_health_check_started_by_a_chain_does_not_chain_again(tmp_path, monkeypatch):
@@ -166,8 +166,12 @@ def test_the_output_kept_is_a_bounded_escaped_tail(tmp_path, monkeypatch):
     assert "\x1b" not in "".join(f.log.lines)
 
 
-def test_combine_keeps_gpuhc_s_own_non_zero_status():
-    failed = chain.ChainResult(("/x",), 1, "exited 1")
+def test_the_status_is_gpuhc_s_own_when_not_0_else_the_program_s_verdict_in_gpuhc_s_codes():
+    """Always 0-4: the shims read any other status as gpuhc dying (slurm/shim.sh)."""
+    failed = chain.ChainResult(("/x",), 7, "exited 7", exited=True)
     assert [chain.combine(own, failed) for own in (0, 1, 2, 3, 4)] == [1, 1, 2, 3, 4]
-    assert chain.combine(0, chain.ChainResult(("/x",), 0, "exited 0")) == 0
+    assert chain.combine(0, chain.ChainResult(("/x",), 0, "exited 0", exited=True)) == 0
     assert chain.combine(0, None) == 0
+    for no_verdict in (chain.STATUS_CUT, chain.STATUS_REFUSED, chain.STATUS_MISSING, 128 + 9):
+        assert chain.combine(0, chain.ChainResult(("/x",), no_verdict, "not to its end")) == 3
+    assert chain.combine(0, chain.ChainResult((), 2, "slurm.chain: not an argv")) == 2
