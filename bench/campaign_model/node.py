@@ -107,16 +107,28 @@ class Node:
         self.old_lines: list[str] = []  # repaired faults' and noise's lines, in the kernel log until a reboot
         self.lost: list[tuple[float, float]] = []  # spans of kernel records a flood overwrote (noise), until a reboot
         self.boot = 0.0
-        self.noise: list = []  # (id, noise.NoiseClass, end) episodes laid over the scenario now
+        self.noise: list = []  # (id, noise.NoiseClass, end, start) episodes laid over the scenario now
         self.sticky: dict = {}  # counters noise raised, until the next reboot; a new driver for good
         self.driver: str | None = None
         self.version = 0  # bumped by every change of the kernel log, counters or driver
         self.settled: dict[str, tuple] = {}  # stage -> key of its last run that changed nothing
+        self.pending: dict[str, tuple] = {}  # stage -> (key, since): a verdict time may still harden (sim._pending)
         self.history: list[float] = []  # when its hardware faults arose (repair odds fall with them)
         self.off = False  # a person has it (RMA, cable, maintenance) or its host is down: gpuhc cannot run
         self.admin_hold = False  # drained by an admin, not by gpuhc
         self.hold_memo: tuple | None = None  # (inputs, until): a held node's failing run, unchanged
         self.parts_epoch = 0  # bumped when a person swaps its faulty part (a lemon's returns stop)
+
+    def timed_state(self) -> str:
+        """What gpuhc's timed rules keep in the node's state: the host check's stuck-process
+        samples, the IB downtime, the evidence held over runs (other slices change at every run
+        with their own stamps, and their rules judge on WARNs, which keep a node running anyway)."""
+        try:
+            doc = json.loads((Path(self.state_dir) / "state.json").read_text())
+        except (OSError, ValueError):
+            return ""
+        checks = doc.get("checks") if isinstance(doc.get("checks"), dict) else {}
+        return json.dumps([checks.get("host"), checks.get("infiniband"), doc.get("evidence")], sort_keys=True)
 
     def key(self) -> tuple:
         """What the node's next run reads, less the clock: equal keys, equal verdicts."""

@@ -11,23 +11,10 @@ reboot, as the driver's volatile counters and sysfs counters do.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from .host_noise import HOST_KINDS
+from .noise_class import NoiseClass
 
 DAY = 86400.0
-
-
-@dataclass(frozen=True)
-class NoiseClass:
-    name: str
-    per_node_day: float = 0.0  # episodes per node-day (trigger "random")
-    lasts_s: tuple[float, float] = (0.0, 0.0)
-    patch: dict = field(default_factory=dict)  # laid over the scenario while it lasts
-    lines: tuple[str, ...] = ()  # logged when it starts
-    trigger: str = "random"  # random | job-end (share of a node's job ends) | job-kill
-    share: float = 0.0
-    sticky: dict = field(default_factory=dict)  # counters added for good (until a reboot)
-    loses_s: tuple[float, float] = (0.0, 0.0)  # the kernel records of this many seconds before it are lost
-    source: str = ""
 
 
 def _occ(name: str, used_mib: int, pid: int, uid: int, gpus=range(8)) -> dict:
@@ -87,6 +74,7 @@ KINDS: tuple[NoiseClass, ...] = (
                source="a kernel-message flood overwrites the records since the last read (ours: one per 100 "
                       "node-days, 30-300 s of records; a file source's rotation loses lines the same way)"),
     NoiseClass("busy", patch=BUSY, source="a running job: GPUs hot and power-capped (health checks sampled)"),
+    *HOST_KINDS,
 )
 BY_NAME = {k.name: k for k in KINDS}
 # Health checks of a busy node that has nothing else to look at: this share of them is run
@@ -128,6 +116,13 @@ def merge(base: dict, over: dict) -> dict:
                         c[ck] = c.get(ck, 0) + cv
                     rows[key(e)] = {**cur, "counters": c}
             out[k] = list(rows.values())
+        elif k == "host":  # sticky host counters (EDAC's) add up; host_noise.host_at lays the rest
+            edac = {mc: dict(c) for mc, c in ((out.get("host") or {}).get("edac") or {}).items()}
+            for mc, counts in (v.get("edac") or {}).items():
+                row = edac.setdefault(mc, {})
+                for ck, cv in counts.items():
+                    row[ck] = row.get(ck, 0) + cv
+            out[k] = {**(out.get("host") or {}), **v, "edac": edac}
         else:
             out[k] = v
     return out

@@ -39,8 +39,8 @@ class NoiseEvents:
             node.sticky = N.merge(node.sticky, kind.sticky)
         if kind.loses_s[1] > 0:  # the records of the span are overwritten: gone until the log restarts
             node.lost.append((self.now() - self.noise_rng.uniform(*kind.loses_s) * self.ts, self.now()))
-        if kind.patch:
-            ep = (next(self.seq), kind, self.now() + self.noise_rng.uniform(*kind.lasts_s) * self.ts)
+        if kind.lasting:
+            ep = (next(self.seq), kind, self.now() + self.noise_rng.uniform(*kind.lasts_s) * self.ts, self.now())
             node.noise.append(ep)
             self.at(ep[2], "noise_end", name, ep[0])
         self._watch(name)

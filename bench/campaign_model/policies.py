@@ -31,6 +31,12 @@ OVERLAYS = {
 }
 
 
+# What the campaign's site names, as an experienced site's config does (the shipped config names
+# no mount and no scratch: they are the site's): the NFS home and the local scratch that every
+# modelled node has (host_noise.HEALTHY_HOST).
+SITE = {"checks": {"host": {"thresholds": {"mounts": ["/home"], "scratch": "/local/scratch"}}}}
+
+
 def _merge(base: dict, over: dict) -> dict:
     for k, v in over.items():
         base[k] = _merge(base.get(k) or {}, v) if isinstance(v, dict) else v
@@ -55,6 +61,7 @@ def config_for(policy: str, workdir: Path, extra: dict | None = None):
                  "output": {"event_log": None, "prometheus_textfile": None},
                  "slurm": {"log_file": None, "syslog": False, "postmortem_dir": str(workdir / "postmortem"),
                            "retire_bundle": {"dir": str(workdir / "retired")}}})
+    _merge(doc, SITE)
     _merge(doc, OVERLAYS[policy])
     _merge(doc, extra or {})
     path = workdir / f"gpuhc-{policy}.yaml"

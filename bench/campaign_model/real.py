@@ -75,7 +75,7 @@ class Record:
     jobs: dict = field(default_factory=dict)  # started, killed, ...
     notes: list = field(default_factory=list)  # what the real side could not do as the model did
     lag: list = field(default_factory=list)  # real: Slurm showed a change this long after its decision
-    job_starts: list = field(default_factory=list)  # model: (t, nodes) of every job start
+    job_starts: list = field(default_factory=list)  # (t, nodes) of every job start (real: its prologs that let it run)
     reboots: list = field(default_factory=list)  # (t, node) of every reboot done (the machine up again)
     runs: int = 0
     rpcs: dict = field(default_factory=dict)  # real: sdiag's count per message type over the campaign
@@ -363,15 +363,19 @@ class RealCampaign:
         # gpuhc's own word that its prolog failed a job (gpuhc/slurm/flows/entry.py)
         failed = set(re.findall(r"gpuhc prolog (\S+): job (\d+): failing the prolog",
                                 self.decisions.read_text() if self.decisions.exists() else ""))
+        begun: dict[str, tuple[float, set]] = {}  # job -> (its first prolog that let it run, its nodes)
         for t, kind, node, job in self._calls():
             if kind == "prolog" and (node, job) in failed:
                 self.rec.prolog_stops.append((t, node))
             if kind != "prolog" or (job, node) not in ran:
                 continue
+            first, nodes = begun.setdefault(job, (t, set()))
+            begun[job] = (min(first, t), nodes | {node})
             for f in self.fault_of.values():
                 if f.node != node or f.cls.app or not (f.start - self.t0 <= t and (f.end is None or f.end - self.t0 > t)):
                     continue
                 self.rec.escapes.append((t, started[job], node, f.cls.name, f.in_job is not None))
+        self.rec.job_starts = sorted((t, tuple(sorted(nodes))) for t, nodes in begun.values())
 
     # ------------------------------------------------------------------ the health check's cadence
 

@@ -33,6 +33,7 @@ from gpuhc.slurm.policy.reason import parse_reason
 from . import faults as F
 from . import noise as N
 from .active_gpu import stand_in
+from .host_noise import host_at
 from .jobs import Jobs
 from .node import HC_INTERVAL_S, ONE_FLAP, T0, Node, _epoch, restamp  # noqa: F401 (T0: tests import it here)
 from .noise_events import NoiseEvents
@@ -49,6 +50,24 @@ OBSERVE_RERUN_S = 6 * 3600.0
 # when one of its lines crosses one of them (Campaign._held_quiet).
 HOLD_WINDOWS_S = (600.0, 3600.0, 86400.0)
 LADDER_RECHECK_S = 1800.0  # the ladder's reboot_timeout_s (gpuhc/slurm/repair/ladder.py)
+
+
+def pending_s(config) -> float:
+    """The longest time over which gpuhc's verdict on unchanged inputs can still change: its
+    rules that harden with time alone, their spans in ``config`` (Campaign._pending). The
+    hour-counting rules (NVLink errors persisting over ``persist_window_h``, IB flaps recurring
+    over ``flap_window_h``) harden with new readings, a counter's growth or a flap, each a change
+    of the node's inputs that runs it anyway."""
+    from gpuhc.checks import passive_checks
+    from gpuhc.evidence import holds_from
+
+    declared = {c.id: c.defaults for c in passive_checks() if c.id in ("host", "infiniband")}
+    checks = {c: {**d, **(config.check_settings(c).get("thresholds") or {})} for c, d in declared.items()}
+    held = max((h.span_s for h in holds_from(config.section("evidence")).values()), default=0.0)
+    spans = [float(checks["host"].get("dstate_fail_s") or 0.0) + held,  # stuck, then held
+             float(checks["infiniband"].get("down_window_s") or 0.0),
+             3 * HC_INTERVAL_S]  # NVML failing on consecutive health checks
+    return max(spans) + 2 * HC_INTERVAL_S  # and the slots that see it
 
 
 @dataclass
@@ -108,6 +127,7 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
         # it judged (gpuhc/cli/slurm_cmd.py, never_fail), so the job starts.
         self.never_fail = self.observe and bool(config.section("slurm")["prolog_fail_open"])
         self.ladder = bool(config.section("slurm")["remediation"]["enabled"])
+        self.pending_s = pending_s(config)
         self.last_verdict = "pass"
         self.memo: dict = {}  # observe: the inputs of a node's last run of a stage -> (when, its RPCs, outcome)
         self.init_jobs()
@@ -280,6 +300,7 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
             patch = N.merge(patch, ep[1].patch)
         if name in self.running and self.noise_on:
             patch = N.merge(N.BUSY, patch)
+        patch["host"] = host_at([ep for ep in node.noise if ep[1].host], node.sticky.get("host"), self.now(), self.ts)
         return patch
 
     def _gpuhc(self, name: str, stage: str, env: dict | None = None):
@@ -303,10 +324,12 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
             return out
         mark = len(self.slurm.events)
         node.hold_memo = None
+        timed = node.timed_state()
         out = flows[stage](self._flow(name, stage, env))
         sent = len(self.slurm.events) != mark
         quiet = not sent and getattr(out, "exit_code", 0) == 0
-        if quiet and row.in_service and parse_reason(row.reason) is None and not node.off:
+        if quiet and row.in_service and parse_reason(row.reason) is None and not node.off and not self._pending(
+                node, stage, key, timed != node.timed_state()):
             node.settled[stage] = key
         else:
             node.settled.pop(stage, None)
@@ -317,6 +340,21 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
                 until = min(until, self.now() + LADDER_RECHECK_S * self.ts)
             node.hold_memo = (self._hold_key(name), until)
         return out
+
+    def _pending(self, node: Node, stage: str, key: tuple, remembered: bool) -> bool:
+        """A verdict that time alone may still harden: this run found something (not a PASS) or
+        remembered something a timed rule compares the next run with (``remembered``: a stuck
+        process's first sample), and the node's inputs have been these for less than the longest
+        of gpuhc's time-dependent rules (``pending_s``: evidence held over runs, a process stuck
+        past its spans, NVML failing on consecutive runs, IB downtime and flaps counted over a
+        window). Until then it is run at every health-check slot, as slurmd runs it."""
+        if self.last_verdict == "pass" and not remembered:
+            node.pending.pop(stage, None)
+            return False
+        since = node.pending.get(stage)
+        if since is None or since[0] != key:
+            node.pending[stage] = since = (key, self.now())
+        return self.now() - since[1] < self.pending_s * self.ts
 
     def _flow(self, name: str, stage: str, env: dict | None = None):
         node = self.nodes[name]

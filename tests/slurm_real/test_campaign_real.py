@@ -54,6 +54,26 @@ def test_a_fault_racing_a_job_start_must_drain_but_is_not_timed():
     assert any("drained (node, class)" in x for x in disagreements(model, never, 90.0, floor_s=1.0))
 
 
+def test_a_prolog_stop_the_real_health_check_pre_empted_is_named_not_counted():
+    """The model's prolog stops a job on n1 at 12 s; on the real side Slurm's scheduling took
+    longer than the node's next health check, which drained n1 first (0.6 s later): the job ran
+    elsewhere. Named as a race; a real drain 4 s later, or no job started elsewhere, is still a
+    disagreement."""
+    model = record(drain_at=12.0, back_at=32.0)
+    model.prolog_stops = [(12.0, "n1")]
+    real = record(12.6, 32.6)
+    real.job_starts.append((13.4, ("n2",)))
+    assert disagreements(model, real, 90.0, floor_s=1.0) == []
+    late = record(16.5, 36.5)
+    late.job_starts.append((16.8, ("n2",)))
+    assert any("prolog stops" in x for x in disagreements(model, late, 90.0, floor_s=1.0))
+    nowhere = record(12.6, 32.6)  # drained, but the job did not run elsewhere: the prolog missed it
+    assert any("prolog stops" in x for x in disagreements(model, nowhere, 90.0, floor_s=1.0))
+    stopped = record(12.6, 32.6)
+    stopped.prolog_stops = [(12.5, "n1")]
+    assert disagreements(model, stopped, 90.0, floor_s=1.0) == []
+
+
 def two_spells(real_merged: bool, gap: float = 0.7) -> tuple[Record, Record]:
     """The model: a row remap on n1 at 10 s, drained at 12 s and resumed at 32 s; a second one
     arises ``gap`` s after that resume, drained at 36 s and resumed at 50 s. The real side: the
@@ -263,8 +283,16 @@ def test_seed_13_the_prolog_stops_a_job_in_slurm(slurm_cluster, tmp_path):
     # Slurm places it there (nothing pins it). gpuhc's prolog finds the fault, drains the node and
     # fails, Slurm requeues the job, and the ladder's resets bring gpu001 back, on both sides.
     doc, model, real = agreed(slurm_cluster, tmp_path, seed=13)
-    assert [n for _, n in model.prolog_stops] == [n for _, n in real.prolog_stops] == ["gpu001"]
+    assert [n for _, n in model.prolog_stops] == ["gpu001"]
     assert doc["real"]["acts"]["gpu001"] == ["drain", "resume"]
+    if doc["deviation"]["prolog_races"]:
+        # The job's arrival and gpu001's next health check fall within Slurm's scheduling time:
+        # on a loaded box the health check drained first and the job ran elsewhere (CI, 26.05).
+        # The race is named; gpu001 was still drained for its fault, and no job met it.
+        assert [n for _, n in doc["deviation"]["prolog_races"]] == ["gpu001"] and real.prolog_stops == []
+        assert doc["real"]["faults"]["0"]["to_drain"] is not None and doc["real"]["escapes"] == {}
+        return
+    assert [n for _, n in real.prolog_stops] == ["gpu001"]
     # gpuhc's prolog failed the job (it drained gpu001, or found its health check had just done
     # so: both runs are gpuhc's) and slurmctld requeued it, on every release.
     decisions = (tmp_path / "real" / "gpuhc-decisions.log").read_text()
