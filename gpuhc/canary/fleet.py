@@ -55,6 +55,8 @@ def ingest(doc: dict, rec: dict, settings: dict, now: float) -> list[str]:
             e.update(status="failed", failed_at=rec.get("ended"), finding=g.get("message"))
             doc.setdefault("pending", {}).setdefault(node, {"gpu": subj, "finding": g.get("message"), "since": now})
             continue  # a corrupting GPU's digests are no votes
+        if e["status"] == "failed":
+            continue  # failed stays failed, and votes no more, until `canary forget` after the swap
         if g.get("status") == "warn":
             _suspect(e, g.get("message"), rec.get("ended"), settings, now)
             lines.append(f"{gid}: suspect, cadence {settings['suspect_period_h']:g} h: {g.get('message')}")

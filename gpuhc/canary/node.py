@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuhc.canary import verdict
+from gpuhc.canary.worker import TASK
 from gpuhc.model.result import Result, Status
 
 # The command that starts the GPU worker; None: gpuhc.canary.worker.argv(). Tests put the fake
@@ -49,10 +50,19 @@ class Run:
                 "data": self.data}
 
 
-def run(params: dict[str, Any], max_seconds: float, gpus: list[int] | None = None, node: str | None = None) -> Run:
+def _task(params: dict[str, Any]):
     from gpuhc.active.plan import Task
+
+    class CanaryTask(Task):
+        def estimate_s(self, ngpu: int) -> float:
+            return 1.0  # the run's own limit bounds it (its timeout); start whenever a second is left
+
+    return CanaryTask(TASK, params, [verdict.CHECK])
+
+
+def run(params: dict[str, Any], max_seconds: float, gpus: list[int] | None = None, node: str | None = None) -> Run:
     from gpuhc.active.supervise import Worker, run_tasks, worker_env
-    from gpuhc.canary.worker import TASK, argv
+    from gpuhc.canary.worker import argv
 
     r = Run(node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0], time.time(), params)
     deadline = time.monotonic() + max_seconds
@@ -65,7 +75,7 @@ def run(params: dict[str, Any], max_seconds: float, gpus: list[int] | None = Non
         test = [d for d in devs if not d.get("procs") and d.get("cuda") is not None]
         return [d["cuda"] for d in test], [d["cuda"] for d in test]
 
-    sess = run_tasks([Task(TASK, params, [verdict.CHECK])], lambda: Worker(wargv, worker_env()), deadline,
+    sess = run_tasks([_task(params)], lambda: Worker(wargv, worker_env()), deadline,
                      min(60.0, max_seconds), choose, lambda t, n: max_seconds)
     o = (sess.outcomes or {}).get(TASK)
     if o is None or o.status != "done":

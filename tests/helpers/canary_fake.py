@@ -10,6 +10,7 @@ through gpuhc.canary.worker.serve, so the parent side is the real one. Spec::
      "sick": {"gpu1": {"case": "bf16-random-64", "word": 5, "bit": 3, "mode": "sticky"}},
      "nodes": {"n2": {...}}}                                 # per-node overrides (SLURMD_NODENAME)
 
+``delay_s``: seconds every run of a case takes (a long canary, or a kernel that hangs).
 ``mode``: ``sticky`` (every run of the case), ``once`` (the first run only: an intermittent
 fault), ``model`` (every run, on every GPU: a whole model wrong). ``cli`` runs ``gpuhc`` with this
 fake as the canary's worker, for the real-Slurm tests' canary jobs.
@@ -80,7 +81,11 @@ class FakeBackend:
         return s if s.get("mode", "sticky") == "sticky" or h.runs == 0 else None
 
     def start(self, h: FakeHandle, inject: dict | None = None) -> None:
+        import time
+
         import numpy as np
+
+        time.sleep(float(self.spec.get("delay_s", 0)))  # a long run (preemption tests) or a hung kernel
 
         from gpuhc.canary import cases
 
