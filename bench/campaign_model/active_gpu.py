@@ -3,9 +3,11 @@ boundary of gpuhc/active/orchestrate.py, whose ``run_tasks`` this stands in for)
 shipped epilog's burn-in, speed, HBM, memtest, host-link, P2P and NCCL judges run for real.
 
 A healthy node answers what healthy H100s measured (tests/helpers/active_results.py, from
-docs/verification.md runs 7 and 8); a node with silent data corruption gives a different
-burn-in hash on one GPU in a share of runs (faults.SDC_DETECT: corruption that a few seconds of
-GEMM does not always trigger); a slow GPU computes at 70 % of its siblings' rate.
+docs/verification.md runs 7 and 8). A node with silent data corruption gives a different
+burn-in hash on one GPU for a precision the burn-in computes and the fault corrupts, in the
+runs where it triggers (faults.strength: which precisions, how often; a fault in precisions the
+burn-in does not compute never shows there); a slow GPU computes its fault's share below its
+siblings' rate.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from gpuhc.active.supervise import Outcome, Session
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: tests.helpers
 from tests.helpers import active_results as R  # noqa: E402
 
-from .faults import SDC_DETECT  # noqa: E402
 
 PCI = ("0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0", "0000:9a:00.0", "0000:ab:00.0",
        "0000:ba:00.0", "0000:db:00.0")  # examples/scenarios/healthy-8xh100.yaml
@@ -35,17 +36,20 @@ def healthy(task: str, n: int = 8) -> dict:
             "nccl": lambda: R.healthy_nccl(n)}[task]()
 
 
-def measure(task: str, kinds: set[str], rng: random.Random) -> dict:
-    """What the worker would report for ``task`` on a node whose GPU faults are ``kinds``."""
+def measure(task: str, kinds: dict[str, dict], rng: random.Random) -> dict:
+    """What the worker would report for ``task`` on a node whose GPU faults are ``kinds``
+    (active kind -> the fault's strength, faults.strength)."""
     data = healthy(task)
     if task == "burnin":
-        for dd in data["dtypes"].values():
+        for dtype, dd in data["dtypes"].items():
             g = dd["gpus"][SICK_GPU]
-            if "sdc" in kinds and rng.random() < SDC_DETECT:
+            sdc = kinds.get("sdc")
+            if sdc is not None and dtype in sdc["precisions"] and rng.random() < sdc["trigger"]:
                 g["hash"] = g["hash"][:-4] + "d00d"
             if "slow" in kinds:
-                g["tflops"] = round(g["tflops"] * 0.7, 1)
-                g["tflops_chunk_min"] = round(g["tflops_chunk_min"] * 0.7, 1)
+                keep = 1.0 - kinds["slow"]["slower"]
+                g["tflops"] = round(g["tflops"] * keep, 1)
+                g["tflops_chunk_min"] = round(g["tflops_chunk_min"] * keep, 1)
     return data
 
 

@@ -13,7 +13,7 @@ sweep) multiplies every reset and reboot odds, ``--rate-scale`` every rate.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -137,7 +137,28 @@ PERSON_S = {"rma": (3 * DAY, 10 * DAY), "cable": (0.5 * DAY, 2 * DAY), "admin": 
 HOST_DOWN_S = (1 * DAY, 5 * DAY)  # a host part's repair (spare SSD, DIMM, CPU, chassis), from the fault
 # NCCL's watchdog ends a hung collective after PyTorch's default ProcessGroupNCCL timeout, 10 min.
 NCCL_TIMEOUT_S = 600.0
-SDC_DETECT = 0.5  # chance that one burn-in's hashes differ on a GPU that corrupts data (ours)
+# Strengths: each hidden fault is drawn with its own (ours, docs/campaign.md "Strengths"). A
+# slow GPU computes this much below its siblings, uniform: the common straggler of 5-15 %
+# included, which the speed check's 0.85 does not see.
+SLOW = (0.05, 0.30)
+# A GPU that corrupts data does so in some precisions (each of these with chance SDC_PRECISION,
+# one at least: a fault in one unit's datapath, the tensor cores' or the FMA pipes'), and in a
+# run that computes one of them it shows with a chance drawn log-uniform from SDC_TRIGGER
+# (intermittent: a marginal cell, a voltage droop under load).
+SDC_PRECISIONS = ("bf16", "fp16", "tf32", "fp32", "fp64")
+SDC_PRECISION = 0.5
+SDC_TRIGGER = (0.05, 1.0)
+
+
+def strength(cls: FaultClass, rng: random.Random) -> dict:
+    """How strong one fault of ``cls`` is (empty for the classes drawn at one strength)."""
+    if cls.active == "slow":
+        return {"slower": rng.uniform(*SLOW)}
+    if cls.active == "sdc":
+        hit = [p for p in SDC_PRECISIONS if rng.random() < SDC_PRECISION] or [rng.choice(SDC_PRECISIONS)]
+        lo, hi = SDC_TRIGGER
+        return {"precisions": tuple(hit), "trigger": lo * (hi / lo) ** rng.random()}
+    return {}
 
 
 @dataclass
@@ -156,6 +177,7 @@ class Fault:
     lemon: bool = False  # recurs days after a repair that passed
     building: bool = False  # a flap still in its single-flap phase
     recurrence: int = 0  # 0: the first occurrence; k: the k-th return of a lemon
+    strength: dict = field(default_factory=dict)  # faults.strength(): how slow, which precisions
 
     @property
     def active(self) -> bool:

@@ -63,9 +63,14 @@ KINDS: tuple[NoiseClass, ...] = (
                source="IB symbol errors below the link's error budget"),
     NoiseClass("aer-corrected", 0.05, sticky={"aer": [{"pci": "0000:9a:00.0", "correctable": 3}]},
                source="PCIe AER corrected errors on a GPU's link"),
-    NoiseClass("nvml-timeout", 0.01, (1, 300),
+    NoiseClass("nvml-timeout", 0.009, (1, 300),
                {"nvml": {"available": False, "error": "Timeout"}},
                source="NVML busy for one run (a GPU in a long RM call)"),
+    # The tail of the same: long enough to span two health checks, where gpuhc's "NVML failed on
+    # consecutive health checks" rule (driver wedged?) drains and reboots (ours: a tenth of them).
+    NoiseClass("nvml-timeout-long", 0.001, (300, 900),
+               {"nvml": {"available": False, "error": "Timeout"}},
+               source="NVML busy 5-15 min: a long RM call on a healthy GPU, past one health-check interval"),
     # A flood of kernel messages (a user's program printing in a loop, an mlx5 storm) wraps the
     # ring buffer between two reads: the records since gpuhc's last read are gone, a driver line
     # among them included. gpuhc warns "N kernel log record(s) were lost" (docs/checks.md, xid),

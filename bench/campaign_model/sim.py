@@ -214,9 +214,9 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
                     self.at(self.now() + 60.0, "clear", f.id)
         return report
 
-    def _active_kinds(self) -> set[str]:
+    def _active_kinds(self) -> dict[str, dict]:
         node = self.current
-        return {f.cls.active for f in node.hardware() if f.cls.active} if node is not None else set()
+        return {f.cls.active: f.strength for f in node.hardware() if f.cls.active} if node is not None else {}
 
     def _check_healthy(self) -> None:
         """The healthy scenario passes every stage: the ground for skipping its runs."""
@@ -403,6 +403,8 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
         node = self.nodes[name]
         f = F.Fault(len(self.faults), cls, name, self.now(), permanent, stamp=self.now(), recurrence=recurrence)
         f.in_job = str(self.running[name]) if name in self.running else None
+        # its own draw, apart from the seed's stream: a strength changes no other fault's time
+        f.strength = F.strength(cls, random.Random(self.seed * 1_000_003 + f.id))
         if clears_at is None and cls.clears_after_s and not permanent and not cls.hang:
             clears_at = self.now() + self.rng.uniform(*cls.clears_after_s) * self.ts
         if clears_at is not None:

@@ -29,7 +29,13 @@ def drains(c, name=None):
     return [r for _, n, w, r in c.slurm.events if w == "drain" and (name is None or n == name)]
 
 
-def test_silent_data_corruption_is_seen_only_by_the_epilogs_burn_in(tmp_path):
+def strong(monkeypatch, **strength):
+    """Every fault of this campaign drawn at ``strength`` (faults.strength)."""
+    monkeypatch.setattr(F, "strength", lambda cls, rng: dict(strength) if cls.active else {})
+
+
+def test_silent_data_corruption_is_seen_only_by_the_epilogs_burn_in(tmp_path, monkeypatch):
+    strong(monkeypatch, precisions=("bf16", "fp64"), trigger=0.5)
     # The node looks healthy to every health check and prolog: jobs start on it (escapes) until
     # an epilog's burn-in gives a different hash on the corrupting GPU and drains it.
     jobs = [(600 + 1800 * k, 1, 1200.0, ("gpu001",)) for k in range(12)]
@@ -41,21 +47,47 @@ def test_silent_data_corruption_is_seen_only_by_the_epilogs_burn_in(tmp_path):
 
 
 @pytest.mark.parametrize("cls,check", [("sdc", "burn-in"), ("slow-gpu", "gpu-speed")])
-def test_a_drain_by_an_active_check_is_not_undone_by_passive_health_checks(tmp_path, cls, check):
+def test_a_drain_by_an_active_check_is_not_undone_by_passive_health_checks(tmp_path, monkeypatch, cls, check):
     # The health check cannot see a GPU that computes wrong or slow: it used to resume the node
     # after its cool-down, the next jobs started on the sick GPU (two more escapes here) and the
     # node went round until the lemon memory retired it. The drain now stands: only the job
     # before it started on the fault (gpuhc/slurm/policy/drain.py, unjudged_hold).
+    strong(monkeypatch, slower=0.3, precisions=("tf32",), trigger=1.0)
     jobs = [(600 + 1800 * k, 1, 1200.0, ("gpu001",)) for k in range(12)]
     c = campaign(tmp_path, [(300, cls, "gpu001", False)], nodes=1, days=0.3, jobs=jobs)
     assert [(w, (r or "").split()[1]) for _, _, w, r in c.slurm.events] == [("drain", check)]
     assert compute(c)["escapes"]["by_class"] == {cls: 1}
 
 
-def test_a_slow_gpu_is_drained_by_the_speed_check(tmp_path):
-    c = campaign(tmp_path, [(300, "slow-gpu", "gpu001", False)], nodes=1, days=0.1,
-                 jobs=[(600, 1, 1200.0, ("gpu001",))])
-    assert [r.split(":")[1].strip().split()[0] for r in drains(c)] == ["gpu-speed"]
+@pytest.mark.parametrize("slower, drained", [(0.30, True), (0.20, True), (0.10, False)])
+def test_a_slow_gpu_is_drained_by_the_speed_check_only_below_its_threshold(tmp_path, monkeypatch, slower, drained):
+    # The speed check fails a GPU below 0.85 of its siblings: a 10 % straggler, the common kind,
+    # is never drained and every job on it is an escape the campaign counts.
+    strong(monkeypatch, slower=slower)
+    jobs = [(600 + 1800 * k, 1, 1200.0, ("gpu001",)) for k in range(4)]
+    c = campaign(tmp_path, [(300, "slow-gpu", "gpu001", False)], nodes=1, days=0.1, jobs=jobs)
+    assert [r.split(":")[1].strip().split()[0] for r in drains(c)] == (["gpu-speed"] if drained else [])
+    assert (compute(c)["escapes"]["by_class"].get("slow-gpu", 0) > 1) is not drained
+
+
+@pytest.mark.parametrize("precisions, seen", [(("bf16",), True), (("tf32", "fp64"), True), (("fp64", "fp32"), False)])
+def test_silent_data_corruption_shows_only_in_a_precision_the_burn_in_computes(tmp_path, monkeypatch, precisions, seen):
+    # The epilog's burn-in computes bf16 and tf32 (tests/helpers/active_results.py): a GPU that
+    # corrupts only fp32 and fp64 passes every burn-in.
+    strong(monkeypatch, precisions=precisions, trigger=1.0)
+    jobs = [(600 + 1800 * k, 1, 1200.0, ("gpu001",)) for k in range(4)]
+    c = campaign(tmp_path, [(300, "sdc", "gpu001", False)], nodes=1, days=0.1, jobs=jobs)
+    assert bool(drains(c)) is seen
+
+
+def test_each_hidden_fault_draws_its_own_strength():
+    import random
+
+    slow = [F.strength(F.BY_NAME["slow-gpu"], random.Random(i))["slower"] for i in range(400)]
+    sdc = [F.strength(F.BY_NAME["sdc"], random.Random(i)) for i in range(400)]
+    assert min(slow) >= 0.05 and max(slow) <= 0.30 and sum(x < 0.15 for x in slow) > 100
+    assert all(x["precisions"] for x in sdc) and any(not {"bf16", "tf32"} & set(x["precisions"]) for x in sdc)
+    assert F.strength(F.BY_NAME["fallen-off-bus"], random.Random(1)) == {}
 
 
 def test_a_hang_with_no_xid_costs_the_nccl_timeout_and_drains_nothing(tmp_path):
