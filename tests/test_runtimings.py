@@ -11,20 +11,70 @@ import subprocess
 import sys
 import time
 
+import threading
+
+import pytest
+
 from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, result
+from gpuhc.config import Config, defaults, schema
+from gpuhc.model.kernel import KernelLog
+from gpuhc.model.nvml import NvmlReading
 from gpuhc.model.result import Status
 from gpuhc.runner import run_stage
+from gpuhc.runreport import RunOptions
 from gpuhc.runtimings import timing_lines
+from gpuhc.sources import SourceSpec, Sources
 from tests.helpers.paths import REPO
-from tests.test_runner import CHECKS, FakeNvml, setup  # noqa: F401 (setup: the runner's fixture)
 
 HEALTHY = str(REPO / "examples" / "scenarios" / "healthy-8xh100.yaml")
+_forever = threading.Event()  # never set: a source that waits on it hangs like a wedged NVML call
 
 
-class SlowNvml(FakeNvml):
+class FakeNvml:
+    def __init__(self, hang: bool = False, raises: bool = False, sleep_s: float = 0.0):
+        self.hang, self.raises, self.sleep_s = hang, raises, sleep_s
+
     def read(self):
-        time.sleep(0.05)
-        return super().read()
+        if self.hang:
+            _forever.wait()
+        if self.raises:
+            raise OSError("ioctl failed")
+        time.sleep(self.sleep_s)
+        return NvmlReading(available=True, driver_version="580.00")
+
+
+class FakeKlog:
+    def read(self):
+        return KernelLog(source="fake", last_time=1_000_000.0)
+
+
+class FakeSysfs:
+    def ib_ports(self):
+        return []
+
+    def aer(self):
+        return []
+
+
+def _pass(check_id):
+    return lambda snapshot, ctx: CheckOutput([result(check_id, Status.PASS, "fine")])
+
+
+CHECKS = [Check("fake-nvml", (NVML,), _pass("fake-nvml"), timeout_s=0.5),
+          Check("fake-klog", (KERNEL_LOG,), _pass("fake-klog"), timeout_s=0.5)]
+
+
+@pytest.fixture
+def setup(monkeypatch, tmp_path):
+    def make(nvml=None, checks=CHECKS):
+        monkeypatch.setattr("gpuhc.checks.checks_for_stage", lambda stage: list(checks))
+        monkeypatch.setattr("gpuhc.runner.build_sources",
+                            lambda spec, step=None: Sources(nvml or FakeNvml(), FakeKlog(), FakeSysfs(), replay=False))
+        monkeypatch.setattr("gpuhc.runner._profile", lambda snapshot, config: None)
+        return RunOptions(stage="passive", config=Config(defaults(schema())), sources=SourceSpec(),
+                          state_dir=str(tmp_path / "state"), hostname="n1")
+
+    return make
 
 
 def _slow_judge(snapshot, ctx):
@@ -39,7 +89,7 @@ def test_timings_are_left_out_unless_asked(setup):
 
 def test_each_source_and_each_check_has_its_wall_time(setup):
     checks = [*CHECKS, Check("slow", (KERNEL_LOG,), _slow_judge, timeout_s=2.0)]
-    opts = setup(nvml=SlowNvml(), checks=checks)
+    opts = setup(nvml=FakeNvml(sleep_s=0.05), checks=checks)
     opts.timings = True
     report = run_stage(opts)
     t = report.to_dict()["timings"]
