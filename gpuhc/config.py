@@ -221,7 +221,7 @@ def _validate(raw: dict, sch: dict, path: tuple, errs: _Errors, top: bool = Fals
                 continue
             names = set(map(str, sch)) | ({"checks", "hosts"} if top and not path else set())
             known = ", ".join(sorted(names)) or "(none)"
-            errs.add(f"unknown key (known here: {known})", here)
+            errs.add(f"unknown key{did_you_mean(key, names)} (known here: {known})", here)
             continue
         spec = sch[key]
         if isinstance(spec, dict):
@@ -249,7 +249,7 @@ def _validate_checks(checks: Any, prefix: tuple, errs: _Errors) -> None:
     for cid, settings in checks.items():
         here = prefix + ("checks", cid)
         if cid not in known:
-            errs.add(f"unknown check (known: {', '.join(sorted(known))})", here)
+            errs.add(f"unknown check{did_you_mean(cid, known)} (known: {', '.join(sorted(known))})", here)
             continue
         if not isinstance(settings, dict):
             errs.add("must be a mapping", here)
@@ -263,7 +263,7 @@ def _validate_checks(checks: Any, prefix: tuple, errs: _Errors) -> None:
             where = here + ("thresholds", tkey)
             if tkey not in known[cid]:
                 names = ", ".join(sorted(known[cid])) or "(none)"
-                errs.add(f"unknown threshold (known: {names})", where)
+                errs.add(f"unknown threshold{did_you_mean(tkey, known[cid])} (known: {names})", where)
                 continue
             why = _bad_threshold(tkey, known[cid].get(tkey), tval)
             if why:
@@ -365,6 +365,14 @@ def _validate_profile(raw: dict, prefix: tuple, errs: _Errors) -> None:
     known = profile_names()
     if name not in known:
         errs.add(f"unknown GPU profile {name!r} (known: {', '.join(known)})", prefix + ("node", "profile"))
+
+
+def did_you_mean(word: Any, names) -> str:
+    """``: did you mean 'resume_after'?`` for a name one slip away from a known one, else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(n) for n in names], n=1, cutoff=0.75)
+    return f": did you mean {close[0]!r}?" if close else ""
 
 
 def _dotted(path: tuple) -> str:

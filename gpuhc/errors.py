@@ -26,6 +26,7 @@ class GpuhcError(Exception):
 class ConfigError(GpuhcError):
     def __init__(self, message: str, file: str | None = None, line: int | None = None, key: str | None = None):
         self.file, self.line, self.key = file, line, key
+        self.message = message  # the words alone, without file, line and key (config validate --json)
         where = ""
         if file:
             where = f"{file}:{line}: " if line else f"{file}: "

@@ -86,6 +86,17 @@ def load_file_text(text: str, path: str) -> tuple[Any, dict[Path, int]]:
     return cached(path, text, "lines", lambda t: load_with_lines(t, path))
 
 
+def _tab_indented(text: str, upto: int | None) -> int | None:
+    """The first line up to ``upto`` (the parser's error line, which may be the one after)
+    whose indentation holds a tab: the usual cause of a YAML error in a hand-edited file, named
+    at its own line, in words."""
+    for number, line in enumerate(text.splitlines()[:upto or None], 1):
+        indent = line[:len(line) - len(line.lstrip(" \t"))]
+        if "\t" in indent and line.strip():
+            return number
+    return None
+
+
 def load_with_lines(text: str, filename: str) -> tuple[Any, dict[Path, int]]:
     yaml, _, loader = _yaml()
     try:
@@ -96,6 +107,9 @@ def load_with_lines(text: str, filename: str) -> tuple[Any, dict[Path, int]]:
         _check_depth(text, filename)  # our own limit and wording, whatever the library's are
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else None
+        tab = _tab_indented(text, line)
+        if tab is not None:
+            raise ConfigError("indented with a tab: YAML indents with spaces only", filename, tab) from None
         raise ConfigError(f"not valid YAML: {e.problem or e}", filename, line) from None
     except yaml.YAMLError as e:
         _check_depth(text, filename)

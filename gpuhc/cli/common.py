@@ -118,6 +118,22 @@ def source_spec(src: SourceArgs, config: Config) -> SourceSpec:
     )
 
 
+def source_problem(key: str, path: str | None) -> str | None:
+    """Why a recorded scenario, kernel log or sysfs tree at ``path`` cannot serve as
+    ``sources.<key>``, or None: the one test a run and `gpuhc config validate` both apply (a
+    dangling link is "no such file" to both)."""
+    if not path or (key == "kernel_log" and path in ("kmsg", "dmesg")):
+        return None
+    want_dir = key == "sysfs_root"
+    if not os.path.exists(path):
+        return "no such directory" if want_dir else "no such file"
+    if want_dir and not os.path.isdir(path):
+        return "not a directory"
+    if not want_dir and os.path.isdir(path):
+        return "is a directory, not a log file"
+    return None
+
+
 def _replay_path(given: str | None, config: Config, key: str, option: str) -> str | None:
     """A recorded scenario, kernel log or sysfs tree (``given`` on the command line, else the
     config's ``sources.<key>``), checked before anything runs.
@@ -125,16 +141,7 @@ def _replay_path(given: str | None, config: Config, key: str, option: str) -> st
     A mistyped path must not read as "this node has no Xids / no InfiniBand": a sysfs root that
     does not exist lists no ports, which the checks would call healthy (n/a)."""
     path = given or config.section("sources").get(key)
-    if not path or (key == "kernel_log" and path in ("kmsg", "dmesg")):
-        return path
-    want_dir = key == "sysfs_root"
-    problem = None
-    if not os.path.exists(path):
-        problem = "no such directory" if want_dir else "no such file"
-    elif want_dir and not os.path.isdir(path):
-        problem = "not a directory"
-    elif not want_dir and os.path.isdir(path):
-        problem = "is a directory, not a log file"
+    problem = source_problem(key, path)
     if problem is None:
         return path
     from gpuhc.errors import ConfigError, GpuhcError

@@ -15,16 +15,43 @@ def config() -> None:
 
 @config.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="File to validate (default $GPUHC_CONFIG or /etc/gpuhc/gpuhc.yaml).")
-def validate(config_path: str | None) -> None:
-    """Check the file; every error is listed, each naming file, line and key. Exit 0 when
-    valid, 2 when not."""
-    from gpuhc.config import load_config
+@click.option("--json", "json_mode", is_flag=True, help="One JSON document: valid, and each error's file, line, key "
+              "and message (for config pipelines).")
+def validate(config_path: str | None, json_mode: bool) -> None:
+    """Check the file as a run loads it (the same loader, the same messages); every error is
+    listed, each naming file, line and key. Exit 0 when valid, 2 when not."""
+    from gpuhc.errors import ConfigErrors
+
+    path, errors = problems(config_path)
+    if json_mode:
+        import json
+
+        click.echo(json.dumps({"file": path, "valid": not errors, "errors": [
+            {"file": e.file, "line": e.line, "key": e.key, "message": getattr(e, "message", str(e))} for e in errors]},
+            indent=2))
+        raise SystemExit(2 if errors else 0)
+    if len(errors) > 1:  # each printed on its own line, then how many
+        from gpuhc.errors import ConfigError
+
+        raise ConfigErrors([*errors, ConfigError(f"{len(errors)} errors", errors[0].file)])
+    if errors:
+        raise errors[0]
+    click.echo(f"{path or 'built-in defaults (no config file)'}: valid")
+
+
+def problems(config_path: str | None) -> tuple[str | None, list]:
+    """(the file, its errors): what a run refuses (load_config, then the recorded sources every
+    ``hosts:`` entry names, by the run's own test), and a node.baseline that does not load."""
+    from gpuhc.config import default_path, load_config
     from gpuhc.errors import ConfigError, ConfigErrors
 
     try:
         cfg = load_config(config_path, node_name())
-    except ConfigErrors as e:  # each printed on its own line, then how many
-        raise ConfigErrors([*e.errors, ConfigError(f"{len(e.errors)} errors", e.file)]) from None
+    except ConfigErrors as e:
+        return e.file, list(e.errors)
+    except ConfigError as e:
+        return e.file or config_path or default_path(), [e]
+    errors = missing_sources(cfg)
     baseline = cfg.section("node").get("baseline")
     if baseline:
         # A run only notes a broken baseline and falls back to the profile: say it here, where
@@ -35,19 +62,16 @@ def validate(config_path: str | None) -> None:
         try:
             load(baseline)
         except ConfigError as e:
-            raise ConfigError(str(e), cfg.path, line_of(cfg.lines, ("node", "baseline")), "node.baseline") from None
-    missing = missing_sources(cfg)
-    if missing:
-        raise ConfigErrors([*missing, ConfigError(f"{len(missing)} errors", cfg.path)] if len(missing) > 1 else missing)
-    click.echo(f"{cfg.path or 'built-in defaults (no config file)'}: valid")
+            errors.insert(0, ConfigError(str(e), cfg.path, line_of(cfg.lines, ("node", "baseline")),
+                                         "node.baseline"))
+    return cfg.path, errors
 
 
 def missing_sources(cfg) -> list:
     """The recorded files and trees the config's ``sources`` name (top level and every
-    ``hosts:`` entry, whichever node this is) that do not exist: a run on the node that uses
-    one would stop there, so validate says it first, at the entry's own line."""
-    import os
-
+    ``hosts:`` entry, whichever node this is) that a run on a node using them would refuse
+    (gpuhc.cli.common.source_problem, the run's own test), at the entry's own line."""
+    from gpuhc.cli.common import source_problem
     from gpuhc.errors import ConfigError
     from gpuhc.yamlpos import line_of
 
@@ -57,13 +81,11 @@ def missing_sources(cfg) -> list:
     for where, sources in places:
         for key in ("nvml_scenario", "test_scenario", "kernel_log", "sysfs_root"):
             path = sources.get(key)
-            if not path or (key == "kernel_log" and path in ("kmsg", "dmesg")):
-                continue
-            # (os.path.lexists: a test scenario is a link an admin re-points, and may dangle a moment)
-            if not os.path.lexists(path):
+            problem = source_problem(key, path)
+            if problem is not None:
                 dotted = ".".join(str(p) for p in (*where, "sources", key))
-                out.append(ConfigError(f"{path}: no such {'directory' if key == 'sysfs_root' else 'file'}", cfg.path,
-                                       line_of(cfg.lines, (*where, "sources", key)), dotted))
+                out.append(ConfigError(f"{path}: {problem}", cfg.path, line_of(cfg.lines, (*where, "sources", key)),
+                                       dotted))
     return out
 
 

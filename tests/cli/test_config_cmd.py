@@ -129,7 +129,11 @@ def test_validate_names_a_missing_source_file_of_any_hosts_entry(tmp_path):
                     f"    sources:\n      test_scenario: {tmp_path}/test-scenario.yaml\n")
     err = one_line_error(gpuhc("config", "validate", "--config", str(path)))
     assert f"{path}:8: hosts.0.sources.test_scenario: {tmp_path}/test-scenario.yaml: no such file" in err, err
-    (tmp_path / "test-scenario.yaml").symlink_to(tmp_path / "elsewhere.yaml")  # a link, placed: valid
+    # a link to nothing is what a run refuses too (it once said "valid" here: issue 50, point 4)
+    (tmp_path / "test-scenario.yaml").symlink_to(tmp_path / "elsewhere.yaml")
+    err = one_line_error(gpuhc("config", "validate", "--config", str(path)))
+    assert f"{path}:8: hosts.0.sources.test_scenario: {tmp_path}/test-scenario.yaml: no such file" in err, err
+    (tmp_path / "elsewhere.yaml").write_text("{}\n")  # the link points at a file: valid
     assert gpuhc("config", "validate", "--config", str(path)).returncode == 0
 
 
