@@ -4,10 +4,11 @@
 Every command is a fresh process, as the health check is; runs alternate between the commands
 so machine noise hits them alike, and medians are compared. Targets, as ratios:
 
-- replay (this CPU machine): the passive stage replaying the bundled 8-GPU demo node
-  (gpuhc/data/scenarios/demo-8xh100.yaml) at most 2.0x `python -c "import pynvml"`, with an
-  empty config and with the shipped etc/gpuhc.yaml (event log and textfile on);
-- live (`--live`, a GPU node): the passive stage at most 0.6x `nvidia-smi -q`, and the prolog
+- replay (this CPU machine): `gpuhc check --stage passive` replaying the healthy 8-GPU node
+  (examples/scenarios/healthy-8xh100.yaml, the bundled demo's original) at most 1.8x
+  `python -c "import pynvml"`, with an empty config and with the shipped etc/gpuhc.yaml (event
+  log and textfile on);
+- live (`--live`, a GPU node): the passive stage at most 0.5x `nvidia-smi -q`, and the prolog
   of one GPU within 1.3x of bench/nvml_floor.py (a hand-written pynvml program reading the same
   fields), both configs again. Both stages read the NVLink DL counters of a third of the links
   per run (the nvlink check's default ``dl_rotation: 3``, the floor's default too); the same
@@ -25,7 +26,7 @@ startup (interpreter and first imports), imports+config (the command, config, op
 init and reads (beside the rest: the read starts early, gpuhc/nvml_early.py), judge
 (checks, waiting for the sources), state, write-out (report, event log, textfile), exit.
 
-    python3 bench/bench_check.py [--runs 15] [--json]
+    python3 bench/bench_check.py [--runs 9] [--json]
     python3 bench/bench_check.py --live [--gpu 0] [--runs 9] [--json]
 
 Exit status 1 when a target is missed: a bench, never a timed assertion in a unit test.
@@ -47,16 +48,17 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEMO = os.path.join(ROOT, "gpuhc", "data", "scenarios", "demo-8xh100.yaml")
+HEALTHY = os.path.join(ROOT, "examples", "scenarios", "healthy-8xh100.yaml")
 SHIPPED = os.path.join(ROOT, "etc", "gpuhc.yaml")
-REPLAY_TARGET = 2.0
-PASSIVE_TARGET = 0.6
+REPLAY_TARGET = 1.8
+PASSIVE_TARGET = 0.5
 PROLOG_TARGET = 1.3
 
 
-def shipped_config(tmp: str) -> str:
-    """etc/gpuhc.yaml as shipped, its file paths moved into ``tmp`` (textfile and event log on)."""
-    text = open(SHIPPED, encoding="utf-8").read()
+def shipped_config(tmp: str, source: str = SHIPPED) -> str:
+    """etc/gpuhc.yaml as shipped (or ``source``), its file paths moved into ``tmp`` (textfile and
+    event log on)."""
+    text = open(source, encoding="utf-8").read()
     for old in ("/var/lib/prometheus/node-exporter", "/var/log/gpuhc", "/var/lib/gpuhc"):
         text = text.replace(old, os.path.join(tmp, old.strip("/").replace("/", "-")))
     path = os.path.join(tmp, "shipped.yaml")
@@ -140,7 +142,7 @@ class Command:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--live", action="store_true", help="time this GPU node instead of the replay")
     ap.add_argument("--gpu", type=int, default=0, help="live: the prolog's job GPU")
     ap.add_argument("--json", action="store_true")
@@ -165,7 +167,7 @@ def main() -> int:
     open(empty, "w").close()
     configs = {"empty config": empty, "shipped config": shipped_config(tmp)}
     py = sys.executable
-    gpuhc = [py, "-m", "gpuhc", "check", "--node", "benchnode"]
+    gpuhc = [py, "-m", "gpuhc", "check", "--stage", "passive", "--node", "benchnode"]
 
     cmds: list[Command] = []
     # (ratio name, command, baseline, at most; None: reported, not a target)
@@ -173,12 +175,12 @@ def main() -> int:
     if not args.live:
         cmds.append(Command("import pynvml", [py, "-c", "import pynvml"], env))
         for label, cfg in configs.items():
-            name = f"passive replay demo-8xh100, {label}"
-            cmds.append(Command(name, gpuhc + ["--config", cfg, "--nvml-scenario", DEMO], env, gpuhc=True))
+            name = f"passive replay healthy-8xh100, {label}"
+            cmds.append(Command(name, gpuhc + ["--config", cfg, "--nvml-scenario", HEALTHY], env, gpuhc=True))
             targets.append((f"{name} / import pynvml", name, "import pynvml", REPLAY_TARGET))
         # what the parse memo is worth (not a target)
-        cmds.append(Command("passive replay demo-8xh100, shipped config, parse memo off",
-                            gpuhc + ["--config", configs["shipped config"], "--nvml-scenario", DEMO],
+        cmds.append(Command("passive replay healthy-8xh100, shipped config, parse memo off",
+                            gpuhc + ["--config", configs["shipped config"], "--nvml-scenario", HEALTHY],
                             dict(env, GPUHC_CACHE_DIR=""), gpuhc=True))
     else:
         smi = shutil.which("nvidia-smi")

@@ -7,7 +7,9 @@ examples/scenarios/healthy-8xh100.yaml, with an empty config and a fresh state d
 - imports: ``python -X importtime`` over ``--runs`` fresh processes, each module's own import
   time (its "self" column) as the median over the runs, so one noisy run on a shared machine
   does not name the wrong culprit; listed by cost, with the total per package (click, gpuhc's
-  subpackages, the standard library);
+  subpackages, the standard library). importtime does not see a module imported through
+  ``importlib.import_module`` (the CLI's commands, the check registry's modules): those modules'
+  own imports show at the top level, and bench/check_costs.py times each check module itself;
 - functions: one run under cProfile in this process (``os._exit`` at the end replaced by an
   exception, so the profile is kept), the functions with the most cumulative time that are not
   the import machinery. Source reads run in threads that cProfile does not follow: their wall

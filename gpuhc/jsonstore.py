@@ -8,7 +8,10 @@ each other's writes. Hence:
 - an exclusive ``flock`` on a separate lock file around read-modify-write (shared for a read);
 - write to a temporary file in the same directory, fsync, rename over the old one, fsync the
   directory (:func:`gpuhc.fsutil.write_atomic`): a crash leaves the old or the new document,
-  never half of one;
+  never half of one. A transaction that changed only what the next run rewrites anyway (the
+  state's ``last_run``) says so (:meth:`LockedJson.lightly`) and skips the two fsyncs: the health
+  check runs every few minutes, and a disk flush a run for a time stamp is a cost paid for
+  nothing;
 - read through the bounded reader (:mod:`gpuhc.untrusted`): a FIFO, a link (to ``/dev/zero``,
   say), a huge or a deeply nested file must not hang the reader or eat the node's memory;
 - a corrupt document is moved aside (``<file>.corrupt-<ns>``, a name never reused, the newest
@@ -49,15 +52,23 @@ class LockedJson:
         self.path = os.path.join(directory, file)
         self.max_bytes, self.max_depth, self.lock_timeout_s, self.error = max_bytes, max_depth, lock_timeout_s, error
         self.problem: str | None = None  # set when a corrupt document was rebuilt
+        self._light = False  # this transaction's changes need no fsync (lightly())
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[dict[str, Any]]:
         """Yield the document; write it back atomically if the block ends without an exception."""
         self._ensure_dir()
         with self._locked():
+            self._light = False
             doc = self._read()
             yield doc
-            self._write(doc)
+            self._write(doc, durable=not self._light)
+
+    def lightly(self) -> None:
+        """Inside a transaction: its changes are ones a crash may lose (the next run writes them
+        again), so the write skips the fsyncs. Readers still see the old or the new document,
+        whole; a crash may keep the old one."""
+        self._light = True
 
     def read(self) -> dict[str, Any]:
         """A consistent copy of the document (shared lock), for read-only callers."""
@@ -173,11 +184,11 @@ class LockedJson:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.dir, name))
 
-    def _write(self, doc: dict[str, Any]) -> None:
+    def _write(self, doc: dict[str, Any], durable: bool = True) -> None:
         from gpuhc.fsutil import write_atomic
 
         try:
             data = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
-            write_atomic(self.path, data.encode(), 0o600)  # (its directory was checked above)
+            write_atomic(self.path, data.encode(), 0o600, durable=durable)  # (its directory was checked above)
         except OSError as e:
             raise self.error(f"cannot write {self.what} {self.path}: {e.strerror}") from None

@@ -44,6 +44,13 @@ def save_state(store: StateStore, new_state: dict, step: int | None, spec: Sourc
             # run (an epilog overlapping a health check) may have written since, and the later
             # write wins: growth checks then re-baseline once, nothing is corrupted. Counters
             # owned by the runner are advanced from what is stored now, so no step is lost.
+            # Flushed to disk only when it holds something a crash must not lose: a check's
+            # slice, the held evidence, a replay's step. A run that changed only last_run (most
+            # runs of a healthy node) is written without the fsyncs.
+            if all(doc["checks"].get(k) == v for k, v in new_state.items()) \
+                    and (held is None or doc.get("evidence") == held) \
+                    and not (spec.nvml_scenario and spec.step is None):
+                store.lightly()
             doc["checks"].update(new_state)
             if held is not None:  # the evidence held over runs (gpuhc/runhold.py), whole
                 doc["evidence"] = held

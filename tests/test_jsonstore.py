@@ -74,3 +74,27 @@ def test_the_sweep_index_is_the_generic_store_with_its_old_file_names(tmp_path):
         index["current"] = "s2"
     assert sweep.index.problem.startswith("sweep index file ")
     assert sweep.read_index() == {"current": "s2"}
+
+
+def _fsyncs(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd) or real(fd))
+    return calls
+
+
+def test_a_light_transaction_is_written_whole_without_fsync(tmp_path, monkeypatch):
+    """Nothing flushed to disk that a crash may lose (issue 47): the document is still replaced
+    whole; only the fsyncs are skipped, and only for the transaction that asked."""
+    store = LockedJson(str(tmp_path), "doc.json", ".lock", what="test", max_bytes=1 << 20, max_depth=8)
+    calls = _fsyncs(monkeypatch)
+    with store.transaction() as doc:
+        doc["kept"] = 1
+    assert len(calls) == 2  # the file and its directory
+    with store.transaction() as doc:
+        doc["stamp"] = 2
+        store.lightly()
+    assert len(calls) == 2 and store.read() == {"kept": 1, "stamp": 2}
+    with store.transaction() as doc:
+        doc["kept"] = 3
+    assert len(calls) == 4  # the next transaction is durable again

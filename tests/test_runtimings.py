@@ -154,3 +154,4 @@ def test_check_json_has_timings_only_when_asked(tmp_path):
     judged = {r["check"] for r in with_t["results"]}
     assert judged <= set(with_t["timings"]["checks"])
     assert all(c["judge_ms"] is not None for c in with_t["timings"]["checks"].values())
+
