@@ -21,6 +21,7 @@ from gpuhc.slurm.act.scontrol import Scontrol
 from gpuhc.sources import SourceSpec
 
 from .faults import EXAMPLES, OWN, Fault
+from .log_shapes import render
 
 T0 = 1741082400.0  # 2025-03-04T10:00:00Z, the example scenarios' time: the campaign's clock starts here
 HC_INTERVAL_S = 300.0  # slurm/slurm.conf.example HealthCheckInterval
@@ -118,6 +119,7 @@ class Node:
         self.admin_hold = False  # drained by an admin, not by gpuhc
         self.hold_memo: tuple | None = None  # (inputs, until): a held node's failing run, unchanged
         self.parts_epoch = 0  # bumped when a person swaps its faulty part (a lemon's returns stop)
+        self.shape = "iso"  # how its kernel log reaches gpuhc (log_shapes.py): the campaign draws it
 
     def timed_state(self) -> str:
         """What gpuhc's timed rules keep in the node's state: the host check's stuck-process
@@ -169,8 +171,10 @@ class Node:
             patch.update(IDLE)
         text = (f"extends: {json.dumps(str(stripped))}\n" + steps
                 + (_dump(patch) if patch else "")
-                + f"hostname: {self.name}\nkernel_log:\n" + "".join(f"  - {json.dumps(ln)}\n" for ln in lines))
-        now_line = f"  - {json.dumps(iso(now) + ' systemd[1]: Started gpuhc check (campaign clock).')}\n"
+                + f"hostname: {self.name}\nkernel_log:\n"
+                + "".join(f"  - {json.dumps(render(ln, self.shape, self.name))}\n" for ln in lines))
+        clock = render(iso(now) + " systemd[1]: Started gpuhc check (campaign clock).", self.shape, self.name)
+        now_line = f"  - {json.dumps(clock)}\n"
         self.scenario.write_text(text + now_line + f"time: {now}\n")
 
     def flow(self, stage: str, config, slurm, now: float, env: dict | None = None) -> entry.Flow:

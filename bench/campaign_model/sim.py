@@ -31,6 +31,7 @@ from gpuhc.slurm.flows import entry
 from gpuhc.slurm.policy.reason import parse_reason
 
 from . import faults as F
+from . import log_shapes
 from . import noise as N
 from .active_gpu import stand_in
 from .host_noise import host_at
@@ -91,7 +92,7 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
                  inject: list | None = None, jobs: list | None = None, time_scale: float = 1.0,
                  noise: bool = True, classes: tuple[str, ...] | None = None, odds: float = 1.0,
                  busy_share: float = N.BUSY_SHARE, pinned_share: float = 0.1, noise_inject: list | None = None,
-                 placement: str = "random"):
+                 placement: str = "random", log_shape: str | None = None):
         self.config, self.days, self.seed = config, days, seed
         # Every duration of the model times this: a real campaign's compression (docs/campaign.md,
         # "Trusting the model"); reset_s and reboot_s are given already scaled.
@@ -112,6 +113,9 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
         self.t, self.offset = T0, 0.0
         self.slurm = ModelSlurm(self.names, self.now, random.Random(seed * 7919 + 2) if noise else None)
         self.nodes = {n: Node(n, workdir) for n in self.names}
+        shapes = random.Random(seed * 7919 + 3)  # apart, so the fault and noise draws are the seed's
+        for node in self.nodes.values():
+            node.shape = log_shapes.draw(shapes) if log_shape is None else log_shape
         self.events: list = []
         self.seq = itertools.count()
         self.faults: list[F.Fault] = []

@@ -12,7 +12,8 @@ that scale by its size (below ``gpuhc.limits.RELATIVE_LIMIT``, 1e9 s, i.e. befor
 :attr:`KernelLog.last_time` is the *latest* time in the log, not the last line's: a file pasted
 together from two tools, or a journal merged from two sources, is not in time order, and a
 replay judges "now" by it.
-Syslog stamps carry no year: the caller's ``year`` is used, else the current one, stepping
+Syslog stamps carry no year: the caller's ``year`` is used, else the year of its ``now`` (a
+replay's time) or the current one, stepping
 back a year when that would put the line more than a day in the future (a December log read in
 January). ``dmesg -T`` and syslog stamps are read in the local time zone, as the tools print.
 
@@ -97,8 +98,8 @@ _REFUSED = lazy(r"NVRM: Xid\b|NVRM:.{0,200}fallen off the bus")
 
 
 class _Parser:
-    def __init__(self, boot_time: float | None, year: int | None, live: bool = False):
-        self.stamps = Stamps(boot_time, year)
+    def __init__(self, boot_time: float | None, year: int | None, live: bool = False, now: float | None = None):
+        self.stamps = Stamps(boot_time, year, now)
         self.live = live  # the node's own kernel: no wrapper, no quote, no pasted stamp is read
         self.found: list[Found] = []
         self.unparsed = 0
@@ -390,15 +391,17 @@ class _Parser:
 
 
 def parse_lines(lines: Iterable[str], boot_time: float | None = None, year: int | None = None,
-                live: bool = False) -> KernelLog:
+                live: bool = False, now: float | None = None) -> KernelLog:
     """Parse kernel log lines (any shape in the module doc) into a :class:`KernelLog`.
 
     ``boot_time``: epoch of boot, to turn since-boot stamps into epoch (live sources).
-    ``year``: the year of syslog and ``dmesg -H`` stamps, which print none. ``live``: the
+    ``year``: the year of syslog and ``dmesg -H`` stamps, which print none; without it they are
+    dated against ``now`` (a replay's time: a recording's syslog lines are of its year, not
+    today's), else the clock. ``live``: the
     node's own kernel (/dev/kmsg, ``dmesg``), where only the kernel's records count: no line is
     read from behind a wrapper, a quote or text before its stamp. ``source``/``boot_id`` are the
     caller's to fill in. Never raises on any text."""
-    parser = _Parser(boot_time, year, live)
+    parser = _Parser(boot_time, year, live, now)
     for line in lines:
         parser.feed(line)
     return parser.finish()

@@ -94,12 +94,14 @@ QUOTES = " \t>|+#*"  # what a ticket, an e-mail reply or a diff puts before a pa
 
 class Stamps:
     """Reads stamps; ``boot_time`` turns since-boot stamps into epoch seconds (live sources),
-    ``year`` dates syslog and ``dmesg -H`` stamps, which print none (see :mod:`kernel_log_parse`).
+    ``year`` dates syslog and ``dmesg -H`` stamps, which print none (see :mod:`kernel_log_parse`);
+    without it they are dated against ``now`` (a replay's own time; else the clock's).
     Holds the ``dmesg -H`` clock: the time of the last relative line."""
 
-    def __init__(self, boot_time: float | None, year: int | None):
+    def __init__(self, boot_time: float | None, year: int | None, now: float | None = None):
         self.boot_time = boot_time
         self.year = year
+        self.now = now
         self.rel_time: float | None = None  # dmesg -H: the last line's time
         self.anchored = False  # dmesg -H: an absolute anchor was seen
         self.unanchored = 0  # dmesg -H lines dated from the first line only (no anchor before them)
@@ -233,9 +235,10 @@ class Stamps:
         if self.year is not None:
             t = epoch(self.year, *fields)
             return None if t is None else t + frac
-        year = _time.localtime().tm_year
+        ref = self.now if self.now is not None else _time.time()
+        year = _time.localtime(ref).tm_year
         t = epoch(year, *fields)
-        if t is not None and t > _time.time() + 86400:
+        if t is not None and t > ref + 86400:
             t = epoch(year - 1, *fields)
         return None if t is None else t + frac
 

@@ -61,11 +61,12 @@ class _Fixed:
 class _KernelLines:
     lines: list[str]
     source: str
+    now: float | None = None  # the recording's time: its year-less stamps are of that year
 
     def read(self) -> KernelLog:
         from gpuhc.sources.kernel_log import parse_lines  # lazy: only scenarios with a log need it
 
-        log = parse_lines(self.lines)
+        log = parse_lines(self.lines, now=self.now)
         log.source = self.source
         return log
 
@@ -132,7 +133,7 @@ class Scenario:
     def kernel_log_source(self) -> Any:
         if self.kernel is not None:
             return _Fixed(self.kernel)
-        return _KernelLines(list(self.kernel_lines or []), f"{self.path} (scenario kernel_log)")
+        return _KernelLines(list(self.kernel_lines or []), f"{self.path} (scenario kernel_log)", self.time)
 
     @property
     def has_sysfs(self) -> bool:

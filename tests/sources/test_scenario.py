@@ -283,3 +283,21 @@ def test_extends_loop_is_caught(tmp_path):
     write(tmp_path, "extends: a.yaml\n", name="b.yaml")
     with pytest.raises(SourceError, match="loop"):
         load_scenario(str(tmp_path / "a.yaml"))
+
+
+def test_a_recordings_syslog_stamps_are_of_its_own_year(tmp_path):
+    """A syslog line prints no year. A recording replayed later is dated by its own ``time``,
+    not today's clock: mlx5's port lines of a 2025 recording (the shape of the real dmesg of
+    tests/fixtures/kernel_log/real/08_*) read as 2025, so the port's DOWN and ACTIVE lines bound
+    its downtime then (the campaign's syslog-shaped nodes held a port down for ever)."""
+    import time
+
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        f"extends: {REPO / 'examples' / 'scenarios' / 'healthy-8xh100.yaml'}\n"
+        "time: 1741172700.0\n"  # 2025-03-05T11:05:00Z
+        "kernel_log:\n"
+        '  - "Mar  4 10:05:00 gpu001 kernel: mlx5_core 0000:4b:00.0 mlx5_3: Port: 1 Link DOWN"\n'
+        '  - "Mar  4 11:05:00 gpu001 kernel: mlx5_core 0000:4b:00.0 mlx5_3: Port: 1 Link ACTIVE"\n')
+    log = load_scenario(str(path)).kernel_log_source().read()
+    assert log.last_time is not None and time.gmtime(log.last_time)[:4] == (2025, 3, 4, 11)
