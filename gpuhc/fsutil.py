@@ -27,6 +27,7 @@ import contextlib
 import errno
 import os
 import stat
+from typing import Iterator
 
 from gpuhc.errors import GpuhcError
 
@@ -257,3 +258,38 @@ def write_new(path: str, data: bytes, mode: int = 0o600) -> None:
             view = view[os.write(fd, view):]
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str) -> Iterator[str]:
+    """A fresh private directory (0700, an unguessable name under $TMPDIR or /tmp) for the block,
+    removed with what it holds when the block ends. Not tempfile.TemporaryDirectory: importing
+    tempfile (with shutil, random, bz2 and lzma) costs a replayed health check ~4 ms, more than
+    the rest of its state handling (docs/checks.md, "What a check costs")."""
+    base = os.environ.get("TMPDIR") or "/tmp"
+    for _ in range(100):
+        path = os.path.join(base, f"{prefix}{os.urandom(6).hex()}")
+        try:
+            os.mkdir(path, 0o700)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free name for a scratch directory in {base}")
+    try:
+        yield path
+    finally:
+        _remove_tree(path)
+
+
+def _remove_tree(path: str) -> None:
+    """``path`` and everything under it; a link is removed, never followed."""
+    with contextlib.suppress(FileNotFoundError), os.scandir(path) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                _remove_tree(entry.path)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(path)

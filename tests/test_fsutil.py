@@ -6,6 +6,7 @@ links, modes and owners (``chown`` to nobody) rather than faking the kernel's an
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 
@@ -244,3 +245,22 @@ def test_a_program_found_on_path_or_configured_runs_only_under_the_program_rule(
     assert not ran.exists()
     drop.chmod(0o755)  # root's alone now: found, and its real path returned
     assert trusted_which("sinfo", "sinfo") == str(prog)
+
+
+def test_a_scratch_directory_is_private_and_removed_with_what_it_holds(tmp_path, monkeypatch):
+    """Replays judge in one (gpuhc/cli/common.py replay_scope); a link inside is removed, never
+    followed: what it points at stays."""
+    from gpuhc.fsutil import scratch_dir
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    with scratch_dir("gpuhc-replay-") as path:
+        assert os.path.dirname(path) == str(tmp_path) and os.path.basename(path).startswith("gpuhc-replay-")
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
+        os.makedirs(os.path.join(path, "sub"))
+        open(os.path.join(path, "sub", "state.json"), "w").close()
+        os.symlink(outside, os.path.join(path, "link"))
+    assert not os.path.exists(path)
+    assert (outside / "keep").read_text() == "x"

@@ -198,9 +198,9 @@ def replay_scope(src: SourceArgs) -> Iterator[tuple[SourceArgs, str | None]]:
     if src.state_dir:
         yield src, replay
         return
-    import tempfile
+    from gpuhc.fsutil import scratch_dir
 
-    with tempfile.TemporaryDirectory(prefix="gpuhc-replay-") as scratch:
+    with scratch_dir("gpuhc-replay-") as scratch:
         yield replace(src, state_dir=scratch), replay
 
 
