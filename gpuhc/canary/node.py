@@ -64,7 +64,7 @@ def run(params: dict[str, Any], max_seconds: float, gpus: list[int] | None = Non
     from gpuhc.active.supervise import Worker, run_tasks, worker_env
     from gpuhc.canary.worker import argv
 
-    r = Run(node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0], time.time(), params)
+    r = Run(node or node_name(), time.time(), params)
     deadline = time.monotonic() + max_seconds
     wargv = list(WORKER_ARGV) if WORKER_ARGV else argv()
     chosen: dict[str, list] = {}
@@ -108,10 +108,28 @@ def write_result(run_: Run, results_dir: str) -> str:
     return path
 
 
-def due(state_dir: str, period_h: float, now: float | None = None) -> bool:
-    """The epilog slice's question: has this node's canary not run within the cadence?"""
-    last = read_last(state_dir)
-    return last is None or (time.time() if now is None else now) - last >= period_h * 3600.0
+def due(state_dir: str, period_h: float, results_dir: str | None = None, node: str | None = None,
+        now: float | None = None) -> bool:
+    """The epilog slice's question: has this node's canary not run within the cadence? Its last
+    run is the newer of the local stamp (a run as root) and its newest result file (a canary job
+    runs as the operator account, which cannot write root's state directory)."""
+    runs = [t for t in (read_last(state_dir), newest_result(results_dir, node)) if t is not None]
+    return not runs or (time.time() if now is None else now) - max(runs) >= period_h * 3600.0
+
+
+def node_name() -> str:
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def newest_result(results_dir: str | None, node: str | None) -> float | None:
+    if not results_dir:
+        return None
+    try:
+        d = os.path.join(results_dir, node or node_name())
+        times = [os.lstat(os.path.join(d, n)).st_mtime for n in os.listdir(d) if n.endswith(".json")]
+    except OSError:
+        return None
+    return max(times) if times else None
 
 
 def read_last(state_dir: str) -> float | None:
@@ -125,9 +143,15 @@ def read_last(state_dir: str) -> float | None:
         return None
 
 
-def write_last(state_dir: str, run_: Run) -> None:
+def write_last(state_dir: str, run_: Run) -> str | None:
+    """The local stamp; None, or why not (a canary job's user may not write the state directory:
+    its result file in the results directory is its stamp then)."""
     from gpuhc.fsutil import make_dirs, write_atomic
 
-    make_dirs(state_dir, 0o755, what="state directory")
-    write_atomic(os.path.join(state_dir, LAST_FILE), json.dumps({"ended": time.time(), "node": run_.node}).encode(),
-                 mode=0o644, what="canary stamp")
+    try:
+        make_dirs(state_dir, 0o755, what="state directory")
+        write_atomic(os.path.join(state_dir, LAST_FILE), json.dumps({"ended": time.time(), "node": run_.node}).encode(),
+                     mode=0o644, what="canary stamp")
+    except OSError as e:
+        return f"no local canary stamp in {state_dir}: {e.strerror or e}"
+    return None

@@ -104,7 +104,8 @@ def run_cmd(config_path, state_dir, cases, repeats, seed, max_seconds, gpus, kno
 
     config, section, state = _context(config_path, state_dir)
     ep = section["epilog"]
-    if if_due and not node.due(state, float(section["period_h"])):
+    results_dir = results_dir or section.get("results_dir")  # the epilog slice's result goes there too
+    if if_due and not node.due(state, float(section["period_h"]), results_dir):
         _say({"skipped": "not due", "results": []}, json_mode, "canary not due on this node")
         return
     params = {"cases": _cases(cases, ep["cases"] if epilog else section["cases"]),
@@ -114,9 +115,14 @@ def run_cmd(config_path, state_dir, cases, repeats, seed, max_seconds, gpus, kno
     r = node.run(params, limit, parse_gpu_list(gpus))
     doc = r.record()
     if results_dir:
-        doc["file"] = node.write_result(r, results_dir)
+        try:
+            doc["file"] = node.write_result(r, results_dir)
+        except OSError as e:  # e.g. root squashed on the shared results directory
+            click.echo(f"gpuhc canary run: cannot leave the result in {results_dir}: {e.strerror or e}", err=True)
     if r.error is None and not params["inject"]:
-        node.write_last(state, r)
+        note = node.write_last(state, r)
+        if note and not doc.get("file"):  # a run that left a result file has that as its stamp
+            click.echo(f"gpuhc canary run: {note}", err=True)
     if json_mode:
         click.echo(json.dumps(doc, sort_keys=True, default=str))
     else:
