@@ -60,6 +60,7 @@ def _llama(n: float) -> float:
 
 
 GPU_ODDS = dict(lemon_share=0.08, permanent_share=0.04)
+MULTI_TENANT = 10.0  # applications' Xids on a shared cluster, times one training job's rate (ours)
 # examples/scenarios/ib-port-down.yaml's port coming back: mlx5_core's line for a link that is up
 # again (the real dmesg of tests/fixtures/kernel_log/real/08_*, an H100's mlx5_3, on that
 # scenario's PCI address).
@@ -118,9 +119,11 @@ CLASSES: tuple[FaultClass, ...] = (
     # (the noise's teardown lag is the drawn kind of it).
     FaultClass("stray-process", EXAMPLES / "stray-process.yaml", 0.0, "not in the table", "prolog, epilog",
                reboot_fix=1.0, kills_job=False),
-    FaultClass("app-xid13-43", OWN / "app-xid13-43.yaml", _llama(54 + 2) * 0.7, "software bug + dependency",
-               "health check, epilog (must not drain)", app=True),
-    FaultClass("app-xid31", OWN / "app-xid31.yaml", _llama(54 + 2) * 0.3, "software bug + dependency",
+    # Applications' Xids at a multi-tenant cluster's rate: Llama 3's row is one team's training
+    # job; many users' code crashes far more often (MULTI_TENANT, ours).
+    FaultClass("app-xid13-43", OWN / "app-xid13-43.yaml", _llama(54 + 2) * 0.7 * MULTI_TENANT,
+               "software bug + dependency", "health check, epilog (must not drain)", app=True),
+    FaultClass("app-xid31", OWN / "app-xid31.yaml", _llama(54 + 2) * 0.3 * MULTI_TENANT, "software bug + dependency",
                "health check, epilog (must not drain)", app=True),
 )
 BY_NAME = {c.name: c for c in CLASSES}
