@@ -116,8 +116,10 @@ TABLE: tuple[Evidence, ...] = (
     Evidence(IB_FLAPS_RECURRING, "hardware", "single InfiniBand flaps of one port recurring over a day", (),
              "each flap", "at the next job boundary, once down in `flap_hours` distinct hours of `flap_window_h` "
              "(checks.infiniband); the reason says how long", "-", "at the drain (the cable or transceiver)", False),
-    Evidence("node-config", "host", "a node that lost CPUs or DIMMs at boot (baseline), MIG layout gone",
-             ("host", "mig-layout"), "-", "at once", "-", "at once", False),
+    # firmware and IPoIB: the site's rollout and network configuration, warned unless it says fail
+    Evidence("node-config", "host", "a node that lost CPUs or DIMMs at boot (baseline), MIG layout gone; GPU or "
+             "HCA firmware not alike, an IPoIB interface down on an ACTIVE port",
+             ("host", "mig-layout", "firmware", "ipoib"), "-", "at once", "-", "at once", False),
     Evidence("job-leftover", "host", "a process left on a GPU, a job hung or slowed: the job's, not the node's",
              ("occupancy", "jobs"), "-", "as the check says", "-", "-", False),
     # ---- the node around the GPUs: warns, drains only when held

@@ -33,6 +33,8 @@ MODULES = (
     "services",
     "hung_task",  # the kernel's hung-task reports and the NIC driver's health (gpuhc/sources/node_reports.py)
     "nic_health",
+    "firmware",  # the GPUs' VBIOS and the HCAs' firmware alike; IPoIB interfaces up (sysfs_ipoib)
+    "ipoib",
 )
 
 

@@ -20,6 +20,10 @@ class IbPort(Record):
     link_layer: str | None = None  # "InfiniBand" / "Ethernet"
     counters: dict[str, int] = field(default_factory=dict)
     pci: str | None = None  # the HCA's PCI address: mlx5 kernel lines sometimes name only that
+    fw_ver: str | None = None  # the HCA's firmware version (<hca>/fw_ver), the same for its ports
+    # The port's IPoIB interfaces that are administratively up, name -> operstate ("up",
+    # "down", "lowerlayerdown", ...); an interface set down on purpose is not listed. None: not read.
+    ipoib: dict[str, str] | None = None
 
     @property
     def subject(self) -> str:

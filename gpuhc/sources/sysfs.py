@@ -181,9 +181,13 @@ class SysfsTree:
         return None
 
     def ib_ports(self) -> list[IbPort]:
+        from gpuhc.sources import sysfs_ipoib  # the HCA's firmware and IPoIB interfaces
+
         ports: list[IbPort] = []
         for hca in self.hcas():
             pci = self._pci_of(hca) if _HAS_PCI_FIELD else None
+            fw = sysfs_ipoib.fw_ver(self.ib_dir, hca)
+            nets = sysfs_ipoib.ipoib(self.pci_dir, pci) if pci else None
             pdir = os.path.join(self.ib_dir, hca, "ports")
             for name in _listdir(pdir):
                 if not name.isdigit():
@@ -191,6 +195,10 @@ class SysfsTree:
                 port = self._read_port(hca, int(name), os.path.join(pdir, name))
                 if _HAS_PCI_FIELD:
                     setattr(port, "pci", pci)
+                port.fw_ver = fw
+                if nets is not None:
+                    ib = port.link_layer == "InfiniBand"
+                    port.ipoib = {n: oper for n, (oper, typed) in nets.get(port.port, {}).items() if typed or ib}
                 ports.append(port)
         return ports
 
