@@ -33,15 +33,18 @@ def test_every_check_has_its_class_and_ids_are_unique():
 
 
 def test_the_hardware_that_counts_toward_a_lemon_and_what_never_does():
-    for check in ("xid", "nvswitch", "ecc", "nvlink", "pcie", "pcie-aer", "gpu-count", "machine-check", "burn-in"):
+    for check in ("xid", "nvswitch", "ecc", "nvlink", "pcie", "pcie-aer", "gpu-count", "machine-check", "burn-in",
+                  "storage"):
         assert counts_toward_lemon(check), check
+    assert counts_toward_lemon("kernel-health", "panic-hardware")  # a panic the hardware caused
     for check, evidence in (("services", None), ("host", None), ("host", "mount"), ("host", "scratch"),
                             ("pcie-aer", "aer-corrected"), ("machine-check", "mce-corrected"), ("nvml", None),
-                            ("occupancy", None), ("jobs", None), ("state", None)):
+                            ("occupancy", None), ("jobs", None), ("state", None), ("storage", "remote-storage"),
+                            ("kernel-health", None)):
         assert not counts_toward_lemon(check, evidence), (check, evidence)
     # the node around the GPUs is held before it drains; hardware is not
     assert {e.id for e in TABLE if e.hold} == {"service", "mount", "scratch", "aer-corrected", "mce-corrected",
-                                               "stuck-process"}
+                                               "stuck-process", "remote-storage"}
     assert all(e.kind == "host" for e in TABLE if e.hold)
 
 
@@ -68,7 +71,7 @@ def test_every_held_class_says_what_it_buys_and_reboots_only_where_that_is_the_c
     acts = {e.id: e.act for e in TABLE if e.hold}
     assert acts == {"service": Action.DRAIN_TICKET, "mount": Action.DRAIN_TICKET, "scratch": Action.DRAIN_TICKET,
                     "aer-corrected": Action.DRAIN_TICKET, "mce-corrected": Action.DRAIN_TICKET,
-                    "stuck-process": Action.DRAIN_REBOOT}
+                    "stuck-process": Action.DRAIN_REBOOT, "remote-storage": Action.DRAIN_TICKET}
     for e in TABLE:  # the columns the doc shows agree with the act the runner applies
         if e.act is not None:
             assert (e.act is Action.DRAIN_REBOOT) == e.reboot.startswith("when held"), e.id

@@ -218,3 +218,38 @@ def validate_corrected(t: dict[str, Any]) -> list[str]:
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             out.append(f"{key}: want a whole number of errors >= 1, or null (off), got {v!r}")
     return out
+
+
+def add_incident(fresh: dict[tuple, dict], new_counts: dict[tuple, int], inc: dict, state: str, t: float,
+                 message: str, new: bool, action: str) -> None:
+    """Count one event toward its draining incident of this run (``inc``: subject, code, signal),
+    keyed like :func:`held_key`: the states it showed, how many, first and last, its last line."""
+    key = held_key(inc)
+    f = fresh.setdefault(key, {**inc, "states": [], "count": 0, "first": None, "last": None, "action": action})
+    if state not in f["states"]:
+        f["states"].append(state)
+    f["count"] += 1
+    f["first"], f["last"] = earliest(f["first"], t), latest(f["last"], t)
+    f["last_message"] = message[:200]
+    new_counts[key] = new_counts.get(key, 0) + int(new)
+
+
+def warn_once(check_id: str, subject: str, text: str, evs: list[KernelEvent], state: str,
+              evidence: str) -> Any:
+    """The WARN a kernel-log check gives, once, for new events of one kind: ``text`` names them,
+    the last event's line follows."""
+    from gpuhc.checks.base import result
+    from gpuhc.model.result import Status
+
+    n = f" x{len(evs)}" if len(evs) > 1 else ""
+    return result(check_id, Status.WARN, f"{text}{n}: {evs[-1].message[:160]}", subject,
+                  value={"state": state, "count": len(evs), "last": evs[-1].time}, evidence=evidence)
+
+
+def kernel_log_check(check_id: str, judge: Any, doc: str, stages: tuple[str, ...], held: bool = True) -> Any:
+    """The declaration every kernel-log check shares: it needs the kernel log, judges it within
+    ``window_s`` (a day), and, when it holds draining incidents, lets an operator acknowledge them."""
+    from gpuhc.checks.base import KERNEL_LOG, Check
+
+    return Check(id=check_id, needs=(KERNEL_LOG,), judge=judge, stages=stages, timeout_s=10.0,
+                 defaults={"window_s": DEFAULT_WINDOW_S}, doc=doc, acknowledge=acknowledge if held else None)

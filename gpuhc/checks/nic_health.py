@@ -17,7 +17,7 @@ Which states fail is ``gpuhc.model.kernel.NIC_FATAL``, the driver's own meaning,
 from __future__ import annotations
 
 from gpuhc.checks.base import KERNEL_LOG, Check, CheckOutput, Context, result
-from gpuhc.checks.kernel_window import DEFAULT_WINDOW_S, acknowledge, earliest, held_key, latest, merge_held, open_window
+from gpuhc.checks.kernel_window import DEFAULT_WINDOW_S, acknowledge, add_incident, merge_held, open_window
 from gpuhc.model.kernel import NIC_FATAL, EventKind, KernelEvent
 from gpuhc.model.result import Action, Result, Status
 from gpuhc.model.snapshot import Snapshot
@@ -55,16 +55,8 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
                 warns.setdefault((subject, state), []).append(ev)
             continue
         t = ev.time if ev.time is not None else now
-        inc = {"subject": subject, "code": None, "signal": "nic firmware"}
-        key = held_key(inc)
-        f = fresh.setdefault(key, {**inc, "states": [], "count": 0, "first": None, "last": None,
-                                   "action": Action.DRAIN_TICKET.value})
-        if state not in f["states"]:
-            f["states"].append(state)
-        f["count"] += 1
-        f["first"], f["last"] = earliest(f["first"], t), latest(f["last"], t)
-        f["last_message"] = ev.message[:200]
-        new_counts[key] = new_counts.get(key, 0) + int(new)
+        add_incident(fresh, new_counts, {"subject": subject, "code": None, "signal": "nic firmware"}, state, t,
+                     ev.message, new, Action.DRAIN_TICKET.value)
     incidents = merge_held(list(fresh.values()), win.held(), new_counts)
     results: list[Result] = [_fail(i) for i in incidents]
     results += [_warn(s, state, evs) for (s, state), evs in sorted(warns.items())]

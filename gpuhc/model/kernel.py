@@ -23,6 +23,12 @@ class EventKind(str, enum.Enum):
     # words about its NIC (``state`` which, ``pci`` the function)
     HUNG_TASK = "hung_task"
     NIC_HEALTH = "nic_health"
+    # gpuhc/sources/kernel_log_storage.py: a local disk's fault (``state`` which, ``device`` the
+    # block device), an NFS server's state (``device`` the server) and the kernel's own health
+    # (soft lockup, a panic, the file-max limit)
+    STORAGE = "storage"
+    NFS = "nfs"
+    HOST_KERNEL = "host_kernel"
 
 
 # The NIC_HEALTH states that take the NIC out (the mlx5 driver's fatal paths: node_reports names

@@ -189,7 +189,7 @@ def test_every_check_that_declares_it_is_acknowledged(tmp_path, monkeypatch):
 
     real = gpuhc.checks.passive_checks()
     assert sorted(c.id for c in real if c.acknowledge is not None) == ["hung-task", "infiniband", "machine-check",
-                                                                     "nic-health", "nvlink", "nvswitch", "pcie-aer",
+                                                                     "nic-health", "nvlink", "nvswitch", "pcie-aer", "storage",
                                                                      "xid"]
     newer = Check(id="new-kernel-log", needs=(), judge=lambda snap, ctx: CheckOutput([]),
                   acknowledge=lambda state, now: {**(state or {}), "acked_at": now})
