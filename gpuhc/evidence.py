@@ -137,6 +137,12 @@ TABLE: tuple[Evidence, ...] = (
              "at corrected_warn", "at corrected_fail (off) and", "-", "when held", False, "host", Action.DRAIN_TICKET),
     Evidence("mce-corrected", "host", "corrected machine checks / memory errors, as a rate", (),
              "at corrected_warn", "at corrected_fail (off) and", "-", "when held", False, "host", Action.DRAIN_TICKET),
+    # the storage around the node: one NFS server's hiccup never drains a partition
+    Evidence("remote-storage", "host", "an NFS server not responding (no OK since), I/O errors on a network "
+             "block device; NFS lock reclaim failures warn", (), "at once", "when", "never (the server is the fault)",
+             "when held", False, "host", Action.DRAIN_TICKET),
+    Evidence("kernel-health", "host", "soft lockup, a previous boot's panic (software), file-max limit reached",
+             ("kernel-health",), "at once, once", "never", "-", "-", False),
     # a file-system wait drains as its mount's evidence (``mount``); FUSE never drains
     Evidence("stuck-process", "host", "process stuck in uninterruptible sleep, no progress between runs; drains "
              "only in the GPU driver holding a GPU", (), "after dstate_warn_s", "after dstate_fail_s and",
@@ -147,6 +153,15 @@ TABLE: tuple[Evidence, ...] = (
     # the ConnectX firmware's own fatal words (the cable and the port are the network row's)
     Evidence("nic-firmware", "hardware", "ConnectX (mlx5) firmware fatal, command time-outs; slot power, module heat",
              ("nic-health",), "slot power, module heat, TX time-out", "at once", "-", "at once", True),
+    # a local disk is the node's own: a job's checkpoints and scratch are on it, and a failed
+    # member, a disabled controller or a read-only file system stays until a person acts
+    Evidence("disk", "hardware", "local disk: md member failed, NVMe controller disabled or pathless, I/O errors, "
+             "file system read-only", ("storage",), "an NVMe command time-out (the driver resets and retries)",
+             "at once", "-", "at once", True),
+    # the panic's own reason names the hardware (machine check, NMI, hardware error): a person reads it
+    Evidence("panic-hardware", "hardware", "a previous boot's kernel panic whose reason is the hardware's", (),
+             "at once", "never (the node is up again; the machine-check check fails on the error itself)", "-",
+             "-", True),
     Evidence("nvml-wedged", "driver", "NVML hung or failed on consecutive health checks (driver wedged?)", ("nvml",),
              "-", "at 2 consecutive health checks", "reboot", "-", False),
     # ---- gpuhc's own failures

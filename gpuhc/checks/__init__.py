@@ -35,6 +35,8 @@ MODULES = (
     "nic_health",
     "firmware",  # the GPUs' VBIOS and the HCAs' firmware alike; IPoIB interfaces up (sysfs_ipoib)
     "ipoib",
+    "storage",  # the kernel's words about local disks and NFS, and its own state (kernel_log_storage)
+    "kernel_health",
 )
 
 
