@@ -54,8 +54,12 @@ class CupyBackend:
         from gpuhc.active import gpu
 
         cp = gpu.cupy()
+        try:
+            version = cublas.getVersion(cp.cuda.device.get_cublas_handle())
+        except Exception:  # an older CuPy without the call: its own version pins the cuBLAS it ships with
+            version = None
         return {"driver": cp.cuda.runtime.driverGetVersion(), "runtime": cp.cuda.runtime.runtimeGetVersion(),
-                "cublas": cublas.getVersion(cp.cuda.device.get_cublas_handle()), "cupy": cp.__version__}
+                "cublas": version if version is not None else f"of cupy {cp.__version__}", "cupy": cp.__version__}
 
     def prepare(self, device: dict, case: Case, seed: int, repeats: int) -> Handle:
         import numpy as np

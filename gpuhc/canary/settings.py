@@ -29,7 +29,7 @@ SCHEMA: dict[str, Any] = {
     "partitions": Key(list, [], "partitions whose idle nodes get canary jobs (empty: all)", item=str),
     "cases": Key(list, DEFAULT_CASES, "products the canary computes: <precision>-<exact|random>-<n>",
                  item=str, pattern=CASE_PATTERN),
-    "repeats": Key(int, 20, "times each product is computed and hashed per run (sustained tensor-core load)",
+    "repeats": Key(int, 500, "times each product is computed and hashed per run (sustained tensor-core load)",
                    min=1, max=100000),
     "seed": Key(int, 20261207, "seed of the inputs: changing it changes every known answer", min=0),
     "max_seconds": Key(float, 300.0, "a run's limit on one node; the canary job's --time is this plus a margin",
