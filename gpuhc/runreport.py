@@ -18,6 +18,8 @@ from gpuhc.sources import SourceSpec
 
 @dataclass
 class RunOptions:
+    """What one run of a stage is asked to do."""
+
     stage: str
     config: Config
     sources: SourceSpec
@@ -43,6 +45,8 @@ class RunOptions:
 
 @dataclass
 class RunReport:
+    """What one run found: the results, and what it could not judge."""
+
     node: str
     stage: str
     started: float

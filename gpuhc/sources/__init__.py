@@ -49,6 +49,8 @@ class SourceSpec:
 
 @dataclass
 class Sources:
+    """The readers of one run (build_sources), one per source."""
+
     nvml: NvmlSource
     kernel_log: KernelLogSource
     sysfs: SysfsSource
@@ -135,14 +137,17 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
                    activity=activity, host=host)
 
 
-@dataclass
+# The three readers below, and the replay's in gpuhc/sources/scenario.py, are plain classes, not
+# dataclasses: nobody compares or prints them, and a dataclass costs the health check ~0.6 ms to
+# create at import (its generated methods are compiled then; docs/checks.md, "What a check costs").
 class _Sliced:
     """A replayed NVML reading as a live read of the same DL slice finds it: a recording holds
     every counter, and a replay judges the rotation as the node would."""
 
-    recorded: NvmlSource
-    rotation: int
-    phases: dict[int, int]
+    __slots__ = ("recorded", "rotation", "phases")
+
+    def __init__(self, recorded: NvmlSource, rotation: int, phases: dict[int, int]):
+        self.recorded, self.rotation, self.phases = recorded, rotation, phases
 
     def read(self):
         from gpuhc.sources.nvml_fields import keep_dl_slice
@@ -150,11 +155,13 @@ class _Sliced:
         return keep_dl_slice(self.recorded.read(), self.rotation, self.phases)
 
 
-@dataclass
 class _LazyActivity:
     """The live activity reader, imported only by a run whose checks read it (the health check)."""
 
-    settings: dict[str, Any]
+    __slots__ = ("settings",)
+
+    def __init__(self, settings: dict[str, Any]):
+        self.settings = settings
 
     def read(self):
         from gpuhc.sources.job_activity import ActivityLive
@@ -162,12 +169,13 @@ class _LazyActivity:
         return ActivityLive(**self.settings).read()
 
 
-@dataclass
 class _LazyHost:
     """The live host reader, imported only by a run whose checks read it."""
 
-    settings: dict[str, Any] | None
-    root: str
+    __slots__ = ("settings", "root")
+
+    def __init__(self, settings: dict[str, Any] | None, root: str):
+        self.settings, self.root = settings, root
 
     def read(self):
         from gpuhc.sources.host import HostLive

@@ -47,21 +47,25 @@ from gpuhc.yamlpos import line_of, load_file_text, read_text
 _MAX_EXTENDS = 8  # a chain longer than this is a loop
 
 
-@dataclass
+# The replay's sources are plain classes: see gpuhc/sources/__init__.py (_Sliced).
 class _Fixed:
     """A replay source: hands out a fresh copy each read, so a caller cannot alter the recording."""
 
-    value: Any
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
 
     def read(self) -> Any:
         return copy.deepcopy(self.value)
 
 
-@dataclass
 class _KernelLines:
-    lines: list[str]
-    source: str
-    now: float | None = None  # the recording's time: its year-less stamps are of that year
+    __slots__ = ("lines", "source", "now")
+
+    def __init__(self, lines: list[str], source: str, now: float | None = None):
+        # now: the recording's time: its year-less stamps are of that year
+        self.lines, self.source, self.now = lines, source, now
 
     def read(self) -> KernelLog:
         from gpuhc.sources.kernel_log import parse_lines  # lazy: only scenarios with a log need it
@@ -71,11 +75,11 @@ class _KernelLines:
         return log
 
 
-@dataclass
 class _Sysfs:
-    ports: list[IbPort]
-    counters: list[AerCounters]
-    pci_gpus: list[str] | None = None
+    __slots__ = ("ports", "counters", "pci_gpus")
+
+    def __init__(self, ports: list[IbPort], counters: list[AerCounters], pci_gpus: list[str] | None = None):
+        self.ports, self.counters, self.pci_gpus = ports, counters, pci_gpus
 
     def ib_ports(self) -> list[IbPort]:
         return copy.deepcopy(self.ports)
@@ -90,6 +94,8 @@ class _Sysfs:
 
 @dataclass
 class Scenario:
+    """A recorded node resolved at one step: its readings, and its sources for a replay."""
+
     path: str
     step: int  # the state in use (after clamping)
     steps: int  # number of distinct states: 1 + len(steps:)
