@@ -93,7 +93,11 @@ def check_fields(mapping: Any, table: dict, path: tuple, err: ErrorFn, what: str
             for i, v in enumerate(value):
                 if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                     raise err(p + (i,), f"clock event reasons must be non-negative integers, got {v!r}")
-        if types == (dict,):
+        if types == (dict,) and key == "ipoib":  # an IB port's IPoIB interfaces: name -> operstate
+            for k, v in value.items():
+                if not isinstance(k, str) or not isinstance(v, str) or not v:
+                    raise err(p + (k,), f"an IPoIB interface's operstate must be a word (up, down, ...), got {v!r}")
+        elif types == (dict,):
             for k, v in value.items():
                 if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                     raise err(p + (k,), f"counter values must be non-negative integers, got {v!r}")
