@@ -53,6 +53,9 @@ class FaultClass:
     # The kernel lines the driver logs when it ends without a reboot (a port that comes back up),
     # stamped as a scenario's, moved to the end's time.
     ends_with: tuple[str, ...] = ()
+    # A host part that degrades before it dies: the node runs and shows its scenario's signs for
+    # this long (uniform), then stops answering as host-down does (unless repaired by then).
+    dies_after_s: tuple[float, float] | None = None
 
 
 def _llama(n: float) -> float:
@@ -60,6 +63,7 @@ def _llama(n: float) -> float:
 
 
 GPU_ODDS = dict(lemon_share=0.08, permanent_share=0.04)
+HOST_DEGRADES = 0.5  # of the failing SSDs, the share that errs for hours before the host stops (ours)
 MULTI_TENANT = 10.0  # applications' Xids on a shared cluster, times one training job's rate (ours)
 # examples/scenarios/ib-port-down.yaml's port coming back: mlx5_core's line for a link that is up
 # again (the real dmesg of tests/fixtures/kernel_log/real/08_*, an H100's mlx5_3, on that
@@ -112,9 +116,14 @@ CLASSES: tuple[FaultClass, ...] = (
                "nothing (an admin's drain)", maintenance=True, person="admin"),
     FaultClass("nccl-hang", EXAMPLES / "healthy-8xh100.yaml", _llama(7), "NCCL watchdog timeouts", "nothing",
                hidden=True, hang=True, kills_job=False, clears_after_s=(0, 0)),
-    FaultClass("host-down", EXAMPLES / "healthy-8xh100.yaml", _llama(3 + 2 + 2 + 2 + 2),
+    # Host parts (11): a failing SSD usually errs for hours before the host stops (HOST_DEGRADES of
+    # them, ours: "host-disk-failing"); the rest, and the chassis, IO board, CPU and memory, die at once.
+    FaultClass("host-down", EXAMPLES / "healthy-8xh100.yaml", _llama(3 * (1 - HOST_DEGRADES) + 2 + 2 + 2 + 2),
                "SSD, server chassis, IO expansion board, CPU, system memory", "nothing (Slurm: DOWN, not responding)",
                host_down=True),
+    FaultClass("host-disk-failing", OWN / "host-disk-errors.yaml", _llama(3 * HOST_DEGRADES), "SSD",
+               "health check, prolog (storage: local I/O errors)", kills_job=False, person="host",
+               dies_after_s=(2 * 3600, 2 * DAY)),
     # Not in the table and not drawn (rate 0): a job's leftover process, for tests that place one
     # (the noise's teardown lag is the drawn kind of it).
     FaultClass("stray-process", EXAMPLES / "stray-process.yaml", 0.0, "not in the table", "prolog, epilog",
@@ -136,8 +145,9 @@ LEMON_RECUR_DAYS = 3.0
 HISTORY_FACTOR = 0.7
 HISTORY_S = 30 * DAY
 # A person's repair, from the triage: uniform ranges, seconds.
-PERSON_S = {"rma": (3 * DAY, 10 * DAY), "cable": (0.5 * DAY, 2 * DAY), "admin": (1800.0, 4 * 3600.0)}
 HOST_DOWN_S = (1 * DAY, 5 * DAY)  # a host part's repair (spare SSD, DIMM, CPU, chassis), from the fault
+PERSON_S = {"rma": (3 * DAY, 10 * DAY), "cable": (0.5 * DAY, 2 * DAY), "admin": (1800.0, 4 * 3600.0),
+            "host": HOST_DOWN_S}
 # NCCL's watchdog ends a hung collective after PyTorch's default ProcessGroupNCCL timeout, 10 min.
 NCCL_TIMEOUT_S = 600.0
 # Strengths: each hidden fault is drawn with its own (ours, docs/campaign.md "Strengths"). A

@@ -57,7 +57,7 @@ class People:
         node = self.nodes[name]
         for f in list(node.faults):
             self._repair(node, f, f"a person: {kind}", keep_lines=False)
-        if kind in ("rma", "retired", "host repair"):
+        if kind in ("rma", "retired", "host repair", "host"):
             node.parts_epoch += 1  # a new part: a lemon's returns stop, its history starts again
             node.history = []
         node.rebooted(self.now())

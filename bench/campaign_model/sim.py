@@ -407,8 +407,11 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
         node = self.nodes[name]
         f = F.Fault(len(self.faults), cls, name, self.now(), permanent, stamp=self.now(), recurrence=recurrence)
         f.in_job = str(self.running[name]) if name in self.running else None
-        # its own draw, apart from the seed's stream: a strength changes no other fault's time
-        f.strength = F.strength(cls, random.Random(self.seed * 1_000_003 + f.id))
+        # its own draws, apart from the seed's stream: a strength or a death changes no other fault's time
+        own = random.Random(self.seed * 1_000_003 + f.id)
+        f.strength = F.strength(cls, own)
+        if cls.dies_after_s:
+            self.at(self.now() + own.uniform(*cls.dies_after_s) * self.ts, "die", f.id)
         if clears_at is None and cls.clears_after_s and not permanent and not cls.hang:
             clears_at = self.now() + self.rng.uniform(*cls.clears_after_s) * self.ts
         if clears_at is not None:
@@ -464,6 +467,18 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
         if f.active:
             self._repair(self.nodes[f.node], f, "cleared by itself")
             self._watch(f.node)
+
+    def _on_die(self, fid: int) -> None:
+        """A host part that degraded (FaultClass.dies_after_s) stops the host, unless a person
+        repaired it first: from here it is a host-down."""
+        f = self.faults[fid]
+        node = self.nodes[f.node]
+        if f.end is not None or node.off:
+            return
+        self._repair(node, f, "the host died", keep_lines=False)
+        node.off = True
+        self.slurm.set_down(f.node, "Not responding")
+        self.host_down(self._arise(F.BY_NAME["host-down"], f.node, False))
 
     def _repair(self, node: Node, f: F.Fault, how: str, keep_lines: bool = True) -> None:
         f.end, f.how = self.now(), how

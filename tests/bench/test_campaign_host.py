@@ -105,3 +105,21 @@ def test_the_settled_shortcut_with_pending_verdicts_gives_the_acts_of_running_ev
     b = campaign(tmp_path / "b", noise, days=0.2)
     assert b.stats.runs["real"] > a.stats.runs["real"] + 20  # the shortcut skipped runs
     assert [e[1:] for e in a.slurm.events] == [e[1:] for e in b.slurm.events] and drains(a, "gpu002")
+
+
+def test_a_host_whose_disk_fails_first_is_drained_before_it_dies(tmp_path, monkeypatch):
+    # A failing SSD errs for hours before the host stops answering: gpuhc's storage check
+    # drains the node at its I/O errors, so no job is on it when it dies (hard rows hurt, and
+    # the model shows what gpuhc saves); a host part that dies at once is host-down as before.
+    from campaign_model import faults as F
+
+    disk = replace(F.BY_NAME["host-disk-failing"], dies_after_s=(4 * 3600.0, 4 * 3600.0))
+    monkeypatch.setitem(F.BY_NAME, disk.name, disk)
+    jobs = [(600 + 1800 * k, 1, 1500.0, ("gpu001",)) for k in range(12)]
+    c = sim.Campaign(config_for("shipped", tmp_path), tmp_path, nodes=1, days=0.3, seed=3, noise=False, load=0.0,
+                     inject=[(900, disk.name, "gpu001", False)], jobs=jobs).run()
+    acts = [(round(t - sim.T0), w, (r or "").split(":")[1].split()[0] if w == "drain" else r)
+            for t, n, w, r in c.slurm.events]
+    assert acts[0][1:] == ("drain", "storage") and acts[0][0] < 900 + 600
+    assert ("down" in [w for _, w, _ in acts]) and compute(c)["escapes"]["total"] == 0
+    assert [f.how for f in c.faults if f.cls.name == disk.name] == ["the host died"]
