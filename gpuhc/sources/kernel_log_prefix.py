@@ -12,6 +12,7 @@ shape                       example prefix                                      
 ``dmesg -T`` (ctime)        ``[Sun Feb 23 16:24:18 2025] msg``                  local time
 ``dmesg --time-format=iso`` ``2024-11-15T05:39:15,491363+00:00 msg``            epoch
 ``dmesg --decode``          ``kern  :warn  : `` before any of the above          (as above)
+  ``--notime``              ``kern  :warn  : msg``                              none
 ``journalctl -k``/syslog    ``Feb 14 05:03:41 host kernel: msg``                local time
   without a host name       ``Mar 29 15:38:59 kernel: msg``                     local time
 rsyslog / short-iso         ``2024-06-11T10:23:45.123+00:00 host kernel: msg``  epoch
@@ -121,6 +122,8 @@ class Stamps:
         if m:
             facility, line = m.group(1), line[m.end():]
         found = self._stamp(line)
+        if found is None and m:  # dmesg --decode --notime: the facility and level, no stamp
+            found = (None, True, line)
         if found is not None and facility != "kern":  # dmesg --decode names the facility
             self.facility_named = True
             return found[0], False, found[2]

@@ -47,8 +47,7 @@ def test_the_host_and_storage_classes_the_peers_flag_give_at_least_a_warning():
     # or file-max, gpuhc says something, unless the line is not the kernel's (docs/parity.md)
     classes = {"disk/filesystem kernel error", "nfs", "hung task / soft lockup", "kernel panic", "VFS file-max reached",
                "NVMe I/O error"}
-    silent = {"not-kernel-text", "not-a-kernel-record", "beyond-end-of-device", "nfs-ok", "stack-frame-alone",
-              "dmesg-decode-notime"}
+    silent = {"not-kernel-text", "not-a-kernel-record", "beyond-end-of-device", "nfs-ok", "stack-frame-alone"}
     for c in cases():
         if c["peer_class"] in classes and c["peer_verdict"] != "none" and c["differs"] not in silent:
             assert c["gpuhc"] in ("WARN", "FAIL"), c["id"]
