@@ -54,9 +54,9 @@ def _stamped(lines: tuple[str, ...], every_s: float = 0.0, times: int = 1) -> tu
 
 
 HOST_KINDS: tuple[NoiseClass, ...] = (
-    NoiseClass("nfs-reader", 0.5, (600, 3600), host={"dstate": [_READER]}, progress=True,
+    NoiseClass("nfs-reader", 0.2, (600, 3600), host={"dstate": [_READER]}, progress=True,
                source="a job's process in a long NFS read, in state D at each look but waking between them, "
-                      "10-60 min (ours: one per 2 node-days)"),
+                      "10-60 min (ours: one per 5 node-days)"),
     NoiseClass("nfs-hiccup", 0.05, (60, 600),
                host={"mounts": {"/home": {"ok": False, "seconds": 5.0, "error": "no answer within 5s", "fstype": "nfs4"}},
                      "dstate": [_STALLED]},
