@@ -27,6 +27,10 @@
 #                    file where systemd is not running)
 #   --textfile-dir DIR  node_exporter's textfile directory for the new config (default: Debian's
 #                    /var/lib/prometheus/node-exporter)
+#   --enforce        a fresh config goes live in enforce mode (gpuhc drains and resumes nodes);
+#                    without it, observe mode (decide and log only). An existing config is kept.
+#   --rollback       point the target (the node install's --prefix, or --venv DIR) back at the
+#                    release before the current one, kept by the last install; nothing is built
 #   --latest         ignore tests/constraints.txt (the pinned versions) and take the newest
 # Environment: PYTHON, the interpreter to use (default python3; RHEL 9: python3.11). pip's own
 #   variables pass through: HTTPS_PROXY (a proxy), PIP_INDEX_URL (a mirror of PyPI), PIP_CERT (the
@@ -42,6 +46,8 @@ editable=
 wheels=
 download=
 admin=
+rollback=
+enforce=
 textfile_dir=/var/lib/prometheus/node-exporter
 constraints="-c $here/tests/constraints.txt"
 
@@ -56,6 +62,8 @@ while [ $# -gt 0 ]; do
         --editable) editable=-e; shift ;;
         --wheels) wheels=${2:?--wheels needs a directory}; shift 2 ;;
         --download) download=${2:?--download needs a directory}; shift 2 ;;
+        --rollback) rollback=1; shift ;;
+        --enforce) enforce=1; shift ;;
         --latest) constraints="--upgrade --upgrade-strategy eager"; shift ;;
         --admin-host) admin=1; shift ;;
         --textfile-dir) textfile_dir=${2:?--textfile-dir needs a directory}; shift 2 ;;
@@ -166,40 +174,8 @@ python=$(command -v "${PYTHON:-python3}") || die "${PYTHON:-python3} not found (
 # pip, filled by the system's pip through --python (Debian's python3-pip without python3-venv).
 # ensurepip is asked first: without it Debian's venv prints a long "ensurepip is not available"
 # error before failing, which on this path that then succeeds would only alarm.
-#
-# A venv already there is reused only when it is whole: its python runs and is the same Python
-# as the one chosen here, pip can fill it, and no earlier run of this script stopped half-way
-# (the marker file below is made before any change and removed at the end). Anything else is
-# rebuilt, saying why. A venv this run made is removed again when the run fails; one that was
-# there keeps its marker, so that the next run rebuilds it.
-marker=.gpuhc-install-incomplete
-made_venv=
 has_pip() { "$1" -m pip --version >/dev/null 2>&1; }
-venv_problem() {
-    [ -e "$1/$marker" ] && { echo "an earlier install.sh run stopped before it finished"; return; }
-    [ -x "$1/bin/python" ] && "$1/bin/python" -c '' 2>/dev/null || { echo "its python does not run"; return; }
-    want=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-    have=$("$1/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-    [ "$want" = "$have" ] || { echo "it runs Python $have, not $python's $want"; return; }
-    has_pip "$1/bin/python" || has_pip "$python" || echo "it has no pip, and $python has none to lend it"
-}
 make_venv() {
-    if [ -e "$1" ] || [ -L "$1" ]; then
-        if [ ! -e "$1/pyvenv.cfg" ]; then
-            [ -d "$1" ] && [ -z "$(ls -A "$1")" ] || die "$1 exists and is not a virtual environment: move it away or choose another directory"
-        else
-            why=$(venv_problem "$1")
-            if [ -z "$why" ]; then
-                touch "$1/$marker"
-                pip="$1/bin/python -m pip"
-                has_pip "$1/bin/python" || pip="$python -m pip --python $1/bin/python"
-                return
-            fi
-            echo "install.sh: $1 is a broken virtual environment ($why): rebuilding it" >&2
-        fi
-        rm -rf "$1"
-    fi
-    made_venv=1
     if "$python" -c 'import ensurepip' >/dev/null 2>&1 && "$python" -m venv "$1"; then
         pip="$1/bin/python -m pip"
     elif has_pip "$python" && rm -rf "$1" && "$python" -m venv --without-pip "$1"; then
@@ -208,34 +184,92 @@ make_venv() {
         die "cannot make a virtual environment with pip in $1: $python has neither ensurepip nor pip" \
             "(Debian, Ubuntu: apt-get install python3-venv; RHEL: dnf install python3.11-pip)"
     fi
-    touch "$1/$marker"
 }
 
+# Upgrades without a gap (README, "Upgrade"). The target (/opt/gpuhc, or --venv DIR) is a link
+# to one release, a whole venv in TARGET.releases/<time>. A run builds the new release beside the
+# one in use, checks that it runs, and only then points the link at it with one rename(2): a
+# health check or prolog that starts during the install runs the old release or the new one,
+# never a half-built one. A run that fails removes what it built and leaves the link alone. The
+# release before stays, for `install.sh --rollback`; older ones go. A target that is still a
+# venv of its own (an install before this layout) moves into TARGET.releases at the switch.
 target=${venv:-$prefix}
+releases=$target.releases
+marker=.gpuhc-install-incomplete  # in a release being built: never the one a rollback picks
+release=
+current_release() {  # the release the link points at, or nothing
+    [ -L "$target" ] && readlink "$target"
+}
+check_target() {
+    if [ -L "$target" ]; then
+        case $(readlink "$target") in "$releases"/*) return ;; esac
+        die "$target is a link, not to a release in $releases: move it away or choose another directory"
+    fi
+    [ -e "$target" ] || return 0
+    [ -e "$target/pyvenv.cfg" ] && return 0
+    [ -d "$target" ] && [ -z "$(ls -A "$target")" ] ||
+        die "$target exists and is not a virtual environment: move it away or choose another directory"
+}
+switch_to() {  # point the target at release $1 with one rename
+    link=$target.switch.$$
+    ln -sfn "$1" "$link"
+    if [ -d "$target" ] && [ ! -L "$target" ]; then
+        if [ -e "$target/pyvenv.cfg" ]; then
+            # The layout before releases: its venv becomes the release to roll back to (its
+            # scripts name $target/bin/python, which the link keeps valid).
+            mv "$target" "$releases/0-before-releases"
+        else
+            rmdir "$target"
+        fi
+    fi
+    mv -T "$link" "$target"
+}
+rollback() {
+    now=$(current_release) || die "$target is not a link to a release: nothing to roll back to"
+    prev=
+    for r in "$releases"/*; do
+        [ -d "$r" ] && [ "$r" != "$now" ] && [ ! -e "$r/$marker" ] && prev=$r
+    done
+    [ -n "$prev" ] || die "no earlier release in $releases to roll back to"
+    switch_to "$prev"
+    echo "install.sh: $target -> $prev ($("$target/bin/gpuhc" --version 2>/dev/null)); $now stays for a roll forward"
+}
+
+if [ -n "$rollback" ]; then
+    [ -z "$venv" ] && [ "$(id -u)" -ne 0 ] && die "a node rollback changes $prefix: run it as root"
+    rollback
+    exit 0
+fi
 if [ -n "$download" ]; then
     mkdir -p "$download"
     download=$(cd "$download" && pwd)
-    target=$(mktemp -d "${TMPDIR:-/tmp}/gpuhc-download.XXXXXX")/venv
+    release=$(mktemp -d "${TMPDIR:-/tmp}/gpuhc-download.XXXXXX")/venv
 elif [ -z "$venv" ] && [ "$(id -u)" -ne 0 ]; then
     die "a node install writes $prefix, /usr/local and /etc: run it as root (or use --venv DIR)"
+else
+    check_target
+    mkdir -p "$releases"
+    release=$releases/$(date -u +%Y%m%dT%H%M%SZ).$$
 fi
 src_dir=
 pip_log=$(mktemp "${TMPDIR:-/tmp}/gpuhc-pip.XXXXXX")
-# On any exit: the temporary files go; a venv this run made goes too unless the run finished.
+# On any exit: the temporary files go; the release this run built goes too unless it is in use.
 finish() {
     rc=$?
-    rm -f "$pip_log"
+    rm -f "$pip_log" "$target.switch.$$"
     [ -z "$src_dir" ] || [ "$src_dir" = "$here" ] || rm -rf "$src_dir"
-    [ -z "$download" ] || rm -rf "$(dirname "$target")"
-    if [ "$rc" -ne 0 ] && [ -n "$made_venv" ] && [ -e "$target/$marker" ]; then
-        rm -rf "$target"
-        echo "install.sh: removed the unfinished virtual environment $target" >&2
+    if [ -n "$download" ]; then
+        rm -rf "$(dirname "$release")"
+    elif [ "$rc" -ne 0 ] && [ -n "$release" ] && [ -e "$release" ] && [ "$(current_release)" != "$release" ]; then
+        rm -rf "$release"
+        echo "install.sh: removed the unfinished release $release; $target is as it was" >&2
     fi
     exit "$rc"
 }
 trap finish EXIT
 trap 'exit 130' INT TERM HUP
-make_venv "$target"
+make_venv "$release"
+touch "$release/$marker"
 # Built from a copy: pip's build writes gpuhc.egg-info next to pyproject.toml, which fails in a
 # read-only checkout (a shared or mounted one) and would leave files behind in a writable one.
 src_dir=$here
@@ -267,8 +301,18 @@ if ! $pip install -q --disable-pip-version-check $nocache $src $constraints $edi
     pip_failed
 fi
 cat "$pip_log" >&2
-rm -f "$target/$marker"
-echo "install.sh: gpuhc in $target (extras: ${extras:-none}; $("$target/bin/gpuhc" --version 2>/dev/null))"
+# The new release must run before anything points at it.
+version=$("$release/bin/gpuhc" --version 2>&1) || die "the new release does not run: $version"
+rm -f "$release/$marker"
+before=$(current_release) || before=
+switch_to "$release"
+[ -n "$before" ] || before=$releases/0-before-releases  # (the venv this run moved aside, if any)
+# Kept: the release in use before this run (for --rollback) and this one; older ones go.
+for r in "$releases"/*; do
+    case $r in "$release"|"$before") continue ;; esac
+    rm -rf "$r"
+done
+echo "install.sh: gpuhc in $target -> $release (extras: ${extras:-none}; $version)"
 [ -n "$venv" ] && exit 0
 
 # ------------------------------------------------------------------ node install (root)
@@ -286,21 +330,37 @@ layout() {
 }
 install -d -m 0755 /usr/local/bin /usr/local/sbin /usr/local/share/gpuhc/slurm /etc/gpuhc
 ln -sfn "$prefix/bin/gpuhc" /usr/local/bin/gpuhc
+# Files a running hook may read are replaced whole, by rename: never seen missing or half-written.
+put() {  # MODE DEST (the new content on stdin)
+    cat > "$(dirname "$2")/.$(basename "$2").new.$$"
+    chmod "$1" "$(dirname "$2")/.$(basename "$2").new.$$"
+    mv -f "$(dirname "$2")/.$(basename "$2").new.$$" "$2"
+}
 # The shims name the textfile directory for their own metric (slurm/shim.sh).
 for shim in healthcheck.sh prolog.sh epilog.sh shim.sh; do
-    layout "$here/slurm/$shim" > "/usr/local/share/gpuhc/slurm/.$shim.new"
-    chmod 0755 "/usr/local/share/gpuhc/slurm/.$shim.new"
-    mv -f "/usr/local/share/gpuhc/slurm/.$shim.new" "/usr/local/share/gpuhc/slurm/$shim"
+    layout "$here/slurm/$shim" | put 0755 "/usr/local/share/gpuhc/slurm/$shim"
 done
+put 0755 /usr/local/share/gpuhc/uninstall.sh < "$here/uninstall.sh"
 # The hooks example under the name the config's example and docs/repair.md give it.
-install -m 0755 "$here/examples/hooks/slack-webhook.py" /usr/local/sbin/gpuhc-slack-webhook
+put 0755 /usr/local/sbin/gpuhc-slack-webhook < "$here/examples/hooks/slack-webhook.py"
 # The scenarios site test mode replays (README, "Try it under Slurm without GPUs").
 install -d -m 0755 /usr/local/share/gpuhc/scenarios
-install -m 0644 "$here"/examples/scenarios/*.yaml /usr/local/share/gpuhc/scenarios/
+for f in "$here"/examples/scenarios/*.yaml; do
+    put 0644 "/usr/local/share/gpuhc/scenarios/$(basename "$f")" < "$f"
+done
+# A fresh install goes live in observe mode (README, "Observe, then enforce"): gpuhc judges, logs and
+# records what it would do, and changes nothing in Slurm until the site says enforce (--enforce,
+# or the config's slurm.mode line). An upgrade never touches the config, so it keeps its mode.
 if [ ! -e /etc/gpuhc/gpuhc.yaml ]; then  # never overwrite an edited config
-    layout "$here/etc/gpuhc.yaml" > /etc/gpuhc/gpuhc.yaml.new
-    chmod 0644 /etc/gpuhc/gpuhc.yaml.new && mv /etc/gpuhc/gpuhc.yaml.new /etc/gpuhc/gpuhc.yaml
-    echo "install.sh: /etc/gpuhc/gpuhc.yaml: logs in $logdir, metrics in $textfile_dir"
+    mode=observe
+    [ -z "$enforce" ] || mode=enforce
+    layout "$here/etc/gpuhc.yaml" |
+        sed "s|^  # mode: observe .*|  mode: $mode             # observe: decide and log, change nothing in Slurm (README, \"Observe, then enforce\"); enforce: act|" |
+        put 0644 /etc/gpuhc/gpuhc.yaml
+    grep -q "^  mode: $mode " /etc/gpuhc/gpuhc.yaml || die "the shipped config has no slurm.mode line to set"
+    echo "install.sh: /etc/gpuhc/gpuhc.yaml: slurm.mode $mode; logs in $logdir, metrics in $textfile_dir"
+elif [ -n "$enforce" ]; then
+    echo "install.sh: --enforce: /etc/gpuhc/gpuhc.yaml exists and is left as it is (its slurm.mode decides)" >&2
 fi
 # Directories gpuhc writes (state, logs; /run/gpuhc is re-made at every boot by tmpfiles.d).
 install -d -m 0755 /etc/tmpfiles.d /etc/logrotate.d /usr/share/bash-completion/completions
@@ -320,6 +380,10 @@ install -m 0644 "$here/examples/alerting/gpuhc-rules.yml" "$here/examples/alerti
     /usr/local/share/gpuhc/alerting/
 install -d -m 0755 /usr/local/share/gpuhc/systemd
 install -m 0644 "$here"/examples/systemd/*.service "$here"/examples/systemd/*.timer /usr/local/share/gpuhc/systemd/
+# A running watcher keeps the modules it imported; an upgrade restarts it onto the new release.
+if [ -d /run/systemd/system ] && systemctl is-active --quiet gpuhc-watch.service 2>/dev/null; then
+    systemctl try-restart gpuhc-watch.service && echo "install.sh: gpuhc-watch.service restarted on the new release"
+fi
 echo "install.sh: /usr/local/bin/gpuhc -> $prefix/bin/gpuhc; shims in /usr/local/share/gpuhc/slurm;"
 echo "  config /etc/gpuhc/gpuhc.yaml; systemd units in /usr/local/share/gpuhc/systemd (README: slurm.conf, systemd, cron)"
 if [ -d "$(dirname "$textfile_dir")" ] && [ "$(stat -c %u "$(dirname "$textfile_dir")")" != 0 ]; then

@@ -107,14 +107,12 @@ def stand_in(config_path: str | None, state_dir: str | None, hostname: str | Non
                                                        "built-in defaults (observe mode)")
 
 
-def fallback_options(src, stage: str, error, build):
-    """RunOptions for a hook whose config raised ``error`` (a ConfigError): ``build(src, config)``
-    makes them from a config, as a normal run does; the copy's own sources may fail as well (a
-    scenario it names is gone), and then the defaults serve."""
-    from gpuhc.cli.common import node_name
+def fallback_options(src, hostname: str, error, build):
+    """RunOptions for a hook on ``hostname`` whose config raised ``error`` (a ConfigError):
+    ``build(src, config)`` makes them from a config, as a normal run does; the copy's own sources
+    may fail as well (a scenario it names is gone), and then the defaults serve."""
     from gpuhc.errors import ConfigError
 
-    hostname = node_name(src.hostname)
     state_dir = state_dir_hint(src.state_dir, src.config_path or _default_path())
     config, problem = stand_in(src.config_path, src.state_dir, hostname, error)
     if config.path is not None:

@@ -16,16 +16,19 @@ from gpuhc.model.result import Status
 _STYLE = {"pass": "green", "n/a": "dim", "warn": "yellow", "error": "magenta", "fail": "bold red"}
 
 
-def render_report(report, json_mode: bool = False, verbose: bool = False, stream: IO[str] | None = None) -> None:
+def render_report(report, json_mode: bool = False, verbose: bool = False, stream: IO[str] | None = None,
+                  config=None) -> None:
+    """``config``: the one the run used, so a finding's action reads "recommended: drain + reboot;
+    this config: drain (remediation off)" where the config does less than gpuhc recommends."""
     stream = stream or sys.stdout
     if json_mode:
         json.dump(report.to_dict(), stream, indent=2, sort_keys=False)
         stream.write("\n")
         return
     if stream.isatty():
-        _render_rich(report, verbose, stream)
+        _render_rich(report, verbose, stream, config)
     else:
-        for line in plain_lines(report, verbose):
+        for line in plain_lines(report, verbose, config):
             stream.write(line + "\n")
 
 
@@ -71,16 +74,27 @@ def message_of(result) -> str:
     return f"{msg} ({held})" if isinstance(held, str) and held else msg
 
 
-def plain_lines(report, verbose: bool = False) -> list[str]:
+def action_text(action, config) -> str:
+    """A finding's action as this install will take it (gpuhc/acts.py); '' for none."""
+    if action.value == "none":
+        return ""
+    if config is None:
+        return action.value
+    from gpuhc.acts import recommended
+
+    return recommended(action, config)
+
+
+def plain_lines(report, verbose: bool = False, config=None) -> list[str]:
     lines = [_clean(summary(report))]
     for r in shown(report, verbose):
-        act = f" [action: {r.action.value}]" if r.action.value != "none" else ""
+        act = f" [action: {action_text(r.action, config)}]" if r.action.value != "none" else ""
         lines.append(_clean(f"  {r.status.value.upper():5} {r.check} {r.subject}: {message_of(r)}{act}"))
     lines += [_clean(f"  note: {n}") for n in report.notes]
     return lines
 
 
-def _render_rich(report, verbose: bool, stream: IO[str]) -> None:
+def _render_rich(report, verbose: bool, stream: IO[str], config=None) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -104,7 +118,7 @@ def _render_rich(report, verbose: bool, stream: IO[str]) -> None:
             text(message_of(r)),
             "" if r.value is None else text(r.value),
             "" if r.threshold is None else text(r.threshold),
-            "" if r.action.value == "none" else r.action.value,
+            action_text(r.action, config),
         )
     if rows:
         console.print(table)

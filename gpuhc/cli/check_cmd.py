@@ -73,7 +73,7 @@ def check(src: SourceArgs, stage: str, demo: bool, gpu_list: str | None, only: t
         report = run_stage(opts)
         report.replay = replay
         try:
-            render_report(report, json_mode=src.json_mode, verbose=verbose)
+            render_report(report, json_mode=src.json_mode, verbose=verbose, config=opts.config)
             if report.timings is not None and not src.json_mode:
                 from gpuhc.runtimings import timing_lines
 

@@ -109,6 +109,33 @@ def show(config_path: str | None, hostname: str | None, json_mode: bool) -> None
         click.echo(yaml.safe_dump(cfg.data, sort_keys=True, default_flow_style=False).rstrip())
 
 
+@config.command("acts")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False))
+@click.option("--node", "hostname", help="Apply this node's per-host overrides.")
+@click.option("--markdown", is_flag=True, help="A Markdown table (the README's is this, for the shipped config).")
+@click.option("--json", "json_mode", is_flag=True)
+def list_acts(config_path: str | None, hostname: str | None, markdown: bool, json_mode: bool) -> None:
+    """Every act gpuhc can take on its own (drain, resume, retire, reboot, GPU reset, requeue,
+    active checks, bundles, writes into jobs, hooks, sweeps): on or off in this config, when it
+    happens, what it costs, and the setting that turns it on or off."""
+    from gpuhc.acts import acts, table
+    from gpuhc.config import load_config
+
+    cfg = load_config(config_path, node_name(hostname))
+    rows = acts(cfg)
+    if json_mode:
+        import json
+
+        click.echo(json.dumps({"config": cfg.path, "node": cfg.hostname, "mode": cfg.section("slurm").get("mode"),
+                               "acts": [a.to_dict() for a in rows]}, indent=2))
+        return
+    if not markdown:
+        click.echo(f"# what gpuhc does by itself on {cfg.hostname}, from {cfg.path or 'built-in defaults'} "
+                   f"(slurm.mode {cfg.section('slurm').get('mode')})")
+    for line in table(rows, markdown):
+        click.echo(line)
+
+
 @config.command("checks")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False))
 @click.option("--node", "hostname", help="Apply this node's per-host overrides.")

@@ -126,6 +126,45 @@ def is_admin_host() -> bool:
     return True
 
 
+def acts_findings(config, now: float | None = None) -> list:
+    """What this install does by itself (gpuhc/acts.py), and in observe mode what it would have
+    done in the last 7 days, read from the event logs it can see."""
+    from gpuhc.acts import acts
+    from gpuhc.slurm.policy import wiring
+
+    rows = acts(config)
+    on = ", ".join(a.name for a in rows if a.on) or "nothing"
+    off = ", ".join(a.name for a in rows if not a.on) or "nothing"
+    out = [wiring.Finding("acts", wiring.INFO, f"on: {on}; off: {off}", "gpuhc config acts says when, what it "
+                          "costs, and the setting of each")]
+    if config.section("slurm").get("mode") != "observe":
+        return out
+    from gpuhc.errors import GpuhcError
+    from gpuhc.fleet import observed
+
+    try:
+        seen, _notes = observed.gather(config, 7 * 86400.0, now=now)
+    except GpuhcError as e:
+        out.append(wiring.Finding("observed", wiring.INFO, f"what observe mode would have done: not read ({e})",
+                                  "gpuhc fleet observed --event-log FILE, where the nodes' event logs are"))
+        return out
+    if not seen:
+        found = "in the last 7 days no run decided anything"
+    else:
+        acts_seen: dict[str, set] = {}
+        for r in seen:
+            acts_seen.setdefault(r.act, set()).add(r.node)
+        found = "in the last 7 days it would have " + "; ".join(
+            f"{act} {len(nodes)} node(s) ({', '.join(sorted(nodes)[:5])}{', ...' if len(nodes) > 5 else ''})"
+            for act, nodes in sorted(acts_seen.items()))
+        causes = sorted({(r.reason or "").split(" ")[1] for r in seen if r.reason and " " in r.reason})
+        if causes:
+            found += f"; causes: {', '.join(causes[:8])}"
+    out.append(wiring.Finding("observed", wiring.INFO, found, "gpuhc drain-report --observed names each; "
+                              "when they read right: slurm.mode: enforce (README, \"Observe, then enforce\")"))
+    return out
+
+
 def gather(config, conf, conf_error: str | None, admin: bool, ask_slurm: bool, node: str, first=()) -> dict:
     from gpuhc.slurm.policy import wiring
     from gpuhc.slurm.read.slurmconf import slurm_gpus
@@ -146,6 +185,7 @@ def gather(config, conf, conf_error: str | None, admin: bool, ask_slurm: bool, n
     elif conf is not None:
         findings.append(wiring.Finding(f"this node ({node})", wiring.INFO, "slurm.conf does not define it: "
                                        f"expected GPUs from the baseline or the config ({own})"))
+    findings += acts_findings(config)
     textfile = config.section("output").get("prometheus_textfile")
     findings.append(wiring.textfile(textfile, _textfile_problem(textfile)))
     rows: list[dict] = []

@@ -50,6 +50,24 @@ def _verdict(kind: str, e: dict[str, Any]) -> str:
     return f"FAIL, action: {e['action']}" if e["fatal"] else "WARN (non-fatal), action: none"
 
 
+def _this_install(entry: dict[str, Any]) -> None:
+    """Beside what gpuhc recommends, what this install's config makes of it (gpuhc/acts.py):
+    "recommended: drain + reboot; this config: drain (remediation off)". A config that does not
+    load says nothing here: explain describes the catalog, and `config validate` names the error."""
+    if entry.get("action") in (None, "none") or entry.get("severity") == "ignore":
+        return
+    from gpuhc.acts import recommended, this_config
+    from gpuhc.config import load_config
+    from gpuhc.errors import ConfigError
+
+    try:
+        config = load_config()
+    except ConfigError:
+        return
+    if this_config(entry["action"], config):
+        entry["this_config"] = recommended(entry["action"], config) + f" ({config.path or 'built-in defaults'})"
+
+
 def _plain(kind: str, entries: list[dict[str, Any]], single: bool) -> list[str]:
     label = LABELS[kind]
     if not single:
@@ -60,6 +78,7 @@ def _plain(kind: str, entries: list[dict[str, Any]], single: bool) -> list[str]:
     e = entries[0]
     lines = [f"{label} {e[kind]}: {e['name']}",
              f"  gpuhc:   {_verdict(kind, e)}",
+             *([f"  here:    {e['this_config']}"] if e.get("this_config") else []),
              f"  meaning: {e['meaning']}"]
     if e.get("note"):
         lines.append(f"  note:    {e['note']}")
@@ -92,6 +111,8 @@ def _rich(kind: str, entries: list[dict[str, Any]], single: bool) -> None:
         e = entries[0]
         console.print(f"[bold]{label} {e[kind]}[/]: {e['name']}", highlight=False)
         console.print(f"  [bold]gpuhc[/]    {_verdict(kind, e)}", highlight=False)
+        if e.get("this_config"):
+            console.print(f"  [bold]here[/]     {e['this_config']}", highlight=False)
         console.print(f"  [bold]meaning[/]  {e['meaning']}", highlight=False)
         if e.get("note"):
             console.print(f"  [bold]note[/]     {e['note']}", highlight=False)
@@ -188,6 +209,8 @@ def explain(kind: str, code: str | None, json_mode: bool) -> None:
         return
     code = _code(kind, code)
     entries = _entries(kind, code)
+    if code is not None:
+        _this_install(entries[0])
     if json_mode:
         click.echo(json.dumps(entries[0] if code is not None else entries, indent=2))
     elif sys.stdout.isatty():

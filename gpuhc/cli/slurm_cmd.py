@@ -51,7 +51,7 @@ def _options(src: SourceArgs, stage: str, flow_name: str, node: str | None):
     """The run's options. A config that does not load is not the node's fault and must not turn
     checking off: the run goes on with the last good config or the defaults, and says so in
     syslog here, then in its report, event log and metrics (gpuhc/config_guard.py)."""
-    from gpuhc.cli.common import run_options_from
+    from gpuhc.cli.common import node_name, run_options_from
     from gpuhc.config_guard import fallback_options, remember
     from gpuhc.errors import ConfigError
     from gpuhc.logtext import escape
@@ -59,7 +59,8 @@ def _options(src: SourceArgs, stage: str, flow_name: str, node: str | None):
     try:
         opts = run_options_from(src, stage)
     except ConfigError as e:
-        opts = fallback_options(src, stage, e, lambda s, config: run_options_from(s, stage, config=config))
+        opts = fallback_options(src, node_name(src.hostname), e,
+                                lambda s, config: run_options_from(s, stage, config=config))
         line = escape(f"gpuhc {flow_name} {node or '?'}: error: {opts.config_problem.sentence()}")
         click.echo(line, err=True)
         _syslog(line)

@@ -51,3 +51,26 @@ def test_the_admin_host_without_slurmdbd_and_without_results_dir(tmp_path):
     got = {f["setting"]: f["status"] for f in out["findings"]}
     assert got["sweep account gpuhc"] == "warn" and got["sweep.results_dir"] == "blocker", out["findings"]
     assert cp.returncode == 1
+
+
+def test_observe_mode_shows_what_it_would_have_done_and_every_act_in_force(tmp_path):
+    """A fresh install's observe mode: doctor says which acts are on and what observe mode would
+    have done in the last 7 days (issue 50, points 1 and 2)."""
+    import time
+
+    log = tmp_path / "events.jsonl"
+    now = time.time()
+    lines = [{"node": n, "started": now - 3600, "stage": "passive",
+              "slurm": {"action": "none", "observed": "drain", "reason": f"gpuhc: {cause} on gpu3"}}
+             for n, cause in (("gpu001", "xid Xid 79"), ("gpu002", "ecc uncorrectable"))]
+    lines.append({"node": "gpu009", "started": now - 30 * 86400, "stage": "passive",
+                  "slurm": {"action": "none", "observed": "drain", "reason": "gpuhc: old thing"}})  # too old
+    log.write_text("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))  # as gpuhc writes
+    cp = doctor(tmp_path, "--slurm-conf", str(REPO / "slurm" / "slurm.conf.example"),
+                config=f"slurm:\n  mode: observe\noutput:\n  event_log: {log}\n")
+    rows = {f["setting"]: f for f in json.loads(cp.stdout)["findings"]}
+    assert rows["observed"]["found"] == ("in the last 7 days it would have drain 2 node(s) (gpu001, gpu002); "
+                                         "causes: ecc, xid")
+    assert rows["acts"]["found"].startswith("on: active checks after every job") or "off: drain, resume" in \
+        rows["acts"]["found"], rows["acts"]
+    assert rows["slurm.mode"]["found"].startswith("observe")

@@ -177,15 +177,29 @@ def files(run) -> set[str]:
     return {p for p in cp.stdout.splitlines() if not re.search(NOT_OURS, p)}
 
 
-def test_readme_upgrade_then_uninstall_leaves_nothing_behind(debian12):
-    """README's node and admin-host install, a health check that leaves state, logs and metrics,
-    the Upgrade lines (doctor against slurm/slurm.conf.example's lines), then the Uninstall lines:
-    the root holds exactly what it held before."""
+# Standard directories every Debian with systemd, logrotate and bash-completion has, which
+# this minimal root lacked and install.sh made: shared, so left (empty) as a package leaves them.
+# The same for node_exporter's textfile directory, which gpuhc made to write its metrics into.
+SHARED = {"/etc/tmpfiles.d", "/etc/logrotate.d", "/usr/share/bash-completion", "/usr/share/bash-completion/completions",
+          "/var/lib/prometheus", "/var/lib/prometheus/node-exporter", "/usr/local/share/man", "/usr/local/share/man/man1"}
+
+
+def test_readme_upgrade_then_uninstall_leaves_only_what_it_says(debian12):
+    """README's node and admin-host install with every optional step (the retest and watcher
+    units: their copy lines, this root runs no systemd), a health check that leaves state, logs
+    and metrics, the Upgrade lines (doctor against slurm/slurm.conf.example's lines), then the
+    Uninstall lines: the first leaves only what the README says it keeps, --purge the rest."""
     before = files(debian12)
     node, admin = readme_block("## Install on the GPU nodes"), readme_block(HEADING_ADMIN)
-    for lines in (node, admin):
+    units = [line for heading in ("### systemd: quarantine retest (every GPU node)",
+                                  "### systemd: the node watcher (optional, every GPU node)")
+             for line in readme_block(heading).splitlines() if line.startswith("cp ")]
+    assert len(units) == 2 and "gpuhc-watch.service" in units[1]
+    for lines in (node, admin, "\n".join(units)):
         cp = debian12(lines)
         assert cp.returncode == 0, cp.stdout + cp.stderr
+    fresh = debian12("grep -c '^  mode: observe ' /etc/gpuhc/gpuhc.yaml")
+    assert fresh.stdout.strip() == "1", fresh.stdout + fresh.stderr  # a fresh install observes
     # A live run (this root's own node, whatever it concludes) leaves state, logs and the parse cache.
     shim = debian12("env -i SLURMD_NODENAME=cpu001 /usr/local/share/gpuhc/slurm/healthcheck.sh || true; "
                     "ls /var/log/gpuhc /var/cache/gpuhc")
@@ -196,21 +210,28 @@ def test_readme_upgrade_then_uninstall_leaves_nothing_behind(debian12):
                     "'s|^sweep:$|sweep:\\n  results_dir: /var/lib/gpuhc/results|' /etc/gpuhc/gpuhc.yaml && "
                     "gpuhc config validate").returncode == 0
     keep, upgrade = readme_block("## Upgrade", 0), readme_block("## Upgrade", 1)
+    # the site went to enforce (README, "Observe, then enforce"): the upgrade keeps it
+    assert debian12(readme_block("### Observe, then enforce (the recommended rollout)", 1)).returncode == 0
     assert debian12("printf '## edited by the site\\n' >> /etc/gpuhc/gpuhc.yaml && " + keep).returncode == 0
     conf = "mkdir -p /etc/slurm && grep -v '^#' slurm/slurm.conf.example > /etc/slurm/slurm.conf && "
     cp = debian12(conf + "echo 'NodeName=gpu001 Gres=gpu:h100:8 CPUs=8' >> /etc/slurm/slurm.conf && " + upgrade)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "gpuhc 0.1.0 (" in cp.stdout and "worst:" in cp.stdout, cp.stdout
-    assert "## edited by the site" in debian12("cat /etc/gpuhc/gpuhc.yaml").stdout  # never overwritten
+    kept = debian12("cat /etc/gpuhc/gpuhc.yaml").stdout
+    assert "## edited by the site" in kept and "\n  mode: enforce " in kept  # never overwritten
+    assert debian12("readlink /opt/gpuhc && ls /opt/gpuhc.releases | wc -l").stdout.split()[1] == "2"
 
     assert debian12("rm -rf /etc/slurm").returncode == 0  # the test's own slurm.conf, not gpuhc's
     cp = debian12(readme_block("## Uninstall"))
     assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "kept on purpose" in cp.stdout and "/var/lib/gpuhc: state" in cp.stdout, cp.stdout
+    # what the README says stays: the config, the state (bundles), the logs, the sweep's user
+    left = files(debian12) - before - SHARED
+    said = ("/etc/gpuhc", "/var/lib/gpuhc", "/var/log/gpuhc")
+    assert left and all(p.startswith(said) for p in left), sorted(p for p in left if not p.startswith(said))
+    assert debian12("getent passwd gpuhc").returncode == 0
+    cp = debian12(readme_block("## Uninstall", 1))
+    assert cp.returncode == 0, cp.stdout + cp.stderr
     after = files(debian12)
-    # Standard directories every Debian with systemd, logrotate and bash-completion has, which
-    # this minimal root lacked and install.sh made: shared, so left (empty) as a package leaves them.
-    # The same for node_exporter's textfile directory, which gpuhc made to write its metrics into.
-    shared = {"/etc/tmpfiles.d", "/etc/logrotate.d", "/usr/share/bash-completion",
-              "/usr/share/bash-completion/completions", "/var/lib/prometheus", "/var/lib/prometheus/node-exporter"}
-    assert (sorted(after - before - shared), sorted(before - after)) == ([], [])
+    assert (sorted(after - before - SHARED), sorted(before - after)) == ([], [])
     assert debian12("getent passwd gpuhc || getent group gpuhc").returncode != 0

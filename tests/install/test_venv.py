@@ -1,5 +1,5 @@
-"""install.sh and a virtual environment that is already there: reused when whole, rebuilt (and
-said) when broken, and never left half-made when the run fails; pip's failures named.
+"""install.sh and a virtual environment that is already there: a failed run leaves it as it was
+and removes the release it was building; pip's failures named.
 
 These run on this machine's python3 (which has ensurepip) with pip's own configuration shut out
 (PIP_CONFIG_FILE=/dev/null, no find-links): the package index is a local server this test runs,
@@ -13,12 +13,12 @@ import http.server
 import os
 import ssl
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.base_python import base_python
 from tests.helpers.paths import REPO
 
 pytestmark = pytest.mark.install
@@ -36,48 +36,26 @@ def install(venv: Path, index: str = "http://127.0.0.1:9/simple") -> subprocess.
                           env=env(index), capture_output=True, text=True, timeout=300)
 
 
-def base_python() -> str:
-    cp = subprocess.run([sys.executable, "-c", "import sys; print(sys._base_executable)"], capture_output=True,
-                        text=True, check=True)
-    return cp.stdout.strip()
-
-
-def test_a_venv_an_interrupted_run_left_is_rebuilt_and_a_failed_run_leaves_none(tmp_path):
+def test_a_failed_run_removes_what_it_built_and_leaves_the_venv_in_use_alone(tmp_path):
+    """A working venv (an installed node's /opt/gpuhc, of the layout before releases) is not
+    touched because an upgrade could not reach the index: the new release goes, the cause is
+    named (the layout with releases: tests/install/test_upgrade.py)."""
     venv = tmp_path / "v"
     subprocess.run([base_python(), "-m", "venv", "--without-pip", str(venv)], check=True)
-    (venv / ".gpuhc-install-incomplete").touch()  # what a run stopped half-way leaves
+    before = sorted(p.name for p in venv.rglob("*"))
     cp = install(venv)
     assert cp.returncode == 2, cp.stdout + cp.stderr
-    assert (f"install.sh: {venv} is a broken virtual environment (an earlier install.sh run stopped before it "
-            "finished): rebuilding it") in cp.stderr, cp.stderr
-    # the index is unreachable: the rebuilt venv goes again, and the cause is named
     assert "pip failed: the package index http://127.0.0.1:9/simple cannot be reached" in cp.stderr, cp.stderr
-    assert f"removed the unfinished virtual environment {venv}" in cp.stderr
-    assert not venv.exists()
+    assert f"removed the unfinished release {venv}.releases/" in cp.stderr and f"{venv} is as it was" in cp.stderr
+    assert venv.is_dir() and not venv.is_symlink() and sorted(p.name for p in venv.rglob("*")) == before
+    assert list((tmp_path / "v.releases").iterdir()) == []
 
 
-def test_a_venv_of_another_python_is_rebuilt(tmp_path):
-    """A venv whose python says 3.9 (RHEL 9's python3) where install.sh runs another."""
+def test_a_fresh_target_that_fails_leaves_nothing_in_its_place(tmp_path):
     venv = tmp_path / "v"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.9.18\n")
-    (venv / "bin" / "python").write_text("#!/bin/sh\ncase \"$*\" in *version_info*) echo 3.9 ;; esac\n")
-    (venv / "bin" / "python").chmod(0o755)
     cp = install(venv)
-    assert "is a broken virtual environment (it runs Python 3.9, not" in cp.stderr, cp.stderr
-    assert cp.returncode == 2 and not venv.exists()
-
-
-def test_a_whole_venv_is_reused_and_kept_when_pip_fails(tmp_path):
-    """A working venv (an installed node's /opt/gpuhc) is not removed because an upgrade could
-    not reach the index; its marker stays, so that the next run rebuilds it."""
-    venv = tmp_path / "v"
-    subprocess.run([base_python(), "-m", "venv", str(venv)], check=True)
-    cp = install(venv)
-    assert cp.returncode == 2 and "rebuilding" not in cp.stderr, cp.stderr
-    assert (venv / "bin" / "python").exists() and (venv / ".gpuhc-install-incomplete").exists()
-    again = install(venv)
-    assert "an earlier install.sh run stopped before it finished): rebuilding it" in again.stderr
+    assert cp.returncode == 2 and not venv.exists() and not venv.is_symlink(), cp.stderr
+    assert list((tmp_path / "v.releases").iterdir()) == []
 
 
 def test_a_directory_that_is_not_a_venv_is_left_alone(tmp_path):

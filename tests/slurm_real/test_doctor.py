@@ -134,21 +134,24 @@ def readme_blocks(heading: str) -> list[str]:
     return re.findall(r"```sh\n(.*?)```", section, re.S)
 
 
-def test_readme_observe_first_then_enforce(cluster):
-    """README's "Observe first" lines as written (the config's path moved into this cluster):
-    a sick node in observe mode stays in service and `fleet observed` / `drain-report
-    --observed` name it; after the enforce lines it is drained."""
+def test_readme_observe_then_enforce(cluster):
+    """README's "Observe, then enforce" lines as written (the config's path moved into this
+    cluster), from the mode line a fresh install writes (install.sh): a sick node in observe mode
+    stays in service and `fleet observed` / `drain-report --observed` name it; after the
+    enforce lines it is drained."""
     once(cluster, cpu_nodes_checked)
-    observe, read, enforce = readme_blocks("### Observe first (the recommended rollout)")
+    read, enforce = readme_blocks("### Observe, then enforce (the recommended rollout)")
     env = {"GPUHC_CONFIG": str(cluster.gpuhc_yaml)}
 
     def sh(text: str) -> subprocess.CompletedProcess:
         return cluster.run(["sh", "-ec", text.replace("/etc/gpuhc/gpuhc.yaml", str(cluster.gpuhc_yaml))], env=env,
                            check=False, timeout=120)
 
-    cp = sh(observe)
-    assert cp.returncode == 0 and "valid" in cp.stdout, cp.stdout + cp.stderr
-    assert re.search(r"^  mode: observe ", cluster.gpuhc_yaml.read_text(), re.M)
+    text = cluster.gpuhc_yaml.read_text()
+    fresh = "  mode: observe             # observe: decide and log, change nothing in Slurm\n"
+    text = re.sub(r"^  mode: \w+.*\n", "", text, flags=re.M)
+    cluster.gpuhc_yaml.write_text(re.sub(r"^slurm:\n", "slurm:\n" + fresh, text, count=1, flags=re.M))
+    assert re.search(r"^  mode: observe ", cluster.gpuhc_yaml.read_text(), re.M), cluster.gpuhc_yaml.read_text()
     sick = readme_blocks("### Try it under Slurm without GPUs")[0]
     cluster.run(["sh", "-ec", sick.replace("/usr/local/share/gpuhc/scenarios/", f"{cluster.wd}/scenarios/")
                  .replace("/etc/gpuhc/", f"{cluster.wd}/etc/")])
@@ -161,7 +164,7 @@ def test_readme_observe_first_then_enforce(cluster):
 
     cp = sh(enforce)
     assert cp.returncode == 0 and "valid" in cp.stdout, cp.stdout + cp.stderr
-    assert not re.search(r"^  mode: observe", cluster.gpuhc_yaml.read_text(), re.M)
+    assert re.search(r"^  mode: enforce ", cluster.gpuhc_yaml.read_text(), re.M)
     cluster.wait_for(lambda: cluster.node(GPU).drained, 180, "the sick node drained once enforced",
                      pending=lambda: f"{GPU}'s last decisions: {decisions(cluster.wd, GPU)[-3:]}")
     assert cluster.node(GPU).reason.startswith("gpuhc: xid Xid 79"), cluster.node(GPU).reason

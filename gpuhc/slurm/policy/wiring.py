@@ -213,7 +213,10 @@ def mode(slurm: dict) -> Finding:
     if value == "observe":
         return Finding("slurm.mode", INFO, "observe: gpuhc decides and logs, changes nothing in Slurm",
                        "after a week of `gpuhc fleet observed` that reads right: slurm.mode: enforce")
-    return Finding("slurm.mode", INFO, "enforce: gpuhc drains, resumes and reboots")
+    rem = slurm.get("remediation") or {}
+    fixes = ("reboots and resets GPUs it drained (slurm.remediation.enabled)" if rem.get("enabled")
+             else "reboots and resets nothing (slurm.remediation.enabled: false)")
+    return Finding("slurm.mode", INFO, f"enforce: gpuhc drains, resumes its own drains, {fixes}")
 
 
 def worst(findings: list[Finding]) -> str:
