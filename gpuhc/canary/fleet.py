@@ -20,6 +20,7 @@ import os
 from collections import Counter
 from typing import Any
 
+from gpuhc.canary import schedule
 from gpuhc.jsonstore import LockedJson
 
 MAX_BYTES = 64 << 20
@@ -49,31 +50,44 @@ def ingest(doc: dict, rec: dict, settings: dict, now: float) -> list[str]:
             e.clear()
             e.update(node=node, gpu=subj, status="ok")
         e.update(uuid=g.get("uuid"), key=g.get("key"), name=g.get("name"), last_run=rec.get("ended"))
-        if g.get("status") == "fail":
-            if e["status"] != "failed":
-                lines.append(f"{gid}: FAILED: {g.get('message')}")
-            e.update(status="failed", failed_at=rec.get("ended"), finding=g.get("message"))
-            doc.setdefault("pending", {}).setdefault(node, {"gpu": subj, "finding": g.get("message"), "since": now})
-            continue  # a corrupting GPU's digests are no votes
+        was = e["status"]
+        verdict = g.get("status") if g.get("status") in ("fail", "warn") else "pass"
+        _standing(e, verdict, settings, now)
+        if verdict == "warn" or verdict == "fail":
+            e.setdefault("mismatches", []).append({"at": rec.get("ended"), "why": g.get("message")})
+            del e["mismatches"][:-KEEP_MISMATCHES]
         if e["status"] == "failed":
-            continue  # failed stays failed, and votes no more, until `canary forget` after the swap
-        if g.get("status") == "warn":
-            _suspect(e, g.get("message"), rec.get("ended"), settings, now)
+            if was != "failed":
+                lines.append(f"{gid}: FAILED: {g.get('message')}")
+                e.update(failed_at=rec.get("ended"), finding=g.get("message"))
+                doc.setdefault("pending", {}).setdefault(node, {"gpu": subj, "finding": g.get("message"), "since": now})
+            continue  # failed stays failed and votes no more (its digests are wrong), until `canary forget`
+        if verdict == "warn":
             lines.append(f"{gid}: suspect, cadence {settings['suspect_period_h']:g} h: {g.get('message')}")
-        elif e["status"] == "suspect" and now >= float(e.get("suspect_until") or 0):
-            e["status"] = "ok"
+        elif was == "suspect" and e["status"] == "ok":
             lines.append(f"{gid}: clean since its mismatch: back to the {settings['period_h']:g} h cadence")
-        if e["status"] == "ok" or g.get("status") == "pass":
+        if verdict == "pass":
             e["last_ok"] = rec.get("ended")
         for case, digest in (g.get("digests") or {}).items():
             votes.setdefault(str(g.get("key")), {}).setdefault(case, {})[gid] = digest
     return lines
 
 
+def _standing(e: dict, verdict: str, settings: dict, now: float) -> None:
+    """The GPU's standing after a verdict, by the one rule (:func:`gpuhc.canary.schedule.step`)."""
+    until = e.get("suspect_until")
+    status, until_h = schedule.step(e.get("status", "ok"), float(until) / 3600.0 if until else None, verdict,
+                                    now / 3600.0, schedule.Cadence.from_section(settings))
+    e["status"] = status
+    if until_h is None:
+        e.pop("suspect_until", None)
+    else:
+        e["suspect_until"] = until_h * 3600.0
+
+
 def _suspect(e: dict, why: Any, when: Any, settings: dict, now: float) -> None:
-    if e["status"] != "failed":
-        e["status"] = "suspect"
-    e["suspect_until"] = now + float(settings["suspect_days"]) * 86400.0
+    """Off the fleet's answer while the node could not tell: one unconfirmed mismatch."""
+    _standing(e, "warn", settings, now)
     e.setdefault("mismatches", []).append({"at": when, "why": why})
     del e["mismatches"][:-KEEP_MISMATCHES]
 
@@ -103,12 +117,13 @@ def elect(doc: dict, settings: dict, now: float) -> list[str]:
 
 
 def period_h(e: dict, settings: dict, now: float) -> float:
-    if e.get("status") == "suspect" and now < float(e.get("suspect_until") or 0):
-        return float(settings["suspect_period_h"])
-    return float(settings["period_h"])
+    until = e.get("suspect_until")
+    return schedule.period_h(e.get("status", "ok"), float(until) / 3600.0 if until else None, now / 3600.0,
+                             schedule.Cadence.from_section(settings))
 
 
 def next_due(e: dict, settings: dict, now: float) -> float:
+    """Seconds since the epoch; 0 for a GPU that never ran."""
     last = e.get("last_run")
     return float(last) + period_h(e, settings, now) * 3600.0 if last else 0.0
 

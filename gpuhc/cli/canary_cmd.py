@@ -117,8 +117,9 @@ def run_cmd(config_path, state_dir, cases, repeats, seed, max_seconds, gpus, kno
     if results_dir:
         try:
             doc["file"] = node.write_result(r, results_dir)
-        except OSError as e:  # e.g. root squashed on the shared results directory
-            click.echo(f"gpuhc canary run: cannot leave the result in {results_dir}: {e.strerror or e}", err=True)
+        except (OSError, GpuhcError) as e:  # root squashed there, or a place root must not write (docs/canary.md)
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            click.echo(f"gpuhc canary run: cannot leave the result in {results_dir}: {why}", err=True)
     if r.error is None and not params["inject"]:
         note = node.write_last(state, r)
         if note and not doc.get("file"):  # a run that left a result file has that as its stamp
