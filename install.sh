@@ -372,6 +372,9 @@ else
     install -d -m 0755 /var/lib/gpuhc "$logdir" /run/gpuhc
     install -d -m 0700 /var/lib/gpuhc/postmortem
 fi
+# The manual page, written from this release's own help (gpuhc/cli/manpage.py): man gpuhc.
+install -d -m 0755 /usr/local/share/man/man1
+"$prefix/bin/python" -m gpuhc.cli.manpage | put 0644 /usr/local/share/man/man1/gpuhc.1
 # Shell completion (click's own): bash picks it up from this directory.
 _GPUHC_COMPLETE=bash_source "$prefix/bin/gpuhc" > /usr/share/bash-completion/completions/gpuhc
 # The Prometheus rules and the Grafana dashboard on gpuhc's metrics (README, "After the drain").

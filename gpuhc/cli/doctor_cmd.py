@@ -215,7 +215,39 @@ def gather(config, conf, conf_error: str | None, admin: bool, ask_slurm: bool, n
             "nodes": rows}
 
 
+WIDE = 120  # columns below which the table's folded cells (paths over 3 or 4 lines) read worse than rows
+
+
 def render(result: dict) -> None:
+    import shutil
+    import sys
+
+    if not sys.stdout.isatty() or shutil.get_terminal_size((80, 24)).columns < WIDE:
+        for line in plain(result):
+            click.echo(line)
+        return
+    _render_table(result)
+
+
+def plain(result: dict) -> list[str]:
+    """One finding a line, its fix on the next: what a pipe, a log or an 80-column terminal gets
+    (nothing folded; `--json` for a program)."""
+    from gpuhc.logtext import escape
+
+    where = f"slurm.conf {result['slurm_conf'] or '(none)'}, Slurm {result['release'] or 'release unknown'}"
+    out = [escape(f"gpuhc doctor on {result['node']}: {where}")]
+    for f in result["findings"]:
+        out.append(escape(f"{f['status']:8} {f['setting']}: {f['found']}"))
+        if f["fix"]:
+            out.append(escape(f"{'':8} fix: {f['fix']}"))
+    if result["nodes"]:
+        out.append("expected GPUs of each node sinfo lists (nodes | hosts: entries | slurm.conf | config | expected | from):")
+        out += [escape("  " + " | ".join(str(v) for v in group)) for group in _grouped(result["nodes"])]
+    out.append(f"worst: {result['worst']}")
+    return out
+
+
+def _render_table(result: dict) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table

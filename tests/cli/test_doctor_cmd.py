@@ -4,6 +4,7 @@ admin host's checks where slurmdbd does not answer. The live cluster: tests/slur
 from __future__ import annotations
 
 import json
+import os
 
 from gpuhc.cli.doctor_cmd import expected_rows
 from gpuhc.config import load_config
@@ -74,3 +75,16 @@ def test_observe_mode_shows_what_it_would_have_done_and_every_act_in_force(tmp_p
     assert rows["acts"]["found"].startswith("on: active checks after every job") or "off: drain, resume" in \
         rows["acts"]["found"], rows["acts"]
     assert rows["slurm.mode"]["found"].startswith("observe")
+
+
+def test_in_a_pipe_each_finding_is_one_plain_row_never_folded(tmp_path):
+    """Not a wide terminal (a pipe here): one line a finding, its fix on the next, whole paths."""
+    (tmp_path / "gpuhc.yaml").write_text("{}\n")
+    cp = gpuhc("doctor", "--config", str(tmp_path / "gpuhc.yaml"), "--no-sinfo", "--slurm-conf",
+               str(REPO / "slurm" / "slurm.conf.example"))
+    lines = cp.stdout.splitlines()
+    assert lines[0].startswith("gpuhc doctor on ") and lines[-1].startswith("worst: ")
+    hc = [line for line in lines if line.startswith("blocker  HealthCheckProgram: ")]
+    assert hc == ["blocker  HealthCheckProgram: /usr/local/share/gpuhc/slurm/healthcheck.sh: no such executable on "
+                  "this node"] or os.path.exists("/usr/local/share/gpuhc/slurm/healthcheck.sh"), lines
+    assert not any(set(line) & set("│┃─━╭╰") for line in lines), "a table was drawn"
