@@ -16,7 +16,9 @@ failed, drained RETIRED; only an admin's ``forget`` clears it, after the part is
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from collections import Counter
 from typing import Any
 
@@ -30,6 +32,32 @@ KEEP_MISMATCHES = 10
 def store(state_dir: str) -> LockedJson:
     return LockedJson(os.path.join(state_dir, "canary"), "fleet.json", "fleet.lock", what="canary fleet state",
                       max_bytes=MAX_BYTES, max_depth=16)
+
+
+_HEX16 = re.compile(r"[0-9a-f]{16}")
+_NAME = re.compile(r"[A-Za-z0-9._:+-]{1,64}")
+
+
+def record_problem(rec: dict) -> str | None:
+    """Why a result file's document cannot be taken in (it is the job account's to write), or None."""
+    ended = rec.get("ended")
+    if isinstance(ended, bool) or not isinstance(ended, (int, float)) or not math.isfinite(ended):
+        return "no finite end time"
+    if not isinstance(rec.get("gpus"), dict) or len(rec["gpus"]) > 256:
+        return "no table of GPUs"
+    for subj, g in rec["gpus"].items():
+        if not _NAME.fullmatch(str(subj)) or not isinstance(g, dict):
+            return f"GPU entry {str(subj)[:40]!r} is not one"
+        if g.get("status") not in ("pass", "warn", "fail", "error", "n/a"):
+            return f"{subj}: unknown status"
+        digests = g.get("digests") or {}
+        if not isinstance(digests, dict) or not all(isinstance(d, str) and _HEX16.fullmatch(d) and
+                                                    isinstance(c, str) and len(c) <= 64 for c, d in digests.items()):
+            return f"{subj}: digests are not 16 hex digits by case"
+        for k in ("key", "uuid", "name", "message"):
+            if g.get(k) is not None and not isinstance(g[k], str):
+                return f"{subj}: {k} is not text"
+    return None
 
 
 def ingest(doc: dict, rec: dict, settings: dict, now: float) -> list[str]:

@@ -29,11 +29,13 @@ def age(seconds: float | None) -> str:
 def cells(r: dict[str, Any], now: float) -> dict[str, str]:
     last = r.get("last_run")
     due = r["due"] - now
-    return {"N": r["node"], "G": r["gpu"] or "-", "S": r["status"],
+    from gpuhc.logtext import escape
+
+    return {"N": escape(r["node"]), "G": escape(r["gpu"] or "-"), "S": r["status"],
             "L": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(last)) if last else "never",
             "A": age(now - last) if last else "-", "C": f"{r['period_h']:g}h",
             "D": "now" if due <= 0 else f"in {age(due)}", "O": "OVERDUE" if r["overdue"] else "-",
-            "U": r.get("uuid") or "-", "F": " ".join(str(r.get("finding") or "-").split())}
+            "U": escape(r.get("uuid") or "-"), "F": escape(" ".join(str(r.get("finding") or "-").split()))}
 
 
 def table(rows: list[dict[str, Any]], now: float, fmt: str = DEFAULT_FORMAT, header: bool = True,

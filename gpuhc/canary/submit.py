@@ -37,9 +37,11 @@ def results_dir(section: dict, state_dir: str) -> str:
 
 
 def collect(doc: dict, rdir: str, settings: dict, now: float) -> list[str]:
-    """Every new result file under ``<rdir>/<node>/`` into the fleet state; each file is read
-    once (its name remembered) and bounded (the results directory is the job user's)."""
-    from gpuhc.untrusted import UntrustedInputError, load_json, read_bounded
+    """Every new result file under ``<rdir>/<node>/`` into the fleet state. The results directory
+    is the job account's: each node's directory is opened once without following a link and its
+    files are read by name under that fd, bounded, regular files only; a file is read once (its
+    name remembered) and must name its own node."""
+    from gpuhc.untrusted import UntrustedInputError, open_directory
 
     seen = doc.setdefault("seen", {})
     lines: list[str] = []
@@ -49,28 +51,44 @@ def collect(doc: dict, rdir: str, settings: dict, now: float) -> list[str]:
     except FileNotFoundError:
         return []
     for node in nodes:
-        d = os.path.join(rdir, node)
-        if not os.path.isdir(d) or os.path.islink(d):
+        try:
+            fd = open_directory(os.path.join(rdir, node), "canary results directory")
+        except (UntrustedInputError, OSError) as e:
+            if os.path.isdir(os.path.join(rdir, node)) or os.path.islink(os.path.join(rdir, node)):
+                lines.append(f"skipped {node}/: {e}")
             continue
-        for name in sorted(os.listdir(d)):
-            if not name.endswith(".json"):
-                continue
-            rel = f"{node}/{name}"
-            present.add(rel)
-            if rel in seen:
-                continue
-            seen[rel] = now
-            path = os.path.join(d, name)
-            try:
-                rec = load_json(read_bounded(path, MAX_RESULT_BYTES, "canary result"), path, max_depth=32)
-                if not isinstance(rec, dict) or rec.get("node") != node:
-                    raise UntrustedInputError(f"{path}: not a canary result of node {node}")
-            except (UntrustedInputError, OSError) as e:
-                lines.append(f"skipped {rel}: {e}")
-                continue
-            lines += fleet.ingest(doc, rec, settings, now)
+        try:
+            lines += _collect_node(doc, rdir, node, fd, present, settings, now, seen)
+        finally:
+            os.close(fd)
     for rel in [r for r in seen if r not in present]:
         del seen[rel]  # the file is gone (cleaned up): forget its name too
+    return lines
+
+
+def _collect_node(doc, rdir, node, fd, present, settings, now, seen) -> list[str]:
+    from gpuhc.untrusted import UntrustedInputError, load_json, read_bounded
+
+    lines = []
+    for name in sorted(n for n in os.listdir(fd) if n.endswith(".json")):
+        rel = f"{node}/{name}"
+        present.add(rel)
+        if rel in seen:
+            continue
+        seen[rel] = now
+        path = os.path.join(rdir, rel)
+        try:
+            rec = load_json(read_bounded(name, MAX_RESULT_BYTES, "canary result", dir_fd=fd, shown=path), path,
+                            max_depth=32)
+            if not isinstance(rec, dict) or rec.get("node") != node:
+                raise UntrustedInputError(f"{path}: not a canary result of node {node}")
+            problem = fleet.record_problem(rec)
+            if problem:
+                raise UntrustedInputError(f"{path}: not a canary result: {problem}")
+        except (UntrustedInputError, OSError) as e:
+            lines.append(f"skipped {rel}: {e}")
+            continue
+        lines += fleet.ingest(doc, rec, settings, now)
     return lines
 
 

@@ -154,8 +154,10 @@ def submit_cmd(config_path, state_dir, apply, dry_run, json_mode) -> None:
     if json_mode:
         click.echo(json.dumps(out, sort_keys=True, default=str))
     else:
-        for line in out["lines"] + out["errors"]:
-            click.echo(line)
+        from gpuhc.logtext import escape
+
+        for line in out["lines"] + out["errors"]:  # text from the nodes' result files: one printable line each
+            click.echo(escape(line))
         for s in out["submitted"]:
             click.echo(f"{s['node']}: submitted job {s['job_id']}" if s["job_id"] else f"{s['node']}: would run "
                        + " ".join(s["argv"]))
