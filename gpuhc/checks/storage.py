@@ -30,7 +30,7 @@ LOCAL_FAULTS = {
     "nvme_disabled": "NVMe controller disabled after a failed reset",
     "no_path": "NVMe namespace lost every path (I/O fails)",
     "io_error": "I/O error",
-    "fs_readonly": "file system gone read-only",
+    "fs_readonly": "file system gone read-only or shut down",
 }
 _WARNS = {"nvme_timeout": "NVMe command timed out, controller reset", "lock_reclaim": "NFS lock reclaim failed"}
 

@@ -67,8 +67,8 @@ _BLK = lazy(r"(?:blk_update_request: |print_req_error: )?(?:I/O|critical medium|
 _BUFFER = lazy(r"Buffer I/O error on dev (?P<dev>" + _DEVNAME + r"), logical block \d{1,20}\b")
 _EXT = lazy(r"EXT[234]-fs \((?P<dev>" + _DEVNAME + r")\): (?P<what>Remounting filesystem read-only|"
             r"I/O error while writing superblock)\s*$")
-_XFS = lazy(r"XFS \((?P<dev>" + _DEVNAME + r")\): (?:.{0,80}Filesystem has been shut down due to |"
-            r"Corruption of in-memory data .{0,80}Shutting down filesystem)")
+_XFS = lazy(r"XFS \((?P<dev>" + _DEVNAME + r")\): (?:.{0,200}\.  Shutting down filesystem\.?|"
+            r".{0,80}Filesystem has been shut down due to .{0,80})\s*$")
 _BTRFS = lazy(r"BTRFS(?: \w{1,10})? \(device (?P<dev>" + _DEVNAME + r")(?:\)|: state [A-Za-z]{1,10}\)): forced readonly\s*$")
 _NFS = lazy(r"nfs: server (?P<dev>[\w.:\[\]-]{1,255}) (?P<what>not responding, (?:still trying|timed out)|OK)\s*$")
 _RECLAIM = lazy(r"(?:NFS: )?(?:__)?nfs4_reclaim_open_state: Lock reclaim failed!\s*$")

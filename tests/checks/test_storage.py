@@ -180,3 +180,10 @@ def test_dmesg_H_quoted_in_mail_dates_each_report_from_its_anchor_and_a_hang_out
     snap.kernel = log
     out = check.judge(snap, context(check))
     assert [(r.status, r.evidence) for r in out.results] == [(Status.WARN, "stuck-process")] * 2
+
+
+def test_an_xfs_shutdown_fails_the_disk_it_is_on():
+    # linux-xfs, 2024-06-03: the superblock write verifier finds corruption; XFS shuts down
+    out = judge(STORAGE, _fixture("xfs_shutdown_linux_xfs_sb_fdblocks.log"))
+    assert brief(out) == [(Status.FAIL, Action.DRAIN_TICKET, "dm-4", "disk")]
+    assert "file system gone read-only or shut down" in out.results[0].message
