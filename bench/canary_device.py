@@ -13,6 +13,9 @@ supervised worker, the CuPy backend, the verdict):
    unconfirmed on the clean retest, and named (the element and the bit that flipped);
 3. the same flip made sticky on the exact case: confirmed, named against the CPU product.
 
+An exact case's answer is exact only while its word holds no fp64 output (the flips index 32-bit
+words of fp32 outputs); the default cases satisfy that.
+
 Exit 1 when any of these fails; the last line says which. Never touches clocks, power limits or
 resets.
 """
@@ -84,10 +87,14 @@ def run(params: dict, limit: float) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=SCHEMA["repeats"].default)
+    ap.add_argument("--cases", help="comma-separated (default: canary.cases' default); the flips go into the first "
+                    "exact and the first bf16 random case")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/gpuhc-out"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    cases = list(SCHEMA["cases"].default)
+    cases = a.cases.split(",") if a.cases else list(SCHEMA["cases"].default)
+    exact = next(c for c in cases if "-exact-" in c)
+    rand = next(c for c in cases if c.startswith("bf16-random-"))
     params = {"cases": cases, "seed": SCHEMA["seed"].default, "repeats": a.repeats, "known": {}}
     report: dict = {"cases": cases, "repeats": a.repeats, "checks": {}}
     bad: list[str] = []
@@ -121,12 +128,12 @@ def main() -> int:
     # 2. one flipped bit, once, on a random case, judged against run 1's answers as the fleet's
     key = one["data"]["gpus"]["gpu0"]["key"]
     known = {key: {n: c["digest"] for n, c in one["data"]["gpus"]["gpu0"]["cases"].items()}}
-    n = 8192
-    word, bit = 12345 * n // 7 + 4321, 17
-    inj = {"subject": "gpu0", "case": "bf16-random-8192", "word": word, "bit": bit}
-    once = run({**params, "cases": ["bf16-random-8192"], "known": known, "inject": inj}, 300)
+    n = int(rand.rsplit("-", 1)[1])
+    word, bit = (n * n) // 3 + 4321 % n, 17
+    inj = {"subject": "gpu0", "case": rand, "word": word, "bit": bit}
+    once = run({**params, "cases": [rand], "known": known, "inject": inj}, 300)
     r0 = [x for x in once["results"] if x["subject"] == "gpu0"][0]
-    m = once["data"]["gpus"]["gpu0"]["cases"]["bf16-random-8192"].get("mismatch") or {}
+    m = once["data"]["gpus"]["gpu0"]["cases"][rand].get("mismatch") or {}
     el = (m.get("bits") or {}).get("elements") or [{}]
     named = (el[0].get("row"), el[0].get("col"), el[0].get("bits")) == (word // n, word % n, [bit])
     report["checks"]["flip_once"] = {"status": r0["status"], "message": r0["message"], "named": named}
@@ -134,13 +141,14 @@ def main() -> int:
         bad.append(f"the one-off flip was not caught and named: {r0['message']}")
 
     # 3. the same flip sticky, on the exact case: confirmed, named against the CPU product
-    n2 = 2048
-    inj = {"subject": "gpu0", "case": "bf16-exact-2048", "word": 777 * n2 + 5, "bit": 30, "sticky": True}
-    sticky = run({**params, "cases": ["bf16-exact-2048"], "inject": inj}, 300)
+    n2 = int(exact.rsplit("-", 1)[1])
+    row = n2 * 3 // 8
+    inj = {"subject": "gpu0", "case": exact, "word": row * n2 + 5, "bit": 30, "sticky": True}
+    sticky = run({**params, "cases": [exact], "inject": inj}, 300)
     r1 = [x for x in sticky["results"] if x["subject"] == "gpu0"][0]
-    m = sticky["data"]["gpus"]["gpu0"]["cases"]["bf16-exact-2048"].get("mismatch") or {}
+    m = sticky["data"]["gpus"]["gpu0"]["cases"][exact].get("mismatch") or {}
     el = (m.get("bits") or {}).get("elements") or [{}]
-    named = (el[0].get("row"), el[0].get("col"), el[0].get("bits")) == (777, 5, [30])
+    named = (el[0].get("row"), el[0].get("col"), el[0].get("bits")) == (row, 5, [30])
     report["checks"]["flip_sticky"] = {"status": r1["status"], "message": r1["message"], "named": named,
                                        "against": m.get("bits_against")}
     if r1["status"] != "fail" or not m.get("confirmed") or not named or r1["action"] != "none":
