@@ -69,7 +69,7 @@ _EXT = lazy(r"EXT[234]-fs \((?P<dev>" + _DEVNAME + r")\): (?P<what>Remounting fi
             r"I/O error while writing superblock)\s*$")
 _XFS = lazy(r"XFS \((?P<dev>" + _DEVNAME + r")\): (?:.{0,200}\.  Shutting down filesystem\.?|"
             r".{0,80}Filesystem has been shut down due to .{0,80})\s*$")
-_BTRFS = lazy(r"BTRFS(?: \w{1,10})? \(device (?P<dev>" + _DEVNAME + r")(?:\)|: state [A-Za-z]{1,10}\)): forced readonly\s*$")
+_BTRFS = lazy(r"BTRFS(?: \w{1,10})? \(device (?P<dev>[\w.-]{1,40})(?::? state [A-Za-z]{1,10})?\): forced readonly\s*$")
 _NFS = lazy(r"nfs: server (?P<dev>[\w.:\[\]-]{1,255}) (?P<what>not responding, (?:still trying|timed out)|OK)\s*$")
 _RECLAIM = lazy(r"(?:NFS: )?(?:__)?nfs4_reclaim_open_state: Lock reclaim failed!\s*$")
 _LOCKUP = lazy(r"watchdog: BUG: soft lockup - CPU#(?P<cpu>\d{1,5}) stuck for \d{1,6}s! \[")

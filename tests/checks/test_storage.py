@@ -187,3 +187,10 @@ def test_an_xfs_shutdown_fails_the_disk_it_is_on():
     out = judge(STORAGE, _fixture("xfs_shutdown_linux_xfs_sb_fdblocks.log"))
     assert brief(out) == [(Status.FAIL, Action.DRAIN_TICKET, "dm-4", "disk")]
     assert "file system gone read-only or shut down" in out.results[0].message
+
+
+def test_btrfs_forced_readonly_fails_the_disk_and_the_mailers_wraps_are_named():
+    # linux-btrfs, 2020-11-02: a transaction aborted, the file system forced read-only
+    lines = _fixture("btrfs_forced_readonly_linux_btrfs_mail.log")
+    assert parse_lines(lines).unread_lines == 4  # the wrapped halves, named, never read as records
+    assert brief(judge(STORAGE, lines)) == [(Status.FAIL, Action.DRAIN_TICKET, "sdf", "disk")]
