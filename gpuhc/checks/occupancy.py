@@ -8,8 +8,10 @@ memory or at half speed, and nothing in the hardware counters says why. The rule
 - Prolog: the job's GPUs hold no compute process and at most ``max_used_mib`` of memory.
 - Epilog: the same, after the reader waited up to ``epilog_wait_s`` for the job's processes to
   exit (a rank that is still flushing a checkpoint is not a stray yet).
-- Memory in use with no process listed is the same finding: a context the driver never freed,
-  or a process NVML cannot see from here (another PID namespace).
+- Memory in use with no process left is the same finding: a context the driver never freed,
+  or a process NVML cannot see from here (another PID namespace). Where NVML gives the figure
+  without the driver's reserve (an idle GPU reads 0 MiB), more than ``leaked_mib`` is enough;
+  beside a listed process, or in the older figure that holds the reserve, ``max_used_mib``.
 - A graphics-only process (a display server) is not a finding by itself; its memory counts.
 - A process ``allowed_processes`` names (exact name AND owner uid; default DCGM's
   ``nv-hostengine`` as root) is a monitor, not a stray: neither it nor its memory is a finding,
@@ -42,10 +44,10 @@ _COMM_MAX = 15  # the kernel keeps 15 bytes of a process's name (TASK_COMM_LEN l
 
 
 def wait_for_stage(stage: str, thresholds: dict, timeout_s: float) -> tuple[float, float]:
-    """(seconds, MiB): how long the reader may wait for the job's processes to exit and their
-    memory to drop to the allowance. Only the epilog waits, and never so long that the check
-    itself times out."""
-    mib = float(thresholds.get("max_used_mib", 1024))
+    """(seconds, MiB): how long the reader may wait for the job's processes to exit and the
+    memory they leave to drop to ``leaked_mib`` (the next prolog's bound). Only the epilog waits,
+    and never so long that the check itself times out."""
+    mib = float(thresholds.get("leaked_mib", 15))  # what a GPU with no process left may hold (v2 figure)
     if stage != "epilog":
         return 0.0, mib
     wait = float(thresholds.get("epilog_wait_s") or 0.0)
@@ -72,7 +74,8 @@ def describe(p: GpuProcess) -> str:
     return f"pid {p.pid} ({name}{size})"
 
 
-def _judge_gpu(gpu: GpuOccupancy, max_used: float, waited: str, rules: tuple[tuple[str, int], ...]) -> Result:
+def _judge_gpu(gpu: GpuOccupancy, max_used: float, waited: str, rules: tuple[tuple[str, int], ...],
+               leaked: float = 15.0) -> Result:
     s = gpu.subject
     if gpu.error:
         return result(ID, Status.ERROR, f"{s}: {gpu.error}", s)
@@ -91,6 +94,12 @@ def _judge_gpu(gpu: GpuOccupancy, max_used: float, waited: str, rules: tuple[tup
                       s, value=[p.pid for p in compute], threshold=0, action=Action.DRAIN_REBOOT)
     if gpu.mig:
         used = None  # the instances' memory (docs/checks.md): processes are what is judged
+    if used is not None and not gpu.processes and gpu.memory_reserved_mib is not None and used > leaked:
+        # No process left at all, and the figure leaves the driver's reserve out (an idle GPU
+        # reads 0 MiB): whatever is held is a context nobody owns any more.
+        return result(ID, Status.FAIL, f"{s} has {used:.0f} MiB in use with no process left (a context the driver "
+                      f"never freed, or a process in another PID namespace){waited}", s,
+                      value=used, threshold=leaked, action=Action.DRAIN_REBOOT)
     if used is not None and used > max_used:
         named = ", ".join(describe(p) for p in others[:_NAMED])
         who = f" by {named}" if named else " with no process listed (leaked context, or a process in another PID namespace)"
@@ -130,6 +139,7 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         return CheckOutput([na(ID, "no GPU to check")])
     waited = f" after waiting {occ.waited_s:.0f} s" if occ.waited_s >= 0.5 else ""
     max_used = float(ctx.t("max_used_mib", 1024))
+    leaked = float(ctx.t("leaked_mib", 15))
     rules = allowed_rules({"allowed_processes": ctx.t("allowed_processes", [])})
     job = ctx.job
     out = []
@@ -140,14 +150,14 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
             continue
         want = job.slices.get(g.index) if job is not None else None
         if not want:
-            out.append(_judge_gpu(g, max_used, waited, rules))
+            out.append(_judge_gpu(g, max_used, waited, rules, leaked))
             continue
         for gi, ci in want:  # each slice on its own: the reason names the one that is held
             picked = _slice(g, [(gi, ci)])
             if isinstance(picked, Result):
                 out.append(picked)
                 continue
-            r = _judge_gpu(picked, max_used, waited, rules)
+            r = _judge_gpu(picked, max_used, waited, rules, leaked)
             label = f"gi{gi}" + ("" if ci is None else f"/ci{ci}")
             out.append(Result(r.check, r.status, r.message.replace(g.subject, f"{g.subject} MIG {label}", 1),
                               r.subject, r.value, r.threshold, r.action))
@@ -167,7 +177,7 @@ def _rule_error(e) -> str | None:
 
 def _validate(t: dict) -> list[str]:
     problems = []
-    for key in ("max_used_mib", "epilog_wait_s"):
+    for key in ("max_used_mib", "leaked_mib", "epilog_wait_s"):
         v = t.get(key)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
             problems.append(f"{key}: must be a number >= 0, got {v!r}")
@@ -187,7 +197,13 @@ CHECKS = [
         stages=("prolog", "epilog", "bootstrap"),
         timeout_s=25.0,  # room for the epilog's wait, within the epilog's 30 s budget (gpuhc/config.py)
         defaults={
-            "max_used_mib": 1024,  # an idle GPU uses a few MiB once the driver's reserve is left out
+            # Memory on a GPU where no process is left, in the figure without the driver's reserve
+            # (NVML's v2 query; an idle H100 reads 0 MiB): GCM's prolog default, 15 MiB, is a
+            # leaked context's floor by far (docs/checks.md, "occupancy").
+            "leaked_mib": 15,
+            # Memory beside a listed process (a display server), or in the v1 figure that holds
+            # the driver's reserve (a few hundred MiB): a graphics process this big is a finding.
+            "max_used_mib": 1024,
             # epilog: how long the job's processes get to exit and the driver to free their
             # contexts. Only a GPU still held waits (a free one answers at once); freeing a large
             # context can take tens of seconds after Slurm ended the job (docs/checks.md).

@@ -38,6 +38,9 @@ class GpuOccupancy(Record):
     uuid: str = ""
     memory_used_mib: float | None = None  # excluding what the driver reserves, where NVML can tell
     memory_total_mib: float | None = None
+    # What the driver reserves for itself, where NVML gives it apart (the v2 memory query): then
+    # ``memory_used_mib`` leaves it out and an idle GPU reads 0 MiB. None: the v1 figure, reserve included.
+    memory_reserved_mib: float | None = None
     processes: list[GpuProcess] = field(default_factory=list)
     mig: bool | None = None  # MIG mode on: the parent's memory use is the instances', not judged
     error: str | None = None  # NVML could not list this GPU's processes: cannot judge it

@@ -80,7 +80,7 @@ class OccupancyLive:
             return gpu
         try:
             gpu.uuid = nvml_util.text(nv.nvmlDeviceGetUUID(h)) or ""
-            gpu.memory_used_mib, gpu.memory_total_mib = _memory(nv, h)
+            gpu.memory_used_mib, gpu.memory_total_mib, gpu.memory_reserved_mib = _memory(nv, h)
             gpu.mig = nvml_mig.mig_mode(nv, h)
             # MIG on: each instance's own list (the parent's, read as root, holds every slice's
             # processes), each process marked with its instance (docs/checks.md, "occupancy").
@@ -125,7 +125,11 @@ class OccupancyLive:
                 return False
             if want:
                 continue  # the parent's memory is every slice's
-            if self.settle_mib is not None and not g.mig and g.unallowed_used_mib(self.allowed) > self.settle_mib:
+            # The bound is for memory left with no process (occupancy's leaked_mib): only a figure
+            # without the driver's reserve (v2) can be held to it; a v1 figure waits for processes.
+            left = [p for p in procs if not p.allowed(self.allowed)]
+            if (self.settle_mib is not None and not g.mig and not left and g.memory_reserved_mib is not None
+                    and g.unallowed_used_mib(self.allowed) > self.settle_mib):
                 return False
         return True
 
@@ -154,8 +158,9 @@ class OccupancyLive:
 
 
 
-def _memory(nv: Any, h: Any) -> tuple[float | None, float | None]:
-    """(used, total) MiB; the v2 query leaves out the driver's reserve, v1 does not."""
+def _memory(nv: Any, h: Any) -> tuple[float | None, float | None, float | None]:
+    """(used, total, reserved) MiB; the v2 query leaves out the driver's reserve and says it
+    (reserved), v1 does not (reserved None)."""
     version = getattr(nv, "nvmlMemory_v2", None)
     mem = None
     if version is not None:
@@ -168,9 +173,11 @@ def _memory(nv: Any, h: Any) -> tuple[float | None, float | None]:
             mem = nv.nvmlDeviceGetMemoryInfo(h)
         except nv.NVMLError as e:
             if nvml_util.is_error(nv, e, "NVML_ERROR_NOT_SUPPORTED"):
-                return None, None
+                return None, None, None
             raise
-    return round(int(mem.used) / _MIB, 1), round(int(mem.total) / _MIB, 1)
+    reserved = getattr(mem, "reserved", None)
+    return (round(int(mem.used) / _MIB, 1), round(int(mem.total) / _MIB, 1),
+            None if reserved is None else round(int(reserved) / _MIB, 1))
 
 
 def _both(nv: Any, h: Any) -> list[tuple[str, list[Any]]]:

@@ -130,7 +130,7 @@ def occupancy_from_dict(d: dict[str, Any], uuids: dict[int, str],
     for g in d.get("gpus") or []:
         procs = [GpuProcess(**dict(p, used_mib=number(p.get("used_mib")))) for p in g.get("processes") or []]
         kw = {k: v for k, v in g.items() if k not in ("processes", "instances")}
-        for k in ("memory_used_mib", "memory_total_mib"):
+        for k in ("memory_used_mib", "memory_total_mib", "memory_reserved_mib"):
             kw[k] = number(kw.get(k))
         kw.setdefault("uuid", uuids.get(g["index"], ""))
         inst = mig_from_list(g["instances"]) if "instances" in g else list(mig.get(g["index"], []))

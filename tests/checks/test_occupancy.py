@@ -108,10 +108,11 @@ def test_not_read_or_no_nvml_is_na():
 
 
 def test_only_the_epilog_waits_and_never_past_the_check_timeout():
-    assert wait_for_stage("prolog", DEFAULTS, 15.0) == (0.0, 1024)
-    assert wait_for_stage("bootstrap", DEFAULTS, 15.0) == (0.0, 1024)
-    assert wait_for_stage("epilog", DEFAULTS, 15.0) == (14.0, 1024)
-    assert wait_for_stage("epilog", {"epilog_wait_s": 60, "max_used_mib": 2048}, 15.0) == (14.0, 2048)
+    # the bound the epilog waits for is the next prolog's: memory left with no process (leaked_mib)
+    assert wait_for_stage("prolog", DEFAULTS, 15.0) == (0.0, 15)
+    assert wait_for_stage("bootstrap", DEFAULTS, 15.0) == (0.0, 15)
+    assert wait_for_stage("epilog", DEFAULTS, 15.0) == (14.0, 15)
+    assert wait_for_stage("epilog", {"epilog_wait_s": 60, "leaked_mib": 64}, 15.0) == (14.0, 64)
 
 
 def test_the_epilog_waits_20_s_by_default_within_the_check_timeout_and_the_epilogs_budget():
@@ -120,7 +121,7 @@ def test_the_epilog_waits_20_s_by_default_within_the_check_timeout_and_the_epilo
     from gpuhc.config import CORE_SCHEMA
 
     assert DEFAULTS["epilog_wait_s"] == 20.0 and CHECKS[0].timeout_s == 25.0
-    assert wait_for_stage("epilog", DEFAULTS, CHECKS[0].timeout_s) == (20.0, 1024)
+    assert wait_for_stage("epilog", DEFAULTS, CHECKS[0].timeout_s) == (20.0, 15)
     assert CHECKS[0].timeout_s <= CORE_SCHEMA["budget_s"]["epilog"].default - 5.0
 
 
@@ -212,7 +213,7 @@ def test_epilog_wait_also_lets_a_context_tear_down(tmp_path):
             return super().nvmlDeviceGetMemoryInfo(h, version)
 
     fake = Draining([FakeGpu(memory=(6 << 30, 80 << 30))])
-    src = OccupancyLive(wait_s=5.0, poll_s=0.01, module=fake, proc_root=fake_proc(tmp_path), settle_mib=1024)
+    src = OccupancyLive(wait_s=5.0, poll_s=0.01, module=fake, proc_root=fake_proc(tmp_path), settle_mib=15)
     occ = src.read()
     assert occ.gpus[0].memory_used_mib == 4.0 and 0.0 < occ.waited_s < 5.0
     assert judge(Snapshot("n1", 0.0, occupancy=occ), ctx()).results[0].status is Status.PASS
@@ -388,3 +389,42 @@ def test_mig_gpus_are_judged_by_their_processes_not_their_memory(tmp_path):
                      FakeGpu()])
     occ = OccupancyLive(module=fake, proc_root=fake_proc(tmp_path)).read()
     assert [g.mig for g in occ.gpus] == [True, False, None]
+
+
+# ----------------------------------------------------------------------------- memory with no process left
+
+
+def test_memory_held_where_no_process_is_left_fails_from_leaked_mib():
+    """The v2 figure leaves the driver's reserve out: an idle H100 with `Processes: None` reads
+    `Used : 0 MiB` beside `Reserved : 551 MiB` (`nvidia-smi -q` of two 8x H100 nodes, leptonai/gpud's
+    nvidia-query test data). More than leaked_mib (15, GCM's prolog default) with nothing left is
+    a context nobody owns, well below max_used_mib."""
+    idle = GpuOccupancy(index=0, memory_used_mib=0.0, memory_total_mib=81559.0, memory_reserved_mib=551.0)
+    leaked = GpuOccupancy(index=1, memory_used_mib=400.0, memory_total_mib=81559.0, memory_reserved_mib=551.0)
+    out = by_subject(judge(snap(idle, leaked), ctx()))
+    assert out["gpu0"].status is Status.PASS
+    assert out["gpu1"].status is Status.FAIL and out["gpu1"].threshold == 15
+    assert out["gpu1"].message == ("gpu1 has 400 MiB in use with no process left (a context the driver never freed, "
+                                   "or a process in another PID namespace)")
+
+
+def test_the_v1_figure_holds_the_reserve_and_keeps_max_used_mib():
+    v1 = GpuOccupancy(index=0, memory_used_mib=551.0, memory_total_mib=81559.0)  # reserve included, unknown
+    assert judge(snap(v1), ctx()).results[0].status is Status.PASS
+
+
+def test_beside_a_listed_process_the_leak_bound_does_not_apply():
+    """An allowed monitor whose share NVML does not give (a container's pid), or a display
+    server: something is there, so max_used_mib judges the memory."""
+    mon = GpuProcess(pid=3311, name="nv-hostengine", kinds="compute", used_mib=None, uid=0)
+    g = GpuOccupancy(index=0, memory_used_mib=520.0, memory_reserved_mib=551.0, processes=[mon])
+    assert judge(snap(g), ctx()).results[0].status is Status.PASS
+
+
+def test_the_epilog_does_not_wait_on_memory_beside_a_graphics_process_nor_on_a_v1_figure(tmp_path):
+    v1 = FakeGpu(memory=(6 << 30, 80 << 30))
+    fake = FakeNvml([v1])
+    fake.nvmlMemory_v2 = None  # a binding without the v2 query: the figure holds the reserve
+    occ = OccupancyLive(wait_s=5.0, poll_s=0.01, module=fake, proc_root=fake_proc(tmp_path), settle_mib=15).read()
+    assert occ.waited_s < 0.5 and occ.gpus[0].memory_reserved_mib is None
+    assert judge(Snapshot("n1", 0.0, occupancy=occ), ctx()).results[0].status is Status.FAIL  # 6.5 GiB > 1024

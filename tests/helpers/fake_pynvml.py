@@ -361,6 +361,9 @@ class FakeNvml:
             used += g.memory_v1_extra
         elif "nvmlDeviceGetMemoryInfo_v2" in g.fail:
             raise real.NVMLError(g.fail["nvmlDeviceGetMemoryInfo_v2"])
+        else:  # the v2 struct says the reserve it left out (c_nvmlMemory_v2_t's reserved)
+            return SimpleNamespace(used=used, total=total, free=total - used - g.memory_v1_extra,
+                                   reserved=g.memory_v1_extra)
         return SimpleNamespace(used=used, total=total, free=total - used)
 
     def nvmlDeviceGetGpuFabricInfoV(self, h: int, ref: Any) -> int:
