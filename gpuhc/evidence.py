@@ -139,8 +139,8 @@ TABLE: tuple[Evidence, ...] = (
              "at corrected_warn", "at corrected_fail (off) and", "-", "when held", False, "host", Action.DRAIN_TICKET),
     # the storage around the node: one NFS server's hiccup never drains a partition
     Evidence("remote-storage", "host", "an NFS server not responding (no OK since), I/O errors on a network "
-             "block device; NFS lock reclaim failures warn", (), "at once", "when", "never (the server is the fault)",
-             "when held", False, "host", Action.DRAIN_TICKET),
+             "block device, an NVMe namespace with no path left; NFS lock reclaim failures warn", (), "at once",
+             "when", "never (the server is the fault)", "when held", False, "host", Action.DRAIN_TICKET),
     Evidence("kernel-health", "host", "soft lockup, a previous boot's panic (software), file-max limit reached",
              ("kernel-health",), "at once, once", "never", "-", "-", False),
     # a file-system wait drains as its mount's evidence (``mount``); FUSE never drains
@@ -155,7 +155,7 @@ TABLE: tuple[Evidence, ...] = (
              ("nic-health",), "slot power, module heat, TX time-out", "at once", "-", "at once", True),
     # a local disk is the node's own: a job's checkpoints and scratch are on it, and a failed
     # member, a disabled controller or a read-only file system stays until a person acts
-    Evidence("disk", "hardware", "local disk: md member failed, NVMe controller disabled or pathless, I/O errors, "
+    Evidence("disk", "hardware", "local disk: md member failed, NVMe controller disabled, I/O errors, "
              "file system read-only", ("storage",), "an NVMe command time-out (the driver resets and retries)",
              "at once", "-", "at once", True),
     # the panic's own reason names the hardware (machine check, NMI, hardware error): a person reads it

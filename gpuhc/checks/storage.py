@@ -2,7 +2,7 @@
 "storage"), from the kernel log (gpuhc/sources/kernel_log_storage.py).
 
 - a local disk's fault: an md array member failed, an NVMe controller disabled after its reset
-  failed, every path of an NVMe namespace gone, an I/O error on a local block device (the block
+  failed, an I/O error on a local block device (the block
   layer's, a buffer's, a superblock write), a local file system gone read-only or shut down:
   FAIL, drain + hardware ticket, one result per device. A job's checkpoints and scratch are on
   it, and none of these cures itself (an array runs degraded, a disabled controller stays gone
@@ -11,7 +11,9 @@
 - an NVMe command time-out: the driver resets the controller and retries; WARN once (a reset
   that fails prints the disabled line, which fails).
 - the environment, not this node's hardware: an NFS server that stopped answering and has not
-  said ``OK`` since, I/O errors on a network or loop device: FAIL of class ``remote-storage``,
+  said ``OK`` since, I/O errors on a network or loop device, an NVMe namespace that lost every
+  path (``no available path``: native multipath, which NVMe over fabrics uses; a local drive
+  that is gone says ``Disabling device`` as well, which fails at once): FAIL of class ``remote-storage``,
   which drains only once held over runs (one server's hiccup never drains a partition); NFS lock
   reclaim failures (the server restarted and a lock was lost): WARN once.
 """
@@ -28,10 +30,10 @@ ID = "storage"
 LOCAL_FAULTS = {
     "md_failed": "md array member failed",
     "nvme_disabled": "NVMe controller disabled after a failed reset",
-    "no_path": "NVMe namespace lost every path (I/O fails)",
     "io_error": "I/O error",
     "fs_readonly": "file system gone read-only or shut down",
 }
+_REMOTE = {"no_path": "NVMe namespace {dev} lost every path (I/O fails)"}
 _WARNS = {"nvme_timeout": "NVMe command timed out, controller reset", "lock_reclaim": "NFS lock reclaim failed"}
 
 
@@ -55,6 +57,9 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
             elif ev.device:
                 servers[ev.device] = ev
             continue
+        if state == "no_path":  # the fabric's target or its network, as often as the drive
+            remote.setdefault(ev.device or "?", []).append(ev)
+            continue
         if state not in LOCAL_FAULTS:
             if new:
                 warns.setdefault((ev.device or "node", state), []).append(ev)
@@ -69,8 +74,8 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     results: list[Result] = [_fail(i) for i in incidents]
     results += [_environment(f"NFS server {s} not responding (no OK since)", s, ev)
                 for s, ev in sorted(servers.items()) if ev.state == "not_responding"]
-    results += [_environment(f"I/O errors on {dev} (not a local disk) x{len(evs)}", dev, evs[-1])
-                for dev, evs in sorted(remote.items())]
+    results += [_environment(_REMOTE.get(evs[-1].state or "", "I/O errors on {dev} (not a local disk)").format(dev=dev)
+                             + (f" x{len(evs)}" if len(evs) > 1 else ""), dev, evs[-1]) for dev, evs in sorted(remote.items())]
     results += [_warn(s, state, evs) for (s, state), evs in sorted(warns.items())]
     if not results:
         results.append(result(ID, Status.PASS, f"no disk, file-system or NFS fault in the last {win.window_s / 3600:g}h"))

@@ -43,7 +43,6 @@ def brief(out) -> list[tuple]:
 @pytest.mark.parametrize("case, device, what", [
     ("gpu174", "nvme0n1p1", "md array member failed"),  # RAID0's "detected, failing array."
     ("gpu206", "nvme4", "NVMe controller disabled after a failed reset"),
-    ("gpu193", "nvme0n1", "NVMe namespace lost every path"),
     ("gpu215", "dm-0", "I/O error"),  # Buffer I/O error
     ("gpu220", "dm-0", "I/O error"),  # ext4's superblock write
     ("gcm353", "nvme2n1", "I/O error"),  # the block layer's, three lines: one incident
@@ -56,6 +55,16 @@ def test_a_local_disks_fault_fails_at_once_with_a_ticket(case, device, what):
     # held: the next run, the same log, still fails (a degraded array does not heal itself)
     again = judge(STORAGE, peer(case), prev=out.state)
     assert [r.status for r in again.results] == [Status.FAIL]
+
+
+def test_an_nvme_namespace_without_a_path_is_the_fabrics_evidence_held_before_it_drains():
+    # native multipath says it for NVMe over fabrics as for a local drive; a local drive that is
+    # gone also says "Disabling device after reset failure", which fails at once
+    out = judge(STORAGE, peer("gpu193"))
+    assert brief(out) == [(Status.FAIL, Action.DRAIN_TICKET, "nvme0n1", "remote-storage")]
+    assert "NVMe namespace nvme0n1 lost every path" in out.results[0].message
+    held, _ = hold(out.results, None, 1_751_000_000.0, None)
+    assert [r.status for r in held] == [Status.WARN]
 
 
 def test_an_nvme_timeout_warns_and_the_failed_reset_after_it_fails():
