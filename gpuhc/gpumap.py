@@ -231,7 +231,17 @@ def select(table: list[Mapped], env: Mapping[str, str], source: str) -> tuple[li
         other = next(v for v in order if v != var)  # both said: the log shows what Slurm put in each
         also = f" {other}={env[other]}" if (env.get(other) or "").strip() else ""
         return sorted(unique, key=lambda m: m.index), f"{var}={text}{also}"
-    return None, "no SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES: checking every GPU of the node"
+    return None, "the job was given no GPU (no SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES): every GPU of the node is checked"
+
+
+def _indices(table: list[Mapped]) -> str:
+    """0-7, or 0,2,5: the indices a person may give, as compactly as they read."""
+    got = sorted({m.index for m in table})
+    if not got:
+        return "none"
+    if got == list(range(got[0], got[-1] + 1)) and len(got) > 2:
+        return f"{got[0]}-{got[-1]}"
+    return ",".join(map(str, got))
 
 
 def pick(table: list[Mapped], token: str, var: str, text: str, source: str) -> Mapped:
@@ -241,7 +251,8 @@ def pick(table: list[Mapped], token: str, var: str, text: str, source: str) -> M
         for m in table:
             if m.index == int(token):
                 return m
-        raise GpuMapError(f"{var}={text}: Slurm GPU {token} is not one of the {len(table)} GPU devices of {source}")
+        raise GpuMapError(f"{var}={text}: this node has no GPU {token}: its {len(table)} GPU device(s) are "
+                          f"{_indices(table)} ({source})")
     old = _OLD_MIG_ID.fullmatch(token)
     for m in table:
         if token in (m.unique_id, m.mig_uuid) or (not m.mig and token == m.gpu_uuid):

@@ -180,7 +180,7 @@ def test_slurm_job_gpus_wins_and_an_index_slurm_lacks_is_refused():
     t = identity(nvml(gpu(0), gpu(1)))
     devices, where = select(t, {"SLURM_JOB_GPUS": "1", "CUDA_VISIBLE_DEVICES": "0"}, "s")
     assert [m.gpu for m in devices] == [1] and where == "SLURM_JOB_GPUS=1 CUDA_VISIBLE_DEVICES=0"
-    with pytest.raises(GpuMapError, match="Slurm GPU 12 is not one of the 2 GPU devices"):
+    with pytest.raises(GpuMapError, match="this node has no GPU 12: its 2 GPU device\\(s\\) are"):
         select(t, {"SLURM_JOB_GPUS": "12"}, "s")
     with pytest.raises(GpuMapError, match="none of this node's GPU devices"):
         select(t, {"CUDA_VISIBLE_DEVICES": "GPU-nope"}, "s")

@@ -88,3 +88,18 @@ def test_in_a_pipe_each_finding_is_one_plain_row_never_folded(tmp_path):
     assert hc == ["blocker  HealthCheckProgram: /usr/local/share/gpuhc/slurm/healthcheck.sh: no such executable on "
                   "this node"] or os.path.exists("/usr/local/share/gpuhc/slurm/healthcheck.sh"), lines
     assert not any(set(line) & set("│┃─━╭╰") for line in lines), "a table was drawn"
+
+
+def test_site_test_mode_node_is_held_to_the_configs_count_without_a_warning(tmp_path):
+    """README's site test mode: a CPU node (no Gres) plays a recorded 8-GPU node; a run holds it
+    to the hosts: entry's count, so doctor does too, and asks nobody to drop it."""
+    scenario = tmp_path / "test-scenario.yaml"
+    scenario.write_text("{}\n")
+    (tmp_path / "gpuhc.yaml").write_text(f'hosts:\n  - match: "cpu017"\n    node:\n      expected_gpus: 8\n'
+                                         f"    sources:\n      test_scenario: {scenario}\n")
+    cfg = load_config(str(tmp_path / "gpuhc.yaml"), "cpu017")
+    conf = parse_text("NodeName=cpu017 CPUs=8\nNodeName=gpu01 Gres=gpu:h100:8\n")
+    rows = {r["node"]: r for r in expected_rows(["cpu017", "gpu01"], conf, cfg.overrides, None)}
+    assert (rows["cpu017"]["expected"], rows["cpu017"]["status"]) == (8, "ok")
+    assert rows["cpu017"]["from"].startswith("config (a recorded node")
+    assert (rows["gpu01"]["expected"], rows["gpu01"]["from"]) == (8, "slurm.conf")

@@ -246,7 +246,7 @@ def _job_scope(flow: Flow) -> str:
     flow.opts.job = job
     flow.opts.gpus = None if job is None else job.gpus
     flow.opts.occupancy = job is not None
-    return where if job is not None else f"{where}; GPU occupancy not judged"
+    return where if job is not None else f"{where}; GPU occupancy not judged (another job may hold them)"
 
 
 def prolog(flow: Flow) -> Outcome:

@@ -52,7 +52,7 @@ def node_devices(opts: Any, node: str, env: Mapping[str, str]) -> tuple[list[Map
     if inputs.conf is None:
         if nvml is None or not nvml.available:
             raise GpuMapError(f"no gres.conf at {path}, and NVML cannot be read")
-        table, source = identity(nvml), f"no gres.conf at {path}: indices taken as NVML's"
+        table, source = identity(nvml), f"numbered as NVML numbers them: no gres.conf at {path}"
     else:
         table = build(inputs.conf, nvml, inputs.minors, name)
         auto = " (AutoDetect=nvml)" if inputs.conf.autodetect == "nvml" and name == "gpu" else ""

@@ -107,7 +107,7 @@ def test_an_index_slurm_cannot_have_given_drains_nothing(tmp_path):
     failed gpu-count, drain + reboot. Now: said loudly, every GPU judged, nothing drained."""
     out = entry.prolog(real_flow(tmp_path, "prolog", "healthy-8xh100.yaml", {"SLURM_JOB_GPUS": "12"}))
     assert out.exit_code == 0 and out.report.status.value == "pass"
-    assert any("cannot map Slurm's GPUs" in line and "Slurm GPU 12" in line for line in out.lines)
+    assert any("cannot map Slurm's GPUs" in line and "this node has no GPU 12" in line for line in out.lines)
     assert not results(out, "occupancy")  # who holds the GPUs is not judged
 
 
@@ -178,7 +178,7 @@ def test_a_job_naming_no_gpu_maps_nothing_and_reads_nothing(tmp_path, monkeypatc
     """A CPU job (or a CPU node: no gres.conf, no NVML) is not a mapping failure."""
     monkeypatch.setattr(job_gpus, "node_devices", lambda *a: (_ for _ in ()).throw(AssertionError("read")))
     f = real_flow(tmp_path, "prolog", "healthy-8xh100.yaml", {})
-    assert job_gpus.job_devices(f.opts, "n1", f.env) == (None, "no SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES: checking every GPU of the node")
+    assert job_gpus.job_devices(f.opts, "n1", f.env) == (None, "the job was given no GPU (no SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES): every GPU of the node is checked")
 
 
 def test_a_mig_re_partition_without_a_reboot_makes_the_mapping_again(tmp_path, monkeypatch):
