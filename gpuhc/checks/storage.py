@@ -9,7 +9,9 @@
   until a reset or reboot, a read-only file system until a person repairs it). Held until a
   reboot, an admin's resume or ``window_s`` quiet (class ``disk``, gpuhc/evidence.py).
 - an NVMe command time-out: the driver resets the controller and retries; WARN once (a reset
-  that fails prints the disabled line, which fails).
+  that fails prints the disabled line, which fails). An I/O error on a disk the kernel attached
+  as removable (a USB stick, a BMC's virtual CD or floppy, which many GPU servers show at every
+  boot): WARN once, never the node's disk.
 - the environment, not this node's hardware: an NFS server that stopped answering and has not
   said ``OK`` since, I/O errors on a network or loop device, an NVMe namespace that lost every
   path (``no available path``: native multipath, which NVMe over fabrics uses; a local drive
@@ -34,7 +36,8 @@ LOCAL_FAULTS = {
     "fs_readonly": "file system gone read-only or shut down",
 }
 _REMOTE = {"no_path": "NVMe namespace {dev} lost every path (I/O fails)"}
-_WARNS = {"nvme_timeout": "NVMe command timed out, controller reset", "lock_reclaim": "NFS lock reclaim failed"}
+_WARNS = {"removable_io_error": "I/O error on a removable disk (a USB stick, a BMC's virtual media)",
+          "nvme_timeout": "NVMe command timed out, controller reset", "lock_reclaim": "NFS lock reclaim failed"}
 
 
 def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:

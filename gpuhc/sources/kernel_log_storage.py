@@ -42,6 +42,10 @@ lockup - CPU#<n> stuck for <s>s! [<comm>:<pid>]``), ``panic`` (``kernel/panic.c`
 a firmware-first hardware error), ``file_max`` (``fs/file_table.c``: ``VFS: file-max limit <n>
 reached``).
 
+``removable_io_error``: an I/O error on a disk the SCSI layer attached as removable earlier in
+the log (``drivers/scsi/sd.c``: ``sd H:C:T:L: [sdX] Attached SCSI removable disk``, before 2.6.2x
+``Attached scsi removable disk sdX``): a USB stick or a BMC's virtual media, not the node's disk.
+
 Block devices that are not the node's own disk (a network block device, a loop file, a RAM
 disk, a CD) are named in ``device`` like any other; :func:`local_device` says which are local.
 """
@@ -63,13 +67,17 @@ _NVME = lazy(r"nvme (?P<dev>nvme\d{1,4}): (?:(?P<dis>Disabling device after rese
              r"|I/O (?:tag )?\d{1,6} (?:\(\d{1,6}\) )?(?:opcode 0x[0-9a-f]{1,2} \([\w ]{1,40}\) )?QID \d{1,5} "
              r"timeout, reset controller)\s*$")
 _NO_PATH = lazy(r"block (?P<dev>nvme\d{1,4}(?:c\d{1,4})?n\d{1,4}): no available path - failing I/O\s*$")
-_BLK = lazy(r"(?:blk_update_request: |print_req_error: )?(?:I/O|critical medium|critical target) error, dev (?P<dev>" + _DEVNAME + r"), sector \d{1,20}\b")
-_BUFFER = lazy(r"Buffer I/O error on dev (?P<dev>" + _DEVNAME + r"), logical block \d{1,20}\b")
+_BLK = lazy(r"(?:blk_update_request: |print_req_error: |end_request: )?(?:I/O|critical medium|critical target) error, dev (?P<dev>" + _DEVNAME + r"), sector \d{1,20}\b")
+_BUFFER = lazy(r"Buffer I/O error on dev(?:ice)? (?P<dev>" + _DEVNAME + r"), logical block \d{1,20}\b")
 _EXT = lazy(r"EXT[234]-fs \((?P<dev>" + _DEVNAME + r")\): (?P<what>Remounting filesystem read-only|"
             r"I/O error while writing superblock)\s*$")
 _XFS = lazy(r"XFS \((?P<dev>" + _DEVNAME + r")\): (?:.{0,200}\.  Shutting down filesystem\.?|"
             r".{0,80}Filesystem has been shut down due to .{0,80})\s*$")
 _BTRFS = lazy(r"BTRFS(?: \w{1,10})? \(device (?P<dev>[\w.-]{1,40})(?::? state [A-Za-z]{1,10})?\): forced readonly\s*$")
+# drivers/scsi/sd.c: a disk the SCSI layer attached as removable (a USB stick, a BMC's virtual media)
+_REMOVABLE = lazy(r"sd \d{1,5}:\d{1,5}:\d{1,5}:\d{1,5}: (?:\[(?P<dev>sd[a-z]{1,4})\] Attached SCSI removable disk|"
+                  r"Attached scsi removable disk (?P<old>sd[a-z]{1,4}))\s*$")
+_PARTITION = re.compile(r"(?<=[a-z])\d{1,3}$")
 _NFS = lazy(r"nfs: server (?P<dev>[\w.:\[\]-]{1,255}) (?P<what>not responding, (?:still trying|timed out)|OK)\s*$")
 _RECLAIM = lazy(r"(?:NFS: )?(?:__)?nfs4_reclaim_open_state: Lock reclaim failed!\s*$")
 _LOCKUP = lazy(r"watchdog: BUG: soft lockup - CPU#(?P<cpu>\d{1,5}) stuck for \d{1,6}s! \[")
@@ -82,7 +90,7 @@ _HARDWARE_PANIC = lazy(r"(?i)machine check|\bNMI\b|hardware error|\bMCE\b")
 # Not the node's own disk: network block devices, loop files, RAM disks, optical drives
 _NOT_LOCAL = re.compile(r"(?:nbd|rbd|drbd|loop|ram|zram|sr|nfs)\d")
 
-_WORDS = ("md/", "nvme", "I/O error", "critical ", "EXT", "XFS (", "BTRFS", "nfs", "NFS", "watchdog: BUG", "Kernel panic", "VFS: file-max")
+_WORDS = ("md/", "nvme", "I/O error", "critical ", "removable disk", "EXT", "XFS (", "BTRFS", "nfs", "NFS", "watchdog: BUG", "Kernel panic", "VFS: file-max")
 _ANY_WORD = re.compile("|".join(map(re.escape, _WORDS)))
 
 
@@ -104,12 +112,24 @@ class StorageLines:
     def wants(msg: str) -> bool:
         return _ANY_WORD.search(msg) is not None
 
+    def __init__(self) -> None:
+        self._removable: set[str] = set()  # disks the kernel attached as removable in this log
+
     def feed(self, rec: KernelRecord) -> Found | None:
         """The event a record the kernel wrote is, or None (a process's line is nothing)."""
-        hit = next(_forms(rec.text), None) if rec.kernel else None
+        if not rec.kernel:
+            return None
+        if rec.text.startswith("sd "):
+            m = _REMOVABLE.match(rec.text)
+            if m is not None and len(self._removable) < 256:
+                self._removable.add(m.group("dev") or m.group("old"))
+            return None
+        hit = next(_forms(rec.text), None)
         if hit is None:
             return None
         kind, state, dev = hit
+        if state == "io_error" and dev and _PARTITION.sub("", dev) in self._removable:
+            state = "removable_io_error"  # a USB stick's or a virtual CD's error is not the node's disk
         hardware = int(bool(_HARDWARE_PANIC.search(rec.text))) if state == "panic" else None
         return Found(kind, rec.time, rec.seq, rec.line, _clip(rec.text), device=dev, state=state, code=hardware)
 
@@ -140,6 +160,6 @@ _FORMS = (
     ("watchdog: ", _LOCKUP, _HOST, "soft_lockup"),
     ("Kernel panic", _PANIC, _HOST, "panic"),
     ("VFS: ", _FILE_MAX, _HOST, "file_max"),
-    (("I/O", "critical", "blk_update_request", "print_req_error"), _BLK, _STORAGE, "io_error"),
+    (("I/O", "critical", "blk_update_request", "print_req_error", "end_request"), _BLK, _STORAGE, "io_error"),
     ("Buffer I/O", _BUFFER, _STORAGE, "io_error"),
 )

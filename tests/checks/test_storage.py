@@ -203,3 +203,15 @@ def test_btrfs_forced_readonly_fails_the_disk_and_the_mailers_wraps_are_named():
     lines = _fixture("btrfs_forced_readonly_linux_btrfs_mail.log")
     assert parse_lines(lines).unread_lines == 4  # the wrapped halves, named, never read as records
     assert brief(judge(STORAGE, lines)) == [(Status.FAIL, Action.DRAIN_TICKET, "sdf", "disk")]
+
+
+def test_an_io_error_on_a_disk_the_kernel_attached_as_removable_only_warns():
+    # stlink-org/stlink, src/stlink-lib/sg.c: a dmesg in a comment; a 32 MB USB mass-storage
+    # device attached as removable, then read past its end (2.6-era end_request / "on device")
+    lines = _fixture("removable_usb_io_error_stlink.log")
+    out = judge(STORAGE, lines)
+    assert brief(out) == [(Status.WARN, Action.NONE, "sdb", "disk")]
+    assert "removable disk" in out.results[0].message and "x3" in out.results[0].message
+    # without the line that attached it as removable, the same errors are the node's disk
+    no_attach = [line for line in lines if "removable" not in line]
+    assert brief(judge(STORAGE, no_attach)) == [(Status.FAIL, Action.DRAIN_TICKET, "sdb", "disk")]
