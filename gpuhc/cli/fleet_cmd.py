@@ -14,6 +14,7 @@ import click
 from gpuhc.cli import CONTEXT
 from gpuhc.cli.common import SourceArgs, load
 from gpuhc.cli.params import Number
+from gpuhc.cli.tables import table_options
 from gpuhc.errors import GpuhcError, SlurmError
 from gpuhc.fleet import lemons as lemon_standings
 from gpuhc.fleet import observed as observed_acts
@@ -224,17 +225,37 @@ def lemons(event_logs: tuple[str, ...], show_all: bool, topology_file: str | Non
 @fleet.command()
 @click.option("--since", default="7d", show_default=True, help="Window: 7d, 12h, 1d12h.")
 @_event_log_options
-def observed(since: str, event_logs: tuple[str, ...], json_mode: bool, config_path: str | None) -> None:
+@table_options
+def observed(since: str, event_logs: tuple[str, ...], json_mode: bool, config_path: str | None, fmt: str | None,
+             parsable: bool, noheader: bool) -> None:
     """What observe mode (slurm.mode: observe) would have drained, resumed, retired or rebooted:
-    per node and act, the runs that decided it, first and last, and the reason."""
-    show_observed(_load(config_path), _seconds(since, "--since"), event_logs, json_mode)
+    per node and act, the runs that decided it, first and last, and the reason.
+
+    Columns (-o): node, act, runs, first, last, stages, reason."""
+    show_observed(_load(config_path), _seconds(since, "--since"), event_logs, json_mode, (fmt, parsable, noheader))
 
 
-def show_observed(config, since_s: float, event_logs, json_mode: bool) -> None:
-    """`fleet observed` and `drain-report --observed`."""
+OBSERVED_COLUMNS = {"node": 12, "act": 7, "runs": 5, "first": 19, "last": 19, "stages": 22, "reason": 0}
+
+
+def show_observed(config, since_s: float, event_logs, json_mode: bool, table=(None, False, False)) -> None:
+    """`fleet observed` and `drain-report --observed`; ``table``: -o, --parsable, --noheader."""
     rows, notes = observed_acts.gather(config, since_s, event_logs)
+    lines = observed_acts.table(rows)
+    if rows and any(table):
+        lines = _rows([r.to_dict() for r in rows], OBSERVED_COLUMNS, table)
     _emit({"since_s": since_s, "notes": notes, "nodes": [r.to_dict() for r in rows]},
-          observed_acts.table(rows) + [f"note: {n}" for n in notes], json_mode)
+          lines + ([] if table[1] else [f"note: {n}" for n in notes]), json_mode)
+
+
+def _rows(rows: list[dict], columns: dict[str, int], table) -> list[str]:
+    """The generic table (gpuhc/cli/tables.py) of these rows, times as local ISO time."""
+    from gpuhc.cli.tables import render, stamp
+
+    fmt, parsable, noheader = table
+    return render(rows, columns, list(columns), fmt, parsable, noheader,
+                  lambda f, v: stamp(v) if f in ("first", "last", "since") else
+                  ",".join(v) if isinstance(v, list) else "-" if v is None else str(v))
 
 
 def _emit(doc: dict, lines: list[str], json_mode: bool) -> None:
@@ -248,12 +269,20 @@ def _emit(doc: dict, lines: list[str], json_mode: bool) -> None:
 @fleet.command("config-errors")
 @click.option("--since", default="1d", show_default=True, help="Window of runs read: 1d, 12h.")
 @_event_log_options
-def config_errors(since: str, event_logs: tuple[str, ...], json_mode: bool, config_path: str | None) -> None:
+@table_options
+def config_errors(since: str, event_logs: tuple[str, ...], json_mode: bool, config_path: str | None,
+                  fmt: str | None, parsable: bool, noheader: bool) -> None:
     """Nodes whose latest run could not load the config in place and judged on the last good
-    copy or the built-in defaults: the error, since when. Exit 1 when any."""
+    copy or the built-in defaults: the error, since when. Exit 1 when any.
+
+    Columns (-o): node, since, last, using, error."""
     from gpuhc.fleet import config_errors as spells
 
     rows, notes = spells.gather(_load(config_path), _seconds(since, "--since"), event_logs)
-    _emit({"notes": notes, "nodes": [r.to_dict() for r in rows]}, spells.table(rows) + [f"note: {n}" for n in notes],
-          json_mode)
+    lines = spells.table(rows)
+    if rows and (fmt or parsable or noheader):
+        lines = _rows([r.to_dict() for r in rows], {"node": 12, "since": 19, "last": 19, "using": 40, "error": 0},
+                      (fmt, parsable, noheader))
+    _emit({"notes": notes, "nodes": [r.to_dict() for r in rows]},
+          lines + ([] if parsable else [f"note: {n}" for n in notes]), json_mode)
     raise SystemExit(1 if rows else 0)

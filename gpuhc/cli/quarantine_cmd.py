@@ -15,6 +15,7 @@ import sys
 import click
 
 from gpuhc.cli import CONTEXT
+from gpuhc.cli.tables import table_options
 from gpuhc.cli.common import SourceArgs, load, node_name, source_options
 from gpuhc.logtext import escape
 
@@ -72,8 +73,12 @@ def quarantine() -> None:
 @click.argument("nodes", required=False)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="gpuhc.yaml.")
 @click.option("--json", "json_mode", is_flag=True, help="JSON instead of a table.")
-def list_cmd(nodes: str | None, config_path: str | None, json_mode: bool) -> None:
-    """Nodes held by gpuhc (all, or those in NODES): drained, quarantine cycle, retired."""
+@table_options
+def list_cmd(nodes: str | None, config_path: str | None, json_mode: bool, fmt: str | None, parsable: bool,
+             noheader: bool) -> None:
+    """Nodes held by gpuhc (all, or those in NODES): drained, quarantine cycle, retired.
+
+    Columns (-o): node, phase, cycle, state, since, reason."""
     from gpuhc.slurm.repair.quarantine import listing
 
     config = load(SourceArgs(config_path=config_path))
@@ -85,15 +90,15 @@ def list_cmd(nodes: str | None, config_path: str | None, json_mode: bool) -> Non
     if json_mode:
         click.echo(json.dumps([r.to_dict() for r in rows], indent=2))
         return
-    if not rows:
+    if not rows and not (parsable or noheader or fmt):
         click.echo("no node is held by gpuhc")
         return
-    import time
+    from gpuhc.cli.tables import render, stamp
 
-    click.echo(f"{'NODE':12} {'PHASE':10} {'CYCLE':5} {'STATE':16} {'SINCE':19} REASON")
-    for r in rows:
-        since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(r.since)) if r.since else "-"
-        click.echo(escape(f"{r.node:12} {r.phase:10} {r.cycle:<5} {r.state:16} {since:19} {r.reason}"))
+    columns = {"node": 12, "phase": 10, "cycle": 5, "state": 16, "since": 19, "reason": 0}
+    for line in render([r.to_dict() for r in rows], columns, list(columns), fmt, parsable, noheader,
+                       lambda f, v: stamp(v) if f == "since" else str(v)):
+        click.echo(line)
 
 
 @quarantine.command()
