@@ -155,8 +155,6 @@ class Node:
     def write(self, now: float, lines_cache: dict, patch: dict | None = None) -> None:
         """The scenario for a run at ``now``: the first hardware fault's (or the healthy one),
         the noise laid over it (``patch``), the node's kernel-log lines, and a line stamped now."""
-        import yaml
-
         stripped, steps, has_occupancy = _stripped(self.base(), self.dir.parent)
         lines = list(self.old_lines)
         for f in self.faults:

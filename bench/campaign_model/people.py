@@ -102,6 +102,18 @@ class People:
         self.stats.human.append((self.now(), name, "host repair", f.cls.row))
         self.at(self.now() + self.rng.uniform(*F.HOST_DOWN_S) * self.ts, "person_done", name, "host repair")
 
+    def _on_die(self, fid: int) -> None:
+        """A host part that degraded (FaultClass.dies_after_s) stops the host, unless a person
+        repaired it first: from here it is a host-down."""
+        f = self.faults[fid]
+        node = self.nodes[f.node]
+        if f.end is not None or node.off:
+            return
+        self._repair(node, f, "the host died", keep_lines=False)
+        node.off = True
+        self.slurm.set_down(f.node, "Not responding")
+        self.host_down(self._arise(F.BY_NAME["host-down"], f.node, False))
+
     def _out_since(self, name: str) -> float:
         for t, n, what, _ in reversed(self.slurm.events):
             if n == name and what in ("drain", "reboot-asked"):

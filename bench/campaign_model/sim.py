@@ -8,9 +8,11 @@ judges reading active_gpu.py's worker answers. What is skipped, and why: a node 
 gpuhc does not hold, whose scenario, kernel log and Slurm row are those of its last run of the
 stage, and that run sent nothing to Slurm, would get the same verdict again: with the inputs
 fixed, time only ages kernel lines out of windows, which can relax a verdict but never harden
-it; and a pass of a node gpuhc does not hold sends nothing (policy.needs_slurm). A node is
-"settled" per stage after such a run; every change of a fault, noise, its kernel log or Slurm
-row unsettles it. The healthy scenario is settled from the start (checked by running it).
+it, except the rules that harden with time alone (settle.py: such a run leaves its node
+pending, run at every slot until they have had their time); and a pass of a node gpuhc does not
+hold sends nothing (policy.needs_slurm). A node is "settled" per stage after such a run; every
+change of a fault, noise, its kernel log or Slurm row unsettles it. The healthy scenario is
+settled from the start (checked by running it).
 Health checks of busy nodes with nothing else to see are run at a sampled share
 (noise.BUSY_SHARE), stated with the results.
 """
@@ -27,48 +29,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from gpuhc.slurm.flows import entry
 from gpuhc.slurm.policy.reason import parse_reason
 
 from . import faults as F
 from . import log_shapes
 from . import noise as N
 from .active_gpu import stand_in
-from .host_noise import host_at
 from .jobs import Jobs
-from .node import HC_INTERVAL_S, ONE_FLAP, T0, Node, _epoch, restamp  # noqa: F401 (T0: tests import it here)
+from .node import HC_INTERVAL_S, ONE_FLAP, T0, Node, _epoch, restamp  # noqa: F401 (T0, HC_INTERVAL_S: tests import them here)
 from .noise_events import NoiseEvents
 from .people import People
 from .repairs import Repairs
+from .settle import Settling, pending_s
 from .slurm import ModelSlurm
 
 LEAF_NODES = 8  # nodes under one leaf switch (a rack): a switch event takes them all
-# Observe mode: a run with the inputs of the node's last run of its stage is re-run this often,
-# so that what changes with time alone (the xid check's 24 h window) still shows, within 6 h.
-OBSERVE_RERUN_S = 6 * 3600.0
-# The windows of gpuhc's kernel-log judgements (checks.infiniband down_window_s 600 s, the xid
-# rate rules' 1 h, the xid and nvswitch windows' 24 h): a held node's verdict can change only
-# when one of its lines crosses one of them (Campaign._held_quiet).
-HOLD_WINDOWS_S = (600.0, 3600.0, 86400.0)
-LADDER_RECHECK_S = 1800.0  # the ladder's reboot_timeout_s (gpuhc/slurm/repair/ladder.py)
-
-
-def pending_s(config) -> float:
-    """The longest time over which gpuhc's verdict on unchanged inputs can still change: its
-    rules that harden with time alone, their spans in ``config`` (Campaign._pending). The
-    hour-counting rules (NVLink errors persisting over ``persist_window_h``, IB flaps recurring
-    over ``flap_window_h``) harden with new readings, a counter's growth or a flap, each a change
-    of the node's inputs that runs it anyway."""
-    from gpuhc.checks import passive_checks
-    from gpuhc.evidence import holds_from
-
-    declared = {c.id: c.defaults for c in passive_checks() if c.id in ("host", "infiniband")}
-    checks = {c: {**d, **(config.check_settings(c).get("thresholds") or {})} for c, d in declared.items()}
-    held = max((h.span_s for h in holds_from(config.section("evidence")).values()), default=0.0)
-    spans = [float(checks["host"].get("dstate_fail_s") or 0.0) + held,  # stuck, then held
-             float(checks["infiniband"].get("down_window_s") or 0.0),
-             3 * HC_INTERVAL_S]  # NVML failing on consecutive health checks
-    return max(spans) + 2 * HC_INTERVAL_S  # and the slots that see it
 
 
 @dataclass
@@ -86,7 +61,7 @@ class Stats:
     prolog_stops: list = field(default_factory=list)  # (time, node): its prolog failed, Slurm requeued the job
 
 
-class Campaign(Jobs, People, NoiseEvents, Repairs):
+class Campaign(Jobs, People, NoiseEvents, Repairs, Settling):
     def __init__(self, config, workdir: Path, nodes: int = 64, gpus: int = 8, days: float = 30.0, seed: int = 1,
                  rate_scale: float = 1.0, reset_s: float = 60.0, reboot_s: float = 600.0, load: float = 0.8,
                  inject: list | None = None, jobs: list | None = None, time_scale: float = 1.0,
@@ -238,134 +213,6 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
         for node in self.nodes.values():
             node.settled = {s: node.key() for s in ("passive", "prolog", "epilog")}
 
-    # ------------------------------------------------------------------ attention
-
-    def _attention(self, name: str, stage: str = "passive") -> bool:
-        node, row = self.nodes[name], self.slurm.nodes[name]
-        mine = parse_reason(row.reason)
-        if (mine is not None and mine.retired) or node.off:
-            return False  # retired: only kept; off: a person has it, or its host is down
-        if stage == "passive" and self._held_quiet(name):
-            return False
-        if mine is not None or not row.in_service or any(f.runs_left for f in node.faults):
-            return True
-        if stage == "epilog" and self._active_kinds_of(node):
-            return True  # the active checks' dice are rolled at every epilog
-        return node.settled.get(stage) != node.key()
-
-    def _held_quiet(self, name: str) -> bool:
-        """A held node whose last health check failed and sent nothing, with the same inputs and
-        Slurm row since (no reboot under way): the same run again gives the same answer until
-        one of its kernel lines leaves one of the checks' windows (HOLD_WINDOWS_S); with the
-        ladder, at least every LADDER_RECHECK_S, its shortest own deadline."""
-        memo = self.nodes[name].hold_memo
-        return memo is not None and memo[0] == self._hold_key(name) and self.now() < memo[1]
-
-    def _hold_key(self, name: str) -> tuple:
-        row = self.slurm.nodes[name]
-        return self.nodes[name].key(), row.base, row.reason, tuple(sorted(row.flags))
-
-    def _hold_until(self, name: str) -> float:
-        node, now = self.nodes[name], self.now()
-        stamps = [_epoch(ln[:19]) for ln in node.old_lines]
-        for f in node.faults:
-            stamps.append(f.stamp)
-        ends = [t + w for t in stamps for w in HOLD_WINDOWS_S if t + w > now]
-        return min(ends) if ends else float("inf")
-
-    @staticmethod
-    def _active_kinds_of(node: Node) -> set[str]:
-        return {f.cls.active for f in node.hardware() if f.cls.active}
-
-    def _watch(self, name: str) -> None:
-        after = self.now()
-        if self._held_quiet(name):
-            after = self.nodes[name].hold_memo[1]  # the run that could differ: once a line leaves a window
-            if after == float("inf"):
-                return
-        elif not self._attention(name):
-            return
-        every = HC_INTERVAL_S * self.ts
-        phase = (self.names.index(name) / len(self.names)) * every  # CYCLE spreads the nodes
-        k = (after - T0 - phase) // every + 1
-        due = T0 + phase + k * every
-        # A check already due by then stands; one due later (a held node's, at the end of a
-        # window) gives way to this earlier slot: a change of its inputs is read at the next
-        # slot, as slurmd's interval reads it (the superseded event finds itself stale, _on_hc).
-        if self.hc_due.get(name, float("inf")) <= due:
-            return
-        self.hc_due[name] = due
-        self.at(due, "hc", name, due)
-
-    def _patch(self, name: str) -> dict:
-        node = self.nodes[name]
-        patch = dict(node.sticky)
-        for ep in node.noise:
-            patch = N.merge(patch, ep[1].patch)
-        if name in self.running and self.noise_on:
-            patch = N.merge(N.BUSY, patch)
-        patch["host"] = host_at([ep for ep in node.noise if ep[1].host], node.sticky.get("host"), self.now(), self.ts)
-        return patch
-
-    def _gpuhc(self, name: str, stage: str, env: dict | None = None):
-        """gpuhc's flow for ``stage`` on the node; settles the node for the stage when the run
-        sent nothing and the node is in service with no reason of gpuhc's. In observe mode
-        gpuhc changes nothing, so a run whose inputs are those of its last run of the stage,
-        less than 6 h ago, is not run again, its reads counted as that run's."""
-        flows = {"passive": entry.healthcheck, "prolog": entry.prolog, "epilog": entry.epilog}
-        node, row = self.nodes[name], self.slurm.nodes[name]
-        key = node.key()
-        if self.observe and not any(f.runs_left for f in node.faults):
-            mkey = (name, stage, key, row.base, row.reason, tuple(sorted(row.flags)))
-            memo = self.memo.get(mkey)
-            if memo is not None and self.now() - memo[0] < OBSERVE_RERUN_S:
-                self.slurm.rpcs.update(memo[1])
-                self.stats.runs["observe: repeated"] += 1
-                return memo[2]
-            before = Counter(self.slurm.rpcs)
-            out = flows[stage](self._flow(name, stage, env))
-            self.memo[mkey] = (self.now(), self.slurm.rpcs - before, out)
-            return out
-        mark = len(self.slurm.events)
-        node.hold_memo = None
-        timed = node.timed_state()
-        out = flows[stage](self._flow(name, stage, env))
-        sent = len(self.slurm.events) != mark
-        quiet = not sent and getattr(out, "exit_code", 0) == 0
-        if quiet and row.in_service and parse_reason(row.reason) is None and not node.off and not self._pending(
-                node, stage, key, timed != node.timed_state()):
-            node.settled[stage] = key
-        else:
-            node.settled.pop(stage, None)
-        if (stage == "passive" and not sent and not row.in_service and not row.reboot_pending
-                and self.last_verdict == "fail" and not any(f.runs_left for f in node.faults)):
-            until = self._hold_until(name)
-            if self.ladder:  # the ladder's own deadlines (reboot_timeout_s) are re-read at least this often
-                until = min(until, self.now() + LADDER_RECHECK_S * self.ts)
-            node.hold_memo = (self._hold_key(name), until)
-        return out
-
-    def _pending(self, node: Node, stage: str, key: tuple, remembered: bool) -> bool:
-        """A verdict that time alone may still harden: this run found something (not a PASS) or
-        remembered something a timed rule compares the next run with (``remembered``: a stuck
-        process's first sample), and the node's inputs have been these for less than the longest
-        of gpuhc's time-dependent rules (``pending_s``: evidence held over runs, a process stuck
-        past its spans, NVML failing on consecutive runs, IB downtime and flaps counted over a
-        window). Until then it is run at every health-check slot, as slurmd runs it."""
-        if self.last_verdict == "pass" and not remembered:
-            node.pending.pop(stage, None)
-            return False
-        since = node.pending.get(stage)
-        if since is None or since[0] != key:
-            node.pending[stage] = since = (key, self.now())
-        return self.now() - since[1] < self.pending_s * self.ts
-
-    def _flow(self, name: str, stage: str, env: dict | None = None):
-        node = self.nodes[name]
-        self.current = node
-        node.write(self.now(), self.lines_cache, self._patch(name))
-        return node.flow(stage, self.config, self.slurm, self.now(), env)
-
     # ------------------------------------------------------------------ events: faults
 
     def _on_fault(self, cls_name: str, name: str, permanent: bool, recurrence: int = 0, epoch: int = -1) -> None:
@@ -467,18 +314,6 @@ class Campaign(Jobs, People, NoiseEvents, Repairs):
         if f.active:
             self._repair(self.nodes[f.node], f, "cleared by itself")
             self._watch(f.node)
-
-    def _on_die(self, fid: int) -> None:
-        """A host part that degraded (FaultClass.dies_after_s) stops the host, unless a person
-        repaired it first: from here it is a host-down."""
-        f = self.faults[fid]
-        node = self.nodes[f.node]
-        if f.end is not None or node.off:
-            return
-        self._repair(node, f, "the host died", keep_lines=False)
-        node.off = True
-        self.slurm.set_down(f.node, "Not responding")
-        self.host_down(self._arise(F.BY_NAME["host-down"], f.node, False))
 
     def _repair(self, node: Node, f: F.Fault, how: str, keep_lines: bool = True) -> None:
         f.end, f.how = self.now(), how

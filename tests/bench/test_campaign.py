@@ -209,13 +209,13 @@ def test_an_nvlink_burst_lasts_while_its_counters_grow_and_is_drained(tmp_path):
 def test_observe_repeats_an_unchanged_run_and_counts_its_slurm_reads_the_same(tmp_path, monkeypatch):
     # Observe changes nothing, so a run with its stage's last inputs is not run again (a month
     # of it did not finish otherwise); what it would have cost Slurm is counted all the same.
-    from campaign_model import sim
+    from campaign_model import settle
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     fault = [(600, "fallen-off-bus", "gpu001", False)]
     a = campaign(tmp_path / "a", fault, policy="observe", nodes=2, days=0.3)
-    monkeypatch.setattr(sim, "OBSERVE_RERUN_S", 0.0)  # every run real
+    monkeypatch.setattr(settle, "OBSERVE_RERUN_S", 0.0)  # every run real
     b = campaign(tmp_path / "b", fault, policy="observe", nodes=2, days=0.3)
     assert a.stats.runs["observe: repeated"] > 3 * a.stats.runs["real"] and "observe: repeated" not in b.stats.runs
     assert a.slurm.rpcs == b.slurm.rpcs and sum(a.slurm.rpcs.values()) > 0
