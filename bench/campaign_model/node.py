@@ -113,7 +113,7 @@ class Node:
         self.driver: str | None = None
         self.version = 0  # bumped by every change of the kernel log, counters or driver
         self.settled: dict[str, tuple] = {}  # stage -> key of its last run that changed nothing
-        self.pending: dict[str, tuple] = {}  # stage -> (key, since): a verdict time may still harden (sim._pending)
+        self.pending: dict[str, tuple] = {}  # stage -> (key, since): a verdict time may still harden (settle.py)
         self.history: list[float] = []  # when its hardware faults arose (repair odds fall with them)
         self.off = False  # a person has it (RMA, cable, maintenance) or its host is down: gpuhc cannot run
         self.admin_hold = False  # drained by an admin, not by gpuhc
