@@ -146,40 +146,57 @@ def plan(doc: dict, states: dict[str, str], busy: set[str], settings: dict, now:
 
 def submit(section: dict, state_dir: str, cli: Any, now: float, apply: bool = False, config: Any = None,
            scontrol: Any = None, dry_run: bool = False) -> dict[str, Any]:
-    from gpuhc.fsutil import make_dirs
-
+    """One cron step; ``dry_run`` works on a copy of the state and writes, drains and submits nothing."""
     rdir = results_dir(section, state_dir)
     out: dict[str, Any] = {"lines": [], "submitted": [], "applied": [], "errors": []}
-    with fleet.store(state_dir).transaction() as doc:
-        out["lines"] += collect(doc, rdir, section, now)
-        out["lines"] += fleet.elect(doc, section, now)
-        if apply:
-            from gpuhc.canary.drain import apply_pending
-
-            out["applied"] = apply_pending(doc, config, scontrol, now, out["lines"])
-        if not dry_run:
-            publish_known(doc, rdir)
-        prefix = section["job"]["name_prefix"]
-        active = cli.active_jobs(prefix, [j for j in (doc.get("jobs") or {})])
-        mine = doc.setdefault("jobs", {})
-        for jid in [j for j in mine if j not in active]:
-            del mine[jid]  # ended (done, preempted, cancelled): its node is judged by its result
-        busy = {mine[j] for j in mine}
-        states, part_of = cli.node_states(list(section.get("partitions") or []))
-        room = int(section["job"]["max_jobs"]) - len(active)
-        for node in plan(doc, states, busy, section, now)[:max(0, room)]:
-            argv = sbatch_argv(section, node, part_of.get(node), rdir)
-            if dry_run:
-                out["submitted"].append({"node": node, "job_id": None, "argv": argv})
-                continue
-            try:
-                make_dirs(os.path.join(rdir, node), 0o755, what="canary results directory")  # sbatch --output's
-                jid = cli.sbatch(argv, job_script(section, node, rdir))
-            except (SlurmError, OSError) as e:
-                out["errors"].append(f"{node}: {e}")
-                continue
-            mine[jid] = node
-            out["submitted"].append({"node": node, "job_id": jid})
-        out["overdue"] = [r for r in fleet.rows(doc, section, now) if r["overdue"]]
+    store = fleet.store(state_dir)
+    if dry_run:
+        _step(section, store.read(), cli, rdir, now, False, config, scontrol, True, out)
+        return out
+    with store.transaction() as doc:
+        _step(section, doc, cli, rdir, now, apply, config, scontrol, False, out)
     return out
 
+
+def _step(section, doc, cli, rdir, now, apply, config, scontrol, dry_run, out) -> None:
+    from gpuhc.errors import GpuhcError
+
+    out["lines"] += collect(doc, rdir, section, now)
+    out["lines"] += fleet.elect(doc, section, now)
+    if apply:
+        from gpuhc.canary.drain import apply_pending
+
+        out["applied"] = apply_pending(doc, config, scontrol, now, out["lines"])
+    try:  # a failure here must not lose what was collected and drained above
+        if not dry_run:
+            publish_known(doc, rdir)
+        _submit_due(section, doc, cli, rdir, now, dry_run, out)
+    except (SlurmError, GpuhcError, OSError) as e:
+        out["errors"].append(f"no canary jobs submitted: {e}")
+    out["overdue"] = [r for r in fleet.rows(doc, section, now) if r["overdue"]]
+
+
+def _submit_due(section: dict, doc: dict, cli: Any, rdir: str, now: float, dry_run: bool, out: dict) -> None:
+    from gpuhc.fsutil import make_dirs
+
+    prefix = section["job"]["name_prefix"]
+    active = cli.active_jobs(prefix, [j for j in (doc.get("jobs") or {})])
+    mine = doc.setdefault("jobs", {})
+    for jid in [j for j in mine if j not in active]:
+        del mine[jid]  # ended (done, preempted, cancelled): its node is judged by its result
+    busy = {mine[j] for j in mine}
+    states, part_of = cli.node_states(list(section.get("partitions") or []))
+    room = int(section["job"]["max_jobs"]) - len(active)
+    for node in plan(doc, states, busy, section, now)[:max(0, room)]:
+        argv = sbatch_argv(section, node, part_of.get(node), rdir)
+        if dry_run:
+            out["submitted"].append({"node": node, "job_id": None, "argv": argv})
+            continue
+        try:
+            make_dirs(os.path.join(rdir, node), 0o755, what="canary results directory")  # sbatch --output's
+            jid = cli.sbatch(argv, job_script(section, node, rdir))
+        except (SlurmError, OSError) as e:
+            out["errors"].append(f"{node}: {e}")
+            continue
+        mine[jid] = node
+        out["submitted"].append({"node": node, "job_id": jid})

@@ -61,3 +61,18 @@ def test_text_from_result_files_is_escaped_in_the_status_table(tmp_path):
     submit.collect(doc, str(rdir), SETTINGS, NOW)
     text = status.table(fleet.rows(doc, SETTINGS, NOW), NOW, "%N %G %U %F")
     assert "\x1b" not in text and "\x07" not in text and "owned" in text
+
+
+def test_slurm_down_keeps_what_was_collected_and_dry_run_writes_nothing(tmp_path):
+    from gpuhc.sweep.slurmcli import SlurmCli
+
+    cli = SlurmCli.from_section({"squeue": "/bin/false", "sinfo": "/bin/false"})
+    section = {**SETTINGS, "job": {k: v.default for k, v in SCHEMA["job"].items()},
+               "results_dir": str(tmp_path / "results")}
+    write(tmp_path / "results", "n1", "a.json", result("n1"))
+    state = str(tmp_path / "state")
+    dry = submit.submit(section, state, cli, NOW, dry_run=True)
+    assert dry["errors"][0].startswith("no canary jobs submitted: false -h -u") and fleet.store(state).read() == {}
+    out = submit.submit(section, state, cli, NOW)
+    assert out["errors"] and list(fleet.store(state).read()["gpus"]) == ["n1/gpu0"]
+    assert json.loads((tmp_path / "results" / "known.json").read_text()) == {}
