@@ -47,7 +47,7 @@ def acts(config) -> list[Act]:
         Act("drain", enforce, f"a node that fails a check (health check, prolog, epilog), reason `gpuhc ...`; "
             f"{cap}{sent}", "slurm.mode; slurm.breaker"),
         Act("resume", enforce, f"only nodes gpuhc drained, after {slurm.get('resume_after')} clean health checks and "
-            f"{slurm.get('cooldown_s'):g} s; an admin's resume acknowledges the evidence{sent}", "slurm.mode; slurm.resume_after"),
+            f"{slurm.get('cooldown_s'):g} s; an admin's resume (scontrol or gpuhc quarantine release) acknowledges the evidence held so far, new events still count{sent}", "slurm.mode; slurm.resume_after"),
         Act("retire (quarantine)", enforce, f"after {quarantine.get('max_cycles')} failed retests; only "
             f"`gpuhc quarantine release` returns it{sent}", "slurm.quarantine.max_cycles"),
         Act("retire (lemon)", enforce and bool(lemon.get("enabled")), f"{lemon.get('faults')} drains of a node or a "
