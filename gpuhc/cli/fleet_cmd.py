@@ -194,11 +194,14 @@ def incidents(window: str | None, min_nodes: int | None, topology_file: str | No
               "drains that were one switch incident count for the switch, not the nodes.")
 @click.option("--json", "json_mode", is_flag=True)
 @_config_option
+@table_options
 def lemons(event_logs: tuple[str, ...], show_all: bool, topology_file: str | None, json_mode: bool,
-           config_path: str | None) -> None:
+           config_path: str | None, fmt: str | None, parsable: bool, noheader: bool) -> None:
     """Lemons: nodes, and GPUs by serial wherever they sat, drained slurm.lemon.faults times within
     slurm.lemon.window_days (near-lemons: one short), with their drains; drains of a switch
-    incident count for the switch, which is named. Exit 1 when any lemon."""
+    incident count for the switch, which is named. Exit 1 when any lemon.
+
+    Columns (-o): kind, key, standing, drains, nodes, last, checks."""
     config = _load(config_path)
     paths = event_log_paths(config, event_logs)
     if not paths:
@@ -216,10 +219,23 @@ def lemons(event_logs: tuple[str, ...], show_all: bool, topology_file: str | Non
         click.echo(json.dumps({"faults": settings.faults, "window_s": settings.window_s, "notes": notes,
                                "standings": [r.to_dict() for r in rows],
                                "switch_incidents": [i.to_dict() for i in found]}, indent=2))
+    elif rows and (fmt or parsable or noheader):
+        for line in _rows([_lemon_row(r) for r in rows], LEMON_COLUMNS, (fmt, parsable, noheader)):
+            click.echo(line)
     else:
         for line in lemon_standings.table(rows, settings, found) + [f"note: {n}" for n in notes]:
             click.echo(line)
     raise SystemExit(1 if any(r.lemon for r in rows) else 0)
+
+
+LEMON_COLUMNS = {"kind": 5, "key": 28, "standing": 10, "drains": 6, "nodes": 20, "last": 19, "checks": 0}
+
+
+def _lemon_row(r) -> dict:
+    """A standing as -o's columns: its last drain's time, and the checks of its drains."""
+    return {"kind": r.kind, "key": r.key, "standing": "LEMON" if r.lemon else "near" if r.near else "-",
+            "drains": len(r.faults), "nodes": r.nodes, "last": max((f.time for f in r.faults), default=None),
+            "checks": sorted({f.check for f in r.faults})}
 
 
 @fleet.command()
@@ -254,7 +270,7 @@ def _rows(rows: list[dict], columns: dict[str, int], table) -> list[str]:
 
     fmt, parsable, noheader = table
     return render(rows, columns, list(columns), fmt, parsable, noheader,
-                  lambda f, v: stamp(v) if f in ("first", "last", "since") else
+                  lambda f, v: stamp(v) if f in ("first", "last", "since") and v is not None else
                   ",".join(v) if isinstance(v, list) else "-" if v is None else str(v))
 
 

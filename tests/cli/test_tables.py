@@ -51,7 +51,23 @@ def test_fleet_observed_and_config_errors_take_them(tmp_path):
 
 
 @pytest.mark.parametrize("argv", [["quarantine", "list"], ["fleet", "observed"], ["fleet", "config-errors"],
-                                  ["drain-report"]])
+                                  ["fleet", "lemons"], ["drain-report"]])
 def test_every_table_command_says_the_three_options(argv):
     text = gpuhc(*argv, "-h").stdout
     assert "-o, --format" in text and "--parsable" in text and "--noheader" in text, text
+
+
+def test_fleet_lemons_takes_them(tmp_path):
+    from gpuhc.export.eventlog import append_event
+    from gpuhc.slurm.repair.lemons import Fault
+
+    log, now = tmp_path / "events.jsonl", time.time()
+    for t, check in ((now - 3 * 86400, "xid"), (now - 2 * 86400, "ecc"), (now - 86400, "xid")):
+        append_event(str(log), {"node": "dev0", "started": t, "slurm": {"acted": True,
+                                                                       "fault": Fault(t, "dev0", check).to_dict()}})
+    cfg = tmp_path / "gpuhc.yaml"
+    (tmp_path / "topology.conf").write_text("SwitchName=s0 Nodes=dev0\n")  # no Slurm asked
+    cfg.write_text(f"fleet:\n  switch:\n    topology_file: {tmp_path}/topology.conf\n")
+    cp = gpuhc("fleet", "lemons", "--config", str(cfg), "--event-log", str(log), "-o", "key,standing,drains,checks",
+               "--parsable", "--noheader")
+    assert cp.returncode == 1 and cp.stdout == "dev0|LEMON|3|ecc,xid\n", cp.stdout + cp.stderr
