@@ -5,7 +5,7 @@
 On every GPU of the machine, through the production path (``gpuhc.canary.node.run``: the
 supervised worker, the CuPy backend, the verdict):
 
-1. two runs of the default cases: seconds per GPU (wall and busy), TFLOP/s per case against
+1. two runs of the default cases and the HBM pattern pass: seconds per GPU (wall and busy), TFLOP/s per case against
    the GPU's dense peak from NVIDIA's data sheets, and against torch.matmul on the same shape in
    the same run (a practical ceiling, where torch is installed); every digest of run 1 equal to
    run 2's, bit for bit; the exact case equal to the CPU's exact product;
@@ -95,7 +95,9 @@ def main() -> int:
     cases = a.cases.split(",") if a.cases else list(SCHEMA["cases"].default)
     exact = next(c for c in cases if "-exact-" in c)
     rand = next(c for c in cases if c.startswith("bf16-random-"))
-    params = {"cases": cases, "seed": SCHEMA["seed"].default, "repeats": a.repeats, "known": {}}
+    params = {"cases": cases, "seed": SCHEMA["seed"].default, "repeats": a.repeats, "known": {},
+              "memtest": {"fraction": SCHEMA["memtest_fraction"].default, "max_gib": SCHEMA["memtest_max_gib"].default,
+                          "seed": SCHEMA["seed"].default}}
     report: dict = {"cases": cases, "repeats": a.repeats, "checks": {}}
     bad: list[str] = []
 
@@ -117,7 +119,9 @@ def main() -> int:
                 bad.append(f"{s} {name}: not bit-for-bit reproducible")
             if c["ref_from"] == "exact" and not c["match"]:
                 bad.append(f"{s} {name}: not the CPU's exact product")
-        per_gpu[s] = {"name": g.get("name"), "busy_s": round(sum(r["seconds"] for r in rows.values()), 3), "cases": rows}
+        hbm = ((one["data"].get("memtest") or {}).get("gpus") or {}).get(s) or {}
+        per_gpu[s] = {"name": g.get("name"), "busy_s": round(sum(r["seconds"] for r in rows.values()), 3), "cases": rows,
+                      "hbm": {k: hbm.get(k) for k in ("bytes", "seconds", "gbps", "bad_words")}}
     report["gpus"] = per_gpu
     report["wall_s"] = [one["wall_s"], two["wall_s"]]
     report["torch_tflops_gpu0"] = torch_ceiling(cases, a.repeats)
@@ -131,7 +135,7 @@ def main() -> int:
     n = int(rand.rsplit("-", 1)[1])
     word, bit = (n * n) // 3 + 4321 % n, 17
     inj = {"subject": "gpu0", "case": rand, "word": word, "bit": bit}
-    once = run({**params, "cases": [rand], "known": known, "inject": inj}, 300)
+    once = run({**params, "cases": [rand], "known": known, "inject": inj, "memtest": None}, 300)
     r0 = [x for x in once["results"] if x["subject"] == "gpu0"][0]
     m = once["data"]["gpus"]["gpu0"]["cases"][rand].get("mismatch") or {}
     el = (m.get("bits") or {}).get("elements") or [{}]
@@ -144,7 +148,7 @@ def main() -> int:
     n2 = int(exact.rsplit("-", 1)[1])
     row = n2 * 3 // 8
     inj = {"subject": "gpu0", "case": exact, "word": row * n2 + 5, "bit": 30, "sticky": True}
-    sticky = run({**params, "cases": [exact], "inject": inj}, 300)
+    sticky = run({**params, "cases": [exact], "inject": inj, "memtest": None}, 300)
     r1 = [x for x in sticky["results"] if x["subject"] == "gpu0"][0]
     m = sticky["data"]["gpus"]["gpu0"]["cases"][exact].get("mismatch") or {}
     el = (m.get("bits") or {}).get("elements") or [{}]
@@ -158,7 +162,9 @@ def main() -> int:
     with open(os.path.join(a.out, "canary.json"), "w") as f:
         json.dump(report, f, indent=1, default=str)
     for s, g in per_gpu.items():
-        print(f"{s} {g['name']}: busy {g['busy_s']} s per run, wall {report['wall_s']} s")
+        print(f"{s} {g['name']}: products busy {g['busy_s']} s per run, wall {report['wall_s']} s; HBM pattern pass "
+              f"{(g['hbm']['bytes'] or 0) / 2**30:.1f} GiB in {g['hbm']['seconds']} s ({g['hbm']['gbps']} GB/s), "
+              f"{g['hbm']['bad_words']} wrong words")
         for name, r in g["cases"].items():
             print(f"  {name:18} {r['tflops']:8.1f} TFLOP/s  peak {r['peak']}  ({r['of_peak']})  "
                   f"torch {report['torch_tflops_gpu0'].get(name)}  {r['seconds']:.3f} s  digest {r['digest']}  "

@@ -147,3 +147,11 @@ class CupyBackend:
 
     def free(self, h: Handle) -> None:
         h.A = h.B = h.C = h.slots = None
+
+    def memtest(self, params: dict, devices: list[dict]) -> dict[str, Any]:
+        """The pattern pass over a share of free HBM: the memtest check's own GPU half
+        (gpuhc/active/memtest.py), so its patterns and its report are the same."""
+        from gpuhc.active import gpu, memtest
+
+        gpu.release()  # the products' cached blocks back to the driver: "free" is then really free
+        return memtest.measure(params, devices)

@@ -45,7 +45,8 @@ class Run:
                 "injected": bool(self.params.get("inject")), "error": self.error,
                 "software": (self.data or {}).get("software"),
                 "gpus": {s: {"key": g.get("key"), "uuid": g.get("uuid"), "name": g.get("name"),
-                             **verdict.gpu_summary(g)} for s, g in gpus.items()},
+                             **verdict.gpu_summary(g, verdict.memory_of(self.data or {}, s))}
+                         for s, g in gpus.items()},
                 "results": [r.to_dict() for r in self.results],
                 "data": self.data}
 

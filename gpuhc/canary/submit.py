@@ -129,7 +129,9 @@ def job_script(section: dict, node: str, rdir: str) -> str:
         raise ConfigError(f"cannot split: {e}", key="canary.job.command") from None
     run = command + ["canary", "run", "--results-dir", rdir, "--known", known_file(rdir),
                      "--max-seconds", f"{float(section['max_seconds']):g}", "--repeats", str(section["repeats"]),
-                     "--seed", str(section["seed"]), "--cases", ",".join(section["cases"])]
+                     "--seed", str(section["seed"]), "--cases", ",".join(section["cases"]),
+                     "--memtest-fraction", f"{float(section['memtest_fraction']):g}",
+                     "--memtest-max-gib", f"{float(section['memtest_max_gib']):g}"]
     return SCRIPT.replace("$node", node).replace("$run", shlex.join(run))
 
 

@@ -25,13 +25,23 @@ FROM = {"exact": "the exact CPU answer", "fleet": "the fleet's answer", "sibling
 def judge(data: dict[str, Any]) -> list[Result]:
     out = []
     for subj in sorted(data.get("gpus") or {}, key=gpu_order):
-        out.append(judge_gpu(subj, data["gpus"][subj]))
+        out.append(judge_gpu(subj, data["gpus"][subj], memory_of(data, subj)))
     for text in data.get("conflicts") or []:
         out.append(Result(CHECK, Status.WARN, text))
     return out
 
 
-def judge_gpu(subj: str, g: dict[str, Any]) -> Result:
+def memory_of(data: dict[str, Any], subj: str) -> dict[str, Any] | None:
+    """The pattern pass's data for one GPU, in the memtest check's shape (or None: not run)."""
+    m = data.get("memtest")
+    if not m or subj not in (m.get("gpus") or {}):
+        return None
+    return {"patterns": m.get("patterns"), "gpus": {subj: m["gpus"][subj]}}
+
+
+def judge_gpu(subj: str, g: dict[str, Any], memory: dict[str, Any] | None = None) -> Result:
+    """``memory``: the pattern pass (see :func:`memory_of`); a wrong word past ECC is a part to
+    replace like a wrong product, judged by the memtest check's own rule."""
     confirmed, once, unknown = [], [], []
     injected = False
     for name, c in (g.get("cases") or {}).items():
@@ -44,6 +54,14 @@ def judge_gpu(subj: str, g: dict[str, Any]) -> Result:
         (confirmed if m.get("confirmed") else once).append(mismatch_text(name, c))
     value = {name: {k: c.get(k) for k in ("digest", "ref", "ref_from", "tflops", "seconds")}
              for name, c in (g.get("cases") or {}).items()}
+    if memory is not None:
+        from gpuhc.active import memtest
+
+        r = memtest.judge(memory, {"max_bad_words": 0})[0]
+        if r.status is Status.FAIL:
+            confirmed.append("HBM pattern pass: " + r.message.split(": ", 1)[1])
+        only = next(iter(memory["gpus"].values()))  # memory_of keeps the one GPU's entry
+        value["hbm"] = {k: only.get(k) for k in ("bytes", "seconds", "gbps", "bad_words")}
     tag = "TEST (injected bit flip, never drains): " if injected else ""
     if confirmed:
         return Result(CHECK, Status.FAIL, f"{tag}{subj}: silent data corruption confirmed on retest: "
@@ -64,9 +82,9 @@ def mismatch_text(name: str, c: dict[str, Any]) -> str:
             f"{describe_bits(m.get('bits'))}")
 
 
-def gpu_summary(g: dict[str, Any]) -> dict[str, Any]:
+def gpu_summary(g: dict[str, Any], memory: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the fleet keeps of one GPU's run: its digests (votes) and the worst finding."""
-    r = judge_gpu("gpu", g)
+    r = judge_gpu("gpu", g, memory)
     return {"status": r.status.value, "message": r.message.split(": ", 1)[-1],
             "digests": {n: c["digest"] for n, c in (g.get("cases") or {}).items() if c.get("stable")},
             "injected": any(c.get("injected") for c in (g.get("cases") or {}).values())}

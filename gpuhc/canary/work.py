@@ -2,7 +2,7 @@
 case's known answer, retest a mismatch at once on the same GPU and name the bits that differ.
 
 It works through a backend (:class:`gpuhc.canary.cupy_backend.CupyBackend` on GPUs; the tests'
-fake has the same five methods), so everything but the GEMM itself runs in CI. It judges
+fake has the same methods), so everything but the GEMM itself runs in CI. It judges
 nothing: the parent (:mod:`gpuhc.canary.verdict`) turns what comes back into results.
 
 The known answer of a case on one GPU, strongest first (docs/canary.md, "Which answer is
@@ -39,6 +39,8 @@ def measure(params: dict, devices: list[dict], backend: Any = None) -> dict[str,
                                      "cases": {}}
     for name in params["cases"]:
         _run_case(C.parse(name), params, devices, keys, backend, out)
+    if params.get("memtest"):  # after the products: the pattern pass takes the HBM they freed
+        out["memtest"] = backend.memtest(params["memtest"], devices)
     return out
 
 

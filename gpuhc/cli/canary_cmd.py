@@ -88,6 +88,8 @@ def _known(path: str | None) -> dict:
 @click.option("--repeats", type=click.IntRange(1, 100000), help="Iterations per case (default canary.repeats).")
 @click.option("--seed", type=click.IntRange(0), help="Input seed (default canary.seed).")
 @click.option("--max-seconds", type=click.FloatRange(1.0, 3600.0), help="Limit of the whole run (default canary.max_seconds).")
+@click.option("--memtest-fraction", type=click.FloatRange(0.0, 0.95), help="Share of free HBM the pattern pass covers, 0 for none (default canary.memtest_fraction).")
+@click.option("--memtest-max-gib", type=click.FloatRange(0.0, 1024.0), help="The pattern pass's limit per GPU (default canary.memtest_max_gib).")
 @click.option("--gpus", help="GPU indices (NVML order), e.g. 0,1 or 0-3 (default: every GPU).")
 @click.option("--known", "known_path", type=click.Path(dir_okay=False), help="The fleet's known answers (written by `canary submit`).")
 @click.option("--results-dir", type=click.Path(file_okay=False), help="Leave the result file here (the admin side collects it).")
@@ -96,8 +98,8 @@ def _known(path: str | None) -> dict:
 @click.option("--inject", metavar="GPU:CASE:WORD:BIT[:sticky]", help="TEST ONLY: flip one bit of one output (the "
               "verification harness); such a run is marked and never drains.")
 @click.option("--json", "json_mode", is_flag=True)
-def run_cmd(config_path, state_dir, cases, repeats, seed, max_seconds, gpus, known_path, results_dir, epilog, if_due,
-            inject, json_mode) -> None:
+def run_cmd(config_path, state_dir, cases, repeats, seed, max_seconds, memtest_fraction, memtest_max_gib, gpus, known_path,
+            results_dir, epilog, if_due, inject, json_mode) -> None:
     """Run the canary on this node's GPUs. Exit 0 pass or warn, 1 a GPU failed, 3 not run."""
     from gpuhc.canary import node
     from gpuhc.cli.common import parse_gpu_list
@@ -111,6 +113,10 @@ def run_cmd(config_path, state_dir, cases, repeats, seed, max_seconds, gpus, kno
     params = {"cases": _cases(cases, ep["cases"] if epilog else section["cases"]),
               "repeats": repeats or int(section["repeats"]), "seed": section["seed"] if seed is None else seed,
               "known": _known(known_path), "inject": _inject(inject)}
+    frac = section["memtest_fraction"] if memtest_fraction is None else memtest_fraction
+    gib = section["memtest_max_gib"] if memtest_max_gib is None else memtest_max_gib
+    if frac > 0 and gib > 0:
+        params["memtest"] = {"fraction": frac, "max_gib": gib, "seed": params["seed"]}
     limit = max_seconds or float(ep["max_seconds"] if epilog else section["max_seconds"])
     r = node.run(params, limit, parse_gpu_list(gpus))
     doc = r.record()

@@ -139,3 +139,15 @@ def test_the_generator_is_the_burn_in_kernels():
 def test_bad_case_names_are_refused():
     with pytest.raises(ValueError, match="not a canary case"):
         cases.parse("int8-random-64")
+
+
+def test_wrong_words_in_the_hbm_pattern_pass_fail_the_gpu_by_the_memtest_rule():
+    devices = hello({"gpus": 2})["devices"]
+    params = {"cases": ["fp32-random-32"], "seed": 7, "repeats": 2, "known": {},
+              "memtest": {"fraction": 0.5, "max_gib": 4, "seed": 7}}
+    data = work.measure(params, devices, FakeBackend({"gpus": 2, "bad_memory": {"gpu1": {"words": 3}}}))
+    res = by_subject(verdict.judge(data))
+    assert res["gpu0"].status is Status.PASS and res["gpu0"].value["hbm"]["bytes"] == 2 << 30
+    assert res["gpu1"].status is Status.FAIL and res["gpu1"].action is Action.DRAIN_TICKET
+    assert "HBM pattern pass: 3 wrong words in 2.0 GiB" in res["gpu1"].message and "walking-ones" in res["gpu1"].message
+    assert verdict.gpu_summary(data["gpus"]["gpu1"], verdict.memory_of(data, "gpu1"))["status"] == "fail"

@@ -1,4 +1,4 @@
-"""The canary's fake GPU: the hardware boundary behind the same five methods as
+"""The canary's fake GPU: the hardware boundary behind the same methods as
 gpuhc/canary/cupy_backend.py, computing the same products on the CPU with numpy, and a way to
 make one GPU corrupt its output the way a sick one does.
 
@@ -10,6 +10,7 @@ through gpuhc.canary.worker.serve, so the parent side is the real one. Spec::
      "sick": {"gpu1": {"case": "bf16-random-64", "word": 5, "bit": 3, "mode": "sticky"}},
      "nodes": {"n2": {...}}}                                 # per-node overrides (SLURMD_NODENAME)
 
+``bad_memory``: ``{"gpu1": {"words": 3, "pattern": "walking-ones"}}``, wrong words in the pattern pass.
 ``delay_s``: seconds every run of a case takes (a long canary, or a kernel that hangs).
 ``mode``: ``sticky`` (every run of the case), ``once`` (the first run only: an intermittent
 fault), ``model`` (every run, on every GPU: a whole model wrong). ``cli`` runs ``gpuhc`` with this
@@ -110,6 +111,25 @@ class FakeBackend:
 
     def free(self, h: FakeHandle) -> None:
         h.C = None
+
+    def memtest(self, params: dict, devices: list[dict]) -> dict:
+        """The pattern pass in the memtest check's data shape; ``bad_memory`` makes words wrong."""
+        from gpuhc.active.kernels import PATTERNS
+
+        names = [p for p in params.get("patterns") or PATTERNS if p in PATTERNS]
+        nbytes = int(min(80 << 30, float(params["max_gib"]) * (1 << 30)) * float(params["fraction"])) // 8 * 8
+        out = {"patterns": names, "gpus": {}}
+        for d in devices:
+            bad = {}
+            b = self.spec.get("bad_memory", {}).get(d["subject"])
+            if b:
+                bad[b.get("pattern", "walking-ones")] = {"words": b.get("words", 1), "first_offset": 4096,
+                                                         "last_offset": 4103, "flipped_bits": "0000000000000100",
+                                                         "expected": "0000000000000100", "actual": "0000000000000000"}
+            out["gpus"][d["subject"]] = {"bytes": nbytes, "free_bytes": nbytes * 2, "base": "0x7f0000000000",
+                                         "seconds": 0.01, "gbps": 2000.0,
+                                         "bad_words": sum(x["words"] for x in bad.values()), "bad": bad}
+        return out
 
 
 def node_spec(spec: dict) -> dict:
