@@ -24,7 +24,11 @@ def _occ(name: str, used_mib: int, pid: int, uid: int, gpus=range(8)) -> dict:
             if i in gpus else {})} for i in range(8)]}}
 
 
-# Real driver lines (sources: scenarios/README.md), on this model's PCI addresses (gpu3: 5d).
+# Real driver lines (sources: scenarios/README.md), written on gpu3's PCI address (ONE_GPU); each
+# episode moves them to one of the node's eight GPUs, drawn (noise_events.py): two applications'
+# timeouts on one node a day apart are on the same GPU one time in eight, not every time (which
+# drained healthy nodes for "Xid 109 x2 on gpu3" in the model alone).
+ONE_GPU = "PCI:0000:5d:00"
 XID119 = ("2025-03-04T10:03:12,000000+00:00 NVRM: Xid (PCI:0000:5d:00): 119, pid=2024380, name=nvidia-smi, "
           "Timeout after 6s of waiting for RPC response from GPU3 GSP! Expected function 103 (GSP_RM_ALLOC) "
           "(0x2081 0x4).",)

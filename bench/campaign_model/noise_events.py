@@ -4,6 +4,7 @@ and the sampled health checks of busy nodes. A mixin of sim.Campaign."""
 from __future__ import annotations
 
 from . import noise as N
+from .active_gpu import PCI
 from .node import HC_INTERVAL_S, T0, restamp
 
 
@@ -34,7 +35,11 @@ class NoiseEvents:
         self.stats.noise[kind.name] += 1
         node.version += 1
         if kind.lines:
-            node.old_lines += restamp(list(kind.lines), self.now())
+            lines = list(kind.lines)
+            if any(N.ONE_GPU in ln for ln in lines):  # one GPU's driver lines: the GPU they hit is drawn
+                gpu = "PCI:" + self.noise_rng.choice(PCI)[:-2]
+                lines = [ln.replace(N.ONE_GPU, gpu) for ln in lines]
+            node.old_lines += restamp(lines, self.now())
         if kind.sticky:
             node.sticky = N.merge(node.sticky, kind.sticky)
         if kind.loses_s[1] > 0:  # the records of the span are overwritten: gone until the log restarts
