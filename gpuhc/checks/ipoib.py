@@ -55,7 +55,8 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     tail = f"; {left} on ports not ACTIVE (the infiniband check's)" if left else ""
     if not judged and not left:
         return CheckOutput([result(ID, Status.PASS, "no IPoIB interface brought up")])
-    return CheckOutput([result(ID, Status.PASS, f"{judged} IPoIB interface{'s' * (judged != 1)} up{tail}", value=judged)])
+    plural = "s" * (judged != 1)
+    return CheckOutput([result(ID, Status.PASS, f"{judged} IPoIB interface{plural} up{tail}", value=judged)])
 
 
 def _validate(t: dict[str, Any]) -> list[str]:

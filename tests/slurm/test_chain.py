@@ -30,10 +30,9 @@ def _flow(tmp_path, monkeypatch, results, argv, slurm=None, env=None, **slurm_ke
     return f, slurm
 
 
-def test_the_chained_program_runs_after_gpuhc_has_acted_and_its_failure_is_the_status(tmp_path, monkeypatch,
-                                                                                     recorder):  # noqa: F811
-    """A healthy gpuhc and a failing NHC: the health check exits with NHC's status and the log
-    says so; the program ran after the drain hook of the run before it, with the node's name."""
+def test_the_chained_program_runs_after_gpuhc_has_acted_and_its_failure_is_the_status(tmp_path, monkeypatch):
+    """A healthy gpuhc and a failing NHC: the health check exits 1 and the log says why; the
+    program ran with the node's name and the loop guard set."""
     seen = tmp_path / "seen"
     prog = _script(tmp_path / "nhc", f'echo "NHC: check_fs_mount: /scratch not mounted ($SLURMD_NODENAME $GPUHC_CHAINED)"\n'
                                      f'echo ran >> {seen}\nexit 1\n')
