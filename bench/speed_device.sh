@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Speed on a real GPU node (issue 10), for docs/verification.md: one JSON document per line.
+# Speed on a real GPU node (issues 10 and 47), for docs/verification.md: one JSON document per line.
 #   1. live: `gpuhc check` passive vs `nvidia-smi -q` (target <= 0.5x), prolog of one GPU vs
 #      bench/nvml_floor.py reading the same fields (target <= 1.3x), with an empty config and
 #      with the shipped etc/gpuhc.yaml (event log and textfile on), medians of $RUNS alternating
@@ -10,6 +10,7 @@
 #      are timed in the same alternation and reported beside them (not targets);
 #   2. replay of the healthy 8-GPU node vs `python -c "import pynvml"` on the same machine
 #      (target <= 1.8x; the CPU machine's number is the one the issue asks for);
+#   3. each check's and each source's cost (bench/check_costs.py), live and replay: docs/checks.md's GPU column.
 # Reads only: never changes clocks, power limits, persistence or compute mode.
 #   OUT=/tmp/out RUNS=9 bash bench/speed_device.sh
 set -u
@@ -24,3 +25,7 @@ python3 -c "import json,subprocess; print(json.dumps({'machine': subprocess.run(
   | tee "$OUT/speed.jsonl"
 timeout -k 5 400 python3 bench/bench_check.py --live --gpu "$GPU" --runs "$RUNS" --json | tee -a "$OUT/speed.jsonl"
 timeout -k 5 150 python3 bench/bench_check.py --runs "$RUNS" --json | tee -a "$OUT/speed.jsonl"
+# 3. each check's import and judge cost and each source's read, live, shipped config (the GPU
+#    column of docs/checks.md, "What a check costs"), and the same of the replay for comparison.
+timeout -k 5 300 python3 bench/check_costs.py --runs "$RUNS" | tee "$OUT/check-costs-live.md"
+timeout -k 5 300 python3 bench/check_costs.py --replay --runs "$RUNS" | tee "$OUT/check-costs-replay.md"
