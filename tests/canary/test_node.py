@@ -100,3 +100,16 @@ def test_known_answers_that_are_not_json_are_refused(tmp_path):
     (tmp_path / "known.json").write_text("{not json")
     r = gpuhc(cfg, spec, "run", "--known", str(tmp_path / "known.json"))
     assert r.returncode != 0 and "not valid JSON" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_epilog_slice_runs_its_short_cases_only_when_due_by_stamp_or_result_file(tmp_path):
+    cfg, spec = setup(tmp_path, {"gpus": 1}, epilog={"cases": ["fp32-exact-32"], "max_seconds": 30},
+                      results_dir=str(tmp_path / "res"))
+    first = gpuhc(cfg, spec, "run", "--epilog", "--if-due", "--json")
+    doc = json.loads(first.stdout)
+    assert first.returncode == 0 and doc["cases"] == ["fp32-exact-32"] and doc["file"].startswith(str(tmp_path / "res"))
+    assert "not due" in gpuhc(cfg, spec, "run", "--epilog", "--if-due").stdout
+    # a canary job's result file counts as the node's last run even without a local stamp
+    (tmp_path / "state" / node.LAST_FILE).unlink()
+    assert not node.due(str(tmp_path / "state"), 24.0, str(tmp_path / "res"), doc["node"])
+    assert node.due(str(tmp_path / "state"), 24.0, str(tmp_path / "res"), "another-node")
