@@ -167,11 +167,14 @@ def _stop(proc) -> int | None:
     except subprocess.TimeoutExpired:
         rc = None
     _signal_session(proc.pid, signal.SIGKILL)  # the leader, or what it started and left running
+    until = time.monotonic() + REAP_S
     if rc is None:
         try:
             rc = proc.wait(timeout=REAP_S)
         except subprocess.TimeoutExpired:
             return None
+    while _session_members(proc.pid) and time.monotonic() < until:  # a KILL lands when the target runs next
+        time.sleep(0.01)
     return rc
 
 
@@ -205,7 +208,7 @@ def _session_members(sid: int) -> list[int]:
         except OSError:
             continue
         fields = stat[stat.rfind(b")") + 2:].split()  # after the command name, which may hold anything
-        if len(fields) > 3 and fields[3] == str(sid).encode():
+        if len(fields) > 3 and fields[3] == str(sid).encode() and fields[0] != b"Z":  # a zombie is dead already
             members.append(int(name))
     return members
 
