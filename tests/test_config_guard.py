@@ -162,3 +162,19 @@ def test_doctor_and_fleet_name_the_node_that_runs_on_a_stand_in(node):
     fleet = subprocess.run([sys.executable, "-m", "gpuhc", "fleet", "config-errors", "--config", str(cfg), "--json"],
                            env=env, capture_output=True, text=True, timeout=60)
     assert fleet.returncode == 0 and json.loads(fleet.stdout)["nodes"] == []
+
+
+def test_a_last_good_copy_others_can_write_is_refused_and_the_defaults_serve(node):
+    """The copy is root's (0600 in the state directory); one that others could have written is
+    not trusted: the run says so and judges on the defaults, in observe mode."""
+    if os.geteuid() != 0:
+        pytest.fail("the file-safety rule is root's: run as root (tests/run.sh does)")
+    cfg = node / "gpuhc.yaml"
+    cfg.write_text(_config(node, mode="enforce"))
+    assert _hook(node, "healthcheck", cfg).returncode == 0
+    copy = node / "st" / "config.last-good.yaml"
+    assert oct(copy.stat().st_mode & 0o777) == "0o600"
+    copy.chmod(0o666)
+    cfg.write_text(_config(node) + "typo: 1\n")
+    out = _hook(node, "healthcheck", cfg)
+    assert "judging on the built-in defaults (observe mode)" in out.stderr and "Traceback" not in out.stderr
