@@ -217,6 +217,7 @@ switch_to() {  # point the target at release $1 with one rename
         if [ -e "$target/pyvenv.cfg" ]; then
             # The layout before releases: its venv becomes the release to roll back to (its
             # scripts name $target/bin/python, which the link keeps valid).
+            rm -rf "$releases/0-before-releases"
             mv "$target" "$releases/0-before-releases"
         else
             rmdir "$target"
