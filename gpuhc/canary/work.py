@@ -88,9 +88,10 @@ def _references(case: C.Case, runs: dict, keys: dict, known: dict, exact, out: d
     for s in runs:
         fleet = (known.get(keys[s]) or {}).get(case.name)
         if exact_hex is not None:
-            if fleet is not None and fleet != exact_hex:
-                out["conflicts"].append(f"{case.name}: the fleet's answer {fleet} for {keys[s]} is not the exact "
-                                        f"CPU answer {exact_hex}: every GPU of that model and software is wrong")
+            text = (f"{case.name}: the fleet's answer {fleet} for {keys[s]} is not the exact CPU answer "
+                    f"{exact_hex}: every GPU of that model and software is wrong")
+            if fleet is not None and fleet != exact_hex and text not in out["conflicts"]:
+                out["conflicts"].append(text)  # once per model, not once per GPU
             refs[s] = (exact_hex, "exact")
             continue
         if fleet is not None:
