@@ -194,6 +194,9 @@ make_venv() {
 # release before stays, for `install.sh --rollback`; older ones go. A target that is still a
 # venv of its own (an install before this layout) moves into TARGET.releases at the switch.
 target=${venv:-$prefix}
+# Absolute: the link's target is read relative to the link's own directory.
+mkdir -p "$(dirname "$target")"
+target=$(cd "$(dirname "$target")" && pwd)/$(basename "$target")
 releases=$target.releases
 marker=.gpuhc-install-incomplete  # in a release being built: never the one a rollback picks
 release=

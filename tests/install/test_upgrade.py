@@ -81,3 +81,12 @@ def test_a_venv_of_the_layout_before_releases_becomes_the_one_to_roll_back_to(tm
     assert venv.is_symlink() and (Path(f"{venv}.releases") / "0-before-releases" / "old-marker").exists()
     _done(_install(venv, "--rollback"))
     assert (venv / "old-marker").read_text() == "the venv that was here"
+
+
+def test_a_relative_venv_path_links_to_its_release_wherever_it_is_run_from(tmp_path):
+    cp = subprocess.run(["sh", str(REPO / "install.sh"), "--venv", "sub/v", "--gpu", "none"], cwd=tmp_path,
+                        env={**os.environ, "PYTHON": base_python()}, capture_output=True, text=True, timeout=600)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    link = tmp_path / "sub" / "v"
+    assert os.readlink(link).startswith(f"{tmp_path}/sub/v.releases/")
+    assert subprocess.run([str(link / "bin" / "gpuhc"), "--version"], capture_output=True).returncode == 0
