@@ -22,6 +22,8 @@
 
 from __future__ import annotations
 
+import re
+
 from gpuhc.checks.base import CheckOutput, Context, result
 from gpuhc.checks.kernel_window import add_incident, kernel_log_check, merge_held, open_window, warn_once
 from gpuhc.model.kernel import EventKind, KernelEvent
@@ -40,9 +42,16 @@ _WARNS = {"removable_io_error": "I/O error on a removable disk (a USB stick, a B
           "nvme_timeout": "NVMe command timed out, controller reset", "lock_reclaim": "NFS lock reclaim failed"}
 
 
-def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
-    from gpuhc.sources.kernel_log_storage import local_device
+# Not the node's own disk: network block devices, loop files, RAM disks, optical drives.
+_NOT_LOCAL = re.compile(r"(?:nbd|rbd|drbd|loop|ram|zram|sr|nfs)\d")
 
+
+def local_device(dev: str | None) -> bool:
+    """Is block device ``dev`` the node's own (not a network block device, a loop file...)?"""
+    return bool(dev) and _NOT_LOCAL.match(dev or "") is None
+
+
+def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     win = open_window(snapshot, ctx, ID)
     if isinstance(win, CheckOutput):
         return win

@@ -47,7 +47,7 @@ the log (``drivers/scsi/sd.c``: ``sd H:C:T:L: [sdX] Attached SCSI removable disk
 ``Attached scsi removable disk sdX``): a USB stick or a BMC's virtual media, not the node's disk.
 
 Block devices that are not the node's own disk (a network block device, a loop file, a RAM
-disk, a CD) are named in ``device`` like any other; :func:`local_device` says which are local.
+disk, a CD) are named in ``device`` like any other; the storage check says which are local (gpuhc/checks/storage.py).
 """
 
 from __future__ import annotations
@@ -87,16 +87,8 @@ _FILE_MAX = lazy(r"VFS: file-max limit \d{1,20} reached\s*$")
 # "Fatal local machine check", "Machine check from unknown source"; kernel/watchdog_hld.c and
 # arch/x86/kernel/nmi.c "NMI: Not continuing", "Hard LOCKUP", ghes.c "Fatal hardware error!")
 _HARDWARE_PANIC = lazy(r"(?i)machine check|\bNMI\b|hardware error|\bMCE\b")
-# Not the node's own disk: network block devices, loop files, RAM disks, optical drives
-_NOT_LOCAL = re.compile(r"(?:nbd|rbd|drbd|loop|ram|zram|sr|nfs)\d")
-
 _WORDS = ("md/", "nvme", "I/O error", "critical ", "removable disk", "EXT", "XFS (", "BTRFS", "nfs", "NFS", "watchdog: BUG", "Kernel panic", "VFS: file-max")
 _ANY_WORD = re.compile("|".join(map(re.escape, _WORDS)))
-
-
-def local_device(dev: str | None) -> bool:
-    """Is block device ``dev`` the node's own (not a network block device, a loop file...)?"""
-    return bool(dev) and _NOT_LOCAL.match(dev or "") is None
 
 
 def _clip(msg: str) -> str:

@@ -12,10 +12,10 @@ import os
 import pytest
 
 from gpuhc.checks import kernel_health, storage
+from gpuhc.checks.storage import local_device
 from gpuhc.model.result import Action, Status
 from gpuhc.runhold import hold
 from gpuhc.sources.kernel_log_parse import parse_lines
-from gpuhc.sources.kernel_log_storage import local_device
 from tests.helpers.parity import cases
 from tests.helpers.paths import REPO
 from tests.helpers.snapshots import context, healthy_node
