@@ -13,6 +13,7 @@ import time
 import click
 
 from gpuhc.cli import CONTEXT
+from gpuhc.cli.params import Number, Seconds
 from gpuhc.errors import EXIT_INTERNAL, EXIT_UNHEALTHY, GpuhcError
 
 
@@ -87,9 +88,9 @@ def _known(path: str | None) -> dict:
 @click.option("--cases", help="Comma-separated cases (default: canary.cases, or canary.epilog.cases with --epilog).")
 @click.option("--repeats", type=click.IntRange(1, 100000), help="Iterations per case (default canary.repeats).")
 @click.option("--seed", type=click.IntRange(0), help="Input seed (default canary.seed).")
-@click.option("--max-seconds", type=click.FloatRange(1.0, 3600.0), help="Limit of the whole run (default canary.max_seconds).")
-@click.option("--memtest-fraction", type=click.FloatRange(0.0, 0.95), help="Share of free HBM the pattern pass covers, 0 for none (default canary.memtest_fraction).")
-@click.option("--memtest-max-gib", type=click.FloatRange(0.0, 1024.0), help="The pattern pass's limit per GPU (default canary.memtest_max_gib).")
+@click.option("--max-seconds", type=Seconds(1.0, 3600.0), help="Limit of the whole run (default canary.max_seconds).")
+@click.option("--memtest-fraction", type=Number(0.0, 0.95), help="Share of free HBM the pattern pass covers, 0 for none (default canary.memtest_fraction).")
+@click.option("--memtest-max-gib", type=Number(0.0, 1024.0), help="The pattern pass's limit per GPU (default canary.memtest_max_gib).")
 @click.option("--gpus", help="GPU indices (NVML order), e.g. 0,1 or 0-3 (default: every GPU).")
 @click.option("--known", "known_path", type=click.Path(dir_okay=False), help="The fleet's known answers (written by `canary submit`).")
 @click.option("--results-dir", type=click.Path(file_okay=False), help="Leave the result file here (the admin side collects it).")
