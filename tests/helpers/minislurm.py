@@ -85,6 +85,9 @@ class MiniSlurm:
 def config(tmp_path, **slurm) -> Config:
     data = defaults(schema())
     data["slurm"].update({"syslog": False, "cooldown_s": 0, "postmortem_dir": str(tmp_path / "pm")})
+    # every path a flow writes in the test's directory, never the node's /var/lib/gpuhc (tests/conftest.py checks)
+    data["slurm"]["retire_bundle"]["dir"] = str(tmp_path / "retired")
+    data["state_dir"] = str(tmp_path / "state")
     data["slurm"]["breaker"].update({"settle_s": 0, "jitter_s": 0, "max_drained": 5, "max_drained_percent": None})
     for k, v in slurm.items():
         if isinstance(v, dict):
