@@ -9,11 +9,12 @@ import pytest
 
 from tests.helpers.paths import REPO
 
-# docs/checks.md and docs/campaign.md still tell some history by issue number: not yet held here.
-USER_DOCS = ("README.md", "docs/slurm.md", "docs/repair.md", "docs/security.md")
+USER_DOCS = ("README.md", "docs/slurm.md", "docs/repair.md", "docs/security.md", "docs/checks.md", "docs/sweep.md",
+             "docs/parity.md", "docs/canary.md", "docs/json-schema.md", "docs/facts.md", "docs/campaign.md")
 ISSUE = re.compile(r"\b[Ii]ssues? #?\d+|\(#\d+\)")
 # Other projects' issues, named as public sources (their tracker's name beside the number).
-CITED = re.compile(r"(NVIDIA|NVSentinel|DCGM|pytorch|slurm|SchedMD)[^\n]{0,40}issue", re.I)
+CITED = re.compile(r"(NVIDIA|NVSentinel|DCGM|pytorch|slurm|SchedMD|open-gpu-kernel-modules|gpud|leptonai|kubernetes|dra-driver)"
+                   r"[^\n]{0,40}issue", re.I)
 
 
 @pytest.mark.parametrize("doc", USER_DOCS)
