@@ -89,6 +89,10 @@ class Campaign(Jobs, People, NoiseEvents, Repairs, Settling):
         self.slurm = ModelSlurm(self.names, self.now, random.Random(seed * 7919 + 2) if noise else None)
         self.nodes = {n: Node(n, workdir) for n in self.names}
         shapes = random.Random(seed * 7919 + 3)  # apart, so the fault and noise draws are the seed's
+        if log_shape is None and time_scale < 1.0:
+            # A compressed clock (the real campaign's) lives in fractions of a second, which the
+            # whole-second stamps of syslog and dmesg -T would cut: ISO, as the real side writes.
+            log_shape = "iso"
         for node in self.nodes.values():
             node.shape = log_shapes.draw(shapes) if log_shape is None else log_shape
         self.events: list = []
