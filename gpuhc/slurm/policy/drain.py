@@ -254,17 +254,24 @@ def decide(
 def _on_failure(node, owner, mine, reason, memory, now, s, breaker_open) -> Decision:
     if not reason:
         raise ValueError("a FAIL verdict needs the drain reason")
+    stale = ""
     if owner is Owner.OTHER:
-        # Someone else's reason: theirs to manage. The node may even be in service with a stale
-        # note; overwriting it would destroy an admin's record, so we only shout.
         who = f" (set by {node.reason_user})" if node.reason_user else ""
-        return Decision(Act.KEEP, f"node has a reason gpuhc did not set{who}: {node.reason!r}; not overwriting",
-                        replace(memory, passes=0))
+        if out_of_service(node) or reboot_pending(node) or not registered(node):
+            # Someone else's reason on a node it holds out (or one a reboot was asked for):
+            # theirs to manage. Overwriting it would destroy their record, so we only shout.
+            return Decision(Act.KEEP, f"node has a reason gpuhc did not set{who}: {node.reason!r}; not overwriting",
+                            replace(memory, passes=0))
+        # A reason on a node that takes jobs holds nothing: Slurm 24.11 and later keep it when a
+        # RESUME clears the drain (NHC's node-mark-online, an admin's resume), and Slurm sets no
+        # reason on a schedulable node otherwise. Kept, it would keep a failing node in service
+        # for good; it is replaced, and named in the decision's words (the log keeps it).
+        stale = f"; replacing the reason left on a node in service{who}: {node.reason!r}"
     if owner is Owner.GPUHC and out_of_service(node):
         held = memory if memory.holding else replace(memory, drained_at=node.reason_time or now, reason=node.reason)
         same = "same reason" if _same_evidence(node.reason, reason) else f"keeping the first reason, now also: {reason!r}"
         return Decision(Act.KEEP, f"already drained by gpuhc ({same})", replace(held, passes=0))
-    # Either no reason at all, or a stale gpuhc reason on a node in service: drain.
+    # No reason at all, or a stale one (gpuhc's or another's) on a node in service: drain.
     cooldown, flaps = cooldown_for(memory, now, s)
     new = Memory(drained_at=now, reason=reason, passes=0, flaps=flaps, cooldown_s=cooldown,
                  last_resume=memory.last_resume)
@@ -272,7 +279,7 @@ def _on_failure(node, owner, mine, reason, memory, now, s, breaker_open) -> Deci
     if takes and breaker_open:
         return Decision(Act.BLOCKED, "circuit breaker open: not draining", replace(memory, passes=0), reason,
                         uses_capacity=True)
-    why = "failed checks" + (f"; flap {flaps}: cool-down {cooldown:.0f}s" if flaps else "")
+    why = "failed checks" + (f"; flap {flaps}: cool-down {cooldown:.0f}s" if flaps else "") + stale
     return Decision(Act.DRAIN, why, new, reason, uses_capacity=takes)
 
 

@@ -110,8 +110,9 @@ def expected(state: str, owner: str, verdict: str, mem: str) -> Act:
         # without memory this is the first, so the node waits.
         return Act.RESUME if mem == "holding" else Act.WAIT
     # fail, with the breaker closed or open
-    if owner in ("admin", "slurm", "prolog-error"):
-        return Act.KEEP
+    if owner in ("admin", "slurm", "prolog-error") and (held or state in REBOOT_PENDING | NOT_REGISTERED):
+        return Act.KEEP  # theirs: a node they hold out, or a reboot they asked for
+    # (another's reason on a node in service is stale, as Slurm 24.11 leaves it at a RESUME: replaced)
     if ours and held:  # already ours: keep the first reason, send nothing
         return Act.KEEP
     if held:  # no reason on an out-of-service node: adding ours takes no capacity
@@ -128,7 +129,10 @@ def test_every_state_owner_verdict_memory(state, owner, verdict, mem):
     assert d.act is expected(state, owner, verdict, mem), d.why
     # Invariants that must hold whatever the table says.
     if not owner.startswith("gpuhc") and owner != "none":
-        assert not d.act.touches_slurm  # never overwrite nor resume a reason gpuhc did not set
+        # never resume a reason gpuhc did not set, nor overwrite one on a node it holds out
+        assert d.act is not Act.RESUME and not (d.act.touches_slurm and state in OUT_OF_SERVICE), d.why
+        if d.act is Act.DRAIN:
+            assert "replacing the reason left on a node in service" in d.why, d.why
     if d.act is Act.DRAIN:
         assert d.reason == OURS and d.memory.drained_at == NOW and d.memory.reason == OURS
         assert d.uses_capacity is (state not in OUT_OF_SERVICE)
