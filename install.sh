@@ -217,7 +217,13 @@ switch_to() {  # point the target at release $1 with one rename
     link=$target.switch.$$
     ln -sfn "$1" "$link"
     if [ -d "$target" ] && [ ! -L "$target" ]; then
-        if [ -e "$target/pyvenv.cfg" ]; then
+        if [ -e "$target/pyvenv.cfg" ] && ! "$target/bin/gpuhc" --version >/dev/null 2>&1; then
+            # A venv whose gpuhc does not run (an install stopped half-way, a venv without pip
+            # an older install.sh left) is no release to roll back to.
+            echo "install.sh: $target was a broken virtual environment (its gpuhc does not run): replaced," \
+                 "not kept to roll back to" >&2
+            rm -rf "$target"
+        elif [ -e "$target/pyvenv.cfg" ]; then
             # The layout before releases: its venv becomes the release to roll back to (its
             # scripts name $target/bin/python, which the link keeps valid).
             rm -rf "$releases/0-before-releases"

@@ -161,7 +161,7 @@ def test_readme_lines_on_debian12_without_python3_venv_then_with_it(tmp_path):
     """A Debian 12 with only python3 (no python3-venv, no pip): README's Try-it line and the node
     install stop with the package to install and leave no venv behind; after `apt-get install
     python3-venv` the same lines work. Then /opt/gpuhc as an older install.sh left it (a venv
-    without pip) is rebuilt, saying so."""
+    without pip) is replaced, saying so, and not kept as a release to roll back to."""
     run = clean_root(build_base("bookworm-stock", "python3"), tmp_path / "root")
     try_it, node = readme_block("## Try it"), readme_block("## Install on the GPU nodes")
     for lines, venv in ((try_it, "/root/gpuhc/.venv"), (node, "/opt/gpuhc")):
@@ -179,7 +179,8 @@ def test_readme_lines_on_debian12_without_python3_venv_then_with_it(tmp_path):
     assert run("python3 -m venv --without-pip /opt/gpuhc").returncode == 0  # what the old install.sh left
     cp = run(node)
     assert cp.returncode == 0, cp.stdout + cp.stderr
-    assert "install.sh: /opt/gpuhc is a broken virtual environment (" in cp.stderr, cp.stderr
+    assert "install.sh: /opt/gpuhc was a broken virtual environment (its gpuhc does not run)" in cp.stderr, cp.stderr
+    assert run("test ! -e /opt/gpuhc.releases/0-before-releases").returncode == 0  # no broken release to roll back to
     assert run("gpuhc check --demo >/dev/null && gpuhc --version").stdout.startswith("gpuhc 0.1.0 (")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import re
 import shlex
 import shutil
 import stat
@@ -75,7 +76,10 @@ def test_watch_unit_runs_the_node_watcher_and_install_does_not_enable_it():
     assert cp.returncode == 0 and "--interval" in cp.stdout, cp.stderr
     installer = (REPO / "install.sh").read_text()
     assert "examples/systemd/*.service" in installer  # copied with the other units ...
-    assert "gpuhc-watch" not in installer  # ... and enabled by nobody but the admin
+    # ... and enabled by nobody but the admin: an upgrade restarts it only where the admin enabled it
+    said = [ln.strip() for ln in installer.splitlines() if "gpuhc-watch" in ln and not ln.strip().startswith("#")]
+    verbs = {v for ln in said for v in re.findall(r"systemctl ([a-z-]+)", ln)}
+    assert said and verbs == {"is-active", "try-restart"}, said
 
 
 @pytest.mark.parametrize("words,cword,want", [

@@ -111,7 +111,9 @@ def test_doctor_passes_the_right_wiring_and_lists_each_nodes_count(cluster):
     assert status["HealthCheckInterval"] == "warn"  # 3 s: a test's interval, shorter than gpuhc's deadline
     rows = {r["node"]: r for r in out["nodes"]}
     assert set(rows) == {GPU, *CPUS}
-    assert (rows[GPU]["expected"], rows[GPU]["from"], rows[GPU]["hosts_entries"]) == (8, "slurm.conf", [f"hosts[0] {GPU}"])
+    # the GPU node plays a recording (site test mode): held to its hosts: entry's count, as its runs are
+    assert (rows[GPU]["expected"], rows[GPU]["from"], rows[GPU]["hosts_entries"]) == (
+        8, "config (a recorded node: site test mode)", [f"hosts[0] {GPU}"])
     assert all((rows[n]["expected"], rows[n]["from"]) == (0, "slurm.conf") for n in CPUS)
     table = doctor(cluster)
     assert table.returncode == 0 and "expected GPUs of each node sinfo lists" in table.stdout, table.stdout
