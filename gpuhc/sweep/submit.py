@@ -255,6 +255,15 @@ def submit_sweep(section: dict, store: SweepStore, dry_run: bool = False, cli: S
         if environ.get(FAULT_ENV) and not test_fault:
             out["notes"].append(f"{FAULT_ENV} is set here but not passed to the jobs (their scripts unset it); "
                                 "it is a test-only hook: `submit --test-fault SPEC` passes it on purpose")
+        if cli is not None and cli.observe:
+            # Observe mode sends no sbatch (docs/repair.md, "Observe mode"): the plan is said and
+            # nothing is remembered, so no sweep waits for jobs that never ran and each run plans
+            # anew; not a failure either (no cron mail every 30 minutes).
+            said = [f"observe mode (slurm.mode: observe): would submit {len(plan.groups)} probe job(s) for sweep "
+                    f"{sweep_id}: " + "; ".join(f"{g.id} ({','.join(g.nodes)})" for g in plan.groups[:10])
+                    + (" ..." if len(plan.groups) > 10 else "")]
+            return {**out, "submitted": False, "observed": True, "sweep_id": sweep_id,
+                    "groups": [g.to_dict() for g in plan.groups], "lines": said + out["notes"]}
         if dry_run:
             lines = []
             for g in plan.groups:

@@ -68,6 +68,19 @@ def sweep_as_gpuhc(c: SlurmCluster, root, run) -> None:
     argv = c.runtime.wrap(["/usr/sbin/runuser", "-u", user, "--", "/usr/bin/env", "-i",
                            *(f"{k}={v}" for k, v in env.items()), "HOME=/var/lib/gpuhc/sweep",
                            env["SHELL"], "-c", command])
+    # A fresh install observes (README, "Observe, then enforce"): the run says what it would
+    # submit, sends nothing, and is no failure for cron.
+    cp = subprocess.run(argv, env=ENV, capture_output=True, text=True, timeout=300)
+    log = (root / "var/log/gpuhc/sweep.log").read_text()
+    assert cp.returncode == 0, f"{shlex.join(argv)}\n{cp.stdout}{cp.stderr}\n{log}"
+    assert re.search(r"^observe mode \(slurm.mode: observe\): would submit 1 probe job\(s\)", log, re.M), log
+    assert c.scontrol("show", "job", "-o").stdout.strip() in ("", "No jobs in the system"), "a job in observe mode"
+
+    # Live: the config's one line, as the README says.
+    conf = root / "etc/gpuhc/gpuhc.yaml"
+    text = conf.read_text()
+    assert re.search(r"^  mode: observe ", text, re.M), text
+    conf.write_text(re.sub(r"^  mode: observe ", "  mode: enforce ", text, flags=re.M))
     cp = subprocess.run(argv, env=ENV, capture_output=True, text=True, timeout=300)
     log = (root / "var/log/gpuhc/sweep.log").read_text()
     assert cp.returncode == 0, f"{shlex.join(argv)}\n{cp.stdout}{cp.stderr}\n{log}"

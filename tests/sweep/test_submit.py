@@ -19,6 +19,21 @@ from tests.helpers.paths import REPO
 from tests.helpers.trusted import trusted_copy
 
 
+def test_observe_mode_says_what_it_would_submit_sends_nothing_and_remembers_nothing(tmp_path):
+    """Observe mode sends no sbatch: the plan is said, no sweep is recorded (none waits for jobs
+    that never ran), and it is no failure for cron to mail every half hour."""
+    fake = FakeSlurm()
+    cli = fake.cli()
+    cli.observe = True
+    store = SweepStore(str(tmp_path))
+    out = submit_sweep(section(), store, cli=cli, now=1000.0)
+    assert out["observed"] and not out["submitted"] and fake.sbatched == []
+    assert out["lines"][0].startswith("observe mode (slurm.mode: observe): would submit 2 probe job(s) for sweep ")
+    assert "r0g0000 (n1,n2)" in out["lines"][0]
+    again = submit_sweep(section(), store, cli=cli, now=2000.0)  # plans anew: nothing was left pending
+    assert again["observed"] and again["sweep_id"] != out["sweep_id"]
+
+
 def test_submit_sends_one_exclusive_job_per_group_with_the_launch_line(tmp_path):
     fake = FakeSlurm()
     store = SweepStore(str(tmp_path))
