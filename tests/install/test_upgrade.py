@@ -77,10 +77,24 @@ def test_a_venv_of_the_layout_before_releases_becomes_the_one_to_roll_back_to(tm
     venv = tmp_path / "v"
     subprocess.run([base_python(), "-m", "venv", "--without-pip", str(venv)], check=True)
     (venv / "old-marker").write_text("the venv that was here")
+    old = venv / "bin" / "gpuhc"  # the gpuhc it ran (a stand-in: what matters is that it runs)
+    old.write_text("#!/bin/sh\necho 'gpuhc 0.0.9 (the layout before releases)'\n")
+    old.chmod(0o755)
     _done(_install(venv))
     assert venv.is_symlink() and (Path(f"{venv}.releases") / "0-before-releases" / "old-marker").exists()
     _done(_install(venv, "--rollback"))
     assert (venv / "old-marker").read_text() == "the venv that was here"
+    assert subprocess.run([str(venv / "bin" / "gpuhc"), "--version"], capture_output=True, text=True).stdout.startswith(
+        "gpuhc 0.0.9")
+
+
+def test_a_venv_of_the_layout_before_releases_whose_gpuhc_does_not_run_is_not_kept(tmp_path):
+    """A venv left half-made (no gpuhc that runs) is no release to roll back to: replaced, said."""
+    venv = tmp_path / "v"
+    subprocess.run([base_python(), "-m", "venv", "--without-pip", str(venv)], check=True)
+    out = _done(_install(venv))  # stdout and stderr together
+    assert "was a broken virtual environment (its gpuhc does not run)" in out, out
+    assert not (Path(f"{venv}.releases") / "0-before-releases").exists()
 
 
 def test_a_relative_venv_path_links_to_its_release_wherever_it_is_run_from(tmp_path):
