@@ -2,46 +2,18 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 
 from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, result
 from gpuhc.config import Config, defaults, schema
-from gpuhc.model.kernel import KernelLog
-from gpuhc.model.nvml import NvmlReading
 from gpuhc.model.result import Action, Status
 from gpuhc.runner import run_stage
 from gpuhc.runreport import RunOptions
 from gpuhc.sources import SourceSpec, Sources
+from tests.helpers.source_fakes import FOREVER, FakeKlog, FakeNvml, FakeSysfs
 
-_forever = threading.Event()  # never set: a source that waits on it hangs like a wedged NVML call
-
-
-class FakeNvml:
-    def __init__(self, hang: bool = False, raises: bool = False):
-        self.hang, self.raises = hang, raises
-
-    def read(self):
-        if self.hang:
-            _forever.wait()
-        if self.raises:
-            raise OSError("ioctl failed")
-        return NvmlReading(available=True, driver_version="580.00")
-
-
-class FakeKlog:
-    def read(self):
-        return KernelLog(source="fake", last_time=1_000_000.0)
-
-
-class FakeSysfs:
-    def ib_ports(self):
-        return []
-
-    def aer(self):
-        return []
 
 
 def _judge_nvml(snapshot, ctx):
@@ -223,7 +195,7 @@ class DownPortSysfs(FakeSysfs):
 
 class HungKlog:
     def read(self):
-        _forever.wait()
+        FOREVER.wait()
 
 
 def test_hung_kernel_log_does_not_hide_a_down_ib_port(monkeypatch, tmp_path):

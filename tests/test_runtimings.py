@@ -11,49 +11,20 @@ import subprocess
 import sys
 import time
 
-import threading
 
 import pytest
 
 from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, result
 from gpuhc.config import Config, defaults, schema
-from gpuhc.model.kernel import KernelLog
-from gpuhc.model.nvml import NvmlReading
 from gpuhc.model.result import Status
 from gpuhc.runner import run_stage
 from gpuhc.runreport import RunOptions
 from gpuhc.runtimings import timing_lines
 from gpuhc.sources import SourceSpec, Sources
 from tests.helpers.paths import REPO
+from tests.helpers.source_fakes import FakeKlog, FakeNvml, FakeSysfs
 
 HEALTHY = str(REPO / "examples" / "scenarios" / "healthy-8xh100.yaml")
-_forever = threading.Event()  # never set: a source that waits on it hangs like a wedged NVML call
-
-
-class FakeNvml:
-    def __init__(self, hang: bool = False, raises: bool = False, sleep_s: float = 0.0):
-        self.hang, self.raises, self.sleep_s = hang, raises, sleep_s
-
-    def read(self):
-        if self.hang:
-            _forever.wait()
-        if self.raises:
-            raise OSError("ioctl failed")
-        time.sleep(self.sleep_s)
-        return NvmlReading(available=True, driver_version="580.00")
-
-
-class FakeKlog:
-    def read(self):
-        return KernelLog(source="fake", last_time=1_000_000.0)
-
-
-class FakeSysfs:
-    def ib_ports(self):
-        return []
-
-    def aer(self):
-        return []
 
 
 def _pass(check_id):
