@@ -188,6 +188,11 @@ def write_wrappers(c: "SlurmCluster") -> None:
 def write_gpuhc_yaml(c: "SlurmCluster") -> None:
     """The test's gpuhc config, plus one ``hosts`` override per node that has a scenario."""
     data: dict[str, Any] = dict(c.gpuhc_config or {})
+    # Bundles stay in the test's directory unless the test names its own: a retirement on the
+    # cluster otherwise wrote /var/lib/gpuhc/retired (tests/helpers/live_paths.py caught it in CI).
+    slurm = data["slurm"] = dict(data.get("slurm") or {})
+    slurm.setdefault("postmortem_dir", str(c.workdir / "postmortem"))
+    slurm["retire_bundle"] = {"dir": str(c.workdir / "retired"), **(slurm.get("retire_bundle") or {})}
     hosts = list(data.get("hosts") or [])
     for node, scenario in c.node_scenarios.items():
         hosts.append({"match": node, "sources": {"nvml_scenario": str(scenario)}})

@@ -47,3 +47,23 @@ def test_isolated_runs_see_empty_live_directories(tmp_path):
         argv = live_paths.isolated(["/bin/sh", "-c", f"echo x > {probe}"])
     assert subprocess.run(argv, timeout=30).returncode == 0
     assert probe.read_text() == "x\n" and not os.path.exists("/var/lib/gpuhc/x")
+
+
+def test_a_real_clusters_config_keeps_bundles_in_the_tests_directory(tmp_path):
+    """A retirement on a real test cluster wrote /var/lib/gpuhc/retired in CI: the cluster's
+    gpuhc.yaml names bundle directories under its own work directory unless the test names one."""
+    import yaml
+    from types import SimpleNamespace
+
+    from tests.helpers.slurm_cluster_files import write_gpuhc_yaml
+
+    c = SimpleNamespace(gpuhc_config={"slurm": {"retire_bundle": {"keep": 2}}}, node_scenarios={},
+                        workdir=tmp_path, gpuhc_yaml=tmp_path / "gpuhc.yaml")
+    write_gpuhc_yaml(c)
+    slurm = yaml.safe_load(c.gpuhc_yaml.read_text())["slurm"]
+    assert slurm["retire_bundle"] == {"dir": f"{tmp_path}/retired", "keep": 2}
+    assert slurm["postmortem_dir"] == f"{tmp_path}/postmortem"
+    c.gpuhc_config = {"slurm": {"postmortem_dir": "/elsewhere", "retire_bundle": {"dir": "/there"}}}
+    write_gpuhc_yaml(c)
+    slurm = yaml.safe_load(c.gpuhc_yaml.read_text())["slurm"]
+    assert slurm["retire_bundle"]["dir"] == "/there" and slurm["postmortem_dir"] == "/elsewhere"
