@@ -50,6 +50,9 @@ class FaultClass:
     lemon_share: float = 0.0  # recurs days after every repair that passed its retest (a true lemon)
     permanent_share: float = 0.0  # no repair ever works (fails every retest)
     builds_s: tuple[float, float] | None = None  # a flap that builds: single flaps first, this long
+    # A link that degrades without going down: its error counters grow at every health check
+    # for as long as it lasts (GROWTH_PER_CHECK), as a recording's few steps cannot.
+    grows: bool = False
     # The kernel lines the driver logs when it ends without a reboot (a port that comes back up),
     # stamped as a scenario's, moved to the end's time.
     ends_with: tuple[str, ...] = ()
@@ -80,8 +83,8 @@ CLASSES: tuple[FaultClass, ...] = (
     FaultClass("nvlink-errors", EXAMPLES / "nvlink-errors-growing.yaml", _llama(30), "faulty GPU",
                reset_fix=0.5, reboot_fix=0.6, grows_for_runs=4, kills_job=False, lemon_share=0.08),
     FaultClass("nvlink-below-fail", OWN / "nvlink-below-fail.yaml", _llama(14), "faulty GPU",
-               "health check (WARN only)", reboot_fix=0.6, clears_after_s=(1 * DAY, 7 * DAY), kills_job=False,
-               person="cable"),
+               "health check (WARN at each reading; a FAIL once it held for hours)", reboot_fix=0.6,
+               clears_after_s=(1 * DAY, 7 * DAY), kills_job=False, person="cable", grows=True),
     FaultClass("slow-gpu", EXAMPLES / "healthy-8xh100.yaml", _llama(14), "faulty GPU", "epilog active checks",
                reboot_fix=0.3, kills_job=False, hidden=True, active="slow"),
     # GPU HBM3 memory (72) and GPU SRAM memory (19).
@@ -164,6 +167,17 @@ SLOW = (0.05, 0.30)
 SDC_PRECISIONS = ("bf16", "fp16", "tf32", "fp32", "fp64")
 SDC_PRECISION = 0.5
 SDC_TRIGGER = (0.05, 1.0)
+# A link that degrades (FaultClass.grows) takes this many replays per health-check interval,
+# uniform, and a twelfth as many CRC errors (ours): read at the nvlink check's rotation of three
+# checks, 450-7,500 a reading, between its WARN (100) and FAIL (10,000) rates. The link is
+# gpu6's link 9, the one of the recordings (examples/scenarios/nvlink-errors-growing.yaml).
+GROWING_LINK = (6, 9)
+GROWTH_PER_CHECK = (150.0, 2500.0)
+CRC_PER_REPLAY = 1 / 12
+# A cable that builds (FaultClass.builds_s) flaps once, alone, again and again before it flaps
+# in earnest: every this many seconds, log-uniform per fault (ours). Each single flap is a WARN
+# of gpuhc's; flaps in three separate hours of a day are its FAIL.
+REFLAP_S = (3600.0, 12 * 3600.0)
 
 
 def strength(cls: FaultClass, rng: random.Random) -> dict:
@@ -174,6 +188,11 @@ def strength(cls: FaultClass, rng: random.Random) -> dict:
         hit = [p for p in SDC_PRECISIONS if rng.random() < SDC_PRECISION] or [rng.choice(SDC_PRECISIONS)]
         lo, hi = SDC_TRIGGER
         return {"precisions": tuple(hit), "trigger": lo * (hi / lo) ** rng.random()}
+    if cls.grows:
+        return {"replay_per_check": rng.uniform(*GROWTH_PER_CHECK)}
+    if cls.builds_s:
+        lo, hi = REFLAP_S
+        return {"reflap_s": lo * (hi / lo) ** rng.random()}
     return {}
 
 
@@ -198,6 +217,21 @@ class Fault:
     @property
     def active(self) -> bool:
         return self.end is None
+
+    @property
+    def changing(self) -> bool:
+        """Its node's inputs change at every run (a growing recording's runs, a growing link):
+        no run of the node can stand for the next."""
+        return bool(self.runs_left) or (self.active and self.cls.grows)
+
+    def link_counters(self, now: float, boot: float, check_s: float) -> dict:
+        """The scenario patch of a growing link at ``now``: its counters since the fault arose or
+        the node booted (the driver's counters start again at a boot), ``check_s`` a health-check
+        interval of the campaign's clock."""
+        replay = int(self.strength.get("replay_per_check", 0.0) * max(0.0, now - max(self.start, boot)) / check_s)
+        gpu, link = GROWING_LINK
+        errors = {"replay": replay, "crc": int(replay * CRC_PER_REPLAY)}
+        return {"gpus": {gpu: {"nvlinks": [{"link": link, "errors": errors}]}}}
 
 
 def draw(rng: random.Random, nodes: list[str], days: float, rate_scale: float = 1.0,

@@ -80,6 +80,8 @@ def _dump(patch: dict) -> str:
 
     k = json.dumps(patch, sort_keys=True)
     if k not in _DUMPS:
+        if len(_DUMPS) > 4096:  # a growing link's counters make a new patch at every run
+            _DUMPS.clear()
         _DUMPS[k] = yaml.safe_dump(patch, sort_keys=False, width=1 << 16)
     return _DUMPS[k]
 

@@ -55,7 +55,7 @@ class Settling:
             return False  # retired: only kept; off: a person has it, or its host is down
         if stage == "passive" and self._held_quiet(name):
             return False
-        if mine is not None or not row.in_service or any(f.runs_left for f in node.faults):
+        if mine is not None or not row.in_service or any(f.changing for f in node.faults):
             return True
         if stage == "epilog" and self._active_kinds_of(node):
             return True  # the active checks' dice are rolled at every epilog
@@ -112,6 +112,9 @@ class Settling:
             patch = N.merge(patch, ep[1].patch)
         if name in self.running and self.noise_on:
             patch = N.merge(N.BUSY, patch)
+        for f in node.hardware():
+            if f.cls.grows:
+                patch = N.merge(patch, f.link_counters(self.now(), node.boot, HC_INTERVAL_S * self.ts))
         patch["host"] = host_at([ep for ep in node.noise if ep[1].host], node.sticky.get("host"), self.now(), self.ts)
         return patch
 
@@ -123,7 +126,7 @@ class Settling:
         flows = {"passive": entry.healthcheck, "prolog": entry.prolog, "epilog": entry.epilog}
         node, row = self.nodes[name], self.slurm.nodes[name]
         key = node.key()
-        if self.observe and not any(f.runs_left for f in node.faults):
+        if self.observe and not any(f.changing for f in node.faults):
             mkey = (name, stage, key, row.base, row.reason, tuple(sorted(row.flags)))
             memo = self.memo.get(mkey)
             if memo is not None and self.now() - memo[0] < OBSERVE_RERUN_S:
@@ -146,7 +149,7 @@ class Settling:
         else:
             node.settled.pop(stage, None)
         if (stage == "passive" and not sent and not row.in_service and not row.reboot_pending
-                and self.last_verdict == "fail" and not any(f.runs_left for f in node.faults)):
+                and self.last_verdict == "fail" and not any(f.changing for f in node.faults)):
             until = self._hold_until(name)
             if self.ladder:  # the ladder's own deadlines (reboot_timeout_s) are re-read at least this often
                 until = min(until, self.now() + LADDER_RECHECK_S * self.ts)

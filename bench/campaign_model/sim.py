@@ -271,6 +271,7 @@ class Campaign(Jobs, People, NoiseEvents, Repairs, Settling):
         if cls.builds_s:
             f.building = True
             self.at(self.now() + self.rng.uniform(*cls.builds_s) * self.ts, "built", f.id)
+            self.at(self.now() + f.strength["reflap_s"] * self.ts, "reflap", f.id)
         f.runs_left = cls.grows_for_runs  # a growing recording: over after these runs of the node
         self._stamp(f, self.now())
         self.faults.append(f)
@@ -312,6 +313,22 @@ class Campaign(Jobs, People, NoiseEvents, Repairs, Settling):
             f.building = False
             self._stamp(f, self.now())  # the cable now flaps in earnest
             self._watch(f.node)
+
+    def _on_reflap(self, fid: int) -> None:
+        """A building cable's next single flap: the last one's lines stay in the kernel log (until
+        a reboot), the new one is stamped now."""
+        f = self.faults[fid]
+        if not (f.active and f.building):
+            return
+        node = self.nodes[f.node]
+        from .node import kernel_lines
+
+        lines = self.lines_cache.setdefault(ONE_FLAP, kernel_lines(ONE_FLAP))
+        node.old_lines += restamp(lines, f.stamp)
+        self._stamp(f, self.now())
+        node.version += 1
+        self._watch(f.node)
+        self.at(self.now() + f.strength["reflap_s"] * self.ts, "reflap", fid)
 
     def _on_clear(self, fid: int) -> None:
         f = self.faults[fid]

@@ -31,7 +31,8 @@ def drains(c, name=None):
 
 def strong(monkeypatch, **strength):
     """Every fault of this campaign drawn at ``strength`` (faults.strength)."""
-    monkeypatch.setattr(F, "strength", lambda cls, rng: dict(strength) if cls.active else {})
+    real = F.strength
+    monkeypatch.setattr(F, "strength", lambda cls, rng: dict(strength) if cls.active else real(cls, rng))
 
 
 def test_silent_data_corruption_is_seen_only_by_the_epilogs_burn_in(tmp_path, monkeypatch):

@@ -1,0 +1,72 @@
+"""Evidence that builds slowly, as the campaign models it (bench/campaign_model/faults.py,
+docs/campaign.md "The model"): a link whose counters keep growing below the FAIL rate and a
+cable whose single flaps keep coming back must show gpuhc that evidence at every check for as
+long as they last, so the campaign measures gpuhc's rule for evidence that stays, not a
+recording that stopped after three runs. Each test can fail: drop the growth or the recurrence
+from the model and the node is never drained."""
+
+from __future__ import annotations
+
+import random
+import sys
+
+from tests.helpers.paths import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+
+from campaign_model import faults as F  # noqa: E402
+from campaign_model.policies import config_for  # noqa: E402
+from campaign_model.sim import T0, Campaign  # noqa: E402
+
+HOUR = 3600.0
+
+
+def campaign(tmp_path, cls, days):
+    return Campaign(config_for("shipped", tmp_path), tmp_path, nodes=1, days=days, seed=3,
+                    inject=[(600, cls, "gpu001", False)], load=0.0, noise=False).run()
+
+
+def drains(c):
+    return [((t - T0 - 600) / HOUR, r) for t, _, what, r in c.slurm.events if what == "drain"]
+
+
+def test_a_link_growing_below_fail_drains_once_its_growth_held_for_hours_not_before(tmp_path):
+    c = campaign(tmp_path, "nvlink-below-fail", 0.5)
+    [(after_h, reason)] = drains(c)
+    # persist_hours 4 of 6 (gpuhc/checks/nvlink.py): a little over three hours of readings.
+    assert 2.5 < after_h < 6.5, after_h
+    assert reason.startswith("gpuhc: nvlink gpu6 link 9 replay errors growing") and "separate hours" in reason
+
+
+def test_a_growing_links_counters_grow_with_time_and_start_again_at_a_boot():
+    f = F.Fault(0, F.BY_NAME["nvlink-below-fail"], "gpu001", start=1000.0,
+                strength=F.strength(F.BY_NAME["nvlink-below-fail"], random.Random(1)))
+
+    def replay(now, boot=0.0):
+        return f.link_counters(now, boot, 300.0)["gpus"][6]["nvlinks"][0]["errors"]["replay"]
+
+    per_check = f.strength["replay_per_check"]
+    assert F.GROWTH_PER_CHECK[0] <= per_check <= F.GROWTH_PER_CHECK[1]
+    assert replay(1000.0) == 0 and replay(1300.0) == int(per_check) and replay(4000.0) == int(10 * per_check)
+    assert replay(4000.0, boot=3700.0) == int(per_check)  # the driver's counters start again at a boot
+    assert f.changing
+    f.end = 5000.0
+    assert not f.changing
+
+
+def test_a_building_cables_single_flaps_recur_until_gpuhc_drains_it_for_them(tmp_path):
+    c = campaign(tmp_path, "ib-flap-building", 1.0)
+    every_h = c.faults[0].strength["reflap_s"] / HOUR
+    first = drains(c)[0]
+    # flaps in 3 separate hours of 24 (gpuhc/checks/infiniband.py): the third flap, or one more
+    # where two fell in one clock hour, while the cable still only flaps alone.
+    assert "single flaps recurring" in first[1], first
+    assert 2 * every_h - 1 <= first[0] <= 3 * every_h + 1, (first, every_h)
+
+
+def test_a_single_flap_that_does_not_come_back_is_never_drained(tmp_path, monkeypatch):
+    real = F.strength  # its next flap after the campaign's end; it flaps in earnest after a day or more
+    monkeypatch.setattr(F, "strength", lambda cls, rng: {**real(cls, rng), "reflap_s": 40 * HOUR}
+                        if cls.builds_s else real(cls, rng))
+    c = campaign(tmp_path, "ib-flap-building", 0.9)
+    assert c.faults[0].building and drains(c) == []
