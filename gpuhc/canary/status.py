@@ -1,5 +1,5 @@
-"""``gpuhc canary status``: every GPU's last canary, its standing and when it is due, as an
-sinfo-like table, JSON, or a Prometheus textfile (pure formatting of :func:`gpuhc.canary.fleet.rows`)."""
+"""``gpuhc canary status``: every GPU's last canary, its standing and when it is due, as the
+cells of an sinfo-like table, or a Prometheus textfile (pure formatting of :func:`gpuhc.canary.fleet.rows`)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,6 @@ HELP = {
     "gpuhc_canary_overdue_gpus": "GPUs (or never-run nodes) whose canary is overdue",
 }
 STATUS_VALUE = {"ok": 0, "never": 0, "suspect": 1, "failed": 3}
-COLUMNS = {"N": "NODE", "G": "GPU", "S": "STATUS", "L": "LAST_RUN", "A": "AGE", "C": "CADENCE", "D": "DUE", "O": "OVERDUE",
-           "U": "UUID", "F": "FINDING"}
-DEFAULT_FORMAT = "%N %G %S %A %C %D %O %F"
 
 
 def age(seconds: float | None) -> str:
@@ -27,30 +24,15 @@ def age(seconds: float | None) -> str:
 
 
 def cells(r: dict[str, Any], now: float) -> dict[str, str]:
+    """A GPU's row of ``gpuhc canary status`` (its columns: gpuhc/cli/canary_cmd.py). Node names,
+    UUIDs and findings come from the nodes' result files: the table escapes every line it prints."""
     last = r.get("last_run")
     due = r["due"] - now
-    from gpuhc.logtext import escape
-
-    return {"N": escape(r["node"]), "G": escape(r["gpu"] or "-"), "S": r["status"],
-            "L": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(last)) if last else "never",
-            "A": age(now - last) if last else "-", "C": f"{r['period_h']:g}h",
-            "D": "now" if due <= 0 else f"in {age(due)}", "O": "OVERDUE" if r["overdue"] else "-",
-            "U": escape(r.get("uuid") or "-"), "F": escape(" ".join(str(r.get("finding") or "-").split()))}
-
-
-def table(rows: list[dict[str, Any]], now: float, fmt: str = DEFAULT_FORMAT, header: bool = True,
-          parsable: bool = False) -> str:
-    """``-o`` takes sinfo-like ``%N %G ...`` fields (see COLUMNS); ``--parsable`` joins with ``|``."""
-    keys = [f[1:] for f in fmt.split() if f.startswith("%") and f[1:] in COLUMNS]
-    if not keys:
-        raise ValueError(f"format {fmt!r} names no column (known: {' '.join('%' + k for k in COLUMNS)})")
-    body = [[cells(r, now)[k] for k in keys] for r in rows]
-    head = [COLUMNS[k] for k in keys]
-    if parsable:
-        return "\n".join("|".join(x) for x in ([head] if header else []) + body)
-    grid = ([head] if header else []) + body
-    widths = [max(len(row[i]) for row in grid) for i in range(len(keys))] if grid else []
-    return "\n".join(" ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in grid)
+    return {"node": r["node"], "gpu": r["gpu"] or "-", "status": r["status"],
+            "last_run": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(last)) if last else "never",
+            "age": age(now - last) if last else "-", "cadence": f"{r['period_h']:g}h",
+            "due": "now" if due <= 0 else f"in {age(due)}", "overdue": "OVERDUE" if r["overdue"] else "-",
+            "uuid": r.get("uuid") or "-", "finding": " ".join(str(r.get("finding") or "-").split())}
 
 
 def samples(rows: list[dict[str, Any]]) -> list:

@@ -14,6 +14,7 @@ import click
 
 from gpuhc.cli import CONTEXT
 from gpuhc.cli.params import Number, Seconds
+from gpuhc.cli.tables import Table, table_options
 from gpuhc.errors import EXIT_INTERNAL, EXIT_UNHEALTHY, GpuhcError
 
 
@@ -173,12 +174,13 @@ def submit_cmd(config_path, state_dir, apply, dry_run, json_mode) -> None:
     sys.exit(EXIT_INTERNAL if out["errors"] else EXIT_UNHEALTHY if out["overdue"] or out["applied"] else 0)
 
 
+STATUS = Table({"node": 12, "gpu": 6, "status": 7, "last_run": 19, "age": 6, "cadence": 7, "due": 8, "overdue": 7,
+               "uuid": 40, "finding": 0}, default=("node", "gpu", "status", "age", "cadence", "due", "overdue", "finding"))
+
+
 @canary.command("status", context_settings=CONTEXT)
 @_config_options
-@click.option("-o", "--format", "fmt", help="Columns, sinfo-like: %N node %G gpu %S status %L last run %A age "
-              "%C cadence %D due %O overdue %U uuid %F finding.")
-@click.option("--noheader", is_flag=True, help="No header line.")
-@click.option("--parsable", is_flag=True, help="Fields separated by |.")
+@table_options(STATUS)
 @click.option("--overdue", "only_overdue", is_flag=True, help="Only GPUs whose canary is overdue.")
 @click.option("--prometheus", "prom", type=click.Path(dir_okay=False), help="Also write these as a node_exporter textfile.")
 @click.option("--json", "json_mode", is_flag=True)
@@ -197,12 +199,8 @@ def status_cmd(config_path, state_dir, fmt, noheader, parsable, only_overdue, pr
     if json_mode:
         click.echo(json.dumps({"gpus": shown, "now": now}, sort_keys=True))
     else:
-        try:
-            text = status.table(shown, now, fmt or status.DEFAULT_FORMAT, not noheader, parsable)
-        except ValueError as e:
-            raise click.BadParameter(str(e), param_hint="-o") from None
-        if text:
-            click.echo(text)
+        for line in STATUS.lines([status.cells(r, now) for r in shown], fmt, parsable, noheader):
+            click.echo(line)
     sys.exit(EXIT_UNHEALTHY if any(r["overdue"] or r["status"] == "failed" for r in rows) else 0)
 
 

@@ -14,7 +14,8 @@ import click
 from gpuhc.cli import CONTEXT
 from gpuhc.cli.common import SourceArgs, load
 from gpuhc.cli.params import Number
-from gpuhc.cli.tables import table_options
+from gpuhc.cli import fleet_tables as T
+from gpuhc.cli.tables import asked, table_options
 from gpuhc.errors import GpuhcError, SlurmError
 from gpuhc.fleet import lemons as lemon_standings
 from gpuhc.fleet import observed as observed_acts
@@ -68,15 +69,21 @@ def fleet() -> None:
 @click.option("--png", "png", type=click.Path(dir_okay=False), help="Also draw drains per day to this PNG.")
 @click.option("--json", "json_mode", is_flag=True)
 @_config_option
+@table_options(T.STATS)
 def stats(since: str, event_logs: tuple[str, ...], no_slurm: bool, png: str | None, json_mode: bool,
-          config_path: str | None) -> None:
-    """Drains, MTBF, MTTR (drain to resume), retired nodes and trend, per node, partition and cause."""
+          config_path: str | None, fmt: str | None, parsable: bool, noheader: bool) -> None:
+    """Drains, MTBF, MTTR (drain to resume), retired nodes and trend, per node, partition and cause.
+
+    With -o, --parsable or --noheader: one table, every row (kind: fleet, partition, cause, node),
+    times in hours."""
     config = _load(config_path)
     st = gather_stats(config, _seconds(since, "--since"), event_logs, not no_slurm)
     if png:
         write_png(st, png)
     if json_mode:
         click.echo(json.dumps(st.to_dict(), indent=2))
+    elif asked(fmt, parsable, noheader):
+        _table(T.STATS, [T.stats_row(r) for r in st.rows], (fmt, parsable, noheader), st.notes)
     else:
         render_stats(st)
 
@@ -94,9 +101,13 @@ def stats(since: str, event_logs: tuple[str, ...], no_slurm: bool, png: str | No
               help="Time one checkpoint takes (minutes): also print Young's best interval.")
 @click.option("--json", "json_mode", is_flag=True)
 @_config_option
+@table_options(T.RISK)
 def risk(gpus: int, hours: float, rate: float | None, from_history: bool, since: str, checkpoint_min: float | None,
-         restart_min: float, checkpoint_cost_min: float | None, json_mode: bool, config_path: str | None) -> None:
-    """Chance that a job of N GPUs for H hours is interrupted: 1-(1-p)^(N*H); lost GPU-hours."""
+         restart_min: float, checkpoint_cost_min: float | None, json_mode: bool, config_path: str | None,
+         fmt: str | None, parsable: bool, noheader: bool) -> None:
+    """Chance that a job of N GPUs for H hours is interrupted: 1-(1-p)^(N*H); lost GPU-hours.
+
+    With -o, --parsable or --noheader: one row per job size (a quarter to 4 times this job's)."""
     if (rate is None) == (not from_history):
         raise click.UsageError("give exactly one of --rate R and --from-history")
     if rate is not None:
@@ -116,6 +127,8 @@ def risk(gpus: int, hours: float, rate: float | None, from_history: bool, since:
     if json_mode:
         click.echo(json.dumps({**r.to_dict(), "scaling": [{"gpus": n, "interruption_probability": p}
                                                            for n, p in scaling]}, indent=2))
+    elif asked(fmt, parsable, noheader):
+        _table(T.RISK, T.risk_rows(r, scaling), (fmt, parsable, noheader))
     else:
         render_risk(r, scaling)
 
@@ -125,7 +138,9 @@ def risk(gpus: int, hours: float, rate: float | None, from_history: bool, since:
 @click.option("--all", "show_all", is_flag=True, help="List every node, not only suspects.")
 @click.option("--json", "json_mode", is_flag=True)
 @_config_option
-def suspects(since: str | None, show_all: bool, json_mode: bool, config_path: str | None) -> None:
+@table_options(T.SUSPECTS)
+def suspects(since: str | None, show_all: bool, json_mode: bool, config_path: str | None, fmt: str | None,
+             parsable: bool, noheader: bool) -> None:
     """Nodes whose jobs end NODE_FAIL/FAILED/TIMEOUT significantly more often than their
     partition's (one-sided Fisher exact test, Bonferroni over the partition). Exit 1 when any."""
     config = _load(config_path)
@@ -135,6 +150,9 @@ def suspects(since: str | None, show_all: bool, json_mode: bool, config_path: st
     if json_mode:
         click.echo(json.dumps({"since_s": window, "notes": notes,
                                "nodes": [r.to_dict() for r in records if r.suspect or show_all]}, indent=2))
+    elif asked(fmt, parsable, noheader):
+        _table(T.SUSPECTS, [T.suspect_row(r) for r in records if r.suspect or show_all], (fmt, parsable, noheader),
+               notes)
     else:
         render_suspects(records, show_all)
         for n in notes:
@@ -152,8 +170,10 @@ def suspects(since: str | None, show_all: bool, json_mode: bool, config_path: st
 @click.option("--since", default="1d", show_default=True, help="How far back the event logs are read.")
 @click.option("--json", "json_mode", is_flag=True)
 @_config_option
+@table_options(T.INCIDENTS)
 def incidents(window: str | None, min_nodes: int | None, topology_file: str | None, event_logs: tuple[str, ...],
-              since: str, json_mode: bool, config_path: str | None) -> None:
+              since: str, json_mode: bool, config_path: str | None, fmt: str | None, parsable: bool,
+              noheader: bool) -> None:
     """Node failures grouped into suspect-switch incidents where several under one leaf switch
     failed the same check together: nodes gpuhc holds, and failures in the event logs. Exit 1
     when there is an incident."""
@@ -175,6 +195,8 @@ def incidents(window: str | None, min_nodes: int | None, topology_file: str | No
         click.echo(json.dumps({"incidents": [i.to_dict() for i in found], "topology_nodes": len(leaf_of), "notes": notes,
                                "other_failures": [{"node": f.node, "check": f.check, "time": f.time,
                                                    "detail": f.detail} for f in rest]}, indent=2))
+    elif asked(fmt, parsable, noheader):
+        _table(T.INCIDENTS, T.incident_rows(found, rest), (fmt, parsable, noheader), notes)
     else:
         if not leaf_of:
             click.echo("note: no topology (no topology.conf given and Slurm reports none): nothing can be grouped")
@@ -194,14 +216,12 @@ def incidents(window: str | None, min_nodes: int | None, topology_file: str | No
               "drains that were one switch incident count for the switch, not the nodes.")
 @click.option("--json", "json_mode", is_flag=True)
 @_config_option
-@table_options
+@table_options(T.LEMONS)
 def lemons(event_logs: tuple[str, ...], show_all: bool, topology_file: str | None, json_mode: bool,
            config_path: str | None, fmt: str | None, parsable: bool, noheader: bool) -> None:
     """Lemons: nodes, and GPUs by serial wherever they sat, drained slurm.lemon.faults times within
     slurm.lemon.window_days (near-lemons: one short), with their drains; drains of a switch
-    incident count for the switch, which is named. Exit 1 when any lemon.
-
-    Columns (-o): kind, key, standing, drains, nodes, last, checks."""
+    incident count for the switch, which is named. Exit 1 when any lemon."""
     config = _load(config_path)
     paths = event_log_paths(config, event_logs)
     if not paths:
@@ -219,59 +239,41 @@ def lemons(event_logs: tuple[str, ...], show_all: bool, topology_file: str | Non
         click.echo(json.dumps({"faults": settings.faults, "window_s": settings.window_s, "notes": notes,
                                "standings": [r.to_dict() for r in rows],
                                "switch_incidents": [i.to_dict() for i in found]}, indent=2))
-    elif rows and (fmt or parsable or noheader):
-        for line in _rows([_lemon_row(r) for r in rows], LEMON_COLUMNS, (fmt, parsable, noheader)):
-            click.echo(line)
+    elif asked(fmt, parsable, noheader):
+        _table(T.LEMONS, [T.lemon_row(r) for r in rows], (fmt, parsable, noheader), notes)
     else:
         for line in lemon_standings.table(rows, settings, found) + [f"note: {n}" for n in notes]:
             click.echo(line)
     raise SystemExit(1 if any(r.lemon for r in rows) else 0)
 
 
-LEMON_COLUMNS = {"kind": 5, "key": 28, "standing": 10, "drains": 6, "nodes": 20, "last": 19, "checks": 0}
-
-
-def _lemon_row(r) -> dict:
-    """A standing as -o's columns: its last drain's time, and the checks of its drains."""
-    return {"kind": r.kind, "key": r.key, "standing": "LEMON" if r.lemon else "near" if r.near else "-",
-            "drains": len(r.faults), "nodes": r.nodes, "last": max((f.time for f in r.faults), default=None),
-            "checks": sorted({f.check for f in r.faults})}
-
-
 @fleet.command()
 @click.option("--since", default="7d", show_default=True, help="Window: 7d, 12h, 1d12h.")
 @_event_log_options
-@table_options
+@table_options(T.OBSERVED)
 def observed(since: str, event_logs: tuple[str, ...], json_mode: bool, config_path: str | None, fmt: str | None,
              parsable: bool, noheader: bool) -> None:
     """What observe mode (slurm.mode: observe) would have drained, resumed, retired or rebooted:
-    per node and act, the runs that decided it, first and last, and the reason.
-
-    Columns (-o): node, act, runs, first, last, stages, reason."""
+    per node and act, the runs that decided it, first and last, and the reason."""
     show_observed(_load(config_path), _seconds(since, "--since"), event_logs, json_mode, (fmt, parsable, noheader))
-
-
-OBSERVED_COLUMNS = {"node": 12, "act": 7, "runs": 5, "first": 19, "last": 19, "stages": 22, "reason": 0}
 
 
 def show_observed(config, since_s: float, event_logs, json_mode: bool, table=(None, False, False)) -> None:
     """`fleet observed` and `drain-report --observed`; ``table``: -o, --parsable, --noheader."""
     rows, notes = observed_acts.gather(config, since_s, event_logs)
     lines = observed_acts.table(rows)
-    if rows and any(table):
-        lines = _rows([r.to_dict() for r in rows], OBSERVED_COLUMNS, table)
+    if asked(*table):
+        lines = T.OBSERVED.lines([r.to_dict() for r in rows], *table)
     _emit({"since_s": since_s, "notes": notes, "nodes": [r.to_dict() for r in rows]},
           lines + ([] if table[1] else [f"note: {n}" for n in notes]), json_mode)
 
 
-def _rows(rows: list[dict], columns: dict[str, int], table) -> list[str]:
-    """The generic table (gpuhc/cli/tables.py) of these rows, times as local ISO time."""
-    from gpuhc.cli.tables import render, stamp
-
-    fmt, parsable, noheader = table
-    return render(rows, columns, list(columns), fmt, parsable, noheader,
-                  lambda f, v: stamp(v) if f in ("first", "last", "since") and v is not None else
-                  ",".join(v) if isinstance(v, list) else "-" if v is None else str(v))
+def _table(table, rows: list[dict], opts: tuple, notes=()) -> None:
+    """The -o table (gpuhc/cli/tables.py), then the notes, except with --parsable: its lines are
+    data only."""
+    fmt, parsable, noheader = opts
+    for line in table.lines(rows, fmt, parsable, noheader) + ([] if parsable else [f"note: {n}" for n in notes]):
+        click.echo(line)
 
 
 def _emit(doc: dict, lines: list[str], json_mode: bool) -> None:
@@ -285,20 +287,17 @@ def _emit(doc: dict, lines: list[str], json_mode: bool) -> None:
 @fleet.command("config-errors")
 @click.option("--since", default="1d", show_default=True, help="Window of runs read: 1d, 12h.")
 @_event_log_options
-@table_options
+@table_options(T.CONFIG_ERRORS)
 def config_errors(since: str, event_logs: tuple[str, ...], json_mode: bool, config_path: str | None,
                   fmt: str | None, parsable: bool, noheader: bool) -> None:
     """Nodes whose latest run could not load the config in place and judged on the last good
-    copy or the built-in defaults: the error, since when. Exit 1 when any.
-
-    Columns (-o): node, since, last, using, error."""
+    copy or the built-in defaults: the error, since when. Exit 1 when any."""
     from gpuhc.fleet import config_errors as spells
 
     rows, notes = spells.gather(_load(config_path), _seconds(since, "--since"), event_logs)
     lines = spells.table(rows)
-    if rows and (fmt or parsable or noheader):
-        lines = _rows([r.to_dict() for r in rows], {"node": 12, "since": 19, "last": 19, "using": 40, "error": 0},
-                      (fmt, parsable, noheader))
+    if asked(fmt, parsable, noheader):
+        lines = T.CONFIG_ERRORS.lines([r.to_dict() for r in rows], fmt, parsable, noheader)
     _emit({"notes": notes, "nodes": [r.to_dict() for r in rows]},
           lines + ([] if parsable else [f"note: {n}" for n in notes]), json_mode)
     raise SystemExit(1 if rows else 0)

@@ -18,10 +18,11 @@ import click
 
 from gpuhc.cli import CONTEXT
 from gpuhc.cli.params import Seconds
+from gpuhc.cli.tables import Table, table_options
 from gpuhc.logtext import escape
 
-FIELDS = ("job", "verdict", "culprits", "since", "age", "nodes", "reported", "user", "name")
-DEFAULT_FIELDS = ("job", "verdict", "culprits", "since", "age", "nodes", "user", "name")
+JOBS = Table({"job": 8, "verdict": 7, "culprits": 12, "since": 19, "age": 5, "nodes": 12, "reported": 12, "user": 8,
+              "name": 0}, default=("job", "verdict", "culprits", "since", "age", "nodes", "user", "name"))
 
 
 def rows(jobs: list[dict[str, str]], now: float, everything: bool = False) -> list[dict]:
@@ -59,27 +60,19 @@ def _cell(row: dict, field: str) -> str:
 @click.option("--from-file", metavar="FILE", help="Read a saved dump instead of asking Slurm: `scontrol --json show job` or "
               "`squeue --json` (verified), or `scontrol show job -o` text (its records are listed as unverified).")
 @click.option("--json", "json_mode", is_flag=True, help="JSON: one record per job.")
-@click.option("-o", "--format", "fields", metavar="FIELDS", help=f"Columns, comma-separated: {', '.join(FIELDS)}.")
-@click.option("--noheader", is_flag=True, help="No header line (no short form: -h is the help, as in every gpuhc command).")
+@table_options(JOBS)
 @click.option("--all", "everything", is_flag=True, help="Every running job, also those with nothing found.")
 @click.option("--scontrol", metavar="PATH", help="The scontrol to run (default: slurm.scontrol of the config).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="gpuhc.yaml, for slurm.scontrol (default $GPUHC_CONFIG or /etc/gpuhc/gpuhc.yaml, if present).")
 @click.option("--timeout", type=Seconds(0.5, 600.0), default=30.0, show_default=True, help="Seconds Slurm gets to answer.")
-def jobs(from_file, json_mode, fields, noheader, everything, scontrol, config_path, timeout) -> None:
+def jobs(from_file, json_mode, fmt, parsable, noheader, everything, scontrol, config_path, timeout) -> None:
     """Running jobs that look hung or slowed: the culprit node and GPU, and since when.
 
     Exit 0 with or without findings; 2 for bad usage; 3 when Slurm did not answer.
     """
     from gpuhc.errors import EXIT_INTERNAL, EXIT_USAGE, ConfigError, GpuhcError
 
-    cols = DEFAULT_FIELDS
-    if fields:
-        cols = tuple(f.strip().lower() for f in fields.split(",") if f.strip())
-        bad = [f for f in cols if f not in FIELDS]
-        if bad or not cols:
-            click.echo(f"gpuhc jobs: unknown field(s) {escape(', '.join(bad) or fields)} (known: {', '.join(FIELDS)})", err=True)
-            raise SystemExit(EXIT_USAGE)
     try:
         listed = _read(from_file, scontrol, config_path, timeout)
     except GpuhcError as e:
@@ -89,16 +82,12 @@ def jobs(from_file, json_mode, fields, noheader, everything, scontrol, config_pa
     if json_mode:
         click.echo(json.dumps({"jobs": found}, indent=1))
         return
-    table = [[escape(_cell(r, f), 200) for f in cols] for r in found]
-    if not noheader:
-        table.insert(0, [f.upper() for f in cols])
-    widths = [max(len(r[i]) for r in table) for i in range(len(cols))] if table else []
-    for r in table:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-    if not found and not noheader:
+    for line in JOBS.lines([{f: escape(_cell(r, f), 200) for f in JOBS.columns} for r in found], fmt, parsable, noheader):
+        click.echo(line)
+    if not found and not (noheader or parsable):
         click.echo("no running job looks hung or slowed")
     unverified = sum(1 for r in found if not r["verified"] and r["verdict"] != "-")
-    if unverified and not noheader:
+    if unverified and not (noheader or parsable):
         from gpuhc.slurm.jobs.dump import TEXT_SOURCE
 
         click.echo(f"{unverified} record(s) unverified: read from {TEXT_SOURCE}; shown, never acted on (save "

@@ -15,7 +15,7 @@ import sys
 import click
 
 from gpuhc.cli import CONTEXT
-from gpuhc.cli.tables import table_options
+from gpuhc.cli.tables import Table, asked, table_options
 from gpuhc.cli.common import SourceArgs, load, node_name, source_options
 from gpuhc.logtext import escape
 
@@ -69,16 +69,17 @@ def quarantine() -> None:
     """
 
 
+LIST = Table({"node": 12, "phase": 10, "cycle": 5, "state": 16, "since": 19, "reason": 0}, times=frozenset({"since"}))
+
+
 @quarantine.command("list")
 @click.argument("nodes", required=False)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="gpuhc.yaml.")
 @click.option("--json", "json_mode", is_flag=True, help="JSON instead of a table.")
-@table_options
+@table_options(LIST)
 def list_cmd(nodes: str | None, config_path: str | None, json_mode: bool, fmt: str | None, parsable: bool,
              noheader: bool) -> None:
-    """Nodes held by gpuhc (all, or those in NODES): drained, quarantine cycle, retired.
-
-    Columns (-o): node, phase, cycle, state, since, reason."""
+    """Nodes held by gpuhc (all, or those in NODES): drained, quarantine cycle, retired."""
     from gpuhc.slurm.repair.quarantine import listing
 
     config = load(SourceArgs(config_path=config_path))
@@ -90,14 +91,10 @@ def list_cmd(nodes: str | None, config_path: str | None, json_mode: bool, fmt: s
     if json_mode:
         click.echo(json.dumps([r.to_dict() for r in rows], indent=2))
         return
-    if not rows and not (parsable or noheader or fmt):
+    if not rows and not asked(fmt, parsable, noheader):
         click.echo("no node is held by gpuhc")
         return
-    from gpuhc.cli.tables import render, stamp
-
-    columns = {"node": 12, "phase": 10, "cycle": 5, "state": 16, "since": 19, "reason": 0}
-    for line in render([r.to_dict() for r in rows], columns, list(columns), fmt, parsable, noheader,
-                       lambda f, v: stamp(v) if f == "since" else str(v)):
+    for line in LIST.lines([r.to_dict() for r in rows], fmt, parsable, noheader):
         click.echo(line)
 
 

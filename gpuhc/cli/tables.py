@@ -1,11 +1,14 @@
 """The admin's habits on every table command (sinfo, squeue, sacct): ``-o/--format`` picks the
 columns, ``--parsable`` separates fields with ``|`` (sacct -P), ``--noheader`` drops the header
 line (sinfo's; ``-h`` stays the help, as in every gpuhc command). One implementation, so that
-`quarantine list` and the fleet tables read and script alike."""
+every table reads and scripts alike: a command declares its table once (:class:`Table`: the
+columns, their widths, which hold times) and passes it to :func:`table_options`, which names the
+columns in the help and refuses an unknown one before the command asks Slurm anything."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import click
@@ -13,38 +16,81 @@ import click
 from gpuhc.logtext import escape
 
 
-def table_options(fn: Callable) -> Callable:
-    """-o/--format, --parsable and --noheader, handed to the command as ``fmt``, ``parsable`` and
-    ``noheader``."""
-    fn = click.option("--noheader", is_flag=True, help="No header line (-h is the help, as in every gpuhc command).")(fn)
-    fn = click.option("--parsable", is_flag=True, help="Fields separated by |, nothing padded (like sacct -P).")(fn)
-    return click.option("-o", "--format", "fmt", metavar="FIELDS",
-                        help="Columns, comma-separated (the command's help names them).")(fn)
-
-
 def stamp(t: Any) -> str:
     """Epoch seconds as local ISO time, '-' for none."""
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t)) if isinstance(t, (int, float)) and t else "-"
 
 
-def render(rows: Sequence[dict], columns: dict[str, int], default: Sequence[str], fmt: str | None,
-           parsable: bool, noheader: bool, show: Callable[[str, Any], str] | None = None) -> list[str]:
-    """``rows`` (dicts) as lines. ``columns``: every field this table has, with its width (0:
-    the last, unpadded); ``default``: the fields shown without -o. Raises click.BadParameter
-    for a field the table lacks."""
-    fields = [f.strip() for f in fmt.split(",") if f.strip()] if fmt else list(default)
-    unknown = [f for f in fields if f not in columns]
-    if unknown or not fields:
-        raise click.BadParameter(f"{', '.join(unknown) or repr(fmt)}: not a column (these are: "
-                                 f"{', '.join(columns)})", param_hint="-o/--format")
-    show = show or (lambda _f, v: "-" if v is None else str(v))
+def cell(value: Any) -> str:
+    """One value as a field: '-' for none, a list comma-joined, a float in at most 6 digits."""
+    if value is None:
+        return "-"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value) or "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
-    def line(values: list[str]) -> str:
-        if parsable:
-            return "|".join(v.replace("|", "/") for v in values)
-        cells = [v if i == len(values) - 1 else f"{v:{max(columns[f], len(f))}}"
-                 for i, (f, v) in enumerate(zip(fields, values))]
-        return " ".join(cells).rstrip()
 
-    out = [] if noheader else [line([f.upper() for f in fields])]
-    return out + [escape(line([show(f, r.get(f)) for f in fields])) for r in rows]
+@dataclass(frozen=True)
+class Table:
+    """One command's table. ``columns``: every field it has, with its width (0: the last,
+    unpadded), in the default order; ``default``: the fields shown without -o (all when empty);
+    ``times``: fields holding epoch seconds, shown as local ISO time."""
+
+    columns: dict[str, int]
+    default: tuple[str, ...] = ()
+    times: frozenset[str] = frozenset()
+
+    def fields(self, fmt: str | None) -> list[str]:
+        """The columns ``-o`` names, in its order. Raises click.BadParameter (exit 2) naming a
+        field the table lacks, and the ones it has."""
+        fields = [f.strip().lower() for f in fmt.split(",") if f.strip()] if fmt else list(self.default or self.columns)
+        unknown = [f for f in fields if f not in self.columns]
+        if unknown or not fields:
+            raise click.BadParameter(f"{', '.join(unknown) or repr(fmt)}: not a column (these are: "
+                                     f"{', '.join(self.columns)})", param_hint="-o/--format")
+        return fields
+
+    def show(self, field: str, value: Any) -> str:
+        return stamp(value) if field in self.times and value is not None else cell(value)
+
+    def lines(self, rows: Sequence[dict], fmt: str | None, parsable: bool, noheader: bool) -> list[str]:
+        """``rows`` (dicts keyed by column) as lines: aligned, or ``|``-separated with no padding
+        (a ``|`` inside a value is written ``/``, so no value shifts the fields after it)."""
+        fields = self.fields(fmt)
+
+        def line(values: list[str]) -> str:
+            if parsable:
+                return "|".join(v.replace("|", "/") for v in values)
+            cells = [v if i == len(values) - 1 else f"{v:{max(self.columns[f], len(f))}}"
+                     for i, (f, v) in enumerate(zip(fields, values))]
+            return " ".join(cells).rstrip()
+
+        out = [] if noheader else [line([f.upper() for f in fields])]
+        return out + [escape(line([self.show(f, r.get(f)) for f in fields])) for r in rows]
+
+
+def table_options(table: Table) -> Callable[[Callable], Callable]:
+    """-o/--format, --parsable and --noheader, handed to the command as ``fmt``, ``parsable`` and
+    ``noheader``; the help names ``table``'s columns, and an unknown one is refused at once."""
+
+    def check(_ctx, _param, value: str | None) -> str | None:
+        if value is not None:
+            table.fields(value)
+        return value
+
+    def wrap(fn: Callable) -> Callable:
+        fn = click.option("--noheader", is_flag=True, help="No header line (-h is the help, as in every gpuhc "
+                          "command).")(fn)
+        fn = click.option("--parsable", is_flag=True, help="Fields separated by |, nothing padded (like sacct -P).")(fn)
+        return click.option("-o", "--format", "fmt", metavar="FIELDS", callback=check,
+                            help=f"Columns, comma-separated, in the order wanted: {', '.join(table.columns)}.")(fn)
+
+    return wrap
+
+
+def asked(fmt: str | None, parsable: bool, noheader: bool) -> bool:
+    """Whether any of the three was given: then the command prints this table (its header only,
+    when there is no row), not its own human layout."""
+    return bool(fmt or parsable or noheader)

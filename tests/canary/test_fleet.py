@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from gpuhc.canary import fleet, node, status, submit
+from gpuhc.cli.canary_cmd import STATUS
 from gpuhc.canary.settings import SCHEMA
 from tests.helpers.canary_fake import worker_argv
 
@@ -91,10 +92,11 @@ def test_overdue_gpus_and_never_run_nodes_are_reported():
     rows = fleet.rows(doc, SETTINGS, NOW)
     over = [(r["node"], r["gpu"]) for r in rows if r["overdue"]]
     assert over == [("n1", "gpu0"), ("n1", "gpu1"), ("n3", None)]
-    text = status.table(rows, NOW)
+    cells = [status.cells(r, NOW) for r in rows]
+    text = "\n".join(STATUS.lines(cells, None, False, False))
     assert text.splitlines()[0].split() == ["NODE", "GPU", "STATUS", "AGE", "CADENCE", "DUE", "OVERDUE", "FINDING"]
-    assert "n1   gpu0 ok     1d01h" in text and "n3   -    never" in text
-    assert status.table(rows, NOW, "%N %G %O", header=False, parsable=True).splitlines()[0] == "n1|gpu0|OVERDUE"
+    assert "n1           gpu0   ok      1d01h" in text and "n3           -      never" in text
+    assert STATUS.lines(cells, "node,gpu,overdue", True, True)[0] == "n1|gpu0|OVERDUE"
     from gpuhc.export.prometheus import render
 
     prom = render(status.samples(rows), status.HELP).decode()

@@ -7,6 +7,7 @@ import json
 import os
 
 from gpuhc.canary import fleet, status, submit
+from gpuhc.cli.canary_cmd import STATUS
 from gpuhc.canary.settings import SCHEMA
 
 SETTINGS = {k: v.default for k, v in SCHEMA.items() if hasattr(v, "default")}
@@ -59,7 +60,8 @@ def test_text_from_result_files_is_escaped_in_the_status_table(tmp_path):
                                                              "uuid": "GPU-\x1b[2J", "digests": {}}}))
     doc: dict = {}
     submit.collect(doc, str(rdir), SETTINGS, NOW)
-    text = status.table(fleet.rows(doc, SETTINGS, NOW), NOW, "%N %G %U %F")
+    text = "\n".join(STATUS.lines([status.cells(r, NOW) for r in fleet.rows(doc, SETTINGS, NOW)], "node,gpu,uuid,finding",
+                                   False, False))
     assert "\x1b" not in text and "\x07" not in text and "owned" in text
 
 

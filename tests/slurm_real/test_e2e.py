@@ -266,6 +266,8 @@ def test_prolog_epilog_and_quarantine(slurm_cluster, tmp_path, slurm_release):
     # Quarantine: listing, a failed retest on the node itself, retire, release.
     listed = json.loads(gpuhc(c, "quarantine", "list", "--json", check=True).stdout)
     assert [(r["node"], r["phase"]) for r in listed] == [("n1", "drained"), ("n2", "drained")]
+    cols = gpuhc(c, "quarantine", "list", "-o", "phase,node", "--parsable", "--noheader", check=True).stdout
+    assert cols == "drained|n1\ndrained|n2\n", cols
     # A retest acknowledges the Xid it was drained for (the admin says the cause was dealt
     # with), so what fails it is a fault still visible now: here a row remap still pending
     # because the GPU was not reset.

@@ -137,6 +137,8 @@ def suspects_and_stats(c):
     assert recs["n2"]["bad_by_state"] == {"FAILED": 1} and recs["n2"]["bad_jobs"] == [str(failed)]
     assert recs["n6"]["bad_jobs"] == [str(doomed)]
     assert not any(r["suspect"] for r in recs.values())  # one bad job each is evidence of nothing
+    cols = gpuhc(c, "fleet", "suspects", "--since", "1h", "--all", "-o", "node,bad,suspect", "--parsable").stdout
+    assert cols.splitlines()[0] == "NODE|BAD|SUSPECT" and "n6|1|-" in cols.splitlines(), cols
 
     def stats_with_n6():
         """Slurm's accounting is eventually consistent: a node event can reach slurmdbd after
@@ -180,6 +182,8 @@ def switch_incident(c):
     assert [(f["node"], f["check"]) for f in doc["other_failures"]] == [("n1", "xid"), ("n2", "infiniband")]
     table = gpuhc(c, "fleet", "incidents")
     assert "leaf2" in table.stdout and "n[4-6]" in table.stdout
+    cols = gpuhc(c, "fleet", "incidents", "-o", "kind,switch,nodes,check", "--parsable", "--noheader").stdout
+    assert cols.splitlines() == ["incident|leaf2|n4,n5,n6|infiniband", "failure|-|n1|xid", "failure|-|n2|infiniband"]
     assert [e["event"] for e in hook_events(c)].count("drain") == 5  # n1 twice before, n4-n6 now
     # fleet lemons, live topology too (issue 30): the three drains are leaf2's, no node's
     lm = gpuhc(c, "fleet", "lemons", "--all", "--json")
