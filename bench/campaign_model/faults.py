@@ -140,6 +140,19 @@ CLASSES: tuple[FaultClass, ...] = (
     # that the draw of every class above, and of the real campaign's classes, is unchanged.
     FaultClass("app-xid-other-users", OWN / "app-xid13-43.yaml", _llama(54 + 2) * (MULTI_TENANT - 1),
                "other users' code on a shared cluster (ours)", "health check, epilog (must not drain)", app=True),
+    # Faults no recording of gpuhc's own tests stood for until now; after every class above, so
+    # that their draws are unchanged. A NIC's firmware (ours: 3 of the table's 7 NIC
+    # interruptions, drawn beside the network split above, which gave the row's 42 to the ports).
+    FaultClass("nic-firmware", OWN / "nic-firmware-fatal.yaml", _llama(3), "NIC (ours: 3 of 7, beside the split)",
+               "health check, prolog (nic-health)", reboot_fix=0.6),
+    # A GPU's PCIe link trained at x8 (a riser, a slot): not an interruption, so not in the table;
+    # its jobs run with half the host bandwidth (ours: as often as a GPU system processor's fault).
+    FaultClass("pcie-downtrain", EXAMPLES / "pcie-width-x8.yaml", _llama(17), "not in the table (ours)",
+               "health check, prolog (pcie)", reset_fix=0.3, reboot_fix=0.5, kills_job=False),
+    # A wedged driver: NVML hangs until a reboot, and so does the job's next CUDA call (ours: a
+    # quarter of the GPU system processor's row, whose timeouts it looks like from the host).
+    FaultClass("nvml-hang", OWN / "nvml-hang.yaml", _llama(17 / 4), "not in the table (ours)",
+               "health check (NVML hung on consecutive checks)", reboot_fix=0.9),
 )
 BY_NAME = {c.name: c for c in CLASSES}
 # The classes the real campaign (bench/campaign_model/real*.py) can play on a localhost Slurm.

@@ -1,0 +1,42 @@
+"""The faults the campaign draws that no recording of gpuhc's own tests stood for before
+(bench/campaign_model/faults.py, docs/campaign.md "Faults"): a NIC's firmware, a PCIe link
+trained at x8, a wedged driver. Each is drained by the check named in the table, no sooner
+than its rule allows; drop the class's signs from its scenario and its test fails."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from tests.helpers.paths import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+
+from campaign_model import faults as F  # noqa: E402
+from campaign_model.node import HC_INTERVAL_S  # noqa: E402
+from campaign_model.policies import config_for  # noqa: E402
+from campaign_model.sim import T0, Campaign  # noqa: E402
+
+
+def drained(tmp_path, cls):
+    c = Campaign(config_for("shipped", tmp_path), tmp_path, nodes=1, days=0.2, seed=3,
+                 inject=[(600, cls, "gpu001", False)], load=0.0, noise=False).run()
+    return [((t - T0 - 600) / HC_INTERVAL_S, r) for t, _, what, r in c.slurm.events if what == "drain"]
+
+
+@pytest.mark.parametrize("cls, check, checks_at_most", [
+    ("nic-firmware", "gpuhc: nic-health NIC 0000:1c:00.0: firmware health counter stopped", 1),
+    ("pcie-downtrain", "gpuhc: pcie gpu4 PCIe link x8", 1),
+    # the first hung run is gpuhc's own failure (ERROR, never a drain); the second in a row is a wedge
+    ("nvml-hang", "gpuhc: nvml NVML hung or failed on 2 consecutive health checks", 2),
+])
+def test_each_new_fault_is_drained_by_its_own_check(tmp_path, cls, check, checks_at_most):
+    [(after, reason)] = drained(tmp_path, cls)
+    assert reason.startswith(check), reason
+    assert checks_at_most - 1 < after <= checks_at_most + 0.1, after  # the slot, then the drain's own seconds
+
+
+def test_the_new_classes_come_after_every_class_whose_draw_they_must_not_move():
+    names = [c.name for c in F.CLASSES]
+    assert names[-3:] == ["nic-firmware", "pcie-downtrain", "nvml-hang"]
+    assert not F.BY_NAME["pcie-downtrain"].kills_job and F.BY_NAME["nvml-hang"].kills_job
