@@ -2,9 +2,10 @@
 node-level fault (gpuhc/checks/xid_joined.py); one GPU's stay its own (the catalog's
 ``drain_after``).
 
-The one-GPU cases are real logs (tests/fixtures/kernel_log/gsp/README.md). No public log with GSP
-time-outs on two GPUs of one node was found (searched 2026-12-07), so the two-GPU cases are
-kernel events (tests/helpers/xid_events.py): no log line is written for them.
+The one-GPU and two-GPU cases on real logs are in tests/fixtures/kernel_log/gsp/README.md (the
+two-GPU ones: NVIDIA/open-gpu-kernel-modules issue 446, two incidents of one report); the edges of
+the window and the settings are kernel events (tests/helpers/xid_events.py): no log line is written
+for them.
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ CHECK = xid.CHECKS[0]
 GSP = FIXTURES / "kernel_log" / "gsp"
 
 
-def judge_file(name: str, pci: str):
-    """The real log judged a minute after its last line, on a node whose gpu0 is at ``pci``."""
-    log = parse_lines((GSP / name).read_text().splitlines())
+def judge_file(name: str, pci: str, pci1: str | None = None, lines: int | None = None, **t):
+    """The real log (its first ``lines``) judged a minute after its last line, on a node whose gpu0
+    is at ``pci`` (and gpu1 at ``pci1``)."""
+    log = parse_lines((GSP / name).read_text().splitlines()[:lines])
     log.boot_id = "boot-a"
     snap = with_gpu(healthy_node(2, time=log.last_time + 60), 0, pci_bus_id=pci)
-    return CHECK.judge(replace(snap, kernel=log), context(CHECK))
+    if pci1:
+        snap = with_gpu(snap, 1, pci_bus_id=pci1)
+    return CHECK.judge(replace(snap, kernel=log), context(CHECK, **t))
 
 
 def node_fails(out):
@@ -88,6 +92,30 @@ def test_real_repeats_on_one_gpu_are_that_gpus_reset_not_the_nodes():
     out = judge_file("dmesg_T_xid120_xid119_one_gpu_a100_dcgm_exporter84.log", "00000000:3B:00.0")
     assert not node_fails(out)
     assert (Status.FAIL, Action.RESET_GPU, "gpu0") in brief(out)
+
+
+# The two-GPU reports: an A100 VM whose two passed-through GPUs (0000:01:01, 0000:01:02) time out
+# 30 s apart, then again 6 s apart after a GPU reset (tests/fixtures/kernel_log/gsp/README.md).
+TWO_GPUS = ("00000000:01:01.0", "00000000:01:02.0")
+
+
+def test_a_real_timeout_on_each_of_two_gpus_within_a_minute_drains_the_node():
+    # the first three lines: one Xid 119 on each GPU, 30 s apart; per GPU both only warn
+    out = judge_file("syslog_xid119_two_gpus_30s_a100_vm_ogkm446.log", *TWO_GPUS, lines=3)
+    (fail,) = node_fails(out)
+    assert fail.action is Action.DRAIN_REBOOT and "on 2 GPUs within 60 s (gpu0, gpu1)" in fail.message
+    assert sorted(brief(out)) == sorted([(Status.FAIL, Action.DRAIN_REBOOT, "node"),
+                                         (Status.WARN, Action.NONE, "gpu0"), (Status.WARN, Action.NONE, "gpu1")])
+
+
+def test_the_real_two_gpu_reports_drain_the_node_beside_the_gpu_that_repeats():
+    for name, repeats in (("syslog_xid119_two_gpus_30s_a100_vm_ogkm446.log", "gpu1"),
+                          ("syslog_xid119_two_gpus_after_reset_a100_vm_ogkm446.log", "gpu0")):
+        out = judge_file(name, *TWO_GPUS)
+        assert [f.value["count"] for f in node_fails(out)] == [3], name
+        assert (Status.FAIL, Action.RESET_GPU, repeats) in brief(out), name
+        # a window shorter than the gap between the GPUs leaves them per GPU, as before the rule
+        assert not node_fails(judge_file(name, *TWO_GPUS, gsp_node_window_s=5)), name
 
 
 def test_a_bad_window_is_a_named_error_never_a_drain():
