@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuhc.checks import hung_task
+from gpuhc.checks import hung_task, xid
 from gpuhc.model.kernel import EventKind, KernelEvent, KernelLog
 from gpuhc.model.result import Action, Status
 from gpuhc.sources.kernel_log_parse import parse_lines as parse
 from tests.helpers.paths import FIXTURES
-from tests.helpers.snapshots import PCI_IDS, T0, context, healthy_node
+from tests.helpers.snapshots import PCI_IDS, T0, context, healthy_node, with_gpu
 
 CHECK = hung_task.CHECKS[0]
 
@@ -59,9 +59,10 @@ def test_an_xid_45_storm_with_a_hung_task_whose_stack_is_cut_warns():
 
 
 def test_a_gpu_service_stuck_in_the_driver_after_an_xid_45_storm_names_the_storm():
-    # No public log has both (searched 2026-12-07, tests/fixtures/node/README.md): the storm is an
-    # annotation of the reason, judged here on kernel events, no log line written for it. The
-    # FAIL itself rests on the driver stack, tested on real reports above.
+    # No public log has both a GPU service and an Xid 45 storm (searched 2026-12-07,
+    # docs/verification.md): each half is a real report below (a storm then another task hung in the
+    # driver; a hung nvidia-smi during an Xid 119 storm). The storm is an annotation of the reason,
+    # judged here on kernel events, no log line written for it; the FAIL rests on the driver stack.
     hung = KernelEvent(kind=EventKind.HUNG_TASK, time=T0, message="INFO: task nv-hostengine:1 blocked",
                        device="nv-hostengine", state="nvidia")
     storm = [KernelEvent(kind=EventKind.XID, time=T0 - 60 + i, message="Xid 45", pci=PCI_IDS[0], code=45)
@@ -73,6 +74,36 @@ def test_a_gpu_service_stuck_in_the_driver_after_an_xid_45_storm_names_the_storm
     assert "GPU service nv-hostengine" in out.results[0].message and "after 6 x Xid 45" in out.results[0].message
     one = replace(snap, kernel=replace(snap.kernel, events=[storm[0], hung]))
     assert "after" not in judge(one).results[0].message  # one Xid 45: no storm
+
+
+STORM = "xid45_storm_hung_in_driver_gpud117_full_stack.log"
+
+
+def judge_both(lines):
+    """The hung-task and xid checks on a real log from a node whose gpu0 is the report's 0000:61:00."""
+    snap = with_gpu(node(lines), 0, pci_bus_id="00000000:61:00.0")
+    return brief(judge(snap)), [(r.status, r.action) for r in xid.CHECKS[0].judge(snap, context(xid.CHECKS[0])).results]
+
+
+def test_a_real_xid_45_storm_then_a_task_hung_in_the_driver_fails_the_node():
+    hung, xids = judge_both(fixture(STORM))
+    assert hung == [(Status.FAIL, Action.DRAIN_REBOOT, "gpu-driver-hung")]
+    assert xids == [(Status.WARN, Action.RESTART_APP)]  # the storm by itself stays the job's
+
+
+def test_the_same_storm_without_the_hung_task_and_one_xid_45_are_a_jobs_end():
+    for lines in (fixture(STORM)[:6], fixture(STORM)[:1]):  # six Xid 45 of one killed job; the first alone
+        hung, xids = judge_both(lines)
+        assert hung == [(Status.PASS, Action.NONE, None)]
+        assert xids == [(Status.WARN, Action.RESTART_APP)]
+
+
+def test_a_gpu_service_hung_in_the_driver_during_a_real_xid_119_storm_fails():
+    hung, xids = judge_both(fixture("xid119_storm_hung_nvidia_smi_in_driver_a30_ogkm446.log"))
+    assert hung == [(Status.FAIL, Action.DRAIN_REBOOT, "gpu-driver-hung")]
+    assert xids == [(Status.FAIL, Action.RESET_GPU)]
+    out = judge(node(fixture("xid119_storm_hung_nvidia_smi_in_driver_a30_ogkm446.log")))
+    assert out.results[0].message.startswith("GPU service nvidia-smi hung in nvidia")
 
 
 def test_a_process_named_like_a_gpu_service_with_no_driver_stack_never_fails():
