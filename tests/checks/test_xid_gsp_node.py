@@ -3,9 +3,9 @@ node-level fault (gpuhc/checks/xid_joined.py); one GPU's stay its own (the catal
 ``drain_after``).
 
 The one-GPU and two-GPU cases on real logs are in tests/fixtures/kernel_log/gsp/README.md (the
-two-GPU ones: NVIDIA/open-gpu-kernel-modules issue 446, two incidents of one report); the edges of
-the window and the settings are kernel events (tests/helpers/xid_events.py): no log line is written
-for them.
+two-GPU ones: NVIDIA/open-gpu-kernel-modules issue 446, two incidents of one report, and
+vllm-project/vllm issue 40652); the edges of the window and the settings are kernel events
+(tests/helpers/xid_events.py): no log line is written for them.
 """
 
 from __future__ import annotations
@@ -106,6 +106,15 @@ def test_a_real_timeout_on_each_of_two_gpus_within_a_minute_drains_the_node():
     assert fail.action is Action.DRAIN_REBOOT and "on 2 GPUs within 60 s (gpu0, gpu1)" in fail.message
     assert sorted(brief(out)) == sorted([(Status.FAIL, Action.DRAIN_REBOOT, "node"),
                                          (Status.WARN, Action.NONE, "gpu0"), (Status.WARN, Action.NONE, "gpu1")])
+
+
+def test_a_real_timeout_on_gpu5_then_gpu6_45_s_later_drains_the_node():
+    # one task (NvmlTaskRunner) of an 8x A100 node timing out on two GPUs' GSPs in turn
+    out = judge_file("dmesg_T_xid119_gpu5_gpu6_45s_vllm40652.log", "00000001:6C:00.0", "00000001:96:00.0")
+    assert sorted(brief(out)) == sorted([(Status.FAIL, Action.DRAIN_REBOOT, "node"),
+                                         (Status.WARN, Action.NONE, "gpu0"), (Status.WARN, Action.NONE, "gpu1")])
+    assert not node_fails(judge_file("dmesg_T_xid119_gpu5_gpu6_45s_vllm40652.log", "00000001:6C:00.0",
+                                     "00000001:96:00.0", gsp_node_window_s=30))
 
 
 def test_the_real_two_gpu_reports_drain_the_node_beside_the_gpu_that_repeats():
