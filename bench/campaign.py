@@ -46,6 +46,11 @@ def parse(argv):
     p.add_argument("--nodes", type=int, default=64)
     p.add_argument("--gpus", type=int, default=8, help="GPUs per node (the scenarios are 8x H100)")
     p.add_argument("--rate-scale", type=float, default=1.0, help="multiply every fault rate (stress runs)")
+    p.add_argument("--classes", metavar="A,B", help="draw only these fault classes (bench/campaign_model/faults.py), "
+                                                      "e.g. sdc; default every class")
+    p.add_argument("--no-noise", dest="noise", action="store_false",
+                   help="no benign noise on healthy nodes (a fault class measured alone, faster)")
+    p.add_argument("--canary", action="store_true", help="gpuhc's known-answer canary on idle nodes and in epilogs")
     p.add_argument("--reset-s", type=float, default=60.0)
     p.add_argument("--reboot-s", type=float, default=600.0)
     p.add_argument("--real", action="store_true", help="a real campaign on a localhost Slurm, and the model beside it")
@@ -55,6 +60,15 @@ def parse(argv):
     p.add_argument("--png", metavar="FILE", help="write the timeline here")
     a = p.parse_args(argv)
     a.policy = a.policy or ("ladder" if a.real else "shipped")  # the real campaign's deployment has the ladder
+    if a.classes is not None:
+        from campaign_model.faults import BY_NAME
+
+        a.classes = tuple(x.strip() for x in a.classes.split(",") if x.strip())
+        unknown = [x for x in a.classes if x not in BY_NAME]
+        if unknown or not a.classes:
+            p.error(f"--classes {','.join(unknown) or '(none)'}: not a fault class; one of {', '.join(BY_NAME)}")
+    if a.real and (a.canary or a.classes is not None or not a.noise):
+        p.error("--canary, --classes and --no-noise are the model's alone, not --real's")
     if a.seeds is not None:
         lo, _, hi = a.seeds.partition("-")
         if not (lo.isdigit() and (hi or lo).isdigit() and int(lo) <= int(hi or lo)):
@@ -117,11 +131,13 @@ def sweep(a) -> int:
         return 2
     records = Path(a.records or str(Path(a.json).with_suffix(".jsonl")))
     started = time.monotonic()
-    S.run_seeds(a.policy, a.seed_list, records, a.days, a.nodes, a.odds)
+    S.run_seeds(a.policy, a.seed_list, records, a.days, a.nodes, a.odds, a.rate_scale, a.classes, a.canary, a.noise)
     rs = [r for r in S.load(records) if r["seed"] in set(a.seed_list)]
     from campaign_model.provenance import provenance
 
     doc = S.aggregate(rs, {"policy": a.policy, "days": a.days, "nodes": a.nodes, "gpus": a.gpus, "odds": a.odds,
+                           "rate_scale": a.rate_scale, "classes": list(a.classes) if a.classes else "all",
+                           "canary": a.canary, "noise": a.noise,
                            "seeds": f"{a.seed_list[0]}-{a.seed_list[-1]}", **provenance(),
                            "this_call_wall_s": round(time.monotonic() - started, 1)})
     Path(a.json).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
@@ -149,9 +165,11 @@ def main(argv=None) -> int:
             return 2
         started = time.monotonic()
         c = Campaign(config, work, nodes=a.nodes, gpus=a.gpus, days=a.days, seed=a.seed, rate_scale=a.rate_scale,
-                     reset_s=a.reset_s, reboot_s=a.reboot_s, odds=a.odds).run()
+                     reset_s=a.reset_s, reboot_s=a.reboot_s, odds=a.odds, classes=a.classes, canary=a.canary,
+                     noise=a.noise).run()
         doc = {"policy": a.policy, "seed": a.seed, "days": a.days, "nodes": a.nodes, "gpus": a.gpus,
-               "rate_scale": a.rate_scale, "reset_s": a.reset_s, "reboot_s": a.reboot_s, **compute(c),
+               "rate_scale": a.rate_scale, "classes": list(a.classes) if a.classes else "all", "canary": a.canary,
+               "noise": a.noise, "reset_s": a.reset_s, "reboot_s": a.reboot_s, **compute(c),
                "wall_s": round(time.monotonic() - started, 1)}
         if a.png:
             from campaign_model.plot import timeline

@@ -93,6 +93,7 @@ class Jobs:
         env = {"SLURM_JOB_ID": str(j.id), "SLURM_JOB_GPUS": ",".join(map(str, range(self.gpus)))}
         failed = False
         for name in chosen:
+            self.preempt_canary(name)  # a canary job gives way at once (docs/canary.md, preemption)
             self._next_prolog(name, stopped=None)
             if not self._attention(name, "prolog"):
                 continue
@@ -211,6 +212,7 @@ class Jobs:
             self._after(mark)
         for f in app:  # the job that made it is gone; its Xid lines stay in the kernel log
             self._repair(node, f, "job ended")
+        self.canary_epilog_slice(name)  # the site's epilog: `gpuhc canary run --epilog --if-due`
         if "REBOOT_REQUESTED" in row.flags:
             self.at(self.now() + 10.0 * self.ts, "reboot_start", name)
         self._watch(name)

@@ -50,6 +50,70 @@ def _sick(f) -> bool:
     return not (f.cls.app or f.cls.maintenance or f.cls.host_down or f.cls.hang)
 
 
+def caught_by(reason: str | None, node: str, t: float, c) -> str:
+    """Which of gpuhc's parts a drain of a corrupting GPU's node came from."""
+    m = parse_reason(reason)
+    if m is None:
+        return "other"
+    if m.check == "canary":
+        return "canary"
+    if m.check == "burn-in":
+        return "burn-in (a canary job's epilog)" if (t, node) in c.canary_epilog_drains else "burn-in"
+    return f"other drain ({m.check})"
+
+
+def silent_corruption(c, drains, spells, horizon) -> dict:
+    """Per sdc fault: which part of gpuhc caught it (its node's first drain while it lasted),
+    how long that took, and the GPU-hours of users' jobs on the corrupting GPU: the whole job's
+    (every GPU of a job computes with its wrong numbers) and the corrupting GPU's own, up to the
+    catch and in all (a drain lets the job running there finish)."""
+    faults = [f for f in c.faults if f.cls.active == "sdc"]
+    by, to_catch, per = Counter(), [], []
+    job_h = gpu_h = job_h_all = 0.0
+    for f in faults:
+        end = f.end if f.end is not None else horizon
+        first = next(((t, r) for t, n, r in drains if n == f.node and f.start <= t <= end), None)
+        if any(s <= f.start and (e is None or e > f.start) for s, e, _ in spells[f.node]):
+            part, caught = "already out", f.start
+        elif first is None:
+            part, caught = "never", end
+        else:
+            part, caught = caught_by(first[1], f.node, first[0], c), first[0]
+            to_catch.append((caught - f.start) / 3600.0 / c.ts)
+        by[part] += 1
+        mine = mine_all = own = 0.0
+        for j in c.jobs.values():
+            if j.start is None or f.node not in j.nodes:
+                continue
+            j_end = j.end if j.end is not None else horizon
+            overlap = min(j_end, end) - max(j.start, f.start)
+            before = min(j_end, caught) - max(j.start, f.start)
+            if overlap > 0:
+                mine_all += overlap * j.size * c.gpus
+            if before > 0:
+                mine += before * j.size * c.gpus
+                own += before
+        h = 3600.0 * c.ts
+        job_h, job_h_all, gpu_h = job_h + mine / h, job_h_all + mine_all / h, gpu_h + own / h
+        per.append({"node": f.node, "precisions": list(f.strength.get("precisions", ())),
+                    "trigger": round(f.strength.get("trigger", 0.0), 3), "caught_by": part,
+                    "hours_to_catch": None if first is None or part == "already out" else round(to_catch[-1], 2),
+                    "job_gpu_hours_before_caught": round(mine / h, 1)})
+    st = c.canary_stats
+    return {"faults": len(faults), "caught_by": dict(by),
+            "job_gpu_hours_before_caught": round(job_h, 1), "job_gpu_hours_while_corrupting": round(job_h_all, 1),
+            "corrupting_gpu_hours_in_jobs_before_caught": round(gpu_h, 1),
+            "hours_to_catch": {"n": len(to_catch), "p50": _h(pct(to_catch, 50)), "max": _h(max(to_catch, default=None))},
+            "per_fault": per[:50],
+            "canary": {"on": c.canary_on, "runs": st.runs, "epilog_slices": st.slices, "preempted": st.preempted,
+                       "lost": st.lost, "gpu_hours": round(st.gpu_s / 3600.0, 1), "gpu_verdicts": dict(st.verdicts),
+                       "drains": [f"{n}: {a}: {r}" for _, n, a, r in st.drains][:20]}}
+
+
+def _h(v: float | None) -> float | None:
+    return None if v is None else round(v, 2)
+
+
 def compute(c) -> dict:
     horizon = c.now()
     hw = [f for f in c.faults if not f.cls.app]
@@ -153,6 +217,7 @@ def compute(c) -> dict:
                                                                  for t, n, _ in drains))},
         "slurm_rpcs_per_hour": round(rpcs / hours * c.ts, 2),
         "slurm_rpcs": dict(c.slurm.rpcs),
+        "silent_corruption": silent_corruption(c, drains, spells, horizon),
         "faults": dict(Counter(f.cls.name for f in c.faults)),
         "lemons": len(lemons),
         "noise": dict(c.stats.noise),

@@ -35,6 +35,7 @@ from . import faults as F
 from . import log_shapes
 from . import noise as N
 from .active_gpu import stand_in
+from .canary import Canary
 from .jobs import Jobs
 from .node import HC_INTERVAL_S, ONE_FLAP, T0, Node, _epoch, restamp  # noqa: F401 (T0, HC_INTERVAL_S: tests import them here)
 from .noise_events import NoiseEvents
@@ -61,13 +62,13 @@ class Stats:
     prolog_stops: list = field(default_factory=list)  # (time, node): its prolog failed, Slurm requeued the job
 
 
-class Campaign(Jobs, People, NoiseEvents, Repairs, Settling):
+class Campaign(Jobs, People, NoiseEvents, Repairs, Settling, Canary):
     def __init__(self, config, workdir: Path, nodes: int = 64, gpus: int = 8, days: float = 30.0, seed: int = 1,
                  rate_scale: float = 1.0, reset_s: float = 60.0, reboot_s: float = 600.0, load: float = 0.8,
                  inject: list | None = None, jobs: list | None = None, time_scale: float = 1.0,
                  noise: bool = True, classes: tuple[str, ...] | None = None, odds: float = 1.0,
                  busy_share: float = N.BUSY_SHARE, pinned_share: float = 0.1, noise_inject: list | None = None,
-                 placement: str = "random", log_shape: str | None = None):
+                 placement: str = "random", log_shape: str | None = None, canary: bool = False):
         self.config, self.days, self.seed = config, days, seed
         # Every duration of the model times this: a real campaign's compression (docs/campaign.md,
         # "Trusting the model"); reset_s and reboot_s are given already scaled.
@@ -114,6 +115,7 @@ class Campaign(Jobs, People, NoiseEvents, Repairs, Settling):
         self.last_verdict = "pass"
         self.memo: dict = {}  # observe: the inputs of a node's last run of a stage -> (when, its RPCs, outcome)
         self.init_jobs()
+        self.init_canary(canary)  # gpuhc's known-answer canary on idle nodes and in epilogs (canary.py)
 
     # ------------------------------------------------------------------ clock and events
 
@@ -166,6 +168,7 @@ class Campaign(Jobs, People, NoiseEvents, Repairs, Settling):
                 self.at(T0 + t * self.ts, "arrive", size, dur * self.ts, tuple(pinned))
             for h in range(int(self.days * 24) + 1):
                 self.at(T0 + h * 3600.0 * self.ts, "sample")
+            self.start_canary()
             while self.events and self.events[0][0] <= horizon:
                 t, _, kind, args = heapq.heappop(self.events)
                 self.t, self.offset = max(self.t, t), 0.0

@@ -18,7 +18,12 @@ ROWS = (("escapes", "escapes (jobs started on a sick node)"),
         ("rmas", "RMAs (a GPU part after triage, or a retired node)"),
         ("node_hours_out", "node-hours out after gpuhc's drains"),
         ("slurm_rpcs_per_hour", "gpuhc's Slurm RPCs per hour"),
-        ("admin_drains_undone_by_gpuhc", "admin drains gpuhc resumed"))
+        ("admin_drains_undone_by_gpuhc", "admin drains gpuhc resumed"),
+        ("sdc_faults", "silent-corruption faults"),
+        ("sdc_job_gpu_hours_before_caught", "GPU-hours of jobs on a corrupting GPU before it was caught"),
+        ("sdc_gpu_hours_before_caught", "the corrupting GPU's own hours in jobs before it was caught"),
+        ("canary_gpu_hours", "GPU-hours of canary runs (jobs at their limit, epilog slices)"),
+        ("canary_preempted", "canary jobs preempted by a real job"))
 
 
 def _d(x: dict) -> str:

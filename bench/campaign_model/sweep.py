@@ -38,12 +38,29 @@ def seed_record(doc: dict) -> dict:
         "admin_drains_undone_by_gpuhc": doc["admin_drains_undone_by_gpuhc"],
         "switch_node_faults": doc["switch_events"]["node_faults"], "switch_drained": doc["switch_events"]["drained"],
         "real_runs": doc["runs"].get("real", 0), "wall_s": doc["wall_s"],
+        **sdc_record(doc["silent_corruption"]),
     }
 
 
-def run_seeds(policy: str, seeds: list[int], out: Path, days: float, nodes: int, odds: float = 1.0) -> None:
+def sdc_record(s: dict) -> dict:
+    """Per seed: the silent corruption's numbers (metrics.silent_corruption)."""
+    c = s["canary"]
+    return {"sdc_faults": s["faults"], "sdc_caught_by": s["caught_by"],
+            "sdc_job_gpu_hours_before_caught": s["job_gpu_hours_before_caught"],
+            "sdc_job_gpu_hours_while_corrupting": s["job_gpu_hours_while_corrupting"],
+            "sdc_gpu_hours_before_caught": s["corrupting_gpu_hours_in_jobs_before_caught"],
+            "sdc_hours_to_catch": [f["hours_to_catch"] for f in s["per_fault"] if f["hours_to_catch"] is not None],
+            "sdc_per_fault": s["per_fault"],
+            "canary_runs": c["runs"], "canary_epilog_slices": c["epilog_slices"], "canary_preempted": c["preempted"],
+            "canary_gpu_hours": c["gpu_hours"], "canary_gpu_verdicts": c["gpu_verdicts"]}
+
+
+def run_seeds(policy: str, seeds: list[int], out: Path, days: float, nodes: int, odds: float = 1.0,
+              rate_scale: float = 1.0, classes: tuple[str, ...] | None = None, canary: bool = False,
+              noise: bool = True) -> None:
     """Run each seed (one process, one after the other) and append its record to ``out``; seeds
-    already in ``out`` are skipped, so a sweep can be resumed."""
+    already in ``out`` are skipped, so a sweep can be resumed (with the same arguments: a record
+    does not say them)."""
     from .metrics import compute
     from .policies import config_for
     from .sim import Campaign
@@ -54,10 +71,21 @@ def run_seeds(policy: str, seeds: list[int], out: Path, days: float, nodes: int,
             continue
         with tempfile.TemporaryDirectory(prefix="gpuhc-sweep-") as tmp:
             started = time.monotonic()
-            c = Campaign(config_for(policy, Path(tmp)), Path(tmp), nodes=nodes, days=days, seed=seed, odds=odds).run()
+            c = Campaign(config_for(policy, Path(tmp)), Path(tmp), nodes=nodes, days=days, seed=seed, odds=odds,
+                         rate_scale=rate_scale, classes=classes, canary=canary, noise=noise).run()
             doc = {"policy": policy, "seed": seed, **compute(c), "wall_s": round(time.monotonic() - started, 1)}
         with out.open("a") as fh:
             fh.write(json.dumps(seed_record(doc), sort_keys=True) + "\n")
+
+
+SDC_DIST = ("sdc_faults", "sdc_job_gpu_hours_before_caught", "sdc_job_gpu_hours_while_corrupting",
+            "sdc_gpu_hours_before_caught", "canary_runs", "canary_epilog_slices", "canary_preempted",
+            "canary_gpu_hours")
+
+
+def _hours(rs: list[dict]) -> dict:
+    v = sorted(h for r in rs for h in r.get("sdc_hours_to_catch") or [])
+    return {"n": len(v), "p50": v[len(v) // 2] if v else None, "max": v[-1] if v else None}
 
 
 def load(path: Path) -> list[dict]:
@@ -103,7 +131,8 @@ def aggregate(records: list[dict], meta: dict) -> dict:
     d = {k: dist([float(r[k]) for r in rs]) for k in (
         "job_starts", "hardware_faults", "escapes", "escapes_per_1000_job_starts", "sick_job_node_hours",
         "gpu_hours_lost", "undetected", "false_drains", "false_retirements", "human_actions", "rmas",
-        "node_hours_out", "slurm_rpcs_per_hour", "admin_drains_undone_by_gpuhc", "real_runs", "wall_s")}
+        "node_hours_out", "slurm_rpcs_per_hour", "admin_drains_undone_by_gpuhc", "real_runs", "wall_s",
+        *SDC_DIST) if all(k in r for r in rs)}
     spells = sum(r["sick_spells"] for r in rs)
     within = sum(r["back_within_60"] for r in rs)
     retire_h = sorted(h for r in rs for h in r["time_to_retire_h"])
@@ -129,6 +158,8 @@ def aggregate(records: list[dict], meta: dict) -> dict:
                        "sick_job_node_hours_by_class": _sum_by(rs, "sick_job_node_hours_by_class"),
                        "gpu_hours_lost_by_why": _sum_by(rs, "gpu_hours_lost_by_why"),
                        "human_by_kind": _sum_by(rs, "human_by_kind"),
+                       "sdc_caught_by": _sum_by(rs, "sdc_caught_by"),
+                       "sdc_hours_to_catch": _hours(rs),
                        "switch_node_faults": sum(r["switch_node_faults"] for r in rs),
                        "switch_drained": sum(r["switch_drained"] for r in rs)},
             "goals": goals, "seeds": rs}
