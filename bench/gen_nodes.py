@@ -42,7 +42,7 @@ def plan(n: int, seed: int = 7) -> list[dict]:
             gpu = rng.randint(0, 7)
             if kind < 0.45:
                 xid = rng.choice([79, 79, 48, 63, 74, 94, 95, 119])
-                reason, user = f"gpuhc: xid Xid {xid} on gpu{gpu}", "root"
+                reason, user = f"gpuhc: xid{xid} gpu{gpu}", "root"
                 words = [base, "DRAIN"]
             elif kind < 0.60:
                 reason, user = rng.choice([f"gpuhc: remap Row remap pending on gpu{gpu}; reset required",

@@ -31,11 +31,11 @@ def test_each_event_reaches_the_hook_exactly_once_with_its_payload(recorder):
     hook, out = recorder
     settings = {"commands": [[hook, "--channel", "ops"]], "timeout_s": 10.0}
     for i, event in enumerate(EVENTS):
-        fire(event, {"node": f"gpu{i:03d}", "reason": "gpuhc: xid gpu3 Xid 79"}, settings)
+        fire(event, {"node": f"gpu{i:03d}", "reason": "gpuhc: xid79 gpu3"}, settings)
     got = _events(out)
     assert [e["event"] for e in got] == list(EVENTS)
     for i, e in enumerate(got):
-        assert e["node"] == f"gpu{i:03d}" and e["reason"] == "gpuhc: xid gpu3 Xid 79"
+        assert e["node"] == f"gpu{i:03d}" and e["reason"] == "gpuhc: xid79 gpu3"
         assert e["_env_event"] == e["event"] and e["_argv"] == ["--channel", "ops"]
         assert isinstance(e["time"], float) and e["gpuhc_version"]
 

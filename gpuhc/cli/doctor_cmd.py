@@ -163,7 +163,9 @@ def acts_findings(config, now: float | None = None) -> list:
         found = "in the last 7 days it would have " + "; ".join(
             f"{act} {len(nodes)} node(s) ({', '.join(sorted(nodes)[:5])}{', ...' if len(nodes) > 5 else ''})"
             for act, nodes in sorted(acts_seen.items()))
-        causes = sorted({(r.reason or "").split(" ")[1] for r in seen if r.reason and " " in r.reason})
+        from gpuhc.slurm.policy.reason import parse_reason
+
+        causes = sorted({m.check for r in seen if (m := parse_reason(r.reason)) is not None and m.check})
         if causes:
             found += f"; causes: {', '.join(causes[:8])}"
     out.append(wiring.Finding("observed", wiring.INFO, found, "gpuhc drain-report --observed names each; "

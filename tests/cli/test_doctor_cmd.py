@@ -63,7 +63,7 @@ def test_observe_mode_shows_what_it_would_have_done_and_every_act_in_force(tmp_p
     now = time.time()
     lines = [{"node": n, "started": now - 3600, "stage": "passive",
               "slurm": {"action": "none", "observed": "drain", "reason": f"gpuhc: {cause} on gpu3"}}
-             for n, cause in (("gpu001", "xid Xid 79"), ("gpu002", "ecc uncorrectable"))]
+             for n, cause in (("gpu001", "xid79"), ("gpu002", "ecc uncorrectable"))]
     lines.append({"node": "gpu009", "started": now - 30 * 86400, "stage": "passive",
                   "slurm": {"action": "none", "observed": "drain", "reason": "gpuhc: old thing"}})  # too old
     log.write_text("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))  # as gpuhc writes

@@ -110,7 +110,7 @@ def test_rich_table_on_a_terminal():
 def test_rich_table_caps_rows_per_cause():
     from gpuhc.slurm.read.nodes import Node
 
-    nodes = [Node(f"n{i}", "IDLE", frozenset({"DRAIN"}), f"gpuhc: xid Xid 79 on gpu{i}", "root", 1.0) for i in range(40)]
+    nodes = [Node(f"n{i}", "IDLE", frozenset({"DRAIN"}), f"gpuhc: xid79 gpu{i}", "root", 1.0) for i in range(40)]
     buf = io.StringIO()
     render_rich(build_report(nodes, 100.0), "file", False, buf, width=200)
     assert "25 more rows (--all-rows)" in buf.getvalue()

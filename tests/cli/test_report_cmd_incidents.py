@@ -49,7 +49,7 @@ def listing(drains: dict[str, tuple[str, str]]) -> str:
 # dev3 (s0) fails another check; dev5 (s0) lost IB hours earlier, outside the window.
 DRAINS = {
     "dev1": (IB, "10:00:00"), "dev2": (IB, "10:02:00"), "dev4": (IB, "10:05:00"),
-    "dev7": (IB, "10:01:00"), "dev3": ("gpuhc: xid Xid 79 on gpu3", "10:03:00"), "dev5": (IB, "06:00:00"),
+    "dev7": (IB, "10:01:00"), "dev3": ("gpuhc: xid79 gpu3", "10:03:00"), "dev5": (IB, "06:00:00"),
 }
 
 

@@ -96,7 +96,7 @@ def test_concurrent_writers_never_interleave(tmp_path):
 def test_the_slurm_record_reads_back_typed(tmp_path):
     from gpuhc.export.eventlog import SlurmPart, read_records, run_record
 
-    part = SlurmPart(action="drain", why="failing checks", reason="gpuhc: xid Xid 79 on gpu3", acted=True,
+    part = SlurmPart(action="drain", why="failing checks", reason="gpuhc: xid79 gpu3", acted=True,
                      breaker={"open": False, "drained": 1, "cap": 5}, fault={"node": "gpu001"})
     path = str(tmp_path / "events.jsonl")
     assert append_event(path, run_record(report(), part)) is None

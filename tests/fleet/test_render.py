@@ -38,7 +38,7 @@ def test_stats_without_accounting_say_so_before_the_numbers():
     from gpuhc.fleet.render import render_stats
 
     t0 = time.mktime((2026, 11, 1, 0, 0, 0, 0, 0, -1))
-    stats = compute([Outage("n1", t0 + 3600, None, "gpuhc: xid Xid 79 on gpu3", "xid", "gpuhc", source="eventlog")], {},
+    stats = compute([Outage("n1", t0 + 3600, None, "gpuhc: xid79 gpu3", "xid", "gpuhc", source="eventlog")], {},
                     t0, t0 + 86400)
     stats.notes = ["Slurm's node events unavailable (sacctmgr: error): is slurmdbd configured?"]
     out = io.StringIO()

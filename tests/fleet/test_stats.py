@@ -112,7 +112,7 @@ def _run(path, node, t, action, reason=None):
 def test_event_log_drains_and_resumes(tmp_path):
     log = tmp_path / "gpuhc-events.jsonl"
     _run(log, "n1", 100.0, "none")
-    _run(log, "n1", 200.0, "drain", "gpuhc: xid gpu3 Xid 79 fell off the bus")
+    _run(log, "n1", 200.0, "drain", "gpuhc: xid79 gpu3 fell off the bus")
     _run(log, "n1", 300.0, "keep")
     _run(log, "n1", 900.0, "resume")
     _run(log, "n2", 500.0, "drain", "gpuhc: RETIRED ecc gpu0 uncorrectable")

@@ -76,7 +76,7 @@ def test_failures_from_slurms_node_list():
         return Node(name, state, frozenset(flags), reason, "root", t)
 
     nodes = [node("dev0", "gpuhc: infiniband mlx5_0 port 1 link down"), node("dev1", "admin: new cable"),
-             node("dev2", "gpuhc: RETIRED ecc gpu0 uncorrectable"), node("dev3", "gpuhc: xid gpu1 Xid 79", flags=()),
+             node("dev2", "gpuhc: RETIRED ecc gpu0 uncorrectable"), node("dev3", "gpuhc: xid79 gpu1", flags=()),
              node("dev4", "gpuhc: infiniband mlx5_0 port 1 link down [q1]", state="DOWN", flags=())]
     got = failures_from_nodes(nodes)
     assert [(f.node, f.check) for f in got] == [("dev0", IB), ("dev4", IB)]

@@ -91,4 +91,4 @@ def table(k=2, total=10):
 
 
 def held(name, stamp, parts=("gpu",)):
-    return n(name, "IDLE+DRAIN", "gpuhc: xid gpu0 Xid 79", stamp, parts)
+    return n(name, "IDLE+DRAIN", "gpuhc: xid79 gpu0", stamp, parts)

@@ -23,7 +23,7 @@ from tests.helpers.paths import SCENARIOS
 
 XID = Result("xid", Status.FAIL, "Xid 79 on gpu3: GPU has fallen off the bus", "gpu3", action=Action.DRAIN_TICKET)
 OK = Result("ecc", Status.PASS, "no errors", "gpu0")
-OUR_REASON = "gpuhc: xid Xid 79 on gpu3: GPU has fallen off the bus"
+OUR_REASON = "gpuhc: xid79 gpu3 GPU has fallen off the bus"
 T0 = "2024-06-11T10:23:45"
 
 

@@ -107,12 +107,12 @@ class Lines(list):
 def test_webhook_hook_posts_the_event(webhook, hook):
     log = Lines()
     settings = {"commands": [[str(hook), "--url-file", str(webhook)]], "timeout_s": 20.0}
-    fire("drain", {"node": "gpu017", "reason": "gpuhc: xid Xid 79 on gpu3",
+    fire("drain", {"node": "gpu017", "reason": "gpuhc: xid79 gpu3",
                    "breaker": {"drained": 2, "total": 64, "cap": 7, "scope": "partition gpu"}}, settings, log)
     assert "ok" in log[0], log
     ((ctype, body),) = _Webhook.posts
     assert ctype == "application/json"
-    assert body["text"].splitlines() == [":warning: gpuhc drain on gpu017: gpuhc: xid Xid 79 on gpu3",
+    assert body["text"].splitlines() == [":warning: gpuhc drain on gpu017: gpuhc: xid79 gpu3",
                                          "circuit breaker: 2/64 held by gpuhc, cap 7 (partition gpu)"]
 
 

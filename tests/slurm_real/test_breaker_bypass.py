@@ -29,7 +29,7 @@ from tests.helpers.story import once
 
 pytestmark = pytest.mark.slurm
 
-RETIRED = "gpuhc: RETIRED lemon node s00001: 3 drains in 30d (xid); last: xid gpu3 Xid 79"
+RETIRED = "gpuhc: RETIRED lemon node s00001: 3 drains in 30d (xid); last: xid79 gpu3"
 
 
 @pytest.fixture(scope="module")

@@ -112,7 +112,7 @@ def test_readme_try_it_under_slurm_without_gpus(slurm_cluster, tmp_path):
     c.run(["sh", "-ec", here(sick)])
     c.wait_for(lambda: c.node("n1").drained, 180, "n1 drained by the sick scenario",
                pending=lambda: f"n1's last decisions: {decisions(wd, 'n1')[-3:]}")
-    assert c.node("n1").reason.startswith("gpuhc: xid Xid 79 on gpu3"), c.node("n1").reason
+    assert c.node("n1").reason.startswith("gpuhc: xid79 gpu3"), c.node("n1").reason
     held = runs(wd, "n1")
     wait_runs(c, wd, {"n1": held + 2})
     assert c.node("n1").drained  # held, though the scenario's Xid was logged once

@@ -169,4 +169,4 @@ def test_readme_observe_then_enforce(cluster):
     assert re.search(r"^  mode: enforce ", cluster.gpuhc_yaml.read_text(), re.M)
     cluster.wait_for(lambda: cluster.node(GPU).drained, 180, "the sick node drained once enforced",
                      pending=lambda: f"{GPU}'s last decisions: {decisions(cluster.wd, GPU)[-3:]}")
-    assert cluster.node(GPU).reason.startswith("gpuhc: xid Xid 79"), cluster.node(GPU).reason
+    assert cluster.node(GPU).reason.startswith("gpuhc: xid79 gpu"), cluster.node(GPU).reason

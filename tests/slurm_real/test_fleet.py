@@ -57,7 +57,7 @@ def hook_events(c) -> list[dict]:
 def drain_resume_and_retire(c):
     hc = gpuhc(c, "healthcheck", "--nvml-scenario", str(XID79), node="n1")
     assert hc.returncode == 1, hc.stderr
-    assert c.node("n1").reason.startswith("gpuhc: xid Xid 79 on gpu3")
+    assert c.node("n1").reason.startswith("gpuhc: xid79 gpu3")
     gpuhc(c, "healthcheck", "--nvml-scenario", str(XID79), node="n1")  # still failing: kept, nothing new
     assert [(e["event"], e["node"]) for e in hook_events(c)] == [("drain", "n1")]
     assert hook_events(c)[0]["reason"] == c.node("n1").reason and hook_events(c)[0]["stage"] == "passive"

@@ -16,7 +16,7 @@ from tests.helpers.slurm_flows import HEALTHY, XID79, back_in_service, base_conf
 
 pytestmark = pytest.mark.slurm
 
-XID_REASON = "gpuhc: xid Xid 79 on gpu3 (0000:5d:00.0): GPU has fallen off the bus"
+XID_REASON = "gpuhc: xid79 gpu3 (0000:5d:00.0): GPU has fallen off the bus"
 
 
 def scenario_file(path: Path, sick: bool) -> str:

@@ -28,7 +28,7 @@ def _held_for_xid(c, node: str) -> None:
     """The health check on ``node`` (its scenario: Xid 79 on gpu3) drains it with gpuhc's reason."""
     hc = gpuhc(c, "healthcheck", node=node)
     assert hc.returncode == 1, hc.stdout + hc.stderr
-    assert c.node(node).drained and c.node(node).reason.startswith("gpuhc: xid Xid 79 on gpu3")
+    assert c.node(node).drained and c.node(node).reason.startswith("gpuhc: xid79 gpu3")
 
 
 def test_admin_resume_with_a_job_waiting_sticks_and_the_release_retest_recipe_works(slurm_cluster, tmp_path):
@@ -92,7 +92,7 @@ def test_observe_mode_decides_logs_and_changes_nothing(slurm_cluster, tmp_path):
     assert hc.returncode == 1  # the health check still says the node is sick (slurmd ignores its exit)
     n1 = c.node("n1")
     assert not n1.drained and n1.reason is None and n1.state == before.state
-    would = "observe mode: would drain n1: failed checks: gpuhc: xid Xid 79 on gpu3"
+    would = "observe mode: would drain n1: failed checks: gpuhc: xid79 gpu3"
     assert any(line.startswith(would) for line in decisions(wd, "n1")), decisions(wd, "n1")
 
     # A job on the sick GPU: the prolog decides to drain and fail it, says so, and lets it run,
@@ -114,7 +114,7 @@ def test_observe_mode_decides_logs_and_changes_nothing(slurm_cluster, tmp_path):
     # What would have happened, from the event log.
     rep = json.loads(gpuhc(c, "fleet", "observed", "--json", check=True).stdout)
     assert [(r["node"], r["act"], r["runs"]) for r in rep["nodes"]] == [("n1", "drain", 3)], rep
-    assert rep["nodes"][0]["reason"].startswith("gpuhc: xid Xid 79 on gpu3")
+    assert rep["nodes"][0]["reason"].startswith("gpuhc: xid79 gpu3")
     dr = gpuhc(c, "drain-report", "--observed", check=True).stdout
     assert re.search(r"n1\s+drain\s+3\s", dr), dr
 
@@ -122,7 +122,7 @@ def test_observe_mode_decides_logs_and_changes_nothing(slurm_cluster, tmp_path):
     cfg["slurm"]["mode"] = "enforce"
     c.gpuhc_yaml.write_text(yaml.safe_dump({**cfg, "hosts": [{"match": "n1", "sources": {"nvml_scenario": str(XID79)}}]}))
     assert gpuhc(c, "healthcheck", node="n1").returncode == 1
-    assert c.node("n1").drained and c.node("n1").reason.startswith("gpuhc: xid Xid 79 on gpu3")
+    assert c.node("n1").drained and c.node("n1").reason.startswith("gpuhc: xid79 gpu3")
 
 
 def test_a_node_that_fails_passes_and_fails_again_is_retired_as_a_lemon(slurm_cluster, tmp_path):

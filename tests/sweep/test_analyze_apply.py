@@ -18,7 +18,7 @@ from tests.helpers.sweep_apply import EVIDENCE
 
 def test_a_drain_the_breaker_withholds_stays_pending_and_is_done_after_the_next_sweep_starts(tmp_path):
     store = SweepStore(str(tmp_path))
-    fake = FakeScontrol({**idle("n2", "n3", "n4"), "n1": ("IDLE+DRAIN", "gpuhc: xid gpu0 Xid 79")})
+    fake = FakeScontrol({**idle("n2", "n3", "n4"), "n1": ("IDLE+DRAIN", "gpuhc: xid79 gpu0")})
     tight = {**SLURM, "breaker": {"max_drained_percent": 25.0, "settle_s": 0.0}}  # 1 of 4 held: open
     index: dict = {}
     first = record("s1", "n3")
@@ -62,7 +62,7 @@ def test_concurrent_drains_past_the_cap_undo_this_one_and_keep_it_pending():
     reason time): 2 held > cap, and n3 ranks last, so its drain is undone, as in entry.py."""
     def health_check_drains_n1(fake, name):
         if name == "n3":
-            fake.nodes["n1"] = ["IDLE+DRAIN", "gpuhc: xid gpu0 Xid 79", "2026-11-26T10:30:00"]
+            fake.nodes["n1"] = ["IDLE+DRAIN", "gpuhc: xid79 gpu0", "2026-11-26T10:30:00"]
 
     fake = FakeScontrol(idle("n1", "n2", "n3", "n4"), on_drain=health_check_drains_n1)
     cap1 = {**SLURM, "breaker": {"max_drained": 1, "max_drained_percent": None, "settle_s": 0.0}}

@@ -111,7 +111,7 @@ def test_a_culprit_named_without_apply_is_1_and_changes_nothing(analyze):
 
 def test_a_drain_the_breaker_refuses_is_4_while_running_and_at_the_end(analyze):
     run, store, fake = analyze
-    fake.nodes["n1"] = ["IDLE+DRAIN", "gpuhc: xid gpu0 Xid 79", "2026-11-26T10:00:00"]  # 1 of 6 held already
+    fake.nodes["n1"] = ["IDLE+DRAIN", "gpuhc: xid79 gpu0", "2026-11-26T10:00:00"]  # 1 of 6 held already
     running = store_sweep(store, culprit="n3", running=True)
     code, out = run("--apply", breaker_pct=10.0, squeue=running)  # cap: 10 % of 6 nodes, rounded up: 1
     assert [(a["node"], a["act"]) for a in out["applied"]] == [("n3", "blocked")] and code == EXIT_BREAKER

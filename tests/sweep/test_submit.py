@@ -239,7 +239,7 @@ def test_apply_never_overwrites_an_admin_reason():
 
 
 def test_apply_respects_the_circuit_breaker():
-    fake = FakeScontrol({"n1": ("IDLE+DRAIN", "gpuhc: xid gpu0 Xid 79"), "n2": ("IDLE", None), "n3": ("IDLE", None),
+    fake = FakeScontrol({"n1": ("IDLE+DRAIN", "gpuhc: xid79 gpu0"), "n2": ("IDLE", None), "n3": ("IDLE", None),
                          "n4": ("IDLE", None)})
     slurm = {**SLURM, "breaker": {"max_drained_percent": 25.0}}  # 1 of 4 already held: open
     done = apply_culprits(record(("node", ["n3"])), Config(slurm), Scontrol(run=fake), 100.0, [])

@@ -4,12 +4,24 @@ The reason string is gpuhc's only durable mark on a node that every machine can 
 admin why a node is out, it is how gpuhc knows a drain is *its* drain (and so may be resumed), and
 it carries the quarantine cycle across reboots. Its shape::
 
-    gpuhc: <check> [<subject>] <evidence>[; +N more (<checks>)][ [q<cycle>]]
-    gpuhc: RETIRED <check> [<subject>] <evidence> ...
+    gpuhc: <check>[<code>] [<subject>] <evidence>[; +N more (<checks>)][ [q<cycle>]]
+    gpuhc: RETIRED <check>[<code>] [<subject>] <evidence> ...
 
-(the subject, e.g. ``gpu3``, is left out when the evidence already names it).
+e.g. ``gpuhc: xid79 gpu3 (0000:18:00.0): GPU has fallen off the bus``.
 
 Rules, and why:
+
+- **What and where first.** Plain ``sinfo -R`` shows 20 characters of a reason, so it leads with
+  the check, its code run into it where the check has one (the Xid or SXid number:
+  :data:`CODES`), and the subject (a GPU, a port); the evidence follows without saying either
+  again (the message's ``Xid 79`` and ``on gpu3`` are moved, not copied). A code is only ever
+  moved from the front of the message, never added: a message without one (``gpu3 has fallen off
+  the bus (no Xid logged)``) leads with the bare check.
+- **Every earlier shape is still ours.** Reasons written before the lead took this form
+  (``gpuhc: xid Xid 79 on gpu3 ...``, ``gpuhc: xid gpu3 Xid 79``) stay on drained nodes across
+  an upgrade: :func:`parse_reason` reads both (the first word is the check, with or without a
+  code), so they are resumed, cycled and retired as before, and their evidence is kept as
+  written.
 
 - **Ownership by prefix.** A reason starting with ``gpuhc:`` is ours; anything else (an admin's
   note, Slurm's "Not responding", "Prolog error", NHC's "NHC: ...") is never overwritten and
@@ -49,6 +61,10 @@ _DROP = str.maketrans({'"': None, "'": None, "`": None, "\\": "/", "[": "(", "]"
 _CYCLE_TAG = re.compile(r"\s\[q(\d{1,3})\](?=\s|$)")
 # The remediation ladder's step (gpuhc/slurm/repair/ladder.py): ``[reset 1/2]`` or ``[reboot]``.
 _STEP_TAG = re.compile(r"\s\[(reset \d{1,2}/\d{1,2}|reboot)\](?=\s|$)")
+# The checks whose findings carry a code, and the word their messages give it ("Xid 79 on gpu3"):
+# the reason's first word is the check with the code run into it (xid79, nvswitch12028).
+CODES = {"xid": "Xid", "nvswitch": "SXid"}
+_CODED = re.compile(rf"({'|'.join(map(re.escape, CODES))})(\d{{1,6}})")
 
 
 def sanitize(text: str) -> str:
@@ -107,7 +123,8 @@ class GpuhcReason:
 
     text: str  # the whole reason as Slurm holds it
     body: str  # after the prefix, without RETIRED and the cycle tag
-    check: str  # first word of the body: the check id that drained the node
+    check: str  # first word of the body, without its code: the check id that drained the node
+    code: int | None = None  # the Xid or SXid the first word carries (xid79); None in earlier reasons
     cycle: int = 0  # quarantine cycle; 0: not in quarantine
     retired: bool = False
     step: str | None = None  # the remediation step in progress: "reset 1/2", "reboot"
@@ -134,8 +151,15 @@ def parse_reason(reason: str | None) -> GpuhcReason | None:
     if s:
         step, cut = s.group(1), min(cut, s.start())
     body = (" " + body)[:cut].strip()  # tags end the body; Slurm's own notes after them go too
-    check = body.split(" ", 1)[0] if body else ""
-    return GpuhcReason(text=text, body=body, check=check, cycle=cycle, retired=retired, step=step)
+    check, code = split_lead(body.split(" ", 1)[0] if body else "")
+    return GpuhcReason(text=text, body=body, check=check, code=code, cycle=cycle, retired=retired, step=step)
+
+
+def split_lead(word: str) -> tuple[str, int | None]:
+    """A reason's first word as (check, code): ``xid79`` -> ("xid", 79), ``pcie`` -> ("pcie",
+    None); only the checks of :data:`CODES` carry one."""
+    m = _CODED.fullmatch(word)
+    return (m.group(1), int(m.group(2))) if m else (word, None)
 
 
 def format_reason(body: str, cycle: int = 0, retired: bool = False, step: str | None = None) -> str:
@@ -156,16 +180,30 @@ def _severity_key(r: Result) -> tuple:
     return (-r.action.rank, r.check, r.subject, r.message)
 
 
+def lead(check: str, subject: str, message: str) -> str:
+    """``<check>[<code>] [<subject>] <evidence>``: the code a message of a check in :data:`CODES`
+    opens with (``Xid 79 on gpu3: ...``) and the subject moved to the front, each said once. A
+    code said later in the message is not the finding's ("then Xid 8"): it stays where it is."""
+    message = sanitize(message)
+    word = check
+    m = re.match(rf"{CODES[check]} (\d{{1,6}})(?![\w/.-])", message) if check in CODES else None
+    if m:
+        word, message = f"{check}{m.group(1)}", message[m.end():]
+    where = ""
+    if subject not in ("", "node"):
+        where = sanitize(subject)
+        message = re.sub(rf"(?:\bon )?(?<![\w/.:-]){re.escape(where)}(?![\w/-])", "", message, count=1)
+    evidence = " ".join(message.split()).lstrip(":,; ")
+    return " ".join(p for p in (word, where, evidence) if p)
+
+
 def failure_body(results: Iterable[Result]) -> str:
-    """``<check> [<subject>] <message>`` of the worst failing result, plus a count of the rest."""
+    """The lead and evidence (:func:`lead`) of the worst failing result, plus a count of the rest."""
     failing = sorted((r for r in results if r.status is Status.FAIL), key=_severity_key)
     if not failing:
         return ""
     worst = failing[0]
-    message = sanitize(worst.message)
-    # Name the subject unless the message already does ("gpu3 PCIe link x8 < x16").
-    named = worst.subject in ("", "node") or re.search(rf"(?<![\w/.:-]){re.escape(worst.subject)}(?![\w/-])", message)
-    body = f"{worst.check} {message}" if named else f"{worst.check} {worst.subject} {message}"
+    body = lead(worst.check, worst.subject, worst.message)
     others = failing[1:]
     if others:
         checks = sorted({r.check for r in others})

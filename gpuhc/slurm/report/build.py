@@ -9,7 +9,8 @@ user cannot tell Slurm from a person. The rules, first match wins:
 
 - ``gpuhc`` — the reason starts with ``gpuhc:`` (exactly, case-sensitive, as
   :mod:`gpuhc.slurm.policy.reason` decides what is gpuhc's); the cause is the check id, the first word
-  after the prefix (``gpuhc: xid Xid 79 on gpu3`` -> ``xid``, ``gpuhc: RETIRED ...`` -> ``retired``).
+  after the prefix without its code (``gpuhc: xid79 gpu3 ...`` and the earlier ``gpuhc: xid Xid 79
+  on gpu3`` -> ``xid``, ``gpuhc: RETIRED ...`` -> ``retired``).
 - ``slurm`` — the reason is one Slurm writes itself (``Not responding``, ``Prolog error``,
   ``Epilog error``, ``Kill task failed``, ``batch job complete failure``, ``Node unexpectedly
   rebooted``, ``Low RealMemory ...``, ``gres/gpu count reported lower than configured ...``,
@@ -30,7 +31,7 @@ from typing import Iterable
 from gpuhc.errors import GpuhcError
 from gpuhc.limits import MAX_DURATION_S
 from gpuhc.slurm.read.nodes import Node
-from gpuhc.slurm.policy.reason import HOOK_FAILURES, PREFIX
+from gpuhc.slurm.policy.reason import HOOK_FAILURES, PREFIX, split_lead
 
 GPUHC_PREFIX = PREFIX
 OWNERS = ("gpuhc", "slurm", "admin", "unknown")
@@ -83,7 +84,7 @@ def classify(node: Node) -> tuple[str, str]:
         return ("reason not shown" if not reason else "shared reason"), "unknown"
     if reason.startswith(GPUHC_PREFIX):
         words = re.findall(r"[a-z0-9][a-z0-9_.-]*", low[len(GPUHC_PREFIX):])
-        return (words[0].rstrip(".") if words else "gpuhc"), "gpuhc"
+        return (split_lead(words[0].rstrip("."))[0] if words else "gpuhc"), "gpuhc"  # xid79 -> xid
     if not reason:
         return ("not responding" if node.not_responding else "no reason"), "slurm"
     for prefix, cause in SLURM_REASONS:

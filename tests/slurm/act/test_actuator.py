@@ -137,8 +137,8 @@ def test_sweep_apply_drains_through_the_actuator():
 def test_quarantine_commands_act_through_the_actuator(tmp_path, monkeypatch):
     from gpuhc.cli.quarantine_cmd import quarantine
 
-    slurm = MiniSlurm({"n1": ("IDLE+DRAIN", "gpuhc: xid Xid 79 [q1]"), "n2": ("IDLE", None),
-                       "n3": ("IDLE+DRAIN", "gpuhc: xid Xid 48")})
+    slurm = MiniSlurm({"n1": ("IDLE+DRAIN", "gpuhc: xid79 [q1]"), "n2": ("IDLE", None),
+                       "n3": ("IDLE+DRAIN", "gpuhc: xid48")})
     w = Watch(slurm)
     monkeypatch.setattr("gpuhc.cli.quarantine_cmd._scontrol", lambda config, stage="bootstrap": Scontrol(run=w))
     cfg = tmp_path / "gpuhc.yaml"
@@ -185,7 +185,7 @@ def retag_setup(n3_reason: str, n3_state: str = "IDLE+DRAIN"):
     """Four nodes, a cap of 1: n1 held by gpuhc already (the cap reached); n3 as given."""
     from gpuhc.slurm.policy.breaker import BreakerSettings
 
-    fake = FakeScontrol({**idle("n2", "n4"), "n1": ("IDLE+DRAIN", "gpuhc: xid gpu0 Xid 79"), "n3": (n3_state, n3_reason)})
+    fake = FakeScontrol({**idle("n2", "n4"), "n1": ("IDLE+DRAIN", "gpuhc: xid79 gpu0"), "n3": (n3_state, n3_reason)})
     said: list[str] = []
     act = Actuator(Scontrol(run=fake), BreakerSettings(max_drained=1, max_drained_percent=None, settle_s=0.0),
                    log=lambda m, **k: said.append(m))
@@ -195,23 +195,23 @@ def retag_setup(n3_reason: str, n3_state: str = "IDLE+DRAIN"):
 def test_a_retag_that_would_make_a_node_count_passes_the_breaker():
     """Issue 45: a re-tag is sent as a drain that "takes no new capacity", but a retired node
     tagged ``[q1]`` again counts under the cap where it did not: at the cap it is not sent."""
-    fake, act, said = retag_setup("gpuhc: RETIRED xid gpu3 Xid 79")
-    assert act.drain("n3", "gpuhc: xid gpu3 Xid 79 [q1]", "quarantine") is False
+    fake, act, said = retag_setup("gpuhc: RETIRED xid79 gpu3")
+    assert act.drain("n3", "gpuhc: xid79 gpu3 [q1]", "quarantine") is False
     assert fake.updates == [] and "NOT re-tagging n3" in said[-1] and "circuit breaker open" in said[-1]
 
 
 def test_a_retag_below_the_cap_and_a_retag_of_a_counted_node_are_sent():
-    fake, act, _ = retag_setup("gpuhc: RETIRED xid gpu3 Xid 79")
+    fake, act, _ = retag_setup("gpuhc: RETIRED xid79 gpu3")
     fake.nodes["n1"] = ["IDLE", None, "2026-11-26T10:00:00"]  # the cap is free again
-    assert act.drain("n3", "gpuhc: xid gpu3 Xid 79 [q1]", "quarantine") is True
+    assert act.drain("n3", "gpuhc: xid79 gpu3 [q1]", "quarantine") is True
     # A node gpuhc holds already (or Slurm drained for a failed prolog) takes no new place: no count.
-    for before in ("gpuhc: xid gpu3 Xid 79", "Prolog error"):
+    for before in ("gpuhc: xid79 gpu3", "Prolog error"):
         fake, act, _ = retag_setup(before)
-        assert act.drain("n3", "gpuhc: xid gpu3 Xid 79 [q2]", "quarantine") is True
-        assert fake.nodes["n3"][1] == "gpuhc: xid gpu3 Xid 79 [q2]"
+        assert act.drain("n3", "gpuhc: xid79 gpu3 [q2]", "quarantine") is True
+        assert fake.nodes["n3"][1] == "gpuhc: xid79 gpu3 [q2]"
     # Retiring takes no place under the drain cap (retirements have their own): sent at the cap.
-    fake, act, _ = retag_setup("gpuhc: xid gpu3 Xid 79 [q2]")
-    assert act.drain("n3", "gpuhc: RETIRED xid gpu3 Xid 79", "retire") is True
+    fake, act, _ = retag_setup("gpuhc: xid79 gpu3 [q2]")
+    assert act.drain("n3", "gpuhc: RETIRED xid79 gpu3", "retire") is True
 
 
 def test_slurms_drain_after_a_failed_prolog_takes_a_place_under_the_cap():
@@ -220,7 +220,7 @@ def test_slurms_drain_after_a_failed_prolog_takes_a_place_under_the_cap():
     from gpuhc.slurm.policy.breaker import BreakerSettings, survey
     from gpuhc.slurm.read.nodes import parse_show_node
 
-    fake = FakeScontrol({**idle("n2", "n4"), "n1": ("IDLE+DRAIN", "gpuhc: xid gpu0 Xid 79", "2026-11-26T09:00:00"),
+    fake = FakeScontrol({**idle("n2", "n4"), "n1": ("IDLE+DRAIN", "gpuhc: xid79 gpu0", "2026-11-26T09:00:00"),
                          "n3": ("IDLE+DRAIN", "Prolog error", "2026-11-26T10:00:00")})
     nodes = parse_show_node("".join(fake.line(n) for n in sorted(fake.nodes)))
     s = survey(nodes, "n1", BreakerSettings(max_drained=1, max_drained_percent=None))

@@ -27,7 +27,7 @@ TOKENS = [
     "n[1-3]", "n[1-", "n[1-99999999]", "gpu[001-004,009]", "(null)", "none", "Unknown", "2026-11-26T12:52:21",
     "{", "}", "[", "]", '"nodes":', '"sinfo":', '"name":"n1"', '"state":["IDLE","DRAIN"]', '"reason":', ",", ":",
     "1e999", "-1", "NaN", "PARTITION", "NODELIST", "STATE", "REASON", "USER", "TIMESTAMP", "HOSTNAMES",
-    "gpuhc: xid Xid 79", "gpuhc-ledger", "gpuhc-ledger v1 ", "p=gpu:", "held=1,total=4,cap=2,t=1,id=ab",
+    "gpuhc: xid79", "gpuhc-ledger", "gpuhc-ledger v1 ", "p=gpu:", "held=1,total=4,cap=2,t=1,id=ab",
     "claims ", "@", "+", "=", "COMPLETED", "FAILED", "NODE_FAIL", "SwitchName=s1 Nodes=", "\\\n", "#",
 ]
 _bytes = st.binary(max_size=200)

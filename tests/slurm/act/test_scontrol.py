@@ -13,7 +13,7 @@ from gpuhc.errors import SlurmError
 from gpuhc.slurm.act.scontrol import Scontrol, subprocess_runner
 
 LINE = ("NodeName=n1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUTot=2 State=IDLE+DRAIN "
-        "Partitions=gpu Reason=gpuhc: xid gpu3 Xid 79 [root@2024-06-11T10:23:45]\n"
+        "Partitions=gpu Reason=gpuhc: xid79 gpu3 [root@2024-06-11T10:23:45]\n"
         "NodeName=n2 Arch=x86_64 CPUTot=2 State=MIXED Partitions=gpu,debug\n")
 
 
@@ -34,7 +34,7 @@ def test_show_node_reads_one_node():
     rec = Recorder([(0, LINE.splitlines()[0] + "\n", "")])
     node = Scontrol(run=rec).show_node("n1")
     assert rec.seen[0][0] == ["scontrol", "show", "node", "-o", "n1"]
-    assert node.name == "n1" and node.drained and node.reason == "gpuhc: xid gpu3 Xid 79"
+    assert node.name == "n1" and node.drained and node.reason == "gpuhc: xid79 gpu3"
     assert node.reason_user == "root"
 
 
@@ -48,15 +48,15 @@ def test_show_nodes_reads_all():
 def test_drain_resume_reboot_argv():
     rec = Recorder()
     sc = Scontrol(run=rec)
-    sc.drain("gpu-01", "gpuhc: xid gpu3 Xid 79: GPU has fallen off the bus")
+    sc.drain("gpu-01", "gpuhc: xid79 gpu3 GPU has fallen off the bus")
     sc.resume("gpu-01")
-    sc.reboot("gpu[01-03]", "gpuhc: xid gpu3 Xid 79 [q1]")
+    sc.reboot("gpu[01-03]", "gpuhc: xid79 gpu3 [q1]")
     sc.reboot("gpu-01", "gpuhc: x [q1]", nextstate="RESUME", asap=False)
     assert [a for a, _ in rec.seen] == [
         ["scontrol", "update", "NodeName=gpu-01", "State=DRAIN",
-         "Reason=gpuhc: xid gpu3 Xid 79: GPU has fallen off the bus"],
+         "Reason=gpuhc: xid79 gpu3 GPU has fallen off the bus"],
         ["scontrol", "update", "NodeName=gpu-01", "State=RESUME"],
-        ["scontrol", "reboot", "ASAP", "nextstate=DOWN", "reason=gpuhc: xid gpu3 Xid 79 [q1]", "gpu[01-03]"],
+        ["scontrol", "reboot", "ASAP", "nextstate=DOWN", "reason=gpuhc: xid79 gpu3 [q1]", "gpu[01-03]"],
         ["scontrol", "reboot", "nextstate=RESUME", "reason=gpuhc: x [q1]", "gpu-01"],
     ]
     assert sc.calls == [a for a, _ in rec.seen]
@@ -213,7 +213,7 @@ def test_node_asks_sinfo_for_that_node_alone():
 def test_node_in_no_partition_falls_back_to_scontrol():
     rec = Recorder([(0, "", ""), (0, LINE.splitlines()[0] + "\n", "")])
     node = Scontrol(run=rec).node("n1")
-    assert [a[0] for a, _ in rec.seen] == ["sinfo", "scontrol"] and node.reason == "gpuhc: xid gpu3 Xid 79"
+    assert [a[0] for a, _ in rec.seen] == ["sinfo", "scontrol"] and node.reason == "gpuhc: xid79 gpu3"
 
 
 def test_scope_asks_for_the_partitions_and_expands_groups():

@@ -21,7 +21,7 @@ from gpuhc.slurm.repair.admin import reboot_for_retest, release, retire
 from gpuhc.slurm.policy.drain import Act
 from gpuhc.slurm.act.scontrol import Scontrol
 
-REASON = "gpuhc: xid Xid 79 on gpu3: GPU has fallen off the bus"
+REASON = "gpuhc: xid79 gpu3 GPU has fallen off the bus"
 
 
 @pytest.mark.parametrize("stage", ["passive", "prolog", "epilog"])

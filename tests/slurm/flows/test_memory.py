@@ -34,7 +34,7 @@ def _flow(tmp_path, now=1000.0, node="n1"):
     return SimpleNamespace(opts=opts, node=node, stage="passive", log=Lines(), now=lambda: now)
 
 
-HELD = Memory(drained_at=900.0, reason="gpuhc: xid Xid 79", passes=2, flaps=3, last_resume=100.0)
+HELD = Memory(drained_at=900.0, reason="gpuhc: xid79", passes=2, flaps=3, last_resume=100.0)
 
 
 def test_memory_and_last_decision_read_back(tmp_path):

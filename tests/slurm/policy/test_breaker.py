@@ -36,8 +36,8 @@ def test_open_at_or_over_the_cap(drained, open_):
 
 def test_admin_drains_do_not_count_quarantined_do_retired_have_their_own_cap():
     nodes = cluster(10, admin=5)
-    nodes[6] = n("g006", "DOWN+DRAIN", "gpuhc: RETIRED xid gpu1 Xid 79")
-    nodes[7] = n("g007", "IDLE+DRAIN", "gpuhc: xid gpu1 Xid 79 [q2]")
+    nodes[6] = n("g006", "DOWN+DRAIN", "gpuhc: RETIRED xid79 gpu1")
+    nodes[7] = n("g007", "IDLE+DRAIN", "gpuhc: xid79 gpu1 [q2]")
     nodes[8] = n("g008", "IDLE", "gpuhc: stale reason on a node in service")
     st = evaluate(nodes, "g009", BreakerSettings(max_drained=3, max_drained_percent=None))
     assert (st.drained, st.retired, st.retired_cap) == (1, 1, 1) and not st.open
@@ -51,7 +51,7 @@ def test_a_retired_node_never_switches_draining_off_in_a_small_partition():
     nodes[0] = n("g000", "DOWN+DRAIN", "gpuhc: RETIRED lemon node g000: 3 drains in 30d (xid)")
     st = evaluate(nodes, "g005", BreakerSettings())
     assert (st.cap, st.drained, st.open, st.retired) == (1, 0, False, 1)
-    nodes[1] = n("g001", "IDLE+DRAIN", "gpuhc: xid gpu1 Xid 79")
+    nodes[1] = n("g001", "IDLE+DRAIN", "gpuhc: xid79 gpu1")
     assert evaluate(nodes, "g005", BreakerSettings()).open  # a held node still fills it
 
 
@@ -65,9 +65,9 @@ def test_held_nodes_rank_by_when_gpuhc_first_held_them_not_by_a_retag():
         return Node(name, base, flags, reason, "root", t, ("gpu",), "IDLE+DRAIN")
 
     nodes = cluster(20)
-    nodes[0] = held("g000", "gpuhc: xid gpu1 Xid 79 [reset 1/2]", 1000.0)  # re-tagged last
-    nodes[1] = held("g001", "gpuhc: xid gpu2 Xid 79", 990.0)  # the storm's drains
-    nodes[2] = held("g002", "gpuhc: xid gpu3 Xid 79", 995.0)
+    nodes[0] = held("g000", "gpuhc: xid79 gpu1 [reset 1/2]", 1000.0)  # re-tagged last
+    nodes[1] = held("g001", "gpuhc: xid79 gpu2", 990.0)  # the storm's drains
+    nodes[2] = held("g002", "gpuhc: xid79 gpu3", 995.0)
     s = survey(nodes, "g002", BreakerSettings(max_drained=2, max_drained_percent=None))
     assert [x.name for x in s.held] == ["g000", "g001", "g002"]
     assert s.past_cap("g002") and not s.past_cap("g000")

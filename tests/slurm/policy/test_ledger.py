@@ -240,7 +240,7 @@ def test_after_a_drain_a_count_under_way_is_waited_for_then_given_up(monkeypatch
     monkeypatch.setattr("gpuhc.slurm.act.ledger_client.PENDING_S", 0.1)
     sc = LedgerSlurm(table(k=1), now=T0 + 50)
     act = Actuator(sc, BS)
-    reason = "gpuhc: xid gpu0 Xid 79"
+    reason = "gpuhc: xid79 gpu0"
     assert act.carry_out("g005", Decision(Act.DRAIN, "x", Memory(), reason))
     sc.stamped = T0 + 52  # a count began after our drain ... and never wrote its entry
     sc.asked.clear()
@@ -271,7 +271,7 @@ def test_after_a_drain_a_covering_entry_decides_and_past_the_cap_undoes(monkeypa
     nodes = table(k=3)  # g000..g002 held at T0..T0+2; the cap is 3
     sc = LedgerSlurm(nodes, now=T0 + 50)
     act = Actuator(sc, BS)
-    reason = "gpuhc: xid gpu0 Xid 79"
+    reason = "gpuhc: xid79 gpu0"
     assert act.carry_out("g005", Decision(Act.DRAIN, "x", Memory(), reason))
     cover = entry(total=10, cap=3, held=4, newest=T0 + 51, cut=(T0 + 2, "g002"))
     sc.comment = ledger.render([cover])
@@ -285,7 +285,7 @@ def test_after_a_drain_without_a_covering_entry_the_node_counts(monkeypatch):
     monkeypatch.setattr("time.time", lambda: T0 + 100)
     sc = LedgerSlurm(table(k=1), now=T0 + 50)
     act = Actuator(sc, BS)
-    reason = "gpuhc: xid gpu0 Xid 79"
+    reason = "gpuhc: xid79 gpu0"
     assert act.carry_out("g005", Decision(Act.DRAIN, "x", Memory(), reason))
     sc.comment = ledger.render([entry(total=10, cap=3, held=2, newest=T0 + 50)])  # saw no later second
     state, undone = act.recount("g005", reason, sc.nodes["g005"])

@@ -13,7 +13,7 @@ from gpuhc.slurm.policy.breaker import BreakerSettings
 from gpuhc.slurm.policy.drain import Act, Decision, Memory
 from tests.helpers.ledger import BS, T0, LedgerSlurm, claims, entry, n, table
 
-REASON = "gpuhc: xid gpu0 Xid 79"
+REASON = "gpuhc: xid79 gpu0"
 FUTURE = T0 + 10 ** 6  # a stamp slurmctld has not reached
 
 

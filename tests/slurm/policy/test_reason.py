@@ -18,12 +18,31 @@ def fail(check="xid", msg="Xid 79: GPU has fallen off the bus", subject="gpu3", 
 
 
 def test_reason_names_check_subject_and_evidence():
-    assert R.build_reason([fail()]) == "gpuhc: xid gpu3 Xid 79: GPU has fallen off the bus"
+    assert R.build_reason([fail()]) == "gpuhc: xid79 gpu3 GPU has fallen off the bus"
 
 
-def test_subject_is_left_out_when_the_evidence_names_it():
+def test_the_first_20_characters_say_check_code_and_gpu():
+    """Plain `sinfo -R` shows 20 characters of a reason: what and where, not "gpuhc: xid Xid 79 on"."""
+    xid = R.build_reason([fail(msg="Xid 79 on gpu3 (0000:5d:00.0): GPU has fallen off the bus")])
+    assert xid == "gpuhc: xid79 gpu3 (0000:5d:00.0): GPU has fallen off the bus" and xid[:20] == "gpuhc: xid79 gpu3 (0"
+    ecc = R.build_reason([fail("ecc", "3 uncorrectable ECC errors on gpu0", "gpu0")])
+    assert ecc == "gpuhc: ecc gpu0 3 uncorrectable ECC errors" and ecc[:20] == "gpuhc: ecc gpu0 3 un"
+    sxid = R.build_reason([fail("nvswitch", "SXid 12028 on nvswitch2 x3: fatal, egress non-posted PRIV error",
+                                "nvswitch2")])
+    assert sxid == "gpuhc: nvswitch12028 nvswitch2 x3: fatal, egress non-posted PRIV error"
+
+
+def test_code_and_subject_lead_and_are_said_once():
     assert R.build_reason([fail("pcie", "gpu3 PCIe link x8 < expected x16")]) == "gpuhc: pcie gpu3 PCIe link x8 < expected x16"
-    assert R.build_reason([fail(msg="Xid 79 on gpu3 (0000:5d:00.0)")]) == "gpuhc: xid Xid 79 on gpu3 (0000:5d:00.0)"
+    assert R.build_reason([fail(msg="Xid 79 on gpu3 (0000:5d:00.0)")]) == "gpuhc: xid79 gpu3 (0000:5d:00.0)"
+    assert R.build_reason([fail(msg="Xid 79 on gpu3")]) == "gpuhc: xid79 gpu3"
+    # a code is moved from the front, never added nor taken from later text
+    assert R.build_reason([fail(msg="gpu3 (0000:5d:00.0) has fallen off the bus (no Xid logged)")]) == \
+        "gpuhc: xid gpu3 (0000:5d:00.0) has fallen off the bus (no Xid logged)"
+    assert R.build_reason([fail(msg="gpu3: GPU lost (driver message, then Xid 8)")]) == \
+        "gpuhc: xid gpu3 GPU lost (driver message, then Xid 8)"
+    assert R.build_reason([fail("pcie", "Xid 79 on gpu3")]) == "gpuhc: pcie gpu3 Xid 79"  # pcie has no code
+    assert R.build_reason([fail(msg="Xid 790 on gpu3")]) == "gpuhc: xid790 gpu3"  # 79 is not 790
     # gpu10 is not gpu1, mlx5_0/10 is not mlx5_0/1
     assert R.build_reason([fail(msg="gpu10 bad", subject="gpu1")]) == "gpuhc: xid gpu1 gpu10 bad"
     assert R.build_reason([fail(msg="mlx5_0/10 down", subject="mlx5_0/1")]) == "gpuhc: xid mlx5_0/1 mlx5_0/10 down"
@@ -41,7 +60,7 @@ def test_worst_action_wins_and_others_are_counted():
         Result("ecc", Status.WARN, "sbe growing", "gpu0"),
         Result("nvlink", Status.PASS, "ok"),
     ]
-    assert R.build_reason(results) == "gpuhc: xid gpu3 Xid 79; +2 more (pcie,thermal)"
+    assert R.build_reason(results) == "gpuhc: xid79 gpu3; +2 more (pcie,thermal)"
 
 
 def test_same_failure_in_any_order_gives_identical_reason():
@@ -100,6 +119,7 @@ def test_any_text_gives_a_valid_reason(text, cycle, retired):
 def test_ownership_is_by_exact_prefix():
     assert R.owned("gpuhc: xid gpu3 x")
     assert not R.owned("GPUHC: later")
+    assert not R.owned("gpuhc check later")  # an admin's note: the prefix is "gpuhc:", colon included
     assert not R.owned("admin: gpuhc: said so")
     assert not R.owned("NHC: check failed")
     assert not R.owned("Not responding")
@@ -109,23 +129,42 @@ def test_ownership_is_by_exact_prefix():
 
 
 def test_parse_plain_quarantined_and_retired():
-    p = R.parse_reason("gpuhc: xid gpu3 Xid 79")
-    assert (p.check, p.cycle, p.retired, p.quarantined, p.body) == ("xid", 0, False, False, "xid gpu3 Xid 79")
-    q = R.parse_reason("gpuhc: xid gpu3 Xid 79 [q2]")
-    assert (q.cycle, q.quarantined, q.body) == (2, True, "xid gpu3 Xid 79")
-    r = R.parse_reason("gpuhc: RETIRED xid gpu3 Xid 79")
-    assert (r.retired, r.quarantined, r.check, r.body) == (True, False, "xid", "xid gpu3 Xid 79")
+    p = R.parse_reason("gpuhc: xid79 gpu3 (0000:5d:00.0)")
+    assert (p.check, p.code, p.cycle, p.retired, p.quarantined, p.body) == (
+        "xid", 79, 0, False, False, "xid79 gpu3 (0000:5d:00.0)")
+    q = R.parse_reason("gpuhc: xid79 gpu3 [q2]")
+    assert (q.check, q.cycle, q.quarantined, q.body) == ("xid", 2, True, "xid79 gpu3")
+    r = R.parse_reason("gpuhc: RETIRED nvswitch12028 nvswitch2 fatal")
+    assert (r.retired, r.quarantined, r.check, r.code, r.body) == (True, False, "nvswitch", 12028,
+                                                                  "nvswitch12028 nvswitch2 fatal")
+    assert (R.parse_reason("gpuhc: pcie gpu3 x8").check, R.parse_reason("gpuhc: pcie gpu3 x8").code) == ("pcie", None)
+    assert R.split_lead("pcie16") == ("pcie16", None)  # only the checks that have codes carry one
+
+
+@pytest.mark.parametrize("old", ["gpuhc: xid Xid 79 on gpu3 (0000:5d:00.0): GPU has fallen off the bus",
+                                 "gpuhc: xid gpu3 Xid 79"])
+def test_reasons_of_the_earlier_shape_are_still_ours_after_an_upgrade(old):
+    """A node the previous release drained keeps that reason across the upgrade: the new one
+    reads its check, cycle and retirement, and keeps its evidence as written."""
+    body = old[len("gpuhc: "):]
+    p = R.parse_reason(old)
+    assert (p.check, p.code, p.cycle, p.retired, p.body) == ("xid", None, 0, False, body)
+    q = R.parse_reason(f"{old} [q2] : reboot issued")
+    assert (q.check, q.cycle, q.quarantined, q.body) == ("xid", 2, True, body)
+    assert R.with_cycle(q, 3) == f"{old} [q3]"
+    assert R.retired_from(q) == f"gpuhc: RETIRED {body}"
+    assert R.parse_reason(R.retired_from(q)).check == "xid"
 
 
 def test_tag_survives_text_slurm_appends_on_reboot():
-    q = R.parse_reason("gpuhc: xid gpu3 Xid 79 [q1] : reboot issued")
-    assert q.cycle == 1 and q.body == "xid gpu3 Xid 79"
+    q = R.parse_reason("gpuhc: xid79 gpu3 [q1] : reboot issued")
+    assert q.cycle == 1 and q.body == "xid79 gpu3"
 
 
 def test_with_cycle_and_retired_from_keep_the_evidence():
-    p = R.parse_reason("gpuhc: xid gpu3 Xid 79 [q1]")
-    assert R.with_cycle(p, 2) == "gpuhc: xid gpu3 Xid 79 [q2]"
-    assert R.retired_from(p) == "gpuhc: RETIRED xid gpu3 Xid 79"
+    p = R.parse_reason("gpuhc: xid79 gpu3 [q1]")
+    assert R.with_cycle(p, 2) == "gpuhc: xid79 gpu3 [q2]"
+    assert R.retired_from(p) == "gpuhc: RETIRED xid79 gpu3"
     assert R.retired_from(None, "bad fan") == "gpuhc: RETIRED bad fan"
     assert R.retired_from(None) == "gpuhc: RETIRED retired by admin"
 

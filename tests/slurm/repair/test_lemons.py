@@ -47,10 +47,13 @@ def test_a_gpu_keeps_its_record_on_another_node_and_by_uuid_alone():
     moved = GpuId(None, G7.uuid)  # NVML gave no serial this time: the UUID joins the record
     lemon = judge(fault(6, "n3", moved), history, S)
     assert lemon is not None and (lemon.kind, lemon.key, lemon.nodes) == ("gpu", G7.serial, ["n1", "n2", "n3"])
-    reason = lemon_reason(lemon, S, "gpuhc: xid Xid 79 on gpu3: GPU has fallen off the bus")
+    reason = lemon_reason(lemon, S, "gpuhc: xid79 gpu3 GPU has fallen off the bus")
     mine = parse_reason(reason)
     assert mine.retired and mine.check == "lemon" and reason.startswith(
-        "gpuhc: RETIRED lemon gpu 1652320010007: 3 drains in 30d (xid); last: xid Xid 79")
+        "gpuhc: RETIRED lemon gpu 1652320010007: 3 drains in 30d (xid); last: xid79 gpu3 GPU")
+    # the last drain's reason, written by the release before this one, is kept as written
+    old = lemon_reason(lemon, S, "gpuhc: xid Xid 79 on gpu3: GPU has fallen off the bus")
+    assert old.endswith("(xid); last: xid Xid 79 on gpu3: GPU has fallen off the bus")
     # A drain of another GPU on n3 is no lemon: the GPU's record, not the node's.
     assert judge(fault(6, "n3", GpuId("other", None)), history, S) is None
 
@@ -98,8 +101,8 @@ def drain_resume_drain(tmp_path, monkeypatch, cfg, between=None):
 def test_a_node_drained_again_after_passing_is_retired_as_a_lemon(tmp_path, monkeypatch):
     s, again = drain_resume_drain(tmp_path, monkeypatch, lemon_config(tmp_path))
     assert again.decision.act is Act.DRAIN and again.acted
-    assert s.nodes["n1"] == ["IDLE+DRAIN", "gpuhc: RETIRED lemon node n1: 2 drains in 30d (xid); last: xid Xid 79 "
-                                           "on gpu3: GPU has fallen off the bus"]
+    assert s.nodes["n1"] == ["IDLE+DRAIN", "gpuhc: RETIRED lemon node n1: 2 drains in 30d (xid); last: xid79 gpu3 "
+                                           "GPU has fallen off the bus"]
     assert "lemon: node n1 drained 2 times in 30d" in again.decision.why
     assert len(StateStore(str(tmp_path / "state")).read()[STATE_KEY]["faults"]) == 2
     # Retired: a passing run keeps it out.

@@ -12,7 +12,7 @@ from gpuhc.slurm.repair.quarantine import listing, phase, plan_retest, returned_
 from gpuhc.slurm.act.scontrol import Scontrol
 from tests.helpers.minislurm import MiniSlurm
 
-EVID = "gpuhc: xid gpu3 Xid 79"
+EVID = "gpuhc: xid79 gpu3"
 
 
 def node(raw="IDLE+DRAIN", reason=EVID, name="n1"):
@@ -21,7 +21,7 @@ def node(raw="IDLE+DRAIN", reason=EVID, name="n1"):
 
 
 @pytest.mark.parametrize("reason,want", [
-    (EVID, "drained"), (EVID + " [q2]", "quarantine"), ("gpuhc: RETIRED xid gpu3 Xid 79", "retired"),
+    (EVID, "drained"), (EVID + " [q2]", "quarantine"), ("gpuhc: RETIRED xid79 gpu3", "retired"),
     ("bad fan", None), (None, None),
 ])
 def test_phase(reason, want):
@@ -37,10 +37,10 @@ def test_phase_needs_the_node_out_of_service():
     (EVID + " [q2]", Verdict.WARN, "resume", None),
     (EVID, Verdict.FAIL, "requarantine", EVID + " [q1]"),
     (EVID + " [q1]", Verdict.FAIL, "requarantine", EVID + " [q2]"),
-    (EVID + " [q2]", Verdict.FAIL, "retire", "gpuhc: RETIRED xid gpu3 Xid 79"),
+    (EVID + " [q2]", Verdict.FAIL, "retire", "gpuhc: RETIRED xid79 gpu3"),
     (EVID + " [q1]", Verdict.ERROR, "none", None),
-    ("gpuhc: RETIRED xid gpu3 Xid 79", Verdict.PASS, "none", None),
-    ("gpuhc: RETIRED xid gpu3 Xid 79", Verdict.FAIL, "none", None),
+    ("gpuhc: RETIRED xid79 gpu3", Verdict.PASS, "none", None),
+    ("gpuhc: RETIRED xid79 gpu3", Verdict.FAIL, "none", None),
     ("bad fan", Verdict.PASS, "none", None),
     ("bad fan", Verdict.FAIL, "none", None),
 ])
@@ -68,7 +68,7 @@ def test_a_node_slurm_returned_to_service_after_its_reboot_is_still_retested():
     assert ok.act == "none" and "already returned the node to service" in ok.why
     # Not that: in service with gpuhc's reason but no reboot (24.11 keeps a resumed node's
     # reason), a retired node, someone else's reason, a node still held.
-    for other in (node("IDLE", EVID), node("IDLE", "gpuhc: RETIRED xid gpu3 Xid 79 : reboot complete"),
+    for other in (node("IDLE", EVID), node("IDLE", "gpuhc: RETIRED xid79 gpu3 : reboot complete"),
                   node("IDLE", "bad fan : reboot complete"), node("DOWN", REBOOTED)):
         assert not returned_before_retest(other)
     assert plan_retest(node("IDLE", EVID), Verdict.FAIL, "gpuhc: pcie gpu1 x8", 3).act == "none"
@@ -85,7 +85,7 @@ def test_a_node_slurm_returned_with_no_reason_is_retested_when_it_asked_for_its_
     assert ok.act == "none" and "already returned the node to service" in ok.why
     # Not that: no memory, a retired memory, someone else's reason, a node still out of service.
     assert plan_retest(bare, Verdict.FAIL, "gpuhc: pcie gpu1 x8", 3).act == "none"
-    assert not returned_before_retest(bare, "gpuhc: RETIRED xid gpu3 Xid 79")
+    assert not returned_before_retest(bare, "gpuhc: RETIRED xid79 gpu3")
     assert not returned_before_retest(node("IDLE", "bad fan"), EVID + " [reboot]")
     assert not returned_before_retest(node("DOWN", None), EVID + " [reboot]")
 
@@ -127,7 +127,7 @@ def test_retire_keeps_evidence_or_takes_a_note_and_respects_foreign_reasons():
     s = MiniSlurm({"n1": ("IDLE+DRAIN", EVID + " [q1]"), "n2": ("IDLE+DRAIN", "bad fan"), "n3": ("IDLE", None)})
     res = retire(Actuator(Scontrol(run=s)), ["n1", "n2", "n3"])
     assert [r.ok for r in res] == [True, False, True]
-    assert s.nodes["n1"] == ["IDLE+DRAIN", "gpuhc: RETIRED xid gpu3 Xid 79"]
+    assert s.nodes["n1"] == ["IDLE+DRAIN", "gpuhc: RETIRED xid79 gpu3"]
     assert s.nodes["n3"] == ["IDLE+DRAIN", "gpuhc: RETIRED retired by admin"]
     assert retire(Actuator(Scontrol(run=s)), ["n1"])[0].message == "already retired"
     retire(Actuator(Scontrol(run=s)), ["n2"], note="fan replaced twice", force=True)

@@ -10,7 +10,7 @@ from gpuhc.slurm.policy.drain import Verdict
 from gpuhc.slurm.repair.quarantine import plan_retest
 from tests.helpers.paths import FIXTURES
 
-EVID = "gpuhc: xid Xid 79 on gpu3 (0000:5d:00.0): GPU has fallen off the bus"
+EVID = "gpuhc: xid79 gpu3 (0000:5d:00.0): GPU has fallen off the bus"
 
 
 def rebooted(raw: str, reason: str):

@@ -31,7 +31,10 @@ def mk(name: str, raw: str = "IDLE+DRAIN", reason: str | None = "x", user: str |
 @pytest.mark.parametrize(
     "reason, raw, cause, owner",
     [
-        ("gpuhc: xid Xid 79 on gpu3", "IDLE+DRAIN", "xid", "gpuhc"),
+        ("gpuhc: xid79 gpu3", "IDLE+DRAIN", "xid", "gpuhc"),
+        ("gpuhc: nvswitch12028 nvswitch2 fatal", "IDLE+DRAIN", "nvswitch", "gpuhc"),
+        ("gpuhc: xid Xid 79 on gpu3", "IDLE+DRAIN", "xid", "gpuhc"),  # written by an earlier release
+        ("gpuhc check later", "IDLE+DRAIN", "admin", "admin"),  # an admin's note: no colon, not ours
         ("gpuhc: RETIRED pages pending", "IDLE+DRAIN", "retired", "gpuhc"),
         ("gpuhc:ecc: 3 DBE", "IDLE+DRAIN", "ecc", "gpuhc"),
         ("gpuhc: gpu-count 7 of 8 GPUs [q2]", "IDLE+DRAIN", "gpu-count", "gpuhc"),
@@ -94,16 +97,16 @@ def test_only_unavailable_nodes_are_listed_and_partitions_counted():
 
 
 def test_grouping_by_cause_then_identical_reason():
-    nodes = [mk(f"gpu{i:03d}", reason="gpuhc: xid Xid 79 on gpu3", age_s=100.0 * i) for i in range(1, 6)]
-    nodes += [mk("gpu010", reason="gpuhc: xid Xid 48 on gpu0"), mk("gpu011", "MIXED+DRAIN", reason="gpuhc: xid Xid 79 on gpu3")]
+    nodes = [mk(f"gpu{i:03d}", reason="gpuhc: xid79 gpu3", age_s=100.0 * i) for i in range(1, 6)]
+    nodes += [mk("gpu010", reason="gpuhc: xid48 gpu0"), mk("gpu011", "MIXED+DRAIN", reason="gpuhc: xid79 gpu3")]
     nodes += [mk("gpu020", "DOWN*", "Not responding"), mk("gpu021", reason="cable", user="alice")]
     r = build_report(nodes, NOW)
     assert [(g.cause, g.count) for g in r.groups] == [("xid", 7), ("admin", 1), ("not responding", 1)]
     xid = r.groups[0]
     assert [(row.hostlist, row.kind, row.reason) for row in xid.rows] == [
-        ("gpu[001-005]", "drained", "gpuhc: xid Xid 79 on gpu3"),
-        ("gpu010", "drained", "gpuhc: xid Xid 48 on gpu0"),  # older than gpu011's, same count
-        ("gpu011", "draining", "gpuhc: xid Xid 79 on gpu3"),
+        ("gpu[001-005]", "drained", "gpuhc: xid79 gpu3"),
+        ("gpu010", "drained", "gpuhc: xid48 gpu0"),  # older than gpu011's, same count
+        ("gpu011", "draining", "gpuhc: xid79 gpu3"),
     ]
     first = xid.rows[0]
     assert first.since == NOW - 500 and first.age_s == 500 and first.users == ["root"]
