@@ -16,7 +16,8 @@ Rules, and why:
   :data:`CODES`), and the subject (a GPU, a port); the evidence follows without saying either
   again (the message's ``Xid 79`` and ``on gpu3`` are moved, not copied). A code is only ever
   moved from the front of the message, never added: a message without one (``gpu3 has fallen off
-  the bus (no Xid logged)``) leads with the bare check.
+  the bus (no Xid logged)``) leads with the bare check. A subject the message first names
+  elsewhere (``NIC 0000:1c:00.0: ...``) stays there and does not lead: said once.
 - **Every earlier shape is still ours.** Reasons written before the lead took this form
   (``gpuhc: xid Xid 79 on gpu3 ...``, ``gpuhc: xid gpu3 Xid 79``) stay on drained nodes across
   an upgrade: :func:`parse_reason` reads both (the first word is the check, with or without a
@@ -192,7 +193,16 @@ def lead(check: str, subject: str, message: str) -> str:
     where = ""
     if subject not in ("", "node"):
         where = sanitize(subject)
-        message = re.sub(rf"(?:\bon )?(?<![\w/.:-]){re.escape(where)}(?![\w/-])", "", message, count=1)
+        # Moved from where gpuhc's messages first say it ("gpu3 PCIe link ...", "... on gpu3");
+        # said first anywhere else ("NIC 0000:1c:00.0: ..."), the message keeps it, unrepeated.
+        m = re.search(rf"(?<![\w/.:-]){re.escape(where)}(?![\w/-])", message)
+        before = message[:m.start()] if m else ""
+        if m and not before.strip():
+            message = message[m.end():]
+        elif m and re.search(r"(?:^|\s)on $", before):
+            message = before[:-3] + message[m.end():]
+        elif m:
+            where = ""
     evidence = " ".join(message.split()).lstrip(":,; ")
     return " ".join(p for p in (word, where, evidence) if p)
 

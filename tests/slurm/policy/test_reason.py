@@ -43,6 +43,9 @@ def test_code_and_subject_lead_and_are_said_once():
         "gpuhc: xid gpu3 GPU lost (driver message, then Xid 8)"
     assert R.build_reason([fail("pcie", "Xid 79 on gpu3")]) == "gpuhc: pcie gpu3 Xid 79"  # pcie has no code
     assert R.build_reason([fail(msg="Xid 790 on gpu3")]) == "gpuhc: xid790 gpu3"  # 79 is not 790
+    # said first elsewhere than the front or after "on": the message keeps it, and it is not repeated
+    assert R.build_reason([fail("nic-health", "NIC 0000:1c:00.0: firmware health counter stopped", "0000:1c:00.0")]) \
+        == "gpuhc: nic-health NIC 0000:1c:00.0: firmware health counter stopped"
     # gpu10 is not gpu1, mlx5_0/10 is not mlx5_0/1
     assert R.build_reason([fail(msg="gpu10 bad", subject="gpu1")]) == "gpuhc: xid gpu1 gpu10 bad"
     assert R.build_reason([fail(msg="mlx5_0/10 down", subject="mlx5_0/1")]) == "gpuhc: xid mlx5_0/1 mlx5_0/10 down"
