@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from gpuhc.cli import CONTEXT
+from gpuhc.cli.tables import Table, asked, table_options
 
 
 LABELS = {"xid": "Xid", "sxid": "SXid", "signal": "Driver signal"}
@@ -189,17 +190,30 @@ def _evidence(code: str | None, json_mode: bool) -> None:
                "sets them): " + ", ".join(f"{n} {h.runs} runs over {h.span_s:g} s" for n, h in HOLDS.items()))
 
 
+# The catalogs' table for -o/--parsable/--noheader: code is the Xid, the SXid or the signal's name
+CATALOG = Table({"code": 8, "severity": 8, "action": 14, "does": 45, "name": 0}, default=("code", "does", "name"))
+
+
+def _catalog_row(kind: str, e: dict[str, Any]) -> dict[str, Any]:
+    return {"code": e[kind], "severity": e.get("severity") or ("fail" if e.get("fatal") else "warn"),
+            "action": e.get("action"), "does": _verdict(kind, e), "name": e["name"]}
+
+
 @click.command(context_settings=CONTEXT)
 @click.argument("kind", type=click.Choice(["xid", "sxid", "signal", "check", "evidence"], case_sensitive=False))
 @click.argument("code", required=False)
 @click.option("--json", "json_mode", is_flag=True, help="Print JSON instead of text.")
-def explain(kind: str, code: str | None, json_mode: bool) -> None:
+@table_options(CATALOG)
+def explain(kind: str, code: str | None, json_mode: bool, fmt: str | None, parsable: bool, noheader: bool) -> None:
     """Explain an Xid, an NVSwitch SXid, a driver message without an Xid (signal: e.g.
     reset_required), a check (check: e.g. pcie-aer), or a class of evidence (evidence: e.g. service,
     what it buys: WARN, drain, reboot, ticket, lemon): its meaning and what gpuhc does about it.
 
-    Without CODE, print the whole catalog. Unknown Xid codes show the default verdict."""
+    Without CODE, print the whole catalog. Unknown Xid codes show the default verdict. -o,
+    --parsable and --noheader print the xid, sxid and signal catalogs (or one entry) as a table."""
     kind = kind.lower()
+    if asked(fmt, parsable, noheader) and kind in ("check", "evidence"):
+        raise click.UsageError("-o, --parsable and --noheader print the xid, sxid and signal catalogs")
     if kind == "evidence":  # what each class of evidence buys: WARN, drain, reboot, ticket, lemon
         _evidence(code, json_mode)
         return
@@ -213,6 +227,9 @@ def explain(kind: str, code: str | None, json_mode: bool) -> None:
         _this_install(entries[0])
     if json_mode:
         click.echo(json.dumps(entries[0] if code is not None else entries, indent=2))
+    elif asked(fmt, parsable, noheader):
+        for line in CATALOG.lines([_catalog_row(kind, e) for e in entries], fmt, parsable, noheader):
+            click.echo(line)
     elif sys.stdout.isatty():
         _rich(kind, entries, code is not None)
     else:

@@ -34,9 +34,10 @@ def cell(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Table:
-    """One command's table. ``columns``: every field it has, with its width (0: the last,
-    unpadded), in the default order; ``default``: the fields shown without -o (all when empty);
-    ``times``: fields holding epoch seconds, shown as local ISO time."""
+    """One command's table. ``columns``: every field it has, in the default order, with its
+    least width (a wider value widens its column; the last column is never padded);
+    ``default``: the fields shown without -o (all when empty); ``times``: fields holding epoch
+    seconds, shown as local ISO time."""
 
     columns: dict[str, int]
     default: tuple[str, ...] = ()
@@ -56,19 +57,19 @@ class Table:
         return stamp(value) if field in self.times and value is not None else cell(value)
 
     def lines(self, rows: Sequence[dict], fmt: str | None, parsable: bool, noheader: bool) -> list[str]:
-        """``rows`` (dicts keyed by column) as lines: aligned, or ``|``-separated with no padding
-        (a ``|`` inside a value is written ``/``, so no value shifts the fields after it)."""
+        """``rows`` (dicts keyed by column) as lines, each value one printable line
+        (gpuhc.logtext.escape): aligned, or ``|``-separated with no padding, a ``|`` inside a
+        value written ``\\x7c`` as the escaper writes what it cannot print, so no value shifts
+        the fields after it (drain-report's --parsable does the same)."""
         fields = self.fields(fmt)
-
-        def line(values: list[str]) -> str:
-            if parsable:
-                return "|".join(v.replace("|", "/") for v in values)
-            cells = [v if i == len(values) - 1 else f"{v:{max(self.columns[f], len(f))}}"
-                     for i, (f, v) in enumerate(zip(fields, values))]
-            return " ".join(cells).rstrip()
-
-        out = [] if noheader else [line([f.upper() for f in fields])]
-        return out + [escape(line([self.show(f, r.get(f)) for f in fields])) for r in rows]
+        body = [[escape(self.show(f, r.get(f))) for f in fields] for r in rows]
+        head = [] if noheader else [[f.upper() for f in fields]]
+        if parsable:
+            return ["|".join(v.replace("|", "\\x7c") for v in values) for values in head + body]
+        # a column is as wide as its declared width, its header and its widest value
+        widths = [max([self.columns[f], len(f)] + [len(values[i]) for values in body]) for i, f in enumerate(fields)]
+        return [" ".join(v if i == len(values) - 1 else f"{v:{widths[i]}}" for i, v in enumerate(values)).rstrip()
+                for values in head + body]
 
 
 def table_options(table: Table) -> Callable[[Callable], Callable]:

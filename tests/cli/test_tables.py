@@ -32,6 +32,7 @@ COMMANDS = [
     (["fleet", "config-errors"], "node, since, last, using, error"),
     (["canary", "status"], "node, gpu, status, last_run, age, cadence, due, overdue, uuid, finding"),
     (["jobs"], "job, verdict, culprits, since, age, nodes, reported, user, name"),
+    (["explain", "xid"], "code, severity, action, does, name"),
 ]
 
 
@@ -39,7 +40,9 @@ def test_plain_parsable_noheader_and_chosen_columns():
     assert TABLE.lines(ROWS, None, False, False) == [
         "NODE     ACT    REASON", "gpu001   drain  gpuhc: xid79 gpu3 | fell off", "gpu002   resume -"]
     assert TABLE.lines(ROWS, "reason,NODE", True, True) == [
-        "gpuhc: xid79 gpu3 / fell off|gpu001", "-|gpu002"]  # the separator never appears inside a field
+        "gpuhc: xid79 gpu3 \\x7c fell off|gpu001", "-|gpu002"]  # the separator never appears inside a field
+    wide = TABLE.lines([{"node": "gpu-long-name-01", "act": "x\x1b[2Jy"}], "node,act", False, False)
+    assert wide == ["NODE             ACT", "gpu-long-name-01 x\\x1b[2Jy"]  # a wide value widens its column; escaped
     assert TABLE.lines([], "act", True, False) == ["ACT"]  # no row: the header alone, as sinfo prints it
 
 
@@ -57,8 +60,9 @@ def test_every_table_command_takes_them_and_refuses_an_unknown_column_first(tmp_
     assert f"Columns, comma-separated, in the order wanted: {columns}." in text, text
     cfg = tmp_path / "gpuhc.yaml"  # Slurm's tools are nowhere: refused before anything is asked
     cfg.write_text(f"slurm:\n  scontrol: {tmp_path}/none\n")
-    extra = ["--gpus", "8", "--hours", "1", "--rate", "0.001"] if argv == ["fleet", "risk"] else []
-    err = one_line_error(gpuhc(*argv, *extra, "--config", str(cfg), "-o", "node,bogus"))
+    extra = {"fleet risk": ["--gpus", "8", "--hours", "1", "--rate", "0.001"], "explain xid": []}.get(
+        " ".join(argv), ["--config", str(cfg)])
+    err = one_line_error(gpuhc(*argv, *extra, "-o", "node,bogus"))
     assert "bogus: not a column" in err and f"(these are: {columns})" in err, err
 
 
@@ -128,7 +132,7 @@ def _event_log(tmp_path):
 def test_fleet_observed_and_config_errors(tmp_path):
     args = _event_log(tmp_path)
     cp = gpuhc("fleet", "observed", *args, "-o", "reason,act,node", "--parsable", "--noheader")
-    assert cp.returncode == 0 and cp.stdout == "gpuhc: xid79 gpu3 (0000:18:00.0) / off|drain|gpu001\n", cp.stdout
+    assert cp.returncode == 0 and cp.stdout == "gpuhc: xid79 gpu3 (0000:18:00.0) \\x7c off|drain|gpu001\n", cp.stdout
     cp = gpuhc("fleet", "config-errors", *args, "-o", "node,using", "--parsable")
     assert cp.returncode == 1 and cp.stdout == "NODE|USING\ngpu002|built-in defaults (observe mode)\n", cp.stdout
     cp = gpuhc("fleet", "config-errors", *args, "-o", "using,node")
@@ -167,3 +171,11 @@ def test_jobs_on_a_real_dump():
     assert cp.returncode == 0 and cp.stdout == "n1:gpu3|1|hung\n", cp.stdout + cp.stderr
     plain = gpuhc("jobs", "--from-file", dump, "-o", "job,verdict").stdout.splitlines()
     assert plain == ["JOB      VERDICT", "1        hung"], plain
+
+
+def test_explain_catalogs():
+    cp = gpuhc("explain", "xid", "79", "-o", "name,code,severity", "--parsable", "--noheader")
+    assert cp.returncode == 0 and cp.stdout == "GPU has fallen off the bus|79|fail\n", cp.stdout + cp.stderr
+    sxid = gpuhc("explain", "sxid", "-o", "code", "--parsable").stdout.splitlines()
+    assert sxid[0] == "CODE" and len(sxid) > 10 and all(c.isdigit() for c in sxid[1:]), sxid[:3]
+    assert "catalogs" in one_line_error(gpuhc("explain", "check", "--noheader"))
