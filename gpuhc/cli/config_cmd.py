@@ -6,6 +6,7 @@ import click
 
 from gpuhc.cli import CONTEXT
 from gpuhc.cli.common import node_name
+from gpuhc.cli.tables import Table, asked, table_options
 
 
 @click.group(context_settings=CONTEXT)
@@ -109,12 +110,17 @@ def show(config_path: str | None, hostname: str | None, json_mode: bool) -> None
         click.echo(yaml.safe_dump(cfg.data, sort_keys=True, default_flow_style=False).rstrip())
 
 
+ACTS = Table({"act": 18, "on": 3, "what": 60, "switch": 0}, default=("act", "on", "what"))
+
+
 @config.command("acts")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False))
 @click.option("--node", "hostname", help="Apply this node's per-host overrides.")
 @click.option("--markdown", is_flag=True, help="A Markdown table (the README's is this, for the shipped config).")
 @click.option("--json", "json_mode", is_flag=True)
-def list_acts(config_path: str | None, hostname: str | None, markdown: bool, json_mode: bool) -> None:
+@table_options(ACTS)
+def list_acts(config_path: str | None, hostname: str | None, markdown: bool, json_mode: bool, fmt: str | None,
+              parsable: bool, noheader: bool) -> None:
     """Every act gpuhc can take on its own (drain, resume, retire, reboot, GPU reset, requeue,
     active checks, bundles, writes into jobs, hooks, sweeps): on or off in this config, when it
     happens, what it costs, and the setting that turns it on or off."""
@@ -128,6 +134,10 @@ def list_acts(config_path: str | None, hostname: str | None, markdown: bool, jso
 
         click.echo(json.dumps({"config": cfg.path, "node": cfg.hostname, "mode": cfg.section("slurm").get("mode"),
                                "acts": [a.to_dict() for a in rows]}, indent=2))
+        return
+    if asked(fmt, parsable, noheader):
+        for line in ACTS.lines([dict(a.to_dict(), on="on" if a.on else "off") for a in rows], fmt, parsable, noheader):
+            click.echo(line)
         return
     if not markdown:
         click.echo(f"# what gpuhc does by itself on {cfg.hostname}, from {cfg.path or 'built-in defaults'} "

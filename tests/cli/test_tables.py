@@ -33,6 +33,7 @@ COMMANDS = [
     (["canary", "status"], "node, gpu, status, last_run, age, cadence, due, overdue, uuid, finding"),
     (["jobs"], "job, verdict, culprits, since, age, nodes, reported, user, name"),
     (["explain", "xid"], "code, severity, action, does, name"),
+    (["config", "acts"], "act, on, what, switch"),
 ]
 
 
@@ -179,3 +180,12 @@ def test_explain_catalogs():
     sxid = gpuhc("explain", "sxid", "-o", "code", "--parsable").stdout.splitlines()
     assert sxid[0] == "CODE" and len(sxid) > 10 and all(c.isdigit() for c in sxid[1:]), sxid[:3]
     assert "catalogs" in one_line_error(gpuhc("explain", "check", "--noheader"))
+
+
+def test_config_acts(tmp_path):
+    cfg = tmp_path / "gpuhc.yaml"
+    cfg.write_text("slurm:\n  mode: observe\n")
+    cp = gpuhc("config", "acts", "--config", str(cfg), "-o", "switch,on,act", "--parsable", "--noheader")
+    assert cp.returncode == 0 and cp.stdout.splitlines()[0] == "slurm.mode; slurm.breaker|off|drain", cp.stdout
+    doc = json.loads(gpuhc("config", "acts", "--config", str(cfg), "--json").stdout)
+    assert len(cp.stdout.splitlines()) == len(doc["acts"])  # every act, one line each
