@@ -96,7 +96,8 @@ def drain_report(from_file, partitions, states, owners, older_than, newer_than, 
         from gpuhc.cli.fleet_cmd import show_observed
         from gpuhc.config import load_config
 
-        show_observed(load_config(config_path), 7 * 86400.0, (), json_mode)
+        # -o names `fleet observed`'s columns here (its table, not the drained nodes')
+        show_observed(load_config(config_path), 7 * 86400.0, (), json_mode, (fields, parsable, noheader))
         return
     try:
         chosen = parse_fields(fields) if fields or parsable else None

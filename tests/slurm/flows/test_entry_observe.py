@@ -112,6 +112,8 @@ def test_fleet_observed_cli_and_drain_report_observed(tmp_path):
     assert [(r["node"], r["act"], r["runs"]) for r in json.loads(got.output)["nodes"]] == [("n1", "drain", 1)]
     got = CliRunner().invoke(cli, ["drain-report", "--observed", "--config", str(cfg)])
     assert got.exit_code == 0 and "n1" in got.output and "drain" in got.output, got.output
+    got = CliRunner().invoke(cli, ["drain-report", "--observed", "--config", str(cfg), "-o", "act,node", "--parsable"])
+    assert got.exit_code == 0 and got.output == "ACT|NODE\ndrain|n1\n", got.output
     cfg.write_text("slurm:\n  syslog: false\n")
     assert "no event log to read" in one_line_error(gpuhc("fleet", "observed", "--config", str(cfg)))
     assert "no event log to read" in one_line_error(gpuhc("fleet", "lemons", "--config", str(cfg)))
