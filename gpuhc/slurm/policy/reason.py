@@ -23,11 +23,10 @@ Rules, and why:
   an upgrade: :func:`parse_reason` reads both (the first word is the check, with or without a
   code), so they are resumed, cycled and retired as before, and their evidence is kept as
   written.
-
 - **Ownership by prefix.** A reason starting with ``gpuhc:`` is ours; anything else (an admin's
   note, Slurm's "Not responding", "Prolog error", NHC's "NHC: ...") is never overwritten and
-  never resumed. Matching is exact and case-sensitive so that an admin's "GPUHC check later" is
-  not mistaken for ours.
+  never resumed. Matching is exact and case-sensitive, colon included, so that an admin's
+  "GPUHC check later" or "gpuhc check later" is not mistaken for ours.
 - **Deterministic.** The same failing results give byte-identical text (sorted by severity,
   then check and subject), so a re-run sends nothing: gpuhc compares before acting, and Slurm
   treats an identical reason as a no-op anyway.
