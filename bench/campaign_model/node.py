@@ -139,6 +139,11 @@ class Node:
         return (tuple((f.id, f.stamp, f.building) for f in self.faults), tuple(ep[0] for ep in self.noise),
                 self.version)
 
+    def boot_id(self) -> str:
+        """The node's boot as the kernel names it (/proc/sys/kernel/random/boot_id): a new one
+        at every boot, so gpuhc's rules that start again at a reboot see each of the model's."""
+        return f"{self.name}-boot-{self.boot:.3f}"
+
     def rebooted(self, now: float) -> None:
         """A boot: the kernel log and the volatile counters start again."""
         self.old_lines, self.lost, self.boot = [], [], now
@@ -171,7 +176,7 @@ class Node:
             patch.update(IDLE)
         text = (f"extends: {json.dumps(str(stripped))}\n" + steps
                 + (_dump(patch) if patch else "")
-                + f"hostname: {self.name}\nkernel_log:\n"
+                + f"hostname: {self.name}\nboot_id: {json.dumps(self.boot_id())}\nkernel_log:\n"
                 + "".join(f"  - {json.dumps(render(ln, self.shape, self.name))}\n" for ln in lines))
         clock = render(iso(now) + " systemd[1]: Started gpuhc check (campaign clock).", self.shape, self.name)
         now_line = f"  - {json.dumps(clock)}\n"

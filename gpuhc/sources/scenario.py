@@ -61,17 +61,17 @@ class _Fixed:
 
 
 class _KernelLines:
-    __slots__ = ("lines", "source", "now")
+    __slots__ = ("lines", "source", "now", "boot_id")
 
-    def __init__(self, lines: list[str], source: str, now: float | None = None):
+    def __init__(self, lines: list[str], source: str, now: float | None = None, boot_id: str | None = None):
         # now: the recording's time: its year-less stamps are of that year
-        self.lines, self.source, self.now = lines, source, now
+        self.lines, self.source, self.now, self.boot_id = lines, source, now, boot_id
 
     def read(self) -> KernelLog:
         from gpuhc.sources.kernel_log import parse_lines  # lazy: only scenarios with a log need it
 
         log = parse_lines(self.lines, now=self.now)
-        log.source = self.source
+        log.source, log.boot_id = self.source, self.boot_id
         return log
 
 
@@ -102,6 +102,7 @@ class Scenario:
     nvml: NvmlReading
     hostname: str | None = None
     time: float | None = None
+    boot_id: str | None = None  # the recorded boot: replays of two boots are told apart as a live node's
     description: str | None = None
     kernel_lines: list[str] | None = None
     kernel: KernelLog | None = None
@@ -139,7 +140,8 @@ class Scenario:
     def kernel_log_source(self) -> Any:
         if self.kernel is not None:
             return _Fixed(self.kernel)
-        return _KernelLines(list(self.kernel_lines or []), f"{self.path} (scenario kernel_log)", self.time)
+        return _KernelLines(list(self.kernel_lines or []), f"{self.path} (scenario kernel_log)", self.time,
+                            self.boot_id)
 
     @property
     def has_sysfs(self) -> bool:
@@ -308,7 +310,7 @@ class _State:
                 raise err(path + ("gpus", idx, "index"), f"this entry is GPU {idx}, not {entry['index']}")
             self._override(self.gpus[idx], entry, template=False)
             self.gpu_paths[idx] = path + ("gpus", idx)
-        for key in ("hostname", "time", "driver_version", "cuda_driver_version", "description"):
+        for key in ("hostname", "time", "boot_id", "driver_version", "cuda_driver_version", "description"):
             if key in part:
                 self.top[key] = part[key]
         if "nvml" in part:
@@ -357,6 +359,7 @@ class _State:
         if self.kernel is not None:
             kernel = kernel_from_dict(self.kernel, ("kernel",), err)
             kernel.source = kernel.source or f"{path} (scenario kernel events)"
+            kernel.boot_id = kernel.boot_id or self.top.get("boot_id")
         ib = None if self.ib is None else [ib_port_from_dict(d, ("ib_ports", i), err) for i, d in enumerate(self.ib)]
         aer = None if self.aer is None else [aer_from_dict(d, ("aer", i), err) for i, d in enumerate(self.aer)]
         t = self.top.get("time")
@@ -374,7 +377,7 @@ class _State:
             activity = activity_from_dict(self.activity)
         return Scenario(
             path=path, step=step, steps=steps, nvml=nvml_from_doc(self.top, gpus),
-            hostname=self.top.get("hostname"), time=None if t is None else float(t),
+            hostname=self.top.get("hostname"), time=None if t is None else float(t), boot_id=self.top.get("boot_id"),
             description=self.top.get("description"), kernel_lines=self.kernel_lines, kernel=kernel,
             ib_ports=ib, aer=aer, pci_gpus=self.pci_gpus, occupancy=occupancy, activity=activity,
             imex=None if self.imex is None else imex_from_dict(self.imex), gres=self.gres,

@@ -11,6 +11,7 @@ Document shape (all keys optional except where a GPU needs them)::
     format: 1                        # written by `gpuhc snapshot`; optional in hand-written files
     hostname: gpu017                 # what the recording came from
     time: 1731500000.0               # when
+    boot_id: "4f1e...-..."           # its boot (/proc/sys/kernel/random/boot_id): a new one is a reboot
     driver_version: "580.95.05"
     cuda_driver_version: "13.0"
     nvml: {available: true}          # or {available: false, error: "driver not loaded"}

@@ -17,6 +17,7 @@ from campaign_model.metrics import compute  # noqa: E402
 from campaign_model.policies import config_for  # noqa: E402
 from campaign_model.node import iso  # noqa: E402
 from campaign_model.sim import T0, Campaign  # noqa: E402
+from gpuhc.slurm.policy.reason import parse_reason  # noqa: E402
 
 
 def campaign(tmp_path, inject, policy="shipped", nodes=2, days=0.3, seed=3, jobs=None, **kw):
@@ -56,7 +57,7 @@ def test_a_drain_by_an_active_check_is_not_undone_by_passive_health_checks(tmp_p
     strong(monkeypatch, slower=0.3, precisions=("tf32",), trigger=1.0)
     jobs = [(600 + 1800 * k, 1, 1200.0, ("gpu001",)) for k in range(12)]
     c = campaign(tmp_path, [(300, cls, "gpu001", False)], nodes=1, days=0.3, jobs=jobs)
-    assert [(w, (r or "").split()[1]) for _, _, w, r in c.slurm.events] == [("drain", check)]
+    assert [(w, parse_reason(r).check) for _, _, w, r in c.slurm.events] == [("drain", check)]
     assert compute(c)["escapes"]["by_class"] == {cls: 1}
 
 
@@ -180,7 +181,7 @@ def test_noise_on_healthy_nodes_meets_gpuhcs_real_judges(tmp_path, monkeypatch):
     monkeypatch.setitem(N.BY_NAME, mon.name, replace(mon, patch=N._occ("nv-hostengine", 512, 3311, 1000)))
     c = campaign(tmp_path / "user", [], nodes=2, days=0.2, noise=True, noise_inject=noise, jobs=jobs)
     assert drains(c, "gpu001") == []
-    assert [r.split()[1] for r in drains(c, "gpu002")] == ["occupancy"]
+    assert [parse_reason(r).check for r in drains(c, "gpu002")] == ["occupancy"]
     assert compute(c)["false_drains"]["total"] == 1
 
 
@@ -255,7 +256,7 @@ def test_a_kernel_log_flood_that_overwrites_a_driver_line_hides_its_fault(tmp_pa
     if lost:
         assert drains(c) == [] and m["faults_never_drained"] == {"gsp-timeout": 1}
     else:
-        assert [r.split()[1] for r in drains(c)] == ["xid"] and m["faults_never_drained"] == {}
+        assert [parse_reason(r).check for r in drains(c)] == ["xid"] and m["faults_never_drained"] == {}
 
 
 def test_a_port_that_came_back_is_resumed_at_the_next_health_checks_not_drained_a_day_later(tmp_path):

@@ -19,6 +19,7 @@ from campaign_model import sim  # noqa: E402
 from campaign_model.metrics import compute  # noqa: E402
 from campaign_model.node import Node  # noqa: E402
 from campaign_model.policies import config_for  # noqa: E402
+from gpuhc.slurm.policy.reason import parse_reason  # noqa: E402
 
 HOST_NOISE = [k.name for k in H.HOST_KINDS]
 
@@ -69,7 +70,7 @@ def test_a_site_that_drains_on_one_sighting_drains_for_an_nfs_hiccup(tmp_path):
         eager = campaign(tmp_path / "eager", [(900, "nfs-hiccup", "gpu001")],
                          extra={"evidence": {"host": {"runs": 1, "span_s": 0.0}}})
         held = campaign(tmp_path / "held", [(900, "nfs-hiccup", "gpu001")])
-    assert [r.split()[1] for r in drains(eager)] == ["host"]
+    assert [parse_reason(r).check for r in drains(eager)] == ["host"]
     assert compute(eager)["false_drains"]["total"] == 1
     assert drains(held) == []
 

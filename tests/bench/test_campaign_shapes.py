@@ -44,5 +44,5 @@ def test_a_fault_is_drained_alike_in_every_shape(tmp_path, shape):
     c = Campaign(config_for("shipped", tmp_path), tmp_path, nodes=1, days=0.05, seed=3, noise=False, load=0.0,
                  inject=[(600, "gsp-timeout", "gpu001", False)], jobs=[], log_shape=shape).run()
     got = [(round(t - T0), r) for t, n, w, r in c.slurm.events if w == "drain"]
-    assert len(got) == 1 and got[0][1].startswith("gpuhc: xid Xid 119"), got
+    assert len(got) == 1 and got[0][1].startswith("gpuhc: xid119 "), got
     assert 600 <= got[0][0] <= 600 + 2 * 300, got  # at the fault's next health check, whatever the shape

@@ -109,6 +109,19 @@ kernel_log:
     assert log.last_time is not None and "scenario kernel_log" in log.source
 
 
+def test_a_recordings_boot_reaches_the_kernel_log_so_two_boots_are_told_apart(tmp_path):
+    """A port's downtime and the kernel-log cursor start again at a reboot, which a live node
+    tells by its boot_id; a replay gives it as ``boot_id`` (both kinds of kernel section)."""
+    lines = BASE + 'boot_id: "b-1"\nkernel_log: ["2025-03-04T10:03:12,448120+00:00 NVRM: loading"]\n'
+    assert load_scenario(write(tmp_path, lines)).kernel_log_source().read().boot_id == "b-1"
+    events = BASE + 'boot_id: "b-2"\nkernel: {events: []}\nsteps: [{boot_id: "b-3"}]\n'
+    assert load_scenario(write(tmp_path, events, "e.yaml"), 0).kernel_log_source().read().boot_id == "b-2"
+    assert load_scenario(write(tmp_path, events, "e.yaml"), 1).boot_id == "b-3"
+    assert load_scenario(write(tmp_path, BASE + "kernel_log: []\n", "n.yaml")).kernel_log_source().read().boot_id is None
+    with pytest.raises(SourceError, match=r"boot_id.*must be"):
+        load_scenario(write(tmp_path, BASE + "boot_id: 7\n", "bad.yaml"))
+
+
 def test_recorded_kernel_events_replay_exactly(tmp_path):
     p = write(tmp_path, BASE + """gpus: [{pci_bus_id: "0000:5d:00.0"}]
 kernel:
