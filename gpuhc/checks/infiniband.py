@@ -343,8 +343,9 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
 
 
 def acknowledge(state: dict[str, Any] | None, now: float) -> dict[str, Any]:
-    """The state after an admin's resume or a retest: the ports' flaps up to ``now`` are
-    forgiven (the kernel log still shows them, so the time is kept); samples and counters stay."""
+    """The state after an admin's resume or a retest: the ports' flaps and seconds down up to
+    ``now`` are forgiven (the kernel log still shows them, so the time is kept); samples and
+    counters stay. A port the admin resumed while it is still down fails by its state."""
     new = dict(state) if isinstance(state, dict) else {}
     ports = new.get("ports")
     if isinstance(ports, dict):

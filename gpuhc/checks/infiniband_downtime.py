@@ -77,9 +77,10 @@ def events_for(port: IbPort, pci: str | None, events: list[KernelEvent]) -> list
 
 def timeline(port: IbPort, snapshot: Snapshot, window: float, prev: dict, boot_changed: bool,
              flap_window_h: float = 24.0, since: float | None = None) -> tuple[float, dict[str, Any]]:
-    """Seconds down in the last ``window`` seconds, and the port's history to keep: its samples,
-    and when it went down (``flaps``: kept across boots, for ``flap_window_h`` hours, none up to
-    ``since``, an acknowledgement; gpuhc/checks/persistence.py)."""
+    """Seconds down in the last ``window`` seconds and after ``since`` (an acknowledgement: an
+    admin's resume or a retest answers for the outage before it; a port still down fails by its
+    state), and the port's history to keep: its samples, and when it went down (``flaps``: kept
+    across boots, for ``flap_window_h`` hours, none up to ``since``; gpuhc/checks/persistence.py)."""
     now = snapshot.time
     samples = [] if boot_changed else _prev_samples(prev, now)
     first_up = None if boot_changed else number(prev.get("first_up"))
@@ -92,7 +93,8 @@ def timeline(port: IbPort, snapshot: Snapshot, window: float, prev: dict, boot_c
         first_up = min(ups + ([first_up] if first_up is not None else []))
     stretches = down_stretches(obs, now, first_up)
     start = now - window
-    down = sum(max(0.0, min(b, now) - max(a, start)) for a, b in stretches)
+    counted = start if since is None else max(start, since)
+    down = sum(max(0.0, min(b, now) - max(a, counted)) for a, b in stretches)
     flaps = remember(prev.get("flaps"), [a for a, _ in stretches], now, flap_window_h, since)
     # keep the window, plus the last sample before it: it tells the state at the window's start
     samples = sorted(dict(samples).items())  # one sample per time: a replay may run twice at one "now"
