@@ -348,8 +348,8 @@ def _group_names(value: Any, where: str) -> list[str]:
         value = value.get("nodes")
     if value is None:
         return []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise NodeParseError(f"{where}: `nodes.nodes` must be a list of node names, got {value!r}")
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise NodeParseError(f"{where}: `nodes.nodes` must be a list of node names, got {value!r}"[:300])
     out: list[str] = []
     for item in value:
         if "[" in item:

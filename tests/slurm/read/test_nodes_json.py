@@ -70,6 +70,7 @@ def test_bare_list_and_non_ascii_reason():
         ('{"nodes": [], "errors": [{"description": "Unable to contact slurmctld", "error_number": 1}]}', "Unable to contact slurmctld"),
         ('"just a string"', "not a Slurm node listing"),
         ('{"sinfo": [{"nodes": {"nodes": ["bad[1-"]}}]}', "bad hostlist"),
+        ('{"sinfo": [{"nodes": [""]}]}', "sinfo[0]: `nodes.nodes` must be a list of node names"),  # a node named ""
     ],
 )
 def test_bad_json_names_the_format_and_place(doc, needle):
