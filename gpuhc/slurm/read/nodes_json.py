@@ -217,7 +217,7 @@ def _node(item: Any, where: str, kind: str) -> Node:
     if not isinstance(item, dict):
         raise NodeParseError(f"{kind}, {where}: expected a node object, got {type(item).__name__}")
     name = item.get("name")
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str) or not name.strip():
         raise NodeParseError(f"{kind}, {where}: node has no `name`")
     here = f"{kind}, {where} ({name})"
     state, flags, raw = _state(item.get("state"), item.get("state_flags"), here)

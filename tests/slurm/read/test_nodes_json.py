@@ -71,6 +71,7 @@ def test_bare_list_and_non_ascii_reason():
         ('"just a string"', "not a Slurm node listing"),
         ('{"sinfo": [{"nodes": {"nodes": ["bad[1-"]}}]}', "bad hostlist"),
         ('{"sinfo": [{"nodes": [""]}]}', "sinfo[0]: `nodes.nodes` must be a list of node names"),  # a node named ""
+        ('{"nodes": [{"name": " "}]}', "nodes[0]: node has no `name`"),
     ],
 )
 def test_bad_json_names_the_format_and_place(doc, needle):
