@@ -142,3 +142,29 @@ def test_corruption_the_burn_in_computes_is_counted_as_the_burn_ins_catch(tmp_pa
 def test_the_canary_needs_the_campaigns_own_clock(tmp_path):
     with pytest.raises(ValueError, match="time_scale 1"):
         Campaign(config_for("shipped", tmp_path), tmp_path, nodes=1, days=0.1, canary=True, time_scale=1 / 60)
+
+
+def test_the_cli_sweeps_one_class_at_a_rate_scale_with_and_without_the_canary(tmp_path, capsys):
+    # `--classes sdc --rate-scale` reach every seed of a sweep (the sweep dropped --rate-scale
+    # before), and each seed's record carries the silent corruption's numbers and the canary's cost.
+    import json
+
+    import campaign
+
+    docs = {}
+    for flag in ([], ["--canary"]):
+        out = tmp_path / f"sdc{len(flag)}.json"
+        argv = ["--seeds", "1-2", "--nodes", "8", "--days", "1", "--classes", "sdc", "--rate-scale", "10000",
+                "--no-noise", "--json", str(out)] + flag
+        assert campaign.main(argv) == 0
+        docs[bool(flag)] = json.loads(out.read_text())
+    for doc in docs.values():
+        assert doc["classes"] == ["sdc"] and doc["rate_scale"] == 10000 and doc["noise"] is False
+        assert all(set(s["faults"]) == {"sdc"} and s["sdc_faults"] == s["faults"]["sdc"] > 0 for s in doc["seeds"])
+        assert sum(s["sdc_job_gpu_hours_before_caught"] for s in doc["seeds"]) > 0
+    assert [s["sdc_faults"] for s in docs[False]["seeds"]] == [s["sdc_faults"] for s in docs[True]["seeds"]]
+    assert all(s["canary_runs"] == 0 and s["canary_gpu_hours"] == 0 for s in docs[False]["seeds"])
+    assert all(s["canary_runs"] + s["canary_epilog_slices"] > 0 and s["canary_gpu_hours"] > 0 for s in docs[True]["seeds"])
+    with pytest.raises(SystemExit) as e:
+        campaign.main(["--classes", "sdc,nosuch"])
+    assert e.value.code == 2 and "--classes nosuch: not a fault class" in capsys.readouterr().err
