@@ -36,7 +36,7 @@ def _d(x: dict) -> str:
 def table(doc: dict) -> str:
     head = (f"**{doc['policy']}** ({doc['seeds_run']} seeds, {doc['nodes']} nodes x {doc['gpus']} GPUs, "
             f"{doc['days']:g} days, odds x{doc.get('odds', 1.0):g}; gpuhc "
-            f"{str(doc.get('gpuhc_main_commit') or doc.get('gpuhc_commit'))[:7]})\n\n"
+            f"{str(doc.get('gpuhc_main_commit') or doc.get('gpuhc_commit'))[:7]}{_drawn(doc)})\n\n"
             "| per seed | mean [95 % CI] | p50 / p95 / max | seeds > 0 |\n|---|---|---|---|\n")
     rows = [f"| {label} | {_d(doc['distributions'][k])} |" for k, label in ROWS if k in doc["distributions"]]
     s = doc["sick_spells_back_or_retired_within_60_min"]
@@ -45,6 +45,20 @@ def table(doc: dict) -> str:
     t = doc["time_to_retire_h"]
     rows.append(f"| time to retire a lemon, h (pooled) | n={t['n']} | p50 {t['p50']} / max {t['max']} | |")
     return head + "\n".join(rows)
+
+
+def _drawn(doc: dict) -> str:
+    """What a sweep drew, where it was not the whole model (sweeps before these keys: the whole)."""
+    parts = []
+    if doc.get("classes", "all") != "all":
+        parts.append("classes " + ",".join(doc["classes"]))
+    if doc.get("rate_scale", 1.0) != 1.0:
+        parts.append(f"rates x{doc['rate_scale']:g}")
+    if doc.get("noise") is False:
+        parts.append("no noise")
+    if doc.get("canary"):
+        parts.append("canary on")
+    return "; " + ", ".join(parts) if parts else ""
 
 
 def goals(doc: dict) -> str:
