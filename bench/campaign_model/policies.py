@@ -4,7 +4,8 @@ shipped: etc/gpuhc.yaml exactly as installed (the ladder off, its default; the e
 checks on, their worker campaign_model/active_gpu.py's); ladder: the same with the remediation
 ladder on (README's deployment with repair); strict/loose: the ladder made slower or quicker to
 hand a node back; observe: ``slurm.mode: observe`` (gpuhc decides and logs but never changes a
-node). Only what a bench cannot have is changed: no log file, syslog or hooks, a postmortem
+node); slice-all: shipped with the canary's epilog slice computing every precision (a what-if
+for ``--canary``). Only what a bench cannot have is changed: no log file, syslog or hooks, a postmortem
 directory in the campaign's work directory.
 """
 
@@ -28,6 +29,10 @@ OVERLAYS = {
     # (docs/campaign.md, "What changed, and why": why not this).
     "ticket-reboot": {"slurm": {"remediation": {"enabled": True, "actions": {"drain_ticket": ["reboot"]}}}},
     "observe": {"slurm": {"remediation": {"enabled": True}, "mode": "observe"}},
+    # What-if (with --canary): the epilog's canary slice computes every precision, as its canary
+    # jobs do, at the slice's shapes (docs/campaign.md, "The silent-corruption canary in the campaign").
+    "slice-all": {"canary": {"epilog": {"cases": ["bf16-exact-2048", "bf16-random-4096", "fp16-random-4096",
+                                                  "tf32-random-4096", "fp32-random-2048", "fp64-random-2048"]}}},
 }
 
 

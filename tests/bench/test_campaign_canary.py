@@ -24,9 +24,9 @@ PERIOD_H = 24.0  # canary.period_h's default (gpuhc/canary/settings.py)
 RUN_H = 300.0 / H  # canary.max_seconds's default: a canary job's length in the model
 
 
-def campaign(tmp_path, inject, nodes=1, days=1.0, jobs=None, canary=True, **kw):
+def campaign(tmp_path, inject, nodes=1, days=1.0, jobs=None, canary=True, policy="shipped", **kw):
     tmp_path.mkdir(parents=True, exist_ok=True)
-    return Campaign(config_for("shipped", tmp_path), tmp_path, nodes=nodes, days=days, seed=3, inject=inject,
+    return Campaign(config_for(policy, tmp_path), tmp_path, nodes=nodes, days=days, seed=3, inject=inject,
                     load=0.0, jobs=jobs, noise=False, canary=canary, **kw).run()
 
 
@@ -82,6 +82,12 @@ def test_with_the_canary_a_node_that_never_idles_is_caught_by_the_epilog_slice(t
     slices = [(t - T0) / H for t, _, kind, _ in c.canary_stats.log]
     assert slices[:2] == [10.0, 40.0]  # the first job's end (never ran), then the first job end a cadence on
     assert m["hours_to_catch"]["max"] <= PERIOD_H + 10 + SUBMIT_S / H
+
+
+def test_the_slice_all_what_if_meets_fp16_on_a_node_that_never_idles(tmp_path, monkeypatch):
+    corrupting(monkeypatch, "fp16")
+    c = campaign(tmp_path, [(12 * H, "sdc", "gpu001", False)], days=2.5, jobs=never_idle(60), policy="slice-all")
+    assert sdc(c)["caught_by"] == {"canary": 1} and c.canary_stats.runs == 0
 
 
 def test_the_epilog_slice_computes_no_fp16_so_a_node_that_never_idles_keeps_such_a_fault(tmp_path, monkeypatch):
