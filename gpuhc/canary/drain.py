@@ -25,43 +25,49 @@ def reason(entry: dict) -> str:
 
 
 def apply_pending(doc: dict, config: Any, scontrol: Any, now: float, lines: list[str]) -> list[dict]:
+    """Drain every node of the fleet state's ``pending`` (the admin side's step); a node whose
+    drain settled leaves it, the others are tried again next time."""
+    pending = doc.get("pending") or {}
+    done = []
+    for node in sorted(pending, key=lambda n: (pending[n]["since"], n)):
+        result = drain_node(node, pending[node], config, scontrol, now, lines)
+        if result["act"] in SETTLED:
+            del pending[node]
+        done.append(result)
+    return done
+
+
+def drain_node(node: str, entry: dict, config: Any, scontrol: Any, now: float, lines: list[str]) -> dict:
+    """Drain ``node`` RETIRED for ``entry`` (``gpu``, ``finding``) through the actuator; what was
+    done (``act``: drain, keep, observed, unverified, blocked, error) and why."""
     from gpuhc.slurm.act.actuator import Actuator
     from gpuhc.slurm.act.scontrol import Scontrol
     from gpuhc.slurm.policy.breaker import BreakerSettings
     from gpuhc.slurm.policy.drain import Memory, PolicySettings, Verdict, decide
 
-    pending = doc.get("pending") or {}
-    if not pending:
-        return []
     slurm = config.section("slurm") if config is not None else {}
     sc = scontrol or Scontrol.from_section(slurm)
     settings = PolicySettings.from_section(slurm)
     gate = BreakerSettings.from_section(slurm.get("breaker", {}))
     observe = slurm.get("mode") == "observe"
-    done = []
-    for node in sorted(pending, key=lambda n: (pending[n]["since"], n)):
-        entry = pending[node]
-        why_text = reason(entry)
-        result: dict[str, Any] = {"node": node, "gpu": entry["gpu"], "reason": why_text}
-        log = lambda text, loud=False, n=node: lines.append(f"{n}: {text}")  # noqa: E731
-        try:
-            got = Actuator(sc, gate, log, spread=False, observe=observe).apply(
-                node, lambda nd, open_: decide(nd, Verdict.FAIL, why_text, Memory(), now, settings, breaker_open=open_))
-        except SlurmError as e:
-            result.update(act="error", why=str(e))
-        else:
-            d = got.decision
-            result.update(act=d.act.value, why=d.why)
-            if got.observed:
-                result.update(act="observed", why=f"observe mode, nothing sent: would {d.act.value}: {d.why}")
-            elif d.act.touches_slurm and not got.verified:
-                result["act"] = "unverified"
-            if got.undone:
-                result.update(act="blocked", why="concurrent drains past the circuit breaker's cap: drain undone")
-            if got.precount is not None and got.precount.open:
-                result["breaker"] = got.precount.message
-        lines.append(f"{node}: {result['act']}: {result['why']}")
-        if result["act"] in SETTLED:
-            del pending[node]
-        done.append(result)
-    return done
+    why_text = reason(entry)
+    result: dict[str, Any] = {"node": node, "gpu": entry["gpu"], "reason": why_text}
+    log = lambda text, loud=False: lines.append(f"{node}: {text}")  # noqa: E731
+    try:
+        got = Actuator(sc, gate, log, spread=False, observe=observe).apply(
+            node, lambda nd, open_: decide(nd, Verdict.FAIL, why_text, Memory(), now, settings, breaker_open=open_))
+    except SlurmError as e:
+        result.update(act="error", why=str(e))
+    else:
+        d = got.decision
+        result.update(act=d.act.value, why=d.why)
+        if got.observed:
+            result.update(act="observed", why=f"observe mode, nothing sent: would {d.act.value}: {d.why}")
+        elif d.act.touches_slurm and not got.verified:
+            result["act"] = "unverified"
+        if got.undone:
+            result.update(act="blocked", why="concurrent drains past the circuit breaker's cap: drain undone")
+        if got.precount is not None and got.precount.open:
+            result["breaker"] = got.precount.message
+    lines.append(f"{node}: {result['act']}: {result['why']}")
+    return result

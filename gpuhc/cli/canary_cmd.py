@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
 import click
 
@@ -138,7 +139,30 @@ def run_cmd(config_path, state_dir, cases, repeats, seed, max_seconds, memtest_f
         for x in r.results:
             click.echo(f"{x.status.value.upper():5} {x.check} {x.message}")
     statuses = {x.status.value for x in r.results}
+    if epilog and "fail" in statuses and not params["inject"] and _drained_here(config, r.node, doc):
+        sys.exit(0)  # gpuhc's RETIRED reason is the node's; a failing epilog would add Slurm's own
     sys.exit(EXIT_UNHEALTHY if "fail" in statuses else EXIT_INTERNAL if "error" in statuses else 0)
+
+
+def _drained_here(config: Any, node_name: str, doc: dict) -> bool:
+    """The epilog's slice found confirmed corruption: drain this node RETIRED now, through the
+    actuator (observe mode, the breaker and the audit log see it), as the admin side would at its
+    next step; a job must not start on the GPU meanwhile. True when the drain is done, observed,
+    or held back by the circuit breaker (a failing epilog would drain past it; the result file
+    waits for the admin side); False when Slurm could not be asked or did not show the drain:
+    the slice exits 1 and Slurm's own "Epilog error" drain takes the node out."""
+
+    from gpuhc.canary.drain import drain_node
+
+    failed = sorted(s for s, g in (doc.get("gpus") or {}).items() if g.get("status") == "fail")
+    if not failed:
+        return False
+    lines: list[str] = []
+    entry = {"gpu": failed[0], "finding": doc["gpus"][failed[0]].get("message")}
+    got = drain_node(node_name, entry, config, None, time.time(), lines)
+    for line in lines:
+        click.echo(f"gpuhc canary run: {line}", err=True)
+    return got["act"] in ("drain", "keep", "observed", "blocked")
 
 
 def _say(doc: dict, json_mode: bool, text: str) -> None:

@@ -102,3 +102,35 @@ def test_canary_jobs_low_priority_preempted_cover_every_node_drain_and_report_ov
     assert [line.split()[:2] for line in table.stdout.splitlines()[1:]] == [["n4", "gpu1"]], table.stdout
     assert 'gpuhc_canary_overdue{gpu="gpu1",node="n4",uuid="GPU-fake-n4-1"} 1.0' in prom.read_text()
     assert 'gpuhc_canary_status{gpu="gpu1",node="n3",uuid="GPU-fake-n3-1"} 3.0' in prom.read_text()
+
+
+def test_the_epilog_slice_drains_its_node_retired_itself_and_exits_0(slurm_cluster, tmp_path):
+    """A slice that confirms corruption must not just exit 1: Slurm would drain the node "Epilog
+    error" first, and the admin side then finds another's reason and leaves it (no RETIRED, so
+    clean health checks could resume it). The slice drains RETIRED through the actuator and
+    exits 0; in observe mode it sends nothing; with Slurm unreachable it exits 1 (Slurm's own
+    drain is then the fallback)."""
+    c = slurm_cluster(nodes=("n1", "n2"))
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"gpus": 2, "sick": {"gpu1": {"case": "bf16-exact-32", "word": 40, "bit": 7,
+                                                             "mode": "sticky"}}}))
+
+    def slice_on(node: str, **extra) -> subprocess.CompletedProcess:
+        cfg = tmp_path / f"{node}.yaml"
+        cfg.write_text(yaml.safe_dump({"state_dir": str(tmp_path / node),
+                                       "canary": {"epilog": {"cases": ["bf16-exact-32"]}, "repeats": 2},
+                                       "slurm": {"breaker": {"max_drained_percent": 50.0}, **extra}}))
+        env = c.env(PYTHONPATH=str(REPO), SLURMD_NODENAME=node, GPUHC_STATE_DIR=str(tmp_path / node))
+        return subprocess.run([sys.executable, str(FAKE), "--cli", str(spec), "canary", "run", "--epilog",
+                               "--config", str(cfg)], env=env, capture_output=True, text=True, timeout=120)
+
+    r = slice_on("n1")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "FAIL  canary gpu1: silent data corruption confirmed" in r.stdout and "n1: drain" in r.stderr
+    n1 = c.node("n1")
+    assert n1.drained and n1.reason.startswith("gpuhc: RETIRED canary gpu1 "), n1.reason
+    watched = slice_on("n2", mode="observe")
+    assert watched.returncode == 0 and "observe mode, nothing sent" in watched.stderr
+    assert not c.node("n2").drained
+    lost = slice_on("n2", scontrol=str(tmp_path / "no-such-scontrol"))
+    assert lost.returncode == 1 and not c.node("n2").drained, lost.stderr
