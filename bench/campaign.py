@@ -25,7 +25,10 @@ model"). Exit 1 when they disagree or the real run breaks its bounds.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import os
+import shutil
 import sys
 import tempfile
 import time
@@ -147,6 +150,9 @@ def sweep(a) -> int:
 
 def main(argv=None) -> int:
     a = parse(argv)
+    if "GPUHC_CACHE_DIR" not in os.environ:  # gpuhc's parse memo: the campaign's own, never the machine's
+        os.environ["GPUHC_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpuhc-campaign-cache-")
+        atexit.register(shutil.rmtree, os.environ["GPUHC_CACHE_DIR"], True)
     if a.real:
         return real(a)
     if a.seeds is not None:
