@@ -151,7 +151,6 @@ def _drained_here(config: Any, node_name: str, doc: dict) -> bool:
     or held back by the circuit breaker (a failing epilog would drain past it; the result file
     waits for the admin side); False when Slurm could not be asked or did not show the drain:
     the slice exits 1 and Slurm's own "Epilog error" drain takes the node out."""
-
     from gpuhc.canary.drain import drain_node
 
     failed = sorted(s for s, g in (doc.get("gpus") or {}).items() if g.get("status") == "fail")
