@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuhc.canary import verdict
+from gpuhc.canary import schedule, verdict
 from gpuhc.canary.worker import TASK
 from gpuhc.model.result import Result, Status
 
@@ -109,13 +109,19 @@ def write_result(run_: Run, results_dir: str) -> str:
     return path
 
 
-def due(state_dir: str, period_h: float, results_dir: str | None = None, node: str | None = None,
+def due(state_dir: str, cadence: "schedule.Cadence", results_dir: str | None = None, node: str | None = None,
         now: float | None = None) -> bool:
     """The epilog slice's question: has this node's canary not run within the cadence? Its last
     run is the newer of the local stamp (a run as root) and its newest result file (a canary job
-    runs as the operator account, which cannot write root's state directory)."""
-    runs = [t for t in (read_last(state_dir), newest_result(results_dir, node)) if t is not None]
-    return not runs or (time.time() if now is None else now) - max(runs) >= period_h * 3600.0
+    runs as the operator account, which cannot write root's state directory); its cadence the
+    short one while the stamp says a run here warned within ``suspect_days``
+    (:func:`gpuhc.canary.schedule.next_due_h`, as the fleet's)."""
+    stamp = read_stamp(state_dir)
+    runs = [t for t in (stamp.get("ended"), newest_result(results_dir, node)) if t is not None]
+    now_h = (time.time() if now is None else now) / 3600.0
+    last_h = max(runs) / 3600.0 if runs else None
+    return schedule.next_due_h(last_h, stamp.get("status", schedule.OK), stamp.get("suspect_until_h"), now_h,
+                               cadence) <= now_h
 
 
 def node_name() -> str:
@@ -133,26 +139,44 @@ def newest_result(results_dir: str | None, node: str | None) -> float | None:
     return max(times) if times else None
 
 
-def read_last(state_dir: str) -> float | None:
+def read_stamp(state_dir: str) -> dict[str, Any]:
+    """The local stamp: ``ended`` (epoch s), the node's standing (``status``, ``suspect_until_h``);
+    {} when missing, unreadable or not ours (the canary is due)."""
     from gpuhc.untrusted import load_json, read_bounded
 
     try:
         path = os.path.join(state_dir, LAST_FILE)
         doc = load_json(read_bounded(path, 4096, "canary stamp"), path)
-        return float(doc["ended"])
-    except Exception:  # missing, unreadable or not ours: the canary is due
-        return None
+        out = {"ended": float(doc["ended"])}
+    except Exception:
+        return {}
+    until = doc.get("suspect_until_h")
+    if doc.get("status") == schedule.SUSPECT and isinstance(until, (int, float)) and not isinstance(until, bool):
+        out.update(status=schedule.SUSPECT, suspect_until_h=float(until))
+    return out
 
 
-def write_last(state_dir: str, run_: Run) -> str | None:
-    """The local stamp; None, or why not (a canary job's user may not write the state directory:
-    its result file in the results directory is its stamp then)."""
+def read_last(state_dir: str) -> float | None:
+    return read_stamp(state_dir).get("ended")
+
+
+def write_last(state_dir: str, run_: Run, cadence: "schedule.Cadence | None" = None) -> str | None:
+    """The local stamp, with the node's standing after this run (an unconfirmed mismatch keeps
+    the short cadence for ``suspect_days``: :func:`gpuhc.canary.schedule.step`); None, or why not
+    (a canary job's user may not write the state directory: its result file in the results
+    directory is its stamp then)."""
     from gpuhc.fsutil import make_dirs, write_atomic
 
+    now = time.time()
+    statuses = {r.status.value for r in run_.results}
+    verdict = "fail" if "fail" in statuses else "warn" if "warn" in statuses else "pass"
+    before = read_stamp(state_dir)
+    status, until = schedule.step(before.get("status", schedule.OK), before.get("suspect_until_h"), verdict,
+                                  now / 3600.0, cadence or schedule.Cadence())
+    doc = {"ended": now, "node": run_.node, "status": status, "suspect_until_h": until}
     try:
         make_dirs(state_dir, 0o755, what="state directory")
-        write_atomic(os.path.join(state_dir, LAST_FILE), json.dumps({"ended": time.time(), "node": run_.node}).encode(),
-                     mode=0o644, what="canary stamp")
+        write_atomic(os.path.join(state_dir, LAST_FILE), json.dumps(doc).encode(), mode=0o644, what="canary stamp")
     except OSError as e:
         return f"no local canary stamp in {state_dir}: {e.strerror or e}"
     return None

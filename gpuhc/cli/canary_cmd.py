@@ -105,12 +105,14 @@ def run_cmd(config_path, state_dir, cases, repeats, seed, max_seconds, memtest_f
             results_dir, epilog, if_due, inject, json_mode) -> None:
     """Run the canary on this node's GPUs. Exit 0 pass or warn, 1 a GPU failed, 3 not run."""
     from gpuhc.canary import node
+    from gpuhc.canary.schedule import Cadence
     from gpuhc.cli.common import parse_gpu_list
 
     config, section, state = _context(config_path, state_dir)
+    cadence = Cadence.from_section(section)
     ep = section["epilog"]
     results_dir = results_dir or section.get("results_dir")  # the epilog slice's result goes there too
-    if if_due and not node.due(state, float(section["period_h"]), results_dir):
+    if if_due and not node.due(state, cadence, results_dir):
         _say({"skipped": "not due", "results": []}, json_mode, "canary not due on this node")
         return
     params = {"cases": _cases(cases, ep["cases"] if epilog else section["cases"]),
@@ -130,7 +132,7 @@ def run_cmd(config_path, state_dir, cases, repeats, seed, max_seconds, memtest_f
             why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
             click.echo(f"gpuhc canary run: cannot leave the result in {results_dir}: {why}", err=True)
     if r.error is None and not params["inject"]:
-        note = node.write_last(state, r)
+        note = node.write_last(state, r, cadence)
         if note and not doc.get("file"):  # a run that left a result file has that as its stamp
             click.echo(f"gpuhc canary run: {note}", err=True)
     if json_mode:

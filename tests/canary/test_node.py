@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from gpuhc.canary import node
+from gpuhc.canary.schedule import Cadence
 from gpuhc.model.result import Status
 from tests.helpers.canary_fake import REPO, worker_argv
 
@@ -111,5 +112,33 @@ def test_the_epilog_slice_runs_its_short_cases_only_when_due_by_stamp_or_result_
     assert "not due" in gpuhc(cfg, spec, "run", "--epilog", "--if-due").stdout
     # a canary job's result file counts as the node's last run even without a local stamp
     (tmp_path / "state" / node.LAST_FILE).unlink()
-    assert not node.due(str(tmp_path / "state"), 24.0, str(tmp_path / "res"), doc["node"])
-    assert node.due(str(tmp_path / "state"), 24.0, str(tmp_path / "res"), "another-node")
+    assert not node.due(str(tmp_path / "state"), Cadence(), str(tmp_path / "res"), doc["node"])
+    assert node.due(str(tmp_path / "state"), Cadence(), str(tmp_path / "res"), "another-node")
+
+
+def test_the_slice_keeps_the_short_cadence_after_an_unconfirmed_mismatch_on_its_node(tmp_path):
+    """A GPU whose mismatch the retest did not reproduce is suspect: the fleet runs it every
+    suspect_period_h for suspect_days (gpuhc.canary.schedule). A node that never idles gets only
+    the slice, so its stamp keeps that standing and --if-due follows it."""
+    from gpuhc.model.result import Result
+
+    state, c = str(tmp_path / "state"), Cadence(period_h=24.0, suspect_period_h=2.0, suspect_days=7.0)
+
+    def ran(*statuses: Status) -> float:
+        r = node.Run("n1", 0.0, {}, results=[Result("canary", s, "x", f"gpu{i}") for i, s in enumerate(statuses)])
+        assert node.write_last(state, r, c) is None
+        return node.read_last(state)
+
+    t = ran(Status.PASS, Status.PASS)
+    assert not node.due(state, c, now=t + 3 * 3600) and node.due(state, c, now=t + 24 * 3600)
+    t = ran(Status.PASS, Status.WARN)
+    assert node.due(state, c, now=t + 2 * 3600) and not node.due(state, c, now=t + 3600)
+    t = ran(Status.PASS, Status.PASS)  # a clean run inside the window keeps it suspect
+    assert node.due(state, c, now=t + 2 * 3600)
+    stamp = json.loads((tmp_path / "state" / node.LAST_FILE).read_text())
+    stamp["suspect_until_h"] = t / 3600.0 - 1  # the window has passed: the next run clears it
+    (tmp_path / "state" / node.LAST_FILE).write_text(json.dumps(stamp))
+    t = ran(Status.PASS, Status.PASS)
+    assert not node.due(state, c, now=t + 3 * 3600)
+    (tmp_path / "state" / node.LAST_FILE).write_text('{"ended": 5, "status": "suspect", "suspect_until_h": "x"}')
+    assert node.read_stamp(state) == {"ended": 5.0}  # a damaged standing is read as none
