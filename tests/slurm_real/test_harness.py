@@ -121,7 +121,10 @@ def test_gpuhc_yaml_carries_node_scenarios(tmp_path):
     import yaml
 
     data = yaml.safe_load(c.gpuhc_yaml.read_text())
-    assert data == {"budget_s": {"passive": 10}, "hosts": [{"match": "n2", "sources": {"nvml_scenario": "xid79.yaml"}}]}
+    # the bundle directories stay in the cluster's own (tests/project/test_live_paths.py)
+    bundles = {"postmortem_dir": str(c.workdir / "postmortem"), "retire_bundle": {"dir": str(c.workdir / "retired")}}
+    assert data == {"budget_s": {"passive": 10}, "slurm": bundles,
+                    "hosts": [{"match": "n2", "sources": {"nvml_scenario": "xid79.yaml"}}]}
 
 
 def test_teardown_leaves_no_process_of_the_cluster(tmp_path, slurm_release):
