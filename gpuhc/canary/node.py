@@ -156,10 +156,6 @@ def read_stamp(state_dir: str) -> dict[str, Any]:
     return out
 
 
-def read_last(state_dir: str) -> float | None:
-    return read_stamp(state_dir).get("ended")
-
-
 def write_last(state_dir: str, run_: Run, cadence: "schedule.Cadence | None" = None) -> str | None:
     """The local stamp, with the node's standing after this run (an unconfirmed mismatch keeps
     the short cadence for ``suspect_days``: :func:`gpuhc.canary.schedule.step`); None, or why not

@@ -127,7 +127,7 @@ def test_the_slice_keeps_the_short_cadence_after_an_unconfirmed_mismatch_on_its_
     def ran(*statuses: Status) -> float:
         r = node.Run("n1", 0.0, {}, results=[Result("canary", s, "x", f"gpu{i}") for i, s in enumerate(statuses)])
         assert node.write_last(state, r, c) is None
-        return node.read_last(state)
+        return node.read_stamp(state)["ended"]
 
     t = ran(Status.PASS, Status.PASS)
     assert not node.due(state, c, now=t + 3 * 3600) and node.due(state, c, now=t + 24 * 3600)
