@@ -14,13 +14,12 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from campaign_model import faults as F  # noqa: E402
 from campaign_model.node import HC_INTERVAL_S  # noqa: E402
-from campaign_model.policies import config_for  # noqa: E402
-from campaign_model.sim import T0, Campaign  # noqa: E402
+from campaign_model.sim import T0  # noqa: E402
+from tests.bench.test_campaign_faults import campaign  # noqa: E402
 
 
 def drained(tmp_path, cls):
-    c = Campaign(config_for("shipped", tmp_path), tmp_path, nodes=1, days=0.2, seed=3,
-                 inject=[(600, cls, "gpu001", False)], load=0.0, noise=False).run()
+    c = campaign(tmp_path, [(600, cls, "gpu001", False)], nodes=1, days=0.2)
     return [((t - T0 - 600) / HC_INTERVAL_S, r) for t, _, what, r in c.slurm.events if what == "drain"]
 
 

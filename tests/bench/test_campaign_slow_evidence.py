@@ -15,15 +15,15 @@ from tests.helpers.paths import REPO
 sys.path.insert(0, str(REPO / "bench"))
 
 from campaign_model import faults as F  # noqa: E402
-from campaign_model.policies import config_for  # noqa: E402
-from campaign_model.sim import T0, Campaign  # noqa: E402
+from campaign_model.sim import T0  # noqa: E402
+from tests.bench.test_campaign_faults import campaign as faults_campaign  # noqa: E402
 
 HOUR = 3600.0
 
 
 def campaign(tmp_path, cls, days):
-    return Campaign(config_for("shipped", tmp_path), tmp_path, nodes=1, days=days, seed=3,
-                    inject=[(600, cls, "gpu001", False)], load=0.0, noise=False).run()
+    """One node, no jobs and no noise (test_campaign_faults.campaign), the fault at 600 s."""
+    return faults_campaign(tmp_path, [(600, cls, "gpu001", False)], nodes=1, days=days)
 
 
 def drains(c):
