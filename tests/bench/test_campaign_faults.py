@@ -18,12 +18,7 @@ from campaign_model.policies import config_for  # noqa: E402
 from campaign_model.node import iso  # noqa: E402
 from campaign_model.sim import T0, Campaign  # noqa: E402
 from gpuhc.slurm.policy.reason import parse_reason  # noqa: E402
-
-
-def campaign(tmp_path, inject, policy="shipped", nodes=2, days=0.3, seed=3, jobs=None, **kw):
-    kw.setdefault("noise", False)
-    return Campaign(config_for(policy, tmp_path), tmp_path, nodes=nodes, days=days, seed=seed, inject=inject,
-                    load=0.0, jobs=jobs, **kw).run()
+from tests.helpers.campaign import campaign  # noqa: E402
 
 
 def drains(c, name=None):

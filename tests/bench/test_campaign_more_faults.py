@@ -15,7 +15,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from campaign_model import faults as F  # noqa: E402
 from campaign_model.node import HC_INTERVAL_S  # noqa: E402
 from campaign_model.sim import T0  # noqa: E402
-from tests.bench.test_campaign_faults import campaign  # noqa: E402
+from tests.helpers.campaign import campaign  # noqa: E402
 
 
 def drained(tmp_path, cls):

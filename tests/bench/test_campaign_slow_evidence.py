@@ -16,7 +16,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from campaign_model import faults as F  # noqa: E402
 from campaign_model.sim import T0  # noqa: E402
-from tests.bench.test_campaign_faults import campaign as faults_campaign  # noqa: E402
+from tests.helpers.campaign import campaign as faults_campaign  # noqa: E402
 
 HOUR = 3600.0
 
