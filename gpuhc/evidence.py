@@ -42,8 +42,14 @@ class Hold:
 # Fifteen minutes outlasts a service restart, a package upgrade, an NFS server's failover and
 # an exporter's slow scrape, and is still short against the hours a job loses on a node whose
 # DCGM, mount or scratch is really gone (four runs at the default interval).
+# NVML that does not answer is held longer: a healthy GPU in a long resource-manager call (error
+# recovery, page retirement, a client holding the RM lock) stalls NVML for minutes, and a drain
+# for it is a drain of a good node; twenty minutes is several times the longest such stall and
+# still short against a driver that stays wedged until the node reboots. A task hung in the
+# driver is its own evidence (the hung-task check, `gpu-driver-hung`) and drains at once.
 HOLDS: dict[str, Hold] = {
     "host": Hold(3, 900.0, "outlasts a service restart, an NFS failover, a slow scrape; four health checks"),
+    "driver": Hold(3, 1200.0, "outlasts a long resource-manager call on a healthy GPU; five health checks"),
 }
 
 @dataclass(frozen=True)
@@ -162,8 +168,10 @@ TABLE: tuple[Evidence, ...] = (
     Evidence("panic-hardware", "hardware", "a previous boot's kernel panic whose reason is the hardware's", (),
              "at once", "never (the node is up again; the machine-check check fails on the error itself)", "-",
              "-", True),
+    # counted by the health check's flow (gpuhc/slurm/flows/wedged.py), held by its own hold
     Evidence("nvml-wedged", "driver", "NVML hung or failed on consecutive health checks (driver wedged?)", ("nvml",),
-             "-", "at 2 consecutive health checks", "reboot", "-", False),
+             "each run: gpuhc could not judge (ERROR)", "when", "when held (a reboot is the cure)", "-", False, "driver",
+             Action.DRAIN_REBOOT),
     # ---- gpuhc's own failures
     Evidence("gpuhc", "gpuhc", "gpuhc could not judge: a source or probe of its own timed out, an internal error",
              ("state",), "ERROR", "never", "never", "never", False),

@@ -70,8 +70,9 @@ KINDS: tuple[NoiseClass, ...] = (
     NoiseClass("nvml-timeout", 0.009, (1, 300),
                {"nvml": {"available": False, "error": "Timeout"}},
                source="NVML busy for one run (a GPU in a long RM call)"),
-    # The tail of the same: long enough to span two health checks, where gpuhc's "NVML failed on
-    # consecutive health checks" rule (driver wedged?) drains and reboots (ours: a tenth of them).
+    # The tail of the same: long enough to span two or three health checks; gpuhc drains for
+    # NVML failing on consecutive checks only once they span the driver's hold (evidence.driver,
+    # 20 min), as a wedged driver does (ours: a tenth of them).
     NoiseClass("nvml-timeout-long", 0.001, (300, 900),
                {"nvml": {"available": False, "error": "Timeout"}},
                source="NVML busy 5-15 min: a long RM call on a healthy GPU, past one health-check interval"),

@@ -39,9 +39,10 @@ def pending_s(config) -> float:
     declared = {c.id: c.defaults for c in passive_checks() if c.id in ("host", "infiniband")}
     checks = {c: {**d, **(config.check_settings(c).get("thresholds") or {})} for c, d in declared.items()}
     held = max((h.span_s for h in holds_from(config.section("evidence")).values()), default=0.0)
-    spans = [float(checks["host"].get("dstate_fail_s") or 0.0) + held,  # stuck, then held
-             float(checks["infiniband"].get("down_window_s") or 0.0),
-             3 * HC_INTERVAL_S]  # NVML failing on consecutive health checks
+    # a process stuck, then held; NVML failing on consecutive health checks is the ``driver``
+    # hold, no longer than the longest hold
+    spans = [float(checks["host"].get("dstate_fail_s") or 0.0) + held,
+             float(checks["infiniband"].get("down_window_s") or 0.0)]
     return max(spans) + 2 * HC_INTERVAL_S  # and the slots that see it
 
 

@@ -26,8 +26,9 @@ def drained(tmp_path, cls):
 @pytest.mark.parametrize("cls, check, checks_at_most", [
     ("nic-firmware", "gpuhc: nic-health NIC 0000:1c:00.0: firmware health counter stopped", 1),
     ("pcie-downtrain", "gpuhc: pcie gpu4 PCIe link x8", 1),
-    # the first hung run is gpuhc's own failure (ERROR, never a drain); the second in a row is a wedge
-    ("nvml-hang", "gpuhc: nvml NVML hung or failed on 2 consecutive health checks", 2),
+    # each hung run is gpuhc's own failure (ERROR, never a drain) until they span the driver's
+    # hold (evidence.driver, 20 min: the fifth health check), then a wedge
+    ("nvml-hang", "gpuhc: nvml NVML hung or failed on 5 consecutive health checks over 20 min", 5),
 ])
 def test_each_new_fault_is_drained_by_its_own_check(tmp_path, cls, check, checks_at_most):
     [(after, reason)] = drained(tmp_path, cls)

@@ -97,7 +97,8 @@ def config(tmp_path, **slurm) -> Config:
     return Config(data)
 
 
-def flow(tmp_path, monkeypatch, stage, slurm: MiniSlurm | None, results, env=None, cfg=None, node="n1", raises=None):
+def flow(tmp_path, monkeypatch, stage, slurm: MiniSlurm | None, results, env=None, cfg=None, node="n1", raises=None,
+         now=None):
     def fake_run_stage(opts):
         if raises is not None:
             raise raises
@@ -110,7 +111,8 @@ def flow(tmp_path, monkeypatch, stage, slurm: MiniSlurm | None, results, env=Non
     # healthy 8-GPU recording stands in for NVML there (the stage run itself is faked above).
     healthy = load_scenario(str(SCENARIOS / "healthy-8xh100.yaml")).nvml
     monkeypatch.setattr("gpuhc.slurm.jobs.gpus.who_the_gpus_are", lambda spec: healthy)
-    opts = RunOptions(stage=stage, config=cfg, sources=SourceSpec(), state_dir=str(tmp_path / "state"), hostname=node)
+    opts = RunOptions(stage=stage, config=cfg, sources=SourceSpec(), state_dir=str(tmp_path / "state"), hostname=node,
+                      now=now)
 
     def make(deadline):
         if slurm is None:

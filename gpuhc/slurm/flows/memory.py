@@ -5,7 +5,8 @@ owns three keys, and every read and write of them goes through it:
   clean runs, flaps, gpuhc's last resume);
 - ``slurm.ladder.<node>``: the remediation ladder's :class:`~gpuhc.slurm.repair.ladder.LadderMemory`;
 - ``slurm.last.<node>``: the last decision a flow stored (stage, time, act, why), for a person;
-- ``slurm.wedged.<node>``: health checks in a row whose NVML hung or failed (gpuhc/slurm/flows/wedged.py);
+- ``slurm.wedged.<node>``: health checks in a row whose NVML hung or failed, and when the first
+  of them was (gpuhc/slurm/flows/wedged.py);
 - ``slurm.breaker.<node>``: the breaker's last count any run of this node saw (with its time),
   so that a run that cannot get its turn with Slurm still knows the breaker's state
   (docs/slurm.md, "No exit 1 without the breaker").
@@ -139,16 +140,35 @@ def save_breaker(flow: Flow, state: BreakerState) -> None:
         flow.log(f"breaker count not saved ({e})", loud=True)
 
 
-def count_wedged(flow: Flow, trouble: bool) -> int:
-    """The health checks in a row whose NVML hung or failed, this one counted (``trouble``) or
-    the count set back to 0. A run without trouble and nothing counted only reads."""
+def count_wedged(flow: Flow, trouble: bool) -> tuple[int, float]:
+    """(the health checks in a row whose NVML hung or failed, this one counted, the time of the
+    first of them), or (0, now) once a clean read sets the count back. Kept as
+    ``{"runs": n, "first": t}``; a count an older gpuhc kept (a bare number) starts its span now.
+    A run without trouble and nothing counted only reads."""
     from gpuhc.state import StateStore
 
     store = StateStore(flow.opts.state_dir)
-    before = store.read().get(SLURM, {}).get(WEDGED, {}).get(flow.node)
-    before = before if isinstance(before, int) and not isinstance(before, bool) else 0
-    runs = before + 1 if trouble else 0
-    if runs != before:
-        with store.transaction() as doc:
-            _mine(doc, WEDGED)[flow.node] = runs
-    return runs
+    now = flow.now()
+    kept = store.read().get(SLURM, {}).get(WEDGED, {}).get(flow.node)
+    runs, first = _wedged_entry(kept, now)
+    if not trouble:
+        if kept is not None and kept != 0:
+            with store.transaction() as doc:
+                _mine(doc, WEDGED)[flow.node] = 0
+        return 0, now
+    runs, first = runs + 1, (first if runs else now)
+    with store.transaction() as doc:
+        _mine(doc, WEDGED)[flow.node] = {"runs": runs, "first": first}
+    return runs, first
+
+
+def _wedged_entry(kept: Any, now: float) -> tuple[int, float]:
+    def number(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x
+
+    if isinstance(kept, dict) and number(kept.get("runs")) and number(kept.get("first")) and kept["runs"] >= 0 \
+            and kept["first"] <= now:
+        return int(kept["runs"]), float(kept["first"])
+    if number(kept) and kept > 0:
+        return int(kept), now  # an older release's bare count: its span starts again
+    return 0, now

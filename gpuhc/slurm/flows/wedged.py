@@ -1,5 +1,5 @@
-"""A wedged driver is a fault: NVML that hangs or fails on consecutive health checks drains the
-node (issue 30; docs/slurm.md, "A wedged driver").
+"""A wedged driver is a fault: NVML that hangs or fails on consecutive health checks, for long
+enough, drains the node (docs/slurm.md, "Fail open, fail closed").
 
 Why: a check that times out or cannot read its source is an ERROR, "gpuhc could not judge", and
 an ERROR never drains: one flaky read must not take a node out. But a GPU whose driver stopped
@@ -7,10 +7,13 @@ answering (NVML calls blocking for tens of seconds on a GPU throwing errors, NVI
 ``nvidia-smi`` hanging) is the classic black hole: every health check says ERROR, the prolog
 lets every job run, and every job on it hangs or dies. So the health check counts its runs in
 a row in which the NVML source timed out or failed, or NVML itself answered "Timeout" (gpu-count's
-could-not-judge ERROR, gpuhc/checks/gpu_count.py) (:func:`nvml_trouble`); at
-:data:`WEDGED_RUNS` it adds a FAIL, ``nvml``, whose action is drain-and-reboot, and the node is
-drained like any other failure: through the policy and the circuit breaker, with a reason that
-says what happened. One clean read sets the count back to 0.
+could-not-judge ERROR, gpuhc/checks/gpu_count.py) (:func:`nvml_trouble`). Once they are held as
+the evidence table's ``driver`` hold says (``evidence.driver``: 3 runs spanning 20 minutes by
+default, gpuhc/evidence.py; a healthy GPU in a long resource-manager call stalls NVML for
+minutes, a wedged driver stays until the node reboots), it adds a FAIL, ``nvml``, whose action is
+drain-and-reboot, and the node is drained like any other failure: through the policy and the
+circuit breaker, with a reason that says how long. One clean read sets the count back to 0. A
+task hung in the driver meanwhile is the hung-task check's FAIL, which drains at once.
 
 The count is the node's state (``slurm.wedged.<node>``, through :mod:`gpuhc.slurm.flows.memory`); a run
 without NVML trouble and a count of 0 writes nothing.
@@ -26,8 +29,8 @@ from gpuhc.model.result import Action, Result, Status
 if TYPE_CHECKING:
     from gpuhc.slurm.flows.frame import Flow
 
-WEDGED_RUNS = 2  # consecutive health checks (minutes apart) with NVML hanging or failing
 CHECK = "nvml"  # the FAIL's check id in the reason: "gpuhc: nvml NVML hung or failed on ..."
+EVIDENCE = "nvml-wedged"  # its class in the evidence table (gpuhc/evidence.py), whose hold it waits for
 # The runner's words for a source that timed out or failed (gpuhc/runner.py), naming nvml.
 _TROUBLE = re.compile(r"^(timed out after [\d.]+s reading|could not read) .*\bnvml\b")
 
@@ -44,22 +47,34 @@ def nvml_trouble(results: list[Result]) -> str | None:
     return None
 
 
-def wedged_result(runs: int, detail: str) -> Result:
-    return Result(CHECK, Status.FAIL, f"NVML hung or failed on {runs} consecutive health checks (driver wedged?): "
-                  f"{detail}", "node", action=Action.DRAIN_REBOOT)
+def wedged_result(runs: int, span_s: float, detail: str) -> Result:
+    from gpuhc.evidence import span_text
+
+    return Result(CHECK, Status.FAIL, f"NVML hung or failed on {runs} consecutive health checks over "
+                  f"{span_text(round(span_s))} (driver wedged?): {detail}", "node", action=Action.DRAIN_REBOOT,
+                  evidence=EVIDENCE)
 
 
 def update(flow: Flow, report: Any) -> None:
-    """Count this run and, at :data:`WEDGED_RUNS`, add the FAIL to ``report.results``. State that
-    cannot be read or written is said and changes nothing."""
+    """Count this run and, once the count is held (``evidence.driver``), add the FAIL to
+    ``report.results``. State that cannot be read or written is said and changes nothing."""
+    from gpuhc.evidence import by_id, holds_from
     from gpuhc.slurm.flows.memory import count_wedged
 
     trouble = nvml_trouble(report.results)
     try:
-        runs = count_wedged(flow, trouble is not None)
+        runs, first = count_wedged(flow, trouble is not None)
     except Exception as e:
         flow.log(f"wedged-driver count not kept ({e})", loud=True)
         return
-    if trouble and runs >= WEDGED_RUNS:
-        report.results.append(wedged_result(runs, trouble))
-        flow.log(f"NVML hung or failed on {runs} health checks in a row: a wedged driver is a fault", loud=True)
+    if not trouble:
+        return
+    hold = holds_from(flow.opts.config.section("evidence"))[by_id(EVIDENCE).hold]
+    span = max(0.0, flow.now() - first)
+    if runs >= hold.runs and span >= hold.span_s:
+        report.results.append(wedged_result(runs, span, trouble))
+        flow.log(f"NVML hung or failed on {runs} health checks in a row over {round(span)} s: a wedged driver "
+                 "is a fault", loud=True)
+    else:
+        flow.log(f"NVML hung or failed on {runs} health check(s) in a row over {round(span)} s; drains when "
+                 f"held {hold.runs} runs over {round(hold.span_s)} s (evidence.{by_id(EVIDENCE).hold})")
