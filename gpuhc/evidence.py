@@ -34,6 +34,17 @@ class Hold:
     runs: int
     span_s: float
     why: str
+    # the longest quiet time between two sightings before the count starts again; None: the
+    # span (evidence seen every few minutes); longer for evidence only a job's end can show
+    gap_s: float | None = None
+
+    @property
+    def gap(self) -> float:
+        return self.span_s if self.gap_s is None else self.gap_s
+
+    def text(self) -> str:
+        runs = f"{self.runs} runs" + (f" over {span_text(self.span_s)}" if self.span_s else " in a row")
+        return runs + (f", at most {span_text(self.gap_s)} apart" if self.gap_s is not None else "")
 
 
 # An experienced site's defaults. The health check runs every 5 minutes (slurm.conf's
@@ -50,6 +61,11 @@ class Hold:
 HOLDS: dict[str, Hold] = {
     "host": Hold(3, 900.0, "outlasts a service restart, an NFS failover, a slow scrape; four health checks"),
     "driver": Hold(3, 1200.0, "outlasts a long resource-manager call on a healthy GPU; five health checks"),
+    # A GPU a little slower than its siblings (below gpu-speed's straggler_warn_fraction, above
+    # its straggler_fraction) is seen only by the epilog's burn-in: one job's worth of it can be
+    # another process on the GPU or a hot spell; the same GPU slow after three jobs in a row is
+    # the GPU, and every synchronous job on the node runs at its pace meanwhile.
+    "straggler": Hold(3, 0.0, "three epilogs in a row: a busy or hot spell passes, a slow GPU stays", 7 * 86400.0),
 }
 
 @dataclass(frozen=True)
@@ -78,7 +94,7 @@ class Evidence:
         if self.hold is None:
             return self.drain
         h = (holds or HOLDS)[self.hold]
-        return f"{self.drain} held {h.runs} runs over {span_text(h.span_s)} (evidence.{self.hold})"
+        return f"{self.drain} held {h.text()} (evidence.{self.hold})"
 
     def to_dict(self, holds: dict[str, Hold] | None = None) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "what": self.what, "checks": list(self.checks), "warn": self.warn,
@@ -112,6 +128,10 @@ TABLE: tuple[Evidence, ...] = (
              "-", "at once", "reboot", "still missing after reboot", True),
     Evidence("gpu", "hardware", "the GPU itself: clocks, thermal, power, and the active checks under load",
              ("clocks", "thermal", "power"), "below FAIL", "at once", "as the check says", "as the check says", True),
+    # a GPU a little slow, epilog after epilog (gpu-speed's straggler_warn_fraction)
+    Evidence("gpu-straggler", "hardware", "a GPU a little slower than its siblings under the epilog's burn-in, "
+             "job after job", (), "each epilog", "when", "when held (clears a stuck clock or power state)", "-",
+             True, "straggler", Action.DRAIN_REBOOT),
     Evidence("memory-uncorrected", "hardware", "host memory or CPU: uncorrected machine check, EDAC UE",
              ("machine-check",), "-", "at once", "-", "at once", True),
     # the NIC and its cable are the node's hardware; a fault many nodes under one leaf share
@@ -183,6 +203,8 @@ GPU = _BY_ID["gpu"]  # a check no row names: the active checks judge the GPUs un
 
 
 def span_text(seconds: float) -> str:
+    if seconds >= 86400 and seconds % 86400 == 0:
+        return f"{seconds / 86400:g} d"
     if seconds >= 3600 and seconds % 3600 == 0:
         return f"{seconds / 3600:g} h"
     if seconds >= 60:
@@ -210,7 +232,9 @@ def holds_from(section: dict[str, Any] | None) -> dict[str, Hold]:
     out = {}
     for name, h in HOLDS.items():
         got = (section or {}).get(name) or {}
-        out[name] = Hold(int(got.get("runs", h.runs)), float(got.get("span_s", h.span_s)), h.why)
+        gap = got.get("gap_s", h.gap_s)
+        out[name] = Hold(int(got.get("runs", h.runs)), float(got.get("span_s", h.span_s)), h.why,
+                         None if gap is None else float(gap))
     return out
 
 
@@ -221,7 +245,9 @@ def schema() -> dict[str, Any]:
     return {name: {"runs": Key(int, h.runs, f"consecutive runs that must see {name} evidence before it drains",
                                min=1, max=1000),
                    "span_s": Key(float, h.span_s, f"and the time they must span, from the first ({h.why})",
-                                 min=0.0, max=30 * 86400.0)}
+                                 min=0.0, max=30 * 86400.0),
+                   "gap_s": Key(float, h.gap_s, "the longest time between two sightings before the count starts "
+                                "again (null: span_s)", min=1.0, max=30 * 86400.0, nullable=True)}
             for name, h in HOLDS.items()}
 
 

@@ -14,7 +14,7 @@ The count lives in the node's state (``evidence``: one entry per check, subject 
 like the checks' own slices (gpuhc/runstate.py). "Consecutive" is per check: a run that judged
 the check and did not see the finding forgets it; a run that did not judge it (another stage, a
 time-out: gpuhc's own failure) leaves the count alone. A sighting after a whole span unseen
-starts again. Pure: results, stored section, time and settings in; results and section out.
+(the hold's ``gap_s`` where it sets one: evidence only a job's end shows) starts again. Pure: results, stored section, time and settings in; results and section out.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def hold(results: list[Result], stored: Any, now: float, section: dict[str, Any]
         h = holds[cls.hold]
         key = f"{r.check}|{r.subject}|{cls.id}"
         seen = _entry(before.get(key))
-        if seen is None or now - seen["last"] > max(h.span_s, 1.0) or now < seen["last"]:
+        if seen is None or now - seen["last"] > max(h.gap, 1.0) or now < seen["last"]:
             seen = {"first": now, "last": now, "runs": 0}
         if key not in kept and len(kept) >= MAX_ENTRIES:
             out.append(_waiting(r, cls, h, 1, 0.0))
@@ -78,4 +78,4 @@ def _held(r: Result, cls: Evidence, runs: int, span: float) -> Result:
 def _waiting(r: Result, cls: Evidence, h: Hold, runs: int, span: float) -> Result:
     return replace(r, status=Status.WARN, action=Action.NONE, evidence=cls.id,
                    message=f"{r.message} (seen {runs} run{'s' * (runs != 1)} over {span_text(round(span))}; "
-                           f"drains when held {h.runs} runs over {span_text(h.span_s)}: evidence.{cls.hold})")
+                           f"drains when held {h.text()}: evidence.{cls.hold})")

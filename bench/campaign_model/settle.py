@@ -58,7 +58,7 @@ class Settling:
             return False
         if mine is not None or not row.in_service or any(f.changing for f in node.faults):
             return True
-        if stage == "epilog" and self._active_kinds_of(node):
+        if stage == "epilog" and (self._active_kinds_of(node) or self._spread_reaches_the_line()):
             return True  # the active checks' dice are rolled at every epilog
         return node.settled.get(stage) != node.key()
 
@@ -81,6 +81,19 @@ class Settling:
             stamps.append(f.stamp)
         ends = [t + w for t in stamps for w in HOLD_WINDOWS_S if t + w > now]
         return min(ends) if ends else float("inf")
+
+    def _spread_reaches_the_line(self) -> bool:
+        """Whether healthy siblings' spread (active_gpu.SPREAD) can put a healthy GPU below the
+        speed check's lines: then a healthy node's epilog is no longer "same inputs, same
+        verdict", and each one runs. With the measured spread it cannot (0.976 at worst against
+        0.95), so they settle."""
+        from gpuhc.active.thresholds import DEFAULTS
+
+        from . import active_gpu
+
+        thr = {**DEFAULTS["gpu-speed"], **(self.config.check_settings("gpu-speed").get("thresholds") or {})}
+        lines = [float(thr[k]) for k in ("straggler_fraction", "straggler_warn_fraction") if thr.get(k) is not None]
+        return bool(lines) and (1 - active_gpu.SPREAD) / (1 + active_gpu.SPREAD) < max(lines)
 
     @staticmethod
     def _active_kinds_of(node: Node) -> set[str]:

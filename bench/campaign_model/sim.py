@@ -146,7 +146,7 @@ class Campaign(Jobs, People, NoiseEvents, Repairs, Settling, Canary):
         actuator_mod.time = SimpleNamespace(sleep=self._sleep, monotonic=time.monotonic, time=self.now)
         reset_mod.procedure = self._reset
         runner_mod.run_stage = lambda opts: self._run_stage(real_run_stage, opts)
-        orchestrate_mod.run_tasks = stand_in(self._active_kinds, self.noise_rng)
+        orchestrate_mod.run_tasks = stand_in(self._active_kinds, self.noise_rng, random.Random(self.seed * 7919 + 6))
         # The nodes' state directories are the model's scratch: no durability to wait for.
         real_fsync, os.fsync = os.fsync, lambda fd: None
         try:

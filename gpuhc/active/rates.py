@@ -17,6 +17,8 @@ from typing import Any
 
 from gpuhc.model.result import Action, Status
 
+STRAGGLER_HELD = "gpu-straggler"  # the evidence table's class of a GPU a little slow (gpuhc/evidence.py)
+
 
 @dataclass
 class Finding:
@@ -26,12 +28,19 @@ class Finding:
     status: Status = Status.PASS
     texts: list[str] = field(default_factory=list)
     action: Action = Action.NONE
+    # the class of evidence (gpuhc/evidence.py) of its FAILs when every one of them names the
+    # same held class: a FAIL that acts at once among them makes it None (the check's class)
+    evidence: str | None = None
+    _fails: int = 0
 
-    def add(self, status: Status, text: str, action: Action | None = None) -> None:
+    def add(self, status: Status, text: str, action: Action | None = None, evidence: str | None = None) -> None:
         if status.rank > self.status.rank:
             self.status = status
-        if status is Status.FAIL and action is not None and action.rank > self.action.rank:
-            self.action = action
+        if status is Status.FAIL:
+            if action is not None and action.rank > self.action.rank:
+                self.action = action
+            self.evidence = evidence if self._fails == 0 or self.evidence == evidence else None
+            self._fails += 1
         self.texts.append(text)
 
 
@@ -43,6 +52,7 @@ def judge_rates(values: dict[str, float], expected: float | None, thr: dict, lab
     minf = float(thr.get("min_fraction", 0.85))
     warnf = float(thr.get("warn_fraction", 0.93))
     strag = float(thr.get("straggler_fraction", 0.90))
+    mild = thr.get("straggler_warn_fraction")  # a little slow: FAIL once held over runs (evidence.straggler)
     for subj, v in values.items():
         f = findings.setdefault(subj, Finding())
         if expected:
@@ -58,6 +68,10 @@ def judge_rates(values: dict[str, float], expected: float | None, thr: dict, lab
             if med > 0 and v / med < strag:
                 f.add(Status.FAIL, f"{label} {v:.0f} {unit} is {v / med:.0%} of its siblings' median {med:.0f} "
                                    f"(straggler below {strag:.0%})", action)
+            elif med > 0 and mild is not None and v / med < float(mild):
+                # short: the drain reason (255 bytes) must keep how long it held, after both precisions
+                f.add(Status.FAIL, f"{label} {v:.0f} {unit} {v / med:.1%} of siblings' {med:.0f} (a little slow: "
+                                   f"below {float(mild):.0%})", action, STRAGGLER_HELD)
     return findings
 
 

@@ -138,6 +138,9 @@ def _fractions(thr: dict[str, Any]) -> list[str]:
     lo, hi = thr.get("min_fraction"), thr.get("warn_fraction")
     if _number(lo) and _number(hi) and hi < lo:
         out.append(f"warn_fraction: must not be below min_fraction ({lo!r}), got {hi!r}")
+    lo, hi = thr.get("straggler_fraction"), thr.get("straggler_warn_fraction")
+    if _number(lo) and _number(hi) and hi < lo:
+        out.append(f"straggler_warn_fraction: must not be below straggler_fraction ({lo!r}), got {hi!r}")
     return out
 
 
@@ -210,6 +213,9 @@ CHECKS: tuple[ActiveCheck, ...] = (  # the bootstrap stage's order
             "min_fraction": 0.85,
             "warn_fraction": 0.93,
             "straggler_fraction": 0.90,  # vs the median of the node's other GPUs
+            # below this, epilog after epilog (evidence.straggler), a GPU a little slow drains: healthy
+            # siblings measured within 1.5 % of each other (docs/verification.md); null: off
+            "straggler_warn_fraction": 0.95,
             "throttle_fail_fraction": 0.20,  # HW slowdown in this share of load samples fails
         },
         validate=_all(_fractions, _per_dtype("tflops", positive=True)),

@@ -64,7 +64,8 @@ def judge(data: dict[str, Any], thr: dict[str, Any]) -> list[Result]:
         if f.status is Status.FAIL:
             action = Action.DRAIN_TICKET if subj in ticket else Action.DRAIN_REBOOT
         out.append(Result(CHECK, f.status, msg, subj, v, {k: thr.get(k) for k in (
-            "tflops", "min_fraction", "straggler_fraction", "throttle_fail_fraction")}, action))
+            "tflops", "min_fraction", "straggler_fraction", "straggler_warn_fraction", "throttle_fail_fraction")},
+            action, evidence=f.evidence if f.status is Status.FAIL else None))
     return out
 
 

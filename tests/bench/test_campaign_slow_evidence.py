@@ -70,3 +70,25 @@ def test_a_single_flap_that_does_not_come_back_is_never_drained(tmp_path, monkey
                         if cls.builds_s else real(cls, rng))
     c = campaign(tmp_path, "ib-flap-building", 0.9)
     assert c.faults[0].building and drains(c) == []
+
+
+def test_healthy_siblings_spread_as_measured_never_drain_for_speed_and_a_wider_spread_would(tmp_path, monkeypatch):
+    # The line a little slow GPU is held at (gpu-speed's straggler_warn_fraction, 0.95) against
+    # healthy siblings that differ from run to run (active_gpu.SPREAD, the four H200s' measured
+    # range): forty epilogs, each run for real, no fault, no drain. Were healthy GPUs spread by
+    # 6 %, the same line would drain good nodes (and the model then runs every epilog itself,
+    # settle._spread_reaches_the_line): the model can show the false drain the line risks.
+    from campaign_model import active_gpu, sim
+
+    jobs = [(600 + 1800 * k, 1, 1200.0, ("gpu001",)) for k in range(40)]
+    (tmp_path / "measured").mkdir()
+    (tmp_path / "wide").mkdir()
+    with monkeypatch.context() as m:
+        m.setattr(sim.Campaign, "_spread_reaches_the_line", lambda self: True)  # every epilog real
+        quiet = faults_campaign(tmp_path / "measured", [], nodes=1, days=0.9, jobs=jobs)
+    assert not drains(quiet) and quiet.stats.runs["real"] >= 40
+    assert not quiet._spread_reaches_the_line()  # so the month's campaign settles healthy epilogs
+    monkeypatch.setattr(active_gpu, "SPREAD", 0.06)
+    assert quiet._spread_reaches_the_line()
+    wide = faults_campaign(tmp_path / "wide", [], nodes=1, days=0.9, jobs=jobs)
+    assert [r for _, r in drains(wide)] and all(r.startswith("gpuhc: gpu-speed") for _, r in drains(wide))
