@@ -14,7 +14,8 @@ The count lives in the node's state (``evidence``: one entry per check, subject 
 like the checks' own slices (gpuhc/runstate.py). "Consecutive" is per check: a run that judged
 the check and did not see the finding forgets it; a run that did not judge it (another stage, a
 time-out: gpuhc's own failure) leaves the count alone. A sighting after a whole span unseen
-(the hold's ``gap_s`` where it sets one: evidence only a job's end shows) starts again. Pure: results, stored section, time and settings in; results and section out.
+(the hold's ``gap_s`` where it sets one: evidence only a job's end shows) starts again. Pure:
+results, stored section, time and settings in; results and section out.
 """
 
 from __future__ import annotations
