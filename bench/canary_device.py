@@ -76,6 +76,12 @@ def torch_ceiling(cases: list[str], repeats: int) -> dict:
     return out
 
 
+def result_of(doc: dict, subject: str) -> dict:
+    """The run's result for ``subject``, or one that says why there is none (the run's error)."""
+    got = [x for x in doc.get("results") or [] if x.get("subject") == subject]
+    return got[0] if got else {"status": "missing", "message": f"no result: {doc.get('error')}", "action": None}
+
+
 def run(params: dict, limit: float) -> dict:
     t0 = time.monotonic()
     r = node.run(params, limit)
@@ -129,6 +135,8 @@ def main() -> int:
     if any(st != "pass" for st in statuses):
         bad.append(f"healthy runs not all pass: {statuses}")
 
+    with open(os.path.join(a.out, "canary.json"), "w") as f:  # the healthy part, should a flip run fail
+        json.dump(report, f, indent=1, default=str)
     # 2. one flipped bit, once, on a random case, judged against run 1's answers as the fleet's
     key = one["data"]["gpus"]["gpu0"]["key"]
     known = {key: {n: c["digest"] for n, c in one["data"]["gpus"]["gpu0"]["cases"].items()}}
@@ -136,8 +144,9 @@ def main() -> int:
     word, bit = (n * n) // 3 + 4321 % n, 17
     inj = {"subject": "gpu0", "case": rand, "word": word, "bit": bit}
     once = run({**params, "cases": [rand], "known": known, "inject": inj, "memtest": None}, 300)
-    r0 = [x for x in once["results"] if x["subject"] == "gpu0"][0]
-    m = once["data"]["gpus"]["gpu0"]["cases"][rand].get("mismatch") or {}
+    r0 = result_of(once, "gpu0")
+    m = ((((once.get("data") or {}).get("gpus") or {}).get("gpu0") or {}).get("cases") or {}).get(rand, {}).get(
+        "mismatch") or {}
     el = (m.get("bits") or {}).get("elements") or [{}]
     named = (el[0].get("row"), el[0].get("col"), el[0].get("bits")) == (word // n, word % n, [bit])
     report["checks"]["flip_once"] = {"status": r0["status"], "message": r0["message"], "named": named}
@@ -149,8 +158,9 @@ def main() -> int:
     row = n2 * 3 // 8
     inj = {"subject": "gpu0", "case": exact, "word": row * n2 + 5, "bit": 30, "sticky": True}
     sticky = run({**params, "cases": [exact], "inject": inj, "memtest": None}, 300)
-    r1 = [x for x in sticky["results"] if x["subject"] == "gpu0"][0]
-    m = sticky["data"]["gpus"]["gpu0"]["cases"][exact].get("mismatch") or {}
+    r1 = result_of(sticky, "gpu0")
+    m = ((((sticky.get("data") or {}).get("gpus") or {}).get("gpu0") or {}).get("cases") or {}).get(exact, {}).get(
+        "mismatch") or {}
     el = (m.get("bits") or {}).get("elements") or [{}]
     named = (el[0].get("row"), el[0].get("col"), el[0].get("bits")) == (row, 5, [30])
     report["checks"]["flip_sticky"] = {"status": r1["status"], "message": r1["message"], "named": named,

@@ -22,7 +22,9 @@ more BLOCKED line, expected). About 20 s; one GPU is enough. Run from the reposi
     python3 bench/watch_yield_probe.py --out /tmp/watch-yield
 
 Prints one JSON summary (also written to <out>/summary.json); exit 0 when the watcher does not
-block the plan, yields and resumes, and the monitor is named; 1 otherwise.
+block the plan, yields and resumes, and `nvidia-smi -l 1` (started beside the pynvml loop) is
+named as a monitor; 1 otherwise. Whether the pynvml loop is named, and what CUDA library it
+maps, is reported (a Python whose site imports a CUDA library maps libcuda.so).
 """
 
 from __future__ import annotations
@@ -106,10 +108,21 @@ def main() -> int:
         monitor = subprocess.Popen([sys.executable, "-c", MONITOR], env=env, cwd=REPO,
                                    stdout=open(os.path.join(args.out, "monitor.out"), "w"), stderr=subprocess.STDOUT)
         started.append(monitor)
+        # The monitor sites run most: `nvidia-smi -l`, a known name the plan must call a monitor.
+        smi = subprocess.Popen(["nvidia-smi", "-l", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        started.append(smi)
         registered = os.path.join(nvml_yield.directory(state), f"watch-{watch.pid}.json")
         summary["watch_holds_after_s"] = wait_for(lambda: nvidia_fds(watch.pid) and os.path.exists(registered), 30)
         summary["monitor_holds_after_s"] = wait_for(lambda: bool(nvidia_fds(monitor.pid)), 30)
+        summary["smi_holds_after_s"] = wait_for(lambda: bool(nvidia_fds(smi.pid)), 30)
         summary["watch_fds"], summary["monitor_fds"] = nvidia_fds(watch.pid), nvidia_fds(monitor.pid)
+        # what the pynvml loop maps of CUDA (the plan calls a holder without libcuda an NVML client)
+        from gpuhc.procfd import maps_cuda
+
+        summary["monitor_maps_cuda"] = maps_cuda("/proc", monitor.pid)
+        with open(f"/proc/{monitor.pid}/maps", "rb") as f:
+            summary["monitor_cuda_libs"] = sorted({ln.rsplit(b"/", 1)[-1].decode(errors="replace")
+                                                   for ln in f.read(8 << 20).splitlines() if b"cuda" in ln.lower()})
 
         plan_argv = [*gpuhc, "quarantine", "reset", "--plan", "--json", "--gpus", "0", "--config", cfg,
                      "--state-dir", state]
@@ -126,6 +139,9 @@ def main() -> int:
         named = [b for b in blockers if f"pid {monitor.pid} " in b]
         summary["monitor_line"] = named[0] if named else None
         summary["monitor_named"] = bool(named) and ("monitor" in named[0])
+        named = [b for b in blockers if f"pid {smi.pid} " in b]
+        summary["smi_line"] = named[0] if named else None
+        summary["smi_named"] = bool(named) and ("nvidia-smi" in named[0] and "loop" in named[0])
 
         # The reset's request, with no reset: the watcher lets go, says so, and takes NVML back.
         t0 = time.monotonic()
@@ -150,7 +166,7 @@ def main() -> int:
     summary["settings_after"] = settings()
     summary["settings_unchanged"] = summary["settings_after"] == before
     ok = (not summary.get("plan_blocked_by_watch", True) and bool(summary.get("plan_yield_step"))
-          and summary.get("monitor_named") and summary.get("yield_ack_s") is not None
+          and summary.get("smi_named") and summary.get("yield_ack_s") is not None
           and not summary.get("watch_fds_while_yielded") and summary.get("watch_holds_again_after_s") is not None
           and summary["settings_unchanged"])
     summary["ok"] = bool(ok)
