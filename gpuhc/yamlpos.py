@@ -68,7 +68,10 @@ def _yaml():
     import yaml
 
     # One constructor turns scalar nodes into Python values with YAML 1.1 safe rules (ints,
-    # floats, booleans, null); it holds no per-document state we rely on, so it is shared.
+    # floats, booleans, null); it holds no per-document state we rely on, so it is shared. It
+    # does remember every node it built (PyYAML clears that only in its own document loop):
+    # load_with_lines clears it after each document, or a long-lived process (the watcher, a
+    # campaign) keeps every parse's nodes.
     # libyaml's parser keeps node marks too and is ~10x faster than PyYAML's own.
     return yaml, yaml.constructor.SafeConstructor(), getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -125,6 +128,10 @@ def load_with_lines(text: str, filename: str) -> tuple[Any, dict[Path, int]]:
     except RecursionError:
         _check_depth(text, filename)
         raise ConfigError(f"nested more than {_MAX_DEPTH} levels deep", filename) from None
+    finally:
+        constructor = _yaml()[1]
+        constructor.constructed_objects.clear()
+        constructor.recursive_objects.clear()
 
 
 def _check_depth(text: str, filename: str) -> None:

@@ -213,3 +213,17 @@ def test_a_healthy_replay_from_the_memo_never_imports_yaml(cache, tmp_path):
     assert [r.stderr.splitlines()[-1] for r in runs] == ["yaml imported 0", "no yaml 0"], runs[1].stderr
     first, second = (json.loads(r.stdout) for r in runs)
     assert first["results"] == second["results"] and first["results"]
+
+
+def test_a_long_lived_process_keeps_no_node_of_the_documents_it_parsed(monkeypatch):
+    # The shared YAML constructor remembers every node it builds; a watcher or a campaign that
+    # parses thousands of documents grew by a gigabyte a simulated month until it was cleared.
+    from gpuhc import yamlpos
+
+    monkeypatch.setenv("GPUHC_CACHE_DIR", "")  # parse every time
+    for i in range(50):
+        load_file_text(f"a: {i}\nb: [1, 2, {{c: x{i}}}]\n", f"/n{i}.yaml")
+    with pytest.raises(ConfigError):
+        load_file_text("a: [1, 2\n", "/bad.yaml")
+    constructor = yamlpos._yaml()[1]
+    assert not constructor.constructed_objects and not constructor.recursive_objects
