@@ -1,5 +1,5 @@
 """The one table of evidence to act: for each class of evidence, what buys a WARN, a drain, a
-reboot, a ticket, and whether a drain for it counts toward a lemon (issue 43; docs/checks.md,
+reboot, a ticket, and whether a drain for it counts toward a lemon (docs/checks.md,
 "Evidence to act", is generated from this table and a test holds the two together).
 
 Why a table: on a 1,000-node cluster a signal that acts a little too eagerly is tens of false

@@ -11,7 +11,7 @@ MAX_NVLINKS = 64  # per GPU in a scenario (NVML's own NVML_NVLINK_MAX_LINKS is 1
 MAX_DL_ROTATION = 18  # the nvlink check's dl_rotation: NVML's NVML_NVLINK_MAX_LINKS (every link its own run)
 MAX_WAIT_S = 3600.0  # `--timeout` of snapshot and baseline capture: seconds, finite
 MAX_DURATION_S = 100 * 365 * 86400.0  # a duration option (--since, --older-than): a century, finite
-# The job checks (issue 24): samples kept per series and GPU (a scenario's lists, and a live read
+# The job checks: samples kept per series and GPU (a scenario's lists, and a live read
 # of the driver's buffer), and job ids per GPU.
 MAX_ACTIVITY_SAMPLES = 4096
 MAX_JOBS_PER_GPU = 64

@@ -1,5 +1,5 @@
 """Evidence held over runs: what a run's findings buy once gpuhc/evidence.py's table says their
-class must be held before it drains (issue 43; docs/checks.md, "Evidence to act").
+class must be held before it drains (docs/checks.md, "Evidence to act").
 
 A check judges one snapshot; whether its finding has *stayed* is a question of runs. So the
 runner, after the checks, asks the table of each finding: a FAIL of a class that must be held

@@ -14,7 +14,7 @@ each job by its signature (gpuhc/checks/jobs_judge.py). The rules (docs/checks.m
 - Opt-in (``drain_culprit_jobs`` > 0): a node whose GPU is the culprit of that many different
   jobs' hangs within ``culprit_memory_s`` fails, with a drain, in the runs that see one of those
   hangs go on: one job's hang may be its own doing, the same GPU stalling job after job is not.
-  Counted per GPU, per job Slurm confirms and per user (issue 29): the jobs of one user count
+  Counted per GPU, per job Slurm confirms and per user: the jobs of one user count
   once on a GPU, so no user alone can drain a node by hanging their own jobs. A job counts only
   when slurmstepd's cgroup names it, its processes have one owner (root's processes in it are
   slurmstepd's and neutral), and the Slurm side has confirmed that Slurm runs it here for that
@@ -25,7 +25,7 @@ each job by its signature (gpuhc/checks/jobs_judge.py). The rules (docs/checks.m
   a culprit GPU whose own counters show a hardware sign in the same run (lost, uncorrectable
   ECC, row remapping, a hardware clock slowdown, fabric not up) fails the node.
 - A job whose GPUs are all idle (data loading, a checkpoint everyone writes) is never hung.
-- A pause is not a hang (issue 32): an idle GPU's rank busy on the host (gpuhc/checks/jobs_judge.py,
+- A pause is not a hang: an idle GPU's rank busy on the host (gpuhc/checks/jobs_judge.py,
   ``host_busy``) is said and passes, until it has lasted ``pause_max_s``. ``since`` is carried
   from an earlier run only while nothing says the signature was broken in between: a run that
   saw the job otherwise starts it again, and so does a culprit process that used CPU time since
@@ -216,7 +216,7 @@ def _culprit_memory(prev: dict[str, Any], now: float, keep_s: float) -> dict[str
 
 def _repeat_drain(culprits: dict[str, Any], needed: int) -> Result | None:
     """A GPU named culprit of hung jobs of ``needed`` different users, each job confirmed by
-    Slurm (a job of an unknown user, as in a state written before issue 29, counts for none)."""
+    Slurm (a job of an unknown user, as in a state an older release wrote, counts for none)."""
     if needed <= 0:
         return None
     users: dict[int, set[int]] = {}

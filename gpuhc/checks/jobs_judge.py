@@ -1,6 +1,6 @@
 """The job checks' signatures, pure: what one node's view of a running job looks like.
 
-Measured on 4x H100 SXM (issue 24; docs/checks.md, "jobs"), with NVML sampled every 2 s:
+Measured on 4x H100 SXM (docs/checks.md, "jobs"), with NVML sampled every 2 s:
 
 - training: utilization 98-99 %, memory utilization 30-32 %, ~695 W on every GPU;
 - collective hang: the waiting GPUs at utilization 100 % (the NCCL kernel spins), memory
@@ -190,7 +190,7 @@ def _hang(view: JobView, gpus: list[GpuActivity], t: dict[str, Any], nodes: int 
 
 def host_busy(g: GpuActivity, t: dict[str, Any]) -> str | None:
     """What the GPU's rank is doing on the host when it makes progress there, else None
-    (stuck, or not measured: the GPU samples alone then decide, as before issue 32)."""
+    (stuck, or not measured: the GPU samples alone then decide, as they used to)."""
     if g.host_state == "D":
         return "in I/O wait" + _host_rates(g)
     if not g.host_dt_s:

@@ -1,4 +1,4 @@
-"""Evidence that stays is evidence: a WARN that recurs over hours becomes a FAIL (issue 43).
+"""Evidence that stays is evidence: a WARN that recurs over hours becomes a FAIL.
 
 Two checks keep a short history of when a link or port warned, and judge it here: nvlink (its
 error counters grew at the WARN rate on a link, below the FAIL rate) and infiniband (a single

@@ -18,7 +18,7 @@ answer, is a FAIL (NVSentinel issue 883: a Fabric Manager outage went unnoticed 
 every NCCL job on the node failed) of evidence class ``service``, drain + ticket (the table says
 why: a restart of the service is the cure, and a reboot cures no reason it would not start): a
 WARN until held over consecutive runs spanning ``evidence.host`` (gpuhc/evidence.py,
-gpuhc/runhold.py), so one slow ``dcgmi`` on a busy node is no drain (issue 43), and never toward
+gpuhc/runhold.py), so one slow ``dcgmi`` on a busy node is no drain, and never toward
 a lemon. A service running where nobody asked for it is not judged.
 """
 

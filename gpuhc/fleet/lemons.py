@@ -6,8 +6,8 @@ one record: lemons (K drains within D days) and near-lemons (one short), each wi
 
 Drains that were one switch incident (the same check on K nodes under one leaf switch within
 ``fleet.switch.window_s``: :mod:`gpuhc.slurm.policy.shared_cause`) count for the switch, not for the
-nodes: they are left out of every node's and GPU's count and the switch is named instead
-(issue 30). The fleet sees every node's log, so this is where such incidents are always told
+nodes: they are left out of every node's and GPU's count and the switch is named instead.
+The fleet sees every node's log, so this is where such incidents are always told
 apart; a node judging its own drain sees them only through shared logs (docs/repair.md).
 """
 

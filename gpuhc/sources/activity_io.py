@@ -1,4 +1,4 @@
-"""The scenario format's ``activity`` section: what the GPUs running jobs hold did (issue 24).
+"""The scenario format's ``activity`` section: what the GPUs running jobs hold did.
 
 A block of its own beside gpuhc/sources/snapshot_validate.py (its checks stand on that module's)
 and snapshot_build.py; the scenario loader calls it. The shape::

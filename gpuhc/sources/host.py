@@ -225,7 +225,7 @@ class HostLive:
         root for a set-uid program a user runs through a link of the daemon's name) is root's
         (``owner``) or the account root made the daemon's run directory for
         (``nvidia-persistenced --user``), and its program lies in directories only root can
-        change (issue 45)."""
+        change."""
         from gpuhc.fsutil import UnsafePath, check_dir_chain
         from gpuhc.sources.job_activity import JobResolver
 

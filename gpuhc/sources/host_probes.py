@@ -67,7 +67,7 @@ RETRY_PAUSES_S = (0.5, 1.0)  # between a service probe's attempts: three at most
 def retried(probe, timeout_s: float, deadline: float, sleep=time.sleep) -> dict[str, Any]:
     """A service's probe (``probe(timeout) -> (answering, error)``) asked again after a short
     pause while it fails and the shared ``deadline`` allows: one slow answer of a busy host
-    engine is no outage (issue 43). ``attempts`` says how many it took; the error is the last."""
+    engine is no outage. ``attempts`` says how many it took; the error is the last."""
     answering, error, attempts = None, None, 0
     for pause in (*RETRY_PAUSES_S, None):
         left = deadline - time.monotonic()

@@ -111,7 +111,7 @@ class Scenario:
     pci_gpus: list[str] | None = None
     occupancy: Occupancy | None = None
     imex: ImexStatus | None = None
-    activity: Activity | None = None  # job activity (issue 24)
+    activity: Activity | None = None  # job activity
     gres: dict[str, str] | None = None  # {conf: gres.conf text, mig_minors: mig-minors text}
     host: HostReading | None = None  # the node around the GPUs (gpuhc/sources/host.py)
 

@@ -21,7 +21,7 @@ from gpuhc.sources.snapshot_validate import (
 _GPU_SECTION = ("count", "defaults", "gpus")
 _COMMON = ("hostname", "time", "boot_id", "driver_version", "cuda_driver_version", "nvml", *_GPU_SECTION,
            "kernel_log", "kernel", "ib_ports", "aer", "pci_gpus", "occupancy",
-           "activity")  # job activity (issue 24): gpuhc/sources/activity_io.py
+           "activity")  # job activity: gpuhc/sources/activity_io.py
 _COMMON = (*_COMMON, "imex")  # the IMEX daemon (gpuhc/sources/imex.py); replaced whole by a step
 _COMMON = (*_COMMON, "gres", "host")  # Slurm's view of the GPUs (gpuhc/sources/gres.py), the node around them (gpuhc/sources/host.py); each replaced whole by a step
 TOP_KEYS = (*_COMMON, "format", "description", "ib_defaults", "extends", "steps")

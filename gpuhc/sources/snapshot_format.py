@@ -117,7 +117,7 @@ def dump_snapshot(snapshot: Snapshot, compact: bool = True) -> dict[str, Any]:
                         del p[key]
     if snapshot.imex is not None:
         doc["imex"] = _plain(snapshot.imex)
-    # job activity (issue 24; format in gpuhc/sources/activity_io.py)
+    # job activity (format in gpuhc/sources/activity_io.py)
     if snapshot.activity is not None:
         doc["activity"] = _plain(snapshot.activity)
     if snapshot.gres is not None:  # gres.conf and MIG minors: Slurm's GPU numbers replay too

@@ -15,7 +15,7 @@ two ways, both because the node is then judged under real Slurm for hours or day
 - Trust. The scenario decides whether root drains the node, so it is read only under the one
   rule for files root treats as evidence (:func:`gpuhc.fsutil.check_trusted_file`): root's,
   writable by nobody else, in directories only root can change, every link on the way root's
-  too. A user's file in a world-writable directory is refused, link or not (issue 29). An admin
+  too. A user's file in a world-writable directory is refused, link or not. An admin
   swaps scenarios with a root-owned link; the file it resolves to is read, never the link again.
 
 A scenario named on the command line (``--nvml-scenario``) replaces the test scenario, and a

@@ -91,7 +91,7 @@ class SlurmCli(SlurmCommand):
         recorded) or named with the prefix (a lost state directory, a second admin host).
 
         A job's name is no proof of anything: any user can submit ``-J gpuhc-sweep-x --hold``,
-        and once stopped every later sweep that way (issue 18). So squeue is asked for the sweep
+        and once stopped every later sweep that way. So squeue is asked for the sweep
         account's jobs alone (``-u``): another user's job never reaches the parser, and with it
         no forged line a newline in its name could carry. The name is the last field, split
         off once, so a ``|`` in it cannot shift the others (docs/security.md)."""

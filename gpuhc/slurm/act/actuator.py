@@ -57,7 +57,7 @@ RECOUNT_RESERVE_S = 3.0
 # recount (a wait for another node's count, or a count of the whole table, and an undo). A drain
 # that cannot be verified stands, past the cap if others raced it; in one 200-node storm on a
 # loaded box 53 drains came too late to be verified and 75 nodes ended held for a cap of 40
-# (issue 18, docs/verification.md). The next run (minutes later) decides again. A place claimed
+# (docs/verification.md). The next run (minutes later) decides again. A place claimed
 # in the ledger is drained whatever time is left (the claim was read back: it is ours, and an
 # unused one would hold a node back); so the count or claim is begun only with CLAIM_NEEDS_S more.
 # A short stage gets a share of its deadline instead (the prolog's 20 s: 5 s and 2 s).
@@ -75,7 +75,7 @@ CALLS_TO_VERIFY = 5
 # a node whose wait the deadline cut (its checks took most of the run, as under a storm's load)
 # ends too late to take a place, and sheds its load from the storm. Leaving the whole 15 s made
 # those late nodes claim and drain, and a storm cost up to 114 MB where it had cost 77-89 MB
-# (issue 18, docs/verification.md). In the prolog (20 s) it is exactly what a place and a
+# (docs/verification.md). In the prolog (20 s) it is exactly what a place and a
 # drain need there.
 JITTER_RESERVE_S = 8.0
 
@@ -270,7 +270,7 @@ class Actuator:
         """One step of the ledger client. Slurm's failures it handles itself; any other failure
         (a bug, bytes nobody expected) turns the ledger off for this run and the node counts, as
         without a ledger: the ledger is bookkeeping, never a reason to leave a failing node
-        alone (issue 18, docs/slurm.md "Bookkeeping failures")."""
+        alone (docs/slurm.md "Bookkeeping failures")."""
         try:
             return call(*args)
         except Exception as e:

@@ -28,14 +28,14 @@ POLL_MAX_S = 1.0
 # A count under way (the ledger's record was stamped for it) gets this long to write its entry
 # before a waiting node counts itself. A count reads and parses the whole node table: in a storm
 # of 200 processes on 2 cores it took several seconds, and a 2 s wait turned one count into many
-# (issue 18, docs/verification.md).
+# (docs/verification.md).
 PENDING_S = 8.0
 # A claim lost to a racing writer (no compare-and-set) is made again after a random pause (binary
 # exponential back-off, up to CLAIM_PAUSE_MAX_S), for as long as the deadline leaves room; after
 # CLAIM_TRIES the node counts.
 # In a storm dozens of nodes claim in the same seconds and most first claims are lost: with 5
 # tries and then a drain on the entry's word, a third of one storm's drains went past the cap
-# and were undone, each costing a recount (issue 18, docs/verification.md).
+# and were undone, each costing a recount (docs/verification.md).
 CLAIM_TRIES = 40
 CLAIM_PAUSE_MAX_S = 4.0
 # Ticks that lost to a later node's tick before this node counts anyway.
@@ -110,7 +110,7 @@ class LedgerClient:
                     if self._room() <= 0:
                         # No place and no time: the entry's word, without a place of our own,
                         # which the actuator does not drain on this late (too little time left to
-                        # verify the drain, and draining on it overshot the cap: issue 18).
+                        # verify the drain, and draining on it overshot the cap).
                         return state_of(entry, node, self.settings, entry.taken + len(entry.claimers))
                     if claims >= CLAIM_TRIES:
                         return None  # claims that never stick: a count decides
@@ -228,7 +228,7 @@ class LedgerClient:
             if pending_until is None and now + POLL_S <= own_count_at:
                 # Sleep, not poll: the reads of 200 waiting nodes were a third of a storm's bytes,
                 # and a count that could cover us shows first as a stamp, which the read at the
-                # end of the wait sees (issue 18, docs/verification.md).
+                # end of the wait sees (docs/verification.md).
                 time.sleep(own_count_at - now)
                 continue
             if elections >= ELECTIONS or self.elect(name):

@@ -167,7 +167,7 @@ def run(flow: Flow, body: Callable[[Flow], Outcome], fail_open: bool,
     and the exit code. A bug in the flow is never a drain, and blocks a job only on a node that
     had already failed (:func:`crash_exit`); a bug after the decision (the event log, a
     report that does not render) is said and changes nothing: the decision's exit code stands,
-    so a healthy node never gets "Prolog error" from gpuhc's bookkeeping (issue 30)."""
+    so a healthy node never gets "Prolog error" from gpuhc's bookkeeping."""
     from gpuhc.errors import EXIT_OK
     from gpuhc.slurm.flows import runlock
 

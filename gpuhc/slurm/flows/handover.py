@@ -14,7 +14,7 @@ again). New events still count.
 The same resume restarts the node's lemon history (gpuhc/slurm/repair/lemon_memory.py, ``forgive``):
 a person said the node is mended, and its next unrelated drain must not retire it.
 The prolog matters most: with a job queued for the node, its prolog runs seconds after the
-resume, before any health check (issue 20: it re-drained the node and requeued the job).
+resume, before any health check (it re-drained the node and requeued the job).
 
 "Back in service" is the state, not the reason: a release may keep the old reason of a node it
 resumes (gpuhc/slurm/read/releases.py, "scontrol update State=RESUME"). Only gpuhc's own resume clears the hold before it
@@ -62,7 +62,7 @@ def adopt_external_resume(flow, memory, log: Callable[..., None]):
 def cold_start(flow, node, memory, log: Callable[..., None]) -> bool:
     """Did slurmctld start without its saved state (``slurmctld -c``) since gpuhc drained the
     node? Its node table then comes from slurm.conf alone: the drain and its reason are gone, no
-    person resumed anything, and the held evidence must stand (issue 30). Told by the controller's
+    person resumed anything, and the held evidence must stand. Told by the controller's
     BOOT_TIME after gpuhc's drain with no reason left on the node (a warm restart keeps both the
     drain and the reason). One more query, only on a held node found in service."""
     if node.reason or memory.drained_at is None:

@@ -5,7 +5,7 @@ Why: Slurm has no compare-and-set. Health checks that overlap on one failing nod
 and the next interval's, or a prolog beside a health check) each read the node in service, each
 count, each drain; and a run whose read came before another's drain counts that drain against
 the breaker and reports it open. Twenty health checks at once sent 10 identical DRAINs, and ten
-of them exited 4 with "circuit breaker open" (issue 18). With the lock, the second run waits its
+of them exited 4 with "circuit breaker open". With the lock, the second run waits its
 turn, then starts from what the first one did and remembered (docs/slurm.md, "One run at a time").
 
 Only the Slurm part is serialised, never the checks: a prolog does not wait for an epilog's

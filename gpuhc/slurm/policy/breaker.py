@@ -15,7 +15,7 @@ cannot undo them, so its own drains give way to them. Admin drains do not count:
 gpuhc's doing. Retired nodes
 do not count toward the drain cap: they never come back by themselves, so in a partition of 10
 nodes or fewer (a cap of 1) one retirement would switch draining off there for good, and every
-later sick node would keep taking jobs (issue 30). They have a small cap of their own
+later sick node would keep taking jobs. They have a small cap of their own
 (``max_retired_percent``): at it, the breaker says so loudly in every count (an alert for a
 person: retirements at that rate are a pattern, not hardware), and draining goes on.
 

@@ -30,7 +30,7 @@ what it saw there; the others decide from it:
 - **stamps from the future** (slurmctld's clock stepped back, or a writer that lies): a reader
   knows slurmctld's time from a stamp it caused and read back, plus the time since on its own
   monotonic clock (:func:`horizon`). An entry whose ``newest`` lies beyond that covers nothing,
-  and a count leaves such stamps out of what it writes (issue 18: one such entry let 5 nodes
+  and a count leaves such stamps out of what it writes (one such entry let 5 nodes
   drain with a cap of 1).
 
 Slurm has no compare-and-set, so two writers can overwrite each other; what is lost is a claim
@@ -243,7 +243,7 @@ def covers(entry: Entry, stamp: float | None, horizon: int | None = None) -> boo
     """Did the count behind ``entry`` see a drain stamped ``stamp``, with no later drain able to
     rank before it? (See the module docstring.) An entry whose ``newest`` lies past ``horizon``
     (slurmctld's time as the reader last saw it) is from the future and covers nothing: it would
-    otherwise cover every drain, and a cap of 1 let 5 nodes drain (issue 18)."""
+    otherwise cover every drain, and a cap of 1 let 5 nodes drain."""
     if stamp is None or entry.newest <= int(stamp):
         return False
     return horizon is None or entry.newest <= horizon

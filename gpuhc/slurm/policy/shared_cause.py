@@ -4,7 +4,7 @@ Pure.
 
 Declared once, used twice: the fleet's suspect-switch incidents (``gpuhc/fleet/switches.py``)
 and the lemon rule (``gpuhc/slurm/repair/lemons.py``), where a fault that belongs to such a group counts
-for the switch, not for the node (issue 30; docs/repair.md "Lemon memory").
+for the switch, not for the node (docs/repair.md "Lemon memory").
 
 The rule: failures of one check under one leaf, sorted by time; a run whose first and last are
 at most ``window_s`` apart and that covers at least ``min_nodes`` (K) distinct nodes opens a

@@ -5,7 +5,7 @@ watchdog; an NVML read in a thread the run can leave behind.
 Why a watchdog and not ``subprocess.run(timeout=)``: that kills the child and then waits for it,
 and for its output pipe, with no limit. An ``nvidia-smi -r`` stuck in the driver (uninterruptible
 sleep) is not reaped by SIGKILL, and a helper it started keeps the pipe open; the health check
-then never returns and slurmd kills it at 60 s, before the services are started again (issue 30).
+then never returns and slurmd kills it at 60 s, before the services are started again.
 Here the whole group is killed and given :data:`REAP_S` to go; a command still there is left
 behind, said as stuck (the driver is wedged: the ladder's reboot rung is what helps).
 

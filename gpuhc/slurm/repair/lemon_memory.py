@@ -1,6 +1,6 @@
 """Lemon memory's store: the node's fault history, kept in its state and rebuilt from the event log.
 
-The history must outlive what a resume, a reboot or a lost state directory wipes (issue 20), so
+The history must outlive what a resume, a reboot or a lost state directory wipes, so
 every drain gpuhc decides is written twice: into the node's state (``lemons.faults``, read at
 the next drain; a few hundred bytes) and, through the run's event-log line (``slurm.fault``),
 into the event log. A state without the ``lemons`` key (new, lost, or moved aside as corrupt)
@@ -9,14 +9,14 @@ other logs too (a shared glob of every node's shipped log), so a GPU moved from 
 brings its record. Only drains read any of this, never a healthy run: the hot path pays nothing.
 The rule itself is pure (:mod:`gpuhc.slurm.repair.lemons`).
 
-What never counts, and what wipes the slate (issue 30): a run in the site's test mode (a
+What never counts, and what wipes the slate: a run in the site's test mode (a
 replayed fault, ``sources.test_scenario``) records no fault; a person's word that the node is
 mended (:func:`forgive`: the resume of a node gpuhc held that someone else did, seen by
 :mod:`gpuhc.slurm.flows.handover`, which ``gpuhc quarantine release`` is; ``gpuhc quarantine forget``
 on the node) stamps ``lemons.cleared_at``, and drains before it no longer count. The stamp is in
 the node's state: a state rebuilt from the event log has no stamp (docs/repair.md says so).
 
-Shared causes (issue 30): with ``fleet.switch.topology_file`` set (Slurm's topology.conf, local
+Shared causes: with ``fleet.switch.topology_file`` set (Slurm's topology.conf, local
 config: no Slurm call), a drain judged here leaves out every fault of a switch incident (the
 same check on K nodes under one leaf within the window, :mod:`gpuhc.slurm.policy.shared_cause`). A
 node sees its neighbours' faults only through ``slurm.lemon.event_logs`` naming their shipped

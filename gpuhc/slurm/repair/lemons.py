@@ -1,7 +1,7 @@
 """Lemon memory's rule: a node, or a GPU, drained K times within D days is a lemon. Pure.
 
 A node that fails, passes its retest and fails again a week later starts every hold from zero:
-the quarantine count (``[qN]`` in the reason) is dropped at each resume (issue 20). Large
+the quarantine count (``[qN]`` in the reason) is dropped at each resume. Large
 operators call such machines "lemon nodes" and find that a few of them cause an outsized share
 of job failures (Meta, "Revisiting Reliability in Large-Scale Machine Learning Research
 Clusters", arXiv 2410.21680). So gpuhc keeps a fault history apart from the reason: one
@@ -28,7 +28,7 @@ from gpuhc.slurm.policy.reason import format_reason, parse_reason
 from gpuhc.slurm.policy.shared_cause import group_runs
 
 MAX_TEXT = 256  # a node name, serial, UUID or check read back from a record is cut to this
-# Only drains for the hardware count (gpuhc/evidence.py's ``lemon`` column, issue 43): a GPU,
+# Only drains for the hardware count (gpuhc/evidence.py's ``lemon`` column): a GPU,
 # NVLink, PCIe fatal or failed recovery, uncorrected memory. A process left on a GPU is a job's
 # leftover (the month-long campaign, docs/campaign.md, retired healthy nodes for stray processes
 # until it was left out), and a service, a mount, the host or a wedged NVML say nothing of the
@@ -182,7 +182,7 @@ class SharedCauses:
 def shared(faults: Iterable[Fault], causes: SharedCauses) -> dict[tuple[str, float], str]:
     """(node, time) -> the switch, for every fault that is one of a switch incident: the same
     check failed on K nodes under one leaf within the window. Such a fault counts for the switch,
-    not for the node or its GPUs (issue 30)."""
+    not for the node or its GPUs."""
     runs, _ = group_runs(faults, causes.leaf_of, lambda f: f.node, lambda f: f.check, lambda f: f.time,
                          causes.min_nodes, causes.window_s)
     return {(f.node, round(f.time, 3)): leaf for leaf, _, members in runs for f in members}
@@ -202,7 +202,7 @@ def counted(new: Fault, history: Iterable[Fault], cleared_at: float | None = Non
     """The history that still counts against ``new``'s node: a person's word that the node is
     mended (a release, an acknowledged resume, ``quarantine forget``: ``cleared_at``) drops its
     drains up to then, and a drain that named only GPUs no longer in the node (``present``:
-    the serials it has now; the GPU was replaced) stops counting there (issue 30)."""
+    the serials it has now; the GPU was replaced) stops counting there."""
     out = []
     for f in history:
         if f.node == new.node:

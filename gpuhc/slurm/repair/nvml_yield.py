@@ -3,7 +3,7 @@
 The node watcher (``gpuhc watch``, gpuhc/slurm/jobs/watch.py) keeps NVML initialised for its
 life, and NVML holds ``/dev/nvidiactl`` and every ``/dev/nvidia<N>`` open while it is: the
 driver refuses a reset while any client does, so without this the ladder's reset found gpuhc
-itself in the way and climbed to a reboot (issue 45). The handshake, all in
+itself in the way and climbed to a reboot. The handshake, all in
 ``<state_dir>/yield/``, a directory as private as the state (root's alone, checked up to ``/``
 through :mod:`gpuhc.fsutil`, every file replaced whole, never through a link):
 

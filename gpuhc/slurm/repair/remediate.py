@@ -22,7 +22,7 @@ and fires the ``remediation`` hook (``retire`` for a retirement). Nothing here d
 that is in service, so the breaker is not asked; the node stays counted by it throughout,
 because its reason stays gpuhc's.
 
-A reset is bounded and honest (issue 30; docs/repair.md "The GPU reset procedure"):
+A reset is bounded and honest (docs/repair.md "The GPU reset procedure"):
 
 - Slurm is read again right before it (an admin's resume, a job that landed: no reset), and
   the attempt is written ahead, in the node's memory and as the ``[reset n/N]`` tag, so a run
@@ -81,9 +81,9 @@ def owner_of(pid: int, name: str | None, remediation: dict) -> str:
     """Whose is a GPU process on a node Slurm shows no job on: ``admin`` (root's, or a configured
     admin tool: ``dcgmi diag``, ``nvidia-bug-report.sh``, a retest over clush), ``unknown`` (its
     /proc entry cannot be read: gone, or another PID namespace), or ``stray`` (a user's, with no
-    job: a job's leftover). Only a stray is a reason to reboot (issue 30). Whose is the real uid
+    job: a job's leftover). Only a stray is a reason to reboot. Whose is the real uid
     of ``/proc/<pid>/status``, not the owner of ``/proc/<pid>``: the kernel shows the effective
-    uid there, root for a set-uid program a user runs (issue 45)."""
+    uid there, root for a set-uid program a user runs."""
     from gpuhc.sources.job_activity import JobResolver
 
     if name and name in set(remediation["admin_tools"]):

@@ -120,7 +120,7 @@ def release_after_retest(flow: Flow, force: bool) -> tuple[list[AdminResult], in
         return [AdminResult(me, True, f"nothing to release: state {node.raw_state}")], 0
     acknowledge_kernel_log(flow.opts.state_dir, flow.now())  # the release is the admin's word: old Xids are dealt with
     # The run lock for the whole retest: its checks put processes on the GPUs, and a health check
-    # meanwhile must not take them for a stray and reboot the node (issue 30).
+    # meanwhile must not take them for a stray and reboot the node.
     if not take_turn(flow).ok:
         return [AdminResult(me, False, "another gpuhc run is acting on this node: not retested")], 0
     report = run_checks(flow)

@@ -3,7 +3,7 @@
 Before each change the reset makes to the node (persistence mode off, a service stopped), what
 puts it back is written here; it is removed once that ran. slurmd kills the health check at its
 timeout, and a ``kill -9`` leaves nothing in memory: without this, the next run took "DCGM
-stopped, persistence 0" for the node's normal state and resumed it so (issue 45). Every gpuhc
+stopped, persistence 0" for the node's normal state and resumed it so. Every gpuhc
 hook entry and the boot-time retest :func:`replay` what is pending before anything else, and a
 node with an undo still pending is not resumed (gpuhc/slurm/policy/drain.py, ``undo_pending``).
 

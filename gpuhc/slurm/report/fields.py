@@ -69,7 +69,7 @@ def render_fields(report: DrainReport, fields: tuple[str, ...], delimiter: str |
     head = [f.upper() for f in fields]
     if delimiter is not None:
         # A reason is anyone's text: the delimiter inside a value is written \xNN (as gpuhc
-        # escapes what it cannot print), so no value shifts the fields after it (issue 29).
+        # escapes what it cannot print), so no value shifts the fields after it.
         safe = "".join(f"\\x{ord(ch):02x}" for ch in delimiter) if delimiter else delimiter
         rows = [[v.replace(delimiter, safe) if delimiter else v for v in r] for r in rows]
         lines = ([delimiter.join(head)] if header else []) + [delimiter.join(r) for r in rows]
