@@ -13,14 +13,15 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 R=/tmp/res; rm -rf $R; mkdir -p $R/watch-yield $R/speed
 date -u; nvidia-smi -L; nvidia-smi --query-gpu=index,name,driver_version,persistence_mode,compute_mode,mig.mode.current --format=csv
 echo "== 45 watch yield"; timeout -k 5 90 python3 bench/watch_yield_probe.py --out $R/watch-yield 2>&1 | tee $R/watch-yield/log.txt; echo "rc=${PIPESTATUS[0]}" | tee -a $R/rcs.txt
-echo "== 45 diag: does a pynvml loop map libcuda?"
+echo "== 45 diag: what tells an NVML monitor from a CUDA program (maps, NVML's process lists)"
 { python3 -c 'import time,pynvml;pynvml.nvmlInit();h=pynvml.nvmlDeviceGetHandleByIndex(0)
-while True: pynvml.nvmlDeviceGetUtilizationRates(h); time.sleep(0.5)' & P=$!; sleep 3
-python3 -c 'import pynvml;print("pynvml",getattr(pynvml,"__file__",None),getattr(pynvml,"__version__",None))'
-echo "maps bytes: $(wc -c < /proc/$P/maps)"; grep -E 'libcuda|libnvidia-ml|libnvidia' /proc/$P/maps | awk '{print $6}' | sort -u
-ls -l /proc/$P/fd 2>/dev/null | grep nvidia | awk '{print $NF}' | sort -u
-python3 -c "from gpuhc.procfd import maps_cuda; print('maps_cuda', maps_cuda('/proc', $P))"
-kill $P; wait $P 2>/dev/null; } 2>&1 | tee $R/diag.txt
+while True: pynvml.nvmlDeviceGetUtilizationRates(h); time.sleep(0.5)' & P1=$!
+python3 -c 'import time,torch;x=torch.zeros(1,device="cuda");time.sleep(40)' & P2=$!
+nvidia-smi -l 1 >/dev/null & P3=$!; sleep 8
+for P in $P1 $P2 $P3; do echo "pid $P $(cat /proc/$P/comm): maps $(wc -l < /proc/$P/maps) lines; dev-mapped: $(grep -c ' /dev/nvidia' /proc/$P/maps) ($(grep -o ' /dev/nvidia[^ ]*' /proc/$P/maps | sort | uniq -c | tr '\n' ' ')); libs: $(grep -oE '/[^ ]*lib(cuda|nvidia-ml)\.so[^ ]*' /proc/$P/maps | sort -u | tr '\n' ' ')"; done
+python3 -c "import pynvml;pynvml.nvmlInit();h=pynvml.nvmlDeviceGetHandleByIndex(0)
+print('compute', [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)]); print('graphics', [p.pid for p in pynvml.nvmlDeviceGetGraphicsRunningProcesses(h)])"
+kill $P1 $P2 $P3; wait 2>/dev/null; } 2>&1 | tee $R/diag.txt
 echo "== 48 canary"; cat > /tmp/canary_wrap.py <<'PY'
 import json, os, sys
 sys.argv = ["canary_device.py"]; sys.path.insert(0, "bench")

@@ -23,8 +23,9 @@ more BLOCKED line, expected). About 20 s; one GPU is enough. Run from the reposi
 
 Prints one JSON summary (also written to <out>/summary.json); exit 0 when the watcher does not
 block the plan, yields and resumes, and `nvidia-smi -l 1` (started beside the pynvml loop) is
-named as a monitor; 1 otherwise. Whether the pynvml loop is named, and what CUDA library it
-maps, is reported (a Python whose site imports a CUDA library maps libcuda.so).
+named as a monitor, and so is the pynvml loop (an NVML client: no CUDA context mapped); 1
+otherwise. The CUDA libraries the loop maps are reported beside it (with driver 580 it maps
+libcuda.so without a context, which is why the plan looks at the mapped devices).
 """
 
 from __future__ import annotations
@@ -116,10 +117,10 @@ def main() -> int:
         summary["monitor_holds_after_s"] = wait_for(lambda: bool(nvidia_fds(monitor.pid)), 30)
         summary["smi_holds_after_s"] = wait_for(lambda: bool(nvidia_fds(smi.pid)), 30)
         summary["watch_fds"], summary["monitor_fds"] = nvidia_fds(watch.pid), nvidia_fds(monitor.pid)
-        # what the pynvml loop maps of CUDA (the plan calls a holder without libcuda an NVML client)
-        from gpuhc.procfd import maps_cuda
+        # does the pynvml loop hold a CUDA context (the plan calls a holder without one an NVML client)
+        from gpuhc.procfd import cuda_context
 
-        summary["monitor_maps_cuda"] = maps_cuda("/proc", monitor.pid)
+        summary["monitor_cuda_context"] = cuda_context("/proc", monitor.pid)
         with open(f"/proc/{monitor.pid}/maps", "rb") as f:
             summary["monitor_cuda_libs"] = sorted({ln.rsplit(b"/", 1)[-1].decode(errors="replace")
                                                    for ln in f.read(8 << 20).splitlines() if b"cuda" in ln.lower()})
@@ -166,7 +167,7 @@ def main() -> int:
     summary["settings_after"] = settings()
     summary["settings_unchanged"] = summary["settings_after"] == before
     ok = (not summary.get("plan_blocked_by_watch", True) and bool(summary.get("plan_yield_step"))
-          and summary.get("smi_named") and summary.get("yield_ack_s") is not None
+          and summary.get("smi_named") and summary.get("monitor_named") and summary.get("yield_ack_s") is not None
           and not summary.get("watch_fds_while_yielded") and summary.get("watch_holds_again_after_s") is not None
           and summary["settings_unchanged"])
     summary["ok"] = bool(ok)

@@ -188,13 +188,16 @@ class FakeNode:
             p.chmod(0o755)
 
     def add_proc(self, st: dict, pid: int, comm: str, unit: str | None, devices: list[str], cuda: bool = True) -> None:
-        """``cuda``: the process maps the CUDA driver library (a CUDA program); else NVML's alone (a monitor)."""
+        """``cuda``: the process holds a CUDA context (maps its GPU's file and nvidia-uvm); else it is an
+        NVML client (maps nvidiactl alone). Both map libcuda.so, as a pynvml loop does with driver 580."""
         d = self.root / "proc" / str(pid)
         (d / "fd").mkdir(parents=True)
         (d / "comm").write_text(comm + "\n")
-        libs = ["libnvidia-ml.so.580.95.05"] + (["libcuda.so.580.95.05"] if cuda else [])
-        (d / "maps").write_text("".join(f"7f1c2a{i:02x}0000-7f1c2a{i:02x}8000 r-xp 00000000 08:01 {4242 + i} "
-                                        f"/usr/lib/x86_64-linux-gnu/{lib}\n" for i, lib in enumerate(libs)))
+        files = ["/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.95.05", "/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05",
+                 "/dev/nvidiactl"] + ([next((f for f in devices if f[11:].isdigit()), "/dev/nvidia0"), "/dev/nvidia-uvm"]
+                                      if cuda else [])
+        (d / "maps").write_text("".join(f"7f1c2a{i:02x}0000-7f1c2a{i:02x}8000 r-xp 00000000 08:01 {4242 + i} {f}\n"
+                                        for i, f in enumerate(files)))
         (d / "cgroup").write_text(f"0::/system.slice/{unit}.service\n" if unit else "0::/user.slice/user-1000.slice\n")
         for n, dev in enumerate(devices + ["/dev/null", "socket:[12345]"]):
             os.symlink(dev, d / "fd" / str(n))

@@ -100,7 +100,7 @@ class Holder:
     unit: str | None  # the systemd unit its cgroup names, or None
     devices: tuple[str, ...]  # the /dev/nvidia* files it holds open
     own: bool = False  # gpuhc's registered node watcher: it lets go when asked (nvml_yield.py)
-    cuda: bool | None = None  # maps the CUDA driver library (gpuhc/procfd.py); None: unknown
+    cuda: bool | None = None  # holds a CUDA context (gpuhc/procfd.py); None: unknown
 
 
 @dataclass(frozen=True)
@@ -209,9 +209,9 @@ MONITORS = {"nvtop": "nvtop, an interactive GPU monitor", "nvidia-smi": "nvidia-
 
 def monitor_of(h: Holder) -> str | None:
     """What a holder is, when the plan can tell: a known monitor by name; any other process that
-    has the GPUs open and does not map the CUDA driver library is an NVML client (the device
-    files cannot tell: a pynvml loop opens ``/dev/nvidia-uvm`` too, seen on an H100; docs/repair.md
-    "What blocks a reset"); None: a CUDA program or unknown."""
+    has the GPUs open without a CUDA context mapped is an NVML client (the files it holds cannot
+    tell: a pynvml loop opens ``/dev/nvidia-uvm`` too, seen on an H100; docs/repair.md "What blocks
+    a reset"); None: a CUDA program or unknown."""
     if h.comm in MONITORS:
         return MONITORS[h.comm]
     if h.cuda is False:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from gpuhc.logtext import escape
 from gpuhc.model.nvml import NvmlReading
 from gpuhc.model.pci import norm_pci
-from gpuhc.procfd import maps_cuda, nvidia_files
+from gpuhc.procfd import cuda_context, nvidia_files
 from gpuhc.slurm.repair.reset_plan import NO_FABRIC, GpuFacts, Holder, NodeFacts, arch_of
 
 MAX_PIDS = 65536  # processes looked at, at most (a node has a few thousand)
@@ -99,7 +99,7 @@ def holders(proc_root: str, deadline: float) -> tuple[list[Holder], list[str]]:
         if devices:
             comm = escape((_small(os.path.join(proc_root, str(pid), "comm")) or "?").strip()[:64])
             unit = unit_of(_small(os.path.join(proc_root, str(pid), "cgroup")))
-            found.append(Holder(pid, comm, unit, tuple(sorted(devices)), cuda=maps_cuda(proc_root, pid)))
+            found.append(Holder(pid, comm, unit, tuple(sorted(devices)), cuda=cuda_context(proc_root, pid)))
     if denied:
         problems.append(f"the open files of {denied} processes could not be read (not root?): holders may be missing")
     return found, problems

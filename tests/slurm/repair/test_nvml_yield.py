@@ -127,7 +127,7 @@ def test_a_process_named_like_gpuhc_is_not_gpuhcs_and_blocks(tmp_path):
 
 
 # What a pynvml loop held on an H100 (docs/verification.md, "The reset's holders"): the same
-# files as a CUDA program, nvidia-uvm included; only the libraries it maps tell them apart.
+# files as a CUDA program, nvidia-uvm included; only what it maps of the devices tells them apart.
 NVML_ON_H100 = ["/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2", "/dev/nvidia-uvm", "/dev/nvidia1",
                 "/dev/nvidiactl"]
 
@@ -140,7 +140,7 @@ def test_nvml_monitors_are_named_in_the_plan(tmp_path):
     assert "nvtop, an interactive GPU monitor; stop it, or list its unit in slurm.remediation.reset.stop_units" \
         in by_pid["31"]
     assert "an NVML client without CUDA (a monitor or exporter)" in by_pid["32"]
-    assert by_pid["33"].endswith("/dev/nvidiactl")  # a CUDA program (libcuda mapped): not called a monitor
+    assert by_pid["33"].endswith("/dev/nvidiactl")  # a CUDA program (a context mapped): not called a monitor
 
 
 def test_the_sites_stop_units_are_stopped_and_started_around_the_reset(tmp_path):

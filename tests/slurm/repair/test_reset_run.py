@@ -418,18 +418,25 @@ def test_a_plan_with_no_gpu_in_scope_says_so():
     assert plan.lines()[0] == "reset scope: no GPU (NVML unavailable)"
 
 
-def test_the_cuda_library_in_maps_tells_a_cuda_program_from_an_nvml_client(tmp_path):
-    """The device files cannot: on an H100 a pynvml loop held nvidia-uvm as a CUDA program does.
-    The maps are a bounded read; maps unread or read only in part say nothing (None), never "a monitor"."""
-    from gpuhc.procfd import MAPS_MAX_BYTES, maps_cuda
+def test_the_mapped_devices_tell_a_cuda_program_from_an_nvml_client(tmp_path):
+    """Neither the files held open nor the libraries mapped can: on an H100 with driver 580 a
+    pynvml loop held nvidia-uvm and mapped libcuda.so as a CUDA program does; only a context maps
+    the GPU's file and nvidia-uvm (both seen there, docs/verification.md). The maps are a bounded
+    read; maps unread or read only in part say nothing (None), never "a monitor"."""
+    from gpuhc.procfd import MAPS_MAX_BYTES, cuda_context
 
     d = tmp_path / "proc" / "7"
     d.mkdir(parents=True)
-    line = "7f1c2a000000-7f1c2a008000 r-xp 00000000 08:01 4242 /usr/lib/x86_64-linux-gnu/{}\n"
-    (d / "maps").write_text(line.format("libnvidia-ml.so.580.95.05") + line.format("libcuda.so.580.95.05"))
-    assert maps_cuda(str(tmp_path / "proc"), 7) is True
-    (d / "maps").write_text(line.format("libnvidia-ml.so.580.95.05") + line.format("notlibcuda.so.1"))
-    assert maps_cuda(str(tmp_path / "proc"), 7) is False
-    (d / "maps").write_text(line.format("libnvidia-ml.so.1") * (MAPS_MAX_BYTES // 60 + 1) + line.format("libcuda.so.1"))
-    assert maps_cuda(str(tmp_path / "proc"), 7) is None  # past the bound: unknown, not "a monitor"
-    assert maps_cuda(str(tmp_path / "proc"), 8) is None  # gone, or not ours to read
+    line = "7f1c2a000000-7f1c2a008000 rw-s 00000000 00:05 4242 {}\n"
+    lib = line.format("/usr/local/nvidia/lib64/libcuda.so.580.159.04") + line.format("/dev/nvidiactl")
+    (d / "maps").write_text(lib)  # the pynvml loop's
+    assert cuda_context(str(tmp_path / "proc"), 7) is False
+    for dev in ("/dev/nvidia0", "/dev/nvidia-uvm", "/dev/nvidia17"):
+        (d / "maps").write_text(lib + line.format(dev))
+        assert cuda_context(str(tmp_path / "proc"), 7) is True, dev
+    for other in ("/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-uvm-tools", "/home/u/dev/nvidia0x"):
+        (d / "maps").write_text(lib + line.format(other))
+        assert cuda_context(str(tmp_path / "proc"), 7) is False, other
+    (d / "maps").write_text(lib * (MAPS_MAX_BYTES // 60 + 1) + line.format("/dev/nvidia0"))
+    assert cuda_context(str(tmp_path / "proc"), 7) is None  # past the bound: unknown, not "a monitor"
+    assert cuda_context(str(tmp_path / "proc"), 8) is None  # gone, or not ours to read
