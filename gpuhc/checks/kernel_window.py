@@ -63,8 +63,8 @@ class EventWindow:
     """Which kernel events a run judges, and the state it leaves for the next run.
 
     State layout (JSON): ``{"cursor": {boot_id, last_seq, last_time, last_times, untimed,
-    unparsed}, "held": [incident, ...], "cleared_at": epoch|None}``. Events with neither time
-    nor sequence number (bare lines in a recorded file) cannot be windowed: they count only
+    unparsed, unread}, "held": [incident, ...], "cleared_at": epoch|None}``. Events with neither
+    time nor sequence number (bare lines in a recorded file) cannot be windowed: they count only
     while new.
 
     Two clocks. A recorded file may mix since-boot stamps (``[ 123.4]``) with wall-clock ones (a
@@ -131,9 +131,11 @@ class EventWindow:
         """Draining incidents remembered from earlier runs that still hold."""
         return [h for h in self._held if self.in_window(h.get("last"), True)]
 
-    def unparsed_grew(self) -> int:
-        before = 0 if (self.first_run or self.rebooted) else int(self.cursor.get("unparsed") or 0)
-        return max(0, self.klog.unparsed_lines - before)
+    def grew(self, key: str, count: int) -> int:
+        """How far a count of the read's own (``unparsed``, ``unread`` lines) grew past the one
+        the cursor kept: all of it on the first run or after a reboot."""
+        before = 0 if (self.first_run or self.rebooted) else int(self.cursor.get(key) or 0)
+        return max(0, count - before)
 
     def lost(self) -> int:
         """/dev/kmsg records lost before gpuhc read them: overwritten in the ring buffer between
@@ -149,7 +151,8 @@ class EventWindow:
     def state(self, held: list[dict], **extra: Any) -> dict[str, Any]:
         untimed = sum(1 for e in self.klog.events if e.time is None and e.seq is None)
         cursor = {"boot_id": self.klog.boot_id, "last_seq": self.klog.last_seq, "last_time": self.klog.last_time,
-                  "last_times": latest_per_clock(self.klog), "untimed": untimed, "unparsed": self.klog.unparsed_lines}
+                  "last_times": latest_per_clock(self.klog), "untimed": untimed, "unparsed": self.klog.unparsed_lines,
+                  "unread": self.klog.unread_lines}
         return {"cursor": cursor, "held": held, "cleared_at": self.cleared_at, **extra}
 
 

@@ -26,6 +26,8 @@ What is reported:
 - lines that name NVRM and an Xid but are not the driver's exact grammar WARN, quoting the
   first (a new driver format must show up, not hide), and never drain: only the driver's own
   grammar is driver evidence (docs/security.md, :mod:`gpuhc.sources.kernel_log_grammar`).
+- what the read itself could not do (lines with no readable stamp, ``dmesg -H`` lines with no
+  anchor, records lost or left out) WARNs and never drains (:mod:`gpuhc.checks.kernel_log_notes`).
 - one result per (GPU, Xid) with a count: a storm of 600 identical lines is one result.
 
 Attribution: the PCI id in the line is matched against NVML's GPUs (subject ``gpuN``). An Xid
@@ -42,9 +44,9 @@ from typing import TYPE_CHECKING
 
 from gpuhc.checks import xid_joined, xid_rates
 from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, Context, result
+from gpuhc.checks.kernel_log_notes import read_notes, when
 from gpuhc.checks.kernel_window import (
     DEFAULT_WINDOW_S,
-    EventWindow,
     acknowledge,
     earliest,
     latest,
@@ -221,51 +223,11 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
     if not errors:
         storms = xid_rates.judge(ctx.t("rate_rules") or [], events, gpus, win.now_for)
         results.extend(r for r in storms if _selected(r.value.get("gpu"), r.status is Status.FAIL, ctx))
-    grew = win.unparsed_grew()
-    if grew:
-        first = f'; first: "{klog.unparsed_example}"' if klog.unparsed_example else ""
-        results.append(result(ID, Status.WARN, f"{grew} kernel log line(s) name a driver event (NVRM Xid, SXid or "
-                              f"mlx5 port) but are not the driver's exact grammar, so they never drain (a new "
-                              f"driver format, or text edited by hand: check by hand){first}",
-                              value=klog.unparsed_lines))
-    if klog.relative_unanchored:  # dmesg -H with no absolute anchor (kernel_log_prefix)
-        results.append(result(ID, Status.WARN, f"{klog.relative_unanchored} kernel log line(s) carry only dmesg -H "
-                              "relative stamps with no absolute [date] anchor before them: dated from the log's first "
-                              "line and judged as recent (paste the lines from the last [date] anchor on, or use "
-                              "dmesg -T, to date them)", value=klog.relative_unanchored))
-    lost = win.lost()
-    if lost:
-        results.append(result(ID, Status.WARN, f"{lost} kernel log record(s) were lost before gpuhc read them "
-                              f"({klog.source}: a gap in the record sequence numbers; a flood of kernel lines "
-                              "overwrote them in the ring buffer), so an Xid among them was not seen: check the "
-                              "node's other logs by hand", value=lost))
-    unseen = _unseen(klog, win, window_s)
-    if unseen:
-        results.append(result(ID, Status.WARN, unseen, value=klog.covered_from))
+    results.extend(read_notes(ID, klog, win, window_s))
     if not results:
         results.append(result(ID, Status.PASS, _pass_message(groups, window_s), value=len(events)))
     results.sort(key=lambda r: (-r.status.rank, r.subject))
     return CheckOutput(results, state=win.state(incidents))
-
-
-def _unseen(klog, win: EventWindow, window_s: float) -> str | None:
-    """Why part of the window went unread in a recording too big to read whole, or None."""
-    if not klog.partial:
-        return None
-    t = klog.covered_from
-    if t is not None and t <= win.now_for(t) - window_s:
-        return None  # read back past the start of the window: nothing in it was missed
-    reach = f"back to {_when(t)} only" if t is not None else "with no time to tell how far back"
-    return (f"kernel log {klog.source} is too big to read whole ({klog.partial}); the read reaches {reach}, "
-            f"so Xids earlier in the {window_s / 3600:g}h window were not seen")
-
-
-def _when(t: float) -> str:
-    import time
-
-    if t < 1e9:
-        return f"{t:.0f} s after boot"
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
 
 
 def _gpus_by_pci(snapshot: Snapshot) -> dict[str, GpuReading]:
@@ -343,7 +305,7 @@ def _fail(inc: dict, held_for_s: float | None = None) -> Result:
         # Beside the message, never in it: the message is the drain reason, which stays the same
         # from run to run (docs/slurm.md); output.py shows this note after it.
         value["held"] = (f"held: a reboot, an admin's resume or {held_for_s / 3600:g}h with no new one after "
-                         f"{_when(inc['last'])} releases it" if inc.get("last") else
+                         f"{when(inc['last'])} releases it" if inc.get("last") else
                          "held: a reboot or an admin's resume releases it")
     if inc.get("signal"):
         value["signal"] = inc["signal"]
