@@ -117,8 +117,8 @@ def _slurm_gpus(opts, text: str, verbose: bool) -> None:
     try:
         job, where = job_devices(opts, opts.hostname or "", env)
         _, source = node_devices(opts, opts.hostname or "", env)
-    except GpuMapError as e:
-        raise click.BadParameter(escape(str(e)), param_hint="--gpus") from None
+    except GpuMapError as e:  # said for the person who typed --gpus, not as the prolog's environment
+        raise click.BadParameter(escape(getattr(e, "reason", str(e))), param_hint="--gpus") from None
     opts.job, opts.gpus = job, job.gpus if job is not None else None
     if verbose and job is not None:
         click.echo(f"--gpus {escape(text)}: mapped through {escape(source)}", err=True)
