@@ -70,7 +70,7 @@ from gpuhc.model.pci import norm_pci
 from gpuhc.sources import kernel_log_grammar as G
 from gpuhc.sources.kernel_log_incidents import incidents
 from gpuhc.sources.kernel_log_journal import JournalExport, journal_json
-from gpuhc.sources.kernel_log_prefix import KMSG, KMSG_DICT, QUOTES, Stamps, after_stamp, unescape_kmsg
+from gpuhc.sources.kernel_log_prefix import GREP_FILE, KMSG, KMSG_DICT, QUOTES, Stamps, after_stamp, unescape_kmsg
 from gpuhc.sources.kernel_log_readers import READERS
 from gpuhc.sources.kernel_log_record import Found, KernelRecord, sanitize
 
@@ -153,9 +153,15 @@ class _Parser:
         if not self.live and line[0] == "\x1b":
             line = _COLOUR.sub("", line) or " "  # dmesg -H --color=always: the stamp comes coloured
         stamped = journal_json(line, self.stamps) if line[0] == "{" else self.stamps.stamped(line)
+        wrapped = False
         if not self.live:  # a recording: the admin's evidence, pasted, quoted or relayed
             if stamped is None and line[0] in QUOTES:
                 stamped = self.stamps.stamped(line.lstrip(QUOTES))  # pasted: "> [Fri Aug 30 ...] ..."
+            if stamped is None:  # grep -H: "kern.log:2025-03-21T...", "syslog.1:<4>1 2025-...", any shape
+                g = GREP_FILE.match(line)
+                if g is not None:
+                    stamped = self.stamps.stamped(line[g.end():])
+                    wrapped = stamped is not None
             # behind a wrapper, never behind a facility or journal transport that names a program
             if stamped is None or not (stamped[1] or self.stamps.facility_named or line[0] == "{"):
                 inner = self._wrapped(line)
@@ -163,7 +169,7 @@ class _Parser:
                     self._stamped(inner, wrapped=True)
                     return
         if stamped is not None:
-            self._stamped(stamped)
+            self._stamped(stamped, wrapped)
             return
         # asked only here, for the rare unstamped line: most logs stamp every line
         prev_process = self.prev_kernel and G.is_process_line(self.prev_msg.strip())

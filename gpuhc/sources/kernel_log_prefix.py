@@ -26,6 +26,7 @@ continuation line           indented text with no stamp                         
 ``dmesg -r``, RFC 3164      ``<6>[  12.3] msg``, ``<4>Feb 14 05:03:41 h kernel:``  (as above)
 RFC 5424 syslog             ``<4>1 2025-02-23T16:24:18Z host kernel - - - msg``  epoch
 cut first line              ``un Feb 23 16:24:18 2025] msg`` (``[S`` lost)       (its stamp)
+``grep -H``/``-Hn``         ``kern.log.1:12:`` before any shape above            (as above)
 ==========================  ==================================================  ==============
 
 ``dmesg -H`` prints an absolute ``[%b%e %H:%M]`` anchor whenever the minute changes and the
@@ -90,6 +91,9 @@ _EMBEDDED = (
     lazy(r"\[([A-Z][a-z]{2}) ?(\d{1,2}) (\d{2}):(\d{2})\]|\[\s{0,3}\+(\d{1,9}\.\d{1,9})\]"),
     lazy(r"\[\s*(\d{1,12}\.\d{1,9})\]"),
 )
+# ``grep -H`` (and ``-n``) in front of a whole line of any shape above: "kern.log.1:", "log:12:".
+# Only where a stamp follows at once (a digit, "<", "["): a syslog "Mar 21" is found by _EMBEDDED.
+GREP_FILE = lazy(r"[\w./@+-]{1,512}:(?:\d{1,12}:)?(?=[<\d\[])")
 QUOTES = " \t>|+#*"  # what a ticket, an e-mail reply or a diff puts before a pasted line
 
 
@@ -196,14 +200,21 @@ class Stamps:
         """(time, end) of the stamp nearest the end of ``prefix`` (the text before a driver
         message in a pasted line); time None for a stamp with no usable time; None: no stamp."""
         best: tuple[int, re.Match] | None = None
-        for kind, rx in enumerate(_EMBEDDED):
-            if kind == len(_EMBEDDED) - 1 and best is not None:
-                break  # "[ 4441.76]" after a wall-clock stamp is the syslog copy of the kernel's own
+        for kind, rx in enumerate(_EMBEDDED[:-1]):
             for m in rx.finditer(prefix):
                 # nearest the message; of two ending together, the longer (a ctime stamp holds
                 # a syslog-looking "Jan  1 00:00:00")
                 if best is None or (m.end(), -m.start()) > (best[1].end(), -best[1].start()):
                     best = (kind, m)
+        mono = None
+        for mono in _EMBEDDED[-1].finditer(prefix, best[1].end() if best else 0):
+            pass  # the since-boot stamp nearest the message, after any other
+        # "[ 4441.76]" after a wall-clock stamp and the kernel's tag ("host kernel: [ 4441.76]")
+        # is the syslog copy of the kernel's own: the wall clock dates it. After a program's tag
+        # ("relay fluent-bit[42]: [ 65.3]", a relay's own line around a plain dmesg record) the
+        # wall clock is the relay's, and the record's own stamp is the since-boot one.
+        if mono is not None and (best is None or not _kernel_between(prefix[best[1].end():mono.start()])):
+            best = (len(_EMBEDDED) - 1, mono)
         if best is None:
             return None
         kind, m = best
@@ -244,6 +255,13 @@ class Stamps:
         if t is not None and t > ref + 86400:
             t = epoch(year - 1, *fields)
         return None if t is None else t + frac
+
+
+def _kernel_between(text: str) -> bool:
+    """Whether the text between a wall-clock stamp and a since-boot one is the kernel's own
+    syslog tag (or nothing but punctuation): the two stamps are one record's."""
+    text = text.lstrip(" :]")
+    return not text.strip() or _KERNEL_TAG.fullmatch(text.rstrip() + " ") is not None
 
 
 def after_stamp(rest: str, strict: bool) -> tuple[bool, str]:

@@ -86,6 +86,45 @@ def test_a_relayed_record_counts_in_a_recording_only(wrapper):
     assert parse_lines([wrapper + T450S], live=True).events == []
 
 
+# A real raw dmesg record (tests/fixtures/kernel_log/real/06_..., leptonai/gpud's README), its
+# since-boot stamp its own
+RAW_XID79 = _lines(os.path.join("..", "real", "06_dmesg_xid79_fallen_off_bus_with_sxid20034_gpud_readme.log"))[2]
+
+
+@pytest.mark.parametrize("wrapper", [
+    # rsyslog's RSYSLOG_TraditionalFileFormat (``%TIMESTAMP% %HOSTNAME% %syslogtag%%msg%``, rsyslog
+    # docs, "Reserved template names") around a line that imfile (its ``Tag`` parameter) or a
+    # fluent-bit tail input read from a file of plain ``dmesg`` output: the relay's own syslog line
+    "Mar 21 20:18:57 relay fluent-bit[4242]: ",
+    "Mar 21 20:18:57 relay dmesg-follow: ",  # imfile's Tag="dmesg-follow:", no pid
+    "host1 ",  # a collector's host column
+])
+def test_a_relays_line_around_a_raw_since_boot_record_reads_the_records_own_stamp(wrapper):
+    log = parse_lines([wrapper + RAW_XID79], year=2025)
+    assert [(e.code, e.time) for e in log.events] == [(79, 6781741.548779)]  # the record's clock, not the relay's
+    assert parse_lines([wrapper + RAW_XID79], live=True).events == []
+
+
+def test_the_kernels_own_syslog_copy_keeps_its_wall_clock_stamp():
+    (ev,) = parse_lines(["2025-03-21T20:18:57Z logrelay fluent-bit[4242]: " + T450S], year=2025).events
+    assert ev.time == parse_lines(["Mar 21 20:18:56 x"], year=2025).last_time  # "pc kernel: [ 65.3]": syslog's
+
+
+RECORD = T450S.split("] ", 1)[1]
+
+
+@pytest.mark.parametrize("line, codes", [
+    ("kern.log:2025-03-21T20:18:56.315783+00:00 pc kernel: " + RECORD, [79]),  # grep -H over rsyslog's ISO files
+    ("kern.log.1:12:2025-03-21T20:18:56+0000 pc kernel: " + RECORD, [79]),  # grep -Hn, journalctl -o short-iso
+    ("syslog:<4>1 2025-03-21T20:18:56Z pc kernel - - - " + RECORD, [79]),  # grep -H over RFC 5424
+    ("syslog:<14>1 2025-03-21T20:18:56Z pc kernel - - - " + RECORD, []),  # ... of the user facility
+    ("kern.log:2025-03-21T20:18:56+00:00 pc gpud[9]: " + RECORD, []),  # a program's line, no stamp of its own
+])
+def test_grep_H_over_iso_and_rfc5424_logs_reads_the_kernels_records_only(line, codes):
+    assert [e.code for e in parse_lines([line]).events] == codes
+    assert parse_lines([line], live=True).events == []
+
+
 @pytest.mark.parametrize("line", [
     "user  :err   : " + T450S.split("kernel: ", 1)[1],  # dmesg --decode of a user-space record
     "<14>[   65.315783] " + T450S.split("] ", 1)[1],  # dmesg -r of a user-space record
