@@ -231,7 +231,20 @@ def select(table: list[Mapped], env: Mapping[str, str], source: str) -> tuple[li
         other = next(v for v in order if v != var)  # both said: the log shows what Slurm put in each
         also = f" {other}={env[other]}" if (env.get(other) or "").strip() else ""
         return sorted(unique, key=lambda m: m.index), f"{var}={text}{also}"
-    return None, "the job was given no GPU (no SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES): every GPU of the node is checked"
+    return None, NO_GPU_GIVEN
+
+
+NO_GPU_GIVEN = "the job was given no GPU (Slurm set neither SLURM_JOB_GPUS nor CUDA_VISIBLE_DEVICES)"
+
+
+class NotThisNodes(GpuMapError):
+    """A GPU name that is none of this node's devices. ``said`` is where it came from
+    (``SLURM_JOB_GPUS=12``: a prolog's log shows what Slurm set), ``reason`` says it for a person
+    who typed the name (``gpuhc check --gpus``)."""
+
+    def __init__(self, said: str, reason: str):
+        super().__init__(f"{said}: {reason}")
+        self.said, self.reason = said, reason
 
 
 def _indices(table: list[Mapped]) -> str:
@@ -251,15 +264,22 @@ def pick(table: list[Mapped], token: str, var: str, text: str, source: str) -> M
         for m in table:
             if m.index == int(token):
                 return m
-        raise GpuMapError(f"{var}={text}: this node has no GPU {token}: its {len(table)} GPU device(s) are "
-                          f"{_indices(table)} ({source})")
+        raise NotThisNodes(f"{var}={text}", f"this node has no GPU {token}: {_has(table)} ({source})")
     old = _OLD_MIG_ID.fullmatch(token)
     for m in table:
         if token in (m.unique_id, m.mig_uuid) or (not m.mig and token == m.gpu_uuid):
             return m
         if old and m.gpu_uuid == old.group(1) and (m.gi, m.ci) == (int(old.group(2)), int(old.group(3))):
             return m
-    raise GpuMapError(f"{var}={text}: {token!r} is none of this node's GPU devices ({source})")
+    raise NotThisNodes(f"{var}={text}", f"{token!r} is none of this node's GPUs: {_has(table)} ({source})")
+
+
+def _has(table: list[Mapped]) -> str:
+    """What the node has, as a person counts it: "it has 8 GPUs, 0-7", "it has none"."""
+    n = len({m.index for m in table})
+    if n == 0:
+        return "it has none"
+    return f"it has {n} GPUs, numbered {_indices(table)}" if n > 1 else f"it has one GPU, numbered {_indices(table)}"
 
 
 @dataclass(frozen=True)

@@ -270,7 +270,8 @@ def test_gpus_no_gres_conf_has_are_usage_errors_not_a_drain(tmp_path):
     # prolog given SLURM_JOB_GPUS=12 on a MIG node (Slurm's index, not NVML's: issue 31).
     # Without a gres.conf Slurm has no device 8: gpuhc cannot tell what is meant, and says so.
     p = gpuhc("check", "--nvml-scenario", HEALTHY, "--gpus", "7-9", "--state-dir", str(tmp_path))
-    assert p.returncode == 2 and "this node has no GPU 8: its 8 GPU device(s) are 0-7 (" in p.stderr
+    assert p.returncode == 2 and "this node has no GPU 8: it has 8 GPUs, numbered 0-7 (no gres.conf at " in p.stderr
+    assert "SLURM_JOB_GPUS" not in p.stderr  # the prolog's variable: not what the person typed
 
 
 @pytest.mark.parametrize("now", ["nan", "inf", "-5", "1e400"])

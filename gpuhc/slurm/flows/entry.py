@@ -246,7 +246,18 @@ def _job_scope(flow: Flow) -> str:
     flow.opts.job = job
     flow.opts.gpus = None if job is None else job.gpus
     flow.opts.occupancy = job is not None
-    return where if job is not None else f"{where}; GPU occupancy not judged (another job may hold them)"
+    return where if job is not None else f"{where}: every GPU of the node is checked; GPU occupancy not judged " \
+                                         "(another job may hold them)"
+
+
+def _where(flow: Flow, where: str, report) -> str:
+    """The log line's account of the job's GPUs, once the checks have seen the node: on a node
+    without GPUs (docs/slurm.md, "Mixed clusters") there is nothing to check or map."""
+    from gpuhc.gpumap import NO_GPU_GIVEN
+
+    if flow.opts.job is None and where.startswith(NO_GPU_GIVEN) and _no_gpus(report):
+        return "a node without GPUs; the job was given none"
+    return where
 
 
 def prolog(flow: Flow) -> Outcome:
@@ -263,7 +274,7 @@ def prolog(flow: Flow) -> Outcome:
         return Outcome(code, flow.log.lines)
     verdict = verdict_of(report.results)
     out = Outcome(EXIT_OK, flow.log.lines, report, hard_exit=bool(report.timed_out))
-    flow.log(f"job {_job(flow.env)} " + summary_line(report, verdict, gpus) + f" [{where}]",
+    flow.log(f"job {_job(flow.env)} " + summary_line(report, verdict, gpus) + f" [{_where(flow, where, report)}]",
              loud=verdict is Verdict.FAIL)
     if verdict is Verdict.ERROR:
         flow.log(f"job {_job(flow.env)}: gpuhc could not judge ({_errors(report)}): letting the job run", loud=True)
@@ -309,7 +320,8 @@ def epilog(flow: Flow) -> Outcome:
         flow.log(f"job {_job(flow.env)}: gpuhc broke in the epilog: leaving the node alone (fail open)", loud=True)
         return out
     verdict = verdict_of(report.results)
-    flow.log(f"job {_job(flow.env)} " + summary_line(report, verdict, flow.opts.gpus) + f" [{where}]",
+    flow.log(f"job {_job(flow.env)} " + summary_line(report, verdict, flow.opts.gpus)
+             + f" [{_where(flow, where, report)}]",
              loud=verdict is Verdict.FAIL)
     if verdict is not Verdict.FAIL:
         return out

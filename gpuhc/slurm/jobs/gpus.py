@@ -51,8 +51,9 @@ def node_devices(opts: Any, node: str, env: Mapping[str, str]) -> tuple[list[Map
     nvml = who_the_gpus_are(spec)
     if inputs.conf is None:
         if nvml is None or not nvml.available:
-            raise GpuMapError(f"no gres.conf at {path}, and NVML cannot be read")
-        table, source = identity(nvml), f"numbered as NVML numbers them: no gres.conf at {path}"
+            raise GpuMapError(f"this node shows no GPU: no gres.conf at {path}, and NVML cannot be read "
+                              "(no NVIDIA driver loaded?)")
+        table, source = identity(nvml), f"no gres.conf at {path}: NVML's numbers"
     else:
         table = build(inputs.conf, nvml, inputs.minors, name)
         auto = " (AutoDetect=nvml)" if inputs.conf.autodetect == "nvml" and name == "gpu" else ""

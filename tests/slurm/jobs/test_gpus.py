@@ -178,7 +178,7 @@ def test_a_job_naming_no_gpu_maps_nothing_and_reads_nothing(tmp_path, monkeypatc
     """A CPU job (or a CPU node: no gres.conf, no NVML) is not a mapping failure."""
     monkeypatch.setattr(job_gpus, "node_devices", lambda *a: (_ for _ in ()).throw(AssertionError("read")))
     f = real_flow(tmp_path, "prolog", "healthy-8xh100.yaml", {})
-    assert job_gpus.job_devices(f.opts, "n1", f.env) == (None, "the job was given no GPU (no SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES): every GPU of the node is checked")
+    assert job_gpus.job_devices(f.opts, "n1", f.env) == (None, "the job was given no GPU (Slurm set neither SLURM_JOB_GPUS nor CUDA_VISIBLE_DEVICES)")
 
 
 def test_a_mig_re_partition_without_a_reboot_makes_the_mapping_again(tmp_path, monkeypatch):
@@ -217,3 +217,24 @@ def test_a_mig_re_partition_without_a_reboot_makes_the_mapping_again(tmp_path, m
     partition("gi7/ci0", "gi8/ci0", "gi9/ci0", "gi9/ci1")  # a compute instance more
     job_gpus.node_devices(opts, "n1", {})
     assert len(reads) == 3
+
+
+@pytest.mark.parametrize("stage", ["prolog", "epilog"])
+def test_the_log_line_of_a_job_without_gpus_says_what_the_node_has(tmp_path, monkeypatch, stage):
+    """A CPU job on a CPU node: the line says the node has no GPU (it once said "every GPU of
+    the node is checked; GPU occupancy not judged" there); the same job on a GPU node says that
+    every GPU is checked and who holds them is not judged."""
+    from gpuhc.model.result import Result, Status
+    from tests.helpers.minislurm import run
+
+    env = {"SLURM_JOB_ID": "5", "SLURM_JOB_EXIT_CODE": "0"}
+    cpu = Result("gpu-count", Status.PASS, "no GPUs expected (Slurm gives this node no GPUs), no NVIDIA driver",
+                 value=0, threshold=0)
+    gpus = Result("gpu-count", Status.PASS, "8 GPUs, as expected", value=8, threshold=8)
+    lines = run(tmp_path / "cpu", monkeypatch, stage, None, [cpu], env=env).lines
+    assert any(line.endswith("[a node without GPUs; the job was given none]") for line in lines), lines
+    assert not any("every GPU" in line or "occupancy" in line for line in lines), lines
+    lines = run(tmp_path / "gpu", monkeypatch, stage, None, [gpus], env=env).lines
+    assert any(line.endswith("[the job was given no GPU (Slurm set neither SLURM_JOB_GPUS nor CUDA_VISIBLE_DEVICES): "
+                             "every GPU of the node is checked; GPU occupancy not judged (another job may hold them)]")
+               for line in lines), lines
