@@ -56,7 +56,7 @@ def test_the_runner_names_no_check():
     offences = [f"{path} {where}" for path in files
                 for where in names_of_checks((REPO / path).read_text(encoding="utf-8"), ids, modules)]
     assert not offences, ("the runner names checks; declare the need on the check instead "
-                          "(Check.source_needs, docs/checks.md \"How to add a check\"):\n" + "\n".join(offences))
+                          "(Check.source_needs, docs/ARCHITECTURE.md \"Adding a check\"):\n" + "\n".join(offences))
 
 
 def test_the_test_catches_a_runner_that_names_a_check():

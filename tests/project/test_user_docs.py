@@ -14,14 +14,18 @@ USER_DOCS = ("README.md", "docs/slurm.md", "docs/repair.md", "docs/security.md",
              "docs/parity.md", "docs/canary.md", "docs/json-schema.md", "docs/facts.md", "docs/campaign.md")
 # The docs that speak only of the product. Left out: security.md names a test on each row by design
 # (each row has one), campaign.md is the campaign's record (its seeds and commits), facts.md and
-# json-schema.md are references that name no test or seed either way, checks.md and parity.md are
-# cleaned of their test names separately.
-PRODUCT_DOCS = ("README.md", "docs/slurm.md", "docs/repair.md", "docs/canary.md", "docs/sweep.md")
+# json-schema.md are references that name no test or seed either way.
+PRODUCT_DOCS = ("README.md", "docs/slurm.md", "docs/repair.md", "docs/canary.md", "docs/sweep.md", "docs/checks.md",
+                "docs/parity.md")
 ISSUE = re.compile(r"\b[Ii]ssues? #?\d+|\(#\d+\)")
 # Other projects' issues, named as public sources (their tracker's name beside the number).
 CITED = re.compile(r"(NVIDIA|NVSentinel|DCGM|pytorch|slurm|SchedMD|open-gpu-kernel-modules|gpud|leptonai|kubernetes|dra-driver)"
                    r"[^\n]{0,40}issue", re.I)
 TEST_FILE = re.compile(r"\btests/[\w./-]*?\.py\b")
+# The reference docs name no test data either (a fixture's path is the test suite's business);
+# README keeps its test command (tests/run.sh).
+TEST_PATH = re.compile(r"\btests/[\w.-]")
+REFERENCE_DOCS = ("docs/checks.md", "docs/parity.md")
 # Two or more seeds listed ("seeds 1, 10 and 11", "every one of 101-110 and 116-129") or a
 # campaign command's seed range: a count ("24 seeds") says the same to a reader.
 SEED_LIST = re.compile(r"\bseeds? \d+(?:\s*[-–]\s*\d+)?(?:\s*(?:,|and|,\s*and)\s*\d+(?:\s*[-–]\s*\d+)?)+"
@@ -48,6 +52,12 @@ def test_no_test_files_seed_lists_or_commits_in_user_docs(doc):
     assert found == [], "say it in words; the test, seeds and commit go to docs/verification.md:\n" + "\n".join(found)
 
 
+@pytest.mark.parametrize("doc", REFERENCE_DOCS)
+def test_no_test_data_in_the_reference_docs(doc):
+    found = _lines(doc, TEST_PATH)
+    assert found == [], "say it in words; the fixture goes to docs/verification.md:\n" + "\n".join(found)
+
+
 @pytest.mark.parametrize("line, pattern", [
     ("`tests/slurm_real/test_sinfo.py` checks the RPC types", TEST_FILE),
     ("(tests/helpers/canary_fake.py) computes", TEST_FILE),
@@ -57,6 +67,7 @@ def test_no_test_files_seed_lists_or_commits_in_user_docs(doc):
     ("bench/campaign.py --policy shipped --seeds 1-100", SEED_LIST),
     ("116-129, shipped, gpuhc 03c77df; docs/campaign.md", OWN_COMMIT),
     ("model at 1f3ecbe):", OWN_COMMIT),
+    ("`tests/fixtures/xid_catalog/nvswitch_sxids.yaml` is the record", TEST_PATH),
 ])
 def test_the_patterns_catch_what_they_are_for(line, pattern):
     assert pattern.search(line)
