@@ -85,9 +85,11 @@ def load_profile_file(path: str, declared: tuple[dict, dict] | None = None) -> P
     def bad(msg: str, *key: Any) -> ConfigError:
         return ConfigError(msg, path, line_of(lines, key), ".".join(map(str, key)) or None)
 
+    from gpuhc.config import did_you_mean  # here: gpuhc.config imports this module for node.profile's help
+
     for key in raw:
         if key not in _TOP_KEYS:
-            raise bad(f"unknown key (known: {', '.join(_TOP_KEYS)})", key)
+            raise bad(f"unknown key{did_you_mean(key, _TOP_KEYS)} (known: {', '.join(_TOP_KEYS)})", key)
     name = raw.get("name")
     stem = os.path.splitext(os.path.basename(path))[0]
     if name != stem:
@@ -120,7 +122,8 @@ def load_profile_file(path: str, declared: tuple[dict, dict] | None = None) -> P
         if not isinstance(section, dict):
             raise bad("must be a mapping of threshold name to value", "thresholds", cid)
         if cid not in declared:
-            raise bad(f"unknown check (known: {', '.join(sorted(declared))})", "thresholds", cid)
+            raise bad(f"unknown check{did_you_mean(cid, declared)} (known: {', '.join(sorted(declared))})",
+                      "thresholds", cid)
         defaults = declared[cid]
         for k, v in section.items():
             # A mapping only where the check's default is one (gpu-speed.tflops per precision).
@@ -129,7 +132,8 @@ def load_profile_file(path: str, declared: tuple[dict, dict] | None = None) -> P
                 raise bad("must be a number, string, boolean, null or a list of those", "thresholds", cid, k)
             if k not in defaults:
                 # a key the check does not read would silently do nothing
-                raise bad(f"unknown threshold (known: {', '.join(sorted(defaults))})", "thresholds", cid, k)
+                raise bad(f"unknown threshold{did_you_mean(k, defaults)} (known: {', '.join(sorted(defaults))})",
+                          "thresholds", cid, k)
         validate = declared_validators.get(cid)
         for problem in (validate({**defaults, **section}) if validate is not None else []):
             key, _, why = problem.partition(": ")
@@ -138,7 +142,12 @@ def load_profile_file(path: str, declared: tuple[dict, dict] | None = None) -> P
     if sweep is not None:
         if not isinstance(sweep, dict):
             raise bad("must be a mapping of sweep threshold name to value", "sweep")
+        from gpuhc.sweep.settings import THRESHOLD_KEYS
+
         for k, v in sweep.items():
+            if k not in THRESHOLD_KEYS:  # the sweep would read the defaults and say nothing
+                raise bad(f"unknown sweep threshold{did_you_mean(k, THRESHOLD_KEYS)} (known: "
+                          f"{', '.join(sorted(THRESHOLD_KEYS))})", "sweep", k)
             if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)):
                 raise bad("must be a number or null", "sweep", k)
     return Profile(

@@ -252,3 +252,19 @@ def test_a_default_that_clashes_with_a_value_set_is_named_only_when_that_value_i
     with pytest.raises(ConfigError) as e:
         load_config(write(tmp_path, head + "      min_fraction: 0.95\n"))
     assert (e.value.line, e.value.key) == (3, "checks.hbm.thresholds.warn_fraction")
+
+
+@pytest.mark.parametrize("word, names, want", [
+    ("xdi", ["ib", "xid", "nvlink"], "xid"),  # two neighbours swapped: difflib's ratio (0.67) missed it
+    ("mdoe", ["mode", "cooldown_s"], "mode"),
+    ("xidd", ["xid", "ecc"], "xid"),  # one letter added
+    ("nvlnk", ["nvlink", "ib"], "nvlink"),  # one dropped
+    ("pcie-aar", ["pcie-aer", "pcie"], "pcie-aer"),  # one changed
+    ("resume_aftr", ["resume_after"], "resume_after"),
+    ("ab", ["ba"], None),  # too short to guess at
+    ("zzz", ["xid", "ecc"], None),
+])
+def test_did_you_mean_one_slip_away(word, names, want):
+    from gpuhc.config import did_you_mean
+
+    assert did_you_mean(word, names) == (f": did you mean {want!r}?" if want else "")

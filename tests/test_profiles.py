@@ -142,15 +142,16 @@ def test_a_valid_profile_file_loads(tmp_path):
     "text, line, words",
     [
         ("name: x100\nmatch: ['X1[00']\n", 2, "bad regular expression"),
-        ("name: x100\nmatch: ['X100']\ncolour: red\n", 3, "unknown key"),
+        ("name: x100\nmatch: ['X100']\ncolour: red\n", 3, "unknown key (known:"),
+        ("name: x100\nmatch: ['X100']\nthersholds: {}\n", 3, "unknown key: did you mean 'thresholds'?"),
         ("name: y100\nmatch: ['X100']\n", 1, "must be the file name"),
         ("name: x100\nmatch: 'X100'\n", 2, "must be a list"),
         ("name: x100\n", None, "needs at least one match pattern"),
         ("name: x100\nmatch: ['X100']\nthresholds:\n  power: 700\n", 4, "must be a mapping"),
         ("name: x100\nmatch: ['X100']\nthresholds:\n  power:\n    limits: {a: 1}\n", 5, "must be a number"),
         ("- just\n- a list\n", 1, "must be a mapping"),
-        ("name: x100\nmatch: ['X100']\nthresholds:\n  hmb:\n    gbps: 1\n", 4, "unknown check"),
-        ("name: x100\nmatch: ['X100']\nthresholds:\n  hbm:\n    gbsp: 1\n", 5, "unknown threshold"),
+        ("name: x100\nmatch: ['X100']\nthresholds:\n  hmb:\n    gbps: 1\n", 4, "unknown check: did you mean 'hbm'?"),
+        ("name: x100\nmatch: ['X100']\nthresholds:\n  hbm:\n    gbsp: 1\n", 5, "unknown threshold: did you mean 'gbps'?"),
         ("name: x100\nmatch: ['X100']\nthresholds:\n  hbm:\n    gbps: {a: 1}\n", 5, "must be a number"),
         ("name: x100\nmatch: ['X100']\nthresholds:\n  hbm:\n    min_fraction: 0\n", 5, "fraction above 0"),
         ("name: x100\nmatch: ['X100']\nthresholds:\n  gpu-speed:\n    tflops:\n      fp8: 900\n", 6,
@@ -158,6 +159,9 @@ def test_a_valid_profile_file_loads(tmp_path):
         ("name: x100\nmatch: ['X100']\nsweep: [1]\n", 3, "must be a mapping"),
         ("name: x100\nmatch: ['X100']\nsweep:\n  large_busbw_gbs: fast\n", 4, "must be a number or null"),
         ("name: x100\nmatch: [X100\n", None, "not valid YAML"),
+        # once loaded without a word, and the sweep ran on its defaults
+        ("name: x100\nmatch: ['X100']\nsweep:\n  large_busbw_gsb: 5\n", 4,
+         "unknown sweep threshold: did you mean 'large_busbw_gbs'?"),
     ],
 )
 def test_bad_profile_files_name_file_line_and_key(tmp_path, text, line, words):

@@ -288,6 +288,8 @@ def validate_thresholds(table: Any, file: str | None = None, lines: dict | None 
                         path: tuple = ("sweep", "thresholds")) -> None:
     """Names and kinds inside ``sweep.thresholds``; the generic schema only knows it is a mapping."""
 
+    from gpuhc.config import did_you_mean  # here: gpuhc.config reads this module's schema
+
     def fail(msg: str, sub: tuple) -> None:
         raise ConfigError(msg, file, _line(lines, path + sub, file), _dotted(path + sub))
 
@@ -295,7 +297,7 @@ def validate_thresholds(table: Any, file: str | None = None, lines: dict | None 
         fail("must be a mapping of backend to shapes", ())
     for backend, shapes in table.items():
         if backend not in ("nccl", "mpi"):
-            fail("unknown backend (known: mpi, nccl)", (backend,))
+            fail(f"unknown backend{did_you_mean(backend, ('mpi', 'nccl'))} (known: mpi, nccl)", (backend,))
         if not isinstance(shapes, dict):
             fail("must be a mapping of shape (like 2x8, 2x8-cross, default) to thresholds", (backend,))
         for shape, block in shapes.items():
@@ -306,7 +308,8 @@ def validate_thresholds(table: Any, file: str | None = None, lines: dict | None 
                 fail("must be a mapping of threshold names to values", (backend, shape))
             for name, value in block.items():
                 if name not in THRESHOLD_KEYS:
-                    fail(f"unknown threshold (known: {', '.join(sorted(THRESHOLD_KEYS))})", (backend, shape, name))
+                    fail(f"unknown threshold{did_you_mean(name, THRESHOLD_KEYS)} (known: "
+                         f"{', '.join(sorted(THRESHOLD_KEYS))})", (backend, shape, name))
                 if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
                                           or value != value or value == float("inf")):
                     fail(f"must be a non-negative finite number or null, got {value!r}", (backend, shape, name))

@@ -20,6 +20,17 @@ CORPUS = {
     "unknown top-level key": ("sweeep: {{}}\n", "{f}:1: sweeep: unknown key: did you mean 'sweep'?"),
     "unknown slurm key": ("slurm:\n  resume_aftr: 3\n", "{f}:2: slurm.resume_aftr: unknown key: did you mean 'resume_after'?"),
     "unknown check": ("checks:\n  xidd: {{}}\n", "{f}:2: checks.xidd: unknown check: did you mean 'xid'?"),
+    "two letters swapped in a hosts entry's check": ("hosts:\n  - match: n1\n    checks:\n      xdi: {{}}\n",
+                                                     "{f}:4: hosts.0.checks.xdi: unknown check: did you mean 'xid'?"),
+    "two letters swapped in a threshold": ("checks:\n  xid:\n    thresholds:\n      widnow_s: 5\n",
+                                           "{f}:4: checks.xid.thresholds.widnow_s: unknown threshold: did you mean "
+                                           "'window_s'?"),
+    "unknown sweep threshold": ("sweep:\n  thresholds:\n    nccl:\n      default:\n        large_busbw_gsb: 5\n",
+                                "{f}:5: sweep.thresholds.nccl.default.large_busbw_gsb: unknown threshold: did you mean "
+                                "'large_busbw_gbs'?"),
+    "unknown sweep backend": ("sweep:\n  thresholds:\n    ncl: {{}}\n",
+                              "{f}:3: sweep.thresholds.ncl: unknown backend: did you mean 'nccl'?"),
+    "no suggestion for a name far from every other": ("checks:\n  zzz: {{}}\n", "{f}:2: checks.zzz: unknown check (known:"),
     "wrong type": ("slurm:\n  resume_after: many\n", "{f}:2: slurm.resume_after:"),
     "bad mode": ("slurm:\n  mode: loud\n", "{f}:2: slurm.mode:"),
     "tab indentation": ("slurm:\n  resume_after: 3\n\tcooldown_s: 5\n", "{f}:3: indented with a tab"),
