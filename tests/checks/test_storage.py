@@ -2,12 +2,10 @@
 lines: the peers' test lines (tests/fixtures/parity/cases.json cites each case's peer, file,
 commit and test; gpud labels 202, 206, 210, 215, 220 and 231 "real example"). A local disk's
 fault fails at once; the NFS server's trouble drains only once held over runs; an NFS server
-that says OK again, and the shipped config on the healthy recordings, say nothing."""
+that says OK again, say nothing (the shipped config on the healthy recordings:
+tests/project/test_shipped_config_healthy.py)."""
 
 from __future__ import annotations
-
-import glob
-import os
 
 import pytest
 
@@ -17,7 +15,6 @@ from gpuhc.model.result import Action, Status
 from gpuhc.runhold import hold
 from gpuhc.sources.kernel_log_parse import parse_lines
 from tests.helpers.parity import cases
-from tests.helpers.paths import REPO
 from tests.helpers.snapshots import context, healthy_node
 
 STORAGE, HEALTH = storage.CHECKS[0], kernel_health.CHECKS[0]
@@ -135,24 +132,6 @@ def test_the_kernels_own_state_warns_once(case, what, evidence):
     assert brief(out) == [(Status.WARN, Action.NONE, "node", evidence)]
     assert out.results[0].message.startswith(what)
     assert [r.status for r in judge(HEALTH, peer(case), prev=out.state).results] == [Status.PASS]
-
-
-def test_the_shipped_config_on_the_healthy_recordings_gets_nothing_from_these_checks(tmp_path):
-    from gpuhc.config import Config, defaults, schema
-    from gpuhc.runner import run_stage
-    from gpuhc.runreport import RunOptions
-    from gpuhc.sources import SourceSpec
-    from gpuhc.sources.scenario import load_scenario
-
-    files = sorted(glob.glob(str(REPO / "examples" / "scenarios" / "healthy-*.yaml")))
-    assert len(files) >= 5
-    for path in files:
-        opts = RunOptions(stage="passive", config=Config(defaults(schema())), sources=SourceSpec(nvml_scenario=path),
-                          state_dir=str(tmp_path / os.path.basename(path)), hostname="gpu001")
-        for _ in range(load_scenario(path).steps):
-            report = run_stage(opts)
-            mine = [r for r in report.results if r.check in ("storage", "kernel-health")]
-            assert mine and all(r.status is Status.PASS for r in mine), (path, mine)
 
 
 def _fixture(name: str) -> list[str]:
