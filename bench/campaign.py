@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     p.add_argument("--policy", help="shipped (the default; --real: ladder)|ladder|strict|loose|ticket-reboot|observe|"
-                                     "slice-all (with --canary)")
+                                     "slice-all (with --canary)|timed-only (the burn-in without its correctness pass)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--seeds", metavar="A-B", help="a sweep: every seed from A to B, and their distributions")
     p.add_argument("--records", metavar="FILE", help="--seeds: each seed's numbers, one JSON line each")

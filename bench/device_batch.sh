@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU proofs that wait for a lent machine, in one call (docs/verification.md records them):
 # the watcher's yield and the monitors against the reset plan (bench/watch_yield_probe.py), the
-# canary on every GPU (bench/canary_device.py), the speed run (bench/speed_device.sh; SPEED=0
+# canary on every GPU (bench/canary_device.py), the burn-in in every precision
+# (bench/burnin_device.py, $OUT/burnin-precisions.json), the speed run (bench/speed_device.sh; SPEED=0
 # skips it). Reads only: never changes clocks, power limits, persistence, compute or MIG mode,
 # never resets a GPU. The machine lacks two of gpuhc's wheels (python-hostlist, orjson): put them
 # in .whl/ (git-ignored) and carry it. Results under /tmp/res; $OUT gets all.tgz and the key
@@ -35,9 +36,11 @@ c.run = wrapped
 sys.exit(c.main())
 PY
 OUT=$R timeout -k 5 150 python3 /tmp/canary_wrap.py 2>&1 | tee $R/canary-log.txt; echo "rc=${PIPESTATUS[0]}" | tee -a $R/rcs.txt
+echo "== burn-in in every precision (bench/burnin_device.py: the shipped burn-in twice on every GPU, once without its pass)"
+timeout -k 5 150 python3 bench/burnin_device.py --out $R 2>&1 | tee $R/burnin-log.txt; echo "rc=${PIPESTATUS[0]}" | tee -a $R/rcs.txt
 [ "${SPEED:-1}" = 1 ] && { echo "== 47 speed"; OUT=$R/speed RUNS=${RUNS:-9} timeout -k 5 300 bash bench/speed_device.sh > $R/speed/log.txt 2>&1; echo "rc=$?" | tee -a $R/rcs.txt; tail -c 1500 $R/speed/log.txt; }
 nvidia-smi --query-gpu=index,persistence_mode,compute_mode,mig.mode.current --format=csv
 date -u
 tar -C $R -czf $OUT/all.tgz .
-for f in watch-yield/summary.json canary.json canary-runs.json speed/speed.jsonl diag.txt rcs.txt; do [ -f $R/$f ] && cp $R/$f $OUT/; done
+for f in watch-yield/summary.json canary.json canary-runs.json burnin-precisions.json speed/speed.jsonl diag.txt rcs.txt; do [ -f $R/$f ] && cp $R/$f $OUT/; done
 ls -la $OUT

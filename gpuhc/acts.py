@@ -65,8 +65,9 @@ def acts(config) -> list[Act]:
         Act("write into running jobs", enforce and jobs_on, "the jobs check's finding in the job's AdminComment "
             "(health check)", "checks.jobs.enabled"),
         Act("active checks after every job", bool(epilog_checks), f"the epilog runs {', '.join(epilog_checks) or 'none'}"
-            f" (a burn-in of {float(epilog.get('burnin_s') or 0):g} s, the whole epilog some seconds more), "
-            "before the node takes its next job", "active.enabled; active.epilog.checks"),
+            f" ({_burnin_cost(active, epilog) if 'burn-in' in epilog_checks else 'no burn-in,'} the whole epilog "
+            "some seconds more), before the node takes its next job",
+            "active.enabled; active.epilog.checks; active.check_dtypes"),
         Act("active checks at boot and retest", bool(active.get("enabled")), "`gpuhc quarantine retest` (and the "
             "boot unit gpuhc-retest.service, where enabled) runs the full set", "active.enabled"),
         Act("post-mortem bundle", True, f"after a failed job, in {slurm.get('postmortem_dir')} (the newest "
@@ -81,6 +82,24 @@ def acts(config) -> list[Act]:
         Act("fabric sweeps", False, "multi-node NCCL jobs that name a bad node or link; only from the admin host's "
             "timer, which install.sh never enables", "systemctl enable gpuhc-sweep.timer; sweep.partitions"),
     ]
+
+
+def _burnin_cost(active: dict, stage: dict) -> str:
+    """What the stage's burn-in computes and for how long: its timed precisions, then the
+    correctness pass in the others (gpuhc/active/burnin.py)."""
+    from gpuhc.active.registry import correctness_pass, correctness_pass_s
+
+    timed = list(active.get("dtypes") or [])
+    text = f"a burn-in of {float(stage.get('burnin_s') or 0):g} s in {_words(timed)}"
+    checks = correctness_pass(active)
+    if not checks:
+        return text + ","
+    return text + (f", then {float(active['check_s']):g} s each in {_words(checks)} for correctness only, "
+                   f"about {correctness_pass_s(active):g} s more with their inputs;")
+
+
+def _words(names: list[str]) -> str:
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
 def table(rows: list[Act], markdown: bool = False) -> list[str]:

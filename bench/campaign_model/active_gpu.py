@@ -3,11 +3,15 @@ boundary of gpuhc/active/orchestrate.py, whose ``run_tasks`` this stands in for)
 shipped epilog's burn-in, speed, HBM, memtest, host-link, P2P and NCCL judges run for real.
 
 A healthy node answers what healthy H100s measured (tests/helpers/active_results.py, from
-docs/verification.md runs 7 and 8). A node with silent data corruption gives a different
-burn-in hash on one GPU for a precision the burn-in computes and the fault corrupts, in the
-runs where it triggers (faults.strength: which precisions, how often; a fault in precisions the
-burn-in does not compute never shows there); a slow GPU computes its fault's share below its
-siblings' rate. Healthy siblings are not alike: each GPU's burn-in rate of a run is drawn within
+docs/verification.md runs 7 and 8), in the precisions the config's burn-in computes: the timed
+``active.dtypes`` (bf16 and tf32 shipped) and its correctness pass ``active.check_dtypes`` (fp16,
+fp32 and fp64 shipped; a precision in both is timed only), read from the task's parameters as the
+real worker reads them. A node with silent data corruption gives a different burn-in hash on one
+GPU for each precision the burn-in computes and the fault corrupts, timed or in the pass, in the
+runs where it triggers (faults.strength: which precisions, how often, one draw per precision and
+run; a fault in a precision the config's burn-in does not compute never shows there); a slow GPU
+computes its fault's share below its siblings' rate in the timed precisions (the pass's rates are
+judged by nobody). Healthy siblings are not alike: each GPU's burn-in rate of a run is drawn within
 :data:`SPREAD` of the recording's (four H200s measured 672-681 bf16 and 345-353 tf32 TFLOP/s in
 one run, docs/verification.md: within 1.2 % of their middle), the slow GPU's too, so a line set
 too close to the siblings shows its false drains here.
@@ -33,32 +37,39 @@ SICK_GPU = "gpu5"
 SPREAD = 0.012  # each GPU's burn-in rate, a run: the recording's within this share, uniform
 
 
-def healthy(task: str, n: int = 8) -> dict:
-    return {"topology": lambda: R.healthy_topology(n), "burnin": lambda: R.healthy_burnin(n),
-            "hbm": lambda: R.healthy_hbm(n), "memtest": lambda: R.healthy_memtest(n),
-            "hostlink": lambda: R.healthy_hostlink(n), "p2p": lambda: R.healthy_p2p(n),
-            "nccl": lambda: R.healthy_nccl(n)}[task]()
-
-
-def measure(task: str, kinds: dict[str, dict], rng: random.Random, spread: random.Random | None = None) -> dict:
-    """What the worker would report for ``task`` on a node whose GPU faults are ``kinds``
-    (active kind -> the fault's strength, faults.strength); ``spread`` draws the healthy
-    siblings' differences (None: all alike)."""
-    data = healthy(task)
+def healthy(task: str, n: int = 8, params: dict | None = None) -> dict:
     if task == "burnin":
+        from gpuhc.active.registry import correctness_pass
+
+        p = params or {"dtypes": ["bf16", "tf32"]}
+        return R.healthy_burnin(n, tuple(p["dtypes"]), tuple(correctness_pass(p)))
+    return {"topology": lambda: R.healthy_topology(n), "hbm": lambda: R.healthy_hbm(n),
+            "memtest": lambda: R.healthy_memtest(n), "hostlink": lambda: R.healthy_hostlink(n),
+            "p2p": lambda: R.healthy_p2p(n), "nccl": lambda: R.healthy_nccl(n)}[task]()
+
+
+def measure(task: str, kinds: dict[str, dict], rng: random.Random, spread: random.Random | None = None,
+            params: dict | None = None) -> dict:
+    """What the worker would report for ``task`` (run with ``params``, the plan's) on a node whose
+    GPU faults are ``kinds`` (active kind -> the fault's strength, faults.strength); ``spread``
+    draws the healthy siblings' differences (None: all alike)."""
+    data = healthy(task, params=params)
+    if task == "burnin":
+        sdc = kinds.get("sdc")
         for dtype, dd in data["dtypes"].items():
             for g in dd["gpus"].values() if spread is not None else ():
                 keep = 1.0 + spread.uniform(-SPREAD, SPREAD)
                 g["tflops"] = round(g["tflops"] * keep, 1)
                 g["tflops_chunk_min"] = round(g["tflops_chunk_min"] * keep, 1)
             g = dd["gpus"][SICK_GPU]
-            sdc = kinds.get("sdc")
-            if sdc is not None and dtype in sdc["precisions"] and rng.random() < sdc["trigger"]:
-                g["hash"] = g["hash"][:-4] + "d00d"
             if "slow" in kinds:
                 keep = 1.0 - kinds["slow"]["slower"]
                 g["tflops"] = round(g["tflops"] * keep, 1)
                 g["tflops_chunk_min"] = round(g["tflops_chunk_min"] * keep, 1)
+        for dtype, dd in [*data["dtypes"].items(), *(data.get("checked") or {}).items()]:
+            if sdc is not None and dtype in sdc["precisions"] and rng.random() < sdc["trigger"]:
+                g = dd["gpus"][SICK_GPU]
+                g["hash"] = g["hash"][:-4] + "d00d"
     return data
 
 
@@ -70,7 +81,8 @@ def stand_in(kinds_of, rng: random.Random, spread: random.Random | None = None):
         hello = {"ev": "hello", "devices": [dict(d) for d in DEVICES], "nvml_count": 8, "cupy": True}
         choose(hello)
         kinds = kinds_of()
-        return Session(hello=hello, outcomes={t.name: Outcome(t.name, "done", measure(t.name, kinds, rng, spread))
+        return Session(hello=hello, outcomes={t.name: Outcome(t.name, "done",
+                                                              measure(t.name, kinds, rng, spread, t.params))
                                               for t in tasks})
 
     return run_tasks

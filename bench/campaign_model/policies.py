@@ -5,7 +5,8 @@ checks on, their worker campaign_model/active_gpu.py's); ladder: the same with t
 ladder on (README's deployment with repair); strict/loose: the ladder made slower or quicker to
 hand a node back; observe: ``slurm.mode: observe`` (gpuhc decides and logs but never changes a
 node); slice-all: shipped with the canary's epilog slice computing every precision (a what-if
-for ``--canary``). Only what a bench cannot have is changed: no log file, syslog or hooks, a postmortem
+for ``--canary``); timed-only: shipped with the burn-in's correctness pass off, bf16 and tf32 only
+(the burn-in as it shipped before the pass, for the months recorded then). Only what a bench cannot have is changed: no log file, syslog or hooks, a postmortem
 directory in the campaign's work directory.
 """
 
@@ -33,7 +34,11 @@ OVERLAYS = {
     # jobs do, at the slice's shapes (docs/campaign.md, "The silent-corruption canary in the campaign").
     "slice-all": {"canary": {"epilog": {"cases": ["bf16-exact-2048", "bf16-random-4096", "fp16-random-4096",
                                                   "tf32-random-4096", "fp32-random-2048", "fp64-random-2048"]}}},
+    # What-if: the burn-in without its correctness pass (active.check_dtypes), bf16 and tf32 only:
+    # a fault in fp16, fp32 or fp64 alone then never shows in it (docs/campaign.md).
+    "timed-only": {"active": {"check_dtypes": []}},
 }
+NO_PASS = OVERLAYS["timed-only"]
 
 
 # What the campaign's site names, as an experienced site's config does (the shipped config names

@@ -15,8 +15,16 @@ finish and their results are garbage. Three independent checks catch it:
 
 The inputs come from a counter-based generator (element i = f(seed, i)) run on each GPU, so no
 GPU depends on another's data. The GEMM is cuBLAS ``cublasGemmEx`` with explicit data and
-compute types: bf16/fp16 inputs with fp32 accumulation, tf32 (fp32 data, tf32 tensor cores)
-and strict fp32.
+compute types (gpuhc/active/gemm_types.py): bf16/fp16 inputs with fp32 accumulation, tf32 (fp32
+data, tf32 tensor cores), strict fp32 (the plain FMA units) and fp64 (DMMA or the FP64 units).
+
+Two passes. The *timed* precisions (``active.dtypes``) share the stage's ``burnin_s`` and their
+TFLOP/s is the gpu-speed measurement. The *correctness pass* (``active.check_dtypes``, fp16,
+fp32 and fp64 by default) follows with ``check_s`` seconds each on smaller matrices
+(``check_n``): the units the timed precisions leave idle (the FMA and FP64 pipes) get the same
+three checks, so a GPU that corrupts only fp32 or fp64 cannot pass between jobs. Its rates are
+reported under ``checked`` and judged by nobody: a speed line for them would need an expectation
+per model and a longer run, and the NVML sampler has already stopped.
 
 Timing and load: the iterations are queued in chunks of ~0.1 s per GPU between CUDA events, and
 the host keeps the next chunk queued before it waits for the previous one, so no GPU idles
@@ -33,20 +41,13 @@ import time
 from collections import Counter
 from typing import Any
 
+from gpuhc.active.gemm_types import TYPES, from_f32, scalar_dtype
 from gpuhc.active.rates import gpu_order
+from gpuhc.active.registry import correctness_pass
 from gpuhc.model.result import Action, Result, Status
 
 CHECK = "burn-in"
 
-# dtype -> (cudaDataType of inputs/output, bytes per element, cublasComputeType_t)
-CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 0, 2, 14
-COMPUTE_32F, COMPUTE_32F_FAST_TF32 = 68, 77
-GEMM_DTYPES = {
-    "bf16": (CUDA_R_16BF, 2, COMPUTE_32F),
-    "fp16": (CUDA_R_16F, 2, COMPUTE_32F),
-    "tf32": (CUDA_R_32F, 4, COMPUTE_32F_FAST_TF32),
-    "fp32": (CUDA_R_32F, 4, COMPUTE_32F),
-}
 SAMPLE = 16  # rows and columns of the float64 reference block
 CHUNK_S = 0.1  # seconds of GEMMs queued per GPU between events; the run overshoots by at most one
 
@@ -64,29 +65,23 @@ class Gemm:
 
         cp = gpu.cupy()
         self.n, self.dtype, self.stream = n, dtype, stream
-        self.cuda_type, _, self.compute = GEMM_DTYPES[dtype]
+        self.cuda_type, _, self.compute = TYPES[dtype]
         with stream:
             self.A = self._make(cp, gpu, seed)
             self.B = self._make(cp, gpu, seed + 1)
             if dtype in ("bf16", "fp16"):
                 self.C = cp.full(n * n, 0xFFFF, dtype=cp.uint16)  # poison: NaN in either format
             else:
-                self.C = cp.full(n * n, np.nan, dtype=cp.float32)
+                self.C = cp.full(n * n, np.nan, dtype=cp.float64 if dtype == "fp64" else cp.float32)
         self.handle = cp.cuda.device.get_cublas_handle()
-        self.alpha = np.array(1.0, dtype=np.float32)  # host scalars: compute type is 32F
-        self.beta = np.array(0.0, dtype=np.float32)
+        self.alpha = np.array(1.0, dtype=scalar_dtype(dtype))  # host scalars in the compute type's width
+        self.beta = np.array(0.0, dtype=scalar_dtype(dtype))
 
     def _make(self, cp, gpu, seed: int):
         n2 = self.n * self.n
         f32 = cp.empty(n2, dtype=cp.float32)
         gpu.launch("fill_uniform_f32", n2, (f32, gpu.u64(n2), gpu.u64(seed)), self.stream)
-        if self.dtype == "bf16":
-            out = cp.empty(n2, dtype=cp.uint16)
-            gpu.launch("f32_to_bf16", n2, (f32, out, gpu.u64(n2)), self.stream)
-            return out
-        if self.dtype == "fp16":
-            return f32.astype(cp.float16).view(cp.uint16)
-        return f32
+        return from_f32(cp, gpu, f32, self.dtype, self.stream)
 
     def bind(self) -> None:
         """Point the device's cuBLAS handle at this stream and mode. Once per chunk is enough:
@@ -158,7 +153,12 @@ def measure(params: dict, devices: list[dict]) -> dict[str, Any]:
         for dt in params["dtypes"]:
             out["dtypes"][dt] = _run_dtype(params, dt, per, devices)
     finally:
-        out["nvml"] = sampler.stop()
+        out["nvml"] = sampler.stop()  # the clocks under the timed load only
+    checks = correctness_pass(params)
+    if checks:
+        small = dict(params, n=int(params.get("check_n") or params["n"]))
+        out["check_n"] = small["n"]
+        out["checked"] = {dt: _run_dtype(small, dt, float(params["check_s"]), devices) for dt in checks}
     return out
 
 
@@ -261,17 +261,21 @@ def _run_dtype(params: dict, dt: str, seconds: float, devices: list[dict]) -> di
 
 
 def judge(data: dict[str, Any], thr: dict[str, Any]) -> list[Result]:
-    """One result per GPU: FAIL (drain + hardware ticket) on any sign of wrong arithmetic."""
+    """One result per GPU: FAIL (drain + hardware ticket) on any sign of wrong arithmetic, in a
+    timed precision or one of the correctness pass (the same three checks for both)."""
     tol = thr.get("rel_tol") or {}
     problems: dict[str, list[str]] = {}
     summary: dict[str, list[str]] = {}
+    checked: dict[str, list[str]] = {}
     values: dict[str, dict[str, Any]] = {}
-    for dt, dd in (data.get("dtypes") or {}).items():
+    passes = [("timed", dt, dd) for dt, dd in (data.get("dtypes") or {}).items()]
+    passes += [("check", dt, dd) for dt, dd in (data.get("checked") or {}).items()]
+    for kind, dt, dd in passes:
         gpus = dd.get("gpus") or {}
         for subj, g in gpus.items():
             p = problems.setdefault(subj, [])
             values.setdefault(subj, {})[dt] = {"tflops": g.get("tflops"), "rel_err": g.get("ref_rel_err"),
-                                               "hash": g.get("hash")}
+                                               "hash": g.get("hash"), "pass": kind}
             if g.get("hash_changes"):
                 p.append(f"{dt} result changed in {g['hash_changes']} of {g.get('hashes')} checked iterations "
                          f"(first at iteration {g.get('first_change_iter')})")
@@ -280,7 +284,10 @@ def judge(data: dict[str, Any], thr: dict[str, Any]) -> list[Result]:
                 p.append(f"{dt} result has {g['ref_nonfinite']} NaN/Inf values in the sampled block")
             elif g.get("ref_rel_err") is None or g["ref_rel_err"] > limit:
                 p.append(f"{dt} result off the float64 reference by {_fmt(g.get('ref_rel_err'))} (limit {limit:g})")
-            summary.setdefault(subj, []).append(f"{dt} {g.get('tflops', 0):.0f} TFLOP/s")
+            if kind == "timed":
+                summary.setdefault(subj, []).append(f"{dt} {g.get('tflops', 0):.0f} TFLOP/s")
+            else:
+                checked.setdefault(subj, []).append(dt)
         if thr.get("bitwise", True):
             for subj, text in _sibling_mismatches(dt, gpus).items():
                 problems.setdefault(subj, []).append(text)
@@ -291,8 +298,9 @@ def judge(data: dict[str, Any], thr: dict[str, Any]) -> list[Result]:
                               subj, values.get(subj), {"rel_tol": tol}, Action.DRAIN_TICKET))
         else:
             errs = [v["rel_err"] for v in values[subj].values() if v.get("rel_err") is not None]
+            done = summary.get(subj, []) + ([", ".join(checked[subj]) + " checked"] if subj in checked else [])
             out.append(Result(CHECK, Status.PASS,
-                              f"{subj}: {', '.join(summary[subj])}; bitwise stable, float64 reference rel err "
+                              f"{subj}: {', '.join(done)}; bitwise stable, float64 reference rel err "
                               f"<= {_fmt(max(errs) if errs else None)}", subj, values.get(subj)))
     return out
 

@@ -58,7 +58,8 @@ def build(stage: str, config: dict[str, Any], enabled=lambda cid: True) -> Plan:
     st = cfg[stage]
     if not cfg["enabled"]:
         return Plan(stage, [], settings=cfg)
-    for where, why in problems({stage: {"checks": st["checks"]}, "dtypes": cfg["dtypes"]}):
+    for where, why in problems({stage: {"checks": st["checks"]}, "dtypes": cfg["dtypes"],
+                                  "check_dtypes": cfg["check_dtypes"]}):
         raise ConfigError(why, key=".".join(["active", *(k for k in where if not isinstance(k, int))]))
     checks = [c for c in st["checks"] if enabled(c)]
     if st["dcgm_level"] == 0 and "dcgm" in checks:

@@ -21,7 +21,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-DTYPES = ("bf16", "fp16", "tf32", "fp32")
+DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp64")  # the burn-in's GEMMs, gpuhc/active/gemm_types.py
 MEMTEST_PATTERNS = ["address", "inverse-address", "walking-ones", "walking-zeros", "random", "checkerboard"]
 STAGES = ("epilog", "bootstrap")
 
@@ -76,13 +76,31 @@ def _memtest_estimate(p: dict, n: int) -> float:
     return 1.0 + len(p["patterns"]) * 2 * gib / 2000.0 + 0.1 * n
 
 
+def correctness_pass(p: dict) -> list[str]:
+    """The precisions of the burn-in's untimed correctness pass (gpuhc/active/burnin.py), from
+    its parameters or the `active` section: ``check_dtypes`` less the timed ``dtypes`` (a
+    precision named in both is timed only); none when ``check_s`` or the list is empty."""
+    if not p.get("check_s"):
+        return []
+    return [d for d in p.get("check_dtypes") or [] if d not in (p.get("dtypes") or [])]
+
+
+def correctness_pass_s(p: dict) -> float:
+    """Its estimated seconds: each precision's inputs, calibration and reference block take
+    about 0.5 s besides its ``check_s`` (generous: an estimate sizes deadlines)."""
+    return len(correctness_pass(p)) * (float(p.get("check_s") or 0.0) + 0.5)
+
+
 TASKS: tuple[WorkerTask, ...] = (  # in the worker's order: cheap inventory first, the collective last
     WorkerTask("topology", "gpuhc.active.topology", lambda a, s: {}, lambda p, n: 0.5 + 0.05 * n,
                cupy=False, node_wide=True),
     WorkerTask("burnin", "gpuhc.active.burnin",
                lambda a, s: {"n": a["matmul_n"], "dtypes": list(a["dtypes"]), "seconds": s["burnin_s"],
-                             "seed": a["seed"], "hash_every": a["hash_every"]},
-               lambda p, n: p["seconds"] + 0.5 * len(p["dtypes"]) + 0.5,
+                             "seed": a["seed"], "hash_every": a["hash_every"],
+                             "check_dtypes": list(a["check_dtypes"] or []), "check_s": a["check_s"] or 0.0,
+                             "check_n": a["check_n"]},
+               # each precision: inputs, calibration and the reference block ~0.5 s, then its time
+               lambda p, n: p["seconds"] + 0.5 * len(p["dtypes"]) + 0.5 + correctness_pass_s(p),
                # a node's first run compiles the kernels: 15 s more on an H200, seen once
                cold_start_s=15.0),
     WorkerTask("hbm", "gpuhc.active.hbm", lambda a, s: {"mib": s["hbm_mib"], "repeats": 20, "seed": a["seed"]},
@@ -201,7 +219,10 @@ CHECKS: tuple[ActiveCheck, ...] = (  # the bootstrap stage's order
         defaults={
             # ||gpu - float64|| / ||float64|| on a sampled block of the product. bf16/fp16 outputs
             # are rounded to 8/11 mantissa bits (~1e-3 relative); tf32 rounds the inputs (~5e-4).
-            "rel_tol": {"bf16": 1.0e-2, "fp16": 5.0e-3, "tf32": 5.0e-3, "fp32": 1.0e-4},
+            # fp64: the 24-bit inputs multiply exactly, only the order of the sums differs from
+            # the host's (~1e-15 relative); 1e-10 leaves five orders of margin and still sees an
+            # error a thousand times below fp32's precision (the hashes see every bit).
+            "rel_tol": {"bf16": 1.0e-2, "fp16": 5.0e-3, "tf32": 5.0e-3, "fp32": 1.0e-4, "fp64": 1.0e-10},
             "bitwise": True,  # identical GPUs must produce bit-identical products (measured, see docs)
         },
         validate=_per_dtype("rel_tol", positive=True),

@@ -41,7 +41,16 @@ def _stage(checks: list[str], burnin_s: float, memtest_fraction: float, hbm_mib:
 SCHEMA = {
     "enabled": Key(bool, True, "run the active checks in the epilog and bootstrap stages"),
     "matmul_n": Key(int, 8192, "square matrix size of the burn-in", min=256, max=32768),
-    "dtypes": Key(list, ["bf16", "tf32"], "burn-in precisions: " + ", ".join(DTYPES), item=str),
+    "dtypes": Key(list, ["bf16", "tf32"], "burn-in precisions, timed (gpu-speed): " + ", ".join(DTYPES), item=str),
+    "check_dtypes": Key(list, ["fp16", "fp32", "fp64"], "burn-in correctness pass after the timed precisions: "
+                        "the same hash, sibling and float64 checks, no speed verdict, so that the FMA and FP64 "
+                        "units the timed ones leave idle cannot corrupt unseen; a precision also in dtypes is "
+                        "timed only; null or []: off", item=str, nullable=True),
+    "check_s": Key(float, 0.25, "seconds of the correctness pass per precision (about 0.5 s more each for inputs "
+                   "and the reference block: ~2 s per epilog at the defaults); null or 0: off",
+                   min=0.0, max=600.0, nullable=True),
+    "check_n": Key(int, 4096, "square matrix size of the correctness pass (smaller than matmul_n: fp64 runs at "
+                   "1/64 of the fp32 rate on GPUs without FP64 tensor cores)", min=256, max=32768),
     "seed": Key(int, 20261126, "seed of every generated input (same seed: same bits)", min=0),
     "hash_every": Key(int, 8, "hash the matmul result every N iterations", min=1, max=10000),
     "busy_gpu": Key(str, "skip", "a GPU with another process on it: skip it (the occupancy finding) or ignore",
@@ -59,7 +68,8 @@ SCHEMA = {
 
 def problems(section: Any) -> list[tuple[tuple, str]]:
     """What the flat schema cannot see in an ``active`` section: (key path, why) for check ids
-    a stage names that no check has, and for precisions the burn-in does not know."""
+    a stage names that no check has, and for precisions the burn-in does not know (timed or
+    in its correctness pass)."""
     if not isinstance(section, dict):
         return []
     out: list[tuple[tuple, str]] = []
@@ -68,12 +78,13 @@ def problems(section: Any) -> list[tuple[tuple, str]]:
         for i, cid in enumerate(checks if isinstance(checks, list) else []):
             if cid not in IDS:
                 out.append(((stage, "checks", i), f"unknown active check {cid!r} (known: {', '.join(IDS)})"))
-    dtypes = section.get("dtypes")
-    if isinstance(dtypes, list):
-        out += [(("dtypes", i), f"unknown dtype {d!r} (known: {', '.join(DTYPES)})")
-                for i, d in enumerate(dtypes) if d not in DTYPES]
-        if not dtypes:
-            out.append((("dtypes",), f"must name at least one precision (known: {', '.join(DTYPES)})"))
+    for key in ("dtypes", "check_dtypes"):
+        names = section.get(key)
+        if isinstance(names, list):
+            out += [((key, i), f"unknown dtype {d!r} (known: {', '.join(DTYPES)})")
+                    for i, d in enumerate(names) if d not in DTYPES]
+    if isinstance(section.get("dtypes"), list) and not section["dtypes"]:
+        out.append((("dtypes",), f"must name at least one precision (known: {', '.join(DTYPES)})"))
     return out
 
 

@@ -26,6 +26,8 @@ def judge(data: dict[str, Any], thr: dict[str, Any]) -> list[Result]:
     expected = thr.get("tflops") or {}
     findings: dict[str, Finding] = {}
     values: dict[str, dict[str, Any]] = {}
+    # the timed precisions only: the burn-in's correctness pass (data["checked"]) runs a fraction
+    # of a second on smaller matrices after the NVML sampler stopped, and is no speed measurement
     for dt, dd in (data.get("dtypes") or {}).items():
         rates = {s: float(g.get("tflops") or 0.0) for s, g in (dd.get("gpus") or {}).items()}
         for s, v in rates.items():

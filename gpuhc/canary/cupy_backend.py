@@ -16,18 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuhc.active.gemm_types import CUDA_R_32F, CUDA_R_64F, from_f32, scalar_dtype
+from gpuhc.active.gemm_types import TYPES as GEMM
 from gpuhc.canary.cases import Case, input_seeds
 
-CUDA_R_32F, CUDA_R_64F, CUDA_R_16F, CUDA_R_16BF = 0, 1, 2, 14
-COMPUTE_32F, COMPUTE_64F, COMPUTE_32F_FAST_TF32 = 68, 70, 77
-# precision -> (input type, output type, compute type)
-TYPES = {
-    "bf16": (CUDA_R_16BF, CUDA_R_32F, COMPUTE_32F),
-    "fp16": (CUDA_R_16F, CUDA_R_32F, COMPUTE_32F),
-    "tf32": (CUDA_R_32F, CUDA_R_32F, COMPUTE_32F_FAST_TF32),
-    "fp32": (CUDA_R_32F, CUDA_R_32F, COMPUTE_32F),
-    "fp64": (CUDA_R_64F, CUDA_R_64F, COMPUTE_64F),
-}
+# precision -> (input type, output type, compute type): the input and compute types are the
+# burn-in's (gpuhc/active/gemm_types.py); the canary writes every product in fp32 or fp64, so a
+# bf16/fp16 product keeps its fp32 accumulator's bits
+TYPES = {p: (data, CUDA_R_64F if p == "fp64" else CUDA_R_32F, compute) for p, (data, _, compute) in GEMM.items()}
 
 
 @dataclass
@@ -76,7 +72,7 @@ class CupyBackend:
                 out = cp.float64 if case.out_bytes == 8 else cp.float32
                 C = cp.full(case.n * case.n, np.nan, dtype=out)  # poison: a GEMM that wrote nothing is wrong
                 slots = cp.zeros(repeats, dtype=cp.uint64)
-            scalar = np.float64 if case.precision == "fp64" else np.float32
+            scalar = scalar_dtype(case.precision)
             stream.synchronize()
             return Handle(device, case, stream, A, B, C, slots, gpu.DeviceTimer(stream, device["cuda"]),
                           np.array(1.0, dtype=scalar), np.array(0.0, dtype=scalar), repeats)
@@ -88,15 +84,7 @@ class CupyBackend:
         gpu.launch("fill_uniform_f32", n2, (f32, gpu.u64(n2), gpu.u64(seed)), stream)
         if case.kind == "exact":
             f32 = cp.rint(f32 * cp.float32(4.0))  # cases.exact_values: the same two float ops
-        if case.precision == "bf16":
-            out = cp.empty(n2, dtype=cp.uint16)
-            gpu.launch("f32_to_bf16", n2, (f32, out, gpu.u64(n2)), stream)
-            return out
-        if case.precision == "fp16":
-            return f32.astype(cp.float16)
-        if case.precision == "fp64":
-            return f32.astype(cp.float64)
-        return f32
+        return from_f32(cp, gpu, f32, case.precision, stream)
 
     def start(self, h: Handle, inject: dict | None = None) -> None:
         """Queue ``repeats`` GEMMs, each output hashed into its slot; ``inject`` (tests and the

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuhc.active.registry import DTYPES
 from gpuhc.schema import Key
 
 # Precisions and the engine each exercises (docs/canary.md, "What it computes"). tf32, bf16 and
 # fp16 run on the tensor cores; fp32 with strict fp32 compute runs cuBLAS's SIMT (FFMA) kernels
 # on the plain SM cores; fp64 runs DMMA tensor cores on H100/A100 and the FP64 units elsewhere.
-PRECISIONS = ("bf16", "fp16", "tf32", "fp32", "fp64")
+PRECISIONS = DTYPES  # the burn-in's: one table of cuBLAS types serves both (gpuhc/active/gemm_types.py)
 
 # A case is "<precision>-<kind>-<n>": an n x n x n product. kind "exact" draws small integers, so
 # the fp32/fp64 accumulation never rounds and the answer is known on the CPU whatever the GPU's
 # summation order; kind "random" draws full-mantissa values, so the rounding paths work too and
 # the answer is the one identical GPUs with identical software agree on.
-CASE_PATTERN = r"(bf16|fp16|tf32|fp32|fp64)-(exact|random)-([1-9][0-9]{1,4})"
+CASE_PATTERN = "(" + "|".join(PRECISIONS) + r")-(exact|random)-([1-9][0-9]{1,4})"
 DEFAULT_CASES = ["bf16-exact-2048", "bf16-random-8192", "fp16-random-8192", "tf32-random-8192",
                  "fp32-random-4096", "fp64-random-4096"]
 

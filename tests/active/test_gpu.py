@@ -143,10 +143,17 @@ def test_burn_in_product_is_bitwise_stable_and_identical_across_gpus():
     from gpuhc.active.plan import Task
 
     sess = _session([Task("burnin", {"n": 4096, "dtypes": ["bf16", "tf32"], "seconds": 2.0, "seed": 5,
-                                     "hash_every": 4}, ["burn-in"])], timeout_s=60.0)
+                                     "hash_every": 4, "check_dtypes": ["fp16", "fp32", "fp64", "tf32"],
+                                     "check_s": 0.25, "check_n": 2048}, ["burn-in"])], timeout_s=60.0)
     o = sess.outcomes["burnin"]
     assert o.status == "done", o
-    for dt, dd in o.data["dtypes"].items():
+    # the correctness pass: the untimed precisions only, at its own size, within its tolerance
+    assert list(o.data["checked"]) == ["fp16", "fp32", "fp64"] and o.data["check_n"] == 2048
+    from gpuhc.active import burnin
+    from gpuhc.active.registry import CHECK
+
+    assert all(r.status.name == "PASS" for r in burnin.judge(o.data, CHECK["burn-in"].defaults))
+    for dt, dd in [*o.data["dtypes"].items(), *o.data["checked"].items()]:
         hashes = {s: g["hash"] for s, g in dd["gpus"].items()}
         print(dt, hashes, "phases", dd.get("phases_s"), "iters", dd.get("iters"))
         assert len(set(hashes.values())) == 1, (dt, hashes)

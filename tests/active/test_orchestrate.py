@@ -93,6 +93,26 @@ def test_injected_wrong_checksum_fails_the_node(fake):
     assert [(r.check, r.subject, r.action) for r in failing] == [("burn-in", "gpu1", Action.DRAIN_TICKET)]
 
 
+def test_a_gpu_wrong_only_in_fp64_fails_the_burn_in_and_its_pass_rates_never_reach_gpu_speed(fake):
+    # The correctness pass (fp16, fp32, fp64 by default) is asked for with the timed precisions;
+    # gpu1's fp64 product differs from its sibling's and its fp32 rate is a tenth of gpu0's: the
+    # burn-in fails both GPUs (two siblings, no majority) naming fp64, gpu-speed passes both.
+    tasks = _healthy_tasks()
+    checked = tasks["burnin"]["data"]["checked"]
+    checked["fp64"]["gpus"]["gpu1"]["hash"] = "fp64-54409853867a0000"
+    checked["fp32"]["gpus"]["gpu1"]["tflops"] = 5.0
+    res = run_active("epilog", fake(tasks=tasks, checks={"gpu-speed": {"thresholds": {"tflops": {"fp32": 50.0}}}}))
+    (req,) = [q for q in fake.requests() if q["task"] == "burnin"]
+    assert req["params"]["check_dtypes"] == ["fp16", "fp32", "fp64"] and req["params"]["check_s"] == 0.25
+    burn = {r.subject: r for r in res if r.check == "burn-in"}
+    assert {s: r.status for s, r in burn.items()} == {"gpu0": Status.FAIL, "gpu1": Status.FAIL}
+    assert "fp64 result differs bitwise from gpu0" in burn["gpu1"].message
+    assert burn["gpu1"].action is Action.DRAIN_TICKET
+    speed = [r for r in res if r.check == "gpu-speed"]
+    assert [r.status for r in speed] == [Status.PASS, Status.PASS], speed
+    assert all(set(r.value) == {"bf16", "tf32", "nvml"} and "fp32" not in r.message for r in speed)
+
+
 def test_injected_wrong_allreduce_sum_fails_the_node(fake):
     tasks = _healthy_tasks()
     tasks["nccl"]["data"]["gpus"]["gpu0"] = {"bad": 1, "first_bad": 0}

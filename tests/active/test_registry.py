@@ -75,6 +75,12 @@ def test_every_declared_task_is_a_worker_task_and_every_check_task_is_declared()
     ("active:\n  epilog:\n    checks:\n      - burn-in\n      - gpu-sped\n", 5, "active.epilog.checks", "gpu-sped"),
     ("active:\n  dtypes: [bf16, int8]\n", 2, "active.dtypes", "int8"),
     ("active:\n  dtypes: []\n", 2, "active.dtypes", "at least one"),
+    # the burn-in's correctness pass (tests/active/test_burnin_precisions.py has the rest)
+    ("active:\n  check_dtypes: [fp32, fp65]\n", 2, "active.check_dtypes", "unknown dtype 'fp65'"),
+    ("active:\n  check_dtypes:\n    - fp16\n    - int8\n", 4, "active.check_dtypes", "unknown dtype 'int8'"),
+    ("active:\n  check_dtypes: fp64\n", 2, "active.check_dtypes", "must be a list"),
+    ("active:\n  check_s: -1\n", 2, "active.check_s", "must be >= 0"),
+    ("active:\n  check_n: 64\n", 2, "active.check_n", "must be >= 256"),
     ("hosts:\n  - match: 'gpu*'\n    active:\n      bootstrap:\n        checks: [memtst]\n", 5,
      "hosts.0.active.bootstrap.checks", "memtst"),
 ])

@@ -1,6 +1,8 @@
 """gpuhc's known-answer canary in the campaign (bench/campaign_model/canary.py, docs/campaign.md
-"The silent-corruption canary in the campaign"): what it catches that the epilog's burn-in cannot,
-on idle nodes and on nodes that never idle, what an unconfirmed mismatch does to its cadence,
+"The silent-corruption canary in the campaign"): what it catches that the epilog's burn-in cannot
+where a site turned the burn-in's correctness pass off (bf16 and tf32 only: policies.NO_PASS,
+these tests' default), on idle nodes and on nodes that never idle, that the shipped pass catches
+such a fault without the canary, what an unconfirmed mismatch does to its cadence,
 that a real job preempts it, and the metric of GPU-hours run on a corrupting GPU. Each test
 places its fault by hand and holds one rule; each can fail."""
 
@@ -16,7 +18,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from campaign_model import faults as F  # noqa: E402
 from campaign_model.canary import SUBMIT_S  # noqa: E402
 from campaign_model.metrics import compute  # noqa: E402
-from campaign_model.policies import config_for  # noqa: E402
+from campaign_model.policies import NO_PASS, config_for  # noqa: E402
 from campaign_model.sim import T0, Campaign  # noqa: E402
 
 H = 3600.0
@@ -24,9 +26,9 @@ PERIOD_H = 24.0  # canary.period_h's default (gpuhc/canary/settings.py)
 RUN_H = 300.0 / H  # canary.max_seconds's default: a canary job's length in the model
 
 
-def campaign(tmp_path, inject, nodes=1, days=1.0, jobs=None, canary=True, policy="shipped", **kw):
+def campaign(tmp_path, inject, nodes=1, days=1.0, jobs=None, canary=True, policy="shipped", burnin_pass=False, **kw):
     tmp_path.mkdir(parents=True, exist_ok=True)
-    return Campaign(config_for(policy, tmp_path), tmp_path, nodes=nodes, days=days, seed=3, inject=inject,
+    return Campaign(config_for(policy, tmp_path, None if burnin_pass else NO_PASS), tmp_path, nodes=nodes, days=days, seed=3, inject=inject,
                     load=0.0, jobs=jobs, noise=False, canary=canary, **kw).run()
 
 
@@ -46,8 +48,8 @@ def sdc(c):
 
 
 def test_without_the_canary_corruption_in_fp64_alone_is_never_caught_and_its_gpu_hours_grow(tmp_path, monkeypatch):
-    # The epilog's burn-in computes bf16 and tf32 only: a GPU that corrupts fp64 passes every
-    # one, and every job on it computes with it for as long as the campaign lasts.
+    # A burn-in without its correctness pass computes bf16 and tf32 only: a GPU that corrupts
+    # fp64 passes every one, and every job on it computes with it for as long as the campaign lasts.
     corrupting(monkeypatch, "fp64")
     hours = []
     for days in (1.0, 3.0):
@@ -57,6 +59,20 @@ def test_without_the_canary_corruption_in_fp64_alone_is_never_caught_and_its_gpu
         assert m["caught_by"] == {"never": 1} and not [e for e in c.slurm.events if e[2] == "drain"]
         hours.append(m["job_gpu_hours_before_caught"])
     assert hours[0] > 0.9 * 8 * 23 and hours[1] > 2.5 * hours[0]  # 8 GPUs busy all the time
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp32", "fp64"])
+def test_the_shipped_burn_in_catches_corruption_in_a_precision_it_does_not_time(tmp_path, monkeypatch, precision):
+    # The shipped burn-in's correctness pass computes fp16, fp32 and fp64 after every job: the
+    # same never-idle node, no canary, is drained by the first epilog after the fault arises.
+    corrupting(monkeypatch, precision)
+    c = campaign(tmp_path, [(600, "sdc", "gpu001", False)], days=1.0, jobs=never_idle(24), canary=False,
+                 burnin_pass=True)
+    m = sdc(c)
+    drains = [r for _, _, w, r in c.slurm.events if w == "drain"]
+    assert m["caught_by"] == {"burn-in": 1} and len(drains) == 1, (m, drains)
+    assert drains[0].startswith("gpuhc: burn-in gpu5") and precision in drains[0]
+    assert 9.8 < m["hours_to_catch"]["max"] < 10.0  # the first job's end (10 h) less the fault's 600 s
 
 
 def test_with_the_canary_an_idle_node_is_caught_within_the_cadence(tmp_path, monkeypatch):
@@ -91,8 +107,8 @@ def test_the_slice_all_what_if_meets_fp16_on_a_node_that_never_idles(tmp_path, m
 
 
 def test_the_epilog_slice_computes_no_fp16_so_a_node_that_never_idles_keeps_such_a_fault(tmp_path, monkeypatch):
-    # canary.epilog.cases are bf16, fp32 and fp64 products; the burn-in's bf16 and tf32: a GPU
-    # that corrupts fp16 alone is met only by a canary job, which a node that never idles gets none of.
+    # canary.epilog.cases are bf16, fp32 and fp64 products; the burn-in's, without its pass, bf16
+    # and tf32: a GPU that corrupts fp16 alone is met only by a canary job, which a node that never idles gets none of.
     corrupting(monkeypatch, "fp16")
     c = campaign(tmp_path, [(12 * H, "sdc", "gpu001", False)], days=2.5, jobs=never_idle(60))
     assert sdc(c)["caught_by"] == {"never": 1} and c.canary_stats.slices >= 2
