@@ -15,12 +15,21 @@ import os
 # each file's text, so a test's entry can only cost the node a parse. tests/conftest.py points
 # the session's own runs elsewhere; a subprocess a test starts with a bare environment may still
 # reach it.)
-LIVE_DIRS = ("/var/lib/gpuhc", "/etc/gpuhc", "/var/log/gpuhc", "/run/gpuhc", "/opt/gpuhc", "/usr/local/share/gpuhc")
-LIVE_FILES = ("/usr/local/bin/gpuhc", "/etc/tmpfiles.d/gpuhc.conf", "/etc/logrotate.d/gpuhc",
-              "/etc/systemd/system/gpuhc-watch.service", "/etc/systemd/system/gpuhc-sweep.service",
+# tests/project/test_live_paths.py holds this list against install.sh and README's install steps.
+LIVE_DIRS = ("/var/lib/gpuhc", "/etc/gpuhc", "/var/log/gpuhc", "/run/gpuhc", "/opt/gpuhc", "/opt/gpuhc.releases",
+             "/usr/local/share/gpuhc")
+LIVE_FILES = ("/usr/local/bin/gpuhc", "/usr/local/sbin/gpuhc-slack-webhook", "/usr/local/share/man/man1/gpuhc.1",
+              "/usr/share/bash-completion/completions/gpuhc", "/etc/tmpfiles.d/gpuhc.conf",
+              "/etc/tmpfiles.d/gpuhc-sweep.conf", "/etc/logrotate.d/gpuhc", "/etc/systemd/system/gpuhc-watch.service",
+              "/etc/systemd/system/gpuhc-retest.service", "/etc/systemd/system/gpuhc-sweep.service",
               "/etc/systemd/system/gpuhc-sweep.timer", "/etc/cron.d/gpuhc-sweep")
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 MAX_ENTRIES = 20000  # a node's gpuhc state is a few hundred files; beyond this, the count says it
+
+
+def covers(path: str) -> bool:
+    """Is ``path`` one the snapshot watches?"""
+    return path in LIVE_FILES or any(path == d or path.startswith(d + "/") for d in LIVE_DIRS)
 
 
 def snapshot() -> dict[str, tuple]:

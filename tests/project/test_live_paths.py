@@ -67,3 +67,34 @@ def test_a_real_clusters_config_keeps_bundles_in_the_tests_directory(tmp_path):
     write_gpuhc_yaml(c)
     slurm = yaml.safe_load(c.gpuhc_yaml.read_text())["slurm"]
     assert slurm["retire_bundle"]["dir"] == "/there" and slurm["postmortem_dir"] == "/elsewhere"
+
+
+def _written_by_the_install() -> set[str]:
+    """Every gpuhc path install.sh (and README's install steps: the units copied by hand) names
+    on a node, read from their text: the literal paths, a directory destination joined with
+    each source's name (`install -m 0644 SRC... DIR/`, `cp SRC DIR/`), and the releases beside
+    the target (`$target.releases`)."""
+    import re
+
+    path = re.compile(r"(?<![\w$}])/(?:etc|usr|opt|var|run)/[\w./*-]*gpuhc[\w.*-]*")
+    to_dir = re.compile(r"^\s*(?:install|cp)\s+(?:-[a-z]\s+\S+\s+)*(.+?)\s+(/\S+/)$")
+    install = (REPO / "install.sh").read_text()
+    readme = "\n".join(re.findall(r"```sh\n(.*?)```", (REPO / "README.md").read_text(), re.S))
+    out = set()
+    for line in re.sub(r"\\\n\s*", " ", install + "\n" + readme).splitlines():
+        code = "" if line.lstrip().startswith("#") else line.split(" #", 1)[0]
+        out |= set(path.findall(code))
+        if m := to_dir.match(code):
+            out |= {m.group(2) + src.strip('"').rsplit("/", 1)[-1] for src in m.group(1).split()}
+    assert "releases=$target.releases" in install and "prefix=/opt/gpuhc" in install
+    out.add("/opt/gpuhc.releases")
+    # what a run renames into place is checked under its final name
+    return {p for p in out if not p.rsplit("/", 1)[-1].startswith(".")}
+
+
+def test_the_snapshot_watches_every_path_the_install_writes():
+    written = _written_by_the_install()
+    # the scan finds what it is for: a file, a directory destination's file, a README step's unit
+    assert {"/usr/local/share/man/man1/gpuhc.1", "/etc/tmpfiles.d/gpuhc-sweep.conf",
+            "/etc/systemd/system/gpuhc-retest.service", "/opt/gpuhc.releases"} <= written
+    assert sorted(p for p in written if not live_paths.covers(p)) == []
