@@ -169,20 +169,31 @@ class DmesgSource:
 
 
 class LiveKernelLog:
-    """The live node: /dev/kmsg when readable (fast, sequence numbers), else dmesg."""
+    """The live node: /dev/kmsg when readable (fast, sequence numbers), else dmesg; and the
+    previous boot's panics, which neither holds (pstore or the previous boot's journal, read
+    once per boot: :mod:`gpuhc.sources.prev_boot`)."""
 
-    def __init__(self, kmsg: KmsgSource | None = None, dmesg: DmesgSource | None = None):
+    def __init__(self, kmsg: KmsgSource | None = None, dmesg: DmesgSource | None = None,
+                 previous_boot: bool = True, pstore_dir: str | None = None, journalctl: str | None = None):
         self.kmsg = kmsg or KmsgSource()
         self.dmesg = dmesg or DmesgSource()
+        self.previous_boot, self.pstore_dir, self.journalctl = previous_boot, pstore_dir, journalctl
 
     def read(self) -> KernelLog:
         try:
-            return self.kmsg.read()
+            log = self.kmsg.read()
         except SourceError as first:
             try:
-                return self.dmesg.read()
+                log = self.dmesg.read()
             except SourceError as second:
                 raise SourceError(f"kernel log unreadable: {first}; {second}") from second
+        if self.previous_boot:
+            from gpuhc.parsecache import cache_dir
+            from gpuhc.sources.prev_boot import PSTORE_DIR, previous_boot_panics
+
+            # older than this boot's records: first
+            log.events[:0] = previous_boot_panics(log.boot_id, cache_dir(), self.pstore_dir or PSTORE_DIR, self.journalctl)
+        return log
 
 
 class FileKernelLog:

@@ -120,14 +120,14 @@ def test_dmesg_found_without_path(monkeypatch):
 
 def test_live_falls_back_to_dmesg(tmp_path):
     exe = _fake_dmesg(tmp_path, True, plain="", iso="2025-01-01T00:00:00,000000+00:00 NVRM: Xid (PCI:0000:01:00): 79, x\n")
-    live = kl.LiveKernelLog(kl.KmsgSource(str(tmp_path / "no-kmsg")), kl.DmesgSource(binary=exe))
+    live = kl.LiveKernelLog(kl.KmsgSource(str(tmp_path / "no-kmsg")), kl.DmesgSource(binary=exe), previous_boot=False)
     log = live.read()
     assert log.source == "dmesg" and [e.kind for e in log.events] == [EventKind.XID]
 
 
 def test_live_reports_both_failures(tmp_path):
     exe = _fake_dmesg(tmp_path, False, plain="", rc=1)
-    live = kl.LiveKernelLog(kl.KmsgSource(str(tmp_path / "no-kmsg")), kl.DmesgSource(binary=exe))
+    live = kl.LiveKernelLog(kl.KmsgSource(str(tmp_path / "no-kmsg")), kl.DmesgSource(binary=exe), previous_boot=False)
     with pytest.raises(SourceError, match=r"no-kmsg.*exit 1"):
         live.read()
 
