@@ -234,6 +234,27 @@ switch_to() {  # point the target at release $1 with one rename
     fi
     mv -T "$link" "$target"
 }
+# Files a running hook may read are replaced whole, by rename: never seen missing or half-written.
+put() {  # MODE DEST (the new content on stdin)
+    cat > "$(dirname "$2")/.$(basename "$2").new.$$"
+    chmod "$1" "$(dirname "$2")/.$(basename "$2").new.$$"
+    mv -f "$(dirname "$2")/.$(basename "$2").new.$$" "$2"
+}
+# The manual page (gpuhc/cli/manpage.py: man gpuhc) and bash's completion (click's own), written
+# from the help of the release the node install's target points at: at an install, and again at
+# a rollback, so that both describe the commands that run. The shims and the rest stay as the
+# newest install wrote them: a shim runs `gpuhc HOOK` through /usr/local/bin/gpuhc (the target's,
+# whichever release it is) and reads only its exit status, the same in every release.
+release_docs() {
+    install -d -m 0755 /usr/local/share/man/man1 /usr/share/bash-completion/completions
+    if "$target/bin/python" -m gpuhc.cli.manpage > /usr/local/share/man/man1/.gpuhc.1.new.$$ 2>/dev/null; then
+        chmod 0644 /usr/local/share/man/man1/.gpuhc.1.new.$$
+        mv -f /usr/local/share/man/man1/.gpuhc.1.new.$$ /usr/local/share/man/man1/gpuhc.1
+    else  # a release from before the man page: none rather than another release's
+        rm -f /usr/local/share/man/man1/.gpuhc.1.new.$$ /usr/local/share/man/man1/gpuhc.1
+    fi
+    _GPUHC_COMPLETE=bash_source "$target/bin/gpuhc" | put 0644 /usr/share/bash-completion/completions/gpuhc
+}
 rollback() {
     now=$(current_release) || die "$target is not a link to a release: nothing to roll back to"
     prev=
@@ -242,6 +263,7 @@ rollback() {
     done
     [ -n "$prev" ] || die "no earlier release in $releases to roll back to"
     switch_to "$prev"
+    [ -n "$venv" ] || release_docs
     echo "install.sh: $target -> $prev ($("$target/bin/gpuhc" --version 2>/dev/null)); $now stays for a roll forward"
 }
 
@@ -340,12 +362,6 @@ layout() {
 }
 install -d -m 0755 /usr/local/bin /usr/local/sbin /usr/local/share/gpuhc/slurm /etc/gpuhc
 ln -sfn "$prefix/bin/gpuhc" /usr/local/bin/gpuhc
-# Files a running hook may read are replaced whole, by rename: never seen missing or half-written.
-put() {  # MODE DEST (the new content on stdin)
-    cat > "$(dirname "$2")/.$(basename "$2").new.$$"
-    chmod "$1" "$(dirname "$2")/.$(basename "$2").new.$$"
-    mv -f "$(dirname "$2")/.$(basename "$2").new.$$" "$2"
-}
 # The shims name the textfile directory for their own metric (slurm/shim.sh).
 for shim in healthcheck.sh prolog.sh epilog.sh shim.sh; do
     layout "$here/slurm/$shim" | put 0755 "/usr/local/share/gpuhc/slurm/$shim"
@@ -382,11 +398,7 @@ else
     install -d -m 0755 /var/lib/gpuhc "$logdir" /run/gpuhc
     install -d -m 0700 /var/lib/gpuhc/postmortem
 fi
-# The manual page, written from this release's own help (gpuhc/cli/manpage.py): man gpuhc.
-install -d -m 0755 /usr/local/share/man/man1
-"$prefix/bin/python" -m gpuhc.cli.manpage | put 0644 /usr/local/share/man/man1/gpuhc.1
-# Shell completion (click's own): bash picks it up from this directory.
-_GPUHC_COMPLETE=bash_source "$prefix/bin/gpuhc" > /usr/share/bash-completion/completions/gpuhc
+release_docs
 # The Prometheus rules and the Grafana dashboard on gpuhc's metrics (README, "After the drain").
 install -d -m 0755 /usr/local/share/gpuhc/alerting
 install -m 0644 "$here/examples/alerting/gpuhc-rules.yml" "$here/examples/alerting/grafana-dashboard.json" \

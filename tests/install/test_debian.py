@@ -10,6 +10,7 @@ settings stay outside).
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 
@@ -84,6 +85,44 @@ def test_root_reinstall_leaves_no_gap_for_the_health_check(debian12):
     runs = int(last.split()[0].split("=")[1])
     assert runs >= 5 and last.endswith("bad=0 install=0"), cp.stdout
     assert debian12("ls /opt/gpuhc.releases | wc -l").stdout.strip() == "2"
+
+
+def test_root_enforce_man_page_a_failed_install_and_rollback(debian12):
+    """The node install (/opt/gpuhc, the same code path as --venv's tests in test_upgrade.py and
+    test_venv.py): `--enforce` on a fresh node writes `mode: enforce` and the man page is
+    installed; an upgrade that cannot reach the index leaves the release in use running; then
+    `--rollback` points /opt/gpuhc back, writes the man page and completion again from the release
+    it goes back to, and keeps the shims (they run whichever release /opt/gpuhc is)."""
+    cp = debian12("sh install.sh --gpu none --enforce")
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "slurm.mode enforce" in cp.stdout, cp.stdout
+    cp = debian12("grep -c '^  mode: enforce ' /etc/gpuhc/gpuhc.yaml; head -n 3 /usr/local/share/man/man1/gpuhc.1")
+    assert cp.returncode == 0 and cp.stdout.startswith("1\n.TH GPUHC 1") and ".SH NAME" in cp.stdout, cp.stdout + cp.stderr
+    first = debian12("readlink /opt/gpuhc").stdout.strip()
+    assert debian12("sh install.sh --gpu none").returncode == 0
+    second = debian12("readlink /opt/gpuhc").stdout.strip()
+    assert second != first and second.startswith("/opt/gpuhc.releases/")
+
+    bad = debian12("PIP_CONFIG_FILE=/dev/null PIP_INDEX_URL=http://127.0.0.1:9/simple PIP_RETRIES=0 "
+                   "PIP_DEFAULT_TIMEOUT=5 PIP_FIND_LINKS= sh install.sh --gpu none")
+    assert bad.returncode == 2 and "/opt/gpuhc is as it was" in bad.stderr, bad.stdout + bad.stderr
+    cp = debian12("readlink /opt/gpuhc; ls /opt/gpuhc.releases; gpuhc check --demo >/dev/null && echo ran")
+    assert cp.stdout.split() == [second, *sorted(os.path.basename(r) for r in (first, second)), "ran"], cp.stdout
+
+    # Stand-ins for the newer release's man page and completion, and the shims as installed.
+    shims = "md5sum /usr/local/share/gpuhc/slurm/*.sh"
+    before = debian12(shims).stdout
+    assert debian12("echo newer > /usr/local/share/man/man1/gpuhc.1 && "
+                    "echo newer > /usr/share/bash-completion/completions/gpuhc").returncode == 0
+    cp = debian12("sh install.sh --rollback")
+    assert cp.returncode == 0 and "stays for a roll forward" in cp.stdout, cp.stdout + cp.stderr
+    cp = debian12(f"readlink /opt/gpuhc; {first}/bin/python -m gpuhc.cli.manpage | cmp - /usr/local/share/man/man1/gpuhc.1 "
+                  "&& grep -c _gpuhc_completion /usr/share/bash-completion/completions/gpuhc")
+    assert cp.returncode == 0 and cp.stdout.split()[0] == first and int(cp.stdout.split()[1]) > 0, cp.stdout + cp.stderr
+    assert debian12(shims).stdout == before
+    shim = debian12("env -i SLURMD_NODENAME=gpu001 /usr/local/share/gpuhc/slurm/healthcheck.sh "
+                    "--nvml-scenario /root/gpuhc/examples/scenarios/xid79-fallen-off-bus.yaml")
+    assert shim.returncode == 1 and "FAIL" in shim.stderr, shim.stdout + shim.stderr  # the older release judges
 
 
 def test_readme_try_it_on_stock_debian12(debian12):
