@@ -364,7 +364,8 @@ def _validate_profile(raw: dict, prefix: tuple, errs: _Errors) -> None:
 
     known = profile_names()
     if name not in known:
-        errs.add(f"unknown GPU profile {name!r} (known: {', '.join(known)})", prefix + ("node", "profile"))
+        errs.add(f"unknown GPU profile {name!r}{did_you_mean(name, known)} (known: {', '.join(known)})",
+                 prefix + ("node", "profile"))
 
 
 def did_you_mean(word: Any, names) -> str:

@@ -341,6 +341,7 @@ def test_broken_baseline_files_are_named(tmp_path, text, where):
      ":4: checks.clocks.thresholds.fail_on: unknown reason(s) hw_slowdwn"),
     ("checks:\n  infiniband:\n    thresholds:\n      ethernet: maybe\n", ":4: checks.infiniband.thresholds.ethernet:"),
     ("node:\n  profile: h100-nvl\n", ":2: node.profile: unknown GPU profile 'h100-nvl'"),
+    ("node:\n  profile: h100-smx\n", ":2: node.profile: unknown GPU profile 'h100-smx': did you mean 'h100-sxm'?"),
     ("hosts:\n  - match: gpu001\n    node: {profile: h100}\n", ":3: hosts.0.node.profile: unknown GPU profile"),
 ])
 def test_config_values_that_would_give_a_wrong_verdict_are_rejected_up_front(tmp_path, text, where):

@@ -44,8 +44,8 @@ def build_base(name: str = "bookworm-python", include: str = "python3,python3-pi
         if (base / "usr/bin/python3").exists():
             return base  # another worker built it while this one waited
         for stale in base.parent.glob(name + ".tmp.*"):  # left by an interrupted run: the lock says none builds now
-            shutil.rmtree(stale, ignore_errors=True)
-        shutil.rmtree(base, ignore_errors=True)  # a base without python3 is half-made
+            _remove_root(stale)
+        _remove_root(base)  # a base without python3 is half-made
         tmp = base.with_name(base.name + f".tmp.{os.getpid()}")
         try:
             cp = subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase", "--mode=root",
@@ -56,8 +56,16 @@ def build_base(name: str = "bookworm-python", include: str = "python3,python3-pi
             assert cp.returncode == 0, cp.stderr[-3000:]
             tmp.rename(base)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            _remove_root(tmp)
     return base
+
+
+def _remove_root(path: Path) -> None:
+    """Remove a chroot, never crossing into another file system: an interrupted mmdebstrap can
+    leave /proc or /dev mounted inside it, and a plain recursive removal would follow them into
+    the host's (tests/matrix/build-chroot.sh removes its roots the same way)."""
+    if path.exists() or path.is_symlink():
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=False)
 
 
 def clean_root(base: Path, root: Path):
