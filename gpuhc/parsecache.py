@@ -96,17 +96,20 @@ def _code_stamp() -> tuple:
     return _stamp
 
 
-def _trusted(st: os.stat_result) -> bool:
-    """Owned by root or by us, and nobody else may write it."""
+def trusted_stat(st: os.stat_result) -> bool:
+    """Owned by root or by us, and nobody else may write it (a file of the cache directory;
+    gpuhc/sources/prev_boot.py's cache file too)."""
     return st.st_uid in (0, os.geteuid()) and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
-def _safe_dir(directory: str) -> bool:
+def safe_dir(directory: str) -> bool:
+    """May gpuhc keep and read a cache file in ``directory`` (every directory on its path
+    root's, the leaf private to its owner)?"""
     from gpuhc.fsutil import UnsafePath, check_dir_chain
 
     try:
         check_dir_chain(directory, "parse cache", leaf="private")  # as root: every directory root's
-        return _trusted(os.stat(directory))
+        return trusted_stat(os.stat(directory))
     except (UnsafePath, OSError):
         return False
 
@@ -124,8 +127,8 @@ def _load(directory: str) -> dict[str, tuple]:
         return _memo
     try:
         st = os.fstat(fd)
-        if not (stat.S_ISREG(st.st_mode) and _trusted(st) and st.st_size <= MAX_CACHE_BYTES
-                and _safe_dir(directory)):
+        if not (stat.S_ISREG(st.st_mode) and trusted_stat(st) and st.st_size <= MAX_CACHE_BYTES
+                and safe_dir(directory)):
             return _memo
         chunks, left = [], st.st_size + 1
         while left > 0:
@@ -166,7 +169,7 @@ def _store(directory: str, where: str, key: tuple, value: Any) -> None:
         from gpuhc.fsutil import make_dirs, write_atomic
 
         make_dirs(directory, 0o700, "parse cache")
-        if not _safe_dir(directory):
+        if not safe_dir(directory):
             return
         write_atomic(os.path.join(directory, FILE_NAME), data, 0o600, "parse cache", durable=False)
     except Exception:  # a read-only /var, another user's directory, a full disk: parse next time

@@ -149,7 +149,7 @@ def _read_until(proc: subprocess.Popen, limit: int, timeout_s: float) -> bytes:
 
 
 def _load(cache_dir: str | None, boot_id: str) -> list[KernelEvent] | None:
-    from gpuhc.parsecache import _safe_dir, _trusted
+    from gpuhc.parsecache import safe_dir, trusted_stat
     from gpuhc.untrusted import UntrustedInputError, load_json, open_regular, read_upto
 
     if not cache_dir:
@@ -159,7 +159,7 @@ def _load(cache_dir: str | None, boot_id: str) -> list[KernelEvent] | None:
     except (OSError, UntrustedInputError):
         return None
     try:
-        if not (_trusted(os.fstat(fd)) and _safe_dir(cache_dir)):
+        if not (trusted_stat(os.fstat(fd)) and safe_dir(cache_dir)):
             return None
         doc = load_json(read_upto(fd, 1 << 20), CACHE_FILE)
         if not isinstance(doc, dict) or doc.get("boot_id") != boot_id or not isinstance(doc.get("panics"), list):
@@ -175,14 +175,14 @@ def _load(cache_dir: str | None, boot_id: str) -> list[KernelEvent] | None:
 
 def _store(cache_dir: str | None, boot_id: str, events: list[KernelEvent]) -> None:
     from gpuhc.fsutil import make_dirs, write_atomic
-    from gpuhc.parsecache import _safe_dir
+    from gpuhc.parsecache import safe_dir
 
     if not cache_dir:
         return
     doc = {"boot_id": boot_id, "panics": [{"time": e.time, "message": e.message, "code": e.code} for e in events]}
     try:
         make_dirs(cache_dir, 0o755, "cache directory")
-        if _safe_dir(cache_dir):
+        if safe_dir(cache_dir):
             write_atomic(os.path.join(cache_dir, CACHE_FILE), json.dumps(doc).encode(), 0o644, "previous boot's panics",
                          durable=False)
     except Exception:  # never a reason to fail the run: the next run reads the stores again
