@@ -17,7 +17,7 @@ from typing import Any
 from gpuhc import config_hosts
 from gpuhc.config_hosts import expand, host_matches  # noqa: F401 - re-exported: callers import them from here
 from gpuhc.errors import ConfigError, ConfigErrors
-from gpuhc.schema import Key, deep_merge, defaults
+from gpuhc.schema import Key, deep_merge, defaults, did_you_mean
 from gpuhc.yamlpos import line_of, load_file_text, read_text
 
 DEFAULT_PATH = "/etc/gpuhc/gpuhc.yaml"
@@ -366,31 +366,6 @@ def _validate_profile(raw: dict, prefix: tuple, errs: _Errors) -> None:
     if name not in known:
         errs.add(f"unknown GPU profile {name!r}{did_you_mean(name, known)} (known: {', '.join(known)})",
                  prefix + ("node", "profile"))
-
-
-def did_you_mean(word: Any, names) -> str:
-    """``: did you mean 'resume_after'?`` for a name one slip away from a known one, else ''.
-
-    One slip is one letter added, dropped or changed, or two neighbours swapped (``xdi`` for
-    ``xid``: difflib's ratio is low on short names, so a swap is tested for first); else a name
-    difflib finds close. Three letters at least, so that ``a`` does not suggest ``b``."""
-    import difflib
-
-    word, known = str(word), [str(n) for n in names]
-
-    def one_slip(name: str) -> bool:
-        if abs(len(name) - len(word)) > 1 or name == word or min(len(name), len(word)) < 3:
-            return False
-        i = next((k for k, (a, b) in enumerate(zip(word, name)) if a != b), min(len(word), len(name)))
-        if len(word) != len(name):  # one letter added or dropped at i
-            return word[i + 1:] == name[i:] if len(word) > len(name) else word[i:] == name[i + 1:]
-        swapped = word[i + 1:i + 2] == name[i:i + 1] and word[i:i + 1] == name[i + 1:i + 2]
-        return word[i + 1:] == name[i + 1:] or (swapped and word[i + 2:] == name[i + 2:])
-
-    slips = [n for n in known if one_slip(n)]
-    close = slips and sorted(slips, key=lambda n: -difflib.SequenceMatcher(None, word, n).ratio())[:1]
-    close = close or difflib.get_close_matches(word, known, n=1, cutoff=0.75)
-    return f": did you mean {close[0]!r}?" if close else ""
 
 
 def _dotted(path: tuple) -> str:

@@ -85,7 +85,7 @@ def load_profile_file(path: str, declared: tuple[dict, dict] | None = None) -> P
     def bad(msg: str, *key: Any) -> ConfigError:
         return ConfigError(msg, path, line_of(lines, key), ".".join(map(str, key)) or None)
 
-    from gpuhc.config import did_you_mean  # here: gpuhc.config imports this module for node.profile's help
+    from gpuhc.schema import did_you_mean
 
     for key in raw:
         if key not in _TOP_KEYS:

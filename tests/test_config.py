@@ -265,6 +265,6 @@ def test_a_default_that_clashes_with_a_value_set_is_named_only_when_that_value_i
     ("zzz", ["xid", "ecc"], None),
 ])
 def test_did_you_mean_one_slip_away(word, names, want):
-    from gpuhc.config import did_you_mean
+    from gpuhc.schema import did_you_mean
 
     assert did_you_mean(word, names) == (f": did you mean {want!r}?" if want else "")

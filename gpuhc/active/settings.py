@@ -16,7 +16,7 @@ from typing import Any
 
 from gpuhc.active.registry import DTYPES, IDS
 from gpuhc.errors import ConfigError
-from gpuhc.schema import Key
+from gpuhc.schema import Key, did_you_mean
 
 ALL_CHECKS = list(IDS)
 
@@ -77,11 +77,11 @@ def problems(section: Any) -> list[tuple[tuple, str]]:
         checks = (section.get(stage) or {}).get("checks") if isinstance(section.get(stage), dict) else None
         for i, cid in enumerate(checks if isinstance(checks, list) else []):
             if cid not in IDS:
-                out.append(((stage, "checks", i), f"unknown active check {cid!r} (known: {', '.join(IDS)})"))
+                out.append(((stage, "checks", i), f"unknown active check {cid!r}{did_you_mean(cid, IDS)} (known: {', '.join(IDS)})"))
     for key in ("dtypes", "check_dtypes"):
         names = section.get(key)
         if isinstance(names, list):
-            out += [((key, i), f"unknown dtype {d!r} (known: {', '.join(DTYPES)})")
+            out += [((key, i), f"unknown dtype {d!r}{did_you_mean(d, DTYPES)} (known: {', '.join(DTYPES)})")
                     for i, d in enumerate(names) if d not in DTYPES]
     if isinstance(section.get("dtypes"), list) and not section["dtypes"]:
         out.append((("dtypes",), f"must name at least one precision (known: {', '.join(DTYPES)})"))

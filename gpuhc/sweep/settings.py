@@ -24,7 +24,7 @@ import shlex
 from typing import Any
 
 from gpuhc.errors import ConfigError
-from gpuhc.schema import Key
+from gpuhc.schema import Key, did_you_mean
 from gpuhc.sweep.stats import size_ladder
 
 GIB = 1 << 30
@@ -288,7 +288,6 @@ def validate_thresholds(table: Any, file: str | None = None, lines: dict | None 
                         path: tuple = ("sweep", "thresholds")) -> None:
     """Names and kinds inside ``sweep.thresholds``; the generic schema only knows it is a mapping."""
 
-    from gpuhc.config import did_you_mean  # here: gpuhc.config reads this module's schema
 
     def fail(msg: str, sub: tuple) -> None:
         raise ConfigError(msg, file, _line(lines, path + sub, file), _dotted(path + sub))
