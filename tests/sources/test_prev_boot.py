@@ -20,15 +20,11 @@ from gpuhc.model.kernel import EventKind
 from gpuhc.model.result import Status
 from gpuhc.sources import prev_boot
 from gpuhc.sources.prev_boot import previous_boot_panics
+from tests.helpers.panic_lines import MCE, OOM, WHEN
 from tests.helpers.snapshots import context, healthy_node
 
-MCE = ["Panic#1 Part1", "<0>[  456.789012] Kernel panic - not syncing: Fatal Machine check",
-       "<4>[  456.789013] CPU: 3 PID: 1234 Comm: systemd Tainted: G   M       5.15.0-58-generic #64-Ubuntu",
-       "<4>[  456.789014] Hardware name: HP ProLiant DL380 Gen10/ProLiant DL380 Gen10, BIOS U30 06/20/2018"]
-OOM = ["Panic#1 Part1", "<0>[  789.012345] Kernel panic - not syncing: out of memory. panic_on_oom is selected"]
 JOURNAL = ["2025-10-16T20:47:19+0000 V09 kernel: Kernel panic - not syncing: hung_task: blocked tasks",
            "2025-10-16T20:47:19+0000 V09 kernel: NMI backtrace for cpu 31 skipped: idling at intel_idle+0x87/0x130"]
-WHEN = 1_760_000_000.0
 
 
 def _pstore(tmp_path, **records: list[str]):

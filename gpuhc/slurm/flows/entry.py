@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from gpuhc.errors import EXIT_BREAKER, EXIT_INTERNAL, EXIT_OK, EXIT_UNHEALTHY, SlurmError
 from gpuhc.slurm.flows.frame import (  # noqa: F401 - Flow, Outcome, Log re-exported for the campaign model (bench/)
@@ -48,19 +48,24 @@ from gpuhc.slurm.flows.memory import load_memory, save_memory
 from gpuhc.slurm.read.nodes import Node
 from gpuhc.slurm.policy.drain import (Act, Decision, PolicySettings, Verdict, decide, needs_slurm, rejudge, unjudged,
                                       verdict_of)
-from gpuhc.slurm.policy.reason import build_reason
+from gpuhc.slurm.policy.reason import build_reason, parse_reason
+
+if TYPE_CHECKING:
+    from gpuhc.slurm.repair.lemon_panics import PanicLemon
 
 
 # ---------------------------------------------------------------------------- acting
 
 
 def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resume: bool,
-                  node: Node | None = None) -> None:
+                  node: Node | None = None, panic: PanicLemon | None = None) -> None:
     """Policy and Slurm for one finished run; fills ``out`` (decision, breaker, errors).
 
     ``node`` is a reading taken before the checks (the health check's handover read); the
-    actuator uses it for decisions that send nothing and re-reads before a drain or a resume."""
-    flow.verdict = verdict
+    actuator uses it for decisions that send nothing and re-reads before a drain or a resume.
+    ``panic``: a previous boot's hardware panic made the node a lemon (verdict FAIL, its
+    evidence the reason); only a retirement is sent, never a plain drain."""
+    flow.verdict = verdict if panic is None else verdict_of(report.results)  # a panic's retirement: the run passed
     if verdict is Verdict.FAIL:  # known before the lock's wait: a run that gets no turn still knows it
         from gpuhc.slurm.flows.memory import last_breaker
 
@@ -73,14 +78,14 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
         return
     if turn.waited:  # another run acted meanwhile: start from what it did and remembered
         node, memory = None, load_memory(flow)
-    reason = build_reason(report.results) if verdict is Verdict.FAIL else None
+    reason = panic.reason if panic is not None else build_reason(report.results) if verdict is Verdict.FAIL else None
     settings = PolicySettings.from_section(flow.slurm)
     from gpuhc.checks import active_ids
 
     held_for = unjudged(report.results, active_ids())  # an active check's drain stands (drain.unjudged_hold)
     now = flow.now()
-    lemon = None
-    if verdict is Verdict.FAIL:  # a drain may make a lemon: docs/repair.md "Lemon memory"
+    lemon = panic.lemon if panic is not None else None
+    if verdict is Verdict.FAIL and lemon is None:  # a drain may make a lemon: docs/repair.md "Lemon memory"
         from gpuhc.slurm.repair.lemon_memory import LemonCheck
 
         lemon = LemonCheck.for_flow(flow, report, reason, now)
@@ -92,7 +97,10 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
     def decider(n: Node, breaker_open: bool) -> Decision:
         decision = decide(n, verdict, reason, memory, now, settings, breaker_open=breaker_open,
                           unjudged_checks=held_for, undo_pending=undo)
-        return lemon.apply(decision) if lemon is not None else decision
+        decision = lemon.apply(decision) if lemon is not None else decision
+        if panic is not None and decision.act is Act.DRAIN and not parse_reason(decision.reason).retired:
+            return Decision(Act.NONE, "a hardware panic alone never drains", memory)
+        return decision
 
     def remember(decision: Decision) -> None:
         save_memory(flow, decision.memory, decision)
@@ -124,6 +132,8 @@ def judge_and_act(flow: Flow, report, verdict: Verdict, out: Outcome, allow_resu
         _blocked(flow, out, decision, reason)
     elif not decision.act.touches_slurm:
         save_memory(flow, decision.memory, decision)
+        if panic is not None:  # nothing to retire (already held, not ours): the panic is counted all the same
+            panic.lemon.add([], keep=True)
         flow.log(f"{decision.act.value}: {decision.why}", loud=decision.act is Act.KEEP)
     elif done.observed:  # observe mode: the actuator logged "would ..."; nothing is remembered
         out.extra["observed"] = decision.act.value
@@ -206,7 +216,15 @@ def healthcheck(flow: Flow) -> Outcome:
     verdict = verdict_of(report.results)
     out = Outcome(report.exit_code, flow.log.lines, report, hard_exit=bool(report.timed_out))
     flow.log(summary_line(report, verdict), loud=verdict is Verdict.FAIL)
-    judge_and_act(flow, report, verdict, out, allow_resume=True, node=held)
+    from gpuhc.slurm.repair.lemon_panics import count_panics
+
+    panic = count_panics(flow, report)  # a previous boot's hardware panic: one lemon fault (docs/repair.md)
+    if panic is not None and verdict is not Verdict.FAIL:  # the panic that makes a lemon retires it
+        judge_and_act(flow, report, Verdict.FAIL, out, allow_resume=False, node=held, panic=panic)
+    else:
+        if panic is not None:  # this run drains: its drain is judged with the panic counted
+            panic.lemon.add([], keep=flow.slurm["mode"] != "observe")
+        judge_and_act(flow, report, verdict, out, allow_resume=True, node=held)
     if flow.slurm["remediation"]["enabled"] and flow.slurm["mode"] != "observe":  # observe: no GPU reset either
         from gpuhc.slurm.repair.remediate import climb
 

@@ -30,7 +30,7 @@ import os
 from dataclasses import replace
 from typing import Any, Iterable
 
-from gpuhc.slurm.repair.lemons import Fault, LemonSettings, SharedCauses, fault_of, judge, lemon_reason
+from gpuhc.slurm.repair.lemons import Fault, LemonSettings, SharedCauses, fault_of, judge, lemon_reason, noun
 from gpuhc.slurm.policy.drain import Act, Decision
 
 STATE_KEY = "lemons"
@@ -192,10 +192,14 @@ class LemonCheck:
         """A drain of a lemon becomes its retirement, with the lemon reason."""
         if decision.act is not Act.DRAIN:
             return decision
-        st = judge(self.fault, self.history, self.settings, self.cleared_at, self.present, self.causes())
+        mine = (self.fault.node, round(self.fault.time, 3))  # a recorded panic is in the history already
+        history = [f for f in self.history if (f.node, round(f.time, 3)) != mine]
+        st = judge(self.fault, history, self.settings, self.cleared_at, self.present, self.causes())
         if st is None:
             return decision
-        why = f"{decision.why}; lemon: {st.kind} {st.key} drained {len(st.faults)} times in {self.settings.window_text}"
+        n = len(st.faults)
+        what = f"drained {n} times" if noun(st.faults) == "drains" else f"{n} faults (drains, hardware panics)"
+        why = f"{decision.why}; lemon: {st.kind} {st.key} {what} in {self.settings.window_text}"
         reason = lemon_reason(st, self.settings, decision.reason)
         # The memory keeps the reason the node carries (RETIRED ...): an admin's later resume is
         # reported with it, not with the drain's reason it replaced.
@@ -207,6 +211,14 @@ class LemonCheck:
             return
         extra["fault"] = self.fault.to_dict()
         self._save(merge(self.history, [self.fault]))
+
+    def add(self, faults: list[Fault], keep: bool) -> None:
+        """Faults that are no drain of this run (a previous boot's hardware panics,
+        :mod:`gpuhc.slurm.repair.lemon_panics`) join the history this run judges; ``keep``: and
+        the state's (observe mode keeps nothing, as it keeps no drain)."""
+        self._history = merge(self.history, faults)
+        if keep:
+            self._save(self._history)
 
     def _save(self, faults: list[Fault]) -> None:
         """This node's own faults inside the window, into the state."""

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from gpuhc.evidence import counts_toward_lemon
+from gpuhc.evidence import by_id, counts_toward_lemon
 from gpuhc.slurm.policy.reason import format_reason, parse_reason
 from gpuhc.slurm.policy.shared_cause import group_runs
 
@@ -34,6 +34,9 @@ MAX_TEXT = 256  # a node name, serial, UUID or check read back from a record is 
 # until it was left out), and a service, a mount, the host or a wedged NVML say nothing of the
 # hardware a retirement takes out.
 MAX_GPUS = 1024  # gpuhc.limits' bound on GPUs per node, for records read back
+# The check a previous boot's hardware panic is recorded under (gpuhc/slurm/repair/lemon_panics.py):
+# its evidence class, which says what happened; no drain, yet one fault of the node.
+PANIC = by_id("panic-hardware").id
 _GPU_SUBJECT = re.compile(r"gpu(\d{1,4})\b")
 
 
@@ -240,9 +243,15 @@ def judge(new: Fault, history: Iterable[Fault], s: LemonSettings, cleared_at: fl
 
 
 def lemon_reason(st: Standing, s: LemonSettings, evidence: str | None) -> str:
-    """``gpuhc: RETIRED lemon node n1: 3 drains in 30d (xid,pcie); last: <evidence>``."""
+    """``gpuhc: RETIRED lemon node n1: 3 drains in 30d (xid,pcie); last: <evidence>``; ``faults``
+    for ``drains`` when a previous boot's hardware panic is among them (``panic-hardware``)."""
     checks = ",".join(dict.fromkeys(f.check for f in st.faults))
     mine = parse_reason(evidence)
     last = f"; last: {mine.body}" if mine is not None and mine.body else ""
-    return format_reason(f"lemon {st.kind} {st.key}: {len(st.faults)} drains in {s.window_text} ({checks}){last}",
-                         retired=True)
+    return format_reason(f"lemon {st.kind} {st.key}: {len(st.faults)} {noun(st.faults)} in {s.window_text} "
+                         f"({checks}){last}", retired=True)
+
+
+def noun(faults: Iterable[Fault]) -> str:
+    """What the faults were: drains, unless a hardware panic (no drain) is among them."""
+    return "faults" if any(f.check == PANIC for f in faults) else "drains"
