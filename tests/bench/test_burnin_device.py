@@ -48,7 +48,7 @@ def test_a_healthy_machine_records_every_precision_and_what_the_pass_adds(device
     assert r["ok"] and list(r["precisions"]) == ["bf16", "tf32", "fp16", "fp32", "fp64"]
     assert [r["precisions"][d]["pass"] for d in ("tf32", "fp64")] == ["timed", "check"]
     assert r["precisions"]["fp64"]["n"] == 4096 and r["precisions"]["bf16"]["n"] == 8192
-    assert r["precisions"]["fp64"]["gpus"]["gpu3"]["tflops"] == [55.3, 55.3]
+    assert r["precisions"]["fp64"]["gpus"]["gpu3"]["tflops"] == [60.4, 60.4]
     assert r["added_s"]["wall_vs_pass_off"] == 1.5 and r["added_s"]["pass_phases_per_run"] == [1.08, 1.08]
 
 
