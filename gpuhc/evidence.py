@@ -177,8 +177,8 @@ TABLE: tuple[Evidence, ...] = (
     Evidence("gpu-driver-hung", "driver", "a task hung in the GPU driver (hung-task report, stack in nvidia*)",
              ("hung-task",), "-", "at once", "reboot", "-", False),
     # the ConnectX firmware's own fatal words (the cable and the port are the network row's)
-    Evidence("nic-firmware", "hardware", "ConnectX (mlx5) firmware fatal, command time-outs; slot power, module heat",
-             ("nic-health",), "slot power, module heat, TX time-out", "at once", "-", "at once", True),
+    Evidence("nic-firmware", "hardware", "ConnectX (mlx5) firmware fatal, command time-outs; slot power, module or adapter heat",
+             ("nic-health",), "slot power, module or adapter heat, TX time-out", "at once", "-", "at once", True),
     # a local disk is the node's own: a job's checkpoints and scratch are on it, and a failed
     # member, a disabled controller or a read-only file system stays until a person acts
     Evidence("disk", "hardware", "local disk: md member failed, NVMe controller disabled, I/O errors, "

@@ -8,8 +8,10 @@
   back with a link the infiniband check judges. Held until a reboot, an admin's resume or
   ``window_s`` quiet. The infiniband check counts the port's downtime from it
   (gpuhc/checks/infiniband_downtime.py).
-- too little power on the slot, a module that runs hot, a transmit queue timed out, a health
-  issue the firmware rates below ERROR: WARN once, on the run that first sees it.
+- too little power on the slot, a module or the adapter itself that runs hot (the firmware's
+  temperature event often comes minutes before a health fault of the same cause), a transmit
+  queue timed out, a health issue the firmware rates below ERROR: WARN once, on the run that
+  first sees it.
 
 Which states fail is ``gpuhc.model.kernel.NIC_FATAL``, the driver's own meaning, not a setting.
 """
@@ -34,6 +36,7 @@ _WHAT = {
     "slot_power": "insufficient power on the PCIe slot",
     "tx_timeout": "transmit queue timed out (NETDEV WATCHDOG)",
     "module_hot": "cable module high temperature",
+    "nic_hot": "adapter high temperature (its own sensors)",
 }
 
 
@@ -98,7 +101,7 @@ CHECKS = [
         timeout_s=10.0,
         defaults={"window_s": DEFAULT_WINDOW_S},
         doc="The mlx5 driver's health words: NIC firmware fatal fails (drain + hardware ticket); slot power, "
-            "module temperature and TX time-outs warn.",
+            "module or adapter temperature and TX time-outs warn.",
         acknowledge=acknowledge,
     )
 ]

@@ -22,13 +22,16 @@ mlx5 health (``drivers/net/ethernet/mellanox/mlx5/core/``; ``mlx5_core_err`` pri
 - ``health.c``: ``device's health compromised - reached miss count`` (the firmware's health
   counter stopped: ``miss_count``), ``Fatal error <n> detected`` (``fatal_error``), ``Health issue
   observed, <syndrome>, severity(<n>) <LEVEL>:`` (``health_issue`` at severity 3, ERROR, or worse;
-  ``health_warning`` above), the health buffer's ``synd 0x<n>: <text>`` and ``assert_var[..]``
-  lines (``syndrome``, only when no ``Health issue`` header of that function came just before:
-  kernels before the header print the buffer on the fatal paths only), ``PCI slot is
+  ``health_warning`` above), the health buffer's ``synd 0x<n>: <text>`` line (``syndrome``, one
+  per dump, only when no ``Health issue`` header of that function came just before: kernels
+  before the header print the buffer on the fatal paths only; its ``assert_var[..]`` words are
+  no event of their own), ``PCI slot is
   unavailable`` and ``health recovery failed`` / ``... flow aborted ...`` (``recovery_failed``).
 - ``cmd.c``: ``<CMD>(0x<op>) [Async, ]timeout. Will cause a leak of a command resource``
   (``cmd_timeout``: the firmware stopped answering commands).
-- ``events.c``: ``Detected insufficient power on the PCIe slot (<n>W).`` (``slot_power``).
+- ``events.c``: ``Detected insufficient power on the PCIe slot (<n>W).`` (``slot_power``),
+  ``temp_warn``'s ``High temperature on sensors with bit set <msb> <lsb>`` (``nic_hot``: the
+  adapter's own sensors, not a cable module's).
 - ``net/sched/sch_generic.c``: ``NETDEV WATCHDOG: <ifname> (<driver>): transmit queue <q> timed
   out`` (before 6.9; in a WARN) and the ``netdev_crit`` form ``<driver> <pci> <ifname>: NETDEV
   WATCHDOG: CPU: <n>: transmit queue <q> timed out <ms> ms`` (``tx_timeout``; ``device`` the
@@ -69,12 +72,15 @@ _NIC_FORMS = (
     ("miss_count", lazy(r"device's health compromised(?: - reached miss count)?\s*$")),
     ("fatal_error", lazy(r"Fatal error \d{1,10} detected\s*$")),
     ("header", lazy(r"Health issue observed, (?P<what>[^,]{1,60}), severity\((?P<sev>\d{1,2})\) [A-Za-z ]{1,20}:\s*$")),
-    ("syndrome", lazy(r"(?:synd 0x[0-9a-fA-F]{1,2}: .{1,60}|assert_var\[\d{1,2}\] 0x[0-9a-fA-F]{8})\s*$")),
+    # one per buffer dump: print_health_info prints its synd line whenever it prints at all
+    ("syndrome", lazy(r"synd 0x[0-9a-fA-F]{1,2}: .{1,60}\s*$")),
     ("recovery_failed", lazy(r"(?:PCI slot is unavailable|health recovery failed|health recovery flow aborted, "
                              r"PCI reads still not working)\s*$")),
     ("cmd_timeout", lazy(r"(?:cmd\[\d{1,3}\]: )?\w{1,60}\(0x[0-9a-fA-F]{1,6}\)(?: Async,)? timeout\. "
                          r"Will cause a leak of a command resource\s*$")),
     ("slot_power", lazy(r"Detected insufficient power on the PCIe slot \(\d{1,4}W\)\.?\s*$")),
+    # events.c temp_warn: "%llx %llx"; newer kernels "%#llx %#llx." (a zero word prints "0" in both)
+    ("nic_hot", lazy(r"High temperature on sensors with bit set (?:0x)?[0-9a-fA-F]{1,16} (?:0x)?[0-9a-fA-F]{1,16}\.?\s*$")),
 )
 _WATCHDOG_OLD = lazy(r"NETDEV WATCHDOG: (?P<ifc>[\w.@-]{1,20}) \((?P<drv>[\w-]{1,40})\): transmit queue \d{1,5} "
                      r"timed out(?: \d{1,10} ms)?\s*$")

@@ -23,6 +23,7 @@ from tests.helpers.paths import FIXTURES
 
 REAL = FIXTURES / "kernel_log" / "real"
 X, F, D = EventKind.XID, EventKind.FALLEN_OFF_BUS, EventKind.DRIVER
+N, L = EventKind.NIC_HEALTH, EventKind.IB_LINK
 YEAR = 2026  # syslog stamps carry no year
 
 
@@ -31,7 +32,7 @@ def _read(name: str):
 
 
 def _events(log) -> Counter:
-    return Counter((e.kind, e.code if e.kind is not D else e.state, e.pci) for e in log.events)
+    return Counter((e.kind, e.state if e.kind in (D, N, L) else e.code, e.pci) for e in log.events)
 
 
 # file -> events (kind, code or driver signal, pci) as a person counts them
@@ -77,6 +78,25 @@ EXPECTED = {
     # unprivileged uid (the kernel's own records, facility 0), and two records root wrote into
     # /dev/kmsg (facility 1 whatever the level asked for): none of them is driver evidence
     "kmsg_segfault_named_like_nvrm_and_user_records_this_host.log": {},
+    # ConnectX health (issue 46), mailing-list and public-note dmesg: one event per driver line
+    # that says the firmware stopped; a buffer dump's assert_var words are none, its synd line one
+    "dmesg_mlx5_link_up_down_temp_warn_cx6dx_note.log": {  # netdev "Link down/up"; the adapter hot
+        (L, "DOWN", "0000:01:00.0"): 1, (L, "ACTIVE", "0000:01:00.1"): 1, (L, "DOWN", "0000:41:00.0"): 1,
+        (L, "ACTIVE", "0000:41:00.1"): 1, (N, "nic_hot", "0000:41:00.0"): 1, (N, "nic_hot", "0000:41:00.1"): 1},
+    "dmesg_mlx5_miss_count_high_temp_then_fatal_cx6dx_note.log": {
+        **{(N, s, f"0000:41:00.{fn}"): 1 for s in ("miss_count", "fatal_error", "recovery_failed") for fn in (0, 1)},
+        (N, "syndrome", "0000:41:00.0"): 2, (N, "syndrome", "0000:41:00.1"): 2},  # synd 0x10, then 0xff
+    # a kernel with the "Health issue observed" header: it swallows its dump; four functions only missed the count
+    "dmesg_mlx5_miss_count_health_issue_error_vdpa_cx6dx_qemu_devel.log": {
+        **{(N, "miss_count", f"0000:0d:00.{fn}"): 1 for fn in range(6)},
+        (N, "health_issue", "0000:0d:00.0"): 1, (N, "health_issue", "0000:0d:00.1"): 1},
+    "dmesg_mlx5_fatal_error_hot_unplug_s390_v58rc4_netdev.log": {
+        (N, "fatal_error", "0000:00:00.0"): 1, (N, "syndrome", "0000:00:00.0"): 1},
+    "dmesg_mlx5_fatal_error_recovery_aborted_s390_v57_netdev.log": {
+        (N, "fatal_error", "0001:00:00.0"): 1, (N, "syndrome", "0001:00:00.0"): 1,
+        (N, "recovery_failed", "0001:00:00.0"): 1},
+    # the buffer alone, at boot (the mail wrapped each line after "(pid 0):"; unwrapped)
+    "dmesg_mlx5_synd_irisc_not_responding_unwrapped_power9_netdev.log": {(N, "syndrome", "0001:19:00.0"): 1},
 }
 UNPARSED = {"redacted_pci_xid79_xid154_writeup.log": 2}
 

@@ -45,3 +45,14 @@ def test_a_health_issue_below_error_warns_and_its_buffer_joins_it():
     got = events([pre + "Health issue observed, High temperature, severity(4) WARNING:",
                   pre + "assert_var[0] 0x00000000", pre + "synd 0x10: High temperature"])
     assert got == [(EventKind.NIC_HEALTH, "health_warning", None, "0000:41:00.0")]
+
+
+def test_a_dumps_assert_words_are_no_event_and_temp_warn_reads_in_both_formats():
+    pre = "[ 5.0] mlx5_core 0001:19:00.0: print_health_info:374:(pid 0): "
+    assert events([pre + "assert_var[0] 0x00000001", pre + "assert_exit_ptr 0x0080e428"]) == []
+    # events.c's "%llx %llx" (a real line: tests/fixtures/kernel_log/real/dmesg_mlx5_link_up_down_temp_warn_cx6dx_note.log)
+    # and the newer "%#llx %#llx." of the same source (no real sample of it found yet)
+    warn = "[ 51.2] mlx5_core 0000:41:00.0: temp_warn:170:(pid 0): High temperature on sensors with bit set "
+    got = events([warn + "0 1", warn + "0x8000000000000000 0x1."])
+    assert got == [(EventKind.NIC_HEALTH, "nic_hot", None, "0000:41:00.0")] * 2
+    assert events([warn + "hot"]) == []
