@@ -51,8 +51,12 @@ def test_the_next_build_removes_what_a_killed_one_left(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_an_interrupted_build_removes_its_own_temporary_root(tmp_path, sig):
     root = tmp_path / "cache" / "trixie"
+    # A build under nohup (or a runner that ignores SIGHUP) inherits the signal ignored, and a
+    # shell may not trap a signal ignored at its start (POSIX): the build then never sees the
+    # hang-up at all. The test plays a terminal's session, where SIGHUP has its default action.
     p = subprocess.Popen(["dash", str(SCRIPT), "trixie", str(root)], env=_env(tmp_path, True),
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 30
         while not list((tmp_path / "cache").glob("trixie.tmp.*/usr/sbin/slurmctld")):
