@@ -17,10 +17,9 @@ USER_DOCS = ("README.md", "docs/slurm.md", "docs/repair.md", "docs/security.md",
 # json-schema.md are references that name no test or seed either way.
 PRODUCT_DOCS = ("README.md", "docs/slurm.md", "docs/repair.md", "docs/canary.md", "docs/sweep.md", "docs/checks.md",
                 "docs/parity.md")
+# "issue 50" reads as the product's own history, whoever's tracker it names: another project's
+# report is cited as owner/repo#N, which no reader takes for gpuhc's.
 ISSUE = re.compile(r"\b[Ii]ssues? #?\d+|\(#\d+\)")
-# Other projects' issues, named as public sources (their tracker's name beside the number).
-CITED = re.compile(r"(NVIDIA|NVSentinel|DCGM|pytorch|slurm|SchedMD|open-gpu-kernel-modules|gpud|leptonai|kubernetes|dra-driver)"
-                   r"[^\n]{0,40}issue", re.I)
 TEST_FILE = re.compile(r"\btests/[\w./-]*?\.py\b")
 # The reference docs name no test data either (a fixture's path is the test suite's business);
 # README keeps its test command (tests/run.sh).
@@ -42,7 +41,7 @@ def _lines(doc: str, *patterns: re.Pattern) -> list[str]:
 
 @pytest.mark.parametrize("doc", USER_DOCS)
 def test_no_issue_numbers_in_user_docs(doc):
-    found = [f for f in _lines(doc, ISSUE) if not CITED.search(f)]
+    found = _lines(doc, ISSUE)
     assert found == [], "\n".join(found)
 
 
@@ -68,6 +67,8 @@ def test_no_test_data_in_the_reference_docs(doc):
     ("116-129, shipped, gpuhc 03c77df; docs/campaign.md", OWN_COMMIT),
     ("model at 1f3ecbe):", OWN_COMMIT),
     ("`tests/fixtures/xid_catalog/nvswitch_sxids.yaml` is the record", TEST_PATH),
+    ("drained healthy nodes (NVIDIA/NVSentinel issue 1471,", ISSUE),
+    ("the pytorch-lightning issue #15008, the", ISSUE),
 ])
 def test_the_patterns_catch_what_they_are_for(line, pattern):
     assert pattern.search(line)
@@ -77,7 +78,7 @@ def test_the_patterns_catch_what_they_are_for(line, pattern):
     "`bash tests/run.sh --slurm-all` takes about 35 minutes", "pinned by `tests/constraints.txt`",
     "measured at a month on 24 seeds", "in 3 of 100 seeds", "Seeds 0–19 with the defaults",
     "with a non-zero exit at that point (commit b31fa177)", "| 23.02 (commit 49b4c8f059, \"Fix",
-    "`gpuhc sweep simulate --seed 5`",
+    "`gpuhc sweep simulate --seed 5`", "healthy nodes (NVIDIA/NVSentinel#1471, NVIDIA/DCGM#308)",
 ])
 def test_the_patterns_leave_what_a_reader_needs(line):
-    assert not any(p.search(line) for p in (TEST_FILE, SEED_LIST, OWN_COMMIT))
+    assert not any(p.search(line) for p in (TEST_FILE, SEED_LIST, OWN_COMMIT, ISSUE))
