@@ -169,6 +169,28 @@ def read_upto(fd: int, n: int, offset: int | None = None) -> bytes:
     return b"".join(chunks)
 
 
+def read_output(stream, limit: int, deadline: float) -> tuple[bytes, str]:
+    """A program's output read as files are here: at most ``limit`` bytes (one more is read to
+    tell a full answer from a longer one) and nothing past ``deadline`` (``time.monotonic()``).
+    Returns the bytes and why the read ended: ``"eof"``, ``"limit"`` (more was there) or
+    ``"timeout"``. The caller decides what a cut answer is worth and ends the program."""
+    import selectors
+    import time
+
+    out = bytearray()
+    with selectors.DefaultSelector() as sel:
+        sel.register(stream, selectors.EVENT_READ)
+        while len(out) <= limit:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                return bytes(out), "timeout"
+            chunk = os.read(stream.fileno(), min(65536, limit + 1 - len(out)))
+            if not chunk:
+                return bytes(out), "eof"
+            out += chunk
+    return bytes(out), "limit"
+
+
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import re
-import selectors
 import stat
 import subprocess
 import time
@@ -136,26 +135,16 @@ def _run(argv: list[str], timeout_s: float) -> tuple[str, str | None]:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as e:
         return "", f"cannot run: {e.strerror or e}"
+    from gpuhc.untrusted import read_output
+
     deadline = time.monotonic() + timeout_s
-    out = bytearray()
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        while len(out) <= MAX_OUTPUT:
-            left = deadline - time.monotonic()
-            if left <= 0 or not sel.select(left):
-                proc.kill()
-                proc.wait()
-                proc.stdout.close()
-                return "", f"no answer within {timeout_s:g}s"
-            chunk = os.read(proc.stdout.fileno(), 65536)
-            if not chunk:
-                break
-            out += chunk
+    out, ended = read_output(proc.stdout, MAX_OUTPUT, deadline)
     proc.stdout.close()
-    if len(out) > MAX_OUTPUT:
+    if ended != "eof":
         proc.kill()
         proc.wait()
-        return "", f"more than {MAX_OUTPUT // 1024} KiB of output"
+        return "", (f"no answer within {timeout_s:g}s" if ended == "timeout"
+                    else f"more than {MAX_OUTPUT // 1024} KiB of output")
     try:
         rc = proc.wait(max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:

@@ -118,34 +118,18 @@ def _from_journal(journalctl: str | None) -> list[KernelEvent]:
                                 env={"LC_ALL": "C", "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0"})
     except OSError:
         return []
-    try:
-        data = _read_until(proc, MAX_JOURNAL_BYTES, TIMEOUT_S)
+    import time
+
+    from gpuhc.untrusted import read_output
+
+    try:  # a journal that never ends, or a journalctl that hangs, costs the bound and no more
+        data, _ = read_output(proc.stdout, MAX_JOURNAL_BYTES, time.monotonic() + TIMEOUT_S)
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-    return _panics(data.decode("utf-8", "replace").splitlines(), None)
-
-
-def _read_until(proc: subprocess.Popen, limit: int, timeout_s: float) -> bytes:
-    """At most ``limit`` bytes of ``proc``'s output, within ``timeout_s``: a journal that never
-    ends, or a journalctl that hangs, costs the bound and no more."""
-    import selectors
-    import time
-
-    out = bytearray()
-    deadline = time.monotonic() + timeout_s
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        while len(out) < limit:
-            left = deadline - time.monotonic()
-            if left <= 0 or not sel.select(left):
-                break
-            chunk = os.read(proc.stdout.fileno(), min(1 << 16, limit - len(out)))
-            if not chunk:
-                break
-            out += chunk
-    return bytes(out)
+        proc.stdout.close()
+    return _panics(data[:MAX_JOURNAL_BYTES].decode("utf-8", "replace").splitlines(), None)
 
 
 def _load(cache_dir: str | None, boot_id: str) -> list[KernelEvent] | None:
