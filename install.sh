@@ -247,11 +247,10 @@ put() {  # MODE DEST (the new content on stdin)
 # whichever release it is) and reads only its exit status, the same in every release.
 release_docs() {
     install -d -m 0755 /usr/local/share/man/man1 /usr/share/bash-completion/completions
-    if "$target/bin/python" -m gpuhc.cli.manpage > /usr/local/share/man/man1/.gpuhc.1.new.$$ 2>/dev/null; then
-        chmod 0644 /usr/local/share/man/man1/.gpuhc.1.new.$$
-        mv -f /usr/local/share/man/man1/.gpuhc.1.new.$$ /usr/local/share/man/man1/gpuhc.1
+    if page=$("$target/bin/python" -m gpuhc.cli.manpage 2>/dev/null); then
+        printf '%s\n' "$page" | put 0644 /usr/local/share/man/man1/gpuhc.1
     else  # a release from before the man page: none rather than another release's
-        rm -f /usr/local/share/man/man1/.gpuhc.1.new.$$ /usr/local/share/man/man1/gpuhc.1
+        rm -f /usr/local/share/man/man1/gpuhc.1
     fi
     _GPUHC_COMPLETE=bash_source "$target/bin/gpuhc" | put 0644 /usr/share/bash-completion/completions/gpuhc
 }
