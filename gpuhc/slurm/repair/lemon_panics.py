@@ -32,12 +32,17 @@ Reads the state only when the kernel log holds a hardware panic: every other run
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuhc.limits import RELATIVE_LIMIT
 from gpuhc.model.kernel import EventKind
-from gpuhc.slurm.policy.reason import format_reason
-from gpuhc.slurm.repair.lemon_memory import LemonCheck, merge
-from gpuhc.slurm.repair.lemons import PANIC, Fault, LemonSettings, counted, judge
+
+if TYPE_CHECKING:
+    from gpuhc.slurm.repair.lemon_memory import LemonCheck
+    from gpuhc.slurm.repair.lemons import Fault
+
+# The lemon modules are imported only once the log holds a hardware panic: every health check
+# comes here, and a node that never panicked pays nothing for them.
 
 
 @dataclass
@@ -50,18 +55,27 @@ class PanicLemon:
 
 def hardware_panics(snapshot, node: str, since: float) -> dict[float, tuple[Fault, str]]:
     """The kernel log's hardware-caused panics after ``since``, by their time: the fault and the line."""
+    found = _panic_events(snapshot, since)
+    if not found:
+        return {}
     from gpuhc.evidence import by_id
+    from gpuhc.slurm.repair.lemons import PANIC, Fault
 
-    klog = getattr(snapshot, "kernel", None)
-    if klog is None or not by_id(PANIC).lemon:
+    if not by_id(PANIC).lemon:
         return {}
     out: dict[float, tuple[Fault, str]] = {}
-    for ev in klog.events:
-        t = ev.time
-        if ev.kind is EventKind.HOST_KERNEL and ev.state == "panic" and ev.code and t is not None \
-                and t >= RELATIVE_LIMIT and t > since:  # seconds since boot say nothing of when
-            out.setdefault(round(t, 3), (Fault(t, node, PANIC, (), True), ev.message))
+    for ev in found:
+        out.setdefault(round(ev.time, 3), (Fault(ev.time, node, PANIC, (), True), ev.message))
     return out
+
+
+def _panic_events(snapshot, since: float) -> list:
+    """The log's panic events with a hardware cause and a wall-clock time after ``since``
+    (seconds since boot say nothing of when)."""
+    klog = getattr(snapshot, "kernel", None)
+    return [ev for ev in (klog.events if klog is not None else ())
+            if ev.kind is EventKind.HOST_KERNEL and ev.state == "panic" and ev.code and ev.time is not None
+            and ev.time >= RELATIVE_LIMIT and ev.time > since]
 
 
 def count_panics(flow, report) -> PanicLemon | None:
@@ -76,6 +90,10 @@ def count_panics(flow, report) -> PanicLemon | None:
 
 
 def _count(flow, report) -> PanicLemon | None:
+    if not _panic_events(report.snapshot, 0.0):
+        return None
+    from gpuhc.slurm.repair.lemons import LemonSettings
+
     settings = LemonSettings.from_section(flow.slurm["lemon"])
     if not settings.enabled or getattr(flow.opts.sources, "test_scenario", None):
         return None
@@ -83,6 +101,10 @@ def _count(flow, report) -> PanicLemon | None:
     panics = hardware_panics(report.snapshot, flow.node, now - settings.window_s)
     if not panics:
         return None
+    from gpuhc.slurm.policy.reason import format_reason
+    from gpuhc.slurm.repair.lemon_memory import LemonCheck, merge
+    from gpuhc.slurm.repair.lemons import PANIC, counted, judge
+
     newest, line = panics[max(panics)]
     check = LemonCheck(newest, settings, flow)
     known = {(f.node, round(f.time, 3)) for f in check.history}
