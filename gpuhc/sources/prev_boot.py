@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 
 from gpuhc.model.kernel import EventKind, KernelEvent
 
@@ -112,6 +111,8 @@ def _from_journal(journalctl: str | None) -> list[KernelEvent]:
         return []
     if exe is None:
         return []
+    import subprocess  # here: the first run of a boot without pstore records is the only one that runs it
+
     argv = [exe, "-k", "-b", "-1", "-n", JOURNAL_LINES, "-o", "short-iso", "--no-pager", "-q"]
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
