@@ -66,6 +66,11 @@ HOLDS: dict[str, Hold] = {
     # another process on the GPU or a hot spell; the same GPU slow after three jobs in a row is
     # the GPU, and every synchronous job on the node runs at its pace meanwhile.
     "straggler": Hold(3, 0.0, "three epilogs in a row: a busy or hot spell passes, a slow GPU stays", 7 * 86400.0),
+    # A link between GPUs that stalls the epilog's P2P copy or all-reduce while the same GPUs
+    # compute (gpuhc/active/stall.py). Each epilog that sees it follows a job that most likely
+    # hung on the same link, so it is held for two, not three: once can be a slow first compile
+    # or a driver hiccup; twice in a row, with the burn-in completing both times, is the link.
+    "link": Hold(2, 0.0, "two epilogs in a row: a one-off hiccup passes, a stalled link stays", 7 * 86400.0),
 }
 
 @dataclass(frozen=True)
@@ -132,6 +137,11 @@ TABLE: tuple[Evidence, ...] = (
     Evidence("gpu-straggler", "hardware", "a GPU a little slower than its siblings under the epilog's burn-in, "
              "job after job", (), "each epilog", "when", "when held (clears a stuck clock or power state)", "-",
              True, "straggler", Action.DRAIN_REBOOT),
+    # a link between GPUs whose P2P copy or all-reduce never ends while the GPUs compute
+    Evidence("gpu-link-stall", "hardware", "the epilog's P2P copy or all-reduce stalls (times out at several "
+             "times its healthy time) while the burn-in completes on the same GPUs, epilog after epilog", (),
+             "each epilog", "when", "when held (a reboot retrains the links)", "stalls again after the reboot",
+             True, "link", Action.DRAIN_REBOOT),
     Evidence("memory-uncorrected", "hardware", "host memory or CPU: uncorrected machine check, EDAC UE",
              ("machine-check",), "-", "at once", "-", "at once", True),
     # the NIC and its cable are the node's hardware; a fault many nodes under one leaf share

@@ -43,10 +43,12 @@ def test_the_hardware_that_counts_toward_a_lemon_and_what_never_does():
                             ("kernel-health", None)):
         assert not counts_toward_lemon(check, evidence), (check, evidence)
     # the node around the GPUs is held before it drains, NVML that stops answering (a long
-    # driver call on a healthy GPU looks the same for minutes) and a GPU only a little slow (one
-    # job's burn-in beside another process looks the same); the rest of the hardware is not
+    # driver call on a healthy GPU looks the same for minutes), a GPU only a little slow (one
+    # job's burn-in beside another process looks the same) and a link task that stalls (once can
+    # be a hiccup); the rest of the hardware is not
     assert {e.id for e in TABLE if e.hold} == {"service", "mount", "scratch", "aer-corrected", "mce-corrected",
-                                               "stuck-process", "remote-storage", "nvml-wedged", "gpu-straggler"}
+                                               "stuck-process", "remote-storage", "nvml-wedged", "gpu-straggler",
+                                               "gpu-link-stall"}
     assert {e.hold for e in TABLE if e.hold and e.kind == "host"} == {"host"}
     assert by_id("nvml-wedged").hold == "driver" and HOLDS["driver"].span_s > HOLDS["host"].span_s
 
@@ -75,7 +77,8 @@ def test_every_held_class_says_what_it_buys_and_reboots_only_where_that_is_the_c
     assert acts == {"service": Action.DRAIN_TICKET, "mount": Action.DRAIN_TICKET, "scratch": Action.DRAIN_TICKET,
                     "aer-corrected": Action.DRAIN_TICKET, "mce-corrected": Action.DRAIN_TICKET,
                     "stuck-process": Action.DRAIN_REBOOT, "remote-storage": Action.DRAIN_TICKET,
-                    "nvml-wedged": Action.DRAIN_REBOOT, "gpu-straggler": Action.DRAIN_REBOOT}
+                    "nvml-wedged": Action.DRAIN_REBOOT, "gpu-straggler": Action.DRAIN_REBOOT,
+                    "gpu-link-stall": Action.DRAIN_REBOOT}
     for e in TABLE:  # the columns the doc shows agree with the act the runner applies
         if e.act is not None:
             assert (e.act is Action.DRAIN_REBOOT) == e.reboot.startswith("when held"), e.id

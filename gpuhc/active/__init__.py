@@ -17,6 +17,9 @@ Status rules (documented in docs/verification-active.md):
 - ``error`` (gpuhc could not judge, never drains): timeout, out of GPU memory, CuPy or NCCL
   missing while GPUs are present, any other CUDA error. A GPU busy with another process is the
   occupancy check's ``fail`` (docs/checks.md), unless the caller cannot tell whose it is.
+  The one time-out that is a finding: a P2P or NCCL task with no answer at several times its
+  healthy time while the same GPUs computed, a stalled link (:mod:`gpuhc.active.stall`), a
+  ``fail`` held over epilogs before it drains.
 - ``n/a``: no GPU on the node; P2P and NCCL bandwidth with a single GPU; dcgmi not installed.
 """
 

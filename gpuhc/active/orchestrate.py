@@ -8,13 +8,14 @@ the runner. Which status each situation gets is listed in the package docstring.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from gpuhc.active import INSTALL_HINT, dcgm, topology
 from gpuhc.active.context import ActiveContext
 from gpuhc.active.plan import DCGM_TIMEOUT_S, Plan, Task, build
 from gpuhc.active.progress import Progress
 from gpuhc.active.registry import CHECK
+from gpuhc.active.stall import stalled
 from gpuhc.active.supervise import Outcome, Worker, default_argv, run_tasks, worker_env
 from gpuhc.active.thresholds import thresholds_for
 from gpuhc.errors import ConfigError, GpuhcError
@@ -86,8 +87,14 @@ def _gpu_checks(plan: Plan, ctx: ActiveContext, thr: dict, deadline: float, prog
     for d in seen["busy"]:
         out.append(_busy(d, ctx.busy_is_finding))
     outcomes = sess.outcomes or {}
+    by_name = {t.name: t for t in plan.tasks}
+    ngpu = len(seen["test"])
+
+    def estimate(task: str) -> float:
+        return by_name[task].estimate_s(ngpu) if task in by_name else 0.0
+
     for c in checks:
-        out += _judge(c, outcomes, thr, ctx)
+        out += _judge(c, outcomes, thr, ctx, estimate)
     return out
 
 
@@ -114,13 +121,14 @@ def _no_gpu(check: str, hello: dict) -> Result:
     return Result(check, Status.NA, "no NVIDIA GPU on this node" + (f" ({cuda_err})" if cuda_err else ""))
 
 
-def _judge(check: str, outcomes: dict[str, Outcome], thr: dict, ctx: ActiveContext) -> list[Result]:
+def _judge(check: str, outcomes: dict[str, Outcome], thr: dict, ctx: ActiveContext,
+           estimate: Callable[[str], float]) -> list[Result]:
     decl = CHECK[check]
     o = outcomes.get(decl.tasks[-1])
     if o is None:
         return [Result(check, Status.ERROR, "not run")]
     if o.status != "done":
-        return [outcome_result(check, o)]
+        return [stalled(check, o, outcomes, estimate) or outcome_result(check, o)]
     data = {t: _delivered(outcomes.get(t)) for t in decl.tasks}
     return decl.judge(data, thr.get(check, {}), ctx.baseline)
 

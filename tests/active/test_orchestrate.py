@@ -135,6 +135,26 @@ def test_hung_task_is_killed_reported_by_check_id_and_the_rest_still_runs(fake):
     assert "nccl" in [r["task"] for r in fake.requests()]  # a fresh worker ran the remaining tasks
 
 
+def test_end_to_end_a_stalled_p2p_is_the_finding_and_a_stalled_burn_in_is_not(fake, monkeypatch):
+    from gpuhc.active import stall
+
+    monkeypatch.setattr(stall, "MIN_S", 1.0)  # a short test: the healthy estimate of 2 GPUs is ~0.35 s
+    tasks = _healthy_tasks()
+    tasks["p2p"] = {"hang": 60}
+    res = run_active("epilog", fake(tasks=tasks, checks={"p2p": {"timeout_s": 1.5}}))
+    (r,) = [r for r in res if r.check == "p2p"]
+    assert r.status is Status.FAIL and r.evidence == "gpu-link-stall", r.message
+    assert all(x.status is Status.PASS for x in res if x.check != "p2p"), [(x.check, x.message) for x in res]
+    # the same hang while no compute task completed (the burn-in hung, the others failed): nothing
+    # says the GPUs work
+    tasks["burnin"] = {"hang": 60}
+    for t in ("hbm", "memtest"):
+        tasks[t] = {"fail": {"kind": "cuda", "message": "an illegal memory access was encountered"}}
+    res = run_active("epilog", fake(tasks=tasks, checks={c: {"timeout_s": 1.5} for c in ("burn-in", "p2p")}))
+    (r,) = [r for r in res if r.check == "p2p"]
+    assert r.status is Status.ERROR and r.message.startswith("p2p task timed out")
+
+
 def test_crashed_worker_is_reported_with_its_last_words(fake):
     tasks = _healthy_tasks()
     tasks["hbm"] = {"die": True}
