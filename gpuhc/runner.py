@@ -1,9 +1,9 @@
 """Run one stage: select the checks, read the sources they need, judge, remember.
 
 Time is the runner's main job. Slurm kills the health check at 60 s, and a wedged NVML call or
-a stuck ``dmesg`` must not take the whole run with it. So every source is read in its own
-daemon thread (gpuhc/runread.py), and every check waits for the sources it needs only until its
-own timeout (within the stage budget). A check whose source did not answer in time is reported
+a stuck ``dmesg`` must not take the whole run with it. So every live source is read in its own
+daemon thread (gpuhc/runread.py; a replay's, in memory, at once), and every check waits for the
+sources it needs only until its own timeout (within the stage budget). A check whose source did not answer in time is reported
 by name as ``error: timed out``; the other checks still judge, and the run ends in budget.
 
 The runner knows no check by name: how the sources are read comes from what the selected

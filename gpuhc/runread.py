@@ -1,10 +1,15 @@
 """Read the sources in threads, and wait for them only until a deadline.
 
 Slurm kills the health check at 60 s, and a wedged NVML call or a stuck ``dmesg`` must not take
-the whole run with it: every source a run needs is read in its own daemon thread, started at
-once, and each caller waits on it with its own deadline (gpuhc/runner.py gives each check its
+the whole run with it: every live source a run needs is read in its own daemon thread, started
+at once, and each caller waits on it with its own deadline (gpuhc/runner.py gives each check its
 timeout inside the stage budget). A thread stuck in C code cannot be killed, which is why the
 CLI ends the process with ``os._exit`` when anything timed out.
+
+A source that only hands out what is already in memory (a replayed recording: its sources say
+``in_memory``) cannot hang, so it is read at once in the caller's thread: a thread's start costs
+more than such a read (the campaign model runs thousands of replays), and a deadline guards
+nothing there. A source with nothing to read (None) is not read at all.
 """
 
 from __future__ import annotations
@@ -20,16 +25,29 @@ from gpuhc.sources import Sources
 ALL = frozenset((NVML, KERNEL_LOG, IB, AER, PCI, PROCS, IMEX, ACTIVITY, HOST))  # every source a run can read
 
 
-class Reader:
-    """A source read running in a daemon thread, which callers wait on with a deadline."""
+_ANSWERED = threading.Event()  # the done flag of every read made inline: set once, never cleared
+_ANSWERED.set()
 
-    def __init__(self, name: str, fn: Callable[[], Any]):
+
+class Reader:
+    """A source read running in a daemon thread, which callers wait on with a deadline; made
+    inline (done before the constructor returns) for a read that cannot block."""
+
+    def __init__(self, name: str, fn: Callable[[], Any], inline: bool = False):
         self.name = name
         self.value: Any = None
         self.error: BaseException | None = None
         # The read's own wall time, in its thread (``gpuhc check --timings``): what the source
         # costs, apart from the checks that wait on it.
         self.started = self.ended = time.perf_counter()
+        if inline:
+            try:
+                self.value = fn()
+            except Exception as e:  # reported by the checks that need it, as a thread's would be
+                self.error = e
+            self.ended = time.perf_counter()
+            self._done = _ANSWERED
+            return
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(fn,), name=f"gpuhc-read-{name}", daemon=True)
         self._thread.start()
@@ -59,7 +77,7 @@ class Reader:
 
 
 def start_readers(sources: Sources, needs: set[str] | frozenset[str]) -> dict[str, Reader]:
-    """A reader for each source named in ``needs``, all started now."""
+    """A reader for each source named in ``needs``, all started now (those in memory read)."""
     # The GPUs on the PCI bus; a sysfs source that cannot list them reads as unknown (None).
     pci = sources.pci if sources.pci is not None else sources.sysfs
     fns = {
@@ -67,13 +85,25 @@ def start_readers(sources: Sources, needs: set[str] | frozenset[str]) -> dict[st
         KERNEL_LOG: sources.kernel_log.read,
         IB: sources.sysfs.ib_ports,
         AER: sources.sysfs.aer,
-        PCI: getattr(pci, "nvidia_gpus", None) or (lambda: None),
-        PROCS: sources.procs.read if sources.procs is not None else (lambda: None),
-        IMEX: sources.imex.read if sources.imex is not None else (lambda: None),
-        ACTIVITY: sources.activity.read if sources.activity is not None else (lambda: None),
-        HOST: sources.host.read if sources.host is not None else (lambda: None),
+        PCI: getattr(pci, "nvidia_gpus", None) or _nothing,
+        PROCS: sources.procs.read if sources.procs is not None else _nothing,
+        IMEX: sources.imex.read if sources.imex is not None else _nothing,
+        ACTIVITY: sources.activity.read if sources.activity is not None else _nothing,
+        HOST: sources.host.read if sources.host is not None else _nothing,
     }
-    return {name: Reader(name, fns[name]) for name in fns if name in needs}
+    return {name: Reader(name, fns[name], inline=fns[name] is _nothing or in_memory(fns[name]))
+            for name in fns if name in needs}
+
+
+def _nothing() -> None:
+    """The read of a source the run does not have: unknown."""
+    return None
+
+
+def in_memory(read: Callable[[], Any]) -> bool:
+    """Does this read only hand out what its source already holds (it cannot block)? Only a
+    source that says so (``in_memory``) is trusted to; every other read gets its thread."""
+    return getattr(getattr(read, "__self__", None), "in_memory", False) is True
 
 
 def fill(snapshot: Snapshot, readers: dict[str, Reader]) -> None:

@@ -149,6 +149,11 @@ class _Sliced:
     def __init__(self, recorded: NvmlSource, rotation: int, phases: dict[int, int]):
         self.recorded, self.rotation, self.phases = recorded, rotation, phases
 
+    @property
+    def in_memory(self) -> bool:
+        """Read inline when the recording is (gpuhc/runread.py)."""
+        return getattr(self.recorded, "in_memory", False) is True
+
     def read(self):
         from gpuhc.sources.nvml_fields import keep_dl_slice
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import os
+import pickle
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -35,11 +36,10 @@ from gpuhc.model.host import AerCounters, HostReading, IbPort, ImexStatus
 from gpuhc.model.kernel import KernelLog
 from gpuhc.model.nvml import NvmlReading
 from gpuhc.model.occupancy import Occupancy
-from gpuhc.model.pci import norm_pci
+from gpuhc.sources.scenario_state import State, tree_copy
 from gpuhc.sources.scenario_validate import STEP_KEYS, TOP_KEYS, gpu_entries, validate_document
 from gpuhc.sources.snapshot_build import (
-    aer_from_dict, gpu_from_dict, ib_port_from_dict, imex_from_dict, kernel_from_dict, merge_nvlinks, nvml_from_doc,
-    occupancy_from_dict,
+    aer_from_dict, gpu_from_dict, ib_port_from_dict, imex_from_dict, kernel_from_dict, nvml_from_doc, occupancy_from_dict,
 )
 from gpuhc.sources.snapshot_validate import ErrorFn
 from gpuhc.yamlpos import line_of, load_file_text, read_text
@@ -47,21 +47,40 @@ from gpuhc.yamlpos import line_of, load_file_text, read_text
 _MAX_EXTENDS = 8  # a chain longer than this is a loop
 
 
-# The replay's sources are plain classes: see gpuhc/sources/__init__.py (_Sliced).
+def _fresh(value: Any) -> Any:
+    """A deep copy of a reading, by a round trip through pickle: the same objects a deepcopy
+    makes (both rebuild each object by its ``__reduce_ex__``, shared parts stay shared), in about
+    a quarter of the time (a replayed 8-GPU NVML reading: 0.4 ms against 1.7 ms). The bytes
+    never leave this call, so nothing foreign is ever unpickled. A value pickle cannot take is
+    deep-copied."""
+    if value is None:
+        return None
+    try:
+        blob = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+    except Exception:  # (a local class, a function: no model type holds one)
+        return copy.deepcopy(value)
+    return pickle.loads(blob)
+
+
+# The replay's sources are plain classes: see gpuhc/sources/__init__.py (_Sliced). Each says
+# ``in_memory``: its read only copies what the recording holds, so gpuhc/runread.py makes it
+# inline instead of in a thread of its own.
 class _Fixed:
     """A replay source: hands out a fresh copy each read, so a caller cannot alter the recording."""
 
     __slots__ = ("value",)
+    in_memory = True
 
     def __init__(self, value: Any):
         self.value = value
 
     def read(self) -> Any:
-        return copy.deepcopy(self.value)
+        return _fresh(self.value)
 
 
 class _KernelLines:
     __slots__ = ("lines", "source", "now", "boot_id")
+    in_memory = True
 
     def __init__(self, lines: list[str], source: str, now: float | None = None, boot_id: str | None = None):
         # now: the recording's time: its year-less stamps are of that year
@@ -77,15 +96,16 @@ class _KernelLines:
 
 class _Sysfs:
     __slots__ = ("ports", "counters", "pci_gpus")
+    in_memory = True
 
     def __init__(self, ports: list[IbPort], counters: list[AerCounters], pci_gpus: list[str] | None = None):
         self.ports, self.counters, self.pci_gpus = ports, counters, pci_gpus
 
     def ib_ports(self) -> list[IbPort]:
-        return copy.deepcopy(self.ports)
+        return _fresh(self.ports)
 
     def aer(self) -> list[AerCounters]:
-        return copy.deepcopy(self.counters)
+        return _fresh(self.counters)
 
     def nvidia_gpus(self) -> list[str] | None:
         """The scenario's ``pci_gpus``; None when it has none (unknown, never the live bus)."""
@@ -162,8 +182,12 @@ _memo: list | None = None
 @contextmanager
 def loaded_once() -> Iterator[None]:
     """Within the block, a scenario loaded again at the same step is the same Scenario object:
-    for one command whose callers only read it (its sources hand out copies)."""
+    for one command whose callers only read it (its sources hand out copies). A block inside
+    another shares the outer one's memo."""
     global _memo
+    if _memo is not None:
+        yield
+        return
     outer, _memo = _memo, []
     try:
         yield
@@ -183,7 +207,7 @@ def load_scenario(path: str, step: int | None = None) -> Scenario:
     used = 0 if step is None else max(0, min(int(step), len(steps)))
     for i in range(used):
         state.apply(steps[i], ("steps", i), err)
-    scenario = state.build(path, used, len(steps) + 1, err)
+    scenario = _build(state, path, used, len(steps) + 1, err)
     if _memo is not None:
         _memo[:] = [path, used, len(steps), tuple(read), scenario]
     return scenario
@@ -196,7 +220,7 @@ def _same_text(path: str, text: str) -> bool:
         return False
 
 
-def _load_base(path: str, depth: int, read: list) -> tuple["_State", list[dict], ErrorFn]:
+def _load_base(path: str, depth: int, read: list) -> tuple[State, list[dict], ErrorFn]:
     """The base state of ``path`` (its parent's base with this file applied) and its steps.
 
     ``extends: other.yaml`` (relative to this file) starts from that scenario's base state; the
@@ -247,7 +271,7 @@ def _load_base(path: str, depth: int, read: list) -> tuple["_State", list[dict],
             raise err(("extends",), f"no such scenario: {parent}")
         state, _, _ = _load_base(parent, depth + 1, read)
     else:
-        state = _State()
+        state = State()
         if "count" not in body:  # a fresh document: as many GPUs as `gpus` names
             entries = gpu_entries(body.get("gpus") or [], ("gpus",), err)
             body["count"] = max((i + 1 for i, _ in entries), default=0)
@@ -255,149 +279,34 @@ def _load_base(path: str, depth: int, read: list) -> tuple["_State", list[dict],
     return state, steps, err
 
 
-# ---------------------------------------------------------------------------- resolution
+def _build(state: State, path: str, step: int, steps: int, err: ErrorFn) -> Scenario:
+    """The records of the state reached: the Scenario the replay reads."""
+    gpus = [gpu_from_dict(g, p, err) for g, p in zip(state.gpus, state.gpu_paths)]
+    kernel = None
+    if state.kernel is not None:
+        kernel = kernel_from_dict(state.kernel, ("kernel",), err)
+        kernel.source = kernel.source or f"{path} (scenario kernel events)"
+        kernel.boot_id = kernel.boot_id or state.top.get("boot_id")
+    ib = None if state.ib is None else [ib_port_from_dict(d, ("ib_ports", i), err) for i, d in enumerate(state.ib)]
+    aer = None if state.aer is None else [aer_from_dict(d, ("aer", i), err) for i, d in enumerate(state.aer)]
+    t = state.top.get("time")
+    occupancy = None
+    if state.occupancy is not None:
+        for i, g in enumerate(state.occupancy.get("gpus") or []):
+            if g["index"] >= len(gpus):
+                raise err(("occupancy", "gpus", i, "index"), f"GPU {g['index']} does not exist (count is {len(gpus)})")
+        occupancy = occupancy_from_dict(state.occupancy, {g.index: g.uuid for g in gpus},
+                                        {g.index: g.mig for g in gpus if g.mig_mode and g.mig})
+    activity = None
+    if state.activity is not None:
+        from gpuhc.sources.activity_io import activity_from_dict
 
-
-class _State:
-    """The scenario's current state while steps are applied; plain dicts until build()."""
-
-    def __init__(self) -> None:
-        self.top: dict[str, Any] = {}
-        self.defaults: dict[str, Any] = {}
-        self.gpus: list[dict[str, Any]] = []
-        self.gpu_paths: list[tuple] = []
-        self.kernel_lines: list[str] | None = None
-        self.kernel: dict[str, Any] | None = None
-        self.ib_defaults: dict[str, Any] = {}
-        self.ib: list[dict[str, Any]] | None = None
-        self.aer: list[dict[str, Any]] | None = None
-        self.pci_gpus: list[str] | None = None
-        self.occupancy: dict[str, Any] | None = None
-        self.imex: dict[str, Any] | None = None
-        self.activity: dict[str, Any] | None = None  # job activity: the whole section, replaced by a step
-        self.gres: dict[str, str] | None = None
-        self.host: dict[str, Any] | None = None  # the node around the GPUs: replaced whole by a step
-
-    def _resize(self, count: int) -> None:
-        while len(self.gpus) > count:
-            self.gpus.pop()
-            self.gpu_paths.pop()
-        while len(self.gpus) < count:
-            i = len(self.gpus)
-            gpu: dict[str, Any] = {"index": i}
-            self._override(gpu, self.defaults, template=True)
-            self.gpus.append(gpu)
-            self.gpu_paths.append(("defaults",))
-
-    def apply(self, part: dict[str, Any], path: tuple, err: ErrorFn) -> None:
-        """Apply one partial document: the base itself, an extending file, or a step."""
-        if "ib_defaults" in part:
-            self.ib_defaults.update(copy.deepcopy(part["ib_defaults"]))
-            if self.ib is not None:
-                self.ib = [{**d, **copy.deepcopy(part["ib_defaults"])} for d in self.ib]
-        if "defaults" in part:  # existing GPUs get them now, GPUs added by `count` later
-            self._override(self.defaults, part["defaults"], template=False)
-            for gpu in self.gpus:
-                self._override(gpu, part["defaults"], template=True)
-        if "count" in part:
-            self._resize(part["count"])
-        for idx, entry in gpu_entries(part.get("gpus") or [], path + ("gpus",), err):
-            if idx >= len(self.gpus):
-                raise err(path + ("gpus", idx), f"GPU {idx} does not exist (count is {len(self.gpus)})")
-            if entry is None:
-                continue
-            if entry.get("index", idx) != idx:
-                raise err(path + ("gpus", idx, "index"), f"this entry is GPU {idx}, not {entry['index']}")
-            self._override(self.gpus[idx], entry, template=False)
-            self.gpu_paths[idx] = path + ("gpus", idx)
-        for key in ("hostname", "time", "boot_id", "driver_version", "cuda_driver_version", "description"):
-            if key in part:
-                self.top[key] = part[key]
-        if "nvml" in part:
-            self.top.setdefault("nvml", {}).update(part["nvml"])
-        if "kernel_log" in part:
-            if self.kernel is not None:
-                raise err(path + ("kernel_log",), "the scenario records kernel events; add to kernel.events")
-            self.kernel_lines = (self.kernel_lines or []) + list(part["kernel_log"])
-        if "kernel" in part:
-            if self.kernel_lines is not None:
-                raise err(path + ("kernel",), "the scenario has kernel_log lines; add lines, not events")
-            new = copy.deepcopy(part["kernel"])
-            events = (self.kernel or {}).get("events", []) + new.pop("events", [])
-            self.kernel = {**(self.kernel or {}), **new, "events": events}
-        if "ib_ports" in part:
-            self.ib = _merge_by(self.ib or [], part["ib_ports"], ("device", "port"), self.ib_defaults)
-        if "aer" in part:
-            self.aer = _merge_by(self.aer or [], [dict(a, pci=norm_pci(str(a.get("pci", "")))) for a in part["aer"]],
-                                 ("pci",), {})
-        if "pci_gpus" in part:
-            self.pci_gpus = None if part["pci_gpus"] is None else [norm_pci(x) for x in part["pci_gpus"]]
-        if "occupancy" in part:
-            self.occupancy = copy.deepcopy(part["occupancy"])
-        if "imex" in part:
-            self.imex = copy.deepcopy(part["imex"])
-        if "activity" in part:
-            self.activity = copy.deepcopy(part["activity"])
-        if "gres" in part:
-            self.gres = dict(part["gres"])
-        if "host" in part:
-            self.host = copy.deepcopy(part["host"])
-
-    @staticmethod
-    def _override(gpu: dict[str, Any], fields: dict[str, Any], template: bool) -> None:
-        for key, value in fields.items():
-            if key == "nvlinks":
-                gpu["nvlinks"] = merge_nvlinks(gpu.get("nvlinks", []), value)
-            elif template and isinstance(value, str):
-                gpu[key] = value.replace("{index}", str(gpu["index"]))
-            else:
-                gpu[key] = copy.deepcopy(value)
-
-    def build(self, path: str, step: int, steps: int, err: ErrorFn) -> Scenario:
-        gpus = [gpu_from_dict(g, p, err) for g, p in zip(self.gpus, self.gpu_paths)]
-        kernel = None
-        if self.kernel is not None:
-            kernel = kernel_from_dict(self.kernel, ("kernel",), err)
-            kernel.source = kernel.source or f"{path} (scenario kernel events)"
-            kernel.boot_id = kernel.boot_id or self.top.get("boot_id")
-        ib = None if self.ib is None else [ib_port_from_dict(d, ("ib_ports", i), err) for i, d in enumerate(self.ib)]
-        aer = None if self.aer is None else [aer_from_dict(d, ("aer", i), err) for i, d in enumerate(self.aer)]
-        t = self.top.get("time")
-        occupancy = None
-        if self.occupancy is not None:
-            for i, g in enumerate(self.occupancy.get("gpus") or []):
-                if g["index"] >= len(gpus):
-                    raise err(("occupancy", "gpus", i, "index"), f"GPU {g['index']} does not exist (count is {len(gpus)})")
-            occupancy = occupancy_from_dict(self.occupancy, {g.index: g.uuid for g in gpus},
-                                                {g.index: g.mig for g in gpus if g.mig_mode and g.mig})
-        activity = None
-        if self.activity is not None:
-            from gpuhc.sources.activity_io import activity_from_dict
-
-            activity = activity_from_dict(self.activity)
-        return Scenario(
-            path=path, step=step, steps=steps, nvml=nvml_from_doc(self.top, gpus),
-            hostname=self.top.get("hostname"), time=None if t is None else float(t), boot_id=self.top.get("boot_id"),
-            description=self.top.get("description"), kernel_lines=self.kernel_lines, kernel=kernel,
-            ib_ports=ib, aer=aer, pci_gpus=self.pci_gpus, occupancy=occupancy, activity=activity,
-            imex=None if self.imex is None else imex_from_dict(self.imex), gres=self.gres,
-            host=None if self.host is None else HostReading(**copy.deepcopy(self.host)),
-        )
-
-
-def _merge_by(base: list[dict], updates: list[dict], keys: tuple[str, ...], defaults: dict) -> list[dict]:
-    """Merge mappings into ``base`` by the values of ``keys``; unknown ones are appended."""
-    out = [dict(b) for b in base]
-    index = {tuple(b.get(k) for k in keys): i for i, b in enumerate(out)}
-    for u in updates:
-        ident = tuple(u.get(k) for k in keys)
-        if ident in index:
-            cur = out[index[ident]]
-            counters = {**cur.get("counters", {}), **u.get("counters", {})} if "counters" in cur else None
-            cur.update(copy.deepcopy(u))
-            if counters is not None:
-                cur["counters"] = counters
-        else:
-            index[ident] = len(out)
-            out.append({**copy.deepcopy(defaults), **copy.deepcopy(u)})
-    return out
+        activity = activity_from_dict(state.activity)
+    return Scenario(
+        path=path, step=step, steps=steps, nvml=nvml_from_doc(state.top, gpus),
+        hostname=state.top.get("hostname"), time=None if t is None else float(t), boot_id=state.top.get("boot_id"),
+        description=state.top.get("description"), kernel_lines=state.kernel_lines, kernel=kernel,
+        ib_ports=ib, aer=aer, pci_gpus=state.pci_gpus, occupancy=occupancy, activity=activity,
+        imex=None if state.imex is None else imex_from_dict(state.imex), gres=state.gres,
+        host=None if state.host is None else HostReading(**tree_copy(state.host)),
+    )

@@ -73,5 +73,10 @@ class PlacedLog:
     recorded: Any  # a KernelLogSource
     placed: float
 
+    @property
+    def in_memory(self) -> bool:
+        """Read inline when the scenario's log is (gpuhc/runread.py)."""
+        return getattr(self.recorded, "in_memory", False) is True
+
     def read(self) -> Any:
         return shift_log(self.recorded.read(), self.placed)

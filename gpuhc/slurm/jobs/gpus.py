@@ -33,9 +33,20 @@ CACHE_KEY = "gpumap"
 def node_devices(opts: Any, node: str, env: Mapping[str, str]) -> tuple[list[Mapped], str]:
     """Every Slurm GPU device of the node on the hardware, and what the mapping was read from.
     Raises GpuMapError."""
+    played = _scenario_path(opts.sources)
+    if played is None:
+        return _node_devices(opts, node, env, None)
+    # A replay reads its recording for the gres section and again for the GPUs: loaded once.
+    from gpuhc.sources.scenario import loaded_once
+
+    with loaded_once():
+        return _node_devices(opts, node, env, played)
+
+
+def _node_devices(opts: Any, node: str, env: Mapping[str, str], played: str | None) -> tuple[list[Mapped], str]:
     spec = opts.sources
     configured = opts.config.section("node").get("gres_conf")
-    recorded = _recorded(spec)
+    recorded = _recorded(played)
     replay = recorded is not None
     path = gres_conf_path(configured, env)
     # An MPS job's indices count the mps records' devices (docs/facts.md): only its environment
@@ -88,14 +99,20 @@ def short(m: Mapped) -> str:
     return f"{m.index}:gpu{m.gpu}{inst}" + (" shared" if m.shared else "")
 
 
-def _recorded(spec: Any) -> dict[str, str] | None:
-    """A replay's ``gres`` section ({} when it has none); None when the node is live."""
+def _scenario_path(spec: Any) -> str | None:
+    """The recording a replay (or the site test mode) plays; None when the node is live."""
     path = spec.nvml_scenario
     if not path and spec.test_scenario:
         from gpuhc.sources import testmode
 
         path, _ = testmode.resolve(spec.test_scenario)
-    if not path:
+    return path or None
+
+
+def _recorded(path: str | None) -> dict[str, str] | None:
+    """The ``gres`` section of the recording at ``path`` ({} when it has none); None when the
+    node is live (no path)."""
+    if path is None:
         return None
     from gpuhc.sources.scenario import load_scenario
 

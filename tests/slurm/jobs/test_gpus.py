@@ -238,3 +238,17 @@ def test_the_log_line_of_a_job_without_gpus_says_what_the_node_has(tmp_path, mon
     assert any(line.endswith("[the job was given no GPU (Slurm set neither SLURM_JOB_GPUS nor CUDA_VISIBLE_DEVICES): "
                              "every GPU of the node is checked; GPU occupancy not judged (another job may hold them)]")
                for line in lines), lines
+
+
+def test_a_replay_maps_its_devices_from_one_load_of_the_recording(tmp_path, monkeypatch):
+    """The gres section and the GPUs come from the same recording: read, validated and resolved
+    once (it was twice, half of the prolog's cost in the campaign model)."""
+    from gpuhc.sources import scenario
+
+    loads, real = [], scenario._load_base
+    monkeypatch.setattr(scenario, "_load_base", lambda path, depth, read: loads.append(depth) or real(path, depth, read))
+    f = real_flow(tmp_path, "prolog", "gres-order-8xh100.yaml", {"SLURM_JOB_GPUS": "1"})
+    table, _ = job_gpus.node_devices(f.opts, "n1", f.env)
+    assert loads.count(0) == 1 and len(table) == 8
+    job_gpus.node_devices(f.opts, "n1", f.env)
+    assert loads.count(0) == 2  # outside the call nothing is kept: the next run reads it afresh
