@@ -59,6 +59,10 @@ class FaultClass:
     # A host part that degrades before it dies: the node runs and shows its scenario's signs for
     # this long (uniform), then stops answering as host-down does (unless repaired by then).
     dies_after_s: tuple[float, float] | None = None
+    # A bad link that stalls with no error code: every job started on the node (and the one on it
+    # when it arises) hangs until NCCL's watchdog, job after job, until the node leaves service;
+    # the fault does not end with its job (unlike ``hang``, a one-off in the job's own software).
+    hangs_jobs: bool = False
 
 
 def _llama(n: float) -> float:
@@ -153,11 +157,19 @@ CLASSES: tuple[FaultClass, ...] = (
     # quarter of the GPU system processor's row, whose timeouts it looks like from the host).
     FaultClass("nvml-hang", OWN / "nvml-hang.yaml", _llama(17 / 4), "not in the table (ours)",
                "health check (NVML hung on consecutive checks)", reboot_fix=0.9),
+    # A bad NVLink that stalls without an error code: Llama 3 (section 3.3.4) names NVLink among
+    # the failures that show as stalled loads and stores in CUDA kernels with no Xid, and gives
+    # no count (ours: 3 per the table's node-days, beside it). Every job on the node hangs until
+    # it leaves service; the epilog's p2p and nccl-local tasks time out or measure it slow (its
+    # strength). A link retrains at a boot half the time (ours), else the baseboard's RMA.
+    FaultClass("nvlink-hang", EXAMPLES / "healthy-8xh100.yaml", _llama(3), "not in the table (ours)",
+               "epilog active checks (p2p FAIL when slow; a time-out, ERROR, when stalled); users' reports",
+               reboot_fix=0.5, kills_job=False, hidden=True, active="link", hangs_jobs=True),
 )
 BY_NAME = {c.name: c for c in CLASSES}
 # Drawn beside the table's 419 interruptions, at rates of ours: other users' crashes, and the
 # three faults no recording stood for (the NIC's firmware counts 3 of the NIC row a second time).
-BEYOND_TABLE = ("app-xid-other-users", "nic-firmware", "pcie-downtrain", "nvml-hang")
+BEYOND_TABLE = ("app-xid-other-users", "nic-firmware", "pcie-downtrain", "nvml-hang", "nvlink-hang")
 # The classes the real campaign (bench/campaign_model/real*.py) can play on a localhost Slurm.
 REAL_CLASSES = ("fallen-off-bus", "ecc-uncorrectable", "row-remap-pending", "nvlink-errors", "nvlink-down",
                 "gsp-timeout", "thermal", "power", "ib-flap", "ib-port-down", "app-xid13-43", "app-xid31")
@@ -194,6 +206,14 @@ CRC_PER_REPLAY = 1 / 12
 # in earnest: every this many seconds, log-uniform per fault (ours). Each single flap is a WARN
 # of gpuhc's; flaps in three separate hours of a day are its FAIL.
 REFLAP_S = (3600.0, 12 * 3600.0)
+# A bad link (FaultClass.hangs_jobs): a job on it stalls this long after its start, uniform (its
+# first collective over the link, ours). In the epilog it stalls the p2p and nccl-local tasks
+# (they time out) with chance LINK_STALL, else it carries data at LINK_SLOW of its peers' rate,
+# uniform (all ours); the link joins LINK_PAIR.
+STALL_AT_S = (30.0, 600.0)
+LINK_STALL = 0.6
+LINK_SLOW = (0.3, 0.7)
+LINK_PAIR = ("gpu2", "gpu3")
 
 
 def strength(cls: FaultClass, rng: random.Random) -> dict:
@@ -209,6 +229,11 @@ def strength(cls: FaultClass, rng: random.Random) -> dict:
     if cls.builds_s:
         lo, hi = REFLAP_S
         return {"reflap_s": lo * (hi / lo) ** rng.random()}
+    if cls.hangs_jobs:
+        stall_at = rng.uniform(*STALL_AT_S)
+        if rng.random() < LINK_STALL:
+            return {"stall_at_s": stall_at, "epilog": "stall"}
+        return {"stall_at_s": stall_at, "epilog": "slow", "keep": rng.uniform(*LINK_SLOW)}
     return {}
 
 

@@ -4,12 +4,16 @@ NCCL's watchdog, the work since its last checkpoint). A mixin of sim.Campaign.""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from . import faults as F
 from . import noise as N
 
 CHECKPOINT_S = 3600.0  # a job killed by a fault loses the work since its last checkpoint (ours: hourly)
+# The cluster's users (ours): each job is one user's, drawn Zipf-like (weight 1/k^USERS_ZIPF for
+# the k-th user), from a stream of its own so that no other draw moves.
+USERS, USERS_ZIPF = 40, 1.1
 
 
 @dataclass
@@ -24,6 +28,7 @@ class Job:
     end_event: int | None = None
     end: float | None = None
     hung: bool = False
+    uid: int = 0  # its user (USERS)
 
 
 class Jobs:
@@ -36,6 +41,9 @@ class Jobs:
         self.completing: set[str] = set()  # nodes whose last job's processes are still exiting
         self.next_job = itertools.count(1)
         self.pending_next_prolog: dict[str, list[int]] = {}  # node -> in-job fault indices awaiting the next job
+        self.user_rng = random.Random(self.seed * 7919 + 7)
+        self.reported: set[str] = set()  # nodes users reported, a person not yet there (people.users_report)
+        self.user_weights = [1.0 / k ** USERS_ZIPF for k in range(1, USERS + 1)]
 
     def arrivals(self, horizon: float) -> None:
         """Poisson job arrivals sized so the cluster would be ``load`` busy: sizes 1-16 nodes,
@@ -57,8 +65,10 @@ class Jobs:
             pinned = tuple(self.rng.sample(self.names, size)) if self.rng.random() < self.pinned_share else ()
             self.at(t0 + (t - t0) * self.ts, "arrive", size, dur * self.ts, pinned)
 
-    def _on_arrive(self, size: int, dur: float, pinned: tuple) -> None:
-        j = Job(next(self.next_job), size, dur, self.now(), pinned)
+    def _on_arrive(self, size: int, dur: float, pinned: tuple, uid: int | None = None) -> None:
+        if uid is None:
+            uid = 1000 + self.user_rng.choices(range(USERS), self.user_weights)[0]
+        j = Job(next(self.next_job), size, dur, self.now(), pinned, uid=uid)
         self.jobs[j.id] = j
         self.queue.append(j)
         self.schedule()
@@ -116,6 +126,10 @@ class Jobs:
             for f in self.nodes[name].hardware():
                 self.stats.escapes.append((self.now(), j.id, name, f.cls.name, f.in_job is not None))
             self._next_prolog(name, stopped=False)
+        # a bad link on one of its nodes: the job's first collective over it stalls
+        link = next((f for name in chosen for f in self.nodes[name].hardware() if f.cls.hangs_jobs), None)
+        if link is not None:
+            self.at(self.now() + link.strength["stall_at_s"] * self.ts, "stall", j.id, link.id)
         j.end_event = self.at(self.now() + j.duration, "end", j.id)
         return True
 
@@ -139,28 +153,41 @@ class Jobs:
                 keep.append(i)
         self.pending_next_prolog[name] = keep
 
+    def _on_stall(self, jid: int, fid: int) -> None:
+        """A job on a bad link reaches its first collective over it, if both are still there."""
+        j, f = self.jobs[jid], self.faults[fid]
+        if f.active and j.end is None and self.running.get(f.node) == jid:
+            self.hang(jid, f)
+
     def hang(self, jid: int, f: F.Fault) -> None:
-        """A collective hangs with no Xid: every rank waits until NCCL's watchdog ends the job."""
+        """A collective hangs with no Xid: every rank waits until NCCL's watchdog ends the job.
+        A bad link's every hang after its first is its repeat: what finding it sooner saves."""
         j = self.jobs[jid]
         if j.hung or j.start is None:
             return
         j.hung = True
         self.stats.jobs["hung"] += 1
-        self.stats.lost_gpu_s["hang (NCCL timeout)"] += F.NCCL_TIMEOUT_S * self.ts * j.size * self.gpus
-        self.at(self.now() + F.NCCL_TIMEOUT_S * self.ts, "watchdog", jid, f.id)
+        repeat = f.cls.hangs_jobs and any(h[1] == f.id for h in self.stats.hangs)
+        self.stats.hangs.append((self.now(), f.id, jid, j.uid, j.nodes))
+        why = f"hang (repeat, {f.cls.name})" if repeat else "hang (NCCL timeout)"
+        self.stats.lost_gpu_s[why] += F.NCCL_TIMEOUT_S * self.ts * j.size * self.gpus
+        self.at(self.now() + F.NCCL_TIMEOUT_S * self.ts, "watchdog", jid, f.id, repeat)
+        self.users_report(j)
 
-    def _on_watchdog(self, jid: int, fid: int) -> None:
+    def _on_watchdog(self, jid: int, fid: int, repeat: bool = False) -> None:
         f = self.faults[fid]
-        if f.active:
+        if f.active and not f.cls.hangs_jobs:  # a one-off hang ends with its job; a bad link stays
             f.end, f.how = self.now(), "the job ended"
             self.nodes[f.node].faults.remove(f)
             self.nodes[f.node].version += 1
-        self.end_job(jid, failed=True, why="nccl-hang")
+        self.end_job(jid, failed=True, why=f.cls.name, lost_as=f"hang (repeat, {f.cls.name})" if repeat else None)
 
     def _on_end(self, jid: int) -> None:
         self.end_job(jid, failed=False)
 
-    def end_job(self, jid: int, failed: bool, why: str = "") -> None:
+    def end_job(self, jid: int, failed: bool, why: str = "", lost_as: str | None = None) -> None:
+        """``lost_as``: the lost GPU-seconds' key of a killed job's work since its checkpoint
+        (default: by ``why``)."""
         j = self.jobs[jid]
         if j.start is None or all(self.running.get(n) != jid for n in j.nodes):
             return
@@ -168,7 +195,7 @@ class Jobs:
         j.end = self.now()
         if failed:
             ran = (self.now() - j.start) - (F.NCCL_TIMEOUT_S * self.ts if j.hung else 0.0)
-            self.stats.lost_gpu_s[f"work since checkpoint ({why})"] += (
+            self.stats.lost_gpu_s[lost_as or f"work since checkpoint ({why})"] += (
                 min(max(ran, 0.0), CHECKPOINT_S * self.ts) * j.size * self.gpus)
         for name in j.nodes:
             self.running.pop(name, None)

@@ -114,6 +114,50 @@ def _h(v: float | None) -> float | None:
     return None if v is None else round(v, 2)
 
 
+def out_by(c, name: str, t: float, what: str, reason: str | None) -> str:
+    """Who took a node out of service with Slurm event ``what`` at ``t``: gpuhc's check, a person
+    (and why: the human action of that moment), Slurm."""
+    if what in ("drain", "reboot-asked"):
+        m = parse_reason(reason)
+        return f"gpuhc: {m.check}" if m is not None else "other"
+    if what == "admin-drain":
+        kind = next((k for th, n, k, _ in c.stats.human if n == name and th == t), "admin")
+        return "person (users' reports)" if kind == "hang reported by users" else f"person ({kind})"
+    return f"Slurm ({what})"
+
+
+def hanging(c, spells, horizon) -> dict:
+    """Per fault that hangs every job on its node (FaultClass.hangs_jobs), by class: the jobs it
+    hung before its node left service (the first cannot be helped: ``repeat`` is the rest), the
+    hours from its first hang (its start where none hung) to its node leaving service, and who
+    took the node out (a check of gpuhc's from its reason, a person, Slurm; "never")."""
+    hung = Counter(fid for _, fid, *_ in c.stats.hangs)
+    first = {}
+    for t, fid, *_ in c.stats.hangs:
+        first.setdefault(fid, t)
+    out: dict = {}
+    for f in (f for f in c.faults if f.cls.hangs_jobs):
+        row = out.setdefault(f.cls.name, {"faults": 0, "hung": [], "hours": [], "out_by": Counter()})
+        end = f.end if f.end is not None else horizon
+        row["faults"] += 1
+        row["hung"].append(hung[f.id])
+        if any(s <= f.start and (e is None or e > f.start) for s, e, _ in spells[f.node]):
+            row["out_by"]["already out"] += 1
+            continue
+        left = next(((t, w, r) for t, n, w, r in c.slurm.events if n == f.node and f.start <= t <= end
+                     and w in ("drain", "reboot-asked", "admin-drain", "down")), None)
+        if left is None:
+            row["out_by"]["never"] += 1
+            continue
+        row["out_by"][out_by(c, f.node, *left)] += 1
+        row["hours"].append((left[0] - first.get(f.id, f.start)) / 3600.0 / c.ts)
+    return {cls: {"faults": r["faults"], "hung_jobs": sum(r["hung"]),
+                  "repeat_hangs": sum(max(0, n - 1) for n in r["hung"]),
+                  "hung_per_fault": {"p50": pct(r["hung"], 50), "p90": pct(r["hung"], 90), "max": max(r["hung"])},
+                  "hours_to_out": {"n": len(r["hours"]), "p50": _h(pct(r["hours"], 50)), "max": _h(max(r["hours"], default=None))},
+                  "out_by": dict(r["out_by"])} for cls, r in sorted(out.items())}
+
+
 def compute(c) -> dict:
     horizon = c.now()
     hw = [f for f in c.faults if not f.cls.app]
@@ -218,6 +262,7 @@ def compute(c) -> dict:
         "slurm_rpcs_per_hour": round(rpcs / hours * c.ts, 2),
         "slurm_rpcs": dict(c.slurm.rpcs),
         "silent_corruption": silent_corruption(c, drains, spells, horizon),
+        "hanging_faults": hanging(c, spells, horizon),
         "faults": dict(Counter(f.cls.name for f in c.faults)),
         "lemons": len(lemons),
         "noise": dict(c.stats.noise),

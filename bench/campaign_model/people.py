@@ -15,6 +15,11 @@ ADMIN_REASON = {"rma": "hardware repair: GPU/board RMA", "cable": "hardware repa
                 "retired": "hardware repair: RMA of a retired node", "maintenance": "maintenance: firmware and driver"}
 
 
+# Users' reports (ours): once jobs of this many distinct users hung on one node within a day, a
+# person drains it a working day later (HUMAN_AFTER_S) and looks for the cause.
+REPORTS_K, REPORTS_WINDOW_S = 3, 24 * 3600.0
+
+
 class People:
     HUMAN_AFTER_S = 24 * 3600.0  # a working day after gpuhc's drain, a person looks at the node
 
@@ -66,6 +71,34 @@ class People:
         self.slurm.admin_resume(name)
         self._watch(name)
         self.schedule()
+
+    def users_report(self, job) -> None:
+        """A hung job's user tells the admins its nodes. Of the job's nodes, the one in the most
+        hung jobs within REPORTS_WINDOW_S (all of them, tied) is looked at a working day later
+        once it is in REPORTS_K distinct users' hung jobs: the node the reports share, not every
+        partner of a large job (users do not know which hang was a bad link's: every hang counts)."""
+        since = self.now() - REPORTS_WINDOW_S * self.ts
+        recent = [(uid, nodes) for t, _, _, uid, nodes in self.stats.hangs if t >= since]
+        hung = {name: [uid for uid, nodes in recent if name in nodes] for name in job.nodes}
+        most = max(len(v) for v in hung.values())
+        for name, uids in hung.items():
+            if len(uids) == most and len(set(uids)) >= REPORTS_K and name not in self.reported:
+                self.reported.add(name)
+                self.at(self.now() + self.HUMAN_AFTER_S * self.ts, "users_report", name, len(set(uids)))
+
+    def _on_users_report(self, name: str, users: int) -> None:
+        """A person drains the node the users named and repairs the fault found there; with none
+        found (the hangs were the users' own), the node stays in service. A node already out (gpuhc's
+        drain, a person's, a dead host) is the other person's to triage."""
+        self.reported.discard(name)
+        node, row = self.nodes[name], self.slurm.nodes[name]
+        if node.off or node.admin_hold or not row.in_service:
+            return
+        found = node.hardware()
+        why = f"jobs of {users} users hung within a day: " + (found[0].cls.name if found else "nothing found")
+        self.stats.human.append((self.now(), name, "hang reported by users", why))
+        if found:
+            self._person_takes(name, found[0].cls.person, F.PERSON_S[found[0].cls.person])
 
     def maintenance(self, name: str) -> None:
         """Host maintenance (Llama 3's "unplanned maintenance"): an admin drains the node, kills

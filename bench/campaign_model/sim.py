@@ -60,6 +60,7 @@ class Stats:
     noise: dict = field(default_factory=Counter)  # kind -> episodes
     admin_undone: list = field(default_factory=list)  # (time, node): gpuhc resumed an admin's hold
     prolog_stops: list = field(default_factory=list)  # (time, node): its prolog failed, Slurm requeued the job
+    hangs: list = field(default_factory=list)  # (time, fault id, job id, uid, nodes): a job hung (jobs.hang)
 
 
 class Campaign(Jobs, People, NoiseEvents, Repairs, Settling, Canary):
@@ -82,7 +83,7 @@ class Campaign(Jobs, People, NoiseEvents, Repairs, Settling, Canary):
         # [(seconds from the start, class name, node, permanent: True, False or "lemon")]: instead of the draw
         self.inject = inject
         self.noise_inject = noise_inject  # [(seconds from the start, noise kind, node)]: instead of the noise draw
-        self.given_jobs = jobs  # [(seconds from the start, nodes, duration s, pinned)]: instead of the stream
+        self.given_jobs = jobs  # [(seconds from the start, nodes, duration s, pinned[, uid])]: instead of the stream
         self.rng = random.Random(seed)
         self.noise_rng = random.Random(seed * 7919 + 1)  # noise apart, so the fault draw is the seed's
         self.names = [f"gpu{i:03d}" for i in range(1, nodes + 1)]
@@ -164,8 +165,8 @@ class Campaign(Jobs, People, NoiseEvents, Repairs, Settling, Canary):
                 self._draw_noise(horizon)
             if self.given_jobs is None:
                 self.arrivals(horizon)
-            for t, size, dur, pinned in self.given_jobs or ():
-                self.at(T0 + t * self.ts, "arrive", size, dur * self.ts, tuple(pinned))
+            for t, size, dur, pinned, *uid in self.given_jobs or ():  # uid: its user, where a test names one
+                self.at(T0 + t * self.ts, "arrive", size, dur * self.ts, tuple(pinned), *uid)
             for h in range(int(self.days * 24) + 1):
                 self.at(T0 + h * 3600.0 * self.ts, "sample")
             self.start_canary()
@@ -285,7 +286,7 @@ class Campaign(Jobs, People, NoiseEvents, Repairs, Settling, Canary):
             self.stats.in_job.append([f.id, cls.name, None])
             self.pending_next_prolog.setdefault(name, []).append(len(self.stats.in_job) - 1)
         if f.in_job is not None:
-            if cls.hang:
+            if cls.hang or cls.hangs_jobs:  # a bad link: the running job's next collective over it stalls
                 self.hang(int(f.in_job), f)
             elif cls.kills_job or cls.app or cls.host_down:
                 self.end_job(int(f.in_job), failed=True, why=cls.name)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 # Per seed: the numbers the goals are judged on (docs/campaign.md, "Metrics").
-HIDDEN = ("sdc", "slow-gpu", "nvlink-below-fail", "nccl-hang")
+HIDDEN = ("sdc", "slow-gpu", "nvlink-below-fail", "nccl-hang", "nvlink-hang")
 
 
 def seed_record(doc: dict) -> dict:
@@ -38,8 +38,16 @@ def seed_record(doc: dict) -> dict:
         "admin_drains_undone_by_gpuhc": doc["admin_drains_undone_by_gpuhc"],
         "switch_node_faults": doc["switch_events"]["node_faults"], "switch_drained": doc["switch_events"]["drained"],
         "real_runs": doc["runs"].get("real", 0), "wall_s": doc["wall_s"],
-        **sdc_record(doc["silent_corruption"]),
+        **sdc_record(doc["silent_corruption"]), **hang_record(doc["hanging_faults"]),
     }
+
+
+def hang_record(h: dict) -> dict:
+    """Per seed: the faults that hang every job on their node (metrics.hanging): the jobs they
+    hung, those after each fault's first, and who took each node out ("class: who")."""
+    return {"hung_by_bad_links": sum(r["hung_jobs"] for r in h.values()),
+            "repeat_hangs": sum(r["repeat_hangs"] for r in h.values()),
+            "hang_out_by": {f"{cls}: {who}": n for cls, r in h.items() for who, n in r["out_by"].items()}}
 
 
 def sdc_record(s: dict) -> dict:
@@ -132,7 +140,7 @@ def aggregate(records: list[dict], meta: dict) -> dict:
         "job_starts", "hardware_faults", "escapes", "escapes_per_1000_job_starts", "sick_job_node_hours",
         "gpu_hours_lost", "undetected", "false_drains", "false_retirements", "human_actions", "rmas",
         "node_hours_out", "slurm_rpcs_per_hour", "admin_drains_undone_by_gpuhc", "real_runs", "wall_s",
-        *SDC_DIST) if all(k in r for r in rs)}
+        "hung_by_bad_links", "repeat_hangs", *SDC_DIST) if all(k in r for r in rs)}
     spells = sum(r["sick_spells"] for r in rs)
     within = sum(r["back_within_60"] for r in rs)
     retire_h = sorted(h for r in rs for h in r["time_to_retire_h"])
@@ -159,6 +167,7 @@ def aggregate(records: list[dict], meta: dict) -> dict:
                        "gpu_hours_lost_by_why": _sum_by(rs, "gpu_hours_lost_by_why"),
                        "human_by_kind": _sum_by(rs, "human_by_kind"),
                        "sdc_caught_by": _sum_by(rs, "sdc_caught_by"),
+                       "hang_out_by": _sum_by(rs, "hang_out_by"),
                        "sdc_hours_to_catch": _hours(rs),
                        "switch_node_faults": sum(r["switch_node_faults"] for r in rs),
                        "switch_drained": sum(r["switch_drained"] for r in rs)},
