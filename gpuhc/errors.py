@@ -69,8 +69,6 @@ def run_cli(cli) -> None:
     """Run the click group; map our errors to messages and exit codes."""
     import click
 
-    from gpuhc.logtext import escape
-
     try:
         rc = cli.main(standalone_mode=False)
     except click.exceptions.Exit as e:
@@ -90,25 +88,60 @@ def run_cli(cli) -> None:
     except click.ClickException as e:
         e.show()
         sys.exit(EXIT_USAGE)
-    except GpuhcError as e:
-        # Messages quote paths and text others wrote: one printable line each (gpuhc.logtext).
-        for one in getattr(e, "errors", None) or [e]:
-            click.echo(f"gpuhc: error: {escape(one)}", err=True)
-        sys.exit(e.exit_code)
+    except Exception as e:
+        sys.exit(_failed(e))
     except KeyboardInterrupt:
         sys.exit(130)
-    except BrokenPipeError:
-        sys.exit(0)
-    except Exception as e:  # a bug: say so plainly, keep the traceback for the bug report
-        click.echo(f"gpuhc: internal error: {type(e).__name__}: {escape(e, 2000)}", err=True)
-        if _debug():
-            import traceback
-
-            traceback.print_exc()
-        else:
-            click.echo("gpuhc: set GPUHC_DEBUG=1 for the traceback", err=True)
-        sys.exit(EXIT_INTERNAL)
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def run_plain(body) -> None:
+    """Run a command's body without click (gpuhc/cli/fast.py): the same messages and exit codes
+    as :func:`run_cli`; a usage error the body raises in click's words (click is imported on
+    that path only) is shown as click shows it."""
+    try:
+        body()
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as e:
+        if type(e).__module__.startswith("click"):
+            import click
+
+            if isinstance(e, click.ClickException):
+                e.show()
+                sys.exit(EXIT_USAGE)
+        sys.exit(_failed(e))
+    sys.exit(0)
+
+
+def _failed(e: Exception) -> int:
+    """Say what went wrong (one printable line each: messages quote paths and text others wrote,
+    gpuhc.logtext) and return the exit code."""
+    from gpuhc.logtext import escape
+
+    if isinstance(e, BrokenPipeError):
+        return 0
+    if isinstance(e, GpuhcError):
+        for one in getattr(e, "errors", None) or [e]:
+            _say(f"gpuhc: error: {escape(one)}")
+        return e.exit_code
+    # a bug: say so plainly, keep the traceback for the bug report
+    _say(f"gpuhc: internal error: {type(e).__name__}: {escape(e, 2000)}")
+    if _debug():
+        import traceback
+
+        traceback.print_exception(e)
+    else:
+        _say("gpuhc: set GPUHC_DEBUG=1 for the traceback")
+    return EXIT_INTERNAL
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _debug() -> bool:

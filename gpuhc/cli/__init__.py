@@ -1,14 +1,12 @@
 """The `gpuhc` command line.
 
 Subcommands are imported only when invoked: `gpuhc healthcheck` runs on every node every few
-minutes, and must not pay for importing the sweep planner, rich tables or CuPy.
+minutes, and must not pay for importing the sweep planner, rich tables or CuPy. Its plain command
+lines (and the prolog's, the epilog's, `gpuhc check`'s) do not import click either
+(gpuhc/cli/fast.py); the click group is gpuhc/cli/group.py, ``cli`` here.
 """
 
 from __future__ import annotations
-
-import importlib
-
-import click
 
 from gpuhc import __version__
 
@@ -38,35 +36,24 @@ COMMANDS = {
 }
 
 
-class LazyGroup(click.Group):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
-
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        target = COMMANDS.get(name)
-        if target is None:
-            return None
-        module, attr = target.split(":")
-        return getattr(importlib.import_module(module), attr)
-
-
-@click.group(cls=LazyGroup, context_settings=CONTEXT)
-@click.option("--version", is_flag=True, expose_value=False, is_eager=True, help="Show the version and build, then exit.",
-              callback=lambda ctx, _p, v: v and (click.echo(version_text()), ctx.exit()))
-def cli() -> None:
-    """GPU node health checks for Slurm clusters.
-
-    Exit codes: 0 healthy, 1 unhealthy, 2 usage or config error, 3 gpuhc could not judge
-    (a source timed out, or gpuhc itself broke: never a reason to drain), 4 circuit breaker
-    open (a drain was withheld).
-    """
-
-
 def version_text() -> str:
     """``gpuhc --version``: the release and the build (the commit it was built from)."""
     from gpuhc import build
 
     return f"gpuhc {__version__} ({build()})"
+
+
+def click_group():
+    """The click group (gpuhc/cli/group.py)."""
+    from gpuhc.cli.group import cli
+
+    return cli
+
+
+def __getattr__(name: str):
+    if name == "cli":  # `from gpuhc.cli import cli`: the group, click imported then
+        return click_group()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # Commands that run every few minutes or before every job, and leave nothing for the
@@ -82,13 +69,15 @@ def main() -> None:
 
     mark("cli")
     start(sys.argv[1:])  # the live NVML read runs beside the rest of the start-up (see that module)
+    from gpuhc.cli.fast import run_fast
     from gpuhc.errors import run_cli
 
     if not (sys.argv[1:2] and sys.argv[1] in QUICK_EXIT):
-        run_cli(cli)
+        run_cli(click_group())
         return
     try:
-        run_cli(cli)  # always ends in SystemExit
+        run_fast(sys.argv[1], sys.argv[2:])  # returns only where click must read the command line
+        run_cli(click_group())  # always ends in SystemExit
     except SystemExit as e:
         quick_exit(e.code)
     quick_exit(0)

@@ -9,8 +9,6 @@ import click
 
 from gpuhc.cli import CONTEXT
 from gpuhc.cli.common import (
-    MAX_WAIT_S,
-    Seconds,
     SourceArgs,
     node_name,
     replay_scope,
@@ -18,6 +16,8 @@ from gpuhc.cli.common import (
     source_options,
     write_output,
 )
+from gpuhc.cli.params import Seconds
+from gpuhc.limits import MAX_WAIT_S
 from gpuhc.logtext import escape
 
 

@@ -1,46 +1,34 @@
-"""`gpuhc check` (judge this node, or a recording of one) and `gpuhc snapshot` (record it)."""
+"""`gpuhc check` (judge this node, or a recording of one) and `gpuhc snapshot` (record it).
+
+`check`'s body is gpuhc/cli/check_run.py, which the node's own runs reach without click.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import replace
 
 import click
 
-from gpuhc.checks.base import STAGES
 from gpuhc.cli import CONTEXT
+from gpuhc.cli.check_run import OPTIONS, run_check
 from gpuhc.cli.common import (
-    MAX_GPU_INDEX,
-    MAX_WAIT_S,
-    Seconds,
     SourceArgs,
-    demo_scenario_path,
     load,
     node_name,
-    parse_gpu_list,
     recorded_host,
-    replay_scope,
-    run_options_from,
     source_options,
     source_spec,
     write_output,
 )
+from gpuhc.cli.options import click_options
+from gpuhc.cli.params import Seconds
+from gpuhc.limits import MAX_WAIT_S
 from gpuhc.logtext import escape
 
 
 @click.command(context_settings=CONTEXT)
-@click.option("--stage", type=click.Choice(STAGES), default="passive", show_default=True, help="Which checks to run.")
-@click.option("--demo", is_flag=True, help="Judge the bundled demo node (8x H100) instead of this machine.")
-@click.option("--gpus", "gpu_list", help="Only these GPUs as Slurm numbers them (its SLURM_JOB_GPUS indices, MIG slices "
-              f"included, e.g. 0,1 or 0-3; or MIG/GPU UUIDs), mapped through gres.conf; -v says what they map to "
-              f"(default: all; at most {MAX_GPU_INDEX}).")
-@click.option("--only", multiple=True, help="Run only this check id (repeatable).")
-@click.option("-v", "--verbose", is_flag=True, help="Show passing and n/a results too.")
-@click.option("--timings", is_flag=True, help="Also show what each source and each check cost, in wall-clock ms "
-              "(with --json: the report's 'timings'); docs/checks.md lists typical costs.")
-@click.option("--publish", "publish_replay", is_flag=True,
-              help="Also write a replay to the configured event log and Prometheus textfile (a live run always does).")
+@click_options(OPTIONS)
 @source_options
 def check(src: SourceArgs, stage: str, demo: bool, gpu_list: str | None, only: tuple[str, ...], verbose: bool,
           timings: bool, publish_replay: bool) -> None:
@@ -53,77 +41,7 @@ def check(src: SourceArgs, stage: str, demo: bool, gpu_list: str | None, only: t
     named after the recording's host, judged with a fresh temporary state (unless --state-dir),
     and not written to the event log or textfile (unless --publish).
     """
-    from gpuhc.output import publish, render_report
-    from gpuhc.runner import run_stage
-
-    if demo:
-        src = replace(src, nvml_scenario=src.nvml_scenario or demo_scenario_path())
-        click.echo(f"demo: judging the bundled demo node ({os.path.basename(src.nvml_scenario)}), not this machine", err=True)
-    with _read_once(src), replay_scope(src) as (src, replay):
-        opts = run_options_from(src, stage)
-        if gpu_list:
-            _slurm_gpus(opts, gpu_list, verbose)
-        opts.only = tuple(only)
-        if opts.only:
-            _check_only(opts.only, stage)
-        # Active checks say what runs: a spinner on a terminal, plain lines on stderr otherwise
-        # (stdout stays clean for --json).
-        opts.progress = True
-        opts.timings = timings
-        report = run_stage(opts)
-        report.replay = replay
-        try:
-            render_report(report, json_mode=src.json_mode, verbose=verbose, config=opts.config)
-            if report.timings is not None and not src.json_mode:
-                from gpuhc.runtimings import timing_lines
-
-                sys.stdout.write("".join(line + "\n" for line in timing_lines(report.timings)))
-        except BrokenPipeError:
-            # `gpuhc check | head`: the reader left early. The verdict (exit code, event log,
-            # metrics) still stands; click would otherwise turn this into exit 1, "unhealthy".
-            _drop_stdout()
-        if not replay or publish_replay:
-            for problem in publish(report, opts.config):
-                click.echo(f"gpuhc: warning: {escape(problem)}", err=True)
-    from gpuhc.phases import mark
-
-    mark("written")
-    finish(report.exit_code, hard=bool(report.timed_out))
-
-
-def _read_once(src: SourceArgs):
-    """A replayed recording is read once for its node's name and its readings
-    (gpuhc/sources/scenario.py ``loaded_once``); a live run imports nothing for it."""
-    if not src.nvml_scenario:
-        from contextlib import nullcontext
-
-        return nullcontext()
-    from gpuhc.sources.scenario import loaded_once
-
-    return loaded_once()
-
-
-def _slurm_gpus(opts, text: str, verbose: bool) -> None:
-    """Point the run at the GPUs Slurm would give by these names (gpuhc/slurm/jobs/gpus.py)."""
-    from gpuhc.gres_conf import GpuMapError
-    from gpuhc.slurm.jobs.gpus import job_devices, node_devices
-
-    ids = [t.strip() for t in text.split(",") if t.strip()]
-    if ids and all(t.startswith(("MIG-", "GPU-")) for t in ids):
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(ids)}
-    else:
-        env = {"SLURM_JOB_GPUS": ",".join(map(str, parse_gpu_list(text) or []))}
-    env.update({k: v for k, v in os.environ.items() if k == "SLURM_CONF"})
-    try:
-        job, where = job_devices(opts, opts.hostname or "", env)
-        _, source = node_devices(opts, opts.hostname or "", env)
-    except GpuMapError as e:  # said for the person who typed --gpus, not as the prolog's environment
-        raise click.BadParameter(escape(getattr(e, "reason", str(e))), param_hint="--gpus") from None
-    opts.job, opts.gpus = job, job.gpus if job is not None else None
-    if verbose and job is not None:
-        click.echo(f"--gpus {escape(text)}: mapped through {escape(source)}", err=True)
-        for m in job.devices:
-            click.echo(f"  {escape(m.describe())}", err=True)
+    run_check(src, stage, demo, gpu_list, only, verbose, timings, publish_replay)
 
 
 def _record_gres(snap, config, src) -> None:
@@ -142,33 +60,6 @@ def _record_gres(snap, config, src) -> None:
         snap.gres = record(config.section("node").get("gres_conf"), os.environ, minors)
     except GpuMapError as e:
         click.echo(f"gpuhc: warning: gres.conf not recorded: {escape(str(e))}", err=True)
-
-
-def _check_only(only: tuple[str, ...], stage: str) -> None:
-    """A mistyped --only would run nothing and report a healthy node."""
-    from gpuhc.checks import checks_for_stage
-
-    known = [c.id for c in checks_for_stage(stage)]
-    unknown = [c for c in only if c not in known]
-    if unknown:
-        raise click.BadParameter(f"no check {', '.join(map(repr, unknown))} in stage {stage} "
-                                 f"(known: {', '.join(known)})", param_hint="--only")
-
-
-def _drop_stdout() -> None:
-    """Point stdout at /dev/null so nothing later (the exit flush) writes to the closed pipe."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-
-
-def finish(code: int, hard: bool = False) -> None:
-    """Exit; after a timeout a reader thread may be stuck in C code, so do not wait for it."""
-    if hard:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
 
 
 @click.command(context_settings=CONTEXT)

@@ -9,11 +9,9 @@ from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Iterator
 
-import click
-
 from gpuhc.config import Config, load_config
-from gpuhc.cli.params import Number, Seconds  # noqa: F401  (re-exported: the commands take them from here)
-from gpuhc.limits import MAX_GPUS, MAX_WAIT_S  # noqa: F401  (MAX_WAIT_S: re-exported, like Seconds)
+from gpuhc.cli.options import Opt, click_options
+from gpuhc.limits import MAX_GPUS
 from gpuhc.runreport import RunOptions
 from gpuhc.sources import SourceSpec
 from gpuhc.state import default_state_dir
@@ -39,16 +37,20 @@ class SourceArgs:
     json_mode: bool = False
 
 
-_SOURCE_OPTIONS = (
-    click.option("--config", "config_path", type=click.Path(dir_okay=False), help="gpuhc.yaml (default $GPUHC_CONFIG or /etc/gpuhc/gpuhc.yaml)."),
-    click.option("--state-dir", type=click.Path(file_okay=False), help="State directory (default $GPUHC_STATE_DIR or config state_dir)."),
-    click.option("--nvml-scenario", type=click.Path(exists=True, dir_okay=False), help="Replay NVML (and any kernel_log/ib sections) from a scenario YAML."),
-    click.option("--step", type=click.IntRange(min=0), help="Scenario time step (default: advance one step per run)."),
-    click.option("--kernel-log", help="Read the kernel log from FILE (or force 'kmsg' / 'dmesg')."),
-    click.option("--sysfs-root", type=click.Path(file_okay=False), help="Directory standing in for / when reading sysfs."),
-    click.option("--now", help="Judge as if it were this time (epoch seconds or ISO 8601)."),
-    click.option("--node", "hostname", help="Node name (default $SLURMD_NODENAME, then the host name)."),
-    click.option("--json", "json_mode", is_flag=True, help="Print the JSON report instead of a table."),
+# click-free declarations (gpuhc/cli/options.py): the health check's own runs parse them without click
+SOURCE_OPTIONS = (
+    Opt(["--config"], "config_path", "path", "gpuhc.yaml (default $GPUHC_CONFIG or /etc/gpuhc/gpuhc.yaml).",
+        dir_okay=False),
+    Opt(["--state-dir"], "state_dir", "path", "State directory (default $GPUHC_STATE_DIR or config state_dir).",
+        file_okay=False),
+    Opt(["--nvml-scenario"], "nvml_scenario", "path",
+        "Replay NVML (and any kernel_log/ib sections) from a scenario YAML.", exists=True, dir_okay=False),
+    Opt(["--step"], "step", "int", "Scenario time step (default: advance one step per run).", min=0),
+    Opt(["--kernel-log"], "kernel_log", "str", "Read the kernel log from FILE (or force 'kmsg' / 'dmesg')."),
+    Opt(["--sysfs-root"], "sysfs_root", "path", "Directory standing in for / when reading sysfs.", file_okay=False),
+    Opt(["--now"], "now", "str", "Judge as if it were this time (epoch seconds or ISO 8601)."),
+    Opt(["--node"], "hostname", "str", "Node name (default $SLURMD_NODENAME, then the host name)."),
+    Opt(["--json"], "json_mode", "flag", "Print the JSON report instead of a table."),
 )
 _SOURCE_FIELDS = tuple(f.name for f in fields(SourceArgs))
 
@@ -63,9 +65,13 @@ def source_options(fn):
         return fn(src=src, **kw)
 
     command.__click_params__ = list(getattr(fn, "__click_params__", ()))  # not shared with fn
-    for opt in reversed(_SOURCE_OPTIONS):
-        command = opt(command)
-    return command
+    return click_options(SOURCE_OPTIONS)(command)
+
+
+def source_args(params: dict) -> tuple[SourceArgs, dict]:
+    """(the source options of ``params``, the rest): a fast-parsed command line's split."""
+    rest = dict(params)
+    return SourceArgs(**{name: rest.pop(name) for name in _SOURCE_FIELDS}), rest
 
 
 def node_name(explicit: str | None = None) -> str:
@@ -224,6 +230,13 @@ def run_options_from(src: SourceArgs, stage: str, gpus: list[int] | None = None,
     )
 
 
+def bad_parameter(message: str, option: str) -> Exception:
+    """click's usage error for ``option`` (exit 2), click imported only on this error path."""
+    import click
+
+    return click.BadParameter(message, param_hint=option)
+
+
 def parse_gpu_list(text: str | None) -> list[int] | None:
     """'0,1,3' or '0-3' -> [0, 1, 3] (each index at most MAX_GPU_INDEX); None/'' -> None (all GPUs).
     ASCII digits only: str.isdigit() and int() also take other scripts' digits ('\u0663' is 3)."""
@@ -236,16 +249,15 @@ def parse_gpu_list(text: str | None) -> list[int] | None:
             continue
         lo, _, hi = part.partition("-")
         if not part.isascii() or not lo.strip().isdigit() or (hi and not hi.strip().isdigit()) or part.endswith("-"):
-            raise click.BadParameter(f"{part!r} is not a GPU index or range (ASCII digits, e.g. 0,1 or 0-3)",
-                                     param_hint="--gpus")
+            raise bad_parameter(f"{part!r} is not a GPU index or range (ASCII digits, e.g. 0,1 or 0-3)", "--gpus")
         first, last = int(lo), int(hi) if hi else int(lo)
         if last < first:
-            raise click.BadParameter(f"{part!r}: range ends before it starts", param_hint="--gpus")
+            raise bad_parameter(f"{part!r}: range ends before it starts", "--gpus")
         if last > MAX_GPU_INDEX:
-            raise click.BadParameter(f"{part!r}: GPU indices go up to {MAX_GPU_INDEX}", param_hint="--gpus")
+            raise bad_parameter(f"{part!r}: GPU indices go up to {MAX_GPU_INDEX}", "--gpus")
         out.update(range(first, last + 1))
     if not out:
-        raise click.BadParameter(f"{text!r} names no GPU", param_hint="--gpus")
+        raise bad_parameter(f"{text!r} names no GPU", "--gpus")
     return sorted(out)
 
 
