@@ -151,7 +151,7 @@ def _load(directory: str) -> dict[str, tuple]:
 def _store(directory: str, where: str, key: tuple, value: Any) -> None:
     """Add one parse to the memo and write the memo out; any failure leaves it as it was."""
     try:
-        if _contains_foreign(value):
+        if contains_foreign(value):
             return
         blob = marshal.dumps(value)
     except Exception:  # (a RecursionError on a deep document)
@@ -179,14 +179,15 @@ def _store(directory: str, where: str, key: tuple, value: Any) -> None:
 _PLAIN = {str, int, float, bool, type(None), bytes}
 
 
-def _contains_foreign(value: Any) -> bool:
+def contains_foreign(value: Any) -> bool:
     """True for anything a parse could return that marshal would not give back as the same
-    type (a YAML date, a set, a subclass): such files are parsed every time."""
+    type (a YAML date, a set, a subclass): such files are parsed every time (and a replay's
+    state is copied value by value, gpuhc/sources/scenario_state.py)."""
     kind = type(value)
     if kind in _PLAIN:
         return False
     if kind is list or kind is tuple:
-        return any(map(_contains_foreign, value))
+        return any(map(contains_foreign, value))
     if kind is dict:
-        return any(_contains_foreign(k) or _contains_foreign(v) for k, v in value.items())
+        return any(contains_foreign(k) or contains_foreign(v) for k, v in value.items())
     return True

@@ -220,6 +220,32 @@ def _same_text(path: str, text: str) -> bool:
         return False
 
 
+# The base states of the scenarios others extend, by (path, depth): the files read for each (the
+# parent's own parents too) and a copy of the state. A long process replaying recordings that
+# extend the same few (the campaign model: 64 nodes' files, rewritten every run, on the healthy
+# node and the fault scenarios) reads a parent again, and validates and merges it only when its
+# text (or an ancestor's) changed. Only states made without an error are kept.
+_bases: dict[tuple[str, int], tuple[tuple[tuple[str, str], ...], bytes | State]] = {}
+_MAX_BASES = 64
+
+
+def _parent_state(path: str, depth: int, read: list) -> State:
+    """:func:`_load_base`'s state of a parent scenario, from ``_bases`` when every file it was
+    made from reads the same."""
+    kept = _bases.get((path, depth))
+    if kept is not None and all(_same_text(f, text) for f, text in kept[0]):
+        read.extend(kept[0])
+        return State.thaw(kept[1])
+    own: list[tuple[str, str]] = []
+    state, _, _ = _load_base(path, depth, own)
+    read.extend(own)
+    _bases.pop((path, depth), None)
+    while len(_bases) >= _MAX_BASES:
+        _bases.pop(next(iter(_bases)))
+    _bases[(path, depth)] = (tuple(own), state.freeze())
+    return state
+
+
 def _load_base(path: str, depth: int, read: list) -> tuple[State, list[dict], ErrorFn]:
     """The base state of ``path`` (its parent's base with this file applied) and its steps.
 
@@ -269,7 +295,7 @@ def _load_base(path: str, depth: int, read: list) -> tuple[State, list[dict], Er
         parent = os.path.join(os.path.dirname(os.path.abspath(path)), doc["extends"])
         if not os.path.isfile(parent):
             raise err(("extends",), f"no such scenario: {parent}")
-        state, _, _ = _load_base(parent, depth + 1, read)
+        state = _parent_state(parent, depth + 1, read)
     else:
         state = State()
         if "count" not in body:  # a fresh document: as many GPUs as `gpus` names

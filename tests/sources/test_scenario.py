@@ -184,6 +184,38 @@ def test_extends_applies_on_top_of_the_parent_base(tmp_path):
     assert s.steps == 1 and s.nvml.gpus[0].temp_gpu_c is None  # the parent's steps are not inherited
 
 
+def test_a_parent_is_merged_once_per_text_and_what_a_child_adds_stays_the_childs(tmp_path, monkeypatch):
+    """A long process (the campaign model) loads many files that extend the same scenarios: a
+    parent whose files read the same is not parsed, validated and merged again, and an edit to
+    it, or to its own parent, is seen at the next load."""
+    from gpuhc.sources import scenario
+
+    write(tmp_path, BASE + 'gpus: [{pci_bus_id: "0000:18:00.0"}, {pci_bus_id: "0000:2a:00.0"}]\n', name="grand.yaml")
+    write(tmp_path, "extends: grand.yaml\ndefaults: {vbios: P}\n", name="parent.yaml")
+    a = write(tmp_path, "extends: parent.yaml\ngpus: {0: {name: A, nvlinks: [{link: 1, errors: {crc: 9}}]}}\n",
+              name="a.yaml")
+    b = write(tmp_path, "extends: parent.yaml\n", name="b.yaml")
+    parsed, real = [], scenario.load_file_text
+    monkeypatch.setattr(scenario, "load_file_text", lambda text, path: parsed.append(os.path.basename(path))
+                        or real(text, path))
+    monkeypatch.setattr(scenario, "_bases", {})
+    assert load_scenario(a).nvml.gpus[0].name == "A"
+    fresh_b = load_scenario(b)
+    assert parsed == ["a.yaml", "parent.yaml", "grand.yaml", "b.yaml"]
+    assert [(g.name, g.vbios, g.nvlinks[1].errors) for g in fresh_b.nvml.gpus] == \
+        [("NVIDIA H100 80GB HBM3", "P", {"replay": 0})] * 2  # nothing of a.yaml's
+    for _ in range(2):
+        assert load_scenario(a).nvml.gpus[0].nvlinks[1].errors == {"replay": 0, "crc": 9}
+        assert load_scenario(b) == fresh_b
+    assert parsed.count("grand.yaml") == 1 and parsed.count("parent.yaml") == 1
+    write(tmp_path, BASE.replace("H100 80GB HBM3", "H200") + 'gpus: [{pci_bus_id: "0000:18:00.0"}]\n',
+          name="grand.yaml")
+    assert [g.name for g in load_scenario(b).nvml.gpus] == ["NVIDIA H200"] and parsed.count("grand.yaml") == 2
+    write(tmp_path, "extends: grand.yaml\ndefaults: {vbios: P}\ncount: {}\n", name="parent.yaml")
+    with pytest.raises(SourceError, match="parent.yaml"):  # a broken parent is never served from before
+        load_scenario(b)
+
+
 def test_build_sources_uses_every_section_of_a_scenario():
     spec = SourceSpec(nvml_scenario=os.path.join(ROOT, "examples", "scenarios", "ib-flapping.yaml"))
     src = build_sources(spec)
