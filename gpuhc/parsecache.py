@@ -38,6 +38,9 @@ MAX_CACHE_BYTES = 16 << 20
 
 _memo: dict[str, tuple] = {}  # path -> (key, marshalled value)
 _memo_dir: str | None = None  # the directory _memo was read from; None: not read yet
+# What this process stored, and what it did not (_worth_storing), by path: the key of the parse.
+_stored_here: dict[str, tuple] = {}
+_unsettled: dict[str, tuple] = {}
 _stamp: tuple | None = None
 _lock = threading.Lock()  # the readers run in threads; one of them may parse a file one day
 
@@ -71,8 +74,33 @@ def cached(path: str, text: str, kind: str, parse: Callable[[str], Any]) -> Any:
     value = parse(text)
     if len(data) <= MAX_TEXT_BYTES:
         with _lock:
-            _store(directory, where, key, value)
+            if _worth_storing(directory, where, key):
+                _store(directory, where, key, value)
     return value
+
+
+def _worth_storing(directory: str, where: str, key: tuple) -> bool:
+    """Not the parse of a file that changed while this process ran, until it reads the same
+    twice in a row. A long process replaying recordings rewritten before every run (the
+    campaign model: 64 nodes' files, a new time line each run) rewrote the whole memo file at
+    every run, and pushed the files that do not change out of its MAX_ENTRIES; their parses
+    are never used again. A file's first parse in a process is stored, as it always was; its
+    stale entry is dropped (written out with the next parse stored)."""
+    before = _stored_here.get(where)
+    if before is None or before == key or _unsettled.get(where) == key:
+        _unsettled.pop(where, None)
+        _bounded(_stored_here, where, key)
+        return True
+    _bounded(_unsettled, where, key)
+    _load(directory).pop(where, None)
+    return False
+
+
+def _bounded(table: dict[str, tuple], where: str, key: tuple) -> None:
+    table.pop(where, None)
+    table[where] = key
+    while len(table) > 4 * MAX_ENTRIES:  # a process parsing ever new paths: the oldest forgotten
+        table.pop(next(iter(table)))
 
 
 def _code_stamp() -> tuple:
@@ -120,6 +148,7 @@ def _load(directory: str) -> dict[str, tuple]:
     if _memo_dir == directory:
         return _memo
     _memo, _memo_dir = {}, directory
+    _stored_here.clear(), _unsettled.clear()
     path = os.path.join(directory, FILE_NAME)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)

@@ -199,6 +199,31 @@ def test_the_memo_stays_bounded(cache, tmp_path, monkeypatch):
     assert big.calls == 2
 
 
+def test_a_file_rewritten_under_a_long_process_is_not_written_out_at_every_parse(cache, tmp_path, monkeypatch):
+    """The campaign model rewrites each node's recording before every run, in one process: each
+    parse stored rewrote the whole memo file, and pushed the files that do not change out of
+    it. A file that changed under the process is stored again only once it reads the same twice
+    in a row; a file's first parse in a process (the health check's only one) always is."""
+    from gpuhc import fsutil
+
+    writes, real = [], fsutil.write_atomic
+    monkeypatch.setattr(fsutil, "write_atomic", lambda path, data, *a, **k: writes.append(data) or real(path, data, *a, **k))
+    node, config = str(tmp_path / "node.yaml"), str(tmp_path / "gpuhc.yaml")
+    parse = Counting(lambda t: {"text": t})
+    for run in range(4):
+        parsecache.cached(node, f"time: {run}", "k", parse)
+    assert parse.calls == 4 and len(writes) == 1  # the first parse only
+    parsecache.cached(config, "a: 1", "k", parse)
+    assert len(writes) == 2 and list(marshal.loads(writes[-1])) == [config]  # the stale entry dropped
+    for _ in range(2):
+        parsecache.cached(node, "time: 9", "k", parse)
+    assert len(writes) == 3 and parsecache.cached(node, "time: 9", "k", parse) == {"text": "time: 9"}
+    assert parse.calls == 7
+    new_process(monkeypatch)  # the next process: an edited file's first parse is kept at once
+    parsecache.cached(config, "a: 2", "k", parse)
+    assert len(writes) == 4
+
+
 def test_a_healthy_replay_from_the_memo_never_imports_yaml(cache, tmp_path):
     """The point of the memo: the second run of the same files needs no YAML library."""
     cfg = tmp_path / "gpuhc.yaml"
