@@ -63,6 +63,7 @@ class FaultClass:
     # when it arises) hangs until NCCL's watchdog, job after job, until the node leaves service;
     # the fault does not end with its job (unlike ``hang``, a one-off in the job's own software).
     hangs_jobs: bool = False
+    multi_node_only: bool = False  # it hangs (and hurts) only jobs that span nodes: a path between them
 
 
 def _llama(n: float) -> float:
@@ -165,11 +166,19 @@ CLASSES: tuple[FaultClass, ...] = (
     FaultClass("nvlink-hang", EXAMPLES / "healthy-8xh100.yaml", _llama(3), "not in the table (ours)",
                "epilog active checks (p2p FAIL when slow; a time-out, ERROR, when stalled); users' reports",
                reboot_fix=0.5, kills_job=False, hidden=True, active="link", hangs_jobs=True),
+    # A NIC or IB path that stalls without counting errors (docs/sweep.md's case: the ports stay
+    # Active, no counter moves): every multi-node job with the node hangs; a one-node job, on
+    # NVLink only, runs. The node checks cannot see it, nor the epilog (one node's all-reduce);
+    # gpuhc's sweep, off by default, is built for it (ours: 3, as the bad NVLink; repair as an IB
+    # port's: a reboot 0.2, else a person's cable or transceiver).
+    FaultClass("ib-hang", EXAMPLES / "healthy-8xh100.yaml", _llama(3), "not in the table (ours)",
+               "nothing of the node's checks (gpuhc sweep, off by default); users' reports", reboot_fix=0.2,
+               kills_job=False, hidden=True, person="cable", hangs_jobs=True, multi_node_only=True),
 )
 BY_NAME = {c.name: c for c in CLASSES}
 # Drawn beside the table's 419 interruptions, at rates of ours: other users' crashes, and the
 # three faults no recording stood for (the NIC's firmware counts 3 of the NIC row a second time).
-BEYOND_TABLE = ("app-xid-other-users", "nic-firmware", "pcie-downtrain", "nvml-hang", "nvlink-hang")
+BEYOND_TABLE = ("app-xid-other-users", "nic-firmware", "pcie-downtrain", "nvml-hang", "nvlink-hang", "ib-hang")
 # The classes the real campaign (bench/campaign_model/real*.py) can play on a localhost Slurm.
 REAL_CLASSES = ("fallen-off-bus", "ecc-uncorrectable", "row-remap-pending", "nvlink-errors", "nvlink-down",
                 "gsp-timeout", "thermal", "power", "ib-flap", "ib-port-down", "app-xid13-43", "app-xid31")
@@ -231,6 +240,8 @@ def strength(cls: FaultClass, rng: random.Random) -> dict:
         return {"reflap_s": lo * (hi / lo) ** rng.random()}
     if cls.hangs_jobs:
         stall_at = rng.uniform(*STALL_AT_S)
+        if cls.active != "link":
+            return {"stall_at_s": stall_at}
         if rng.random() < LINK_STALL:
             return {"stall_at_s": stall_at, "epilog": "stall"}
         return {"stall_at_s": stall_at, "epilog": "slow", "keep": rng.uniform(*LINK_SLOW)}
@@ -258,6 +269,10 @@ class Fault:
     @property
     def active(self) -> bool:
         return self.end is None
+
+    def hurts(self, size: int) -> bool:
+        """Whether it meets a job of ``size`` nodes (a path between nodes meets no one-node job)."""
+        return size > 1 or not self.cls.multi_node_only
 
     @property
     def changing(self) -> bool:

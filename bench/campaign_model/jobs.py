@@ -124,10 +124,12 @@ class Jobs:
             self.running[name] = j.id
             self.slurm.nodes[name].base = "ALLOCATED"
             for f in self.nodes[name].hardware():
-                self.stats.escapes.append((self.now(), j.id, name, f.cls.name, f.in_job is not None))
+                if f.hurts(j.size):
+                    self.stats.escapes.append((self.now(), j.id, name, f.cls.name, f.in_job is not None))
             self._next_prolog(name, stopped=False)
         # a bad link on one of its nodes: the job's first collective over it stalls
-        link = next((f for name in chosen for f in self.nodes[name].hardware() if f.cls.hangs_jobs), None)
+        link = next((f for name in chosen for f in self.nodes[name].hardware()
+                     if f.cls.hangs_jobs and f.hurts(j.size)), None)
         if link is not None:
             self.at(self.now() + link.strength["stall_at_s"] * self.ts, "stall", j.id, link.id)
         j.end_event = self.at(self.now() + j.duration, "end", j.id)
@@ -163,7 +165,7 @@ class Jobs:
         """A collective hangs with no Xid: every rank waits until NCCL's watchdog ends the job.
         A bad link's every hang after its first is its repeat: what finding it sooner saves."""
         j = self.jobs[jid]
-        if j.hung or j.start is None:
+        if j.hung or j.start is None or not f.hurts(j.size):
             return
         j.hung = True
         self.stats.jobs["hung"] += 1

@@ -219,7 +219,7 @@ def compute(c) -> dict:
         end = j.end if j.end is not None else horizon
         for name in j.nodes:
             for f in by_node[name]:
-                if _sick(f):
+                if _sick(f) and f.hurts(j.size):
                     overlap = min(end, f.end if f.end is not None else horizon) - max(j.start, f.start)
                     if overlap > 0:
                         sick_hours[f.cls.name] += overlap / 3600.0 / c.ts

@@ -172,3 +172,24 @@ def test_a_bad_link_hangs_every_multi_node_job_it_is_part_of(tmp_path, monkeypat
     assert m["gpu_hours_lost"]["by_why"]["hang (repeat, nvlink-hang)"] == pytest.approx(
         5 * 16 * (600 + STALL_AT_S) / 3600, abs=0.2)
     assert [(n, k) for _, n, k, _ in c.stats.human] == [("gpu001", "hang reported by users")]
+
+
+def test_a_stalled_ib_path_hangs_only_multi_node_jobs_and_no_check_of_the_node_sees_it(tmp_path, monkeypatch):
+    # A NIC path that stalls without counting errors: the node's one-node jobs (NVLink only)
+    # run and end; every job that spans it hangs. The shipped epilog passes (its all-reduce is
+    # one node's), so only the users' reports take it out: gpuhc never drains it.
+    link(monkeypatch, "stall")
+    jobs = []
+    for k in range(12):
+        if k % 2:
+            jobs.append((600 + 1800 * k, 2, 1200.0, ("gpu001", f"gpu00{2 + k % 3}"), 1000 + k))
+        else:
+            jobs.append((600 + 1800 * k, 1, 1200.0, ("gpu001",), 1000 + k))
+    c = run(tmp_path, jobs, days=2.0, nodes=4, inject=[(300, "ib-hang", "gpu001", False)])
+    m = compute(c)
+    assert (c.stats.jobs["hung"], c.stats.jobs["done"]) == (6, 6)
+    assert {c.jobs[jid].size for _, _, jid, *_ in c.stats.hangs} == {2}
+    assert m["escapes"]["by_class"] == {"ib-hang": 6}  # the one-node jobs it could not hurt are none
+    assert m["faults_never_drained"] == {"ib-hang": 1} and not [e for e in c.slurm.events if e[2] == "drain"]
+    h = m["hanging_faults"]["ib-hang"]
+    assert (h["hung_jobs"], h["repeat_hangs"], h["out_by"]) == (6, 5, {"person (users' reports)": 1})

@@ -40,11 +40,12 @@ def test_the_new_classes_come_after_every_class_whose_draw_they_must_not_move():
     import random
 
     names = [c.name for c in F.CLASSES]
-    assert names[-4:] == ["nic-firmware", "pcie-downtrain", "nvml-hang", "nvlink-hang"]
-    assert set(F.BEYOND_TABLE) >= set(names[-4:])
+    assert names[-5:] == ["nic-firmware", "pcie-downtrain", "nvml-hang", "nvlink-hang", "ib-hang"]
+    assert set(F.BEYOND_TABLE) >= set(names[-5:])
     assert not F.BY_NAME["pcie-downtrain"].kills_job and F.BY_NAME["nvml-hang"].kills_job
-    # the last class's arrivals are drawn after every other's: without it, the others' are the same
+    # the last classes' arrivals are drawn after every other's: without them, the others' are the same
     nodes = [f"gpu{i:03d}" for i in range(1, 65)]
     every = F.draw(random.Random(7), nodes, 30.0, rate_scale=100.0)
-    before = F.draw(random.Random(7), nodes, 30.0, rate_scale=100.0, classes=tuple(names[:-1]))
-    assert [d for d in every if d[1].name != "nvlink-hang"] == before and len(before) < len(every)
+    for k in (1, 2):
+        before = F.draw(random.Random(7), nodes, 30.0, rate_scale=100.0, classes=tuple(names[:-k]))
+        assert [d for d in every if d[1].name not in names[-k:]] == before and len(before) < len(every)
