@@ -29,6 +29,12 @@ init and reads (beside the rest: the read starts early, gpuhc/nvml_early.py), ju
     python3 bench/bench_check.py [--runs 9] [--json]
     python3 bench/bench_check.py --live [--gpu 0] [--runs 9] [--json]
 
+    python3 bench/bench_check.py --against DIR [--runs 9] [--json]
+
+--against DIR: the replays also run from another gpuhc checkout (say the commit before a change:
+`git worktree add DIR REV`), alternating with this one's, and each is reported as a ratio of
+this checkout's median to that one's (not a target): a change's worth, from the same run.
+
 Exit status 1 when a target is missed: a bench, never a timed assertion in a unit test.
 """
 
@@ -95,8 +101,9 @@ def phases(marks: dict[str, float], spawned: float, ended: float) -> dict[str, f
 
 
 class Command:
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], gpuhc: bool = False):
-        self.name, self.argv, self.env, self.gpuhc = name, argv, env, gpuhc
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], gpuhc: bool = False, cwd: str = ROOT):
+        # cwd: `python -m gpuhc` imports the gpuhc of the directory it starts in (--against)
+        self.name, self.argv, self.env, self.gpuhc, self.cwd = name, argv, env, gpuhc, cwd
         self.times: list[float] = []
         self.cpu: list[float] = []  # user + system seconds of the process: steadier on a shared machine
         self.phases: list[dict[str, float]] = []
@@ -114,7 +121,7 @@ class Command:
         # Popen.wait() with a timeout polls with sleeps of up to 50 ms, which rounds every wall
         # time to that grid (seen on the device: medians 50 ms apart); a plain wait() blocks in
         # waitpid and returns at the exit. A timer kills a run that hangs instead.
-        proc = subprocess.Popen(self.argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(self.argv, env=env, cwd=self.cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         watchdog = threading.Timer(120, proc.kill)
         watchdog.start()
         try:
@@ -146,7 +153,12 @@ def main() -> int:
     ap.add_argument("--live", action="store_true", help="time this GPU node instead of the replay")
     ap.add_argument("--gpu", type=int, default=0, help="live: the prolog's job GPU")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--against", metavar="DIR", help="replay: time the same replays from this other gpuhc checkout too")
     args = ap.parse_args()
+    if args.against is not None:
+        args.against = os.path.abspath(args.against)
+        if args.live or not os.path.isfile(os.path.join(args.against, "gpuhc", "__main__.py")):
+            ap.error(f"--against {args.against}: not a gpuhc checkout (or with --live: replays only)")
 
     tmp = tempfile.mkdtemp(prefix="gpuhc-bench-")
     env = dict(os.environ, GPUHC_STATE_DIR=os.path.join(tmp, "state"))
@@ -161,8 +173,15 @@ def main() -> int:
     # An installed gpuhc has its bytecode compiled by pip; a checkout must not be timed while
     # Python compiles its modules on every run (seen on machines that set
     # PYTHONDONTWRITEBYTECODE): compile once, up front.
-    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "gpuhc"),
-                    os.path.join(ROOT, "bench")], check=False)
+    for tree in (ROOT, args.against):
+        if tree:
+            subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(tree, "gpuhc"),
+                            os.path.join(tree, "bench")], check=False)
+    # The other checkout's own state and parse memo (its memo's stamp is its own code's: sharing
+    # one would have each side parse afresh and rewrite it at every run)
+    against_env = dict(env, GPUHC_STATE_DIR=os.path.join(tmp, "state-against"),
+                       GPUHC_CACHE_DIR=os.path.join(tmp, "cache-against"))
+    os.makedirs(against_env["GPUHC_CACHE_DIR"], mode=0o700)
     empty = os.path.join(tmp, "empty.yaml")
     open(empty, "w").close()
     configs = {"empty config": empty, "shipped config": shipped_config(tmp)}
@@ -178,6 +197,11 @@ def main() -> int:
             name = f"passive replay healthy-8xh100, {label}"
             cmds.append(Command(name, gpuhc + ["--config", cfg, "--nvml-scenario", HEALTHY], env, gpuhc=True))
             targets.append((f"{name} / import pynvml", name, "import pynvml", REPLAY_TARGET))
+            if args.against:  # the same replay (the same files) from the other checkout
+                other = f"{name}, {args.against}"
+                cmds.append(Command(other, gpuhc + ["--config", cfg, "--nvml-scenario", HEALTHY], against_env,
+                                    gpuhc=True, cwd=args.against))
+                targets.append((f"{name} / {other}", name, other, None))
         # what the parse memo is worth (not a target)
         cmds.append(Command("passive replay healthy-8xh100, shipped config, parse memo off",
                             gpuhc + ["--config", configs["shipped config"], "--nvml-scenario", HEALTHY],
