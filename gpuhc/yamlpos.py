@@ -193,10 +193,15 @@ def _build(node: yaml.Node, path: Path, lines: dict[Path, int], filename: str, b
     return _scalar(node, filename)
 
 
+_STR = "tag:yaml.org,2002:str"
+
+
 def _scalar(node: yaml.Node, filename: str) -> Any:
     yaml, constructor, _ = _yaml()
     if not isinstance(node, yaml.ScalarNode):
         raise ConfigError("expected a plain value", filename, node.start_mark.line + 1)
+    if node.tag == _STR:  # what the constructor returns for a string, without its bookkeeping
+        return node.value  # (most of a recording's values: its kernel log lines)
     try:
         return constructor.construct_object(node, deep=True)
     except yaml.YAMLError as e:
