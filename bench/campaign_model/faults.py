@@ -220,6 +220,12 @@ REFLAP_S = (3600.0, 12 * 3600.0)
 # (they time out) with chance LINK_STALL, else it carries data at LINK_SLOW of its peers' rate,
 # uniform (all ours); the link joins LINK_PAIR.
 STALL_AT_S = (30.0, 600.0)
+# A wedged driver (nvml-hang) whose NVML call never returns: in this share the calling thread
+# sleeps uninterruptibly in the driver, so gpuhc's hook cannot end and slurmd kills it at
+# PrologEpilogTimeout, HOOK_TIMEOUT_S in docs/slurm.md's slurm.conf (hook_kill.py); the noise's
+# NVML stalls that outlast a hook are drawn with the same share (ours, to be measured on a device).
+UNINTERRUPTIBLE = 0.5
+HOOK_TIMEOUT_S = 90.0
 LINK_STALL = 0.6
 LINK_SLOW = (0.3, 0.7)
 LINK_PAIR = ("gpu2", "gpu3")
@@ -238,6 +244,8 @@ def strength(cls: FaultClass, rng: random.Random) -> dict:
     if cls.builds_s:
         lo, hi = REFLAP_S
         return {"reflap_s": lo * (hi / lo) ** rng.random()}
+    if cls.name == "nvml-hang":
+        return {"uninterruptible": rng.random() < UNINTERRUPTIBLE}
     if cls.hangs_jobs:
         stall_at = rng.uniform(*STALL_AT_S)
         if cls.active != "link":

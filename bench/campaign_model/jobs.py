@@ -105,12 +105,13 @@ class Jobs:
         for name in chosen:
             self.preempt_canary(name)  # a canary job gives way at once (docs/canary.md, preemption)
             self._next_prolog(name, stopped=None)
-            if not self._attention(name, "prolog"):
-                continue
-            mark = len(self.slurm.events)
-            out = self._gpuhc(name, "prolog", env)
-            self._after(mark)
-            if out.exit_code != 0 and not self.never_fail:
+            bad = False
+            if self._attention(name, "prolog"):  # skipped: the same verdict (sim.py), the hook runs all the same
+                mark = len(self.slurm.events)
+                out = self._gpuhc(name, "prolog", env)
+                self._after(mark)
+                bad = out.exit_code != 0 and not self.never_fail
+            if self.hook_killed(name, "prolog") or bad:  # slurmd killed it: a failure, whatever gpuhc judged
                 failed = True
                 self.stats.prolog_stops.append((self.now(), name))
                 self._next_prolog(name, stopped=True)
@@ -239,6 +240,7 @@ class Jobs:
             mark = len(self.slurm.events)
             self._gpuhc(name, "epilog", env)
             self._after(mark)
+        self.hook_killed(name, "epilog")
         for f in app:  # the job that made it is gone; its Xid lines stay in the kernel log
             self._repair(node, f, "job ended")
         self.canary_epilog_slice(name)  # the site's epilog: `gpuhc canary run --epilog --if-due`

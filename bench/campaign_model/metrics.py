@@ -114,16 +114,20 @@ def _h(v: float | None) -> float | None:
     return None if v is None else round(v, 2)
 
 
+def _check_of(reason: str | None) -> str:
+    m = parse_reason(reason)
+    return m.check if m is not None else "other"
+
+
 def out_by(c, name: str, t: float, what: str, reason: str | None) -> str:
     """Who took a node out of service with Slurm event ``what`` at ``t``: gpuhc's check, a person
     (and why: the human action of that moment), Slurm."""
     if what in ("drain", "reboot-asked"):
-        m = parse_reason(reason)
-        return f"gpuhc: {m.check}" if m is not None else "other"
+        return f"gpuhc: {_check_of(reason)}"
     if what == "admin-drain":
         kind = next((k for th, n, k, _ in c.stats.human if n == name and th == t), "admin")
         return "person (users' reports)" if kind == "hang reported by users" else f"person ({kind})"
-    return f"Slurm ({what})"
+    return f"Slurm ({reason or what})"
 
 
 def hanging(c, spells, horizon) -> dict:
@@ -145,7 +149,7 @@ def hanging(c, spells, horizon) -> dict:
             row["out_by"]["already out"] += 1
             continue
         left = next(((t, w, r) for t, n, w, r in c.slurm.events if n == f.node and f.start <= t <= end
-                     and w in ("drain", "reboot-asked", "admin-drain", "down")), None)
+                     and w in ("drain", "reboot-asked", "admin-drain", "down", "slurm-drain")), None)
         if left is None:
             row["out_by"]["never"] += 1
             continue
@@ -170,8 +174,12 @@ def compute(c) -> dict:
         return [f for f in by_node[name] if _sick(f) and f.start <= t and (f.end is None or f.end >= t)]
 
     false_drains = [(t, n, r) for t, n, r in drains if not active_hw(n, t)]
+    # slurmctld's own drains after slurmd killed a hook of gpuhc's (hook_kill.py): of a node with
+    # no fault, a false drain that gpuhc's hook caused; of a sick one, Slurm's catch, not gpuhc's
+    by_slurm = [(t, n, r) for t, n, what, r in c.slurm.events if what == "slurm-drain"]
+    hook_false = [(t, n, r) for t, n, r in by_slurm if not active_hw(n, t)]
     to_drain = defaultdict(list)
-    undrained, already = Counter(), Counter()
+    undrained, already, slurm_caught = Counter(), Counter(), Counter()
     spells = {n: episodes(c.slurm.events, n, horizon) for n in c.names}
     for f in hw:
         if not _sick(f):
@@ -179,6 +187,8 @@ def compute(c) -> dict:
         first = next((t for t, n, _ in drains if n == f.node and t >= f.start and (f.end is None or t <= f.end)), None)
         if any(s <= f.start and (e is None or e > f.start) for s, e, _ in spells[f.node]):
             already[f.cls.name] += 1  # arose on a node gpuhc already held: nothing to drain
+        elif first is None and any(n == f.node and f.start <= t <= (f.end or horizon) for t, n, _ in by_slurm):
+            slurm_caught[f.cls.name] += 1
         elif first is None:
             undrained[f.cls.name] += 1
         else:
@@ -239,9 +249,12 @@ def compute(c) -> dict:
                            "by_why": {k: round(v / 3600.0 / c.ts, 1) for k, v in sorted(c.stats.lost_gpu_s.items())}},
         "in_job_faults": {"total": len(c.stats.in_job),
                           "outcome": dict(Counter(o or "no next job yet" for _, _, o in c.stats.in_job))},
-        "false_drains": {"total": len(false_drains), "nodes": [f"{n}: {r}" for _, n, r in false_drains][:20]},
+        "false_drains": {"total": len(false_drains) + len(hook_false), "slurm_hook_killed": len(hook_false),
+                         "by_check": dict(Counter(_check_of(r) for _, _, r in false_drains)),
+                         "nodes": [f"{n}: {r}" for _, n, r in sorted(false_drains + hook_false)][:20]},
         "fault_to_drain": {cls: _minutes(v) for cls, v in sorted(to_drain.items())},
         "faults_never_drained": dict(undrained),
+        "faults_drained_by_slurm": dict(slurm_caught),  # a hook killed at slurmd's timeout: "Prolog error"
         "faults_on_nodes_already_out": dict(already),
         "sick_spells": {"total": sick_spells, "back_or_retired_within_60_min": within,
                         "share": round(within / sick_spells, 3) if sick_spells else None},

@@ -149,6 +149,6 @@ class People:
 
     def _out_since(self, name: str) -> float:
         for t, n, what, _ in reversed(self.slurm.events):
-            if n == name and what in ("drain", "reboot-asked"):
+            if n == name and what in ("drain", "reboot-asked", "slurm-drain"):
                 return t
         return 0.0

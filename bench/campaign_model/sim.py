@@ -36,6 +36,7 @@ from . import log_shapes
 from . import noise as N
 from .active_gpu import stand_in
 from .canary import Canary
+from .hook_kill import HookKills
 from .jobs import Jobs
 from .node import HC_INTERVAL_S, ONE_FLAP, T0, Node, _epoch, restamp  # noqa: F401 (T0, HC_INTERVAL_S: tests import them here)
 from .noise_events import NoiseEvents
@@ -63,7 +64,7 @@ class Stats:
     hangs: list = field(default_factory=list)  # (time, fault id, job id, uid, nodes): a job hung (jobs.hang)
 
 
-class Campaign(Jobs, People, NoiseEvents, Repairs, Settling, Canary):
+class Campaign(Jobs, People, NoiseEvents, Repairs, Settling, Canary, HookKills):
     def __init__(self, config, workdir: Path, nodes: int = 64, gpus: int = 8, days: float = 30.0, seed: int = 1,
                  rate_scale: float = 1.0, reset_s: float = 60.0, reboot_s: float = 600.0, load: float = 0.8,
                  inject: list | None = None, jobs: list | None = None, time_scale: float = 1.0,
@@ -116,6 +117,7 @@ class Campaign(Jobs, People, NoiseEvents, Repairs, Settling, Canary):
         self.last_verdict = "pass"
         self.memo: dict = {}  # observe: the inputs of a node's last run of a stage -> (when, its RPCs, outcome)
         self.init_jobs()
+        self.init_hook_kills()
         self.init_canary(canary)  # gpuhc's known-answer canary on idle nodes and in epilogs (canary.py)
 
     # ------------------------------------------------------------------ clock and events
@@ -390,6 +392,7 @@ class Campaign(Jobs, People, NoiseEvents, Repairs, Settling, Canary):
         mark = len(self.slurm.events)
         self._gpuhc(name, "passive")
         self._after(mark)
+        self.hook_killed(name, "passive")
         self._watch(name)
         self.schedule()
 

@@ -135,6 +135,17 @@ class ModelSlurm:
         r.reason, r.reason_time = reason, self.clock()
         self.events.append((self.clock(), name, "admin-drain" if was else "admin-reason", reason))
 
+    def slurm_drain(self, name: str, reason: str) -> bool:
+        """slurmctld's own drain after a prolog or epilog failed ("Prolog error"): only of a node
+        not drained or down already (src/slurmctld/node_mgr.c); whether it drained."""
+        r = self.nodes[name]
+        if not r.in_service:
+            return False
+        r.flags.add("DRAIN")
+        r.reason, r.reason_time = reason, self.clock()
+        self.events.append((self.clock(), name, "slurm-drain", reason))
+        return True
+
     def set_down(self, name: str, reason: str) -> None:
         """slurmctld's own: a node that stopped answering is DOWN with Slurm's reason."""
         r = self.nodes[name]

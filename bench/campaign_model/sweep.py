@@ -28,6 +28,8 @@ def seed_record(doc: dict) -> dict:
         "gpu_hours_lost": doc["gpu_hours_lost"]["total"], "gpu_hours_lost_by_why": doc["gpu_hours_lost"]["by_why"],
         "undetected": sum(undetected.values()), "undetected_by_class": undetected,
         "false_drains": doc["false_drains"]["total"], "false_drain_reasons": doc["false_drains"]["nodes"][:5],
+        "false_drains_by_killed_hooks": doc["false_drains"]["slurm_hook_killed"],
+        "faults_drained_by_slurm": doc["faults_drained_by_slurm"],
         "sick_spells": doc["sick_spells"]["total"], "back_within_60": doc["sick_spells"]["back_or_retired_within_60_min"],
         "retired": len(doc["retirement"]["retired"]), "lemon_nodes": len(doc["retirement"]["lemon_nodes"]),
         "false_retirements": doc["retirement"]["false_retirements"],
@@ -140,7 +142,7 @@ def aggregate(records: list[dict], meta: dict) -> dict:
         "job_starts", "hardware_faults", "escapes", "escapes_per_1000_job_starts", "sick_job_node_hours",
         "gpu_hours_lost", "undetected", "false_drains", "false_retirements", "human_actions", "rmas",
         "node_hours_out", "slurm_rpcs_per_hour", "admin_drains_undone_by_gpuhc", "real_runs", "wall_s",
-        "hung_by_bad_links", "repeat_hangs", *SDC_DIST) if all(k in r for r in rs)}
+        "hung_by_bad_links", "repeat_hangs", "false_drains_by_killed_hooks", *SDC_DIST) if all(k in r for r in rs)}
     spells = sum(r["sick_spells"] for r in rs)
     within = sum(r["back_within_60"] for r in rs)
     retire_h = sorted(h for r in rs for h in r["time_to_retire_h"])
@@ -168,6 +170,7 @@ def aggregate(records: list[dict], meta: dict) -> dict:
                        "human_by_kind": _sum_by(rs, "human_by_kind"),
                        "sdc_caught_by": _sum_by(rs, "sdc_caught_by"),
                        "hang_out_by": _sum_by(rs, "hang_out_by"),
+                       "faults_drained_by_slurm": _sum_by(rs, "faults_drained_by_slurm"),
                        "sdc_hours_to_catch": _hours(rs),
                        "switch_node_faults": sum(r["switch_node_faults"] for r in rs),
                        "switch_drained": sum(r["switch_drained"] for r in rs)},
