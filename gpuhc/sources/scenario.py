@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import os
-import pickle
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -44,6 +43,12 @@ from gpuhc.sources.snapshot_build import (
 from gpuhc.sources.snapshot_validate import ErrorFn
 from gpuhc.yamlpos import line_of, load_file_text, read_text
 
+try:  # the C pickler that pickle.py hands out; importing pickle.py itself costs a replay ~1.5 ms
+    from _pickle import dumps as _dumps, loads as _loads
+except ImportError:  # (an interpreter without it)
+    from pickle import dumps as _dumps, loads as _loads
+_PROTOCOL = 5  # pickle.HIGHEST_PROTOCOL of every Python gpuhc supports
+
 _MAX_EXTENDS = 8  # a chain longer than this is a loop
 
 
@@ -56,10 +61,10 @@ def _fresh(value: Any) -> Any:
     if value is None:
         return None
     try:
-        blob = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+        blob = _dumps(value, _PROTOCOL)
     except Exception:  # (a local class, a function: no model type holds one)
         return copy.deepcopy(value)
-    return pickle.loads(blob)
+    return _loads(blob)
 
 
 # The replay's sources are plain classes: see gpuhc/sources/__init__.py (_Sliced). Each says
