@@ -141,25 +141,29 @@ def hanging(c, spells, horizon) -> dict:
         first.setdefault(fid, t)
     out: dict = {}
     for f in (f for f in c.faults if f.cls.hangs_jobs):
-        row = out.setdefault(f.cls.name, {"faults": 0, "hung": [], "hours": [], "out_by": Counter()})
+        row = out.setdefault(f.cls.name, {"faults": 0, "hung": [], "hours": [], "out_by": Counter(), "per": []})
         end = f.end if f.end is not None else horizon
         row["faults"] += 1
         row["hung"].append(hung[f.id])
-        if any(s <= f.start and (e is None or e > f.start) for s, e, _ in spells[f.node]):
-            row["out_by"]["already out"] += 1
-            continue
         left = next(((t, w, r) for t, n, w, r in c.slurm.events if n == f.node and f.start <= t <= end
                      and w in ("drain", "reboot-asked", "admin-drain", "down", "slurm-drain")), None)
-        if left is None:
-            row["out_by"]["never"] += 1
-            continue
-        row["out_by"][out_by(c, f.node, *left)] += 1
-        row["hours"].append((left[0] - first.get(f.id, f.start)) / 3600.0 / c.ts)
+        if any(s <= f.start and (e is None or e > f.start) for s, e, _ in spells[f.node]):
+            who = "already out"
+        elif left is None:
+            who = "never"
+        else:
+            who = out_by(c, f.node, *left)
+            row["hours"].append((left[0] - first.get(f.id, f.start)) / 3600.0 / c.ts)
+        row["out_by"][who] += 1
+        row["per"].append({"node": f.node, "arose_h": round((f.start - c.samples[0][0]) / 3600.0 / c.ts, 1)
+                           if c.samples else None, "strength": {k: round(v, 2) if isinstance(v, float) else v
+                                                                for k, v in f.strength.items()},
+                           "hung": hung[f.id], "out_by": who})
     return {cls: {"faults": r["faults"], "hung_jobs": sum(r["hung"]),
                   "repeat_hangs": sum(max(0, n - 1) for n in r["hung"]),
                   "hung_per_fault": {"p50": pct(r["hung"], 50), "p90": pct(r["hung"], 90), "max": max(r["hung"])},
                   "hours_to_out": {"n": len(r["hours"]), "p50": _h(pct(r["hours"], 50)), "max": _h(max(r["hours"], default=None))},
-                  "out_by": dict(r["out_by"])} for cls, r in sorted(out.items())}
+                  "out_by": dict(r["out_by"]), "per_fault": r["per"][:50]} for cls, r in sorted(out.items())}
 
 
 def compute(c) -> dict:
