@@ -79,3 +79,16 @@ def test_a_healthy_nodes_nvml_stall_that_ends_within_the_prolog_is_no_drain(tmp_
     c = campaign(tmp_path, [], nodes=1, days=0.2, noise=True, noise_inject=[(JOB_AT - 60, "nvml-timeout-long", "gpu001")],
                  jobs=[(JOB_AT, 1, 1200.0, ("gpu001",))])
     assert not [e for e in c.slurm.events if e[2] == "slurm-drain"] and c.stats.jobs["started"] == 1
+
+
+def test_an_epilog_that_cannot_end_is_slurms_epilog_error(tmp_path, monkeypatch):
+    # The driver wedges under a running job, which ends with it; the job's epilog cannot end
+    # either, and Slurm drains the node with "Epilog error" at the timeout, before gpuhc's
+    # health checks have seen NVML hung long enough (20 min) to drain it themselves.
+    wedged(monkeypatch, True)
+    c = campaign(tmp_path, [(JOB_AT, "nvml-hang", "gpu001", False)], nodes=1, days=0.2,
+                 jobs=[(300, 1, 3600.0, ("gpu001",))])
+    first = c.slurm.events[0]
+    assert first[1:] == ("gpu001", "slurm-drain", "Epilog error")
+    assert first[0] - T0 == pytest.approx(JOB_AT + F.HOOK_TIMEOUT_S, abs=1)
+    assert compute(c)["faults_drained_by_slurm"] == {"nvml-hang": 1}
