@@ -14,6 +14,15 @@ from gpuhc.model.occupancy import GpuOccupancy, GpuProcess, Occupancy
 from gpuhc.sources.snapshot_validate import EVENT_FIELDS, KERNEL_FIELDS, ErrorFn, check_fields, field_table
 
 GPU_REQUIRED = ("name", "uuid", "pci_bus_id")
+_FLOATS: list[tuple[str, ...]] = []  # the GPU fields that hold floats, once asked for
+
+
+def _gpu_floats() -> tuple[str, ...]:
+    """The GPU fields whose records hold floats, from the field table once, not every field of
+    every GPU at every load of a replay (a campaign model's node is loaded at every run)."""
+    if not _FLOATS:
+        _FLOATS.append(tuple(k for k, (accepted, _) in field_table("GPU_FIELDS").items() if float in accepted))
+    return _FLOATS[0]
 
 
 def mig_from_list(value: list[dict[str, Any]] | None) -> list[MigInstance]:
@@ -54,8 +63,8 @@ def gpu_from_dict(d: dict[str, Any], path: tuple, err: ErrorFn) -> GpuReading:
     kw["mig"] = mig_from_list(d.get("mig"))
     # A recording from before gpuhc read minor numbers: /dev/nvidia<index>, as on most nodes.
     kw.setdefault("minor", kw.get("index"))
-    for k, (accepted, _) in field_table("GPU_FIELDS").items():
-        if float in accepted and isinstance(kw.get(k), int):
+    for k in _gpu_floats():
+        if isinstance(kw.get(k), int):
             kw[k] = float(kw[k])
     links = [NvLinkState(link=e["link"], active=e.get("active"), errors=dict(e.get("errors", {})))
              for e in expand_nvlinks(d.get("nvlinks", []))]
