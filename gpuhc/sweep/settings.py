@@ -20,7 +20,6 @@ fleet only, with looser factors, because CPU timings on shared cores are noisy.
 from __future__ import annotations
 
 import copy
-import shlex
 from typing import Any
 
 from gpuhc.errors import ConfigError
@@ -226,6 +225,8 @@ def validate(section: Any, file: str | None = None, lines: dict | None = None, p
                           "Slurm would remove every probe job", file, _line(lines, where, file), _dotted(where))
     command = merged["job"].get("command")
     if isinstance(command, str):
+        import shlex  # here: every run's config check imports this module, few configs set a command
+
         try:
             if not shlex.split(command):
                 raise ValueError("empty")

@@ -25,7 +25,10 @@ SHIPPED = os.path.join(ROOT, "etc", "gpuhc.yaml")
 # not a terminal is plain text), the YAML parser (the parse memo, gpuhc/parsecache.py, holds
 # every file once read), host lists, the plotting and MPI stacks, CuPy; and click, whose
 # parser a plain command line does without (gpuhc/cli/fast.py).
-HEAVY = ("rich", "yaml", "hostlist", "orjson", "matplotlib", "numpy", "mpi4py", "cupy", "prometheus_client", "click")
+# calendar (and locale with it, which pynvml's subprocess needs only on a live run): about 2 ms
+# of modules for one sum (gpuhc/sources/kernel_log_prefix.py).
+HEAVY = ("rich", "yaml", "hostlist", "orjson", "matplotlib", "numpy", "mpi4py", "cupy", "prometheus_client", "click",
+         "calendar")
 # tempfile (with shutil, random, bz2 and lzma): ~4 ms that gpuhc itself never needs
 # (gpuhc.fsutil has what the health check uses); pynvml imports it (through ctypes.util), so it is
 # held off only where NVML is not read.
