@@ -79,6 +79,17 @@ SIGNALS: tuple[tuple[str, re.Pattern], ...] = (
                                    r"postRxDetLinkMask failed!|knvlinkUpdatePostRxDetectLinkMask_IMPL: Failed to update "
                                    r"Rx Detect Link mask!)\s*$")),
 )
+# Words each signal's grammar cannot match without: a line that holds none of its words is not
+# that signal, and its pattern need not be compiled (most runs see only healthy NVRM lines, and
+# compiling the ten patterns cost each such run about a millisecond; gpuhc/lazyre.py).
+MARKS: dict[str, tuple[str, ...]] = {
+    "gpu_lost": ("GPU lost from the bus",), "rm_init_failed": ("RmInitAdapter failed",),
+    "gsp_rpc_timeouts": ("Back to back GSP RPC timeout",), "marked_for_reset": (" marked for reset",),
+    "reset_required": ("Reset required",), "gsp_crashcat": ("GSP-CrashCat Report",),
+    "gsp_heartbeat": ("eartbeat timed out",), "rc_watchdog": ("RC watchdog: GPU is probably locked!",),
+    "gsp_watchdog": ("GSP task watchdog timeout",),
+    "nvlink_post_rx_detect": ("postRxDetLinkMask failed!", "Failed to update Rx Detect Link mask!"),
+}
 # Driver words of a signal, in a line that is not its grammar: a warning, never a drain.
 SIGNAL_WORDS = lazy(r"postRxDetLinkMask|fallen off the bus")
 
@@ -97,7 +108,7 @@ def is_process_line(msg: str) -> bool:
 def driver_signal(msg: str) -> str | None:
     """The name of the driver signal ``msg`` (one message, stripped) is, else None."""
     for name, rx in SIGNALS:
-        if rx.match(msg):
+        if any(w in msg for w in MARKS[name]) and rx.match(msg):
             return name
     return None
 

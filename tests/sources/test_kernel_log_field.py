@@ -244,3 +244,17 @@ def test_processes_named_like_driver_lines_that_segfault_pass():
     # segfault" failed the node as a GPU fallen off the bus, and a root-written record too.
     out = _judge("kmsg_segfault_named_like_nvrm_and_user_records_this_host.log")
     assert [r.status for r in out.results] == [Status.PASS]
+
+
+def test_each_signal_has_words_its_grammar_cannot_match_without():
+    # The words stand before the pattern (kernel_log_grammar.MARKS): a word the pattern does not
+    # require would make a real signal pass unseen; each word must be a literal of its pattern
+    # (kept whole by the regex: no escapes inside it), and the real lines above still name their
+    # signals through both.
+    from gpuhc.sources.kernel_log_grammar import MARKS
+
+    assert sorted(MARKS) == sorted(name for name, _ in SIGNALS)
+    for name, rx in SIGNALS:
+        for word in MARKS[name]:
+            assert word in rx.pattern, (name, word)
+        assert all(not any(c in w for c in "\\[]().*+?{}|^$") for w in MARKS[name]), name
