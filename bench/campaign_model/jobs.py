@@ -176,6 +176,9 @@ class Jobs:
         self.stats.lost_gpu_s[why] += F.NCCL_TIMEOUT_S * self.ts * j.size * self.gpus
         self.at(self.now() + F.NCCL_TIMEOUT_S * self.ts, "watchdog", jid, f.id, repeat)
         self.users_report(j)
+        for name in j.nodes:  # what its GPUs do changed: the health check reads it at its next slot
+            self.nodes[name].version += 1
+            self._watch(name)
 
     def _on_watchdog(self, jid: int, fid: int, repeat: bool = False) -> None:
         f = self.faults[fid]
@@ -202,6 +205,8 @@ class Jobs:
                 min(max(ran, 0.0), CHECKPOINT_S * self.ts) * j.size * self.gpus)
         for name in j.nodes:
             self.running.pop(name, None)
+            if j.hung:
+                self.nodes[name].version += 1  # its GPUs no longer wait in the hang
             row = self.slurm.nodes[name]
             row.base = "IDLE" if row.base == "ALLOCATED" else row.base
             node = self.nodes[name]

@@ -280,6 +280,7 @@ def compute(c) -> dict:
         "slurm_rpcs": dict(c.slurm.rpcs),
         "silent_corruption": silent_corruption(c, drains, spells, horizon),
         "hanging_faults": hanging(c, spells, horizon),
+        "jobs_check_on_hangs": dict(c.stats.hang_views),  # health checks' verdicts on a hung job
         "faults": dict(Counter(f.cls.name for f in c.faults)),
         "lemons": len(lemons),
         "noise": dict(c.stats.noise),

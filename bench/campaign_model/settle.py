@@ -15,6 +15,7 @@ from gpuhc.slurm.policy.reason import parse_reason
 
 from . import noise as N
 from .host_noise import host_at
+from .job_activity import stalled
 from .node import HC_INTERVAL_S, T0, Node, _epoch
 
 # Observe mode: a run with the inputs of the node's last run of its stage is re-run this often,
@@ -129,6 +130,9 @@ class Settling:
         for f in node.hardware():
             if f.cls.grows:
                 patch = N.merge(patch, f.link_counters(self.now(), node.boot, HC_INTERVAL_S * self.ts))
+        jid = self.running.get(name)
+        if jid is not None and self.jobs[jid].hung:  # every rank waits in the hung collective
+            patch["activity"] = stalled(self.jobs[jid], self.gpus)
         patch["host"] = host_at([ep for ep in node.noise if ep[1].host], node.sticky.get("host"), self.now(), self.ts)
         return patch
 

@@ -37,6 +37,7 @@ from . import noise as N
 from .active_gpu import stand_in
 from .canary import Canary
 from .hook_kill import HookKills
+from .job_activity import hang_views
 from .jobs import Jobs
 from .node import HC_INTERVAL_S, ONE_FLAP, T0, Node, _epoch, restamp  # noqa: F401 (T0, HC_INTERVAL_S: tests import them here)
 from .noise_events import NoiseEvents
@@ -62,6 +63,7 @@ class Stats:
     admin_undone: list = field(default_factory=list)  # (time, node): gpuhc resumed an admin's hold
     prolog_stops: list = field(default_factory=list)  # (time, node): its prolog failed, Slurm requeued the job
     hangs: list = field(default_factory=list)  # (time, fault id, job id, uid, nodes): a job hung (jobs.hang)
+    hang_views: dict = field(default_factory=Counter)  # the jobs check's verdicts on a hang (job_activity)
 
 
 class Campaign(Jobs, People, NoiseEvents, Repairs, Settling, Canary, HookKills):
@@ -194,6 +196,7 @@ class Campaign(Jobs, People, NoiseEvents, Repairs, Settling, Canary, HookKills):
         self.stats.runs["real"] += 1
         report = real(opts)
         self.last_verdict = verdict_of(report.results).value
+        self.stats.hang_views.update(hang_views(report.results))
         node = self.current
         for f in node.faults if node is not None else ():
             if f.runs_left:

@@ -193,3 +193,16 @@ def test_a_stalled_ib_path_hangs_only_multi_node_jobs_and_no_check_of_the_node_s
     assert m["faults_never_drained"] == {"ib-hang": 1} and not [e for e in c.slurm.events if e[2] == "drain"]
     h = m["hanging_faults"]["ib-hang"]
     assert (h["hung_jobs"], h["repeat_hangs"], h["out_by"]) == (6, 5, {"person (users' reports)": 1})
+
+
+def test_the_jobs_check_reads_a_stall_and_says_every_rank_waits(tmp_path, monkeypatch):
+    # While a job hangs, its node's health check reads every GPU spinning in the collective (a
+    # real hang's samples, job_activity.py): gpuhc's jobs check calls it a hang at both slots
+    # before the watchdog, and names no culprit GPU, since none is idle. Its repeat-culprit
+    # rule, which counts named culprits only, can never count a bad link's all-spin hangs.
+    link(monkeypatch, "stall")
+    c = run(tmp_path, every_half_hour(3), NO_ACTIVE, days=0.1)
+    m = compute(c)
+    assert c.stats.jobs["hung"] == 3
+    assert m["jobs_check_on_hangs"] == {"warn, culprit none named": 6}
+    assert not c.slurm.events
