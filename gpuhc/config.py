@@ -17,6 +17,7 @@ from typing import Any
 from gpuhc import config_hosts
 from gpuhc.config_hosts import expand, host_matches  # noqa: F401 - re-exported: callers import them from here
 from gpuhc.errors import ConfigError, ConfigErrors
+from gpuhc.model.record import Record
 from gpuhc.schema import Key, deep_merge, defaults, did_you_mean
 from gpuhc.yamlpos import line_of, load_file_text, read_text
 
@@ -93,8 +94,8 @@ _CHECK_KEYS = {
 }
 
 
-@dataclass
-class Config:
+@dataclass(eq=False, repr=False)
+class Config(Record):
     """A validated gpuhc.yaml, this host's overrides applied, with the line of every key."""
 
     data: dict[str, Any]

@@ -23,11 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuhc.model.record import FrozenRecord
 from gpuhc.model.result import Action
 
 
-@dataclass(frozen=True)
-class Hold:
+@dataclass(frozen=True, eq=False, repr=False)
+class Hold(FrozenRecord):
     """How long evidence must stay before it drains: ``runs`` consecutive runs that saw it,
     spanning at least ``span_s`` from the first of them."""
 
@@ -73,8 +74,8 @@ HOLDS: dict[str, Hold] = {
     "link": Hold(2, 0.0, "two epilogs in a row: a one-off hiccup passes, a stalled link stays", 7 * 86400.0),
 }
 
-@dataclass(frozen=True)
-class Evidence:
+@dataclass(frozen=True, eq=False, repr=False)
+class Evidence(FrozenRecord):
     """One class of evidence and what it buys (the columns of the table in docs/checks.md)."""
 
     id: str

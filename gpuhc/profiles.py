@@ -34,6 +34,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from gpuhc.errors import ConfigError
+from gpuhc.model.record import FrozenRecord
 from gpuhc.yamlpos import line_of, load_file_text
 
 if TYPE_CHECKING:
@@ -45,8 +46,8 @@ _TOP_KEYS = ("name", "description", "match", "exclude", "thresholds", "sweep")
 _SCALARS = (int, float, str, bool, type(None))
 
 
-@dataclass(frozen=True)
-class Profile:
+@dataclass(frozen=True, eq=False, repr=False)
+class Profile(FrozenRecord):
     """One GPU model's thresholds, as read from its profile file."""
 
     name: str

@@ -21,6 +21,7 @@ from typing import Any
 
 from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, Context, Declared
 from gpuhc.config import Config
+from gpuhc.model.record import FrozenRecord
 from gpuhc.model.result import Result, Status
 from gpuhc.model.snapshot import Snapshot
 from gpuhc.phases import mark
@@ -41,8 +42,8 @@ def hostname_of(opts: RunOptions) -> str:
     return opts.hostname or os.uname().nodename.split(".")[0]
 
 
-@dataclass(frozen=True)
-class Effective:
+@dataclass(frozen=True, eq=False, repr=False)
+class Effective(FrozenRecord):
     """One check's settings for this run, resolved once from the config: ``checks.<id>`` and
     the core keys the check declares it reads (``Check.from_config``)."""
 

@@ -11,13 +11,14 @@ from typing import Any
 
 from gpuhc.config import Config
 from gpuhc.errors import EXIT_INTERNAL, EXIT_OK, EXIT_UNHEALTHY
+from gpuhc.model.record import Record
 from gpuhc.model.result import Result, Status
 from gpuhc.model.snapshot import Snapshot
 from gpuhc.sources import SourceSpec
 
 
-@dataclass
-class RunOptions:
+@dataclass(eq=False, repr=False)
+class RunOptions(Record):
     """What one run of a stage is asked to do."""
 
     stage: str
@@ -43,8 +44,8 @@ class RunOptions:
     config_problem: Any = None
 
 
-@dataclass
-class RunReport:
+@dataclass(eq=False, repr=False)
+class RunReport(Record):
     """What one run found: the results, and what it could not judge."""
 
     node: str

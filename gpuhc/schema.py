@@ -14,9 +14,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from gpuhc.model.record import FrozenRecord
 
-@dataclass(frozen=True)
-class Key:
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Key(FrozenRecord):
+    """One config key: its type, default, bounds and what it is for."""
+
     type: type | tuple[type, ...]  # int, float, str, bool, list, dict (free-form mapping)
     default: Any
     help: str = ""

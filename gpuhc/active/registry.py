@@ -21,13 +21,17 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from gpuhc.model.record import FrozenRecord
+
 DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp64")  # the burn-in's GEMMs, gpuhc/active/gemm_types.py
 MEMTEST_PATTERNS = ["address", "inverse-address", "walking-ones", "walking-zeros", "random", "checkerboard"]
 STAGES = ("epilog", "bootstrap")
 
 
-@dataclass(frozen=True)
-class WorkerTask:
+@dataclass(frozen=True, eq=False, repr=False)
+class WorkerTask(FrozenRecord):
+    """One task the GPU worker runs: its module, parameters and healthy time."""
+
     name: str
     module: str  # holds ``measure(params, devices)``, run in the worker process
     # (the `active` section, the stage's sub-section) -> the task's parameters
@@ -46,8 +50,10 @@ class WorkerTask:
 Judge = Callable[[dict[str, Any], dict[str, Any], Any], list]
 
 
-@dataclass(frozen=True)
-class ActiveCheck:
+@dataclass(frozen=True, eq=False, repr=False)
+class ActiveCheck(FrozenRecord):
+    """One active check, declared once: the tasks it reads, its judge and defaults."""
+
     id: str
     tasks: tuple[str, ...]  # worker tasks it reads, inputs first, its own last; () runs none
     judge: Judge | None  # None: the check runs its own program (dcgm), see orchestrate.py

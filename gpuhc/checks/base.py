@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from gpuhc.model.nvml import GpuReading
+from gpuhc.model.record import FrozenRecord, Record
 from gpuhc.model.result import Action, Result, Status
 from gpuhc.model.snapshot import Snapshot
 
@@ -31,8 +32,8 @@ HOST = "host"  # the node around the GPUs: CPUs, memory, EDAC, PCI tree, mounts,
 STAGES = ("passive", "prolog", "epilog", "bootstrap")
 
 
-@dataclass(frozen=True)
-class ReadContext:
+@dataclass(frozen=True, eq=False, repr=False)
+class ReadContext(FrozenRecord):
     """What a check may know before the node is read, to say how it wants it read.
 
     Its thresholds are the check's defaults under the config's layer only: the GPU profile is
@@ -44,8 +45,8 @@ class ReadContext:
     prev: Any = None  # the check's state from the last run, as stored (perhaps damaged)
 
 
-@dataclass(frozen=True)
-class SourceNeeds:
+@dataclass(frozen=True, eq=False, repr=False)
+class SourceNeeds(FrozenRecord):
     """How one check wants its sources read in one run (``Check.source_needs`` returns it).
 
     ``Check.needs`` says which sources a check reads; this says how. The runner merges the
@@ -80,8 +81,8 @@ def reads_host(r: ReadContext) -> SourceNeeds:
     return SourceNeeds(host=r.thresholds)
 
 
-@dataclass
-class Context:
+@dataclass(eq=False, repr=False)
+class Context(Record):
     """What a check may know besides the snapshot."""
 
     thresholds: dict[str, Any]  # the effective profile thresholds (profile + config overrides)
@@ -97,14 +98,18 @@ class Context:
         return self.thresholds.get(key, default)
 
 
-@dataclass
-class CheckOutput:
+@dataclass(eq=False, repr=False)
+class CheckOutput(Record):
+    """What a judge returns: its results and the state it keeps for the next run."""
+
     results: list[Result]
     state: dict[str, Any] | None = None  # None: keep the previous state unchanged
 
 
-@dataclass(frozen=True)
-class Check:
+@dataclass(frozen=True, eq=False, repr=False)
+class Check(FrozenRecord):
+    """One passive check, declared once: what it reads, how it judges, where it runs."""
+
     id: str
     needs: tuple[str, ...]  # sources, see the constants above: no answer, no verdict
     judge: Callable[[Snapshot, Context], CheckOutput]
@@ -178,8 +183,8 @@ def selected_gpus(snapshot: Snapshot, ctx: Context):
     return [g for g in gpus if g.index in ctx.gpus]
 
 
-@dataclass
-class GpuJudge:
+@dataclass(eq=False, repr=False)
+class GpuJudge(Record):
     """How a per-GPU check judges each GPU of one run; :func:`per_gpu_check` runs the loop.
 
     Built per run by the check's plan, so what a run computes once (thermal's busy siblings,

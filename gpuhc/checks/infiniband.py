@@ -55,6 +55,7 @@ from gpuhc.checks.infiniband_downtime import UP_STATES, timeline
 from gpuhc.checks.persistence import held, setting_errors, span_text
 from gpuhc.evidence import IB_FLAPS_RECURRING
 from gpuhc.model.host import IbPort
+from gpuhc.model.record import Record
 from gpuhc.model.result import Action, Result, Status
 from gpuhc.model.snapshot import Snapshot
 
@@ -99,16 +100,20 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-@dataclass
-class _Finding:
+@dataclass(eq=False, repr=False)
+class _Finding(Record):
+    """One thing seen on a port: its status, words and action."""
+
     status: Status
     text: str
     action: Action = Action.NONE
     evidence: str | None = None  # its class, when not the check's (gpuhc/evidence.py)
 
 
-@dataclass
-class _Verdict:
+@dataclass(eq=False, repr=False)
+class _Verdict(Record):
+    """A port's findings with the values and thresholds they were judged against."""
+
     findings: list[_Finding] = field(default_factory=list)
     value: dict[str, Any] = field(default_factory=dict)
     threshold: dict[str, Any] = field(default_factory=dict)

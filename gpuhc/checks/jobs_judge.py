@@ -39,6 +39,7 @@ from typing import Any
 
 from gpuhc.model.activity import GpuActivity
 from gpuhc.model.nvml import GpuReading
+from gpuhc.model.record import Record
 
 IDLE, SPIN, BUSY, OTHER, UNKNOWN = "idle", "spin", "busy", "other", "unknown"
 HANG, STRAGGLER, RUNNING, ALL_IDLE, PAUSE = "hang", "straggler", "running", "idle", "pause"
@@ -103,8 +104,8 @@ def gpu_class(g: GpuActivity, t: dict[str, Any]) -> str:
     return OTHER
 
 
-@dataclass
-class JobView:
+@dataclass(eq=False, repr=False)
+class JobView(Record):
     """One node's view of one job in one run."""
 
     job: str

@@ -25,13 +25,15 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from gpuhc.model.record import FrozenRecord
+
 HOUR = 3600.0
 MAX_WINDOW_H = 72  # three days: longer is a trend for the fleet's own monitoring, not a drain
 MAX_EVENTS = 2 * (MAX_WINDOW_H + 1)  # first and last of each hour the window touches
 
 
-@dataclass(frozen=True)
-class Held:
+@dataclass(frozen=True, eq=False, repr=False)
+class Held(FrozenRecord):
     """Evidence that held: in ``hours`` distinct clock hours, from ``first`` to ``last``."""
 
     hours: int

@@ -57,6 +57,7 @@ from gpuhc.checks.kernel_window import (
 from gpuhc.model.kernel import EventKind, KernelEvent
 from gpuhc.model.nvml import GpuReading
 from gpuhc.model.pci import norm_pci
+from gpuhc.model.record import Record
 from gpuhc.model.result import Action, Result, Status
 from gpuhc.model.snapshot import Snapshot
 
@@ -68,8 +69,10 @@ ID = "xid"
 KINDS = (EventKind.XID, EventKind.FALLEN_OFF_BUS, EventKind.DRIVER)
 
 
-@dataclass
-class _Group:
+@dataclass(eq=False, repr=False)
+class _Group(Record):
+    """The events of one subject and code inside the window, judged together."""
+
     subject: str
     code: int | None  # None: a driver signal without an Xid
     pci: str | None

@@ -9,9 +9,10 @@ from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Iterator
 
-from gpuhc.config import Config, load_config
 from gpuhc.cli.options import Opt, click_options
+from gpuhc.config import Config, load_config
 from gpuhc.limits import MAX_GPUS
+from gpuhc.model.record import FrozenRecord
 from gpuhc.runreport import RunOptions
 from gpuhc.sources import SourceSpec
 from gpuhc.state import default_state_dir
@@ -21,8 +22,8 @@ DEMO_SCENARIO = "demo-8xh100.yaml"
 MAX_GPU_INDEX = MAX_GPUS - 1  # stated in --help, like every bound (gpuhc.limits)
 
 
-@dataclass(frozen=True)
-class SourceArgs:
+@dataclass(frozen=True, eq=False, repr=False)
+class SourceArgs(FrozenRecord):
     """The options every command that reads a node shares (:func:`source_options`), typed and
     frozen: a command that changes one (``--demo``, a replay's host) makes a new value."""
 

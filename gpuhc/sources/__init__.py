@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuhc.model.record import Record
 from gpuhc.sources.base import ActivitySource, HostSource, ImexSource, KernelLogSource, NvmlSource, PciSource, ProcsSource, SysfsSource
 
 
-@dataclass
-class SourceSpec:
+@dataclass(eq=False, repr=False)
+class SourceSpec(Record):
     """Where to read from. Empty fields mean "the live node"."""
 
     nvml_scenario: str | None = None  # YAML scenario (may also carry kernel_log and ib sections)
@@ -47,8 +48,8 @@ class SourceSpec:
     host: dict[str, Any] | None = None
 
 
-@dataclass
-class Sources:
+@dataclass(eq=False, repr=False)
+class Sources(Record):
     """The readers of one run (build_sources), one per source."""
 
     nvml: NvmlSource

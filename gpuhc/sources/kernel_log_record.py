@@ -18,6 +18,7 @@ from typing import Protocol
 
 from gpuhc.logtext import escape
 from gpuhc.model.kernel import EventKind, KernelEvent
+from gpuhc.model.record import FrozenRecord, Record
 
 MAX_MESSAGE = 400  # characters kept of one message: enough to read, bounded for state files
 
@@ -31,8 +32,8 @@ def sanitize(text: str, cap: int = MAX_MESSAGE) -> str:
     return escape(text.strip(), cap - len("..."))  # (escape marks a cut with "...")
 
 
-@dataclass(frozen=True)
-class KernelRecord:
+@dataclass(frozen=True, eq=False, repr=False)
+class KernelRecord(FrozenRecord):
     """One message line of a kernel record, as the parser read it.
 
     ``text``: the message, stamp and prefixes removed, stripped, not yet sanitised (quote it
@@ -51,8 +52,8 @@ class KernelRecord:
     wrapped: bool = False
 
 
-@dataclass
-class Found:
+@dataclass(eq=False, repr=False)
+class Found(Record):
     """An event while parsing: the KernelEvent fields plus where it was (line index)."""
 
     kind: EventKind

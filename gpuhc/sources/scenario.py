@@ -35,6 +35,7 @@ from gpuhc.model.host import AerCounters, HostReading, IbPort, ImexStatus
 from gpuhc.model.kernel import KernelLog
 from gpuhc.model.nvml import NvmlReading
 from gpuhc.model.occupancy import Occupancy
+from gpuhc.model.record import Record
 from gpuhc.sources.scenario_state import State, tree_copy
 from gpuhc.sources.scenario_validate import STEP_KEYS, TOP_KEYS, gpu_entries, validate_document
 from gpuhc.sources.snapshot_build import (
@@ -117,8 +118,8 @@ class _Sysfs:
         return None if self.pci_gpus is None else list(self.pci_gpus)
 
 
-@dataclass
-class Scenario:
+@dataclass(eq=False, repr=False)
+class Scenario(Record):
     """A recorded node resolved at one step: its readings, and its sources for a replay."""
 
     path: str
