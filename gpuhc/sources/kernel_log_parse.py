@@ -299,14 +299,17 @@ class _Parser:
             self.unparsed_example = sanitize(text, 200)
 
     def _nvrm(self, msg: str, t: float | None, seq: int | None) -> None:
-        m = G.XID.match(msg)
-        if m:
-            self._xid(msg, t, seq, norm_pci(m.group(1)), int(m.group(2)))
-            return
-        if msg.startswith("NVRM:") and G.XID_WORD.search(msg):
-            self._unreadable(msg)  # the driver's prefix, not its grammar: a warning, never a drain
-            return
-        m = G.FALLEN.match(msg)
+        # Each grammar behind the word it cannot match without: a healthy node's NVRM lines then
+        # compile neither pattern (gpuhc/lazyre.py).
+        if "Xid" in msg:
+            m = G.XID.match(msg)
+            if m:
+                self._xid(msg, t, seq, norm_pci(m.group(1)), int(m.group(2)))
+                return
+            if msg.startswith("NVRM:") and G.XID_WORD.search(msg):
+                self._unreadable(msg)  # the driver's prefix, not its grammar: a warning, never a drain
+                return
+        m = G.FALLEN.match(msg) if "fallen off the bus" in msg else None
         if m:
             self._fallen(msg, t, seq, m.group(1) or m.group(2))
             return
