@@ -27,8 +27,8 @@ counts its initialisations, so the reader's own init and shutdown inside find it
 
 from __future__ import annotations
 
+import _thread
 import os
-import threading
 from typing import Any
 
 _COMMANDS = {"check": None, "healthcheck": "passive", "prolog": "prolog", "epilog": "epilog"}
@@ -37,7 +37,7 @@ _INTERVAL_S = 0.02  # the source's default sample interval (gpuhc.sources.Source
 
 _early: "_EarlyRead | None" = None
 _started = False
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()  # (threading itself is imported only for a live read)
 
 
 class _EarlyRead:
@@ -47,6 +47,8 @@ class _EarlyRead:
         self.value: Any = None
         self.error: BaseException | None = None
         self.dl: tuple[int, dict[int, int]] = (1, {})  # the slice the adopter asks for
+        import threading
+
         self.done = threading.Event()
         self.released = threading.Event()  # the top-up is done (or the read was not adopted)
         threading.Thread(target=self._run, name="gpuhc-nvml-early", daemon=True).start()

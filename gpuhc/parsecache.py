@@ -25,7 +25,7 @@ import marshal
 import os
 import stat
 import sys
-import threading
+import _thread
 import zlib
 from typing import Any, Callable
 
@@ -42,7 +42,7 @@ _memo_dir: str | None = None  # the directory _memo was read from; None: not rea
 _stored_here: dict[str, tuple] = {}
 _unsettled: dict[str, tuple] = {}
 _stamp: tuple | None = None
-_lock = threading.Lock()  # the readers run in threads; one of them may parse a file one day
+_lock = _thread.allocate_lock()  # the readers run in threads; one of them may parse a file one day
 
 
 def cache_dir() -> str | None:

@@ -14,7 +14,6 @@ nothing there. A source with nothing to read (None) is not read at all.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any, Callable
 
@@ -25,8 +24,19 @@ from gpuhc.sources import Sources
 ALL = frozenset((NVML, KERNEL_LOG, IB, AER, PCI, PROCS, IMEX, ACTIVITY, HOST))  # every source a run can read
 
 
-_ANSWERED = threading.Event()  # the done flag of every read made inline: set once, never cleared
-_ANSWERED.set()
+class _Answered:
+    """The done flag of every read made inline: always set (a replay imports no threading)."""
+
+    @staticmethod
+    def wait(timeout: float | None = None) -> bool:
+        return True
+
+    @staticmethod
+    def is_set() -> bool:
+        return True
+
+
+_ANSWERED = _Answered()
 
 
 class Reader:
@@ -48,6 +58,8 @@ class Reader:
             self.ended = time.perf_counter()
             self._done = _ANSWERED
             return
+        import threading  # here: only a live source's read runs in a thread
+
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(fn,), name=f"gpuhc-read-{name}", daemon=True)
         self._thread.start()

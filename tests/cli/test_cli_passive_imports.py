@@ -33,6 +33,9 @@ HEAVY = ("rich", "yaml", "hostlist", "orjson", "matplotlib", "numpy", "mpi4py", 
 # (gpuhc.fsutil has what the health check uses); pynvml imports it (through ctypes.util), so it is
 # held off only where NVML is not read.
 WITHOUT_NVML = ("tempfile",)
+# threading: a replay reads every source in place (gpuhc/runread.py), so it starts no thread; a
+# live run does (NVML early, each live source), and pynvml imports it too.
+REPLAY_ONLY = ("threading",)
 # gpuhc's own packages that a passive run does not run, and the few modules of them it does,
 # each by name so that anything more is caught: the config validator reads each subsystem's
 # declared settings (gpuhc/config.py SUBSYSTEM_SECTIONS) and what they name; a live run reads
@@ -83,6 +86,8 @@ except SystemExit:
 
 def forbidden(modules: list[str]) -> list[str]:
     heavy = HEAVY if "pynvml" in modules else HEAVY + WITHOUT_NVML
+    if "gpuhc.sources.nvml" not in modules:  # a replay: nothing live was read
+        heavy += REPLAY_ONLY
     bad = [m for m in modules if m.split(".")[0] in heavy]
     bad += [m for m in modules if m.startswith(tuple(p + "." for p in NOT_RUN)) or m in NOT_RUN]
     return sorted(m for m in set(bad) if m not in ALLOWED)
@@ -143,3 +148,5 @@ def test_the_probe_sees_a_heavy_import(tmp_path):
                       "gpuhc.slurm.settings", "gpuhc.sweep.stats"]) == ["gpuhc.slurm.act.actuator", "rich.console", "yaml"]
     assert forbidden(["gpuhc.checks.xid", "tempfile"]) == ["tempfile"]
     assert forbidden(["gpuhc.checks.xid", "tempfile", "pynvml"]) == []
+    assert forbidden(["gpuhc.checks.xid", "threading"]) == ["threading"]  # a replay
+    assert forbidden(["gpuhc.checks.xid", "gpuhc.sources.nvml", "pynvml", "threading"]) == []  # a live run
