@@ -123,20 +123,22 @@ def _failed(e: Exception) -> int:
         return 0
     if isinstance(e, GpuhcError):
         for one in getattr(e, "errors", None) or [e]:
-            _say(f"gpuhc: error: {escape(one)}")
+            say(f"gpuhc: error: {escape(one)}")
         return e.exit_code
     # a bug: say so plainly, keep the traceback for the bug report
-    _say(f"gpuhc: internal error: {type(e).__name__}: {escape(e, 2000)}")
+    say(f"gpuhc: internal error: {type(e).__name__}: {escape(e, 2000)}")
     if _debug():
         import traceback
 
         traceback.print_exception(e)
     else:
-        _say("gpuhc: set GPUHC_DEBUG=1 for the traceback")
+        say("gpuhc: set GPUHC_DEBUG=1 for the traceback")
     return EXIT_INTERNAL
 
 
-def _say(line: str) -> None:
+def say(line: str) -> None:
+    """One line for the person on stderr, without click (the click-free commands share it); a
+    closed stderr is no error."""
     try:
         sys.stderr.write(line + "\n")
         sys.stderr.flush()

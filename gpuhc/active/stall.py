@@ -44,11 +44,11 @@ def stalled(check: str, o: Outcome, outcomes: dict[str, Outcome], estimate: Call
     not show a stall (``estimate(task)``: the task's healthy seconds on these GPUs)."""
     if o.status != "timeout" or o.task not in LINK_TASKS:
         return None
-    need = max(MIN_S, FACTOR * estimate(o.task))
+    healthy = estimate(o.task)
     computed = [t for t in COMPUTE_TASKS if (x := outcomes.get(t)) is not None and x.status == "done"]
-    if o.seconds < need or not computed:
+    if o.seconds < max(MIN_S, FACTOR * healthy) or not computed:
         return None
-    times = o.seconds / max(estimate(o.task), 0.1)
+    times = o.seconds / max(healthy, 0.1)
     return Result(check, Status.FAIL, f"{o.task} task stalled: no answer in {o.seconds:.0f}s, {times:.0f}x its "
                   f"healthy time, while {computed[0]} completed on the same GPUs (a link between GPUs that stalls?)",
                   "node", action=Action.DRAIN_REBOOT, evidence=EVIDENCE)

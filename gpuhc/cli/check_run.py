@@ -1,6 +1,6 @@
 """What `gpuhc check` does, without click: the command's body, run by click (gpuhc/cli/check_cmd.py,
 which declares its options) or straight from a plain command line (gpuhc/cli/fast.py), as
-every node's runs are. Output to the person goes to stderr through :func:`say`; a usage error
+every node's runs are. Output to the person goes to stderr through :func:`gpuhc.errors.say`; a usage error
 raises click's own exception, click imported only then (:func:`gpuhc.cli.common.bad_parameter`).
 """
 
@@ -21,6 +21,7 @@ from gpuhc.cli.common import (
     run_options_from,
 )
 from gpuhc.cli.options import Opt
+from gpuhc.errors import say
 from gpuhc.logtext import escape
 
 OPTIONS = (
@@ -36,11 +37,6 @@ OPTIONS = (
     Opt(["--publish"], "publish_replay", "flag",
         "Also write a replay to the configured event log and Prometheus textfile (a live run always does)."),
 )
-
-
-def say(line: str) -> None:
-    """One line for the person, on stderr (stdout stays clean for --json)."""
-    sys.stderr.write(line + "\n")
 
 
 def run_check(src: SourceArgs, stage: str, demo: bool, gpu_list: str | None, only: tuple[str, ...], verbose: bool,

@@ -9,6 +9,7 @@ import os
 import sys
 
 from gpuhc.cli.common import SourceArgs
+from gpuhc.errors import say
 
 
 def run(src: SourceArgs, stage: str, flow_name: str) -> None:
@@ -27,7 +28,7 @@ def run(src: SourceArgs, stage: str, flow_name: str) -> None:
         from gpuhc.logtext import escape
 
         line = escape(f"gpuhc {flow_name} {node or '?'}: error: {e}")
-        sys.stderr.write(line + "\n")
+        say(line)
         _syslog(line)
         _exit(EXIT_OK if fail_open else e.exit_code)
         return
@@ -57,7 +58,7 @@ def _options(src: SourceArgs, stage: str, flow_name: str, node: str | None):
         opts = fallback_options(src, node_name(src.hostname), e,
                                 lambda s, config: run_options_from(s, stage, config=config))
         line = escape(f"gpuhc {flow_name} {node or '?'}: error: {opts.config_problem.sentence()}")
-        sys.stderr.write(line + "\n")
+        say(line)
         _syslog(line)
         return opts
     why = remember(opts.config, opts.state_dir)
