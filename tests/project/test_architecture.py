@@ -209,7 +209,7 @@ def test_policy_is_pure_a_planted_import_into_act_fails(real_copy, plant):
     expected = []
     for planted, target, layer in (("from gpuhc.slurm.act.actuator import Actuator", "gpuhc/slurm/act/actuator.py", "slurm-act"),
                                    ("from ..flows import entry", "gpuhc/slurm/flows/entry.py", "slurm-flows"),
-                                   ("import gpuhc.state", "gpuhc/state.py", "state")):
+                                   ("import gpuhc.state.node", "gpuhc/state/node.py", "state")):
         line = plant("gpuhc/slurm/policy/drain.py", planted)
         expected.append(f"gpuhc/slurm/policy/drain.py:{line}: slurm-policy imports {target} ({layer})")
     assert violations(real_copy, DOC.read_text(encoding="utf-8")) == expected
