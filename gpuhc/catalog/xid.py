@@ -17,7 +17,7 @@ from typing import Any
 from gpuhc.errors import ConfigError
 from gpuhc.model.result import Action
 
-DATA = Path(__file__).with_name("data")
+DATA = Path(__file__).parent.parent / "data"  # gpuhc/data
 XID_FILE = DATA / "xid_catalog.yaml"
 SXID_FILE = DATA / "sxid_catalog.yaml"
 SEVERITIES = ("fail", "warn", "ignore")

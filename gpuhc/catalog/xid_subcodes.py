@@ -18,7 +18,7 @@ from typing import Any
 from gpuhc.errors import ConfigError
 from gpuhc.model.result import Action
 
-FILE = Path(__file__).with_name("data") / "xid_subcodes.yaml"
+FILE = Path(__file__).parent.parent / "data" / "xid_subcodes.yaml"
 CODES = range(144, 151)
 R575 = 575  # NVIDIA's table: intrInfo is coded one way before this driver branch, another from it
 _RANK = {"IGNORE": 0, "XID_154_EVAL": 1, "RESET_GPU": 2}  # worst bucket wins among several bits

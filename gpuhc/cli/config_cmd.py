@@ -190,7 +190,7 @@ def list_checks(config_path: str | None, hostname: str | None, profile_name: str
 def _check_row(check, cfg, profile) -> dict:
     """One check as a run would see it: its settings resolved as the runner resolves them."""
     from gpuhc.checks.base import Check
-    from gpuhc.run.runner import resolve
+    from gpuhc.run.plan import resolve
 
     eff = resolve(check, cfg)
     passive = isinstance(check, Check)

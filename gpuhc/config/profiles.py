@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from gpuhc.checks.base import Declared
 
 GENERIC = "generic"
-PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "profiles")
+PROFILE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "profiles")
 _TOP_KEYS = ("name", "description", "match", "exclude", "thresholds", "sweep")
 _SCALARS = (int, float, str, bool, type(None))
 

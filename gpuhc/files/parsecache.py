@@ -113,7 +113,7 @@ def _code_stamp() -> tuple:
 
         files = []
         yaml_spec = find_spec("yaml")
-        for f in (os.path.join(os.path.dirname(os.path.abspath(__file__)), "yamlpos.py"),
+        for f in (os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "text", "yamlpos.py"),
                   yaml_spec.origin if yaml_spec is not None else None):
             try:
                 st = os.stat(f) if f else None

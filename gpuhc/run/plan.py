@@ -1,4 +1,6 @@
-"""How a run reads its sources: the selected checks' declared needs, merged into one SourceSpec.
+"""How a run is planned: which checks run with which settings (``select_checks``, each check's
+``Effective`` settings resolved once from the config), and how the run reads its sources: the
+selected checks' declared needs, merged into one SourceSpec.
 
 A check says which sources it reads (``Check.needs``) and, through ``Check.source_needs``, how:
 how long the occupancy reader waits, which slice of the NVLink links is read, what the activity
@@ -11,14 +13,50 @@ prolog imports no host or activity reader, and samples the clocks once.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any
 
-from gpuhc.checks.base import Check, ReadContext
+from gpuhc.checks.base import Check, Declared, ReadContext
+from gpuhc.config.load import Config
+from gpuhc.model.record import FrozenRecord
 from gpuhc.sources import SourceSpec
 
-if TYPE_CHECKING:
-    from gpuhc.run.runner import Effective
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Effective(FrozenRecord):
+    """One check's settings for this run, resolved once from the config: ``checks.<id>`` and
+    the core keys the check declares it reads (``Check.from_config``)."""
+
+    enabled: bool
+    timeout_s: float  # the config's, else the check's default (0 for an active check: sized by workload)
+    config: dict[str, Any]  # ``checks.<id>``, defaults filled in
+    overrides: dict[str, Any]  # the config's layer of its thresholds; the profile goes beneath
+
+    def thresholds(self, check: Declared, profile) -> dict[str, Any]:
+        from gpuhc.config.profiles import effective_thresholds
+
+        return effective_thresholds(check, profile, self.overrides)
+
+
+def resolve(check: Declared, config: Config) -> Effective:
+    settings = config.check_settings(check.id)
+    core = {name: config.section(section).get(key) for name, (section, key) in check.from_config.items()}
+    overrides = {name: value for name, value in core.items() if value is not None}
+    overrides.update(settings.get("thresholds") or {})
+    return Effective(bool(settings["enabled"]), float(settings["timeout_s"] or check.timeout_s), settings, overrides)
+
+
+def select_checks(stage: str, config: Config, only: tuple[str, ...] = (),
+                  also: tuple[str, ...] = ()) -> list[tuple[Check, Effective]]:
+    """The stage's enabled passive checks (only those named by ``only``, when given), plus the
+    passive checks named by ``also``, each with its settings resolved."""
+    from gpuhc.checks import checks_for_stage, passive_checks
+
+    stage_checks = checks_for_stage(stage)
+    have = {c.id for c in stage_checks}
+    extra = [c for c in passive_checks() if c.id in also and c.id not in have] if also else []
+    chosen = [(c, resolve(c, config)) for c in stage_checks + extra if not only or c.id in only]
+    return [(c, eff) for c, eff in chosen if eff.enabled]
 
 
 def plan_sources(spec: SourceSpec, checks: list[tuple[Check, Effective]], stage: str,

@@ -16,20 +16,19 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, Context, Declared
+from gpuhc.checks.base import KERNEL_LOG, NVML, Check, CheckOutput, Context
 from gpuhc.config.load import Config
-from gpuhc.model.record import FrozenRecord
 from gpuhc.model.result import Result, Status
 from gpuhc.model.snapshot import Snapshot
-from gpuhc.run.phases import mark
 from gpuhc.run.hold import STATE_KEY as HELD_KEY, hold
-from gpuhc.run.plan import plan_sources
+from gpuhc.run.keep import mapping, save_state, scenario_step
+from gpuhc.run.phases import mark
+from gpuhc.run.plan import plan_sources, resolve, select_checks
 from gpuhc.run.read import ALL, Reader, fill, recording_time, start_readers
 from gpuhc.run.report import RunOptions, RunReport, one_line
-from gpuhc.run.keep import mapping, save_state, scenario_step
 from gpuhc.run.timings import Timings
 from gpuhc.sources import SourceSpec, build_sources
 from gpuhc.state.node import StateError, StateStore
@@ -40,43 +39,6 @@ RESERVE_S = 0.3
 
 def hostname_of(opts: RunOptions) -> str:
     return opts.hostname or os.uname().nodename.split(".")[0]
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class Effective(FrozenRecord):
-    """One check's settings for this run, resolved once from the config: ``checks.<id>`` and
-    the core keys the check declares it reads (``Check.from_config``)."""
-
-    enabled: bool
-    timeout_s: float  # the config's, else the check's default (0 for an active check: sized by workload)
-    config: dict[str, Any]  # ``checks.<id>``, defaults filled in
-    overrides: dict[str, Any]  # the config's layer of its thresholds; the profile goes beneath
-
-    def thresholds(self, check: Declared, profile) -> dict[str, Any]:
-        from gpuhc.config.profiles import effective_thresholds
-
-        return effective_thresholds(check, profile, self.overrides)
-
-
-def resolve(check: Declared, config: Config) -> Effective:
-    settings = config.check_settings(check.id)
-    core = {name: config.section(section).get(key) for name, (section, key) in check.from_config.items()}
-    overrides = {name: value for name, value in core.items() if value is not None}
-    overrides.update(settings.get("thresholds") or {})
-    return Effective(bool(settings["enabled"]), float(settings["timeout_s"] or check.timeout_s), settings, overrides)
-
-
-def select_checks(stage: str, config: Config, only: tuple[str, ...] = (),
-                  also: tuple[str, ...] = ()) -> list[tuple[Check, Effective]]:
-    """The stage's enabled passive checks (only those named by ``only``, when given), plus the
-    passive checks named by ``also``, each with its settings resolved."""
-    from gpuhc.checks import checks_for_stage, passive_checks
-
-    stage_checks = checks_for_stage(stage)
-    have = {c.id for c in stage_checks}
-    extra = [c for c in passive_checks() if c.id in also and c.id not in have] if also else []
-    chosen = [(c, resolve(c, config)) for c in stage_checks + extra if not only or c.id in only]
-    return [(c, eff) for c, eff in chosen if eff.enabled]
 
 
 def run_stage(opts: RunOptions) -> RunReport:

@@ -74,7 +74,7 @@ def test_what_is_shown_is_what_the_runner_resolves(tmp_path):
     from gpuhc.checks import all_checks
     from gpuhc.config.load import load_config
     from gpuhc.config.profiles import profile_named
-    from gpuhc.run.runner import resolve
+    from gpuhc.run.plan import resolve
 
     cfg = {"node": {"expected_gpus": 4},
            "checks": {"thermal": {"timeout_s": 3, "thresholds": {"gpu_warn_c": 80}},

@@ -4,7 +4,7 @@ each field's rule, with no check named."""
 from __future__ import annotations
 
 from gpuhc.checks.base import HOST, Check, CheckOutput, ReadContext, SourceNeeds, reads_host
-from gpuhc.run.runner import Effective
+from gpuhc.run.plan import Effective
 from gpuhc.run.plan import plan_sources
 from gpuhc.sources import SourceSpec
 
