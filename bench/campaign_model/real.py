@@ -31,7 +31,6 @@ import os
 import random
 import re
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuhc.slurm.policy.reason import parse_reason
@@ -39,12 +38,13 @@ from gpuhc.slurm.policy.reason import parse_reason
 from . import faults as F
 from .node import Node, _epoch
 from .real_boot import Reboots, ask_script
+from .real_record import Record
 from .sim import T0, Campaign
 
 COMPRESSION = 60.0  # one wall second stands for a minute of the month
 # The harness runs a node's health check while it has a fault, gpuhc's reason, or a repaired
 # fault's lines less than an hour old (compressed): the model runs every check whose inputs
-# changed, which tests/bench/test_campaign_faults.py holds equal to running every check; a
+# changed, which tests/bench/campaign_model/test_faults.py holds equal to running every check; a
 # node with none of these has nothing gpuhc could act on.
 OLD_LINES_WATCH_S = 3600.0
 # slurmctld's RPCs by message type (sdiag), counted over the campaign: the ones gpuhc sends.
@@ -64,37 +64,6 @@ def compressed(ts: float) -> dict:
                       "breaker": {"jitter_s": 0.0, "settle_s": 0.0, "max_drained": 1 << 20,
                                   "max_drained_percent": None},
                       "remediation": {"reboot_timeout_s": max(60.0, 1800.0 * ts)}}}
-
-
-@dataclass
-class Record:
-    """What one side did, in seconds from its start: the comparison's input (real_agree.py)."""
-    events: list = field(default_factory=list)  # (t, node, "drain"|"resume", reason)
-    faults: list = field(default_factory=list)  # F.Fault with start/end in seconds from the start
-    escapes: list = field(default_factory=list)  # (t, job, node, class, arose in a job)
-    jobs: dict = field(default_factory=dict)  # started, killed, ...
-    notes: list = field(default_factory=list)  # what the real side could not do as the model did
-    lag: list = field(default_factory=list)  # real: Slurm showed a change this long after its decision
-    job_starts: list = field(default_factory=list)  # (t, nodes) of every job start (real: its prologs that let it run)
-    reboots: list = field(default_factory=list)  # (t, node) of every reboot done (the machine up again)
-    runs: int = 0
-    rpcs: dict = field(default_factory=dict)  # real: sdiag's count per message type over the campaign
-    prolog_stops: list = field(default_factory=list)  # (t, node): gpuhc's prolog failed there, Slurm requeued
-
-
-def model_record(c: Campaign) -> Record:
-    """The model's campaign as a Record (its virtual times made relative to its start)."""
-    rec = Record(runs=c.stats.runs["real"], jobs=dict(c.stats.jobs))
-    rec.events = [(t - T0, n, w, r) for t, n, w, r in c.slurm.events if w in ("drain", "resume")]
-    rec.reboots = [(t - T0, n) for t, n, w, _ in c.slurm.events if w == "rebooted"]
-    for f in c.faults:
-        g = F.Fault(f.id, f.cls, f.node, f.start - T0, f.permanent, None if f.end is None else f.end - T0)
-        g.in_job, g.how = f.in_job, getattr(f, "how", None)
-        rec.faults.append(g)
-    rec.escapes = [(t - T0, j, n, cls, injob) for t, j, n, cls, injob in c.stats.escapes]
-    rec.job_starts = [(j.start - T0, j.nodes) for j in c.jobs.values() if j.start is not None]
-    rec.prolog_stops = [(t - T0, n) for t, n in c.stats.prolog_stops]
-    return rec
 
 
 class RealCampaign:

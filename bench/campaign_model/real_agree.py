@@ -1,5 +1,5 @@
 """Does the model agree with a real campaign on the same seed (docs/campaign.md, "Trusting the
-model")? Both sides' Records (real.py) are read the same way: per hardware fault, when gpuhc
+model")? Both sides' Records (real_record.py) are read the same way: per hardware fault, when gpuhc
 drained its node and when the node came back; escapes by class; false drains.
 
 Agreement: the same escapes by class, the same (node, class) drained, the same drains,

@@ -14,9 +14,10 @@ from pathlib import Path
 import yaml
 
 from .policies import config_for
-from .real import COMPRESSION, RealCampaign, compressed, model_record
+from .real import COMPRESSION, RealCampaign, compressed
 from .real_agree import deviations, disagreements, summary
 from .real_boot import install
+from .real_record import model_record
 from .faults import REAL_CLASSES
 from .node import HC_INTERVAL_S
 from .sim import Campaign

@@ -22,7 +22,7 @@ HOUR = 3600.0
 
 
 def campaign(tmp_path, cls, days):
-    """One node, no jobs and no noise (test_campaign_faults.campaign), the fault at 600 s."""
+    """One node, no jobs and no noise (tests/helpers/campaign.py), the fault at 600 s."""
     return faults_campaign(tmp_path, [(600, cls, "gpu001", False)], nodes=1, days=days)
 
 
