@@ -39,14 +39,15 @@ REPLAY_ONLY = ("threading",)
 # gpuhc's own packages that a passive run does not run, and the few modules of them it does,
 # each by name so that anything more is caught: the config validator reads each subsystem's
 # declared settings (gpuhc/config/load.py SUBSYSTEM_SECTIONS) and what they name; a live run reads
-# Slurm's GPU count for this node from slurm.conf (docs/slurm.md, "Expected GPUs").
+# Slurm's GPU count for this node from slurm.conf (docs/slurm.md, "Expected GPUs"); the report is
+# shown by gpuhc/export/output.py (its package imports nothing).
 NOT_RUN = ("gpuhc.slurm", "gpuhc.sweep", "gpuhc.fleet", "gpuhc.active", "gpuhc.export", "gpuhc.postmortem.job",
            "gpuhc.text.plot", "gpuhc.postmortem.retire", "gpuhc.state.baseline")
 ALLOWED = {"gpuhc.slurm", "gpuhc.slurm.settings", "gpuhc.slurm.read", "gpuhc.slurm.read.releases",
            "gpuhc.sweep", "gpuhc.sweep.settings", "gpuhc.sweep.stats",
            "gpuhc.fleet", "gpuhc.fleet.settings",
            "gpuhc.active", "gpuhc.active.registry", "gpuhc.active.settings", "gpuhc.active.thresholds",
-           "gpuhc.slurm.read.slurmconf"}
+           "gpuhc.slurm.read.slurmconf", "gpuhc.export", "gpuhc.export.output", "gpuhc.export.hooks"}
 
 # Runs gpuhc's __main__ as `python -m gpuhc` does and writes sys.modules at the exit (the
 # health check leaves with os._exit, which skips atexit: the dump wraps it).
