@@ -343,7 +343,7 @@ def compare(args) -> dict:
 def suite(args) -> dict:
     from gpuhc.active import run_active
     from gpuhc.active.context import ActiveContext
-    from gpuhc.profiles import select_profile
+    from gpuhc.config.profiles import select_profile
 
     import pynvml  # not CuPy: this process must not hold a CUDA context the worker would see
 

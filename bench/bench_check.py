@@ -16,14 +16,14 @@ so machine noise hits them alike, and medians are compared. Targets, as ratios:
   floor reading every link, are reported beside them (not targets), so the cost of the
   rotation's detection delay is a number from the same run.
 
-The untimed first run of every command also fills gpuhc's parse memo (gpuhc/parsecache.py),
+The untimed first run of every command also fills gpuhc's parse memo (gpuhc/files/parsecache.py),
 as a node's first health check after an install or a config edit does; the timed runs are the
 steady state. A replay with the memo off is timed too (not a target), to show what it saves.
 
 Wall time decides; the CPU time (user + system) of each command is reported beside it, being
-steadier on a shared machine. Each gpuhc run also reports its phases (GPUHC_PHASES, gpuhc/phases.py), medians in ms:
+steadier on a shared machine. Each gpuhc run also reports its phases (GPUHC_PHASES, gpuhc/run/phases.py), medians in ms:
 startup (interpreter and first imports), imports+config (the command, config, options), nvml
-init and reads (beside the rest: the read starts early, gpuhc/nvml_early.py), judge
+init and reads (beside the rest: the read starts early, gpuhc/run/nvml_early.py), judge
 (checks, waiting for the sources), state, write-out (report, event log, textfile), exit.
 
     python3 bench/bench_check.py [--runs 9] [--json]

@@ -31,7 +31,7 @@ sys.path.insert(0, ROOT)
 
 from gpuhc.sources import kernel_log_file  # noqa: E402
 from gpuhc.sources.kernel_log_parse import parse_lines  # noqa: E402
-from gpuhc.untrusted import read_tail  # noqa: E402
+from gpuhc.files.untrusted import read_tail  # noqa: E402
 
 TARGET = 1.5
 

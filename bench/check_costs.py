@@ -39,7 +39,7 @@ from bench_check import SHIPPED, shipped_config  # noqa: E402  (the same config,
 # importlib.import_module, as the check registry imports them.)
 IMPORTS = """
 import importlib, json, time
-import gpuhc.cli.check_cmd, gpuhc.runner, gpuhc.checks
+import gpuhc.cli.check_cmd, gpuhc.run.runner, gpuhc.checks
 out = {}
 for name in gpuhc.checks.MODULES:
     t = time.thread_time()

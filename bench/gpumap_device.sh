@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Slurm's GPU numbers on a real GPU machine (issue 31, docs/verification.md): gpuhc's mapping
-# of Slurm's indices (gpuhc/gpumap.py) against what `nvidia-smi -q` says of each GPU's minor
+# of Slurm's indices (gpuhc/node/gpumap.py) against what `nvidia-smi -q` says of each GPU's minor
 # number and bus id, for a hand-written gres.conf (File=/dev/nvidia<minor> in minor order) and
 # for AutoDetect=nvml; the mapping's cost made fresh and read back from the per-boot cache.
 # Read only: never changes MIG, clocks, power, persistence or compute mode; never resets a GPU.

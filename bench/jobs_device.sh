@@ -43,7 +43,7 @@ part="${1:-all}"
 cat "$OUT/env.txt"
 
 # gpuhc's own files (config, state, decision log) in a private directory of root's, as gpuhc
-# wants them (gpuhc/fsutil.py); the log is copied to $OUT at the end. No Slurm on this machine:
+# wants them (gpuhc/files/fsutil.py); the log is copied to $OUT at the end. No Slurm on this machine:
 # the watcher's Slurm writes fail, and its log says so.
 WS=$(mktemp -d /tmp/gpuhc-jobs32.XXXXXX)
 cfg="$WS/gpuhc.yaml"

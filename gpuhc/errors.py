@@ -31,7 +31,7 @@ class ConfigError(GpuhcError):
         if file:
             where = f"{file}:{line}: " if line else f"{file}: "
         keypart = f"{key}: " if key else ""
-        from gpuhc.logtext import escape  # keys and values quote the file: one printable line
+        from gpuhc.text.logtext import escape  # keys and values quote the file: one printable line
 
         super().__init__(escape(f"{where}{keypart}{message}"))
 
@@ -116,8 +116,8 @@ def run_plain(body) -> None:
 
 def _failed(e: Exception) -> int:
     """Say what went wrong (one printable line each: messages quote paths and text others wrote,
-    gpuhc.logtext) and return the exit code."""
-    from gpuhc.logtext import escape
+    gpuhc.text.logtext) and return the exit code."""
+    from gpuhc.text.logtext import escape
 
     if isinstance(e, BrokenPipeError):
         return 0

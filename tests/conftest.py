@@ -17,7 +17,7 @@ import os
 
 import pytest
 
-# The parse memo (gpuhc/parsecache.py) of this session's runs, in-process and in subprocesses,
+# The parse memo (gpuhc/files/parsecache.py) of this session's runs, in-process and in subprocesses,
 # goes to a directory of its own rather than the machine's /var/cache/gpuhc.
 if "GPUHC_CACHE_DIR" not in os.environ:
     import atexit

@@ -183,7 +183,7 @@ class Node:
         self.scenario.write_text(text + now_line + f"time: {now}\n")
 
     def flow(self, stage: str, config, slurm, now: float, env: dict | None = None) -> entry.Flow:
-        from gpuhc.runreport import RunOptions
+        from gpuhc.run.report import RunOptions
 
         opts = RunOptions(stage=stage, config=config, sources=SourceSpec(nvml_scenario=str(self.scenario)),
                           state_dir=self.state_dir, hostname=self.name, now=now)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuhc.config import load_config
+from gpuhc.config.load import load_config
 from gpuhc.errors import ConfigError
 
 ETC = Path(__file__).resolve().parents[2] / "etc" / "gpuhc.yaml"

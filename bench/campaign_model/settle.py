@@ -35,7 +35,7 @@ def pending_s(config) -> float:
     over ``flap_window_h``) harden with new readings, a counter's growth or a flap, each a change
     of the node's inputs that runs it anyway."""
     from gpuhc.checks import passive_checks
-    from gpuhc.evidence import holds_from
+    from gpuhc.catalog.evidence import holds_from
 
     declared = {c.id: c.defaults for c in passive_checks() if c.id in ("host", "infiniband")}
     checks = {c: {**d, **(config.check_settings(c).get("thresholds") or {})} for c, d in declared.items()}

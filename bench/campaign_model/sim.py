@@ -133,7 +133,7 @@ class Campaign(FaultEvents, Jobs, People, NoiseEvents, Repairs, Settling, Canary
 
     def run(self) -> "Campaign":
         import gpuhc.active.orchestrate as orchestrate_mod
-        import gpuhc.runner as runner_mod
+        import gpuhc.run.runner as runner_mod
         import gpuhc.slurm.act.actuator as actuator_mod
         import gpuhc.slurm.repair.remediate as remediate_mod
         import gpuhc.slurm.repair.reset_run as reset_mod
@@ -211,7 +211,7 @@ class Campaign(FaultEvents, Jobs, People, NoiseEvents, Repairs, Settling, Canary
 
     def _check_healthy(self) -> None:
         """The healthy scenario passes every stage: the ground for skipping its runs."""
-        from gpuhc.runner import run_stage
+        from gpuhc.run.runner import run_stage
         from gpuhc.slurm.policy.drain import Verdict, verdict_of
 
         probe = self.current = Node("probe", self.nodes[self.names[0]].dir.parent)

@@ -38,11 +38,11 @@ class DcgmParseError(ValueError):
 def find_dcgmi(configured: str | None = None) -> str | None:
     """The dcgmi executable: configured path, PATH, then the usual places (Slurm's prolog and
     health check run with no PATH at all)."""
-    from gpuhc.fsutil import UnsafePath, trusted_which
+    from gpuhc.files.fsutil import UnsafePath, trusted_which
 
     if configured and not os.access(configured, os.X_OK):
         return None
-    try:  # run as root: only a program under the program rule, its real path (gpuhc/fsutil.py)
+    try:  # run as root: only a program under the program rule, its real path (gpuhc/files/fsutil.py)
         return trusted_which(configured or "dcgmi", "dcgmi", tuple(os.path.dirname(p) for p in SEARCH))
     except UnsafePath:
         return None

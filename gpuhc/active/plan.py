@@ -13,7 +13,7 @@ from typing import Any
 from gpuhc.active.registry import CHECK, TASK, TASKS
 from gpuhc.active.settings import SCHEMA, problems
 from gpuhc.errors import ConfigError
-from gpuhc.schema import deep_merge, defaults
+from gpuhc.text.schema import deep_merge, defaults
 
 DCGM_TIMEOUT_S = {1: 180.0, 2: 900.0, 3: 2400.0, 4: 7200.0}
 

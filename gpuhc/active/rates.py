@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuhc.model.result import Action, Status
 
-STRAGGLER_HELD = "gpu-straggler"  # the evidence table's class of a GPU a little slow (gpuhc/evidence.py)
+STRAGGLER_HELD = "gpu-straggler"  # the evidence table's class of a GPU a little slow (gpuhc/catalog/evidence.py)
 
 
 @dataclass
@@ -28,7 +28,7 @@ class Finding:
     status: Status = Status.PASS
     texts: list[str] = field(default_factory=list)
     action: Action = Action.NONE
-    # the class of evidence (gpuhc/evidence.py) of its FAILs when every one of them names the
+    # the class of evidence (gpuhc/catalog/evidence.py) of its FAILs when every one of them names the
     # same held class: a FAIL that acts at once among them makes it None (the check's class)
     evidence: str | None = None
     _fails: int = 0

@@ -16,7 +16,7 @@ from typing import Any
 
 from gpuhc.active.registry import DTYPES, IDS
 from gpuhc.errors import ConfigError
-from gpuhc.schema import Key, did_you_mean
+from gpuhc.text.schema import Key, did_you_mean
 
 ALL_CHECKS = list(IDS)
 
@@ -89,9 +89,9 @@ def problems(section: Any) -> list[tuple[tuple, str]]:
 
 
 def validate(section: Any, file: str | None = None, lines: dict | None = None, path: tuple = ("active",)) -> None:
-    """The config loader's hook (gpuhc/config.py): refuse the first problem with file, line, key."""
+    """The config loader's hook (gpuhc/config/load.py): refuse the first problem with file, line, key."""
     for where, why in problems(section):
-        from gpuhc.yamlpos import line_of
+        from gpuhc.text.yamlpos import line_of
 
         # the key names the list, not the item (as the config loader's own messages do)
         dotted = ".".join([*map(str, path), *(k for k in where if not isinstance(k, int))])

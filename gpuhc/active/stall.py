@@ -20,7 +20,7 @@ So a time-out is read as a stall only when the rest of the session says the GPUs
   session: the worker, CUDA and each GPU answered.
 
 Then it is a FAIL of class :data:`EVIDENCE`, which the runner holds (``evidence.link``: two
-epilogs in a row, at most a week apart, gpuhc/runhold.py) before it drains and reboots: a
+epilogs in a row, at most a week apart, gpuhc/run/hold.py) before it drains and reboots: a
 reboot retrains the links; a link that stalls again after it is a ticket. One epilog in which
 the task completes starts the count again. Pure: outcomes in, a result or None out.
 """
@@ -32,7 +32,7 @@ from typing import Callable
 from gpuhc.active.supervise import Outcome
 from gpuhc.model.result import Action, Result, Status
 
-EVIDENCE = "gpu-link-stall"  # its class in the evidence table (gpuhc/evidence.py)
+EVIDENCE = "gpu-link-stall"  # its class in the evidence table (gpuhc/catalog/evidence.py)
 LINK_TASKS = ("p2p", "nccl")
 COMPUTE_TASKS = ("burnin", "hbm", "memtest")  # each runs a kernel on every GPU under test
 FACTOR = 3.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.active.registry import CHECKS
-from gpuhc.schema import deep_merge as merge
+from gpuhc.text.schema import deep_merge as merge
 
 DEFAULTS: dict[str, dict[str, Any]] = {c.id: c.defaults for c in CHECKS}
 
@@ -19,7 +19,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {c.id: c.defaults for c in CHECKS}
 def thresholds_for(profile: str, overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """check id -> effective thresholds, for the profile of that name (``generic`` when no
     profile has that name: an unknown model gets no absolute expectations)."""
-    from gpuhc.profiles import effective_thresholds, profile_named
+    from gpuhc.config.profiles import effective_thresholds, profile_named
 
     prof = profile_named(profile)
     overrides = overrides or {}

@@ -23,7 +23,7 @@ from collections import Counter
 from typing import Any
 
 from gpuhc.canary import schedule
-from gpuhc.jsonstore import LockedJson
+from gpuhc.files.jsonstore import LockedJson
 
 MAX_BYTES = 64 << 20
 KEEP_MISMATCHES = 10

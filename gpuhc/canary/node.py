@@ -98,7 +98,7 @@ def run(params: dict[str, Any], max_seconds: float, gpus: list[int] | None = Non
 
 def write_result(run_: Run, results_dir: str) -> str:
     """``<results_dir>/<node>/<time>-<random>.json``, written whole (a reader never sees half)."""
-    from gpuhc.fsutil import make_dirs, write_atomic
+    from gpuhc.files.fsutil import make_dirs, write_atomic
 
     d = os.path.join(results_dir, run_.node)
     make_dirs(d, 0o755, what="canary results directory")
@@ -142,7 +142,7 @@ def newest_result(results_dir: str | None, node: str | None) -> float | None:
 def read_stamp(state_dir: str) -> dict[str, Any]:
     """The local stamp: ``ended`` (epoch s), the node's standing (``status``, ``suspect_until_h``);
     {} when missing, unreadable or not ours (the canary is due)."""
-    from gpuhc.untrusted import load_json, read_bounded
+    from gpuhc.files.untrusted import load_json, read_bounded
 
     try:
         path = os.path.join(state_dir, LAST_FILE)
@@ -161,7 +161,7 @@ def write_last(state_dir: str, run_: Run, cadence: "schedule.Cadence | None" = N
     the short cadence for ``suspect_days``: :func:`gpuhc.canary.schedule.step`); None, or why not
     (a canary job's user may not write the state directory: its result file in the results
     directory is its stamp then)."""
-    from gpuhc.fsutil import make_dirs, write_atomic
+    from gpuhc.files.fsutil import make_dirs, write_atomic
 
     now = time.time()
     statuses = {r.status.value for r in run_.results}

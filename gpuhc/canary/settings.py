@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.active.registry import DTYPES
-from gpuhc.schema import Key
+from gpuhc.text.schema import Key
 
 # Precisions and the engine each exercises (docs/canary.md, "What it computes"). tf32, bf16 and
 # fp16 run on the tensor cores; fp32 with strict fp32 compute runs cuBLAS's SIMT (FFMA) kernels

@@ -41,7 +41,7 @@ def collect(doc: dict, rdir: str, settings: dict, now: float) -> list[str]:
     is the job account's: each node's directory is opened once without following a link and its
     files are read by name under that fd, bounded, regular files only; a file is read once (its
     name remembered) and must name its own node."""
-    from gpuhc.untrusted import UntrustedInputError, open_directory
+    from gpuhc.files.untrusted import UntrustedInputError, open_directory
 
     seen = doc.setdefault("seen", {})
     lines: list[str] = []
@@ -67,7 +67,7 @@ def collect(doc: dict, rdir: str, settings: dict, now: float) -> list[str]:
 
 
 def _collect_node(doc, rdir, node, fd, present, settings, now, seen) -> list[str]:
-    from gpuhc.untrusted import UntrustedInputError, load_json, read_bounded
+    from gpuhc.files.untrusted import UntrustedInputError, load_json, read_bounded
 
     lines = []
     for name in sorted(n for n in os.listdir(fd) if n.endswith(".json")):
@@ -98,7 +98,7 @@ def known_file(rdir: str) -> str:
 
 def publish_known(doc: dict, rdir: str) -> None:
     """The known answers where the jobs read them (``--known``), written whole."""
-    from gpuhc.fsutil import make_dirs, write_atomic
+    from gpuhc.files.fsutil import make_dirs, write_atomic
 
     make_dirs(rdir, 0o755, what="canary results directory")
     write_atomic(known_file(rdir), json.dumps(doc.get("known") or {}, sort_keys=True).encode(), mode=0o644,
@@ -179,7 +179,7 @@ def _step(section, doc, cli, rdir, now, apply, config, scontrol, dry_run, out) -
 
 
 def _submit_due(section: dict, doc: dict, cli: Any, rdir: str, now: float, dry_run: bool, out: dict) -> None:
-    from gpuhc.fsutil import make_dirs
+    from gpuhc.files.fsutil import make_dirs
 
     prefix = section["job"]["name_prefix"]
     active = cli.active_jobs(prefix, [j for j in (doc.get("jobs") or {})])

@@ -51,7 +51,7 @@ class SourceNeeds(FrozenRecord):
 
     ``Check.needs`` says which sources a check reads; this says how. The runner merges the
     selected checks' answers into the run's ``SourceSpec`` without knowing which check asked
-    (gpuhc/runplan.py); each field's default is "nothing asked", and the merge rule is in the
+    (gpuhc/run/plan.py); each field's default is "nothing asked", and the merge rule is in the
     field's comment. A stage whose checks ask nothing reads the least (the prolog)."""
 
     # Sample the clock-event reasons several times (``clock_samples`` of the config), to judge
@@ -90,7 +90,7 @@ class Context(Record):
     baseline: dict[str, Any] | None = None  # `gpuhc baseline capture` output, when present
     config: dict[str, Any] = field(default_factory=dict)  # this check's own config section
     gpus: list[int] | None = None  # restrict to these GPU indices (prolog: the job's GPUs)
-    # The job's devices as Slurm gave them (gpuhc.gpumap.JobScope: MIG slices, shared GPUs);
+    # The job's devices as Slurm gave them (gpuhc.node.gpumap.JobScope: MIG slices, shared GPUs);
     # None: whole GPUs, or no job.
     job: Any = None
 

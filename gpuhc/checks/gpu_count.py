@@ -14,7 +14,7 @@ in its ``Gres=`` in slurm.conf; the CLI puts it in ``node.expected_gpus`` and sa
 the config's ``node.expected_gpus`` (threshold ``expected``). With none, any non-zero count
 passes. The count is node-wide even in the prolog: a missing GPU breaks the node, not only the
 job that asked for it. A device the job was allocated (``SLURM_JOB_GPUS``, mapped through
-gres.conf by gpuhc/gpumap.py) whose GPU NVML does not list fails too, with or without an
+gres.conf by gpuhc/node/gpumap.py) whose GPU NVML does not list fails too, with or without an
 expected count; the GPU is held to its bus id, never to NVML's index.
 
 The PCI bus is the expectation that needs no configuration: a GPU that fell off the bus often
@@ -151,7 +151,7 @@ def judge(snapshot: Snapshot, ctx: Context) -> CheckOutput:
         # does not list have vanished since gres.conf was written: the job would start without
         # them, and no other check would judge them. With no expected count configured this is
         # the only thing that notices, so it fails (drain + reboot, like any GPU gone from NVML).
-        if ctx.job is not None:  # Slurm's devices, held to the GPU by bus id (gpuhc/gpumap.py)
+        if ctx.job is not None:  # Slurm's devices, held to the GPU by bus id (gpuhc/node/gpumap.py)
             out.results.extend(_allocated_gone(nvml, ctx.job))
             return out
         listed = {g.index for g in nvml.gpus}

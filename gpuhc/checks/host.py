@@ -7,7 +7,7 @@
 - mounts the site names (``mounts``, e.g. the shared file system and the dataset mount): each
   must be mounted and answer ``stat -f`` within ``mount_timeout_s`` (the probe runs in a child
   process, gpuhc/sources/host.py). Not mounted or not answering FAILs with drain + ticket once
-  held over runs (evidence class ``mount``, gpuhc/evidence.py; a WARN until then): a hung NFS
+  held over runs (evidence class ``mount``, gpuhc/catalog/evidence.py; a WARN until then): a hung NFS
   mount hangs every job that touches it, but a server's failover is over in minutes, and a
   reboot that clears the hung processes leaves the server, the fault, as it was.
 - free space on ``scratch`` (local scratch; empty: off): WARN below ``scratch_warn_pct`` free, FAIL (drain +
@@ -26,7 +26,7 @@ from typing import Any
 
 from gpuhc.checks import host_stuck
 from gpuhc.checks.base import HOST, Check, CheckOutput, Context, na, reads_host, result
-from gpuhc.evidence import by_id
+from gpuhc.catalog.evidence import by_id
 from gpuhc.model.result import Action, Status
 from gpuhc.model.snapshot import Snapshot
 

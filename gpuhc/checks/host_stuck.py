@@ -18,7 +18,7 @@ the findings and the samples to keep out.
 - FUSE (``dstate_fuse_wchan``): WARN, never a drain. Any user may mount one (fusermount ships
   with apptainer, enroot, squashfuse) and park a process behind a server that never answers.
 
-Every other finding is of the evidence class ``stuck-process`` (gpuhc/evidence.py). Either class
+Every other finding is of the evidence class ``stuck-process`` (gpuhc/catalog/evidence.py). Either class
 never counts toward a lemon, and its FAIL drains only once held, acting as the table says.
 """
 
@@ -27,8 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.checks.base import Context, result
-from gpuhc.evidence import by_id
-from gpuhc.lazyre import LazyPattern
+from gpuhc.catalog.evidence import by_id
+from gpuhc.text.lazyre import LazyPattern
 from gpuhc.model.result import Result, Status
 
 EVIDENCE = "stuck-process"

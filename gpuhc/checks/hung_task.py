@@ -12,7 +12,7 @@ with the task's stack (gpuhc/sources/node_reports.py reads the report).
   ``storm_count`` or more Xids of ``storm_codes`` (45: channels torn down) came within
   ``storm_window_s`` before it, the reason names the storm: DCGM's engine stuck in the driver
   while the driver tears down channels is the driver failing, not one job's end.
-- any other report WARNs (class ``stuck-process``: host evidence, gpuhc/evidence.py), once, on
+- any other report WARNs (class ``stuck-process``: host evidence, gpuhc/catalog/evidence.py), once, on
   the run that first sees it: a task stuck on a disk, NFS or a lock of its own is the node's
   noise until held evidence says more (the host check's stuck processes).
 

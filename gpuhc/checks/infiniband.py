@@ -53,7 +53,7 @@ from typing import Any
 from gpuhc.checks.base import IB, KERNEL_LOG, STAGES, Check, CheckOutput, Context, na, result
 from gpuhc.checks.infiniband_downtime import UP_STATES, timeline
 from gpuhc.checks.persistence import held, setting_errors, span_text
-from gpuhc.evidence import IB_FLAPS_RECURRING
+from gpuhc.catalog.evidence import IB_FLAPS_RECURRING
 from gpuhc.model.host import IbPort
 from gpuhc.model.record import Record
 from gpuhc.model.result import Action, Result, Status
@@ -61,7 +61,7 @@ from gpuhc.model.snapshot import Snapshot
 
 ID = "infiniband"
 # The evidence class of a FAIL for single flaps that recur (the result's ``evidence``; what it
-# buys: gpuhc/evidence.py)
+# buys: gpuhc/catalog/evidence.py)
 RECURRING_FLAPS_CLASS = IB_FLAPS_RECURRING
 CLEARED = "flaps_cleared_at"  # state key: an admin's resume; flaps before it are forgiven
 
@@ -107,7 +107,7 @@ class _Finding(Record):
     status: Status
     text: str
     action: Action = Action.NONE
-    evidence: str | None = None  # its class, when not the check's (gpuhc/evidence.py)
+    evidence: str | None = None  # its class, when not the check's (gpuhc/catalog/evidence.py)
 
 
 @dataclass(eq=False, repr=False)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from gpuhc.limits import RELATIVE_LIMIT
+from gpuhc.text.limits import RELATIVE_LIMIT
 from gpuhc.model.kernel import EventKind, KernelEvent, KernelLog
 from gpuhc.model.snapshot import Snapshot
 

@@ -13,7 +13,7 @@ gpuhc/sources/kernel_log_host.py), and, where an EDAC driver is loaded, the coun
 - corrected errors are judged as a rate: the log's CE counts and ``ce_count`` growth within
   ``corrected_window_s``; WARN at ``corrected_warn`` (mcelog's own default trigger is 10 per DIMM
   in 24 h, its mcelog.conf ``ce-error-threshold``), FAIL at ``corrected_fail`` when set, which
-  drains only once held over runs (evidence class ``mce-corrected``, gpuhc/evidence.py).
+  drains only once held over runs (evidence class ``mce-corrected``, gpuhc/catalog/evidence.py).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def _corrected(events: list[tuple[float, int]], samples: list, now: float, ctx: 
         counted += max(0, ce - first[mc])
     n = max(logged, counted)  # the log and the counters see the same errors: never added up
     text = f"{n} corrected memory/CPU error(s) in the last {span / 3600:g}h"
-    if fail and n >= fail:  # drains once held over runs (gpuhc/evidence.py): a rate, not an event
+    if fail and n >= fail:  # drains once held over runs (gpuhc/catalog/evidence.py): a rate, not an event
         return [result(ID, Status.FAIL, f"{text} (limit {fail})", value=n, threshold=fail, action=Action.DRAIN_TICKET,
                        evidence="mce-corrected")]
     if warn and n >= warn:

@@ -10,7 +10,7 @@ not a broken board, so it is its own finding (docs/checks.md, "mig-layout"):
   ``drain + recreate MIG instances`` (no ladder step: re-creating a layout is the admin's tool's
   job; not counted by the lemon rule, gpuhc/slurm/repair/lemons.py). An instance the baseline lacks
   WARNs (re-capture after an intended change).
-- A job's slice (the prolog and epilog, gpuhc/gpumap.py) that is not on its GPU now FAILs the
+- A job's slice (the prolog and epilog, gpuhc/node/gpumap.py) that is not on its GPU now FAILs the
   same way, whatever the baseline says: the job was given a device that is not there.
 - No baseline, no MIG anywhere and no job slice: nothing to say (n/a).
 

@@ -58,8 +58,8 @@ from typing import Any
 
 from gpuhc.checks.base import Context, GpuJudge, SourceNeeds, na, per_gpu_check, result
 from gpuhc.checks.persistence import held, remember, setting_errors, span_text
-from gpuhc.evidence import NVLINK_PERSISTENT
-from gpuhc.limits import MAX_DL_ROTATION
+from gpuhc.catalog.evidence import NVLINK_PERSISTENT
+from gpuhc.text.limits import MAX_DL_ROTATION
 from gpuhc.model.nvml import GpuReading, NvmlReading
 from gpuhc.model.pci import norm_pci
 from gpuhc.model.result import Action, Result, Status
@@ -85,7 +85,7 @@ ROTATING_STAGES = ("passive", "prolog")
 POINTER = "dl_next"  # state key: GPU index -> the slice its next rotating read takes
 WARNED = "warned"  # state key: "<gpu>/<link>/<kind>" -> when that link's growth warned
 # The evidence class of a FAIL for growth that stayed below the FAIL rate (the result's
-# ``evidence``; what it buys: gpuhc/evidence.py)
+# ``evidence``; what it buys: gpuhc/catalog/evidence.py)
 PERSISTENT_CLASS = NVLINK_PERSISTENT
 
 

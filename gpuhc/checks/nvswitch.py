@@ -81,8 +81,8 @@ def _switch(ev: KernelEvent) -> str:
 
 
 def sxid_info(code: int):
-    """The catalog's entry (gpuhc.xid_catalog), imported only when a run sees an SXid."""
-    from gpuhc.xid_catalog import sxid_info as lookup
+    """The catalog's entry (gpuhc.catalog.xid), imported only when a run sees an SXid."""
+    from gpuhc.catalog.xid import sxid_info as lookup
 
     return lookup(code)
 

@@ -195,7 +195,7 @@ CHECKS = [
         needs=(PROCS,),
         judge=judge,
         stages=("prolog", "epilog", "bootstrap"),
-        timeout_s=25.0,  # room for the epilog's wait, within the epilog's 30 s budget (gpuhc/config.py)
+        timeout_s=25.0,  # room for the epilog's wait, within the epilog's 30 s budget (gpuhc/config/load.py)
         defaults={
             # Memory on a GPU where no process is left, in the figure without the driver's reserve
             # (NVML's v2 query; an idle H100 reads 0 MiB): GCM's prolog default, 15 MiB, is a

@@ -20,7 +20,7 @@ name the GPU itself.
   failed says so in its own line, above), are counted per device inside
   ``corrected_window_s``: WARN at ``corrected_warn``, and at ``corrected_fail`` when set a FAIL
   (drain + hardware ticket) that drains only once held over runs (evidence class
-  ``aer-corrected``, gpuhc/evidence.py): a link that replays is a rate, not an event, and one
+  ``aer-corrected``, gpuhc/catalog/evidence.py): a link that replays is a rate, not an event, and one
   recovered error on a NIC is no reason to take a busy node out. The kernel
   rate-limits these lines, so a count read from the log is a floor.
 """

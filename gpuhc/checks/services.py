@@ -17,8 +17,8 @@ fails is asked again within the run, after a short pause, all probes within ``pr
 answer, is a FAIL (NVSentinel issue 883: a Fabric Manager outage went unnoticed for 20 days, and
 every NCCL job on the node failed) of evidence class ``service``, drain + ticket (the table says
 why: a restart of the service is the cure, and a reboot cures no reason it would not start): a
-WARN until held over consecutive runs spanning ``evidence.host`` (gpuhc/evidence.py,
-gpuhc/runhold.py), so one slow ``dcgmi`` on a busy node is no drain, and never toward
+WARN until held over consecutive runs spanning ``evidence.host`` (gpuhc/catalog/evidence.py,
+gpuhc/run/hold.py), so one slow ``dcgmi`` on a busy node is no drain, and never toward
 a lemon. A service running where nobody asked for it is not judged.
 """
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.checks.base import HOST, Check, CheckOutput, Context, na, reads_host, result
-from gpuhc.evidence import by_id
+from gpuhc.catalog.evidence import by_id
 from gpuhc.model.result import Status
 from gpuhc.model.snapshot import Snapshot
 

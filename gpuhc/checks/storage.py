@@ -7,7 +7,7 @@
   FAIL, drain + hardware ticket, one result per device. A job's checkpoints and scratch are on
   it, and none of these cures itself (an array runs degraded, a disabled controller stays gone
   until a reset or reboot, a read-only file system until a person repairs it). Held until a
-  reboot, an admin's resume or ``window_s`` quiet (class ``disk``, gpuhc/evidence.py).
+  reboot, an admin's resume or ``window_s`` quiet (class ``disk``, gpuhc/catalog/evidence.py).
 - an NVMe command time-out: the driver resets the controller and retries; WARN once (a reset
   that fails prints the disabled line, which fails). An I/O error on a disk the kernel attached
   as removable (a USB stick, a BMC's virtual CD or floppy, which many GPU servers show at every

@@ -17,7 +17,7 @@ What is reported:
   timeout, a GSP task watchdog) are judged like Xids; their severity and action are the
   catalog's ``signals`` section (gpuhc/data/xid_catalog.yaml).
 - Xid 144-150 (NVLink 5) are judged by sub-code, the unit and error status in the line decoded
-  by driver branch (:mod:`gpuhc.xid_subcodes`): NVIDIA resets for some and ignores others.
+  by driver branch (:mod:`gpuhc.catalog.xid_subcodes`): NVIDIA resets for some and ignores others.
 - warning Xids (application errors such as 13, 31, 43; contained ECC 94) WARN once, on the run
   that first sees them, with action "restart app" or none. They never drain on their own; a
   storm of them is a rate rule's to judge (:mod:`gpuhc.checks.xid_rates`).
@@ -62,8 +62,8 @@ from gpuhc.model.result import Action, Result, Status
 from gpuhc.model.snapshot import Snapshot
 
 if TYPE_CHECKING:
-    from gpuhc.xid_catalog import XidInfo  # the catalog is imported when an Xid is judged
-    from gpuhc.xid_subcodes import SubVerdict
+    from gpuhc.catalog.xid import XidInfo  # the catalog is imported when an Xid is judged
+    from gpuhc.catalog.xid_subcodes import SubVerdict
 
 ID = "xid"
 KINDS = (EventKind.XID, EventKind.FALLEN_OFF_BUS, EventKind.DRIVER)
@@ -105,14 +105,14 @@ class _Group(Record):
     def info(self) -> XidInfo:
         from dataclasses import replace
 
-        from gpuhc.xid_catalog import signal_info, xid_info
+        from gpuhc.catalog.xid import signal_info, xid_info
 
         if self.signal:
             return signal_info(self.signal)
         info = xid_info(int(self.code or 0))
         if self.sub is None:
             return info
-        # NVIDIA judges Xid 144-150 by sub-code (gpuhc.xid_subcodes): that verdict, not the number's
+        # NVIDIA judges Xid 144-150 by sub-code (gpuhc.catalog.xid_subcodes): that verdict, not the number's
         return replace(info, name=f"{info.name}: {self.sub.label}", severity=self.sub.severity, action=self.sub.action)
 
 
@@ -140,7 +140,7 @@ def _verdict(g: _Group, ctx: Context) -> tuple[str, Action]:
         # then it warns once, like a warning Xid. A site's override to fail drains on the first.
         return "warn", Action.NONE
     if code == 154 and severity == "fail":
-        from gpuhc.xid_catalog import recovery_action
+        from gpuhc.catalog.xid import recovery_action
 
         asked = recovery_action(g.last_message)
         if asked is Action.NONE:
@@ -250,7 +250,7 @@ def _recovered(events: list[tuple[KernelEvent, bool]], gpus: dict[str, GpuReadin
             last154[gpu.subject if gpu else norm_pci(ev.pci or "node")] = ev
     if not last154:
         return {}
-    from gpuhc.xid_catalog import recovery_action
+    from gpuhc.catalog.xid import recovery_action
 
     return {s: ev.time for s, ev in last154.items() if recovery_action(ev.message) is Action.NONE}
 
@@ -271,7 +271,7 @@ def _subcode(ev: KernelEvent, driver: str | None) -> SubVerdict | None:
     """Xid 144-150: the sub-code the line decodes to by driver branch, None for other events."""
     if ev.kind is not EventKind.XID or ev.code is None or not 144 <= ev.code <= 150:
         return None
-    from gpuhc.xid_subcodes import decode
+    from gpuhc.catalog.xid_subcodes import decode
 
     return decode(ev.code, ev.message, driver)
 
@@ -291,7 +291,7 @@ def _count(n: int) -> str:
 def _fail(inc: dict, held_for_s: float | None = None) -> Result:
     """The FAIL line of one incident; ``held_for_s``: it is held from earlier runs with nothing
     new since, for at most this long after its last event."""
-    from gpuhc.xid_catalog import signal_info, xid_info
+    from gpuhc.catalog.xid import signal_info, xid_info
 
     where, n = _where(inc["subject"], inc.get("pci")), _count(int(inc["count"]))
     if inc.get("signal"):

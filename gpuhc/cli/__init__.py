@@ -64,8 +64,8 @@ QUICK_EXIT = ("check", "healthcheck", "prolog", "epilog")
 def main() -> None:
     import sys
 
-    from gpuhc.nvml_early import start
-    from gpuhc.phases import mark
+    from gpuhc.run.nvml_early import start
+    from gpuhc.run.phases import mark
 
     mark("cli")
     start(sys.argv[1:])  # the live NVML read runs beside the rest of the start-up (see that module)
@@ -104,7 +104,7 @@ def quick_exit(code: object) -> None:
             stream.flush()
         except (OSError, ValueError):
             pass  # a reader that left (`| head`) or a closed stream: nothing more to say
-    from gpuhc.phases import flush
+    from gpuhc.run.phases import flush
 
     flush()
     os._exit(status)

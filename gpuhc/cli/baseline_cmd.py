@@ -17,8 +17,8 @@ from gpuhc.cli.common import (
     write_output,
 )
 from gpuhc.cli.params import Seconds
-from gpuhc.limits import MAX_WAIT_S
-from gpuhc.logtext import escape
+from gpuhc.text.limits import MAX_WAIT_S
+from gpuhc.text.logtext import escape
 
 
 @click.group(context_settings=CONTEXT)
@@ -45,10 +45,10 @@ def capture(src: SourceArgs, output: str | None, timeout: float, topology: bool 
     (mixed models, links below their maximum): a baseline would make that look normal. --force
     writes it anyway and records in it that it was forced, and why.
     """
-    from gpuhc.baseline import capture as capture_doc
-    from gpuhc.baseline import doubts
+    from gpuhc.state.baseline import capture as capture_doc
+    from gpuhc.state.baseline import doubts
     from gpuhc.errors import GpuhcError
-    from gpuhc.runner import read_snapshot, run_stage
+    from gpuhc.run.runner import read_snapshot, run_stage
 
     with replay_scope(src) as (src, _):
         opts = run_options_from(src, "passive")
@@ -90,7 +90,7 @@ def capture(src: SourceArgs, output: str | None, timeout: float, topology: bool 
 @click.option("--json", "json_mode", is_flag=True, help="Print the checked document as JSON.")
 def show(file: str, json_mode: bool) -> None:
     """Check a baseline file and print it."""
-    from gpuhc.baseline import load, render
+    from gpuhc.state.baseline import load, render
 
     doc = load(file)
     if json_mode:

@@ -26,8 +26,8 @@ def _config_options(fn):
 
 
 def _context(config_path, state_dir):
-    from gpuhc.config import load_config
-    from gpuhc.state import default_state_dir
+    from gpuhc.config.load import load_config
+    from gpuhc.state.node import default_state_dir
 
     config = load_config(config_path)
     return config, config.section("canary"), state_dir or default_state_dir(config.data.get("state_dir"))
@@ -69,7 +69,7 @@ def _inject(text: str | None) -> dict | None:
 
 
 def _known(path: str | None) -> dict:
-    from gpuhc.untrusted import UntrustedInputError, load_json, read_bounded
+    from gpuhc.files.untrusted import UntrustedInputError, load_json, read_bounded
 
     if not path:
         return {}
@@ -187,7 +187,7 @@ def submit_cmd(config_path, state_dir, apply, dry_run, json_mode) -> None:
     if json_mode:
         click.echo(json.dumps(out, sort_keys=True, default=str))
     else:
-        from gpuhc.logtext import escape
+        from gpuhc.text.logtext import escape
 
         for line in out["lines"] + out["errors"]:  # text from the nodes' result files: one printable line each
             click.echo(escape(line))

@@ -23,8 +23,8 @@ from gpuhc.cli.common import (
 )
 from gpuhc.cli.options import click_options
 from gpuhc.cli.params import Seconds
-from gpuhc.limits import MAX_WAIT_S
-from gpuhc.logtext import escape
+from gpuhc.text.limits import MAX_WAIT_S
+from gpuhc.text.logtext import escape
 
 
 @click.command(context_settings=CONTEXT)
@@ -47,7 +47,7 @@ def check(src: SourceArgs, stage: str, demo: bool, gpu_list: str | None, only: t
 def _record_gres(snap, config, src) -> None:
     """Slurm's view of the GPUs into the recording (a replay is mapped as the node was); a
     recording of a recording keeps the one it had."""
-    from gpuhc.gres_conf import GpuMapError
+    from gpuhc.node.gres_conf import GpuMapError
     from gpuhc.sources.gres import record
 
     if src.nvml_scenario:
@@ -69,7 +69,7 @@ def _record_gres(snap, config, src) -> None:
 @source_options
 def snapshot(src: SourceArgs, output: str | None, timeout: float) -> None:
     """Record this node's readings in the scenario format (replay it with --nvml-scenario)."""
-    from gpuhc.runner import read_snapshot
+    from gpuhc.run.runner import read_snapshot
     from gpuhc.sources.snapshot_format import dump_snapshot, dump_yaml
 
     config = load(src)

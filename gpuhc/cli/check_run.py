@@ -22,7 +22,7 @@ from gpuhc.cli.common import (
 )
 from gpuhc.cli.options import Opt
 from gpuhc.errors import say
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 
 OPTIONS = (
     Opt(["--stage"], "stage", "choice", "Which checks to run.", default="passive", choices=STAGES, show_default=True),
@@ -42,8 +42,8 @@ OPTIONS = (
 def run_check(src: SourceArgs, stage: str, demo: bool, gpu_list: str | None, only: tuple[str, ...], verbose: bool,
               timings: bool, publish_replay: bool) -> None:
     """`gpuhc check`'s body (its help is in gpuhc/cli/check_cmd.py)."""
-    from gpuhc.output import publish, render_report
-    from gpuhc.runner import run_stage
+    from gpuhc.export.output import publish, render_report
+    from gpuhc.run.runner import run_stage
 
     if demo:
         src = replace(src, nvml_scenario=src.nvml_scenario or demo_scenario_path())
@@ -64,7 +64,7 @@ def run_check(src: SourceArgs, stage: str, demo: bool, gpu_list: str | None, onl
         try:
             render_report(report, json_mode=src.json_mode, verbose=verbose, config=opts.config)
             if report.timings is not None and not src.json_mode:
-                from gpuhc.runtimings import timing_lines
+                from gpuhc.run.timings import timing_lines
 
                 sys.stdout.write("".join(line + "\n" for line in timing_lines(report.timings)))
         except BrokenPipeError:
@@ -74,7 +74,7 @@ def run_check(src: SourceArgs, stage: str, demo: bool, gpu_list: str | None, onl
         if not replay or publish_replay:
             for problem in publish(report, opts.config):
                 say(f"gpuhc: warning: {escape(problem)}")
-    from gpuhc.phases import mark
+    from gpuhc.run.phases import mark
 
     mark("written")
     finish(report.exit_code, hard=bool(report.timed_out))
@@ -95,7 +95,7 @@ def _read_once(src: SourceArgs):
 
 def _slurm_gpus(opts, text: str, verbose: bool) -> None:
     """Point the run at the GPUs Slurm would give by these names (gpuhc/slurm/jobs/gpus.py)."""
-    from gpuhc.gres_conf import GpuMapError
+    from gpuhc.node.gres_conf import GpuMapError
     from gpuhc.slurm.jobs.gpus import job_devices, node_devices
 
     ids = [t.strip() for t in text.split(",") if t.strip()]

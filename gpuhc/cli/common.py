@@ -10,16 +10,16 @@ from datetime import datetime
 from typing import Iterator
 
 from gpuhc.cli.options import Opt, click_options
-from gpuhc.config import Config, load_config
-from gpuhc.limits import MAX_GPUS
+from gpuhc.config.load import Config, load_config
+from gpuhc.text.limits import MAX_GPUS
 from gpuhc.model.record import FrozenRecord
-from gpuhc.runreport import RunOptions
+from gpuhc.run.report import RunOptions
 from gpuhc.sources import SourceSpec
-from gpuhc.state import default_state_dir
+from gpuhc.state.node import default_state_dir
 
 DEMO_SCENARIO = "demo-8xh100.yaml"
 
-MAX_GPU_INDEX = MAX_GPUS - 1  # stated in --help, like every bound (gpuhc.limits)
+MAX_GPU_INDEX = MAX_GPUS - 1  # stated in --help, like every bound (gpuhc.text.limits)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -155,11 +155,11 @@ def _replay_path(given: str | None, config: Config, key: str, option: str) -> st
 
     if given:  # (a GpuhcError, which the Slurm entry points know how to fail open on)
         raise GpuhcError(f"{option}: {path}: {problem}")
-    from gpuhc.yamlpos import line_of
+    from gpuhc.text.yamlpos import line_of
 
     where: tuple = ()
     if config.hostname:  # the hosts: entry that set it, the last matching one, as the merge applied them
-        from gpuhc.config_hosts import host_matches
+        from gpuhc.config.hosts import host_matches
 
         for i, (pattern, settings) in enumerate(config.overrides):
             if (settings.get("sources") or {}).get(key) and host_matches(config.hostname, pattern):
@@ -205,7 +205,7 @@ def replay_scope(src: SourceArgs) -> Iterator[tuple[SourceArgs, str | None]]:
     if src.state_dir:
         yield src, replay
         return
-    from gpuhc.fsutil import scratch_dir
+    from gpuhc.files.fsutil import scratch_dir
 
     with scratch_dir("gpuhc-replay-") as scratch:
         yield replace(src, state_dir=scratch), replay
@@ -263,9 +263,9 @@ def parse_gpu_list(text: str | None) -> list[int] | None:
 
 
 def write_output(path: str, text: str, what: str = "output file") -> None:
-    """Write ``text`` to ``path`` whole or not at all, never through a link (gpuhc.fsutil)."""
+    """Write ``text`` to ``path`` whole or not at all, never through a link (gpuhc.files.fsutil)."""
     from gpuhc.errors import GpuhcError
-    from gpuhc.fsutil import write_atomic
+    from gpuhc.files.fsutil import write_atomic
 
     try:
         write_atomic(path, text.encode("utf-8"), 0o644, what)

@@ -43,7 +43,7 @@ def validate(config_path: str | None, json_mode: bool) -> None:
 def problems(config_path: str | None) -> tuple[str | None, list]:
     """(the file, its errors): what a run refuses (load_config, then the recorded sources every
     ``hosts:`` entry names, by the run's own test), and a node.baseline that does not load."""
-    from gpuhc.config import default_path, load_config
+    from gpuhc.config.load import default_path, load_config
     from gpuhc.errors import ConfigError, ConfigErrors
 
     try:
@@ -57,8 +57,8 @@ def problems(config_path: str | None) -> tuple[str | None, list]:
     if baseline:
         # A run only notes a broken baseline and falls back to the profile: say it here, where
         # an admin asks whether the setup is right.
-        from gpuhc.baseline import load
-        from gpuhc.yamlpos import line_of
+        from gpuhc.state.baseline import load
+        from gpuhc.text.yamlpos import line_of
 
         try:
             load(baseline)
@@ -74,7 +74,7 @@ def missing_sources(cfg) -> list:
     (gpuhc.cli.common.source_problem, the run's own test), at the entry's own line."""
     from gpuhc.cli.common import source_problem
     from gpuhc.errors import ConfigError
-    from gpuhc.yamlpos import line_of
+    from gpuhc.text.yamlpos import line_of
 
     places = [((), cfg.top.get("sources") or {})]
     places += [(("hosts", i), settings.get("sources") or {}) for i, (_p, settings) in enumerate(cfg.overrides)]
@@ -96,7 +96,7 @@ def missing_sources(cfg) -> list:
 @click.option("--json", "json_mode", is_flag=True)
 def show(config_path: str | None, hostname: str | None, json_mode: bool) -> None:
     """Print the effective config: defaults, the file, and the overrides for this node."""
-    from gpuhc.config import load_config
+    from gpuhc.config.load import load_config
 
     cfg = load_config(config_path, node_name(hostname))
     if json_mode:
@@ -124,8 +124,8 @@ def list_acts(config_path: str | None, hostname: str | None, markdown: bool, jso
     """Every act gpuhc can take on its own (drain, resume, retire, reboot, GPU reset, requeue,
     active checks, bundles, writes into jobs, hooks, sweeps): on or off in this config, when it
     happens, what it costs, and the setting that turns it on or off."""
-    from gpuhc.acts import acts, table
-    from gpuhc.config import load_config
+    from gpuhc.catalog.acts import acts, table
+    from gpuhc.config.load import load_config
 
     cfg = load_config(config_path, node_name(hostname))
     rows = acts(cfg)
@@ -160,8 +160,8 @@ def list_checks(config_path: str | None, hostname: str | None, profile_name: str
     from its stage's workload unless `checks.<id>.timeout_s` sets one (JSON: timeout_s null).
     """
     from gpuhc.checks import all_checks
-    from gpuhc.config import load_config
-    from gpuhc.profiles import profile_names, select_profile
+    from gpuhc.config.load import load_config
+    from gpuhc.config.profiles import profile_names, select_profile
 
     if profile_name is not None and profile_name not in profile_names():
         raise click.BadParameter(f"unknown GPU profile {profile_name!r} (known: {', '.join(profile_names())})",
@@ -190,7 +190,7 @@ def list_checks(config_path: str | None, hostname: str | None, profile_name: str
 def _check_row(check, cfg, profile) -> dict:
     """One check as a run would see it: its settings resolved as the runner resolves them."""
     from gpuhc.checks.base import Check
-    from gpuhc.runner import resolve
+    from gpuhc.run.plan import resolve
 
     eff = resolve(check, cfg)
     passive = isinstance(check, Check)

@@ -47,7 +47,7 @@ def expected_rows(names: list[str], conf, overrides: list, top_count) -> list[di
     """Per node: the ``hosts:`` entries that match it, Slurm's GPU count, the config's, and the
     count gpu-count holds it to (docs/slurm.md, "Expected GPUs"; a baseline, being the node's
     own file, is not seen from here)."""
-    from gpuhc.config_hosts import host_matches
+    from gpuhc.config.hosts import host_matches
     from gpuhc.slurm.read.slurmconf import gpus_in
 
     rows = []
@@ -112,7 +112,7 @@ def _textfile_problem(path: str | None) -> str | None:
     if not path:
         return None
     from gpuhc.errors import GpuhcError
-    from gpuhc.fsutil import check_dir_chain
+    from gpuhc.files.fsutil import check_dir_chain
 
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
@@ -133,9 +133,9 @@ def is_admin_host() -> bool:
 
 
 def acts_findings(config, now: float | None = None) -> list:
-    """What this install does by itself (gpuhc/acts.py), and in observe mode what it would have
+    """What this install does by itself (gpuhc/catalog/acts.py), and in observe mode what it would have
     done in the last 7 days, read from the event logs it can see."""
-    from gpuhc.acts import acts
+    from gpuhc.catalog.acts import acts
     from gpuhc.slurm.policy import wiring
 
     rows = acts(config)
@@ -240,7 +240,7 @@ def render(result: dict) -> None:
 def plain(result: dict) -> list[str]:
     """One finding a line, its fix on the next: what a pipe, a log or an 80-column terminal gets
     (nothing folded; `--json` for a program)."""
-    from gpuhc.logtext import escape
+    from gpuhc.text.logtext import escape
 
     where = f"slurm.conf {result['slurm_conf'] or '(none)'}, Slurm {result['release'] or 'release unknown'}"
     out = [escape(f"gpuhc doctor on {result['node']}: {where}")]
@@ -308,7 +308,7 @@ def doctor(config_path, slurm_conf, hostname, admin_host, no_sinfo, json_mode) -
 
     Exit 0: nothing blocks; 1: a blocker; 2: a usage or config error.
     """
-    from gpuhc.config import load_config
+    from gpuhc.config.load import load_config
     from gpuhc.errors import ConfigError
     from gpuhc.slurm.read.slurmconf import SlurmConfError, read
 
@@ -317,9 +317,9 @@ def doctor(config_path, slurm_conf, hostname, admin_host, no_sinfo, json_mode) -
     try:
         config = load_config(config_path, node)
     except ConfigError as e:
-        # What the hooks do with this file, said where an admin looks (gpuhc/config_guard.py);
+        # What the hooks do with this file, said where an admin looks (gpuhc/state/config_guard.py);
         # the rest of the page judges the config they run on instead.
-        from gpuhc.config_guard import stand_in
+        from gpuhc.state.config_guard import stand_in
         from gpuhc.slurm.policy import wiring
 
         config, problem = stand_in(config_path, None, node, e)

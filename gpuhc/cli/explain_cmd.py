@@ -21,7 +21,7 @@ LABELS = {"xid": "Xid", "sxid": "SXid", "signal": "Driver signal"}
 
 
 def _entries(kind: str, code: int | str | None) -> list[dict[str, Any]]:
-    from gpuhc import xid_catalog as cat
+    from gpuhc.catalog import xid as cat
 
     if kind == "signal":
         table = cat.signal_table()
@@ -31,7 +31,7 @@ def _entries(kind: str, code: int | str | None) -> list[dict[str, Any]]:
     if kind == "xid":
         if code is None:
             return [i.to_dict() for i in cat.xid_table().values()]
-        from gpuhc.xid_subcodes import table
+        from gpuhc.catalog.xid_subcodes import table
 
         subcodes = table(int(code))  # Xid 144-150: judged by sub-code, not by the number
         return [dict(cat.xid_info(code).to_dict(), **({"subcodes": subcodes} if subcodes else {}))]
@@ -52,13 +52,13 @@ def _verdict(kind: str, e: dict[str, Any]) -> str:
 
 
 def _this_install(entry: dict[str, Any]) -> None:
-    """Beside what gpuhc recommends, what this install's config makes of it (gpuhc/acts.py):
+    """Beside what gpuhc recommends, what this install's config makes of it (gpuhc/catalog/acts.py):
     "recommended: drain + reboot; this config: drain (remediation off)". A config that does not
     load says nothing here: explain describes the catalog, and `config validate` names the error."""
     if entry.get("action") in (None, "none") or entry.get("severity") == "ignore":
         return
-    from gpuhc.acts import recommended, this_config
-    from gpuhc.config import load_config
+    from gpuhc.catalog.acts import recommended, this_config
+    from gpuhc.config.load import load_config
     from gpuhc.errors import ConfigError
 
     try:
@@ -138,7 +138,7 @@ def _code(kind: str, code: str | None) -> int | str | None:
     if code is None:
         return None
     if kind == "signal":
-        from gpuhc.xid_catalog import signal_table
+        from gpuhc.catalog.xid import signal_table
 
         if code not in signal_table():
             raise click.BadParameter(f"{code!r} is no driver signal (known: {', '.join(signal_table())})",
@@ -171,8 +171,8 @@ def _check_lines(code: str | None) -> list[str]:
 
 def _evidence(code: str | None, json_mode: bool) -> None:
     """``explain evidence [CLASS]``: what each class of evidence buys, from the table the
-    runner and the lemon rule read (gpuhc/evidence.py), so it cannot disagree with a run."""
-    from gpuhc.evidence import HOLDS, TABLE, by_id
+    runner and the lemon rule read (gpuhc/catalog/evidence.py), so it cannot disagree with a run."""
+    from gpuhc.catalog.evidence import HOLDS, TABLE, by_id
 
     if code is not None and code not in {e.id for e in TABLE}:
         raise click.BadParameter(f"{code!r} is no class of evidence (known: {', '.join(e.id for e in TABLE)})",

@@ -27,7 +27,7 @@ from gpuhc.fleet.stats import per_gpu_hour_rate
 from gpuhc.fleet.switches import Failure, failures_from_nodes, group_by_switch, merge_failures, read_topology_conf
 from gpuhc.slurm.report.build import ReportError, parse_duration
 from gpuhc.slurm.act.scontrol import Scontrol
-from gpuhc.topology_text import parse_topology
+from gpuhc.config.topology import parse_topology
 
 
 def _config_option(fn):

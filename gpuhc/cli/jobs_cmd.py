@@ -5,7 +5,7 @@ JSON of ``scontrol --json show job`` / ``squeue --json``, or the text of ``scont
 gpuhc/slurm/jobs/dump.py) and combines the nodes' views each job's AdminComment holds
 (gpuhc/slurm/jobs/record.py; the health check writes them, docs/checks.md "jobs"). A record from
 a text dump is listed as unverified: the job's own name or paths can print ``AdminComment=``.
-Every text Slurm hands back is escaped before it is printed (gpuhc/logtext.py): job names and
+Every text Slurm hands back is escaped before it is printed (gpuhc/text/logtext.py): job names and
 comments are the users' and operators' words.
 """
 
@@ -19,7 +19,7 @@ import click
 from gpuhc.cli import CONTEXT
 from gpuhc.cli.params import Seconds
 from gpuhc.cli.tables import Table, table_options
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 
 JOBS = Table({"job": 8, "verdict": 7, "culprits": 12, "since": 19, "age": 5, "nodes": 12, "reported": 12, "user": 8,
               "name": 0}, default=("job", "verdict", "culprits", "since", "age", "nodes", "user", "name"))
@@ -100,14 +100,14 @@ def _read(from_file: str | None, scontrol: str | None, config_path: str | None, 
     if from_file:
         from gpuhc.errors import ConfigError
         from gpuhc.slurm.jobs.dump import read_dump
-        from gpuhc.untrusted import UntrustedInputError, read_bounded
+        from gpuhc.files.untrusted import UntrustedInputError, read_bounded
 
         try:
             text = read_bounded(from_file, 64 << 20, "job dump").decode("utf-8", "replace")
         except (UntrustedInputError, OSError) as e:
             raise ConfigError(f"{from_file}: {getattr(e, 'strerror', None) or e}") from None
         return read_dump(text, from_file)
-    from gpuhc.config import load_config
+    from gpuhc.config.load import load_config
 
     section = dict(load_config(config_path).section("slurm"))
     if scontrol:

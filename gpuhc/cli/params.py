@@ -10,7 +10,7 @@ import math
 
 import click
 
-from gpuhc.limits import MAX_WAIT_S
+from gpuhc.text.limits import MAX_WAIT_S
 
 
 class Number(click.ParamType):

@@ -17,7 +17,7 @@ import click
 from gpuhc.cli import CONTEXT
 from gpuhc.cli.tables import Table, asked, table_options
 from gpuhc.cli.common import SourceArgs, load, node_name, source_options
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 
 
 def _expand(text: str | None) -> list[str]:

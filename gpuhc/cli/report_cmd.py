@@ -18,7 +18,7 @@ from gpuhc.cli import CONTEXT
 from gpuhc.cli.params import Seconds
 from gpuhc.cli.report_render import TABLE_ROWS_PER_CAUSE, render_csv, render_plain, render_rich
 from gpuhc.errors import GpuhcError, SlurmError
-from gpuhc.logtext import escape, json_text
+from gpuhc.text.logtext import escape, json_text
 from gpuhc.slurm.read.dumps import parse_nodes
 from gpuhc.slurm.read.nodes import Node, NodeParseError
 from gpuhc.slurm.report.build import (
@@ -94,7 +94,7 @@ def drain_report(from_file, partitions, states, owners, older_than, newer_than, 
         raise click.UsageError("choose one of --json, --csv and -o/--parsable")
     if observed:  # docs/repair.md "Observe mode"
         from gpuhc.cli.fleet_cmd import show_observed
-        from gpuhc.config import load_config
+        from gpuhc.config.load import load_config
 
         # -o names `fleet observed`'s columns here (its table, not the drained nodes')
         show_observed(load_config(config_path), 7 * 86400.0, (), json_mode, (fields, parsable, noheader))
@@ -122,11 +122,11 @@ def drain_report(from_file, partitions, states, owners, older_than, newer_than, 
     if from_file:
         nodes, source, warnings, formats = read_from_file(from_file)
         if topology_file:
-            from gpuhc.config import load_config
+            from gpuhc.config.load import load_config
 
             config = load_config(config_path)
     else:
-        from gpuhc.config import load_config
+        from gpuhc.config.load import load_config
         from gpuhc.slurm.act.scontrol import Scontrol
 
         config = load_config(config_path)
@@ -170,7 +170,7 @@ def read_from_file(path: str) -> tuple[list[Node], str, list[str], list[str]]:
     skipped, and the formats read. The file may come from anyone (a ticket, a user's paste):
     it is read without following a link, up to a stated size, and never blocks on a FIFO."""
     from gpuhc.slurm.read.dumps import read_dump
-    from gpuhc.untrusted import UntrustedInputError, read_bounded
+    from gpuhc.files.untrusted import UntrustedInputError, read_bounded
 
     where = "stdin" if path == "-" else path
     try:
@@ -204,7 +204,7 @@ def read_topology(path: str | None, scontrol, warnings: list[str]) -> dict[str, 
     from gpuhc.fleet.switches import parse_topology_conf
 
     if path:
-        from gpuhc.untrusted import UntrustedInputError, read_bounded
+        from gpuhc.files.untrusted import UntrustedInputError, read_bounded
 
         try:
             data = read_bounded(path, MAX_TOPOLOGY_BYTES, what="topology file")

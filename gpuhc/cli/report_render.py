@@ -11,7 +11,7 @@ import io
 from datetime import datetime
 from typing import IO
 
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 from gpuhc.slurm.report.build import DrainReport, compress, humanize_age
 from gpuhc.slurm.report.fields import CSV_FIELDS, field_value
 
@@ -150,7 +150,7 @@ def render_rich(report: DrainReport, source: str, all_rows: bool, stream: IO[str
 
 
 def _escape(text: str) -> str:
-    """A cell of the terminal table: one printable line (:func:`gpuhc.logtext.escape`), and a
+    """A cell of the terminal table: one printable line (:func:`gpuhc.text.logtext.escape`), and a
     ``[root]`` in a reason or a node name is text, not rich markup."""
     from rich.markup import escape as markup
 

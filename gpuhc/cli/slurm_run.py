@@ -25,7 +25,7 @@ def run(src: SourceArgs, stage: str, flow_name: str) -> None:
     except GpuhcError as e:
         # A bad command line (--now, a replay path): the health check says so (exit 2); a
         # prolog/epilog fails open. (A config that does not load never comes here: _options.)
-        from gpuhc.logtext import escape
+        from gpuhc.text.logtext import escape
 
         line = escape(f"gpuhc {flow_name} {node or '?'}: error: {e}")
         say(line)
@@ -34,7 +34,7 @@ def run(src: SourceArgs, stage: str, flow_name: str) -> None:
         return
     def render(out) -> None:  # inside the flow's guard (gpuhc.slurm.flows.frame.run)
         if src.json_mode and out.report is not None:
-            from gpuhc.output import render_report
+            from gpuhc.export.output import render_report
 
             render_report(out.report, json_mode=True)
 
@@ -46,11 +46,11 @@ def run(src: SourceArgs, stage: str, flow_name: str) -> None:
 def _options(src: SourceArgs, stage: str, flow_name: str, node: str | None):
     """The run's options. A config that does not load is not the node's fault and must not turn
     checking off: the run goes on with the last good config or the defaults, and says so in
-    syslog here, then in its report, event log and metrics (gpuhc/config_guard.py)."""
+    syslog here, then in its report, event log and metrics (gpuhc/state/config_guard.py)."""
     from gpuhc.cli.common import node_name, run_options_from
-    from gpuhc.config_guard import fallback_options, remember
+    from gpuhc.state.config_guard import fallback_options, remember
     from gpuhc.errors import ConfigError
-    from gpuhc.logtext import escape
+    from gpuhc.text.logtext import escape
 
     try:
         opts = run_options_from(src, stage)

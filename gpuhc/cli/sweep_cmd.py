@@ -39,8 +39,8 @@ def _config_options(fn):
 
 
 def _context(config_path: str | None, state_dir: str | None):
-    from gpuhc.config import load_config
-    from gpuhc.state import default_state_dir
+    from gpuhc.config.load import load_config
+    from gpuhc.state.node import default_state_dir
     from gpuhc.sweep.settings import sweep_section
     from gpuhc.sweep.store import SweepStore
 
@@ -292,7 +292,7 @@ def _emit(out: dict, json_mode: bool) -> None:
     if json_mode:
         click.echo(json.dumps(out, indent=1, default=str))
     else:
-        from gpuhc.logtext import escape
+        from gpuhc.text.logtext import escape
 
         # Node names and errors in these lines come from files probe jobs wrote: every line
         # that reaches the cron log is escaped, so a planted "\r" or "\n" cannot forge one.
@@ -303,7 +303,7 @@ def _emit(out: dict, json_mode: bool) -> None:
 
 
 def _warn(lines: list[str]) -> None:
-    from gpuhc.logtext import escape
+    from gpuhc.text.logtext import escape
 
     for line in lines:
         click.echo(f"gpuhc: warning: {escape(line)}", err=True)

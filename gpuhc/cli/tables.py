@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import click
 
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 
 
 def stamp(t: Any) -> str:
@@ -58,7 +58,7 @@ class Table:
 
     def lines(self, rows: Sequence[dict], fmt: str | None, parsable: bool, noheader: bool) -> list[str]:
         """``rows`` (dicts keyed by column) as lines, each value one printable line
-        (gpuhc.logtext.escape): aligned, or ``|``-separated with no padding, a ``|`` inside a
+        (gpuhc.text.logtext.escape): aligned, or ``|``-separated with no padding, a ``|`` inside a
         value written ``\\x7c`` as the escaper writes what it cannot print, so no value shifts
         the fields after it (drain-report's --parsable does the same)."""
         fields = self.fields(fmt)

@@ -45,7 +45,7 @@ def watch(src: SourceArgs, interval: float, rounds: int | None) -> None:
     """
     from gpuhc.cli.common import run_options_from
     from gpuhc.errors import GpuhcError
-    from gpuhc.logtext import escape
+    from gpuhc.text.logtext import escape
     from gpuhc.slurm.flows.frame import Flow
     from gpuhc.slurm.jobs.watch import Watcher, live_reader
 

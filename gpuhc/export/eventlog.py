@@ -5,7 +5,7 @@ Several gpuhc runs can overlap on a node (the periodic health check, a prolog, a
 handed to the kernel in a single ``write``, under an advisory ``flock``: on a local filesystem
 that keeps every line whole and in one piece, whoever else is writing. The file is reopened on
 every run, so logrotate's ``create`` and ``copytruncate`` both work. It is opened the way every
-file root appends to is (:mod:`gpuhc.fsutil`): never through a link.
+file root appends to is (:mod:`gpuhc.files.fsutil`): never through a link.
 
 Nothing here raises: a full disk, a read-only filesystem or a directory in the file's place
 returns a one-line message for the caller to log, and the health verdict stands.
@@ -129,8 +129,8 @@ def append_event(path: str, report: dict[str, Any]) -> str | None:
 
     As root the file is never opened through a link (a planted ``events.jsonl -> /root/x`` or a
     dangling one is refused, not followed) and its directories must be root's
-    (:func:`gpuhc.fsutil.open_append`)."""
-    from gpuhc.fsutil import UnsafePath, open_append
+    (:func:`gpuhc.files.fsutil.open_append`)."""
+    from gpuhc.files.fsutil import UnsafePath, open_append
 
     try:
         data = encode_line(report)
@@ -185,8 +185,8 @@ def expand_paths(patterns: Iterable[str]) -> list[str]:
 
 def event_lines(path: str) -> Iterator[bytes]:
     """The lines of one event log, each at most :data:`MAX_LINE` bytes; raises
-    :class:`gpuhc.untrusted.UntrustedInputError` when the file is refused."""
-    from gpuhc.untrusted import open_regular
+    :class:`gpuhc.files.untrusted.UntrustedInputError` when the file is refused."""
+    from gpuhc.files.untrusted import open_regular
 
     fd = open_regular(path, "event log")
     with os.fdopen(fd, "rb") as f:
@@ -222,7 +222,7 @@ NOT_AN_EVENT = "a line that is not a gpuhc event was skipped"
 
 
 def _decoded(paths: Iterable[str], marker: bytes, problems: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
-    from gpuhc.untrusted import UntrustedInputError
+    from gpuhc.files.untrusted import UntrustedInputError
 
     for path in expand_paths(paths):
         try:

@@ -209,7 +209,7 @@ def write_metrics(path: str, samples: Iterable[Sample], helps: dict[str, str] | 
 
 
 def _atomic_write(path: str, data: bytes) -> None:
-    from gpuhc.fsutil import make_dirs, write_atomic
+    from gpuhc.files.fsutil import make_dirs, write_atomic
 
     try:
         make_dirs(os.path.dirname(os.path.abspath(path)), DIR_MODE, "prometheus textfile's directory")

@@ -1,7 +1,7 @@
 """Nodes whose hooks run on a stand-in config, read back from the event logs.
 
 A hook whose config in place does not load judges the node on the last good copy (or the
-built-in defaults) and logs ``config_error`` in its event-log line (gpuhc/config_guard.py). A
+built-in defaults) and logs ``config_error`` in its event-log line (gpuhc/state/config_guard.py). A
 typo pushed to every node shows here as one row per node: the error, where, what the run used
 instead, since when. A node whose latest run loaded its config again drops out.
 """
@@ -15,7 +15,7 @@ from typing import Iterable
 from gpuhc.errors import GpuhcError
 from gpuhc.export.eventlog import read_events
 from gpuhc.fleet.gather import event_log_paths
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 
 
 @dataclass(frozen=True)

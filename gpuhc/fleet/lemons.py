@@ -17,7 +17,7 @@ import time
 from typing import Iterable, Mapping
 
 from gpuhc.fleet.switches import Failure, Incident, group_by_switch
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 from gpuhc.slurm.repair.lemons import LemonSettings, SharedCauses, Standing, standings, without_shared
 from gpuhc.slurm.repair.lemon_memory import read_faults
 

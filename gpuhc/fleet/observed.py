@@ -16,7 +16,7 @@ from typing import Iterable
 from gpuhc.errors import GpuhcError
 from gpuhc.export.eventlog import read_events
 from gpuhc.fleet.gather import event_log_paths
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 from gpuhc.slurm.act.actuator import would_do
 
 

@@ -1,7 +1,7 @@
 """Showing the fleet commands' results: rich tables for people, one PNG for ``stats --png``.
 
 rich is imported with this module, which the CLI imports only when a table or a plot is asked
-for (``--json`` never loads it); matplotlib only when a plot is drawn (:mod:`gpuhc.plot`).
+for (``--json`` never loads it); matplotlib only when a plot is drawn (:mod:`gpuhc.text.plot`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.markup import escape as markup
 from rich.table import Table
 
-from gpuhc.logtext import escape
-from gpuhc.plot import new_figure, save_figure
+from gpuhc.text.logtext import escape
+from gpuhc.text.plot import new_figure, save_figure
 from gpuhc.slurm.report.build import compress
 
 
@@ -53,7 +53,7 @@ def _h(hours: float | None) -> str:
 
 def _esc(text: str) -> str:
     """Node names, partitions, causes and evidence come from Slurm and event logs others can
-    write: one printable line each (gpuhc.logtext), and brackets are text, not rich markup."""
+    write: one printable line each (gpuhc.text.logtext), and brackets are text, not rich markup."""
     return markup(escape(text))
 
 

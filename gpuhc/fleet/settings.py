@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuhc.schema import Key
+from gpuhc.text.schema import Key
 
 SCHEMA = {
     "event_logs": Key(list, [], "gpuhc event logs (paths or globs, e.g. a log shipper's per-node copies) "

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from gpuhc.config import expand
+from gpuhc.config.load import expand
 from gpuhc.slurm.read.nodes import parse_slurm_time
 
 # End states that say nothing about a node: the user or the scheduler ended the job.

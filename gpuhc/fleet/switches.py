@@ -21,7 +21,7 @@ from typing import Iterable
 from gpuhc.slurm.policy.reason import parse_reason
 from gpuhc.slurm.report.build import compress
 from gpuhc.slurm.policy.shared_cause import group_runs
-from gpuhc.topology_text import parse_topology_conf, read_topology_conf  # noqa: F401 (the fleet's readers)
+from gpuhc.config.topology import parse_topology_conf, read_topology_conf  # noqa: F401 (the fleet's readers)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ class GpuReading(Record):
     pci_bus_id: str  # normalised, see norm_pci
     serial: str | None = None
     lost: bool = False  # NVML knows the GPU but cannot talk to it (GPU is lost / fallen off the bus)
-    # /dev/nvidia<minor>: how Slurm's gres.conf names this GPU (never NVML's index; gpuhc/gpumap.py)
+    # /dev/nvidia<minor>: how Slurm's gres.conf names this GPU (never NVML's index; gpuhc/node/gpumap.py)
     minor: int | None = None
     mig_mode: bool | None = None  # MIG mode now on; None: the GPU has no MIG
     mig: list[MigInstance] = field(default_factory=list)  # its MIG devices, NVML's MIG index order

@@ -56,7 +56,7 @@ class Result(FrozenRecord):
     value: Any = None  # the measured value, JSON-able
     threshold: Any = None  # what it was compared against, JSON-able
     action: Action = Action.NONE
-    # The class of evidence it is (gpuhc/evidence.py's table: what it buys, whether it counts
+    # The class of evidence it is (gpuhc/catalog/evidence.py's table: what it buys, whether it counts
     # toward a lemon); None: its check's class
     evidence: str | None = None
 

@@ -14,7 +14,7 @@ its own run is over: verdict, drain or resume, event log and hooks done. Why it 
   :data:`GRACE_S`, then SIGKILL. SIGTERM first because that is how NHC's own watchdog stops it:
   NHC then says "Terminated by signal SIGTERM" and marks the node with its own reason, as it
   does at its own timeout.
-- **The one rule for programs root runs** (:func:`gpuhc.fsutil.check_trusted_program`): an
+- **The one rule for programs root runs** (:func:`gpuhc.files.fsutil.check_trusted_program`): an
   absolute path (the shim's PATH is not the admin's), root's file in root's directories all
   the way up, run by its real path resolved once; argv as given, no shell, stdin /dev/null,
   working directory ``/``.
@@ -113,7 +113,7 @@ def combine(own: int, chained: ChainResult | None) -> int:
 def run(argv: tuple[str, ...], cut: float, env: Mapping[str, str]) -> ChainResult:
     """Run ``argv`` until ``cut`` (a ``time.monotonic()`` value). Never raises for what the
     program does; the result says how it ended."""
-    from gpuhc.fsutil import UnsafePath, check_trusted_program
+    from gpuhc.files.fsutil import UnsafePath, check_trusted_program
 
     started = time.monotonic()
     left = cut - started
@@ -215,7 +215,7 @@ def _session_members(sid: int) -> list[int]:
 
 def _tail(f) -> str:
     """The end of the program's output as one printable line (its text, not gpuhc's)."""
-    from gpuhc.logtext import escape
+    from gpuhc.text.logtext import escape
 
     try:
         f.seek(0, os.SEEK_END)

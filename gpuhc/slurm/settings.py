@@ -7,7 +7,7 @@ breaks. Every key is explained where an admin reads it (`gpuhc config show` prin
 
 from __future__ import annotations
 
-from gpuhc.schema import Key
+from gpuhc.text.schema import Key
 from gpuhc.slurm.read.releases import REBOOT_NEXTSTATES
 
 # The ladders an action may be given (gpuhc/slurm/repair/ladder.py declares them; repeated here as

@@ -29,7 +29,7 @@ class SourceSpec(Record):
     clock_sample_interval_s: float = 0.02
     # The stage's GPUs (the prolog's and epilog's: the job's), read in full; None: every GPU.
     gpus: list[int] | None = None
-    job: Any = None  # gpuhc.gpumap.JobScope: the epilog waits only for the job's own slices
+    job: Any = None  # gpuhc.node.gpumap.JobScope: the epilog waits only for the job's own slices
     # GPU occupancy: how long to wait for leftover processes to exit and for the memory in use
     # to drop to this many MiB (the epilog).
     occupancy_wait_s: float = 0.0
@@ -38,7 +38,7 @@ class SourceSpec(Record):
     # The NVLink DL error counters are read on one slice of each GPU's links: of GPU i, the links
     # with link % dl_rotation == dl_phases.get(i, 0) (gpuhc/sources/nvml_fields.py,
     # in_dl_slice); 1: every link. The runner fills these in, and the fields below, from what
-    # the selected checks declare (gpuhc/runplan.py).
+    # the selected checks declare (gpuhc/run/plan.py).
     dl_rotation: int = 1
     dl_phases: dict[int, int] | None = None
     # The job checks' activity reader (gpuhc/checks/jobs.py, source_settings): window_s,
@@ -84,7 +84,7 @@ def build_sources(spec: SourceSpec, step: int | None = None) -> Sources:
         procs = scenario.occupancy_source()
         activity: ActivitySource = scenario.activity_source()
     else:
-        from gpuhc.nvml_early import adopt
+        from gpuhc.run.nvml_early import adopt
         from gpuhc.sources.gpu_procs import OccupancyLive
         from gpuhc.sources.nvml import NvmlLive
 
@@ -152,7 +152,7 @@ class _Sliced:
 
     @property
     def in_memory(self) -> bool:
-        """Read inline when the recording is (gpuhc/runread.py)."""
+        """Read inline when the recording is (gpuhc/run/read.py)."""
         return getattr(self.recorded, "in_memory", False) is True
 
     def read(self):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import typing
 from typing import Any, Callable
 
-from gpuhc.limits import MAX_ACTIVITY_SAMPLES, MAX_GPUS, MAX_JOBS_PER_GPU
+from gpuhc.text.limits import MAX_ACTIVITY_SAMPLES, MAX_GPUS, MAX_JOBS_PER_GPU
 from gpuhc.model.activity import Activity, GpuActivity
 
 _SERIES = ("gpu_util", "mem_util", "power_w")

@@ -43,7 +43,7 @@ class OccupancyLive:
                  allowed: tuple[tuple[str, int], ...] = ()):
         self.gpus = None if gpus is None else sorted(set(gpus))
         self.allowed = tuple(allowed)  # (name, owner uid): a monitor the epilog does not wait for
-        self.job = job  # gpuhc.gpumap.JobScope: wait for the job's slices only, never on a shared GPU
+        self.job = job  # gpuhc.node.gpumap.JobScope: wait for the job's slices only, never on a shared GPU
         self.wait_s = max(0.0, float(wait_s))
         self.settle_mib = settle_mib
         self.poll_s = max(0.01, float(poll_s))
@@ -143,7 +143,7 @@ class OccupancyLive:
 
     def _name(self, pid: int) -> tuple[str | None, bool]:
         """(comm, gone): the short name the kernel keeps for the process, printable only."""
-        from gpuhc.untrusted import UntrustedInputError, read_bounded
+        from gpuhc.files.untrusted import UntrustedInputError, read_bounded
 
         path = os.path.join(self.proc_root, str(pid), "comm")
         if not os.path.isdir(os.path.join(self.proc_root, str(pid))):

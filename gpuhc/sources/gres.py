@@ -1,6 +1,6 @@
 """What Slurm's GPU numbers are read with on this node: gres.conf and the driver's MIG minors.
 
-The mapping itself is pure (gpuhc/gpumap.py); this module finds and reads its inputs:
+The mapping itself is pure (gpuhc/node/gpumap.py); this module finds and reads its inputs:
 
 - gres.conf where slurmd reads it: ``node.gres_conf`` when configured, else beside the
   slurm.conf Slurm hands the prolog and epilog (``SLURM_CONF``; slurmd looks for gres.conf in
@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from gpuhc.gres_conf import GpuMapError, GresConf, parse_gres_conf, parse_mig_minors
+from gpuhc.node.gres_conf import GpuMapError, GresConf, parse_gres_conf, parse_mig_minors
 
 DEFAULT_GRES_CONF = "/etc/slurm/gres.conf"
 MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"
@@ -123,12 +123,12 @@ def mig_layout(root: str | None = None) -> list[str]:
 
 def _read(path: str, limit: int, what: str, trusted: bool) -> tuple[str | None, list | None]:
     """(text, stamp); (None, None) when the file does not exist."""
-    from gpuhc.untrusted import UntrustedInputError, read_bounded
+    from gpuhc.files.untrusted import UntrustedInputError, read_bounded
 
     if not os.path.exists(path):
         return None, None
     if trusted:
-        from gpuhc.fsutil import UnsafePath, check_trusted_file
+        from gpuhc.files.fsutil import UnsafePath, check_trusted_file
 
         try:
             check_trusted_file(path, what)

@@ -21,7 +21,7 @@ import stat
 import time
 from typing import Any
 
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 from gpuhc.model.host import HostReading
 from gpuhc.model.pci import norm_pci
 from gpuhc.sources.host_probes import finish_probes, retried, socket_answers, start_probes
@@ -226,7 +226,7 @@ class HostLive:
         (``owner``) or the account root made the daemon's run directory for
         (``nvidia-persistenced --user``), and its program lies in directories only root can
         change."""
-        from gpuhc.fsutil import UnsafePath, check_dir_chain
+        from gpuhc.files.fsutil import UnsafePath, check_dir_chain
         from gpuhc.sources.job_activity import JobResolver
 
         uid = JobResolver(self._p("proc")).owner_of(pid)

@@ -20,7 +20,7 @@ outside the scheduler) is one of the configured ones, a sample of its progress:
 lock to show them, and a process stuck in exec on a hung file system holds it, so the read
 would hang gpuhc's own thread (the thread's switches already cover its I/O: it cannot read or
 write without running). Processes that hold a GPU's device file are told by their ``fd/``
-links (gpuhc/procfd.py), looked at only for waits in the GPU driver.
+links (gpuhc/node/procfd.py), looked at only for waits in the GPU driver.
 
 Wait channels match as whole names: an entry ending in ``_`` is a prefix that must end there
 (``nv_`` is ``nv_open_device``, never ``nvme_poll``), any other entry is one whole function
@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 
 MAX_STUCK = 64  # D-state processes sampled in one reading
 MAX_FDS = 65536  # descriptors of one process looked at for a GPU file
@@ -79,7 +79,7 @@ def stuck_candidates(proc_root: str, procs: list[dict[str, Any]], lists: dict[st
 
 
 def _holds_gpu(proc_root: str, pid: int) -> bool | None:
-    from gpuhc.procfd import holds_gpu, nvidia_files
+    from gpuhc.node.procfd import holds_gpu, nvidia_files
 
     try:
         files, _ = nvidia_files(proc_root, pid, MAX_FDS)
@@ -109,7 +109,7 @@ def switches(text: str) -> int | None:
 def _read(path: str, limit: int) -> str:
     """At most ``limit`` bytes of a regular file, never through a link; '' for one that is gone
     or unreadable (``/proc`` reports no size, so the bound is the read's own)."""
-    from gpuhc.untrusted import UntrustedInputError, open_regular, read_upto
+    from gpuhc.files.untrusted import UntrustedInputError, open_regular, read_upto
 
     try:
         fd = open_regular(path, "process file")

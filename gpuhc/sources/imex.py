@@ -10,13 +10,13 @@ What is asked, and why (docs/facts.md "IMEX"):
   captures in public threads show (tests/data/imex/README.md).
 
 The tool is looked for only in system directories and run only under the one rule for programs
-root runs (:func:`gpuhc.fsutil.check_trusted_program`): root owns it, every link on the way and
+root runs (:func:`gpuhc.files.fsutil.check_trusted_program`): root owns it, every link on the way and
 every directory up to ``/`` of the file it resolves to, nobody else can write any of them, and
 the real path is run, resolved once (a root-owned link into a user-writable directory, whose
 file a user could swap between the check and the exec, is refused, and the refusal is said in
 the reading's ``error``). A node without IMEX pays four ``lstat`` calls. Each call is an argv list with a deadline; its output is read up to a bound
 and parsed by a strict grammar -- a line that does not match is ignored, never guessed at -- and
-every text kept is escaped (gpuhc/logtext.py). Nothing here raises: a failure is the reading's
+every text kept is escaped (gpuhc/text/logtext.py). Nothing here raises: a failure is the reading's
 ``error``, in words.
 """
 
@@ -28,7 +28,7 @@ import stat
 import subprocess
 import time
 
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 from gpuhc.model.host import ImexStatus
 
 # Where the packages install it (NVIDIA's nvidia-imex package: /usr/bin), and the other places
@@ -55,7 +55,7 @@ def locate(candidates: tuple[str, ...] = SEARCH, owner: int = 0) -> tuple[str | 
     ``owner`` (root; tests: their own uid) owns in a directory ``owner`` owns, neither writable
     by anyone else, and that passes the program rule as root; (None, why) when the first one
     present is refused; (None, None) when none is there."""
-    from gpuhc.fsutil import UnsafePath, check_trusted_program
+    from gpuhc.files.fsutil import UnsafePath, check_trusted_program
 
     for path in candidates:
         if not os.path.lexists(path):
@@ -135,7 +135,7 @@ def _run(argv: list[str], timeout_s: float) -> tuple[str, str | None]:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as e:
         return "", f"cannot run: {e.strerror or e}"
-    from gpuhc.untrusted import read_output
+    from gpuhc.files.untrusted import read_output
 
     deadline = time.monotonic() + timeout_s
     out, ended = read_output(proc.stdout, MAX_OUTPUT, deadline)

@@ -19,7 +19,7 @@ Only GPUs with a compute process are read, so an idle node pays one process list
   when that owner is the job's user as Slurm reports it (gpuhc/slurm/jobs/act.py), and the
   repeat-culprit drain counts users, not jobs (gpuhc/checks/jobs.py). A process whose owner
   cannot be read (it ended) is counted as unmapped, never guessed.
-- Every file is read bounded and without following links (gpuhc/untrusted.py): the processes
+- Every file is read bounded and without following links (gpuhc/files/untrusted.py): the processes
   are the users'.
 """
 
@@ -29,8 +29,8 @@ import os
 import time
 from typing import Any
 
-from gpuhc.lazyre import LazyPattern
-from gpuhc.limits import MAX_ACTIVITY_SAMPLES, MAX_JOBS_PER_GPU
+from gpuhc.text.lazyre import LazyPattern
+from gpuhc.text.limits import MAX_ACTIVITY_SAMPLES, MAX_JOBS_PER_GPU
 from gpuhc.model.activity import Activity, GpuActivity
 from gpuhc.sources import nvml_util
 
@@ -81,7 +81,7 @@ class JobResolver:
         self.environ = environ
 
     def job_of(self, pid: int) -> tuple[str | None, str]:
-        from gpuhc.untrusted import UntrustedInputError, open_regular, read_bounded, read_upto
+        from gpuhc.files.untrusted import UntrustedInputError, open_regular, read_bounded, read_upto
 
         base = os.path.join(self.proc_root, str(int(pid)))
         try:
@@ -103,7 +103,7 @@ class JobResolver:
 
     def owner_of(self, pid: int) -> int | None:
         """The real uid of the process, or None (gone, or not readable as the kernel writes it)."""
-        from gpuhc.untrusted import UntrustedInputError, read_bounded
+        from gpuhc.files.untrusted import UntrustedInputError, read_bounded
 
         path = os.path.join(self.proc_root, str(int(pid)), "status")
         try:

@@ -13,7 +13,7 @@ Progress is measured between two samples: the previous read's, when the same rea
 recently (the node watcher, every 10-15 s), else a second sample a short moment later, taken
 only when the GPU samples look like a hang (one GPU of a job idle while another spins), so the
 health check of a healthy node never waits. Every file is a user process's: read bounded,
-without following links (gpuhc/untrusted.py), and a process that is gone is simply not counted.
+without following links (gpuhc/files/untrusted.py), and a process that is gone is simply not counted.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from gpuhc.lazyre import LazyPattern
+from gpuhc.text.lazyre import LazyPattern
 
 _STAT_LIMIT = 4096  # /proc/<pid>/stat: one line of 52 fields and a 16-byte name
 _IO_LIMIT = 4096  # /proc/<pid>/io: seven short lines
@@ -107,7 +107,7 @@ class HostSampler:
             _TICK = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
 
     def sample(self, pid: int) -> ProcSample | None:
-        from gpuhc.untrusted import UntrustedInputError, read_bounded
+        from gpuhc.files.untrusted import UntrustedInputError, read_bounded
 
         base = os.path.join(self.proc_root, str(int(pid)))
         try:
@@ -142,7 +142,7 @@ class HostSampler:
         self._last = dict(samples)
 
     def job_env(self, pid: int) -> JobEnv | None:
-        from gpuhc.untrusted import UntrustedInputError, open_regular, read_upto
+        from gpuhc.files.untrusted import UntrustedInputError, open_regular, read_upto
 
         try:
             fd = open_regular(os.path.join(self.proc_root, str(int(pid)), "environ"), "process environment")

@@ -130,7 +130,7 @@ class DmesgSource:
         self.boot_id_path = boot_id_path
 
     def _find(self) -> str:
-        from gpuhc.fsutil import UnsafePath, trusted_which
+        from gpuhc.files.fsutil import UnsafePath, trusted_which
 
         try:  # Slurm's prolog/health check environments carry no PATH: the usual places then
             found = trusted_which(self.binary or "dmesg", "dmesg", _DMESG_DIRS)
@@ -188,7 +188,7 @@ class LiveKernelLog:
             except SourceError as second:
                 raise SourceError(f"kernel log unreadable: {first}; {second}") from second
         if self.previous_boot:
-            from gpuhc.parsecache import cache_dir
+            from gpuhc.files.parsecache import cache_dir
             from gpuhc.sources.prev_boot import PSTORE_DIR, previous_boot_panics
 
             # older than this boot's records: first

@@ -2,7 +2,7 @@
 
 A recording is attached to a ticket or copied off a node: anyone may have written it, it may be
 a month of syslog, a symlink to ``/dev/zero`` or a FIFO. It is opened through
-:mod:`gpuhc.untrusted` (no symlink, regular files only) and read in two parts, both bounded:
+:mod:`gpuhc.files.untrusted` (no symlink, regular files only) and read in two parts, both bounded:
 
 1. the last :data:`TAIL_BYTES` whole, every line kept (a kernel ring buffer is a few MiB);
 2. when that does not reach back :data:`COVER_S` before the log's latest time, the file is
@@ -21,11 +21,11 @@ from __future__ import annotations
 import os
 import re
 
-from gpuhc.limits import RELATIVE_LIMIT
+from gpuhc.text.limits import RELATIVE_LIMIT
 from gpuhc.sources.kernel_log_parse import parse_lines
 from gpuhc.sources.kernel_log_journal import export_entries
 from gpuhc.sources.kernel_log_prefix import Stamps
-from gpuhc.untrusted import open_regular
+from gpuhc.files.untrusted import open_regular
 
 MiB = 1 << 20
 TAIL_BYTES = 32 * MiB  # kept whole: the parser reads ~6 MiB/s, a ring buffer is a few MiB
@@ -53,7 +53,7 @@ def read_file(path: str, year: int | None = None):
 
 def tail_bytes(path: str, limit: int) -> bytes:
     """The newest whole lines of the recorded kernel log at ``path``, at most ``limit`` bytes."""
-    from gpuhc.untrusted import read_tail
+    from gpuhc.files.untrusted import read_tail
 
     return read_tail(path, limit, "kernel log")[0]
 
@@ -161,7 +161,7 @@ def _latest(stamps: Stamps, lines: list[str]) -> float | None:
 
 
 def _pread_all(fd: int, offset: int, n: int) -> bytes:
-    from gpuhc.untrusted import read_upto
+    from gpuhc.files.untrusted import read_upto
 
     return read_upto(fd, n, offset)
 

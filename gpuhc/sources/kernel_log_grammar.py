@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from gpuhc.lazyre import lazy
+from gpuhc.text.lazyre import lazy
 
 PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 # "NVRM: " then the driver's optional GPU name ("GPU6 ") and the printing function's name, as
@@ -81,7 +81,7 @@ SIGNALS: tuple[tuple[str, re.Pattern], ...] = (
 )
 # Words each signal's grammar cannot match without: a line that holds none of its words is not
 # that signal, and its pattern need not be compiled (most runs see only healthy NVRM lines, and
-# compiling the ten patterns cost each such run about a millisecond; gpuhc/lazyre.py).
+# compiling the ten patterns cost each such run about a millisecond; gpuhc/text/lazyre.py).
 MARKS: dict[str, tuple[str, ...]] = {
     "gpu_lost": ("GPU lost from the bus",), "rm_init_failed": ("RmInitAdapter failed",),
     "gsp_rpc_timeouts": ("Back to back GSP RPC timeout",), "marked_for_reset": (" marked for reset",),

@@ -45,7 +45,7 @@ HCA function, ``port`` the module number, the error words in the message.
 
 from __future__ import annotations
 
-from gpuhc.lazyre import lazy
+from gpuhc.text.lazyre import lazy
 from gpuhc.model.kernel import EventKind
 from gpuhc.model.pci import norm_pci
 from gpuhc.sources.kernel_log_grammar import PCI

@@ -8,7 +8,7 @@ Times. Everything that names a wall-clock time becomes epoch seconds. "Since boo
 epoch seconds when the caller passes ``boot_time`` (the live sources do); a recorded file has no
 boot time, so those stamps are *kept as seconds since boot*: ordering, the cursor and the
 windows still work because :attr:`KernelLog.last_time` is in the same scale. Checks recognise
-that scale by its size (below ``gpuhc.limits.RELATIVE_LIMIT``, 1e9 s, i.e. before 2001).
+that scale by its size (below ``gpuhc.text.limits.RELATIVE_LIMIT``, 1e9 s, i.e. before 2001).
 :attr:`KernelLog.last_time` is the *latest* time in the log, not the last line's: a file pasted
 together from two tools, or a journal merged from two sources, is not in time order, and a
 replay judges "now" by it.
@@ -64,7 +64,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from gpuhc.lazyre import lazy  # patterns compile on first use: most runs need few
+from gpuhc.text.lazyre import lazy  # patterns compile on first use: most runs need few
 from gpuhc.model.kernel import EventKind, KernelLog
 from gpuhc.model.pci import norm_pci
 from gpuhc.sources import kernel_log_grammar as G
@@ -300,7 +300,7 @@ class _Parser:
 
     def _nvrm(self, msg: str, t: float | None, seq: int | None) -> None:
         # Each grammar behind the word it cannot match without: a healthy node's NVRM lines then
-        # compile neither pattern (gpuhc/lazyre.py).
+        # compile neither pattern (gpuhc/text/lazyre.py).
         if "Xid" in msg:
             m = G.XID.match(msg)
             if m:

@@ -48,7 +48,7 @@ import re
 import time as _time
 from datetime import date as _date
 
-from gpuhc.lazyre import lazy  # patterns compile on first use: most runs need few
+from gpuhc.text.lazyre import lazy  # patterns compile on first use: most runs need few
 
 _MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}

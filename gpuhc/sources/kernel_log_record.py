@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 from gpuhc.model.kernel import EventKind, KernelEvent
 from gpuhc.model.record import FrozenRecord, Record
 

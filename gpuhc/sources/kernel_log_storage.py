@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import re
 
-from gpuhc.lazyre import lazy
+from gpuhc.text.lazyre import lazy
 from gpuhc.model.kernel import EventKind
 from gpuhc.sources.kernel_log_record import Found, KernelRecord, sanitize
 

@@ -43,7 +43,7 @@ downtime counts from them); the others warn.
 
 from __future__ import annotations
 
-from gpuhc.lazyre import lazy
+from gpuhc.text.lazyre import lazy
 from gpuhc.model.kernel import NIC_FATAL, EventKind  # noqa: F401 (NIC_FATAL: declared in the model)
 from gpuhc.model.pci import norm_pci
 from gpuhc.sources.kernel_log_grammar import PCI

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from gpuhc.model.nvml import GpuReading, NvmlReading
 from gpuhc.model.pci import norm_pci
-from gpuhc.phases import mark
+from gpuhc.run.phases import mark
 from gpuhc.sources import nvml_mig, nvml_util
 from gpuhc.sources.nvml_fabric import c2c_errors, read_fabric
 from gpuhc.sources.nvml_fields import BOOL_FIELDS, DEVICE_FIELDS, SIMPLE_GETTERS
@@ -171,7 +171,7 @@ class NvmlLive(LinkReads):
         if pci is not None:
             gpu.pci_bus_id = norm_pci(_text(pci.busId) or "")
         gpu.serial = _text(self._call(nv.nvmlDeviceGetSerial, h, gpu=i, what="serial"))
-        # How Slurm names it (/dev/nvidia<minor>) and its MIG layout: gpuhc/gpumap.py maps Slurm's
+        # How Slurm names it (/dev/nvidia<minor>) and its MIG layout: gpuhc/node/gpumap.py maps Slurm's
         # GPUs with them, and gpu-count holds the layout to the baseline.
         gpu.minor = nvml_mig.minor(nv, h)
         gpu.mig_mode = nvml_mig.mig_mode(nv, h)

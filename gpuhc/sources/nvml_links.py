@@ -10,7 +10,7 @@ part of) because it is most of the read's time and the part that changes with th
   only: of GPU i, the links ``in_dl_slice(link, dl_rotation, dl_phases.get(i, 0))``; the nvlink
   check picks the slice from its state (gpuhc/checks/nvlink.py) and reads the rest from there.
   The reading says which slice it holds (``NvmlReading.dl_rotation``/``dl_phases``).
-- The early read (gpuhc/nvml_early.py) starts before the state is loaded and asks for no DL
+- The early read (gpuhc/run/nvml_early.py) starts before the state is loaded and asks for no DL
   counter (``dl_rotation=None``); :meth:`LinkReads.top_up` adds the slice once it is known, one
   more batch per GPU, while the early thread still holds NVML started.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhc.model.nvml import NvLinkState, NvmlReading
-from gpuhc.phases import mark
+from gpuhc.run.phases import mark
 from gpuhc.sources import nvml_util
 from gpuhc.sources.nvml_fields import DL_COUNTERS, LEGACY_LINK_FIELDS, LEGACY_MAX_LINKS, LINK_FIELDS, LINK_UP_STATES, in_dl_slice
 from gpuhc.sources.nvml_util import Field, GpuGone

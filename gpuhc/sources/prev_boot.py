@@ -21,7 +21,7 @@ What is read, all bounded, all as root may (docs/security.md, "Kernel log"):
 
 Only the panic events are kept (``EventKind.HOST_KERNEL``, state ``panic``; ``code`` 1 when the
 reason is the hardware's). They are kept in ``prev-boot.json`` in gpuhc's cache directory
-(:func:`gpuhc.parsecache.cache_dir`, the same trust rules), keyed by this boot's id: the first
+(:func:`gpuhc.files.parsecache.cache_dir`, the same trust rules), keyed by this boot's id: the first
 run of a boot pays the read, the others read a few hundred bytes. Nothing here ever raises: an
 unreadable store is an empty answer (the live log is still judged).
 """
@@ -71,7 +71,7 @@ def _panics(lines: list[str], when: float | None) -> list[KernelEvent]:
 
 
 def _from_pstore(directory: str) -> list[KernelEvent]:
-    from gpuhc.untrusted import UntrustedInputError, open_directory, open_regular, read_upto
+    from gpuhc.files.untrusted import UntrustedInputError, open_directory, open_regular, read_upto
 
     try:
         dfd = open_directory(directory, "pstore")
@@ -102,7 +102,7 @@ def _from_pstore(directory: str) -> list[KernelEvent]:
 
 
 def _from_journal(journalctl: str | None) -> list[KernelEvent]:
-    from gpuhc.fsutil import UnsafePath, trusted_which
+    from gpuhc.files.fsutil import UnsafePath, trusted_which
 
     try:  # by its trusted real path, as every program root runs (docs/security.md)
         exe = trusted_which(journalctl or os.path.join(_JOURNALCTL_DIRS[0], "journalctl"), "journalctl",
@@ -121,7 +121,7 @@ def _from_journal(journalctl: str | None) -> list[KernelEvent]:
         return []
     import time
 
-    from gpuhc.untrusted import read_output
+    from gpuhc.files.untrusted import read_output
 
     try:  # a journal that never ends, or a journalctl that hangs, costs the bound and no more
         data, _ = read_output(proc.stdout, MAX_JOURNAL_BYTES, time.monotonic() + TIMEOUT_S)
@@ -134,8 +134,8 @@ def _from_journal(journalctl: str | None) -> list[KernelEvent]:
 
 
 def _load(cache_dir: str | None, boot_id: str) -> list[KernelEvent] | None:
-    from gpuhc.parsecache import safe_dir, trusted_stat
-    from gpuhc.untrusted import UntrustedInputError, load_json, open_regular, read_upto
+    from gpuhc.files.parsecache import safe_dir, trusted_stat
+    from gpuhc.files.untrusted import UntrustedInputError, load_json, open_regular, read_upto
 
     if not cache_dir:
         return None
@@ -159,8 +159,8 @@ def _load(cache_dir: str | None, boot_id: str) -> list[KernelEvent] | None:
 
 
 def _store(cache_dir: str | None, boot_id: str, events: list[KernelEvent]) -> None:
-    from gpuhc.fsutil import make_dirs, write_atomic
-    from gpuhc.parsecache import safe_dir
+    from gpuhc.files.fsutil import make_dirs, write_atomic
+    from gpuhc.files.parsecache import safe_dir
 
     if not cache_dir:
         return

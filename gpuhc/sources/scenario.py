@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from gpuhc.errors import ConfigError, SourceError
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 from gpuhc.model.activity import Activity
 from gpuhc.model.host import AerCounters, HostReading, IbPort, ImexStatus
 from gpuhc.model.kernel import KernelLog
@@ -42,7 +42,7 @@ from gpuhc.sources.snapshot_build import (
     aer_from_dict, gpu_from_dict, ib_port_from_dict, imex_from_dict, kernel_from_dict, nvml_from_doc, occupancy_from_dict,
 )
 from gpuhc.sources.snapshot_validate import ErrorFn
-from gpuhc.yamlpos import line_of, load_file_text, read_text
+from gpuhc.text.yamlpos import line_of, load_file_text, read_text
 
 try:  # the C pickler that pickle.py hands out; importing pickle.py itself costs a replay ~1.5 ms
     from _pickle import dumps as _dumps, loads as _loads
@@ -69,7 +69,7 @@ def _fresh(value: Any) -> Any:
 
 
 # The replay's sources are plain classes: see gpuhc/sources/__init__.py (_Sliced). Each says
-# ``in_memory``: its read only copies what the recording holds, so gpuhc/runread.py makes it
+# ``in_memory``: its read only copies what the recording holds, so gpuhc/run/read.py makes it
 # inline instead of in a thread of its own.
 class _Fixed:
     """A replay source: hands out a fresh copy each read, so a caller cannot alter the recording."""
@@ -278,7 +278,7 @@ def _load_base(path: str, depth: int, read: list) -> tuple[State, list[dict], Er
         line = line_of(lines, p)
         where = f"{path}:{line}" if line else path
         key = ".".join(str(x) for x in p)
-        # Keys and values quote the file: one printable line, whatever it holds (gpuhc.logtext).
+        # Keys and values quote the file: one printable line, whatever it holds (gpuhc.text.logtext).
         return SourceError(escape(f"{where}: {key + ': ' if key else ''}{message}"))
 
     if doc is None:

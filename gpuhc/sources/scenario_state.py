@@ -47,7 +47,7 @@ class State:
         """This state kept for copies made later (gpuhc/sources/scenario.py keeps a parent
         scenario's state between loads): marshalled where it holds plain data only, so that a
         copy is one call in C (a parsed 8-GPU node: ~2,000 values), else a copy."""
-        from gpuhc.parsecache import contains_foreign
+        from gpuhc.files.parsecache import contains_foreign
 
         fields = vars(self)
         return self.copy() if contains_foreign(fields) else marshal.dumps(fields)
@@ -141,7 +141,7 @@ _LEAVES = frozenset((str, int, float, bool, type(None)))
 
 
 def tree_copy(value: Any) -> Any:
-    """A deep copy of parsed YAML (gpuhc/yamlpos.py builds a fresh tree: no part shared, no
+    """A deep copy of parsed YAML (gpuhc/text/yamlpos.py builds a fresh tree: no part shared, no
     loop), several times faster than copy.deepcopy, which it calls for anything else (a
     timestamp). The state copies what it keeps, so no two GPUs and no two steps share a list."""
     kind = type(value)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhc.limits import MAX_GPUS
+from gpuhc.text.limits import MAX_GPUS
 from gpuhc.sources.snapshot_build import kernel_from_dict
 from gpuhc.sources.snapshot_validate import (
     ErrorFn, check_fields, check_gpu, check_imex, check_number, check_occupancy, check_pci_list, expected, field_table,
@@ -92,7 +92,7 @@ def validate_document(doc: Any, path: tuple, allowed: tuple[str, ...], err: Erro
 
 def _check_gres(value: Any, path: tuple, err: ErrorFn) -> None:
     """``gres: {conf: <gres.conf text>, mig_minors: <mig-minors text>}``: what Slurm's GPU numbers
-    are read with on the recorded node (gpuhc/gpumap.py); each part optional."""
+    are read with on the recorded node (gpuhc/node/gpumap.py); each part optional."""
     if not isinstance(value, dict):
         raise err(path, f"gres must be a mapping {{conf, mig_minors}}, got {type_name(value)}")
     for key, text in value.items():

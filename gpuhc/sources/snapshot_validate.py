@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 # A count past this is a usage error naming the key, not a MemoryError building a hundred
 # million NVLinks.
-from gpuhc.limits import MAX_NVLINKS
+from gpuhc.text.limits import MAX_NVLINKS
 from gpuhc.model.host import AerCounters, IbPort, ImexStatus
 from gpuhc.model.kernel import KernelEvent, KernelLog
 from gpuhc.model.nvml import GpuReading, MigInstance

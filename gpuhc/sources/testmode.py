@@ -13,7 +13,7 @@ two ways, both because the node is then judged under real Slurm for hours or day
   it, and placing the scenario again makes its events happen again. (Moving them to each run's
   "now" would make every run a new incident.)
 - Trust. The scenario decides whether root drains the node, so it is read only under the one
-  rule for files root treats as evidence (:func:`gpuhc.fsutil.check_trusted_file`): root's,
+  rule for files root treats as evidence (:func:`gpuhc.files.fsutil.check_trusted_file`): root's,
   writable by nobody else, in directories only root can change, every link on the way root's
   too. A user's file in a world-writable directory is refused, link or not. An admin
   swaps scenarios with a root-owned link; the file it resolves to is read, never the link again.
@@ -29,8 +29,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuhc.errors import SourceError
-from gpuhc.fsutil import UnsafePath, check_trusted_file
-from gpuhc.limits import RELATIVE_LIMIT
+from gpuhc.files.fsutil import UnsafePath, check_trusted_file
+from gpuhc.text.limits import RELATIVE_LIMIT
 
 
 def resolve(path: str) -> tuple[str, float]:
@@ -75,7 +75,7 @@ class PlacedLog:
 
     @property
     def in_memory(self) -> bool:
-        """Read inline when the scenario's log is (gpuhc/runread.py)."""
+        """Read inline when the scenario's log is (gpuhc/run/read.py)."""
         return getattr(self.recorded, "in_memory", False) is True
 
     def read(self) -> Any:

@@ -35,7 +35,7 @@ from gpuhc.sweep.judge import ERROR, Verdict
 from gpuhc.sweep.slurmcli import SlurmCli
 from gpuhc.sweep.store import SweepStore, SweepStoreError
 from gpuhc.sweep.submit import submit_groups
-from gpuhc.topology_text import parse_topology
+from gpuhc.config.topology import parse_topology
 
 CHECK_ID = "nccl-sweep"
 

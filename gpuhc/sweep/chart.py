@@ -2,14 +2,14 @@
 
 The terminal chart is plain text (one row per size, a bar per curve) so it survives cron mail
 and ``less``; the PNG needs matplotlib (``pip install gpuhc[plot]``), imported only when asked
-(:mod:`gpuhc.plot`).
+(:mod:`gpuhc.text.plot`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpuhc.plot import new_figure, save_figure
+from gpuhc.text.plot import new_figure, save_figure
 from gpuhc.sweep.judge import human_bytes
 
 BAR_WIDTH = 40

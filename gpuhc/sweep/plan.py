@@ -6,7 +6,7 @@ covered: whoever was busy last time is first in line next time. ``max_nodes`` ca
 sites that would rather probe a slice each hour than the whole fleet at once.
 
 Topology: when Slurm knows the switches (``scontrol show topology``: topology/tree leaf
-switches, or topology/block blocks, read by :mod:`gpuhc.topology_text`), most groups stay
+switches, or topology/block blocks, read by :mod:`gpuhc.config.topology`), most groups stay
 inside one leaf switch, so a slow group points at its own nodes and not at a spine link; a
 share of groups (``cross_switch_fraction``) deliberately spans leaves to exercise the links
 above them. The two kinds are judged apart

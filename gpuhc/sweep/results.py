@@ -4,11 +4,11 @@ A results file is written by a probe job, which runs unprivileged on a compute n
 shared directory that job users can write; ``gpuhc sweep analyze`` reads it on the admin host,
 often as root. So a results file is untrusted input (docs/sweep.md, "Results files are
 untrusted"): it is opened without following links, must be a regular file, is read up to
-:data:`MAX_BYTES`, parsed with a bounded depth (:mod:`gpuhc.untrusted`), and its shape is
+:data:`MAX_BYTES`, parsed with a bounded depth (:mod:`gpuhc.files.untrusted`), and its shape is
 checked here before any other code looks at it. What comes out is a fresh copy holding only
 the keys the judge and the report read, each of the type they expect: numbers finite, sizes
 positive integers, node names one printable word, free text (error messages, GPU names) passed
-through :func:`gpuhc.logtext.escape` so no control character can reach a log line. A
+through :func:`gpuhc.text.logtext.escape` so no control character can reach a log line. A
 file that fails any of this is :class:`BadResults` naming the file and the first fault; the
 caller makes it that group's error and carries on with the rest of the sweep.
 
@@ -63,7 +63,7 @@ def _load(path: str, limit: int, dir_fd: int | None = None, shown: str | None = 
     and the read (docs/security.md)."""
     import errno
 
-    from gpuhc.untrusted import UntrustedInputError, load_json, read_bounded
+    from gpuhc.files.untrusted import UntrustedInputError, load_json, read_bounded
 
     shown = shown or path
     try:
@@ -142,7 +142,7 @@ class _Shape:
 
     def text(self, value: Any, where: str) -> str | None:
         """Free text (an NCCL error, a GPU's name): kept, as one clean printable line."""
-        from gpuhc.logtext import escape
+        from gpuhc.text.logtext import escape
 
         if value is None:
             return None

@@ -23,7 +23,7 @@ import copy
 from typing import Any
 
 from gpuhc.errors import ConfigError
-from gpuhc.schema import Key, did_you_mean
+from gpuhc.text.schema import Key, did_you_mean
 from gpuhc.sweep.stats import size_ladder
 
 GIB = 1 << 30
@@ -84,7 +84,7 @@ def profile_thresholds(profile: str) -> dict[str, Any]:
     """The nccl bounds a GPU profile's file sets (its ``sweep`` section), laid over the nccl
     defaults when the group's results name the GPU model (every rank records its NVML name). A
     profile without a section, or an unknown name, gets generic's: no absolute bounds."""
-    from gpuhc.profiles import GENERIC, profile_named
+    from gpuhc.config.profiles import GENERIC, profile_named
 
     prof = profile_named(profile)
     block = prof.sweep if prof.sweep is not None else profile_named(GENERIC).sweep or {}
@@ -180,7 +180,7 @@ def gpu_profile(result: dict | None, backend: str) -> str | None:
     nccl backend; ``generic`` when no rank named a known model; None for ``mpi`` (no GPU)."""
     if backend != "nccl":
         return None
-    from gpuhc.profiles import select_profile_for
+    from gpuhc.config.profiles import select_profile_for
 
     ranks = (result or {}).get("ranks") or []
     names = [r["gpu"] for r in ranks if isinstance(r, dict) and isinstance(r.get("gpu"), str)]
@@ -264,7 +264,7 @@ def slurm_minutes(text: Any) -> float | None:
 
 def _merged(section: dict) -> dict:
     """The section over the defaults, one level of nesting deep (the schema's depth)."""
-    from gpuhc.schema import defaults
+    from gpuhc.text.schema import defaults
 
     out = defaults(SCHEMA)
     for key, value in section.items():
@@ -276,7 +276,7 @@ def _merged(section: dict) -> dict:
 
 
 def _line(lines: dict | None, where: tuple, file: str | None) -> int | None:
-    from gpuhc.yamlpos import line_of
+    from gpuhc.text.yamlpos import line_of
 
     return line_of(lines or {}, where) if file else None
 
@@ -327,7 +327,7 @@ def _block_key_ok(key: str) -> bool:
 
 def _profile_ok(name: str) -> bool:
     # The shipped profile names; read only for a key that is neither 'default' nor a shape.
-    from gpuhc.profiles import profile_names
+    from gpuhc.config.profiles import profile_names
 
     return name in profile_names()
 
@@ -339,8 +339,8 @@ def _shape_ok(shape: str) -> bool:
 
 
 def sweep_section(config: Any) -> dict[str, Any]:
-    """The effective ``sweep`` section of a loaded :class:`gpuhc.config.Config`, checked."""
-    from gpuhc.schema import defaults
+    """The effective ``sweep`` section of a loaded :class:`gpuhc.config.load.Config`, checked."""
+    from gpuhc.text.schema import defaults
 
     section = copy.deepcopy(config.section("sweep")) or defaults(SCHEMA)
     validate(section, getattr(config, "path", None), getattr(config, "lines", None))

@@ -19,7 +19,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from gpuhc.schema import defaults
+from gpuhc.text.schema import defaults
 from gpuhc.sweep.campaign import advance, count_status, judge_round, new_record
 from gpuhc.sweep.plan import Group, plan_probe
 from gpuhc.sweep.judge import on_ladder

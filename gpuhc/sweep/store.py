@@ -4,7 +4,7 @@ Two places, on purpose:
 
 - ``<state_dir>/sweep/`` (admin host, root or the operator account): the index (current sweep,
   per-node probe times and history, per-shape fleet history) in a locked JSON document
-  (:class:`gpuhc.jsonstore.LockedJson`), whose lock also serialises ``submit`` and ``analyze``; and one record per sweep in
+  (:class:`gpuhc.files.jsonstore.LockedJson`), whose lock also serialises ``submit`` and ``analyze``; and one record per sweep in
   ``sweeps/<id>.json``.
 - ``<results_dir>/<sweep id>/<group id>.json``: written by the jobs, which run unprivileged on
   the compute nodes, so this must be on a shared file system writable by the job's user. When a
@@ -40,7 +40,7 @@ def check_id(value: str, what: str) -> str:
 
 
 def write_json_atomic(path: str, obj: Any, mode: int = 0o644) -> None:
-    from gpuhc.fsutil import write_atomic
+    from gpuhc.files.fsutil import write_atomic
 
     try:
         write_atomic(path, json.dumps(obj, indent=1, sort_keys=True, default=str).encode(), mode)
@@ -60,7 +60,7 @@ def read_json(path: str) -> Any:
     than root, and `analyze --apply` runs as root (docs/security.md)."""
     import errno
 
-    from gpuhc.untrusted import UntrustedInputError, load_json, read_bounded
+    from gpuhc.files.untrusted import UntrustedInputError, load_json, read_bounded
 
     try:
         return load_json(read_bounded(path, MAX_RECORD_BYTES, "sweep record"), f"sweep record {path}")
@@ -97,7 +97,7 @@ def load_group_result(results_dir: str, sweep_id: str, group_id: str) -> dict | 
     group's error.
     """
     from gpuhc.sweep.results import BadResults
-    from gpuhc.untrusted import UntrustedInputError, open_directory
+    from gpuhc.files.untrusted import UntrustedInputError, open_directory
 
     directory = os.path.join(results_dir, check_id(sweep_id, "sweep id"))
     check_id(group_id, "group id")
@@ -166,7 +166,7 @@ class SweepStore:
     """The admin side: index document + one file per sweep."""
 
     def __init__(self, state_dir: str, results_dir: str | None = None):
-        from gpuhc.jsonstore import LockedJson
+        from gpuhc.files.jsonstore import LockedJson
 
         self.root = os.path.join(state_dir, "sweep")
         self.results_dir = results_dir or os.path.join(self.root, "results")

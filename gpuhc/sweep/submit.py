@@ -28,7 +28,7 @@ from gpuhc.sweep.campaign import new_record
 from gpuhc.sweep.plan import Group, overdue, plan_probe
 from gpuhc.sweep.slurmcli import SlurmCli, in_service
 from gpuhc.sweep.store import SweepStore
-from gpuhc.topology_text import parse_topology
+from gpuhc.config.topology import parse_topology
 
 SBATCH_PARALLEL = 4  # concurrent sbatch calls: fast for hundreds of groups, gentle on slurmctld
 

@@ -10,7 +10,7 @@ import pytest
 
 from gpuhc.active import burnin, plan, speed
 from gpuhc.active.registry import CHECK, TASK, correctness_pass
-from gpuhc.config import load_config
+from gpuhc.config.load import load_config
 from gpuhc.model.result import Action, Status
 from tests.helpers.active_results import healthy_burnin
 from tests.helpers.cli import gpuhc, one_line_error

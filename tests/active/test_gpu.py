@@ -39,7 +39,7 @@ def _visible() -> int:
 def _profile() -> str:
     import pynvml
 
-    from gpuhc.profiles import select_profile
+    from gpuhc.config.profiles import select_profile
 
     name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
     return select_profile(name.decode() if isinstance(name, bytes) else name).name

@@ -15,7 +15,7 @@ from gpuhc.active import ACTIVE_CHECK_IDS, plan, settings, thresholds
 from gpuhc.active.gpu import classify
 from gpuhc.active.nvml_probe import summarize
 from gpuhc.errors import ConfigError
-from gpuhc.schema import Key, defaults
+from gpuhc.text.schema import Key, defaults
 from tests.helpers.paths import REPO
 
 
@@ -87,7 +87,7 @@ def test_thresholds_layer_defaults_profile_and_site():
 
 def test_every_gpu_profile_gives_every_active_check_valid_thresholds():
     from gpuhc.active.registry import CHECK
-    from gpuhc.profiles import profile_names
+    from gpuhc.config.profiles import profile_names
 
     assert {"a100-sxm", "generic", "h100-sxm", "h200-sxm"} <= set(profile_names())
     for name in profile_names():

@@ -7,7 +7,7 @@ import pytest
 
 from gpuhc.active import ACTIVE_CHECK_IDS, plan, registry, settings, worker
 from gpuhc.checks import all_checks, checks_for_stage
-from gpuhc.config import load_config
+from gpuhc.config.load import load_config
 from gpuhc.errors import ConfigError
 
 

@@ -1,6 +1,6 @@
 """A GPU a little slower than its siblings (gpu-speed's ``straggler_warn_fraction``, 0.95) is
 evidence that must stay: a FAIL of class ``gpu-straggler`` that the runner holds over epilogs
-(``evidence.straggler``: three in a row, at most 7 days apart; gpuhc/runhold.py) before it
+(``evidence.straggler``: three in a row, at most 7 days apart; gpuhc/run/hold.py) before it
 drains. Below ``straggler_fraction`` (0.90) it drains at once, as before. Healthy siblings, at the
 ends of the range measured on four H200s (docs/verification.md, "Active checks", run 7), pass."""
 
@@ -11,9 +11,9 @@ import pytest
 from gpuhc.active import speed
 from gpuhc.active.registry import CHECK
 from gpuhc.active.thresholds import thresholds_for
-from gpuhc.evidence import HOLDS, by_id, counts_toward_lemon
+from gpuhc.catalog.evidence import HOLDS, by_id, counts_toward_lemon
 from gpuhc.model.result import Action, Status
-from gpuhc.runhold import hold
+from gpuhc.run.hold import hold
 from tests.helpers.active_results import healthy_burnin
 
 THR = thresholds_for("h200-sxm")["gpu-speed"]

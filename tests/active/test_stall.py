@@ -9,9 +9,9 @@ import pytest
 
 from gpuhc.active import stall
 from gpuhc.active.supervise import Outcome
-from gpuhc.evidence import HOLDS, counts_toward_lemon
+from gpuhc.catalog.evidence import HOLDS, counts_toward_lemon
 from gpuhc.model.result import Action, Status
-from gpuhc.runhold import hold
+from gpuhc.run.hold import hold
 
 DAY = 86400.0
 

@@ -34,8 +34,8 @@ class _Flow:
     """What Watcher.round reads of a flow, with the real decision log."""
 
     def __init__(self, tmp_path, log):
-        from gpuhc.config import load_config
-        from gpuhc.runreport import RunOptions
+        from gpuhc.config.load import load_config
+        from gpuhc.run.report import RunOptions
         from gpuhc.sources import SourceSpec
 
         cfg = tmp_path / "gpuhc.yaml"

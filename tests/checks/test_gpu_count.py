@@ -225,9 +225,9 @@ def _run(tmp_path, monkeypatch=None, hang=False):
     import os
     import threading
 
-    from gpuhc.config import Config, defaults, schema
-    from gpuhc.runner import run_stage
-    from gpuhc.runreport import RunOptions
+    from gpuhc.config.load import Config, defaults, schema
+    from gpuhc.run.runner import run_stage
+    from gpuhc.run.report import RunOptions
     from gpuhc.sources import SourceSpec, build_sources
 
     scenario = os.path.join(str(REPO),
@@ -238,7 +238,7 @@ def _run(tmp_path, monkeypatch=None, hang=False):
             src = build_sources(spec, step)
             src.sysfs = _HungBus(src.sysfs, gate)
             return src
-        monkeypatch.setattr("gpuhc.runner.build_sources", hung)
+        monkeypatch.setattr("gpuhc.run.runner.build_sources", hung)
     data = defaults(schema())
     data["checks"] = {"gpu-count": {"timeout_s": 0.5}}
     opts = RunOptions(stage="passive", config=Config(data), sources=SourceSpec(nvml_scenario=scenario),

@@ -69,7 +69,7 @@ def test_bad_settings_are_named():
 
 
 def test_a_bad_host_setting_in_the_config_names_file_line_and_key(tmp_path):
-    from gpuhc.config import load_config
+    from gpuhc.config.load import load_config
     from gpuhc.errors import ConfigError
 
     cfg = tmp_path / "gpuhc.yaml"

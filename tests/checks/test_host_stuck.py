@@ -104,7 +104,7 @@ def test_a_file_system_wait_drains_only_when_the_sites_own_mount_probe_fails(tmp
     assert seen[-1][0][:2] == (status, "pid800")
     stuck = [r for r in out.results if r.subject == "pid800"][0]
     assert ("and mount /home fails" in stuck.message) == (status is Status.FAIL)
-    # the mount's evidence: its server is the fault, so a person, not a reboot (gpuhc/evidence.py)
+    # the mount's evidence: its server is the fault, so a person, not a reboot (gpuhc/catalog/evidence.py)
     assert stuck.evidence == "mount"
     assert stuck.action is (Action.DRAIN_TICKET if status is Status.FAIL else Action.NONE)
 

@@ -10,12 +10,12 @@ import json
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuhc.config import load_config
+from gpuhc.config.load import load_config
 from gpuhc.export.eventlog import append_event
 from gpuhc.export.prometheus import write_textfile
 from gpuhc.model.result import Status
-from gpuhc.runner import run_stage
-from gpuhc.runreport import RunOptions
+from gpuhc.run.runner import run_stage
+from gpuhc.run.report import RunOptions
 from gpuhc.sources import SourceSpec
 
 from tests.helpers.sysfs_tree import write_port

@@ -183,7 +183,7 @@ def test_thresholds_validated(key, value, words):
 
 
 def test_a_typo_in_the_config_is_refused_with_file_and_line(tmp_path):
-    from gpuhc.config import load_config
+    from gpuhc.config.load import load_config
     from gpuhc.errors import ConfigError
 
     cfg = tmp_path / "gpuhc.yaml"

@@ -3,11 +3,11 @@ present; and the occupancy check's MIG and shared-GPU rules on a job's devices."
 
 from __future__ import annotations
 
-from gpuhc import baseline as baseline_mod
+from gpuhc.state import baseline as baseline_mod
 from gpuhc.checks.base import Context
 from gpuhc.checks.mig_layout import judge, layout_entry
 from gpuhc.checks.occupancy import judge as occupancy
-from gpuhc.gpumap import JobScope, Mapped
+from gpuhc.node.gpumap import JobScope, Mapped
 from gpuhc.model.nvml import MigInstance
 from gpuhc.model.occupancy import GpuOccupancy, GpuProcess, Occupancy
 from gpuhc.model.result import Action, Status
@@ -59,7 +59,7 @@ def test_layout_entry_keeps_the_profile():
 
 
 def job(*devices: Mapped) -> JobScope:
-    from gpuhc.gpumap import scope
+    from gpuhc.node.gpumap import scope
 
     return scope(list(devices))
 

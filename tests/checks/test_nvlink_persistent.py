@@ -9,14 +9,14 @@ import pytest
 
 from gpuhc.checks.nvlink import CHECKS, PERSISTENT_CLASS, WARNED
 from gpuhc.checks.persistence import HOUR, MAX_EVENTS, held, remember, setting_errors, span_text
-from gpuhc.config import Config, defaults, schema
+from gpuhc.config.load import Config, defaults, schema
 from gpuhc.errors import ConfigError
 from gpuhc.model.result import Action, Status
-from gpuhc.runner import run_stage
-from gpuhc.runreport import RunOptions
+from gpuhc.run.runner import run_stage
+from gpuhc.run.report import RunOptions
 from gpuhc.slurm.policy.reason import build_reason
 from gpuhc.sources import SourceSpec
-from gpuhc.state import StateStore
+from gpuhc.state.node import StateStore
 from tests.helpers.fake_pynvml import FakeNvml, live_with
 
 REPLAY = "NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY"
@@ -158,7 +158,7 @@ def test_span_text_reads_at_a_glance():
     ({"persist_hours": 9, "persist_window_h": 6}, "persist_hours: 9 distinct hours cannot fit in persist_window_h 6 h"),
 ])
 def test_a_bad_setting_is_a_config_error_naming_the_key(tmp_path, thresholds, why):
-    from gpuhc.config import load_config
+    from gpuhc.config.load import load_config
 
     cfg = tmp_path / "gpuhc.yaml"
     body = "".join(f"      {k}: {v}\n" for k, v in thresholds.items())

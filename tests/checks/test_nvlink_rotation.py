@@ -11,17 +11,17 @@ import sys
 import pytest
 
 from tests.helpers.fake_pynvml import FakeNvml, live_with
-from gpuhc import nvml_early
+from gpuhc.run import nvml_early
 from gpuhc.checks.nvlink import CHECKS, dl_plan
-from gpuhc.config import Config, defaults, schema
+from gpuhc.config.load import Config, defaults, schema
 from gpuhc.model.result import Status
-from gpuhc.runner import run_stage
-from gpuhc.runreport import RunOptions
+from gpuhc.run.runner import run_stage
+from gpuhc.run.report import RunOptions
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.nvml import NvmlLive
 from gpuhc.sources.nvml_fields import keep_dl_slice
 from gpuhc.sources.scenario import load_scenario
-from gpuhc.state import StateStore
+from gpuhc.state.node import StateStore
 from tests.helpers.paths import REPO
 
 ROOT = str(REPO)

@@ -118,7 +118,7 @@ def test_only_the_epilog_waits_and_never_past_the_check_timeout():
 def test_the_epilog_waits_20_s_by_default_within_the_check_timeout_and_the_epilogs_budget():
     # A large context can take tens of seconds to free after the job ended (issue 35's campaign:
     # 5 s drained a node at 1 % of job ends); the wait is only spent while a GPU is still held.
-    from gpuhc.config import CORE_SCHEMA
+    from gpuhc.config.load import CORE_SCHEMA
 
     assert DEFAULTS["epilog_wait_s"] == 20.0 and CHECKS[0].timeout_s == 25.0
     assert wait_for_stage("epilog", DEFAULTS, CHECKS[0].timeout_s) == (20.0, 15)
@@ -313,9 +313,9 @@ def test_bad_occupancy_sections_name_file_line_and_key(tmp_path, body, where, wh
 
 
 def run(stage: str, tmp_path, gpus=None, occupancy=True):
-    from gpuhc.config import Config, defaults, schema
-    from gpuhc.runner import run_stage
-    from gpuhc.runreport import RunOptions
+    from gpuhc.config.load import Config, defaults, schema
+    from gpuhc.run.runner import run_stage
+    from gpuhc.run.report import RunOptions
     from gpuhc.sources import SourceSpec
 
     opts = RunOptions(stage=stage, config=Config(defaults(schema())), state_dir=str(tmp_path / "state"), gpus=gpus,
@@ -353,9 +353,9 @@ def test_slurm_flows_scope_occupancy_to_the_jobs_gpus(tmp_path, monkeypatch):
 
 def test_turned_off_the_active_checks_keep_a_busy_gpu_an_error(tmp_path, monkeypatch):
     # A site sharing GPUs between jobs turns occupancy off; the active suite must follow.
-    from gpuhc import runner
-    from gpuhc.config import Config, defaults, schema
-    from gpuhc.runreport import RunOptions
+    from gpuhc.run import runner
+    from gpuhc.config.load import Config, defaults, schema
+    from gpuhc.run.report import RunOptions
     from gpuhc.sources import SourceSpec
 
     seen = {}
@@ -370,7 +370,7 @@ def test_turned_off_the_active_checks_keep_a_busy_gpu_an_error(tmp_path, monkeyp
 
 
 def test_gpuhc_snapshot_records_the_processes(tmp_path):
-    from gpuhc.runner import read_snapshot
+    from gpuhc.run.runner import read_snapshot
     from gpuhc.sources import SourceSpec
 
     snap = read_snapshot(SourceSpec(nvml_scenario=os.path.join(EXAMPLES, "stray-process.yaml")), "n1")

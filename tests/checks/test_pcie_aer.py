@@ -99,7 +99,7 @@ def test_corrected_rate_warns_and_fails_only_when_set():
     snap = replace(healthy_node(1), kernel=klog(*lines))
     assert brief(judge(snap)) == [(Status.WARN, PCI_IDS[0], Action.NONE)]
     assert brief(judge(snap, corrected_fail=12)) == [(Status.FAIL, PCI_IDS[0], Action.DRAIN_TICKET)]
-    assert judge(snap, corrected_fail=12).results[0].evidence == "aer-corrected"  # drains once held (runhold)
+    assert judge(snap, corrected_fail=12).results[0].evidence == "aer-corrected"  # drains once held (gpuhc/run/hold.py)
     assert [r.status for r in judge(snap, corrected_warn=13).results] == [Status.PASS]
 
 

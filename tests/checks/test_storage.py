@@ -12,7 +12,7 @@ import pytest
 from gpuhc.checks import kernel_health, storage
 from gpuhc.checks.storage import local_device
 from gpuhc.model.result import Action, Status
-from gpuhc.runhold import hold
+from gpuhc.run.hold import hold
 from gpuhc.sources.kernel_log_parse import parse_lines
 from tests.helpers.parity import cases
 from tests.helpers.snapshots import context, healthy_node

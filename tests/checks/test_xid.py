@@ -14,7 +14,7 @@ import pytest
 from gpuhc.checks import xid
 from gpuhc.model.kernel import EventKind, KernelEvent
 from gpuhc.model.result import Action, Status
-from gpuhc.xid_catalog import xid_table
+from gpuhc.catalog.xid import xid_table
 from tests.helpers.snapshots import PCI_IDS, T0, healthy_node, no_nvml
 from tests.helpers.xid_events import ALIEN_PCI, BOOT_A, BOOT_B, brief, ev, judge, node
 
@@ -278,7 +278,7 @@ def test_bad_settings_are_reported_as_errors_not_ignored():
 
 
 def test_settings_from_a_config_file(tmp_path):
-    from gpuhc.config import load_config
+    from gpuhc.config.load import load_config
 
     cfg = tmp_path / "gpuhc.yaml"
     cfg.write_text("checks:\n  xid:\n    thresholds:\n      window_s: 3600\n      severity_overrides: {92: fail}\n")
@@ -347,9 +347,9 @@ def test_a_cursor_from_before_the_clocks_were_told_apart_settles_after_one_run()
 
 
 def test_the_runner_replaying_one_mixed_file_three_times_keeps_the_count(tmp_path):
-    from gpuhc.config import Config, defaults, schema
-    from gpuhc.runner import run_stage
-    from gpuhc.runreport import RunOptions
+    from gpuhc.config.load import Config, defaults, schema
+    from gpuhc.run.runner import run_stage
+    from gpuhc.run.report import RunOptions
     from gpuhc.sources import SourceSpec
 
     log = tmp_path / "kern.log"
@@ -392,7 +392,7 @@ def sig(name: str, gpu: int | None = 0, t: float = T0 - 60, device: str | None =
 
 
 def test_each_driver_signal_fails_with_the_catalogs_action_and_is_held():
-    from gpuhc.xid_catalog import signal_table
+    from gpuhc.catalog.xid import signal_table
 
     for name, info in signal_table().items():
         if info.severity != "fail":
@@ -482,7 +482,7 @@ def test_bad_rate_rules_are_named_errors_never_a_drain(rules, why):
 
 
 def test_rate_rules_in_a_config_file_are_validated_with_their_line(tmp_path):
-    from gpuhc.config import load_config
+    from gpuhc.config.load import load_config
     from gpuhc.errors import ConfigError
 
     cfg = tmp_path / "gpuhc.yaml"
@@ -504,7 +504,7 @@ def test_a_held_xid_says_it_is_held_and_what_releases_it_without_changing_the_re
     """Issue 21: after the GPU looked healthy again, the FAIL line did not say that the Xid is
     held, nor what ends the hold. The note is shown beside the message (the drain reason stays
     the same from run to run)."""
-    from gpuhc.output import message_of
+    from gpuhc.export.output import message_of
 
     log = (ev(79, gpu=3, t=T0 - 20),)
     first = judge(node(*log))

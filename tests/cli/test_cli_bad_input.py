@@ -145,8 +145,8 @@ def test_a_state_file_that_cannot_be_opened_is_kept_not_rebuilt(tmp_path, monkey
     # followed at all, see the next test.)
     import errno
 
-    import gpuhc.untrusted as untrusted
-    from gpuhc.state import StateError, StateStore
+    import gpuhc.files.untrusted as untrusted
+    from gpuhc.state.node import StateError, StateStore
 
     d = tmp_path / "state"
     d.mkdir(mode=0o700)
@@ -423,7 +423,7 @@ def test_a_closed_stdout_does_not_change_the_verdict(tmp_path, scenario_path, co
 
 def _report_with(tmp_path: Path, kernel_line: str, state_dir: Path):
     from gpuhc.cli.common import SourceArgs, run_options_from
-    from gpuhc.runner import run_stage
+    from gpuhc.run.runner import run_stage
 
     path = scenario(tmp_path, f"kernel_log: [{json.dumps(kernel_line)}]\n")
     src = SourceArgs(nvml_scenario=path, state_dir=str(state_dir), hostname="gpu001")
@@ -439,7 +439,7 @@ class _Tty(io.StringIO):
 def test_square_brackets_in_kernel_lines_and_paths_are_text_on_a_terminal(tmp_path):
     # Before: rich read "[/evil]" from an Xid line's process name (anyone's to choose) as
     # markup and the table crashed: MarkupError, exit 3. The state path had the same effect.
-    from gpuhc.output import render_report
+    from gpuhc.export.output import render_report
 
     state = tmp_path / "st[/x]"  # a directory "x]" inside "st[": the path reads st[/x]
     state.mkdir(parents=True)
@@ -453,7 +453,7 @@ def test_square_brackets_in_kernel_lines_and_paths_are_text_on_a_terminal(tmp_pa
 
 
 def test_plain_output_keeps_one_result_per_line(tmp_path):
-    from gpuhc.output import plain_lines
+    from gpuhc.export.output import plain_lines
 
     report = _report_with(tmp_path, "2025-03-04T10:03:12,448120+00:00 NVRM: Xid (PCI:0000:5d:00): 79", tmp_path / "st")
     report.results[0] = dataclasses.replace(report.results[0], message="two\nlines\x1b[31m")

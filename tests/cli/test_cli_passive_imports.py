@@ -22,7 +22,7 @@ SCENARIO = os.path.join(ROOT, "examples", "scenarios", "healthy-8xh100.yaml")
 SHIPPED = os.path.join(ROOT, "etc", "gpuhc.yaml")
 
 # Libraries a passive run never needs: tables for a terminal (the report of a run whose stdout is
-# not a terminal is plain text), the YAML parser (the parse memo, gpuhc/parsecache.py, holds
+# not a terminal is plain text), the YAML parser (the parse memo, gpuhc/files/parsecache.py, holds
 # every file once read), host lists, the plotting and MPI stacks, CuPy; and click, whose
 # parser a plain command line does without (gpuhc/cli/fast.py).
 # calendar (and locale with it, which pynvml's subprocess needs only on a live run): about 2 ms
@@ -30,23 +30,24 @@ SHIPPED = os.path.join(ROOT, "etc", "gpuhc.yaml")
 HEAVY = ("rich", "yaml", "hostlist", "orjson", "matplotlib", "numpy", "mpi4py", "cupy", "prometheus_client", "click",
          "calendar")
 # tempfile (with shutil, random, bz2 and lzma): ~4 ms that gpuhc itself never needs
-# (gpuhc.fsutil has what the health check uses); pynvml imports it (through ctypes.util), so it is
+# (gpuhc.files.fsutil has what the health check uses); pynvml imports it (through ctypes.util), so it is
 # held off only where NVML is not read.
 WITHOUT_NVML = ("tempfile",)
-# threading: a replay reads every source in place (gpuhc/runread.py), so it starts no thread; a
+# threading: a replay reads every source in place (gpuhc/run/read.py), so it starts no thread; a
 # live run does (NVML early, each live source), and pynvml imports it too.
 REPLAY_ONLY = ("threading",)
 # gpuhc's own packages that a passive run does not run, and the few modules of them it does,
 # each by name so that anything more is caught: the config validator reads each subsystem's
-# declared settings (gpuhc/config.py SUBSYSTEM_SECTIONS) and what they name; a live run reads
-# Slurm's GPU count for this node from slurm.conf (docs/slurm.md, "Expected GPUs").
-NOT_RUN = ("gpuhc.slurm", "gpuhc.sweep", "gpuhc.fleet", "gpuhc.active", "gpuhc.export", "gpuhc.postmortem",
-           "gpuhc.plot", "gpuhc.retire_bundle", "gpuhc.baseline")
+# declared settings (gpuhc/config/load.py SUBSYSTEM_SECTIONS) and what they name; a live run reads
+# Slurm's GPU count for this node from slurm.conf (docs/slurm.md, "Expected GPUs"); the report is
+# shown by gpuhc/export/output.py (its package imports nothing).
+NOT_RUN = ("gpuhc.slurm", "gpuhc.sweep", "gpuhc.fleet", "gpuhc.active", "gpuhc.export", "gpuhc.postmortem.job",
+           "gpuhc.text.plot", "gpuhc.postmortem.retire", "gpuhc.state.baseline")
 ALLOWED = {"gpuhc.slurm", "gpuhc.slurm.settings", "gpuhc.slurm.read", "gpuhc.slurm.read.releases",
            "gpuhc.sweep", "gpuhc.sweep.settings", "gpuhc.sweep.stats",
            "gpuhc.fleet", "gpuhc.fleet.settings",
            "gpuhc.active", "gpuhc.active.registry", "gpuhc.active.settings", "gpuhc.active.thresholds",
-           "gpuhc.slurm.read.slurmconf"}
+           "gpuhc.slurm.read.slurmconf", "gpuhc.export", "gpuhc.export.output", "gpuhc.export.hooks"}
 
 # Runs gpuhc's __main__ as `python -m gpuhc` does and writes sys.modules at the exit (the
 # health check leaves with os._exit, which skips atexit: the dump wraps it).
@@ -139,7 +140,7 @@ def test_passive_live_run_imports_nothing_heavy(tmp_path):
     """This machine as it is (no GPU in CI: NVML says so, and the run cannot judge, exit 3):
     the live sources' imports are held to the same list."""
     modules = passive_modules(tmp_path, ["check", "--stage", "passive", "--config", empty_config(tmp_path)])
-    assert "gpuhc.sources.nvml" in modules or "gpuhc.nvml_early" in modules
+    assert "gpuhc.sources.nvml" in modules or "gpuhc.run.nvml_early" in modules
 
 
 def test_the_probe_sees_a_heavy_import(tmp_path):

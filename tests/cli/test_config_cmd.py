@@ -55,7 +55,7 @@ def test_a_configured_timeout_of_an_active_check_is_shown(tmp_path):
 def test_a_nested_threshold_merges_key_by_key_as_in_a_run(tmp_path):
     """Before: one overridden precision dropped the profile's others (a shallow merge)."""
     from gpuhc.active.registry import CHECK
-    from gpuhc.profiles import profile_named
+    from gpuhc.config.profiles import profile_named
 
     profile = profile_named("h100-sxm").for_check("gpu-speed")["tflops"]
     assert len(profile) >= 2  # the test needs a second precision to lose
@@ -72,9 +72,9 @@ def test_a_nested_threshold_merges_key_by_key_as_in_a_run(tmp_path):
 def test_what_is_shown_is_what_the_runner_resolves(tmp_path):
     """Every check, passive and active: the same thresholds and timeout a run would get."""
     from gpuhc.checks import all_checks
-    from gpuhc.config import load_config
-    from gpuhc.profiles import profile_named
-    from gpuhc.runner import resolve
+    from gpuhc.config.load import load_config
+    from gpuhc.config.profiles import profile_named
+    from gpuhc.run.plan import resolve
 
     cfg = {"node": {"expected_gpus": 4},
            "checks": {"thermal": {"timeout_s": 3, "thresholds": {"gpu_warn_c": 80}},

@@ -7,7 +7,7 @@ import json
 import os
 
 from gpuhc.cli.doctor_cmd import expected_rows
-from gpuhc.config import load_config
+from gpuhc.config.load import load_config
 from gpuhc.slurm.read.slurmconf import parse_text
 from tests.helpers.cli import gpuhc
 from tests.helpers.paths import REPO

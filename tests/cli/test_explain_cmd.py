@@ -13,7 +13,7 @@ from gpuhc.cli import cli
 @pytest.mark.parametrize("kind", ["xid", "sxid", "signal"])
 def test_the_catalog_listing_lines_up_its_verdict_column(kind):
     """Before: signal names overran the five places meant for a code, so no two lines lined up."""
-    from gpuhc import xid_catalog
+    from gpuhc.catalog import xid as xid_catalog
 
     out = CliRunner().invoke(cli, ["explain", kind])
     assert out.exit_code == 0, out.output

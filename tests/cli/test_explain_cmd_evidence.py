@@ -1,4 +1,4 @@
-"""`gpuhc explain evidence [CLASS]`: what each class of evidence buys, from gpuhc/evidence.py."""
+"""`gpuhc explain evidence [CLASS]`: what each class of evidence buys, from gpuhc/catalog/evidence.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from click.testing import CliRunner
 
 from gpuhc.cli import cli
-from gpuhc.evidence import TABLE
+from gpuhc.catalog.evidence import TABLE
 
 
 def test_the_whole_table_and_one_class():

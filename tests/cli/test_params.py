@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from gpuhc.cli import cli as main
 from gpuhc.cli.params import Number, Seconds
-from gpuhc.config import load_config
+from gpuhc.config.load import load_config
 from gpuhc.errors import ConfigError
 
 

@@ -10,11 +10,11 @@ import time
 from click.testing import CliRunner
 
 from gpuhc.cli import cli
-from gpuhc.config import Config, defaults, schema
+from gpuhc.config.load import Config, defaults, schema
 from gpuhc.export.eventlog import append_event
 from gpuhc.fleet.lemons import gather, table
 from gpuhc.slurm.repair.lemons import Fault
-from gpuhc.topology_text import read_topology_conf
+from gpuhc.config.topology import read_topology_conf
 from tests.helpers.paths import REPO
 
 TREE = REPO / "tests" / "fixtures" / "topology" / "topology-tree.conf"

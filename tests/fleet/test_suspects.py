@@ -10,7 +10,7 @@ from fractions import Fraction
 import pytest
 
 from gpuhc.fleet.suspects import Job, Settings, hypergeom_sf, judge, parse_sacct, suspects
-from gpuhc.schema import defaults
+from gpuhc.text.schema import defaults
 from gpuhc.fleet.settings import SCHEMA
 
 DEFAULT = Settings.from_section(defaults(SCHEMA)["suspects"])

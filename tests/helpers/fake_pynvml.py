@@ -441,7 +441,7 @@ def live_with(monkeypatch: Any, gpus: int = 2) -> FakeNvml:
     import functools
 
     import gpuhc.sources.nvml as nvml_mod
-    from gpuhc import nvml_early
+    from gpuhc.run import nvml_early
 
     nv = FakeNvml([FakeGpu(uuid=f"GPU-{i}", pci=f"00000000:{0x18 + i:02X}:00.0") for i in range(gpus)])
     monkeypatch.setattr(nvml_mod, "NvmlLive", functools.partial(nvml_mod.NvmlLive, module=nv))

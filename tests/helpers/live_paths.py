@@ -11,7 +11,7 @@ import os
 
 # Every place install.sh or gpuhc's defaults write on a node (install.sh, etc/gpuhc.yaml, the
 # schema's defaults), and the textfile directory's gpuhc files.
-# (Not /var/cache/gpuhc: the parse memo, gpuhc/parsecache.py, holds no evidence and is keyed by
+# (Not /var/cache/gpuhc: the parse memo, gpuhc/files/parsecache.py, holds no evidence and is keyed by
 # each file's text, so a test's entry can only cost the node a parse. tests/conftest.py points
 # the session's own runs elsewhere; a subprocess a test starts with a bare environment may still
 # reach it.)

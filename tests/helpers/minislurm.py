@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import time
 
-from gpuhc.config import Config, defaults, schema
+from gpuhc.config.load import Config, defaults, schema
 from gpuhc.model.result import Action, Result, Status
 from gpuhc.model.snapshot import Snapshot
-from gpuhc.runreport import RunOptions, RunReport
+from gpuhc.run.report import RunOptions, RunReport
 from gpuhc.slurm.flows import entry
 from gpuhc.slurm.act.scontrol import Scontrol
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.scenario import load_scenario
-from gpuhc.state import StateStore
+from gpuhc.state.node import StateStore
 from tests.helpers import slurm_answers
 from tests.helpers.paths import SCENARIOS
 
@@ -105,7 +105,7 @@ def flow(tmp_path, monkeypatch, stage, slurm: MiniSlurm | None, results, env=Non
         return RunReport(node=opts.hostname, stage=opts.stage, started=time.time(), duration_s=0.01,
                          results=list(results), snapshot=Snapshot(hostname=opts.hostname, time=time.time()))
 
-    monkeypatch.setattr("gpuhc.runner.run_stage", fake_run_stage)
+    monkeypatch.setattr("gpuhc.run.runner.run_stage", fake_run_stage)
     cfg = cfg or config(tmp_path)
     # The job's GPUs are mapped (gpuhc/slurm/jobs/gpus.py) against who the node's GPUs are: a
     # healthy 8-GPU recording stands in for NVML there (the stage run itself is faked above).

@@ -1,5 +1,5 @@
 """The `owners` fixture: gpuhc runs "as root" whatever the suite runs as, for the checks that
-ask the kernel who owns a path (tests/test_postmortem.py, tests/test_retire_bundle.py)."""
+ask the kernel who owns a path (tests/postmortem/test_job.py, tests/postmortem/test_retire.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The peers' kernel-log cases (tests/fixtures/parity/cases.json) judged as a replay judges a
 kernel log: parsed, then every passive check that reads the kernel log, then the evidence
-table's holds (gpuhc/runhold.py) as the runner applies them, on one run of a fresh node."""
+table's holds (gpuhc/run/hold.py) as the runner applies them, on one run of a fresh node."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _kernel_checks() -> list:
 
 def judge_lines(lines: list[str], driver_version: str | None = None) -> tuple[str, str | None]:
     """(the worst status of every kernel-log check on ``lines``, the action of the worst FAIL)."""
-    from gpuhc.runhold import hold
+    from gpuhc.run.hold import hold
     from gpuhc.sources.kernel_log_parse import parse_lines
     from tests.helpers.snapshots import context, healthy_node
 
@@ -40,7 +40,7 @@ def judge_lines(lines: list[str], driver_version: str | None = None) -> tuple[st
     snap.kernel.boot_id = "boot-a"
     if driver_version and snap.kernel.driver_version is None:  # the peer's table names the driver branch
         snap.kernel.driver_version = driver_version
-    if snap.kernel.last_time:  # a replay judges "now" by the log (gpuhc/runner.py)
+    if snap.kernel.last_time:  # a replay judges "now" by the log (gpuhc/run/runner.py)
         snap.time = snap.kernel.last_time
     results = [r for c in _kernel_checks() for r in c.judge(snap, context(c)).results]
     results, _ = hold(results, None, snap.time, None)

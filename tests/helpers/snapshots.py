@@ -156,7 +156,7 @@ def baseline_for(snapshot: Snapshot) -> dict[str, Any]:
 def context(check: Check, profile: str | None = "h100-sxm", prev: dict | None = None,
             baseline: dict | None = None, gpus: list[int] | None = None, **thresholds: Any) -> Context:
     """The Context the runner would build: check defaults, then the profile, then overrides."""
-    from gpuhc.profiles import effective_thresholds, select_profile
+    from gpuhc.config.profiles import effective_thresholds, select_profile
 
     prof = select_profile(None, forced=profile) if profile else None
     return Context(

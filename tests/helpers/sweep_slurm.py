@@ -7,7 +7,7 @@ import os
 import pwd
 import random
 
-from gpuhc.schema import defaults
+from gpuhc.text.schema import defaults
 from gpuhc.sweep.plan import Group
 from gpuhc.sweep.settings import SCHEMA
 from gpuhc.sweep.simulate import Cluster, SimSpec, fake_result

@@ -1,7 +1,7 @@
 """Copies of the checkout's files with the modes root's own install would give them.
 
 As root, gpuhc refuses a file it will trust (a hook, a test scenario, a config) when group or
-others could write it (docs/security.md; gpuhc/fsutil.py). A checkout's modes are the clone's
+others could write it (docs/security.md; gpuhc/files/fsutil.py). A checkout's modes are the clone's
 umask (0664 under ``umask 002`` or after ``chmod -R g+w``), so a test that hands gpuhc a shipped
 file copies it here first: the test then holds the rule, not the checkout's modes
 (tests/README.md)."""

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from gpuhc.export.prometheus import HELP
-from gpuhc.hooks import fire
+from gpuhc.export.hooks import fire
 from tests.helpers.paths import REPO
 from tests.helpers.trusted import trusted_copy
 

@@ -1,6 +1,7 @@
 """docs/ARCHITECTURE.md stays true: every module is named there with its job, and every import
 under gpuhc/ (module level or inside a function) follows the "Import directions" table, which
-this test reads from the document itself."""
+this test reads from the document itself; the top of the package is its face, each layer folder
+names its row, and no modules import each other round a circle."""
 
 from __future__ import annotations
 
@@ -58,7 +59,11 @@ def module_path(root: Path, dotted: str) -> str | None:
 
 def imports_of(root: Path, path: str) -> list[tuple[int, str]]:
     """(line, repo-relative module file) for every gpuhc import in ``path``, anywhere in it."""
-    tree = ast.parse((root / path).read_text(encoding="utf-8"))
+    return imports_in(root, path, ast.parse((root / path).read_text(encoding="utf-8")))
+
+
+def imports_in(root: Path, path: str, tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, repo-relative module file) for every gpuhc import in ``tree``, a part of ``path``."""
     package = path[:-3].replace("/", ".").rsplit(".", 1)[0]  # a module's package; __init__'s is its own
     out = []
     for node in ast.walk(tree):
@@ -209,7 +214,7 @@ def test_policy_is_pure_a_planted_import_into_act_fails(real_copy, plant):
     expected = []
     for planted, target, layer in (("from gpuhc.slurm.act.actuator import Actuator", "gpuhc/slurm/act/actuator.py", "slurm-act"),
                                    ("from ..flows import entry", "gpuhc/slurm/flows/entry.py", "slurm-flows"),
-                                   ("import gpuhc.state", "gpuhc/state.py", "state")):
+                                   ("import gpuhc.state.node", "gpuhc/state/node.py", "state")):
         line = plant("gpuhc/slurm/policy/drain.py", planted)
         expected.append(f"gpuhc/slurm/policy/drain.py:{line}: slurm-policy imports {target} ({layer})")
     assert violations(real_copy, DOC.read_text(encoding="utf-8")) == expected
@@ -259,3 +264,95 @@ def test_every_folder_of_slurm_says_its_row_and_imports_nothing():
                for n in ast.walk(tree)):
             bad.append(f"{rel}: imports something")
     assert bad == []
+
+
+FACE = {"__init__.py", "__main__.py", "errors.py"}  # docs/ARCHITECTURE.md: the package's face
+
+
+def test_the_top_of_the_package_is_its_face():
+    """gpuhc/ holds only the package's face; a new module goes into the folder of its layer, so the
+    folders keep showing the layers."""
+    top = {p.name for p in ROOT.joinpath("gpuhc").glob("*.py")}
+    assert sorted(top - FACE) == [], "put a new module in the folder of its layer (docs/ARCHITECTURE.md)"
+    assert len(top) <= 10
+
+
+def test_every_layer_folder_says_its_row_and_imports_nothing():
+    """A folder of gpuhc/ whose __init__ holds no code groups the modules of a layer: its docstring
+    names the row (or rows) of the import table its files are in, and it imports nothing."""
+    rows = {layer.name for layer in read_table(DOC.read_text(encoding="utf-8"))}
+    bad = []
+    for init in sorted(ROOT.joinpath("gpuhc").glob("*/__init__.py")):
+        tree = ast.parse(init.read_text(encoding="utf-8"))
+        body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        if body:  # a package with an interface of its own (a registry, the CLI): not a layer folder
+            continue
+        doc = ast.get_docstring(tree) or ""
+        if not any(re.search(rf"\b{re.escape(row)}\b", doc) for row in rows):
+            bad.append(f"{init.relative_to(ROOT).as_posix()}: its docstring names no row of the import table")
+    assert bad == []
+
+
+def module_level_imports(root: Path, path: str) -> set[str]:
+    """The gpuhc modules ``path`` imports when it is loaded: at module level, in class bodies and
+    under ``if TYPE_CHECKING`` (a type's home is a dependency too), not inside functions."""
+    loaded: list[ast.stmt] = []
+
+    def walk(nodes) -> None:
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                loaded.append(node)
+            walk(ast.iter_child_nodes(node))
+
+    walk(ast.parse((root / path).read_text(encoding="utf-8")).body)
+    return {target for _, target in imports_in(root, path, ast.Module(body=loaded, type_ignores=[]))} - {path}
+
+
+def circles(root: Path) -> list[list[str]]:
+    """Every set of modules that import each other round a circle (Tarjan's strongly connected
+    components of more than one module)."""
+    graph = {p.relative_to(root).as_posix(): set() for p in sorted(root.joinpath("gpuhc").rglob("*.py"))}
+    for path in graph:
+        graph[path] = module_level_imports(root, path)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle():
+    assert circles(ROOT) == []
+
+
+def test_a_circle_is_found_even_through_a_type_only_import(tiny):
+    (tiny / "gpuhc" / "checks" / "base.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from gpuhc.checks.xid import X\n")
+    (tiny / "gpuhc" / "checks" / "xid.py").write_text("from gpuhc.checks.base import B\n\ndef f():\n    import gpuhc.slurm\n")
+    (tiny / "gpuhc" / "slurm" / "scontrol.py").write_text("def f():\n    from gpuhc.slurm import x\n")
+    assert circles(tiny) == [["gpuhc/checks/base.py", "gpuhc/checks/xid.py"]]

@@ -1,6 +1,6 @@
 """Every shipped scenario shows the fault it is named after, through the real runner.
 
-Each file in examples/scenarios/ is replayed with `gpuhc.runner.run_stage` (passive stage,
+Each file in examples/scenarios/ is replayed with `gpuhc.run.runner.run_stage` (passive stage,
 default config, a fresh state directory), once per time step, as the health check would run it
 every few minutes. The table says what each run's verdict must be and which checks must fail on
 the last run, with which subject and action: a scenario that stops showing its fault (a check
@@ -15,10 +15,10 @@ import os
 
 import pytest
 
-from gpuhc.config import Config, defaults, schema
+from gpuhc.config.load import Config, defaults, schema
 from gpuhc.model.result import Status
-from gpuhc.runner import run_stage
-from gpuhc.runreport import RunOptions
+from gpuhc.run.runner import run_stage
+from gpuhc.run.report import RunOptions
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.scenario import load_scenario
 from tests.helpers.paths import REPO
@@ -88,7 +88,7 @@ EXPECTED: dict[str, tuple[list[Status], set[tuple[str, str, str]]]] = {
     # Fabric Manager down on an NVSwitch node.
     "aer-gpu-root-port.yaml": ([FAIL], {("pcie-aer", "gpu0", "drain + reboot"), ("pcie-aer", "0000:00:03.0", "drain + reboot")}),
     # A service down is evidence of the node around the GPUs: one run of it warns; held over
-    # consecutive runs spanning evidence.host it drains (issue 43; tests/test_runhold.py)
+    # consecutive runs spanning evidence.host it drains (issue 43; tests/run/test_hold.py)
     "fabric-manager-down.yaml": ([WARN], set()),
     # Host noise on a healthy busy node for an hour of health checks (issue 43): one slow dcgmi
     # warns, an NFS reader in state D whose CPU time grows and one corrected AER on the NIC are

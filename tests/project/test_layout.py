@@ -102,7 +102,8 @@ def test_every_test_module_mirrors_what_it_tests():
 
 
 @pytest.mark.parametrize("rel, ok", [
-    ("test_state.py", True),
+    ("test_errors.py", True),
+    ("test_state.py", False),  # gpuhc/state/ is a folder: tests/state/test_node.py
     ("test_nothing_here.py", False),
     ("checks/test_ecc.py", True),
     ("checks/test_ecc_realdata.py", True),

@@ -20,7 +20,7 @@ HEALTHY = sorted(glob.glob(str(SCENARIOS / "healthy-*.yaml")))
 
 
 def _config(which: str, tmp_path):
-    from gpuhc.config import Config, defaults, load_config, schema
+    from gpuhc.config.load import Config, defaults, load_config, schema
 
     if which == "defaults":
         return Config(defaults(schema()))
@@ -37,8 +37,8 @@ def test_there_are_healthy_recordings_of_every_kind():
 @pytest.mark.parametrize("config", ["etc/gpuhc.yaml", "defaults"])
 @pytest.mark.parametrize("path", HEALTHY, ids=os.path.basename)
 def test_the_checks_around_the_gpu_say_nothing_on_a_healthy_recording(path, config, tmp_path):
-    from gpuhc.runner import run_stage
-    from gpuhc.runreport import RunOptions
+    from gpuhc.run.runner import run_stage
+    from gpuhc.run.report import RunOptions
     from gpuhc.sources import SourceSpec
     from gpuhc.sources.scenario import load_scenario
 
@@ -54,8 +54,8 @@ def test_the_checks_around_the_gpu_say_nothing_on_a_healthy_recording(path, conf
 
 def test_the_same_run_hears_a_sick_recording(tmp_path):
     """The control: the same harness on a recording with an IPoIB interface down hears it."""
-    from gpuhc.runner import run_stage
-    from gpuhc.runreport import RunOptions
+    from gpuhc.run.runner import run_stage
+    from gpuhc.run.report import RunOptions
     from gpuhc.sources import SourceSpec
 
     opts = RunOptions(stage="passive", config=_config("etc/gpuhc.yaml", tmp_path),

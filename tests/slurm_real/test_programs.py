@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuhc.cli import cli
-from gpuhc.config import load_config
+from gpuhc.config.load import load_config
 from gpuhc.errors import SlurmUnreachable
 from gpuhc.fleet import gather
 from gpuhc.slurm.act.command import PROGRAMS

@@ -23,7 +23,7 @@ import time
 import pytest
 
 from gpuhc.slurm.policy.breaker import BreakerState
-from gpuhc.state import StateStore
+from gpuhc.state.node import StateStore
 from tests.helpers.paths import REPO
 from tests.helpers.slurm_bigcluster import BigSlurmCluster
 from tests.helpers.slurm_flows import XID79, decisions

@@ -17,7 +17,7 @@ from gpuhc.model.kernel import EventKind
 from gpuhc.model.result import Action, Status
 from gpuhc.sources.kernel_log import FileKernelLog
 from gpuhc.sources.kernel_log_parse import SIGNALS
-from gpuhc.xid_catalog import signal_table
+from gpuhc.catalog.xid import signal_table
 from tests.helpers.snapshots import T0, context, healthy_node
 from tests.helpers.paths import FIXTURES
 

@@ -186,7 +186,7 @@ def test_messages_are_sanitised_and_capped():
     msg = log.events[0].message
     assert "\x1b" not in msg and "\t" not in msg and len(msg) <= MAX_MESSAGE
     assert msg.startswith("Xid (PCI:0000:01:00): 13, \\x1b[31mred\\x1b[0m TAB xxx") and msg.endswith("x...")
-    # shown, not dropped: the evidence says something was there (gpuhc.logtext, one escaper)
+    # shown, not dropped: the evidence says something was there (gpuhc.text.logtext, one escaper)
     assert sanitize("a\x00b\x7fc\u0085d\u202e") == "a\\x00b\\x7fc\\x85d\\u202e"
 
 

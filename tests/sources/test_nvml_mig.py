@@ -40,7 +40,7 @@ def test_occupancy_lists_each_instance_and_marks_its_processes(tmp_path):
 
 
 def test_epilog_waits_only_for_the_jobs_own_slice(tmp_path):
-    from gpuhc.gpumap import JobScope
+    from gpuhc.node.gpumap import JobScope
 
     (proc := tmp_path / "proc").mkdir()
     job = JobScope(gpus=[0], slices={0: [(9, 0)]}, shared=frozenset(), devices=())

@@ -118,6 +118,6 @@ def test_kernel_health_warns_once_per_boot_on_the_live_logs_previous_boot_panic(
     assert r.status is Status.WARN and r.evidence == "panic-hardware" and "caused by the hardware" in r.message
     snap.kernel = log.read()  # the next run of the same boot: from the cache, and nothing new
     assert [x.status for x in check.judge(snap, context(check, prev=first.state)).results] == [Status.PASS]
-    import gpuhc.parsecache as pc
+    import gpuhc.files.parsecache as pc
 
     assert os.path.exists(os.path.join(pc.cache_dir(), prev_boot.CACHE_FILE))

@@ -10,13 +10,13 @@ import pynvml as real
 import pytest
 
 from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
-from gpuhc.config import Config, defaults, schema
+from gpuhc.config.load import Config, defaults, schema
 from gpuhc.errors import SourceError
 from gpuhc.model.host import ImexStatus
 from gpuhc.model.result import Status
 from gpuhc.model.snapshot import Snapshot
-from gpuhc.runner import read_snapshot, run_stage
-from gpuhc.runreport import RunOptions
+from gpuhc.run.runner import read_snapshot, run_stage
+from gpuhc.run.report import RunOptions
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.nvml import NvmlLive
 from gpuhc.sources.scenario import load_scenario

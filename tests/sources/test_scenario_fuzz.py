@@ -19,15 +19,15 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from gpuhc.config import Config, defaults, schema
+from gpuhc.config.load import Config, defaults, schema
 from gpuhc.errors import SourceError
 from gpuhc.model.result import Status
-from gpuhc.runner import run_stage
-from gpuhc.runreport import RunOptions
+from gpuhc.run.runner import run_stage
+from gpuhc.run.report import RunOptions
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.scenario import load_scenario
 from gpuhc.sources.scenario_validate import TOP_KEYS
-from gpuhc.limits import MAX_GPUS, MAX_NVLINKS
+from gpuhc.text.limits import MAX_GPUS, MAX_NVLINKS
 from gpuhc.sources.snapshot_validate import GPU_FIELDS, IB_FIELDS
 from tests.helpers.paths import REPO
 

@@ -11,13 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.fake_pynvml import FakeGpu, FakeNvml
-from gpuhc.config import Config, defaults, schema
+from gpuhc.config.load import Config, defaults, schema
 from gpuhc.model.host import AerCounters, IbPort
 from gpuhc.model.kernel import EventKind, KernelEvent, KernelLog
 from gpuhc.model.nvml import GpuReading, NvLinkState, NvmlReading
 from gpuhc.model.snapshot import Snapshot
-from gpuhc.runner import run_stage
-from gpuhc.runreport import RunOptions
+from gpuhc.run.runner import run_stage
+from gpuhc.run.report import RunOptions
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.nvml import NvmlLive
 from gpuhc.sources.scenario import load_scenario

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from gpuhc.schema import defaults
+from gpuhc.text.schema import defaults
 from gpuhc.slurm.act.scontrol import Scontrol
 from gpuhc.sweep.analyze import analyze_sweep, apply_culprits, apply_pending, drain_reason, remember_culprits
 from gpuhc.sweep.settings import SCHEMA

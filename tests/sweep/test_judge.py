@@ -116,7 +116,7 @@ def test_default_thresholds_are_valid_and_fleet_keys_separate_kinds():
 def test_off_ladder_sizes_are_judged_at_the_nearest_measured_size_and_said_so():
     """`factor: 4` from 8 B measures 512 B and 2 KiB but not 1 KiB, 8 and 32 MiB but not
     16 MiB: the small and medium classes used to be skipped without a word."""
-    from gpuhc.schema import defaults
+    from gpuhc.text.schema import defaults
     from gpuhc.sweep.campaign import judge_round, new_record, summary_lines
     from gpuhc.sweep.judge import on_ladder
     from gpuhc.sweep.plan import Group
@@ -153,7 +153,7 @@ def test_off_ladder_sizes_are_judged_at_the_nearest_measured_size_and_said_so():
 
 
 def test_submit_says_up_front_which_class_moves(tmp_path):
-    from gpuhc.schema import defaults
+    from gpuhc.text.schema import defaults
     from gpuhc.sweep.plan import Group
     from gpuhc.sweep.settings import SCHEMA
     from gpuhc.sweep.submit import planned_size_notes

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from gpuhc.config import load_config
+from gpuhc.config.load import load_config
 from gpuhc.errors import ConfigError
-from gpuhc.schema import defaults
+from gpuhc.text.schema import defaults
 from gpuhc.sweep.campaign import judge_round, new_record
 from gpuhc.sweep.judge import FAIL, PASS
 from gpuhc.sweep.plan import Group

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuhc.sweep.plan import Group, overdue, plan_probe
-from gpuhc.topology_text import parse_topology
+from gpuhc.config.topology import parse_topology
 
 NODES = [f"n{i:02d}" for i in range(1, 11)]
 

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from gpuhc.errors import GpuhcError
-from gpuhc.schema import defaults
+from gpuhc.text.schema import defaults
 from gpuhc.sweep.campaign import advance, judge_round, new_record, note_nodes
 from gpuhc.sweep.chart import size_table, terminal_chart, write_png
 from gpuhc.sweep.plan import Group, plan_probe

@@ -175,7 +175,7 @@ def test_control_characters_in_error_text_never_reach_a_line(tmp_path):
     write_raw(store, rec["id"], "r0g0000", json.dumps(doc))
     out = analyze_sweep(section(), store, cli=FakeSlurm().cli(), now=2000.0)
     reason = out["verdicts"]["r0g0000"]["reasons"][0]
-    # escaped, not dropped (gpuhc.logtext): the admin sees what the file held, on one line
+    # escaped, not dropped (gpuhc.text.logtext): the admin sees what the file held, on one line
     assert reason == "results hold no measurements: rank 1: NCCL error\\x0d\\x0agpuhc: FORGED \\x1b[31mred"
     for line in out["lines"]:
         assert line.isprintable(), ascii(line)

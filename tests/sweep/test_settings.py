@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from gpuhc.cli.params import Number
 from gpuhc.cli.sweep_cmd import run_cmd, sweep
 from gpuhc.errors import ConfigError
-from gpuhc.schema import Key
+from gpuhc.text.schema import Key
 from gpuhc.sweep.settings import RUN_LIMITS, SCHEMA
 from tests.helpers.paths import REPO
 
@@ -73,9 +73,9 @@ hosts:
 def test_validate_names_file_line_and_key_for_the_config_loader(tmp_path):
     """What `gpuhc config validate` must refuse: `load_config` calls
     `gpuhc.sweep.settings.validate(raw_section, file, lines, path)` for the top-level section
-    and for every `hosts` entry (the call is the lead's, in gpuhc/config.py)."""
+    and for every `hosts` entry (the call is the lead's, in gpuhc/config/load.py)."""
     from gpuhc.sweep.settings import validate
-    from gpuhc.yamlpos import load_with_lines
+    from gpuhc.text.yamlpos import load_with_lines
 
     raw, lines = load_with_lines(BAD_YAML, "/etc/gpuhc/gpuhc.yaml")
     with pytest.raises(ConfigError) as e:
@@ -108,9 +108,9 @@ def test_validate_refuses_what_the_schema_cannot_see(section, key):
 
 def test_validate_accepts_defaults_partial_sections_and_the_shipped_example():
 
-    from gpuhc.schema import defaults
+    from gpuhc.text.schema import defaults
     from gpuhc.sweep.settings import validate
-    from gpuhc.yamlpos import load_with_lines
+    from gpuhc.text.yamlpos import load_with_lines
 
     validate(defaults(SCHEMA))
     validate({})

@@ -270,7 +270,7 @@ def test_a_bad_template_is_a_config_error(tmp_path, bad):
 
 def test_shipped_example_config_and_template_are_valid(tmp_path):
 
-    from gpuhc.config import load_config
+    from gpuhc.config.load import load_config
     from gpuhc.sweep.campaign import job_settings
     from gpuhc.sweep.plan import Group
     from gpuhc.sweep.settings import sweep_section

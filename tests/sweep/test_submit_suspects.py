@@ -34,7 +34,7 @@ def test_submit_reports_the_suspects_it_planned(tmp_path):
 
 
 def test_no_accounting_means_no_suspects_and_a_note(tmp_path, monkeypatch):
-    from gpuhc.config import load_config
+    from gpuhc.config.load import load_config
     from gpuhc.fleet.gather import suspects_for_sweep
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no sacct here

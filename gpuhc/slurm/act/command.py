@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from gpuhc.errors import ObserveNotSent, SlurmError, SlurmUnreachable
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 
 # (argv, timeout_s) -> (returncode, stdout, stderr); raises subprocess.TimeoutExpired / OSError
 Runner = Callable[[list[str], float], tuple[int, str, str]]
@@ -104,9 +104,9 @@ def stdin_runner(argv: list[str], timeout_s: float, stdin: str) -> tuple[int, st
 
 def _trusted(argv: list[str]) -> list[str]:
     """The argv with its program as root may run it: found once (PATH or the configured path),
-    under the program rule, its real path (gpuhc/fsutil.py, docs/security.md "Acting safely").
+    under the program rule, its real path (gpuhc/files/fsutil.py, docs/security.md "Acting safely").
     A program that must not run is an OSError naming why; one not found stays as written."""
-    from gpuhc.fsutil import UnsafePath, trusted_which
+    from gpuhc.files.fsutil import UnsafePath, trusted_which
 
     try:
         real = trusted_which(argv[0], os.path.basename(argv[0]))

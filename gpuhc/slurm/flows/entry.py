@@ -251,7 +251,7 @@ def _job_scope(flow: Flow) -> str:
     """Point the run at the job's GPUs as Slurm gave them (gpuhc/slurm/jobs/gpus.py: Slurm's
     indices and MIG slices mapped to the hardware). Who holds a GPU is judged only when the
     job's devices are known: on a shared node another job's process is no stray."""
-    from gpuhc.gres_conf import GpuMapError
+    from gpuhc.node.gres_conf import GpuMapError
     from gpuhc.slurm.jobs.gpus import job_devices
 
     try:
@@ -271,7 +271,7 @@ def _job_scope(flow: Flow) -> str:
 def _where(flow: Flow, where: str, report) -> str:
     """The log line's account of the job's GPUs, once the checks have seen the node: on a node
     without GPUs (docs/slurm.md, "Mixed clusters") there is nothing to check or map."""
-    from gpuhc.gpumap import NO_GPU_GIVEN
+    from gpuhc.node.gpumap import NO_GPU_GIVEN
 
     if flow.opts.job is None and where.startswith(NO_GPU_GIVEN) and _no_gpus(report):
         return "a node without GPUs; the job was given none"
@@ -324,7 +324,7 @@ def epilog(flow: Flow) -> Outcome:
         # A bundle is the GPUs' evidence (NVML, Xids, clocks): a node without GPUs has none to keep.
         flow.log(f"job {_job(flow.env)} {how}: no post-mortem bundle (a node without GPUs)")
     elif job_failed:
-        from gpuhc.postmortem import write_bundle
+        from gpuhc.postmortem.job import write_bundle
 
         # Raw kernel lines get a bounded share of what the scontrol calls do not need.
         tail_s = max(0.2, min(2.0, flow.deadline - time.monotonic() - SLURM_RESERVE_S))

@@ -52,7 +52,7 @@ class Flow:
     """Everything a flow needs, injected so that unit tests can run it without Slurm."""
 
     stage: str  # passive / prolog / epilog / bootstrap
-    opts: Any  # gpuhc.runreport.RunOptions
+    opts: Any  # gpuhc.run.report.RunOptions
     log: Log
     make_scontrol: MakeScontrol | None = None
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -109,7 +109,7 @@ class Flow:
 def run_checks(flow: Flow):
     """Run the stage inside its share of the deadline; None (logged) when gpuhc itself broke."""
     from gpuhc.errors import GpuhcError
-    from gpuhc.runner import run_stage
+    from gpuhc.run.runner import run_stage
 
     budget = float(flow.opts.config.section("budget_s")[flow.stage])
     left = flow.deadline - time.monotonic() - SLURM_RESERVE_S
@@ -247,14 +247,14 @@ def finish(flow: Flow, out: Outcome) -> None:
             from gpuhc.slurm.jobs.act import after_healthcheck
 
             after_healthcheck(flow, out.report)  # the jobs check's record and opt-in requeue (docs/checks.md, "jobs")
-        from gpuhc.output import publish
+        from gpuhc.export.output import publish
 
         for problem in publish(RunRecord(out), config):
             flow.log(f"warning: {problem}")
     problem = breaker_metric(out, config)
     if problem:
         flow.log(f"warning: {problem}")
-    from gpuhc.hooks import fire_outcome
+    from gpuhc.export.hooks import fire_outcome
 
     fire_outcome(out, flow.node, flow.stage, config, flow.opts.state_dir, flow.log, flow.deadline)
     for event, payload in out.events:
@@ -262,9 +262,9 @@ def finish(flow: Flow, out: Outcome) -> None:
 
 
 def announce(flow: Flow, event: str, payload: dict[str, Any]) -> None:
-    """Say an event in the decision log and fire its hooks (gpuhc/hooks.py); a hook never
+    """Say an event in the decision log and fire its hooks (gpuhc/export/hooks.py); a hook never
     changes a verdict, so every error stops here."""
-    from gpuhc.hooks import fire
+    from gpuhc.export.hooks import fire
 
     flow.log(f"event {event}: {payload.get('why') or ''}")
     try:

@@ -8,7 +8,7 @@ acknowledgement, wherever gpuhc sees it first: before judging, a health check, p
 that remembers holding the node asks Slurm (one query, only in that case) and, if the node is
 back in service, clears the held incidents of the kernel-log checks up to now, the evidence
 other checks hold over hours (NVLink growth, IB flaps) and the runner's count of held host
-evidence (gpuhc/runhold.py: a repaired DCGM or mount starts its count again, not at the drain
+evidence (gpuhc/run/hold.py: a repaired DCGM or mount starts its count again, not at the drain
 it already bought), and forgets the hold (so the next run asks nothing and acknowledges nothing
 again). New events still count.
 The same resume restarts the node's lemon history (gpuhc/slurm/repair/lemon_memory.py, ``forgive``):
@@ -86,9 +86,9 @@ def acknowledge_kernel_log(state_dir: str, now: float, node: str | None = None) 
     resume that acknowledged is then seen once, not at every run: a second acknowledgement would
     drop incidents newer than the resume). The flap count and gpuhc's last resume stay."""
     from gpuhc.checks import passive_checks
-    from gpuhc.runhold import STATE_KEY as HELD_KEY
+    from gpuhc.run.hold import STATE_KEY as HELD_KEY
     from gpuhc.slurm.flows.memory import forget_hold
-    from gpuhc.state import StateStore
+    from gpuhc.state.node import StateStore
 
     holders = [c for c in passive_checks() if c.acknowledge is not None]  # the checks say so (Check.acknowledge)
     with StateStore(state_dir).transaction() as doc:

@@ -6,16 +6,16 @@ import os
 import sys
 import time
 
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 
 
 class Log:
     """Lines go to stderr (slurmd keeps the prolog's, an admin running by hand sees them), to
     syslog (the health check's output is discarded by slurmd), and to ``slurm.log_file``.
 
-    Every line is one printable line (:func:`gpuhc.logtext.escape`): node names, reasons and
+    Every line is one printable line (:func:`gpuhc.text.logtext.escape`): node names, reasons and
     messages quote text others wrote. The file is appended to as root the way every such file is
-    (:func:`gpuhc.fsutil.open_append`: its directory, made 0755 when missing, and every one above
+    (:func:`gpuhc.files.fsutil.open_append`: its directory, made 0755 when missing, and every one above
     must be root's; never through a link; a regular file with one link). A refusal is said once,
     loudly, on stderr and syslog; the run goes on without the file."""
 
@@ -52,7 +52,7 @@ class Log:
         if self._file_ok is False:
             return None
         path = str(self.log_file)
-        from gpuhc.fsutil import UnsafePath, open_append
+        from gpuhc.files.fsutil import UnsafePath, open_append
 
         try:
             fd = open_append(path, "slurm.log_file", 0o640, 0o755)

@@ -1,4 +1,4 @@
-"""gpuhc's memory of the Slurm side, in the node's state document (gpuhc/state.py). This module
+"""gpuhc's memory of the Slurm side, in the node's state document (gpuhc/state/node.py). This module
 owns three keys, and every read and write of them goes through it:
 
 - ``slurm.nodes.<node>``: the drain policy's :class:`~gpuhc.slurm.policy.drain.Memory` (the hold,
@@ -60,7 +60,7 @@ def forget_hold(doc: dict[str, Any], node: str) -> None:
 
 def load_memory(flow: Flow) -> Memory:
     """The drain policy's memory of this node; empty (said) when the state cannot be read."""
-    from gpuhc.state import StateStore
+    from gpuhc.state.node import StateStore
 
     try:
         doc = StateStore(flow.opts.state_dir).read()
@@ -72,7 +72,7 @@ def load_memory(flow: Flow) -> Memory:
 
 def save_memory(flow: Flow, memory: Memory, decision: Decision | None) -> None:
     """Store the policy's memory and, with ``decision``, the flow's last decision."""
-    from gpuhc.state import StateStore
+    from gpuhc.state.node import StateStore
 
     try:
         with StateStore(flow.opts.state_dir).transaction() as doc:
@@ -94,7 +94,7 @@ def note_resumed(flow: Flow) -> None:
 def load_ladder(flow: Flow) -> LadderMemory:
     """The ladder's memory of this node; empty when the state cannot be read."""
     from gpuhc.slurm.repair.ladder import LadderMemory
-    from gpuhc.state import StateStore
+    from gpuhc.state.node import StateStore
 
     try:
         doc = StateStore(flow.opts.state_dir).read()
@@ -104,7 +104,7 @@ def load_ladder(flow: Flow) -> LadderMemory:
 
 
 def save_ladder(flow: Flow, memory: LadderMemory) -> None:
-    from gpuhc.state import StateStore
+    from gpuhc.state.node import StateStore
 
     try:
         with StateStore(flow.opts.state_dir).transaction() as doc:
@@ -116,7 +116,7 @@ def save_ladder(flow: Flow, memory: LadderMemory) -> None:
 def last_breaker(flow: Flow) -> BreakerState | None:
     """The breaker's last count this node saw, if recent enough to speak for it; None: unknown."""
     from gpuhc.slurm.policy.breaker import BreakerState
-    from gpuhc.state import StateStore
+    from gpuhc.state.node import StateStore
 
     try:
         d = StateStore(flow.opts.state_dir).read().get(SLURM, {}).get(BREAKER, {}).get(flow.node)
@@ -131,7 +131,7 @@ def last_breaker(flow: Flow) -> BreakerState | None:
 
 def save_breaker(flow: Flow, state: BreakerState) -> None:
     """Keep a count this run saw (its own, the ledger's) for the runs that cannot count."""
-    from gpuhc.state import StateStore
+    from gpuhc.state.node import StateStore
 
     try:
         with StateStore(flow.opts.state_dir).transaction() as doc:
@@ -145,7 +145,7 @@ def count_wedged(flow: Flow, trouble: bool) -> tuple[int, float]:
     first of them), or (0, now) once a clean read sets the count back. Kept as
     ``{"runs": n, "first": t}``; a count an older gpuhc kept (a bare number) starts its span now.
     A run without trouble and nothing counted only reads."""
-    from gpuhc.state import StateStore
+    from gpuhc.state.node import StateStore
 
     store = StateStore(flow.opts.state_dir)
     now = flow.now()

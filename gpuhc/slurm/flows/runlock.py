@@ -15,7 +15,7 @@ cannot get its turn leaves Slurm to the run that holds it and says so. A lock th
 made (an unsafe state directory, a full disk) is said and the run goes on without it: the lock
 is bookkeeping, never a reason to leave a failing node alone.
 
-The file is ``slurm.lock`` in the state directory, which is root's alone (gpuhc.fsutil, the state
+The file is ``slurm.lock`` in the state directory, which is root's alone (gpuhc.files.fsutil, the state
 store's rules); it is opened without following a link and never written. The lock belongs to
 the process: a second flow in the same process (a test, the remediation ladder after the
 health check's decision) already holds it.
@@ -87,7 +87,7 @@ def release(state_dir: str | None = None) -> None:
 
 
 def _open(state_dir: str, path: str) -> int:
-    from gpuhc.fsutil import check_dir_chain, make_dirs
+    from gpuhc.files.fsutil import check_dir_chain, make_dirs
 
     make_dirs(state_dir, 0o700, "state directory")
     check_dir_chain(state_dir, "state directory")

@@ -9,7 +9,7 @@ lets every job run, and every job on it hangs or dies. So the health check count
 a row in which the NVML source timed out or failed, or NVML itself answered "Timeout" (gpu-count's
 could-not-judge ERROR, gpuhc/checks/gpu_count.py) (:func:`nvml_trouble`). Once they are held as
 the evidence table's ``driver`` hold says (``evidence.driver``: 3 runs spanning 20 minutes by
-default, gpuhc/evidence.py; a healthy GPU in a long resource-manager call stalls NVML for
+default, gpuhc/catalog/evidence.py; a healthy GPU in a long resource-manager call stalls NVML for
 minutes, a wedged driver stays until the node reboots), it adds a FAIL, ``nvml``, whose action is
 drain-and-reboot, and the node is drained like any other failure: through the policy and the
 circuit breaker, with a reason that says how long. One clean read sets the count back to 0. A
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from gpuhc.slurm.flows.frame import Flow
 
 CHECK = "nvml"  # the FAIL's check id in the reason: "gpuhc: nvml NVML hung or failed on ..."
-EVIDENCE = "nvml-wedged"  # its class in the evidence table (gpuhc/evidence.py), whose hold it waits for
-# The runner's words for a source that timed out or failed (gpuhc/runner.py), naming nvml.
+EVIDENCE = "nvml-wedged"  # its class in the evidence table (gpuhc/catalog/evidence.py), whose hold it waits for
+# The runner's words for a source that timed out or failed (gpuhc/run/runner.py), naming nvml.
 _TROUBLE = re.compile(r"^(timed out after [\d.]+s reading|could not read) .*\bnvml\b")
 
 
@@ -48,7 +48,7 @@ def nvml_trouble(results: list[Result]) -> str | None:
 
 
 def wedged_result(runs: int, span_s: float, detail: str) -> Result:
-    from gpuhc.evidence import span_text
+    from gpuhc.catalog.evidence import span_text
 
     return Result(CHECK, Status.FAIL, f"NVML hung or failed on {runs} consecutive health checks over "
                   f"{span_text(round(span_s))} (driver wedged?): {detail}", "node", action=Action.DRAIN_REBOOT,
@@ -58,7 +58,7 @@ def wedged_result(runs: int, span_s: float, detail: str) -> Result:
 def update(flow: Flow, report: Any) -> None:
     """Count this run and, once the count is held (``evidence.driver``), add the FAIL to
     ``report.results``. State that cannot be read or written is said and changes nothing."""
-    from gpuhc.evidence import by_id, holds_from
+    from gpuhc.catalog.evidence import by_id, holds_from
     from gpuhc.slurm.flows.memory import count_wedged
 
     trouble = nvml_trouble(report.results)

@@ -102,7 +102,7 @@ def after_healthcheck(flow: Any, report: Any) -> None:
 
 
 def _run(flow: Any, report: Any) -> None:
-    from gpuhc.state import StateStore
+    from gpuhc.state.node import StateStore
 
     node = flow.node
     want, idle = views_of(report, node)
@@ -230,6 +230,6 @@ def _maybe_requeue(flow: Any, ctl: Any, job: str, info: Any, finding: rec.JobFin
 
 
 def _hook(flow: Any, event: str, payload: dict[str, Any]) -> None:
-    from gpuhc.hooks import fire
+    from gpuhc.export.hooks import fire
 
     fire(event, {"stage": "passive", **payload}, flow.opts.config, flow.log, flow.deadline)

@@ -1,7 +1,7 @@
 """The job's GPUs, as Slurm gave them, on this node's hardware: for the prolog, the epilog and
 ``gpuhc check --gpus``.
 
-The mapping is gpuhc/gpumap.py's; this module feeds it and keeps it:
+The mapping is gpuhc/node/gpumap.py's; this module feeds it and keeps it:
 
 - Inputs: gres.conf and the MIG minors (gpuhc/sources/gres.py, a replay's own ``gres`` section
   first), and who the GPUs are (their minors, bus ids and MIG devices) from the configured NVML
@@ -22,8 +22,8 @@ import os
 from dataclasses import replace
 from typing import Any, Mapping
 
-from gpuhc.gpumap import JobScope, Mapped, build, identity, scope, select
-from gpuhc.gres_conf import GpuMapError
+from gpuhc.node.gpumap import JobScope, Mapped, build, identity, scope, select
+from gpuhc.node.gres_conf import GpuMapError
 from gpuhc.sources import build_sources
 from gpuhc.sources.gres import gres_conf_path, mig_layout, read_inputs, stamp_of
 
@@ -126,7 +126,7 @@ def _boot_id() -> str | None:
 
 
 def _cached(state_dir: str, stamp: list) -> tuple[list[Mapped], str] | None:
-    from gpuhc.state import StateError, StateStore
+    from gpuhc.state.node import StateError, StateStore
 
     try:
         entry = StateStore(state_dir).read().get(CACHE_KEY)
@@ -138,7 +138,7 @@ def _cached(state_dir: str, stamp: list) -> tuple[list[Mapped], str] | None:
 
 
 def _remember(state_dir: str, stamp: list, table: list[Mapped], source: str) -> None:
-    from gpuhc.state import StateError, StateStore
+    from gpuhc.state.node import StateError, StateStore
 
     if stamp[0] is None or not os.path.isdir(state_dir):
         return  # no boot id to key it by, or no state yet: made again next run

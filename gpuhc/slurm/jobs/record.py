@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuhc.lazyre import LazyPattern
+from gpuhc.text.lazyre import LazyPattern
 
 SIGNATURES = ("hang", "straggler", "idle")
 MAX_ENTRIES = 64  # nodes kept per job: the non-spinning views first (they name the culprit)

@@ -55,7 +55,7 @@ class Watcher:
 
     def __init__(self, flow: Any, reader: Any, clock: Callable[[], float] = time.time):
         from gpuhc.checks.jobs import CHECKS
-        from gpuhc.runner import resolve
+        from gpuhc.run.plan import resolve
 
         self.flow = flow
         self.reader = reader
@@ -72,7 +72,7 @@ class Watcher:
         from gpuhc.checks.base import Context
         from gpuhc.model.result import Status
         from gpuhc.model.snapshot import Snapshot
-        from gpuhc.state import StateStore
+        from gpuhc.state.node import StateStore
 
         out = Round()
         act = self.reader.read()
@@ -210,7 +210,7 @@ class Watcher:
 def live_reader(config: Any) -> Any:
     """The live activity reader the watcher keeps, NVML initialised for its life."""
     from gpuhc.checks.jobs import CHECKS, source_settings
-    from gpuhc.runner import resolve
+    from gpuhc.run.plan import resolve
     from gpuhc.sources.job_activity import ActivityLive
 
     eff = resolve(CHECKS[0], config)

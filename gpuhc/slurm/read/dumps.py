@@ -165,7 +165,7 @@ class _Reader:
         from gpuhc.slurm.read.nodes_json import nodes_from_document
 
         from gpuhc.slurm.read.nodes_json import MAX_DEPTH
-        from gpuhc.untrusted import json_depth
+        from gpuhc.files.untrusted import json_depth
 
         at = self.offsets[i] + (len(self.lines[i]) - len(self.lines[i].lstrip()))
         try:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from gpuhc.errors import GpuhcError
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 
 
 class NodeParseError(GpuhcError):

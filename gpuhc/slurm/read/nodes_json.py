@@ -56,7 +56,7 @@ def loads(text: str | bytes) -> Any:
     The nesting is bounded before either decoder sees the text: json recurses per level, and
     orjson 3.8 crashes the whole process (SIGSEGV) on a few thousand levels.
     """
-    from gpuhc.untrusted import json_depth
+    from gpuhc.files.untrusted import json_depth
 
     probe = text if isinstance(text, str) else text.decode("utf-8", "replace")
     if json_depth(probe) > MAX_DEPTH:

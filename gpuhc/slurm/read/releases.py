@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from gpuhc.lazyre import lazy
+from gpuhc.text.lazyre import lazy
 
 # --- commands -----------------------------------------------------------------------------
 

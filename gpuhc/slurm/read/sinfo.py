@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 from gpuhc.slurm.read.nodes import Node, NodeParseError, parse_slurm_time, parse_state
 
 # Each record's end: sinfo prints a field's suffix (what follows its width in -O) right after the

@@ -88,7 +88,7 @@ def after_retire(results: list[AdminResult], config: Any, me: str, flow_here: Ca
     """After ``quarantine retire``: the ``retire`` hook of each node retired and, for this node
     (``me``), its retire bundle (the evidence can only be read on the node itself), written
     through ``flow_here()``'s flow. The lines to show the admin."""
-    from gpuhc.hooks import fire
+    from gpuhc.export.hooks import fire
 
     said = []
     for r in (r for r in results if r.ok and r.message.startswith("retired")):
@@ -105,18 +105,18 @@ def _observed(act: Actuator, name: str, message: str) -> AdminResult | None:
 
 
 def retire_evidence(flow, snapshot, why: str, reason: str | None) -> str | None:
-    """Write the retire bundle of this node (:mod:`gpuhc.retire_bundle`) after a verified
+    """Write the retire bundle of this node (:mod:`gpuhc.postmortem.retire`) after a verified
     retirement; its path, or None. Never raises: the retirement stands whatever happens here."""
     import time
 
     s = flow.slurm["retire_bundle"]
     if not s["enabled"]:
         return None
-    from gpuhc.retire_bundle import write_retire_bundle
+    from gpuhc.postmortem.retire import write_retire_bundle
 
     try:
         if snapshot is None:
-            from gpuhc.runner import read_snapshot
+            from gpuhc.run.runner import read_snapshot
 
             snapshot = read_snapshot(flow.opts.sources, flow.node, max(1.0, min(30.0, flow.deadline - time.monotonic())))
         path = write_retire_bundle(s, flow.slurm["postmortem_format"], flow.node, why, reason, snapshot,

@@ -27,7 +27,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 
 OUTPUT_TAIL = 400  # characters of a command's output kept for the log
 REAP_S = 2.0  # after SIGKILL to its group, how long a command gets to be gone before it is left behind
@@ -51,7 +51,7 @@ def run_argv(argv: list[str] | tuple[str, ...], timeout_s: float) -> ResetResult
     """Run ``argv`` in a session of its own; ok when it exits 0 within ``timeout_s``. At the
     timeout the whole process group is killed; the call returns within ``timeout_s + 2 * REAP_S``
     whatever the command does. Never raises for the command's sake."""
-    from gpuhc.fsutil import UnsafePath, trusted_which
+    from gpuhc.files.fsutil import UnsafePath, trusted_which
 
     argv = list(argv)
     try:  # systemctl, nvidia-smi, the reset command: run as root only under the program rule

@@ -42,13 +42,13 @@ def read_faults(paths: Iterable[str], since: float, problems: list[str], per_nod
     observed drain is no fault).
 
     A lemon count retires nodes, so its evidence is read under the rule for files root trusts
-    (:func:`gpuhc.fsutil.check_trusted_file`: a log users can write, or reach through their
+    (:func:`gpuhc.files.fsutil.check_trusted_file`: a log users can write, or reach through their
     link, is refused and said), and (``per_node``, what a node's retirement reads) a log speaks
     for one node only: the node its first event names. A fault line that names another node, or
     whose run was another node's, is skipped and said once per file (docs/security.md, "Acting
     safely"). ``gpuhc fleet lemons`` (``per_node`` False) only lists, from a fleet's merged log."""
     from gpuhc.export.eventlog import expand_paths, read_events
-    from gpuhc.fsutil import UnsafePath, check_trusted_file
+    from gpuhc.files.fsutil import UnsafePath, check_trusted_file
 
     out: list[Fault] = []
     for path in expand_paths(paths):
@@ -97,7 +97,7 @@ def forgive(doc: dict[str, Any], now: float) -> None:
 
 def forget(flow, who: str) -> None:
     """``gpuhc quarantine forget``: wipe this node's lemon history on purpose, logged."""
-    from gpuhc.state import StateStore
+    from gpuhc.state.node import StateStore
 
     with StateStore(flow.opts.state_dir).transaction() as doc:
         forgive(doc, flow.now())
@@ -142,7 +142,7 @@ class LemonCheck:
         rule decides on what was read (never a reason to fail the run)."""
         if self._history is not None:
             return self._history
-        from gpuhc.state import StateStore
+        from gpuhc.state.node import StateStore
 
         flow, problems = self.flow, []
         try:
@@ -174,8 +174,8 @@ class LemonCheck:
         names a topology file; None (every fault the node's own) when it names none. The file
         decides retirements, so it is read under the rule for files root trusts; one that cannot
         be read is said and the rule runs without it."""
-        from gpuhc.fsutil import check_trusted_file
-        from gpuhc.topology_text import read_topology_conf
+        from gpuhc.files.fsutil import check_trusted_file
+        from gpuhc.config.topology import read_topology_conf
 
         switch = self.flow.opts.config.section("fleet")["switch"]
         path = switch.get("topology_file")
@@ -222,7 +222,7 @@ class LemonCheck:
 
     def _save(self, faults: list[Fault]) -> None:
         """This node's own faults inside the window, into the state."""
-        from gpuhc.state import StateStore
+        from gpuhc.state.node import StateStore
 
         keep = [f for f in faults if f.node == self.fault.node and f.time > self.fault.time - self.settings.window_s]
         try:

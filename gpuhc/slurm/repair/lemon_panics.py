@@ -3,7 +3,7 @@ the node, counted once, though it drains nothing by itself (docs/repair.md, "Lem
 
 A node whose kernel panicked on a machine check (or an NMI, a firmware-first hardware error) is
 up again when gpuhc next runs, and the kernel-health check only warns (class ``panic-hardware``,
-gpuhc/evidence.py): the machine-check check fails on the error itself where the log holds it.
+gpuhc/catalog/evidence.py): the machine-check check fails on the error itself where the log holds it.
 No drain, so no fault: a node that panicked on a machine check three times in a month was no
 lemon. Admins call it one; so the health check's flow records each such panic in the node's lemon
 history (the state's ``lemons``), as a fault of check ``panic-hardware`` at the panic's own time
@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuhc.limits import RELATIVE_LIMIT
+from gpuhc.text.limits import RELATIVE_LIMIT
 from gpuhc.model.kernel import EventKind
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def hardware_panics(snapshot, node: str, since: float) -> dict[float, tuple[Faul
     found = _panic_events(snapshot, since)
     if not found:
         return {}
-    from gpuhc.evidence import by_id
+    from gpuhc.catalog.evidence import by_id
     from gpuhc.slurm.repair.lemons import PANIC, Fault
 
     if not by_id(PANIC).lemon:

@@ -23,17 +23,17 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from gpuhc.evidence import by_id, counts_toward_lemon
+from gpuhc.catalog.evidence import by_id, counts_toward_lemon
 from gpuhc.slurm.policy.reason import format_reason, parse_reason
 from gpuhc.slurm.policy.shared_cause import group_runs
 
 MAX_TEXT = 256  # a node name, serial, UUID or check read back from a record is cut to this
-# Only drains for the hardware count (gpuhc/evidence.py's ``lemon`` column): a GPU,
+# Only drains for the hardware count (gpuhc/catalog/evidence.py's ``lemon`` column): a GPU,
 # NVLink, PCIe fatal or failed recovery, uncorrected memory. A process left on a GPU is a job's
 # leftover (the month-long campaign, docs/campaign.md, retired healthy nodes for stray processes
 # until it was left out), and a service, a mount, the host or a wedged NVML say nothing of the
 # hardware a retirement takes out.
-MAX_GPUS = 1024  # gpuhc.limits' bound on GPUs per node, for records read back
+MAX_GPUS = 1024  # gpuhc.text.limits' bound on GPUs per node, for records read back
 # The check a previous boot's hardware panic is recorded under (gpuhc/slurm/repair/lemon_panics.py):
 # its evidence class, which says what happened; no drain, yet one fault of the node.
 PANIC = by_id("panic-hardware").id
@@ -59,7 +59,7 @@ class Fault:
     node: str
     check: str
     gpus: tuple[GpuId, ...] = ()
-    # Whether a failing result behind it was hardware evidence (gpuhc/evidence.py); None: a
+    # Whether a failing result behind it was hardware evidence (gpuhc/catalog/evidence.py); None: a
     # record written before that was kept, judged by its check's class
     hardware: bool | None = None
 

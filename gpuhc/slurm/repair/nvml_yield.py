@@ -5,7 +5,7 @@ life, and NVML holds ``/dev/nvidiactl`` and every ``/dev/nvidia<N>`` open while 
 driver refuses a reset while any client does, so without this the ladder's reset found gpuhc
 itself in the way and climbed to a reboot. The handshake, all in
 ``<state_dir>/yield/``, a directory as private as the state (root's alone, checked up to ``/``
-through :mod:`gpuhc.fsutil`, every file replaced whole, never through a link):
+through :mod:`gpuhc.files.fsutil`, every file replaced whole, never through a link):
 
 - ``watch-<pid>.json``: a watcher says it holds NVML (its pid, and its start time from
   ``/proc/<pid>/stat``, so a pid reused by another process is not taken for it);
@@ -46,7 +46,7 @@ def directory(state_dir: str) -> str:
 
 
 def _ensure(state_dir: str) -> str:
-    from gpuhc.fsutil import check_dir_chain, make_dirs
+    from gpuhc.files.fsutil import check_dir_chain, make_dirs
 
     d = directory(state_dir)
     make_dirs(d, 0o700, "NVML yield directory")
@@ -55,15 +55,15 @@ def _ensure(state_dir: str) -> str:
 
 
 def _write(path: str, doc: dict) -> None:
-    from gpuhc.fsutil import write_atomic
+    from gpuhc.files.fsutil import write_atomic
 
     write_atomic(path, json.dumps(doc).encode(), 0o600, "NVML yield file")
 
 
 def _read(path: str) -> dict | None:
     """A small JSON file of ours, or None (absent, a link, too big, not ours to trust, not JSON)."""
-    from gpuhc.fsutil import UnsafePath, check_dir_chain
-    from gpuhc.untrusted import UntrustedInputError, read_bounded
+    from gpuhc.files.fsutil import UnsafePath, check_dir_chain
+    from gpuhc.files.untrusted import UntrustedInputError, read_bounded
 
     try:
         check_dir_chain(os.path.dirname(path), "NVML yield directory")
@@ -82,7 +82,7 @@ def _remove(path: str) -> None:
 
 def start_time(proc_root: str, pid: int) -> str | None:
     """Field 22 of ``/proc/<pid>/stat`` (clock ticks since boot): with the pid, one process."""
-    from gpuhc.untrusted import UntrustedInputError, read_bounded
+    from gpuhc.files.untrusted import UntrustedInputError, read_bounded
 
     try:
         text = read_bounded(os.path.join(proc_root, str(int(pid)), "stat"), SMALL, "proc file").decode("utf-8", "replace")

@@ -4,7 +4,7 @@ open and the systemd units they run in, which configured services are present an
 and whether the node has NVSwitches. Read only.
 
 The process scan is what ``fuser /dev/nvidia*`` does (NVIDIA/ai-cloud-validation#603 runs it
-before a reset), done by reading ``/proc/<pid>/fd`` (gpuhc/procfd.py) under a configurable root
+before a reset), done by reading ``/proc/<pid>/fd`` (gpuhc/node/procfd.py) under a configurable root
 so a test can hand it a tree of its own. Names there are set by the processes themselves (``comm``, cgroup
 paths under a delegated subtree), so they are read bounded and escaped (docs/security.md).
 """
@@ -16,10 +16,10 @@ import os
 import time
 from dataclasses import dataclass
 
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 from gpuhc.model.nvml import NvmlReading
 from gpuhc.model.pci import norm_pci
-from gpuhc.procfd import cuda_context, nvidia_files
+from gpuhc.node.procfd import cuda_context, nvidia_files
 from gpuhc.slurm.repair.reset_plan import NO_FABRIC, GpuFacts, Holder, NodeFacts, arch_of
 
 MAX_PIDS = 65536  # processes looked at, at most (a node has a few thousand)
@@ -48,7 +48,7 @@ class ProbeSettings:
 
 
 def _small(path: str) -> str | None:
-    from gpuhc.untrusted import UntrustedInputError, read_bounded
+    from gpuhc.files.untrusted import UntrustedInputError, read_bounded
 
     try:
         return read_bounded(path, SMALL, "proc file").decode("utf-8", "replace")

@@ -165,7 +165,7 @@ def after_release(results: list[AdminResult], config: Any, names: list[str], me:
     """After ``quarantine release``: the ``resume`` hook of each node released, then
     :func:`forget_here` (with ``all_or_none``, only when every node was released). Nothing in
     observe mode, where nothing was released."""
-    from gpuhc.hooks import fire
+    from gpuhc.export.hooks import fire
 
     if config.section("slurm")["mode"] == "observe":
         return
@@ -184,7 +184,7 @@ def forget_here(names: list[str], me: str, config: Any, log=None) -> None:
     import time
 
     from gpuhc.slurm.flows.handover import acknowledge_kernel_log
-    from gpuhc.state import default_state_dir
+    from gpuhc.state.node import default_state_dir
 
     if me not in names:
         return

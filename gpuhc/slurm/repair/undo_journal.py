@@ -7,7 +7,7 @@ stopped, persistence 0" for the node's normal state and resumed it so. Every gpu
 hook entry and the boot-time retest :func:`replay` what is pending before anything else, and a
 node with an undo still pending is not resumed (gpuhc/slurm/policy/drain.py, ``undo_pending``).
 
-- The document is the state directory's kind (:mod:`gpuhc.jsonstore`: a lock, a whole-file
+- The document is the state directory's kind (:mod:`gpuhc.files.jsonstore`: a lock, a whole-file
   replace, a bounded read, root's directory alone), its own file so that a reset's writes
   never wait on a health check's state transaction.
 - An entry names what to do, not how: ``start`` of a unit or ``persistence-on`` of a GPU index,
@@ -25,7 +25,7 @@ import re
 import time
 from collections.abc import Callable
 
-from gpuhc.jsonstore import LockedJson
+from gpuhc.files.jsonstore import LockedJson
 
 FILE, LOCK = "reset-undo.json", "reset-undo.lock"
 START, PERSISTENCE_ON = "start", "persistence-on"

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from gpuhc.errors import GpuhcError
-from gpuhc.limits import MAX_DURATION_S
+from gpuhc.text.limits import MAX_DURATION_S
 from gpuhc.slurm.read.nodes import Node
 from gpuhc.slurm.policy.reason import HOOK_FAILURES, PREFIX, split_lead
 

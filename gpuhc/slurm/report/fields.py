@@ -3,7 +3,7 @@
 The habits of sinfo and sacct: ``-o node,reason,age`` picks the fields, ``--parsable`` joins
 them with a delimiter (``|`` by default, no trailing one, no padding) for awk and scripts,
 ``--noheader`` drops the header line. Values are the text Slurm gave, not shortened, made one
-printable line by the one escaper (:func:`gpuhc.logtext.escape`: a newline, ESC or BEL in a
+printable line by the one escaper (:func:`gpuhc.text.logtext.escape`: a newline, ESC or BEL in a
 reason or a node name shows as ``\\x0a``, never acts), so one node is one line in every form; a
 reason holding the delimiter is printed as it is, as sacct does. ``--json`` keeps the exact text.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Callable
 
-from gpuhc.logtext import escape
+from gpuhc.text.logtext import escape
 from gpuhc.slurm.report.build import DrainReport, Entry, ReportError, humanize_age, step_of
 
 

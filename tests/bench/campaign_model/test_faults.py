@@ -287,7 +287,7 @@ def test_a_port_that_comes_back_prints_its_link_active_line(tmp_path):
     # mlx5_core logs "Port: N Link ACTIVE" when a link comes up (docs/facts.md; the real dmesg of
     # tests/fixtures/kernel_log/real/08_*): a port fault that ends leaves that line after its
     # DOWN line, so gpuhc's downtime ends there even after a long gap between its reads.
-    from gpuhc.runner import run_stage
+    from gpuhc.run.runner import run_stage
 
     c = Campaign(config_for("shipped", tmp_path), tmp_path, nodes=1, days=0.01, seed=1, noise=False)
     node = c.nodes["gpu001"]

@@ -37,7 +37,7 @@ def drains(c, name=None):
 
 def test_every_node_has_a_host_that_gpuhcs_host_checks_judge(tmp_path):
     from gpuhc.model.result import Status
-    from gpuhc.runner import run_stage
+    from gpuhc.run.runner import run_stage
     from campaign_model.slurm import ModelSlurm
 
     node = Node("gpu001", tmp_path)

@@ -18,7 +18,7 @@ from tests.helpers.paths import REPO
 
 from gpuhc.errors import ObserveNotSent, SlurmError
 from gpuhc.model.result import Result, Status
-from gpuhc.runreport import RunReport
+from gpuhc.run.report import RunReport
 from gpuhc.slurm.act.command import PROGRAMS, READERS, SlurmCommand, changes
 from gpuhc.slurm.jobs.control import JobControl
 from gpuhc.slurm.act.scontrol import Scontrol
@@ -111,7 +111,7 @@ def intercepted(monkeypatch):
         out = ""
         if "--json" in argv:
             return subprocess.CompletedProcess(argv, 1, b"", b"scontrol: unrecognized option '--json'\n")
-        if argv[0].endswith("/squeue") or argv[0] == "squeue":  # run by its real path (gpuhc/fsutil.py)
+        if argv[0].endswith("/squeue") or argv[0] == "squeue":  # run by its real path (gpuhc/files/fsutil.py)
             sep = argv[-1][2:argv[-1].index("%U")]
             out = sep.join(["RUNNING", "1000", "n[1-2]", "", "/w/run.sh", "/w", "\n"])
         elif argv[1:3] == ["show", "job"]:

@@ -256,8 +256,8 @@ def recorded_kmsg(tmp_path, monkeypatch):
     kmsg = tmp_path / "kmsg"
     kmsg.write_text("6,1,1000000,-;Linux version 6.1\n4,2,2000000,-;NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.\n"
                     " SUBSYSTEM=pci\n")
-    monkeypatch.setattr("gpuhc.postmortem.KMSG", str(kmsg))
-    monkeypatch.setattr("gpuhc.postmortem.DMESG", str(tmp_path / "no-dmesg"))
+    monkeypatch.setattr("gpuhc.postmortem.job.KMSG", str(kmsg))
+    monkeypatch.setattr("gpuhc.postmortem.job.DMESG", str(tmp_path / "no-dmesg"))
     return kmsg
 
 

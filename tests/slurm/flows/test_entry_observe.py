@@ -65,7 +65,7 @@ def test_the_admins_commands_say_what_they_would_do(tmp_path):
 
 
 def test_mode_is_validated_and_defaults_to_enforce(tmp_path):
-    from gpuhc.config import defaults, load_config, schema
+    from gpuhc.config.load import defaults, load_config, schema
     from gpuhc.errors import EXIT_USAGE, ConfigError
 
     assert defaults(schema())["slurm"]["mode"] == "enforce"

@@ -20,13 +20,13 @@ import yaml
 
 from gpuhc.checks import host
 from gpuhc.model.result import Action, Status
-from gpuhc.runreport import RunOptions
+from gpuhc.run.report import RunOptions
 from gpuhc.slurm.flows import entry
 from gpuhc.slurm.act.scontrol import Scontrol
 from gpuhc.sources import SourceSpec
 from gpuhc.sources.host import HostLive, settings_for
 from gpuhc.sources.scenario import load_scenario
-from gpuhc.state import StateStore
+from gpuhc.state.node import StateStore
 from tests.helpers.fake_proc import FakeProc
 from tests.helpers.minislurm import MiniSlurm, config
 from tests.helpers.paths import FIXTURES, SCENARIOS

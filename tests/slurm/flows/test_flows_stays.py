@@ -17,7 +17,7 @@ import yaml
 from gpuhc.checks.infiniband import RECURRING_FLAPS_CLASS
 from gpuhc.checks.nvlink import PERSISTENT_CLASS
 from gpuhc.model.result import Status
-from gpuhc.runreport import RunOptions
+from gpuhc.run.report import RunOptions
 from gpuhc.slurm.act.scontrol import Scontrol
 from gpuhc.slurm.flows import entry
 from gpuhc.slurm.flows.frame import Outcome

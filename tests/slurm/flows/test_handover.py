@@ -11,12 +11,12 @@ import time
 
 from tests.helpers.minislurm import OK, XID, MiniSlurm, config, flow, run
 
-from gpuhc.runreport import RunOptions, RunReport
+from gpuhc.run.report import RunOptions, RunReport
 from gpuhc.slurm.flows import entry
 from gpuhc.slurm.policy.drain import Act
 from gpuhc.slurm.act.scontrol import Scontrol
 from gpuhc.sources import SourceSpec
-from gpuhc.state import StateStore
+from gpuhc.state.node import StateStore
 from tests.helpers.paths import REPO
 
 ROOT = str(REPO)
@@ -118,7 +118,7 @@ def test_an_admin_drain_during_the_checks_is_seen_before_acting(tmp_path, monkey
         slurm.nodes["n1"] = ["IDLE+DRAIN", "admin: RMA ticket 99"]
         return RunReport(node="n1", stage="passive", started=time.time(), duration_s=0.01, results=[OK])
 
-    monkeypatch.setattr("gpuhc.runner.run_stage", checks_meanwhile_admin_drains)
+    monkeypatch.setattr("gpuhc.run.runner.run_stage", checks_meanwhile_admin_drains)
     slurm.calls.clear()
     out = entry.healthcheck(f)
     assert out.decision.act is Act.NONE and not out.acted

@@ -18,7 +18,7 @@ from gpuhc.slurm.flows.memory import (
     save_memory,
 )
 from gpuhc.slurm.policy.drain import Act, Decision, Memory
-from gpuhc.state import StateStore
+from gpuhc.state.node import StateStore
 from tests.helpers.paths import REPO
 
 ROOT = REPO / "gpuhc"

@@ -2,7 +2,7 @@
 health checks for as long as ``evidence.driver`` holds (3 runs over 20 min) drains the node,
 through the policy and the breaker; a shorter stall (a long driver call on a healthy GPU) does
 not, and a clean read starts the count again. The Slurm side is tests/helpers/minislurm.py; the results are
-the runner's own words for a source that hung (gpuhc/runner.py)."""
+the runner's own words for a source that hung (gpuhc/run/runner.py)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_a_clean_read_starts_the_count_again(tmp_path, monkeypatch):
 
 
 def test_a_count_an_older_release_kept_starts_its_span_now(tmp_path, monkeypatch):
-    from gpuhc.state import StateStore
+    from gpuhc.state.node import StateStore
 
     with StateStore(str(tmp_path / "state")).transaction() as doc:
         doc.setdefault("slurm", {}).setdefault("wedged", {})["n1"] = 7  # the bare count of before
@@ -91,7 +91,7 @@ def test_a_count_an_older_release_kept_starts_its_span_now(tmp_path, monkeypatch
 
 
 def test_a_damaged_count_starts_again(tmp_path, monkeypatch):
-    from gpuhc.state import StateStore
+    from gpuhc.state.node import StateStore
 
     with StateStore(str(tmp_path / "state")).transaction() as doc:
         doc.setdefault("slurm", {}).setdefault("wedged", {})["n1"] = {"runs": "x", "first": T0 + 9e9}

@@ -97,7 +97,7 @@ def test_on_the_recorded_json_answer_the_user_id_decides(tmp_path, monkeypatch):
 def test_only_a_job_slurm_runs_here_for_its_owner_is_confirmed_for_the_culprit_count(tmp_path):
     """The jobs check's culprit memory (gpuhc/checks/jobs.py) counts a job only once the Slurm
     side confirmed it: Slurm says uid 1000 runs job 8 here."""
-    from gpuhc.state import StateStore
+    from gpuhc.state.node import StateStore
 
     for owner, confirmed in ((1000, True), (1001, False)):
         d = tmp_path / str(owner)

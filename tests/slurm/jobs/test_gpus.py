@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from gpuhc.gres_conf import GpuMapError
-from gpuhc.runreport import RunOptions
+from gpuhc.node.gres_conf import GpuMapError
+from gpuhc.run.report import RunOptions
 from gpuhc.slurm.flows import entry
 from gpuhc.slurm.jobs import gpus as job_gpus
 from gpuhc.slurm.policy.drain import Act

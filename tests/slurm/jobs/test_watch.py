@@ -164,7 +164,7 @@ def test_a_hang_of_processes_not_one_users_is_refused_once_and_not_asked_about_a
 def test_the_live_reader_holds_nvml_and_pairs_gpm_only_once_it_does(monkeypatch):
     import pynvml
 
-    from gpuhc.config import Config
+    from gpuhc.config.load import Config
     from gpuhc.slurm.jobs import watch as jobs_watch
 
     calls = []

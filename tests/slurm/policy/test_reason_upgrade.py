@@ -17,7 +17,7 @@ from gpuhc.slurm.repair.admin import release
 from gpuhc.slurm.repair.lemons import fault_of
 from gpuhc.slurm.repair.quarantine import listing, plan_retest
 from gpuhc.slurm.report.build import classify
-from gpuhc.state import StateStore
+from gpuhc.state.node import StateStore
 from tests.helpers.minislurm import OK, XID, MiniSlurm, memory, run
 
 # What the previous release wrote for the real xid check's "fallen off the bus" (its message,

@@ -120,7 +120,7 @@ def test_step_tags_parse_and_never_come_from_evidence():
 
 
 def test_config_refuses_a_ladder_out_of_order(tmp_path):
-    from gpuhc.config import load_config
+    from gpuhc.config.load import load_config
     from gpuhc.errors import ConfigError
 
     p = tmp_path / "gpuhc.yaml"

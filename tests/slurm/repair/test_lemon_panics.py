@@ -15,12 +15,12 @@ from tests.helpers.panic_lines import MCE, OOM, WHEN
 
 from gpuhc.checks import kernel_health
 from gpuhc.model.snapshot import Snapshot
-from gpuhc.runreport import RunReport
+from gpuhc.run.report import RunReport
 from gpuhc.slurm.flows import entry
 from gpuhc.slurm.policy.drain import Act
 from gpuhc.slurm.repair.lemon_memory import STATE_KEY
 from gpuhc.sources import kernel_log as kl
-from gpuhc.state import StateStore
+from gpuhc.state.node import StateStore
 
 DAY = 86400.0
 
@@ -62,7 +62,7 @@ class Node:
             return RunReport(node=opts.hostname, stage=opts.stage, started=now, duration_s=0.01,
                              results=out.results, snapshot=snap)
 
-        monkeypatch.setattr("gpuhc.runner.run_stage", run_stage)
+        monkeypatch.setattr("gpuhc.run.runner.run_stage", run_stage)
         return entry.healthcheck(f)
 
     def faults(self) -> list[dict]:

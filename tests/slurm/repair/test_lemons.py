@@ -19,7 +19,7 @@ from gpuhc.slurm.repair.lemon_memory import STATE_KEY, read_faults
 from gpuhc.slurm.repair.lemons import Fault, GpuId, LemonSettings, fault_of, judge, lemon_reason, standings
 from gpuhc.slurm.policy.drain import Act
 from gpuhc.slurm.policy.reason import MAX_BYTES, parse_reason
-from gpuhc.state import StateStore
+from gpuhc.state.node import StateStore
 
 DAY = 86400.0
 S = LemonSettings(True, 3, 30 * DAY)
@@ -175,7 +175,7 @@ def test_a_held_node_failing_again_reads_no_history(tmp_path, monkeypatch):
 def test_fleet_lemons_lists_lemons_and_near_lemons_with_their_drains(tmp_path):
     import time
 
-    from gpuhc.config import Config, defaults, schema
+    from gpuhc.config.load import Config, defaults, schema
     from gpuhc.fleet.lemons import gather, table
 
     log = tmp_path / "events.jsonl"
@@ -204,7 +204,7 @@ def test_stray_processes_never_make_a_lemon():
 
 
 def test_only_hardware_evidence_makes_a_lemon():
-    """issue 43, from gpuhc/evidence.py's table: a GPU, NVLink, PCIe fatal, uncorrected memory
+    """issue 43, from gpuhc/catalog/evidence.py's table: a GPU, NVLink, PCIe fatal, uncorrected memory
     count; a service, a mount, the host's CPUs or DIMMs at boot, a wedged NVML never do."""
     def drained(results, day):
         return fault_of(results, Snapshot(hostname="n1", time=0.0), "n1", f"gpuhc: {results[0].check} x", day * DAY)

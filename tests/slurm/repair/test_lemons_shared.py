@@ -15,7 +15,7 @@ from tests.helpers.paths import REPO
 from gpuhc.export.eventlog import append_event
 from gpuhc.slurm.repair.lemons import Fault, GpuId, LemonSettings, SharedCauses, judge, shared, without_shared
 from gpuhc.slurm.policy.drain import Act
-from gpuhc.topology_text import read_topology_conf
+from gpuhc.config.topology import read_topology_conf
 
 TOPOLOGY = REPO / "tests" / "fixtures" / "topology"
 DAY = 86400.0

@@ -13,7 +13,7 @@ from gpuhc.slurm.flows import entry
 from gpuhc.slurm.repair.ladder import LadderMemory
 from gpuhc.slurm.policy.drain import Act
 from gpuhc.slurm.repair.reset_run import Outcome as ResetOutcome
-from gpuhc.state import StateStore
+from gpuhc.state.node import StateStore
 from tests.helpers.minislurm import RebootingSlurm, config, flow
 
 REMAP = Result("ecc", Status.FAIL, "gpu1 row remap pending (reset needed)", "gpu1", action=Action.RESET_GPU)
@@ -37,13 +37,13 @@ def healthcheck(tmp_path, monkeypatch, s, results, now=1_000_000.0, retest=None)
         calls = []
 
         def run_stage(opts):
-            from gpuhc.runreport import RunReport
+            from gpuhc.run.report import RunReport
 
             calls.append(1)
             got = results if len(calls) == 1 else retest
             return RunReport(node="n1", stage="passive", started=0.0, duration_s=0.01, results=list(got))
 
-        monkeypatch.setattr("gpuhc.runner.run_stage", run_stage)
+        monkeypatch.setattr("gpuhc.run.runner.run_stage", run_stage)
     monkeypatch.setattr("gpuhc.slurm.repair.remediate.busy_of", lambda node, fl: None)  # the GPUs are idle
     return f, entry.healthcheck(f)
 
@@ -86,13 +86,13 @@ def test_an_xid_the_reset_raised_is_not_acknowledged_away_and_the_node_stays_dra
     calls = []
 
     def run_stage(opts):
-        from gpuhc.runreport import RunReport
+        from gpuhc.run.report import RunReport
 
         calls.append(1)
         return RunReport(node="n1", stage="passive", started=0.0, duration_s=0.01,
                          results=[REMAP] if len(calls) == 1 else [XID_AFTER])
 
-    monkeypatch.setattr("gpuhc.runner.run_stage", run_stage)
+    monkeypatch.setattr("gpuhc.run.runner.run_stage", run_stage)
     monkeypatch.setattr("gpuhc.slurm.repair.remediate.busy_of", lambda node, fl: None)
     out = entry.healthcheck(f)
     assert acked == [1_000_000.0], acked  # the time taken before the reset, not 1_000_020
@@ -109,12 +109,12 @@ def test_a_run_whose_nvml_timed_out_goes_straight_to_the_reboot_rung(tmp_path, m
     f.opts.now = 1_000_000.0
 
     def run_stage(opts):
-        from gpuhc.runreport import RunReport
+        from gpuhc.run.report import RunReport
 
         return RunReport(node="n1", stage="passive", started=0.0, duration_s=0.01, results=[REMAP],
                          timed_out=["ecc"])
 
-    monkeypatch.setattr("gpuhc.runner.run_stage", run_stage)
+    monkeypatch.setattr("gpuhc.run.runner.run_stage", run_stage)
     monkeypatch.setattr("gpuhc.slurm.repair.remediate.busy_of", lambda node, fl: None)
     out = entry.healthcheck(f)
     assert out.extra["remediation"]["step"] == "reboot" and "ecc timed out" in out.extra["remediation"]["why"]

@@ -272,14 +272,14 @@ def test_processes_whose_files_cannot_be_read_make_the_plan_refuse(tmp_path, mon
             raise PermissionError(13, "Permission denied")
         return real(path)
 
-    monkeypatch.setattr("gpuhc.procfd.os.scandir", scandir)  # the fd reader (gpuhc/procfd.py)
+    monkeypatch.setattr("gpuhc.node.procfd.os.scandir", scandir)  # the fd reader (gpuhc/node/procfd.py)
     found, problems = holders(str(n.root / "proc"), time.monotonic() + 10)
     assert 5 not in {h.pid for h in found}
     assert problems == ["the open files of 1 processes could not be read (not root?): holders may be missing"]
 
 
 def test_a_service_name_systemctl_could_read_as_an_option_is_refused_with_file_and_line(tmp_path):
-    from gpuhc.config import load_config
+    from gpuhc.config.load import load_config
     from gpuhc.errors import ConfigError
 
     cfg = tmp_path / "gpuhc.yaml"
@@ -423,7 +423,7 @@ def test_the_mapped_devices_tell_a_cuda_program_from_an_nvml_client(tmp_path):
     pynvml loop held nvidia-uvm and mapped libcuda.so as a CUDA program does; only a context maps
     the GPU's file and nvidia-uvm (both seen there, docs/verification.md). The maps are a bounded
     read; maps unread or read only in part say nothing (None), never "a monitor"."""
-    from gpuhc.procfd import MAPS_MAX_BYTES, cuda_context
+    from gpuhc.node.procfd import MAPS_MAX_BYTES, cuda_context
 
     d = tmp_path / "proc" / "7"
     d.mkdir(parents=True)

@@ -11,7 +11,7 @@ from tests.helpers.minislurm import OK, OUR_REASON, XID, MiniSlurm, config, flow
 from gpuhc.slurm.flows.memory import load_memory, save_memory
 from gpuhc.slurm.policy.drain import Memory
 from gpuhc.slurm.repair.retest import release_after_retest, retest
-from gpuhc.state import StateStore
+from gpuhc.state.node import StateStore
 
 
 def _bootstrap(tmp_path, monkeypatch, slurm, results, hook=None, **kw):

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuhc.cli.report_render import render_csv, render_plain, render_rich
-from gpuhc.logtext import json_text
+from gpuhc.text.logtext import json_text
 from gpuhc.slurm.read.nodes import Node
 from gpuhc.slurm.report.build import build_report
 from gpuhc.slurm.report.fields import FIELDS, render_fields

@@ -1,0 +1,5 @@
+"""The node's GPUs as Slurm and the kernel name them: Slurm's GPU numbers mapped to devices and
+MIG instances, gres.conf, and the device files a process holds open.
+
+Row of the import table (docs/ARCHITECTURE.md): base. Imports nothing.
+"""
