@@ -273,7 +273,7 @@ def test_processes_whose_files_cannot_be_read_make_the_plan_refuse(tmp_path, mon
             raise PermissionError(13, "Permission denied")
         return real(path)
 
-    monkeypatch.setattr("gpuhc.node.procfd.os.scandir", scandir)  # the fd reader (gpuhc/node/procfd.py)
+    monkeypatch.setattr("gpuhc.node.holders.os.scandir", scandir)  # the fd reader (gpuhc/node/holders.py)
     found, problems = holders(str(n.root / "proc"), time.monotonic() + 10)
     assert 5 not in {h.pid for h in found}
     assert problems == ["the open files of 1 processes could not be read (not root?): holders may be missing"]
@@ -424,7 +424,7 @@ def test_the_mapped_devices_tell_a_cuda_program_from_an_nvml_client(tmp_path):
     pynvml loop held nvidia-uvm and mapped libcuda.so as a CUDA program does; only a context maps
     the GPU's file and nvidia-uvm (both seen there, docs/verification.md). The maps are a bounded
     read; maps unread or read only in part say nothing (None), never "a monitor"."""
-    from gpuhc.node.procfd import MAPS_MAX_BYTES, cuda_context
+    from gpuhc.node.holders import MAPS_MAX_BYTES, cuda_context
 
     d = tmp_path / "proc" / "7"
     d.mkdir(parents=True)
