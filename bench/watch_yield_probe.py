@@ -118,7 +118,7 @@ def main() -> int:
         summary["smi_holds_after_s"] = wait_for(lambda: bool(nvidia_fds(smi.pid)), 30)
         summary["watch_fds"], summary["monitor_fds"] = nvidia_fds(watch.pid), nvidia_fds(monitor.pid)
         # does the pynvml loop hold a CUDA context (the plan calls a holder without one an NVML client)
-        from gpuhc.node.procfd import cuda_context
+        from gpuhc.node.holders import cuda_context
 
         summary["monitor_cuda_context"] = cuda_context("/proc", monitor.pid)
         with open(f"/proc/{monitor.pid}/maps", "rb") as f:

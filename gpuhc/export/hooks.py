@@ -32,6 +32,8 @@ from gpuhc.text.schema import Key
 if TYPE_CHECKING:  # subprocess and friends load only when a hook runs: config validation
     import subprocess  # imports this module on every health check for SCHEMA below
 
+    from gpuhc.model.deadline import Deadline
+
 # The events gpuhc fires; ``hooks.events`` picks which of them run the hooks.
 EVENTS = ("drain", "resume", "retire", "breaker_trip", "remediation",
           "job_finding", "job_requeue")  # the job checks' (gpuhc/slurm/jobs/act.py)
@@ -112,9 +114,9 @@ def document(event: str, payload: dict[str, Any], now: float | None = None) -> d
     return doc
 
 
-def fire(event: str, payload: dict, settings, log: Logger | None = None, deadline: float | None = None) -> None:
+def fire(event: str, payload: dict, settings, log: Logger | None = None, deadline: Deadline | None = None) -> None:
     """Run every configured hook for ``event``. Never raises, never blocks past the timeout
-    (nor past ``deadline``, a ``time.monotonic()`` value, when given)."""
+    (nor past the run's ``deadline``, when given)."""
     log = log if log is not None else _stderr_log
     try:
         if event not in EVENTS:
@@ -133,7 +135,7 @@ def fire(event: str, payload: dict, settings, log: Logger | None = None, deadlin
         for argv in argvs:
             timeout = float(section.get("timeout_s", 10.0))
             if deadline is not None:
-                timeout = min(timeout, deadline - time.monotonic())
+                timeout = deadline.cap(timeout)
             if timeout <= 0:
                 log(f"{event}: no time left before the deadline: {argv[0]} not run", loud=True)
                 continue
@@ -234,7 +236,7 @@ def outcome_events(out: Any) -> list[tuple[str, dict[str, Any]]]:
 
 
 def fire_outcome(out: Any, node: str, stage: str, config, state_dir: str, log: Logger | None = None,
-                 deadline: float | None = None) -> None:
+                 deadline: Deadline | None = None) -> None:
     """Fire the hooks for a Slurm flow's outcome. ``breaker_trip`` fires once per node while the
     breaker stays open (remembered in the node's state), not on every run it withholds a drain."""
     try:

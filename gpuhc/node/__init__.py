@@ -1,5 +1,5 @@
 """The node's GPUs as Slurm and the kernel name them: Slurm's GPU numbers mapped to devices and
-MIG instances, gres.conf, and the device files a process holds open.
+MIG instances, gres.conf, and which processes hold a GPU and who they are.
 
 Row of the import table (docs/ARCHITECTURE.md): base. Imports nothing.
 """

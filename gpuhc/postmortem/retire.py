@@ -26,6 +26,7 @@ import subprocess
 import time
 from typing import Any
 
+from gpuhc.model.deadline import Deadline
 from gpuhc.postmortem.job import _event_lines, _safe, _write, kernel_tail, publish
 
 HISTORY_MAX_BYTES = 8 << 20  # of the event log's end read for the fault history
@@ -139,7 +140,7 @@ nvidia-bug-report.log.gz  NVIDIA's report ({bug_note})
 
 
 def collect(staging: str, node: str, why: str, reason: str | None, snapshot, spec, settings: dict,
-            event_log: str | None, now: float, deadline: float) -> list[str]:
+            event_log: str | None, now: float, deadline: Deadline) -> list[str]:
     """Write the bundle's files into ``staging``; return what is missing."""
     from gpuhc import __version__
 
@@ -158,7 +159,7 @@ def collect(staging: str, node: str, why: str, reason: str | None, snapshot, spe
         missing.append("snapshot.yaml (the node could not be read)")
     limit = int(settings["kernel_lines"])
     try:
-        lines, kernel_note = kernel_tail(spec, snapshot, limit, min(5.0, max(0.5, deadline - time.monotonic())))
+        lines, kernel_note = kernel_tail(spec, snapshot, limit, max(0.5, deadline.cap(5.0)))
     except Exception as e:  # best effort: a bug here must not cost the rest of the bundle
         lines, kernel_note = [], f"kernel log not read ({type(e).__name__}: {e})"
     history, history_note = fault_history(event_log, node)
@@ -170,8 +171,7 @@ def collect(staging: str, node: str, why: str, reason: str | None, snapshot, spe
             _write(os.path.join(staging, name), make())
         except Exception as e:
             missing.append(f"{name} ({type(e).__name__}: {e})")
-    left = deadline - time.monotonic() - 2.0
-    bug_note = bug_report(staging, settings["bug_report"], min(float(settings["bug_report_timeout_s"]), left))
+    bug_note = bug_report(staging, settings["bug_report"], deadline.cap(float(settings["bug_report_timeout_s"]), keep=2.0))
     if not os.path.exists(os.path.join(staging, "nvidia-bug-report.log.gz")):
         missing.append(f"nvidia-bug-report.log.gz ({bug_note})")
     nvml = getattr(snapshot, "nvml", None)
@@ -186,7 +186,7 @@ def collect(staging: str, node: str, why: str, reason: str | None, snapshot, spe
 
 
 def write_retire_bundle(settings: dict, fmt: str, node: str, why: str, reason: str | None, snapshot, spec,
-                        event_log: str | None, now: float, deadline: float) -> str:
+                        event_log: str | None, now: float, deadline: Deadline) -> str:
     """Write and publish the bundle (``slurm.retire_bundle``); return its path. Raises OSError
     when nothing could be written and :class:`gpuhc.postmortem.job.UnsafeDirectory` (as root) for a
     directory others could write to."""

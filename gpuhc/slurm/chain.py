@@ -246,7 +246,7 @@ def after_healthcheck(flow: Any, out: Any, own: int) -> int:
                  f"{argv[0]} again", loud=True)
         return own
     try:
-        result = run(argv, flow.deadline - GRACE_S - REAP_S, flow.env)
+        result = run(argv, flow.deadline.less(GRACE_S + REAP_S).at, flow.env)
     except Exception as e:  # gpuhc broke around the program: said, and gpuhc's own status stands
         flow.log(f"chained {argv[0]}: internal error: {type(e).__name__}: {e}", loud=True)
         return own

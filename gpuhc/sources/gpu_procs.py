@@ -7,9 +7,10 @@ job's leftover processes delays no other check.
 - Compute *and* graphics processes are listed (``nvmlDeviceGetComputeRunningProcesses`` and
   ``nvmlDeviceGetGraphicsRunningProcesses``) and merged by pid; a process in both lists is
   ``compute+graphics``.
-- A process's name is ``/proc/<pid>/comm``, read bounded (it is 16 bytes in the kernel). A pid
-  NVML lists that ``/proc`` does not have is kept and marked ``gone``: the process exited since,
-  or lives in another PID namespace (a container), which is exactly what an admin must be told.
+- Who each process is (its name, ``/proc/<pid>/comm``, and real uid) is read by
+  gpuhc/node/holders.py, as the reset plan and the services check read it. A pid NVML lists that
+  ``/proc`` does not have is kept and marked ``gone``: the process exited since, or lives in
+  another PID namespace (a container), which is exactly what an admin must be told.
 - MIG on: each MIG device's own process list, each process marked with its GPU and compute
   instance, and each instance's memory (``instances``): the prolog of a job on one slice judges
   that slice alone (gpuhc/checks/occupancy.py).
@@ -34,7 +35,6 @@ from gpuhc.model.occupancy import GpuOccupancy, GpuProcess, Occupancy
 from gpuhc.sources import nvml_mig, nvml_util
 
 _MIB = 1024 * 1024
-_COMM_LIMIT = 64  # /proc/<pid>/comm is at most 16 bytes; anything longer is not procfs
 
 
 class OccupancyLive:
@@ -93,6 +93,8 @@ class OccupancyLive:
         except nv.NVMLError as e:
             gpu.error = f"cannot list processes: {e}"
             return gpu
+        from gpuhc.node.holders import identity
+
         me = os.getpid()
         merged: dict[int, GpuProcess] = {}
         for inst, kind, procs in listed:
@@ -107,10 +109,10 @@ class OccupancyLive:
                     cur.kinds = "compute+graphics"
                     cur.used_mib = cur.used_mib if cur.used_mib is not None else used_mib
                     continue
-                name, gone = self._name(pid)
-                merged[pid] = GpuProcess(pid=pid, name=name, used_mib=used_mib, kinds=kind, gone=gone,
+                who = identity(self.proc_root, pid)
+                merged[pid] = GpuProcess(pid=pid, name=who.name, used_mib=used_mib, kinds=kind, gone=who.gone,
                                          gi=None if inst is None else inst.gi, ci=None if inst is None else inst.ci,
-                                         uid=None if gone else self._owner(pid))
+                                         uid=who.uid)
         gpu.processes = [merged[pid] for pid in sorted(merged)]
         return gpu
 
@@ -132,30 +134,6 @@ class OccupancyLive:
                     and g.unallowed_used_mib(self.allowed) > self.settle_mib):
                 return False
         return True
-
-    def _owner(self, pid: int) -> int | None:
-        """The process's real uid (``/proc/<pid>/status``), or None. Not the owner of
-        /proc/<pid>: the kernel shows the effective uid there, root for a set-uid program any
-        user can run through a link of a root monitor's name, which would then pass."""
-        from gpuhc.sources.job_activity import JobResolver
-
-        return JobResolver(self.proc_root).owner_of(pid)
-
-    def _name(self, pid: int) -> tuple[str | None, bool]:
-        """(comm, gone): the short name the kernel keeps for the process, printable only."""
-        from gpuhc.files.untrusted import UntrustedInputError, read_bounded
-
-        path = os.path.join(self.proc_root, str(pid), "comm")
-        if not os.path.isdir(os.path.join(self.proc_root, str(pid))):
-            return None, True
-        try:
-            raw = read_bounded(path, _COMM_LIMIT, "process name")
-        except UntrustedInputError:
-            return None, False
-        name = "".join(c if c.isprintable() else "?" for c in raw.decode(errors="replace").strip())
-        return name or None, False
-
-
 
 
 def _memory(nv: Any, h: Any) -> tuple[float | None, float | None, float | None]:

@@ -213,28 +213,26 @@ class HostLive:
     def _pidfile_runs(self, name: str) -> bool:
         """The daemon's pid file names a live process of that name, run by root (``owner``)."""
         pid = _int(_read(self._p(PIDFILES[name]), 32))
-        if pid is None:
-            return False
-        text = _read(self._p("proc", str(pid), "stat"), 1024) or ""
-        return text[text.find("(") + 1:text.rfind(")")] == DAEMONS[name] and self._owned(pid, name)
+        return pid is not None and self._owned(pid, name, by_name=True)
 
-    def _owned(self, pid: int, name: str) -> bool:
+    def _owned(self, pid: int, name: str, by_name: bool = False) -> bool:
         """A daemon counts only when it is the service's: any user may name a process
         nv-fabricmanager (or run the installed program), and that must not stand in for it.
-        Its real uid (``/proc/<pid>/status``; not the owner of /proc/<pid>, the effective uid:
-        root for a set-uid program a user runs through a link of the daemon's name) is root's
-        (``owner``) or the account root made the daemon's run directory for
-        (``nvidia-persistenced --user``), and its program lies in directories only root can
-        change."""
+        Who the process is comes from gpuhc/node/holders.py, read once: its real uid (not the
+        owner of /proc/<pid>, the effective uid: root for a set-uid program a user runs through
+        a link of the daemon's name) is root's (``owner``) or the account root made the daemon's
+        run directory for (``nvidia-persistenced --user``), and its program lies in directories
+        only root can change. ``by_name``: its name is checked here too (a pid file's pid)."""
         from gpuhc.files.fsutil import UnsafePath, check_dir_chain
-        from gpuhc.sources.job_activity import JobResolver
+        from gpuhc.node.holders import identity
 
-        uid = JobResolver(self._p("proc")).owner_of(pid)
-        if uid is None or uid not in (self.owner, self._run_dir_owner(name)):
+        who = identity(self._p("proc"), pid)
+        if by_name and who.name != DAEMONS[name]:
+            return False
+        if who.uid is None or who.uid not in (self.owner, self._run_dir_owner(name)) or who.exe is None:
             return False
         try:  # " (deleted)": the package was upgraded under the running daemon
-            program = os.readlink(self._p("proc", str(pid), "exe")).removesuffix(" (deleted)")
-            check_dir_chain(os.path.dirname(program), f"the {name} daemon's program")
+            check_dir_chain(os.path.dirname(who.exe.removesuffix(" (deleted)")), f"the {name} daemon's program")
         except (OSError, UnsafePath):
             return False
         return True

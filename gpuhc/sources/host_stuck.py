@@ -20,7 +20,7 @@ outside the scheduler) is one of the configured ones, a sample of its progress:
 lock to show them, and a process stuck in exec on a hung file system holds it, so the read
 would hang gpuhc's own thread (the thread's switches already cover its I/O: it cannot read or
 write without running). Processes that hold a GPU's device file are told by their ``fd/``
-links (gpuhc/node/procfd.py), looked at only for waits in the GPU driver.
+links (gpuhc/node/holders.py), looked at only for waits in the GPU driver.
 
 Wait channels match as whole names: an entry ending in ``_`` is a prefix that must end there
 (``nv_`` is ``nv_open_device``, never ``nvme_poll``), any other entry is one whole function
@@ -79,7 +79,7 @@ def stuck_candidates(proc_root: str, procs: list[dict[str, Any]], lists: dict[st
 
 
 def _holds_gpu(proc_root: str, pid: int) -> bool | None:
-    from gpuhc.node.procfd import holds_gpu, nvidia_files
+    from gpuhc.node.holders import holds_gpu, nvidia_files
 
     try:
         files, _ = nvidia_files(proc_root, pid, MAX_FDS)

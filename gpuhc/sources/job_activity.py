@@ -15,7 +15,7 @@ Only GPUs with a compute process are read, so an idle node pays one process list
   activity needs two samples some time apart; it is taken only when ``gpm_window_s`` > 0, once
   for all GPUs.
 - **Whose process.** The real uid of each process (the ``Uid:`` line of ``/proc/<pid>/status``,
-  written by the kernel) is kept per job and GPU (``owners``): the Slurm side acts on a job only
+  written by the kernel; read by gpuhc/node/holders.py) is kept per job and GPU (``owners``): the Slurm side acts on a job only
   when that owner is the job's user as Slurm reports it (gpuhc/slurm/jobs/act.py), and the
   repeat-culprit drain counts users, not jobs (gpuhc/checks/jobs.py). A process whose owner
   cannot be read (it ended) is counted as unmapped, never guessed.
@@ -36,8 +36,6 @@ from gpuhc.sources import nvml_util
 
 _CGROUP_LIMIT = 64 * 1024  # /proc/<pid>/cgroup: one line per hierarchy (a dozen in cgroup v1)
 _ENVIRON_LIMIT = 256 * 1024  # the front of /proc/<pid>/environ; a longer one is cut, not refused
-_STATUS_LIMIT = 64 * 1024  # /proc/<pid>/status: ~60 short lines (its Name is escaped by the kernel)
-_UID_LINE = LazyPattern(r"(?m)^Uid:\t(\d{1,10})\t")
 MAX_OWNERS = 16  # owners kept per job and GPU: one is the rule, more is already a refusal
 # Only slurmstepd's own hierarchy names a job: cgroup v2's <slices>/[<node>_]slurmstepd.scope/job_N
 # and cgroup v1's /slurm[_<node>]/uid_U/job_N, both made by root. A user's delegated cgroups (under
@@ -64,13 +62,6 @@ def job_from_environ(data: bytes) -> str | None:
             value = entry[len(b"SLURM_JOB_ID="):].decode("ascii", "replace")
             return str(int(value)) if _JOB_ID.fullmatch(value) else None  # 0000778 is job 778
     return None
-
-
-def owner_from_status(text: str) -> int | None:
-    """The real uid in a ``/proc/<pid>/status`` text (``Uid:\treal\teffective\tsaved\tfs``), or None
-    when there is not exactly one such line."""
-    found = _UID_LINE.findall(text)
-    return int(found[0]) if len(found) == 1 and int(found[0]) < 1 << 32 else None
 
 
 class JobResolver:
@@ -102,15 +93,11 @@ class JobResolver:
         return job_from_environ(data), "environ"
 
     def owner_of(self, pid: int) -> int | None:
-        """The real uid of the process, or None (gone, or not readable as the kernel writes it)."""
-        from gpuhc.files.untrusted import UntrustedInputError, read_bounded
+        """The real uid of the process, or None (gone, or not readable as the kernel writes it):
+        gpuhc/node/holders.py, the one reader of who a process is."""
+        from gpuhc.node.holders import real_uid
 
-        path = os.path.join(self.proc_root, str(int(pid)), "status")
-        try:
-            text = read_bounded(path, _STATUS_LIMIT, "process status").decode("utf-8", "replace")
-        except (UntrustedInputError, OSError):
-            return None
-        return owner_from_status(text)
+        return real_uid(self.proc_root, pid)
 
 
 class ActivityLive:

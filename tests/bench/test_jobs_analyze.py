@@ -46,7 +46,9 @@ class _Flow:
 
     @property
     def deadline(self):
-        return self.started + 5.5
+        from gpuhc.model.deadline import Deadline
+
+        return Deadline(self.started + 5.5)
 
     @property
     def slurm(self):

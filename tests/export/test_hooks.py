@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from gpuhc.model.deadline import Deadline
 from gpuhc.export.hooks import EVENTS, fire, fire_outcome, outcome_events
 from gpuhc.slurm.policy.breaker import BreakerState
 from gpuhc.slurm.policy.drain import Act, Decision, Memory
@@ -83,11 +84,11 @@ def test_deadline_cuts_the_timeout(tmp_path):
     hook = _script(tmp_path / "slow", "import time; time.sleep(600)\n")
     log = Lines()
     started = time.monotonic()
-    fire("drain", {}, {"commands": [[hook]], "timeout_s": 60.0}, log, deadline=time.monotonic() + 1.0)
+    fire("drain", {}, {"commands": [[hook]], "timeout_s": 60.0}, log, deadline=Deadline.after(1.0))
     assert time.monotonic() - started < 8.0
     assert "killed after" in log.lines[0][0]
     log2 = Lines()
-    fire("drain", {}, {"commands": [[hook]], "timeout_s": 60.0}, log2, deadline=time.monotonic() - 1)
+    fire("drain", {}, {"commands": [[hook]], "timeout_s": 60.0}, log2, deadline=Deadline.after(-1))
     assert "no time left" in log2.lines[0][0]
 
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 
 def flow_for(tmp_path, scontrol: str):
-    import time
     from types import SimpleNamespace
+
+    from gpuhc.model.deadline import Deadline
 
     lines = []
     cfg = SimpleNamespace(check_settings=lambda cid: {"thresholds": {}}, section=lambda name: {"commands": []})
     opts = SimpleNamespace(state_dir=str(tmp_path / "state"), config=cfg)
     return SimpleNamespace(node="n1", opts=opts, slurm={"scontrol": scontrol, "squeue": scontrol, "timeout_s": 5.0},
-                           deadline=time.monotonic() + 30, now=lambda: 2000.0,
+                           deadline=Deadline.after(30), now=lambda: 2000.0,
                            log=lambda text, loud=False: lines.append(text)), lines
 
 

@@ -13,6 +13,7 @@ import yaml
 from tests.helpers.owners import owners  # noqa: F401  (the fixture: run as "root", whatever the suite runs as)
 
 from gpuhc.export.eventlog import encode_line
+from gpuhc.model.deadline import Deadline
 from gpuhc.postmortem.retire import fault_history, rma_assessment, write_retire_bundle
 from gpuhc.run.runner import read_snapshot
 from gpuhc.sources import SourceSpec
@@ -70,7 +71,7 @@ def test_the_bundle_holds_snapshot_history_bug_report_and_criteria(tmp_path):
     snap, spec = snapshot(tmp_path)
     script = bug_report_script(tmp_path, 'echo report > "$2"; gzip "$2"\n')
     path = write_retire_bundle(settings(tmp_path, script), "dir", "gpu001", "3 quarantine cycles: retiring",
-                               "gpuhc: RETIRED ecc gpu1", snap, spec, event_log(tmp_path), NOW, time.monotonic() + 60)
+                               "gpuhc: RETIRED ecc gpu1", snap, spec, event_log(tmp_path), NOW, Deadline.after(60))
     assert os.path.basename(path) == "gpu001-retired-20250304T100000Z"
     assert oct(os.stat(path).st_mode & 0o777) == "0o700"
     files = sorted(os.listdir(path))
@@ -92,7 +93,7 @@ def test_a_hanging_bug_report_is_killed_at_its_bound_and_a_missing_one_is_said(t
     script = bug_report_script(tmp_path, "sleep 60\n")
     t = time.monotonic()
     path = write_retire_bundle(settings(tmp_path, script, timeout=2.0), "tar.gz", "gpu001", "why", None, snap, spec,
-                               None, NOW, time.monotonic() + 60)
+                               None, NOW, Deadline.after(60))
     assert time.monotonic() - t < 20 and path.endswith(".tar.gz")
     import tarfile
 
@@ -101,7 +102,7 @@ def test_a_hanging_bug_report_is_killed_at_its_bound_and_a_missing_one_is_said(t
     assert "killed at its time bound (2s)" in meta["bug_report"]
     assert meta["fault_history"] == "no event log configured (output.event_log)"
     path = write_retire_bundle(settings(tmp_path / "b"), "dir", "gpu001", "why", None, snap, spec, None, NOW + 1,
-                               time.monotonic() + 60)
+                               Deadline.after(60))
     meta = json.loads(Path(path, "retire.json").read_text())
     assert meta["missing"] == [f"nvidia-bug-report.log.gz ({tmp_path / 'b' / 'no-nvidia-bug-report.sh'} not installed)"]
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from gpuhc.errors import ObserveNotSent, SlurmError, SlurmUnreachable
+from gpuhc.model.deadline import Deadline
 from gpuhc.text.logtext import escape
 
 # (argv, timeout_s) -> (returncode, stdout, stderr); raises subprocess.TimeoutExpired / OSError
@@ -129,7 +130,10 @@ def describe(argv: list[str]) -> str:
 @dataclass
 class SlurmCommand:
     timeout_s: float = 10.0
-    deadline: float | None = None  # time.monotonic() value no call may run past
+    # The run's deadline (gpuhc/model/deadline.py), shared with every other act and probe of the
+    # run: no call runs past it. A bare time.monotonic() value is taken as one (the admin's
+    # commands and the tools that build their own).
+    deadline: Deadline | float | None = None
     run: Runner = subprocess_runner
     run_stdin: StdinRunner = stdin_runner
     calls: list[list[str]] = field(default_factory=list)  # every argv sent, for logs and tests
@@ -155,6 +159,10 @@ class SlurmCommand:
         kwargs.update(overrides)
         return cls(**kwargs)
 
+    def __post_init__(self) -> None:
+        if self.deadline is not None and not isinstance(self.deadline, Deadline):
+            self.deadline = Deadline(self.deadline)
+
     def note(self, text: str) -> None:
         """Say ``text`` once per command object (a record skipped by two reads is one line)."""
         line = escape(text)
@@ -169,9 +177,7 @@ class SlurmCommand:
             print(f"gpuhc: warning: {line}", file=sys.stderr, flush=True)
 
     def remaining(self) -> float:
-        if self.deadline is None:
-            return float("inf")
-        return self.deadline - time.monotonic()
+        return float("inf") if self.deadline is None else self.deadline.left()
 
     def call(self, argv: list[str], stdin: str | None = None) -> str:
         """Run one Slurm command; its stdout, or a SlurmError that names it. A bare program name
@@ -184,7 +190,7 @@ class SlurmCommand:
             argv = [self.paths[argv[0]], *argv[1:]]
         cmd = describe(argv)
         prog = cmd.split(" ", 1)[0]
-        timeout = min(self.timeout_s, self.remaining() - MARGIN_S)
+        timeout = self.timeout_s if self.deadline is None else self.deadline.cap(self.timeout_s, keep=MARGIN_S)
         if timeout <= 0.1:
             raise SlurmError(f"{cmd}: not sent, no time left before the deadline")
         self.calls.append(list(argv))

@@ -28,7 +28,6 @@ remember. The rules that make it safe to run on every node every few minutes:
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Mapping
 
@@ -327,7 +326,7 @@ def epilog(flow: Flow) -> Outcome:
         from gpuhc.postmortem.job import write_bundle
 
         # Raw kernel lines get a bounded share of what the scontrol calls do not need.
-        tail_s = max(0.2, min(2.0, flow.deadline - time.monotonic() - SLURM_RESERVE_S))
+        tail_s = max(0.2, flow.deadline.cap(2.0, keep=SLURM_RESERVE_S))
         try:
             path = write_bundle(flow, report, tail_s)
             out.extra["postmortem"] = path

@@ -14,8 +14,10 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from gpuhc.model.deadline import Deadline
 from gpuhc.slurm.flows.log import Log
 from gpuhc.slurm.policy.drain import Decision, Verdict
 
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 # Kept back from the stage deadline for the checks, so that the scontrol calls still fit.
 SLURM_RESERVE_S = 4.0
 
-MakeScontrol = Callable[[float], "Scontrol"]  # monotonic deadline -> wrapper
+MakeScontrol = Callable[[Deadline], "Scontrol"]  # the run's deadline -> wrapper
 Event = tuple[str, dict[str, Any]]  # a hook event and its payload
 
 
@@ -75,14 +77,25 @@ class Flow:
     def node(self) -> str:
         return self.opts.hostname
 
-    @property
-    def deadline(self) -> float:
-        if self.stage == "passive":  # follows slurm.conf's HealthCheckTimeout where the site says it
+    @cached_property
+    def deadline(self) -> Deadline:
+        """The run's one deadline (gpuhc/model/deadline.py), made on first use from ``started``
+        and Slurm's timeout for the stage: ``slurm.deadline_s.<stage>``, or for the health
+        check 5 s before slurm.conf's HealthCheckTimeout where the site set it. Every act and
+        probe of the run gets this object, so each sees what the steps before it left."""
+        if self.stage == "passive":
             from gpuhc.slurm.read.releases import passive_deadline_s
 
-            return self.started + passive_deadline_s(float(self.slurm["deadline_s"]["passive"]),
-                                                     self.slurm.get("health_check_timeout_s"))
-        return self.started + float(self.slurm["deadline_s"][self.stage])
+            seconds = passive_deadline_s(float(self.slurm["deadline_s"]["passive"]),
+                                         self.slurm.get("health_check_timeout_s"))
+        else:
+            seconds = float(self.slurm["deadline_s"][self.stage])
+        return Deadline(self.started + seconds)
+
+    def restart(self) -> None:
+        """A new run on the same flow (the node watcher's rounds): a fresh start and deadline."""
+        self.started = time.monotonic()
+        self.__dict__.pop("deadline", None)
 
     @property
     def observe(self) -> bool:
@@ -112,8 +125,7 @@ def run_checks(flow: Flow):
     from gpuhc.run.runner import run_stage
 
     budget = float(flow.opts.config.section("budget_s")[flow.stage])
-    left = flow.deadline - time.monotonic() - SLURM_RESERVE_S
-    flow.opts.budget_s = max(0.5, min(budget, left))
+    flow.opts.budget_s = max(0.5, flow.deadline.cap(budget, keep=SLURM_RESERVE_S))
     flow.opts.progress = True  # the active checks' start/end lines, on stderr, for the job's log
     try:
         return run_stage(flow.opts)
@@ -206,7 +218,7 @@ def _replay_undo(flow: Flow) -> None:
     node stays held until it has run (drain.decide's ``undo_pending``)."""
     from gpuhc.slurm.repair.undo_journal import replay
 
-    replay(flow.opts.state_dir, flow.slurm["remediation"]["reset"], flow.log, flow.deadline - SLURM_RESERVE_S)
+    replay(flow.opts.state_dir, flow.slurm["remediation"]["reset"], flow.log, flow.deadline.less(SLURM_RESERVE_S))
 
 
 def crash_exit(flow: Flow, fail_open: bool) -> int:

@@ -30,6 +30,8 @@ import stat
 import time
 from typing import Callable
 
+from gpuhc.model.deadline import Deadline
+
 LOCK_FILE = "slurm.lock"
 POLL_S = 0.05
 # Kept free of the wait, for what the run does once it has its turn (a read, perhaps a drain
@@ -46,8 +48,8 @@ class Turn:
         self.ok, self.waited, self.problem = ok, waited, problem
 
 
-def take(state_dir: str, deadline: float, log: Callable[..., None]) -> Turn:
-    """Wait for this node's turn until ``deadline`` (monotonic) less :data:`RESERVE_S`."""
+def take(state_dir: str, deadline: Deadline, log: Callable[..., None]) -> Turn:
+    """Wait for this node's turn until the run's ``deadline`` less :data:`RESERVE_S`."""
     path = os.path.join(state_dir, LOCK_FILE)
     if path in _held:
         return Turn(True)
@@ -66,7 +68,7 @@ def take(state_dir: str, deadline: float, log: Callable[..., None]) -> Turn:
                 os.close(fd)
                 log(f"run lock {path} not taken ({e.strerror}): going on without it", loud=True)
                 return Turn(True, problem=e.strerror)
-        if time.monotonic() + POLL_S > deadline - RESERVE_S:
+        if deadline.left(keep=RESERVE_S) < POLL_S:
             os.close(fd)
             log("another gpuhc run is acting on this node and did not finish in time: leaving Slurm to it",
                 loud=True)

@@ -126,7 +126,7 @@ class Watcher:
         from gpuhc.slurm.flows import runlock
         from gpuhc.slurm.jobs.act import after_healthcheck
 
-        self.flow.started = time.monotonic()  # each round has the health check's whole deadline
+        self.flow.restart()  # each round has the health check's whole deadline
         turn = runlock.take(self.flow.opts.state_dir, self.flow.deadline, self.flow.log)
         if not turn.ok:
             out.lock_busy = True  # a health check or prolog is acting: its run records the same

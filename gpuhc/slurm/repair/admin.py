@@ -107,8 +107,6 @@ def _observed(act: Actuator, name: str, message: str) -> AdminResult | None:
 def retire_evidence(flow, snapshot, why: str, reason: str | None) -> str | None:
     """Write the retire bundle of this node (:mod:`gpuhc.postmortem.retire`) after a verified
     retirement; its path, or None. Never raises: the retirement stands whatever happens here."""
-    import time
-
     s = flow.slurm["retire_bundle"]
     if not s["enabled"]:
         return None
@@ -118,7 +116,7 @@ def retire_evidence(flow, snapshot, why: str, reason: str | None) -> str | None:
         if snapshot is None:
             from gpuhc.run.runner import read_snapshot
 
-            snapshot = read_snapshot(flow.opts.sources, flow.node, max(1.0, min(30.0, flow.deadline - time.monotonic())))
+            snapshot = read_snapshot(flow.opts.sources, flow.node, max(1.0, flow.deadline.cap(30.0)))
         path = write_retire_bundle(s, flow.slurm["postmortem_format"], flow.node, why, reason, snapshot,
                                    flow.opts.sources, flow.opts.config.section("output").get("event_log"), flow.now(),
                                    flow.deadline)

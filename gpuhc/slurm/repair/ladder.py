@@ -32,7 +32,7 @@ Rules an admin relies on:
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gpuhc.model.result import Action
@@ -135,10 +135,18 @@ class Step:
 
 
 def next_step(node: Node, verdict: Verdict, finding: Finding | None, busy: str | None,
-              memory: LadderMemory, now: float, s: LadderSettings) -> Step:
+              memory: LadderMemory, now: float, s: LadderSettings, *, resets_closed: str | None = None) -> Step:
     """The ladder's next move for this node, from this run's verdict and finding, what Slurm
     shows and what the node remembers. ``busy`` says what runs on the node (a job, a GPU
-    process), or None when nothing does."""
+    process), or None when nothing does.
+
+    ``resets_closed`` says why the reset rung is closed for the rest of the episode, or None:
+    a stray process holds a GPU (a reset cannot end it, a reboot can), NVML already hung in
+    this run, or the reset procedure itself failed (a reset needs a driver that answers). The
+    episode's resets then count as spent, in the memory the step carries too, so that the next
+    run does not try the rung again: the ladder moves on to the reboot rung where it has one."""
+    if resets_closed is not None:
+        memory = replace(memory, resets=max(memory.resets, s.reset_attempts))
     mine = parse_reason(node.reason)
     if not s.enabled:
         return Step(Do.NONE, "remediation off", memory)

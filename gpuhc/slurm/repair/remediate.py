@@ -37,8 +37,8 @@ A reset is bounded and honest (docs/repair.md "The GPU reset procedure"):
 
 from __future__ import annotations
 
-import time
-from dataclasses import replace
+import enum
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuhc.errors import SlurmError
@@ -53,9 +53,7 @@ if TYPE_CHECKING:
     from gpuhc.slurm.read.nodes import Node
 
 _GPU = "gpu"
-FALLTHROUGH = "fallthrough"  # the reset procedure failed: on to the reboot rung in the same run
-WEDGED = "wedged"  # ... because NVML or a command hung: the same, and the run ends with os._exit
-REFUSED = "refused"  # scontrol reboot was refused
+RESET_KEEP_S = 2.0  # kept free after the reset, besides the scontrol calls' reserve (frame.SLURM_RESERVE_S)
 
 
 def finding_of(results: list[Result]) -> Finding | None:
@@ -129,96 +127,129 @@ def mig_gpus(sources) -> tuple[int, ...]:
 # ---------------------------------------------------------------------------- the climb
 
 
-def climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
+class Done(str, enum.Enum):
+    """How carrying out a step ended."""
+
+    NOT_TAKEN = "not-taken"  # not started (no time, not ours any more) or not verified: the memory stays
+    DONE = "done"  # carried out (a reset that failed its retest included)
+    RESUMED = "resumed"  # a reset passed its retest and the node is back in service: the episode is over
+    FALLTHROUGH = "fallthrough"  # the reset procedure failed: on to the reboot rung in the same run
+    WEDGED = "wedged"  # ... because NVML or a command hung: the same, and the run ends with os._exit
+    REFUSED = "refused"  # scontrol reboot was refused
+
+
+@dataclass(frozen=True)
+class Climb:
+    """What one climb did, whichever way it went: the step taken (None: the ladder was not
+    asked, or Slurm failed before it answered), how carrying it out ended, and why."""
+
+    step: Step | None
+    done: Done
+    why: str
+
+
+def climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> Climb:
     """After the health check's decision: the ladder's next step for this node, if any. A bug
     here costs the step, never the health check's verdict or its decision."""
     try:
-        _climb(flow, report, verdict, out)
+        return _climb(flow, report, verdict, out)
     except Exception as e:
         out.extra.setdefault("remediation", {})["error"] = f"{type(e).__name__}: {e}"
         flow.log(f"remediation: internal error, step not taken: {type(e).__name__}: {e}", loud=True)
+        return Climb(None, Done.NOT_TAKEN, f"internal error: {type(e).__name__}: {e}")
 
 
-def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> None:
+def _climb(flow: Flow, report: Any, verdict: Verdict, out: Outcome) -> Climb:
     settings = LadderSettings.from_section(flow.slurm)
     if not settings.enabled:
-        return
+        return Climb(None, Done.NOT_TAKEN, "remediation off")
     if flow.observe:  # a GPU reset changes the node as a drain changes Slurm: observe mode does neither
-        return
+        return Climb(None, Done.NOT_TAKEN, "observe mode")
     memory = load_ladder(flow)
     kept = out.decision is not None and out.decision.act is Act.KEEP
     if not kept and memory == LadderMemory():  # a count left from a past episode is cleared below
-        return
+        return Climb(None, Done.NOT_TAKEN, "not held, nothing remembered")
     from gpuhc.slurm.flows.frame import actuator, take_turn
 
     if not take_turn(flow, out).ok:  # another run acts on the node (a retest over clush): not now
         flow.log("remediation: another gpuhc run holds the node: no step this run", loud=True)
-        return
+        return Climb(None, Done.NOT_TAKEN, "another gpuhc run holds the node")
     act = actuator(flow)
     finding = finding_of(report.results)
     try:
         node = act.sc.node(flow.node)
         step = next_step(node, verdict, finding, None, memory, flow.now(), settings)
         if step.do in (Do.RESET, Do.REBOOT) and (busy := busy_of(node, flow)):
-            # No job on the node, yet something holds a GPU: no job's (a stray process, which
-            # nothing else ends: docs/campaign.md). A reboot ends it; a reset cannot while it
-            # holds the GPU, so the reboot rung, where the ladder has one. A job's: wait for it.
-            stray = not jobs_of(node) and not busy.endswith((", admin)", ", unknown)"))
-            if not stray and not jobs_of(node):
-                flow.log(f"remediation: {busy}: not a stray (root's, an admin tool's, or unknown): waiting, "
-                         "no reboot for it", loud=True)
-            rung = None if not stray else next_step(
-                node, verdict, finding, None, replace(memory, resets=max(memory.resets, settings.reset_attempts)),
-                flow.now(), settings)
-            step = rung if rung is not None and rung.do is Do.REBOOT else next_step(
-                node, verdict, finding, busy, memory, flow.now(), settings)
+            step = _when_busy(flow, node, verdict, finding, busy, memory, settings)
         if step.do is Do.RESET and getattr(report, "timed_out", None):
             # NVML (or another reader) already hung in this run: a reset needs a driver that answers.
-            step = next_step(node, verdict, finding, None, replace(memory, resets=settings.reset_attempts),
-                             flow.now(), settings)
-            step = replace(step, why=f"{step.why}; no reset: {','.join(report.timed_out)} timed out in this run")
+            hung = f"{','.join(report.timed_out)} timed out in this run"
+            step = next_step(node, verdict, finding, None, memory, flow.now(), settings, resets_closed=hung)
+            step = replace(step, why=f"{step.why}; no reset: {hung}")
         if step.do is Do.NONE and memory == LadderMemory():
-            return
+            return Climb(step, Done.NOT_TAKEN, step.why)
         if step.do is Do.NONE and not kept and not out_of_service(node) and not reboot_pending(node):
             save_ladder(flow, LadderMemory())  # back in service: the episode, and its reset count, are over
-            return
+            return Climb(step, Done.NOT_TAKEN, "back in service: the episode is over")
         record = {"step": step.label, "why": step.why, "attempt": step.attempt, "of": step.of,
                   "finding": finding.action.value if finding else None,
                   "gpus": list(finding.gpus) if finding else [], "reason": step.reason}
         out.extra["remediation"] = record
         done = _carry_out(flow, act, node, step, finding, record)
-        if done == WEDGED:
+        if done is Done.WEDGED:
             out.hard_exit = True  # a thread may still sit in NVML: leave without waiting for it
             record["wedged"] = True
-        if done in (FALLTHROUGH, WEDGED):  # the reset procedure itself failed: its GPUs need the reboot rung
-            step = next_step(node, verdict, finding, None, LadderMemory(resets=settings.reset_attempts),
-                             flow.now(), settings)
+        if done in (Done.FALLTHROUGH, Done.WEDGED):  # the reset procedure itself failed: its GPUs need the reboot rung
+            after = LadderMemory(resets=step.memory.resets)  # the reset just tried, its step over
+            step = next_step(node, verdict, finding, None, after, flow.now(), settings,
+                             resets_closed=f"the reset procedure failed ({done.value})")
             record.update(fallthrough=step.label, reason=step.reason)
-            done = _carry_out(flow, act, node, step, finding, record) if step.do is Do.REBOOT else True
-        if done == REFUSED:
+            done = _carry_out(flow, act, node, step, finding, record) if step.do is Do.REBOOT else Done.DONE
+        if done is Done.REFUSED:
             step = replace(step, memory=LadderMemory(resets=memory.resets, step=REBOOT_REFUSED, since=flow.now(),
                                                      deadline=flow.now() + settings.reboot_timeout_s))
-        record["ok"] = done in (True, "resumed")
+        record["ok"] = done in (Done.DONE, Done.RESUMED)
     except SlurmError as e:
         out.extra.setdefault("remediation", {})["error"] = str(e)
         flow.log(f"remediation: Slurm did not answer as needed, nothing remembered: {e}", loud=True)
-        return
-    if done == "resumed":  # the episode is over
+        return Climb(None, Done.NOT_TAKEN, f"Slurm did not answer as needed: {e}")
+    if done is Done.RESUMED:  # the episode is over
         record["resumed"] = True
         save_ladder(flow, LadderMemory())
     elif step.do is not Do.NONE or memory != step.memory:
-        save_ladder(flow, step.memory if done or step.do in (Do.WAIT, Do.NONE) else memory)
+        taken = done is not Done.NOT_TAKEN or step.do in (Do.WAIT, Do.NONE)
+        save_ladder(flow, step.memory if taken else memory)
     if step.do not in (Do.NONE, Do.WAIT):  # the hooks fire after the run (gpuhc.slurm.flows.frame.finish)
         out.events.append(("retire" if step.do is Do.RETIRE else "remediation", {"node": flow.node, **record}))
-    if done == "resumed":
+    if done is Done.RESUMED:
         out.events.append(("resume", {"node": flow.node, "why": f"{step.label} passed its retest", "step": step.label}))
-    if step.do is Do.RETIRE and done is True:  # the evidence for the vendor, while it is on the node
+    if step.do is Do.RETIRE and done is Done.DONE:  # the evidence for the vendor, while it is on the node
         from gpuhc.slurm.repair.admin import retire_evidence
 
         retire_evidence(flow, getattr(report, "snapshot", None), step.why, step.reason)
+    return Climb(step, done, step.why)
 
 
-def _carry_out(flow: Flow, act, node: Node, step: Step, finding: Finding | None, record: dict) -> bool | str:
+def _when_busy(flow: Flow, node: Node, verdict: Verdict, finding: Finding | None, busy: str,
+               memory: LadderMemory, settings: LadderSettings) -> Step:
+    """The step when something runs on the node. No job on it, yet something holds a GPU: no
+    job's (a stray process, which nothing else ends: docs/campaign.md). A reboot ends it; a reset
+    cannot while it holds the GPU, so the reboot rung, where the ladder has one. A job's, root's,
+    an admin tool's or an unknown one's: wait for it."""
+    jobs = jobs_of(node)
+    stray = not jobs and not busy.endswith((", admin)", ", unknown)"))
+    if not stray and not jobs:
+        flow.log(f"remediation: {busy}: not a stray (root's, an admin tool's, or unknown): waiting, "
+                 "no reboot for it", loud=True)
+    if stray:
+        rung = next_step(node, verdict, finding, None, memory, flow.now(), settings,
+                         resets_closed=f"a stray process holds a GPU ({busy})")
+        if rung.do is Do.REBOOT:
+            return rung
+    return next_step(node, verdict, finding, busy, memory, flow.now(), settings)
+
+
+def _carry_out(flow: Flow, act, node: Node, step: Step, finding: Finding | None, record: dict) -> Done:
     loud = step.do not in (Do.NONE, Do.WAIT)
     flow.log(f"remediation: {step.label}: {step.why}", loud=loud)
     if step.do is Do.RESET:
@@ -232,20 +263,21 @@ def _carry_out(flow: Flow, act, node: Node, step: Step, finding: Finding | None,
             flow.log(f"remediation: scontrol reboot refused ({e}): an admin must reboot {flow.node}; "
                      f"asked again after slurm.remediation.reboot_timeout_s", loud=True)
             record["error"] = f"scontrol reboot refused: {e}"
-            return REFUSED
+            return Done.REFUSED
         flow.log(f"remediation: reboot requested: {step.reason}", loud=True)
-        return True
+        return Done.DONE
     if step.do in (Do.RETIRE, Do.FAIL_CYCLE):
         ok = act.drain(flow.node, step.reason, step.do.value)
         if not ok:
             flow.log(f"remediation: {step.do.value} not verified", loud=True)
-        return ok
-    return True
+        return Done.DONE if ok else Done.NOT_TAKEN
+    return Done.DONE
 
 
-def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
-    """Reset, retest, resume on a pass; else tag the reason with the attempt. "resumed", True
-    when the attempt was carried out and failed, False when there was no time for it."""
+def _reset(flow: Flow, act, step: Step, finding: Finding) -> Done:
+    """Reset, retest, resume on a pass; else tag the reason with the attempt. RESUMED, DONE
+    when the attempt was carried out and failed, NOT_TAKEN when it was not started (no time,
+    not ours, a replay pending), FALLTHROUGH or WEDGED when the procedure itself failed."""
     from gpuhc.slurm.flows.frame import SLURM_RESERVE_S, run_checks, summary_line
     from gpuhc.slurm.flows.handover import acknowledge_kernel_log
     from gpuhc.slurm.repair.reset_run import procedure
@@ -253,26 +285,29 @@ def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
 
     from gpuhc.slurm.repair.undo_journal import pending_note
 
-    room = flow.deadline - time.monotonic() - SLURM_RESERVE_S - 2.0
-    if room < 1.0:
+    # The reset ends RESET_KEEP_S before the scontrol calls' reserve: its tag or resume, and the
+    # log line, still fit. The run's one deadline, so the Slurm calls before the reset (the
+    # re-read, the tag written ahead) come out of the reset's time, not on top of it.
+    reset_by = flow.deadline.less(SLURM_RESERVE_S + RESET_KEEP_S)
+    if reset_by.left() < 1.0:
         flow.log("remediation: no time left in this run for a reset; the next run tries", loud=True)
-        return False
+        return Done.NOT_TAKEN
     if pending := pending_note(flow.opts.state_dir):  # the replay at the run's start failed: the node is not whole
         flow.log(f"remediation: {pending}: no reset until it has run; the next run replays it", loud=True)
-        return False
+        return Done.NOT_TAKEN
     if not _still_ours(flow, act, step):
-        return False  # not started: not counted
+        return Done.NOT_TAKEN  # not started: not counted
     before = flow.now()  # acknowledged up to here, not after: what the reset raises must count
     # NVIDIA's way (docs/repair.md "The GPU reset procedure"): quiesce, reset, restore, verify.
     # Sources built per read: a replayed scenario is read anew, as live NVML is.
     _, result = procedure(flow.slurm["remediation"], finding.gpus, lambda: build_sources(flow.opts.sources).nvml.read(),
-                          lambda line: flow.log(line, loud=True), time.monotonic() + room,
+                          lambda line: flow.log(line, loud=True), reset_by,
                           lambda: mig_gpus(build_sources(flow.opts.sources)), flow.opts.state_dir)
     flow.log(f"remediation: {step.label}: {'done' if result.ok else 'FAILED'}: {result.detail}", loud=True)
     if result.wedged:
-        return WEDGED
+        return Done.WEDGED
     if result.retry:  # only gpuhc itself was in the way: not counted (the memory written ahead is put back)
-        return False
+        return Done.NOT_TAKEN
     if result.ok:
         acknowledge_kernel_log(flow.opts.state_dir, before)
         report = run_checks(flow)
@@ -291,7 +326,7 @@ def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
             if act.resume(flow.node, f"remediation: {step.label} passed its retest"):
                 note_resumed(flow)
                 flow.log(f"resumed: {step.label} passed its retest")
-                return "resumed"
+                return Done.RESUMED
     # Failed reset or failed retest: the attempt counts; the reason shows it, if the node is
     # still gpuhc's (seconds went by: an admin may have taken it over meanwhile).
     now = act.sc.node(flow.node)
@@ -299,8 +334,8 @@ def _reset(flow: Flow, act, step: Step, finding: Finding) -> bool | str:
         act.drain(flow.node, step.reason, f"remediation {step.label}")
     elif not owned(now.reason):
         flow.log(f"remediation: the node's reason changed meanwhile ({now.reason!r}): leaving it", loud=True)
-        return True
-    return FALLTHROUGH if result.fallthrough else True
+        return Done.DONE
+    return Done.FALLTHROUGH if result.fallthrough else Done.DONE
 
 
 def _still_ours(flow: Flow, act, step: Step) -> bool:

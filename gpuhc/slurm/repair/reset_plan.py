@@ -100,7 +100,7 @@ class Holder:
     unit: str | None  # the systemd unit its cgroup names, or None
     devices: tuple[str, ...]  # the /dev/nvidia* files it holds open
     own: bool = False  # gpuhc's registered node watcher: it lets go when asked (nvml_yield.py)
-    cuda: bool | None = None  # holds a CUDA context (gpuhc/node/procfd.py); None: unknown
+    cuda: bool | None = None  # holds a CUDA context (gpuhc/node/holders.py); None: unknown
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,11 @@ open and the systemd units they run in, which configured services are present an
 and whether the node has NVSwitches. Read only.
 
 The process scan is what ``fuser /dev/nvidia*`` does (NVIDIA/ai-cloud-validation#603 runs it
-before a reset), done by reading ``/proc/<pid>/fd`` (gpuhc/node/procfd.py) under a configurable root
-so a test can hand it a tree of its own. Names there are set by the processes themselves (``comm``, cgroup
-paths under a delegated subtree), so they are read bounded and escaped (docs/security.md).
+before a reset), done by reading ``/proc/<pid>/fd`` under a configurable root so a test can hand it
+a tree of its own; who each holder is comes from the same reader (gpuhc/node/holders.py) as the
+occupancy check's and the services check's. Names there are set by the processes themselves
+(``comm``, cgroup paths under a delegated subtree), so they are read bounded and escaped
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ from dataclasses import dataclass
 from gpuhc.text.logtext import escape
 from gpuhc.model.nvml import NvmlReading
 from gpuhc.model.pci import norm_pci
-from gpuhc.node.procfd import cuda_context, nvidia_files
+from gpuhc.node.holders import cuda_context, gpu_holders, scan_fds
 from gpuhc.slurm.repair.reset_plan import NO_FABRIC, GpuFacts, Holder, NodeFacts, arch_of
 
 MAX_PIDS = 65536  # processes looked at, at most (a node has a few thousand)
 MAX_FDS = 1 << 20  # descriptors looked at, all processes together
-SMALL = 4096  # bytes read of comm, cgroup and the driver's information file
+SMALL = 4096  # bytes read of a cgroup file and the driver's information file
 
 
 @dataclass(frozen=True)
@@ -79,29 +81,18 @@ def unit_of(cgroup_text: str | None) -> str | None:
 
 def holders(proc_root: str, deadline: float) -> tuple[list[Holder], list[str]]:
     """Every process with a ``/dev/nvidia*`` file open, and what could not be read."""
-    found, problems, fds_seen, denied = [], [], 0, 0
-    try:
-        pids = sorted(int(p) for p in os.listdir(proc_root) if p.isdigit())[:MAX_PIDS]
-    except OSError as e:
-        return [], [f"{proc_root}: {e.strerror}"]
-    for pid in pids:
-        if time.monotonic() > deadline or fds_seen > MAX_FDS:
-            problems.append(f"process scan stopped at pid {pid} (time or size bound): holders may be missing")
-            break
-        try:
-            devices, n = nvidia_files(proc_root, pid, MAX_FDS - fds_seen + 1)
-        except PermissionError:
-            denied += 1  # another user's process, and we are not root
-            continue
-        except OSError:
-            continue  # gone meanwhile
-        fds_seen += n
-        if devices:
-            comm = escape((_small(os.path.join(proc_root, str(pid), "comm")) or "?").strip()[:64])
-            unit = unit_of(_small(os.path.join(proc_root, str(pid), "cgroup")))
-            found.append(Holder(pid, comm, unit, tuple(sorted(devices)), cuda=cuda_context(proc_root, pid)))
-    if denied:
-        problems.append(f"the open files of {denied} processes could not be read (not root?): holders may be missing")
+    scan = scan_fds(proc_root, deadline, MAX_PIDS, MAX_FDS)
+    if scan.error is not None:
+        return [], [f"{proc_root}: {scan.error}"]
+    problems = []
+    if scan.stopped_at is not None:
+        problems.append(f"process scan stopped at pid {scan.stopped_at} (time or size bound): holders may be missing")
+    if scan.denied:  # another user's processes, and we are not root
+        problems.append(f"the open files of {len(scan.denied)} processes could not be read (not root?): "
+                        "holders may be missing")
+    found = [Holder(h.pid, h.who.name or "?", unit_of(_small(os.path.join(proc_root, str(h.pid), "cgroup"))),
+                    h.devices, cuda=cuda_context(proc_root, h.pid))
+             for h in gpu_holders(proc_root, scan)]
     return found, problems
 
 

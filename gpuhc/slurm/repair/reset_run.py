@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpuhc.model.deadline import Deadline
 from gpuhc.model.nvml import NvmlReading
 from gpuhc.slurm.repair.gpureset import NvmlHung, call_bounded, run_argv
 from gpuhc.slurm.repair.reset_plan import NO_FABRIC, Plan, Step
@@ -65,7 +66,7 @@ class Own:
 
 class _Run:
     def __init__(self, plan: Plan, t: Timeouts, read_nvml: Callable[[], NvmlReading],
-                 rescan: Callable[[], list], log: Callable[[str], None], deadline: float, own: Own | None = None):
+                 rescan: Callable[[], list], log: Callable[[str], None], deadline: Deadline, own: Own | None = None):
         self.plan, self.t, self.read_nvml, self.rescan, self.say = plan, t, read_nvml, rescan, log
         self.deadline = deadline
         self.undo: list[Step] = []  # quiesce steps done, to put back in reverse
@@ -85,10 +86,10 @@ class _Run:
         self.say(f"reset procedure: {step.kind} {step.target}: {'ok' if ok else 'FAILED'}: {detail}")
 
     def left(self) -> float:
-        return self.deadline - time.monotonic()
+        return self.deadline.left()
 
     def command(self, step: Step, argv: tuple[str, ...], limit: float, restoring: bool = False) -> bool:
-        timeout = min(limit, self.left())
+        timeout = self.deadline.cap(limit)
         if restoring:
             timeout = max(timeout, RESTORE_MIN_S)
         if timeout < 1.0:
@@ -161,7 +162,7 @@ class _Run:
             self.retry = True
             return False
         wanted = {int(p) for p in step.target.split(",") if p.isdigit()}
-        wait = max(0.0, min(self.own.yield_s, self.left() - 1.0))
+        wait = self.deadline.cap(self.own.yield_s, keep=1.0)
         try:
             # until this run's end and its restores: a killed run's request lapses by itself
             req = nvml_yield.ask(self.own.state_dir, time.time() + max(self.left(), wait) + RESTORE_MIN_S * len(self.plan.steps))
@@ -187,7 +188,7 @@ class _Run:
         return True
 
     def wait_fabric(self, step: Step) -> bool:
-        end = time.monotonic() + min(self.t.fabric_s, max(0.0, self.left()))
+        end = time.monotonic() + self.deadline.cap(self.t.fabric_s)
         while True:
             reading = self.nvml(step)
             if reading is None:
@@ -271,7 +272,7 @@ class _Run:
 
 
 def execute(plan: Plan, t: Timeouts, read_nvml: Callable[[], NvmlReading], rescan: Callable[[], list],
-            log: Callable[[str], None], deadline: float, own: Own | None = None) -> Outcome:
+            log: Callable[[str], None], deadline: Deadline, own: Own | None = None) -> Outcome:
     """Run the plan; a blocked plan changes nothing and falls through at once. ``own``: where
     the undo is journaled and gpuhc's watchers are asked to let go (None: neither)."""
     if not plan.ok:
@@ -282,7 +283,7 @@ def execute(plan: Plan, t: Timeouts, read_nvml: Callable[[], NvmlReading], resca
 
 
 def procedure(remediation: dict, targets: tuple[int, ...], read_nvml: Callable[[], NvmlReading],
-              log: Callable[[str], None], deadline: float,
+              log: Callable[[str], None], deadline: Deadline,
               read_mig: Callable[[], tuple[int, ...]] | None = None,
               state_dir: str | None = None) -> tuple[Plan | None, Outcome]:
     """Read the node, plan and carry out the reset of ``targets`` (the ladder's reset rung);
@@ -294,17 +295,16 @@ def procedure(remediation: dict, targets: tuple[int, ...], read_nvml: Callable[[
     s = ProbeSettings.from_section(reset)
 
     def bounded_nvml() -> NvmlReading:  # never past the run's deadline, never past a command's timeout
-        return call_bounded(read_nvml, max(0.5, min(s.timeout_s, deadline - time.monotonic())), "NVML read")
+        return call_bounded(read_nvml, max(0.5, deadline.cap(s.timeout_s)), "NVML read")
 
     try:
         before = bounded_nvml()
-        mig = call_bounded(read_mig, max(0.5, min(s.timeout_s, deadline - time.monotonic())),
-                           "NVML MIG mode") if read_mig is not None else ()
+        mig = call_bounded(read_mig, max(0.5, deadline.cap(s.timeout_s)), "NVML MIG mode") if read_mig is not None else ()
     except NvmlHung as e:
         log(f"reset procedure: not attempted: NVML hangs ({e})")
         return None, Outcome(False, True, f"not attempted: NVML hangs ({e}); the driver is wedged", wedged=True)
-    plan = plan_now(remediation, targets, before, deadline, mig, state_dir=state_dir)
+    plan = plan_now(remediation, targets, before, deadline.at, mig, state_dir=state_dir)
     log("reset procedure: plan: " + " | ".join(plan.lines()))
     t = Timeouts(s.timeout_s, float(remediation["reset_timeout_s"]), float(reset["fabric_timeout_s"]))
     own = Own(state_dir, float(reset.get("yield_timeout_s", 10.0)), s.proc_root) if state_dir is not None else None
-    return plan, execute(plan, t, bounded_nvml, lambda: holders(s.proc_root, deadline)[0], log, deadline, own)
+    return plan, execute(plan, t, bounded_nvml, lambda: holders(s.proc_root, deadline.at)[0], log, deadline, own)

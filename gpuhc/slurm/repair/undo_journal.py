@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 
 from gpuhc.files.jsonstore import LockedJson
+from gpuhc.model.deadline import Deadline
 
 FILE, LOCK = "reset-undo.json", "reset-undo.lock"
 START, PERSISTENCE_ON = "start", "persistence-on"
@@ -104,7 +105,7 @@ def pending_note(state_dir: str) -> str | None:
     return "a GPU reset's undo is pending (" + ", ".join(f"{e['kind']} {e['target']}" for e in entries) + ")"
 
 
-def replay(state_dir: str, reset: dict, log: Callable[..., None], deadline: float) -> str | None:
+def replay(state_dir: str, reset: dict, log: Callable[..., None], deadline: Deadline) -> str | None:
     """Carry out every pending undo a killed reset left, newest first; what is still pending
     afterwards, in words, or None. Never raises: a bug here must not stop the run it starts."""
     from gpuhc.slurm.repair.gpureset import run_argv
@@ -118,7 +119,7 @@ def replay(state_dir: str, reset: dict, log: Callable[..., None], deadline: floa
             if journal.live(e):
                 log(f"reset undo: {e['kind']} {e['target']} belongs to a reset still running (pid {e['pid']}): left to it")
                 continue
-            left = deadline - time.monotonic()
+            left = deadline.left()
             if left < 1.0:
                 log("reset undo: no time left in this run: the next run goes on", loud=True)
                 break

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from gpuhc.model.deadline import Deadline
 from gpuhc.errors import SlurmError
 from gpuhc.slurm.act.scontrol import Scontrol, subprocess_runner
 
@@ -112,7 +113,7 @@ def test_missing_binary_is_a_clear_error():
 
 def test_timeout_is_cut_to_the_remaining_deadline():
     rec = Recorder([(0, LINE, "")])
-    sc = Scontrol(run=rec, timeout_s=10.0, deadline=time.monotonic() + 3.0)
+    sc = Scontrol(run=rec, timeout_s=10.0, deadline=Deadline.after(3.0))
     sc.show_nodes()
     assert rec.seen[0][1] <= 2.5  # 3 s left minus the margin kept for logging
 
@@ -138,7 +139,7 @@ def test_the_slowest_answer_of_the_run_is_kept(tmp_path):
 
 def test_no_call_is_made_past_the_deadline():
     rec = Recorder()
-    sc = Scontrol(run=rec, deadline=time.monotonic() - 1)
+    sc = Scontrol(run=rec, deadline=Deadline.after(-1))
     with pytest.raises(SlurmError, match="not sent, no time left"):
         sc.drain("n1", "gpuhc: x")
     assert rec.seen == [] and sc.calls == []

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from tests.helpers.minislurm import OK, XID, MiniSlurm, config, run
 
+from gpuhc.model.deadline import Deadline
 from gpuhc.export.eventlog import append_event
 from gpuhc.fleet.observed import read_observed, table
 from gpuhc.slurm.act.actuator import Actuator
@@ -49,7 +50,7 @@ def test_a_node_gpuhc_holds_would_be_resumed_and_a_lemon_would_be_retired(tmp_pa
     assert any(": observe mode: would resume n1: resuming: 1 healthy runs" in line for line in out.lines)
 
     lines: list[str] = []
-    act = Actuator(Scontrol(run=s, deadline=1e12), observe=True, log=lambda text, **_: lines.append(text))
+    act = Actuator(Scontrol(run=s, deadline=Deadline.after(3600)), observe=True, log=lambda text, **_: lines.append(text))
     assert not act.drain("n1", "gpuhc: RETIRED lemon node n1: 3 drains in 30d (xid)", "lemon")
     act.reboot("n1", REASON, "DOWN")
     assert s.updates() == drained and [line.split(":")[0] for line in lines] == ["observe mode"] * 2
@@ -58,7 +59,7 @@ def test_a_node_gpuhc_holds_would_be_resumed_and_a_lemon_would_be_retired(tmp_pa
 
 def test_the_admins_commands_say_what_they_would_do(tmp_path):
     s = MiniSlurm({"n1": ("IDLE+DRAIN", REASON), "n2": ("IDLE", None)})
-    act = Actuator(Scontrol(run=s, deadline=1e12), observe=True)
+    act = Actuator(Scontrol(run=s, deadline=Deadline.after(3600)), observe=True)
     for results in (release(act, ["n1"]), retire(act, ["n1"]), reboot_for_retest(act, ["n1"], "DOWN")):
         assert results[0].ok and results[0].message.startswith("observe mode, nothing sent: would be "), results
     assert not [c for c in s.calls if c[1] in ("update", "reboot")] and s.nodes["n1"] == ["IDLE+DRAIN", REASON]

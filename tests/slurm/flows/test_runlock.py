@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from gpuhc.model.deadline import Deadline
 from gpuhc.slurm.flows import entry, runlock
 from gpuhc.slurm.policy.drain import Act
 from tests.helpers.minislurm import config, OUR_REASON, XID, MiniSlurm, flow, last_count
@@ -45,7 +46,7 @@ def test_a_second_run_waits_its_turn(tmp_path):
     p = holder(d, 0.6)
     said = []
     t = time.monotonic()
-    turn = runlock.take(d, time.monotonic() + runlock.RESERVE_S + 20, lambda m, **k: said.append(m))
+    turn = runlock.take(d, Deadline.after(runlock.RESERVE_S + 20), lambda m, **k: said.append(m))
     assert turn.ok and turn.waited and time.monotonic() - t >= 0.3
     assert said == ["another gpuhc run is acting on this node: waiting for its turn"]
     p.wait()
@@ -57,7 +58,7 @@ def test_the_wait_ends_at_the_runs_deadline(tmp_path):
     try:
         said = []
         t = time.monotonic()
-        turn = runlock.take(d, time.monotonic() + runlock.RESERVE_S + 0.5, lambda m, **k: said.append(m))
+        turn = runlock.take(d, Deadline.after(runlock.RESERVE_S + 0.5), lambda m, **k: said.append(m))
         # The holder keeps the lock 30 s: a wait that ignored the deadline would end with the turn taken.
         assert not turn.ok and time.monotonic() - t >= 0.3
         assert "leaving Slurm to it" in said[-1]
@@ -68,8 +69,8 @@ def test_the_wait_ends_at_the_runs_deadline(tmp_path):
 
 def test_the_turn_belongs_to_the_process(tmp_path):
     d = str(tmp_path / "state")
-    assert runlock.take(d, time.monotonic() + 60, print).ok
-    assert runlock.take(d, time.monotonic() + 60, print).waited is False  # held already: no wait
+    assert runlock.take(d, Deadline.after(60), print).ok
+    assert runlock.take(d, Deadline.after(60), print).waited is False  # held already: no wait
     runlock.release(d)
     p = holder(d, 0)  # released: another process gets it at once
     p.wait()
@@ -85,7 +86,7 @@ def test_a_planted_lock_file_is_refused_and_the_run_goes_on(tmp_path, plant):
     else:
         os.symlink(tmp_path / "elsewhere", path)
     said = []
-    turn = runlock.take(str(d), time.monotonic() + 60, lambda m, **k: said.append(m))
+    turn = runlock.take(str(d), Deadline.after(60), lambda m, **k: said.append(m))
     assert turn.ok and turn.problem and "going on without it" in said[0]
     assert not (tmp_path / "elsewhere").exists()
 

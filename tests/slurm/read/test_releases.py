@@ -78,7 +78,7 @@ def test_a_flows_deadline_uses_it(tmp_path, monkeypatch):
     cfg = config(tmp_path)
     cfg.data["slurm"]["health_check_timeout_s"] = 120.0
     _, f = flow(tmp_path, monkeypatch, "passive", MiniSlurm({"n1": ("IDLE", None)}), [], cfg=cfg)
-    assert f.deadline - f.started == pytest.approx(115.0)  # monotonic times: a float's rounding
+    assert f.deadline.at - f.started == pytest.approx(115.0)  # monotonic times: a float's rounding
     _, p = flow(tmp_path, monkeypatch, "prolog", MiniSlurm({"n1": ("IDLE", None)}), [], cfg=cfg)
-    assert p.deadline - p.started == pytest.approx(float(cfg.data["slurm"]["deadline_s"]["prolog"]))  # its own
+    assert p.deadline.at - p.started == pytest.approx(float(cfg.data["slurm"]["deadline_s"]["prolog"]))  # its own
 

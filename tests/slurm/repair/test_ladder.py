@@ -21,8 +21,9 @@ def node(reason: str | None, state: str = "IDLE", flags=("DRAIN",)) -> Node:
     return Node("n1", state, frozenset(flags), reason, "root", 1000.0, ("gpu",), f"{state}+DRAIN")
 
 
-def step(n: Node, memory=LadderMemory(), verdict=Verdict.FAIL, finding=RESET_FINDING, busy=None, now=5000.0, s=S):
-    return next_step(n, verdict, finding, busy, memory, now, s)
+def step(n: Node, memory=LadderMemory(), verdict=Verdict.FAIL, finding=RESET_FINDING, busy=None, now=5000.0, s=S,
+         resets_closed=None):
+    return next_step(n, verdict, finding, busy, memory, now, s, resets_closed=resets_closed)
 
 
 def test_reset_then_reset_then_reboot_then_retire():
@@ -62,6 +63,30 @@ def test_busy_waits_and_keeps_the_count():
     mem = LadderMemory(resets=1)
     st = step(node(format_reason(BODY)), mem, busy="job 42")
     assert (st.do, st.memory) == (Do.WAIT, mem) and "job 42" in st.why
+
+
+def test_a_closed_reset_rung_goes_to_the_reboot_and_spends_the_episodes_resets():
+    # The climb says why the rung is closed (a stray, NVML hung, the procedure failed) instead of
+    # passing a made-up count; the ladder records the resets as spent so the next run reboots too.
+    tagged = node(format_reason(BODY))
+    assert step(tagged, LadderMemory(resets=1)).do is Do.RESET  # open: the second reset
+    st = step(tagged, LadderMemory(resets=1), resets_closed="a stray process holds a GPU")
+    assert (st.do, st.reason, st.memory.resets, st.memory.step) == (Do.REBOOT, f"gpuhc: {BODY} [reboot]", 2, "reboot")
+    # After the reboot's failed retest ([q1]), the rung stays spent: a reboot again, no reset.
+    again = step(node(format_reason(BODY, 1)), st.memory, now=5300.0)
+    assert (again.do, again.memory.resets) == (Do.REBOOT, 2)
+    # A ladder without a reboot rung: nothing left, said, and the resets spent in the memory.
+    only_reset = LadderSettings(**{**S.__dict__, "ladders": {Action.RESET_GPU: ("reset",)}})
+    st = step(tagged, LadderMemory(resets=0, step="reset", since=4000.0, deadline=4030.0), s=only_reset,
+              resets_closed="NVML timed out in this run")
+    assert st.do is Do.NONE and "exhausted" in st.why
+    assert st.memory == LadderMemory(resets=2, step="reset", since=4000.0, deadline=4030.0)
+    # A count past the setting (reset_attempts lowered since) is never lowered by a closed rung.
+    assert step(tagged, LadderMemory(resets=5), resets_closed="stray").memory.resets == 5
+    # Everything before the rungs decides as it did: busy, retirement, a node not gpuhc's.
+    assert step(tagged, busy="job 7", resets_closed="stray").do is Do.WAIT
+    assert step(node(format_reason(BODY, 3)), resets_closed="stray").do is Do.RETIRE
+    assert step(node("admin: PSU swap"), resets_closed="stray").do is Do.NONE
 
 
 def test_action_picks_the_ladder():

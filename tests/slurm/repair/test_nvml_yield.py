@@ -13,6 +13,7 @@ import time
 
 import yaml
 
+from gpuhc.model.deadline import Deadline
 from gpuhc.slurm.jobs.watch import Watcher
 from gpuhc.slurm.repair import nvml_yield
 from gpuhc.slurm.repair.reset_probe import plan_now
@@ -88,7 +89,7 @@ def test_the_watcher_lets_go_for_the_reset_and_takes_nvml_back_after(tmp_path):
     watcher = start_watcher(tmp_path, n, state)
     try:
         lines: list[str] = []
-        plan, out = procedure(n.section(), (1,), n.read_nvml, lines.append, time.monotonic() + 60,
+        plan, out = procedure(n.section(), (1,), n.read_nvml, lines.append, Deadline.after(60),
                               state_dir=str(state))
     finally:
         stop_watcher(tmp_path, watcher)
@@ -108,7 +109,7 @@ def test_a_watcher_that_does_not_let_go_is_no_reason_to_reboot(tmp_path):
     try:
         lines: list[str] = []
         section = n.section(yield_timeout_s=1.0)
-        plan, out = procedure(section, (1,), n.read_nvml, lines.append, time.monotonic() + 60, state_dir=str(state))
+        plan, out = procedure(section, (1,), n.read_nvml, lines.append, Deadline.after(60), state_dir=str(state))
     finally:
         stop_watcher(tmp_path, watcher)
     assert plan.ok  # gpuhc's own holder never blocks the plan
@@ -149,7 +150,7 @@ def test_the_sites_stop_units_are_stopped_and_started_around_the_reset(tmp_path)
     blocked = plan_now(n.section(), (1,), n.read_nvml(), time.monotonic() + 10)
     assert not blocked.ok and "unit site-monitor.service" in blocked.blockers[0]
     plan, out = procedure(n.section(stop_units=["site-monitor"]), (1,), n.read_nvml, lambda line: None,
-                          time.monotonic() + 60, state_dir=str(tmp_path / "state"))
+                          Deadline.after(60), state_dir=str(tmp_path / "state"))
     assert out.ok, out.detail
     calls = [" ".join(c.split()[1:]) for c in n.calls()[2:]]  # after the two read-only `systemctl show`
     assert calls == ["-i 1 -pm 0", "stop site-monitor", "-r -i 1", "start site-monitor", "-i 1 -pm 1"]

@@ -112,8 +112,9 @@ def test_a_bug_in_the_ladder_costs_the_step_not_the_health_check():
     lines = []
     flow = SimpleNamespace(slurm={"remediation": None}, log=lambda text, loud=False: lines.append((text, loud)))
     out = SimpleNamespace(extra={})
-    remediate.climb(flow, None, None, out)  # from_section fails on the broken section
+    got = remediate.climb(flow, None, None, out)  # from_section fails on the broken section
     assert out.extra["remediation"]["error"].startswith("TypeError")
+    assert (got.step, got.done) == (None, remediate.Done.NOT_TAKEN) and got.why.startswith("internal error: TypeError")
     assert lines and lines[0][1] and lines[0][0].startswith("remediation: internal error, step not taken")
 
 

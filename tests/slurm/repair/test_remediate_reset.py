@@ -1,10 +1,13 @@
 """The ladder's reset rung in the health check (gpuhc/slurm/repair/remediate.py) with the scontrol runner
 injected (tests/helpers/minislurm.py) and the reset procedure at its boundary: the rung is counted
 before it acts, a killed run moves the ladder on, a hung NVML sends the node to the reboot rung,
-what the reset raises is not acknowledged away, a refused reboot is remembered, and the reset
-count ends with the episode (issue 30)."""
+what the reset raises is not acknowledged away, a refused reboot is remembered, the reset
+count ends with the episode (issue 30); every climb answers one record, and the acts after a
+slow step get only what is left of the run's one deadline (issue 49)."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -12,6 +15,9 @@ from gpuhc.model.result import Action, Result, Status
 from gpuhc.slurm.flows import entry
 from gpuhc.slurm.repair.ladder import LadderMemory
 from gpuhc.slurm.policy.drain import Act
+from gpuhc.slurm.flows.frame import SLURM_RESERVE_S
+from gpuhc.slurm.repair import remediate
+from gpuhc.slurm.repair.remediate import RESET_KEEP_S, Climb, Done
 from gpuhc.slurm.repair.reset_run import Outcome as ResetOutcome
 from gpuhc.state.node import StateStore
 from tests.helpers.minislurm import RebootingSlurm, config, flow
@@ -21,6 +27,22 @@ HELD = "gpuhc: ecc gpu1 row remap pending (reset needed)"
 XID_AFTER = Result("xid", Status.FAIL, "Xid 79 on gpu1: GPU has fallen off the bus", "gpu1",
                    action=Action.DRAIN_TICKET)
 PASS = Result("ecc", Status.PASS, "no errors", "gpu1")
+
+
+@pytest.fixture(autouse=True)
+def climbs(monkeypatch):
+    """Every climb of every test here, which must each answer a :class:`Climb` (one type on every
+    path: no step, a step taken, a fallthrough, a refusal, an error)."""
+    seen: list = []
+    real = remediate.climb
+
+    def recorded(*a, **k):
+        seen.append(real(*a, **k))
+        return seen[-1]
+
+    monkeypatch.setattr(remediate, "climb", recorded)  # entry.judge_and_act imports it at call time
+    yield seen
+    assert all(isinstance(c, Climb) and isinstance(c.done, Done) and c.why for c in seen), seen
 
 
 def ladder(tmp_path, node="n1") -> LadderMemory:
@@ -118,9 +140,10 @@ def test_a_run_whose_nvml_timed_out_goes_straight_to_the_reboot_rung(tmp_path, m
     monkeypatch.setattr("gpuhc.slurm.repair.remediate.busy_of", lambda node, fl: None)
     out = entry.healthcheck(f)
     assert out.extra["remediation"]["step"] == "reboot" and "ecc timed out" in out.extra["remediation"]["why"]
+    assert ladder(tmp_path).resets == 2  # the rung is spent for the episode: the next run reboots too
 
 
-def test_a_reset_whose_nvml_hung_reboots_in_the_same_run_and_leaves_with_os_exit(tmp_path, monkeypatch):
+def test_a_reset_whose_nvml_hung_reboots_in_the_same_run_and_leaves_with_os_exit(tmp_path, monkeypatch, climbs):
     s = RebootingSlurm({"n1": ("IDLE+DRAIN", HELD)})
     monkeypatch.setattr("gpuhc.slurm.repair.reset_run.procedure", lambda *a, **k: (None, ResetOutcome(
         False, True, "wait-fabric all failed; the driver does not answer (wedged)", wedged=True)))
@@ -128,6 +151,8 @@ def test_a_reset_whose_nvml_hung_reboots_in_the_same_run_and_leaves_with_os_exit
     rec = out.extra["remediation"]
     assert rec["wedged"] and rec["fallthrough"] == "reboot" and out.hard_exit, rec
     assert [c for c in s.calls if c[1] == "reboot"]
+    assert ladder(tmp_path).resets == 2 and ladder(tmp_path).step == "reboot"
+    assert (climbs[-1].step.label, climbs[-1].done) == ("reboot", Done.DONE)
 
 
 class RefusingSlurm(RebootingSlurm):
@@ -189,3 +214,46 @@ def test_a_held_node_passing_in_its_hysteresis_keeps_its_reset_count(tmp_path, m
     s = RebootingSlurm({"n1": ("IDLE+DRAIN", HELD)})
     _, out = healthcheck(tmp_path, monkeypatch, s, [PASS])
     assert out.decision.act is Act.WAIT and ladder(tmp_path).resets == 1, (out.decision, ladder(tmp_path))
+
+
+def test_the_acts_after_a_slow_step_get_only_what_is_left_and_none_runs_past_slurms_timeout(tmp_path, monkeypatch,
+                                                                                           climbs):
+    # One deadline for the run (gpuhc/model/deadline.py). Before it, the reset counted its room
+    # before the Slurm calls that precede it (the re-read, the tag written ahead) and got the
+    # whole room after them: a slow slurmctld pushed the reset into the time kept for Slurm.
+    asked: list[tuple[float, float]] = []
+
+    class SlowSlurm(RebootingSlurm):
+        def __call__(self, argv, timeout):
+            asked.append((time.monotonic(), timeout))
+            time.sleep(0.4)  # a slurmctld under load: each answer costs time out of the run
+            return super().__call__(argv, timeout)
+
+    got = {}
+
+    def reset(remediation, targets, read, log, deadline, read_mig=None, state_dir=None):
+        got["when"] = time.monotonic()
+        got.update(at=deadline.at, left=deadline.left())
+        return None, ResetOutcome(True, False, "reset gpu1: every step ok")
+
+    s = SlowSlurm({"n1": ("IDLE+DRAIN", HELD)})
+    monkeypatch.setattr("gpuhc.slurm.repair.reset_run.procedure", reset)
+    _, f = flow(tmp_path, monkeypatch, "passive", s, [REMAP], cfg=config(tmp_path, remediation={"enabled": True}))
+    f.opts.now = 1_000_000.0
+    left = 11.0  # the checks were slow: 11 s of the health check's 55 are left
+    f.started = time.monotonic() - 55.0 + left
+    monkeypatch.setattr("gpuhc.slurm.repair.remediate.busy_of", lambda node, fl: None)
+    out = entry.healthcheck(f)
+    end = f.deadline.at
+    assert out.extra["remediation"]["step"] == "reset 1/2" and got, out.extra
+    # The reset ends where the run's deadline says, however long Slurm took before it ...
+    assert got["at"] == pytest.approx(end - SLURM_RESERVE_S - RESET_KEEP_S, abs=1e-6)
+    # ... and got only what was left when it started: less than its room by the slow calls' time.
+    assert got["left"] <= end - got["when"] - SLURM_RESERVE_S - RESET_KEEP_S
+    assert got["left"] < left - SLURM_RESERVE_S - RESET_KEEP_S - 0.4 * 2
+    # Every Slurm call's timeout was cut to what the deadline left: none could run past it.
+    assert len(asked) >= 4 and all(t0 + timeout <= end for t0, timeout in asked), [(round(end - t0, 2), t)
+                                                                                  for t0, t in asked]
+    own = float(f.slurm["timeout_s"])
+    assert any(t < own for _, t in asked)  # late calls, whose own timeout the deadline cut
+    assert climbs[-1].done in (Done.DONE, Done.RESUMED) and climbs[-1].step.label == "reset 1/2"

@@ -11,6 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from gpuhc.model.deadline import Deadline
 from gpuhc.cli.quarantine_cmd import quarantine
 from gpuhc.model.snapshot import Snapshot
 from gpuhc.slurm.repair import reset_run
@@ -31,7 +32,7 @@ def node(tmp_path, **kw) -> FakeNode:
 
 def run(n: FakeNode, targets=(1,), **reset):
     lines: list[str] = []
-    plan, out = procedure(n.section(**reset), targets, n.read_nvml, lines.append, time.monotonic() + 60)
+    plan, out = procedure(n.section(**reset), targets, n.read_nvml, lines.append, Deadline.after(60))
     return plan, out, lines
 
 
@@ -272,7 +273,7 @@ def test_processes_whose_files_cannot_be_read_make_the_plan_refuse(tmp_path, mon
             raise PermissionError(13, "Permission denied")
         return real(path)
 
-    monkeypatch.setattr("gpuhc.node.procfd.os.scandir", scandir)  # the fd reader (gpuhc/node/procfd.py)
+    monkeypatch.setattr("gpuhc.node.holders.os.scandir", scandir)  # the fd reader (gpuhc/node/holders.py)
     found, problems = holders(str(n.root / "proc"), time.monotonic() + 10)
     assert 5 not in {h.pid for h in found}
     assert problems == ["the open files of 1 processes could not be read (not root?): holders may be missing"]
@@ -343,7 +344,7 @@ def test_an_nvml_read_that_hangs_ends_in_budget_restores_and_says_wedged(tmp_pat
     lines: list[str] = []
     section = n.section(command_timeout_s=2.0)
     started = time.monotonic()
-    plan, out = procedure(section, (1,), hangs_after_the_reset, lines.append, time.monotonic() + 60)
+    plan, out = procedure(section, (1,), hangs_after_the_reset, lines.append, Deadline.after(60))
     assert time.monotonic() - started < 2.0 * 3 + 8.0, lines
     assert not out.ok and out.fallthrough and out.wedged, lines
     assert any("NVML hangs" in x for x in lines), lines
@@ -390,7 +391,7 @@ def test_slurmd_holding_the_gpus_makes_the_plan_say_reboot_first_and_the_ladder_
 def test_a_gpu_in_mig_mode_is_not_reset(tmp_path):
     n = node(tmp_path)
     lines: list[str] = []
-    plan, out = procedure(n.section(), (1,), n.read_nvml, lines.append, time.monotonic() + 60, lambda: (1,))
+    plan, out = procedure(n.section(), (1,), n.read_nvml, lines.append, Deadline.after(60), lambda: (1,))
     assert not out.ok and out.fallthrough and "in MIG mode" in out.detail
     assert plan.path.startswith("reboot first: gpu1 in MIG mode")
     assert n.calls() == [n.calls()[0]]  # only `systemctl show`: nothing stopped or reset
@@ -423,7 +424,7 @@ def test_the_mapped_devices_tell_a_cuda_program_from_an_nvml_client(tmp_path):
     pynvml loop held nvidia-uvm and mapped libcuda.so as a CUDA program does; only a context maps
     the GPU's file and nvidia-uvm (both seen there, docs/verification.md). The maps are a bounded
     read; maps unread or read only in part say nothing (None), never "a monitor"."""
-    from gpuhc.node.procfd import MAPS_MAX_BYTES, cuda_context
+    from gpuhc.node.holders import MAPS_MAX_BYTES, cuda_context
 
     d = tmp_path / "proc" / "7"
     d.mkdir(parents=True)

@@ -14,6 +14,7 @@ import time
 import pytest
 import yaml
 
+from gpuhc.model.deadline import Deadline
 from gpuhc.slurm.policy.drain import Act, Memory, PolicySettings, Verdict, decide
 from gpuhc.slurm.read.nodes import Node
 from gpuhc.slurm.repair.reset_run import procedure
@@ -42,7 +43,7 @@ def whole(n: FakeNode, units: dict) -> bool:
 
 
 def reset(n: FakeNode, state_dir, targets=(1,)):
-    return procedure(n.section(), targets, n.read_nvml, lambda line: None, time.monotonic() + 60,
+    return procedure(n.section(), targets, n.read_nvml, lambda line: None, Deadline.after(60),
                      state_dir=str(state_dir))
 
 
@@ -83,7 +84,7 @@ def test_a_kill_at_every_command_of_the_reset_is_put_right_by_the_next_run_and_t
                 assert may_resume(state) is Act.KEEP
             lines: list[str] = []
             left = replay(str(state), n.section()["reset"], lambda text, loud=False: lines.append(text),
-                          time.monotonic() + 30)
+                          Deadline.after(30))
             assert left is None and whole(n, units), (k, when, n.calls(), lines)
             assert may_resume(state) is Act.RESUME
     assert seen_unwhole >= 4  # the kills did leave the node half-configured, at most steps
@@ -124,14 +125,14 @@ def test_an_undo_that_fails_keeps_the_node_out_until_a_later_run_carries_it_out(
     n.change(fail=["start nvidia-dcgm"])  # the unit does not come back this time
     lines: list[str] = []
     log = lambda text, loud=False: lines.append(text)  # noqa: E731
-    left = replay(str(state), n.section()["reset"], log, time.monotonic() + 30)
+    left = replay(str(state), n.section()["reset"], log, Deadline.after(30))
     assert left == "a GPU reset's undo is pending (start nvidia-dcgm)", lines
     assert n.state()["gpus"]["1"]["pm"] == 1  # what could be put back was
     memory = Memory(drained_at=NOW - 9999, reason=HELD, passes=5, cooldown_s=0)
     d = decide(held_node(), Verdict.PASS, None, memory, NOW, SETTINGS, undo_pending=left)
     assert d.act is Act.KEEP and d.why == "a GPU reset's undo is pending (start nvidia-dcgm): not resuming until it has run"
     n.change(fail=[])
-    assert replay(str(state), n.section()["reset"], log, time.monotonic() + 30) is None and whole(n, units)
+    assert replay(str(state), n.section()["reset"], log, Deadline.after(30)) is None and whole(n, units)
     assert may_resume(state) is Act.RESUME
 
 
@@ -170,7 +171,7 @@ def test_a_replay_leaves_alone_the_entries_of_a_reset_still_running(tmp_path):
         lines: list[str] = []
         n = FakeNode(tmp_path / "node", **SHAPES["hopper"])
         left = replay(str(state), n.section()["reset"], lambda text, loud=False: lines.append(text),
-                      time.monotonic() + 10)
+                      Deadline.after(10))
         assert left and n.calls() == [] and "belongs to a reset still running" in lines[0]
     finally:
         other.kill()
