@@ -78,19 +78,21 @@ class Flow:
         return self.opts.hostname
 
     @cached_property
-    def deadline(self) -> Deadline:
-        """The run's one deadline (gpuhc/model/deadline.py), made on first use from ``started``
-        and Slurm's timeout for the stage: ``slurm.deadline_s.<stage>``, or for the health
-        check 5 s before slurm.conf's HealthCheckTimeout where the site set it. Every act and
-        probe of the run gets this object, so each sees what the steps before it left."""
+    def stage_s(self) -> float:
+        """Slurm's timeout for the stage, as gpuhc may use it: ``slurm.deadline_s.<stage>``, or
+        for the health check 5 s before slurm.conf's HealthCheckTimeout where the site set it."""
         if self.stage == "passive":
             from gpuhc.slurm.read.releases import passive_deadline_s
 
-            seconds = passive_deadline_s(float(self.slurm["deadline_s"]["passive"]),
-                                         self.slurm.get("health_check_timeout_s"))
-        else:
-            seconds = float(self.slurm["deadline_s"][self.stage])
-        return Deadline(self.started + seconds)
+            return passive_deadline_s(float(self.slurm["deadline_s"]["passive"]), self.slurm.get("health_check_timeout_s"))
+        return float(self.slurm["deadline_s"][self.stage])
+
+    @cached_property
+    def deadline(self) -> Deadline:
+        """The run's one deadline (gpuhc/model/deadline.py), ``stage_s`` after ``started``. Every
+        act and probe of the run gets this object, so each sees what the steps before it left,
+        and the actuator sizes its time to verify a drain from the same ``stage_s``."""
+        return Deadline(self.started + self.stage_s)
 
     def restart(self) -> None:
         """A new run on the same flow (the node watcher's rounds): a fresh start and deadline."""
@@ -155,7 +157,7 @@ def actuator(flow: Flow) -> Actuator:
     from gpuhc.slurm.policy.breaker import BreakerSettings
 
     return Actuator(flow.scontrol(), BreakerSettings.from_section(flow.slurm["breaker"]), flow.log,
-                    observe=flow.observe, stage_s=float(flow.slurm["deadline_s"][flow.stage]))
+                    observe=flow.observe, stage_s=flow.stage_s)
 
 
 def take_turn(flow: Flow, out: Outcome | None = None):

@@ -82,3 +82,21 @@ def test_a_flows_deadline_uses_it(tmp_path, monkeypatch):
     _, p = flow(tmp_path, monkeypatch, "prolog", MiniSlurm({"n1": ("IDLE", None)}), [], cfg=cfg)
     assert p.deadline.at - p.started == pytest.approx(float(cfg.data["slurm"]["deadline_s"]["prolog"]))  # its own
 
+
+def test_the_actuator_sizes_its_time_to_verify_from_the_same_stage(tmp_path, monkeypatch):
+    """A short HealthCheckTimeout shortens the run and, with it, the share of the run the actuator
+    keeps to verify a drain (a quarter) and to get a place first (a tenth): not the 55 s default's
+    10 s and 5 s, which a 20 s health check could never leave."""
+    from gpuhc.slurm.act.actuator import CLAIM_NEEDS_S, VERIFY_NEEDS_S
+    from gpuhc.slurm.flows.frame import actuator
+    from tests.helpers.minislurm import MiniSlurm, config, flow
+
+    cfg = config(tmp_path)
+    cfg.data["slurm"]["health_check_timeout_s"] = 20.0
+    _, f = flow(tmp_path, monkeypatch, "passive", MiniSlurm({"n1": ("IDLE", None)}), [], cfg=cfg)
+    assert f.stage_s == 15.0 and f.deadline.at - f.started == pytest.approx(15.0)
+    assert actuator(f).needs == pytest.approx((0.25 * 15.0, 0.1 * 15.0))
+    del cfg.data["slurm"]["health_check_timeout_s"]
+    _, g = flow(tmp_path, monkeypatch, "passive", MiniSlurm({"n1": ("IDLE", None)}), [], cfg=cfg)
+    assert actuator(g).needs == (VERIFY_NEEDS_S, CLAIM_NEEDS_S)
+
