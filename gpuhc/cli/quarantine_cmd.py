@@ -240,7 +240,7 @@ def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
     only = parse_gpu_list(gpus)
     reading = build_sources(run_options_from(src, "passive", config=config).sources).nvml.read()
     wanted = tuple(only) if only else tuple(g.index for g in reading.gpus)
-    from gpuhc.slurm.repair.remediate import jobs_of, mig_gpus
+    from gpuhc.slurm.repair.remediate import gpu_processes, jobs_of, mig_gpus
 
     sources = build_sources(run_options_from(src, "passive", config=config).sources)
     try:  # what Slurm shows on this node: a reset with a job there kills it
@@ -248,7 +248,8 @@ def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
     except Exception as e:  # unknown is not idle
         jobs = f"Slurm could not be asked about this node ({escape(str(e))[:200]})"
     plan = plan_now(remediation, wanted, reading, time.monotonic() + float(remediation["reset"]["command_timeout_s"]),
-                    mig_gpus(sources), jobs, run_options_from(src, "passive", config=config).state_dir)
+                    mig_gpus(sources), jobs, run_options_from(src, "passive", config=config).state_dir,
+                    lambda: gpu_processes(sources))
     from gpuhc.slurm.repair.gpureset import run_argv
     from gpuhc.slurm.repair.reset_plan import slurm_note
 

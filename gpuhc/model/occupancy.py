@@ -44,6 +44,9 @@ class GpuOccupancy(Record):
     processes: list[GpuProcess] = field(default_factory=list)
     mig: bool | None = None  # MIG mode on: the parent's memory use is the instances', not judged
     error: str | None = None  # NVML could not list this GPU's processes: cannot judge it
+    # The process lists NVML does not give here (NOT_SUPPORTED): "compute", "graphics". Read as
+    # no process by the occupancy check; as unknown holders by the reset plan (reset_probe.py).
+    unlisted: list[str] = field(default_factory=list)
     instances: list[MigInstance] = field(default_factory=list)  # MIG on: each instance's memory use
 
     @property

@@ -20,6 +20,9 @@ job's leftover processes delays no other check.
 - gpuhc runs in the host's PID namespace (as slurmd's prolog and epilog do): NVML's pids are the
   host's, and ``/proc`` is read with that in mind.
 - A GPU NVML cannot talk to is kept with ``error`` set: the check says it could not judge it.
+  A list NVML does not give there (NOT_SUPPORTED) is named in ``unlisted``: the check reads it as
+  no process, as before; the GPU reset's plan, which reads these lists too
+  (gpuhc/slurm/repair/reset_probe.py), reads it as holders it cannot see and refuses.
 - ``wait_s`` (the epilog): while a wanted GPU still holds a compute process, or more than
   ``settle_mib`` in use (a context the driver is still tearing down), read again every
   ``poll_s`` until it settles or the wait is over; ``waited_s`` says how long it took.
@@ -90,6 +93,7 @@ class OccupancyLive:
                 gpu.instances = [inst for _, inst in devices]
                 lists = [(inst, mh) for mh, inst in devices]
             listed = [(inst, kind, procs) for inst, handle in lists for kind, procs in _both(nv, handle)]
+            gpu.unlisted = sorted({kind for _, kind, procs in listed if procs is None})
         except nv.NVMLError as e:
             gpu.error = f"cannot list processes: {e}"
             return gpu
@@ -98,7 +102,7 @@ class OccupancyLive:
         me = os.getpid()
         merged: dict[int, GpuProcess] = {}
         for inst, kind, procs in listed:
-            for p in procs:
+            for p in procs or ():
                 pid = int(p.pid)
                 if pid == me:
                     continue
@@ -158,16 +162,18 @@ def _memory(nv: Any, h: Any) -> tuple[float | None, float | None, float | None]:
             None if reserved is None else round(int(reserved) / _MIB, 1))
 
 
-def _both(nv: Any, h: Any) -> list[tuple[str, list[Any]]]:
-    """The compute and the graphics processes of one device (a GPU or a MIG device)."""
+def _both(nv: Any, h: Any) -> list[tuple[str, list[Any] | None]]:
+    """The compute and the graphics processes of one device (a GPU or a MIG device); None: a
+    list NVML does not give here."""
     return [("compute", _processes(nv, h, ("nvmlDeviceGetComputeRunningProcesses",
                                            "nvmlDeviceGetComputeRunningProcesses_v2"))),
             ("graphics", _processes(nv, h, ("nvmlDeviceGetGraphicsRunningProcesses",
                                             "nvmlDeviceGetGraphicsRunningProcesses_v2")))]
 
 
-def _processes(nv: Any, h: Any, names: tuple[str, ...]) -> list[Any]:
-    """The first entry point the binding and the driver both have; NOT_SUPPORTED is none."""
+def _processes(nv: Any, h: Any, names: tuple[str, ...]) -> list[Any] | None:
+    """The first entry point the binding and the driver both have; None: NOT_SUPPORTED, or no
+    entry point (the occupancy check reads it as no process; the reset plan as unknown)."""
     for name in names:
         fn = getattr(nv, name, None)
         if fn is None:
@@ -180,6 +186,6 @@ def _processes(nv: Any, h: Any, names: tuple[str, ...]) -> list[Any]:
             if nvml_util.is_error(nv, e, "NVML_ERROR_FUNCTION_NOT_FOUND"):
                 continue
             if nvml_util.is_error(nv, e, "NVML_ERROR_NOT_SUPPORTED"):
-                return []
+                return None
             raise
-    return []
+    return None

@@ -108,9 +108,11 @@ def dump_snapshot(snapshot: Snapshot, compact: bool = True) -> dict[str, Any]:
         doc["pci_gpus"] = list(snapshot.pci_gpus)
     if snapshot.occupancy is not None:
         doc["occupancy"] = occ = _plain(snapshot.occupancy)
-        for g in occ["gpus"]:  # MIG facts only where there is MIG: a plain GPU's section stays as it was
-            if not g["instances"]:
-                del g["instances"]
+        # MIG facts and lists NVML does not give only where there are: a plain GPU's section stays as it was
+        for g in occ["gpus"]:
+            for key in ("instances", "unlisted"):
+                if not g[key]:
+                    del g[key]
             for p in g["processes"]:
                 for key in ("gi", "ci", "uid"):
                     if p[key] is None:

@@ -241,6 +241,8 @@ def test_not_supported_process_listing_is_no_process(tmp_path):
     gpu = FakeGpu(fail={"nvmlDeviceGetGraphicsRunningProcesses": real.NVML_ERROR_NOT_SUPPORTED})
     (g,) = OccupancyLive(module=FakeNvml([gpu]), proc_root=fake_proc(tmp_path)).read().gpus
     assert g.error is None and g.processes == []
+    # ... for this check; the list is named, and the reset plan reads it as holders it cannot see
+    assert g.unlisted == ["graphics"]
 
 
 def test_process_name_is_read_bounded_and_printable(tmp_path):

@@ -1,7 +1,8 @@
 """The hardware boundary of the GPU reset procedure, faked for its tests: a ``/proc`` tree
 (processes with ``/dev/nvidia*`` open, their cgroups, the driver's per-GPU information file),
 ``systemctl`` and ``nvidia-smi`` as executables that record every argv, in order, into one file,
-and NVML read through gpuhc's real NVML source over tests/helpers/fake_pynvml.py.
+and NVML read through gpuhc's real NVML source and occupancy reader over
+tests/helpers/fake_pynvml.py.
 
 One JSON file is the node's state that the fakes share: which units run, which processes each
 unit owns, the GPUs' persistence, UUIDs and fabric state. The fakes behave as the real tools do
@@ -201,7 +202,9 @@ class FakeNode:
         (d / "cgroup").write_text(f"0::/system.slice/{unit}.service\n" if unit else "0::/user.slice/user-1000.slice\n")
         for n, dev in enumerate(devices + ["/dev/null", "socket:[12345]"]):
             os.symlink(dev, d / "fd" / str(n))
-        st["procs"][str(pid)] = {"comm": comm, "unit": f"{unit}.service" if unit else None}
+        # NVML lists a CUDA program on the GPU its context is on: the device file it maps
+        st["procs"][str(pid)] = {"comm": comm, "unit": f"{unit}.service" if unit else None,
+                                 "context": files[3] if cuda else None}
 
     def state(self) -> dict:
         return json.loads((self.root / "state.json").read_text())
@@ -220,20 +223,38 @@ class FakeNode:
 
     nvml_hangs = False  # True: every read blocks, as NVML on a GPU throwing errors can (NVIDIA/DCGM#313)
 
+    def _gpus(self, st: dict) -> list[FakeGpu]:
+        """The fake library's GPUs. Its process lists: each CUDA program on the GPU its context is
+        on while /proc has it, then ``nvml_only`` (GPU index -> pids /proc does not show, as a
+        process in another PID namespace); ``nvml_fail`` (GPU index -> NVML error code) makes
+        that GPU's compute list fail."""
+        gpus = []
+        for i, g in sorted(st["gpus"].items(), key=lambda kv: int(kv[0])):
+            dev = "/dev/nvidia%d" % g["minor"]
+            pids = [int(p) for p, u in st["procs"].items()
+                    if u.get("context") == dev and (self.root / "proc" / p).is_dir()]
+            fail = st.get("nvml_fail", {}).get(i)
+            fake = FakeGpu(name=self.model, uuid=g["uuid"], pci=g["pci"], persistence=g["pm"],
+                           fabric=None if g["fabric"] is None else (g["fabric"], 0),
+                           compute_procs=[(p, None) for p in pids + st.get("nvml_only", {}).get(i, [])],
+                           fail={"nvmlDeviceGetComputeRunningProcesses": fail} if fail is not None else {})
+            fake.fields["NVML_FI_DEV_NVLINK_LINK_COUNT"] = self.nvlinks
+            gpus.append(fake)
+        return gpus
+
     def read_nvml(self):
         """The GPUs as gpuhc's real NVML source reads them, over the fake library."""
         if self.nvml_hangs:
             import threading
 
             threading.Event().wait(120)  # never set: the caller must leave this thread behind
-        st = self.state()
-        gpus = []
-        for i, g in sorted(st["gpus"].items(), key=lambda kv: int(kv[0])):
-            fake = FakeGpu(name=self.model, uuid=g["uuid"], pci=g["pci"], persistence=g["pm"],
-                           fabric=None if g["fabric"] is None else (g["fabric"], 0))
-            fake.fields["NVML_FI_DEV_NVLINK_LINK_COUNT"] = self.nvlinks
-            gpus.append(fake)
-        return NvmlLive(clock_samples=1, module=FakeNvml(gpus)).read()
+        return NvmlLive(clock_samples=1, module=FakeNvml(self._gpus(self.state()))).read()
+
+    def read_procs(self):
+        """NVML's process lists as gpuhc's real occupancy reader reads them, over the fake library."""
+        from gpuhc.sources.gpu_procs import OccupancyLive
+
+        return OccupancyLive(module=FakeNvml(self._gpus(self.state())), proc_root=str(self.root / "proc")).read()
 
     def end_left_behind(self) -> None:
         """Kill the helpers a hanging fake tool left behind (a test's clean-up)."""

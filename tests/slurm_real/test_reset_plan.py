@@ -28,7 +28,10 @@ def cluster(tmp_path_factory, slurm_cluster_module):
     # no unit to ask systemd about (the test machine may run none); persistence toggled by `true`
     cfg["slurm"]["remediation"] = {"reset": {"services": [], "proc_root": str(proc), "dev_root": str(wd),
                                              "nvidia_smi": "/bin/true"}}
-    c = slurm_cluster_module(workdir=wd, nodes=("n1", "n2"), gpuhc_config=cfg, node_scenarios={"n1": str(HEALTHY)})
+    # NVML's process lists, none on any GPU: a scenario without them leaves the plan blind to NVML's holders
+    scenario = wd / "n1.yaml"
+    scenario.write_text(f"extends: {HEALTHY}\noccupancy:\n  gpus: []\n")
+    c = slurm_cluster_module(workdir=wd, nodes=("n1", "n2"), gpuhc_config=cfg, node_scenarios={"n1": str(scenario)})
     c.proc = proc
     return c
 

@@ -167,3 +167,19 @@ def test_the_gpus_on_the_pci_bus_are_recorded_and_replayed(tmp_path):
     assert dump_snapshot(report.snapshot)["pci_gpus"] == report.snapshot.pci_gpus
     assert replay(tmp_path, report.snapshot).pci_gpus == report.snapshot.pci_gpus
     assert ("gpu-count", "fail", "0000:db:00.0") in [r[:3] for r in first]
+
+
+def test_occupancy_round_trips_with_the_lists_nvml_does_not_give(tmp_path):
+    """A list NVML does not give (``unlisted``) replays as such: the reset plan refuses on it
+    (gpuhc/slurm/repair/reset_probe.py), a replay as on the node."""
+    from gpuhc.sources.gpu_procs import OccupancyLive
+
+    gpus = [FakeGpu(compute_procs=[(4242, 1 << 30)],
+                    fail={"nvmlDeviceGetGraphicsRunningProcesses": real.NVML_ERROR_NOT_SUPPORTED}),
+            FakeGpu(pci="00000000:2A:00.0", uuid="GPU-1")]
+    occ = OccupancyLive(module=FakeNvml(gpus), proc_root=str(tmp_path)).read()
+    assert [g.unlisted for g in occ.gpus] == [["graphics"], []] and occ.gpus[0].processes[0].gone
+    snap = Snapshot(hostname="gpu017", time=1741082400.5, nvml=NvmlLive(clock_samples=1, module=FakeNvml(gpus)).read(),
+                    occupancy=occ)
+    for compact in (True, False):
+        assert replay(tmp_path, snap, compact).occupancy_source().read() == occ

@@ -117,10 +117,16 @@ def busy_of(node: Node, flow: Flow) -> str | None:
     return None
 
 
+def gpu_processes(sources):
+    """The occupancy reading (NVML's process lists and MIG mode per GPU); None: not read (a
+    recording without it)."""
+    return sources.procs.read() if sources.procs is not None else None
+
+
 def mig_gpus(sources) -> tuple[int, ...]:
     """The GPUs in MIG mode, from the occupancy reading (NVML's MIG mode per GPU); a reset of
     one is refused (gpuhc/slurm/repair/reset_plan.py)."""
-    occ = sources.procs.read() if sources.procs is not None else None
+    occ = gpu_processes(sources)
     return tuple(g.index for g in (occ.gpus if occ is not None else ()) if g.mig)
 
 
@@ -302,7 +308,8 @@ def _reset(flow: Flow, act, step: Step, finding: Finding) -> Done:
     # Sources built per read: a replayed scenario is read anew, as live NVML is.
     _, result = procedure(flow.slurm["remediation"], finding.gpus, lambda: build_sources(flow.opts.sources).nvml.read(),
                           lambda line: flow.log(line, loud=True), reset_by,
-                          lambda: mig_gpus(build_sources(flow.opts.sources)), flow.opts.state_dir)
+                          lambda: mig_gpus(build_sources(flow.opts.sources)), flow.opts.state_dir,
+                          lambda: gpu_processes(build_sources(flow.opts.sources)))
     flow.log(f"remediation: {step.label}: {'done' if result.ok else 'FAILED'}: {result.detail}", loud=True)
     if result.wedged:
         return Done.WEDGED

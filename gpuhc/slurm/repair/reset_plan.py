@@ -15,7 +15,11 @@ Why each part is there (docs/facts.md "GPU reset", docs/repair.md "The GPU reset
   baseboard resets as one, everything NVIDIA's break-fix sequence stops is stopped
   (NVIDIA/ai-cloud-validation#603).
 - a process that holds a GPU of the reset and belongs to no service gpuhc may stop is a
-  blocker: gpuhc never kills a process it does not know, so the reset is not attempted. The
+  blocker: gpuhc never kills a process it does not know, so the reset is not attempted. A
+  holder is a process with the GPU's device file open or one NVML lists on the GPU; one NVML
+  lists but /proc does not show (another PID namespace, or it exited between the reads) can be
+  neither stopped nor named: it blocks, and so does a GPU whose NVML process lists could not be
+  read (``GpuFacts.unlisted``), as an unreadable part of /proc does. The
   plan names what it is where it can tell (:func:`monitor_of`): an NVML monitor (nvtop, an
   ``nvidia-smi`` loop, an exporter) is a site's to stop or to list in ``reset.stop_units``.
 - gpuhc's own node watcher (``gpuhc watch``) holds NVML for its life; it is asked to let go
@@ -91,6 +95,7 @@ class GpuFacts:
     persistence: bool | None
     nvlinks_up: int = 0
     fabric_state: str | None = None  # NVML's GPU fabric state; None: the GPU has no fabric
+    unlisted: str | None = None  # why NVML's process lists of this GPU could not be read; None: read
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,7 @@ class Holder:
     devices: tuple[str, ...]  # the /dev/nvidia* files it holds open
     own: bool = False  # gpuhc's registered node watcher: it lets go when asked (nvml_yield.py)
     cuda: bool | None = None  # holds a CUDA context (gpuhc/node/holders.py); None: unknown
+    gone: bool = False  # NVML lists it on a GPU (``devices``) but /proc does not show it
 
 
 @dataclass(frozen=True)
@@ -239,6 +245,7 @@ def make_plan(facts: NodeFacts, targets: tuple[int, ...], services: list[str], r
     devices = {d for g in in_scope if (d := _minor_device(g.minor))}
     if any(g.minor is None for g in in_scope):
         blockers.append("device minor number unknown: cannot tell what holds the GPUs")
+    blockers += [f"gpu{g.index}: {g.unlisted}: holders may be missing" for g in in_scope if g.unlisted]
     extra = [u for u in stop_units if u not in services]
     active = [u for u in [*services, *extra] if facts.services.get(u)]  # names checked by the config schema
     holding = {h.unit for h in facts.holders if h.unit and devices & set(h.devices)}
@@ -254,7 +261,11 @@ def make_plan(facts: NodeFacts, targets: tuple[int, ...], services: list[str], r
     for h in facts.holders:
         if not devices & set(h.devices):
             continue
-        if h.own and h.pid != facts.self_pid:
+        if h.gone:
+            on = ",".join(str(g.index) for g in in_scope if _minor_device(g.minor) in h.devices)
+            blockers.append(f"held by pid {h.pid}, which NVML lists on gpu{on} but /proc does not show "
+                            "(another PID namespace?)")
+        elif h.own and h.pid != facts.self_pid:
             yielding.append(h.pid)
         elif h.pid == facts.self_pid:
             blockers.append(f"gpuhc itself (pid {h.pid}) holds {', '.join(h.devices)}")
@@ -289,6 +300,8 @@ def make_plan(facts: NodeFacts, targets: tuple[int, ...], services: list[str], r
 
 
 def _kind(h: Holder) -> str:
+    if h.gone:
+        return "; listed by NVML, not shown by /proc"
     if h.own:
         return "; gpuhc watch: lets go of NVML when asked"
     m = monitor_of(h)

@@ -23,11 +23,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gpuhc.model.deadline import Deadline
 from gpuhc.model.nvml import NvmlReading
 from gpuhc.slurm.repair.gpureset import NvmlHung, call_bounded, run_argv
 from gpuhc.slurm.repair.reset_plan import NO_FABRIC, Plan, Step
+
+if TYPE_CHECKING:
+    from gpuhc.slurm.repair.reset_probe import ReadProcs
 
 RESTORE_MIN_S = 5.0  # each restoring command gets at least this, deadline or not
 POLL_S = 1.0  # fabric state polling interval
@@ -285,10 +289,12 @@ def execute(plan: Plan, t: Timeouts, read_nvml: Callable[[], NvmlReading], resca
 def procedure(remediation: dict, targets: tuple[int, ...], read_nvml: Callable[[], NvmlReading],
               log: Callable[[str], None], deadline: Deadline,
               read_mig: Callable[[], tuple[int, ...]] | None = None,
-              state_dir: str | None = None) -> tuple[Plan | None, Outcome]:
+              state_dir: str | None = None,
+              read_procs: ReadProcs | None = None) -> tuple[Plan | None, Outcome]:
     """Read the node, plan and carry out the reset of ``targets`` (the ladder's reset rung);
     ``read_mig``: the GPUs in MIG mode (an NVML read, bounded like the others); ``state_dir``:
-    the node's state, where the undo is journaled and gpuhc's watchers register."""
+    the node's state, where the undo is journaled and gpuhc's watchers register; ``read_procs``:
+    NVML's process lists of the GPUs (the occupancy reader; None: not read, the plan refuses)."""
     from gpuhc.slurm.repair.reset_probe import ProbeSettings, holders, plan_now
 
     reset = remediation["reset"]
@@ -303,7 +309,7 @@ def procedure(remediation: dict, targets: tuple[int, ...], read_nvml: Callable[[
     except NvmlHung as e:
         log(f"reset procedure: not attempted: NVML hangs ({e})")
         return None, Outcome(False, True, f"not attempted: NVML hangs ({e}); the driver is wedged", wedged=True)
-    plan = plan_now(remediation, targets, before, deadline.at, mig, state_dir=state_dir)
+    plan = plan_now(remediation, targets, before, deadline.at, mig, state_dir=state_dir, read_procs=read_procs)
     log("reset procedure: plan: " + " | ".join(plan.lines()))
     t = Timeouts(s.timeout_s, float(remediation["reset_timeout_s"]), float(reset["fabric_timeout_s"]))
     own = Own(state_dir, float(reset.get("yield_timeout_s", 10.0)), s.proc_root) if state_dir is not None else None

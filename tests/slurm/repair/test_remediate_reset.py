@@ -97,7 +97,7 @@ def test_an_xid_the_reset_raised_is_not_acknowledged_away_and_the_node_stays_dra
     monkeypatch.setattr("gpuhc.slurm.flows.handover.acknowledge_kernel_log", lambda state_dir, now, node=None: acked.append(now))
     box = {}
 
-    def reset_takes_20s(remediation, targets, read, log, deadline, read_mig=None, state_dir=None):
+    def reset_takes_20s(remediation, targets, read, log, deadline, read_mig=None, state_dir=None, read_procs=None):
         box["flow"].opts.now += 20.0  # the reset's time passes, and the driver logs an Xid in it
         return None, ResetOutcome(True, False, "reset gpu1: every step ok")
 
@@ -231,7 +231,7 @@ def test_the_acts_after_a_slow_step_get_only_what_is_left_and_none_runs_past_slu
 
     got = {}
 
-    def reset(remediation, targets, read, log, deadline, read_mig=None, state_dir=None):
+    def reset(remediation, targets, read, log, deadline, read_mig=None, state_dir=None, read_procs=None):
         got["when"] = time.monotonic()
         got.update(at=deadline.at, left=deadline.left())
         return None, ResetOutcome(True, False, "reset gpu1: every step ok")

@@ -32,7 +32,8 @@ def node(tmp_path, **kw) -> FakeNode:
 
 def run(n: FakeNode, targets=(1,), **reset):
     lines: list[str] = []
-    plan, out = procedure(n.section(**reset), targets, n.read_nvml, lines.append, Deadline.after(60))
+    plan, out = procedure(n.section(**reset), targets, n.read_nvml, lines.append, Deadline.after(60),
+                          read_procs=n.read_procs)
     return plan, out, lines
 
 
@@ -151,9 +152,9 @@ def test_holders_are_found_by_device_minor_not_by_index(tmp_path):
     n = node(tmp_path, minors=[3, 2, 1, 0], procs={5: ("python3", None, ["/dev/nvidia2"])})
     s = ProbeSettings.from_section(n.section()["reset"])
     assert minor_of(s.proc_root, "00000000:19:00.0") == 2
-    plan = plan_now(n.section(), (1,), n.read_nvml(), time.monotonic() + 10)
+    plan = plan_now(n.section(), (1,), n.read_nvml(), time.monotonic() + 10, read_procs=n.read_procs)
     assert plan.devices[1] == "/dev/nvidia2" and "pid 5 (python3" in plan.blockers[0]
-    assert plan_now(n.section(), (0,), n.read_nvml(), time.monotonic() + 10).ok
+    assert plan_now(n.section(), (0,), n.read_nvml(), time.monotonic() + 10, read_procs=n.read_procs).ok
 
 
 def test_probe_reads_units_cgroups_and_escapes_names_processes_chose(tmp_path):
@@ -164,7 +165,7 @@ def test_probe_reads_units_cgroups_and_escapes_names_processes_chose(tmp_path):
     by_pid = {h.pid: h for h in found}
     assert by_pid[4242].unit == "nvidia-dcgm.service" and "/dev/nvidiactl" in by_pid[4242].devices
     assert "\x1b" not in by_pid[66].comm and "\n" not in by_pid[66].comm
-    facts = probe(n.read_nvml(), s, time.monotonic() + 10)
+    facts = probe(n.read_nvml(), s, time.monotonic() + 10, read_procs=n.read_procs)
     assert facts.services == {"nvidia-persistenced": True, "nvidia-fabricmanager": True, "nvidia-dcgm": True}
     assert facts.nvswitch and [g.arch for g in facts.gpus] == ["hopper"] * 4
     assert unit_of("12:pids:/system.slice/nvidia-dcgm.service\n0::/system.slice/foo.service/x\n") == \
@@ -179,7 +180,7 @@ def test_a_broken_systemctl_or_missing_proc_is_a_problem_not_a_guess(tmp_path):
     broken.write_text("#!/bin/sh\necho 'Failed to connect to bus: Host is down' >&2\nexit 1\n")
     broken.chmod(0o755)
     plan = plan_now(n.section(systemctl=str(broken), proc_root=str(tmp_path / "gone")), (1,),
-                    n.read_nvml(), time.monotonic() + 10)
+                    n.read_nvml(), time.monotonic() + 10, read_procs=n.read_procs)
     assert not plan.ok
     text = " ".join(plan.blockers)
     assert "services unknown" in text and "Host is down" in text and "gone" in text
@@ -191,12 +192,14 @@ def test_without_systemd_there_is_no_service_to_stop_and_holders_still_count(tmp
     # process still blocks, and without it the plan goes ahead.
     n = node(tmp_path, units={}, procs={902: ("python3", None, ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1",
                                                                  "/dev/nvidiactl"])})
-    plan = plan_now(n.section(systemctl=str(tmp_path / "no-systemctl")), (1,), n.read_nvml(), time.monotonic() + 10)
+    plan = plan_now(n.section(systemctl=str(tmp_path / "no-systemctl")), (1,), n.read_nvml(), time.monotonic() + 10,
+                    read_procs=n.read_procs)
     assert plan.services == {} and plan.blockers == (
         "pid 902 (python3, no service gpuhc may stop) holds /dev/nvidia-uvm, /dev/nvidia0, /dev/nvidia1, "
         "/dev/nvidiactl",)
     n2 = node(tmp_path / "b", units={}, procs={}, nvswitch=False)
-    plan = plan_now(n2.section(systemctl=str(tmp_path / "no-systemctl")), (1,), n2.read_nvml(), time.monotonic() + 10)
+    plan = plan_now(n2.section(systemctl=str(tmp_path / "no-systemctl")), (1,), n2.read_nvml(), time.monotonic() + 10,
+                    read_procs=n2.read_procs)
     assert plan.ok and [s.kind for s in plan.steps] == ["persistence-off", "check-holders", "reset", "persistence-on",
                                                         "wait-fabric", "verify"]
 
@@ -238,8 +241,9 @@ def test_quarantine_reset_plan_prints_the_steps_and_changes_nothing(tmp_path, mo
     slurm_shows(monkeypatch, "IDLE+DRAIN")
     n = node(tmp_path / "node")
     scen = tmp_path / "scenario.yaml"
-    # the node's NVML as a scenario: same GPUs (UUIDs, PCI addresses) as the fake tools know
-    doc = dump_snapshot(Snapshot(hostname="gpu001", time=1.7e9, nvml=n.read_nvml()))
+    # the node's NVML as a scenario: same GPUs (UUIDs, PCI addresses) as the fake tools know, and
+    # NVML's process lists (a scenario without them leaves the plan blind to NVML's holders)
+    doc = dump_snapshot(Snapshot(hostname="gpu001", time=1.7e9, nvml=n.read_nvml(), occupancy=n.read_procs()))
     scen.write_text(yaml.safe_dump(doc))
     cfg = tmp_path / "gpuhc.yaml"
     cfg.write_text(yaml.safe_dump({"slurm": {"remediation": n.section()}}))
@@ -344,7 +348,8 @@ def test_an_nvml_read_that_hangs_ends_in_budget_restores_and_says_wedged(tmp_pat
     lines: list[str] = []
     section = n.section(command_timeout_s=2.0)
     started = time.monotonic()
-    plan, out = procedure(section, (1,), hangs_after_the_reset, lines.append, Deadline.after(60))
+    plan, out = procedure(section, (1,), hangs_after_the_reset, lines.append, Deadline.after(60),
+                          read_procs=n.read_procs)
     assert time.monotonic() - started < 2.0 * 3 + 8.0, lines
     assert not out.ok and out.fallthrough and out.wedged, lines
     assert any("NVML hangs" in x for x in lines), lines
@@ -391,7 +396,8 @@ def test_slurmd_holding_the_gpus_makes_the_plan_say_reboot_first_and_the_ladder_
 def test_a_gpu_in_mig_mode_is_not_reset(tmp_path):
     n = node(tmp_path)
     lines: list[str] = []
-    plan, out = procedure(n.section(), (1,), n.read_nvml, lines.append, Deadline.after(60), lambda: (1,))
+    plan, out = procedure(n.section(), (1,), n.read_nvml, lines.append, Deadline.after(60), lambda: (1,),
+                          read_procs=n.read_procs)
     assert not out.ok and out.fallthrough and "in MIG mode" in out.detail
     assert plan.path.startswith("reboot first: gpu1 in MIG mode")
     assert n.calls() == [n.calls()[0]]  # only `systemctl show`: nothing stopped or reset

@@ -44,7 +44,7 @@ def whole(n: FakeNode, units: dict) -> bool:
 
 def reset(n: FakeNode, state_dir, targets=(1,)):
     return procedure(n.section(), targets, n.read_nvml, lambda line: None, Deadline.after(60),
-                     state_dir=str(state_dir))
+                     state_dir=str(state_dir), read_procs=n.read_procs)
 
 
 def held_node() -> Node:
