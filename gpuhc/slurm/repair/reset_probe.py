@@ -193,6 +193,14 @@ def probe(reading: NvmlReading, s: ProbeSettings, deadline: float, state_dir: st
             listed.setdefault(proc.pid, set()).add(device[g.index])
     found, p = holders(s.proc_root, deadline, listed)
     problems += p
+    if any(h.gone for h in found):
+        # A process that exited between NVML's list and the /proc scan (an epilog's job winding
+        # down) is no holder: NVML is asked once more, and only a pid it still lists refuses the
+        # reset. A second read that fails keeps them all: an unknown is a refusal.
+        again, _ = nvml_lists(read_procs, deadline)
+        if again is not None:
+            still = {proc.pid for g in again.gpus for proc in g.processes}
+            found = [h for h in found if not h.gone or h.pid in still]
     if state_dir is not None:
         from dataclasses import replace
 

@@ -102,3 +102,22 @@ def test_no_nvml_lists_and_a_read_that_hangs_say_holders_may_be_missing(tmp_path
     plan = plan_now(n.section(), (1,), n.read_nvml(), time.monotonic() + 1.0, read_procs=hangs)
     (why,) = [b for b in plan.blockers if "NVML" in b]
     assert why.startswith("NVML's process lists did not answer (") and why.endswith("): holders may be missing")
+
+
+def test_a_pid_nvml_no_longer_lists_when_asked_again_is_no_holder(tmp_path):
+    """The job's last process exits between NVML's list and the /proc scan: NVML is asked once
+    more before a pid /proc does not show refuses the reset, and no longer lists it."""
+    n = node(tmp_path)
+    n.change(nvml_only={"1": [31337]})
+    reads = []
+
+    def first_then_gone():
+        reads.append(1)
+        if len(reads) > 1:
+            n.change(nvml_only={})
+        return n.read_procs()
+
+    assert plan_of(n, read_procs=first_then_gone).ok
+    assert len(reads) == 2
+    n.change(nvml_only={"1": [31337]})
+    assert plan_of(n).blockers == (NAMESPACED,)  # still listed when asked again: refused
