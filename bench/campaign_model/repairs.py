@@ -9,7 +9,7 @@ from .node import retest
 class Repairs:
     # ------------------------------------------------------------------ stand-ins: reset, reboot
 
-    def _reset(self, remediation, gpus, read_nvml, log, deadline, read_mig=None, state_dir=None):
+    def _reset(self, remediation, targets, read_nvml, log, deadline, read_mig=None, state_dir=None, read_procs=None):
         """The reset procedure's stand-in: takes reset_s on the virtual clock, repairs a fault a
         reset can repair with its odds (a permanent lemon never)."""
         from gpuhc.slurm.repair.reset_run import Outcome
@@ -26,7 +26,7 @@ class Repairs:
                 self._stamp(f, self.now())  # it shows again after the reset
         node.version += 1
         node.write(self.now(), self.lines_cache, self._patch(node.name))
-        return None, Outcome(True, False, f"campaign stand-in reset of gpu{','.join(map(str, gpus))}")
+        return None, Outcome(True, False, f"campaign stand-in reset of gpu{','.join(map(str, targets))}")
 
     def _on_reboot_start(self, name: str) -> None:
         if name in self.running:
