@@ -10,7 +10,11 @@
 #      are timed in the same alternation and reported beside them (not targets);
 #   2. replay of the healthy 8-GPU node vs `python -c "import pynvml"` on the same machine
 #      (target <= 1.8x; the CPU machine's number is the one the issue asks for);
-#   3. each check's and each source's cost (bench/check_costs.py), live and replay: docs/checks.md's GPU column.
+#   3. each check's and each source's cost (bench/check_costs.py), live and replay: docs/checks.md's GPU column;
+#   4. where the start and the live prolog go: `python3 -X importtime -c pass` (an image's .pth
+#      hooks run in every Python process: on the H100 machine numba-cuda's took 44 ms) and
+#      bench/profile_check.py over the live prolog of one GPU with the shipped config (its
+#      imports-and-config phase was 126 ms against the passive run's 96, docs/verification.md).
 # Reads only: never changes clocks, power limits, persistence or compute mode.
 #   OUT=/tmp/out RUNS=9 bash bench/speed_device.sh
 set -u
@@ -29,3 +33,8 @@ timeout -k 5 150 python3 bench/bench_check.py --runs "$RUNS" --json | tee -a "$O
 #    column of docs/checks.md, "What a check costs"), and the same of the replay for comparison.
 timeout -k 5 300 python3 bench/check_costs.py --runs "$RUNS" | tee "$OUT/check-costs-live.md"
 timeout -k 5 300 python3 bench/check_costs.py --replay --runs "$RUNS" | tee "$OUT/check-costs-replay.md"
+# 4. the interpreter's own start, then the live prolog's imports and functions
+python3 -X importtime -c pass 2> "$OUT/importtime-pass.txt"; sort -t'|' -k2 -n "$OUT/importtime-pass.txt" | tail -6
+SHIPPED_CFG=$(python3 -c "import sys; sys.path.insert(0, 'bench'); import bench_check as b, tempfile; print(b.shipped_config(tempfile.mkdtemp()))")
+timeout -k 5 200 python3 bench/profile_check.py --runs 5 --top 30 -- check --stage prolog --gpus "$GPU" --node benchnode \
+    --config "$SHIPPED_CFG" > "$OUT/profile-prolog.txt" 2>&1; tail -40 "$OUT/profile-prolog.txt"
