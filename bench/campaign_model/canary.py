@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import itertools
 import random
-import time
 from dataclasses import dataclass, field
 
 from gpuhc.canary import schedule
 from gpuhc.canary.cases import parse
+from gpuhc.model.deadline import Deadline
 
 from .active_gpu import SICK_GPU
 
@@ -94,7 +94,7 @@ class Canary:
             fleet.ingest(doc, rec, s, now)
         if doc.get("pending"):
             mark, lines = len(self.slurm.events), []
-            sc = Scontrol(run=self.slurm, deadline=time.monotonic() + 60.0)
+            sc = Scontrol(run=self.slurm, deadline=Deadline.after(60.0))
             for r in apply_pending(doc, self.config, sc, now, lines):
                 self.canary_stats.drains.append((now, r["node"], r["act"], r["reason"]))
             self._after(mark)

@@ -33,12 +33,11 @@ def _expand(text: str | None) -> list[str]:
 
 
 def _scontrol(config, stage: str = "bootstrap"):
-    import time
-
+    from gpuhc.model.deadline import Deadline
     from gpuhc.slurm.act.scontrol import Scontrol
 
     s = config.section("slurm")
-    return Scontrol.from_section(s, deadline=time.monotonic() + float(s["deadline_s"][stage]))
+    return Scontrol.from_section(s, deadline=Deadline.after(float(s["deadline_s"][stage])))
 
 
 def _actuator(config):
@@ -226,8 +225,6 @@ def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
     Reads only: no service is stopped, no setting changed, no GPU reset. Exit 0 when the reset
     could go ahead, 1 when something blocks it (Slurm showing a job on the node included).
     """
-    import time
-
     from gpuhc.cli.common import parse_gpu_list, run_options_from
     from gpuhc.slurm.repair.reset_probe import plan_now
     from gpuhc.sources import build_sources
@@ -240,6 +237,7 @@ def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
     only = parse_gpu_list(gpus)
     reading = build_sources(run_options_from(src, "passive", config=config).sources).nvml.read()
     wanted = tuple(only) if only else tuple(g.index for g in reading.gpus)
+    from gpuhc.model.deadline import Deadline
     from gpuhc.slurm.repair.remediate import gpu_processes, jobs_of, mig_gpus
 
     sources = build_sources(run_options_from(src, "passive", config=config).sources)
@@ -247,7 +245,7 @@ def reset_cmd(src: SourceArgs, plan_only: bool, gpus: str | None) -> None:
         jobs = jobs_of(_scontrol(config).node(node_name(src.hostname)))
     except Exception as e:  # unknown is not idle
         jobs = f"Slurm could not be asked about this node ({escape(str(e))[:200]})"
-    plan = plan_now(remediation, wanted, reading, time.monotonic() + float(remediation["reset"]["command_timeout_s"]),
+    plan = plan_now(remediation, wanted, reading, Deadline.after(float(remediation["reset"]["command_timeout_s"])),
                     mig_gpus(sources), jobs, run_options_from(src, "passive", config=config).state_dir,
                     lambda: gpu_processes(sources))
     from gpuhc.slurm.repair.gpureset import run_argv

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuhc.model.deadline import Deadline
 from gpuhc.node import holders as h
 from gpuhc.node.holders import Identity, gpu_holders, identity, real_uid, scan_fds, start_from_stat
 
@@ -149,7 +150,7 @@ def test_the_reset_plan_and_occupancy_name_a_process_alike(tmp_path):
     process(tmp_path, 4242, comm="py\x1bthon", fds=("/dev/nvidia0",))
     d = process(tmp_path, 4343, fds=("/dev/nvidia0",))
     (d / "comm").write_text("y" * 100)
-    found, problems = holders(str(tmp_path), time.monotonic() + 10)
+    found, problems = holders(str(tmp_path), Deadline.after(10))
     plan = {x.pid: x.comm for x in found}
     occ = OccupancyLive(module=FakeNvml([FakeGpu(compute_procs=[(4242, 1 << 30), (4343, 1 << 30)])]),
                         proc_root=str(tmp_path)).read()
@@ -166,7 +167,7 @@ def test_the_reset_plan_says_when_more_processes_than_it_looks_at_run(tmp_path, 
     for pid in (1, 2):
         process(tmp_path, pid, fds=("/dev/nvidia0",))
     monkeypatch.setattr(reset_probe, "MAX_PIDS", 1)
-    found, problems = reset_probe.holders(str(tmp_path), time.monotonic() + 10)
+    found, problems = reset_probe.holders(str(tmp_path), Deadline.after(10))
     assert [x.pid for x in found] == [1]
     assert problems == ["process scan stopped at pid 2 (time or size bound): holders may be missing"]
 

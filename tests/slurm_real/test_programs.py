@@ -19,6 +19,7 @@ from gpuhc.cli import cli
 from gpuhc.config.load import load_config
 from gpuhc.errors import SlurmUnreachable
 from gpuhc.fleet import gather
+from gpuhc.model.deadline import Deadline
 from gpuhc.slurm.act.command import PROGRAMS
 from gpuhc.slurm.act.scontrol import Scontrol
 from gpuhc.sweep.slurmcli import SlurmCli
@@ -76,7 +77,7 @@ def test_scontrol_from_section_runs_the_configured_programs(bindir, tmp_path):
     sinfo = fake(bindir, "sinfo", "")  # no record: the node is then asked of scontrol
     scontrol = fake(bindir, "scontrol", "NodeName=n1 State=IDLE Partitions=gpu\n")
     config = load_config(config_file(tmp_path, {"scontrol": scontrol, "sinfo": sinfo}, "  timeout_s: 7\n"))
-    sc = Scontrol.from_section(config.section("slurm"), deadline=time.monotonic() + 30)
+    sc = Scontrol.from_section(config.section("slurm"), deadline=Deadline.after(30))
     assert sc.timeout_s == 7.0
     assert sc.node("n1").name == "n1"
     assert [argv[0] for argv in sc.calls] == [sinfo, scontrol]

@@ -131,9 +131,8 @@ def describe(argv: list[str]) -> str:
 class SlurmCommand:
     timeout_s: float = 10.0
     # The run's deadline (gpuhc/model/deadline.py), shared with every other act and probe of the
-    # run: no call runs past it. A bare time.monotonic() value is taken as one (the admin's
-    # commands and the tools that build their own).
-    deadline: Deadline | float | None = None
+    # run: no call runs past it.
+    deadline: Deadline | None = None
     run: Runner = subprocess_runner
     run_stdin: StdinRunner = stdin_runner
     calls: list[list[str]] = field(default_factory=list)  # every argv sent, for logs and tests
@@ -158,10 +157,6 @@ class SlurmCommand:
             kwargs["timeout_s"] = float(section["timeout_s"])
         kwargs.update(overrides)
         return cls(**kwargs)
-
-    def __post_init__(self) -> None:
-        if self.deadline is not None and not isinstance(self.deadline, Deadline):
-            self.deadline = Deadline(self.deadline)
 
     def note(self, text: str) -> None:
         """Say ``text`` once per command object (a record skipped by two reads is one line)."""

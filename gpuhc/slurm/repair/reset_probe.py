@@ -21,16 +21,16 @@ from __future__ import annotations
 
 import glob
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpuhc.text.logtext import escape
+from gpuhc.model.deadline import Deadline
 from gpuhc.model.nvml import NvmlReading
 from gpuhc.model.occupancy import Occupancy
 from gpuhc.model.pci import norm_pci
 from gpuhc.node.holders import cuda_context, gpu_holders, scan_fds
 from gpuhc.slurm.repair.reset_plan import NO_FABRIC, GpuFacts, Holder, NodeFacts, arch_of
+from gpuhc.text.logtext import escape
 
 MAX_PIDS = 65536  # processes looked at, at most (a node has a few thousand)
 MAX_FDS = 1 << 20  # descriptors looked at, all processes together
@@ -88,12 +88,12 @@ def unit_of(cgroup_text: str | None) -> str | None:
     return None
 
 
-def holders(proc_root: str, deadline: float,
+def holders(proc_root: str, deadline: Deadline,
             listed: dict[int, set[str]] | None = None) -> tuple[list[Holder], list[str]]:
     """Every process with a ``/dev/nvidia*`` file open or listed by NVML (``listed``: pid -> the
     device files of the GPUs NVML lists it on), each once, and what could not be read."""
     listed = listed or {}
-    scan = scan_fds(proc_root, deadline, MAX_PIDS, MAX_FDS)
+    scan = scan_fds(proc_root, deadline.at, MAX_PIDS, MAX_FDS)
     if scan.error is not None:
         return [], [f"{proc_root}: {scan.error}"]
     problems = []
@@ -109,7 +109,7 @@ def holders(proc_root: str, deadline: float,
     return found, problems
 
 
-def nvml_lists(read_procs: ReadProcs | None, deadline: float) -> tuple[Occupancy | None, str | None]:
+def nvml_lists(read_procs: ReadProcs | None, deadline: Deadline) -> tuple[Occupancy | None, str | None]:
     """NVML's process lists of every GPU, read within ``deadline``: (the reading, None), or
     (None, why they could not be read)."""
     from gpuhc.slurm.repair.gpureset import NvmlHung, call_bounded
@@ -117,7 +117,7 @@ def nvml_lists(read_procs: ReadProcs | None, deadline: float) -> tuple[Occupancy
     if read_procs is None:
         return None, "NVML's process lists were not read"
     try:
-        occ = call_bounded(read_procs, max(0.5, deadline - time.monotonic()), "NVML process lists")
+        occ = call_bounded(read_procs, max(0.5, deadline.left()), "NVML process lists")
     except NvmlHung as e:
         return None, f"NVML's process lists did not answer ({e})"
     except Exception as e:  # an unknown part is a refusal, never a guess
@@ -172,7 +172,7 @@ def gpu_facts(reading: NvmlReading, proc_root: str, occ: Occupancy | None = None
             for g in reading.gpus]
 
 
-def probe(reading: NvmlReading, s: ProbeSettings, deadline: float, state_dir: str | None = None,
+def probe(reading: NvmlReading, s: ProbeSettings, deadline: Deadline, state_dir: str | None = None,
           read_procs: ReadProcs | None = None) -> NodeFacts:
     """Everything the plan needs, read now. A part that cannot be read is a problem the plan
     refuses on, never a guess. ``state_dir``: where gpuhc's watchers register (nvml_yield.py);
@@ -208,7 +208,7 @@ def probe(reading: NvmlReading, s: ProbeSettings, deadline: float, state_dir: st
 
         mine = own(state_dir, s.proc_root, [h.pid for h in found])
         found = [replace(h, own=h.pid in mine) for h in found]
-    active, p = services(s.units, s.systemctl, max(0.5, min(s.timeout_s, deadline - time.monotonic())))
+    active, p = services(s.units, s.systemctl, max(0.5, deadline.cap(s.timeout_s)))
     problems += p
     # NVSwitch: its device files on the node, or (in a VM whose switches the host manages, as on
     # the H100 machine of docs/verification.md) GPUs registered with an NVSwitch fabric.
@@ -217,7 +217,7 @@ def probe(reading: NvmlReading, s: ProbeSettings, deadline: float, state_dir: st
     return NodeFacts(tuple(gpus), tuple(found), active, nvswitch, os.getpid(), tuple(problems))
 
 
-def plan_now(remediation: dict, targets: tuple[int, ...], reading: NvmlReading, deadline: float,
+def plan_now(remediation: dict, targets: tuple[int, ...], reading: NvmlReading, deadline: Deadline,
              mig: tuple[int, ...] = (), jobs: str | None = None, state_dir: str | None = None,
              read_procs: ReadProcs | None = None):
     """Probe the node and plan the reset of ``targets`` (``slurm.remediation`` and its ``reset``);

@@ -309,8 +309,8 @@ def procedure(remediation: dict, targets: tuple[int, ...], read_nvml: Callable[[
     except NvmlHung as e:
         log(f"reset procedure: not attempted: NVML hangs ({e})")
         return None, Outcome(False, True, f"not attempted: NVML hangs ({e}); the driver is wedged", wedged=True)
-    plan = plan_now(remediation, targets, before, deadline.at, mig, state_dir=state_dir, read_procs=read_procs)
+    plan = plan_now(remediation, targets, before, deadline, mig, state_dir=state_dir, read_procs=read_procs)
     log("reset procedure: plan: " + " | ".join(plan.lines()))
     t = Timeouts(s.timeout_s, float(remediation["reset_timeout_s"]), float(reset["fabric_timeout_s"]))
     own = Own(state_dir, float(reset.get("yield_timeout_s", 10.0)), s.proc_root) if state_dir is not None else None
-    return plan, execute(plan, t, bounded_nvml, lambda: holders(s.proc_root, deadline.at)[0], log, deadline, own)
+    return plan, execute(plan, t, bounded_nvml, lambda: holders(s.proc_root, deadline)[0], log, deadline, own)

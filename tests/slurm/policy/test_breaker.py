@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuhc.model.deadline import Deadline
 from gpuhc.slurm.policy.breaker import BreakerSettings, cap_for, evaluate, held_by_gpuhc
 from gpuhc.slurm.read.nodes import Node, parse_state
 
@@ -156,8 +157,8 @@ def test_actuator_cuts_the_jitter_to_the_deadline(monkeypatch):
     assert Actuator(Scontrol(), bs).wait_jitter(name) and slept[-1] == jitter_for(name, 30.0)
     assert Actuator(Scontrol(), bs, stage_s=55.0).needs == (10.0, 5.0)
     assert Actuator(Scontrol(), bs, stage_s=20.0).needs == (5.0, 2.0) and JITTER_RESERVE_S >= 7.0
-    tight = Scontrol(deadline=time.monotonic() + 1.0 + JITTER_RESERVE_S + 5.0)  # 5 s of room
+    tight = Scontrol(deadline=Deadline.after(1.0 + JITTER_RESERVE_S + 5.0))  # 5 s of room
     assert Actuator(tight, bs).wait_jitter(name) and 4.0 < slept[-1] <= 5.0
-    none_left = Scontrol(deadline=time.monotonic() + JITTER_RESERVE_S)
+    none_left = Scontrol(deadline=Deadline.after(JITTER_RESERVE_S))
     assert not Actuator(none_left, bs).wait_jitter(name) and len(slept) == 2
     assert not Actuator(Scontrol(), bs, spread=False).wait_jitter(name)

@@ -123,7 +123,7 @@ def test_a_watcher_that_does_not_let_go_is_no_reason_to_reboot(tmp_path):
 def test_a_process_named_like_gpuhc_is_not_gpuhcs_and_blocks(tmp_path):
     # Not registered in root's yield directory: whatever it calls itself, it is a holder like any other.
     n = FakeNode(tmp_path / "node", procs={77: ("gpuhc", None, GPUS)})
-    plan = plan_now(n.section(), (1,), n.read_nvml(), time.monotonic() + 10, state_dir=str(tmp_path / "state"),
+    plan = plan_now(n.section(), (1,), n.read_nvml(), Deadline.after(10), state_dir=str(tmp_path / "state"),
                     read_procs=n.read_procs)
     assert not plan.ok and plan.blockers[0].startswith("pid 77 (gpuhc, no service gpuhc may stop) holds")
     assert not any(s.kind == "yield" for s in plan.steps)
@@ -138,7 +138,7 @@ NVML_ON_H100 = ["/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2", 
 def test_nvml_monitors_are_named_in_the_plan(tmp_path):
     n = FakeNode(tmp_path / "node", procs={31: ("nvtop", None, GPUS, False), 32: ("python3", None, NVML_ON_H100, False),
                                            33: ("python3", None, NVML_ON_H100, True)})
-    plan = plan_now(n.section(), (1,), n.read_nvml(), time.monotonic() + 10, read_procs=n.read_procs)
+    plan = plan_now(n.section(), (1,), n.read_nvml(), Deadline.after(10), read_procs=n.read_procs)
     by_pid = {b.split()[1]: b for b in plan.blockers}
     assert "nvtop, an interactive GPU monitor; stop it, or list its unit in slurm.remediation.reset.stop_units" \
         in by_pid["31"]
@@ -149,7 +149,7 @@ def test_nvml_monitors_are_named_in_the_plan(tmp_path):
 def test_the_sites_stop_units_are_stopped_and_started_around_the_reset(tmp_path):
     units = {"nvidia-persistenced": True, "nvidia-fabricmanager": True, "site-monitor": True}
     n = FakeNode(tmp_path / "node", units=units, procs={40: ("site-monitor", "site-monitor", GPUS)})
-    blocked = plan_now(n.section(), (1,), n.read_nvml(), time.monotonic() + 10, read_procs=n.read_procs)
+    blocked = plan_now(n.section(), (1,), n.read_nvml(), Deadline.after(10), read_procs=n.read_procs)
     assert not blocked.ok and "unit site-monitor.service" in blocked.blockers[0]
     plan, out = procedure(n.section(stop_units=["site-monitor"]), (1,), n.read_nvml, lambda line: None,
                           Deadline.after(60), state_dir=str(tmp_path / "state"), read_procs=n.read_procs)

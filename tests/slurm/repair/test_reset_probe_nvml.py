@@ -6,7 +6,6 @@ tree, the real tools' stand-ins, NVML through gpuhc's real readers over the fake
 from __future__ import annotations
 
 import threading
-import time
 
 import pynvml
 
@@ -25,7 +24,7 @@ def node(tmp_path, **kw) -> FakeNode:
 
 
 def plan_of(n: FakeNode, targets=(1,), read_procs=None):
-    return plan_now(n.section(), targets, n.read_nvml(), time.monotonic() + 10,
+    return plan_now(n.section(), targets, n.read_nvml(), Deadline.after(10),
                     read_procs=read_procs or n.read_procs)
 
 
@@ -54,7 +53,7 @@ def test_an_nvml_only_holder_of_another_gpu_does_not_block(tmp_path):
 def test_a_holder_seen_by_nvml_and_by_its_files_is_one_holder_and_its_service_is_stopped(tmp_path):
     n = node(tmp_path)
     s = ProbeSettings.from_section(n.section()["reset"])
-    facts = probe(n.read_nvml(), s, time.monotonic() + 10, read_procs=n.read_procs)
+    facts = probe(n.read_nvml(), s, Deadline.after(10), read_procs=n.read_procs)
     assert [(h.pid, h.unit, h.devices, h.gone) for h in facts.holders] == [
         (4242, "nvidia-dcgm.service", ("/dev/nvidia1", "/dev/nvidiactl"), False)]
     assert n.read_procs().gpus[1].processes[0].pid == 4242  # NVML does list it there
@@ -91,7 +90,7 @@ def test_nvml_lists_that_cannot_be_read_say_holders_may_be_missing(tmp_path):
 
 def test_no_nvml_lists_and_a_read_that_hangs_say_holders_may_be_missing(tmp_path):
     n = node(tmp_path)
-    assert plan_now(n.section(), (1,), n.read_nvml(), time.monotonic() + 10).blockers == (
+    assert plan_now(n.section(), (1,), n.read_nvml(), Deadline.after(10)).blockers == (
         "NVML's process lists were not read: holders may be missing",)
     assert plan_of(n, read_procs=lambda: None).blockers == (
         "NVML's process lists were not read: holders may be missing",)
@@ -99,7 +98,7 @@ def test_no_nvml_lists_and_a_read_that_hangs_say_holders_may_be_missing(tmp_path
     def hangs():
         threading.Event().wait(120)  # never set: the probe leaves this thread behind
 
-    plan = plan_now(n.section(), (1,), n.read_nvml(), time.monotonic() + 1.0, read_procs=hangs)
+    plan = plan_now(n.section(), (1,), n.read_nvml(), Deadline.after(1.0), read_procs=hangs)
     (why,) = [b for b in plan.blockers if "NVML" in b]
     assert why.startswith("NVML's process lists did not answer (") and why.endswith("): holders may be missing")
 

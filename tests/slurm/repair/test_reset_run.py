@@ -11,14 +11,14 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gpuhc.model.deadline import Deadline
 from gpuhc.cli.quarantine_cmd import quarantine
+from gpuhc.model.deadline import Deadline
 from gpuhc.model.snapshot import Snapshot
 from gpuhc.slurm.repair import reset_run
 from gpuhc.slurm.repair.reset_probe import ProbeSettings, holders, minor_of, plan_now, probe, unit_of
 from gpuhc.slurm.repair.reset_run import procedure
-from tests.helpers.reset_fakes import FakeNode
 from tests.helpers.paths import FIXTURES
+from tests.helpers.reset_fakes import FakeNode
 
 DCGM = (4242, "nv-hostengine", "nvidia-dcgm", [f"/dev/nvidia{i}" for i in range(4)] + ["/dev/nvidiactl"])
 PERSISTENCED = (1111, "nvidia-persiste", "nvidia-persistenced", [f"/dev/nvidia{i}" for i in range(4)])
@@ -152,20 +152,20 @@ def test_holders_are_found_by_device_minor_not_by_index(tmp_path):
     n = node(tmp_path, minors=[3, 2, 1, 0], procs={5: ("python3", None, ["/dev/nvidia2"])})
     s = ProbeSettings.from_section(n.section()["reset"])
     assert minor_of(s.proc_root, "00000000:19:00.0") == 2
-    plan = plan_now(n.section(), (1,), n.read_nvml(), time.monotonic() + 10, read_procs=n.read_procs)
+    plan = plan_now(n.section(), (1,), n.read_nvml(), Deadline.after(10), read_procs=n.read_procs)
     assert plan.devices[1] == "/dev/nvidia2" and "pid 5 (python3" in plan.blockers[0]
-    assert plan_now(n.section(), (0,), n.read_nvml(), time.monotonic() + 10, read_procs=n.read_procs).ok
+    assert plan_now(n.section(), (0,), n.read_nvml(), Deadline.after(10), read_procs=n.read_procs).ok
 
 
 def test_probe_reads_units_cgroups_and_escapes_names_processes_chose(tmp_path):
     n = node(tmp_path, procs={66: ("evil\x1b[2J\nname", None, ["/dev/nvidia0"]), DCGM[0]: DCGM[1:]})
     s = ProbeSettings.from_section(n.section()["reset"])
-    found, problems = holders(s.proc_root, time.monotonic() + 10)
+    found, problems = holders(s.proc_root, Deadline.after(10))
     assert not problems
     by_pid = {h.pid: h for h in found}
     assert by_pid[4242].unit == "nvidia-dcgm.service" and "/dev/nvidiactl" in by_pid[4242].devices
     assert "\x1b" not in by_pid[66].comm and "\n" not in by_pid[66].comm
-    facts = probe(n.read_nvml(), s, time.monotonic() + 10, read_procs=n.read_procs)
+    facts = probe(n.read_nvml(), s, Deadline.after(10), read_procs=n.read_procs)
     assert facts.services == {"nvidia-persistenced": True, "nvidia-fabricmanager": True, "nvidia-dcgm": True}
     assert facts.nvswitch and [g.arch for g in facts.gpus] == ["hopper"] * 4
     assert unit_of("12:pids:/system.slice/nvidia-dcgm.service\n0::/system.slice/foo.service/x\n") == \
@@ -180,7 +180,7 @@ def test_a_broken_systemctl_or_missing_proc_is_a_problem_not_a_guess(tmp_path):
     broken.write_text("#!/bin/sh\necho 'Failed to connect to bus: Host is down' >&2\nexit 1\n")
     broken.chmod(0o755)
     plan = plan_now(n.section(systemctl=str(broken), proc_root=str(tmp_path / "gone")), (1,),
-                    n.read_nvml(), time.monotonic() + 10, read_procs=n.read_procs)
+                    n.read_nvml(), Deadline.after(10), read_procs=n.read_procs)
     assert not plan.ok
     text = " ".join(plan.blockers)
     assert "services unknown" in text and "Host is down" in text and "gone" in text
@@ -192,13 +192,13 @@ def test_without_systemd_there_is_no_service_to_stop_and_holders_still_count(tmp
     # process still blocks, and without it the plan goes ahead.
     n = node(tmp_path, units={}, procs={902: ("python3", None, ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1",
                                                                  "/dev/nvidiactl"])})
-    plan = plan_now(n.section(systemctl=str(tmp_path / "no-systemctl")), (1,), n.read_nvml(), time.monotonic() + 10,
+    plan = plan_now(n.section(systemctl=str(tmp_path / "no-systemctl")), (1,), n.read_nvml(), Deadline.after(10),
                     read_procs=n.read_procs)
     assert plan.services == {} and plan.blockers == (
         "pid 902 (python3, no service gpuhc may stop) holds /dev/nvidia-uvm, /dev/nvidia0, /dev/nvidia1, "
         "/dev/nvidiactl",)
     n2 = node(tmp_path / "b", units={}, procs={}, nvswitch=False)
-    plan = plan_now(n2.section(systemctl=str(tmp_path / "no-systemctl")), (1,), n2.read_nvml(), time.monotonic() + 10,
+    plan = plan_now(n2.section(systemctl=str(tmp_path / "no-systemctl")), (1,), n2.read_nvml(), Deadline.after(10),
                     read_procs=n2.read_procs)
     assert plan.ok and [s.kind for s in plan.steps] == ["persistence-off", "check-holders", "reset", "persistence-on",
                                                         "wait-fabric", "verify"]
@@ -208,10 +208,10 @@ def test_nvswitch_is_seen_from_the_fabric_where_its_device_files_are_not(tmp_pat
     s = ProbeSettings(("nvidia-fabricmanager",), str(tmp_path / "none"), "", "", 5.0)
     n = node(tmp_path, nvswitch=False, units={}, procs={})
     assert probe(n.read_nvml(), ProbeSettings(s.services, s.systemctl, str(n.root / "proc"), str(n.root / "dev"), 5),
-                 time.monotonic() + 10).nvswitch
+                 Deadline.after(10)).nvswitch
     n2 = node(tmp_path / "b", nvswitch=False, units={}, procs={}, fabric=None)
     assert not probe(n2.read_nvml(), ProbeSettings(s.services, s.systemctl, str(n2.root / "proc"),
-                                                   str(n2.root / "dev"), 5), time.monotonic() + 10).nvswitch
+                                                   str(n2.root / "dev"), 5), Deadline.after(10)).nvswitch
 
 
 def test_the_minor_number_is_read_from_the_drivers_own_information_file(tmp_path):
@@ -278,7 +278,7 @@ def test_processes_whose_files_cannot_be_read_make_the_plan_refuse(tmp_path, mon
         return real(path)
 
     monkeypatch.setattr("gpuhc.node.holders.os.scandir", scandir)  # the fd reader (gpuhc/node/holders.py)
-    found, problems = holders(str(n.root / "proc"), time.monotonic() + 10)
+    found, problems = holders(str(n.root / "proc"), Deadline.after(10))
     assert 5 not in {h.pid for h in found}
     assert problems == ["the open files of 1 processes could not be read (not root?): holders may be missing"]
 
